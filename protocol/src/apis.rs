@@ -1,0 +1,1 @@
+//! The API keys and versions Floe serves. (in progress)

@@ -1,0 +1,1 @@
+//! Fetch response writer. (in progress)

@@ -1,0 +1,1 @@
+//! Frames and request headers. (in progress)

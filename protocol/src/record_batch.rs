@@ -1,0 +1,1 @@
+//! Record batch v2: layout, validation, offset assignment. (in progress)
