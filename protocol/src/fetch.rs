@@ -272,7 +272,9 @@ impl EncodedResponse {
                 ResponsePart::File(region) => {
                     let start = out.len();
                     out.resize(start + region.len as usize, 0);
-                    region.file.read_exact_at(&mut out[start..], region.position)?;
+                    region
+                        .file
+                        .read_exact_at(&mut out[start..], region.position)?;
                 }
             }
         }
@@ -417,7 +419,13 @@ fn estimate(data: &FetchResponseData) -> (usize, usize) {
     // tag count, tag, size, array length, then each endpoint.
     bytes += 4 * VARINT;
     for node in &data.node_endpoints {
-        bytes += 4 + VARINT + node.host.len() + 4 + VARINT + node.rack.as_ref().map_or(0, |r| r.len()) + 1;
+        bytes += 4
+            + VARINT
+            + node.host.len()
+            + 4
+            + VARINT
+            + node.rack.as_ref().map_or(0, |r| r.len())
+            + 1;
     }
     (bytes, external)
 }
@@ -518,7 +526,10 @@ impl Writer {
             None => self.buf.put_i16(-1),
             Some(s) => {
                 if s.len() > MAX_STRING_LEN {
-                    return Err(format!("string of {} bytes (limit {MAX_STRING_LEN})", s.len()));
+                    return Err(format!(
+                        "string of {} bytes (limit {MAX_STRING_LEN})",
+                        s.len()
+                    ));
                 }
                 if self.flexible {
                     self.uvarint(s.len() as u32 + 1);
@@ -608,7 +619,9 @@ mod tests {
 
     use bytes::Buf;
     use kafka_protocol::messages::fetch_response as kp;
-    use kafka_protocol::messages::{BrokerId, FetchResponse, ProducerId, ResponseHeader, TopicName};
+    use kafka_protocol::messages::{
+        BrokerId, FetchResponse, ProducerId, ResponseHeader, TopicName,
+    };
     use kafka_protocol::protocol::{Decodable, Encodable};
 
     /// xorshift64*: deterministic, dependency-free test data.
@@ -628,11 +641,16 @@ mod tests {
             self.below(n) == 0
         }
         fn bytes(&mut self, len: usize) -> Bytes {
-            (0..len).map(|_| self.next() as u8).collect::<Vec<u8>>().into()
+            (0..len)
+                .map(|_| self.next() as u8)
+                .collect::<Vec<u8>>()
+                .into()
         }
         fn name(&mut self, max: u64) -> StrBytes {
             let len = self.below(max + 1);
-            let s: String = (0..len).map(|_| (b'a' + self.below(26) as u8) as char).collect();
+            let s: String = (0..len)
+                .map(|_| (b'a' + self.below(26) as u8) as char)
+                .collect();
             StrBytes::from_string(s)
         }
     }
@@ -657,7 +675,11 @@ mod tests {
             };
             for _ in 0..partitions {
                 let mut p = FetchPartitionResponse::new(rng.next() as i32);
-                p.error_code = if rng.one_in(3) { rng.below(120) as i16 } else { 0 };
+                p.error_code = if rng.one_in(3) {
+                    rng.below(120) as i16
+                } else {
+                    0
+                };
                 p.high_watermark = rng.next() as i64;
                 p.last_stable_offset = rng.next() as i64;
                 p.log_start_offset = rng.next() as i64;
@@ -694,7 +716,11 @@ mod tests {
                 node_id: rng.next() as i32,
                 host: rng.name(20),
                 port: rng.next() as i32,
-                rack: if rng.one_in(2) { None } else { Some(rng.name(5)) },
+                rack: if rng.one_in(2) {
+                    None
+                } else {
+                    Some(rng.name(5))
+                },
             });
         }
         data
@@ -704,19 +730,26 @@ mod tests {
     /// records present, some null or empty, errors, aborted transactions
     /// null and not.
     fn fixture(version: i16) -> FetchResponseData {
-        let partition = |index: i32, error_code: i16, records: FetchRecords| FetchPartitionResponse {
-            error_code,
-            high_watermark: 1000 + i64::from(index),
-            last_stable_offset: 990 + i64::from(index),
-            log_start_offset: i64::from(index),
-            records,
-            ..FetchPartitionResponse::new(index)
-        };
+        let partition =
+            |index: i32, error_code: i16, records: FetchRecords| FetchPartitionResponse {
+                error_code,
+                high_watermark: 1000 + i64::from(index),
+                last_stable_offset: 990 + i64::from(index),
+                log_start_offset: i64::from(index),
+                records,
+                ..FetchPartitionResponse::new(index)
+            };
         let batch = |fill: u8, len: usize| FetchRecords::Bytes(Bytes::from(vec![fill; len]));
         let mut p1 = partition(1, 0, batch(0xb1, 700));
         p1.aborted_transactions = Some(vec![
-            AbortedTransaction { producer_id: 42, first_offset: 100 },
-            AbortedTransaction { producer_id: 43, first_offset: 150 },
+            AbortedTransaction {
+                producer_id: 42,
+                first_offset: 100,
+            },
+            AbortedTransaction {
+                producer_id: 43,
+                first_offset: 150,
+            },
         ]);
         if version >= 11 {
             p1.preferred_read_replica = 2;
@@ -739,7 +772,10 @@ mod tests {
                 FetchTopicResponse {
                     topic: StrBytes::from_static_str("payments"),
                     topic_id: Uuid::from_u128(7),
-                    partitions: vec![partition(0, 1, FetchRecords::Null), partition(5, 0, batch(0xc5, 3))],
+                    partitions: vec![
+                        partition(0, 1, FetchRecords::Null),
+                        partition(5, 0, batch(0xc5, 3)),
+                    ],
                 },
                 FetchTopicResponse {
                     topic: StrBytes::from_static_str("empty"),
@@ -788,18 +824,22 @@ mod tests {
                                             .with_high_watermark(p.high_watermark)
                                             .with_last_stable_offset(p.last_stable_offset)
                                             .with_log_start_offset(p.log_start_offset)
-                                            .with_aborted_transactions(p.aborted_transactions.as_ref().map(
-                                                |txns| {
+                                            .with_aborted_transactions(
+                                                p.aborted_transactions.as_ref().map(|txns| {
                                                     txns.iter()
                                                         .map(|a| {
                                                             kp::AbortedTransaction::default()
-                                                                .with_producer_id(ProducerId(a.producer_id))
+                                                                .with_producer_id(ProducerId(
+                                                                    a.producer_id,
+                                                                ))
                                                                 .with_first_offset(a.first_offset)
                                                         })
                                                         .collect()
-                                                },
+                                                }),
+                                            )
+                                            .with_preferred_read_replica(BrokerId(
+                                                p.preferred_read_replica,
                                             ))
-                                            .with_preferred_read_replica(BrokerId(p.preferred_read_replica))
                                             .with_records(record_bytes(&p.records))
                                     })
                                     .collect(),
@@ -872,8 +912,13 @@ mod tests {
     fn check_parts(encoded: &EncodedResponse, data: &FetchResponseData) {
         assert!(matches!(encoded.parts.first(), Some(ResponsePart::Bytes(b)) if b.len() >= 8));
         assert!(encoded.parts.iter().all(|p| !p.is_empty()), "an empty part");
-        assert_eq!(encoded.parts.iter().map(ResponsePart::len).sum::<usize>(), encoded.total_len);
-        let ResponsePart::Bytes(first) = &encoded.parts[0] else { unreachable!() };
+        assert_eq!(
+            encoded.parts.iter().map(ResponsePart::len).sum::<usize>(),
+            encoded.total_len
+        );
+        let ResponsePart::Bytes(first) = &encoded.parts[0] else {
+            unreachable!()
+        };
         assert_eq!(first[..4], ((encoded.total_len - 4) as i32).to_be_bytes());
         let got: Vec<(u64, u32)> = encoded
             .parts
@@ -904,7 +949,10 @@ mod tests {
         let theirs = crate_encoding(correlation_id, version, data);
         assert_eq!(ours.len(), theirs.len(), "length, v{version}");
         if let Some(at) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {
-            panic!("v{version}: first difference at byte {at} of {}", ours.len());
+            panic!(
+                "v{version}: first difference at byte {at} of {}",
+                ours.len()
+            );
         }
 
         let mut rest = ours.slice(4..);
@@ -925,7 +973,12 @@ mod tests {
             std::process::id(),
             FILE_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let mut file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
         std::fs::remove_file(&path).unwrap();
         file.write_all(contents).unwrap();
         Arc::new(file)
@@ -948,7 +1001,11 @@ mod tests {
         for p in data.topics.iter_mut().flat_map(|t| &mut t.partitions) {
             if let FetchRecords::Bytes(_) = p.records {
                 let (position, len) = spans.next().unwrap();
-                p.records = FetchRecords::File(FileRegion { file: file.clone(), position, len });
+                p.records = FetchRecords::File(FileRegion {
+                    file: file.clone(),
+                    position,
+                    len,
+                });
             }
         }
         data
@@ -995,8 +1052,14 @@ mod tests {
 
     #[test]
     fn empty_response_bytes_spelled_out() {
-        let data = FetchResponseData { throttle_time_ms: 1, ..Default::default() };
-        let v4 = encode_fetch_response(9, 4, &data).unwrap().to_contiguous().unwrap();
+        let data = FetchResponseData {
+            throttle_time_ms: 1,
+            ..Default::default()
+        };
+        let v4 = encode_fetch_response(9, 4, &data)
+            .unwrap()
+            .to_contiguous()
+            .unwrap();
         #[rustfmt::skip]
         assert_eq!(&v4[..], &[
             0, 0, 0, 12,   // size
@@ -1004,7 +1067,10 @@ mod tests {
             0, 0, 0, 1,    // throttle_time_ms
             0, 0, 0, 0,    // responses: 0 topics
         ]);
-        let v12 = encode_fetch_response(9, 12, &data).unwrap().to_contiguous().unwrap();
+        let v12 = encode_fetch_response(9, 12, &data)
+            .unwrap()
+            .to_contiguous()
+            .unwrap();
         #[rustfmt::skip]
         assert_eq!(&v12[..], &[
             0, 0, 0, 17,   // size
@@ -1024,7 +1090,11 @@ mod tests {
         let mut p = FetchPartitionResponse::new(3);
         p.high_watermark = 5;
         p.last_stable_offset = 4;
-        p.records = FetchRecords::File(FileRegion { file, position: 2, len: 3 });
+        p.records = FetchRecords::File(FileRegion {
+            file,
+            position: 2,
+            len: 3,
+        });
         let data = FetchResponseData {
             topics: vec![FetchTopicResponse {
                 topic: StrBytes::from_static_str("t"),
@@ -1056,11 +1126,17 @@ mod tests {
 
     #[test]
     fn null_and_empty_records_differ() {
-        for (records, v4, v12) in [(FetchRecords::Null, [0xff; 4], 0u8), (FetchRecords::Bytes(Bytes::new()), [0; 4], 1)] {
+        for (records, v4, v12) in [
+            (FetchRecords::Null, [0xff; 4], 0u8),
+            (FetchRecords::Bytes(Bytes::new()), [0; 4], 1),
+        ] {
             let mut p = FetchPartitionResponse::new(0);
             p.records = records;
             let data = FetchResponseData {
-                topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
+                topics: vec![FetchTopicResponse {
+                    partitions: vec![p],
+                    ..Default::default()
+                }],
                 ..Default::default()
             };
             let out = encode_fetch_response(0, 4, &data).unwrap();
@@ -1068,7 +1144,10 @@ mod tests {
             assert_eq!(out.to_contiguous().unwrap()[out.total_len - 4..], v4);
             let out = encode_fetch_response(0, 12, &data).unwrap();
             // records, partition tags, topic tags, top-level tags.
-            assert_eq!(out.to_contiguous().unwrap()[out.total_len - 4..], [v12, 0, 0, 0]);
+            assert_eq!(
+                out.to_contiguous().unwrap()[out.total_len - 4..],
+                [v12, 0, 0, 0]
+            );
         }
     }
 
@@ -1081,14 +1160,20 @@ mod tests {
                 Err(ProtocolError::Encode { api: "Fetch", .. })
             ));
         }
-        let session = FetchResponseData { session_id: 1, ..Default::default() };
+        let session = FetchResponseData {
+            session_id: 1,
+            ..Default::default()
+        };
         assert!(encode_fetch_response(0, 6, &session).is_err());
         assert!(encode_fetch_response(0, 7, &session).is_ok());
 
         let mut p = FetchPartitionResponse::new(0);
         p.preferred_read_replica = 1;
         let replica = FetchResponseData {
-            topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
+            topics: vec![FetchTopicResponse {
+                partitions: vec![p],
+                ..Default::default()
+            }],
             ..Default::default()
         };
         assert!(encode_fetch_response(0, 10, &replica).is_err());
@@ -1102,19 +1187,32 @@ mod tests {
             ..Default::default()
         };
         assert!(encode_fetch_response(0, 12, &long).is_err());
-        assert!(encode_fetch_response(0, 13, &long).is_ok(), "v13+ carries topic ids, not names");
+        assert!(
+            encode_fetch_response(0, 13, &long).is_ok(),
+            "v13+ carries topic ids, not names"
+        );
     }
 
     #[test]
     fn truncated_file_is_an_error_on_the_copying_path() {
         let mut p = FetchPartitionResponse::new(0);
-        p.records = FetchRecords::File(FileRegion { file: temp_file(b"short"), position: 2, len: 10 });
+        p.records = FetchRecords::File(FileRegion {
+            file: temp_file(b"short"),
+            position: 2,
+            len: 10,
+        });
         let data = FetchResponseData {
-            topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
+            topics: vec![FetchTopicResponse {
+                partitions: vec![p],
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let encoded = encode_fetch_response(0, 16, &data).unwrap();
-        assert_eq!(encoded.to_contiguous().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(
+            encoded.to_contiguous().unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
     }
 
     #[test]
@@ -1124,8 +1222,16 @@ mod tests {
             for _ in 0..20 {
                 let data = random_response(&mut rng, version);
                 let encoded = encode_fetch_response(0, version, &data).unwrap();
-                let records: usize = data.topics.iter().flat_map(|t| &t.partitions).map(|p| p.records.len()).sum();
-                assert!(encoded.total_len - records <= estimate(&data).0, "v{version}");
+                let records: usize = data
+                    .topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| p.records.len())
+                    .sum();
+                assert!(
+                    encoded.total_len - records <= estimate(&data).0,
+                    "v{version}"
+                );
             }
         }
     }

@@ -82,12 +82,15 @@ fn api_name<R>() -> &'static str {
 mod tests {
     use super::*;
     use bytes::Buf;
-    use kafka_protocol::messages::{
-        ApiVersionsResponse, MetadataResponse, ProduceResponse,
-    };
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse, ProduceResponse};
     use kafka_protocol::protocol::{Decodable, StrBytes};
 
-    fn crate_encoding<R: Encodable>(correlation_id: i32, header_version: i16, version: i16, body: &R) -> Vec<u8> {
+    fn crate_encoding<R: Encodable>(
+        correlation_id: i32,
+        header_version: i16,
+        version: i16,
+        body: &R,
+    ) -> Vec<u8> {
         let mut inner = Vec::new();
         ResponseHeader::default()
             .with_correlation_id(correlation_id)
@@ -104,7 +107,11 @@ mod tests {
         let body = ApiVersionsResponse::default().with_error_code(35);
         for version in 0..=4 {
             let got = encode_response(7, version, ApiKey::ApiVersions, &body).unwrap();
-            assert_eq!(&got[..], &crate_encoding(7, 0, version, &body)[..], "v{version}");
+            assert_eq!(
+                &got[..],
+                &crate_encoding(7, 0, version, &body)[..],
+                "v{version}"
+            );
             let mut rest = got.slice(4..);
             assert_eq!(rest.get_i32(), 7);
             let decoded = ApiVersionsResponse::decode(&mut rest, version).unwrap();
@@ -114,7 +121,8 @@ mod tests {
 
     #[test]
     fn flexible_versions_use_header_v1() {
-        let body = MetadataResponse::default().with_cluster_id(Some(StrBytes::from_static_str("c")));
+        let body =
+            MetadataResponse::default().with_cluster_id(Some(StrBytes::from_static_str("c")));
         for (version, header_version) in [(1, 0), (8, 0), (9, 1), (12, 1)] {
             let got = encode_response(-3, version, ApiKey::Metadata, &body).unwrap();
             assert_eq!(
