@@ -1,1 +1,80 @@
-//! The API keys and versions Floe serves. (in progress)
+//! The API keys and versions Floe serves: the one table ApiVersions advertises
+//! and the dispatcher consults.
+//!
+//! A version range here is a promise: every version in it is decoded, handled
+//! and answered. Ranges are capped by what the `kafka-protocol` crate can
+//! decode (it follows Kafka 4.x, which dropped some old versions).
+
+use kafka_protocol::messages::ApiKey;
+
+/// One served API and its inclusive version range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRange {
+    /// The API.
+    pub key: ApiKey,
+    /// Lowest version served.
+    pub min: i16,
+    /// Highest version served.
+    pub max: i16,
+}
+
+const fn api(key: ApiKey, min: i16, max: i16) -> ApiRange {
+    ApiRange { key, min, max }
+}
+
+/// Every API Floe serves, in API-key order.
+pub const SUPPORTED_APIS: &[ApiRange] = &[
+    api(ApiKey::Produce, 3, 11),
+    api(ApiKey::Fetch, 4, 16),
+    api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The served range of `key`, if Floe serves it at all.
+pub fn supported_range(key: ApiKey) -> Option<ApiRange> {
+    SUPPORTED_APIS.iter().copied().find(|r| r.key == key)
+}
+
+/// Whether `version` of `key` is served.
+pub fn is_supported(key: ApiKey, version: i16) -> bool {
+    supported_range(key).is_some_and(|r| (r.min..=r.max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_served_range_is_decodable_by_the_message_crate() {
+        for r in SUPPORTED_APIS {
+            let crate_range = r.key.valid_versions();
+            assert!(r.min <= r.max, "{:?}", r.key);
+            assert!(
+                crate_range.min <= r.min && r.max <= crate_range.max,
+                "{:?}: served {}..={} but the crate decodes {}..={}",
+                r.key,
+                r.min,
+                r.max,
+                crate_range.min,
+                crate_range.max
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_versions_are_not_supported() {
+        assert!(is_supported(ApiKey::Fetch, 16));
+        assert!(!is_supported(ApiKey::Fetch, 17));
+        assert!(!is_supported(ApiKey::Fetch, 3));
+        assert!(!is_supported(ApiKey::JoinGroup, 0));
+    }
+}

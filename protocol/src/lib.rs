@@ -22,6 +22,7 @@ pub mod fetch;
 pub mod file_region;
 pub mod frame;
 pub mod record_batch;
+pub mod response;
 
 pub use error::ProtocolError;
 pub use file_region::FileRegion;
