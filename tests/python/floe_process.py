@@ -69,6 +69,7 @@ class FloeProcess:
         self.metrics_port = free_port()
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})
+        self.command_extra: list[str] = []  # more CLI arguments, e.g. ["--config", path]
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self.last_returncode: int | None = None
@@ -95,6 +96,7 @@ class FloeProcess:
             "--advertised-listener", self.bootstrap,
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
         ]
+        cmd += self.command_extra
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
