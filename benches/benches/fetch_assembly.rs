@@ -146,7 +146,9 @@ fn encode(c: &mut Criterion) {
                     let mut buf = Vec::with_capacity(4 + size);
                     buf.extend_from_slice(&(size as i32).to_be_bytes());
                     header.encode(&mut buf, 1).expect("encode");
-                    black_box(response).encode(&mut buf, VERSION).expect("encode");
+                    black_box(response)
+                        .encode(&mut buf, VERSION)
+                        .expect("encode");
                     buf
                 })
             },
@@ -160,8 +162,8 @@ fn to_contiguous(c: &mut Criterion) {
     let file = segment(MIB as usize);
     let mut group = c.benchmark_group("to_contiguous");
     for (name, partitions, region) in [("1MiB_1x1MiB", 1, MIB), ("1MiB_16x64KiB", 16, REGION)] {
-        let encoded = encode_fetch_response(7, VERSION, &fetch(partitions, region, &file))
-            .expect("encode");
+        let encoded =
+            encode_fetch_response(7, VERSION, &fetch(partitions, region, &file)).expect("encode");
         group.throughput(Throughput::Bytes(encoded.total_len as u64));
         group.bench_function(name, |b| {
             b.iter(|| black_box(&encoded).to_contiguous().expect("pread"))
