@@ -1,1 +1,75 @@
-fn main() {}
+//! The `floe` binary: parse settings, start logging, run the broker.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use floe_broker::config::{ConfigBuilder, Layer};
+
+/// Floe: a Kafka-compatible broker with zero-copy fetch and Iceberg tiering.
+///
+/// Settings use Kafka's names and come, later winning, from built-in
+/// defaults, `--config FILE`, `FLOE_*` environment variables
+/// (`FLOE_LOG_SEGMENT_BYTES`), and these flags.
+#[derive(Debug, Parser)]
+#[command(name = "floe", version)]
+struct Cli {
+    /// Data directory (`log.dirs`).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Kafka listener address (`listeners`), e.g. 127.0.0.1:9092.
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Address given to clients (`advertised.listeners`).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertised_listener: Option<String>,
+    /// Prometheus endpoint address (`metrics.listen`); empty disables it.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
+    /// TOML file of settings.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Any setting, e.g. `--override log.segment.bytes=1048576`; repeatable.
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+
+    let mut builder = ConfigBuilder::new();
+    if let Some(path) = &cli.config {
+        builder.load_file(path)?;
+    }
+    builder.load_env(std::env::vars());
+    let flags = [
+        ("log.dirs", cli.data_dir.map(|p| p.display().to_string())),
+        ("listeners", cli.listen),
+        ("advertised.listeners", cli.advertised_listener),
+        ("metrics.listen", cli.metrics_listen),
+    ];
+    for (key, value) in flags {
+        if let Some(v) = value {
+            builder.set(key, v, Layer::CommandLine)?;
+        }
+    }
+    for o in &cli.overrides {
+        let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
+        builder.set(k, v, Layer::CommandLine)?;
+    }
+    let config = builder.build()?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("floe-worker")
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(floe_broker::run::run(config))?;
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! The broker's shared state: what every handler reads.
+
+use std::sync::Arc;
+
+use floe_storage::LogManager;
+
+use crate::config::BrokerConfig;
+use crate::metrics::Metrics;
+
+/// Everything a request handler needs, shared by all connections.
+///
+/// Immutable after startup except through the types it holds, which are
+/// themselves thread-safe (`LogManager`, metrics handles).
+#[derive(Debug)]
+pub struct Broker {
+    /// The configuration the broker started with.
+    pub config: BrokerConfig,
+    /// The partition logs.
+    pub logs: Arc<LogManager>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Host handed to clients in Metadata.
+    pub advertised_host: String,
+    /// Port handed to clients in Metadata.
+    pub advertised_port: i32,
+}
+
+impl Broker {
+    /// This broker's node id.
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+}
+
+impl Broker {
+    /// Runs `f` on the blocking pool: for calls that create or delete files
+    /// and fsync (topic creation, config changes, record deletion), which must
+    /// not stall a request worker.
+    ///
+    /// Returns `None` only if `f` panicked, which is logged.
+    pub async fn blocking<T, F>(&self, f: F) -> Option<T>
+    where
+        F: FnOnce(&LogManager) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let logs = self.logs.clone();
+        match tokio::task::spawn_blocking(move || f(&logs)).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::error!(error = %e, "storage task failed");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Broker configuration: Kafka's setting names, from four layers.
+//!
+//! Later layers win: built-in defaults, the TOML file (`--config`), `FLOE_*`
+//! environment variables (`FLOE_LOG_SEGMENT_BYTES` is `log.segment.bytes`),
+//! then command-line flags and `--override key=value`. Every layer speaks
+//! the same flat `key = value` vocabulary, so a setting has one name
+//! everywhere; in TOML both `"log.segment.bytes" = 1` and the dotted-key
+//! form `log.segment.bytes = 1` work.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use floe_storage::LogConfig;
+use thiserror::Error;
+
+/// A setting that could not be understood.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The key is not a broker setting.
+    #[error("unknown setting `{key}` (from {source_name})")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// Which layer it came from.
+        source_name: String,
+    },
+    /// The value does not parse for its key.
+    #[error("invalid value `{value}` for `{key}`: {reason}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// The value as given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The TOML file could not be read or parsed.
+    #[error("cannot read config file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Documentation and default of one broker setting.
+#[derive(Debug, Clone, Copy)]
+pub struct SettingSpec {
+    /// Kafka's name for it (or a `floe.`-style name where Kafka has none).
+    pub key: &'static str,
+    /// The built-in default, as text.
+    pub default: &'static str,
+    /// One line for the configuration reference.
+    pub doc: &'static str,
+}
+
+const fn s(key: &'static str, default: &'static str, doc: &'static str) -> SettingSpec {
+    SettingSpec { key, default, doc }
+}
+
+/// Every broker setting Floe reads. The README's configuration reference is this table.
+pub const SETTINGS: &[SettingSpec] = &[
+    s("listeners", "127.0.0.1:9092", "Address the Kafka listener binds, `HOST:PORT` or `PLAINTEXT://HOST:PORT`; port 0 picks a free port."),
+    s("advertised.listeners", "", "Address handed to clients in Metadata; defaults to the bound listener address."),
+    s("metrics.listen", "127.0.0.1:9644", "Address of the Prometheus endpoint (`GET /metrics`); empty disables it."),
+    s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints."),
+    s("node.id", "1", "This broker's id, as reported in Metadata."),
+    s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
+    s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
+    s("default.replication.factor", "1", "Replication factor reported for topics; Floe is a single replica."),
+    s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
+    s("connections.max.idle.ms", "600000", "Idle connections are closed after this long."),
+    s("fetch.zero.copy", "true", "Serve plaintext fetch records with sendfile(2); false copies through user space."),
+    s("fetch.max.bytes", "57671680", "Upper bound on the records in one Fetch response, whatever the client asks."),
+    s("message.max.bytes", "1048588", "Default `max.message.bytes` of topics: the largest record batch accepted."),
+    s("log.segment.bytes", "1073741824", "Default `segment.bytes`: a segment rolls at this size."),
+    s("log.roll.ms", "604800000", "Default `segment.ms`: a segment rolls after this age."),
+    s("log.index.interval.bytes", "4096", "Default `index.interval.bytes`: bytes of log between offset index entries."),
+    s("log.retention.ms", "604800000", "Default `retention.ms`; -1 keeps data forever."),
+    s("log.retention.bytes", "-1", "Default `retention.bytes` per partition; -1 is unlimited."),
+    s("log.retention.check.interval.ms", "300000", "How often retention and time-based rolling run."),
+    s("log.flush.interval.messages", "9223372036854775807", "Default `flush.messages`: fsync after this many messages; 1 fsyncs every append before the ack."),
+    s("log.flush.interval.ms", "9223372036854775807", "Default `flush.ms`: fsync when data has been unflushed this long."),
+    s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` is checked."),
+    s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
+    s("log.cleanup.policy", "delete", "Default `cleanup.policy`; only `delete` is supported."),
+    s("shutdown.timeout.ms", "10000", "How long a clean shutdown waits for in-flight requests."),
+];
+
+/// The broker's typed configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The Kafka listener address.
+    pub listen: SocketAddr,
+    /// The address clients are told to use, if not the bound one.
+    pub advertised: Option<(String, u16)>,
+    /// The metrics endpoint, if enabled.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// This broker's node id.
+    pub node_id: i32,
+    /// Partitions of a topic created without a count.
+    pub num_partitions: i32,
+    /// Whether Metadata creates unknown topics.
+    pub auto_create_topics: bool,
+    /// Largest request frame.
+    pub socket_request_max_bytes: usize,
+    /// Idle connection timeout.
+    pub connections_max_idle_ms: u64,
+    /// Whether plaintext fetches use sendfile.
+    pub fetch_zero_copy: bool,
+    /// Broker-wide cap on a Fetch response's record bytes.
+    pub fetch_max_bytes: i32,
+    /// How often retention and rolling run.
+    pub retention_check_interval_ms: u64,
+    /// How often `flush.ms` is checked.
+    pub flush_scheduler_interval_ms: u64,
+    /// How long shutdown waits for connections.
+    pub shutdown_timeout_ms: u64,
+    /// Defaults for every topic's log.
+    pub log_defaults: LogConfig,
+    /// The effective value of every setting, for DescribeConfigs on the broker.
+    pub effective: BTreeMap<String, String>,
+}
+
+/// Where a raw setting came from, for error messages.
+#[derive(Debug, Clone, Copy)]
+pub enum Layer {
+    /// The TOML file.
+    File,
+    /// An environment variable.
+    Env,
+    /// A command-line flag or `--override`.
+    CommandLine,
+}
+
+/// Collects raw settings layer by layer, then builds a [`BrokerConfig`].
+#[derive(Debug, Default)]
+pub struct ConfigBuilder {
+    raw: BTreeMap<String, String>,
+}
+
+impl ConfigBuilder {
+    /// Starts from the built-in defaults.
+    pub fn new() -> Self {
+        let raw = SETTINGS.iter().map(|s| (s.key.to_string(), s.default.to_string())).collect();
+        Self { raw }
+    }
+
+    /// Sets one key, refusing keys Floe does not know.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownKey`].
+    pub fn set(&mut self, key: &str, value: impl Into<String>, layer: Layer) -> Result<(), ConfigError> {
+        let key = canonical_key(key);
+        if !SETTINGS.iter().any(|s| s.key == key) && !key.starts_with("floe.") {
+            return Err(ConfigError::UnknownKey { key, source_name: format!("{layer:?}") });
+        }
+        self.raw.insert(key, value.into());
+        Ok(())
+    }
+
+    /// Reads a TOML file of settings (flat quoted keys or dotted keys).
+    ///
+    /// # Errors
+    /// [`ConfigError::File`] or an unknown key.
+    pub fn load_file(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+        let mut flat = Vec::new();
+        flatten_toml("", &toml::Value::Table(table), &mut flat);
+        for (key, value) in flat {
+            self.set(&key, value, Layer::File)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `FLOE_*` variables from `vars`. Unknown names are skipped with
+    /// a warning rather than refused: the environment is shared with other
+    /// programs (test runners set `FLOE_BIN`, for one).
+    pub fn load_env(&mut self, vars: impl Iterator<Item = (String, String)>) {
+        for (name, value) in vars {
+            let Some(rest) = name.strip_prefix("FLOE_") else { continue };
+            let key = rest.to_ascii_lowercase().replace('_', ".");
+            if let Err(e) = self.set(&key, value, Layer::Env) {
+                tracing::debug!(variable = %name, error = %e, "ignoring environment variable");
+            }
+        }
+    }
+
+    /// Parses every setting into a [`BrokerConfig`].
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidValue`] naming the first bad setting.
+    pub fn build(self) -> Result<BrokerConfig, ConfigError> {
+        let r = &self.raw;
+        let listen = parse_addr("listeners", get(r, "listeners"))?;
+        let advertised = match get(r, "advertised.listeners").trim() {
+            "" => None,
+            text => Some(parse_host_port("advertised.listeners", text)?),
+        };
+        let metrics_listen = match get(r, "metrics.listen").trim() {
+            "" => None,
+            text => Some(parse_addr("metrics.listen", text)?),
+        };
+        let mut log_overrides = BTreeMap::new();
+        for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
+            log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
+        }
+        let log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
+            ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
+        })?;
+        Ok(BrokerConfig {
+            listen,
+            advertised,
+            metrics_listen,
+            data_dir: PathBuf::from(get(r, "log.dirs")),
+            node_id: parse(r, "node.id")?,
+            num_partitions: parse_positive(r, "num.partitions")?,
+            auto_create_topics: parse(r, "auto.create.topics.enable")?,
+            socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,
+            connections_max_idle_ms: parse(r, "connections.max.idle.ms")?,
+            fetch_zero_copy: parse(r, "fetch.zero.copy")?,
+            fetch_max_bytes: parse_positive(r, "fetch.max.bytes")?,
+            retention_check_interval_ms: parse_positive(r, "log.retention.check.interval.ms")?,
+            flush_scheduler_interval_ms: parse_positive(r, "log.flush.scheduler.interval.ms")?,
+            shutdown_timeout_ms: parse(r, "shutdown.timeout.ms")?,
+            log_defaults,
+            effective: self.raw.clone(),
+        })
+    }
+}
+
+/// Broker settings that are the defaults of topic settings: (broker key, topic key).
+pub const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
+    ("log.segment.bytes", "segment.bytes"),
+    ("log.roll.ms", "segment.ms"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.retention.ms", "retention.ms"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("log.flush.interval.messages", "flush.messages"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.message.timestamp.type", "message.timestamp.type"),
+    ("log.cleanup.policy", "cleanup.policy"),
+    ("message.max.bytes", "max.message.bytes"),
+];
+
+/// Accepts the names operators type for the same thing.
+fn canonical_key(key: &str) -> String {
+    match key.trim() {
+        "listen" | "listener" => "listeners".into(),
+        "advertised.listener" => "advertised.listeners".into(),
+        "data.dir" | "log.dir" => "log.dirs".into(),
+        other => other.to_string(),
+    }
+}
+
+fn get<'a>(raw: &'a BTreeMap<String, String>, key: &str) -> &'a str {
+    raw.get(key).map(String::as_str).unwrap_or("")
+}
+
+fn parse<T: std::str::FromStr>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    let value = get(raw, key).trim();
+    value.parse().map_err(|e: T::Err| ConfigError::InvalidValue {
+        key: key.into(),
+        value: value.into(),
+        reason: e.to_string(),
+    })
+}
+
+fn parse_positive<T>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + Default,
+    T::Err: std::fmt::Display,
+{
+    let v: T = parse(raw, key)?;
+    if v <= T::default() {
+        return Err(ConfigError::InvalidValue {
+            key: key.into(),
+            value: get(raw, key).into(),
+            reason: "must be positive".into(),
+        });
+    }
+    Ok(v)
+}
+
+fn strip_scheme(text: &str) -> &str {
+    let text = text.trim();
+    // Only the first listener is used; Floe has one plaintext listener for now.
+    let first = text.split(',').next().unwrap_or(text).trim();
+    first.split_once("://").map(|(_, rest)| rest).unwrap_or(first)
+}
+
+fn parse_host_port(key: &str, text: &str) -> Result<(String, u16), ConfigError> {
+    let bad = |reason: &str| ConfigError::InvalidValue { key: key.into(), value: text.into(), reason: reason.into() };
+    let hp = strip_scheme(text);
+    let (host, port) = hp.rsplit_once(':').ok_or_else(|| bad("expected HOST:PORT"))?;
+    let port: u16 = port.parse().map_err(|_| bad("port is not a number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok((host.to_string(), port))
+}
+
+fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    let (host, port) = parse_host_port(key, text)?;
+    let host = if host.is_empty() { "0.0.0.0".to_string() } else { host };
+    let joined = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    use std::net::ToSocketAddrs;
+    joined
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| ConfigError::InvalidValue { key: key.into(), value: text.into(), reason: "cannot resolve".into() })
+}
+
+fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut Vec<(String, String)>) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten_toml(&key, v, out);
+            }
+        }
+        toml::Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_build() {
+        let c = ConfigBuilder::new().build().unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(c.data_dir, PathBuf::from("./floe-data"));
+        assert!(c.fetch_zero_copy);
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("floe.toml");
+        std::fs::write(&file, "log.segment.bytes = 1000\nnum.partitions = 3\n\"fetch.zero.copy\" = false\n").unwrap();
+        let mut b = ConfigBuilder::new();
+        b.load_file(&file).unwrap();
+        b.load_env(
+            [("FLOE_NUM_PARTITIONS".to_string(), "5".to_string()), ("FLOE_BIN".to_string(), "x".to_string())]
+                .into_iter(),
+        );
+        b.set("listen", "PLAINTEXT://127.0.0.1:0", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        assert_eq!(c.num_partitions, 5);
+        assert!(!c.fetch_zero_copy);
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.effective["log.segment.bytes"], "1000");
+    }
+
+    #[test]
+    fn unknown_and_invalid_settings_are_refused() {
+        let mut b = ConfigBuilder::new();
+        assert!(matches!(b.set("log.segmnt.bytes", "1", Layer::CommandLine), Err(ConfigError::UnknownKey { .. })));
+        b.set("num.partitions", "zero", Layer::CommandLine).unwrap();
+        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "num.partitions"));
+    }
+}
+
+#[cfg(test)]
+mod reference_tests {
+    /// The README's configuration reference names every setting, so it cannot rot silently.
+    #[test]
+    fn readme_documents_every_setting() {
+        let readme = include_str!("../../README.md");
+        for s in super::SETTINGS {
+            assert!(readme.contains(&format!("`{}`", s.key)), "README lacks `{}`", s.key);
+        }
+    }
+}

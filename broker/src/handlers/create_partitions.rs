@@ -1,0 +1,34 @@
+//! CreatePartitions: grow a topic's partition count (never shrink it).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+
+use super::message;
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+pub(super) async fn handle(broker: &Broker, request: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        let count = topic.count;
+        let validate_only = request.validate_only;
+        let outcome = broker
+            .blocking(move |logs| {
+                if validate_only {
+                    logs.validate_create_partitions(&name, count)
+                } else {
+                    logs.create_partitions(&name, count)
+                }
+            })
+            .await;
+        results.push(match outcome {
+            Some(Ok(())) => result,
+            Some(Err(e)) => result.with_error_code(kafka_error(&e).code()).with_error_message(message(e.to_string())),
+            None => result.with_error_code(ResponseError::UnknownServerError.code()),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}

@@ -1,0 +1,35 @@
+//! DeleteRecords: advance a partition's log start offset.
+//!
+//! Offset -1 means the high watermark. Segments wholly below the new log
+//! start offset are deleted; the rest stay and are read from the new start.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+pub(super) async fn handle(broker: &Broker, request: DeleteRecordsRequest, _version: i16) -> DeleteRecordsResponse {
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            let Some(log) = broker.logs.partition(&name, p.partition_index) else {
+                partitions.push(result.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                continue;
+            };
+            let offset = if p.offset == -1 { log.high_watermark() } else { p.offset };
+            let deleted = tokio::task::spawn_blocking(move || log.delete_records_before(offset)).await;
+            partitions.push(match deleted {
+                Ok(Ok(low)) => result.with_low_watermark(low),
+                Ok(Err(e)) => result.with_low_watermark(-1).with_error_code(kafka_error(&e).code()),
+                Err(_) => result.with_low_watermark(-1).with_error_code(ResponseError::UnknownServerError.code()),
+            });
+        }
+        topics.push(DeleteRecordsTopicResult::default().with_name(topic.name).with_partitions(partitions));
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}

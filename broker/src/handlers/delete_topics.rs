@@ -1,0 +1,50 @@
+//! DeleteTopics: by name (v0–5) or by name or topic id (v6).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::message;
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+    let wanted: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
+        request.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
+    } else {
+        request.topic_names.into_iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect()
+    };
+    let mut responses = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        let topic = match &name {
+            Some(n) => broker.logs.topic(n),
+            None => broker.logs.topics().into_iter().find(|t| t.id == id),
+        };
+        let mut result = DeletableTopicResult::default()
+            .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
+            .with_topic_id(id);
+        let Some(topic) = topic else {
+            let code = if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
+            responses.push(result.with_error_code(code.code()));
+            continue;
+        };
+        if version >= 6 {
+            result = result.with_name(Some(TopicName(StrBytes::from_string(topic.name.clone())))).with_topic_id(topic.id);
+        }
+        let topic_name = topic.name.clone();
+        drop(topic);
+        let deleted = broker.blocking(move |logs| logs.delete_topic(&topic_name)).await;
+        match deleted {
+            Some(Ok(())) => {
+                tracing::info!(topic = ?name, "deleted topic");
+                responses.push(result);
+            }
+            Some(Err(e)) => responses.push(
+                result.with_error_code(kafka_error(&e).code()).with_error_message(if version >= 5 { message(e.to_string()) } else { None }),
+            ),
+            None => responses.push(result.with_error_code(ResponseError::UnknownServerError.code())),
+        }
+    }
+    DeleteTopicsResponse::default().with_responses(responses)
+}

@@ -1,0 +1,111 @@
+//! DescribeConfigs: a topic's effective configuration, or the broker's.
+//!
+//! Topic entries are overrides (source DYNAMIC_TOPIC_CONFIG) or inherited
+//! defaults (DEFAULT_CONFIG); broker entries are static (read-only: Floe
+//! has no dynamic broker configuration).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::message;
+use crate::broker::Broker;
+use crate::config::SETTINGS;
+
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
+pub(crate) const RESOURCE_BROKER: i8 = 4;
+
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+
+pub(super) fn handle(broker: &Broker, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+    let results = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let wanted = |name: &str| {
+                resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+            };
+            let base = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name.clone());
+            match resource.resource_type {
+                RESOURCE_TOPIC => {
+                    let Some(topic) = broker.logs.topic(resource.resource_name.as_str()) else {
+                        return base
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                            .with_error_message(message(format!("topic {} does not exist", resource.resource_name.as_str())));
+                    };
+                    let configs = topic
+                        .describe_config()
+                        .into_iter()
+                        .filter(|e| wanted(&e.name))
+                        .map(|e| {
+                            let source = if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC };
+                            entry(&e.name, &e.value, false, source, request.include_synonyms, version)
+                        })
+                        .collect();
+                    base.with_configs(configs)
+                }
+                RESOURCE_BROKER => {
+                    let name = resource.resource_name.as_str();
+                    if !name.is_empty() && name != broker.node_id().to_string() {
+                        return base
+                            .with_error_code(ResponseError::InvalidRequest.code())
+                            .with_error_message(message(format!("this is broker {}, not {name}", broker.node_id())));
+                    }
+                    let configs = broker
+                        .config
+                        .effective
+                        .iter()
+                        .filter(|(k, _)| wanted(k))
+                        .map(|(k, v)| {
+                            let is_default = SETTINGS.iter().any(|s| s.key == k && s.default == v);
+                            let source = if is_default { SOURCE_DEFAULT } else { SOURCE_STATIC_BROKER };
+                            entry(k, v, true, source, request.include_synonyms, version)
+                        })
+                        .collect();
+                    base.with_configs(configs)
+                }
+                other => base
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(message(format!("resource type {other} is not supported"))),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+fn entry(name: &str, value: &str, read_only: bool, source: i8, synonyms: bool, version: i16) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default()
+        .with_name(StrBytes::from_string(name.to_string()))
+        .with_value(Some(StrBytes::from_string(value.to_string())))
+        .with_read_only(read_only)
+        .with_config_source(source);
+    if synonyms {
+        e.synonyms = vec![DescribeConfigsSynonym::default()
+            .with_name(StrBytes::from_string(name.to_string()))
+            .with_value(Some(StrBytes::from_string(value.to_string())))
+            .with_source(source)];
+    }
+    if version >= 3 {
+        e.config_type = config_type(value);
+    }
+    e
+}
+
+/// Kafka's ConfigType: 1 BOOLEAN, 2 STRING, 5 LONG; a guess from the value
+/// that is right for every setting Floe has.
+fn config_type(value: &str) -> i8 {
+    if value == "true" || value == "false" {
+        1
+    } else if value.parse::<i64>().is_ok() {
+        5
+    } else {
+        2
+    }
+}

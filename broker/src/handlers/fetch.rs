@@ -1,0 +1,171 @@
+//! Fetch: find the records each partition asks for, long-poll when there
+//! are too few, and describe them as file regions for the response writer.
+//!
+//! Limits follow KIP-74: `max_bytes` bounds the response and
+//! `partition_max_bytes` each partition, except that the first partition
+//! with data returns its first batch whole even when that batch is larger,
+//! so a consumer never stalls on a big batch. Fetch sessions (KIP-227) are
+//! answered session-less (session id 0): clients then keep sending full
+//! fetch requests, which is always correct.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_protocol::fetch::{FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
+
+use super::metadata::LEADER_EPOCH;
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+pub(super) async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> FetchResponseData {
+    let targets = resolve(broker, &request, version);
+    let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64);
+    let deadline = Instant::now() + max_wait;
+    let min_bytes = request.min_bytes.max(0) as u64;
+    let max_bytes = if version >= 3 { request.max_bytes } else { i32::MAX }.clamp(0, broker.config.fetch_max_bytes) as u64;
+    loop {
+        // Listen before reading, so an append between the read and the wait
+        // still wakes us.
+        let logs: Vec<_> = targets.iter().filter_map(|t| t.log.clone()).collect();
+        let mut waits: Vec<Pin<Box<Notified<'_>>>> = logs.iter().map(|l| Box::pin(l.append_notify().notified())).collect();
+        for w in waits.iter_mut() {
+            w.as_mut().enable();
+        }
+        let (response, bytes, has_error) = read_all(&targets, max_bytes);
+        if bytes >= min_bytes || has_error || waits.is_empty() || Instant::now() >= deadline {
+            return response;
+        }
+        let any_append = futures_util::future::select_all(waits);
+        if tokio::time::timeout_at(deadline, any_append).await.is_err() {
+            // Deadline reached: answer with whatever there is now.
+            return read_all(&targets, max_bytes).0;
+        }
+    }
+}
+
+/// A requested partition, resolved once per request.
+struct Target {
+    topic_name: String,
+    topic_id: uuid::Uuid,
+    partition: i32,
+    fetch_offset: i64,
+    current_leader_epoch: i32,
+    partition_max_bytes: u64,
+    log: Option<std::sync::Arc<floe_storage::PartitionLog>>,
+    unknown: ResponseError,
+    /// Index of the topic in the response, so partitions group under their topic.
+    topic_slot: usize,
+}
+
+fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for (slot, topic) in request.topics.iter().enumerate() {
+        let by_id = version >= 13;
+        let found = if by_id {
+            broker.logs.topics().into_iter().find(|t| t.id == topic.topic_id)
+        } else {
+            broker.logs.topic(topic.topic.0.as_str())
+        };
+        let unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        for p in &topic.partitions {
+            let log = found.as_ref().and_then(|t| broker.logs.partition(&t.name, p.partition));
+            targets.push(Target {
+                topic_name: found.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| topic.topic.0.to_string()),
+                topic_id: topic.topic_id,
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                current_leader_epoch: p.current_leader_epoch,
+                partition_max_bytes: p.partition_max_bytes.max(0) as u64,
+                log,
+                unknown: if found.is_some() { ResponseError::UnknownTopicOrPartition } else { unknown },
+                topic_slot: slot,
+            });
+        }
+    }
+    targets
+}
+
+/// Reads every target once. Returns the response, the record bytes in it,
+/// and whether any partition carries an error (which ends long polling).
+fn read_all(targets: &[Target], max_bytes: u64) -> (FetchResponseData, u64, bool) {
+    let mut topics: Vec<FetchTopicResponse> = Vec::new();
+    let mut last_slot = usize::MAX;
+    let mut total = 0u64;
+    let mut has_error = false;
+    for t in targets {
+        if t.topic_slot != last_slot {
+            topics.push(FetchTopicResponse { topic: StrBytes::from_string(t.topic_name.clone()), topic_id: t.topic_id, partitions: Vec::new() });
+            last_slot = t.topic_slot;
+        }
+        let remaining = max_bytes.saturating_sub(total);
+        let limit = t.partition_max_bytes.min(remaining);
+        let partition = read_one(t, limit, total == 0);
+        if partition.error_code != 0 {
+            has_error = true;
+        }
+        if let FetchRecords::File(region) = &partition.records {
+            total += u64::from(region.len);
+        }
+        if let Some(topic) = topics.last_mut() {
+            topic.partitions.push(partition);
+        }
+    }
+    (FetchResponseData { topics, ..FetchResponseData::default() }, total, has_error)
+}
+
+fn read_one(t: &Target, limit: u64, first_with_data: bool) -> FetchPartitionResponse {
+    let failed = |code: ResponseError, hw: i64, start: i64| FetchPartitionResponse {
+        partition_index: t.partition,
+        error_code: code.code(),
+        high_watermark: hw,
+        last_stable_offset: hw,
+        log_start_offset: start,
+        records: FetchRecords::Bytes(Bytes::new()),
+        ..FetchPartitionResponse::default()
+    };
+    let Some(log) = &t.log else {
+        return failed(t.unknown, -1, -1);
+    };
+    if t.current_leader_epoch > LEADER_EPOCH {
+        return failed(ResponseError::UnknownLeaderEpoch, -1, -1);
+    }
+    // The first partition with data may exceed the limit by one batch (KIP-74);
+    // the others only get what fits, which can be nothing.
+    let min_one = first_with_data;
+    if limit == 0 && !min_one {
+        return FetchPartitionResponse {
+            partition_index: t.partition,
+            high_watermark: log.high_watermark(),
+            last_stable_offset: log.high_watermark(),
+            log_start_offset: log.log_start_offset(),
+            records: FetchRecords::Bytes(Bytes::new()),
+            ..FetchPartitionResponse::default()
+        };
+    }
+    match log.read(t.fetch_offset, limit.min(u64::from(u32::MAX)) as u32, min_one) {
+        Ok(info) => FetchPartitionResponse {
+            partition_index: t.partition,
+            high_watermark: info.high_watermark,
+            last_stable_offset: info.last_stable_offset,
+            log_start_offset: info.log_start_offset,
+            records: match info.region {
+                Some(region) => FetchRecords::File(region),
+                None => FetchRecords::Bytes(Bytes::new()),
+            },
+            ..FetchPartitionResponse::default()
+        },
+        Err(e) => {
+            let code = kafka_error(&e);
+            if code != ResponseError::OffsetOutOfRange {
+                tracing::warn!(topic = %t.topic_name, partition = t.partition, error = %e, "fetch read failed");
+            }
+            failed(code, log.high_watermark(), log.log_start_offset())
+        }
+    }
+}

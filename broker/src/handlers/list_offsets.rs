@@ -1,0 +1,63 @@
+//! ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets.
+//!
+//! Special timestamps, as Kafka defines them: -1 latest (the high
+//! watermark), -2 earliest (the log start offset), -3 the record with the
+//! largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
+//! the log start offset). Any other value finds the first record whose
+//! timestamp is at least that, through the time index.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use super::metadata::LEADER_EPOCH;
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+
+pub(super) async fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.0.as_str().to_string();
+        let partitions = topic
+            .partitions
+            .iter()
+            .map(|p| {
+                let base = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                let Some(log) = broker.logs.partition(&name, p.partition_index) else {
+                    return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                };
+                if p.current_leader_epoch > LEADER_EPOCH {
+                    return base.with_error_code(ResponseError::UnknownLeaderEpoch.code());
+                }
+                let found: Result<Option<(i64, i64)>, _> = match p.timestamp {
+                    LATEST => Ok(Some((log.high_watermark(), -1))),
+                    EARLIEST => Ok(Some((log.log_start_offset(), -1))),
+                    EARLIEST_LOCAL if version >= 8 => Ok(Some((log.log_start_offset(), -1))),
+                    MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(|m| m.map(|(ts, off)| (off, ts))),
+                    ts if ts < 0 => {
+                        return base.with_error_code(ResponseError::InvalidRequest.code());
+                    }
+                    ts => log.offset_for_timestamp(ts).map(|m| m.map(|(off, ts)| (off, ts))),
+                };
+                match found {
+                    Ok(Some((offset, timestamp))) => {
+                        base.with_offset(offset).with_timestamp(timestamp).with_leader_epoch(LEADER_EPOCH)
+                    }
+                    // No record at or after the timestamp: offset -1, as Kafka answers.
+                    Ok(None) => base.with_offset(-1).with_timestamp(-1).with_leader_epoch(-1),
+                    Err(e) => {
+                        tracing::warn!(topic = %name, partition = p.partition_index, error = %e, "ListOffsets failed");
+                        base.with_error_code(kafka_error(&e).code())
+                    }
+                }
+            })
+            .collect();
+        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name).with_partitions(partitions));
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}

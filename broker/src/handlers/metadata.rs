@@ -1,0 +1,130 @@
+//! Metadata: brokers, topics and partitions, with this broker leading every partition.
+//!
+//! Floe is a single-node cluster: every partition has one replica, this
+//! broker, at leader epoch 0. Unknown topics are created here when both the
+//! broker (`auto.create.topics.enable`) and the request (v4+) allow it.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::Broker;
+
+/// The leader epoch of every partition: one broker, never re-elected.
+pub(crate) const LEADER_EPOCH: i32 = 0;
+
+pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
+    // v0 sends an empty list for "all topics"; v1+ sends null.
+    let wanted: Option<Vec<MetadataNameOrId>> = match request.topics {
+        None => None,
+        Some(topics) if topics.is_empty() && version == 0 => None,
+        Some(topics) => Some(
+            topics
+                .into_iter()
+                .map(|t| match t.name {
+                    Some(name) => MetadataNameOrId::Name(name.0.to_string()),
+                    None => MetadataNameOrId::Id(t.topic_id),
+                })
+                .collect(),
+        ),
+    };
+    let allow_create = broker.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+
+    let topics = match wanted {
+        None => broker.logs.topics().iter().map(|t| describe_topic(broker, t)).collect(),
+        Some(wanted) => {
+            let mut out = Vec::with_capacity(wanted.len());
+            for w in wanted {
+                out.push(match w {
+                    MetadataNameOrId::Name(name) => topic_by_name(broker, name, allow_create).await,
+                    MetadataNameOrId::Id(id) => match broker.logs.topics().into_iter().find(|t| t.id == id) {
+                        Some(t) => describe_topic(broker, &t),
+                        None => MetadataResponseTopic::default()
+                            .with_topic_id(id)
+                            .with_error_code(ResponseError::UnknownTopicId.code()),
+                    },
+                });
+            }
+            out
+        }
+    };
+
+    let mut response = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(broker.node_id()))
+            .with_host(StrBytes::from_string(broker.advertised_host.clone()))
+            .with_port(broker.advertised_port)])
+        .with_controller_id(BrokerId(broker.node_id()))
+        .with_topics(topics);
+    if version >= 2 {
+        response.cluster_id = Some(StrBytes::from_string(broker.logs.cluster_id().to_string()));
+    }
+    if (8..=10).contains(&version) && request.include_cluster_authorized_operations {
+        // No authorizer yet: every operation is allowed (the bitfield of ops 2..=12).
+        response.cluster_authorized_operations = 0b1_1111_1111_1100;
+    }
+    response
+}
+
+enum MetadataNameOrId {
+    Name(String),
+    Id(uuid::Uuid),
+}
+
+async fn topic_by_name(broker: &Broker, name: String, allow_create: bool) -> MetadataResponseTopic {
+    if let Some(topic) = broker.logs.topic(&name) {
+        return describe_topic(broker, &topic);
+    }
+    let unknown = || {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name.clone()))))
+            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+    };
+    if !allow_create {
+        return unknown();
+    }
+    let partitions = broker.config.num_partitions;
+    let create_name = name.clone();
+    let created = broker
+        .blocking(move |logs| logs.create_topic(&create_name, partitions, BTreeMap::new()))
+        .await;
+    match created {
+        Some(Ok(topic)) => {
+            tracing::info!(topic = %name, partitions, "auto-created topic");
+            // Kafka answers LEADER_NOT_AVAILABLE while a new topic's leaders are
+            // elected; here the leader exists at once, so describe it.
+            describe_topic(broker, &topic)
+        }
+        Some(Err(e)) => {
+            let code = crate::errors::kafka_error(&e);
+            // A concurrent auto-create of the same name is fine.
+            if let Some(topic) = broker.logs.topic(&name) {
+                return describe_topic(broker, &topic);
+            }
+            tracing::info!(topic = %name, error = %e, "cannot auto-create topic");
+            unknown().with_error_code(code.code())
+        }
+        None => unknown().with_error_code(ResponseError::UnknownServerError.code()),
+    }
+}
+
+fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataResponseTopic {
+    let node = BrokerId(broker.node_id());
+    let partitions = (0..topic.partition_count())
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(node)
+                .with_leader_epoch(LEADER_EPOCH)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic.id)
+        .with_partitions(partitions)
+}

@@ -1,0 +1,210 @@
+//! Kafka API handlers: one file per API (or API family), one dispatch table.
+//!
+//! Every handler has the same shape: take the decoded request, apply it to
+//! the broker's state, return the response message. [`dispatch`] decodes the
+//! body at the header's version, calls the handler and encodes the response
+//! with the right header, so handlers never see bytes.
+
+mod alter_configs;
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use floe_protocol::apis::is_supported;
+use floe_protocol::fetch::EncodedResponse;
+use floe_protocol::frame::RequestFrame;
+use floe_protocol::response::encode_response;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+use crate::broker::Broker;
+
+/// What to write back for one request.
+#[derive(Debug)]
+pub enum Reply {
+    /// Nothing: a Produce with `acks=0`.
+    None,
+    /// A complete response frame.
+    Frame(Bytes),
+    /// A Fetch response whose record bytes are still in segment files.
+    Parts(EncodedResponse),
+}
+
+/// A request that cannot be answered: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum Reject {
+    /// The API is not served, or not at this version (ApiVersions excepted).
+    #[error("{api:?} v{version} is not served (correlation id {correlation_id})")]
+    Unsupported {
+        /// The API.
+        api: ApiKey,
+        /// The version asked for.
+        version: i16,
+        /// The request's correlation id.
+        correlation_id: i32,
+    },
+    /// The body does not decode at its version.
+    #[error("undecodable {api:?} v{version} request: {reason}")]
+    Undecodable {
+        /// The API.
+        api: ApiKey,
+        /// The version.
+        version: i16,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The response could not be encoded: a bug, logged loudly.
+    #[error("cannot encode the {api:?} v{version} response: {reason}")]
+    Encode {
+        /// The API.
+        api: ApiKey,
+        /// The version.
+        version: i16,
+        /// The encoder's complaint.
+        reason: String,
+    },
+}
+
+impl Reject {
+    /// A short label for the `floe_connections_closed_on_error_total` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Reject::Unsupported { .. } => "unsupported_version",
+            Reject::Undecodable { .. } => "undecodable_request",
+            Reject::Encode { .. } => "encode_failure",
+        }
+    }
+}
+
+/// The API's name for logs and metric labels.
+pub fn api_name(api: ApiKey) -> &'static str {
+    match api {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "Fetch",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::DeleteTopics => "DeleteTopics",
+        ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::AlterConfigs => "AlterConfigs",
+        ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::DescribeCluster => "DescribeCluster",
+        _ => "Other",
+    }
+}
+
+/// Decodes, handles and encodes one request.
+///
+/// # Errors
+/// [`Reject`] when the connection must be closed.
+pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) -> Result<Reply, Reject> {
+    let RequestFrame { api_key, header, mut body } = request;
+    let version = header.request_api_version;
+    let correlation_id = header.correlation_id;
+    if !is_supported(api_key, version) {
+        if api_key == ApiKey::ApiVersions {
+            // KIP-511: answer a version we do not know in v0, with the ranges we do.
+            tracing::debug!(%peer, version, "ApiVersions at an unsupported version; answering v0");
+            return frame(api_key, correlation_id, 0, &api_versions::unsupported_version());
+        }
+        return Err(Reject::Unsupported { api: api_key, version, correlation_id });
+    }
+    let body = &mut body;
+    match api_key {
+        ApiKey::ApiVersions => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &api_versions::handle(broker, req, version))
+        }
+        ApiKey::Metadata => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &metadata::handle(broker, req, version).await)
+        }
+        ApiKey::Produce => {
+            let req: kafka_protocol::messages::ProduceRequest = decode(api_key, body, version)?;
+            let acks = req.acks;
+            let response = produce::handle(broker, req, version, peer).await;
+            if acks == 0 {
+                return Ok(Reply::None);
+            }
+            frame(api_key, correlation_id, version, &response)
+        }
+        ApiKey::Fetch => {
+            let req = decode(api_key, body, version)?;
+            let data = fetch::handle(broker, req, version).await;
+            floe_protocol::fetch::encode_fetch_response(correlation_id, version, &data)
+                .map(Reply::Parts)
+                .map_err(|e| encode_failure(api_key, version, e.to_string()))
+        }
+        ApiKey::ListOffsets => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &list_offsets::handle(broker, req, version).await)
+        }
+        ApiKey::CreateTopics => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &create_topics::handle(broker, req, version).await)
+        }
+        ApiKey::DeleteTopics => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &delete_topics::handle(broker, req, version).await)
+        }
+        ApiKey::CreatePartitions => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &create_partitions::handle(broker, req, version).await)
+        }
+        ApiKey::DescribeConfigs => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &describe_configs::handle(broker, req, version))
+        }
+        ApiKey::AlterConfigs => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &alter_configs::handle_alter(broker, req, version).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &alter_configs::handle_incremental(broker, req, version).await)
+        }
+        ApiKey::DescribeCluster => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, req, version))
+        }
+        ApiKey::DeleteRecords => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &delete_records::handle(broker, req, version).await)
+        }
+        other => Err(Reject::Unsupported { api: other, version, correlation_id }),
+    }
+}
+
+fn decode<T: Decodable>(api: ApiKey, body: &mut Bytes, version: i16) -> Result<T, Reject> {
+    T::decode(body, version).map_err(|e| Reject::Undecodable { api, version, reason: e.to_string() })
+}
+
+fn frame<R: Encodable + HeaderVersion>(api: ApiKey, correlation_id: i32, version: i16, response: &R) -> Result<Reply, Reject> {
+    encode_response(correlation_id, version, api, response)
+        .map(Reply::Frame)
+        .map_err(|e| encode_failure(api, version, e.to_string()))
+}
+
+fn encode_failure(api: ApiKey, version: i16, reason: String) -> Reject {
+    tracing::error!(?api, version, %reason, "response encoding failed (a bug)");
+    Reject::Encode { api, version, reason }
+}
+
+/// `Some(message)` as Kafka's nullable error message.
+fn message(text: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text.into()))
+}

@@ -1,0 +1,28 @@
+//! The Floe broker: a Kafka-compatible server over Floe's segment logs.
+//!
+//! A request travels connection → frame → handler → storage, as in
+//! mini-redis: the [`server`] reads frames off sockets, [`handlers`] turn
+//! decoded requests into responses against the [`floe_storage::LogManager`],
+//! and Fetch responses go back with their record bytes still in segment
+//! files, sent with `sendfile(2)` on plaintext connections.
+//!
+//! # Layout
+//! - [`config`]: settings with Kafka's names, from file, environment and flags.
+//! - [`broker`]: the shared state handlers read.
+//! - [`server`]: accept loop, connections, response transmission (zero-copy).
+//! - [`handlers`]: one module per Kafka API, one dispatch table.
+//! - [`errors`]: storage errors → Kafka error codes, in one place.
+//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
+//! - [`run`]: startup and orderly shutdown.
+
+#![warn(missing_debug_implementations)]
+
+pub mod broker;
+pub mod config;
+pub mod errors;
+pub mod handlers;
+pub mod maintenance;
+pub mod metrics;
+pub mod run;
+pub mod server;

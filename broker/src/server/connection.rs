@@ -1,0 +1,144 @@
+//! One client connection: read a frame, handle it, write the response, repeat.
+//!
+//! Requests are handled one at a time, as Kafka does (it mutes a channel
+//! until its response is sent): pipelined requests are answered in order,
+//! and a long-polling Fetch holds back the requests queued behind it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use floe_protocol::frame::{parse_frame, parse_request_header, HeaderError};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::handlers::{self, Reply};
+use crate::server::transmit;
+
+/// A connection and its read buffer.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buffer: BytesMut,
+    broker: Arc<Broker>,
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+enum Closed {
+    /// The peer closed it between requests.
+    ByPeer,
+    /// The broker is shutting down.
+    Shutdown,
+    /// Idle for longer than `connections.max.idle.ms`.
+    Idle,
+    /// The peer sent something we cannot answer; already logged.
+    BadInput(&'static str),
+    /// A socket error.
+    Io(std::io::Error),
+}
+
+impl Connection {
+    /// Wraps an accepted stream.
+    pub fn new(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) -> Self {
+        // Nagle would hold back the small buffers written between sendfile
+        // regions (measured: it halves sendfile throughput at 64 KiB).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        Self { stream, peer, buffer: BytesMut::with_capacity(64 * 1024), broker }
+    }
+
+    /// Serves requests until the peer leaves, bad input arrives, or shutdown
+    /// is announced (checked between requests, so in-flight ones finish).
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        self.broker.metrics.connections.inc();
+        let closed = self.serve(&mut shutdown).await;
+        self.broker.metrics.connections.dec();
+        match closed {
+            Closed::ByPeer | Closed::Shutdown => tracing::debug!(peer = %self.peer, ?closed, "connection closed"),
+            Closed::Idle => tracing::info!(peer = %self.peer, "closing idle connection"),
+            Closed::BadInput(reason) => {
+                self.broker.metrics.connections_rejected.with_label_values(&[reason]).inc();
+            }
+            Closed::Io(e) => tracing::debug!(peer = %self.peer, error = %e, "connection error"),
+        }
+    }
+
+    async fn serve(&mut self, shutdown: &mut watch::Receiver<bool>) -> Closed {
+        let max_frame = self.broker.config.socket_request_max_bytes;
+        let idle = Duration::from_millis(self.broker.config.connections_max_idle_ms);
+        loop {
+            let frame = loop {
+                match parse_frame(&mut self.buffer, max_frame) {
+                    Ok(Some(frame)) => break frame,
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(peer = %self.peer, error = %e, "closing connection: request frame too large");
+                        return Closed::BadInput("frame_too_large");
+                    }
+                }
+                tokio::select! {
+                    read = tokio::time::timeout(idle, self.stream.read_buf(&mut self.buffer)) => match read {
+                        Err(_) => return Closed::Idle,
+                        Ok(Ok(0)) => {
+                            if !self.buffer.is_empty() {
+                                tracing::warn!(peer = %self.peer, bytes = self.buffer.len(), "peer closed the connection mid-request");
+                            }
+                            return Closed::ByPeer;
+                        }
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Closed::Io(e),
+                    },
+                    _ = shutdown.changed() => return Closed::Shutdown,
+                }
+            };
+            let request = match parse_request_header(frame) {
+                Ok(r) => r,
+                Err(HeaderError::UnknownApiKey { api_key, correlation_id }) => {
+                    tracing::warn!(peer = %self.peer, api_key, correlation_id, "closing connection: unknown API key");
+                    return Closed::BadInput("unknown_api_key");
+                }
+                Err(HeaderError::Malformed(e)) => {
+                    tracing::warn!(peer = %self.peer, error = %e, "closing connection: malformed request header");
+                    return Closed::BadInput("malformed_header");
+                }
+            };
+            let api = request.api_key;
+            let started = Instant::now();
+            let reply = match handlers::dispatch(&self.broker, request, self.peer).await {
+                Ok(reply) => reply,
+                Err(reject) => {
+                    tracing::warn!(peer = %self.peer, reason = %reject, "closing connection: cannot handle request");
+                    return Closed::BadInput(reject.metric_label());
+                }
+            };
+            let written = match reply {
+                Reply::None => Ok(()),
+                Reply::Frame(bytes) => transmit::write_bytes(&mut self.stream, &bytes).await,
+                Reply::Parts(parts) => {
+                    let zero_copy = self.broker.config.fetch_zero_copy;
+                    match transmit::write_parts(&mut self.stream, &parts, zero_copy).await {
+                        Ok(sent) => {
+                            let m = &self.broker.metrics.fetch_bytes;
+                            m.with_label_values(&["sendfile"]).inc_by(sent.sendfile_bytes);
+                            m.with_label_values(&["copy"]).inc_by(sent.copied_bytes);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            let name = handlers::api_name(api);
+            self.broker.metrics.requests.with_label_values(&[name]).inc();
+            self.broker.metrics.request_duration.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
+            if let Err(e) = written {
+                return Closed::Io(e);
+            }
+        }
+    }
+}
