@@ -102,7 +102,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
 else
     echo "requirements unchanged since last install"
 fi
-"$ROOT/.venv/bin/python" -c 'import confluent_kafka, kafka, aiokafka, pytest; print("confluent-kafka", confluent_kafka.version()[0], "librdkafka", confluent_kafka.libversion()[0], "| kafka-python", kafka.__version__, "| aiokafka", aiokafka.__version__)' \
+"$ROOT/.venv/bin/python" -c 'import confluent_kafka, kafka, aiokafka, pytest; print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0], "| kafka-python", kafka.__version__, "| aiokafka", aiokafka.__version__)' \
     || die "python clients do not import"
 stage_done "setup-python" ok
 
