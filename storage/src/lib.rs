@@ -34,6 +34,8 @@ pub mod log_manager;
 mod offset_index;
 mod segment;
 mod time_index;
+#[cfg(test)]
+mod test_util;
 pub mod topic;
 
 pub use checkpoint::OffsetCheckpointFile;

@@ -488,8 +488,8 @@ impl PartitionLog {
             }
             let candidate = known.map_or(header.max_timestamp == max_ts, |base| header.base_offset == base);
             if candidate && header.last_offset() >= lso {
-                if let Some(found) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
-                    return Ok(Some(found));
+                if let Some((offset, ts)) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
+                    return Ok(Some((ts, offset)));
                 }
             }
             position += size;
@@ -704,4 +704,282 @@ fn find_record(
         let ts = if log_append || r.timestamp_type == KTimestampType::LogAppend { header.max_timestamp } else { r.timestamp };
         want(r.offset, ts).then_some((r.offset, ts))
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{batch, batch_ts, batch_with, config, decode};
+    use floe_protocol::kafka_protocol::records::Compression;
+
+    fn open(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
+        PartitionLog::open(dir, "t", 0, cfg, None, None).unwrap()
+    }
+
+    fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
+        let info = log.read(offset, 1 << 20, true).unwrap();
+        info.region.map(|r| decode(&r.read_to_vec().unwrap())).unwrap_or_default()
+    }
+
+    #[test]
+    fn append_and_read_across_rolls() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]));
+        for i in 0..50 {
+            let mut b = batch(3, 1_000 + i, 100);
+            let info = log.append(&mut b, 5_000).unwrap();
+            assert_eq!((info.first_offset, info.last_offset, info.record_count), (i * 3, i * 3 + 2, 3));
+            assert_eq!(info.log_append_time, -1);
+        }
+        assert_eq!(log.log_end_offset(), 150);
+        assert_eq!(log.high_watermark(), 150);
+        assert!(log.segment_count() > 3, "rolled into {} segments", log.segment_count());
+        let sealed = log.sealed_segments();
+        assert_eq!(sealed.len(), log.segment_count() - 1);
+        for w in sealed.windows(2) {
+            assert_eq!(w[0].next_offset, w[1].base_offset);
+            assert!(w[0].size_bytes <= 2000);
+        }
+        for offset in 0..150 {
+            let got = read_all(&log, offset);
+            assert!(!got.is_empty(), "offset {offset}");
+            // Starts at the batch holding the offset, offsets contiguous, one segment only.
+            assert_eq!(got[0].0, offset - offset % 3, "offset {offset}");
+            assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+            let seg_end = sealed.iter().find(|s| s.base_offset <= offset && offset < s.next_offset).map_or(150, |s| s.next_offset);
+            assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
+        }
+        assert!(log.read(150, 1000, true).unwrap().region.is_none());
+        assert!(matches!(log.read(151, 1000, true), Err(StorageError::OffsetOutOfRange { requested: 151, log_start: 0, log_end: 150 })));
+        assert!(matches!(log.read(-1, 1000, true), Err(StorageError::OffsetOutOfRange { .. })));
+    }
+
+    #[test]
+    fn index_lookup_finds_batch_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("index.interval.bytes", "300")]));
+        let mut positions = Vec::new();
+        let mut pos = 0u64;
+        for i in 0..40 {
+            let mut b = batch(2, 10 + i, 80);
+            positions.push((i * 2, pos));
+            pos += b.len() as u64;
+            log.append(&mut b, 0).unwrap();
+        }
+        let st = log.state();
+        let seg = st.active();
+        assert!(seg.offset_index.len() >= 10, "{} entries", seg.offset_index.len());
+        for offset in 0..80 {
+            let (entry_offset, entry_pos) = seg.offset_index.lookup(offset).unwrap_or((0, 0));
+            assert!(entry_offset <= offset);
+            assert!(positions.contains(&(entry_offset, entry_pos)), "entry ({entry_offset}, {entry_pos}) is not a batch start");
+            // Sparse: the entry is within about one interval of the target batch.
+            let target_pos = positions[(offset / 2) as usize].1;
+            assert!(target_pos - entry_pos <= 300 + 200, "offset {offset}: entry at {entry_pos}, batch at {target_pos}");
+        }
+    }
+
+    #[test]
+    fn max_bytes_and_min_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        let mut big = batch(5, 1, 500);
+        let big_len = big.len() as u32;
+        log.append(&mut big, 0).unwrap();
+        let mut small = batch(1, 2, 10);
+        let small_len = small.len() as u32;
+        log.append(&mut small, 0).unwrap();
+
+        let r = log.read(0, 100, true).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (0, big_len), "KIP-74: the whole first batch");
+        assert!(log.read(0, 100, false).unwrap().region.is_none());
+        let r = log.read(0, big_len + 5, true).unwrap().region.unwrap();
+        assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
+        assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
+        let r = log.read(3, 1 << 20, false).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (0, big_len + small_len), "starts at the batch holding offset 3");
+        let r = log.read(5, 1 << 20, false).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
+    }
+
+    #[test]
+    fn log_append_time_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("message.timestamp.type", "LogAppendTime")]));
+        let mut b = batch_with(&[1, 2, 3], 10, Compression::Gzip);
+        let info = log.append(&mut b, 777_000).unwrap();
+        assert_eq!(info.log_append_time, 777_000);
+        let bytes = log.read(0, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+        floe_protocol::record_batch::validate_batches(&bytes, 1 << 20).unwrap();
+        let h = RecordBatchHeader::parse(&bytes).unwrap();
+        assert_eq!((h.timestamp_type(), h.max_timestamp), (TimestampType::LogAppendTime, 777_000));
+        assert_eq!(log.offset_for_timestamp(500_000).unwrap(), Some((0, 777_000)));
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((777_000, 0)));
+    }
+
+    #[test]
+    fn empty_append_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        let info = log.append(&mut [], 0).unwrap();
+        assert_eq!((info.first_offset, info.last_offset, info.record_count), (-1, -1, 0));
+        assert_eq!(log.log_end_offset(), 0);
+    }
+
+    #[test]
+    fn oversized_batch_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("max.message.bytes", "200")]));
+        let mut b = batch(3, 1, 100);
+        assert!(matches!(log.append(&mut b, 0), Err(StorageError::RecordTooLarge { limit: 200, .. })));
+        assert_eq!(log.log_end_offset(), 0);
+    }
+
+    #[test]
+    fn rolls_by_segment_ms() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.ms", "1000")]));
+        log.append(&mut batch(1, 1, 10), 10_000).unwrap();
+        log.append(&mut batch(1, 1, 10), 10_500).unwrap();
+        assert_eq!(log.segment_count(), 1);
+        log.append(&mut batch(1, 1, 10), 11_001).unwrap();
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(log.sealed_segments()[0].next_offset, 2);
+        assert!(!log.roll_if_due(11_500).unwrap());
+        assert!(log.roll_if_due(12_002).unwrap());
+        assert_eq!(log.segment_count(), 3);
+        assert!(!log.roll_if_due(20_000).unwrap(), "an empty active segment is not rolled");
+    }
+
+    #[test]
+    fn flush_messages_and_flush_ms_move_the_recovery_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "4"), ("flush.ms", "1000")]));
+        log.append(&mut batch(3, 1, 10), 0).unwrap();
+        assert_eq!(log.recovery_point(), 0);
+        log.append(&mut batch(1, 1, 10), 0).unwrap();
+        assert_eq!(log.recovery_point(), 4);
+        log.append(&mut batch(1, 1, 10), 0).unwrap();
+        assert!(!log.flush_if_due(100).unwrap());
+        assert!(!log.flush_if_due(600).unwrap());
+        assert!(log.flush_if_due(1_100).unwrap());
+        assert_eq!(log.recovery_point(), 5);
+    }
+
+    fn segmented_log(dir: &Path, extra: &[(&str, &str)]) -> PartitionLog {
+        // Each batch is about 280 bytes; segments hold 2 batches.
+        let mut kv = vec![("segment.bytes", "600")];
+        kv.extend_from_slice(extra);
+        let log = open(dir, config(&kv));
+        for i in 0..10i64 {
+            let mut b = batch(2, 1_000 * (i + 1), 100);
+            assert!((270..=295).contains(&b.len()), "{}", b.len());
+            log.append(&mut b, 0).unwrap();
+        }
+        log
+    }
+
+    #[test]
+    fn retention_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "5000")]);
+        assert_eq!(log.segment_count(), 5);
+        // Segment max timestamps: 2000, 4000, 6000, 8000, (active) 10000.
+        assert_eq!(log.apply_retention(7_000).unwrap(), 0, "exactly retention.ms old is kept");
+        assert_eq!(log.apply_retention(10_500).unwrap(), 2);
+        assert_eq!(log.log_start_offset(), 8);
+        assert!(matches!(log.read(7, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(read_all(&log, 8)[0].0, 8);
+        assert!(!crate::file_names::log_file(dir.path(), 0).exists());
+        assert!(!crate::file_names::index_file(dir.path(), 4).exists());
+        // Never the active segment.
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 2);
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.log_start_offset(), 16);
+        assert_eq!(log.log_end_offset(), 20);
+    }
+
+    #[test]
+    fn retention_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "-1")]);
+        let total = log.size_bytes() as i64;
+        let seg = log.sealed_segments()[0].size_bytes as i64;
+        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(total - seg - 1).to_string())]));
+        // As Kafka: a segment goes only if the log stays at least retention.bytes without it.
+        assert_eq!(log.apply_retention(0).unwrap(), 1);
+        assert_eq!(log.log_start_offset(), 4);
+        assert_eq!(log.size_bytes() as i64, total - seg);
+        let now = log.size_bytes() as i64;
+        let next = log.sealed_segments()[0].size_bytes as i64;
+        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(now - next).to_string())]));
+        assert_eq!(log.apply_retention(0).unwrap(), 1);
+        assert_eq!(log.apply_retention(0).unwrap(), 0);
+        assert_eq!(log.log_start_offset(), 8);
+    }
+
+    #[test]
+    fn retention_floor_keeps_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
+        log.set_retention_floor(Some(5));
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 1, "segment [0,4) only");
+        log.set_retention_floor(None);
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 3);
+    }
+
+    #[test]
+    fn fetch_in_flight_survives_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
+        let region = log.read(0, 1 << 20, true).unwrap().region.unwrap();
+        log.apply_retention(1_000_000).unwrap();
+        assert_eq!(decode(&region.read_to_vec().unwrap())[0].0, 0);
+    }
+
+    #[test]
+    fn delete_records_before_moves_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[]);
+        assert!(matches!(log.delete_records_before(21), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(log.delete_records_before(9).unwrap(), 9);
+        assert_eq!(log.log_start_offset(), 9);
+        assert_eq!(log.sealed_segments()[0].base_offset, 8, "segments [0,4) and [4,8) deleted");
+        assert!(matches!(log.read(8, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(read_all(&log, 9)[0].0, 8, "the batch holding 9");
+        assert_eq!(log.delete_records_before(3).unwrap(), 9, "never moves back");
+        assert_eq!(log.delete_records_before(20).unwrap(), 20);
+        assert!(log.read(20, 100, true).unwrap().region.is_none());
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    }
+
+    #[test]
+    fn offset_for_timestamp_and_max() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]));
+        let mut expected = Vec::new();
+        let mut offset = 0;
+        for i in 0..20i64 {
+            // Out of order inside a batch: 3 records, ts base+20, base+0, base+10.
+            let base = 1_000 + i * 100;
+            let ts = [base + 20, base, base + 10];
+            log.append(&mut batch_ts(&ts, 40), 0).unwrap();
+            for t in ts {
+                expected.push((offset, t));
+                offset += 1;
+            }
+        }
+        assert!(log.segment_count() > 2);
+        for target in [0, 1_000, 1_005, 1_015, 1_020, 1_021, 1_500, 2_910, 2_920] {
+            let want = expected.iter().find(|&&(_, t)| t >= target).copied();
+            assert_eq!(log.offset_for_timestamp(target).unwrap(), want, "target {target}");
+        }
+        assert_eq!(log.offset_for_timestamp(2_921).unwrap(), None);
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((2_920, 57)));
+        drop(log);
+        // Reopened with everything trusted: the max is found by a scan.
+        let log = PartitionLog::open(dir.path(), "t", 0, config(&[("segment.bytes", "600")]), Some(60), None).unwrap();
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((2_920, 57)));
+        assert_eq!(log.offset_for_timestamp(1_505).unwrap(), Some((15, 1_520)));
+    }
 }
