@@ -277,3 +277,180 @@ impl LogLoader<'_> {
         Ok(Some(position))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Arc;
+
+    use crate::config::LogConfig;
+    use crate::file_names::{index_file, log_file, time_index_file};
+    use crate::log::PartitionLog;
+    use crate::test_util::{batch, batch_ts, config, decode};
+
+    fn cfg() -> Arc<LogConfig> {
+        config(&[("segment.bytes", "1000"), ("index.interval.bytes", "100")])
+    }
+
+    /// 30 batches of 2 records (~ 100 bytes each), several segments; returns the closed log's end.
+    fn write_log(dir: &std::path::Path) -> i64 {
+        let log = PartitionLog::open(dir, "t", 0, cfg(), None, None).unwrap();
+        for i in 0..30i64 {
+            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0).unwrap();
+        }
+        log.close().unwrap();
+        log.log_end_offset()
+    }
+
+    fn all_records(log: &PartitionLog) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        let mut offset = log.log_start_offset();
+        while offset < log.log_end_offset() {
+            let bytes = log.read(offset, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+            let recs = decode(&bytes);
+            offset = recs.last().unwrap().0 + 1;
+            out.extend(recs);
+        }
+        out
+    }
+
+    fn active_base(dir: &std::path::Path) -> i64 {
+        let log = PartitionLog::open(dir, "t", 0, cfg(), Some(0), None).unwrap();
+        let base = log.sealed_segments().last().map_or(0, |s| s.next_offset);
+        std::mem::forget(log); // no flush, no changes
+        base
+    }
+
+    fn append_bytes(path: &std::path::Path, bytes: &[u8]) {
+        std::fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn empty_dir_starts_at_log_start_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(&dir.path().join("p"), "t", 0, cfg(), None, Some(42)).unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (42, 42));
+        assert!(log_file(&dir.path().join("p"), 42).exists());
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 42);
+    }
+
+    #[test]
+    fn clean_reopen_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let end = write_log(dir.path());
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+        assert_eq!(log.log_end_offset(), 60);
+        assert_eq!(all_records(&log).len(), 60);
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
+    }
+
+    #[test]
+    fn garbage_after_the_active_segment_is_truncated() {
+        for recovery_point in [None, Some(60)] {
+            let dir = tempfile::tempdir().unwrap();
+            write_log(dir.path());
+            let base = active_base(dir.path());
+            let path = log_file(dir.path(), base);
+            let good_len = std::fs::metadata(&path).unwrap().len();
+            append_bytes(&path, &[0xab; 333]);
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), recovery_point, None).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len, "{recovery_point:?}");
+            assert_eq!(log.log_end_offset(), 60);
+            let recs = all_records(&log);
+            assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
+            assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
+            assert_eq!(log.recovery_point(), 60);
+        }
+    }
+
+    #[test]
+    fn torn_last_batch_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let base = active_base(dir.path());
+        let path = log_file(dir.path(), base);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 30).unwrap();
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(base), None).unwrap();
+        assert_eq!(log.log_end_offset(), 58);
+        assert_eq!(all_records(&log).len(), 58);
+        assert!(std::fs::metadata(&path).unwrap().len() < len - 30);
+    }
+
+    #[test]
+    fn zeroed_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let base = active_base(dir.path());
+        let path = log_file(dir.path(), base);
+        let len = std::fs::metadata(&path).unwrap().len();
+        append_bytes(&path, &vec![0u8; 4096]);
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        assert_eq!(log.log_end_offset(), 60);
+    }
+
+    #[test]
+    fn corrupt_batch_in_an_early_segment_drops_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let path = log_file(dir.path(), 0);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Flip a byte inside the second batch's records.
+        let h = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
+        bytes[h.position + 70] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
+        assert_eq!(log.log_end_offset(), 2, "only the first batch survives");
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "later segments deleted");
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 2);
+    }
+
+    #[test]
+    fn missing_and_corrupt_indexes_are_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let end = write_log(dir.path());
+        let reference = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let r = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+            std::mem::forget(log);
+            r
+        };
+        let sizes: Vec<u64> = [index_file(dir.path(), 0), time_index_file(dir.path(), 0)]
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect();
+        assert!(sizes.iter().all(|&s| s > 0), "indexes were written: {sizes:?}");
+        let second = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let b = log.sealed_segments()[1].base_offset;
+            std::mem::forget(log);
+            b
+        };
+        std::fs::remove_file(index_file(dir.path(), 0)).unwrap();
+        std::fs::write(time_index_file(dir.path(), second), [7u8; 13]).unwrap();
+        // An index entry pointing past the end of its log.
+        let mut bad = Vec::new();
+        bad.extend(1u32.to_be_bytes());
+        bad.extend(1_000_000u32.to_be_bytes());
+        let third = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let b = log.sealed_segments()[2].base_offset;
+            std::mem::forget(log);
+            b
+        };
+        std::fs::write(index_file(dir.path(), third), &bad).unwrap();
+
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+        assert_eq!(std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(), sizes[0]);
+        let ti = std::fs::metadata(time_index_file(dir.path(), second)).unwrap().len();
+        assert!(ti > 0 && ti % 12 == 0, "time index rebuilt: {ti} bytes");
+        let oi = std::fs::metadata(index_file(dir.path(), third)).unwrap().len();
+        assert!(oi % 8 == 0 && oi != 8, "offset index rebuilt: {oi} bytes");
+        let now = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+        assert_eq!(now, reference);
+        assert_eq!(reference.1, Some((30, 130)));
+    }
+}
