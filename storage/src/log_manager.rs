@@ -504,3 +504,193 @@ impl LogManager {
         first_error.map_or(Ok(()), Err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{batch, decode};
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn append(m: &LogManager, topic: &str, p: i32, n: usize) {
+        m.partition(topic, p).unwrap().append(&mut batch(n, 1_000, 10), 0).unwrap();
+    }
+
+    #[test]
+    fn topics_configs_and_data_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster_id, id) = {
+            let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
+            assert_eq!(m.cluster_id().len(), 22);
+            let t = m.create_topic("orders", 3, map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")])).unwrap();
+            assert_eq!(t.partition_count(), 3);
+            append(&m, "orders", 1, 5);
+            append(&m, "orders", 1, 2);
+            m.shutdown().unwrap();
+            (m.cluster_id().to_string(), t.id())
+        };
+        let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
+        assert_eq!(m.cluster_id(), cluster_id);
+        let t = m.topic("orders").unwrap();
+        assert_eq!((t.id(), t.partition_count()), (id, 3));
+        assert_eq!(t.config().retention_ms, 1000);
+        assert_eq!(t.overrides(), map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")]));
+        let described = t.describe_config();
+        assert!(described.iter().any(|e| e.name == "retention.ms" && e.value == "1000" && !e.is_default));
+        assert!(described.iter().any(|e| e.name == "floe.iceberg.table" && e.value == "x"));
+        let p1 = m.partition("orders", 1).unwrap();
+        assert_eq!(p1.log_end_offset(), 7);
+        assert_eq!(p1.recovery_point(), 7);
+        let bytes = p1.read(0, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+        assert_eq!(decode(&bytes).len(), 7);
+        assert!(m.partition("orders", 3).is_none());
+        let cp = OffsetCheckpointFile::new(dir.path().join(RECOVERY_POINT_CHECKPOINT)).read().unwrap();
+        assert_eq!(cp.get(&("orders".to_string(), 1)), Some(&7));
+        drop(m);
+        assert!(matches!(
+            LogManager::open_with_node_id(dir.path(), Some(2), LogConfig::default()),
+            Err(StorageError::InvalidConfig { key, .. }) if key == "node.id"
+        ));
+    }
+
+    #[test]
+    fn log_start_offset_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("t", 1, BTreeMap::new()).unwrap();
+            append(&m, "t", 0, 10);
+            m.partition("t", 0).unwrap().delete_records_before(6).unwrap();
+            m.run_maintenance(0).unwrap();
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 6);
+    }
+
+    #[test]
+    fn create_topic_rejects_bad_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        m.create_topic("a", 1, BTreeMap::new()).unwrap();
+        assert!(matches!(m.create_topic("a", 1, BTreeMap::new()), Err(StorageError::TopicAlreadyExists { .. })));
+        assert!(matches!(m.create_topic("b c", 1, BTreeMap::new()), Err(StorageError::InvalidTopic { .. })));
+        assert!(matches!(m.create_topic("..", 1, BTreeMap::new()), Err(StorageError::InvalidTopic { .. })));
+        assert!(matches!(m.create_topic("b", 0, BTreeMap::new()), Err(StorageError::InvalidPartitions { .. })));
+        assert!(matches!(
+            m.create_topic("b", 1, map(&[("cleanup.policy", "compact")])),
+            Err(StorageError::InvalidConfig { key, .. }) if key == "cleanup.policy"
+        ));
+        assert!(m.topic("b").is_none());
+        assert!(!partition_dir(dir.path(), "b", 0).exists());
+        assert!(m.validate_create_topic("b", 2, &BTreeMap::new()).is_ok());
+        assert!(m.topic("b").is_none(), "validate only");
+    }
+
+    #[test]
+    fn delete_topic_removes_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("gone", 2, BTreeMap::new()).unwrap();
+            append(&m, "gone", 0, 3);
+            let held = m.partition("gone", 0).unwrap();
+            m.delete_topic("gone").unwrap();
+            assert!(m.topic("gone").is_none());
+            assert!(matches!(held.append(&mut batch(1, 1, 1), 0), Err(StorageError::UnknownTopicOrPartition { .. })));
+            assert!(matches!(m.delete_topic("gone"), Err(StorageError::UnknownTopicOrPartition { .. })));
+            assert!(!partition_dir(dir.path(), "gone", 0).exists());
+            assert!(!topic_metadata_file(dir.path(), "gone").exists());
+            let again = m.create_topic("gone", 1, BTreeMap::new()).unwrap();
+            assert_eq!(again.partition(0).unwrap().log_end_offset(), 0);
+            m.delete_topic("gone").unwrap();
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        assert!(m.topics().is_empty());
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with("gone")), "{names:?}");
+    }
+
+    #[test]
+    fn half_deleted_topics_are_cleaned_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("keep", 1, BTreeMap::new()).unwrap();
+        }
+        fs::create_dir_all(dir.path().join("ghost-0")).unwrap();
+        fs::write(dir.path().join("ghost-0/00000000000000000000.log"), b"x").unwrap();
+        fs::create_dir_all(dir.path().join("keep-5")).unwrap();
+        fs::create_dir_all(dir.path().join(deleting_dir_name("old", 0, "abc"))).unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        assert!(!dir.path().join("ghost-0").exists());
+        assert!(!dir.path().join("keep-5").exists());
+        assert!(!dir.path().join(deleting_dir_name("old", 0, "abc")).exists());
+        assert!(dir.path().join("keep-0").exists());
+        assert_eq!(m.topics().len(), 1);
+    }
+
+    #[test]
+    fn create_partitions_only_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            let t = m.create_topic("t", 2, BTreeMap::new()).unwrap();
+            assert!(matches!(m.create_partitions("t", 2), Err(StorageError::InvalidPartitions { .. })));
+            assert!(matches!(m.create_partitions("t", 1), Err(StorageError::InvalidPartitions { .. })));
+            assert!(matches!(m.create_partitions("nope", 3), Err(StorageError::UnknownTopicOrPartition { .. })));
+            m.create_partitions("t", 4).unwrap();
+            assert_eq!(t.partition_count(), 4, "visible through the existing Arc<Topic>");
+            append(&m, "t", 3, 2);
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(m.topic("t").unwrap().partition_count(), 4);
+        assert_eq!(m.partition("t", 3).unwrap().log_end_offset(), 2);
+    }
+
+    #[test]
+    fn alter_config_is_persisted_and_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("t", 1, map(&[("retention.ms", "5")])).unwrap();
+            assert!(matches!(
+                m.validate_topic_config("t", &map(&[("segment.bytes", "x")])),
+                Err(StorageError::InvalidConfig { .. })
+            ));
+            assert!(m.alter_topic_config("t", map(&[("bogus", "1")])).is_err());
+            assert_eq!(m.topic("t").unwrap().config().retention_ms, 5);
+            m.alter_topic_config("t", map(&[("message.timestamp.type", "LogAppendTime")])).unwrap();
+            let info = m.partition("t", 0).unwrap().append(&mut batch(1, 1, 1), 1234).unwrap();
+            assert_eq!(info.log_append_time, 1234, "applied to the partition");
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let t = m.topic("t").unwrap();
+        assert_eq!(t.overrides(), map(&[("message.timestamp.type", "LogAppendTime")]));
+        assert_eq!(t.config().retention_ms, LogConfig::default().retention_ms, "full-set semantics");
+    }
+
+    #[test]
+    fn maintenance_applies_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        m.create_topic("t", 1, map(&[("segment.bytes", "100"), ("retention.ms", "100")])).unwrap();
+        for _ in 0..4 {
+            append(&m, "t", 0, 2);
+        }
+        let report = m.run_maintenance(10_000).unwrap();
+        assert_eq!(report.segments_deleted, 3);
+        assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 6);
+        let starts = OffsetCheckpointFile::new(dir.path().join(LOG_START_OFFSET_CHECKPOINT)).read().unwrap();
+        assert_eq!(starts.get(&("t".to_string(), 0)), Some(&6));
+    }
+
+    #[test]
+    fn cluster_ids_are_url_safe_base64() {
+        let a = new_cluster_id();
+        assert_eq!(a.len(), 22);
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert_ne!(a, new_cluster_id());
+    }
+}
