@@ -15,7 +15,7 @@
 //! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
 //! - [`checkpoint`]: Kafka's offset checkpoint file format.
 //! - [`file_names`]: every file and directory name, built and parsed in one place.
-//! - [`error`]: `StorageError`.
+//! - [`error`]: `StorageError`, the one error type of this crate.
 //! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`.
 //! - `loader`: `LogLoader`, recovery of a partition directory at open.
