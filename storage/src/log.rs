@@ -711,6 +711,7 @@ mod tests {
     use super::*;
     use crate::test_util::{batch, batch_ts, batch_with, config, decode};
     use floe_protocol::kafka_protocol::records::Compression;
+    use std::future::Future;
 
     fn open(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
         PartitionLog::open(dir, "t", 0, cfg, None, None).unwrap()
@@ -719,6 +720,27 @@ mod tests {
     fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
         let info = log.read(offset, 1 << 20, true).unwrap();
         info.region.map(|r| decode(&r.read_to_vec().unwrap())).unwrap_or_default()
+    }
+
+    #[test]
+    fn partition_log_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<PartitionLog>();
+        check::<crate::LogManager>();
+        check::<crate::Topic>();
+    }
+
+    #[test]
+    fn append_notifies_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open(dir.path(), config(&[])));
+        let notified = log.append_notify().notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        log.append(&mut batch(1, 1, 1), 0).unwrap();
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(notified.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]
