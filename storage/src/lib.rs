@@ -41,7 +41,7 @@ pub mod topic;
 pub use checkpoint::OffsetCheckpointFile;
 pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
 pub use error::{Result, StorageError};
-pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog};
+pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog, TimestampAndOffset};
 pub use log_manager::{LogManager, MaintenanceReport};
 pub use segment::SegmentInfo;
 pub use topic::Topic;

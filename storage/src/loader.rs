@@ -453,6 +453,6 @@ mod tests {
         assert_eq!(oi % 8, 0);
         let now = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
         assert_eq!(now, reference);
-        assert_eq!(reference.1, Some((30, 130)));
+        assert_eq!(reference.1, Some(crate::log::TimestampAndOffset { timestamp: 130, offset: 30 }));
     }
 }

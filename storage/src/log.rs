@@ -39,6 +39,15 @@ pub struct LogAppendInfo {
     pub record_count: i64,
 }
 
+/// A record's timestamp and offset (Kafka's `TimestampAndOffset`), as ListOffsets answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    /// The record's timestamp (the batch's append time for LogAppendTime).
+    pub timestamp: i64,
+    /// The record's offset.
+    pub offset: i64,
+}
+
 /// What a read found (Kafka's `FetchDataInfo` plus the partition's offsets).
 #[derive(Debug, Clone)]
 pub struct FetchDataInfo {
@@ -207,7 +216,10 @@ impl PartitionLog {
         self.state().config.clone()
     }
 
-    /// Notified (`notify_waiters`) after every successful append: long-polling fetches wait on it.
+    /// Notified (`notify_waiters`) after every successful append, and when the
+    /// log is deleted: long-polling fetches wait on it. `notify_waiters` stores
+    /// no permit, so a waiter must create and `enable()` its `Notified` before
+    /// re-checking the log end offset, or it can miss an append.
     pub fn append_notify(&self) -> &Notify {
         &self.append_notify
     }
@@ -417,13 +429,12 @@ impl PartitionLog {
         Ok(info)
     }
 
-    /// The earliest offset whose record timestamp is `>= timestamp`, with that
-    /// record's timestamp (ListOffsets by time); `None` if every record is older.
+    /// The earliest record whose timestamp is `>= timestamp` (ListOffsets by time); `None` if every record is older.
     /// LogAppendTime batches count every record at the batch's append time.
     ///
     /// # Errors
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if a segment cannot be read or decoded.
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<TimestampAndOffset>> {
         self.check_live()?;
         let (candidates, lso) = {
             let st = self.state();
@@ -462,7 +473,7 @@ impl PartitionLog {
     ///
     /// # Errors
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
-    pub fn max_timestamp_and_offset(&self) -> Result<Option<(i64, i64)>> {
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>> {
         self.check_live()?;
         let (file, path, max_ts, known, end, lso) = {
             let st = self.state();
@@ -488,8 +499,8 @@ impl PartitionLog {
             }
             let candidate = known.map_or(header.max_timestamp == max_ts, |base| header.base_offset == base);
             if candidate && header.last_offset() >= lso {
-                if let Some((offset, ts)) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
-                    return Ok(Some((ts, offset)));
+                if let Some(found) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
+                    return Ok(Some(found));
                 }
             }
             position += size;
@@ -692,7 +703,7 @@ fn find_record(
     position: u64,
     header: &RecordBatchHeader,
     want: impl Fn(i64, i64) -> bool,
-) -> Result<Option<(i64, i64)>> {
+) -> Result<Option<TimestampAndOffset>> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; header.total_size()];
     file.read_exact_at(&mut buf, position).ctx("read batch", path)?;
@@ -702,7 +713,7 @@ fn find_record(
     let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
     Ok(set.records.iter().find_map(|r| {
         let ts = if log_append || r.timestamp_type == KTimestampType::LogAppend { header.max_timestamp } else { r.timestamp };
-        want(r.offset, ts).then_some((r.offset, ts))
+        want(r.offset, ts).then_some(TimestampAndOffset { timestamp: ts, offset: r.offset })
     }))
 }
 
@@ -835,8 +846,8 @@ mod tests {
         floe_protocol::record_batch::validate_batches(&bytes, 1 << 20).unwrap();
         let h = RecordBatchHeader::parse(&bytes).unwrap();
         assert_eq!((h.timestamp_type(), h.max_timestamp), (TimestampType::LogAppendTime, 777_000));
-        assert_eq!(log.offset_for_timestamp(500_000).unwrap(), Some((0, 777_000)));
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((777_000, 0)));
+        assert_eq!(log.offset_for_timestamp(500_000).unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
     }
 
     #[test]
@@ -993,15 +1004,15 @@ mod tests {
         }
         assert!(log.segment_count() > 2);
         for target in [0, 1_000, 1_005, 1_015, 1_020, 1_021, 1_500, 2_910, 2_920] {
-            let want = expected.iter().find(|&&(_, t)| t >= target).copied();
+            let want = expected.iter().find(|&&(_, t)| t >= target).map(|&(offset, timestamp)| TimestampAndOffset { timestamp, offset });
             assert_eq!(log.offset_for_timestamp(target).unwrap(), want, "target {target}");
         }
         assert_eq!(log.offset_for_timestamp(2_921).unwrap(), None);
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((2_920, 57)));
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
         drop(log);
         // Reopened with everything trusted: the max is found by a scan.
         let log = PartitionLog::open(dir.path(), "t", 0, config(&[("segment.bytes", "600")]), Some(60), None).unwrap();
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some((2_920, 57)));
-        assert_eq!(log.offset_for_timestamp(1_505).unwrap(), Some((15, 1_520)));
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
+        assert_eq!(log.offset_for_timestamp(1_505).unwrap(), Some(TimestampAndOffset { timestamp: 1_520, offset: 15 }));
     }
 }
