@@ -422,32 +422,83 @@ fn read_zigzag_varint(buf: &[u8], pos: &mut usize) -> Option<i32> {
     Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
 }
 
-/// Walks the length prefixes of an uncompressed batch's records (`records` is the
-/// bytes after the 61-byte header) and checks they tile it into exactly `count` records.
-fn check_record_tiling(records: &[u8], count: i32, position: usize) -> Result<(), BatchError> {
-    let mut pos = 0usize;
-    let mut seen: i32 = 0;
-    while pos < records.len() {
-        let Some(len) = read_zigzag_varint(records, &mut pos) else {
-            return Err(BatchError::MalformedRecords { position, reason: "bad record length varint" });
-        };
-        // attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers count
-        if len < 6 {
-            return Err(BatchError::MalformedRecords { position, reason: "record length too small" });
+/// Walks the length prefixes of an uncompressed batch's records: a chain of
+/// dependent loads (each length says where the next one is), so the loop is
+/// kept to a load, a predictable branch and an add. Lengths stay in their raw
+/// zigzag form (`2 * len` for the non-negative lengths that are legal); one-
+/// and two-byte varints take a fast path.
+#[derive(Debug)]
+struct RecordWalker {
+    /// Start of the next record, relative to the first record.
+    pos: usize,
+    seen: usize,
+    bad: bool,
+}
+
+impl RecordWalker {
+    /// attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers count
+    const MIN_RECORD_BODY_RAW: u32 = 2 * 6;
+
+    fn new() -> Self {
+        Self { pos: 0, seen: 0, bad: false }
+    }
+
+    /// Walks the records starting before `limit` (`limit <= records.len()`).
+    #[inline]
+    fn walk_to(&mut self, records: &[u8], limit: usize) {
+        let mut pos = self.pos;
+        let mut seen = self.seen;
+        while pos < limit {
+            let b0 = records[pos];
+            let (raw, n) = if b0 < 0x80 {
+                (u32::from(b0), 1)
+            } else {
+                match records.get(pos + 1) {
+                    Some(&b1) if b1 < 0x80 => (u32::from(b0 & 0x7f) | (u32::from(b1) << 7), 2),
+                    _ => {
+                        let mut p = pos;
+                        match read_zigzag_varint(records, &mut p) {
+                            Some(len) if len >= 0 => ((len as u32) << 1, p - pos),
+                            _ => {
+                                self.bad = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            };
+            // Odd raw values are negative lengths; small ones cannot hold a record.
+            if raw & 1 != 0 || raw < Self::MIN_RECORD_BODY_RAW {
+                self.bad = true;
+                break;
+            }
+            pos += n + (raw >> 1) as usize;
+            seen += 1;
         }
-        pos += len as usize;
-        if pos > records.len() {
+        self.pos = pos;
+        self.seen = seen;
+    }
+
+    /// The verdict once the whole batch was walked.
+    fn finish(&self, records_len: usize, count: i32, position: usize) -> Result<(), BatchError> {
+        if self.bad {
+            return Err(BatchError::MalformedRecords { position, reason: "bad record length" });
+        }
+        if self.pos != records_len {
             return Err(BatchError::MalformedRecords { position, reason: "record overruns its batch" });
         }
-        seen += 1;
-        if seen > count {
-            return Err(BatchError::MalformedRecords { position, reason: "more records than recordsCount" });
+        if self.seen != count as usize {
+            return Err(BatchError::MalformedRecords { position, reason: "record count differs from recordsCount" });
         }
+        Ok(())
     }
-    if seen != count {
-        return Err(BatchError::MalformedRecords { position, reason: "fewer records than recordsCount" });
-    }
-    Ok(())
+}
+
+/// Checks that an uncompressed batch's records tile it into exactly `count` records.
+fn check_record_tiling(records: &[u8], count: i32, position: usize) -> Result<(), BatchError> {
+    let mut w = RecordWalker::new();
+    w.walk_to(records, records.len());
+    w.finish(records.len(), count, position)
 }
 
 /// Validates the records of one Produce partition: every batch whole, magic 2,
@@ -868,5 +919,64 @@ mod tests {
         assert_eq!(read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p), None);
         p = 0;
         assert_eq!(read_zigzag_varint(&[0x80], &mut p), None);
+    }
+}
+
+#[cfg(test)]
+mod perf {
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use std::time::Instant;
+
+    /// Rough check of the validation speed against a bare CRC-32C pass (the
+    /// criterion bench is the reference; this is a quick look):
+    /// `cargo test --release -p floe-protocol validation_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn validation_speed() {
+        for (compression, value_len) in [(Compression::None, 10usize), (Compression::None, 100), (Compression::None, 1000), (Compression::Lz4, 100)] {
+            let records: Vec<Record> = (0..(64 * 1024 / (value_len + 20)) as i64)
+                .map(|i| Record {
+                    transactional: false,
+                    control: false,
+                    partition_leader_epoch: 0,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset: i,
+                    sequence: i as i32,
+                    timestamp: 1_700_000_000_000 + i,
+                    key: None,
+                    value: Some(Bytes::from(vec![b'x'; value_len])),
+                    headers: IndexMap::new(),
+                    delete_horizon: false,
+                })
+                .collect();
+            let mut one = BytesMut::new();
+            RecordBatchEncoder::encode(&mut one, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
+            let mut buf = Vec::new();
+            while buf.len() < 16 << 20 {
+                buf.extend_from_slice(&one);
+            }
+            let rounds = 30;
+            let mut x = 0u32;
+            let (mut crc, mut val) = (std::time::Duration::MAX, std::time::Duration::MAX);
+            for _ in 0..5 {
+                let t = Instant::now();
+                for _ in 0..rounds {
+                    x ^= crc32c::crc32c(std::hint::black_box(&buf));
+                }
+                crc = crc.min(t.elapsed());
+                let t = Instant::now();
+                for _ in 0..rounds {
+                    x ^= validate_batches(std::hint::black_box(&buf), 1 << 20).unwrap().record_count as u32;
+                }
+                val = val.min(t.elapsed());
+            }
+            let gbs = |d: std::time::Duration| (buf.len() * rounds) as f64 / d.as_secs_f64() / 1e9;
+            println!("{compression:?} value {value_len:>4} B: crc {:.2} GB/s, validate {:.2} GB/s, ratio {:.2} ({x})", gbs(crc), gbs(val), crc.as_secs_f64() / val.as_secs_f64());
+        }
     }
 }

@@ -1,1 +1,47 @@
-//! placeholder
+//! Partition logs on disk: Kafka's log layer in miniature.
+//!
+//! A [`LogManager`] owns a data directory of topics; each [`Topic`] has
+//! [`PartitionLog`]s; each log is a sequence of segments (`<base offset>.log`
+//! with a sparse `.index` and `.timeindex`), recovered at open, rolled,
+//! retained and flushed by the rules of Kafka's topic configs. Record batches
+//! are stored byte for byte as producers sent them (offsets assigned), so a
+//! fetch is a [`floe_protocol::FileRegion`] of a segment file. All I/O is
+//! synchronous `std::fs`; the broker decides which calls leave its runtime.
+//!
+//! # Layout
+//! - [`log_manager`]: the data directory, topic administration, checkpoints, maintenance.
+//! - [`topic`]: a topic's name, id, partitions and config; name validation.
+//! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush.
+//! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
+//! - [`checkpoint`]: Kafka's offset checkpoint file format.
+//! - [`file_names`]: every file and directory name, built and parsed in one place.
+//! - [`error`]: `StorageError`, the one error type of this crate.
+//! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
+//! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`.
+//! - `loader`: `LogLoader`, recovery of a partition directory at open.
+//! - `atomic_file`: tmp + fsync + rename + fsync-dir writes of small files.
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod atomic_file;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod file_names;
+mod loader;
+pub mod log;
+pub mod log_manager;
+mod offset_index;
+mod segment;
+mod time_index;
+#[cfg(test)]
+mod test_util;
+pub mod topic;
+
+pub use checkpoint::OffsetCheckpointFile;
+pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
+pub use error::{Result, StorageError};
+pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog, TimestampAndOffset};
+pub use log_manager::{LogManager, MaintenanceReport};
+pub use segment::SegmentInfo;
+pub use topic::Topic;

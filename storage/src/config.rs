@@ -1,0 +1,289 @@
+//! Per-topic log configuration: Kafka's topic config keys, their broker
+//! defaults, parsing of overrides, and the listing DescribeConfigs reports.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Result, StorageError};
+
+/// `segment.bytes`
+pub const SEGMENT_BYTES: &str = "segment.bytes";
+/// `segment.ms`
+pub const SEGMENT_MS: &str = "segment.ms";
+/// `segment.jitter.ms` (accepted, not applied)
+pub const SEGMENT_JITTER_MS: &str = "segment.jitter.ms";
+/// `index.interval.bytes`
+pub const INDEX_INTERVAL_BYTES: &str = "index.interval.bytes";
+/// `retention.ms`
+pub const RETENTION_MS: &str = "retention.ms";
+/// `retention.bytes`
+pub const RETENTION_BYTES: &str = "retention.bytes";
+/// `flush.messages`
+pub const FLUSH_MESSAGES: &str = "flush.messages";
+/// `flush.ms`
+pub const FLUSH_MS: &str = "flush.ms";
+/// `max.message.bytes`
+pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+/// `message.timestamp.type`
+pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
+/// `cleanup.policy`
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// `file.delete.delay.ms` (accepted; deletion is immediate, see `PartitionLog::apply_retention`)
+pub const FILE_DELETE_DELAY_MS: &str = "file.delete.delay.ms";
+/// `min.insync.replicas` (accepted; Floe has one replica)
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+/// Prefix of Floe's own keys, stored and reported but not interpreted here.
+pub const FLOE_PREFIX: &str = "floe.";
+
+/// The keys [`LogConfig`] understands, in the order DescribeConfigs lists them.
+pub const KNOWN_KEYS: &[&str] = &[
+    CLEANUP_POLICY,
+    FILE_DELETE_DELAY_MS,
+    FLUSH_MESSAGES,
+    FLUSH_MS,
+    INDEX_INTERVAL_BYTES,
+    MAX_MESSAGE_BYTES,
+    MESSAGE_TIMESTAMP_TYPE,
+    MIN_INSYNC_REPLICAS,
+    RETENTION_BYTES,
+    RETENTION_MS,
+    SEGMENT_BYTES,
+    SEGMENT_JITTER_MS,
+    SEGMENT_MS,
+];
+
+/// Which timestamp a topic's records carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageTimestampType {
+    /// The producer's timestamps, stored as sent.
+    CreateTime,
+    /// The broker's clock at append time, written into each batch.
+    LogAppendTime,
+}
+
+/// One row of DescribeConfigs: a key, its effective value, and whether it is the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// The key.
+    pub name: String,
+    /// The effective value.
+    pub value: String,
+    /// `true` when no topic override sets it (the broker default applies).
+    pub is_default: bool,
+}
+
+/// The effective configuration of one topic's partition logs.
+///
+/// Built from broker defaults ([`LogConfig::default`] or the broker's own
+/// settings) with topic overrides applied by [`LogConfig::with_overrides`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll a segment before it would exceed this many bytes.
+    pub segment_bytes: u64,
+    /// Roll a segment this long after its first append.
+    pub segment_ms: i64,
+    /// Accepted for compatibility; not applied.
+    pub segment_jitter_ms: i64,
+    /// Bytes of log between two index entries.
+    pub index_interval_bytes: u64,
+    /// Delete sealed segments whose newest record is older than this; -1 keeps forever.
+    pub retention_ms: i64,
+    /// Delete oldest sealed segments while the log is larger than this; -1 for no limit.
+    pub retention_bytes: i64,
+    /// Fsync after this many unflushed messages.
+    pub flush_messages: i64,
+    /// Fsync when the last flush is this old.
+    pub flush_ms: i64,
+    /// Largest record batch accepted.
+    pub max_message_bytes: usize,
+    /// Which timestamps records carry.
+    pub message_timestamp_type: MessageTimestampType,
+    /// Accepted for compatibility; segments are deleted as soon as no longer listed.
+    pub file_delete_delay_ms: i64,
+    /// Accepted for compatibility; Floe has a single replica.
+    pub min_insync_replicas: i32,
+    /// `floe.*` keys, stored and reported verbatim.
+    pub floe: BTreeMap<String, String>,
+}
+
+impl Default for LogConfig {
+    /// Kafka's broker defaults.
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1_073_741_824,
+            segment_ms: 604_800_000,
+            segment_jitter_ms: 0,
+            index_interval_bytes: 4096,
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            max_message_bytes: 1_048_588,
+            message_timestamp_type: MessageTimestampType::CreateTime,
+            file_delete_delay_ms: 60_000,
+            min_insync_replicas: 1,
+            floe: BTreeMap::new(),
+        }
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> StorageError {
+    StorageError::InvalidConfig { key: key.to_string(), reason: reason.into() }
+}
+
+fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(key: &str, value: &str, min: T, max: T) -> Result<T> {
+    let v: T = value.trim().parse().map_err(|_| invalid(key, format!("{value:?} is not an integer")))?;
+    if v < min || v > max {
+        return Err(invalid(key, format!("{value} is not in [{min}, {max}]")));
+    }
+    Ok(v)
+}
+
+impl LogConfig {
+    /// These settings with `overrides` applied on top.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] naming the first unknown key or bad value.
+    pub fn with_overrides(&self, overrides: &BTreeMap<String, String>) -> Result<Self> {
+        let mut config = self.clone();
+        for (key, value) in overrides {
+            config.set(key, value)?;
+        }
+        Ok(config)
+    }
+
+    /// Sets one key.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] for an unknown key or a bad value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        const I32: i64 = i32::MAX as i64;
+        match key {
+            SEGMENT_BYTES => self.segment_bytes = parse_int(key, value, 14u64, I32 as u64)?,
+            SEGMENT_MS => self.segment_ms = parse_int(key, value, 1, i64::MAX)?,
+            SEGMENT_JITTER_MS => self.segment_jitter_ms = parse_int(key, value, 0, i64::MAX)?,
+            INDEX_INTERVAL_BYTES => self.index_interval_bytes = parse_int(key, value, 0u64, I32 as u64)?,
+            RETENTION_MS => self.retention_ms = parse_int(key, value, -1, i64::MAX)?,
+            RETENTION_BYTES => self.retention_bytes = parse_int(key, value, i64::MIN, i64::MAX)?,
+            FLUSH_MESSAGES => self.flush_messages = parse_int(key, value, 1, i64::MAX)?,
+            FLUSH_MS => self.flush_ms = parse_int(key, value, 0, i64::MAX)?,
+            MAX_MESSAGE_BYTES => self.max_message_bytes = parse_int(key, value, 0usize, I32 as usize)?,
+            MESSAGE_TIMESTAMP_TYPE => {
+                self.message_timestamp_type = match value.trim() {
+                    "CreateTime" => MessageTimestampType::CreateTime,
+                    "LogAppendTime" => MessageTimestampType::LogAppendTime,
+                    _ => return Err(invalid(key, format!("{value:?} is not CreateTime or LogAppendTime"))),
+                }
+            }
+            CLEANUP_POLICY => match value.trim() {
+                "delete" => {}
+                "compact" | "compact,delete" | "delete,compact" => {
+                    return Err(invalid(key, "compaction is not supported; only \"delete\" is"))
+                }
+                _ => return Err(invalid(key, format!("{value:?} is not a cleanup policy"))),
+            },
+            FILE_DELETE_DELAY_MS => self.file_delete_delay_ms = parse_int(key, value, 0, i64::MAX)?,
+            MIN_INSYNC_REPLICAS => self.min_insync_replicas = parse_int(key, value, 1, i32::MAX)?,
+            _ if key.starts_with(FLOE_PREFIX) && key.len() > FLOE_PREFIX.len() => {
+                self.floe.insert(key.to_string(), value.to_string());
+            }
+            _ => return Err(invalid(key, "unknown topic config")),
+        }
+        Ok(())
+    }
+
+    /// The effective value of a key, as DescribeConfigs shows it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        Some(match key {
+            SEGMENT_BYTES => self.segment_bytes.to_string(),
+            SEGMENT_MS => self.segment_ms.to_string(),
+            SEGMENT_JITTER_MS => self.segment_jitter_ms.to_string(),
+            INDEX_INTERVAL_BYTES => self.index_interval_bytes.to_string(),
+            RETENTION_MS => self.retention_ms.to_string(),
+            RETENTION_BYTES => self.retention_bytes.to_string(),
+            FLUSH_MESSAGES => self.flush_messages.to_string(),
+            FLUSH_MS => self.flush_ms.to_string(),
+            MAX_MESSAGE_BYTES => self.max_message_bytes.to_string(),
+            MESSAGE_TIMESTAMP_TYPE => match self.message_timestamp_type {
+                MessageTimestampType::CreateTime => "CreateTime".to_string(),
+                MessageTimestampType::LogAppendTime => "LogAppendTime".to_string(),
+            },
+            CLEANUP_POLICY => "delete".to_string(),
+            FILE_DELETE_DELAY_MS => self.file_delete_delay_ms.to_string(),
+            MIN_INSYNC_REPLICAS => self.min_insync_replicas.to_string(),
+            _ => return self.floe.get(key).cloned(),
+        })
+    }
+
+    /// Every key with its effective value; `is_default` is false for keys in `overrides`.
+    /// Known keys come first, in [`KNOWN_KEYS`] order, then `floe.*` keys.
+    pub fn describe(&self, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+        KNOWN_KEYS
+            .iter()
+            .map(|k| k.to_string())
+            .chain(self.floe.keys().cloned())
+            .filter_map(|name| {
+                let value = self.get(&name)?;
+                let is_default = !overrides.contains_key(&name);
+                Some(ConfigEntry { name, value, is_default })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn overrides_apply() {
+        let c = LogConfig::default()
+            .with_overrides(&map(&[
+                ("segment.bytes", "1024"),
+                ("retention.ms", "-1"),
+                ("message.timestamp.type", "LogAppendTime"),
+                ("floe.iceberg.table", "db.t"),
+                ("cleanup.policy", "delete"),
+            ]))
+            .unwrap();
+        assert_eq!(c.segment_bytes, 1024);
+        assert_eq!(c.retention_ms, -1);
+        assert_eq!(c.message_timestamp_type, MessageTimestampType::LogAppendTime);
+        assert_eq!(c.floe.get("floe.iceberg.table").map(String::as_str), Some("db.t"));
+        assert_eq!(c.segment_ms, 604_800_000);
+    }
+
+    #[test]
+    fn bad_keys_and_values_name_the_key() {
+        for (k, v) in [
+            ("no.such.key", "1"),
+            ("segment.bytes", "abc"),
+            ("segment.bytes", "10"),
+            ("retention.ms", "-2"),
+            ("cleanup.policy", "compact"),
+            ("message.timestamp.type", "Now"),
+            ("floe.", "x"),
+        ] {
+            match LogConfig::default().with_overrides(&map(&[(k, v)])) {
+                Err(StorageError::InvalidConfig { key, .. }) => assert_eq!(key, k),
+                other => panic!("{k}={v}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn describe_marks_overrides() {
+        let o = map(&[("retention.bytes", "100"), ("floe.x", "y")]);
+        let c = LogConfig::default().with_overrides(&o).unwrap();
+        let d = c.describe(&o);
+        assert_eq!(d.len(), KNOWN_KEYS.len() + 1);
+        let rb = d.iter().find(|e| e.name == "retention.bytes").unwrap();
+        assert_eq!((rb.value.as_str(), rb.is_default), ("100", false));
+        let sb = d.iter().find(|e| e.name == "segment.bytes").unwrap();
+        assert_eq!((sb.value.as_str(), sb.is_default), ("1073741824", true));
+        assert!(d.iter().any(|e| e.name == "floe.x" && !e.is_default));
+    }
+}

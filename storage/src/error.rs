@@ -1,0 +1,104 @@
+//! The storage layer's one error type, and the helper that gives I/O errors
+//! their context (what was being done, to which path).
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// Everything that can go wrong in `floe-storage`.
+///
+/// The broker maps each variant to a Kafka error code in one place; the
+/// variant names follow Kafka's error names.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// No such topic, or no such partition of it (UNKNOWN_TOPIC_OR_PARTITION).
+    #[error("unknown topic or partition {topic}{}", partition.map(|p| format!("-{p}")).unwrap_or_default())]
+    UnknownTopicOrPartition {
+        /// The topic name.
+        topic: String,
+        /// The partition, if one was named.
+        partition: Option<i32>,
+    },
+    /// A topic of that name exists (TOPIC_ALREADY_EXISTS).
+    #[error("topic {topic} already exists")]
+    TopicAlreadyExists {
+        /// The topic name.
+        topic: String,
+    },
+    /// The topic name is not legal (INVALID_TOPIC_EXCEPTION).
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic {
+        /// The name as given.
+        name: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// A partition count that is not positive, or that would shrink a topic (INVALID_PARTITIONS).
+    #[error("invalid partition count for {topic}: {reason}")]
+    InvalidPartitions {
+        /// The topic name.
+        topic: String,
+        /// Why the count is rejected.
+        reason: String,
+    },
+    /// A topic config key is unknown or its value is bad (INVALID_CONFIG).
+    #[error("invalid config {key}: {reason}")]
+    InvalidConfig {
+        /// The key.
+        key: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// An offset outside `[log_start, log_end]` (OFFSET_OUT_OF_RANGE).
+    #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        requested: i64,
+        /// The log start offset.
+        log_start: i64,
+        /// The log end offset (= high watermark).
+        log_end: i64,
+    },
+    /// A batch above `max.message.bytes`, or an append larger than a segment (MESSAGE_TOO_LARGE).
+    #[error("record batch of {size} bytes exceeds the limit of {limit} bytes")]
+    RecordTooLarge {
+        /// Size of the batch (or append).
+        size: usize,
+        /// The limit it broke.
+        limit: usize,
+    },
+    /// Bytes that should be record batches are not (CORRUPT_MESSAGE).
+    #[error("corrupt data in {}: {reason}", path.display())]
+    Corrupt {
+        /// The file (or partition directory) concerned.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An I/O error on a log directory (KAFKA_STORAGE_ERROR): loud, not retried.
+    #[error("{context} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        context: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Short for `Result<T, StorageError>`.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Attaches context to `std::io::Result`s.
+pub(crate) trait IoContext<T> {
+    /// Turns an I/O error into [`StorageError::Io`] naming what was done to `path`.
+    fn ctx(self, context: &'static str, path: &Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn ctx(self, context: &'static str, path: &Path) -> Result<T> {
+        self.map_err(|source| StorageError::Io { context, path: path.to_path_buf(), source })
+    }
+}

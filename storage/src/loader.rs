@@ -1,0 +1,458 @@
+//! `LogLoader`: opens a partition directory and recovers it after a crash.
+//!
+//! Segments whose offsets all lie below the recovery point were fsynced
+//! before the crash and are trusted: their indexes get cheap sanity checks
+//! and only the batch headers after the last offset-index entry are read (to
+//! learn the segment's end). Every other segment is recovered: scanned batch
+//! by batch, checking header sanity and CRC-32C, while its indexes are
+//! rebuilt. At the first torn or corrupt batch the segment is truncated there
+//! and every later segment is deleted — what follows a hole cannot be served.
+//! A trusted segment whose index fails its checks is recovered the same way.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tracing::{info, warn};
+
+use crate::atomic_file::sync_dir;
+use crate::error::{IoContext, Result};
+use crate::file_names::{
+    index_file, log_file, parse_segment_file_name, time_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
+};
+use crate::offset_index::{open_rw, OffsetIndex};
+use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
+use crate::time_index::TimeIndex;
+
+/// A loaded partition directory.
+#[derive(Debug)]
+pub(crate) struct LoadedLog {
+    pub(crate) segments: BTreeMap<i64, LogSegment>,
+    pub(crate) log_start_offset: i64,
+    pub(crate) log_end_offset: i64,
+    pub(crate) recovery_point: i64,
+}
+
+/// Loads and recovers one partition directory.
+#[derive(Debug)]
+pub(crate) struct LogLoader<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) index_interval_bytes: u64,
+    /// From the recovery-point checkpoint; `None` recovers every segment.
+    pub(crate) recovery_point: Option<i64>,
+    /// From the log-start-offset checkpoint.
+    pub(crate) log_start_offset: Option<i64>,
+}
+
+enum Outcome {
+    Trusted(Box<LogSegment>),
+    Recover(String),
+}
+
+impl LogLoader<'_> {
+    /// Loads the directory (creating it if missing); see the module docs.
+    pub(crate) fn load(self) -> Result<LoadedLog> {
+        let dir = self.dir;
+        fs::create_dir_all(dir).ctx("create partition directory", dir)?;
+        let bases = self.list_and_clean()?;
+        let recovery_point = self.recovery_point.unwrap_or(0);
+        let mut segments = BTreeMap::new();
+        let mut modified = false;
+        let mut recovered: Vec<i64> = Vec::new();
+        let mut cut_at: Option<usize> = None;
+
+        for (i, &base) in bases.iter().enumerate() {
+            let outcome = if base < recovery_point { self.load_trusted(base)? } else { Outcome::Recover(String::new()) };
+            let segment = match outcome {
+                Outcome::Trusted(seg) if seg.next_offset <= recovery_point => *seg,
+                Outcome::Trusted(_) => self.recover_segment(base, &mut modified, &mut cut_at, i)?,
+                Outcome::Recover(reason) => {
+                    if !reason.is_empty() {
+                        warn!(segment = %log_file(dir, base).display(), %reason, "rebuilding indexes of segment below the recovery point");
+                    }
+                    self.recover_segment(base, &mut modified, &mut cut_at, i)?
+                }
+            };
+            recovered.push(base);
+            if let Some(prev) = segments.values().next_back().map(|s: &LogSegment| s.next_offset) {
+                if base < prev {
+                    warn!(dir = %dir.display(), base, previous_end = prev, "segment overlaps its predecessor");
+                }
+            }
+            segments.insert(base, segment);
+            if cut_at.is_some() {
+                break;
+            }
+        }
+        if let Some(i) = cut_at {
+            for &base in &bases[i + 1..] {
+                warn!(segment = %log_file(dir, base).display(), "deleting segment after a truncated one");
+                for p in [log_file(dir, base), index_file(dir, base), time_index_file(dir, base)] {
+                    match fs::remove_file(&p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e).ctx("delete segment after truncation", &p),
+                    }
+                }
+            }
+        }
+
+        let first_base = segments.keys().next().copied();
+        let mut log_start_offset = self.log_start_offset.unwrap_or(0).max(first_base.unwrap_or(0));
+        let mut log_end_offset = segments.values().next_back().map_or(log_start_offset, |s| s.next_offset);
+        if segments.is_empty() || log_end_offset < log_start_offset {
+            if !segments.is_empty() {
+                warn!(dir = %dir.display(), log_start_offset, log_end_offset,
+                    "log ends before its start offset; starting an empty log at the start offset");
+                for (_, seg) in std::mem::take(&mut segments) {
+                    seg.delete_files()?;
+                }
+            }
+            let seg = LogSegment::create(dir, log_start_offset)?;
+            segments.insert(log_start_offset, seg);
+            modified = true;
+            log_end_offset = log_start_offset;
+        }
+        log_start_offset = log_start_offset.min(log_end_offset);
+
+        // Make what recovery read or rewrote durable, so the recovery point can move to the end.
+        for base in recovered {
+            if let Some(seg) = segments.get(&base) {
+                if base >= recovery_point || seg.next_offset > recovery_point {
+                    for (file, path) in seg.files() {
+                        file.sync_data().ctx("fsync recovered segment", &path)?;
+                    }
+                }
+            }
+        }
+        if modified {
+            sync_dir(dir)?;
+        }
+        Ok(LoadedLog { segments, log_start_offset, log_end_offset, recovery_point: log_end_offset })
+    }
+
+    /// Lists segment base offsets (sorted), deleting `.deleted`/`.tmp` leftovers and orphan indexes.
+    fn list_and_clean(&self) -> Result<Vec<i64>> {
+        let dir = self.dir;
+        let mut logs = Vec::new();
+        let mut indexes: Vec<(i64, PathBuf)> = Vec::new();
+        for entry in fs::read_dir(dir).ctx("list partition directory", dir)? {
+            let entry = entry.ctx("list partition directory", dir)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = entry.path();
+            if name.ends_with(DELETED_SUFFIX) || name.ends_with(TMP_SUFFIX) {
+                info!(file = %path.display(), "removing leftover file");
+                fs::remove_file(&path).ctx("remove leftover file", &path)?;
+                continue;
+            }
+            match parse_segment_file_name(name) {
+                Some((base, SegmentFileKind::Log)) => logs.push(base),
+                Some((base, _)) => indexes.push((base, path)),
+                None => {}
+            }
+        }
+        logs.sort_unstable();
+        for (base, path) in indexes {
+            if logs.binary_search(&base).is_err() {
+                info!(file = %path.display(), "removing index without a log");
+                fs::remove_file(&path).ctx("remove orphan index", &path)?;
+            }
+        }
+        Ok(logs)
+    }
+
+    /// Opens a segment below the recovery point with cheap checks only.
+    fn load_trusted(&self, base: i64) -> Result<Outcome> {
+        let dir = self.dir;
+        let log_path = log_file(dir, base);
+        let log = open_rw(&log_path, false)?;
+        let size = log.metadata().ctx("stat segment", &log_path)?.len();
+        let offset_index = match OffsetIndex::load(&index_file(dir, base), base, size)? {
+            Ok(i) => i,
+            Err(reason) => return Ok(Outcome::Recover(format!("offset index: {reason}"))),
+        };
+        // Read the headers after the last index entry to find the segment's end.
+        let (mut next_offset, start) = offset_index.last_entry().unwrap_or((base, 0));
+        let mut tail_max = (-1i64, None);
+        let mut first_max_ts = None;
+        {
+            let mut scanner = FileBatchScanner::new(&log, &log_path, start, size);
+            loop {
+                match scanner.next_batch(false)? {
+                    Scanned::Batch { position, header } => {
+                        if header.base_offset < next_offset || (position == start && start > 0 && header.base_offset != next_offset) {
+                            return Ok(Outcome::Recover(format!("offset index disagrees with the log at {position}")));
+                        }
+                        if header.max_timestamp > tail_max.0 {
+                            tail_max = (header.max_timestamp, Some(header.base_offset));
+                        }
+                        next_offset = header.next_offset();
+                    }
+                    Scanned::End => break,
+                    Scanned::Invalid { position, reason } => {
+                        return Ok(Outcome::Recover(format!("batch at {position}: {reason}")))
+                    }
+                }
+            }
+        }
+        if size > 0 {
+            first_max_ts = Some(read_header_at(&log, &log_path, 0)?.max_timestamp);
+        }
+        let time_index = match TimeIndex::load(&time_index_file(dir, base), base, next_offset)? {
+            Ok(i) => i,
+            Err(reason) => return Ok(Outcome::Recover(format!("time index: {reason}"))),
+        };
+        let indexed_max = time_index.last_timestamp().unwrap_or(-1);
+        let mut seg = LogSegment::assemble(base, log_path, log, size, offset_index, time_index);
+        seg.next_offset = next_offset;
+        if tail_max.0 > indexed_max {
+            seg.max_timestamp = tail_max.0;
+            seg.offset_of_max_timestamp = tail_max.1;
+        } else {
+            seg.max_timestamp = indexed_max;
+            seg.offset_of_max_timestamp = None;
+        }
+        seg.rolling_timestamp_ms = first_max_ts;
+        // Fresh appends go to a new segment anyway unless this is the last one;
+        // start the index interval over so the next entry is not too far away.
+        seg.bytes_since_last_index_entry = size - start;
+        Ok(Outcome::Trusted(Box::new(seg)))
+    }
+
+    /// Scans a segment fully, rebuilding its indexes; truncates at the first invalid batch.
+    fn recover_segment(&self, base: i64, modified: &mut bool, cut_at: &mut Option<usize>, i: usize) -> Result<LogSegment> {
+        let dir = self.dir;
+        let log_path = log_file(dir, base);
+        let log = open_rw(&log_path, false)?;
+        let file_len = log.metadata().ctx("stat segment", &log_path)?.len();
+        let offset_index = OffsetIndex::create(&index_file(dir, base), base)?;
+        let time_index = TimeIndex::create(&time_index_file(dir, base), base)?;
+        let mut seg = LogSegment::assemble(base, log_path.clone(), log, 0, offset_index, time_index);
+        let log = seg.log.clone();
+        let mut scanner = FileBatchScanner::new(&log, &log_path, 0, file_len);
+        let valid_end = loop {
+            match scanner.next_batch(true)? {
+                Scanned::Batch { position, header } => {
+                    let problem = if header.base_offset < seg.next_offset {
+                        Some(format!("base offset {} is below the expected {}", header.base_offset, seg.next_offset))
+                    } else if header.last_offset() - base > i64::from(u32::MAX) {
+                        Some(format!("offset {} does not fit the segment based at {base}", header.last_offset()))
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = problem {
+                        break self.truncate(&seg, position, file_len, &reason)?;
+                    }
+                    if position == 0 {
+                        seg.rolling_timestamp_ms = Some(header.max_timestamp);
+                    }
+                    seg.index_batch(header.base_offset, position, header.total_size() as u64, header.max_timestamp, self.index_interval_bytes);
+                    seg.next_offset = header.next_offset();
+                }
+                Scanned::End => break None,
+                Scanned::Invalid { position, reason } => break self.truncate(&seg, position, file_len, &reason)?,
+            }
+        };
+        seg.size = valid_end.unwrap_or(file_len);
+        if valid_end.is_some() {
+            *modified = true;
+            *cut_at = Some(i);
+        }
+        seg.offset_index.persist()?;
+        seg.time_index.persist()?;
+        Ok(seg)
+    }
+
+    fn truncate(&self, seg: &LogSegment, position: u64, file_len: u64, reason: &str) -> Result<Option<u64>> {
+        warn!(
+            segment = %seg.log_path.display(),
+            position,
+            bytes_cut = file_len - position,
+            valid_up_to_offset = seg.next_offset - 1,
+            %reason,
+            "truncating segment at an invalid batch"
+        );
+        seg.log.set_len(position).ctx("truncate segment", &seg.log_path)?;
+        Ok(Some(position))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Arc;
+
+    use crate::config::LogConfig;
+    use crate::file_names::{index_file, log_file, time_index_file};
+    use crate::log::PartitionLog;
+    use crate::test_util::{batch, batch_ts, config, decode};
+
+    fn cfg() -> Arc<LogConfig> {
+        config(&[("segment.bytes", "1000"), ("index.interval.bytes", "100")])
+    }
+
+    /// 30 batches of 2 records (~ 100 bytes each), several segments; returns the closed log's end.
+    fn write_log(dir: &std::path::Path) -> i64 {
+        let log = PartitionLog::open(dir, "t", 0, cfg(), None, None).unwrap();
+        for i in 0..30i64 {
+            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0).unwrap();
+        }
+        log.close().unwrap();
+        log.log_end_offset()
+    }
+
+    fn all_records(log: &PartitionLog) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        let mut offset = log.log_start_offset();
+        while offset < log.log_end_offset() {
+            let bytes = log.read(offset, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+            let recs = decode(&bytes);
+            offset = recs.last().unwrap().0 + 1;
+            out.extend(recs);
+        }
+        out
+    }
+
+    fn active_base(dir: &std::path::Path) -> i64 {
+        let log = PartitionLog::open(dir, "t", 0, cfg(), Some(0), None).unwrap();
+        let base = log.sealed_segments().last().map_or(0, |s| s.next_offset);
+        std::mem::forget(log); // no flush, no changes
+        base
+    }
+
+    fn append_bytes(path: &std::path::Path, bytes: &[u8]) {
+        std::fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn empty_dir_starts_at_log_start_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(&dir.path().join("p"), "t", 0, cfg(), None, Some(42)).unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (42, 42));
+        assert!(log_file(&dir.path().join("p"), 42).exists());
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 42);
+    }
+
+    #[test]
+    fn clean_reopen_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let end = write_log(dir.path());
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+        assert_eq!(log.log_end_offset(), 60);
+        assert_eq!(all_records(&log).len(), 60);
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
+    }
+
+    #[test]
+    fn garbage_after_the_active_segment_is_truncated() {
+        for recovery_point in [None, Some(60)] {
+            let dir = tempfile::tempdir().unwrap();
+            write_log(dir.path());
+            let base = active_base(dir.path());
+            let path = log_file(dir.path(), base);
+            let good_len = std::fs::metadata(&path).unwrap().len();
+            append_bytes(&path, &[0xab; 333]);
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), recovery_point, None).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len, "{recovery_point:?}");
+            assert_eq!(log.log_end_offset(), 60);
+            let recs = all_records(&log);
+            assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
+            assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
+            assert_eq!(log.recovery_point(), 60);
+        }
+    }
+
+    #[test]
+    fn torn_last_batch_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let base = active_base(dir.path());
+        let path = log_file(dir.path(), base);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 30).unwrap();
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(base), None).unwrap();
+        assert_eq!(log.log_end_offset(), 58);
+        assert_eq!(all_records(&log).len(), 58);
+        assert!(std::fs::metadata(&path).unwrap().len() < len - 30);
+    }
+
+    #[test]
+    fn zeroed_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let base = active_base(dir.path());
+        let path = log_file(dir.path(), base);
+        let len = std::fs::metadata(&path).unwrap().len();
+        append_bytes(&path, &vec![0u8; 4096]);
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        assert_eq!(log.log_end_offset(), 60);
+    }
+
+    #[test]
+    fn corrupt_batch_in_an_early_segment_drops_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path());
+        let path = log_file(dir.path(), 0);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Flip a byte inside the second batch's records.
+        let h = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
+        bytes[h.position + 70] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
+        assert_eq!(log.log_end_offset(), 2, "only the first batch survives");
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "later segments deleted");
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 2);
+    }
+
+    #[test]
+    fn missing_and_corrupt_indexes_are_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let end = write_log(dir.path());
+        let reference = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let r = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+            std::mem::forget(log);
+            r
+        };
+        let sizes: Vec<u64> = [index_file(dir.path(), 0), time_index_file(dir.path(), 0)]
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect();
+        assert!(sizes.iter().all(|&s| s > 0), "indexes were written: {sizes:?}");
+        let second = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let b = log.sealed_segments()[1].base_offset;
+            std::mem::forget(log);
+            b
+        };
+        std::fs::remove_file(index_file(dir.path(), 0)).unwrap();
+        std::fs::write(time_index_file(dir.path(), second), [7u8; 13]).unwrap();
+        // An index entry pointing past the end of its log.
+        let mut bad = Vec::new();
+        bad.extend(1u32.to_be_bytes());
+        bad.extend(1_000_000u32.to_be_bytes());
+        let third = {
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+            let b = log.sealed_segments()[2].base_offset;
+            std::mem::forget(log);
+            b
+        };
+        std::fs::write(index_file(dir.path(), third), &bad).unwrap();
+
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
+        assert_eq!(std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(), sizes[0]);
+        let ti = std::fs::metadata(time_index_file(dir.path(), second)).unwrap().len();
+        assert!(ti > 0, "time index rebuilt: {ti} bytes");
+        assert_eq!(ti % 12, 0);
+        let oi = std::fs::metadata(index_file(dir.path(), third)).unwrap().len();
+        assert_ne!(oi, 8, "offset index rebuilt");
+        assert_eq!(oi % 8, 0);
+        let now = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+        assert_eq!(now, reference);
+        assert_eq!(reference.1, Some(crate::log::TimestampAndOffset { timestamp: 130, offset: 30 }));
+    }
+}

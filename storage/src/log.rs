@@ -1,0 +1,1018 @@
+//! `PartitionLog`: one partition's log — its segments, offsets, appends,
+//! reads, timestamp lookups, retention, rolling and flushing.
+//!
+//! Offsets, Kafka's names: `log_start_offset` (first offset a consumer can
+//! fetch), `log_end_offset` (next offset to assign; also the high watermark
+//! and the last stable offset, as Floe has one replica and no transactions
+//! spanning appends), `recovery_point` (everything below it is fsynced).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use floe_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType as KTimestampType};
+use floe_protocol::record_batch::{assign_offsets, set_log_append_time, BatchIter, RecordBatchHeader, TimestampType};
+use floe_protocol::FileRegion;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::atomic_file::sync_dir;
+use crate::config::{LogConfig, MessageTimestampType};
+use crate::error::{IoContext, Result, StorageError};
+use crate::loader::LogLoader;
+use crate::segment::{read_header_at, AppendedBatch, LogSegment, SegmentInfo};
+
+/// What an append did (Kafka's `LogAppendInfo`, reduced to what Produce answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogAppendInfo {
+    /// Offset given to the first record (-1 for an empty append).
+    pub first_offset: i64,
+    /// Offset given to the last record (-1 for an empty append).
+    pub last_offset: i64,
+    /// The append time written into the batches, or -1 for CreateTime topics.
+    pub log_append_time: i64,
+    /// The log start offset after the append.
+    pub log_start_offset: i64,
+    /// Records appended.
+    pub record_count: i64,
+}
+
+/// A record's timestamp and offset (Kafka's `TimestampAndOffset`), as ListOffsets answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    /// The record's timestamp (the batch's append time for LogAppendTime).
+    pub timestamp: i64,
+    /// The record's offset.
+    pub offset: i64,
+}
+
+/// What a read found (Kafka's `FetchDataInfo` plus the partition's offsets).
+#[derive(Debug, Clone)]
+pub struct FetchDataInfo {
+    /// Bytes of the segment file to send; `None` when there is nothing to return.
+    pub region: Option<FileRegion>,
+    /// The high watermark at the time of the read.
+    pub high_watermark: i64,
+    /// The log start offset at the time of the read.
+    pub log_start_offset: i64,
+    /// The last stable offset (= high watermark).
+    pub last_stable_offset: i64,
+}
+
+/// The mutable state of a log, behind [`PartitionLog`]'s mutex.
+#[derive(Debug)]
+struct LogState {
+    config: Arc<LogConfig>,
+    /// By base offset; never empty; the last one is the active segment.
+    segments: BTreeMap<i64, LogSegment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    recovery_point: i64,
+    unflushed_messages: i64,
+    last_flush_ms: Option<i64>,
+    retention_floor: Option<i64>,
+    /// Segment files were created since the directory was last fsynced.
+    dir_dirty: bool,
+}
+
+impl LogState {
+    fn active(&self) -> &LogSegment {
+        self.segments.values().next_back().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut LogSegment {
+        self.segments.values_mut().next_back().expect("a log always has an active segment")
+    }
+
+    /// The segment holding `offset`, or the first one after it.
+    fn segment_for(&self, offset: i64) -> Option<&LogSegment> {
+        let floor = self.segments.range(..=offset).next_back().map(|(_, s)| s);
+        match floor {
+            Some(s) if s.next_offset > offset => Some(s),
+            _ => self.segments.range(offset + 1..).map(|(_, s)| s).find(|s| !s.is_empty()),
+        }
+    }
+}
+
+/// One partition's log on disk.
+///
+/// # Thread-safety
+/// `Send + Sync`. The mutable state sits behind a `std::sync::Mutex` held for
+/// short critical sections only. The one blocking call made under it is the
+/// append itself (the `.log` `pwrite` and the small index writes, plus
+/// creating files when a segment rolls): appends must be serialised anyway and
+/// a write to the page cache is short. Everything slower — fsyncs, header
+/// scans and reads for fetches and timestamp lookups, deleting files — runs
+/// after the lock is released, on `Arc<File>`s and sizes captured under it.
+/// Segments are append-only, so bytes below a captured size never change.
+///
+/// # Durability
+/// An append is in the page cache when `append` returns; it is durable after
+/// the next [`PartitionLog::flush`] (driven by `flush.messages`, `flush.ms`,
+/// [`PartitionLog::close`] or the caller). After a crash, recovery keeps the
+/// longest valid prefix of everything above the recovery point.
+#[derive(Debug)]
+pub struct PartitionLog {
+    topic: String,
+    partition: i32,
+    dir: PathBuf,
+    state: Mutex<LogState>,
+    /// Serialises flushes so the recovery point only moves forward.
+    flush_lock: Mutex<()>,
+    append_notify: Notify,
+    deleted: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PartitionLog {
+    /// Opens (recovering if needed) the log in `dir`, creating it if missing.
+    /// `recovery_point` and `log_start_offset` come from the checkpoints;
+    /// `None` means "unknown" (recover everything; start at the first segment).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the directory cannot be read or repaired.
+    pub fn open(
+        dir: &Path,
+        topic: &str,
+        partition: i32,
+        config: Arc<LogConfig>,
+        recovery_point: Option<i64>,
+        log_start_offset: Option<i64>,
+    ) -> Result<Self> {
+        let loaded = LogLoader {
+            dir,
+            index_interval_bytes: config.index_interval_bytes,
+            recovery_point,
+            log_start_offset,
+        }
+        .load()?;
+        debug!(topic, partition, segments = loaded.segments.len(), log_start_offset = loaded.log_start_offset,
+            log_end_offset = loaded.log_end_offset, "opened partition log");
+        Ok(Self {
+            topic: topic.to_string(),
+            partition,
+            dir: dir.to_path_buf(),
+            state: Mutex::new(LogState {
+                config,
+                segments: loaded.segments,
+                log_start_offset: loaded.log_start_offset,
+                log_end_offset: loaded.log_end_offset,
+                recovery_point: loaded.recovery_point,
+                unflushed_messages: 0,
+                last_flush_ms: None,
+                retention_floor: None,
+                dir_dirty: false,
+            }),
+            flush_lock: Mutex::new(()),
+            append_notify: Notify::new(),
+            deleted: AtomicBool::new(false),
+        })
+    }
+
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The partition index.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn state(&self) -> MutexGuard<'_, LogState> {
+        lock(&self.state)
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.deleted.load(Ordering::Acquire) {
+            return Err(StorageError::UnknownTopicOrPartition { topic: self.topic.clone(), partition: Some(self.partition) });
+        }
+        Ok(())
+    }
+
+    /// Marks the log deleted: later calls fail with `UnknownTopicOrPartition`, drop does not flush.
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::Release);
+        self.append_notify.notify_waiters();
+    }
+
+    /// Replaces the configuration (AlterConfigs); applies from the next append or maintenance run.
+    pub fn set_config(&self, config: Arc<LogConfig>) {
+        self.state().config = config;
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<LogConfig> {
+        self.state().config.clone()
+    }
+
+    /// Notified (`notify_waiters`) after every successful append, and when the
+    /// log is deleted: long-polling fetches wait on it. `notify_waiters` stores
+    /// no permit, so a waiter must create and `enable()` its `Notified` before
+    /// re-checking the log end offset, or it can miss an append.
+    pub fn append_notify(&self) -> &Notify {
+        &self.append_notify
+    }
+
+    /// First offset a consumer can fetch.
+    pub fn log_start_offset(&self) -> i64 {
+        self.state().log_start_offset
+    }
+
+    /// Next offset to be assigned.
+    pub fn log_end_offset(&self) -> i64 {
+        self.state().log_end_offset
+    }
+
+    /// Offsets below it are readable by consumers: the log end offset (single replica).
+    pub fn high_watermark(&self) -> i64 {
+        self.state().log_end_offset
+    }
+
+    /// Offsets below it are fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.state().recovery_point
+    }
+
+    /// Total bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.state().segments.values().map(|s| s.size).sum()
+    }
+
+    /// Number of segments, the active one included.
+    pub fn segment_count(&self) -> usize {
+        self.state().segments.len()
+    }
+
+    /// Appends record batches the broker has validated
+    /// ([`floe_protocol::record_batch::validate_batches`]): assigns offsets from the log
+    /// end offset, applies LogAppendTime if the topic uses it, rolls the active
+    /// segment first if due, writes the bytes with one positioned write and
+    /// indexes them. `records` is rewritten in place (offsets, timestamps, CRC).
+    /// An empty buffer is a no-op answered with offsets -1, as in Kafka.
+    ///
+    /// # Errors
+    /// [`StorageError::RecordTooLarge`] for a batch above `max.message.bytes` or
+    /// an append above `segment.bytes`; [`StorageError::Corrupt`] for bytes that
+    /// are not whole batches; [`StorageError::Io`] if writing (or the
+    /// `flush.messages` fsync) fails.
+    pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
+        self.check_live()?;
+        let mut batches = Vec::new();
+        let mut record_count = 0i64;
+        let mut max_batch = 0usize;
+        for b in BatchIter::new(records) {
+            let b = b.map_err(|e| StorageError::Corrupt { path: self.dir.clone(), reason: format!("append: {e}") })?;
+            let size = b.header.total_size();
+            max_batch = max_batch.max(size);
+            batches.push(AppendedBatch {
+                position_in_buffer: b.position,
+                size,
+                base_offset: record_count,
+                next_offset: record_count + i64::from(b.header.records_count),
+                max_timestamp: b.header.max_timestamp,
+            });
+            record_count += i64::from(b.header.records_count);
+        }
+
+        let mut st = self.state();
+        if batches.is_empty() {
+            return Ok(LogAppendInfo { first_offset: -1, last_offset: -1, log_append_time: -1,
+                log_start_offset: st.log_start_offset, record_count: 0 });
+        }
+        let config = st.config.clone();
+        if max_batch > config.max_message_bytes {
+            return Err(StorageError::RecordTooLarge { size: max_batch, limit: config.max_message_bytes });
+        }
+        if records.len() as u64 > config.segment_bytes {
+            return Err(StorageError::RecordTooLarge { size: records.len(), limit: config.segment_bytes as usize });
+        }
+        let log_append_time = if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
+            set_log_append_time(records, now_ms);
+            for b in &mut batches {
+                b.max_timestamp = now_ms;
+            }
+            now_ms
+        } else {
+            -1
+        };
+        let first_offset = st.log_end_offset;
+        let last_offset = first_offset + record_count - 1;
+        self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms)?;
+        let next = assign_offsets(records, first_offset);
+        for b in &mut batches {
+            b.base_offset += first_offset;
+            b.next_offset += first_offset;
+        }
+        st.active_mut().append(records, &batches, now_ms, config.index_interval_bytes)?;
+        st.log_end_offset = next;
+        st.unflushed_messages += record_count;
+        let flush_due = st.unflushed_messages >= config.flush_messages;
+        let info = LogAppendInfo { first_offset, last_offset, log_append_time, log_start_offset: st.log_start_offset, record_count };
+        drop(st);
+        self.append_notify.notify_waiters();
+        if flush_due {
+            self.flush()?;
+        }
+        Ok(info)
+    }
+
+    /// Rolls before an append of `len` bytes ending at `last_offset` if the active
+    /// segment would pass `segment.bytes`, is older than `segment.ms`, or could not
+    /// index `last_offset` relative to its base.
+    fn maybe_roll(&self, st: &mut LogState, len: u64, last_offset: i64, now_ms: i64) -> Result<()> {
+        let active = st.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let reason = if active.size + len > st.config.segment_bytes {
+            "segment.bytes"
+        } else if active.rolling_timestamp_ms.is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms) {
+            "segment.ms"
+        } else if last_offset - active.base_offset > i64::from(u32::MAX) {
+            "relative offset overflow"
+        } else {
+            return Ok(());
+        };
+        self.roll(st, reason)
+    }
+
+    fn roll(&self, st: &mut LogState, reason: &str) -> Result<()> {
+        let base = st.log_end_offset;
+        if st.segments.contains_key(&base) {
+            return Ok(());
+        }
+        let seg = LogSegment::create(&self.dir, base)?;
+        info!(topic = %self.topic, partition = self.partition, new_base_offset = base, reason, "rolled segment");
+        st.segments.insert(base, seg);
+        st.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Rolls the active segment if it is non-empty and older than `segment.ms`.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the new segment's files cannot be created.
+    pub fn roll_if_due(&self, now_ms: i64) -> Result<bool> {
+        self.check_live()?;
+        let mut st = self.state();
+        let active = st.active();
+        let due = !active.is_empty()
+            && active.rolling_timestamp_ms.is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms);
+        if due {
+            self.roll(&mut st, "segment.ms")?;
+        }
+        Ok(due)
+    }
+
+    /// Reads from `fetch_offset`: a region of the segment holding it, starting
+    /// at the batch that contains it, of at most `max_bytes` (but the whole
+    /// first batch if `min_one_batch`, KIP-74), never past the high watermark
+    /// and never into the next segment.
+    ///
+    /// Like Kafka, the region is cut at `max_bytes` even mid-batch: clients
+    /// drop a partial trailing batch, and not locating the last whole batch
+    /// saves a header scan. Without `min_one_batch`, a first batch larger than
+    /// `max_bytes` yields no region.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] outside `[log_start_offset, log_end_offset]`;
+    /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
+    pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FetchDataInfo> {
+        self.check_live()?;
+        let (file, path, mut position, end, hw, lso) = {
+            let st = self.state();
+            let (hw, lso) = (st.log_end_offset, st.log_start_offset);
+            if fetch_offset < lso || fetch_offset > hw {
+                return Err(StorageError::OffsetOutOfRange { requested: fetch_offset, log_start: lso, log_end: hw });
+            }
+            let empty = FetchDataInfo { region: None, high_watermark: hw, log_start_offset: lso, last_stable_offset: hw };
+            if fetch_offset == hw {
+                return Ok(empty);
+            }
+            let Some(seg) = st.segment_for(fetch_offset) else { return Ok(empty) };
+            (seg.log.clone(), seg.log_path.clone(), seg.offset_index.position_for(fetch_offset), seg.size, hw, lso)
+        };
+        let mut info = FetchDataInfo { region: None, high_watermark: hw, log_start_offset: lso, last_stable_offset: hw };
+        while position < end {
+            let header = read_header_at(&file, &path, position)?;
+            let size = header.total_size() as u64;
+            if size == 0 {
+                return Err(StorageError::Corrupt { path, reason: format!("batch at {position} has length {}", header.batch_length) });
+            }
+            if header.last_offset() >= fetch_offset {
+                let available = end - position;
+                let len = if size > u64::from(max_bytes) {
+                    if !min_one_batch {
+                        return Ok(info);
+                    }
+                    size.min(available)
+                } else {
+                    u64::from(max_bytes).min(available)
+                };
+                let len = u32::try_from(len).unwrap_or(u32::MAX);
+                info.region = Some(FileRegion { file, position, len });
+                return Ok(info);
+            }
+            position += size;
+        }
+        Ok(info)
+    }
+
+    /// The earliest record whose timestamp is `>= timestamp` (ListOffsets by time); `None` if every record is older.
+    /// LogAppendTime batches count every record at the batch's append time.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`]/[`StorageError::Corrupt`] if a segment cannot be read or decoded.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<TimestampAndOffset>> {
+        self.check_live()?;
+        let (candidates, lso) = {
+            let st = self.state();
+            let c: Vec<(Arc<File>, PathBuf, u64, u64)> = st
+                .segments
+                .values()
+                .filter(|s| s.max_timestamp >= timestamp && s.next_offset > st.log_start_offset)
+                .map(|s| {
+                    let start_offset = s.time_index.lookup(timestamp).unwrap_or(s.base_offset).max(st.log_start_offset);
+                    (s.log.clone(), s.log_path.clone(), s.offset_index.position_for(start_offset), s.size)
+                })
+                .collect();
+            (c, st.log_start_offset)
+        };
+        for (file, path, mut position, end) in candidates {
+            while position < end {
+                let header = read_header_at(&file, &path, position)?;
+                let size = header.total_size() as u64;
+                if size == 0 {
+                    break;
+                }
+                if header.max_timestamp >= timestamp && header.last_offset() >= lso {
+                    let found = find_record(&file, &path, position, &header, |offset, ts| offset >= lso && ts >= timestamp)?;
+                    if found.is_some() {
+                        return Ok(found);
+                    }
+                }
+                position += size;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The largest timestamp in the log and the offset of the first record
+    /// carrying it (ListOffsets MAX_TIMESTAMP); `None` for an empty log.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>> {
+        self.check_live()?;
+        let (file, path, max_ts, known, end, lso) = {
+            let st = self.state();
+            let Some(seg) = st
+                .segments
+                .values()
+                .filter(|s| !s.is_empty() && s.next_offset > st.log_start_offset)
+                .fold(None::<&LogSegment>, |best, s| match best {
+                    Some(b) if b.max_timestamp >= s.max_timestamp => Some(b),
+                    _ => Some(s),
+                })
+            else {
+                return Ok(None);
+            };
+            (seg.log.clone(), seg.log_path.clone(), seg.max_timestamp, seg.offset_of_max_timestamp, seg.size, st.log_start_offset)
+        };
+        let mut position = 0u64;
+        while position < end {
+            let header = read_header_at(&file, &path, position)?;
+            let size = header.total_size() as u64;
+            if size == 0 {
+                break;
+            }
+            let candidate = known.map_or(header.max_timestamp == max_ts, |base| header.base_offset == base);
+            if candidate && header.last_offset() >= lso {
+                if let Some(found) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
+                    return Ok(Some(found));
+                }
+            }
+            position += size;
+        }
+        Ok(None)
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` and deletes the
+    /// sealed segments wholly below it. Returns the new log start offset.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] if `offset` is above the high watermark
+    /// (or negative); [`StorageError::Io`] if a segment cannot be deleted.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
+        self.check_live()?;
+        let (removed, lso) = {
+            let mut st = self.state();
+            if offset < 0 || offset > st.log_end_offset {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    log_start: st.log_start_offset,
+                    log_end: st.log_end_offset,
+                });
+            }
+            st.log_start_offset = st.log_start_offset.max(offset);
+            let removed = Self::take_segments(&mut st, |_, _| false);
+            (removed, st.log_start_offset)
+        };
+        self.delete_segments(removed, "log start offset")?;
+        Ok(lso)
+    }
+
+    /// Removes from the front the sealed segments that are below the log start
+    /// offset or for which `expired` says so, respecting the retention floor;
+    /// moves the log start offset past them.
+    fn take_segments(st: &mut LogState, mut expired: impl FnMut(&LogSegment, &LogState) -> bool) -> Vec<LogSegment> {
+        let bases: Vec<i64> = st.segments.keys().copied().collect();
+        let mut removed = Vec::new();
+        for (i, base) in bases.iter().enumerate() {
+            if i + 1 == bases.len() {
+                break; // the active segment stays
+            }
+            let Some(seg) = st.segments.get(base) else { break };
+            if st.retention_floor.is_some_and(|floor| seg.next_offset > floor) {
+                break;
+            }
+            let below_start = bases[i + 1] <= st.log_start_offset;
+            if !(below_start || expired(seg, st)) {
+                break;
+            }
+            if let Some(seg) = st.segments.remove(base) {
+                removed.push(seg);
+            }
+        }
+        if let Some(&first) = st.segments.keys().next() {
+            st.log_start_offset = st.log_start_offset.max(first);
+        }
+        removed
+    }
+
+    fn delete_segments(&self, removed: Vec<LogSegment>, reason: &str) -> Result<usize> {
+        let n = removed.len();
+        for seg in removed {
+            info!(topic = %self.topic, partition = self.partition, base_offset = seg.base_offset,
+                next_offset = seg.next_offset, bytes = seg.size, reason, "deleting segment");
+            seg.delete_files()?;
+        }
+        Ok(n)
+    }
+
+    /// Deletes sealed segments past `retention.ms` (by their largest timestamp)
+    /// or beyond `retention.bytes` (oldest first), and those below the log start
+    /// offset; never the active segment nor one holding offsets at or above the
+    /// retention floor. Advances the log start offset. Files are renamed to
+    /// `.deleted` and removed at once: fetches holding the `Arc<File>` still read them.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be renamed or removed.
+    pub fn apply_retention(&self, now_ms: i64) -> Result<usize> {
+        self.check_live()?;
+        let removed = {
+            let mut st = self.state();
+            let config = st.config.clone();
+            let total: u64 = st.segments.values().map(|s| s.size).sum();
+            let mut excess = if config.retention_bytes >= 0 { total as i64 - config.retention_bytes } else { i64::MIN };
+            Self::take_segments(&mut st, |seg, _| {
+                let by_time = config.retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
+                let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
+                if by_time || by_size {
+                    if excess != i64::MIN {
+                        excess -= seg.size as i64;
+                    }
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        self.delete_segments(removed, "retention")
+    }
+
+    /// When set, retention keeps every segment holding offsets `>= floor`
+    /// (tiering sets it to the first offset not yet uploaded).
+    pub fn set_retention_floor(&self, floor: Option<i64>) {
+        self.state().retention_floor = floor;
+    }
+
+    /// The sealed segments (all but the active one), oldest first.
+    pub fn sealed_segments(&self) -> Vec<SegmentInfo> {
+        let st = self.state();
+        let n = st.segments.len();
+        st.segments.values().take(n.saturating_sub(1)).map(LogSegment::info).collect()
+    }
+
+    /// Fsyncs (`fdatasync`) every segment holding offsets at or above the
+    /// recovery point, their indexes, and the directory if segments were
+    /// created; then moves the recovery point to the log end offset seen at the start.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if an fsync fails (the recovery point stays put).
+    pub fn flush(&self) -> Result<()> {
+        let _flushing = lock(&self.flush_lock);
+        let (files, target, unflushed, dir_dirty) = {
+            let mut st = self.state();
+            let rp = st.recovery_point;
+            let from = st.segments.range(..=rp).next_back().map_or(i64::MIN, |(b, _)| *b);
+            let files: Vec<_> = st.segments.range(from..).flat_map(|(_, s)| s.files()).collect();
+            let dirty = std::mem::take(&mut st.dir_dirty);
+            (files, st.log_end_offset, st.unflushed_messages, dirty)
+        };
+        let result = (|| {
+            for (file, path) in &files {
+                file.sync_data().ctx("fsync", path)?;
+            }
+            if dir_dirty {
+                sync_dir(&self.dir)?;
+            }
+            Ok(())
+        })();
+        let mut st = self.state();
+        if let Err(e) = result {
+            st.dir_dirty |= dir_dirty;
+            return Err(e);
+        }
+        st.recovery_point = st.recovery_point.max(target);
+        st.unflushed_messages = (st.unflushed_messages - unflushed).max(0);
+        Ok(())
+    }
+
+    /// Flushes if there are unflushed messages and the last flush is older than `flush.ms`.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::flush`].
+    pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {
+        self.check_live()?;
+        let due = {
+            let mut st = self.state();
+            let last = *st.last_flush_ms.get_or_insert(now_ms);
+            st.unflushed_messages > 0 && now_ms.saturating_sub(last) >= st.config.flush_ms
+        };
+        if due {
+            self.flush()?;
+            self.state().last_flush_ms = Some(now_ms);
+        }
+        Ok(due)
+    }
+
+    /// Flushes everything; call on shutdown (dropping the log does it too, logging failures).
+    ///
+    /// # Errors
+    /// As [`PartitionLog::flush`].
+    pub fn close(&self) -> Result<()> {
+        if self.deleted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    fn needs_flush(&self) -> bool {
+        let st = self.state();
+        st.unflushed_messages > 0 || st.dir_dirty || st.recovery_point < st.log_end_offset
+    }
+}
+
+impl Drop for PartitionLog {
+    fn drop(&mut self) {
+        if !self.deleted.load(Ordering::Acquire) && self.needs_flush() {
+            if let Err(e) = self.flush() {
+                warn!(topic = %self.topic, partition = self.partition, error = %e, "flush on drop failed");
+            }
+        }
+    }
+}
+
+/// Decodes the batch at `position` and returns the first record (offset, timestamp)
+/// accepted by `want`. LogAppendTime records all carry the batch's max timestamp.
+fn find_record(
+    file: &File,
+    path: &Path,
+    position: u64,
+    header: &RecordBatchHeader,
+    want: impl Fn(i64, i64) -> bool,
+) -> Result<Option<TimestampAndOffset>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; header.total_size()];
+    file.read_exact_at(&mut buf, position).ctx("read batch", path)?;
+    let mut bytes = bytes::Bytes::from(buf);
+    let set = RecordBatchDecoder::decode(&mut bytes)
+        .map_err(|e| StorageError::Corrupt { path: path.to_path_buf(), reason: format!("batch at {position}: {e}") })?;
+    let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
+    Ok(set.records.iter().find_map(|r| {
+        let ts = if log_append || r.timestamp_type == KTimestampType::LogAppend { header.max_timestamp } else { r.timestamp };
+        want(r.offset, ts).then_some(TimestampAndOffset { timestamp: ts, offset: r.offset })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{batch, batch_ts, batch_with, config, decode};
+    use floe_protocol::kafka_protocol::records::Compression;
+    use std::future::Future;
+
+    fn open(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
+        PartitionLog::open(dir, "t", 0, cfg, None, None).unwrap()
+    }
+
+    fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
+        let info = log.read(offset, 1 << 20, true).unwrap();
+        info.region.map(|r| decode(&r.read_to_vec().unwrap())).unwrap_or_default()
+    }
+
+    #[test]
+    fn partition_log_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<PartitionLog>();
+        check::<crate::LogManager>();
+        check::<crate::Topic>();
+    }
+
+    #[test]
+    fn append_notifies_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open(dir.path(), config(&[])));
+        let notified = log.append_notify().notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        log.append(&mut batch(1, 1, 1), 0).unwrap();
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(notified.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn append_and_read_across_rolls() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]));
+        for i in 0..50 {
+            let mut b = batch(3, 1_000 + i, 100);
+            let info = log.append(&mut b, 5_000).unwrap();
+            assert_eq!((info.first_offset, info.last_offset, info.record_count), (i * 3, i * 3 + 2, 3));
+            assert_eq!(info.log_append_time, -1);
+        }
+        assert_eq!(log.log_end_offset(), 150);
+        assert_eq!(log.high_watermark(), 150);
+        assert!(log.segment_count() > 3, "rolled into {} segments", log.segment_count());
+        let sealed = log.sealed_segments();
+        assert_eq!(sealed.len(), log.segment_count() - 1);
+        for w in sealed.windows(2) {
+            assert_eq!(w[0].next_offset, w[1].base_offset);
+            assert!(w[0].size_bytes <= 2000);
+        }
+        for offset in 0..150 {
+            let got = read_all(&log, offset);
+            assert!(!got.is_empty(), "offset {offset}");
+            // Starts at the batch holding the offset, offsets contiguous, one segment only.
+            assert_eq!(got[0].0, offset - offset % 3, "offset {offset}");
+            assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+            let seg_end = sealed.iter().find(|s| s.base_offset <= offset && offset < s.next_offset).map_or(150, |s| s.next_offset);
+            assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
+        }
+        assert!(log.read(150, 1000, true).unwrap().region.is_none());
+        assert!(matches!(log.read(151, 1000, true), Err(StorageError::OffsetOutOfRange { requested: 151, log_start: 0, log_end: 150 })));
+        assert!(matches!(log.read(-1, 1000, true), Err(StorageError::OffsetOutOfRange { .. })));
+    }
+
+    #[test]
+    fn index_lookup_finds_batch_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("index.interval.bytes", "300")]));
+        let mut positions = Vec::new();
+        let mut pos = 0u64;
+        for i in 0..40 {
+            let mut b = batch(2, 10 + i, 80);
+            positions.push((i * 2, pos));
+            pos += b.len() as u64;
+            log.append(&mut b, 0).unwrap();
+        }
+        let st = log.state();
+        let seg = st.active();
+        assert!(seg.offset_index.len() >= 10, "{} entries", seg.offset_index.len());
+        for offset in 0..80 {
+            let (entry_offset, entry_pos) = seg.offset_index.lookup(offset).unwrap_or((0, 0));
+            assert!(entry_offset <= offset);
+            assert!(positions.contains(&(entry_offset, entry_pos)), "entry ({entry_offset}, {entry_pos}) is not a batch start");
+            // Sparse: the entry is within about one interval of the target batch.
+            let target_pos = positions[(offset / 2) as usize].1;
+            assert!(target_pos - entry_pos <= 300 + 200, "offset {offset}: entry at {entry_pos}, batch at {target_pos}");
+        }
+    }
+
+    #[test]
+    fn max_bytes_and_min_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        let mut big = batch(5, 1, 500);
+        let big_len = big.len() as u32;
+        log.append(&mut big, 0).unwrap();
+        let mut small = batch(1, 2, 10);
+        let small_len = small.len() as u32;
+        log.append(&mut small, 0).unwrap();
+
+        let r = log.read(0, 100, true).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (0, big_len), "KIP-74: the whole first batch");
+        assert!(log.read(0, 100, false).unwrap().region.is_none());
+        let r = log.read(0, big_len + 5, true).unwrap().region.unwrap();
+        assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
+        assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
+        let r = log.read(3, 1 << 20, false).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (0, big_len + small_len), "starts at the batch holding offset 3");
+        let r = log.read(5, 1 << 20, false).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
+    }
+
+    #[test]
+    fn log_append_time_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("message.timestamp.type", "LogAppendTime")]));
+        let mut b = batch_with(&[1, 2, 3], 10, Compression::Gzip);
+        let info = log.append(&mut b, 777_000).unwrap();
+        assert_eq!(info.log_append_time, 777_000);
+        let bytes = log.read(0, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+        floe_protocol::record_batch::validate_batches(&bytes, 1 << 20).unwrap();
+        let h = RecordBatchHeader::parse(&bytes).unwrap();
+        assert_eq!((h.timestamp_type(), h.max_timestamp), (TimestampType::LogAppendTime, 777_000));
+        assert_eq!(log.offset_for_timestamp(500_000).unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
+    }
+
+    #[test]
+    fn empty_append_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        let info = log.append(&mut [], 0).unwrap();
+        assert_eq!((info.first_offset, info.last_offset, info.record_count), (-1, -1, 0));
+        assert_eq!(log.log_end_offset(), 0);
+    }
+
+    #[test]
+    fn oversized_batch_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("max.message.bytes", "200")]));
+        let mut b = batch(3, 1, 100);
+        assert!(matches!(log.append(&mut b, 0), Err(StorageError::RecordTooLarge { limit: 200, .. })));
+        assert_eq!(log.log_end_offset(), 0);
+    }
+
+    #[test]
+    fn rolls_by_segment_ms() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.ms", "1000")]));
+        log.append(&mut batch(1, 1, 10), 10_000).unwrap();
+        log.append(&mut batch(1, 1, 10), 10_500).unwrap();
+        assert_eq!(log.segment_count(), 1);
+        log.append(&mut batch(1, 1, 10), 11_001).unwrap();
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(log.sealed_segments()[0].next_offset, 2);
+        assert!(!log.roll_if_due(11_500).unwrap());
+        assert!(log.roll_if_due(12_002).unwrap());
+        assert_eq!(log.segment_count(), 3);
+        assert!(!log.roll_if_due(20_000).unwrap(), "an empty active segment is not rolled");
+    }
+
+    #[test]
+    fn flush_messages_and_flush_ms_move_the_recovery_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "4"), ("flush.ms", "1000")]));
+        log.append(&mut batch(3, 1, 10), 0).unwrap();
+        assert_eq!(log.recovery_point(), 0);
+        log.append(&mut batch(1, 1, 10), 0).unwrap();
+        assert_eq!(log.recovery_point(), 4);
+        log.append(&mut batch(1, 1, 10), 0).unwrap();
+        assert!(!log.flush_if_due(100).unwrap());
+        assert!(!log.flush_if_due(600).unwrap());
+        assert!(log.flush_if_due(1_100).unwrap());
+        assert_eq!(log.recovery_point(), 5);
+    }
+
+    fn segmented_log(dir: &Path, extra: &[(&str, &str)]) -> PartitionLog {
+        // Each batch is about 280 bytes; segments hold 2 batches.
+        let mut kv = vec![("segment.bytes", "600")];
+        kv.extend_from_slice(extra);
+        let log = open(dir, config(&kv));
+        for i in 0..10i64 {
+            let mut b = batch(2, 1_000 * (i + 1), 100);
+            assert!((270..=295).contains(&b.len()), "{}", b.len());
+            log.append(&mut b, 0).unwrap();
+        }
+        log
+    }
+
+    #[test]
+    fn retention_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "5000")]);
+        assert_eq!(log.segment_count(), 5);
+        // Segment max timestamps: 2000, 4000, 6000, 8000, (active) 10000.
+        assert_eq!(log.apply_retention(7_000).unwrap(), 0, "exactly retention.ms old is kept");
+        assert_eq!(log.apply_retention(10_500).unwrap(), 2);
+        assert_eq!(log.log_start_offset(), 8);
+        assert!(matches!(log.read(7, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(read_all(&log, 8)[0].0, 8);
+        assert!(!crate::file_names::log_file(dir.path(), 0).exists());
+        assert!(!crate::file_names::index_file(dir.path(), 4).exists());
+        // Never the active segment.
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 2);
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.log_start_offset(), 16);
+        assert_eq!(log.log_end_offset(), 20);
+    }
+
+    #[test]
+    fn retention_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "-1")]);
+        let total = log.size_bytes() as i64;
+        let seg = log.sealed_segments()[0].size_bytes as i64;
+        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(total - seg - 1).to_string())]));
+        // As Kafka: a segment goes only if the log stays at least retention.bytes without it.
+        assert_eq!(log.apply_retention(0).unwrap(), 1);
+        assert_eq!(log.log_start_offset(), 4);
+        assert_eq!(log.size_bytes() as i64, total - seg);
+        let now = log.size_bytes() as i64;
+        let next = log.sealed_segments()[0].size_bytes as i64;
+        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(now - next).to_string())]));
+        assert_eq!(log.apply_retention(0).unwrap(), 1);
+        assert_eq!(log.apply_retention(0).unwrap(), 0);
+        assert_eq!(log.log_start_offset(), 8);
+    }
+
+    #[test]
+    fn retention_floor_keeps_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
+        log.set_retention_floor(Some(5));
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 1, "segment [0,4) only");
+        log.set_retention_floor(None);
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 3);
+    }
+
+    #[test]
+    fn fetch_in_flight_survives_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
+        let region = log.read(0, 1 << 20, true).unwrap().region.unwrap();
+        log.apply_retention(1_000_000).unwrap();
+        assert_eq!(decode(&region.read_to_vec().unwrap())[0].0, 0);
+    }
+
+    #[test]
+    fn delete_records_before_moves_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[]);
+        assert!(matches!(log.delete_records_before(21), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(log.delete_records_before(9).unwrap(), 9);
+        assert_eq!(log.log_start_offset(), 9);
+        assert_eq!(log.sealed_segments()[0].base_offset, 8, "segments [0,4) and [4,8) deleted");
+        assert!(matches!(log.read(8, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(read_all(&log, 9)[0].0, 8, "the batch holding 9");
+        assert_eq!(log.delete_records_before(3).unwrap(), 9, "never moves back");
+        assert_eq!(log.delete_records_before(20).unwrap(), 20);
+        assert!(log.read(20, 100, true).unwrap().region.is_none());
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    }
+
+    #[test]
+    fn offset_for_timestamp_and_max() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]));
+        let mut expected = Vec::new();
+        let mut offset = 0;
+        for i in 0..20i64 {
+            // Out of order inside a batch: 3 records, ts base+20, base+0, base+10.
+            let base = 1_000 + i * 100;
+            let ts = [base + 20, base, base + 10];
+            log.append(&mut batch_ts(&ts, 40), 0).unwrap();
+            for t in ts {
+                expected.push((offset, t));
+                offset += 1;
+            }
+        }
+        assert!(log.segment_count() > 2);
+        for target in [0, 1_000, 1_005, 1_015, 1_020, 1_021, 1_500, 2_910, 2_920] {
+            let want = expected.iter().find(|&&(_, t)| t >= target).map(|&(offset, timestamp)| TimestampAndOffset { timestamp, offset });
+            assert_eq!(log.offset_for_timestamp(target).unwrap(), want, "target {target}");
+        }
+        assert_eq!(log.offset_for_timestamp(2_921).unwrap(), None);
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
+        drop(log);
+        // Reopened with everything trusted: the max is found by a scan.
+        let log = PartitionLog::open(dir.path(), "t", 0, config(&[("segment.bytes", "600")]), Some(60), None).unwrap();
+        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
+        assert_eq!(log.offset_for_timestamp(1_505).unwrap(), Some(TimestampAndOffset { timestamp: 1_520, offset: 15 }));
+    }
+}

@@ -1,0 +1,294 @@
+//! `LogSegment`: one `.log` file of record batches plus its `.index` and
+//! `.timeindex`, named by the segment's base offset; and the batch-header
+//! scanning over segment files that reads, recovery and index rebuilds share.
+//!
+//! A segment is append-only: batches are written at its end with positioned
+//! writes, never rewritten. Only recovery truncates one, before the log is
+//! shared. Readers therefore may `pread` any range below a size they observed
+//! without holding the log's lock.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OVERHEAD};
+
+use crate::error::{IoContext, Result};
+use crate::file_names::{deleted_file, index_file, log_file, time_index_file};
+use crate::offset_index::{open_rw, OffsetIndex};
+use crate::time_index::TimeIndex;
+
+/// A sealed segment as tiering sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Offset of the first record the segment can hold (its name).
+    pub base_offset: i64,
+    /// Offset after its last record.
+    pub next_offset: i64,
+    /// Its `.log` file.
+    pub path: PathBuf,
+    /// Bytes in the `.log`.
+    pub size_bytes: u64,
+}
+
+/// One batch appended by [`LogSegment::append`]: where in the appended buffer, and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AppendedBatch {
+    pub(crate) position_in_buffer: usize,
+    pub(crate) size: usize,
+    pub(crate) base_offset: i64,
+    pub(crate) next_offset: i64,
+    pub(crate) max_timestamp: i64,
+}
+
+/// A segment of a partition log. Not synchronised: `PartitionLog` owns its segments under its lock.
+#[derive(Debug)]
+pub(crate) struct LogSegment {
+    pub(crate) base_offset: i64,
+    pub(crate) log_path: PathBuf,
+    pub(crate) log: Arc<File>,
+    /// Bytes of whole batches in the `.log`.
+    pub(crate) size: u64,
+    /// Offset after the last batch (`base_offset` when empty).
+    pub(crate) next_offset: i64,
+    pub(crate) offset_index: OffsetIndex,
+    pub(crate) time_index: TimeIndex,
+    /// Largest batch max timestamp, -1 when empty.
+    pub(crate) max_timestamp: i64,
+    /// Base offset of the first batch holding `max_timestamp`; `None` when not
+    /// known (a segment loaded without a full scan): found by a scan on demand.
+    pub(crate) offset_of_max_timestamp: Option<i64>,
+    /// When the segment's age for `segment.ms` starts: the first append's clock,
+    /// or for a loaded segment its first batch's max timestamp (as Kafka does).
+    pub(crate) rolling_timestamp_ms: Option<i64>,
+    pub(crate) bytes_since_last_index_entry: u64,
+}
+
+impl LogSegment {
+    /// Creates a new empty segment (truncating any files of the same name).
+    pub(crate) fn create(dir: &Path, base_offset: i64) -> Result<Self> {
+        let log_path = log_file(dir, base_offset);
+        let log = open_rw(&log_path, true)?;
+        let offset_index = OffsetIndex::create(&index_file(dir, base_offset), base_offset)?;
+        let time_index = TimeIndex::create(&time_index_file(dir, base_offset), base_offset)?;
+        Ok(Self::assemble(base_offset, log_path, log, 0, offset_index, time_index))
+    }
+
+    /// Puts a segment together from opened parts; offsets and timestamps start empty.
+    pub(crate) fn assemble(
+        base_offset: i64,
+        log_path: PathBuf,
+        log: File,
+        size: u64,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+    ) -> Self {
+        Self {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            max_timestamp: -1,
+            offset_of_max_timestamp: None,
+            rolling_timestamp_ms: None,
+            bytes_since_last_index_entry: 0,
+        }
+    }
+
+    /// Accounts for one batch at `position`: adds index entries every
+    /// `index_interval` bytes (at the batch's start), tracks timestamps.
+    pub(crate) fn index_batch(&mut self, base_offset: i64, position: u64, size: u64, max_timestamp: i64, index_interval: u64) {
+        if self.bytes_since_last_index_entry > index_interval {
+            self.offset_index.append(base_offset, position);
+            if self.max_timestamp >= 0 && Some(self.max_timestamp) > self.time_index.last_timestamp() {
+                self.time_index.append(self.max_timestamp, base_offset);
+            }
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += size;
+        if max_timestamp > self.max_timestamp {
+            self.max_timestamp = max_timestamp;
+            self.offset_of_max_timestamp = Some(base_offset);
+        }
+    }
+
+    /// Writes `records` (whole batches, offsets assigned) at the end of the
+    /// `.log` with one positioned write, then indexes them.
+    ///
+    /// On a failed write the file is cut back to its previous size (best effort).
+    pub(crate) fn append(&mut self, records: &[u8], batches: &[AppendedBatch], now_ms: i64, index_interval: u64) -> Result<()> {
+        let start = self.size;
+        if let Err(e) = self.log.write_all_at(records, start) {
+            let _ = self.log.set_len(start);
+            return Err(e).ctx("append to segment", &self.log_path);
+        }
+        for b in batches {
+            self.index_batch(
+                b.base_offset,
+                start + b.position_in_buffer as u64,
+                b.size as u64,
+                b.max_timestamp,
+                index_interval,
+            );
+            self.next_offset = b.next_offset;
+        }
+        self.size = start + records.len() as u64;
+        self.rolling_timestamp_ms.get_or_insert(now_ms);
+        self.offset_index.persist()?;
+        self.time_index.persist()?;
+        Ok(())
+    }
+
+    /// Whether the segment holds no batch.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The files a flush must fsync.
+    pub(crate) fn files(&self) -> [(Arc<File>, PathBuf); 3] {
+        [
+            (self.log.clone(), self.log_path.clone()),
+            (self.offset_index.file().clone(), self.offset_index.path().to_path_buf()),
+            (self.time_index.file().clone(), self.time_index.path().to_path_buf()),
+        ]
+    }
+
+    /// What tiering needs to know.
+    pub(crate) fn info(&self) -> SegmentInfo {
+        SegmentInfo {
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            path: self.log_path.clone(),
+            size_bytes: self.size,
+        }
+    }
+
+    /// Renames the segment's files to `*.deleted`, then removes them. Open
+    /// descriptors (in-flight fetches) keep the data readable until dropped.
+    pub(crate) fn delete_files(self) -> Result<()> {
+        let paths = [
+            self.log_path.clone(),
+            self.offset_index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
+        ];
+        drop(self);
+        for path in paths {
+            let deleted = deleted_file(&path);
+            match std::fs::rename(&path, &deleted) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).ctx("rename for deletion", &path),
+            }
+            std::fs::remove_file(&deleted).ctx("delete", &deleted)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the 61-byte header of the batch at `position`.
+pub(crate) fn read_header_at(file: &File, path: &Path, position: u64) -> Result<RecordBatchHeader> {
+    let mut buf = [0u8; RECORD_BATCH_OVERHEAD];
+    file.read_exact_at(&mut buf, position).ctx("read batch header", path)?;
+    RecordBatchHeader::parse(&buf).map_err(|e| crate::StorageError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("batch header at {position}: {e}"),
+    })
+}
+
+/// What [`FileBatchScanner::next_batch`] found.
+#[derive(Debug)]
+pub(crate) enum Scanned {
+    /// A whole, sane (and, if asked, CRC-checked) batch.
+    Batch {
+        position: u64,
+        header: RecordBatchHeader,
+    },
+    /// The clean end of the scanned range.
+    End,
+    /// A torn or corrupt batch at `position`: recovery truncates here.
+    Invalid {
+        position: u64,
+        reason: String,
+    },
+}
+
+const SCAN_CHUNK: usize = 256 * 1024;
+
+/// Walks the batches of a `.log` range with large buffered reads.
+#[derive(Debug)]
+pub(crate) struct FileBatchScanner<'a> {
+    file: &'a File,
+    path: &'a Path,
+    end: u64,
+    pos: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl<'a> FileBatchScanner<'a> {
+    /// Scans `[start, end)` of `file`.
+    pub(crate) fn new(file: &'a File, path: &'a Path, start: u64, end: u64) -> Self {
+        Self { file, path, end, pos: start, buf: Vec::new(), buf_start: start }
+    }
+
+    /// Makes `[pos, pos + len)` available in the buffer; `false` if the range
+    /// passes the end of the scanned range.
+    fn fill(&mut self, pos: u64, len: usize) -> Result<bool> {
+        if pos + len as u64 > self.end {
+            return Ok(false);
+        }
+        let have = pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
+        if !have {
+            let want = (len.max(SCAN_CHUNK) as u64).min(self.end - pos) as usize;
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, pos).ctx("read segment", self.path)?;
+            self.buf_start = pos;
+        }
+        Ok(true)
+    }
+
+    fn slice(&self, pos: u64, len: usize) -> &[u8] {
+        let at = (pos - self.buf_start) as usize;
+        &self.buf[at..at + len]
+    }
+
+    /// The next batch, checking header sanity and, if `verify`, its CRC.
+    /// After `Invalid` or `End` the scanner stays where it is.
+    pub(crate) fn next_batch(&mut self, verify: bool) -> Result<Scanned> {
+        let position = self.pos;
+        if position >= self.end {
+            return Ok(Scanned::End);
+        }
+        if !self.fill(position, RECORD_BATCH_OVERHEAD)? {
+            return Ok(Scanned::Invalid {
+                position,
+                reason: format!("{} trailing bytes are shorter than a batch header", self.end - position),
+            });
+        }
+        let header = match RecordBatchHeader::parse(self.slice(position, RECORD_BATCH_OVERHEAD)) {
+            Ok(h) => h,
+            Err(e) => return Ok(Scanned::Invalid { position, reason: e.to_string() }),
+        };
+        if let Err(e) = header.check_sanity(0) {
+            return Ok(Scanned::Invalid { position, reason: e.to_string() });
+        }
+        let size = header.total_size();
+        if !self.fill(position, size)? {
+            return Ok(Scanned::Invalid {
+                position,
+                reason: format!("batch of {size} bytes is torn: only {} bytes remain", self.end - position),
+            });
+        }
+        if verify {
+            if let Err(e) = verify_crc(self.slice(position, size), 0) {
+                return Ok(Scanned::Invalid { position, reason: e.to_string() });
+            }
+        }
+        self.pos = position + size as u64;
+        Ok(Scanned::Batch { position, header })
+    }
+}

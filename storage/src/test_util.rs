@@ -1,0 +1,63 @@
+//! Helpers for the unit tests: record batches built with `kafka-protocol`'s
+//! encoder, decoded back with its decoder.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use floe_protocol::kafka_protocol::indexmap::IndexMap;
+use floe_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use floe_protocol::record_batch::BatchIter;
+
+use crate::config::LogConfig;
+
+/// One uncompressed batch with one record per timestamp, values of `value_len` bytes.
+pub(crate) fn batch_ts(timestamps: &[i64], value_len: usize) -> Vec<u8> {
+    batch_with(timestamps, value_len, Compression::None)
+}
+
+pub(crate) fn batch_with(timestamps: &[i64], value_len: usize, compression: Compression) -> Vec<u8> {
+    let records: Vec<Record> = timestamps
+        .iter()
+        .enumerate()
+        .map(|(i, &ts)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: ts,
+            key: None,
+            value: Some(Bytes::from(vec![b'x'; value_len])),
+            headers: IndexMap::new(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression })
+        .expect("encode");
+    buf.to_vec()
+}
+
+/// A batch of `n` records all stamped `ts`.
+pub(crate) fn batch(n: usize, ts: i64, value_len: usize) -> Vec<u8> {
+    batch_ts(&vec![ts; n], value_len)
+}
+
+/// (offset, timestamp) of every record in the whole batches of `bytes` (a cut trailing batch is ignored).
+pub(crate) fn decode(bytes: &[u8]) -> Vec<(i64, i64)> {
+    let whole = BatchIter::new(bytes).take_while(Result::is_ok).last().map_or(0, |b| b.map_or(0, |b| b.end()));
+    let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(&bytes[..whole])).expect("decode");
+    sets.iter().flat_map(|s| s.records.iter().map(|r| (r.offset, r.timestamp))).collect()
+}
+
+/// Defaults with these overrides.
+pub(crate) fn config(kv: &[(&str, &str)]) -> Arc<LogConfig> {
+    let map: BTreeMap<String, String> = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Arc::new(LogConfig::default().with_overrides(&map).expect("config"))
+}
