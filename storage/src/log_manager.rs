@@ -332,6 +332,8 @@ impl LogManager {
         }
         self.topics_write().insert(name.to_string(), topic.clone());
         info!(topic = name, partitions, id = %topic.id(), "created topic");
+        // Replace any checkpoint entries a deleted namesake left behind.
+        self.write_checkpoints()?;
         Ok(topic)
     }
 
@@ -369,7 +371,8 @@ impl LogManager {
             fs::remove_dir_all(&dir).ctx("remove deleted partition directory", &dir)?;
         }
         info!(topic = name, "deleted topic");
-        Ok(())
+        // Drop its checkpoint entries, so a namesake created later cannot inherit them.
+        self.write_checkpoints()
     }
 
     /// Grows a topic to `new_count` partitions (CreatePartitions).
@@ -399,7 +402,7 @@ impl LogManager {
         }
         topic.add_partitions(logs);
         info!(topic = name, from = current, to = new_count, "added partitions");
-        Ok(())
+        self.write_checkpoints()
     }
 
     /// Checks a full set of overrides for a topic without applying it (validate_only).
@@ -610,6 +613,25 @@ mod tests {
         assert!(m.topics().is_empty());
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert!(names.iter().all(|n| !n.to_string_lossy().starts_with("gone")), "{names:?}");
+    }
+
+    #[test]
+    fn recreated_topic_does_not_inherit_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("t", 1, BTreeMap::new()).unwrap();
+            append(&m, "t", 0, 10);
+            m.partition("t", 0).unwrap().delete_records_before(8).unwrap();
+            m.run_maintenance(0).unwrap();
+            m.delete_topic("t").unwrap();
+            m.create_topic("t", 1, BTreeMap::new()).unwrap();
+            append(&m, "t", 0, 3);
+            std::mem::forget(m); // crash: no shutdown, no flush
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let p = m.partition("t", 0).unwrap();
+        assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 3));
     }
 
     #[test]
