@@ -408,7 +408,7 @@ impl PartitionLog {
             let header = read_header_at(&file, &path, position)?;
             let size = header.total_size() as u64;
             if size == 0 {
-                return Err(StorageError::Corrupt { path, reason: format!("batch at {position} has length {}", header.batch_length) });
+                return Err(StorageError::Corrupt { path: path.to_path_buf(), reason: format!("batch at {position} has length {}", header.batch_length) });
             }
             if header.last_offset() >= fetch_offset {
                 let available = end - position;
@@ -438,7 +438,7 @@ impl PartitionLog {
         self.check_live()?;
         let (candidates, lso) = {
             let st = self.state();
-            let c: Vec<(Arc<File>, PathBuf, u64, u64)> = st
+            let c: Vec<(Arc<File>, Arc<Path>, u64, u64)> = st
                 .segments
                 .values()
                 .filter(|s| s.max_timestamp >= timestamp && s.next_offset > st.log_start_offset)

@@ -46,7 +46,8 @@ pub(crate) struct AppendedBatch {
 #[derive(Debug)]
 pub(crate) struct LogSegment {
     pub(crate) base_offset: i64,
-    pub(crate) log_path: PathBuf,
+    /// Shared so reads can name the file in errors without allocating.
+    pub(crate) log_path: Arc<Path>,
     pub(crate) log: Arc<File>,
     /// Bytes of whole batches in the `.log`.
     pub(crate) size: u64,
@@ -86,7 +87,7 @@ impl LogSegment {
     ) -> Self {
         Self {
             base_offset,
-            log_path,
+            log_path: Arc::from(log_path),
             log: Arc::new(log),
             size,
             next_offset: base_offset,
@@ -151,7 +152,7 @@ impl LogSegment {
     /// The files a flush must fsync.
     pub(crate) fn files(&self) -> [(Arc<File>, PathBuf); 3] {
         [
-            (self.log.clone(), self.log_path.clone()),
+            (self.log.clone(), self.log_path.to_path_buf()),
             (self.offset_index.file().clone(), self.offset_index.path().to_path_buf()),
             (self.time_index.file().clone(), self.time_index.path().to_path_buf()),
         ]
@@ -162,7 +163,7 @@ impl LogSegment {
         SegmentInfo {
             base_offset: self.base_offset,
             next_offset: self.next_offset,
-            path: self.log_path.clone(),
+            path: self.log_path.to_path_buf(),
             size_bytes: self.size,
         }
     }
@@ -171,7 +172,7 @@ impl LogSegment {
     /// descriptors (in-flight fetches) keep the data readable until dropped.
     pub(crate) fn delete_files(self) -> Result<()> {
         let paths = [
-            self.log_path.clone(),
+            self.log_path.to_path_buf(),
             self.offset_index.path().to_path_buf(),
             self.time_index.path().to_path_buf(),
         ];
