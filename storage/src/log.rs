@@ -894,6 +894,51 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_appends_and_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open(dir.path(), config(&[("segment.bytes", "3000")])));
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| log.append(&mut batch(2, 1, 50), 0).unwrap().first_offset)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let reader = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let hw = log.high_watermark();
+                    let mut offset = 0;
+                    while offset < hw {
+                        let bytes = log
+                            .read(offset, 1 << 20, true)
+                            .unwrap()
+                            .region
+                            .unwrap()
+                            .read_to_vec()
+                            .unwrap();
+                        let recs = decode(&bytes);
+                        assert_eq!(recs[0].0, offset);
+                        offset = recs.last().unwrap().0 + 1;
+                    }
+                }
+            })
+        };
+        let mut firsts: Vec<i64> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        reader.join().unwrap();
+        firsts.sort_unstable();
+        assert_eq!(firsts, (0..200).map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(log.log_end_offset(), 400);
+    }
+
+    #[test]
     fn append_notifies_waiters() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(open(dir.path(), config(&[])));
