@@ -140,7 +140,9 @@ pub enum BatchError {
         limit: usize,
     },
     /// The stored CRC does not match the bytes (Kafka's CORRUPT_MESSAGE).
-    #[error("batch at byte {position} fails its CRC: stored {stored:#010x}, computed {computed:#010x}")]
+    #[error(
+        "batch at byte {position} fails its CRC: stored {stored:#010x}, computed {computed:#010x}"
+    )]
     CrcMismatch {
         /// Byte offset of the batch.
         position: usize,
@@ -307,7 +309,8 @@ impl RecordBatchHeader {
 
     /// Offset of the last record: `base_offset + last_offset_delta`.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.wrapping_add(i64::from(self.last_offset_delta))
+        self.base_offset
+            .wrapping_add(i64::from(self.last_offset_delta))
     }
 
     /// Offset after the last record.
@@ -328,10 +331,16 @@ impl RecordBatchHeader {
     /// The first violated rule.
     pub fn check_sanity(&self, position: usize) -> Result<(), BatchError> {
         if self.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic { position, magic: self.magic });
+            return Err(BatchError::InvalidMagic {
+                position,
+                magic: self.magic,
+            });
         }
         if self.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength { position, batch_length: self.batch_length });
+            return Err(BatchError::InvalidLength {
+                position,
+                batch_length: self.batch_length,
+            });
         }
         if self.compression().is_none() {
             return Err(BatchError::UnknownCompression {
@@ -369,7 +378,11 @@ pub fn verify_crc(batch: &[u8], position: usize) -> Result<(), BatchError> {
     let stored = be_i32(batch, CRC_OFFSET) as u32;
     let computed = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     if stored != computed {
-        return Err(BatchError::CrcMismatch { position, stored, computed });
+        return Err(BatchError::CrcMismatch {
+            position,
+            stored,
+            computed,
+        });
     }
     Ok(())
 }
@@ -440,7 +453,11 @@ impl RecordWalker {
     const MIN_RECORD_BODY_RAW: u32 = 2 * 6;
 
     fn new() -> Self {
-        Self { pos: 0, seen: 0, bad: false }
+        Self {
+            pos: 0,
+            seen: 0,
+            bad: false,
+        }
     }
 
     /// Walks the records starting before `limit` (`limit <= records.len()`).
@@ -482,13 +499,22 @@ impl RecordWalker {
     /// The verdict once the whole batch was walked.
     fn finish(&self, records_len: usize, count: i32, position: usize) -> Result<(), BatchError> {
         if self.bad {
-            return Err(BatchError::MalformedRecords { position, reason: "bad record length" });
+            return Err(BatchError::MalformedRecords {
+                position,
+                reason: "bad record length",
+            });
         }
         if self.pos != records_len {
-            return Err(BatchError::MalformedRecords { position, reason: "record overruns its batch" });
+            return Err(BatchError::MalformedRecords {
+                position,
+                reason: "record overruns its batch",
+            });
         }
         if self.seen != count as usize {
-            return Err(BatchError::MalformedRecords { position, reason: "record count differs from recordsCount" });
+            return Err(BatchError::MalformedRecords {
+                position,
+                reason: "record count differs from recordsCount",
+            });
         }
         Ok(())
     }
@@ -511,7 +537,10 @@ fn check_record_tiling(records: &[u8], count: i32, position: usize) -> Result<()
 /// # Errors
 /// The first problem found, with the byte position of its batch. A partial
 /// trailing batch is [`BatchError::Truncated`]: producers never send one.
-pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<ValidatedBatches, BatchError> {
+pub fn validate_batches(
+    buf: &[u8],
+    max_batch_bytes: usize,
+) -> Result<ValidatedBatches, BatchError> {
     let mut out = ValidatedBatches {
         batch_count: 0,
         record_count: 0,
@@ -534,17 +563,31 @@ pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<ValidatedB
             available: rest.len(),
         })?;
         if header.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic { position: pos, magic: header.magic });
+            return Err(BatchError::InvalidMagic {
+                position: pos,
+                magic: header.magic,
+            });
         }
         if header.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength { position: pos, batch_length: header.batch_length });
+            return Err(BatchError::InvalidLength {
+                position: pos,
+                batch_length: header.batch_length,
+            });
         }
         let size = header.total_size();
         if size > max_batch_bytes {
-            return Err(BatchError::MessageTooLarge { position: pos, size, limit: max_batch_bytes });
+            return Err(BatchError::MessageTooLarge {
+                position: pos,
+                size,
+                limit: max_batch_bytes,
+            });
         }
         if size > rest.len() {
-            return Err(BatchError::Truncated { position: pos, needed: size, available: rest.len() });
+            return Err(BatchError::Truncated {
+                position: pos,
+                needed: size,
+                available: rest.len(),
+            });
         }
         let batch = &rest[..size];
         verify_crc(batch, pos)?;
@@ -607,7 +650,11 @@ pub struct BatchIter<'a> {
 impl<'a> BatchIter<'a> {
     /// Starts at the beginning of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        Self { buf, pos: 0, failed: false }
+        Self {
+            buf,
+            pos: 0,
+            failed: false,
+        }
     }
 
     /// Byte offset of the next batch (the end of the last good one).
@@ -634,9 +681,16 @@ impl Iterator for BatchIter<'_> {
                 header.check_sanity(self.pos)?;
                 let size = header.total_size();
                 if size > rest.len() {
-                    return Err(BatchError::Truncated { position: self.pos, needed: size, available: rest.len() });
+                    return Err(BatchError::Truncated {
+                        position: self.pos,
+                        needed: size,
+                        available: rest.len(),
+                    });
                 }
-                Ok(BatchPosition { position: self.pos, header })
+                Ok(BatchPosition {
+                    position: self.pos,
+                    header,
+                })
             });
         match &result {
             Ok(b) => self.pos = b.end(),
@@ -652,7 +706,9 @@ fn for_each_batch_mut(buf: &mut [u8], mut f: impl FnMut(&mut [u8])) {
     let mut pos = 0usize;
     while buf.len() - pos >= RECORD_BATCH_OVERHEAD {
         let len = be_i32(buf, pos + BATCH_LENGTH_OFFSET);
-        let Ok(len) = usize::try_from(len) else { return };
+        let Ok(len) = usize::try_from(len) else {
+            return;
+        };
         let size = len + LOG_OVERHEAD;
         if size < RECORD_BATCH_OVERHEAD || size > buf.len() - pos {
             return;
@@ -683,7 +739,8 @@ pub fn set_log_append_time(buf: &mut [u8], now_ms: i64) {
     for_each_batch_mut(buf, |batch| {
         let attributes = be_i16(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_BIT;
         batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&now_ms.to_be_bytes());
+        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+            .copy_from_slice(&now_ms.to_be_bytes());
         let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
         batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     });
@@ -729,8 +786,15 @@ mod tests {
 
     fn encode(recs: &[Record], compression: Compression) -> Vec<u8> {
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression })
-            .expect("encode");
+        RecordBatchEncoder::encode(
+            &mut buf,
+            recs.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .expect("encode");
         buf.to_vec()
     }
 
@@ -758,7 +822,13 @@ mod tests {
 
     #[test]
     fn validates_every_codec() {
-        for c in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let mut buf = batch(20, c);
             buf.extend(encode(&records(3, 5_000), c));
             let v = validate_batches(&buf, 1 << 20).unwrap_or_else(|e| panic!("{c:?}: {e}"));
@@ -789,7 +859,10 @@ mod tests {
             let mut bad = b.clone();
             bad[at] ^= 0x40;
             let err = validate_batches(&bad, 1 << 20).unwrap_err();
-            assert!(matches!(err, BatchError::CrcMismatch { position: 0, .. }), "byte {at}: {err}");
+            assert!(
+                matches!(err, BatchError::CrcMismatch { position: 0, .. }),
+                "byte {at}: {err}"
+            );
         }
         // base offset and leader epoch are outside the CRC.
         let mut ok = b.clone();
@@ -805,7 +878,10 @@ mod tests {
         buf.extend(batch(4, Compression::Gzip));
         for cut in [first + 10, first + 61, buf.len() - 1] {
             let err = validate_batches(&buf[..cut], 1 << 20).unwrap_err();
-            assert!(matches!(err, BatchError::Truncated { position, .. } if position == first), "{err}");
+            assert!(
+                matches!(err, BatchError::Truncated { position, .. } if position == first),
+                "{err}"
+            );
         }
     }
 
@@ -813,7 +889,10 @@ mod tests {
     fn wrong_magic_rejected() {
         let mut b = batch(2, Compression::None);
         b[16] = 1;
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidMagic { magic: 1, .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidMagic { magic: 1, .. })
+        ));
     }
 
     #[test]
@@ -835,13 +914,19 @@ mod tests {
         let mut b = batch(5, Compression::None);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidRecordCount { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidRecordCount { .. })
+        ));
         // Both agree but the records say otherwise (uncompressed walk).
         let mut b = batch(5, Compression::None);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
         b[23..27].copy_from_slice(&3i32.to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::MalformedRecords { .. })
+        ));
         // A compressed batch is not walked.
         let mut b = batch(5, Compression::Gzip);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
@@ -853,7 +938,10 @@ mod tests {
         b[57..61].copy_from_slice(&0i32.to_be_bytes());
         b[23..27].copy_from_slice(&(-1i32).to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidRecordCount { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidRecordCount { .. })
+        ));
     }
 
     #[test]
@@ -862,7 +950,10 @@ mod tests {
         let mut b = batch(3, Compression::None);
         b[61] = b[61].wrapping_add(2);
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::MalformedRecords { .. })
+        ));
     }
 
     #[test]
@@ -874,9 +965,14 @@ mod tests {
         assert_eq!(next, 108);
         validate_batches(&buf, 1 << 20).unwrap();
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf.clone())).unwrap();
-        let offsets: Vec<i64> = sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
+        let offsets: Vec<i64> = sets
+            .iter()
+            .flat_map(|s| s.records.iter().map(|r| r.offset))
+            .collect();
         assert_eq!(offsets, (100..108).collect::<Vec<_>>());
-        let bases: Vec<i64> = BatchIter::new(&buf).map(|b| b.unwrap().header.base_offset).collect();
+        let bases: Vec<i64> = BatchIter::new(&buf)
+            .map(|b| b.unwrap().header.base_offset)
+            .collect();
         assert_eq!(bases, vec![100, 103, 107]);
     }
 
@@ -894,7 +990,10 @@ mod tests {
             assert_eq!(h.partition_leader_epoch, 12);
         }
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf)).unwrap();
-        assert!(sets.iter().all(|s| s.records.iter().all(|r| r.timestamp_type == KTimestampType::LogAppend)));
+        assert!(sets.iter().all(|s| s
+            .records
+            .iter()
+            .all(|r| r.timestamp_type == KTimestampType::LogAppend)));
     }
 
     #[test]
@@ -904,7 +1003,9 @@ mod tests {
         buf.extend(batch(3, Compression::None));
         let mut it = BatchIter::new(&buf[..buf.len() - 5]);
         assert_eq!(it.next().unwrap().unwrap().position, 0);
-        assert!(matches!(it.next(), Some(Err(BatchError::Truncated { position, .. })) if position == first));
+        assert!(
+            matches!(it.next(), Some(Err(BatchError::Truncated { position, .. })) if position == first)
+        );
         assert!(it.next().is_none());
         assert_eq!(it.position(), first);
     }
@@ -916,7 +1017,10 @@ mod tests {
         p = 0;
         assert_eq!(read_zigzag_varint(&[0xac, 0x02], &mut p), Some(150));
         p = 0;
-        assert_eq!(read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p), None);
+        assert_eq!(
+            read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p),
+            None
+        );
         p = 0;
         assert_eq!(read_zigzag_varint(&[0x80], &mut p), None);
     }
@@ -927,7 +1031,9 @@ mod perf {
     use super::*;
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
     use std::time::Instant;
 
     /// Rough check of the validation speed against a bare CRC-32C pass (the
@@ -936,7 +1042,12 @@ mod perf {
     #[test]
     #[ignore]
     fn validation_speed() {
-        for (compression, value_len) in [(Compression::None, 10usize), (Compression::None, 100), (Compression::None, 1000), (Compression::Lz4, 100)] {
+        for (compression, value_len) in [
+            (Compression::None, 10usize),
+            (Compression::None, 100),
+            (Compression::None, 1000),
+            (Compression::Lz4, 100),
+        ] {
             let records: Vec<Record> = (0..(64 * 1024 / (value_len + 20)) as i64)
                 .map(|i| Record {
                     transactional: false,
@@ -955,7 +1066,15 @@ mod perf {
                 })
                 .collect();
             let mut one = BytesMut::new();
-            RecordBatchEncoder::encode(&mut one, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
+            RecordBatchEncoder::encode(
+                &mut one,
+                records.iter(),
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression,
+                },
+            )
+            .unwrap();
             let mut buf = Vec::new();
             while buf.len() < 16 << 20 {
                 buf.extend_from_slice(&one);
@@ -971,7 +1090,9 @@ mod perf {
                 crc = crc.min(t.elapsed());
                 let t = Instant::now();
                 for _ in 0..rounds {
-                    x ^= validate_batches(std::hint::black_box(&buf), 1 << 20).unwrap().record_count as u32;
+                    x ^= validate_batches(std::hint::black_box(&buf), 1 << 20)
+                        .unwrap()
+                        .record_count as u32;
                 }
                 val = val.min(t.elapsed());
             }

@@ -127,11 +127,22 @@ impl Default for LogConfig {
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> StorageError {
-    StorageError::InvalidConfig { key: key.to_string(), reason: reason.into() }
+    StorageError::InvalidConfig {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
-fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(key: &str, value: &str, min: T, max: T) -> Result<T> {
-    let v: T = value.trim().parse().map_err(|_| invalid(key, format!("{value:?} is not an integer")))?;
+fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: &str,
+    min: T,
+    max: T,
+) -> Result<T> {
+    let v: T = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, format!("{value:?} is not an integer")))?;
     if v < min || v > max {
         return Err(invalid(key, format!("{value} is not in [{min}, {max}]")));
     }
@@ -161,23 +172,35 @@ impl LogConfig {
             SEGMENT_BYTES => self.segment_bytes = parse_int(key, value, 14u64, I32 as u64)?,
             SEGMENT_MS => self.segment_ms = parse_int(key, value, 1, i64::MAX)?,
             SEGMENT_JITTER_MS => self.segment_jitter_ms = parse_int(key, value, 0, i64::MAX)?,
-            INDEX_INTERVAL_BYTES => self.index_interval_bytes = parse_int(key, value, 0u64, I32 as u64)?,
+            INDEX_INTERVAL_BYTES => {
+                self.index_interval_bytes = parse_int(key, value, 0u64, I32 as u64)?
+            }
             RETENTION_MS => self.retention_ms = parse_int(key, value, -1, i64::MAX)?,
             RETENTION_BYTES => self.retention_bytes = parse_int(key, value, i64::MIN, i64::MAX)?,
             FLUSH_MESSAGES => self.flush_messages = parse_int(key, value, 1, i64::MAX)?,
             FLUSH_MS => self.flush_ms = parse_int(key, value, 0, i64::MAX)?,
-            MAX_MESSAGE_BYTES => self.max_message_bytes = parse_int(key, value, 0usize, I32 as usize)?,
+            MAX_MESSAGE_BYTES => {
+                self.max_message_bytes = parse_int(key, value, 0usize, I32 as usize)?
+            }
             MESSAGE_TIMESTAMP_TYPE => {
                 self.message_timestamp_type = match value.trim() {
                     "CreateTime" => MessageTimestampType::CreateTime,
                     "LogAppendTime" => MessageTimestampType::LogAppendTime,
-                    _ => return Err(invalid(key, format!("{value:?} is not CreateTime or LogAppendTime"))),
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            format!("{value:?} is not CreateTime or LogAppendTime"),
+                        ))
+                    }
                 }
             }
             CLEANUP_POLICY => match value.trim() {
                 "delete" => {}
                 "compact" | "compact,delete" | "delete,compact" => {
-                    return Err(invalid(key, "compaction is not supported; only \"delete\" is"))
+                    return Err(invalid(
+                        key,
+                        "compaction is not supported; only \"delete\" is",
+                    ))
                 }
                 _ => return Err(invalid(key, format!("{value:?} is not a cleanup policy"))),
             },
@@ -224,7 +247,11 @@ impl LogConfig {
             .filter_map(|name| {
                 let value = self.get(&name)?;
                 let is_default = !overrides.contains_key(&name);
-                Some(ConfigEntry { name, value, is_default })
+                Some(ConfigEntry {
+                    name,
+                    value,
+                    is_default,
+                })
             })
             .collect()
     }
@@ -235,7 +262,9 @@ mod tests {
     use super::*;
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -251,8 +280,14 @@ mod tests {
             .unwrap();
         assert_eq!(c.segment_bytes, 1024);
         assert_eq!(c.retention_ms, -1);
-        assert_eq!(c.message_timestamp_type, MessageTimestampType::LogAppendTime);
-        assert_eq!(c.floe.get("floe.iceberg.table").map(String::as_str), Some("db.t"));
+        assert_eq!(
+            c.message_timestamp_type,
+            MessageTimestampType::LogAppendTime
+        );
+        assert_eq!(
+            c.floe.get("floe.iceberg.table").map(String::as_str),
+            Some("db.t")
+        );
         assert_eq!(c.segment_ms, 604_800_000);
     }
 

@@ -70,7 +70,11 @@ pub fn time_index_file(dir: &Path, base_offset: i64) -> PathBuf {
 
 /// Parses `<20 digits>.log|.index|.timeindex` into its base offset and kind.
 pub fn parse_segment_file_name(name: &str) -> Option<(i64, SegmentFileKind)> {
-    for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+    for kind in [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+    ] {
         if let Some(stem) = name.strip_suffix(kind.suffix()) {
             if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
                 return stem.parse().ok().map(|base| (base, kind));
@@ -149,19 +153,31 @@ mod tests {
         let p = log_file(Path::new("/d"), 42);
         assert_eq!(p, Path::new("/d/00000000000000000042.log"));
         let name = p.file_name().unwrap().to_str().unwrap();
-        assert_eq!(parse_segment_file_name(name), Some((42, SegmentFileKind::Log)));
+        assert_eq!(
+            parse_segment_file_name(name),
+            Some((42, SegmentFileKind::Log))
+        );
         assert_eq!(
             parse_segment_file_name("00000000000000000007.timeindex"),
             Some((7, SegmentFileKind::TimeIndex))
         );
-        assert_eq!(parse_segment_file_name("00000000000000000007.log.deleted"), None);
+        assert_eq!(
+            parse_segment_file_name("00000000000000000007.log.deleted"),
+            None
+        );
         assert_eq!(parse_segment_file_name("0007.log"), None);
-        assert_eq!(deleted_file(&p), Path::new("/d/00000000000000000042.log.deleted"));
+        assert_eq!(
+            deleted_file(&p),
+            Path::new("/d/00000000000000000042.log.deleted")
+        );
     }
 
     #[test]
     fn partition_dir_names() {
-        assert_eq!(parse_partition_dir_name("my-topic-12"), Some(("my-topic", 12)));
+        assert_eq!(
+            parse_partition_dir_name("my-topic-12"),
+            Some(("my-topic", 12))
+        );
         assert_eq!(parse_partition_dir_name("topics"), None);
         assert_eq!(parse_partition_dir_name("-1"), None);
         let d = deleting_dir_name("a-b", 3, "abc");

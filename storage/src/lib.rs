@@ -33,9 +33,9 @@ pub mod log;
 pub mod log_manager;
 mod offset_index;
 mod segment;
-mod time_index;
 #[cfg(test)]
 mod test_util;
+mod time_index;
 pub mod topic;
 
 pub use checkpoint::OffsetCheckpointFile;

@@ -18,7 +18,8 @@ use tracing::{info, warn};
 use crate::atomic_file::sync_dir;
 use crate::error::{IoContext, Result};
 use crate::file_names::{
-    index_file, log_file, parse_segment_file_name, time_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
+    index_file, log_file, parse_segment_file_name, time_index_file, SegmentFileKind,
+    DELETED_SUFFIX, TMP_SUFFIX,
 };
 use crate::offset_index::{open_rw, OffsetIndex};
 use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
@@ -62,7 +63,11 @@ impl LogLoader<'_> {
         let mut cut_at: Option<usize> = None;
 
         for (i, &base) in bases.iter().enumerate() {
-            let outcome = if base < recovery_point { self.load_trusted(base)? } else { Outcome::Recover(String::new()) };
+            let outcome = if base < recovery_point {
+                self.load_trusted(base)?
+            } else {
+                Outcome::Recover(String::new())
+            };
             let segment = match outcome {
                 Outcome::Trusted(seg) if seg.next_offset <= recovery_point => *seg,
                 Outcome::Trusted(_) => self.recover_segment(base, &mut modified, &mut cut_at, i)?,
@@ -74,7 +79,11 @@ impl LogLoader<'_> {
                 }
             };
             recovered.push(base);
-            if let Some(prev) = segments.values().next_back().map(|s: &LogSegment| s.next_offset) {
+            if let Some(prev) = segments
+                .values()
+                .next_back()
+                .map(|s: &LogSegment| s.next_offset)
+            {
                 if base < prev {
                     warn!(dir = %dir.display(), base, previous_end = prev, "segment overlaps its predecessor");
                 }
@@ -87,7 +96,11 @@ impl LogLoader<'_> {
         if let Some(i) = cut_at {
             for &base in &bases[i + 1..] {
                 warn!(segment = %log_file(dir, base).display(), "deleting segment after a truncated one");
-                for p in [log_file(dir, base), index_file(dir, base), time_index_file(dir, base)] {
+                for p in [
+                    log_file(dir, base),
+                    index_file(dir, base),
+                    time_index_file(dir, base),
+                ] {
                     match fs::remove_file(&p) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -98,8 +111,14 @@ impl LogLoader<'_> {
         }
 
         let first_base = segments.keys().next().copied();
-        let mut log_start_offset = self.log_start_offset.unwrap_or(0).max(first_base.unwrap_or(0));
-        let mut log_end_offset = segments.values().next_back().map_or(log_start_offset, |s| s.next_offset);
+        let mut log_start_offset = self
+            .log_start_offset
+            .unwrap_or(0)
+            .max(first_base.unwrap_or(0));
+        let mut log_end_offset = segments
+            .values()
+            .next_back()
+            .map_or(log_start_offset, |s| s.next_offset);
         if segments.is_empty() || log_end_offset < log_start_offset {
             if !segments.is_empty() {
                 warn!(dir = %dir.display(), log_start_offset, log_end_offset,
@@ -128,7 +147,12 @@ impl LogLoader<'_> {
         if modified {
             sync_dir(dir)?;
         }
-        Ok(LoadedLog { segments, log_start_offset, log_end_offset, recovery_point: log_end_offset })
+        Ok(LoadedLog {
+            segments,
+            log_start_offset,
+            log_end_offset,
+            recovery_point: log_end_offset,
+        })
     }
 
     /// Lists segment base offsets (sorted), deleting `.deleted`/`.tmp` leftovers and orphan indexes.
@@ -181,8 +205,12 @@ impl LogLoader<'_> {
             loop {
                 match scanner.next_batch(false)? {
                     Scanned::Batch { position, header } => {
-                        if header.base_offset < next_offset || (position == start && start > 0 && header.base_offset != next_offset) {
-                            return Ok(Outcome::Recover(format!("offset index disagrees with the log at {position}")));
+                        if header.base_offset < next_offset
+                            || (position == start && start > 0 && header.base_offset != next_offset)
+                        {
+                            return Ok(Outcome::Recover(format!(
+                                "offset index disagrees with the log at {position}"
+                            )));
                         }
                         if header.max_timestamp > tail_max.0 {
                             tail_max = (header.max_timestamp, Some(header.base_offset));
@@ -221,23 +249,36 @@ impl LogLoader<'_> {
     }
 
     /// Scans a segment fully, rebuilding its indexes; truncates at the first invalid batch.
-    fn recover_segment(&self, base: i64, modified: &mut bool, cut_at: &mut Option<usize>, i: usize) -> Result<LogSegment> {
+    fn recover_segment(
+        &self,
+        base: i64,
+        modified: &mut bool,
+        cut_at: &mut Option<usize>,
+        i: usize,
+    ) -> Result<LogSegment> {
         let dir = self.dir;
         let log_path = log_file(dir, base);
         let log = open_rw(&log_path, false)?;
         let file_len = log.metadata().ctx("stat segment", &log_path)?.len();
         let offset_index = OffsetIndex::create(&index_file(dir, base), base)?;
         let time_index = TimeIndex::create(&time_index_file(dir, base), base)?;
-        let mut seg = LogSegment::assemble(base, log_path.clone(), log, 0, offset_index, time_index);
+        let mut seg =
+            LogSegment::assemble(base, log_path.clone(), log, 0, offset_index, time_index);
         let log = seg.log.clone();
         let mut scanner = FileBatchScanner::new(&log, &log_path, 0, file_len);
         let valid_end = loop {
             match scanner.next_batch(true)? {
                 Scanned::Batch { position, header } => {
                     let problem = if header.base_offset < seg.next_offset {
-                        Some(format!("base offset {} is below the expected {}", header.base_offset, seg.next_offset))
+                        Some(format!(
+                            "base offset {} is below the expected {}",
+                            header.base_offset, seg.next_offset
+                        ))
                     } else if header.last_offset() - base > i64::from(u32::MAX) {
-                        Some(format!("offset {} does not fit the segment based at {base}", header.last_offset()))
+                        Some(format!(
+                            "offset {} does not fit the segment based at {base}",
+                            header.last_offset()
+                        ))
                     } else {
                         None
                     };
@@ -247,11 +288,19 @@ impl LogLoader<'_> {
                     if position == 0 {
                         seg.rolling_timestamp_ms = Some(header.max_timestamp);
                     }
-                    seg.index_batch(header.base_offset, position, header.total_size() as u64, header.max_timestamp, self.index_interval_bytes);
+                    seg.index_batch(
+                        header.base_offset,
+                        position,
+                        header.total_size() as u64,
+                        header.max_timestamp,
+                        self.index_interval_bytes,
+                    );
                     seg.next_offset = header.next_offset();
                 }
                 Scanned::End => break None,
-                Scanned::Invalid { position, reason } => break self.truncate(&seg, position, file_len, &reason)?,
+                Scanned::Invalid { position, reason } => {
+                    break self.truncate(&seg, position, file_len, &reason)?
+                }
             }
         };
         seg.size = valid_end.unwrap_or(file_len);
@@ -264,7 +313,13 @@ impl LogLoader<'_> {
         Ok(seg)
     }
 
-    fn truncate(&self, seg: &LogSegment, position: u64, file_len: u64, reason: &str) -> Result<Option<u64>> {
+    fn truncate(
+        &self,
+        seg: &LogSegment,
+        position: u64,
+        file_len: u64,
+        reason: &str,
+    ) -> Result<Option<u64>> {
         warn!(
             segment = %seg.log_path.display(),
             position,
@@ -273,7 +328,9 @@ impl LogLoader<'_> {
             %reason,
             "truncating segment at an invalid batch"
         );
-        seg.log.set_len(position).ctx("truncate segment", &seg.log_path)?;
+        seg.log
+            .set_len(position)
+            .ctx("truncate segment", &seg.log_path)?;
         Ok(Some(position))
     }
 }
@@ -296,7 +353,8 @@ mod tests {
     fn write_log(dir: &std::path::Path) -> i64 {
         let log = PartitionLog::open(dir, "t", 0, cfg(), None, None).unwrap();
         for i in 0..30i64 {
-            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0).unwrap();
+            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0)
+                .unwrap();
         }
         log.close().unwrap();
         log.log_end_offset()
@@ -306,7 +364,13 @@ mod tests {
         let mut out = Vec::new();
         let mut offset = log.log_start_offset();
         while offset < log.log_end_offset() {
-            let bytes = log.read(offset, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+            let bytes = log
+                .read(offset, 1 << 20, true)
+                .unwrap()
+                .region
+                .unwrap()
+                .read_to_vec()
+                .unwrap();
             let recs = decode(&bytes);
             offset = recs.last().unwrap().0 + 1;
             out.extend(recs);
@@ -322,7 +386,12 @@ mod tests {
     }
 
     fn append_bytes(path: &std::path::Path, bytes: &[u8]) {
-        std::fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .write_all(bytes)
+            .unwrap();
     }
 
     #[test]
@@ -354,10 +423,17 @@ mod tests {
             let good_len = std::fs::metadata(&path).unwrap().len();
             append_bytes(&path, &[0xab; 333]);
             let log = PartitionLog::open(dir.path(), "t", 0, cfg(), recovery_point, None).unwrap();
-            assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len, "{recovery_point:?}");
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                good_len,
+                "{recovery_point:?}"
+            );
             assert_eq!(log.log_end_offset(), 60);
             let recs = all_records(&log);
-            assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
+            assert_eq!(
+                recs.iter().map(|r| r.0).collect::<Vec<_>>(),
+                (0..60).collect::<Vec<_>>()
+            );
             assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
             assert_eq!(log.recovery_point(), 60);
         }
@@ -398,13 +474,20 @@ mod tests {
         let path = log_file(dir.path(), 0);
         let mut bytes = std::fs::read(&path).unwrap();
         // Flip a byte inside the second batch's records.
-        let h = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
+        let h = floe_protocol::record_batch::BatchIter::new(&bytes)
+            .nth(1)
+            .unwrap()
+            .unwrap();
         bytes[h.position + 70] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
         assert_eq!(log.log_end_offset(), 2, "only the first batch survives");
         assert_eq!(log.segment_count(), 1);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "later segments deleted");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            3,
+            "later segments deleted"
+        );
         assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 2);
     }
 
@@ -414,7 +497,11 @@ mod tests {
         let end = write_log(dir.path());
         let reference = {
             let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
-            let r = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+            let r = (
+                all_records(&log),
+                log.offset_for_timestamp(130).unwrap(),
+                log.max_timestamp_and_offset().unwrap(),
+            );
             std::mem::forget(log);
             r
         };
@@ -422,7 +509,10 @@ mod tests {
             .iter()
             .map(|p| std::fs::metadata(p).unwrap().len())
             .collect();
-        assert!(sizes.iter().all(|&s| s > 0), "indexes were written: {sizes:?}");
+        assert!(
+            sizes.iter().all(|&s| s > 0),
+            "indexes were written: {sizes:?}"
+        );
         let second = {
             let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
             let b = log.sealed_segments()[1].base_offset;
@@ -444,15 +534,32 @@ mod tests {
         std::fs::write(index_file(dir.path(), third), &bad).unwrap();
 
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
-        assert_eq!(std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(), sizes[0]);
-        let ti = std::fs::metadata(time_index_file(dir.path(), second)).unwrap().len();
+        assert_eq!(
+            std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(),
+            sizes[0]
+        );
+        let ti = std::fs::metadata(time_index_file(dir.path(), second))
+            .unwrap()
+            .len();
         assert!(ti > 0, "time index rebuilt: {ti} bytes");
         assert_eq!(ti % 12, 0);
-        let oi = std::fs::metadata(index_file(dir.path(), third)).unwrap().len();
+        let oi = std::fs::metadata(index_file(dir.path(), third))
+            .unwrap()
+            .len();
         assert_ne!(oi, 8, "offset index rebuilt");
         assert_eq!(oi % 8, 0);
-        let now = (all_records(&log), log.offset_for_timestamp(130).unwrap(), log.max_timestamp_and_offset().unwrap());
+        let now = (
+            all_records(&log),
+            log.offset_for_timestamp(130).unwrap(),
+            log.max_timestamp_and_offset().unwrap(),
+        );
         assert_eq!(now, reference);
-        assert_eq!(reference.1, Some(crate::log::TimestampAndOffset { timestamp: 130, offset: 30 }));
+        assert_eq!(
+            reference.1,
+            Some(crate::log::TimestampAndOffset {
+                timestamp: 130,
+                offset: 30
+            })
+        );
     }
 }

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use floe_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType as KTimestampType};
-use floe_protocol::record_batch::{assign_offsets, set_log_append_time, BatchIter, RecordBatchHeader, TimestampType};
+use floe_protocol::record_batch::{
+    assign_offsets, set_log_append_time, BatchIter, RecordBatchHeader, TimestampType,
+};
 use floe_protocol::FileRegion;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
@@ -79,11 +81,17 @@ struct LogState {
 
 impl LogState {
     fn active(&self) -> &LogSegment {
-        self.segments.values().next_back().expect("a log always has an active segment")
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
     }
 
     fn active_mut(&mut self) -> &mut LogSegment {
-        self.segments.values_mut().next_back().expect("a log always has an active segment")
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
     }
 
     /// The segment holding `offset`, or the first one after it.
@@ -91,7 +99,11 @@ impl LogState {
         let floor = self.segments.range(..=offset).next_back().map(|(_, s)| s);
         match floor {
             Some(s) if s.next_offset > offset => Some(s),
-            _ => self.segments.range(offset + 1..).map(|(_, s)| s).find(|s| !s.is_empty()),
+            _ => self
+                .segments
+                .range(offset + 1..)
+                .map(|(_, s)| s)
+                .find(|s| !s.is_empty()),
         }
     }
 }
@@ -151,8 +163,14 @@ impl PartitionLog {
             log_start_offset,
         }
         .load()?;
-        debug!(topic, partition, segments = loaded.segments.len(), log_start_offset = loaded.log_start_offset,
-            log_end_offset = loaded.log_end_offset, "opened partition log");
+        debug!(
+            topic,
+            partition,
+            segments = loaded.segments.len(),
+            log_start_offset = loaded.log_start_offset,
+            log_end_offset = loaded.log_end_offset,
+            "opened partition log"
+        );
         Ok(Self {
             topic: topic.to_string(),
             partition,
@@ -195,7 +213,10 @@ impl PartitionLog {
 
     fn check_live(&self) -> Result<()> {
         if self.deleted.load(Ordering::Acquire) {
-            return Err(StorageError::UnknownTopicOrPartition { topic: self.topic.clone(), partition: Some(self.partition) });
+            return Err(StorageError::UnknownTopicOrPartition {
+                topic: self.topic.clone(),
+                partition: Some(self.partition),
+            });
         }
         Ok(())
     }
@@ -272,7 +293,10 @@ impl PartitionLog {
         let mut record_count = 0i64;
         let mut max_batch = 0usize;
         for b in BatchIter::new(records) {
-            let b = b.map_err(|e| StorageError::Corrupt { path: self.dir.clone(), reason: format!("append: {e}") })?;
+            let b = b.map_err(|e| StorageError::Corrupt {
+                path: self.dir.clone(),
+                reason: format!("append: {e}"),
+            })?;
             let size = b.header.total_size();
             max_batch = max_batch.max(size);
             batches.push(AppendedBatch {
@@ -287,25 +311,37 @@ impl PartitionLog {
 
         let mut st = self.state();
         if batches.is_empty() {
-            return Ok(LogAppendInfo { first_offset: -1, last_offset: -1, log_append_time: -1,
-                log_start_offset: st.log_start_offset, record_count: 0 });
+            return Ok(LogAppendInfo {
+                first_offset: -1,
+                last_offset: -1,
+                log_append_time: -1,
+                log_start_offset: st.log_start_offset,
+                record_count: 0,
+            });
         }
         let config = st.config.clone();
         if max_batch > config.max_message_bytes {
-            return Err(StorageError::RecordTooLarge { size: max_batch, limit: config.max_message_bytes });
+            return Err(StorageError::RecordTooLarge {
+                size: max_batch,
+                limit: config.max_message_bytes,
+            });
         }
         if records.len() as u64 > config.segment_bytes {
-            return Err(StorageError::RecordTooLarge { size: records.len(), limit: config.segment_bytes as usize });
+            return Err(StorageError::RecordTooLarge {
+                size: records.len(),
+                limit: config.segment_bytes as usize,
+            });
         }
-        let log_append_time = if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
-            set_log_append_time(records, now_ms);
-            for b in &mut batches {
-                b.max_timestamp = now_ms;
-            }
-            now_ms
-        } else {
-            -1
-        };
+        let log_append_time =
+            if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
+                set_log_append_time(records, now_ms);
+                for b in &mut batches {
+                    b.max_timestamp = now_ms;
+                }
+                now_ms
+            } else {
+                -1
+            };
         let first_offset = st.log_end_offset;
         let last_offset = first_offset + record_count - 1;
         self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms)?;
@@ -314,11 +350,18 @@ impl PartitionLog {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
         }
-        st.active_mut().append(records, &batches, now_ms, config.index_interval_bytes)?;
+        st.active_mut()
+            .append(records, &batches, now_ms, config.index_interval_bytes)?;
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
         let flush_due = st.unflushed_messages >= config.flush_messages;
-        let info = LogAppendInfo { first_offset, last_offset, log_append_time, log_start_offset: st.log_start_offset, record_count };
+        let info = LogAppendInfo {
+            first_offset,
+            last_offset,
+            log_append_time,
+            log_start_offset: st.log_start_offset,
+            record_count,
+        };
         drop(st);
         self.append_notify.notify_waiters();
         if flush_due {
@@ -337,7 +380,10 @@ impl PartitionLog {
         }
         let reason = if active.size + len > st.config.segment_bytes {
             "segment.bytes"
-        } else if active.rolling_timestamp_ms.is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms) {
+        } else if active
+            .rolling_timestamp_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms)
+        {
             "segment.ms"
         } else if last_offset - active.base_offset > i64::from(u32::MAX) {
             "relative offset overflow"
@@ -368,7 +414,9 @@ impl PartitionLog {
         let mut st = self.state();
         let active = st.active();
         let due = !active.is_empty()
-            && active.rolling_timestamp_ms.is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms);
+            && active
+                .rolling_timestamp_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms);
         if due {
             self.roll(&mut st, "segment.ms")?;
         }
@@ -388,27 +436,58 @@ impl PartitionLog {
     /// # Errors
     /// [`StorageError::OffsetOutOfRange`] outside `[log_start_offset, log_end_offset]`;
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
-    pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FetchDataInfo> {
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+    ) -> Result<FetchDataInfo> {
         self.check_live()?;
         let (file, path, mut position, end, hw, lso) = {
             let st = self.state();
             let (hw, lso) = (st.log_end_offset, st.log_start_offset);
             if fetch_offset < lso || fetch_offset > hw {
-                return Err(StorageError::OffsetOutOfRange { requested: fetch_offset, log_start: lso, log_end: hw });
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: fetch_offset,
+                    log_start: lso,
+                    log_end: hw,
+                });
             }
-            let empty = FetchDataInfo { region: None, high_watermark: hw, log_start_offset: lso, last_stable_offset: hw };
+            let empty = FetchDataInfo {
+                region: None,
+                high_watermark: hw,
+                log_start_offset: lso,
+                last_stable_offset: hw,
+            };
             if fetch_offset == hw {
                 return Ok(empty);
             }
-            let Some(seg) = st.segment_for(fetch_offset) else { return Ok(empty) };
-            (seg.log.clone(), seg.log_path.clone(), seg.offset_index.position_for(fetch_offset), seg.size, hw, lso)
+            let Some(seg) = st.segment_for(fetch_offset) else {
+                return Ok(empty);
+            };
+            (
+                seg.log.clone(),
+                seg.log_path.clone(),
+                seg.offset_index.position_for(fetch_offset),
+                seg.size,
+                hw,
+                lso,
+            )
         };
-        let mut info = FetchDataInfo { region: None, high_watermark: hw, log_start_offset: lso, last_stable_offset: hw };
+        let mut info = FetchDataInfo {
+            region: None,
+            high_watermark: hw,
+            log_start_offset: lso,
+            last_stable_offset: hw,
+        };
         while position < end {
             let header = read_header_at(&file, &path, position)?;
             let size = header.total_size() as u64;
             if size == 0 {
-                return Err(StorageError::Corrupt { path, reason: format!("batch at {position} has length {}", header.batch_length) });
+                return Err(StorageError::Corrupt {
+                    path: path.to_path_buf(),
+                    reason: format!("batch at {position} has length {}", header.batch_length),
+                });
             }
             if header.last_offset() >= fetch_offset {
                 let available = end - position;
@@ -421,7 +500,11 @@ impl PartitionLog {
                     u64::from(max_bytes).min(available)
                 };
                 let len = u32::try_from(len).unwrap_or(u32::MAX);
-                info.region = Some(FileRegion { file, position, len });
+                info.region = Some(FileRegion {
+                    file,
+                    position,
+                    len,
+                });
                 return Ok(info);
             }
             position += size;
@@ -438,13 +521,22 @@ impl PartitionLog {
         self.check_live()?;
         let (candidates, lso) = {
             let st = self.state();
-            let c: Vec<(Arc<File>, PathBuf, u64, u64)> = st
+            let c: Vec<(Arc<File>, Arc<Path>, u64, u64)> = st
                 .segments
                 .values()
                 .filter(|s| s.max_timestamp >= timestamp && s.next_offset > st.log_start_offset)
                 .map(|s| {
-                    let start_offset = s.time_index.lookup(timestamp).unwrap_or(s.base_offset).max(st.log_start_offset);
-                    (s.log.clone(), s.log_path.clone(), s.offset_index.position_for(start_offset), s.size)
+                    let start_offset = s
+                        .time_index
+                        .lookup(timestamp)
+                        .unwrap_or(s.base_offset)
+                        .max(st.log_start_offset);
+                    (
+                        s.log.clone(),
+                        s.log_path.clone(),
+                        s.offset_index.position_for(start_offset),
+                        s.size,
+                    )
                 })
                 .collect();
             (c, st.log_start_offset)
@@ -457,7 +549,9 @@ impl PartitionLog {
                     break;
                 }
                 if header.max_timestamp >= timestamp && header.last_offset() >= lso {
-                    let found = find_record(&file, &path, position, &header, |offset, ts| offset >= lso && ts >= timestamp)?;
+                    let found = find_record(&file, &path, position, end, &header, |offset, ts| {
+                        offset >= lso && ts >= timestamp
+                    })?;
                     if found.is_some() {
                         return Ok(found);
                     }
@@ -488,7 +582,14 @@ impl PartitionLog {
             else {
                 return Ok(None);
             };
-            (seg.log.clone(), seg.log_path.clone(), seg.max_timestamp, seg.offset_of_max_timestamp, seg.size, st.log_start_offset)
+            (
+                seg.log.clone(),
+                seg.log_path.clone(),
+                seg.max_timestamp,
+                seg.offset_of_max_timestamp,
+                seg.size,
+                st.log_start_offset,
+            )
         };
         let mut position = 0u64;
         while position < end {
@@ -497,9 +598,13 @@ impl PartitionLog {
             if size == 0 {
                 break;
             }
-            let candidate = known.map_or(header.max_timestamp == max_ts, |base| header.base_offset == base);
+            let candidate = known.map_or(header.max_timestamp == max_ts, |base| {
+                header.base_offset == base
+            });
             if candidate && header.last_offset() >= lso {
-                if let Some(found) = find_record(&file, &path, position, &header, |o, ts| o >= lso && ts >= max_ts)? {
+                if let Some(found) = find_record(&file, &path, position, end, &header, |o, ts| {
+                    o >= lso && ts >= max_ts
+                })? {
                     return Ok(Some(found));
                 }
             }
@@ -536,15 +641,23 @@ impl PartitionLog {
     /// Removes from the front the sealed segments that are below the log start
     /// offset or for which `expired` says so, respecting the retention floor;
     /// moves the log start offset past them.
-    fn take_segments(st: &mut LogState, mut expired: impl FnMut(&LogSegment, &LogState) -> bool) -> Vec<LogSegment> {
+    fn take_segments(
+        st: &mut LogState,
+        mut expired: impl FnMut(&LogSegment, &LogState) -> bool,
+    ) -> Vec<LogSegment> {
         let bases: Vec<i64> = st.segments.keys().copied().collect();
         let mut removed = Vec::new();
         for (i, base) in bases.iter().enumerate() {
             if i + 1 == bases.len() {
                 break; // the active segment stays
             }
-            let Some(seg) = st.segments.get(base) else { break };
-            if st.retention_floor.is_some_and(|floor| seg.next_offset > floor) {
+            let Some(seg) = st.segments.get(base) else {
+                break;
+            };
+            if st
+                .retention_floor
+                .is_some_and(|floor| seg.next_offset > floor)
+            {
                 break;
             }
             let below_start = bases[i + 1] <= st.log_start_offset;
@@ -585,9 +698,14 @@ impl PartitionLog {
             let mut st = self.state();
             let config = st.config.clone();
             let total: u64 = st.segments.values().map(|s| s.size).sum();
-            let mut excess = if config.retention_bytes >= 0 { total as i64 - config.retention_bytes } else { i64::MIN };
+            let mut excess = if config.retention_bytes >= 0 {
+                total as i64 - config.retention_bytes
+            } else {
+                i64::MIN
+            };
             Self::take_segments(&mut st, |seg, _| {
-                let by_time = config.retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
+                let by_time = config.retention_ms >= 0
+                    && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
                 let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
                 if by_time || by_size {
                     if excess != i64::MIN {
@@ -612,7 +730,11 @@ impl PartitionLog {
     pub fn sealed_segments(&self) -> Vec<SegmentInfo> {
         let st = self.state();
         let n = st.segments.len();
-        st.segments.values().take(n.saturating_sub(1)).map(LogSegment::info).collect()
+        st.segments
+            .values()
+            .take(n.saturating_sub(1))
+            .map(LogSegment::info)
+            .collect()
     }
 
     /// Fsyncs (`fdatasync`) every segment holding offsets at or above the
@@ -626,8 +748,16 @@ impl PartitionLog {
         let (files, target, unflushed, dir_dirty) = {
             let mut st = self.state();
             let rp = st.recovery_point;
-            let from = st.segments.range(..=rp).next_back().map_or(i64::MIN, |(b, _)| *b);
-            let files: Vec<_> = st.segments.range(from..).flat_map(|(_, s)| s.files()).collect();
+            let from = st
+                .segments
+                .range(..=rp)
+                .next_back()
+                .map_or(i64::MIN, |(b, _)| *b);
+            let files: Vec<_> = st
+                .segments
+                .range(from..)
+                .flat_map(|(_, s)| s.files())
+                .collect();
             let dirty = std::mem::take(&mut st.dir_dirty);
             (files, st.log_end_offset, st.unflushed_messages, dirty)
         };
@@ -701,19 +831,39 @@ fn find_record(
     file: &File,
     path: &Path,
     position: u64,
+    end: u64,
     header: &RecordBatchHeader,
     want: impl Fn(i64, i64) -> bool,
 ) -> Result<Option<TimestampAndOffset>> {
     use std::os::unix::fs::FileExt;
+    if header.total_size() as u64 > end.saturating_sub(position) {
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!(
+                "batch at {position} of {} bytes passes the segment's end {end}",
+                header.total_size()
+            ),
+        });
+    }
     let mut buf = vec![0u8; header.total_size()];
-    file.read_exact_at(&mut buf, position).ctx("read batch", path)?;
+    file.read_exact_at(&mut buf, position)
+        .ctx("read batch", path)?;
     let mut bytes = bytes::Bytes::from(buf);
-    let set = RecordBatchDecoder::decode(&mut bytes)
-        .map_err(|e| StorageError::Corrupt { path: path.to_path_buf(), reason: format!("batch at {position}: {e}") })?;
+    let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("batch at {position}: {e}"),
+    })?;
     let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
     Ok(set.records.iter().find_map(|r| {
-        let ts = if log_append || r.timestamp_type == KTimestampType::LogAppend { header.max_timestamp } else { r.timestamp };
-        want(r.offset, ts).then_some(TimestampAndOffset { timestamp: ts, offset: r.offset })
+        let ts = if log_append || r.timestamp_type == KTimestampType::LogAppend {
+            header.max_timestamp
+        } else {
+            r.timestamp
+        };
+        want(r.offset, ts).then_some(TimestampAndOffset {
+            timestamp: ts,
+            offset: r.offset,
+        })
     }))
 }
 
@@ -730,7 +880,9 @@ mod tests {
 
     fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
         let info = log.read(offset, 1 << 20, true).unwrap();
-        info.region.map(|r| decode(&r.read_to_vec().unwrap())).unwrap_or_default()
+        info.region
+            .map(|r| decode(&r.read_to_vec().unwrap()))
+            .unwrap_or_default()
     }
 
     #[test]
@@ -739,6 +891,51 @@ mod tests {
         check::<PartitionLog>();
         check::<crate::LogManager>();
         check::<crate::Topic>();
+    }
+
+    #[test]
+    fn concurrent_appends_and_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open(dir.path(), config(&[("segment.bytes", "3000")])));
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| log.append(&mut batch(2, 1, 50), 0).unwrap().first_offset)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let reader = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let hw = log.high_watermark();
+                    let mut offset = 0;
+                    while offset < hw {
+                        let bytes = log
+                            .read(offset, 1 << 20, true)
+                            .unwrap()
+                            .region
+                            .unwrap()
+                            .read_to_vec()
+                            .unwrap();
+                        let recs = decode(&bytes);
+                        assert_eq!(recs[0].0, offset);
+                        offset = recs.last().unwrap().0 + 1;
+                    }
+                }
+            })
+        };
+        let mut firsts: Vec<i64> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        reader.join().unwrap();
+        firsts.sort_unstable();
+        assert_eq!(firsts, (0..200).map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(log.log_end_offset(), 400);
     }
 
     #[test]
@@ -757,16 +954,26 @@ mod tests {
     #[test]
     fn append_and_read_across_rolls() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]));
+        let log = open(
+            dir.path(),
+            config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]),
+        );
         for i in 0..50 {
             let mut b = batch(3, 1_000 + i, 100);
             let info = log.append(&mut b, 5_000).unwrap();
-            assert_eq!((info.first_offset, info.last_offset, info.record_count), (i * 3, i * 3 + 2, 3));
+            assert_eq!(
+                (info.first_offset, info.last_offset, info.record_count),
+                (i * 3, i * 3 + 2, 3)
+            );
             assert_eq!(info.log_append_time, -1);
         }
         assert_eq!(log.log_end_offset(), 150);
         assert_eq!(log.high_watermark(), 150);
-        assert!(log.segment_count() > 3, "rolled into {} segments", log.segment_count());
+        assert!(
+            log.segment_count() > 3,
+            "rolled into {} segments",
+            log.segment_count()
+        );
         let sealed = log.sealed_segments();
         assert_eq!(sealed.len(), log.segment_count() - 1);
         for w in sealed.windows(2) {
@@ -779,12 +986,25 @@ mod tests {
             // Starts at the batch holding the offset, offsets contiguous, one segment only.
             assert_eq!(got[0].0, offset - offset % 3, "offset {offset}");
             assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1));
-            let seg_end = sealed.iter().find(|s| s.base_offset <= offset && offset < s.next_offset).map_or(150, |s| s.next_offset);
+            let seg_end = sealed
+                .iter()
+                .find(|s| s.base_offset <= offset && offset < s.next_offset)
+                .map_or(150, |s| s.next_offset);
             assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
         }
         assert!(log.read(150, 1000, true).unwrap().region.is_none());
-        assert!(matches!(log.read(151, 1000, true), Err(StorageError::OffsetOutOfRange { requested: 151, log_start: 0, log_end: 150 })));
-        assert!(matches!(log.read(-1, 1000, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.read(151, 1000, true),
+            Err(StorageError::OffsetOutOfRange {
+                requested: 151,
+                log_start: 0,
+                log_end: 150
+            })
+        ));
+        assert!(matches!(
+            log.read(-1, 1000, true),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
     }
 
     #[test]
@@ -801,14 +1021,24 @@ mod tests {
         }
         let st = log.state();
         let seg = st.active();
-        assert!(seg.offset_index.len() >= 10, "{} entries", seg.offset_index.len());
+        assert!(
+            seg.offset_index.len() >= 10,
+            "{} entries",
+            seg.offset_index.len()
+        );
         for offset in 0..80 {
             let (entry_offset, entry_pos) = seg.offset_index.lookup(offset).unwrap_or((0, 0));
             assert!(entry_offset <= offset);
-            assert!(positions.contains(&(entry_offset, entry_pos)), "entry ({entry_offset}, {entry_pos}) is not a batch start");
+            assert!(
+                positions.contains(&(entry_offset, entry_pos)),
+                "entry ({entry_offset}, {entry_pos}) is not a batch start"
+            );
             // Sparse: the entry is within about one interval of the target batch.
             let target_pos = positions[(offset / 2) as usize].1;
-            assert!(target_pos - entry_pos <= 300 + 200, "offset {offset}: entry at {entry_pos}, batch at {target_pos}");
+            assert!(
+                target_pos - entry_pos <= 300 + 200,
+                "offset {offset}: entry at {entry_pos}, batch at {target_pos}"
+            );
         }
     }
 
@@ -824,13 +1054,21 @@ mod tests {
         log.append(&mut small, 0).unwrap();
 
         let r = log.read(0, 100, true).unwrap().region.unwrap();
-        assert_eq!((r.position, r.len), (0, big_len), "KIP-74: the whole first batch");
+        assert_eq!(
+            (r.position, r.len),
+            (0, big_len),
+            "KIP-74: the whole first batch"
+        );
         assert!(log.read(0, 100, false).unwrap().region.is_none());
         let r = log.read(0, big_len + 5, true).unwrap().region.unwrap();
         assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
         assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
         let r = log.read(3, 1 << 20, false).unwrap().region.unwrap();
-        assert_eq!((r.position, r.len), (0, big_len + small_len), "starts at the batch holding offset 3");
+        assert_eq!(
+            (r.position, r.len),
+            (0, big_len + small_len),
+            "starts at the batch holding offset 3"
+        );
         let r = log.read(5, 1 << 20, false).unwrap().region.unwrap();
         assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
     }
@@ -838,16 +1076,40 @@ mod tests {
     #[test]
     fn log_append_time_is_applied() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[("message.timestamp.type", "LogAppendTime")]));
+        let log = open(
+            dir.path(),
+            config(&[("message.timestamp.type", "LogAppendTime")]),
+        );
         let mut b = batch_with(&[1, 2, 3], 10, Compression::Gzip);
         let info = log.append(&mut b, 777_000).unwrap();
         assert_eq!(info.log_append_time, 777_000);
-        let bytes = log.read(0, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+        let bytes = log
+            .read(0, 1 << 20, true)
+            .unwrap()
+            .region
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
         floe_protocol::record_batch::validate_batches(&bytes, 1 << 20).unwrap();
         let h = RecordBatchHeader::parse(&bytes).unwrap();
-        assert_eq!((h.timestamp_type(), h.max_timestamp), (TimestampType::LogAppendTime, 777_000));
-        assert_eq!(log.offset_for_timestamp(500_000).unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 777_000, offset: 0 }));
+        assert_eq!(
+            (h.timestamp_type(), h.max_timestamp),
+            (TimestampType::LogAppendTime, 777_000)
+        );
+        assert_eq!(
+            log.offset_for_timestamp(500_000).unwrap(),
+            Some(TimestampAndOffset {
+                timestamp: 777_000,
+                offset: 0
+            })
+        );
+        assert_eq!(
+            log.max_timestamp_and_offset().unwrap(),
+            Some(TimestampAndOffset {
+                timestamp: 777_000,
+                offset: 0
+            })
+        );
     }
 
     #[test]
@@ -855,7 +1117,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), config(&[]));
         let info = log.append(&mut [], 0).unwrap();
-        assert_eq!((info.first_offset, info.last_offset, info.record_count), (-1, -1, 0));
+        assert_eq!(
+            (info.first_offset, info.last_offset, info.record_count),
+            (-1, -1, 0)
+        );
         assert_eq!(log.log_end_offset(), 0);
     }
 
@@ -864,7 +1129,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), config(&[("max.message.bytes", "200")]));
         let mut b = batch(3, 1, 100);
-        assert!(matches!(log.append(&mut b, 0), Err(StorageError::RecordTooLarge { limit: 200, .. })));
+        assert!(matches!(
+            log.append(&mut b, 0),
+            Err(StorageError::RecordTooLarge { limit: 200, .. })
+        ));
         assert_eq!(log.log_end_offset(), 0);
     }
 
@@ -881,13 +1149,19 @@ mod tests {
         assert!(!log.roll_if_due(11_500).unwrap());
         assert!(log.roll_if_due(12_002).unwrap());
         assert_eq!(log.segment_count(), 3);
-        assert!(!log.roll_if_due(20_000).unwrap(), "an empty active segment is not rolled");
+        assert!(
+            !log.roll_if_due(20_000).unwrap(),
+            "an empty active segment is not rolled"
+        );
     }
 
     #[test]
     fn flush_messages_and_flush_ms_move_the_recovery_point() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[("flush.messages", "4"), ("flush.ms", "1000")]));
+        let log = open(
+            dir.path(),
+            config(&[("flush.messages", "4"), ("flush.ms", "1000")]),
+        );
         log.append(&mut batch(3, 1, 10), 0).unwrap();
         assert_eq!(log.recovery_point(), 0);
         log.append(&mut batch(1, 1, 10), 0).unwrap();
@@ -918,10 +1192,17 @@ mod tests {
         let log = segmented_log(dir.path(), &[("retention.ms", "5000")]);
         assert_eq!(log.segment_count(), 5);
         // Segment max timestamps: 2000, 4000, 6000, 8000, (active) 10000.
-        assert_eq!(log.apply_retention(7_000).unwrap(), 0, "exactly retention.ms old is kept");
+        assert_eq!(
+            log.apply_retention(7_000).unwrap(),
+            0,
+            "exactly retention.ms old is kept"
+        );
         assert_eq!(log.apply_retention(10_500).unwrap(), 2);
         assert_eq!(log.log_start_offset(), 8);
-        assert!(matches!(log.read(7, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.read(7, 100, true),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(read_all(&log, 8)[0].0, 8);
         assert!(!crate::file_names::log_file(dir.path(), 0).exists());
         assert!(!crate::file_names::index_file(dir.path(), 4).exists());
@@ -938,14 +1219,22 @@ mod tests {
         let log = segmented_log(dir.path(), &[("retention.ms", "-1")]);
         let total = log.size_bytes() as i64;
         let seg = log.sealed_segments()[0].size_bytes as i64;
-        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(total - seg - 1).to_string())]));
+        log.set_config(config(&[
+            ("segment.bytes", "600"),
+            ("retention.ms", "-1"),
+            ("retention.bytes", &(total - seg - 1).to_string()),
+        ]));
         // As Kafka: a segment goes only if the log stays at least retention.bytes without it.
         assert_eq!(log.apply_retention(0).unwrap(), 1);
         assert_eq!(log.log_start_offset(), 4);
         assert_eq!(log.size_bytes() as i64, total - seg);
         let now = log.size_bytes() as i64;
         let next = log.sealed_segments()[0].size_bytes as i64;
-        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "-1"), ("retention.bytes", &(now - next).to_string())]));
+        log.set_config(config(&[
+            ("segment.bytes", "600"),
+            ("retention.ms", "-1"),
+            ("retention.bytes", &(now - next).to_string()),
+        ]));
         assert_eq!(log.apply_retention(0).unwrap(), 1);
         assert_eq!(log.apply_retention(0).unwrap(), 0);
         assert_eq!(log.log_start_offset(), 8);
@@ -956,7 +1245,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
         log.set_retention_floor(Some(5));
-        assert_eq!(log.apply_retention(1_000_000).unwrap(), 1, "segment [0,4) only");
+        assert_eq!(
+            log.apply_retention(1_000_000).unwrap(),
+            1,
+            "segment [0,4) only"
+        );
         log.set_retention_floor(None);
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 3);
     }
@@ -974,11 +1267,21 @@ mod tests {
     fn delete_records_before_moves_log_start() {
         let dir = tempfile::tempdir().unwrap();
         let log = segmented_log(dir.path(), &[]);
-        assert!(matches!(log.delete_records_before(21), Err(StorageError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.delete_records_before(21),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(log.delete_records_before(9).unwrap(), 9);
         assert_eq!(log.log_start_offset(), 9);
-        assert_eq!(log.sealed_segments()[0].base_offset, 8, "segments [0,4) and [4,8) deleted");
-        assert!(matches!(log.read(8, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+        assert_eq!(
+            log.sealed_segments()[0].base_offset,
+            8,
+            "segments [0,4) and [4,8) deleted"
+        );
+        assert!(matches!(
+            log.read(8, 100, true),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(read_all(&log, 9)[0].0, 8, "the batch holding 9");
         assert_eq!(log.delete_records_before(3).unwrap(), 9, "never moves back");
         assert_eq!(log.delete_records_before(20).unwrap(), 20);
@@ -989,7 +1292,10 @@ mod tests {
     #[test]
     fn offset_for_timestamp_and_max() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]));
+        let log = open(
+            dir.path(),
+            config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]),
+        );
         let mut expected = Vec::new();
         let mut offset = 0;
         for i in 0..20i64 {
@@ -1004,15 +1310,48 @@ mod tests {
         }
         assert!(log.segment_count() > 2);
         for target in [0, 1_000, 1_005, 1_015, 1_020, 1_021, 1_500, 2_910, 2_920] {
-            let want = expected.iter().find(|&&(_, t)| t >= target).map(|&(offset, timestamp)| TimestampAndOffset { timestamp, offset });
-            assert_eq!(log.offset_for_timestamp(target).unwrap(), want, "target {target}");
+            let want = expected
+                .iter()
+                .find(|&&(_, t)| t >= target)
+                .map(|&(offset, timestamp)| TimestampAndOffset { timestamp, offset });
+            assert_eq!(
+                log.offset_for_timestamp(target).unwrap(),
+                want,
+                "target {target}"
+            );
         }
         assert_eq!(log.offset_for_timestamp(2_921).unwrap(), None);
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
+        assert_eq!(
+            log.max_timestamp_and_offset().unwrap(),
+            Some(TimestampAndOffset {
+                timestamp: 2_920,
+                offset: 57
+            })
+        );
         drop(log);
         // Reopened with everything trusted: the max is found by a scan.
-        let log = PartitionLog::open(dir.path(), "t", 0, config(&[("segment.bytes", "600")]), Some(60), None).unwrap();
-        assert_eq!(log.max_timestamp_and_offset().unwrap(), Some(TimestampAndOffset { timestamp: 2_920, offset: 57 }));
-        assert_eq!(log.offset_for_timestamp(1_505).unwrap(), Some(TimestampAndOffset { timestamp: 1_520, offset: 15 }));
+        let log = PartitionLog::open(
+            dir.path(),
+            "t",
+            0,
+            config(&[("segment.bytes", "600")]),
+            Some(60),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            log.max_timestamp_and_offset().unwrap(),
+            Some(TimestampAndOffset {
+                timestamp: 2_920,
+                offset: 57
+            })
+        );
+        assert_eq!(
+            log.offset_for_timestamp(1_505).unwrap(),
+            Some(TimestampAndOffset {
+                timestamp: 1_520,
+                offset: 15
+            })
+        );
     }
 }

@@ -23,9 +23,9 @@ use crate::checkpoint::{CheckpointEntries, OffsetCheckpointFile};
 use crate::config::LogConfig;
 use crate::error::{IoContext, Result, StorageError};
 use crate::file_names::{
-    deleting_dir_name, is_deleting_dir_name, parse_partition_dir_name, parse_topic_metadata_file_name,
-    partition_dir, topic_metadata_file, topics_dir, LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES,
-    RECOVERY_POINT_CHECKPOINT, TMP_SUFFIX,
+    deleting_dir_name, is_deleting_dir_name, parse_partition_dir_name,
+    parse_topic_metadata_file_name, partition_dir, topic_metadata_file, topics_dir,
+    LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, TMP_SUFFIX,
 };
 use crate::log::PartitionLog;
 use crate::topic::{validate_topic_name, Topic, TopicMetadata};
@@ -70,7 +70,10 @@ fn new_cluster_id() -> String {
     let bytes = Uuid::new_v4().into_bytes();
     let mut out = String::with_capacity(22);
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
         let chars = chunk.len() + 1;
         for i in 0..chars {
             out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
@@ -111,29 +114,48 @@ impl LogManager {
     /// [`StorageError::InvalidConfig`] (key `node.id`) if the directory belongs
     /// to another node or a stored topic config no longer parses;
     /// [`StorageError::Corrupt`] for unreadable metadata; [`StorageError::Io`].
-    pub fn open_with_node_id(data_dir: impl AsRef<Path>, node_id: Option<i32>, default_config: LogConfig) -> Result<Self> {
+    pub fn open_with_node_id(
+        data_dir: impl AsRef<Path>,
+        node_id: Option<i32>,
+        default_config: LogConfig,
+    ) -> Result<Self> {
         let data_dir = data_dir.as_ref().to_path_buf();
         fs::create_dir_all(topics_dir(&data_dir)).ctx("create data directory", &data_dir)?;
         let cluster_id = Self::load_meta(&data_dir, node_id)?;
-        let recovery_points = OffsetCheckpointFile::new(data_dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
-        let log_starts = OffsetCheckpointFile::new(data_dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
+        let recovery_points =
+            OffsetCheckpointFile::new(data_dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
+        let log_starts =
+            OffsetCheckpointFile::new(data_dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
 
         let mut topics = BTreeMap::new();
         let tdir = topics_dir(&data_dir);
         for entry in fs::read_dir(&tdir).ctx("list topics", &tdir)? {
             let entry = entry.ctx("list topics", &tdir)?;
             let path = entry.path();
-            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
             if file_name.ends_with(TMP_SUFFIX) {
                 fs::remove_file(&path).ctx("remove leftover file", &path)?;
                 continue;
             }
-            let Some(name) = parse_topic_metadata_file_name(&file_name) else { continue };
+            let Some(name) = parse_topic_metadata_file_name(&file_name) else {
+                continue;
+            };
             let bytes = fs::read(&path).ctx("read topic metadata", &path)?;
-            let meta: TopicMetadata = serde_json::from_slice(&bytes)
-                .map_err(|e| StorageError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+            let meta: TopicMetadata =
+                serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
             if meta.name != name || meta.partitions <= 0 {
-                return Err(StorageError::Corrupt { path, reason: format!("names topic {:?} with {} partitions", meta.name, meta.partitions) });
+                return Err(StorageError::Corrupt {
+                    path,
+                    reason: format!(
+                        "names topic {:?} with {} partitions",
+                        meta.name, meta.partitions
+                    ),
+                });
             }
             let config = Arc::new(default_config.with_overrides(&meta.config)?);
             let mut partitions = Vec::with_capacity(meta.partitions as usize);
@@ -159,11 +181,15 @@ impl LogManager {
             if !entry.file_type().ctx("stat", &entry.path())?.is_dir() {
                 continue;
             }
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
             if is_deleting_dir_name(&name) {
                 remove_dir(&entry.path(), "deleted topic")?;
             } else if let Some((topic, p)) = parse_partition_dir_name(&name) {
-                let known = topics.get(topic).is_some_and(|t: &Arc<Topic>| p < t.partition_count());
+                let known = topics
+                    .get(topic)
+                    .is_some_and(|t: &Arc<Topic>| p < t.partition_count());
                 if !known {
                     remove_dir(&entry.path(), "partition directory without topic metadata")?;
                 }
@@ -195,7 +221,10 @@ impl LogManager {
                 if have != &want.to_string() {
                     return Err(StorageError::InvalidConfig {
                         key: "node.id".into(),
-                        reason: format!("{} belongs to node {have}, not {want}", data_dir.display()),
+                        reason: format!(
+                            "{} belongs to node {have}, not {want}",
+                            data_dir.display()
+                        ),
                     });
                 }
             }
@@ -264,7 +293,12 @@ impl LogManager {
     ///
     /// # Errors
     /// As [`LogManager::create_topic`].
-    pub fn validate_create_topic(&self, name: &str, partitions: i32, overrides: &BTreeMap<String, String>) -> Result<LogConfig> {
+    pub fn validate_create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<LogConfig> {
         validate_topic_name(name)?;
         if partitions <= 0 {
             return Err(StorageError::InvalidPartitions {
@@ -274,19 +308,28 @@ impl LogManager {
         }
         let config = self.default_config.with_overrides(overrides)?;
         if self.topics_read().contains_key(name) {
-            return Err(StorageError::TopicAlreadyExists { topic: name.to_string() });
+            return Err(StorageError::TopicAlreadyExists {
+                topic: name.to_string(),
+            });
         }
         Ok(config)
     }
 
     fn persist_metadata(&self, meta: &TopicMetadata) -> Result<()> {
         let path = topic_metadata_file(&self.data_dir, &meta.name);
-        let json = serde_json::to_vec_pretty(meta)
-            .map_err(|e| StorageError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+        let json = serde_json::to_vec_pretty(meta).map_err(|e| StorageError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         write_atomically(&path, &json)
     }
 
-    fn open_new_partitions(&self, name: &str, range: std::ops::Range<i32>, config: &Arc<LogConfig>) -> Result<Vec<Arc<PartitionLog>>> {
+    fn open_new_partitions(
+        &self,
+        name: &str,
+        range: std::ops::Range<i32>,
+        config: &Arc<LogConfig>,
+    ) -> Result<Vec<Arc<PartitionLog>>> {
         let mut logs = Vec::new();
         for p in range.clone() {
             let dir = partition_dir(&self.data_dir, name, p);
@@ -318,11 +361,22 @@ impl LogManager {
     /// # Errors
     /// [`StorageError::InvalidTopic`], [`StorageError::InvalidPartitions`] (≤ 0),
     /// [`StorageError::InvalidConfig`], [`StorageError::TopicAlreadyExists`], [`StorageError::Io`].
-    pub fn create_topic(&self, name: &str, partitions: i32, overrides: BTreeMap<String, String>) -> Result<Arc<Topic>> {
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>> {
         let _admin = lock(&self.admin);
         let config = Arc::new(self.validate_create_topic(name, partitions, &overrides)?);
         let logs = self.open_new_partitions(name, 0..partitions, &config)?;
-        let topic = Arc::new(Topic::new(name.to_string(), Uuid::new_v4(), logs, overrides, config));
+        let topic = Arc::new(Topic::new(
+            name.to_string(),
+            Uuid::new_v4(),
+            logs,
+            overrides,
+            config,
+        ));
         if let Err(e) = self.persist_metadata(&topic.metadata()) {
             for p in topic.partitions() {
                 p.mark_deleted();
@@ -332,6 +386,8 @@ impl LogManager {
         }
         self.topics_write().insert(name.to_string(), topic.clone());
         info!(topic = name, partitions, id = %topic.id(), "created topic");
+        // Replace any checkpoint entries a deleted namesake left behind.
+        self.write_checkpoints()?;
         Ok(topic)
     }
 
@@ -343,10 +399,12 @@ impl LogManager {
     /// [`StorageError::UnknownTopicOrPartition`]; [`StorageError::Io`] (leftovers are removed at the next open).
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         let _admin = lock(&self.admin);
-        let topic = self
-            .topics_write()
-            .remove(name)
-            .ok_or_else(|| StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None })?;
+        let topic = self.topics_write().remove(name).ok_or_else(|| {
+            StorageError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: None,
+            }
+        })?;
         let partitions = topic.partitions();
         for p in &partitions {
             p.mark_deleted();
@@ -357,7 +415,9 @@ impl LogManager {
         let unique = topic.id().simple().to_string();
         let mut renamed = Vec::with_capacity(partitions.len());
         for p in &partitions {
-            let to = self.data_dir.join(deleting_dir_name(name, p.partition(), &unique));
+            let to = self
+                .data_dir
+                .join(deleting_dir_name(name, p.partition(), &unique));
             match fs::rename(p.dir(), &to) {
                 Ok(()) => renamed.push(to),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -369,7 +429,8 @@ impl LogManager {
             fs::remove_dir_all(&dir).ctx("remove deleted partition directory", &dir)?;
         }
         info!(topic = name, "deleted topic");
-        Ok(())
+        // Drop its checkpoint entries, so a namesake created later cannot inherit them.
+        self.write_checkpoints()
     }
 
     /// Grows a topic to `new_count` partitions (CreatePartitions).
@@ -379,12 +440,19 @@ impl LogManager {
     /// unless `new_count` exceeds the current count; [`StorageError::Io`].
     pub fn create_partitions(&self, name: &str, new_count: i32) -> Result<()> {
         let _admin = lock(&self.admin);
-        let topic = self.topic(name).ok_or_else(|| StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None })?;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| StorageError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: None,
+            })?;
         let current = topic.partition_count();
         if new_count <= current {
             return Err(StorageError::InvalidPartitions {
                 topic: name.to_string(),
-                reason: format!("topic has {current} partitions; the new count {new_count} must be larger"),
+                reason: format!(
+                    "topic has {current} partitions; the new count {new_count} must be larger"
+                ),
             });
         }
         let logs = self.open_new_partitions(name, current..new_count, &topic.config())?;
@@ -398,17 +466,29 @@ impl LogManager {
             return Err(e);
         }
         topic.add_partitions(logs);
-        info!(topic = name, from = current, to = new_count, "added partitions");
-        Ok(())
+        info!(
+            topic = name,
+            from = current,
+            to = new_count,
+            "added partitions"
+        );
+        self.write_checkpoints()
     }
 
     /// Checks a full set of overrides for a topic without applying it (validate_only).
     ///
     /// # Errors
     /// [`StorageError::UnknownTopicOrPartition`], [`StorageError::InvalidConfig`].
-    pub fn validate_topic_config(&self, name: &str, overrides: &BTreeMap<String, String>) -> Result<LogConfig> {
+    pub fn validate_topic_config(
+        &self,
+        name: &str,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<LogConfig> {
         if self.topic(name).is_none() {
-            return Err(StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None });
+            return Err(StorageError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: None,
+            });
         }
         self.default_config.with_overrides(overrides)
     }
@@ -418,10 +498,19 @@ impl LogManager {
     ///
     /// # Errors
     /// As [`LogManager::validate_topic_config`], plus [`StorageError::Io`].
-    pub fn alter_topic_config(&self, name: &str, overrides: BTreeMap<String, String>) -> Result<()> {
+    pub fn alter_topic_config(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<()> {
         let _admin = lock(&self.admin);
         let config = Arc::new(self.validate_topic_config(name, &overrides)?);
-        let topic = self.topic(name).ok_or_else(|| StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None })?;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| StorageError::UnknownTopicOrPartition {
+                topic: name.to_string(),
+                partition: None,
+            })?;
         let mut meta = topic.metadata();
         meta.config = overrides.clone();
         self.persist_metadata(&meta)?;
@@ -511,20 +600,32 @@ mod tests {
     use crate::test_util::{batch, decode};
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn append(m: &LogManager, topic: &str, p: i32, n: usize) {
-        m.partition(topic, p).unwrap().append(&mut batch(n, 1_000, 10), 0).unwrap();
+        m.partition(topic, p)
+            .unwrap()
+            .append(&mut batch(n, 1_000, 10), 0)
+            .unwrap();
     }
 
     #[test]
     fn topics_configs_and_data_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let (cluster_id, id) = {
-            let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
+            let m =
+                LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
             assert_eq!(m.cluster_id().len(), 22);
-            let t = m.create_topic("orders", 3, map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")])).unwrap();
+            let t = m
+                .create_topic(
+                    "orders",
+                    3,
+                    map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")]),
+                )
+                .unwrap();
             assert_eq!(t.partition_count(), 3);
             append(&m, "orders", 1, 5);
             append(&m, "orders", 1, 2);
@@ -536,17 +637,32 @@ mod tests {
         let t = m.topic("orders").unwrap();
         assert_eq!((t.id(), t.partition_count()), (id, 3));
         assert_eq!(t.config().retention_ms, 1000);
-        assert_eq!(t.overrides(), map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")]));
+        assert_eq!(
+            t.overrides(),
+            map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")])
+        );
         let described = t.describe_config();
-        assert!(described.iter().any(|e| e.name == "retention.ms" && e.value == "1000" && !e.is_default));
-        assert!(described.iter().any(|e| e.name == "floe.iceberg.table" && e.value == "x"));
+        assert!(described
+            .iter()
+            .any(|e| e.name == "retention.ms" && e.value == "1000" && !e.is_default));
+        assert!(described
+            .iter()
+            .any(|e| e.name == "floe.iceberg.table" && e.value == "x"));
         let p1 = m.partition("orders", 1).unwrap();
         assert_eq!(p1.log_end_offset(), 7);
         assert_eq!(p1.recovery_point(), 7);
-        let bytes = p1.read(0, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+        let bytes = p1
+            .read(0, 1 << 20, true)
+            .unwrap()
+            .region
+            .unwrap()
+            .read_to_vec()
+            .unwrap();
         assert_eq!(decode(&bytes).len(), 7);
         assert!(m.partition("orders", 3).is_none());
-        let cp = OffsetCheckpointFile::new(dir.path().join(RECOVERY_POINT_CHECKPOINT)).read().unwrap();
+        let cp = OffsetCheckpointFile::new(dir.path().join(RECOVERY_POINT_CHECKPOINT))
+            .read()
+            .unwrap();
         assert_eq!(cp.get(&("orders".to_string(), 1)), Some(&7));
         drop(m);
         assert!(matches!(
@@ -562,7 +678,10 @@ mod tests {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
             m.create_topic("t", 1, BTreeMap::new()).unwrap();
             append(&m, "t", 0, 10);
-            m.partition("t", 0).unwrap().delete_records_before(6).unwrap();
+            m.partition("t", 0)
+                .unwrap()
+                .delete_records_before(6)
+                .unwrap();
             m.run_maintenance(0).unwrap();
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
@@ -574,10 +693,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         m.create_topic("a", 1, BTreeMap::new()).unwrap();
-        assert!(matches!(m.create_topic("a", 1, BTreeMap::new()), Err(StorageError::TopicAlreadyExists { .. })));
-        assert!(matches!(m.create_topic("b c", 1, BTreeMap::new()), Err(StorageError::InvalidTopic { .. })));
-        assert!(matches!(m.create_topic("..", 1, BTreeMap::new()), Err(StorageError::InvalidTopic { .. })));
-        assert!(matches!(m.create_topic("b", 0, BTreeMap::new()), Err(StorageError::InvalidPartitions { .. })));
+        assert!(matches!(
+            m.create_topic("a", 1, BTreeMap::new()),
+            Err(StorageError::TopicAlreadyExists { .. })
+        ));
+        assert!(matches!(
+            m.create_topic("b c", 1, BTreeMap::new()),
+            Err(StorageError::InvalidTopic { .. })
+        ));
+        assert!(matches!(
+            m.create_topic("..", 1, BTreeMap::new()),
+            Err(StorageError::InvalidTopic { .. })
+        ));
+        assert!(matches!(
+            m.create_topic("b", 0, BTreeMap::new()),
+            Err(StorageError::InvalidPartitions { .. })
+        ));
         assert!(matches!(
             m.create_topic("b", 1, map(&[("cleanup.policy", "compact")])),
             Err(StorageError::InvalidConfig { key, .. }) if key == "cleanup.policy"
@@ -598,8 +729,14 @@ mod tests {
             let held = m.partition("gone", 0).unwrap();
             m.delete_topic("gone").unwrap();
             assert!(m.topic("gone").is_none());
-            assert!(matches!(held.append(&mut batch(1, 1, 1), 0), Err(StorageError::UnknownTopicOrPartition { .. })));
-            assert!(matches!(m.delete_topic("gone"), Err(StorageError::UnknownTopicOrPartition { .. })));
+            assert!(matches!(
+                held.append(&mut batch(1, 1, 1), 0),
+                Err(StorageError::UnknownTopicOrPartition { .. })
+            ));
+            assert!(matches!(
+                m.delete_topic("gone"),
+                Err(StorageError::UnknownTopicOrPartition { .. })
+            ));
             assert!(!partition_dir(dir.path(), "gone", 0).exists());
             assert!(!topic_metadata_file(dir.path(), "gone").exists());
             let again = m.create_topic("gone", 1, BTreeMap::new()).unwrap();
@@ -608,8 +745,38 @@ mod tests {
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         assert!(m.topics().is_empty());
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with("gone")), "{names:?}");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.to_string_lossy().starts_with("gone")),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn recreated_topic_does_not_inherit_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            m.create_topic("t", 1, BTreeMap::new()).unwrap();
+            append(&m, "t", 0, 10);
+            m.partition("t", 0)
+                .unwrap()
+                .delete_records_before(8)
+                .unwrap();
+            m.run_maintenance(0).unwrap();
+            m.delete_topic("t").unwrap();
+            m.create_topic("t", 1, BTreeMap::new()).unwrap();
+            append(&m, "t", 0, 3);
+            std::mem::forget(m); // crash: no shutdown, no flush
+        }
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let p = m.partition("t", 0).unwrap();
+        assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 3));
     }
 
     #[test]
@@ -637,11 +804,24 @@ mod tests {
         {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
             let t = m.create_topic("t", 2, BTreeMap::new()).unwrap();
-            assert!(matches!(m.create_partitions("t", 2), Err(StorageError::InvalidPartitions { .. })));
-            assert!(matches!(m.create_partitions("t", 1), Err(StorageError::InvalidPartitions { .. })));
-            assert!(matches!(m.create_partitions("nope", 3), Err(StorageError::UnknownTopicOrPartition { .. })));
+            assert!(matches!(
+                m.create_partitions("t", 2),
+                Err(StorageError::InvalidPartitions { .. })
+            ));
+            assert!(matches!(
+                m.create_partitions("t", 1),
+                Err(StorageError::InvalidPartitions { .. })
+            ));
+            assert!(matches!(
+                m.create_partitions("nope", 3),
+                Err(StorageError::UnknownTopicOrPartition { .. })
+            ));
             m.create_partitions("t", 4).unwrap();
-            assert_eq!(t.partition_count(), 4, "visible through the existing Arc<Topic>");
+            assert_eq!(
+                t.partition_count(),
+                4,
+                "visible through the existing Arc<Topic>"
+            );
             append(&m, "t", 3, 2);
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
@@ -654,35 +834,55 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
-            m.create_topic("t", 1, map(&[("retention.ms", "5")])).unwrap();
+            m.create_topic("t", 1, map(&[("retention.ms", "5")]))
+                .unwrap();
             assert!(matches!(
                 m.validate_topic_config("t", &map(&[("segment.bytes", "x")])),
                 Err(StorageError::InvalidConfig { .. })
             ));
             assert!(m.alter_topic_config("t", map(&[("bogus", "1")])).is_err());
             assert_eq!(m.topic("t").unwrap().config().retention_ms, 5);
-            m.alter_topic_config("t", map(&[("message.timestamp.type", "LogAppendTime")])).unwrap();
-            let info = m.partition("t", 0).unwrap().append(&mut batch(1, 1, 1), 1234).unwrap();
+            m.alter_topic_config("t", map(&[("message.timestamp.type", "LogAppendTime")]))
+                .unwrap();
+            let info = m
+                .partition("t", 0)
+                .unwrap()
+                .append(&mut batch(1, 1, 1), 1234)
+                .unwrap();
             assert_eq!(info.log_append_time, 1234, "applied to the partition");
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         let t = m.topic("t").unwrap();
-        assert_eq!(t.overrides(), map(&[("message.timestamp.type", "LogAppendTime")]));
-        assert_eq!(t.config().retention_ms, LogConfig::default().retention_ms, "full-set semantics");
+        assert_eq!(
+            t.overrides(),
+            map(&[("message.timestamp.type", "LogAppendTime")])
+        );
+        assert_eq!(
+            t.config().retention_ms,
+            LogConfig::default().retention_ms,
+            "full-set semantics"
+        );
     }
 
     #[test]
     fn maintenance_applies_retention() {
         let dir = tempfile::tempdir().unwrap();
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
-        m.create_topic("t", 1, map(&[("segment.bytes", "100"), ("retention.ms", "100")])).unwrap();
+        m.create_topic(
+            "t",
+            1,
+            map(&[("segment.bytes", "100"), ("retention.ms", "100")]),
+        )
+        .unwrap();
         for _ in 0..4 {
             append(&m, "t", 0, 2);
         }
         let report = m.run_maintenance(10_000).unwrap();
         assert_eq!(report.segments_deleted, 3);
         assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 6);
-        let starts = OffsetCheckpointFile::new(dir.path().join(LOG_START_OFFSET_CHECKPOINT)).read().unwrap();
+        let starts = OffsetCheckpointFile::new(dir.path().join(LOG_START_OFFSET_CHECKPOINT))
+            .read()
+            .unwrap();
         assert_eq!(starts.get(&("t".to_string(), 0)), Some(&6));
     }
 
@@ -690,7 +890,9 @@ mod tests {
     fn cluster_ids_are_url_safe_base64() {
         let a = new_cluster_id();
         assert_eq!(a.len(), 22);
-        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(a
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_ne!(a, new_cluster_id());
     }
 }

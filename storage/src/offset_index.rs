@@ -52,19 +52,34 @@ impl OffsetIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
         let file = open_rw(path, true)?;
-        Ok(Self { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new(), persisted: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            base_offset,
+            entries: Vec::new(),
+            persisted: 0,
+        })
     }
 
     /// Loads the index at `path` for a log of `log_size` bytes. `Ok(Err(reason))`
     /// when the file is missing or fails the sanity checks (and must be rebuilt).
-    pub(crate) fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Result<Self, String>> {
+    pub(crate) fn load(
+        path: &Path,
+        base_offset: i64,
+        log_size: u64,
+    ) -> Result<Result<Self, String>> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err("index file is missing".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err("index file is missing".into()))
+            }
             Err(e) => return Err(e).ctx("read", path),
         };
         if bytes.len() % OFFSET_INDEX_ENTRY_SIZE != 0 {
-            return Ok(Err(format!("size {} is not a multiple of {OFFSET_INDEX_ENTRY_SIZE}", bytes.len())));
+            return Ok(Err(format!(
+                "size {} is not a multiple of {OFFSET_INDEX_ENTRY_SIZE}",
+                bytes.len()
+            )));
         }
         let mut entries = Vec::with_capacity(bytes.len() / OFFSET_INDEX_ENTRY_SIZE);
         for chunk in bytes.chunks_exact(OFFSET_INDEX_ENTRY_SIZE) {
@@ -72,23 +87,38 @@ impl OffsetIndex {
             let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
             if let Some(&(prev_rel, prev_pos)) = entries.last() {
                 if rel <= prev_rel || pos <= prev_pos {
-                    return Ok(Err(format!("entry {} ({rel}, {pos}) is not after ({prev_rel}, {prev_pos})", entries.len())));
+                    return Ok(Err(format!(
+                        "entry {} ({rel}, {pos}) is not after ({prev_rel}, {prev_pos})",
+                        entries.len()
+                    )));
                 }
             }
             if u64::from(pos) >= log_size {
-                return Ok(Err(format!("entry {} points at {pos}, past the log's {log_size} bytes", entries.len())));
+                return Ok(Err(format!(
+                    "entry {} points at {pos}, past the log's {log_size} bytes",
+                    entries.len()
+                )));
             }
             entries.push((rel, pos));
         }
         let file = open_rw(path, false)?;
         let persisted = entries.len();
-        Ok(Ok(Self { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries, persisted }))
+        Ok(Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            base_offset,
+            entries,
+            persisted,
+        }))
     }
 
     /// Adds an entry in memory if it is representable and after the last one;
     /// [`OffsetIndex::persist`] writes it.
     pub(crate) fn append(&mut self, offset: i64, position: u64) {
-        let (Ok(rel), Ok(pos)) = (u32::try_from(offset - self.base_offset), u32::try_from(position)) else {
+        let (Ok(rel), Ok(pos)) = (
+            u32::try_from(offset - self.base_offset),
+            u32::try_from(position),
+        ) else {
             return;
         };
         if let Some(&(last_rel, last_pos)) = self.entries.last() {
@@ -104,13 +134,16 @@ impl OffsetIndex {
         if self.persisted == self.entries.len() {
             return Ok(());
         }
-        let mut buf = Vec::with_capacity((self.entries.len() - self.persisted) * OFFSET_INDEX_ENTRY_SIZE);
+        let mut buf =
+            Vec::with_capacity((self.entries.len() - self.persisted) * OFFSET_INDEX_ENTRY_SIZE);
         for &(rel, pos) in &self.entries[self.persisted..] {
             buf.extend_from_slice(&rel.to_be_bytes());
             buf.extend_from_slice(&pos.to_be_bytes());
         }
         let at = (self.persisted * OFFSET_INDEX_ENTRY_SIZE) as u64;
-        self.file.write_all_at(&buf, at).ctx("append to index", &self.path)?;
+        self.file
+            .write_all_at(&buf, at)
+            .ctx("append to index", &self.path)?;
         self.persisted = self.entries.len();
         Ok(())
     }
@@ -199,6 +232,9 @@ mod tests {
         assert!(OffsetIndex::load(&p, 0, 100).unwrap().is_err(), "unsorted");
         std::fs::write(&p, &b[..8]).unwrap();
         assert!(OffsetIndex::load(&p, 0, 100).unwrap().is_ok());
-        assert!(OffsetIndex::load(&p, 0, 50).unwrap().is_err(), "past the log");
+        assert!(
+            OffsetIndex::load(&p, 0, 50).unwrap().is_err(),
+            "past the log"
+        );
     }
 }

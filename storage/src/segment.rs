@@ -46,7 +46,8 @@ pub(crate) struct AppendedBatch {
 #[derive(Debug)]
 pub(crate) struct LogSegment {
     pub(crate) base_offset: i64,
-    pub(crate) log_path: PathBuf,
+    /// Shared so reads can name the file in errors without allocating.
+    pub(crate) log_path: Arc<Path>,
     pub(crate) log: Arc<File>,
     /// Bytes of whole batches in the `.log`.
     pub(crate) size: u64,
@@ -72,7 +73,14 @@ impl LogSegment {
         let log = open_rw(&log_path, true)?;
         let offset_index = OffsetIndex::create(&index_file(dir, base_offset), base_offset)?;
         let time_index = TimeIndex::create(&time_index_file(dir, base_offset), base_offset)?;
-        Ok(Self::assemble(base_offset, log_path, log, 0, offset_index, time_index))
+        Ok(Self::assemble(
+            base_offset,
+            log_path,
+            log,
+            0,
+            offset_index,
+            time_index,
+        ))
     }
 
     /// Puts a segment together from opened parts; offsets and timestamps start empty.
@@ -86,7 +94,7 @@ impl LogSegment {
     ) -> Self {
         Self {
             base_offset,
-            log_path,
+            log_path: Arc::from(log_path),
             log: Arc::new(log),
             size,
             next_offset: base_offset,
@@ -101,10 +109,19 @@ impl LogSegment {
 
     /// Accounts for one batch at `position`: adds index entries every
     /// `index_interval` bytes (at the batch's start), tracks timestamps.
-    pub(crate) fn index_batch(&mut self, base_offset: i64, position: u64, size: u64, max_timestamp: i64, index_interval: u64) {
+    pub(crate) fn index_batch(
+        &mut self,
+        base_offset: i64,
+        position: u64,
+        size: u64,
+        max_timestamp: i64,
+        index_interval: u64,
+    ) {
         if self.bytes_since_last_index_entry > index_interval {
             self.offset_index.append(base_offset, position);
-            if self.max_timestamp >= 0 && Some(self.max_timestamp) > self.time_index.last_timestamp() {
+            if self.max_timestamp >= 0
+                && Some(self.max_timestamp) > self.time_index.last_timestamp()
+            {
                 self.time_index.append(self.max_timestamp, base_offset);
             }
             self.bytes_since_last_index_entry = 0;
@@ -120,7 +137,13 @@ impl LogSegment {
     /// `.log` with one positioned write, then indexes them.
     ///
     /// On a failed write the file is cut back to its previous size (best effort).
-    pub(crate) fn append(&mut self, records: &[u8], batches: &[AppendedBatch], now_ms: i64, index_interval: u64) -> Result<()> {
+    pub(crate) fn append(
+        &mut self,
+        records: &[u8],
+        batches: &[AppendedBatch],
+        now_ms: i64,
+        index_interval: u64,
+    ) -> Result<()> {
         let start = self.size;
         if let Err(e) = self.log.write_all_at(records, start) {
             let _ = self.log.set_len(start);
@@ -151,9 +174,15 @@ impl LogSegment {
     /// The files a flush must fsync.
     pub(crate) fn files(&self) -> [(Arc<File>, PathBuf); 3] {
         [
-            (self.log.clone(), self.log_path.clone()),
-            (self.offset_index.file().clone(), self.offset_index.path().to_path_buf()),
-            (self.time_index.file().clone(), self.time_index.path().to_path_buf()),
+            (self.log.clone(), self.log_path.to_path_buf()),
+            (
+                self.offset_index.file().clone(),
+                self.offset_index.path().to_path_buf(),
+            ),
+            (
+                self.time_index.file().clone(),
+                self.time_index.path().to_path_buf(),
+            ),
         ]
     }
 
@@ -162,7 +191,7 @@ impl LogSegment {
         SegmentInfo {
             base_offset: self.base_offset,
             next_offset: self.next_offset,
-            path: self.log_path.clone(),
+            path: self.log_path.to_path_buf(),
             size_bytes: self.size,
         }
     }
@@ -171,7 +200,7 @@ impl LogSegment {
     /// descriptors (in-flight fetches) keep the data readable until dropped.
     pub(crate) fn delete_files(self) -> Result<()> {
         let paths = [
-            self.log_path.clone(),
+            self.log_path.to_path_buf(),
             self.offset_index.path().to_path_buf(),
             self.time_index.path().to_path_buf(),
         ];
@@ -192,7 +221,8 @@ impl LogSegment {
 /// Reads the 61-byte header of the batch at `position`.
 pub(crate) fn read_header_at(file: &File, path: &Path, position: u64) -> Result<RecordBatchHeader> {
     let mut buf = [0u8; RECORD_BATCH_OVERHEAD];
-    file.read_exact_at(&mut buf, position).ctx("read batch header", path)?;
+    file.read_exact_at(&mut buf, position)
+        .ctx("read batch header", path)?;
     RecordBatchHeader::parse(&buf).map_err(|e| crate::StorageError::Corrupt {
         path: path.to_path_buf(),
         reason: format!("batch header at {position}: {e}"),
@@ -210,10 +240,7 @@ pub(crate) enum Scanned {
     /// The clean end of the scanned range.
     End,
     /// A torn or corrupt batch at `position`: recovery truncates here.
-    Invalid {
-        position: u64,
-        reason: String,
-    },
+    Invalid { position: u64, reason: String },
 }
 
 const SCAN_CHUNK: usize = 256 * 1024;
@@ -232,7 +259,14 @@ pub(crate) struct FileBatchScanner<'a> {
 impl<'a> FileBatchScanner<'a> {
     /// Scans `[start, end)` of `file`.
     pub(crate) fn new(file: &'a File, path: &'a Path, start: u64, end: u64) -> Self {
-        Self { file, path, end, pos: start, buf: Vec::new(), buf_start: start }
+        Self {
+            file,
+            path,
+            end,
+            pos: start,
+            buf: Vec::new(),
+            buf_start: start,
+        }
     }
 
     /// Makes `[pos, pos + len)` available in the buffer; `false` if the range
@@ -241,11 +275,14 @@ impl<'a> FileBatchScanner<'a> {
         if pos + len as u64 > self.end {
             return Ok(false);
         }
-        let have = pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
+        let have =
+            pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
         if !have {
             let want = (len.max(SCAN_CHUNK) as u64).min(self.end - pos) as usize;
             self.buf.resize(want, 0);
-            self.file.read_exact_at(&mut self.buf, pos).ctx("read segment", self.path)?;
+            self.file
+                .read_exact_at(&mut self.buf, pos)
+                .ctx("read segment", self.path)?;
             self.buf_start = pos;
         }
         Ok(true)
@@ -266,26 +303,43 @@ impl<'a> FileBatchScanner<'a> {
         if !self.fill(position, RECORD_BATCH_OVERHEAD)? {
             return Ok(Scanned::Invalid {
                 position,
-                reason: format!("{} trailing bytes are shorter than a batch header", self.end - position),
+                reason: format!(
+                    "{} trailing bytes are shorter than a batch header",
+                    self.end - position
+                ),
             });
         }
         let header = match RecordBatchHeader::parse(self.slice(position, RECORD_BATCH_OVERHEAD)) {
             Ok(h) => h,
-            Err(e) => return Ok(Scanned::Invalid { position, reason: e.to_string() }),
+            Err(e) => {
+                return Ok(Scanned::Invalid {
+                    position,
+                    reason: e.to_string(),
+                })
+            }
         };
         if let Err(e) = header.check_sanity(0) {
-            return Ok(Scanned::Invalid { position, reason: e.to_string() });
+            return Ok(Scanned::Invalid {
+                position,
+                reason: e.to_string(),
+            });
         }
         let size = header.total_size();
         if !self.fill(position, size)? {
             return Ok(Scanned::Invalid {
                 position,
-                reason: format!("batch of {size} bytes is torn: only {} bytes remain", self.end - position),
+                reason: format!(
+                    "batch of {size} bytes is torn: only {} bytes remain",
+                    self.end - position
+                ),
             });
         }
         if verify {
             if let Err(e) = verify_crc(self.slice(position, size), 0) {
-                return Ok(Scanned::Invalid { position, reason: e.to_string() });
+                return Ok(Scanned::Invalid {
+                    position,
+                    reason: e.to_string(),
+                });
             }
         }
         self.pos = position + size as u64;

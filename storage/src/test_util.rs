@@ -18,7 +18,11 @@ pub(crate) fn batch_ts(timestamps: &[i64], value_len: usize) -> Vec<u8> {
     batch_with(timestamps, value_len, Compression::None)
 }
 
-pub(crate) fn batch_with(timestamps: &[i64], value_len: usize, compression: Compression) -> Vec<u8> {
+pub(crate) fn batch_with(
+    timestamps: &[i64],
+    value_len: usize,
+    compression: Compression,
+) -> Vec<u8> {
     let records: Vec<Record> = timestamps
         .iter()
         .enumerate()
@@ -39,8 +43,15 @@ pub(crate) fn batch_with(timestamps: &[i64], value_len: usize, compression: Comp
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression })
-        .expect("encode");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
     buf.to_vec()
 }
 
@@ -51,13 +62,22 @@ pub(crate) fn batch(n: usize, ts: i64, value_len: usize) -> Vec<u8> {
 
 /// (offset, timestamp) of every record in the whole batches of `bytes` (a cut trailing batch is ignored).
 pub(crate) fn decode(bytes: &[u8]) -> Vec<(i64, i64)> {
-    let whole = BatchIter::new(bytes).take_while(Result::is_ok).last().map_or(0, |b| b.map_or(0, |b| b.end()));
-    let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(&bytes[..whole])).expect("decode");
-    sets.iter().flat_map(|s| s.records.iter().map(|r| (r.offset, r.timestamp))).collect()
+    let whole = BatchIter::new(bytes)
+        .take_while(Result::is_ok)
+        .last()
+        .map_or(0, |b| b.map_or(0, |b| b.end()));
+    let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(&bytes[..whole]))
+        .expect("decode");
+    sets.iter()
+        .flat_map(|s| s.records.iter().map(|r| (r.offset, r.timestamp)))
+        .collect()
 }
 
 /// Defaults with these overrides.
 pub(crate) fn config(kv: &[(&str, &str)]) -> Arc<LogConfig> {
-    let map: BTreeMap<String, String> = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let map: BTreeMap<String, String> = kv
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Arc::new(LogConfig::default().with_overrides(&map).expect("config"))
 }

@@ -41,12 +41,22 @@ impl TimeIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
         let file = open_rw(path, true)?;
-        Ok(Self { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new(), persisted: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            base_offset,
+            entries: Vec::new(),
+            persisted: 0,
+        })
     }
 
     /// Loads the index for a segment whose offsets end before `next_offset`.
     /// `Ok(Err(reason))` when missing or failing the sanity checks.
-    pub(crate) fn load(path: &Path, base_offset: i64, next_offset: i64) -> Result<Result<Self, String>> {
+    pub(crate) fn load(
+        path: &Path,
+        base_offset: i64,
+        next_offset: i64,
+    ) -> Result<Result<Self, String>> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -55,7 +65,10 @@ impl TimeIndex {
             Err(e) => return Err(e).ctx("read", path),
         };
         if bytes.len() % TIME_INDEX_ENTRY_SIZE != 0 {
-            return Ok(Err(format!("size {} is not a multiple of {TIME_INDEX_ENTRY_SIZE}", bytes.len())));
+            return Ok(Err(format!(
+                "size {} is not a multiple of {TIME_INDEX_ENTRY_SIZE}",
+                bytes.len()
+            )));
         }
         let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / TIME_INDEX_ENTRY_SIZE);
         for c in bytes.chunks_exact(TIME_INDEX_ENTRY_SIZE) {
@@ -63,22 +76,37 @@ impl TimeIndex {
             let rel = u32::from_be_bytes([c[8], c[9], c[10], c[11]]);
             if let Some(&(prev_ts, prev_rel)) = entries.last() {
                 if ts <= prev_ts || rel <= prev_rel {
-                    return Ok(Err(format!("entry {} ({ts}, {rel}) is not after ({prev_ts}, {prev_rel})", entries.len())));
+                    return Ok(Err(format!(
+                        "entry {} ({ts}, {rel}) is not after ({prev_ts}, {prev_rel})",
+                        entries.len()
+                    )));
                 }
             }
             if base_offset + i64::from(rel) >= next_offset {
-                return Ok(Err(format!("entry {} names offset {}, past the segment's end", entries.len(), base_offset + i64::from(rel))));
+                return Ok(Err(format!(
+                    "entry {} names offset {}, past the segment's end",
+                    entries.len(),
+                    base_offset + i64::from(rel)
+                )));
             }
             entries.push((ts, rel));
         }
         let file = open_rw(path, false)?;
         let persisted = entries.len();
-        Ok(Ok(Self { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries, persisted }))
+        Ok(Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            base_offset,
+            entries,
+            persisted,
+        }))
     }
 
     /// Adds `(timestamp, offset)` in memory if representable and after the last entry.
     pub(crate) fn append(&mut self, timestamp: i64, offset: i64) {
-        let Ok(rel) = u32::try_from(offset - self.base_offset) else { return };
+        let Ok(rel) = u32::try_from(offset - self.base_offset) else {
+            return;
+        };
         if let Some(&(last_ts, last_rel)) = self.entries.last() {
             if timestamp <= last_ts || rel <= last_rel {
                 return;
@@ -92,13 +120,16 @@ impl TimeIndex {
         if self.persisted == self.entries.len() {
             return Ok(());
         }
-        let mut buf = Vec::with_capacity((self.entries.len() - self.persisted) * TIME_INDEX_ENTRY_SIZE);
+        let mut buf =
+            Vec::with_capacity((self.entries.len() - self.persisted) * TIME_INDEX_ENTRY_SIZE);
         for &(ts, rel) in &self.entries[self.persisted..] {
             buf.extend_from_slice(&ts.to_be_bytes());
             buf.extend_from_slice(&rel.to_be_bytes());
         }
         let at = (self.persisted * TIME_INDEX_ENTRY_SIZE) as u64;
-        self.file.write_all_at(&buf, at).ctx("append to time index", &self.path)?;
+        self.file
+            .write_all_at(&buf, at)
+            .ctx("append to time index", &self.path)?;
         self.persisted = self.entries.len();
         Ok(())
     }
@@ -107,7 +138,8 @@ impl TimeIndex {
     /// that of the last entry with a timestamp below `target`, if any.
     pub(crate) fn lookup(&self, target: i64) -> Option<i64> {
         let idx = self.entries.partition_point(|&(ts, _)| ts < target);
-        idx.checked_sub(1).map(|i| self.base_offset + i64::from(self.entries[i].1))
+        idx.checked_sub(1)
+            .map(|i| self.base_offset + i64::from(self.entries[i].1))
     }
 
     /// The largest timestamp recorded, if any.
@@ -151,7 +183,10 @@ mod tests {
         assert_eq!(idx.lookup(1001), Some(20));
         assert_eq!(idx.lookup(5000), Some(40));
         assert_eq!(idx.last_timestamp(), Some(2000));
-        assert!(TimeIndex::load(&p, 10, 40).unwrap().is_err(), "offset past the end");
+        assert!(
+            TimeIndex::load(&p, 10, 40).unwrap().is_err(),
+            "offset past the end"
+        );
         std::fs::write(&p, [1u8; 13]).unwrap();
         assert!(TimeIndex::load(&p, 10, 50).unwrap().is_err(), "torn");
     }

@@ -2,7 +2,7 @@
 //! overrides, and the metadata file (`topics/<name>.json`) that persists them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -25,12 +25,18 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
         "\".\" and \"..\" are not allowed".to_string()
     } else if name.len() > MAX_TOPIC_NAME_LEN {
         format!("the name is longer than {MAX_TOPIC_NAME_LEN} characters")
-    } else if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
         format!("character {c:?} is not one of [a-zA-Z0-9._-]")
     } else {
         return Ok(());
     };
-    Err(StorageError::InvalidTopic { name: name.to_string(), reason })
+    Err(StorageError::InvalidTopic {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 /// The JSON persisted at `topics/<name>.json`.
@@ -72,7 +78,15 @@ impl Topic {
         overrides: BTreeMap<String, String>,
         config: Arc<LogConfig>,
     ) -> Self {
-        Self { name, id, state: RwLock::new(TopicState { partitions, overrides, config }) }
+        Self {
+            name,
+            id,
+            state: RwLock::new(TopicState {
+                partitions,
+                overrides,
+                config,
+            }),
+        }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, TopicState> {
@@ -96,7 +110,9 @@ impl Topic {
 
     /// One partition's log.
     pub fn partition(&self, index: i32) -> Option<Arc<PartitionLog>> {
-        usize::try_from(index).ok().and_then(|i| self.read().partitions.get(i).cloned())
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.read().partitions.get(i).cloned())
     }
 
     /// Number of partitions.
@@ -132,7 +148,11 @@ impl Topic {
     }
 
     pub(crate) fn add_partitions(&self, new: Vec<Arc<PartitionLog>>) {
-        self.state.write().unwrap_or_else(PoisonError::into_inner).partitions.extend(new);
+        self.state
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .partitions
+            .extend(new);
     }
 
     pub(crate) fn set_config(&self, overrides: BTreeMap<String, String>, config: Arc<LogConfig>) {
@@ -155,7 +175,13 @@ mod tests {
             validate_topic_name(ok).unwrap();
         }
         for bad in ["", ".", "..", "a b", "a/b", "ü", &"x".repeat(250)] {
-            assert!(matches!(validate_topic_name(bad), Err(StorageError::InvalidTopic { .. })), "{bad:?}");
+            assert!(
+                matches!(
+                    validate_topic_name(bad),
+                    Err(StorageError::InvalidTopic { .. })
+                ),
+                "{bad:?}"
+            );
         }
     }
 }
