@@ -19,29 +19,25 @@ pub struct Maintenance {
 }
 
 impl Maintenance {
-    /// Starts the thread. `tick` is how often it wakes (the shorter of the
-    /// retention-check and flush-scheduler intervals); retention runs every
-    /// `retention_every`.
+    /// Starts the thread; it runs a maintenance pass every `tick` (the
+    /// shorter of the retention-check and flush-scheduler intervals).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, tick: Duration, retention_every: Duration) -> std::io::Result<Self> {
+    pub fn start(logs: Arc<LogManager>, tick: Duration) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new().name("floe-maintenance".into()).spawn(move || {
-            let mut last_retention = Instant::now();
             while !flag.load(Ordering::Relaxed) {
                 sleep_unless_stopped(&flag, tick);
                 if flag.load(Ordering::Relaxed) {
                     break;
                 }
                 let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-                let with_retention = last_retention.elapsed() >= retention_every;
-                if with_retention {
-                    last_retention = Instant::now();
-                }
-                if let Err(e) = logs.run_maintenance(now_ms, with_retention) {
-                    tracing::error!(error = %e, "log maintenance failed");
+                match logs.run_maintenance(now_ms) {
+                    Ok(report) if report != Default::default() => tracing::debug!(?report, "log maintenance"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "log maintenance failed"),
                 }
             }
         })?;

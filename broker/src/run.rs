@@ -68,7 +68,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let dir = config.data_dir.clone();
     let defaults = config.log_defaults.clone();
     let node_id = config.node_id;
-    let opened = tokio::task::spawn_blocking(move || LogManager::open(&dir, defaults, node_id))
+    let opened = tokio::task::spawn_blocking(move || LogManager::open_with_node_id(&dir, Some(node_id), defaults))
         .await
         .map_err(|e| RunError::Task(e.to_string()))?;
     let logs = Arc::new(opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?);
@@ -93,7 +93,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     }
 
     let tick = Duration::from_millis(config.flush_scheduler_interval_ms.min(config.retention_check_interval_ms));
-    let maintenance = Maintenance::start(logs.clone(), tick, Duration::from_millis(config.retention_check_interval_ms))
+    let maintenance = Maintenance::start(logs.clone(), tick)
         .map_err(|e| RunError::Task(e.to_string()))?;
 
     let broker = Arc::new(Broker { config, logs: logs.clone(), metrics, advertised_host, advertised_port });

@@ -125,7 +125,7 @@ where
     let outcome = broker
         .blocking(move |logs| {
             if validate_only {
-                logs.validate_topic_config(&topic_name, &overrides)
+                logs.validate_topic_config(&topic_name, &overrides).map(|_| ())
             } else {
                 logs.alter_topic_config(&topic_name, overrides)
             }

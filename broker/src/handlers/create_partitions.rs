@@ -18,7 +18,7 @@ pub(super) async fn handle(broker: &Broker, request: CreatePartitionsRequest, _v
         let outcome = broker
             .blocking(move |logs| {
                 if validate_only {
-                    logs.validate_create_partitions(&name, count)
+                    validate_create_partitions(logs, &name, count)
                 } else {
                     logs.create_partitions(&name, count)
                 }
@@ -31,4 +31,19 @@ pub(super) async fn handle(broker: &Broker, request: CreatePartitionsRequest, _v
         });
     }
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// What `create_partitions` would refuse, without changing anything.
+fn validate_create_partitions(logs: &floe_storage::LogManager, name: &str, count: i32) -> Result<(), floe_storage::StorageError> {
+    let topic = logs
+        .topic(name)
+        .ok_or_else(|| floe_storage::StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None })?;
+    let current = topic.partition_count();
+    if count <= current {
+        return Err(floe_storage::StorageError::InvalidPartitions {
+            topic: name.to_string(),
+            reason: format!("topic {name} has {current} partitions; the new count {count} must be larger"),
+        });
+    }
+    Ok(())
 }

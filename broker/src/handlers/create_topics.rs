@@ -47,8 +47,8 @@ pub(super) async fn handle(broker: &Broker, request: CreateTopicsRequest, versio
         let outcome = broker
             .blocking(move |logs| {
                 if validate_only {
-                    logs.validate_new_topic(&create_name, partitions, &overrides)?;
-                    logs.describe_new_topic_config(&overrides)
+                    let config = logs.validate_create_topic(&create_name, partitions, &overrides)?;
+                    Ok(config.describe(&overrides))
                 } else {
                     let t = logs.create_topic(&create_name, partitions, overrides)?;
                     Ok(t.describe_config())
@@ -62,7 +62,7 @@ pub(super) async fn handle(broker: &Broker, request: CreateTopicsRequest, versio
                 }
                 result = result.with_num_partitions(partitions).with_replication_factor(1);
                 if let Some(t) = broker.logs.topic(&name) {
-                    result = result.with_topic_id(t.id);
+                    result = result.with_topic_id(t.id());
                 }
                 if version >= 5 {
                     result.configs = Some(

@@ -19,7 +19,7 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
     for (name, id) in wanted {
         let topic = match &name {
             Some(n) => broker.logs.topic(n),
-            None => broker.logs.topics().into_iter().find(|t| t.id == id),
+            None => broker.logs.topics().into_iter().find(|t| t.id() == id),
         };
         let mut result = DeletableTopicResult::default()
             .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
@@ -30,9 +30,9 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
             continue;
         };
         if version >= 6 {
-            result = result.with_name(Some(TopicName(StrBytes::from_string(topic.name.clone())))).with_topic_id(topic.id);
+            result = result.with_name(Some(TopicName(StrBytes::from_string(topic.name().to_string())))).with_topic_id(topic.id());
         }
-        let topic_name = topic.name.clone();
+        let topic_name = topic.name().to_string();
         drop(topic);
         let deleted = broker.blocking(move |logs| logs.delete_topic(&topic_name)).await;
         match deleted {

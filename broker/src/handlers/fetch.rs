@@ -68,15 +68,15 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> Vec<Target>
     for (slot, topic) in request.topics.iter().enumerate() {
         let by_id = version >= 13;
         let found = if by_id {
-            broker.logs.topics().into_iter().find(|t| t.id == topic.topic_id)
+            broker.logs.topics().into_iter().find(|t| t.id() == topic.topic_id)
         } else {
             broker.logs.topic(topic.topic.0.as_str())
         };
         let unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
         for p in &topic.partitions {
-            let log = found.as_ref().and_then(|t| broker.logs.partition(&t.name, p.partition));
+            let log = found.as_ref().and_then(|t| t.partition(p.partition));
             targets.push(Target {
-                topic_name: found.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| topic.topic.0.to_string()),
+                topic_name: found.as_ref().map(|t| t.name().to_string()).unwrap_or_else(|| topic.topic.0.to_string()),
                 topic_id: topic.topic_id,
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,

@@ -38,18 +38,24 @@ pub(super) async fn handle(broker: &Broker, request: ListOffsetsRequest, version
                     LATEST => Ok(Some((log.high_watermark(), -1))),
                     EARLIEST => Ok(Some((log.log_start_offset(), -1))),
                     EARLIEST_LOCAL if version >= 8 => Ok(Some((log.log_start_offset(), -1))),
-                    MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(|m| m.map(|(ts, off)| (off, ts))),
+                    MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(|m| m.map(|t| (t.offset, t.timestamp))),
                     ts if ts < 0 => {
                         return base.with_error_code(ResponseError::InvalidRequest.code());
                     }
-                    ts => log.offset_for_timestamp(ts).map(|m| m.map(|(off, ts)| (off, ts))),
+                    ts => log.offset_for_timestamp(ts).map(|m| m.map(|t| (t.offset, t.timestamp))),
                 };
                 match found {
                     Ok(Some((offset, timestamp))) => {
-                        base.with_offset(offset).with_timestamp(timestamp).with_leader_epoch(LEADER_EPOCH)
+                        let found = base.with_offset(offset).with_timestamp(timestamp);
+                        // The leader epoch field exists from v4 on.
+                        if version >= 4 {
+                            found.with_leader_epoch(LEADER_EPOCH)
+                        } else {
+                            found
+                        }
                     }
                     // No record at or after the timestamp: offset -1, as Kafka answers.
-                    Ok(None) => base.with_offset(-1).with_timestamp(-1).with_leader_epoch(-1),
+                    Ok(None) => base.with_offset(-1).with_timestamp(-1),
                     Err(e) => {
                         tracing::warn!(topic = %name, partition = p.partition_index, error = %e, "ListOffsets failed");
                         base.with_error_code(kafka_error(&e).code())

@@ -40,7 +40,7 @@ pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i
             for w in wanted {
                 out.push(match w {
                     MetadataNameOrId::Name(name) => topic_by_name(broker, name, allow_create).await,
-                    MetadataNameOrId::Id(id) => match broker.logs.topics().into_iter().find(|t| t.id == id) {
+                    MetadataNameOrId::Id(id) => match broker.logs.topics().into_iter().find(|t| t.id() == id) {
                         Some(t) => describe_topic(broker, &t),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(id)
@@ -124,7 +124,7 @@ fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataRespo
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
-        .with_topic_id(topic.id)
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name().to_string()))))
+        .with_topic_id(topic.id())
         .with_partitions(partitions)
 }
