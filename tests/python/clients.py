@@ -20,7 +20,8 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict | None = None):
-    fs = admin(bootstrap).create_topics(
+    a = admin(bootstrap)  # keep the client alive until the future resolves
+    fs = a.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
         request_timeout=CLIENT_TIMEOUT_S)
     fs[topic].result(timeout=CLIENT_TIMEOUT_S)

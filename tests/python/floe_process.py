@@ -118,6 +118,7 @@ class FloeProcess:
         self._log_file.write(f"\n===== [{self.name}] start: {' '.join(cmd)} env={self.env}\n".encode())
         full_env = dict(os.environ)
         full_env.setdefault("RUST_LOG", "info")
+        full_env.setdefault("NO_COLOR", "1")
         full_env.update(self.env)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
                                      stderr=self._log_file, env=full_env)

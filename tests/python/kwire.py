@@ -265,6 +265,55 @@ def api_versions_v0() -> bytes:
     return b""
 
 
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def compact_string(s: str) -> bytes:
+    b = s.encode()
+    return uvarint(len(b) + 1) + b
+
+
+def api_versions_v3(software: str = "floe-raw", version: str = "0.1") -> bytes:
+    """ApiVersions v3+ body (flexible): client software name/version + empty tagged fields.
+    Send it with `flexible_header=True` (request header v2)."""
+    return compact_string(software) + compact_string(version) + b"\x00"
+
+
+def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    n = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n, pos
+        shift += 7
+
+
+def parse_api_versions_v3(body: bytes):
+    """ApiVersions v3 response body (its response header is still v0)."""
+    err = struct.unpack_from(">h", body, 0)[0]
+    n, pos = read_uvarint(body, 2)
+    apis = {}
+    for _ in range(n - 1):
+        k, lo, hi = struct.unpack_from(">hhh", body, pos)
+        pos += 6
+        tags, pos = read_uvarint(body, pos)
+        assert tags == 0, "unexpected tagged fields in an ApiVersions entry"
+        apis[k] = (lo, hi)
+    (throttle,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    _tags, pos = read_uvarint(body, pos)
+    return err, apis, body[pos:]
+
+
 def metadata_v1(topics: list[str] | None) -> bytes:
     if topics is None:
         return struct.pack(">i", -1)
@@ -372,11 +421,15 @@ class KafkaConn:
     def __exit__(self, *exc):
         self.close()
 
-    def request_frame(self, api_key: int, version: int, body: bytes, correlation_id: int | None = None) -> bytes:
+    def request_frame(self, api_key: int, version: int, body: bytes, correlation_id: int | None = None,
+                      flexible_header: bool = False) -> bytes:
+        """A framed request with header v1, or v2 (v1 + empty tagged fields) if `flexible_header`."""
         if correlation_id is None:
             self.correlation += 1
             correlation_id = self.correlation
         header = struct.pack(">hhi", api_key, version, correlation_id) + string(self.client_id)
+        if flexible_header:
+            header += b"\x00"
         payload = header + body
         return struct.pack(">i", len(payload)) + payload
 
@@ -397,18 +450,18 @@ class KafkaConn:
         (size,) = struct.unpack(">i", self.recv_exact(4))
         return self.recv_exact(size)
 
-    def call_raw(self, api_key: int, version: int, body: bytes) -> bytes:
+    def call_raw(self, api_key: int, version: int, body: bytes, flexible_header: bool = False) -> bytes:
         """Send one request; return the whole response frame payload (header + body)."""
-        frame = self.request_frame(api_key, version, body)
+        frame = self.request_frame(api_key, version, body, flexible_header=flexible_header)
         self.send_raw(frame)
         resp = self.recv_frame()
         (corr,) = struct.unpack_from(">i", resp, 0)
         assert corr == self.correlation, f"correlation id {corr} != {self.correlation}"
         return resp
 
-    def call(self, api_key: int, version: int, body: bytes) -> bytes:
+    def call(self, api_key: int, version: int, body: bytes, flexible_header: bool = False) -> bytes:
         """Send one request; return the response body (after the v0 response header)."""
-        return self.call_raw(api_key, version, body)[4:]
+        return self.call_raw(api_key, version, body, flexible_header)[4:]
 
     def closed_by_peer(self, timeout: float = 10.0) -> bool:
         """True if the broker closes the connection (EOF or reset) within `timeout`,

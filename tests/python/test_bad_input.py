@@ -66,14 +66,20 @@ def test_api_versions_unsupported_version_kip511(floe):
         err, apis = kwire.parse_api_versions_v0(conn.call(kwire.API_API_VERSIONS, 0, b""))
         assert err == 0
         lo, hi = apis[kwire.API_API_VERSIONS]
-        # A version above the supported range: a v0-format reply, UNSUPPORTED_VERSION, and the ranges.
-        resp = conn.call(kwire.API_API_VERSIONS, hi + 1, b"")
+        assert hi >= 3, f"ApiVersions max version {hi}: clients expect v3"
+        # The highest supported version, flexible: header v2, compact body; the answer is in v3+ form.
+        err3, apis3, _rest = kwire.parse_api_versions_v3(
+            conn.call(kwire.API_API_VERSIONS, hi, kwire.api_versions_v3(), flexible_header=True))
+        assert err3 == 0 and apis3 == apis, f"v{hi} and v0 disagree: {apis3} vs {apis}"
+        # A version above the range, as kafka-python/kafkajs send when newer than the broker:
+        # a v0-format reply, UNSUPPORTED_VERSION, and the supported ranges.
+        resp = conn.call(kwire.API_API_VERSIONS, hi + 1, kwire.api_versions_v3(), flexible_header=True)
         err2, apis2 = kwire.parse_api_versions_v0(resp)
         assert err2 == kwire.ERR_UNSUPPORTED_VERSION, f"error {err2}, want 35"
         assert apis2.get(kwire.API_API_VERSIONS) == (lo, hi), apis2
         # The connection is still usable.
-        err3, _ = kwire.parse_api_versions_v0(conn.call(kwire.API_API_VERSIONS, 0, b""))
-        assert err3 == 0
+        err4, _ = kwire.parse_api_versions_v0(conn.call(kwire.API_API_VERSIONS, 0, b""))
+        assert err4 == 0
 
 
 def test_corrupt_crc_produce_is_rejected(floe):
