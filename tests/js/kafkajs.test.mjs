@@ -30,7 +30,7 @@ function messages(n, baseTs) {
 // Read a partition back with kcat (JSON lines).
 function kcatRead(bootstrap, topic, partition = 0) {
   const out = execFileSync('kcat', ['-b', bootstrap, '-C', '-t', topic, '-p', String(partition), '-o', 'beginning', '-e', '-J'],
-    { encoding: 'utf8', timeout: 60000 });
+    { encoding: 'utf8', timeout: 60000, stdio: ['ignore', 'pipe', 'pipe'] });
   return out.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
 }
 

@@ -123,9 +123,11 @@ async fn produce_consume_10k_uncompressed() {
     produce_consume("none", 10_000).await;
 }
 
+// lz4, not zstd: the bundled librdkafka is built without libzstd under rdkafka's default
+// features (zstd is covered by the confluent-kafka tests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn produce_consume_10k_zstd() {
-    produce_consume("zstd", 10_000).await;
+async fn produce_consume_10k_lz4() {
+    produce_consume("lz4", 10_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
