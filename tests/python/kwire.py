@@ -336,6 +336,21 @@ def fetch_v4(parts: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_b
             + array([string(t) + array(ps) for t, ps in by_topic.items()]))
 
 
+def fetch_v12(parts: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
+              max_bytes: int = 50 * 1024 * 1024) -> bytes:
+    """Fetch v12 (flexible; send with `flexible_header=True`), sessionless full fetch."""
+    by_topic: dict[str, list[bytes]] = {}
+    for topic, p, off, pmax in parts:
+        by_topic.setdefault(topic, []).append(struct.pack(">iiqiqi", p, -1, off, -1, -1, pmax) + b"\x00")
+    topics = b"".join(compact_string(t) + uvarint(len(ps) + 1) + b"".join(ps) + b"\x00"
+                      for t, ps in by_topic.items())
+    return (struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+            + uvarint(len(by_topic) + 1) + topics
+            + uvarint(1)            # forgotten_topics_data: empty
+            + compact_string("")    # rack_id
+            + b"\x00")              # tagged fields
+
+
 def list_offsets_v1(topic: str, partition: int, timestamp: int) -> bytes:
     return struct.pack(">i", -1) + array([string(topic) + array([struct.pack(">iq", partition, timestamp)])])
 
