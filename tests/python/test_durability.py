@@ -150,3 +150,44 @@ def test_garbage_tail_is_truncated_on_recovery(floe, garbage):
     # The recovered log is clean: a restart now serves the same thing.
     assert floe.restart() == 0
     assert watermarks(floe.bootstrap, topic) == (0, 550)
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garbage"])
+def test_lost_or_damaged_indexes_are_rebuilt(floe_factory, damage):
+    floe = floe_factory()
+    topic = create_topic(floe.bootstrap, unique_topic("idx"), config={"segment.bytes": "30000",
+                                                                        "index.interval.bytes": "1000"})
+    base_ts = 1_740_000_000_000
+    msgs = [{"value": f"v{i}".encode() * 20, "timestamp": base_ts + i * 10} for i in range(1000)]
+    produce_all(floe.bootstrap, topic, msgs, **{"batch.num.messages": 10})
+    assert floe.stop() == 0
+    pdir = floe.partition_dir(topic)
+    indexes = sorted(pdir.glob("*.index")) + sorted(pdir.glob("*.timeindex"))
+    assert len(floe.segment_files(topic)) >= 3, "expected several segments"
+    assert indexes, f"no index files in {pdir}: {sorted(p.name for p in pdir.iterdir())}"
+    for f in indexes:
+        if damage == "delete":
+            f.unlink()
+        elif damage == "truncate":
+            with open(f, "r+b") as fh:
+                fh.truncate(f.stat().st_size // 2 - 3)
+        else:
+            f.write_bytes(os.urandom(f.stat().st_size or 64))
+
+    floe.start()
+    assert watermarks(floe.bootstrap, topic) == (0, 1000)
+    # Offset lookups (offset index) and time lookups (time index) are right again.
+    for start in (0, 1, 333, 500, 999):
+        got = consume_range(floe.bootstrap, topic, start, 1)
+        assert got[0].offset() == start and got[0].value() == msgs[start]["value"]
+    from confluent_kafka import TopicPartition
+    from clients import consumer
+    c = consumer(floe.bootstrap)
+    try:
+        for i in (0, 250, 777, 999):
+            (r,) = c.offsets_for_times([TopicPartition(topic, 0, base_ts + i * 10 - 5)], timeout=30)
+            assert r.offset == i, f"offsets_for_times for record {i}: got {r.offset}"
+    finally:
+        c.close()
+    got = consume_range(floe.bootstrap, topic, 0, 1000)
+    assert_contiguous(got)
