@@ -4,8 +4,10 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
-import { CompressionTypes, Kafka, logLevel } from 'kafkajs';
+import kafkajs from 'kafkajs';
 import { withFloe } from './floe.mjs';
+
+const { CompressionTypes, ConfigResourceTypes, Kafka, logLevel } = kafkajs;
 
 const kafkaFor = (floe) => new Kafka({
   clientId: 'floe-kafkajs-tests',
@@ -123,6 +125,59 @@ test('kafkajs keyed produce across partitions and topic deletion', async () => {
 
       await admin.deleteTopics({ topics: [topic] });
       assert.ok(!(await admin.listTopics()).includes(topic));
+    } finally {
+      await producer.disconnect();
+      await admin.disconnect();
+    }
+  });
+});
+
+test('kafkajs admin: configs, partitions, records deletion, cluster', async () => {
+  await withFloe({}, async (floe) => {
+    const kafka = kafkaFor(floe);
+    const admin = kafka.admin();
+    await admin.connect();
+    const producer = kafka.producer({ allowAutoTopicCreation: false });
+    try {
+      const topic = uniqueTopic('kjs-admin');
+      await admin.createTopics({
+        topics: [{ topic, numPartitions: 1, configEntries: [{ name: 'retention.ms', value: '123456' }] }],
+        waitForLeaders: true,
+      });
+      const retention = async () => {
+        const res = await admin.describeConfigs({
+          includeSynonyms: false,
+          resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configNames: ['retention.ms'] }],
+        });
+        assert.equal(res.resources.length, 1);
+        assert.equal(res.resources[0].errorCode, 0);
+        const entry = res.resources[0].configEntries.find((e) => e.configName === 'retention.ms');
+        return entry && entry.configValue;
+      };
+      assert.equal(await retention(), '123456');
+      await admin.alterConfigs({
+        validateOnly: false,
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [{ name: 'retention.ms', value: '654321' }] }],
+      });
+      assert.equal(await retention(), '654321');
+
+      await admin.createPartitions({ topicPartitions: [{ topic, count: 2 }] });
+      const md = await admin.fetchTopicMetadata({ topics: [topic] });
+      assert.deepEqual(md.topics[0].partitions.map((p) => p.partitionId).sort(), [0, 1]);
+
+      await producer.connect();
+      await producer.send({ topic, acks: -1, messages: Array.from({ length: 20 }, (_, i) => ({ value: `r${i}`, partition: 0 })) });
+      await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '15' }] });
+      const offsets = await admin.fetchTopicOffsets(topic);
+      const p0 = offsets.find((o) => o.partition === 0);
+      assert.deepEqual([p0.low, p0.high], ['15', '20']);
+      const rows = kcatRead(floe.bootstrap, topic, 0);
+      assert.deepEqual(rows.map((r) => [r.offset, r.payload]), [15, 16, 17, 18, 19].map((i) => [i, `r${i}`]));
+
+      const cluster = await admin.describeCluster();
+      assert.equal(cluster.brokers.length, 1);
+      assert.equal(cluster.brokers[0].port, floe.port);
+      assert.ok(cluster.clusterId);
     } finally {
       await producer.disconnect();
       await admin.disconnect();

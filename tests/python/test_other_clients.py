@@ -190,3 +190,44 @@ def test_kcat_auto_creates_topic(floe):
     cons = kcat("-b", floe.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%p/%o=%s\n")
     assert cons.returncode == 0, cons.stderr.decode()
     assert cons.stdout.decode().split() == ["0/0=a", "0/1=b", "0/2=c"]
+
+
+# ---------------------------------------------------------------- kafka-python admin (strict decoder)
+
+def test_kafka_python_admin(floe):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
+
+    topic = unique_topic("kpy-admin")
+    a = KafkaAdminClient(bootstrap_servers=floe.bootstrap, request_timeout_ms=20000)
+    try:
+        a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1,
+                                  topic_configs={"retention.ms": "111111"})])
+        assert topic in a.list_topics()
+        (desc,) = a.describe_topics([topic])
+        assert desc["error_code"] == 0 and len(desc["partitions"]) == 2, desc
+
+        def retention():
+            res = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+            return res["topic"][topic]["retention.ms"]
+
+        entry = retention()
+        assert (entry["value"], entry["config_source"], entry["read_only"]) == \
+            ("111111", "DYNAMIC_TOPIC_CONFIG", False), entry
+        a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "222222"})])
+        assert retention()["value"] == "222222"
+        # segment.bytes was not set on the topic: it reports the broker default.
+        res = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+        seg = res["topic"][topic]["segment.bytes"]
+        assert seg["value"] == "1073741824" and seg["config_source"] != "DYNAMIC_TOPIC_CONFIG", seg
+
+        a.create_partitions({topic: NewPartitions(total_count=3)})
+        (desc,) = a.describe_topics([topic])
+        assert len(desc["partitions"]) == 3
+
+        cluster = a.describe_cluster()
+        assert [b["port"] for b in cluster["brokers"]] == [floe.port], cluster
+
+        a.delete_topics([topic])
+        assert topic not in a.list_topics()
+    finally:
+        a.close()
