@@ -99,7 +99,6 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("batch_validation_16KiB");
     for (name, compression) in [("uncompressed", Compression::None), ("zstd", Compression::Zstd)] {
         let data = one_batch(16 * 1024, 150, compression);
-        eprintln!("TMP {name}: {} bytes", data.len());
         group.throughput(Throughput::Bytes(data.len() as u64));
         group.bench_with_input(BenchmarkId::new("validate_batches", name), &data, |b, d| {
             b.iter(|| validate_batches(std::hint::black_box(d), 1 << 20).expect("valid batch"))

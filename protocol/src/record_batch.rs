@@ -428,17 +428,11 @@ fn unzigzag(raw: u32) -> i32 {
     ((raw >> 1) as i32) ^ -((raw & 1) as i32)
 }
 
-/// Walks the length prefixes of an uncompressed batch's records (`records` is the
-/// bytes after the 61-byte header) and checks they tile it into exactly `count` records.
-fn check_record_tiling(records: &[u8], count: i32, position: usize) -> Result<(), BatchError> {
-    let mut walk = RecordWalk::new(count);
-    walk.advance(records, records.len());
-    walk.finish(position)
-}
-
-/// A resumable [`check_record_tiling`]: [`RecordWalk::advance`] walks records
-/// only while they start before a limit, so validation can step it along with
-/// the CRC. Stops at the first problem, which
+/// Walks the length prefixes of an uncompressed batch's records (the bytes after
+/// the 61-byte header) and checks they tile them into exactly `recordsCount`
+/// records. Resumable: [`RecordWalk::advance`] walks records only while they
+/// start before a limit, so validation can step it along with the CRC
+/// ([`crc_and_walk`]). Stops at the first problem, which
 /// [`RecordWalk::finish`] reports; the steps taken, and so the verdict, are the
 /// same however the walk is split.
 struct RecordWalk {
@@ -471,25 +465,28 @@ impl RecordWalk {
         let mut pos = self.pos;
         let mut seen = self.seen;
         while pos < limit {
-            // The record's length, and the bytes its varint occupies.
+            // The record's zigzag-encoded length, and the bytes its varint occupies.
             let b0 = records[pos];
-            let (len, width) = if b0 < 0x80 {
-                (unzigzag(u32::from(b0)), 1)
+            let (raw, width) = if b0 < 0x80 {
+                (u32::from(b0), 1)
             } else if let Some(&b1 @ 0..=0x7f) = records.get(pos + 1) {
-                (unzigzag(u32::from(b0 & 0x7f) | (u32::from(b1) << 7)), 2)
+                (u32::from(b0 & 0x7f) | (u32::from(b1) << 7), 2)
             } else {
                 let mut p = pos;
                 let Some(len) = read_zigzag_varint(records, &mut p) else {
                     self.error = Some("bad record length varint");
                     break;
                 };
-                (len, p - pos)
+                // Back to zigzag (a bijection on 32 bits) so all paths meet below.
+                (((len << 1) ^ (len >> 31)) as u32, p - pos)
             };
-            // attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers count
-            if len < 6 {
+            // A length under 6 (attributes, timestampDelta, offsetDelta, keyLength,
+            // valueLength, headers count), negative ones included: odd, or even under 12.
+            if raw & 1 != 0 || raw < 12 {
                 self.error = Some("record length too small");
                 break;
             }
+            let len = raw >> 1;
             pos += width;
             if len as usize > records.len() - pos {
                 self.error = Some("record overruns its batch");
@@ -967,6 +964,60 @@ mod tests {
         assert!(matches!(it.next(), Some(Err(BatchError::Truncated { position, .. })) if position == first));
         assert!(it.next().is_none());
         assert_eq!(it.position(), first);
+    }
+
+    /// The record walk as it was before it was split into steps, kept as the reference.
+    fn reference_tiling(records: &[u8], count: i32, position: usize) -> Result<(), BatchError> {
+        let mut pos = 0usize;
+        let mut seen: i32 = 0;
+        while pos < records.len() {
+            let Some(len) = read_zigzag_varint(records, &mut pos) else {
+                return Err(BatchError::MalformedRecords { position, reason: "bad record length varint" });
+            };
+            // attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers count
+            if len < 6 {
+                return Err(BatchError::MalformedRecords { position, reason: "record length too small" });
+            }
+            pos += len as usize;
+            if pos > records.len() {
+                return Err(BatchError::MalformedRecords { position, reason: "record overruns its batch" });
+            }
+            seen += 1;
+            if seen > count {
+                return Err(BatchError::MalformedRecords { position, reason: "more records than recordsCount" });
+            }
+        }
+        if seen != count {
+            return Err(BatchError::MalformedRecords { position, reason: "fewer records than recordsCount" });
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn record_walk_verdict_does_not_depend_on_steps() {
+        // Three-byte lengths (records over 8 KiB) take the slow path.
+        let mut big = records(3, 1_000);
+        big[1].value = Some(Bytes::from(vec![b'x'; 20_000]));
+        let big = encode(&big, Compression::None);
+        validate_batches(&big, 1 << 20).unwrap();
+        for b in [batch(7, Compression::None), big] {
+            let count = be_i32(&b, RECORDS_COUNT_OFFSET);
+            let recs = &b[RECORD_BATCH_OVERHEAD..];
+            for at in 0..recs.len().min(400) {
+                for delta in [1u8, 0x40, 0x80] {
+                    let mut bad = recs.to_vec();
+                    bad[at] ^= delta;
+                    let mut whole = RecordWalk::new(count);
+                    whole.advance(&bad, bad.len());
+                    let mut stepped = RecordWalk::new(count);
+                    for limit in 0..=bad.len() {
+                        stepped.advance(&bad, limit);
+                    }
+                    assert_eq!(whole.finish(0), stepped.finish(0), "byte {at} ^ {delta:#x}");
+                    assert_eq!(whole.finish(0), reference_tiling(&bad, count, 0), "byte {at} ^ {delta:#x}");
+                }
+            }
+        }
     }
 
     #[test]
