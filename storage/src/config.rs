@@ -34,6 +34,34 @@ pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// Prefix of Floe's own keys, stored and reported but not interpreted here.
 pub const FLOE_PREFIX: &str = "floe.";
 
+/// Kafka topic keys that Floe accepts, stores and reports, but whose
+/// behaviour does not apply to a single-replica log that never recompresses
+/// or compacts: (key, Kafka's default). Clients and tools set them routinely
+/// (`compression.type` above all), so refusing them would break topic
+/// creation for no gain. `compression.type` is validated: batches are always
+/// stored as the producer compressed them, which is Kafka's `producer`.
+pub const ACCEPTED_NOT_APPLIED: &[(&str, &str)] = &[
+    ("compression.type", "producer"),
+    ("delete.retention.ms", "86400000"),
+    ("follower.replication.throttled.replicas", ""),
+    ("leader.replication.throttled.replicas", ""),
+    ("local.retention.bytes", "-2"),
+    ("local.retention.ms", "-2"),
+    ("max.compaction.lag.ms", "9223372036854775807"),
+    ("message.downconversion.enable", "true"),
+    ("message.timestamp.after.max.ms", "9223372036854775807"),
+    ("message.timestamp.before.max.ms", "9223372036854775807"),
+    ("message.timestamp.difference.max.ms", "9223372036854775807"),
+    ("min.cleanable.dirty.ratio", "0.5"),
+    ("min.compaction.lag.ms", "0"),
+    ("preallocate", "false"),
+    ("remote.storage.enable", "false"),
+    ("segment.index.bytes", "10485760"),
+    ("unclean.leader.election.enable", "false"),
+];
+
+const COMPRESSION_TYPES: &[&str] = &["producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"];
+
 /// The keys [`LogConfig`] understands, in the order DescribeConfigs lists them.
 pub const KNOWN_KEYS: &[&str] = &[
     CLEANUP_POLICY,
@@ -103,6 +131,8 @@ pub struct LogConfig {
     pub min_insync_replicas: i32,
     /// `floe.*` keys, stored and reported verbatim.
     pub floe: BTreeMap<String, String>,
+    /// Values of [`ACCEPTED_NOT_APPLIED`] keys that were set.
+    pub accepted: BTreeMap<String, String>,
 }
 
 impl Default for LogConfig {
@@ -122,6 +152,7 @@ impl Default for LogConfig {
             file_delete_delay_ms: 60_000,
             min_insync_replicas: 1,
             floe: BTreeMap::new(),
+            accepted: BTreeMap::new(),
         }
     }
 }
@@ -209,6 +240,12 @@ impl LogConfig {
             _ if key.starts_with(FLOE_PREFIX) && key.len() > FLOE_PREFIX.len() => {
                 self.floe.insert(key.to_string(), value.to_string());
             }
+            "compression.type" if !COMPRESSION_TYPES.contains(&value.trim()) => {
+                return Err(invalid(key, format!("{value:?} is not one of {}", COMPRESSION_TYPES.join(", "))))
+            }
+            _ if ACCEPTED_NOT_APPLIED.iter().any(|(k, _)| *k == key) => {
+                self.accepted.insert(key.to_string(), value.trim().to_string());
+            }
             _ => return Err(invalid(key, "unknown topic config")),
         }
         Ok(())
@@ -233,7 +270,12 @@ impl LogConfig {
             CLEANUP_POLICY => "delete".to_string(),
             FILE_DELETE_DELAY_MS => self.file_delete_delay_ms.to_string(),
             MIN_INSYNC_REPLICAS => self.min_insync_replicas.to_string(),
-            _ => return self.floe.get(key).cloned(),
+            _ => {
+                if let Some((k, default)) = ACCEPTED_NOT_APPLIED.iter().find(|(k, _)| *k == key) {
+                    return Some(self.accepted.get(*k).cloned().unwrap_or_else(|| default.to_string()));
+                }
+                return self.floe.get(key).cloned();
+            }
         })
     }
 
@@ -243,6 +285,7 @@ impl LogConfig {
         KNOWN_KEYS
             .iter()
             .map(|k| k.to_string())
+            .chain(ACCEPTED_NOT_APPLIED.iter().map(|(k, _)| k.to_string()))
             .chain(self.floe.keys().cloned())
             .filter_map(|name| {
                 let value = self.get(&name)?;
@@ -265,6 +308,19 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn kafka_keys_without_effect_are_accepted_and_reported() {
+        let c = LogConfig::default()
+            .with_overrides(&map(&[("compression.type", "lz4"), ("unclean.leader.election.enable", "false")]))
+            .unwrap();
+        assert_eq!(c.get("compression.type").as_deref(), Some("lz4"));
+        assert_eq!(c.get("preallocate").as_deref(), Some("false"));
+        let listed = c.describe(&map(&[("compression.type", "lz4")]));
+        let entry = listed.iter().find(|e| e.name == "compression.type").unwrap();
+        assert!(!entry.is_default);
+        assert!(LogConfig::default().with_overrides(&map(&[("compression.type", "brotli")])).is_err());
     }
 
     #[test]
@@ -314,7 +370,7 @@ mod tests {
         let o = map(&[("retention.bytes", "100"), ("floe.x", "y")]);
         let c = LogConfig::default().with_overrides(&o).unwrap();
         let d = c.describe(&o);
-        assert_eq!(d.len(), KNOWN_KEYS.len() + 1);
+        assert_eq!(d.len(), KNOWN_KEYS.len() + ACCEPTED_NOT_APPLIED.len() + 1);
         let rb = d.iter().find(|e| e.name == "retention.bytes").unwrap();
         assert_eq!((rb.value.as_str(), rb.is_default), ("100", false));
         let sb = d.iter().find(|e| e.name == "segment.bytes").unwrap();

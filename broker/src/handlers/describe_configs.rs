@@ -28,7 +28,11 @@ pub(super) fn handle(broker: &Broker, request: DescribeConfigsRequest, version: 
         .into_iter()
         .map(|resource| {
             let wanted = |name: &str| {
-                resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+                // Null lists every key; so does an empty list, which some clients send for "all".
+                resource
+                    .configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k.as_str() == name))
             };
             let base = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)

@@ -17,6 +17,8 @@ mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
+#[cfg(test)]
+mod version_tests;
 
 use std::net::SocketAddr;
 
