@@ -14,6 +14,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -100,6 +101,7 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",
         ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::InitProducerId => "InitProducerId",
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
@@ -186,6 +188,10 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         ApiKey::DeleteRecords => {
             let req = decode(api_key, body, version)?;
             frame(api_key, correlation_id, version, &delete_records::handle(broker, req, version).await)
+        }
+        ApiKey::InitProducerId => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &init_producer_id::handle(broker, req, version).await)
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

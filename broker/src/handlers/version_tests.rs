@@ -23,7 +23,7 @@ use crate::broker::Broker;
 use crate::config::ConfigBuilder;
 use crate::metrics::Metrics;
 
-fn broker(dir: &std::path::Path) -> Broker {
+pub(super) fn broker(dir: &std::path::Path) -> Broker {
     let mut config = ConfigBuilder::new().build().expect("default config");
     config.data_dir = dir.to_path_buf();
     let logs = LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs");
@@ -65,7 +65,7 @@ fn name(s: &str) -> TopicName {
 }
 
 /// Encodes header + body as a client would, and dispatches it.
-async fn roundtrip<Req, Resp>(broker: &Broker, api: ApiKey, version: i16, request: &Req) -> Resp
+pub(super) async fn roundtrip<Req, Resp>(broker: &Broker, api: ApiKey, version: i16, request: &Req) -> Resp
 where
     Req: Encodable + HeaderVersion,
     Resp: Decodable,
@@ -197,6 +197,19 @@ async fn every_served_version_of_every_api_answers() {
                     let p = &r.topics[0].partitions[0];
                     assert_eq!(p.error_code, 0, "v{v}");
                     assert_eq!(p.low_watermark, 1);
+                }
+                ApiKey::InitProducerId => {
+                    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000);
+                    let r: InitProducerIdResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!((r.error_code, r.producer_epoch), (0, 0), "v{v}");
+                    if v >= 3 {
+                        let bump = req.clone().with_producer_id(r.producer_id).with_producer_epoch(0);
+                        let b: InitProducerIdResponse = roundtrip(&broker, range.key, v, &bump).await;
+                        assert_eq!((b.error_code, b.producer_id, b.producer_epoch), (0, r.producer_id, 1), "v{v}");
+                    }
+                    let txn = req.with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))));
+                    let t: InitProducerIdResponse = roundtrip(&broker, range.key, v, &txn).await;
+                    assert_eq!(t.error_code, kafka_protocol::error::ResponseError::TransactionalIdAuthorizationFailed.code());
                 }
                 ApiKey::DescribeConfigs => {
                     let res = describe_configs_request::DescribeConfigsResource::default()
