@@ -10,10 +10,13 @@
 //! older epoch.
 //!
 //! Transactions are not supported: a transactional id is answered with
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which librdkafka (and the Java
-//! client) treat as fatal, so `init_transactions()` fails at once with
-//! "Transactional Id authorization failed" instead of retrying the
-//! retriable COORDINATOR_NOT_AVAILABLE until its timeout.
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an authorization error that Kafka's
+//! error table marks non-retriable, so a client gives up at once instead of
+//! retrying the retriable COORDINATOR_NOT_AVAILABLE until its timeout (an
+//! empty transactional id is INVALID_REQUEST, as in Kafka). While Floe serves
+//! no FindCoordinator, librdkafka stops even earlier: `init_transactions()`
+//! fails within a second with the fatal `_UNSUPPORTED_FEATURE` (checked with
+//! confluent-kafka 2.16).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
