@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The one test command (README; also what .ci/run execs):
+#
+#     bash tests/run-all.sh
+#
+# Installs what the suites need (kcat from Debian, Python clients in .venv,
+# kafkajs in tests/js/node_modules), builds the workspace, then runs:
+#   1. cargo test --workspace        (unit tests + rdkafka end-to-end tests)
+#   2. pytest tests/python           (confluent-kafka, kafka-python, aiokafka, kcat, raw wire)
+#   3. node --test tests/js/         (kafkajs)
+# Idempotent; works on a fresh Debian machine as root, with or without a tty.
+# Setup or build failures stop the run at once; every test stage runs even if an
+# earlier one failed, and the script exits non-zero if any stage failed.
+#
+# Environment:
+#   CARGO_TARGET_DIR   honoured (default: <repo>/target)
+#   FLOE_BIN           the broker binary the tests start (default: $CARGO_TARGET_DIR/debug/floe)
+#   PYTEST_ARGS        extra arguments for pytest (e.g. "-k durability -x")
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export FLOE_BIN="${FLOE_BIN:-$TARGET_DIR/debug/floe}"
+export PYTHONDONTWRITEBYTECODE=1
+export DEBIAN_FRONTEND=noninteractive
+export NPM_CONFIG_UPDATE_NOTIFIER=false
+
+RUN_START=$SECONDS
+STAGE_START=$SECONDS
+FAILED_STAGES=()
+STAGE_REPORT=()
+
+banner() {
+    STAGE_START=$SECONDS
+    printf '\n==================================================================\n'
+    printf '== %s\n' "$*"
+    printf '==================================================================\n'
+}
+
+stage_done() { # name status
+    local took=$((SECONDS - STAGE_START))
+    STAGE_REPORT+=("$(printf '%-28s %-6s %4ds' "$1" "$2" "$took")")
+    printf -- '-- %s: %s (%ds)\n' "$1" "$2" "$took"
+}
+
+die() {
+    printf '\nrun-all.sh: FATAL: %s\n' "$*" >&2
+    exit 1
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+    else die "need root to run: $*"
+    fi
+}
+
+APT_UPDATED=0
+apt_install() {
+    if [ "$APT_UPDATED" = 0 ]; then
+        as_root apt-get update -qq || die "apt-get update failed"
+        APT_UPDATED=1
+    fi
+    as_root apt-get install -y -qq --no-install-recommends "$@" || die "apt-get install $* failed"
+}
+
+# ---------------------------------------------------------------- setup
+banner "setup: system packages (kcat, python3-venv, node)"
+command -v kcat >/dev/null 2>&1 || apt_install kcat
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    apt_install nodejs npm
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo not found (install the Rust toolchain first)"
+# librdkafka (bundled by the rdkafka crate) builds with a C compiler, make and perl.
+if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! command -v perl >/dev/null 2>&1; then
+    apt_install build-essential perl
+fi
+printf 'kcat: %s\n' "$(kcat -V 2>&1 | grep -m1 -o 'kcat - .*\|Version [^ ]*' | head -1)"
+printf 'python3: %s  node: %s  cargo: %s\n' "$(python3 --version 2>&1)" "$(node --version)" "$(cargo --version)"
+stage_done "setup-system" ok
+
+banner "setup: python venv (.venv) with Kafka clients"
+REQS="$ROOT/tests/python/requirements.txt"
+STAMP="$ROOT/.venv/.floe-requirements.sha256"
+WANT="$(sha256sum "$REQS" | cut -d' ' -f1)"
+if [ ! -x "$ROOT/.venv/bin/python" ] || ! "$ROOT/.venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$ROOT/.venv"
+    if ! python3 -m venv "$ROOT/.venv" 2>/dev/null; then
+        # Debian's python3 ships venv's ensurepip separately.
+        rm -rf "$ROOT/.venv"
+        apt_install python3-venv
+        python3 -m venv "$ROOT/.venv" || die "python3 -m venv failed"
+    fi
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS" \
+        || die "pip install -r tests/python/requirements.txt failed"
+    echo "$WANT" >"$STAMP"
+else
+    echo "requirements unchanged since last install"
+fi
+"$ROOT/.venv/bin/python" -c 'import confluent_kafka, kafka, aiokafka, pytest; print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0], "| kafka-python", kafka.__version__, "| aiokafka", aiokafka.__version__)' \
+    || die "python clients do not import"
+stage_done "setup-python" ok
+
+banner "setup: kafkajs (tests/js, npm ci)"
+(cd "$ROOT/tests/js" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in tests/js failed"
+stage_done "setup-js" ok
+
+# ---------------------------------------------------------------- build
+banner "build: cargo build --workspace"
+cargo build --workspace || die "cargo build --workspace failed"
+[ -x "$FLOE_BIN" ] || die "broker binary not found at FLOE_BIN=$FLOE_BIN"
+echo "FLOE_BIN=$FLOE_BIN"
+stage_done "build" ok
+
+# ---------------------------------------------------------------- tests
+run_stage() { # name cmd...
+    local name="$1"; shift
+    banner "test: $name"
+    "$@"
+    local rc=$?
+    if [ $rc -eq 0 ]; then
+        stage_done "$name" ok
+    else
+        stage_done "$name" "FAIL($rc)"
+        FAILED_STAGES+=("$name")
+    fi
+}
+
+run_stage "cargo test --workspace" cargo test --workspace
+# shellcheck disable=SC2086
+run_stage "pytest tests/python" "$ROOT/.venv/bin/python" -m pytest tests/python -p no:cacheprovider \
+    -ra --timeout=180 ${PYTEST_ARGS:-}
+run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
+
+# ---------------------------------------------------------------- summary
+printf '\n==================================================================\n'
+printf '== summary (%ds total)\n' "$((SECONDS - RUN_START))"
+for line in "${STAGE_REPORT[@]}"; do printf '   %s\n' "$line"; done
+if [ ${#FAILED_STAGES[@]} -ne 0 ]; then
+    printf 'FAILED STAGES: %s\n' "${FAILED_STAGES[*]}"
+    exit 1
+fi
+printf 'ALL STAGES PASSED\n'
