@@ -33,6 +33,8 @@ pub(super) async fn handle(broker: &Broker, request: ProduceRequest, _version: i
         for data in topic.partition_data {
             let result = if !valid_acks {
                 Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")))
+            } else if super::metadata::is_internal(&name) {
+                Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if transactional {
                 Err((ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet".into()))
             } else {
