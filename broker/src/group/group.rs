@@ -905,3 +905,7 @@ impl Group {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
