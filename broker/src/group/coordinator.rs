@@ -533,3 +533,107 @@ impl GroupCoordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use floe_storage::LogConfig;
+
+    use super::*;
+
+    fn open(dir: &std::path::Path) -> (Arc<LogManager>, Arc<GroupCoordinator>) {
+        let logs = Arc::new(LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"));
+        if logs.topic("t").is_none() {
+            logs.create_topic("t", 3, Default::default()).expect("create t");
+        }
+        let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+        (logs, c)
+    }
+
+    fn offset(o: i64, ts: i64) -> OffsetAndMetadata {
+        OffsetAndMetadata { offset: o, leader_epoch: 0, metadata: format!("m{o}"), commit_timestamp: ts }
+    }
+
+    fn all(c: &GroupCoordinator, group: &str) -> Vec<TopicOffsets> {
+        c.fetch_offsets(group, None).expect("fetch")
+    }
+
+    #[tokio::test]
+    async fn offsets_and_groups_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let before;
+        {
+            let (logs, c) = open(dir.path());
+            assert_eq!(c.check_active(), Err(ResponseError::CoordinatorLoadInProgress));
+            assert!(c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, 5))]).await.is_err());
+            c.load().await.expect("load");
+            let now = wall_ms();
+            c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, now)), ("t".into(), 1, offset(2, now))]).await.expect("commit");
+            c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(7, now))]).await.expect("recommit");
+            c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit b");
+            c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit gone");
+            assert_eq!(c.delete_offsets("b", vec![("t".into(), 2)]).await, Ok(vec![None]));
+            c.delete_group("gone").await.expect("delete group");
+            // A consumer group that reached Stable: its metadata is persisted too.
+            let req = JoinRequest {
+                member_id: String::new(),
+                instance_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), Bytes::new())],
+                require_known_member_id: false,
+            };
+            let mut cfg = c.config.clone();
+            cfg.group.initial_rebalance_delay = Duration::ZERO;
+            let c0 = Arc::new(GroupCoordinator { config: cfg, ..GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("c") });
+            c0.status.store(ACTIVE, Ordering::Release);
+            let j = c0.join("s", req).await;
+            let s = c0.sync("s", &j.member_id, None, j.generation, None, None, vec![]).await;
+            assert_eq!((j.error, s.error), (None, None));
+            c0.commit_offsets("s", &j.member_id, None, j.generation, vec![("t".into(), 1, offset(9, now))]).await.expect("member commit");
+            drop(c0);
+            before = (all(&c, "a"), all(&c, "b"));
+            assert_eq!(before.0.len(), 1);
+            assert_eq!(before.0[0].1.iter().map(|(p, o)| (*p, o.as_ref().map(|o| o.offset))).collect::<Vec<_>>(), vec![(0, Some(7)), (1, Some(2))]);
+            assert!(before.1.is_empty());
+            logs.shutdown().expect("shutdown");
+        }
+        let (_logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert_eq!((all(&c, "a"), all(&c, "b")), before);
+        assert!(all(&c, "gone").is_empty());
+        let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+        assert_eq!(listed, vec!["a", "b", "s"]);
+        let s = c.describe_group("s").expect("describe").expect("s exists");
+        assert_eq!((s.state, s.protocol_type.as_str()), (GroupState::Empty, "consumer"));
+        assert_eq!(all(&c, "s")[0].1[0].1.as_ref().map(|o| o.offset), Some(9));
+        // The group remembers its generation: a member of the old generation must rejoin.
+        assert!(c.heartbeat("s", "old-member", None, 1).is_some());
+    }
+
+    #[tokio::test]
+    async fn offsets_of_empty_groups_expire_with_tombstones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (logs, c) = open(dir.path());
+            c.load().await.expect("load");
+            let now = wall_ms();
+            c.commit_offsets("old", "", None, -1, vec![("t".into(), 0, offset(1, now - 1000))]).await.expect("commit");
+            c.commit_offsets("new", "", None, -1, vec![("t".into(), 0, offset(1, now + 10_000_000))]).await.expect("commit");
+            c.expire_offsets(now + c.config.offsets_retention.as_millis() as i64);
+            assert!(all(&c, "old").is_empty());
+            assert_eq!(all(&c, "new").len(), 1);
+            let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+            assert_eq!(listed, vec!["new"]);
+            // Let the writer thread persist the tombstones.
+            c.commit_offsets("sync", "", None, -1, vec![("t".into(), 0, offset(1, now))]).await.expect("barrier");
+            logs.shutdown().expect("shutdown");
+        }
+        let (_logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert!(all(&c, "old").is_empty());
+        assert_eq!(all(&c, "new").len(), 1);
+    }
+}
