@@ -622,7 +622,7 @@ mod tests {
             let now = wall_ms();
             c.commit_offsets("old", "", None, -1, vec![("t".into(), 0, offset(1, now - 1000))]).await.expect("commit");
             c.commit_offsets("new", "", None, -1, vec![("t".into(), 0, offset(1, now + 10_000_000))]).await.expect("commit");
-            c.expire_offsets(now + c.config.offsets_retention.as_millis() as i64);
+            c.expire_offsets(now + c.config.offsets_retention.as_millis() as i64 + 60_000);
             assert!(all(&c, "old").is_empty());
             assert_eq!(all(&c, "new").len(), 1);
             let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();

@@ -234,7 +234,7 @@ fn the_protocol_with_most_votes_that_everyone_supports_wins() {
     let c = cfg(3000);
     let t0 = Instant::now();
     let mut g = Group::new("g");
-    let mut waits = vec![
+    let mut waits = [
         join_with_id(&mut g, &c, req("", &[("sticky", b"1"), ("range", b"2"), ("rr", b"3")]), t0).1,
         join_with_id(&mut g, &c, req("", &[("range", b"4"), ("rr", b"5")]), t0).1,
         join_with_id(&mut g, &c, req("", &[("rr", b"6"), ("range", b"7")]), t0).1,

@@ -27,10 +27,13 @@ fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
     broker.logs.partition(topic, partition).is_some()
 }
 
+/// A partition and the error it gets before committing (`None`: committed).
+type Verdict = (i32, Option<ResponseError>);
+
 pub(super) async fn handle_commit(broker: &Broker, request: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
     let now = wall_ms();
     // Per partition: Some(error) decided now, or None (to commit).
-    let mut verdicts: Vec<(TopicName, Vec<(i32, Option<ResponseError>)>)> = Vec::with_capacity(request.topics.len());
+    let mut verdicts: Vec<(TopicName, Vec<Verdict>)> = Vec::with_capacity(request.topics.len());
     let mut to_commit = Vec::new();
     for t in &request.topics {
         let name = t.name.0.to_string();
