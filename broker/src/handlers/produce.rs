@@ -40,6 +40,8 @@ pub(super) async fn handle(broker: &Broker, request: ProduceRequest, _version: i
         for data in topic.partition_data {
             let result = if !valid_acks {
                 Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")))
+            } else if super::metadata::is_internal(&name) {
+                Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if transactional {
                 Err((ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet".into()))
             } else {
@@ -211,7 +213,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_retried_idempotent_batch_is_stored_once_and_acknowledged_with_its_first_offset() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let broker = broker(dir.path());
+        let broker = broker(dir.path()).await;
         broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
         assert_eq!(produce(&broker, batch(-1, -1, -1, &["plain"])).await, (0, 0));
         let (code, pid, epoch) = init_producer_id(&broker, -1, -1).await;
