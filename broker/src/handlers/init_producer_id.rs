@@ -11,12 +11,11 @@
 //!
 //! Transactions are not supported: a transactional id is answered with
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an authorization error that Kafka's
-//! error table marks non-retriable, so a client gives up at once instead of
-//! retrying the retriable COORDINATOR_NOT_AVAILABLE until its timeout (an
-//! empty transactional id is INVALID_REQUEST, as in Kafka). While Floe serves
-//! no FindCoordinator, librdkafka stops even earlier: `init_transactions()`
-//! fails within a second with the fatal `_UNSUPPORTED_FEATURE` (checked with
-//! confluent-kafka 2.16).
+//! error table marks non-retriable: librdkafka's `init_transactions()` fails
+//! at once with a fatal "Transactional Id authorization failed" (checked with
+//! confluent-kafka 2.16), where the retriable COORDINATOR_NOT_AVAILABLE would
+//! be retried until its timeout. An empty transactional id is
+//! INVALID_REQUEST, as in Kafka.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
