@@ -5,6 +5,7 @@ use std::sync::Arc;
 use floe_storage::LogManager;
 
 use crate::config::BrokerConfig;
+use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
 /// Everything a request handler needs, shared by all connections.
@@ -19,6 +20,8 @@ pub struct Broker {
     pub logs: Arc<LogManager>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// The group coordinator (of every group: Floe is one node).
+    pub groups: Arc<GroupCoordinator>,
     /// Host handed to clients in Metadata.
     pub advertised_host: String,
     /// Port handed to clients in Metadata.

@@ -87,6 +87,11 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
     s("log.cleanup.policy", "delete", "Default `cleanup.policy`; only `delete` is supported."),
     s("shutdown.timeout.ms", "10000", "How long a clean shutdown waits for in-flight requests."),
+    s("group.initial.rebalance.delay.ms", "3000", "How long the first rebalance of an empty group waits for more members (extended while they keep arriving, up to the rebalance timeout)."),
+    s("group.min.session.timeout.ms", "6000", "Smallest `session.timeout.ms` a group member may ask for."),
+    s("group.max.session.timeout.ms", "1800000", "Largest `session.timeout.ms` a group member may ask for."),
+    s("offsets.retention.minutes", "10080", "Committed offsets of a group are deleted this long after the group became empty (or the commit, if later)."),
+    s("offsets.retention.check.interval.ms", "600000", "How often expired committed offsets are looked for."),
 ];
 
 /// The broker's typed configuration.
@@ -122,6 +127,16 @@ pub struct BrokerConfig {
     pub shutdown_timeout_ms: u64,
     /// Defaults for every topic's log.
     pub log_defaults: LogConfig,
+    /// `group.initial.rebalance.delay.ms`.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// `group.min.session.timeout.ms`.
+    pub group_min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub group_max_session_timeout_ms: i32,
+    /// `offsets.retention.minutes`.
+    pub offsets_retention_minutes: u64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: u64,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -232,8 +247,29 @@ impl ConfigBuilder {
             flush_scheduler_interval_ms: parse_positive(r, "log.flush.scheduler.interval.ms")?,
             shutdown_timeout_ms: parse(r, "shutdown.timeout.ms")?,
             log_defaults,
+            group_initial_rebalance_delay_ms: parse(r, "group.initial.rebalance.delay.ms")?,
+            group_min_session_timeout_ms: parse_positive(r, "group.min.session.timeout.ms")?,
+            group_max_session_timeout_ms: parse_positive(r, "group.max.session.timeout.ms")?,
+            offsets_retention_minutes: parse_positive(r, "offsets.retention.minutes")?,
+            offsets_retention_check_interval_ms: parse_positive(r, "offsets.retention.check.interval.ms")?,
             effective: self.raw.clone(),
         })
+    }
+}
+
+impl BrokerConfig {
+    /// The group coordinator's settings.
+    pub fn coordinator_config(&self) -> crate::group::CoordinatorConfig {
+        use std::time::Duration;
+        crate::group::CoordinatorConfig {
+            group: crate::group::group::GroupConfig {
+                initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+                min_session_timeout_ms: self.group_min_session_timeout_ms,
+                max_session_timeout_ms: self.group_max_session_timeout_ms,
+            },
+            offsets_retention: Duration::from_secs(self.offsets_retention_minutes.saturating_mul(60)),
+            offsets_retention_check_interval: Duration::from_millis(self.offsets_retention_check_interval_ms),
+        }
     }
 }
 

@@ -19,6 +19,9 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::Io { .. } => ResponseError::KafkaStorageError,
         StorageError::Corrupt { .. } => ResponseError::CorruptMessage,
+        StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     }

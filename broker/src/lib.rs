@@ -11,6 +11,7 @@
 //! - [`broker`]: the shared state handlers read.
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
 //! - [`handlers`]: one module per Kafka API, one dispatch table.
+//! - [`group`]: the consumer-group coordinator and the `__consumer_offsets` log.
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
@@ -21,6 +22,7 @@
 pub mod broker;
 pub mod config;
 pub mod errors;
+pub mod group;
 pub mod handlers;
 pub mod maintenance;
 pub mod metrics;

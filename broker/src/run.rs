@@ -96,7 +96,19 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let maintenance = Maintenance::start(logs.clone(), tick)
         .map_err(|e| RunError::Task(e.to_string()))?;
 
-    let broker = Arc::new(Broker { config, logs: logs.clone(), metrics, advertised_host, advertised_port });
+    let groups = Arc::new(
+        crate::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
+    );
+    {
+        // Offsets load in the background; group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+        let groups = groups.clone();
+        tokio::spawn(async move {
+            let _ = groups.load().await;
+        });
+    }
+    let sweeper = groups.start(shutdown.clone());
+
+    let broker = Arc::new(Broker { config, logs: logs.clone(), metrics, groups, advertised_host, advertised_port });
     tracing::info!(
         listen = %bound,
         advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
@@ -107,6 +119,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     );
 
     listener::run(listener, broker, shutdown).await;
+    let _ = sweeper.await;
 
     tokio::task::spawn_blocking(move || {
         maintenance.stop();

@@ -28,14 +28,26 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::Fetch, 4, 16),
     api(ApiKey::ListOffsets, 1, 8),
     api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::OffsetCommit, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 9),
+    api(ApiKey::FindCoordinator, 0, 5),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 6),
+    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::DescribeConfigs, 1, 4),
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
 ];
 
@@ -75,6 +87,7 @@ mod tests {
         assert!(is_supported(ApiKey::Fetch, 16));
         assert!(!is_supported(ApiKey::Fetch, 17));
         assert!(!is_supported(ApiKey::Fetch, 3));
-        assert!(!is_supported(ApiKey::JoinGroup, 0));
+        assert!(!is_supported(ApiKey::OffsetCommit, 1));
+        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat, 0));
     }
 }

@@ -75,6 +75,40 @@ pub enum StorageError {
         /// What is wrong.
         reason: String,
     },
+    /// A batch (or an InitProducerId epoch bump) from a producer epoch older
+    /// than the one already known (INVALID_PRODUCER_EPOCH).
+    #[error(
+        "producer {producer_id}: epoch {epoch} is older than the current epoch {current_epoch}"
+    )]
+    InvalidProducerEpoch {
+        /// The producer id.
+        producer_id: i64,
+        /// The epoch the request carried.
+        epoch: i16,
+        /// The newest epoch known for the producer.
+        current_epoch: i16,
+    },
+    /// A batch whose first sequence number does not follow the producer's last
+    /// one, or a new epoch not starting at 0 (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    #[error(
+        "producer {producer_id} epoch {epoch}: sequence {sequence} where {expected} was expected"
+    )]
+    OutOfOrderSequence {
+        /// The producer id.
+        producer_id: i64,
+        /// The batch's producer epoch.
+        epoch: i16,
+        /// The batch's first sequence number.
+        sequence: i32,
+        /// The sequence number that would have been in order.
+        expected: i32,
+    },
+    /// InitProducerId named a producer id this node never handed out (INVALID_PRODUCER_ID_MAPPING).
+    #[error("producer id {producer_id} was never allocated")]
+    InvalidProducerIdMapping {
+        /// The producer id.
+        producer_id: i64,
+    },
     /// An I/O error on a log directory (KAFKA_STORAGE_ERROR): loud, not retried.
     #[error("{context} {}: {source}", path.display())]
     Io {

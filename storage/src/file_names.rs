@@ -1,8 +1,8 @@
 //! Every file and directory name the storage layer uses, built and parsed in
 //! one place: segment files (`<20-digit base offset>.log/.index/.timeindex`),
-//! the `.deleted` suffix, partition directories (`<topic>-<partition>`) and the
+//! producer state snapshots (`<20-digit offset>.snapshot`), the `.deleted` suffix, partition directories (`<topic>-<partition>`) and the
 //! `-delete` suffix of directories being removed, topic metadata files,
-//! checkpoints and `meta.properties`.
+//! checkpoints, `meta.properties` and the producer id block.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,8 @@ pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
 /// Suffix of a segment's time index.
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Suffix of a producer state snapshot (Kafka's `ProducerStateManager` files).
+pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 /// Added to a segment file scheduled for deletion.
 pub const DELETED_SUFFIX: &str = ".deleted";
 /// Added to the temporary file of an atomic write.
@@ -26,6 +28,8 @@ pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 /// Cluster id and node id of this data directory.
 pub const META_PROPERTIES: &str = "meta.properties";
+/// The end of the last block of producer ids handed out (Kafka's `ProducerIdManager`).
+pub const PRODUCER_ID_BLOCK: &str = "producer-id-block";
 
 /// Which file of a segment a name refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +86,21 @@ pub fn parse_segment_file_name(name: &str) -> Option<(i64, SegmentFileKind)> {
         }
     }
     None
+}
+
+/// `<dir>/<20-digit offset>.snapshot`: the producer state of every batch below `offset`.
+pub fn snapshot_file(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(format!("{offset:020}{SNAPSHOT_SUFFIX}"))
+}
+
+/// Parses `<20 digits>.snapshot` into its offset.
+pub fn parse_snapshot_file_name(name: &str) -> Option<i64> {
+    let stem = name.strip_suffix(SNAPSHOT_SUFFIX)?;
+    if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+        stem.parse().ok()
+    } else {
+        None
+    }
 }
 
 /// `path` with `.deleted` appended.
@@ -166,6 +185,20 @@ mod tests {
             None
         );
         assert_eq!(parse_segment_file_name("0007.log"), None);
+        let snap = snapshot_file(Path::new("/d"), 1000);
+        assert_eq!(snap, Path::new("/d/00000000000000001000.snapshot"));
+        assert_eq!(
+            parse_snapshot_file_name(snap.file_name().unwrap().to_str().unwrap()),
+            Some(1000)
+        );
+        assert_eq!(
+            parse_snapshot_file_name("00000000000000001000.snapshot.tmp"),
+            None
+        );
+        assert_eq!(
+            parse_segment_file_name("00000000000000001000.snapshot"),
+            None
+        );
         assert_eq!(
             deleted_file(&p),
             Path::new("/d/00000000000000000042.log.deleted")

@@ -12,6 +12,8 @@
 //! - [`log_manager`]: the data directory, topic administration, checkpoints, maintenance.
 //! - [`topic`]: a topic's name, id, partitions and config; name validation.
 //! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush.
+//! - [`producer_state`]: `ProducerStateManager`, idempotent producers' sequences per partition; `.snapshot` files.
+//! - [`producer_id_manager`]: `ProducerIdManager`, producer ids unique across restarts (InitProducerId).
 //! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
 //! - [`checkpoint`]: Kafka's offset checkpoint file format.
 //! - [`file_names`]: every file and directory name, built and parsed in one place.
@@ -32,6 +34,8 @@ mod loader;
 pub mod log;
 pub mod log_manager;
 mod offset_index;
+pub mod producer_id_manager;
+pub mod producer_state;
 mod segment;
 #[cfg(test)]
 mod test_util;
@@ -43,5 +47,7 @@ pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
 pub use error::{Result, StorageError};
 pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog, TimestampAndOffset};
 pub use log_manager::{LogManager, MaintenanceReport};
+pub use producer_id_manager::ProducerIdManager;
+pub use producer_state::ProducerStateManager;
 pub use segment::SegmentInfo;
 pub use topic::Topic;

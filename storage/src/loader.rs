@@ -8,20 +8,28 @@
 //! rebuilt. At the first torn or corrupt batch the segment is truncated there
 //! and every later segment is deleted — what follows a hole cannot be served.
 //! A trusted segment whose index fails its checks is recovered the same way.
+//!
+//! Then the producer state is rebuilt: from the latest valid `.snapshot` at
+//! or below the recovered log end offset, plus the batch headers of the log
+//! after it (headers only: nothing is decompressed). Snapshots above the log
+//! end describe batches recovery cut off and are deleted (Kafka's stray
+//! snapshots). Without a usable snapshot the state comes from the headers of
+//! the whole log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::atomic_file::sync_dir;
 use crate::error::{IoContext, Result};
 use crate::file_names::{
-    index_file, log_file, parse_segment_file_name, time_index_file, SegmentFileKind,
-    DELETED_SUFFIX, TMP_SUFFIX,
+    index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
+    time_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
 };
 use crate::offset_index::{open_rw, OffsetIndex};
+use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
 use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
 use crate::time_index::TimeIndex;
 
@@ -32,6 +40,9 @@ pub(crate) struct LoadedLog {
     pub(crate) log_start_offset: i64,
     pub(crate) log_end_offset: i64,
     pub(crate) recovery_point: i64,
+    pub(crate) producers: ProducerStateManager,
+    /// Offsets of the `.snapshot` files kept.
+    pub(crate) snapshots: BTreeSet<i64>,
 }
 
 /// Loads and recovers one partition directory.
@@ -55,7 +66,7 @@ impl LogLoader<'_> {
     pub(crate) fn load(self) -> Result<LoadedLog> {
         let dir = self.dir;
         fs::create_dir_all(dir).ctx("create partition directory", dir)?;
-        let bases = self.list_and_clean()?;
+        let (bases, snapshots) = self.list_and_clean()?;
         let recovery_point = self.recovery_point.unwrap_or(0);
         let mut segments = BTreeMap::new();
         let mut modified = false;
@@ -147,18 +158,83 @@ impl LogLoader<'_> {
         if modified {
             sync_dir(dir)?;
         }
+        let (producers, snapshots) =
+            self.load_producer_state(&segments, log_end_offset, snapshots)?;
         Ok(LoadedLog {
             segments,
             log_start_offset,
             log_end_offset,
             recovery_point: log_end_offset,
+            producers,
+            snapshots,
         })
     }
 
-    /// Lists segment base offsets (sorted), deleting `.deleted`/`.tmp` leftovers and orphan indexes.
-    fn list_and_clean(&self) -> Result<Vec<i64>> {
+    /// Rebuilds the producer state: the latest valid snapshot at or below
+    /// `log_end_offset`, then the headers of the batches from its offset on.
+    /// Deletes stray and invalid snapshots; returns the state and the snapshots kept.
+    fn load_producer_state(
+        &self,
+        segments: &BTreeMap<i64, LogSegment>,
+        log_end_offset: i64,
+        mut snapshots: BTreeSet<i64>,
+    ) -> Result<(ProducerStateManager, BTreeSet<i64>)> {
+        let dir = self.dir;
+        for stray in snapshots.split_off(&(log_end_offset + 1)) {
+            warn!(snapshot = %snapshot_file(dir, stray).display(), log_end_offset, "deleting producer snapshot above the log end");
+            delete_snapshot(dir, stray)?;
+        }
+        let mut state = None;
+        while let Some(&offset) = snapshots.last() {
+            match read_snapshot(dir, offset)? {
+                Ok(s) => {
+                    state = Some((s, offset));
+                    break;
+                }
+                Err(reason) => {
+                    warn!(snapshot = %snapshot_file(dir, offset).display(), %reason, "deleting invalid producer snapshot");
+                    delete_snapshot(dir, offset)?;
+                    snapshots.remove(&offset);
+                }
+            }
+        }
+        let (mut producers, from) = state.unwrap_or_default();
+        let mut batches = 0u64;
+        for seg in segments.values().filter(|s| s.next_offset > from) {
+            let start = if seg.base_offset < from {
+                seg.offset_index.position_for(from)
+            } else {
+                0
+            };
+            let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, start, seg.size);
+            loop {
+                match scanner.next_batch(false)? {
+                    Scanned::Batch { header, .. } => {
+                        if header.last_offset() >= from {
+                            producers.update_from_header(&header);
+                            batches += 1;
+                        }
+                    }
+                    Scanned::End => break,
+                    Scanned::Invalid { position, reason } => {
+                        // Recovery left whole batches only; this would be a bug.
+                        warn!(segment = %seg.log_path.display(), position, %reason, "unexpected invalid batch while rebuilding producer state");
+                        break;
+                    }
+                }
+            }
+        }
+        debug!(dir = %dir.display(), snapshot_offset = from, batches_read = batches,
+            producers = producers.producer_count(), "loaded producer state");
+        Ok((producers, snapshots))
+    }
+
+    /// Lists segment base offsets and snapshot offsets (sorted), deleting
+    /// `.deleted`/`.tmp` leftovers and orphan indexes.
+    fn list_and_clean(&self) -> Result<(Vec<i64>, BTreeSet<i64>)> {
         let dir = self.dir;
         let mut logs = Vec::new();
+        let mut snapshots = BTreeSet::new();
         let mut indexes: Vec<(i64, PathBuf)> = Vec::new();
         for entry in fs::read_dir(dir).ctx("list partition directory", dir)? {
             let entry = entry.ctx("list partition directory", dir)?;
@@ -173,7 +249,11 @@ impl LogLoader<'_> {
             match parse_segment_file_name(name) {
                 Some((base, SegmentFileKind::Log)) => logs.push(base),
                 Some((base, _)) => indexes.push((base, path)),
-                None => {}
+                None => {
+                    if let Some(offset) = parse_snapshot_file_name(name) {
+                        snapshots.insert(offset);
+                    }
+                }
             }
         }
         logs.sort_unstable();
@@ -183,7 +263,7 @@ impl LogLoader<'_> {
                 fs::remove_file(&path).ctx("remove orphan index", &path)?;
             }
         }
-        Ok(logs)
+        Ok((logs, snapshots))
     }
 
     /// Opens a segment below the recovery point with cheap checks only.

@@ -5,8 +5,13 @@
 //! fetch), `log_end_offset` (next offset to assign; also the high watermark
 //! and the last stable offset, as Floe has one replica and no transactions
 //! spanning appends), `recovery_point` (everything below it is fsynced).
+//!
+//! Idempotent producers: each log has a [`ProducerStateManager`] checked and
+//! updated under the log's lock by every append (duplicates are answered
+//! with their original offsets, not appended again), saved to
+//! `<offset>.snapshot` at every roll and at close (the last two are kept).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +28,11 @@ use tracing::{debug, info, warn};
 use crate::atomic_file::sync_dir;
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::error::{IoContext, Result, StorageError};
+use crate::file_names::snapshot_file;
 use crate::loader::LogLoader;
+use crate::producer_state::{
+    delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
+};
 use crate::segment::{read_header_at, AppendedBatch, LogSegment, SegmentInfo};
 
 /// What an append did (Kafka's `LogAppendInfo`, reduced to what Produce answers).
@@ -37,8 +46,11 @@ pub struct LogAppendInfo {
     pub log_append_time: i64,
     /// The log start offset after the append.
     pub log_start_offset: i64,
-    /// Records appended.
+    /// Records appended (0 for a duplicate).
     pub record_count: i64,
+    /// The batches were a retry of an idempotent producer's batch already in
+    /// the log: nothing was appended and the offsets are the original ones.
+    pub duplicate: bool,
 }
 
 /// A record's timestamp and offset (Kafka's `TimestampAndOffset`), as ListOffsets answers.
@@ -77,6 +89,10 @@ struct LogState {
     retention_floor: Option<i64>,
     /// Segment files were created since the directory was last fsynced.
     dir_dirty: bool,
+    /// Idempotent producers' epochs and last batches.
+    producers: ProducerStateManager,
+    /// Offsets of the `.snapshot` files on disk.
+    snapshots: BTreeSet<i64>,
 }
 
 impl LogState {
@@ -185,6 +201,8 @@ impl PartitionLog {
                 last_flush_ms: None,
                 retention_floor: None,
                 dir_dirty: false,
+                producers: loaded.producers,
+                snapshots: loaded.snapshots,
             }),
             flush_lock: Mutex::new(()),
             append_notify: Notify::new(),
@@ -282,14 +300,22 @@ impl PartitionLog {
     /// indexes them. `records` is rewritten in place (offsets, timestamps, CRC).
     /// An empty buffer is a no-op answered with offsets -1, as in Kafka.
     ///
+    /// Batches with a producer id are checked against the producer state
+    /// first (see [`crate::producer_state`]): a retry of a batch already in the
+    /// log appends nothing and is answered with the original offsets
+    /// ([`LogAppendInfo::duplicate`]).
+    ///
     /// # Errors
     /// [`StorageError::RecordTooLarge`] for a batch above `max.message.bytes` or
     /// an append above `segment.bytes`; [`StorageError::Corrupt`] for bytes that
-    /// are not whole batches; [`StorageError::Io`] if writing (or the
-    /// `flush.messages` fsync) fails.
+    /// are not whole batches; [`StorageError::InvalidProducerEpoch`] and
+    /// [`StorageError::OutOfOrderSequence`] from the producer state (nothing is
+    /// appended); [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
         self.check_live()?;
         let mut batches = Vec::new();
+        // (index into `batches`, producer fields) of the idempotent batches.
+        let mut producer_batches = Vec::new();
         let mut record_count = 0i64;
         let mut max_batch = 0usize;
         for b in BatchIter::new(records) {
@@ -299,6 +325,9 @@ impl PartitionLog {
             })?;
             let size = b.header.total_size();
             max_batch = max_batch.max(size);
+            if let Some(pb) = ProducerBatch::of(&b.header) {
+                producer_batches.push((batches.len(), pb));
+            }
             batches.push(AppendedBatch {
                 position_in_buffer: b.position,
                 size,
@@ -317,6 +346,7 @@ impl PartitionLog {
                 log_append_time: -1,
                 log_start_offset: st.log_start_offset,
                 record_count: 0,
+                duplicate: false,
             });
         }
         let config = st.config.clone();
@@ -332,16 +362,36 @@ impl PartitionLog {
                 limit: config.segment_bytes as usize,
             });
         }
-        let log_append_time =
-            if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
-                set_log_append_time(records, now_ms);
-                for b in &mut batches {
-                    b.max_timestamp = now_ms;
-                }
-                now_ms
-            } else {
-                -1
-            };
+        let log_append_time_topic =
+            config.message_timestamp_type == MessageTimestampType::LogAppendTime;
+        if !producer_batches.is_empty() {
+            let pbs: Vec<ProducerBatch> = producer_batches.iter().map(|&(_, pb)| pb).collect();
+            if let AppendCheck::Duplicate(original) = st.producers.check(&pbs)? {
+                debug!(topic = %self.topic, partition = self.partition, producer_id = pbs[0].producer_id,
+                    first_offset = original.first_offset, "duplicate batch not appended");
+                return Ok(LogAppendInfo {
+                    first_offset: original.first_offset,
+                    last_offset: original.last_offset,
+                    log_append_time: if log_append_time_topic {
+                        original.timestamp
+                    } else {
+                        -1
+                    },
+                    log_start_offset: st.log_start_offset,
+                    record_count: 0,
+                    duplicate: true,
+                });
+            }
+        }
+        let log_append_time = if log_append_time_topic {
+            set_log_append_time(records, now_ms);
+            for b in &mut batches {
+                b.max_timestamp = now_ms;
+            }
+            now_ms
+        } else {
+            -1
+        };
         let first_offset = st.log_end_offset;
         let last_offset = first_offset + record_count - 1;
         self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms)?;
@@ -352,6 +402,11 @@ impl PartitionLog {
         }
         st.active_mut()
             .append(records, &batches, now_ms, config.index_interval_bytes)?;
+        for (i, pb) in &producer_batches {
+            let b = &batches[*i];
+            st.producers
+                .update(pb, b.base_offset, b.next_offset - 1, b.max_timestamp);
+        }
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
         let flush_due = st.unflushed_messages >= config.flush_messages;
@@ -361,6 +416,7 @@ impl PartitionLog {
             log_append_time,
             log_start_offset: st.log_start_offset,
             record_count,
+            duplicate: false,
         };
         drop(st);
         self.append_notify.notify_waiters();
@@ -402,7 +458,46 @@ impl PartitionLog {
         info!(topic = %self.topic, partition = self.partition, new_base_offset = base, reason, "rolled segment");
         st.segments.insert(base, seg);
         st.dir_dirty = true;
+        self.take_snapshot(st);
         Ok(())
+    }
+
+    /// Writes the producer state as `<log end offset>.snapshot` and deletes all
+    /// but the last two snapshots. Failures are logged, not returned: a
+    /// snapshot only shortens recovery, which can rebuild the state from the log.
+    fn take_snapshot(&self, st: &mut LogState) {
+        let offset = st.log_end_offset;
+        if let Err(e) = write_snapshot(&self.dir, offset, &st.producers) {
+            warn!(topic = %self.topic, partition = self.partition, offset, error = %e, "writing producer snapshot failed");
+            return;
+        }
+        st.snapshots.insert(offset);
+        while st.snapshots.len() > 2 {
+            if let Some(old) = st.snapshots.pop_first() {
+                self.remove_snapshot(old);
+            }
+        }
+    }
+
+    fn remove_snapshot(&self, offset: i64) {
+        if let Err(e) = delete_snapshot(&self.dir, offset) {
+            warn!(topic = %self.topic, partition = self.partition, snapshot = %snapshot_file(&self.dir, offset).display(),
+                error = %e, "deleting producer snapshot failed");
+        }
+    }
+
+    /// Removes from the set the snapshots below the log start offset, for
+    /// deletion once the lock is released.
+    fn take_snapshots_below_log_start(st: &mut LogState) -> Vec<i64> {
+        let keep = st.snapshots.split_off(&st.log_start_offset);
+        std::mem::replace(&mut st.snapshots, keep)
+            .into_iter()
+            .collect()
+    }
+
+    /// A copy of the idempotent producers' state (epochs and last batches).
+    pub fn producer_state(&self) -> ProducerStateManager {
+        self.state().producers.clone()
     }
 
     /// Rolls the active segment if it is non-empty and older than `segment.ms`.
@@ -621,7 +716,7 @@ impl PartitionLog {
     /// (or negative); [`StorageError::Io`] if a segment cannot be deleted.
     pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
         self.check_live()?;
-        let (removed, lso) = {
+        let (removed, snapshots, lso) = {
             let mut st = self.state();
             if offset < 0 || offset > st.log_end_offset {
                 return Err(StorageError::OffsetOutOfRange {
@@ -632,8 +727,10 @@ impl PartitionLog {
             }
             st.log_start_offset = st.log_start_offset.max(offset);
             let removed = Self::take_segments(&mut st, |_, _| false);
-            (removed, st.log_start_offset)
+            let snapshots = Self::take_snapshots_below_log_start(&mut st);
+            (removed, snapshots, st.log_start_offset)
         };
+        snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
         self.delete_segments(removed, "log start offset")?;
         Ok(lso)
     }
@@ -689,12 +786,13 @@ impl PartitionLog {
     /// offset; never the active segment nor one holding offsets at or above the
     /// retention floor. Advances the log start offset. Files are renamed to
     /// `.deleted` and removed at once: fetches holding the `Arc<File>` still read them.
+    /// Producer snapshots below the new log start offset go too.
     ///
     /// # Errors
     /// [`StorageError::Io`] if a file cannot be renamed or removed.
     pub fn apply_retention(&self, now_ms: i64) -> Result<usize> {
         self.check_live()?;
-        let removed = {
+        let (removed, snapshots) = {
             let mut st = self.state();
             let config = st.config.clone();
             let total: u64 = st.segments.values().map(|s| s.size).sum();
@@ -703,7 +801,7 @@ impl PartitionLog {
             } else {
                 i64::MIN
             };
-            Self::take_segments(&mut st, |seg, _| {
+            let removed = Self::take_segments(&mut st, |seg, _| {
                 let by_time = config.retention_ms >= 0
                     && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
                 let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
@@ -715,8 +813,10 @@ impl PartitionLog {
                 } else {
                     false
                 }
-            })
+            });
+            (removed, Self::take_snapshots_below_log_start(&mut st))
         };
+        snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
         self.delete_segments(removed, "retention")
     }
 
@@ -806,7 +906,13 @@ impl PartitionLog {
         if self.deleted.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.flush()
+        self.flush()?;
+        // As Kafka at shutdown: a snapshot at the log end, so the next start reads no headers.
+        let mut st = self.state();
+        if !st.snapshots.contains(&st.log_end_offset) {
+            self.take_snapshot(&mut st);
+        }
+        Ok(())
     }
 
     fn needs_flush(&self) -> bool {
@@ -870,7 +976,7 @@ fn find_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::{batch, batch_ts, batch_with, config, decode};
+    use crate::test_util::{batch, batch_ts, batch_with, config, decode, idempotent_batch};
     use floe_protocol::kafka_protocol::records::Compression;
     use std::future::Future;
 
@@ -1353,5 +1459,236 @@ mod tests {
                 offset: 15
             })
         );
+    }
+
+    fn snapshot_offsets(dir: &Path) -> Vec<i64> {
+        let mut v: Vec<i64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                crate::file_names::parse_snapshot_file_name(e.unwrap().file_name().to_str()?)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn idempotent_retry_is_not_appended_and_gets_the_original_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+        let first = log
+            .append(&mut idempotent_batch((7, 0, 0), 3, 5), 0)
+            .unwrap();
+        assert_eq!(
+            (first.first_offset, first.last_offset, first.duplicate),
+            (2, 4, false)
+        );
+        let second = log
+            .append(&mut idempotent_batch((7, 0, 3), 2, 5), 0)
+            .unwrap();
+        assert_eq!((second.first_offset, second.last_offset), (5, 6));
+        for (seq, n, want) in [(0, 3, (2, 4)), (3, 2, (5, 6))] {
+            let again = log
+                .append(&mut idempotent_batch((7, 0, seq), n, 5), 0)
+                .unwrap();
+            assert_eq!(
+                (
+                    again.first_offset,
+                    again.last_offset,
+                    again.record_count,
+                    again.duplicate
+                ),
+                (want.0, want.1, 0, true)
+            );
+        }
+        assert_eq!(log.log_end_offset(), 7, "nothing appended twice");
+        assert_eq!(read_all(&log, 0).len(), 7);
+        assert_eq!(
+            log.append(&mut idempotent_batch((7, 0, 5), 1, 5), 0)
+                .unwrap()
+                .first_offset,
+            7
+        );
+    }
+
+    #[test]
+    fn sequence_gap_and_old_epoch_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[]));
+        // An unknown producer may start at any sequence.
+        log.append(&mut idempotent_batch((3, 2, 40), 2, 5), 0)
+            .unwrap();
+        assert!(matches!(
+            log.append(&mut idempotent_batch((3, 2, 43), 1, 5), 0),
+            Err(StorageError::OutOfOrderSequence {
+                producer_id: 3,
+                sequence: 43,
+                expected: 42,
+                ..
+            })
+        ));
+        assert!(matches!(
+            log.append(&mut idempotent_batch((3, 1, 42), 1, 5), 0),
+            Err(StorageError::InvalidProducerEpoch {
+                epoch: 1,
+                current_epoch: 2,
+                ..
+            })
+        ));
+        assert!(
+            matches!(
+                log.append(&mut idempotent_batch((3, 3, 42), 1, 5), 0),
+                Err(StorageError::OutOfOrderSequence { expected: 0, .. })
+            ),
+            "a new epoch starts at 0"
+        );
+        assert_eq!(log.log_end_offset(), 2, "refused batches are not appended");
+        log.append(&mut idempotent_batch((3, 3, 0), 1, 5), 0)
+            .unwrap();
+        assert_eq!(log.log_end_offset(), 3);
+    }
+
+    /// Producer 100 writes only into the first segment; 200 and 300 into the later ones.
+    fn idempotent_log(dir: &Path) -> PartitionLog {
+        let log = open(dir, config(&[("segment.bytes", "400")]));
+        for i in 0..3 {
+            log.append(&mut idempotent_batch((100, 0, i * 2), 2, 10), 0)
+                .unwrap();
+        }
+        let mut next_seq = [0, 0];
+        for i in 0..12 {
+            let p = usize::from(i % 3 == 0);
+            let pid = [200, 300][p];
+            log.append(&mut idempotent_batch((pid, 1, next_seq[p]), 2, 10), 0)
+                .unwrap();
+            next_seq[p] += 2;
+        }
+        log.append(&mut batch(1, 1, 10), 0).unwrap();
+        assert!(log.segment_count() >= 4, "{} segments", log.segment_count());
+        log
+    }
+
+    fn reopen(dir: &Path) -> PartitionLog {
+        PartitionLog::open(dir, "t", 0, config(&[("segment.bytes", "400")]), None, None).unwrap()
+    }
+
+    #[test]
+    fn producer_state_survives_reopen_from_snapshot_and_tail_or_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = idempotent_log(dir.path());
+        let reference = log.producer_state();
+        assert_eq!(reference.producer_count(), 3);
+        let active_base = log.sealed_segments().last().unwrap().next_offset;
+        let snaps = snapshot_offsets(dir.path());
+        assert_eq!(snaps.len(), 2, "the last two are kept: {snaps:?}");
+        assert_eq!(*snaps.last().unwrap(), active_base);
+        assert!(
+            log.log_end_offset() > active_base,
+            "a tail after the last snapshot"
+        );
+        log.flush().unwrap();
+        std::mem::forget(log); // a crash: no snapshot at close
+
+        // Snapshot + the headers of the tail.
+        let log = reopen(dir.path());
+        assert_eq!(log.producer_state(), reference);
+        // A retry is still recognised, a gap still refused.
+        let dup = log
+            .append(&mut idempotent_batch((200, 1, 14), 2, 10), 0)
+            .unwrap();
+        assert!(dup.duplicate);
+        assert!(matches!(
+            log.append(&mut idempotent_batch((300, 1, 99), 1, 10), 0),
+            Err(StorageError::OutOfOrderSequence { .. })
+        ));
+        log.close().unwrap();
+        let end = log.log_end_offset();
+        drop(log);
+        assert!(
+            snapshot_offsets(dir.path()).contains(&end),
+            "snapshot at close"
+        );
+
+        // From the log alone.
+        for o in snapshot_offsets(dir.path()) {
+            std::fs::remove_file(crate::file_names::snapshot_file(dir.path(), o)).unwrap();
+        }
+        let log = reopen(dir.path());
+        assert_eq!(log.producer_state(), reference);
+    }
+
+    #[test]
+    fn snapshot_keeps_producers_whose_batches_were_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = idempotent_log(dir.path());
+        let second = log.sealed_segments()[1].base_offset;
+        assert_eq!(log.delete_records_before(second).unwrap(), second);
+        let reference = log.producer_state();
+        assert!(reference.last_batch(100).is_some());
+        drop(log);
+        let log = reopen(dir.path());
+        assert_eq!(log.producer_state(), reference, "from the snapshot");
+        drop(log);
+        for o in snapshot_offsets(dir.path()) {
+            std::fs::remove_file(crate::file_names::snapshot_file(dir.path(), o)).unwrap();
+        }
+        let log = reopen(dir.path());
+        assert_eq!(
+            log.producer_state().last_batch(100),
+            None,
+            "only the log is left"
+        );
+        assert_eq!(
+            log.producer_state().last_batch(200),
+            reference.last_batch(200)
+        );
+    }
+
+    #[test]
+    fn damaged_and_stray_snapshots_are_ignored_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = idempotent_log(dir.path());
+        let reference = log.producer_state();
+        let end = log.log_end_offset();
+        log.close().unwrap();
+        drop(log);
+        let snaps = snapshot_offsets(dir.path());
+        // The newest is torn; one above the log end is left from an earlier life.
+        let newest = crate::file_names::snapshot_file(dir.path(), *snaps.last().unwrap());
+        let bytes = std::fs::read(&newest).unwrap();
+        std::fs::write(&newest, &bytes[..bytes.len() - 3]).unwrap();
+        std::fs::write(
+            crate::file_names::snapshot_file(dir.path(), end + 50),
+            &bytes,
+        )
+        .unwrap();
+        let log = reopen(dir.path());
+        assert_eq!(log.producer_state(), reference);
+        assert_eq!(
+            snapshot_offsets(dir.path()),
+            snaps[..snaps.len() - 1].to_vec()
+        );
+    }
+
+    #[test]
+    fn retention_deletes_snapshots_below_the_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = idempotent_log(dir.path());
+        let snaps = snapshot_offsets(dir.path());
+        log.delete_records_before(log.log_end_offset()).unwrap();
+        assert!(
+            snapshot_offsets(dir.path()).is_empty(),
+            "{snaps:?} all below the log start"
+        );
+        log.append(&mut idempotent_batch((100, 0, 6), 1, 10), 0)
+            .unwrap();
+        log.close().unwrap();
+        let snaps = snapshot_offsets(dir.path());
+        assert!(
+            snaps.iter().all(|&o| o >= log.log_start_offset()),
+            "{snaps:?}"
+        );
+        assert_eq!(snaps.last(), Some(&log.log_end_offset()));
     }
 }

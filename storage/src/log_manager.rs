@@ -28,6 +28,7 @@ use crate::file_names::{
     LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, TMP_SUFFIX,
 };
 use crate::log::PartitionLog;
+use crate::producer_id_manager::ProducerIdManager;
 use crate::topic::{validate_topic_name, Topic, TopicMetadata};
 
 /// What one [`LogManager::run_maintenance`] pass did.
@@ -58,6 +59,7 @@ pub struct LogManager {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     admin: Mutex<()>,
     checkpoints: Mutex<()>,
+    producer_ids: ProducerIdManager,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,6 +198,7 @@ impl LogManager {
             }
         }
 
+        let producer_ids = ProducerIdManager::open(&data_dir)?;
         let manager = Self {
             data_dir,
             default_config,
@@ -204,6 +207,7 @@ impl LogManager {
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
             checkpoints: Mutex::new(()),
+            producer_ids,
         };
         manager.write_checkpoints()?;
         Ok(manager)
@@ -259,6 +263,11 @@ impl LogManager {
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The producer id allocator of this data directory (InitProducerId).
+    pub fn producer_ids(&self) -> &ProducerIdManager {
+        &self.producer_ids
     }
 
     /// The broker-wide defaults topic overrides apply to.

@@ -23,6 +23,20 @@ pub(crate) fn batch_with(
     value_len: usize,
     compression: Compression,
 ) -> Vec<u8> {
+    encode(timestamps, value_len, compression, (-1, -1, 0))
+}
+
+/// An idempotent producer's batch of `n` records stamped `ts`: (producer id, epoch, base sequence).
+pub(crate) fn idempotent_batch(producer: (i64, i16, i32), n: usize, ts: i64) -> Vec<u8> {
+    encode(&vec![ts; n], 10, Compression::None, producer)
+}
+
+fn encode(
+    timestamps: &[i64],
+    value_len: usize,
+    compression: Compression,
+    (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
+) -> Vec<u8> {
     let records: Vec<Record> = timestamps
         .iter()
         .enumerate()
@@ -30,11 +44,11 @@ pub(crate) fn batch_with(
             transactional: false,
             control: false,
             partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: i as i32,
+            sequence: base_sequence.wrapping_add(i as i32),
             timestamp: ts,
             key: None,
             value: Some(Bytes::from(vec![b'x'; value_len])),

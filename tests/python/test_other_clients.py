@@ -79,8 +79,6 @@ def test_kafka_python_produce_and_assign_consume(floe, compression):
     assert [(m.key(), m.value()) for m in msgs] == [expected(i)[:2] for i in range(N)]
 
 
-@pytest.mark.xfail(strict=True, reason="floe serves no InitProducerId yet; kafka-python 3 producers "
-                   "are idempotent by default (KIP-679) and abort every batch without it")
 def test_kafka_python_default_idempotent_producer(floe):
     from kafka import KafkaProducer
 

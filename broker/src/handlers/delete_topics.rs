@@ -34,6 +34,11 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
         }
         let topic_name = topic.name().to_string();
         drop(topic);
+        if super::metadata::is_internal(&topic_name) {
+            // Kafka refuses to delete its internal topics too.
+            responses.push(result.with_error_code(ResponseError::InvalidTopicException.code()));
+            continue;
+        }
         let deleted = broker.blocking(move |logs| logs.delete_topic(&topic_name)).await;
         match deleted {
             Some(Ok(())) => {

@@ -34,7 +34,8 @@ pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i
     let allow_create = broker.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
 
     let topics = match wanted {
-        None => broker.logs.topics().iter().map(|t| describe_topic(broker, t)).collect(),
+        // Internal topics are listed only when asked for by name, as Kafka's clients expect.
+        None => broker.logs.topics().iter().filter(|t| !is_internal(t.name())).map(|t| describe_topic(broker, t)).collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for w in wanted {
@@ -111,6 +112,11 @@ async fn topic_by_name(broker: &Broker, name: String, allow_create: bool) -> Met
     }
 }
 
+/// Topics the broker owns (`__consumer_offsets`): hidden from listings, closed to clients' produce and delete.
+pub(crate) fn is_internal(topic: &str) -> bool {
+    topic == crate::group::OFFSETS_TOPIC
+}
+
 fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataResponseTopic {
     let node = BrokerId(broker.node_id());
     let partitions = (0..topic.partition_count())
@@ -126,5 +132,6 @@ fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataRespo
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.name().to_string()))))
         .with_topic_id(topic.id())
+        .with_is_internal(is_internal(topic.name()))
         .with_partitions(partitions)
 }

@@ -14,8 +14,13 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod fetch;
+mod find_coordinator;
+mod group_admin;
+mod group_membership;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offsets;
 mod produce;
 #[cfg(test)]
 mod version_tests;
@@ -100,11 +105,23 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",
         ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::InitProducerId => "InitProducerId",
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::DeleteGroups => "DeleteGroups",
         _ => "Other",
     }
 }
@@ -186,6 +203,55 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         ApiKey::DeleteRecords => {
             let req = decode(api_key, body, version)?;
             frame(api_key, correlation_id, version, &delete_records::handle(broker, req, version).await)
+        }
+        ApiKey::InitProducerId => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &init_producer_id::handle(broker, req, version).await)
+        }
+        ApiKey::FindCoordinator => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, req, version))
+        }
+        ApiKey::JoinGroup => {
+            let req = decode(api_key, body, version)?;
+            let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            frame(api_key, correlation_id, version, &group_membership::handle_join(broker, req, version, client_id, peer).await)
+        }
+        ApiKey::SyncGroup => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_membership::handle_sync(broker, req, version).await)
+        }
+        ApiKey::Heartbeat => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_membership::handle_heartbeat(broker, req, version))
+        }
+        ApiKey::LeaveGroup => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_membership::handle_leave(broker, req, version))
+        }
+        ApiKey::OffsetCommit => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &offsets::handle_commit(broker, req, version).await)
+        }
+        ApiKey::OffsetFetch => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &offsets::handle_fetch(broker, req, version))
+        }
+        ApiKey::OffsetDelete => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &offsets::handle_delete(broker, req, version).await)
+        }
+        ApiKey::ListGroups => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_admin::handle_list(broker, req, version))
+        }
+        ApiKey::DescribeGroups => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_admin::handle_describe(broker, req, version))
+        }
+        ApiKey::DeleteGroups => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &group_admin::handle_delete(broker, req, version).await)
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

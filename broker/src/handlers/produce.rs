@@ -6,12 +6,19 @@
 //! (the CRC is recomputed then). Floe is the only replica, so `acks=1` and
 //! `acks=all` both answer once the batch is in the log (and fsynced first
 //! when the topic's `flush.messages` says so).
+//!
+//! Idempotent producers: storage checks each batch's producer id, epoch and
+//! sequence. A retry of a batch already in the log is answered as Kafka
+//! does, with no error and the original base offset (nothing is appended
+//! again); a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch
+//! INVALID_PRODUCER_EPOCH (see [`crate::errors`]).
 
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 use floe_protocol::record_batch::{self, BatchError};
+use floe_storage::StorageError;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -33,6 +40,8 @@ pub(super) async fn handle(broker: &Broker, request: ProduceRequest, _version: i
         for data in topic.partition_data {
             let result = if !valid_acks {
                 Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")))
+            } else if super::metadata::is_internal(&name) {
+                Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if transactional {
                 Err((ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet".into()))
             } else {
@@ -105,14 +114,130 @@ fn append(
         log.append(&mut owned, now_ms)
     };
     match appended {
+        Ok(info) if info.duplicate => {
+            tracing::debug!(topic, partition, producer_id = validated.producer_id, base_offset = info.first_offset,
+                "duplicate idempotent batch acknowledged with its original offset");
+            Ok(info)
+        }
         Ok(info) => {
             broker.metrics.produce_bytes.inc_by(owned.len() as u64);
             broker.metrics.produce_records.inc_by(validated.record_count as u64);
             Ok(info)
         }
+        // The producer's own mistake (or a zombie): logged by the caller as a refusal.
+        Err(e @ (StorageError::OutOfOrderSequence { .. } | StorageError::InvalidProducerEpoch { .. })) => {
+            Err((kafka_error(&e), e.to_string()))
+        }
         Err(e) => {
             tracing::error!(topic, partition, error = %e, "append failed");
             Err((kafka_error(&e), e.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Idempotence on the wire: hand-built record batches through dispatch.
+
+    use std::collections::BTreeMap;
+
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::super::version_tests::{broker, roundtrip};
+    use crate::broker::Broker;
+
+    fn varint(buf: &mut BytesMut, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            buf.put_u8((z as u8) | 0x80);
+            z >>= 7;
+        }
+        buf.put_u8(z as u8);
+    }
+
+    /// A record batch v2, byte by byte: one record per value, keys null.
+    fn batch(producer_id: i64, epoch: i16, base_sequence: i32, values: &[&str]) -> Bytes {
+        let ts = 1_700_000_000_000i64;
+        let mut records = BytesMut::new();
+        for (i, v) in values.iter().enumerate() {
+            let mut r = BytesMut::new();
+            r.put_i8(0); // attributes
+            varint(&mut r, 0); // timestamp delta
+            varint(&mut r, i as i64); // offset delta
+            varint(&mut r, -1); // null key
+            varint(&mut r, v.len() as i64);
+            r.put_slice(v.as_bytes());
+            varint(&mut r, 0); // no headers
+            varint(&mut records, r.len() as i64);
+            records.put_slice(&r);
+        }
+        let mut after_crc = BytesMut::new();
+        after_crc.put_i16(0); // attributes: no compression, CreateTime
+        after_crc.put_i32(values.len() as i32 - 1); // last offset delta
+        after_crc.put_i64(ts);
+        after_crc.put_i64(ts);
+        after_crc.put_i64(producer_id);
+        after_crc.put_i16(epoch);
+        after_crc.put_i32(base_sequence);
+        after_crc.put_i32(values.len() as i32);
+        after_crc.put_slice(&records);
+        let mut b = BytesMut::new();
+        b.put_i64(0); // base offset: the broker assigns it
+        b.put_i32((4 + 1 + 4 + after_crc.len()) as i32); // batch length
+        b.put_i32(-1); // partition leader epoch
+        b.put_i8(2); // magic
+        b.put_u32(crc32c::crc32c(&after_crc));
+        b.put_slice(&after_crc);
+        b.freeze()
+    }
+
+    /// Produces `records` to t-0 with acks=all (v9, flexible); (error code, base offset).
+    async fn produce(broker: &Broker, records: Bytes) -> (i16, i64) {
+        let p = PartitionProduceData::default().with_index(0).with_records(Some(records));
+        let t = TopicProduceData::default().with_name(TopicName(StrBytes::from_static_str("t"))).with_partition_data(vec![p]);
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
+        let r: ProduceResponse = roundtrip(broker, ApiKey::Produce, 9, &req).await;
+        let p = &r.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    async fn init_producer_id(broker: &Broker, producer_id: i64, epoch: i16) -> (i16, i64, i16) {
+        let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000).with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch);
+        let r: InitProducerIdResponse = roundtrip(broker, ApiKey::InitProducerId, 4, &req).await;
+        (r.error_code, r.producer_id.0, r.producer_epoch)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retried_idempotent_batch_is_stored_once_and_acknowledged_with_its_first_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = broker(dir.path()).await;
+        broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
+        assert_eq!(produce(&broker, batch(-1, -1, -1, &["plain"])).await, (0, 0));
+        let (code, pid, epoch) = init_producer_id(&broker, -1, -1).await;
+        assert_eq!((code, epoch), (0, 0));
+        assert!(pid >= 0);
+
+        let first = batch(pid, 0, 0, &["a", "b"]);
+        assert_eq!(produce(&broker, first.clone()).await, (0, 1));
+        assert_eq!(produce(&broker, first).await, (0, 1), "the retry gets the original base offset");
+        let log = broker.logs.partition("t", 0).expect("t-0");
+        assert_eq!(log.log_end_offset(), 3, "stored once");
+        let stored = log.read(0, 1 << 20, true).expect("read").region.expect("region").read_to_vec().expect("bytes");
+        let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&stored).map(|b| b.expect("batch").header).collect();
+        assert_eq!(batches.len(), 2);
+        assert_eq!((batches[1].producer_id, batches[1].base_sequence, batches[1].base_offset), (pid, 0, 1));
+
+        assert_eq!(produce(&broker, batch(pid, 0, 2, &["c"])).await, (0, 3));
+        let gap = produce(&broker, batch(pid, 0, 9, &["z"])).await.0;
+        assert_eq!(gap, kafka_protocol::error::ResponseError::OutOfOrderSequenceNumber.code());
+        // KIP-360: the producer bumps its epoch and starts again at sequence 0.
+        assert_eq!(init_producer_id(&broker, pid, 0).await, (0, pid, 1));
+        assert_eq!(produce(&broker, batch(pid, 1, 0, &["d"])).await, (0, 4));
+        let zombie = produce(&broker, batch(pid, 0, 3, &["e"])).await.0;
+        assert_eq!(zombie, kafka_protocol::error::ResponseError::InvalidProducerEpoch.code());
+        assert_eq!(log.log_end_offset(), 5);
     }
 }

@@ -14,26 +14,56 @@ use bytes::{Bytes, BytesMut};
 use floe_protocol::apis::SUPPORTED_APIS;
 use floe_protocol::frame::parse_request_header;
 use floe_storage::{LogConfig, LogManager};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 use super::{dispatch, Reply};
 use crate::broker::Broker;
-use crate::config::ConfigBuilder;
+use crate::config::{ConfigBuilder, Layer};
+use crate::group::group::JoinRequest;
+use crate::group::records::OffsetAndMetadata;
+use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
-fn broker(dir: &std::path::Path) -> Broker {
-    let mut config = ConfigBuilder::new().build().expect("default config");
+pub(super) async fn broker(dir: &std::path::Path) -> Broker {
+    let mut builder = ConfigBuilder::new();
+    builder.set("group.initial.rebalance.delay.ms", "0", Layer::CommandLine).expect("setting");
+    let mut config = builder.build().expect("default config");
     config.data_dir = dir.to_path_buf();
-    let logs = LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs");
-    Broker {
-        config,
-        logs: Arc::new(logs),
-        metrics: Arc::new(Metrics::new()),
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: 9092,
-    }
+    let logs = Arc::new(LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs"));
+    let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
+    groups.load().await.expect("load offsets");
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, advertised_host: "127.0.0.1".into(), advertised_port: 9092 }
+}
+
+/// A member of `group` (generation 1), joined through the coordinator directly.
+async fn member(broker: &Broker, group: &str) -> (String, i32) {
+    let req = JoinRequest {
+        member_id: String::new(),
+        instance_id: None,
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+        require_known_member_id: false,
+    };
+    let r = broker.groups.join(group, req).await;
+    assert_eq!(r.error, None);
+    (r.member_id, r.generation)
+}
+
+/// Commits `offset` for t-0 as a group without members would.
+async fn commit(broker: &Broker, group: &str, offset: i64) {
+    let o = OffsetAndMetadata { offset, leader_epoch: -1, metadata: "m".into(), commit_timestamp: 1 };
+    broker.groups.commit_offsets(group, "", None, -1, vec![("t".into(), 0, o)]).await.expect("commit");
+}
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
 }
 
 fn batch() -> Bytes {
@@ -65,7 +95,7 @@ fn name(s: &str) -> TopicName {
 }
 
 /// Encodes header + body as a client would, and dispatches it.
-async fn roundtrip<Req, Resp>(broker: &Broker, api: ApiKey, version: i16, request: &Req) -> Resp
+pub(super) async fn roundtrip<Req, Resp>(broker: &Broker, api: ApiKey, version: i16, request: &Req) -> Resp
 where
     Req: Encodable + HeaderVersion,
     Resp: Decodable,
@@ -100,7 +130,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_version_of_every_api_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = broker(dir.path());
+    let broker = broker(dir.path()).await;
     let topic = broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
     let topic_id = topic.id();
     let mut checked = 0;
@@ -198,6 +228,19 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(p.error_code, 0, "v{v}");
                     assert_eq!(p.low_watermark, 1);
                 }
+                ApiKey::InitProducerId => {
+                    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000);
+                    let r: InitProducerIdResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!((r.error_code, r.producer_epoch), (0, 0), "v{v}");
+                    if v >= 3 {
+                        let bump = req.clone().with_producer_id(r.producer_id).with_producer_epoch(0);
+                        let b: InitProducerIdResponse = roundtrip(&broker, range.key, v, &bump).await;
+                        assert_eq!((b.error_code, b.producer_id, b.producer_epoch), (0, r.producer_id, 1), "v{v}");
+                    }
+                    let txn = req.with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))));
+                    let t: InitProducerIdResponse = roundtrip(&broker, range.key, v, &txn).await;
+                    assert_eq!(t.error_code, kafka_protocol::error::ResponseError::TransactionalIdAuthorizationFailed.code());
+                }
                 ApiKey::DescribeConfigs => {
                     let res = describe_configs_request::DescribeConfigsResource::default()
                         .with_resource_type(2)
@@ -256,6 +299,180 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(r.brokers.len(), 1);
                     assert_eq!(r.cluster_id.as_str(), broker.logs.cluster_id());
                 }
+                ApiKey::FindCoordinator => {
+                    let mut req = FindCoordinatorRequest::default();
+                    if v >= 4 {
+                        req = req.with_coordinator_keys(vec![s("g1"), s("g2")]);
+                    } else {
+                        req = req.with_key(s("g1"));
+                    }
+                    let r: FindCoordinatorResponse = roundtrip(&broker, range.key, v, &req).await;
+                    if v >= 4 {
+                        assert_eq!(r.coordinators.len(), 2);
+                        assert!(r.coordinators.iter().all(|c| c.error_code == 0 && c.port == 9092 && c.node_id.0 == 1));
+                    } else {
+                        assert_eq!((r.error_code, r.port, r.node_id.0), (0, 9092, 1), "v{v}");
+                    }
+                }
+                ApiKey::JoinGroup => {
+                    let group = GroupId(s(&format!("j{v}")));
+                    let protocol = join_group_request::JoinGroupRequestProtocol::default()
+                        .with_name(s("range"))
+                        .with_metadata(Bytes::from_static(b"meta"));
+                    let mut req = JoinGroupRequest::default()
+                        .with_group_id(group)
+                        .with_session_timeout_ms(10_000)
+                        .with_protocol_type(s("consumer"))
+                        .with_protocols(vec![protocol]);
+                    if v >= 1 {
+                        req = req.with_rebalance_timeout_ms(10_000);
+                    }
+                    let mut r: JoinGroupResponse = roundtrip(&broker, range.key, v, &req).await;
+                    if v >= 4 {
+                        assert_eq!(r.error_code, ResponseError::MemberIdRequired.code(), "v{v}");
+                        assert!(!r.member_id.is_empty());
+                        req = req.with_member_id(r.member_id.clone());
+                        r = roundtrip(&broker, range.key, v, &req).await;
+                    }
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    assert_eq!(r.generation_id, 1);
+                    assert_eq!(r.leader, r.member_id);
+                    assert_eq!(r.protocol_name.as_deref(), Some("range"));
+                    assert_eq!(r.members.len(), 1);
+                    assert_eq!(&r.members[0].metadata[..], b"meta");
+                }
+                ApiKey::SyncGroup => {
+                    let group = format!("s{v}");
+                    let (id, generation) = member(&broker, &group).await;
+                    let a = sync_group_request::SyncGroupRequestAssignment::default()
+                        .with_member_id(s(&id))
+                        .with_assignment(Bytes::from_static(b"assigned"));
+                    let mut req = SyncGroupRequest::default()
+                        .with_group_id(GroupId(s(&group)))
+                        .with_generation_id(generation)
+                        .with_member_id(s(&id))
+                        .with_assignments(vec![a]);
+                    if v >= 5 {
+                        req = req.with_protocol_type(Some(s("consumer"))).with_protocol_name(Some(s("range")));
+                    }
+                    let r: SyncGroupResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    assert_eq!(&r.assignment[..], b"assigned");
+                }
+                ApiKey::Heartbeat => {
+                    let group = format!("h{v}");
+                    let (id, generation) = member(&broker, &group).await;
+                    let req = HeartbeatRequest::default().with_group_id(GroupId(s(&group))).with_generation_id(generation).with_member_id(s(&id));
+                    let r: HeartbeatResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    let r: HeartbeatResponse = roundtrip(&broker, range.key, v, &req.with_generation_id(generation + 1)).await;
+                    assert_eq!(r.error_code, ResponseError::IllegalGeneration.code(), "v{v}");
+                }
+                ApiKey::LeaveGroup => {
+                    let group = format!("l{v}");
+                    let (id, _) = member(&broker, &group).await;
+                    let mut req = LeaveGroupRequest::default().with_group_id(GroupId(s(&group)));
+                    if v >= 3 {
+                        let m = leave_group_request::MemberIdentity::default().with_member_id(s(&id));
+                        req = req.with_members(vec![m, leave_group_request::MemberIdentity::default().with_member_id(s("nobody"))]);
+                    } else {
+                        req = req.with_member_id(s(&id));
+                    }
+                    let r: LeaveGroupResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    if v >= 3 {
+                        assert_eq!(r.members[0].error_code, 0);
+                        assert_eq!(r.members[1].error_code, ResponseError::UnknownMemberId.code());
+                    }
+                }
+                ApiKey::OffsetCommit => {
+                    let group = format!("o{v}");
+                    let p = offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(2)
+                        .with_committed_metadata(Some(s("m")));
+                    let missing = offset_commit_request::OffsetCommitRequestPartition::default().with_partition_index(7);
+                    let t = offset_commit_request::OffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![p, missing]);
+                    let req = OffsetCommitRequest::default()
+                        .with_group_id(GroupId(s(&group)))
+                        .with_generation_id_or_member_epoch(-1)
+                        .with_topics(vec![t]);
+                    let r: OffsetCommitResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
+                    assert_eq!(r.topics[0].partitions[1].error_code, ResponseError::UnknownTopicOrPartition.code());
+                    let found = broker.groups.fetch_offsets(&group, None).expect("fetch");
+                    assert_eq!(found[0].1[0].1.as_ref().map(|o| o.offset), Some(2));
+                }
+                ApiKey::OffsetFetch => {
+                    let group = format!("f{v}");
+                    commit(&broker, &group, 5).await;
+                    let offsets: Vec<(i32, i64)> = if v >= 8 {
+                        let t = offset_fetch_request::OffsetFetchRequestTopics::default().with_name(name("t")).with_partition_indexes(vec![0, 1]);
+                        let g = offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(GroupId(s(&group))).with_topics(Some(vec![t]));
+                        let all = offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(GroupId(s(&group))).with_topics(None);
+                        let req = OffsetFetchRequest::default().with_groups(vec![g, all]);
+                        let r: OffsetFetchResponse = roundtrip(&broker, range.key, v, &req).await;
+                        assert_eq!(r.groups[0].error_code, 0);
+                        assert_eq!(r.groups[1].topics[0].partitions.len(), 1, "v{v}: all topics");
+                        r.groups[0].topics[0].partitions.iter().map(|p| (p.partition_index, p.committed_offset)).collect()
+                    } else {
+                        let t = offset_fetch_request::OffsetFetchRequestTopic::default().with_name(name("t")).with_partition_indexes(vec![0, 1]);
+                        let req = OffsetFetchRequest::default().with_group_id(GroupId(s(&group))).with_topics(Some(vec![t]));
+                        let r: OffsetFetchResponse = roundtrip(&broker, range.key, v, &req).await;
+                        assert_eq!(r.error_code, 0);
+                        r.topics[0].partitions.iter().map(|p| (p.partition_index, p.committed_offset)).collect()
+                    };
+                    assert_eq!(offsets, vec![(0, 5), (1, -1)], "v{v}");
+                }
+                ApiKey::DescribeGroups => {
+                    let group = format!("dg{v}");
+                    commit(&broker, &group, 1).await;
+                    let (id, _) = member(&broker, &format!("dm{v}")).await;
+                    let req = DescribeGroupsRequest::default()
+                        .with_groups(vec![GroupId(s(&group)), GroupId(s(&format!("dm{v}"))), GroupId(s("nope"))])
+                        .with_include_authorized_operations(v >= 3);
+                    let r: DescribeGroupsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!((r.groups[0].error_code, r.groups[0].group_state.as_str()), (0, "Empty"), "v{v}");
+                    assert_eq!(r.groups[1].group_state.as_str(), "CompletingRebalance");
+                    assert_eq!(r.groups[1].members[0].member_id.as_str(), id);
+                    let missing = if v >= 6 { ResponseError::GroupIdNotFound.code() } else { 0 };
+                    assert_eq!((r.groups[2].error_code, r.groups[2].group_state.as_str()), (missing, "Dead"));
+                }
+                ApiKey::ListGroups => {
+                    let mut req = ListGroupsRequest::default();
+                    if v >= 4 {
+                        req = req.with_states_filter(vec![s("Empty")]);
+                    }
+                    let r: ListGroupsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0);
+                    assert!(r.groups.iter().any(|g| g.group_id.as_str() == "o2"), "v{v}");
+                    if v >= 4 {
+                        assert!(r.groups.iter().all(|g| g.group_state.as_str() == "Empty"));
+                    }
+                }
+                ApiKey::DeleteGroups => {
+                    let group = format!("del{v}");
+                    commit(&broker, &group, 1).await;
+                    let (_, _) = member(&broker, &format!("busy{v}")).await;
+                    let req = DeleteGroupsRequest::default()
+                        .with_groups_names(vec![GroupId(s(&group)), GroupId(s(&group)), GroupId(s(&format!("busy{v}")))]);
+                    let r: DeleteGroupsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let codes: Vec<i16> = r.results.iter().map(|g| g.error_code).collect();
+                    assert_eq!(codes, vec![0, ResponseError::GroupIdNotFound.code(), ResponseError::NonEmptyGroup.code()], "v{v}");
+                }
+                ApiKey::OffsetDelete => {
+                    let group = format!("od{v}");
+                    commit(&broker, &group, 1).await;
+                    let p = offset_delete_request::OffsetDeleteRequestPartition::default().with_partition_index(0);
+                    let t = offset_delete_request::OffsetDeleteRequestTopic::default().with_name(name("t")).with_partitions(vec![p]);
+                    let req = OffsetDeleteRequest::default().with_group_id(GroupId(s(&group))).with_topics(vec![t]);
+                    let r: OffsetDeleteResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0));
+                    assert!(broker.groups.fetch_offsets(&group, None).expect("fetch").is_empty());
+                    let r: OffsetDeleteResponse =
+                        roundtrip(&broker, range.key, v, &req.clone().with_group_id(GroupId(s("none")))).await;
+                    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+                }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
         }
@@ -266,7 +483,7 @@ async fn every_served_version_of_every_api_answers() {
 #[tokio::test]
 async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = broker(dir.path());
+    let broker = broker(dir.path()).await;
     // A future client: ApiVersions v9 with a flexible (v2) header and a body we cannot know.
     let header = RequestHeader::default()
         .with_request_api_key(ApiKey::ApiVersions as i16)
@@ -291,10 +508,10 @@ async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
 #[tokio::test]
 async fn a_non_advertised_api_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = broker(dir.path());
-    let header = RequestHeader::default().with_request_api_key(ApiKey::JoinGroup as i16).with_request_api_version(5);
+    let broker = broker(dir.path()).await;
+    let header = RequestHeader::default().with_request_api_key(ApiKey::ConsumerGroupHeartbeat as i16).with_request_api_version(0);
     let mut buf = BytesMut::new();
-    header.encode(&mut buf, 1).expect("header");
+    header.encode(&mut buf, 2).expect("header");
     let frame = parse_request_header(buf.freeze()).expect("parse");
     assert!(dispatch(&broker, frame, "127.0.0.1:1".parse().expect("addr")).await.is_err());
 }

@@ -1,0 +1,639 @@
+//! `GroupCoordinator`: every group of this broker (the coordinator of all of
+//! them, as Floe is one node), the timers that drive them, committed offsets
+//! and their durability through the [`OffsetStore`].
+//!
+//! # Locking
+//! The group map is a `std::sync::RwLock`; each group is a
+//! `std::sync::Mutex<Group>`. Critical sections are short, run no I/O and
+//! never `.await`: a JoinGroup or SyncGroup that must wait registers a
+//! `oneshot` under the lock and awaits it after releasing the lock; writes to
+//! the log are queued (a non-blocking channel send) and their callbacks take
+//! the group lock on the writer thread. So a tokio worker never blocks on a
+//! lock held across a suspension point, and the std mutex is cheaper than an
+//! async one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_storage::LogManager;
+use kafka_protocol::error::ResponseError;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::group::{wall_ms, Group, GroupConfig, GroupState, GroupSummary, JoinRequest, JoinResult, Outcome, SyncResult};
+use super::records::{self, LogEntry, OffsetAndMetadata};
+use super::store::{self, LogRecord, OffsetStore, StoreError};
+
+const LOADING: u8 = 0;
+const ACTIVE: u8 = 1;
+const FAILED: u8 = 2;
+
+/// How often session, join and sync deadlines are checked.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// Settings of the coordinator: the state machine's plus offset retention.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Rebalance settings.
+    pub group: GroupConfig,
+    /// `offsets.retention.minutes`, as a duration.
+    pub offsets_retention: Duration,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        Self {
+            group: GroupConfig::default(),
+            offsets_retention: Duration::from_secs(10080 * 60),
+            offsets_retention_check_interval: Duration::from_millis(600_000),
+        }
+    }
+}
+
+/// One group as ListGroups reports it.
+#[derive(Debug, Clone)]
+pub struct ListedGroup {
+    /// Group id.
+    pub group_id: String,
+    /// Protocol type, or empty.
+    pub protocol_type: String,
+    /// State.
+    pub state: GroupState,
+}
+
+/// Committed offsets of one topic: (partition, offset or `None`).
+pub type TopicOffsets = (String, Vec<(i32, Option<OffsetAndMetadata>)>);
+
+type GroupRef = Arc<Mutex<Group>>;
+
+fn lock(g: &Mutex<Group>) -> MutexGuard<'_, Group> {
+    g.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The group coordinator. Thread-safe; share it in an `Arc`.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    config: CoordinatorConfig,
+    groups: RwLock<HashMap<String, GroupRef>>,
+    status: AtomicU8,
+    logs: Arc<LogManager>,
+    store: OffsetStore,
+}
+
+impl GroupCoordinator {
+    /// A coordinator that answers COORDINATOR_LOAD_IN_PROGRESS until [`GroupCoordinator::load`] finishes.
+    ///
+    /// # Errors
+    /// If the log writer thread cannot be started.
+    pub fn new(config: CoordinatorConfig, logs: Arc<LogManager>) -> std::io::Result<Self> {
+        let store = OffsetStore::start(logs.clone())?;
+        Ok(Self { config, groups: RwLock::new(HashMap::new()), status: AtomicU8::new(LOADING), logs, store })
+    }
+
+    /// Creates `__consumer_offsets` if needed and replays it (on a blocking
+    /// thread), then starts answering. A failure is logged and leaves the
+    /// coordinator refusing group requests with COORDINATOR_NOT_AVAILABLE.
+    pub async fn load(self: &Arc<Self>) -> Result<(), StoreError> {
+        let this = self.clone();
+        let started = std::time::Instant::now();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let log = store::open_log(&this.logs)?;
+            store::replay(&log, |entry| this.apply_loaded(entry))
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))));
+        match loaded {
+            Ok(records) => {
+                self.status.store(ACTIVE, Ordering::Release);
+                tracing::info!(records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                    "group coordinator loaded");
+                Ok(())
+            }
+            Err(e) => {
+                self.status.store(FAILED, Ordering::Release);
+                tracing::error!(error = %e, "cannot load __consumer_offsets: group requests will fail");
+                Err(e)
+            }
+        }
+    }
+
+    fn apply_loaded(&self, entry: LogEntry) {
+        match entry {
+            LogEntry::Offset { group, topic, partition, value } => {
+                let g = self.group_or_create(&group);
+                let mut g = lock(&g);
+                match value {
+                    Some(v) => g.offsets.insert((topic, partition), v),
+                    None => g.offsets.remove(&(topic, partition)),
+                };
+            }
+            LogEntry::Group { group, value: Some(meta) } => {
+                let mut groups = self.groups_write();
+                let offsets = groups.remove(&group).map(|g| std::mem::take(&mut lock(&g).offsets)).unwrap_or_default();
+                let mut loaded = Group::loaded(&group, &meta);
+                loaded.offsets = offsets;
+                groups.insert(group, Arc::new(Mutex::new(loaded)));
+            }
+            LogEntry::Group { group, value: None } => {
+                self.groups_write().remove(&group);
+            }
+        }
+    }
+
+    fn groups_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, GroupRef>> {
+        self.groups.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn groups_write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, GroupRef>> {
+        self.groups.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn group(&self, id: &str) -> Option<GroupRef> {
+        self.groups_read().get(id).cloned()
+    }
+
+    fn group_or_create(&self, id: &str) -> GroupRef {
+        if let Some(g) = self.group(id) {
+            return g;
+        }
+        self.groups_write().entry(id.to_string()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id)))).clone()
+    }
+
+    /// `Err` while loading or after a failed load.
+    pub fn check_active(&self) -> Result<(), ResponseError> {
+        match self.status.load(Ordering::Acquire) {
+            ACTIVE => Ok(()),
+            LOADING => Err(ResponseError::CoordinatorLoadInProgress),
+            _ => Err(ResponseError::CoordinatorNotAvailable),
+        }
+    }
+
+    /// Queues the group's metadata if it changed. Called under the group's lock (never blocks).
+    fn persist_if_dirty(&self, g: &mut Group) {
+        if !g.metadata_dirty {
+            return;
+        }
+        g.metadata_dirty = false;
+        g.persisted = true;
+        let record = (records::group_key(g.id()), Some(records::group_value(&g.metadata())));
+        self.store.append(vec![record], Box::new(|_| {}));
+    }
+
+    /// Runs `f` on the group under its lock, then persists its metadata if `f` changed it.
+    fn with_group<T>(&self, g: &GroupRef, f: impl FnOnce(&mut Group) -> T) -> T {
+        let mut guard = lock(g);
+        let out = f(&mut guard);
+        self.persist_if_dirty(&mut guard);
+        out
+    }
+
+    // ---- membership ------------------------------------------------------
+
+    /// JoinGroup; waits for the rebalance when the answer is deferred.
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+        if let Err(e) = self.check_active() {
+            return JoinResult::error(e, &req.member_id);
+        }
+        if group_id.is_empty() {
+            return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
+        }
+        let member_id = req.member_id.clone();
+        let g = if member_id.is_empty() {
+            self.group_or_create(group_id)
+        } else {
+            match self.group(group_id) {
+                Some(g) => g,
+                None => return JoinResult::error(ResponseError::UnknownMemberId, &member_id),
+            }
+        };
+        let cfg = &self.config.group;
+        match self.with_group(&g, |g| g.join(req, cfg, Instant::now())) {
+            Outcome::Now(r) => r,
+            // A closed channel: a later JoinGroup of the same member replaced this one.
+            Outcome::Wait(rx) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::RebalanceInProgress, &member_id)),
+        }
+    }
+
+    /// SyncGroup; waits for the leader's assignment when needed.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        if let Err(e) = self.check_active() {
+            return SyncResult::error(e);
+        }
+        let Some(g) = self.group(group_id) else {
+            return SyncResult::error(ResponseError::UnknownMemberId);
+        };
+        let outcome = self.with_group(&g, |g| {
+            g.sync(member_id, instance_id, generation, protocol_type, protocol_name, assignments, Instant::now())
+        });
+        match outcome {
+            Outcome::Now(r) => r,
+            Outcome::Wait(rx) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::RebalanceInProgress)),
+        }
+    }
+
+    /// Heartbeat.
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation: i32) -> Option<ResponseError> {
+        if let Err(e) = self.check_active() {
+            return Some(e);
+        }
+        let Some(g) = self.group(group_id) else {
+            return Some(ResponseError::UnknownMemberId);
+        };
+        self.with_group(&g, |g| g.heartbeat(member_id, instance_id, generation, Instant::now()))
+    }
+
+    /// LeaveGroup: one result per member, in order.
+    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_active()?;
+        let Some(g) = self.group(group_id) else {
+            return Ok(members.iter().map(|_| Some(ResponseError::UnknownMemberId)).collect());
+        };
+        let cfg = &self.config.group;
+        Ok(self.with_group(&g, |g| {
+            members.iter().map(|(id, instance)| g.leave(id, instance.as_deref(), cfg, Instant::now())).collect()
+        }))
+    }
+
+    // ---- offsets -----------------------------------------------------------
+
+    /// OffsetCommit of already-validated partitions; waits until they are durable.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<(String, i32, OffsetAndMetadata)>,
+    ) -> Result<(), ResponseError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let g = if member_id.is_empty() && generation < 0 {
+            self.group_or_create(group_id)
+        } else {
+            self.group(group_id).ok_or(ResponseError::IllegalGeneration)?
+        };
+        lock(&g).validate_commit(member_id, instance_id, generation)?;
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<LogRecord> = offsets
+            .iter()
+            .map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o))))
+            .collect();
+        let (tx, rx) = oneshot::channel();
+        let target = g.clone();
+        self.store.append(
+            records,
+            Box::new(move |result| {
+                if result.is_ok() {
+                    let mut g = lock(&target);
+                    for (t, p, o) in offsets {
+                        g.offsets.insert((t, p), o);
+                    }
+                }
+                let _ = tx.send(result);
+            }),
+        );
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ResponseError::UnknownServerError),
+        }
+    }
+
+    /// OffsetFetch: `topics` `None` means every committed partition.
+    pub fn fetch_offsets(&self, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<TopicOffsets>, ResponseError> {
+        self.check_active()?;
+        let g = self.group(group_id);
+        let g = g.as_ref().map(|g| lock(g));
+        let lookup = |t: &str, p: i32| g.as_ref().and_then(|g| g.offsets.get(&(t.to_string(), p)).cloned());
+        Ok(match topics {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(t, parts)| {
+                    let found = parts.iter().map(|&p| (p, lookup(&t, p))).collect();
+                    (t, found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, Option<OffsetAndMetadata>)>> = Default::default();
+                if let Some(g) = &g {
+                    for ((t, p), o) in &g.offsets {
+                        by_topic.entry(t.clone()).or_default().push((*p, Some(o.clone())));
+                    }
+                }
+                by_topic
+                    .into_iter()
+                    .map(|(t, mut parts)| {
+                        parts.sort_by_key(|(p, _)| *p);
+                        (t, parts)
+                    })
+                    .collect()
+            }
+        })
+    }
+
+    /// OffsetDelete: per-partition results, or a group-level error.
+    pub async fn delete_offsets(&self, group_id: &str, partitions: Vec<(String, i32)>) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_active()?;
+        let g = self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        let (results, tombstones) = {
+            let guard = lock(&g);
+            let subscribed = guard.subscribed_topics();
+            let mut results = Vec::with_capacity(partitions.len());
+            let mut tombstones = Vec::new();
+            for (t, p) in &partitions {
+                if subscribed.as_ref().is_none_or(|s| s.contains(t)) && guard.member_count() > 0 {
+                    results.push(Some(ResponseError::GroupSubscribedToTopic));
+                } else {
+                    results.push(None);
+                    if guard.offsets.contains_key(&(t.clone(), *p)) {
+                        tombstones.push((t.clone(), *p));
+                    }
+                }
+            }
+            (results, tombstones)
+        };
+        if !tombstones.is_empty() {
+            self.write_tombstones(&g, group_id, tombstones, false).await?;
+        }
+        Ok(results)
+    }
+
+    /// Writes offset tombstones (and the group's, if `group_too`), then forgets them.
+    async fn write_tombstones(&self, g: &GroupRef, group_id: &str, offsets: Vec<(String, i32)>, group_too: bool) -> Result<(), ResponseError> {
+        let mut records: Vec<LogRecord> = offsets.iter().map(|(t, p)| (records::offset_key(group_id, t, *p), None)).collect();
+        if group_too {
+            records.push((records::group_key(group_id), None));
+        }
+        let (tx, rx) = oneshot::channel();
+        let target = g.clone();
+        self.store.append(
+            records,
+            Box::new(move |result| {
+                if result.is_ok() {
+                    let mut g = lock(&target);
+                    for k in offsets {
+                        g.offsets.remove(&k);
+                    }
+                }
+                let _ = tx.send(result);
+            }),
+        );
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ResponseError::UnknownServerError),
+        }
+    }
+
+    // ---- administration ------------------------------------------------------
+
+    /// ListGroups (every group, including empty ones holding offsets).
+    pub fn list_groups(&self) -> Result<Vec<ListedGroup>, ResponseError> {
+        self.check_active()?;
+        let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        let mut out: Vec<ListedGroup> = groups
+            .iter()
+            .map(|g| {
+                let g = lock(g);
+                ListedGroup { group_id: g.id().to_string(), protocol_type: g.protocol_type().to_string(), state: g.state() }
+            })
+            .filter(|l| l.state != GroupState::Dead)
+            .collect();
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// DescribeGroups of one group; `None` if it does not exist.
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+        self.check_active()?;
+        Ok(self.group(group_id).map(|g| lock(&g).summary()))
+    }
+
+    /// DeleteGroups of one group: only empty groups; writes tombstones for it and its offsets.
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.check_active()?;
+        let g = self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        let offsets = {
+            let mut guard = lock(&g);
+            match guard.state() {
+                GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
+                GroupState::Empty if !guard.has_pending_members() => {}
+                _ => return Err(ResponseError::NonEmptyGroup),
+            }
+            guard.mark_dead();
+            guard.offsets.keys().cloned().collect::<Vec<_>>()
+        };
+        self.groups_write().remove(group_id);
+        tracing::info!(group = group_id, "group deleted");
+        self.write_tombstones(&g, group_id, offsets, true).await
+    }
+
+    // ---- timers ----------------------------------------------------------------
+
+    /// Starts the sweep (every [`TICK`]: sessions, join and sync deadlines;
+    /// every `offsets.retention.check.interval.ms`: offset expiry). On
+    /// shutdown it answers every waiting JoinGroup/SyncGroup with
+    /// COORDINATOR_NOT_AVAILABLE so that connections can finish.
+    pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_expiry = Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.changed() => break,
+                }
+                if *shutdown.borrow() {
+                    break;
+                }
+                if this.check_active().is_err() {
+                    continue;
+                }
+                this.tick(Instant::now());
+                if last_expiry.elapsed() >= this.config.offsets_retention_check_interval {
+                    last_expiry = Instant::now();
+                    this.expire_offsets(wall_ms());
+                }
+            }
+            this.shutdown();
+        })
+    }
+
+    /// One pass of the deadlines over every group.
+    pub fn tick(&self, now: Instant) {
+        let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        for g in groups {
+            self.with_group(&g, |g| g.tick(&self.config.group, now));
+        }
+    }
+
+    /// Expires offsets of Empty groups older than `offsets.retention.minutes`
+    /// (counted from the later of the commit and the group becoming empty),
+    /// writing tombstones; removes empty groups left without offsets.
+    pub fn expire_offsets(&self, now_ms: i64) {
+        let retention_ms = self.config.offsets_retention.as_millis() as i64;
+        let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        for g in groups {
+            let mut guard = lock(&g);
+            if guard.state() != GroupState::Empty || guard.has_pending_members() {
+                continue;
+            }
+            let since = guard.state_since_ms;
+            let expired: Vec<(String, i32)> = guard
+                .offsets
+                .iter()
+                .filter(|(_, o)| now_ms - o.commit_timestamp.max(since) >= retention_ms)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let mut records: Vec<LogRecord> = expired.iter().map(|(t, p)| (records::offset_key(guard.id(), t, *p), None)).collect();
+            for k in &expired {
+                guard.offsets.remove(k);
+            }
+            let remove_group = guard.offsets.is_empty();
+            if remove_group {
+                if guard.persisted {
+                    records.push((records::group_key(guard.id()), None));
+                }
+                guard.mark_dead();
+                self.groups_write().remove(guard.id());
+            }
+            if !expired.is_empty() {
+                tracing::info!(group = guard.id(), partitions = expired.len(), "expired committed offsets");
+            }
+            if !records.is_empty() {
+                self.store.append(records, Box::new(|_| {}));
+            }
+        }
+    }
+
+    /// Answers every waiting request (the broker is stopping).
+    pub fn shutdown(&self) {
+        let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        for g in groups {
+            lock(&g).fail_waiters(ResponseError::CoordinatorNotAvailable);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use floe_storage::LogConfig;
+
+    use super::*;
+
+    fn open(dir: &std::path::Path) -> (Arc<LogManager>, Arc<GroupCoordinator>) {
+        let logs = Arc::new(LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"));
+        if logs.topic("t").is_none() {
+            logs.create_topic("t", 3, Default::default()).expect("create t");
+        }
+        let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+        (logs, c)
+    }
+
+    fn offset(o: i64, ts: i64) -> OffsetAndMetadata {
+        OffsetAndMetadata { offset: o, leader_epoch: 0, metadata: format!("m{o}"), commit_timestamp: ts }
+    }
+
+    fn all(c: &GroupCoordinator, group: &str) -> Vec<TopicOffsets> {
+        c.fetch_offsets(group, None).expect("fetch")
+    }
+
+    #[tokio::test]
+    async fn offsets_and_groups_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let before;
+        {
+            let (logs, c) = open(dir.path());
+            assert_eq!(c.check_active(), Err(ResponseError::CoordinatorLoadInProgress));
+            assert!(c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, 5))]).await.is_err());
+            c.load().await.expect("load");
+            let now = wall_ms();
+            c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, now)), ("t".into(), 1, offset(2, now))]).await.expect("commit");
+            c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(7, now))]).await.expect("recommit");
+            c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit b");
+            c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit gone");
+            assert_eq!(c.delete_offsets("b", vec![("t".into(), 2)]).await, Ok(vec![None]));
+            c.delete_group("gone").await.expect("delete group");
+            // A consumer group that reached Stable: its metadata is persisted too.
+            let req = JoinRequest {
+                member_id: String::new(),
+                instance_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), Bytes::new())],
+                require_known_member_id: false,
+            };
+            let mut cfg = c.config.clone();
+            cfg.group.initial_rebalance_delay = Duration::ZERO;
+            let c0 = Arc::new(GroupCoordinator { config: cfg, ..GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("c") });
+            c0.status.store(ACTIVE, Ordering::Release);
+            let j = c0.join("s", req).await;
+            let s = c0.sync("s", &j.member_id, None, j.generation, None, None, vec![]).await;
+            assert_eq!((j.error, s.error), (None, None));
+            c0.commit_offsets("s", &j.member_id, None, j.generation, vec![("t".into(), 1, offset(9, now))]).await.expect("member commit");
+            drop(c0);
+            before = (all(&c, "a"), all(&c, "b"));
+            assert_eq!(before.0.len(), 1);
+            assert_eq!(before.0[0].1.iter().map(|(p, o)| (*p, o.as_ref().map(|o| o.offset))).collect::<Vec<_>>(), vec![(0, Some(7)), (1, Some(2))]);
+            assert!(before.1.is_empty());
+            logs.shutdown().expect("shutdown");
+        }
+        let (_logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert_eq!((all(&c, "a"), all(&c, "b")), before);
+        assert!(all(&c, "gone").is_empty());
+        let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+        assert_eq!(listed, vec!["a", "b", "s"]);
+        let s = c.describe_group("s").expect("describe").expect("s exists");
+        assert_eq!((s.state, s.protocol_type.as_str()), (GroupState::Empty, "consumer"));
+        assert_eq!(all(&c, "s")[0].1[0].1.as_ref().map(|o| o.offset), Some(9));
+        // The group remembers its generation: a member of the old generation must rejoin.
+        assert!(c.heartbeat("s", "old-member", None, 1).is_some());
+    }
+
+    #[tokio::test]
+    async fn offsets_of_empty_groups_expire_with_tombstones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (logs, c) = open(dir.path());
+            c.load().await.expect("load");
+            let now = wall_ms();
+            c.commit_offsets("old", "", None, -1, vec![("t".into(), 0, offset(1, now - 1000))]).await.expect("commit");
+            c.commit_offsets("new", "", None, -1, vec![("t".into(), 0, offset(1, now + 10_000_000))]).await.expect("commit");
+            c.expire_offsets(now + c.config.offsets_retention.as_millis() as i64 + 60_000);
+            assert!(all(&c, "old").is_empty());
+            assert_eq!(all(&c, "new").len(), 1);
+            let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+            assert_eq!(listed, vec!["new"]);
+            // Let the writer thread persist the tombstones.
+            c.commit_offsets("sync", "", None, -1, vec![("t".into(), 0, offset(1, now))]).await.expect("barrier");
+            logs.shutdown().expect("shutdown");
+        }
+        let (_logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert!(all(&c, "old").is_empty());
+        assert_eq!(all(&c, "new").len(), 1);
+    }
+}

@@ -1,0 +1,911 @@
+//! `Group`: one classic consumer group and its state machine.
+//!
+//! ```text
+//!            join                all joined / deadline          leader's SyncGroup
+//!   Empty ──────────► PreparingRebalance ──────────► CompletingRebalance ──────────► Stable
+//!     ▲                   ▲   │ nobody left                 │ join, leave, expiry        │
+//!     └───────────────────┼───┘                             │ or sync deadline           │
+//!                         └─────────────────────────────────┴────────────────────────────┘
+//!                                                 join (leader or new metadata), leave, expiry
+//! ```
+//! Dead is the state of a deleted group (no longer in the coordinator's map).
+//!
+//! Everything here is synchronous and takes `now` explicitly, so the state
+//! machine is tested without a runtime. Deferred JoinGroup and SyncGroup
+//! responses are `oneshot` senders kept on the members; the methods that
+//! complete a phase send on them.
+
+#![allow(clippy::module_inception)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::member::Member;
+use super::records::{GroupMetadata, OffsetAndMetadata};
+
+/// Kafka's classic group states, by Kafka's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// No members; may still hold committed offsets.
+    Empty,
+    /// Waiting for members to (re)join.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Every member has its assignment.
+    Stable,
+    /// Deleted.
+    Dead,
+}
+
+impl GroupState {
+    /// The name DescribeGroups and ListGroups report.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// The broker settings the state machine obeys.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.initial.rebalance.delay.ms`.
+    pub initial_rebalance_delay: Duration,
+    /// `group.min.session.timeout.ms`.
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub max_session_timeout_ms: i32,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            initial_rebalance_delay: Duration::from_millis(3000),
+            min_session_timeout_ms: 6000,
+            max_session_timeout_ms: 1_800_000,
+        }
+    }
+}
+
+/// A JoinGroup, decoded.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    /// Empty on a first join.
+    pub member_id: String,
+    /// `group.instance.id` (static membership).
+    pub instance_id: Option<String>,
+    /// The client's id (from the request header).
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout (v0: the session timeout).
+    pub rebalance_timeout_ms: i32,
+    /// "consumer", "connect", …
+    pub protocol_type: String,
+    /// (name, metadata) by preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// v4+ (KIP-394): a first join gets MEMBER_ID_REQUIRED and an id.
+    pub require_known_member_id: bool,
+}
+
+/// A member as the leader sees it in the JoinGroup response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id`.
+    pub instance_id: Option<String>,
+    /// Its metadata for the selected protocol.
+    pub metadata: Bytes,
+}
+
+/// A JoinGroup answer.
+#[derive(Debug, Clone)]
+pub struct JoinResult {
+    /// `None` for success.
+    pub error: Option<ResponseError>,
+    /// The generation joined.
+    pub generation: i32,
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The selected protocol.
+    pub protocol_name: Option<String>,
+    /// The leader's member id.
+    pub leader: String,
+    /// The member's id (generated on a first join).
+    pub member_id: String,
+    /// Every member with its metadata, for the leader only.
+    pub members: Vec<JoinedMember>,
+    /// The leader already has an assignment (a static leader rejoined, v9+).
+    pub skip_assignment: bool,
+}
+
+impl JoinResult {
+    /// An error answer.
+    pub fn error(error: ResponseError, member_id: &str) -> Self {
+        Self {
+            error: Some(error),
+            generation: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+            skip_assignment: false,
+        }
+    }
+}
+
+/// A SyncGroup answer.
+#[derive(Debug, Clone)]
+pub struct SyncResult {
+    /// `None` for success.
+    pub error: Option<ResponseError>,
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The selected protocol.
+    pub protocol_name: Option<String>,
+    /// This member's assignment, byte for byte as the leader sent it.
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    /// An error answer.
+    pub fn error(error: ResponseError) -> Self {
+        Self { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+    }
+}
+
+/// An answer now, or one to await.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// Ready.
+    Now(T),
+    /// Sent when the rebalance phase completes.
+    Wait(oneshot::Receiver<T>),
+}
+
+/// One member in a DescribeGroups answer.
+#[derive(Debug, Clone)]
+pub struct MemberSummary {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id`.
+    pub instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client address.
+    pub client_host: String,
+    /// Metadata of the selected protocol (Stable groups only).
+    pub metadata: Bytes,
+    /// Assignment (Stable groups only).
+    pub assignment: Bytes,
+}
+
+/// What DescribeGroups reports.
+#[derive(Debug, Clone)]
+pub struct GroupSummary {
+    /// State.
+    pub state: GroupState,
+    /// Protocol type, or empty.
+    pub protocol_type: String,
+    /// Selected protocol (Stable groups only), or empty.
+    pub protocol: String,
+    /// Members.
+    pub members: Vec<MemberSummary>,
+}
+
+/// Wall-clock milliseconds, for persisted state timestamps and offset expiry.
+pub(crate) fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// One classic group: members, generation, protocol, committed offsets.
+///
+/// Not thread-safe by itself: the coordinator keeps each group behind a
+/// `std::sync::Mutex` and never awaits while holding it.
+#[derive(Debug)]
+pub struct Group {
+    id: String,
+    state: GroupState,
+    /// Wall time the current state was entered (ms).
+    pub(crate) state_since_ms: i64,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    generation: i32,
+    leader: Option<String>,
+    members: BTreeMap<String, Member>,
+    /// `group.instance.id` → member id.
+    static_members: HashMap<String, String>,
+    /// KIP-394: ids handed out with MEMBER_ID_REQUIRED, until they join or expire.
+    pending_members: HashMap<String, Instant>,
+    join_deadline: Option<Instant>,
+    /// `Some` while the first rebalance of an empty group waits for more members.
+    initial_delay_remaining: Option<Duration>,
+    new_member_added: bool,
+    sync_deadline: Option<Instant>,
+    /// Members of the new generation that have not sent SyncGroup yet.
+    pending_sync: HashSet<String>,
+    /// Committed offsets by (topic, partition).
+    pub(crate) offsets: HashMap<(String, i32), OffsetAndMetadata>,
+    /// The persisted metadata changed: the coordinator writes it and clears this.
+    pub(crate) metadata_dirty: bool,
+    /// Group metadata was ever persisted (a tombstone is due when it goes).
+    pub(crate) persisted: bool,
+}
+
+impl Group {
+    /// A new, empty group.
+    pub fn new(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            state_since_ms: wall_ms(),
+            protocol_type: None,
+            protocol: None,
+            generation: 0,
+            leader: None,
+            members: BTreeMap::new(),
+            static_members: HashMap::new(),
+            pending_members: HashMap::new(),
+            join_deadline: None,
+            initial_delay_remaining: None,
+            new_member_added: false,
+            sync_deadline: None,
+            pending_sync: HashSet::new(),
+            offsets: HashMap::new(),
+            metadata_dirty: false,
+            persisted: false,
+        }
+    }
+
+    /// A group rebuilt from the log: Empty, with the generation it had.
+    pub fn loaded(id: &str, meta: &GroupMetadata) -> Self {
+        let mut g = Self::new(id);
+        g.generation = meta.generation;
+        g.protocol_type = (!meta.protocol_type.is_empty()).then(|| meta.protocol_type.clone());
+        g.persisted = true;
+        g
+    }
+
+    /// The group id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The current state.
+    pub fn state(&self) -> GroupState {
+        self.state
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> i32 {
+        self.generation
+    }
+
+    /// The protocol type, or empty.
+    pub fn protocol_type(&self) -> &str {
+        self.protocol_type.as_deref().unwrap_or("")
+    }
+
+    /// Number of members.
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether KIP-394 ids are outstanding.
+    pub fn has_pending_members(&self) -> bool {
+        !self.pending_members.is_empty()
+    }
+
+    /// What to persist about the group.
+    pub fn metadata(&self) -> GroupMetadata {
+        GroupMetadata {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            state_timestamp: self.state_since_ms,
+        }
+    }
+
+    fn transition(&mut self, to: GroupState) {
+        tracing::debug!(group = %self.id, from = self.state.name(), to = to.name(), generation = self.generation, "group state");
+        self.state = to;
+        self.state_since_ms = wall_ms();
+    }
+
+    fn is_leader(&self, member_id: &str) -> bool {
+        self.leader.as_deref() == Some(member_id)
+    }
+
+    fn max_rebalance_timeout(&self) -> Duration {
+        self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default()
+    }
+
+    /// Protocols every member supports, in first-seen preference order.
+    fn candidate_protocols(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for m in self.members.values() {
+            for (name, _) in &m.protocols {
+                if !out.contains(name) && self.members.values().all(|o| o.supports(name)) {
+                    out.push(name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The protocol with the most votes among those every member supports
+    /// (ties go to the earlier candidate).
+    fn select_protocol(&self) -> Option<String> {
+        let candidates = self.candidate_protocols();
+        let mut votes: Vec<usize> = vec![0; candidates.len()];
+        for m in self.members.values() {
+            if let Some(v) = m.vote(&candidates) {
+                if let Some(i) = candidates.iter().position(|c| c == v) {
+                    votes[i] += 1;
+                }
+            }
+        }
+        let best = votes.iter().copied().max()?;
+        candidates.into_iter().zip(votes).find(|(_, v)| *v == best).map(|(c, _)| c)
+    }
+
+    fn supports_protocols(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocol_type.is_empty() && !protocols.is_empty();
+        }
+        self.protocol_type.as_deref() == Some(protocol_type)
+            && protocols.iter().any(|(n, _)| self.members.values().all(|m| m.supports(n)))
+    }
+
+    // ---- JoinGroup -----------------------------------------------------
+
+    /// JoinGroup.
+    pub fn join(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+        let fail = |e| Outcome::Now(JoinResult::error(e, &req.member_id));
+        if req.session_timeout_ms < cfg.min_session_timeout_ms || req.session_timeout_ms > cfg.max_session_timeout_ms {
+            return fail(ResponseError::InvalidSessionTimeout);
+        }
+        if !self.supports_protocols(&req.protocol_type, &req.protocols) {
+            return fail(ResponseError::InconsistentGroupProtocol);
+        }
+        if req.member_id.is_empty() {
+            self.join_new_member(req, cfg, now)
+        } else {
+            self.join_known_member(req, cfg, now)
+        }
+    }
+
+    fn join_new_member(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+        let prefix = req.instance_id.as_deref().unwrap_or(&req.client_id);
+        let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+        if let Some(instance) = &req.instance_id {
+            if let Some(old_id) = self.static_members.get(instance).cloned() {
+                return self.replace_static_member(&old_id, new_id, req, cfg, now);
+            }
+            return self.add_member_and_rebalance(new_id, req, cfg, now);
+        }
+        if req.require_known_member_id {
+            let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+            self.pending_members.insert(new_id.clone(), now + session);
+            return Outcome::Now(JoinResult::error(ResponseError::MemberIdRequired, &new_id));
+        }
+        self.add_member_and_rebalance(new_id, req, cfg, now)
+    }
+
+    fn join_known_member(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+        let id = req.member_id.clone();
+        if self.pending_members.remove(&id).is_some() {
+            return self.add_member_and_rebalance(id, req, cfg, now);
+        }
+        let Some(member) = self.members.get(&id) else {
+            return Outcome::Now(JoinResult::error(ResponseError::UnknownMemberId, &id));
+        };
+        if let Some(instance) = &req.instance_id {
+            if self.static_members.get(instance) != Some(&id) {
+                return Outcome::Now(JoinResult::error(ResponseError::FencedInstanceId, &id));
+            }
+        }
+        let unchanged = member.matches(&req.protocols);
+        match self.state {
+            GroupState::PreparingRebalance => self.update_member_and_rebalance(req, cfg, now),
+            GroupState::CompletingRebalance if unchanged => Outcome::Now(self.current_join_result(&id)),
+            GroupState::Stable if unchanged && !self.is_leader(&id) => Outcome::Now(self.current_join_result(&id)),
+            GroupState::CompletingRebalance | GroupState::Stable => self.update_member_and_rebalance(req, cfg, now),
+            GroupState::Empty | GroupState::Dead => Outcome::Now(JoinResult::error(ResponseError::UnknownMemberId, &id)),
+        }
+    }
+
+    fn add_member_and_rebalance(&mut self, id: String, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+        if self.members.is_empty() {
+            self.protocol_type = Some(req.protocol_type.clone());
+        }
+        let (tx, rx) = oneshot::channel();
+        let member = Member {
+            member_id: id.clone(),
+            instance_id: req.instance_id.clone(),
+            client_id: req.client_id,
+            client_host: req.client_host,
+            session_timeout: Duration::from_millis(req.session_timeout_ms.max(0) as u64),
+            rebalance_timeout: Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64),
+            protocols: req.protocols,
+            assignment: Bytes::new(),
+            last_heartbeat: now,
+            join_waiter: Some(tx),
+            sync_waiter: None,
+            is_new: true,
+        };
+        if let Some(instance) = &req.instance_id {
+            self.static_members.insert(instance.clone(), id.clone());
+        }
+        self.members.insert(id, member);
+        if self.state == GroupState::PreparingRebalance {
+            self.new_member_added = true;
+        }
+        self.maybe_prepare_rebalance(cfg, now);
+        self.try_complete_join(now);
+        Outcome::Wait(rx)
+    }
+
+    fn update_member_and_rebalance(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(m) = self.members.get_mut(&req.member_id) {
+            m.protocols = req.protocols;
+            m.session_timeout = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+            m.rebalance_timeout = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
+            m.client_id = req.client_id;
+            m.client_host = req.client_host;
+            m.last_heartbeat = now;
+            // A second JoinGroup replaces the first; the first's receiver sees a closed channel.
+            m.join_waiter = Some(tx);
+        }
+        self.maybe_prepare_rebalance(cfg, now);
+        self.try_complete_join(now);
+        Outcome::Wait(rx)
+    }
+
+    /// A static member rejoined with an empty member id: it takes over its
+    /// old member id's place, and the old id is fenced. With unchanged
+    /// metadata in a Stable (or completing) group it keeps its assignment and
+    /// no rebalance happens.
+    fn replace_static_member(
+        &mut self,
+        old_id: &str,
+        new_id: String,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
+        let Some(mut member) = self.members.remove(old_id) else {
+            return self.add_member_and_rebalance(new_id, req, cfg, now);
+        };
+        if let Some(tx) = member.join_waiter.take() {
+            let _ = tx.send(JoinResult::error(ResponseError::FencedInstanceId, old_id));
+        }
+        if let Some(tx) = member.sync_waiter.take() {
+            let _ = tx.send(SyncResult::error(ResponseError::FencedInstanceId));
+        }
+        let unchanged = member.matches(&req.protocols);
+        member.member_id = new_id.clone();
+        member.client_id = req.client_id.clone();
+        member.client_host = req.client_host.clone();
+        member.last_heartbeat = now;
+        if self.is_leader(old_id) {
+            self.leader = Some(new_id.clone());
+        }
+        if self.pending_sync.remove(old_id) {
+            self.pending_sync.insert(new_id.clone());
+        }
+        if let Some(instance) = &req.instance_id {
+            self.static_members.insert(instance.clone(), new_id.clone());
+        }
+        self.members.insert(new_id.clone(), member);
+        tracing::info!(group = %self.id, old = old_id, new = %new_id, "static member rejoined");
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance if unchanged => {
+                let mut result = self.current_join_result(&new_id);
+                result.skip_assignment = self.state == GroupState::Stable && self.is_leader(&new_id);
+                self.metadata_dirty = true;
+                Outcome::Now(result)
+            }
+            _ => {
+                let req = JoinRequest { member_id: new_id, ..req };
+                self.update_member_and_rebalance(req, cfg, now)
+            }
+        }
+    }
+
+    fn current_join_result(&self, member_id: &str) -> JoinResult {
+        let members = if self.is_leader(member_id) { self.joined_members() } else { Vec::new() };
+        JoinResult {
+            error: None,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader: self.leader.clone().unwrap_or_default(),
+            member_id: member_id.to_string(),
+            members,
+            skip_assignment: false,
+        }
+    }
+
+    fn joined_members(&self) -> Vec<JoinedMember> {
+        let protocol = self.protocol.as_deref().unwrap_or("");
+        self.members
+            .values()
+            .map(|m| JoinedMember {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                metadata: m.metadata(protocol).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn maybe_prepare_rebalance(&mut self, cfg: &GroupConfig, now: Instant) {
+        if matches!(self.state, GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance) {
+            self.prepare_rebalance(cfg, now);
+        }
+    }
+
+    fn prepare_rebalance(&mut self, cfg: &GroupConfig, now: Instant) {
+        if self.state == GroupState::CompletingRebalance {
+            for m in self.members.values_mut() {
+                m.assignment = Bytes::new();
+                if let Some(tx) = m.sync_waiter.take() {
+                    let _ = tx.send(SyncResult::error(ResponseError::RebalanceInProgress));
+                }
+            }
+        }
+        let rebalance_timeout = self.max_rebalance_timeout();
+        if self.state == GroupState::Empty && !cfg.initial_rebalance_delay.is_zero() {
+            // Kafka's InitialDelayedJoin: wait for more members of a new group.
+            self.join_deadline = Some(now + cfg.initial_rebalance_delay);
+            self.initial_delay_remaining = Some(rebalance_timeout.saturating_sub(cfg.initial_rebalance_delay));
+            self.new_member_added = false;
+        } else {
+            self.join_deadline = Some(now + rebalance_timeout);
+            self.initial_delay_remaining = None;
+        }
+        self.sync_deadline = None;
+        self.pending_sync.clear();
+        self.transition(GroupState::PreparingRebalance);
+    }
+
+    fn try_complete_join(&mut self, now: Instant) {
+        if self.state != GroupState::PreparingRebalance || self.initial_delay_remaining.is_some() {
+            return;
+        }
+        if self.members.values().all(Member::awaiting_join) && self.pending_members.is_empty() {
+            self.complete_join(now);
+        }
+    }
+
+    fn complete_join(&mut self, now: Instant) {
+        self.join_deadline = None;
+        self.initial_delay_remaining = None;
+        let laggards: Vec<String> = self.members.values().filter(|m| !m.awaiting_join()).map(|m| m.member_id.clone()).collect();
+        for id in laggards {
+            tracing::info!(group = %self.id, member = %id, "member did not rejoin in time; removed");
+            self.drop_member(&id);
+        }
+        self.generation += 1;
+        if self.members.is_empty() {
+            self.protocol = None;
+            self.leader = None;
+            self.transition(GroupState::Empty);
+            self.metadata_dirty = true;
+            return;
+        }
+        self.protocol = self.select_protocol();
+        if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.transition(GroupState::CompletingRebalance);
+        self.sync_deadline = Some(now + self.max_rebalance_timeout());
+        self.pending_sync = self.members.keys().cloned().collect();
+        tracing::info!(group = %self.id, generation = self.generation, protocol = ?self.protocol,
+            members = self.members.len(), "rebalance: join complete");
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let result = self.current_join_result(&id);
+            if let Some(m) = self.members.get_mut(&id) {
+                m.is_new = false;
+                m.last_heartbeat = now;
+                if let Some(tx) = m.join_waiter.take() {
+                    let _ = tx.send(result);
+                }
+            }
+        }
+    }
+
+    /// Removes a member without rebalancing; answers its pending requests.
+    fn drop_member(&mut self, id: &str) {
+        let Some(mut m) = self.members.remove(id) else { return };
+        if let Some(instance) = &m.instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(id) {
+                self.static_members.remove(instance);
+            }
+        }
+        if let Some(tx) = m.join_waiter.take() {
+            let _ = tx.send(JoinResult::error(ResponseError::UnknownMemberId, id));
+        }
+        if let Some(tx) = m.sync_waiter.take() {
+            let _ = tx.send(SyncResult::error(ResponseError::UnknownMemberId));
+        }
+        self.pending_sync.remove(id);
+        if self.is_leader(id) {
+            self.leader = None;
+        }
+    }
+
+    /// Removes a member (leave or expiry) and rebalances the rest.
+    fn remove_member(&mut self, id: &str, cfg: &GroupConfig, now: Instant) {
+        self.drop_member(id);
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(cfg, now);
+                self.try_complete_join(now);
+            }
+            GroupState::PreparingRebalance => self.try_complete_join(now),
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+
+    // ---- SyncGroup, Heartbeat, LeaveGroup --------------------------------
+
+    /// SyncGroup. `assignments` are the leader's (ignored from others).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+    ) -> Outcome<SyncResult> {
+        let fail = |e| Outcome::Now(SyncResult::error(e));
+        if let Err(e) = self.check_member(member_id, instance_id, generation) {
+            return fail(e);
+        }
+        if protocol_type.is_some_and(|p| self.protocol_type.as_deref() != Some(p))
+            || protocol_name.is_some_and(|p| self.protocol.as_deref() != Some(p))
+        {
+            return fail(ResponseError::InconsistentGroupProtocol);
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Dead => fail(ResponseError::UnknownMemberId),
+            GroupState::PreparingRebalance => fail(ResponseError::RebalanceInProgress),
+            GroupState::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                self.pending_sync.remove(member_id);
+                if let Some(m) = self.members.get_mut(member_id) {
+                    m.last_heartbeat = now;
+                    m.sync_waiter = Some(tx);
+                }
+                if self.is_leader(member_id) {
+                    let mut by_member: HashMap<String, Bytes> = assignments.into_iter().collect();
+                    for m in self.members.values_mut() {
+                        m.assignment = by_member.remove(&m.member_id).unwrap_or_default();
+                    }
+                    self.sync_deadline = None;
+                    self.pending_sync.clear();
+                    self.transition(GroupState::Stable);
+                    self.metadata_dirty = true;
+                    tracing::info!(group = %self.id, generation = self.generation, "rebalance: group stable");
+                    let (pt, pn) = (self.protocol_type.clone(), self.protocol.clone());
+                    for m in self.members.values_mut() {
+                        if let Some(tx) = m.sync_waiter.take() {
+                            let _ = tx.send(SyncResult {
+                                error: None,
+                                protocol_type: pt.clone(),
+                                protocol_name: pn.clone(),
+                                assignment: m.assignment.clone(),
+                            });
+                        }
+                    }
+                }
+                Outcome::Wait(rx)
+            }
+            GroupState::Stable => {
+                let m = self.members.get_mut(member_id).expect("checked above");
+                m.last_heartbeat = now;
+                Outcome::Now(SyncResult {
+                    error: None,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: self.protocol.clone(),
+                    assignment: m.assignment.clone(),
+                })
+            }
+        }
+    }
+
+    /// The member exists, is not fenced and is of the current generation.
+    fn check_member(&self, member_id: &str, instance_id: Option<&str>, generation: i32) -> Result<(), ResponseError> {
+        if let Some(instance) = instance_id {
+            if let Some(owner) = self.static_members.get(instance) {
+                if owner != member_id {
+                    return Err(ResponseError::FencedInstanceId);
+                }
+            }
+        }
+        if !self.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// Heartbeat: `None` is success.
+    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: Instant) -> Option<ResponseError> {
+        if matches!(self.state, GroupState::Empty | GroupState::Dead) {
+            return Some(ResponseError::UnknownMemberId);
+        }
+        if let Err(e) = self.check_member(member_id, instance_id, generation) {
+            return Some(e);
+        }
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.last_heartbeat = now;
+        }
+        (self.state == GroupState::PreparingRebalance).then_some(ResponseError::RebalanceInProgress)
+    }
+
+    /// LeaveGroup of one member: `None` is success.
+    pub fn leave(&mut self, member_id: &str, instance_id: Option<&str>, cfg: &GroupConfig, now: Instant) -> Option<ResponseError> {
+        let id = match instance_id {
+            Some(instance) => match self.static_members.get(instance) {
+                None => return Some(ResponseError::UnknownMemberId),
+                Some(owner) if !member_id.is_empty() && owner != member_id => return Some(ResponseError::FencedInstanceId),
+                Some(owner) => owner.clone(),
+            },
+            None => member_id.to_string(),
+        };
+        if self.pending_members.remove(&id).is_some() {
+            return None;
+        }
+        if !self.members.contains_key(&id) {
+            return Some(ResponseError::UnknownMemberId);
+        }
+        tracing::info!(group = %self.id, member = %id, "member left");
+        self.remove_member(&id, cfg, now);
+        None
+    }
+
+    // ---- timers ----------------------------------------------------------
+
+    /// Applies every deadline due at `now`: KIP-394 ids, sessions, the join
+    /// deadline (with the initial delay) and the sync deadline.
+    pub fn tick(&mut self, cfg: &GroupConfig, now: Instant) {
+        self.pending_members.retain(|_, deadline| *deadline > now);
+        let expired: Vec<String> = self.members.values().filter(|m| m.has_expired(now)).map(|m| m.member_id.clone()).collect();
+        for id in expired {
+            tracing::info!(group = %self.id, member = %id, "member session expired");
+            self.remove_member(&id, cfg, now);
+        }
+        match self.state {
+            GroupState::PreparingRebalance if self.join_deadline.is_some_and(|d| now >= d) => match self.initial_delay_remaining {
+                Some(remaining) if self.new_member_added && !remaining.is_zero() => {
+                    let delay = cfg.initial_rebalance_delay.min(remaining);
+                    self.join_deadline = Some(now + delay);
+                    self.initial_delay_remaining = Some(remaining - delay);
+                    self.new_member_added = false;
+                }
+                _ => self.complete_join(now),
+            },
+            GroupState::PreparingRebalance => self.try_complete_join(now),
+            GroupState::CompletingRebalance if self.sync_deadline.is_some_and(|d| now >= d) => {
+                let laggards: Vec<String> = self.pending_sync.iter().cloned().collect();
+                for id in laggards {
+                    tracing::info!(group = %self.id, member = %id, "member did not sync in time; removed");
+                    self.drop_member(&id);
+                }
+                self.prepare_rebalance(cfg, now);
+                self.try_complete_join(now);
+            }
+            _ => {}
+        }
+    }
+
+    // ---- offsets and administration ---------------------------------------
+
+    /// May this member commit offsets now?
+    pub fn validate_commit(&self, member_id: &str, instance_id: Option<&str>, generation: i32) -> Result<(), ResponseError> {
+        if member_id.is_empty() && generation < 0 {
+            // A consumer without group management, or an admin client: only for empty groups.
+            return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
+        }
+        self.check_member(member_id, instance_id, generation)?;
+        if self.state == GroupState::CompletingRebalance {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// Marks a deleted group Dead.
+    pub fn mark_dead(&mut self) {
+        self.transition(GroupState::Dead);
+    }
+
+    /// Answers every waiting JoinGroup and SyncGroup with `error` (shutdown).
+    pub fn fail_waiters(&mut self, error: ResponseError) {
+        for m in self.members.values_mut() {
+            if let Some(tx) = m.join_waiter.take() {
+                let _ = tx.send(JoinResult::error(error, &m.member_id));
+            }
+            if let Some(tx) = m.sync_waiter.take() {
+                let _ = tx.send(SyncResult::error(error));
+            }
+        }
+    }
+
+    /// Topics the members subscribe to, from their `consumer` protocol
+    /// metadata; `None` when unknown (then every topic counts as subscribed).
+    pub fn subscribed_topics(&self) -> Option<HashSet<String>> {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::Decodable;
+        if self.members.is_empty() {
+            return Some(HashSet::new());
+        }
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return None;
+        }
+        let protocol = self.protocol.as_deref()?;
+        let mut topics = HashSet::new();
+        for m in self.members.values() {
+            let mut bytes = m.metadata(protocol)?.clone();
+            if bytes.len() < 2 {
+                return None;
+            }
+            let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+            let _ = bytes.split_to(2);
+            let sub = ConsumerProtocolSubscription::decode(&mut bytes, version.clamp(0, 3)).ok()?;
+            topics.extend(sub.topics.iter().map(|t| t.to_string()));
+        }
+        Some(topics)
+    }
+
+    /// DescribeGroups.
+    pub fn summary(&self) -> GroupSummary {
+        let stable = self.state == GroupState::Stable;
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberSummary {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: if stable { m.metadata(&protocol).cloned().unwrap_or_default() } else { Bytes::new() },
+                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+            })
+            .collect();
+        GroupSummary {
+            state: self.state,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable { protocol } else { String::new() },
+            members,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;

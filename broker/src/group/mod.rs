@@ -1,0 +1,22 @@
+//! The classic consumer-group protocol: the group coordinator, each group's
+//! state machine, and the `__consumer_offsets` log that makes committed
+//! offsets (and enough group metadata to list and describe empty groups)
+//! durable.
+//!
+//! # Layout
+//! - [`coordinator`]: the map of groups, the timers, offsets, administration.
+//! - [`group`]: one group's state machine (Empty → PreparingRebalance →
+//!   CompletingRebalance → Stable), synchronous and clock-explicit.
+//! - [`member`]: one member: timeouts, protocols, assignment, waiting requests.
+//! - [`records`]: the key/value layouts of `__consumer_offsets` records.
+//! - [`store`]: creating, appending to (off the request workers, fsynced)
+//!   and replaying `__consumer_offsets`.
+
+pub mod coordinator;
+pub mod group;
+pub(crate) mod member;
+pub mod records;
+pub mod store;
+
+pub use coordinator::{CoordinatorConfig, GroupCoordinator};
+pub use store::OFFSETS_TOPIC;

@@ -1,0 +1,101 @@
+//! ListGroups, DescribeGroups and DeleteGroups: group administration.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest,
+    ListGroupsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::message;
+use crate::broker::Broker;
+use crate::group::group::GroupState;
+
+fn s(text: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(text.into())
+}
+
+/// Every group operation is allowed (no authorizer yet): READ, DELETE, DESCRIBE (bits 3, 6, 8).
+const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+pub(super) fn handle_list(broker: &Broker, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let groups = match broker.groups.list_groups() {
+        Ok(g) => g,
+        Err(e) => return ListGroupsResponse::default().with_error_code(e.code()),
+    };
+    let states: Vec<String> = if version >= 4 { request.states_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
+    let types: Vec<String> = if version >= 5 { request.types_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
+    let listed = groups
+        .into_iter()
+        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|g| {
+            let mut l = ListedGroup::default().with_group_id(GroupId(s(g.group_id))).with_protocol_type(s(g.protocol_type));
+            if version >= 4 {
+                l.group_state = s(g.state.name());
+            }
+            if version >= 5 {
+                l.group_type = s("classic");
+            }
+            l
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(listed)
+}
+
+pub(super) fn handle_describe(broker: &Broker, request: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+    let ops = if request.include_authorized_operations { GROUP_AUTHORIZED_OPERATIONS } else { i32::MIN };
+    let groups = request
+        .groups
+        .into_iter()
+        .map(|id| {
+            let mut d = DescribedGroup::default().with_group_id(id.clone());
+            if version >= 3 {
+                d.authorized_operations = ops;
+            }
+            match broker.groups.describe_group(id.as_str()) {
+                Err(e) => d.with_error_code(e.code()),
+                Ok(None) if version >= 6 => d
+                    .with_error_code(ResponseError::GroupIdNotFound.code())
+                    .with_error_message(message(format!("group {} not found", id.as_str())))
+                    .with_group_state(s(GroupState::Dead.name())),
+                Ok(None) => d.with_group_state(s(GroupState::Dead.name())),
+                Ok(Some(summary)) => {
+                    let members = summary
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let mut dm = DescribedGroupMember::default()
+                                .with_member_id(s(m.member_id))
+                                .with_client_id(s(m.client_id))
+                                .with_client_host(s(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment);
+                            if version >= 4 {
+                                dm.group_instance_id = m.instance_id.map(s);
+                            }
+                            dm
+                        })
+                        .collect();
+                    d.with_group_state(s(summary.state.name()))
+                        .with_protocol_type(s(summary.protocol_type))
+                        .with_protocol_data(s(summary.protocol))
+                        .with_members(members)
+                }
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub(super) async fn handle_delete(broker: &Broker, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(request.groups_names.len());
+    for id in request.groups_names {
+        let e = broker.groups.delete_group(id.as_str()).await.err();
+        results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(e.map_or(0, |e| e.code())));
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}

@@ -1,0 +1,50 @@
+//! InitProducerId: producer ids and epochs for idempotent producers.
+//!
+//! A null transactional id gets a new producer id (unique across restarts,
+//! see [`floe_storage::ProducerIdManager`]) at epoch 0. From v3 a producer may
+//! name the id and epoch it holds (KIP-360: librdkafka does so to reset its
+//! sequence numbers after a timed-out batch); it gets the same id at the next
+//! epoch, and the partitions then expect sequence 0 of that epoch. Kafka
+//! itself hands a non-transactional producer a new id in that case; both
+//! are valid for clients, and the bump keeps the producer fenced off its
+//! older epoch.
+//!
+//! Transactions are not supported: a transactional id is answered with
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an authorization error that Kafka's
+//! error table marks non-retriable: librdkafka's `init_transactions()` fails
+//! at once with a fatal "Transactional Id authorization failed" (checked with
+//! confluent-kafka 2.16), where the retriable COORDINATOR_NOT_AVAILABLE would
+//! be retried until its timeout. An empty transactional id is
+//! INVALID_REQUEST, as in Kafka.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+pub(super) async fn handle(broker: &Broker, request: InitProducerIdRequest, version: i16) -> InitProducerIdResponse {
+    let refused = |code: ResponseError| {
+        InitProducerIdResponse::default().with_error_code(code.code()).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+    };
+    match &request.transactional_id {
+        None => {}
+        // As Kafka's transaction coordinator.
+        Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
+        Some(_) => return refused(ResponseError::TransactionalIdAuthorizationFailed),
+    }
+    let (producer_id, epoch) = (request.producer_id.0, request.producer_epoch);
+    match broker.blocking(move |logs| logs.producer_ids().init_producer_id(producer_id, epoch)).await {
+        Some(Ok((id, epoch))) => InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
+        Some(Err(e)) => {
+            tracing::info!(producer_id, epoch, error = %e, "InitProducerId refused");
+            let code = match kafka_error(&e) {
+                // KIP-588: newer clients are told they are fenced.
+                ResponseError::InvalidProducerEpoch if version >= 4 => ResponseError::ProducerFenced,
+                code => code,
+            };
+            refused(code)
+        }
+        None => refused(ResponseError::UnknownServerError),
+    }
+}

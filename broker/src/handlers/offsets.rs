@@ -1,0 +1,203 @@
+//! OffsetCommit, OffsetFetch and OffsetDelete: committed offsets, kept by
+//! the [`crate::group::GroupCoordinator`] and made durable in
+//! `__consumer_offsets` before OffsetCommit answers.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
+    TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::Broker;
+use crate::group::coordinator::TopicOffsets;
+use crate::group::group::wall_ms;
+use crate::group::records::OffsetAndMetadata;
+
+/// Kafka's `offset.metadata.max.bytes` default.
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
+    broker.logs.partition(topic, partition).is_some()
+}
+
+/// A partition and the error it gets before committing (`None`: committed).
+type Verdict = (i32, Option<ResponseError>);
+
+pub(super) async fn handle_commit(broker: &Broker, request: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+    let now = wall_ms();
+    // Per partition: Some(error) decided now, or None (to commit).
+    let mut verdicts: Vec<(TopicName, Vec<Verdict>)> = Vec::with_capacity(request.topics.len());
+    let mut to_commit = Vec::new();
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            let verdict = if !partition_exists(broker, &name, p.partition_index) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                let leader_epoch = if version >= 6 { p.committed_leader_epoch } else { -1 };
+                to_commit.push((name.clone(), p.partition_index, OffsetAndMetadata {
+                    offset: p.committed_offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp: now,
+                }));
+                None
+            };
+            parts.push((p.partition_index, verdict));
+        }
+        verdicts.push((t.name.clone(), parts));
+    }
+    let committed = broker
+        .groups
+        .commit_offsets(
+            request.group_id.as_str(),
+            request.member_id.as_str(),
+            request.group_instance_id.as_ref().map(|i| i.as_str()),
+            request.generation_id_or_member_epoch,
+            to_commit,
+        )
+        .await;
+    let group_error = committed.err();
+    let topics = verdicts
+        .into_iter()
+        .map(|(name, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(p, v)| {
+                    let e = v.or(group_error);
+                    OffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(e.map_or(0, |e| e.code()))
+                })
+                .collect();
+            OffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+type Found = (i32, Option<OffsetAndMetadata>);
+
+/// (offset, leader epoch, metadata) of a lookup; -1 and "" when nothing is committed.
+fn committed(found: &Found, version: i16) -> (i64, i32, Option<StrBytes>) {
+    match &found.1 {
+        Some(o) => (o.offset, if version >= 5 { o.leader_epoch } else { -1 }, Some(StrBytes::from_string(o.metadata.clone()))),
+        None => (-1, -1, Some(StrBytes::default())),
+    }
+}
+
+pub(super) fn handle_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    if version >= 8 {
+        let groups = request
+            .groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+                let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match broker.groups.fetch_offsets(g.group_id.as_str(), topics) {
+                    Err(e) => group.with_error_code(e.code()),
+                    Ok(found) => group.with_topics(found.into_iter().map(|t| group_topic(t, version)).collect()),
+                }
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    // v1 has no "all topics" (null) form; an empty list asks for nothing.
+    let topics: Option<Vec<(String, Vec<i32>)>> =
+        request.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+    match broker.groups.fetch_offsets(request.group_id.as_str(), topics.clone()) {
+        Ok(found) => OffsetFetchResponse::default().with_topics(found.into_iter().map(|t| single_topic(t, version, None)).collect()),
+        Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
+        Err(e) => {
+            // v1: errors only per partition.
+            let asked = topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()));
+            OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e))).collect())
+        }
+    }
+}
+
+fn single_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>) -> OffsetFetchResponseTopic {
+    let partitions = parts
+        .iter()
+        .map(|found| {
+            let (offset, epoch, metadata) = committed(found, version);
+            let p = OffsetFetchResponsePartition::default()
+                .with_partition_index(found.0)
+                .with_committed_offset(offset)
+                .with_metadata(metadata)
+                .with_error_code(error.map_or(0, |e| e.code()));
+            if version >= 5 {
+                p.with_committed_leader_epoch(epoch)
+            } else {
+                p
+            }
+        })
+        .collect();
+    OffsetFetchResponseTopic::default().with_name(TopicName(StrBytes::from_string(name))).with_partitions(partitions)
+}
+
+fn group_topic((name, parts): TopicOffsets, version: i16) -> OffsetFetchResponseTopics {
+    let partitions = parts
+        .iter()
+        .map(|found| {
+            let (offset, epoch, metadata) = committed(found, version);
+            OffsetFetchResponsePartitions::default()
+                .with_partition_index(found.0)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(epoch)
+                .with_metadata(metadata)
+        })
+        .collect();
+    OffsetFetchResponseTopics::default().with_name(TopicName(StrBytes::from_string(name))).with_partitions(partitions)
+}
+
+pub(super) async fn handle_delete(broker: &Broker, request: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+    let mut asked: Vec<(String, i32)> = Vec::new();
+    let mut unknown = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            let name = t.name.0.to_string();
+            if partition_exists(broker, &name, p.partition_index) {
+                asked.push((name, p.partition_index));
+            } else {
+                unknown.push((name, p.partition_index));
+            }
+        }
+    }
+    let results = match broker.groups.delete_offsets(request.group_id.as_str(), asked.clone()).await {
+        Ok(r) => r,
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
+    };
+    let verdict = |topic: &str, p: i32| -> i16 {
+        if unknown.iter().any(|(t, q)| t == topic && *q == p) {
+            return ResponseError::UnknownTopicOrPartition.code();
+        }
+        asked.iter().position(|(t, q)| t == topic && *q == p).and_then(|i| results[i]).map_or(0, |e| e.code())
+    };
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(verdict(t.name.0.as_str(), p.partition_index))
+                })
+                .collect();
+            OffsetDeleteResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+        })
+        .collect();
+    OffsetDeleteResponse::default().with_topics(topics)
+}

@@ -1,0 +1,571 @@
+//! `ProducerStateManager`: what each idempotent producer last wrote to one
+//! partition — its epoch and its last five batches — so that a retried batch
+//! is recognised as a duplicate and a gap as out of order; and the
+//! `<offset>.snapshot` files that save this state at segment rolls.
+//!
+//! The rules are Kafka's (`ProducerStateManager`, `ProducerAppendInfo`):
+//! - a batch whose epoch and sequence range equal one of the producer's last
+//!   five batches is a duplicate: it is not appended, and the append answers
+//!   with the original offsets;
+//! - an epoch below the known one is INVALID_PRODUCER_EPOCH;
+//! - a newer epoch must start at sequence 0 (it forgets the older batches);
+//! - within an epoch, the first sequence must be the last one + 1 (after
+//!   `i32::MAX` comes 0), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - a producer id the partition does not know is accepted at any sequence
+//!   (its earlier batches may have been deleted by retention).
+//!
+//! Not synchronised: [`crate::PartitionLog`] keeps it under its lock, checks a
+//! whole append before offsets are assigned and records the batches after the
+//! write succeeded.
+//!
+//! # Snapshot file layout (`<20-digit offset>.snapshot`, big-endian)
+//! ```text
+//! offset  size  field
+//!      0     2  version          i16 = 1
+//!      2     4  crc              u32  CRC-32C of bytes 6..end
+//!      6     8  offset           i64  the state covers exactly the batches below it (= the file name)
+//!     14     4  producer count   i32
+//!   then per producer, by producer id:
+//!            8  producer id      i64
+//!            2  producer epoch   i16
+//!            1  batch count      u8   1..=5
+//!   then per batch, oldest first:
+//!            4  first sequence   i32
+//!            4  last sequence    i32
+//!            8  first offset     i64
+//!            8  last offset      i64
+//!            8  timestamp        i64  the batch's max timestamp as stored
+//! ```
+//! A snapshot is written with a temporary file and a rename, without fsync:
+//! it is a shortcut, not a source of truth. A torn or missing one fails its
+//! checks at load and recovery falls back to an older snapshot or to the
+//! batch headers of the log itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::path::Path;
+
+use floe_protocol::record_batch::RecordBatchHeader;
+
+use crate::error::{IoContext, Result, StorageError};
+use crate::file_names::{snapshot_file, tmp_file};
+
+/// Batches remembered per producer for duplicate detection (Kafka's `NUM_BATCHES_TO_RETAIN`;
+/// also librdkafka's and the Java client's cap on in-flight requests for idempotence).
+pub(crate) const BATCHES_TO_RETAIN: usize = 5;
+
+const SNAPSHOT_VERSION: i16 = 1;
+const SNAPSHOT_HEADER: usize = 18;
+const PRODUCER_HEADER: usize = 11;
+const BATCH_SIZE: usize = 32;
+
+/// One stored batch of a producer (Kafka's `BatchMetadata`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    /// First sequence number of the batch.
+    pub first_seq: i32,
+    /// Last sequence number of the batch.
+    pub last_seq: i32,
+    /// Offset of its first record.
+    pub first_offset: i64,
+    /// Offset of its last record.
+    pub last_offset: i64,
+    /// Its max timestamp as stored (the append time for LogAppendTime topics).
+    pub timestamp: i64,
+}
+
+/// One producer's state in a partition (Kafka's `ProducerStateEntry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProducerStateEntry {
+    epoch: i16,
+    /// At most [`BATCHES_TO_RETAIN`], oldest first, all of `epoch`.
+    batches: VecDeque<BatchMetadata>,
+}
+
+impl ProducerStateEntry {
+    fn last_seq(&self) -> Option<i32> {
+        self.batches.back().map(|b| b.last_seq)
+    }
+
+    fn find_duplicate(&self, b: &ProducerBatch) -> Option<BatchMetadata> {
+        if b.epoch != self.epoch {
+            return None;
+        }
+        self.batches
+            .iter()
+            .find(|m| m.first_seq == b.first_seq && m.last_seq == b.last_seq)
+            .copied()
+    }
+
+    fn push(&mut self, epoch: i16, batch: BatchMetadata) {
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+        }
+        self.batches.push_back(batch);
+        while self.batches.len() > BATCHES_TO_RETAIN {
+            self.batches.pop_front();
+        }
+    }
+}
+
+/// The producer fields of one batch header with a producer id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProducerBatch {
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+    pub(crate) first_seq: i32,
+    pub(crate) last_seq: i32,
+}
+
+impl ProducerBatch {
+    /// `None` for a batch without a producer id (a non-idempotent producer).
+    pub(crate) fn of(h: &RecordBatchHeader) -> Option<Self> {
+        (h.producer_id >= 0).then(|| Self {
+            producer_id: h.producer_id,
+            epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            last_seq: increment_sequence(h.base_sequence, h.last_offset_delta),
+        })
+    }
+}
+
+/// `sequence + n`, wrapping from `i32::MAX` to 0 as producers do.
+pub(crate) fn increment_sequence(sequence: i32, n: i32) -> i32 {
+    if sequence > i32::MAX - n {
+        n - (i32::MAX - sequence) - 1
+    } else {
+        sequence + n
+    }
+}
+
+fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
+    i64::from(next_seq) == i64::from(last_seq) + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}
+
+/// What [`ProducerStateManager::check`] decided for an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AppendCheck {
+    /// Every batch is new and in sequence: append.
+    Append,
+    /// A batch was already appended: append nothing, answer with its offsets.
+    Duplicate(BatchMetadata),
+}
+
+/// Per producer id, its epoch and last batches, for one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStateManager {
+    producers: HashMap<i64, ProducerStateEntry>,
+}
+
+impl ProducerStateManager {
+    /// Checks the idempotent batches of one append, in order, against the
+    /// state and against the batches before them in the same append.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidProducerEpoch`], [`StorageError::OutOfOrderSequence`].
+    pub(crate) fn check(&self, batches: &[ProducerBatch]) -> Result<AppendCheck> {
+        // (producer id, epoch, last sequence) after the earlier batches of this append.
+        let mut pending: Vec<(i64, i16, i32)> = Vec::new();
+        for b in batches {
+            let known = match pending.iter().rev().find(|p| p.0 == b.producer_id) {
+                Some(&(_, epoch, last_seq)) => Some((epoch, Some(last_seq))),
+                None => match self.producers.get(&b.producer_id) {
+                    Some(entry) => {
+                        if let Some(original) = entry.find_duplicate(b) {
+                            return Ok(AppendCheck::Duplicate(original));
+                        }
+                        Some((entry.epoch, entry.last_seq()))
+                    }
+                    // Unknown producer: any sequence starts it.
+                    None => None,
+                },
+            };
+            if let Some((epoch, last_seq)) = known {
+                if b.epoch < epoch {
+                    return Err(StorageError::InvalidProducerEpoch {
+                        producer_id: b.producer_id,
+                        epoch: b.epoch,
+                        current_epoch: epoch,
+                    });
+                }
+                let expected = match last_seq {
+                    _ if b.epoch != epoch => Some(0),
+                    Some(last) if !in_sequence(last, b.first_seq) => {
+                        Some(increment_sequence(last, 1))
+                    }
+                    _ => None,
+                };
+                if let Some(expected) = expected.filter(|&e| e != b.first_seq) {
+                    return Err(StorageError::OutOfOrderSequence {
+                        producer_id: b.producer_id,
+                        epoch: b.epoch,
+                        sequence: b.first_seq,
+                        expected,
+                    });
+                }
+            }
+            pending.push((b.producer_id, b.epoch, b.last_seq));
+        }
+        Ok(AppendCheck::Append)
+    }
+
+    /// Records an appended batch.
+    pub(crate) fn update(
+        &mut self,
+        b: &ProducerBatch,
+        first_offset: i64,
+        last_offset: i64,
+        timestamp: i64,
+    ) {
+        let meta = BatchMetadata {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+            first_offset,
+            last_offset,
+            timestamp,
+        };
+        self.producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerStateEntry {
+                epoch: b.epoch,
+                batches: VecDeque::with_capacity(BATCHES_TO_RETAIN),
+            })
+            .push(b.epoch, meta);
+    }
+
+    /// Records a batch read back from the log (recovery): no checks.
+    pub(crate) fn update_from_header(&mut self, h: &RecordBatchHeader) {
+        if let Some(b) = ProducerBatch::of(h) {
+            self.update(&b, h.base_offset, h.last_offset(), h.max_timestamp);
+        }
+    }
+
+    /// Number of producers known.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// A producer's epoch and its last batch, if known.
+    pub fn last_batch(&self, producer_id: i64) -> Option<(i16, BatchMetadata)> {
+        let e = self.producers.get(&producer_id)?;
+        e.batches.back().map(|b| (e.epoch, *b))
+    }
+
+    /// The snapshot bytes of this state, covering the batches below `offset`.
+    pub(crate) fn to_snapshot(&self, offset: i64) -> Vec<u8> {
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(
+            SNAPSHOT_HEADER + ids.len() * (PRODUCER_HEADER + BATCHES_TO_RETAIN * BATCH_SIZE),
+        );
+        out.extend(SNAPSHOT_VERSION.to_be_bytes());
+        out.extend([0u8; 4]);
+        out.extend(offset.to_be_bytes());
+        out.extend((ids.len() as i32).to_be_bytes());
+        for id in ids {
+            let e = &self.producers[id];
+            out.extend(id.to_be_bytes());
+            out.extend(e.epoch.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for b in &e.batches {
+                out.extend(b.first_seq.to_be_bytes());
+                out.extend(b.last_seq.to_be_bytes());
+                out.extend(b.first_offset.to_be_bytes());
+                out.extend(b.last_offset.to_be_bytes());
+                out.extend(b.timestamp.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out[6..]);
+        out[2..6].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Parses snapshot bytes that must cover the batches below `offset`;
+    /// `Err(reason)` for anything that is not such a snapshot.
+    pub(crate) fn from_snapshot(bytes: &[u8], offset: i64) -> Result<Self, String> {
+        let mut r = Reader { bytes, pos: 0 };
+        let version = r.i16()?;
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("unknown snapshot version {version}"));
+        }
+        let crc = r.i32()? as u32;
+        let computed = crc32c::crc32c(&bytes[6..]);
+        if crc != computed {
+            return Err(format!("CRC {crc:#010x}, computed {computed:#010x}"));
+        }
+        let stored_offset = r.i64()?;
+        if stored_offset != offset {
+            return Err(format!("covers offset {stored_offset}, named {offset}"));
+        }
+        let count = r.i32()?;
+        let mut producers = HashMap::with_capacity(count.max(0) as usize);
+        for _ in 0..count {
+            let id = r.i64()?;
+            let epoch = r.i16()?;
+            let n = usize::from(r.u8()?);
+            if n == 0 || n > BATCHES_TO_RETAIN {
+                return Err(format!("producer {id} has {n} batches"));
+            }
+            let mut batches = VecDeque::with_capacity(BATCHES_TO_RETAIN);
+            for _ in 0..n {
+                batches.push_back(BatchMetadata {
+                    first_seq: r.i32()?,
+                    last_seq: r.i32()?,
+                    first_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                    timestamp: r.i64()?,
+                });
+            }
+            if producers
+                .insert(id, ProducerStateEntry { epoch, batches })
+                .is_some()
+            {
+                return Err(format!("producer {id} appears twice"));
+            }
+        }
+        if r.pos != bytes.len() {
+            return Err(format!("{} trailing bytes", bytes.len() - r.pos));
+        }
+        Ok(Self { producers })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let end = self.pos + N;
+        let slice = self
+            .bytes
+            .get(self.pos..end)
+            .ok_or_else(|| format!("truncated at byte {}", self.pos))?;
+        self.pos = end;
+        Ok(slice.try_into().expect("N bytes"))
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn i16(&mut self) -> Result<i16, String> {
+        self.take().map(i16::from_be_bytes)
+    }
+    fn i32(&mut self) -> Result<i32, String> {
+        self.take().map(i32::from_be_bytes)
+    }
+    fn i64(&mut self) -> Result<i64, String> {
+        self.take().map(i64::from_be_bytes)
+    }
+}
+
+/// Writes `<dir>/<offset>.snapshot` (temporary file + rename, no fsync: see the module docs).
+///
+/// # Errors
+/// [`StorageError::Io`].
+pub(crate) fn write_snapshot(dir: &Path, offset: i64, state: &ProducerStateManager) -> Result<()> {
+    let path = snapshot_file(dir, offset);
+    let tmp = tmp_file(&path);
+    fs::write(&tmp, state.to_snapshot(offset)).ctx("write producer snapshot", &tmp)?;
+    fs::rename(&tmp, &path).ctx("rename producer snapshot into place", &path)
+}
+
+/// Reads `<dir>/<offset>.snapshot`: `Ok(Err(reason))` if it is not a valid snapshot.
+///
+/// # Errors
+/// [`StorageError::Io`] if it cannot be read.
+pub(crate) fn read_snapshot(
+    dir: &Path,
+    offset: i64,
+) -> Result<Result<ProducerStateManager, String>> {
+    let path = snapshot_file(dir, offset);
+    let bytes = fs::read(&path).ctx("read producer snapshot", &path)?;
+    Ok(ProducerStateManager::from_snapshot(&bytes, offset))
+}
+
+/// Removes a snapshot file; a missing one is fine.
+///
+/// # Errors
+/// [`StorageError::Io`].
+pub(crate) fn delete_snapshot(dir: &Path, offset: i64) -> Result<()> {
+    let path = snapshot_file(dir, offset);
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).ctx("delete producer snapshot", &path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pb(producer_id: i64, epoch: i16, first_seq: i32, n: i32) -> ProducerBatch {
+        ProducerBatch {
+            producer_id,
+            epoch,
+            first_seq,
+            last_seq: increment_sequence(first_seq, n - 1),
+        }
+    }
+
+    /// Checks and records `b` at `offset`, as an append would.
+    fn append(s: &mut ProducerStateManager, b: ProducerBatch, offset: i64) -> Result<AppendCheck> {
+        let c = s.check(&[b])?;
+        if c == AppendCheck::Append {
+            let n = i64::from(b.last_seq.wrapping_sub(b.first_seq)) + 1;
+            s.update(&b, offset, offset + n - 1, 1000 + offset);
+        }
+        Ok(c)
+    }
+
+    #[test]
+    fn sequences_epochs_and_duplicates() {
+        let mut s = ProducerStateManager::default();
+        assert_eq!(
+            append(&mut s, pb(7, 0, 0, 3), 0).unwrap(),
+            AppendCheck::Append
+        );
+        assert_eq!(
+            append(&mut s, pb(7, 0, 3, 2), 3).unwrap(),
+            AppendCheck::Append
+        );
+        // A retry of either batch is a duplicate answered with its offsets.
+        let dup = append(&mut s, pb(7, 0, 0, 3), 99).unwrap();
+        assert!(
+            matches!(dup, AppendCheck::Duplicate(m) if (m.first_offset, m.last_offset) == (0, 2))
+        );
+        let dup = append(&mut s, pb(7, 0, 3, 2), 99).unwrap();
+        assert!(
+            matches!(dup, AppendCheck::Duplicate(m) if (m.first_offset, m.last_offset) == (3, 4))
+        );
+        // A gap, or an overlapping range that is no exact match, is out of order.
+        assert!(matches!(
+            append(&mut s, pb(7, 0, 6, 1), 5),
+            Err(StorageError::OutOfOrderSequence {
+                sequence: 6,
+                expected: 5,
+                ..
+            })
+        ));
+        assert!(matches!(
+            append(&mut s, pb(7, 0, 1, 2), 5),
+            Err(StorageError::OutOfOrderSequence { .. })
+        ));
+        // A newer epoch starts at 0 and forgets the older batches.
+        assert!(matches!(
+            append(&mut s, pb(7, 1, 5, 1), 5),
+            Err(StorageError::OutOfOrderSequence { expected: 0, .. })
+        ));
+        assert_eq!(
+            append(&mut s, pb(7, 1, 0, 1), 5).unwrap(),
+            AppendCheck::Append
+        );
+        assert!(matches!(
+            append(&mut s, pb(7, 0, 5, 1), 6),
+            Err(StorageError::InvalidProducerEpoch {
+                epoch: 0,
+                current_epoch: 1,
+                ..
+            })
+        ));
+        assert!(
+            matches!(
+                append(&mut s, pb(7, 0, 0, 3), 6),
+                Err(StorageError::InvalidProducerEpoch { .. })
+            ),
+            "an old epoch's batch is no duplicate"
+        );
+        // An unknown producer starts at any sequence.
+        assert_eq!(
+            append(&mut s, pb(8, 3, 1234, 1), 6).unwrap(),
+            AppendCheck::Append
+        );
+        assert_eq!(s.producer_count(), 2);
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_duplicates() {
+        let mut s = ProducerStateManager::default();
+        for i in 0..7 {
+            append(&mut s, pb(1, 0, i, 1), i64::from(i)).unwrap();
+        }
+        assert!(
+            matches!(append(&mut s, pb(1, 0, 2, 1), 7).unwrap(), AppendCheck::Duplicate(m) if m.first_offset == 2)
+        );
+        assert!(matches!(
+            append(&mut s, pb(1, 0, 1, 1), 7),
+            Err(StorageError::OutOfOrderSequence { .. })
+        ));
+    }
+
+    #[test]
+    fn sequence_wraps_at_i32_max() {
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        let mut s = ProducerStateManager::default();
+        let b = pb(1, 0, i32::MAX - 1, 2);
+        assert_eq!(b.last_seq, i32::MAX);
+        append(&mut s, b, 0).unwrap();
+        assert_eq!(
+            append(&mut s, pb(1, 0, 0, 5), 2).unwrap(),
+            AppendCheck::Append
+        );
+        // A batch spanning the wrap.
+        let mut s = ProducerStateManager::default();
+        append(&mut s, pb(1, 0, i32::MAX - 1, 4), 0).unwrap();
+        assert_eq!(s.last_batch(1).unwrap().1.last_seq, 1);
+        assert_eq!(
+            append(&mut s, pb(1, 0, 2, 1), 4).unwrap(),
+            AppendCheck::Append
+        );
+    }
+
+    #[test]
+    fn several_batches_of_one_append_are_checked_in_order() {
+        let mut s = ProducerStateManager::default();
+        append(&mut s, pb(1, 0, 0, 2), 0).unwrap();
+        assert_eq!(
+            s.check(&[pb(1, 0, 2, 2), pb(1, 0, 4, 1)]).unwrap(),
+            AppendCheck::Append
+        );
+        assert!(s.check(&[pb(1, 0, 2, 2), pb(1, 0, 5, 1)]).is_err());
+        assert!(s.check(&[pb(2, 0, 9, 2), pb(2, 0, 10, 1)]).is_err());
+    }
+
+    #[test]
+    fn snapshot_round_trip_and_damage() {
+        let mut s = ProducerStateManager::default();
+        for i in 0..8 {
+            let offset = i64::from(i) * 2;
+            s.update(
+                &pb(i64::from(i % 3), (i % 3) as i16, i * 2, 2),
+                offset,
+                offset + 1,
+                -1,
+            );
+        }
+        let bytes = s.to_snapshot(16);
+        assert_eq!(ProducerStateManager::from_snapshot(&bytes, 16).unwrap(), s);
+        assert!(ProducerStateManager::from_snapshot(&bytes, 17).is_err());
+        for cut in [0, 5, 17, bytes.len() - 1] {
+            assert!(
+                ProducerStateManager::from_snapshot(&bytes[..cut], 16).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut flipped = bytes.clone();
+        flipped[30] ^= 1;
+        assert!(ProducerStateManager::from_snapshot(&flipped, 16)
+            .unwrap_err()
+            .contains("CRC"));
+        let empty = ProducerStateManager::default().to_snapshot(0);
+        assert_eq!(empty.len(), SNAPSHOT_HEADER);
+        assert_eq!(
+            ProducerStateManager::from_snapshot(&empty, 0)
+                .unwrap()
+                .producer_count(),
+            0
+        );
+    }
+}

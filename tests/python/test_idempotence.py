@@ -1,0 +1,106 @@
+"""The idempotent producer: exactly once per partition across broker crashes.
+
+A confluent-kafka producer with `enable.idempotence=true` keeps producing while
+the broker is SIGKILLed and restarted, twice. Batches in flight at a kill are
+retried by the client with the same producer id, epoch and sequence numbers;
+those the broker had already written must be recognised (from the producer
+state rebuilt from `.snapshot` files and the log) and acknowledged without
+being written again. Small segments make rolls, and so snapshots, happen
+during the run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+
+from clients import assert_contiguous, consume_all, create_topic, unique_topic
+
+PARTITIONS = 4
+N = 30_000
+
+
+def test_idempotent_producer_writes_each_record_once_across_two_kill9(floe_factory):
+    # Debug logs name each duplicate the broker recognised.
+    floe = floe_factory("floe", env={"RUST_LOG": "info,floe_storage::log=debug"})
+    # flush.messages=1: an fsync after every append widens the window in which
+    # a batch is in the log but its acknowledgement not yet sent.
+    topic = create_topic(floe.bootstrap, unique_topic("idem"), partitions=PARTITIONS,
+                         config={"segment.bytes": "65536", "flush.messages": "1"})
+    p = Producer({
+        "bootstrap.servers": floe.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": 100,
+        "message.timeout.ms": 45000,
+        "retry.backoff.ms": 50,
+        "retry.backoff.max.ms": 200,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 200,
+    })
+    acked: dict[int, int] = {}       # record index -> partition
+    errors: list = []
+    offsets: dict[int, int] = {}     # record index -> acknowledged offset
+
+    def on_delivery(err, msg):
+        i = int(msg.value().split(b"-")[1])
+        if err is not None:
+            errors.append((i, err))
+            return
+        assert i not in acked, f"record {i} acknowledged twice"
+        acked[i] = msg.partition()
+        offsets[i] = msg.offset()
+
+    kills = []                       # (records produced, records acknowledged) at each kill
+    kill_points = [N // 3, 2 * N // 3]
+    t0 = time.monotonic()
+    for i in range(N):
+        value = f"v-{i:07d}-".encode() + b"x" * 40
+        while True:
+            try:
+                p.produce(topic, key=f"k{i}".encode(), value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+        if i % 200 == 199:
+            p.poll(0.005)  # pace the stream so that the kills land mid-stream
+        if kill_points and i + 1 == kill_points[0]:
+            kill_points.pop(0)
+            # Kill mid-stream, with produce requests in flight.
+            deadline = time.monotonic() + 20
+            while len(acked) < i + 1 - 3000 and time.monotonic() < deadline:
+                p.poll(0.001)
+            kills.append((i + 1, len(acked)))
+            floe.kill9()
+            p.poll(0.2)  # the client notices, keeps its queue
+            floe.start()
+    remaining = p.flush(60)
+    elapsed = time.monotonic() - t0
+    assert remaining == 0, f"{remaining} records undelivered"
+    assert not errors, f"{len(errors)} delivery errors, first: {errors[:3]}"
+    assert len(kills) == 2, f"the broker was killed {len(kills)} times, not twice (acked {len(acked)})"
+    assert all(produced > acknowledged for produced, acknowledged in kills), \
+        f"no records were in flight at a kill: {kills}"
+    assert len(acked) == N
+
+    seen: dict[int, int] = {}
+    for partition in range(PARTITIONS):
+        msgs = consume_all(floe.bootstrap, topic, partition)
+        assert_contiguous(msgs)
+        indexes = [int(m.value().split(b"-")[1]) for m in msgs]
+        dupes = len(indexes) - len(set(indexes))
+        assert dupes == 0, f"partition {partition}: {dupes} records stored more than once"
+        assert indexes == sorted(indexes), f"partition {partition}: records out of produce order"
+        for m, i in zip(msgs, indexes):
+            assert acked[i] == partition, f"record {i} acknowledged on {acked[i]}, stored on {partition}"
+            assert offsets[i] == m.offset(), f"record {i} acknowledged at {offsets[i]}, stored at {m.offset()}"
+            seen[i] = partition
+    assert len(seen) == N, f"{N - len(seen)} acknowledged records missing"
+    assert len(list(floe.partition_dir(topic, 0).glob("*.snapshot"))) >= 1, "no producer snapshot was written"
+    duplicates = floe.stderr_text(limit=10**9).count("duplicate batch not appended")
+    # Proof that the kills hit batches that were written but not acknowledged.
+    assert duplicates >= 1, "no retried batch was a duplicate: the kills did not exercise deduplication"
+    print(f"{N} records, kills at (produced, acked) {kills}, {duplicates} duplicate batches, {elapsed:.1f}s")
