@@ -1,6 +1,6 @@
 // kafkajs 2.2.4 (a strict decoder) against a real floe broker.
-// Consumers in kafkajs always use consumer groups, which floe does not serve yet, so the
-// data is read back with admin offset lookups and with kcat (librdkafka) instead.
+// Producer and admin tests read data back with admin offset lookups and with kcat
+// (librdkafka); the consumer test uses a kafkajs consumer group.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
@@ -185,33 +185,52 @@ test('kafkajs admin: configs, partitions, records deletion, cluster', async () =
   });
 });
 
-test('kafkajs consumer reads back what it produced', { skip: 'needs consumer groups (issue 3)' }, async () => {
+async function consumeN(consumer, topic, n, fromBeginning) {
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning });
+  const got = [];
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`consumed ${got.length}/${n}`)), 60000);
+    consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        got.push({ partition, offset: message.offset, key: message.key.toString(), value: message.value.toString(), i: message.headers.i.toString() });
+        if (got.length === n) { clearTimeout(timer); resolve(); }
+      },
+    }).catch(reject);
+  });
+  return got;
+}
+
+test('kafkajs consumer group reads back what it produced and resumes from committed offsets', async () => {
   await withFloe({}, async (floe) => {
     const kafka = kafkaFor(floe);
     const admin = kafka.admin();
     await admin.connect();
     const producer = kafka.producer();
-    const consumer = kafka.consumer({ groupId: uniqueTopic('kjs-group') });
+    const groupId = uniqueTopic('kjs-group');
+    let consumer = kafka.consumer({ groupId });
     try {
       const topic = uniqueTopic('kjs-consume');
       await admin.createTopics({ topics: [{ topic, numPartitions: 2 }], waitForLeaders: true });
       await producer.connect();
-      const msgs = Array.from({ length: 100 }, (_, i) => ({ key: `k${i}`, value: `v${i}`, headers: { i: String(i) } }));
-      await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: msgs });
-      await consumer.connect();
-      await consumer.subscribe({ topic, fromBeginning: true });
-      const got = [];
-      await new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`consumed ${got.length}/100`)), 60000);
-        consumer.run({
-          eachMessage: async ({ message }) => {
-            got.push({ key: message.key.toString(), value: message.value.toString(), i: message.headers.i.toString() });
-            if (got.length === 100) { clearTimeout(timer); resolve(); }
-          },
-        });
-      });
-      const sorted = got.sort((a, b) => Number(a.i) - Number(b.i));
-      assert.deepEqual(sorted, msgs.map((m) => ({ key: m.key, value: m.value, i: m.headers.i })));
+      const msgs = Array.from({ length: 150 }, (_, i) => ({ key: `k${i}`, value: `v${i}`, headers: { i: String(i) } }));
+      await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: msgs.slice(0, 100) });
+
+      const first = await consumeN(consumer, topic, 100, true);
+      const byI = (a, b) => Number(a.i) - Number(b.i);
+      assert.deepEqual(first.sort(byI).map(({ key, value, i }) => ({ key, value, i })),
+        msgs.slice(0, 100).map((m) => ({ key: m.key, value: m.value, i: m.headers.i })));
+      await consumer.disconnect(); // commits what it consumed
+
+      const committed = await admin.fetchOffsets({ groupId, topics: [topic] });
+      const total = committed[0].partitions.reduce((s, p) => s + Number(p.offset), 0);
+      assert.equal(total, 100, `committed offsets ${JSON.stringify(committed)}`);
+
+      // A new member of the same group starts from the committed offsets, not the beginning.
+      await producer.send({ topic, acks: -1, messages: msgs.slice(100) });
+      consumer = kafka.consumer({ groupId });
+      const second = await consumeN(consumer, topic, 50, true);
+      assert.deepEqual(second.map((m) => Number(m.i)).sort((a, b) => a - b), [...Array(50).keys()].map((i) => i + 100));
     } finally {
       await consumer.disconnect();
       await producer.disconnect();
