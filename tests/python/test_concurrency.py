@@ -105,7 +105,7 @@ def test_slow_reader_of_large_fetch_does_not_stall_others(floe_factory, zero_cop
                 (p,) = kwire.parse_fetch_v4(fast.call(kwire.API_FETCH, 4, kwire.fetch_v4([(topic, 0, n - 1, 1 << 20)])))
             took = time.monotonic() - t0
             assert err == 0 and p.error_code == 0
-            assert took < 2.0, f"a fresh connection waited {took:.2f}s behind a slow reader"
+            assert took < 3.0, f"a fresh connection waited {took:.2f}s behind a slow reader"
         # Now drain the slow response in small reads.
         (size_field,) = kwire.struct.unpack(">i", slow.recv_exact(4))
         chunks, remaining = [], size_field
