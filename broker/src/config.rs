@@ -269,6 +269,7 @@ impl BrokerConfig {
             },
             offsets_retention: Duration::from_secs(self.offsets_retention_minutes.saturating_mul(60)),
             offsets_retention_check_interval: Duration::from_millis(self.offsets_retention_check_interval_ms),
+            compaction: Default::default(),
         }
     }
 }
