@@ -5,6 +5,9 @@
 //!
 //! # Layout
 //! - [`coordinator`]: the map of groups, the timers, offsets, administration.
+//! - [`consumer_group`]: a group of the consumer group protocol (KIP-848):
+//!   epochs, target assignment, incremental reconciliation.
+//! - [`assignor`]: its server-side assignors, `uniform` and `range`.
 //! - [`group`]: one group's state machine (Empty → PreparingRebalance →
 //!   CompletingRebalance → Stable), synchronous and clock-explicit.
 //! - [`member`]: one member: timeouts, protocols, assignment, waiting requests.
@@ -12,6 +15,8 @@
 //! - [`store`]: creating, appending to (off the request workers, fsynced)
 //!   and replaying `__consumer_offsets`.
 
+pub mod assignor;
+pub mod consumer_group;
 pub mod coordinator;
 pub mod group;
 pub(crate) mod member;
