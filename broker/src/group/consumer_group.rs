@@ -524,6 +524,53 @@ impl ConsumerGroup {
     }
 }
 
+impl ConsumerGroup {
+    /// DescribeGroups of a consumer group: protocol type "consumer", each
+    /// member's subscription and assignment in the classic consumer
+    /// protocol's layouts (v0), so classic tools can read them.
+    pub fn summary(&self) -> super::group::GroupSummary {
+        use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+        use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName};
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        fn encode(m: &impl Encodable) -> bytes::Bytes {
+            let mut buf = bytes::BytesMut::new();
+            buf.extend_from_slice(&0i16.to_be_bytes());
+            match m.encode(&mut buf, 0) {
+                Ok(()) => buf.freeze(),
+                Err(_) => bytes::Bytes::new(),
+            }
+        }
+        let members = self
+            .members
+            .values()
+            .map(|m| {
+                let sub = ConsumerProtocolSubscription::default()
+                    .with_topics(m.subscribed_topic_names.iter().map(|t| StrBytes::from_string(t.clone())).collect());
+                let assigned = m
+                    .assigned
+                    .iter()
+                    .map(|(t, ps)| TopicPartition::default().with_topic(TopicName(StrBytes::from_string(t.clone()))).with_partitions(ps.iter().copied().collect()))
+                    .collect();
+                super::group::MemberSummary {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: encode(&sub),
+                    assignment: encode(&ConsumerProtocolAssignment::default().with_assigned_partitions(assigned)),
+                }
+            })
+            .collect();
+        super::group::GroupSummary {
+            state: if self.members.is_empty() { super::group::GroupState::Empty } else { super::group::GroupState::Stable },
+            state_name: self.state_name(),
+            protocol_type: "consumer".into(),
+            protocol: self.assignor().to_string(),
+            members,
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "consumer_group_tests.rs"]
 mod tests;

@@ -23,6 +23,7 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::consumer_group::{ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatResult};
 use super::group::{wall_ms, Group, GroupConfig, GroupState, GroupSummary, JoinRequest, JoinResult, Outcome, SyncResult};
 use super::records::{self, LogEntry, OffsetAndMetadata};
 use super::store::{self, Compacted, CompactionConfig, LiveRecords, LogRecord, OffsetStore, StoreError};
@@ -45,6 +46,8 @@ pub struct CoordinatorConfig {
     pub offsets_retention_check_interval: Duration,
     /// When `__consumer_offsets` is compacted.
     pub compaction: CompactionConfig,
+    /// Consumer group protocol (KIP-848) settings.
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -54,6 +57,7 @@ impl Default for CoordinatorConfig {
             offsets_retention: Duration::from_secs(10080 * 60),
             offsets_retention_check_interval: Duration::from_millis(600_000),
             compaction: CompactionConfig::default(),
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -67,6 +71,10 @@ pub struct ListedGroup {
     pub protocol_type: String,
     /// State.
     pub state: GroupState,
+    /// The state's name (a consumer group's own).
+    pub state_name: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
 }
 
 /// Committed offsets of one topic: (partition, offset or `None`).
@@ -431,7 +439,22 @@ impl GroupCoordinator {
             .iter()
             .map(|g| {
                 let g = lock(g);
-                ListedGroup { group_id: g.id().to_string(), protocol_type: g.protocol_type().to_string(), state: g.state() }
+                match &g.consumer {
+                    Some(c) => ListedGroup {
+                        group_id: g.id().to_string(),
+                        protocol_type: "consumer".into(),
+                        state: g.state(),
+                        state_name: c.state_name(),
+                        group_type: "consumer",
+                    },
+                    None => ListedGroup {
+                        group_id: g.id().to_string(),
+                        protocol_type: g.protocol_type().to_string(),
+                        state: g.state(),
+                        state_name: g.state().name(),
+                        group_type: "classic",
+                    },
+                }
             })
             .filter(|l| l.state != GroupState::Dead)
             .collect();
@@ -453,7 +476,7 @@ impl GroupCoordinator {
             let mut guard = lock(&g);
             match guard.state() {
                 GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
-                GroupState::Empty if !guard.has_pending_members() => {}
+                GroupState::Empty if !guard.has_pending_members() && guard.member_count() == 0 => {}
                 _ => return Err(ResponseError::NonEmptyGroup),
             }
             guard.mark_dead();
@@ -500,8 +523,76 @@ impl GroupCoordinator {
     /// One pass of the deadlines over every group.
     pub fn tick(&self, now: Instant) {
         let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        let mut topics = None;
         for g in groups {
-            self.with_group(&g, |g| g.tick(&self.config.group, now));
+            self.with_group(&g, |g| {
+                g.tick(&self.config.group, now);
+                if let Some(c) = g.consumer.as_mut().filter(|c| !c.is_empty()) {
+                    c.tick(topics.get_or_insert_with(|| self.topic_partitions()), &self.config.consumer, now);
+                }
+            });
+        }
+    }
+
+    // ---- consumer group protocol (KIP-848) ----------------------------------
+
+    /// Partition counts of every topic but the internal one.
+    fn topic_partitions(&self) -> std::collections::BTreeMap<String, i32> {
+        self.logs
+            .topics()
+            .into_iter()
+            .filter(|t| t.name() != store::OFFSETS_TOPIC)
+            .map(|t| (t.name().to_string(), t.partition_count()))
+            .collect()
+    }
+
+    /// The consumer group settings.
+    pub fn consumer_config(&self) -> &ConsumerGroupConfig {
+        &self.config.consumer
+    }
+
+    /// ConsumerGroupHeartbeat. A group id held by classic members is not
+    /// found (as in Kafka); an empty classic group becomes a consumer group.
+    pub fn consumer_heartbeat(&self, group_id: &str, hb: Heartbeat) -> Result<HeartbeatResult, ResponseError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if hb.subscribed_topic_regex.is_some() {
+            return Err(ResponseError::InvalidRegularExpression);
+        }
+        let g = if hb.member_epoch == 0 { self.group_or_create(group_id) } else { self.group(group_id).ok_or(ResponseError::GroupIdNotFound)? };
+        let topics = self.topic_partitions();
+        let mut g = lock(&g);
+        if g.state() == GroupState::Dead || g.member_count() > 0 && g.consumer.is_none() || g.has_pending_members() {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        if g.consumer.is_none() {
+            if hb.member_epoch != 0 {
+                return Err(ResponseError::GroupIdNotFound);
+            }
+            g.consumer = Some(ConsumerGroup::default());
+        }
+        let c = g.consumer.as_mut().expect("set above");
+        c.heartbeat(hb, &topics, &self.config.consumer, Instant::now())
+    }
+
+    /// ConsumerGroupDescribe: a snapshot of the group, GROUP_ID_NOT_FOUND if
+    /// it does not exist or is not a consumer group.
+    pub fn describe_consumer_group(&self, group_id: &str) -> Result<ConsumerGroup, ResponseError> {
+        self.check_active()?;
+        let g = self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        let g = lock(&g);
+        g.consumer.clone().ok_or(ResponseError::GroupIdNotFound)
+    }
+
+    /// OffsetFetch v9+ from a consumer group member: Kafka checks its member id and epoch.
+    pub fn validate_offset_fetch(&self, group_id: &str, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+        let Some(g) = self.group(group_id) else { return Ok(()) };
+        let g = lock(&g);
+        match &g.consumer {
+            Some(c) => c.validate_offset_request(member_id, epoch),
+            None => Ok(()),
         }
     }
 
@@ -513,7 +604,7 @@ impl GroupCoordinator {
         let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
         for g in groups {
             let mut guard = lock(&g);
-            if guard.state() != GroupState::Empty || guard.has_pending_members() {
+            if guard.state() != GroupState::Empty || guard.has_pending_members() || guard.member_count() > 0 {
                 continue;
             }
             let since = guard.state_since_ms;
