@@ -65,7 +65,8 @@ pub(super) fn handle_heartbeat(
         rack_id: request.rack_id.map(|r| r.to_string()),
         rebalance_timeout_ms: request.rebalance_timeout_ms,
         subscribed_topic_names: request.subscribed_topic_names.map(|ts| ts.into_iter().map(|t| t.0.to_string()).collect()),
-        subscribed_topic_regex: if version >= 1 { request.subscribed_topic_regex.map(|r| r.to_string()) } else { None },
+        // librdkafka sends "" when it subscribes by names.
+        subscribed_topic_regex: request.subscribed_topic_regex.filter(|r| version >= 1 && !r.is_empty()).map(|r| r.to_string()),
         server_assignor: request.server_assignor.map(|a| a.to_string()),
         owned,
         client_id,
