@@ -1,4 +1,4 @@
-//! The classic consumer-group protocol: the group coordinator, each group's
+//! Consumer groups, classic and KIP-848: the group coordinator, each group's
 //! state machine, and the `__consumer_offsets` log that makes committed
 //! offsets (and enough group metadata to list and describe empty groups)
 //! durable.
