@@ -90,6 +90,9 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("group.initial.rebalance.delay.ms", "3000", "How long the first rebalance of an empty group waits for more members (extended while they keep arriving, up to the rebalance timeout)."),
     s("group.min.session.timeout.ms", "6000", "Smallest `session.timeout.ms` a group member may ask for."),
     s("group.max.session.timeout.ms", "1800000", "Largest `session.timeout.ms` a group member may ask for."),
+    s("group.consumer.session.timeout.ms", "45000", "Consumer group protocol (KIP-848): a member that has not heartbeated for this long is removed."),
+    s("group.consumer.heartbeat.interval.ms", "5000", "Consumer group protocol: the heartbeat interval handed to members."),
+    s("group.consumer.max.size", "2147483647", "Consumer group protocol: most members a group may have."),
     s("offsets.retention.minutes", "10080", "Committed offsets of a group are deleted this long after the group became empty (or the commit, if later)."),
     s("offsets.retention.check.interval.ms", "600000", "How often expired committed offsets are looked for."),
 ];
@@ -133,6 +136,12 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// `group.max.session.timeout.ms`.
     pub group_max_session_timeout_ms: i32,
+    /// `group.consumer.session.timeout.ms`.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms`.
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.consumer.max.size`.
+    pub group_consumer_max_size: i32,
     /// `offsets.retention.minutes`.
     pub offsets_retention_minutes: u64,
     /// `offsets.retention.check.interval.ms`.
@@ -250,6 +259,9 @@ impl ConfigBuilder {
             group_initial_rebalance_delay_ms: parse(r, "group.initial.rebalance.delay.ms")?,
             group_min_session_timeout_ms: parse_positive(r, "group.min.session.timeout.ms")?,
             group_max_session_timeout_ms: parse_positive(r, "group.max.session.timeout.ms")?,
+            group_consumer_session_timeout_ms: parse_positive(r, "group.consumer.session.timeout.ms")?,
+            group_consumer_heartbeat_interval_ms: parse_positive(r, "group.consumer.heartbeat.interval.ms")?,
+            group_consumer_max_size: parse_positive(r, "group.consumer.max.size")?,
             offsets_retention_minutes: parse_positive(r, "offsets.retention.minutes")?,
             offsets_retention_check_interval_ms: parse_positive(r, "offsets.retention.check.interval.ms")?,
             effective: self.raw.clone(),
@@ -269,6 +281,12 @@ impl BrokerConfig {
             },
             offsets_retention: Duration::from_secs(self.offsets_retention_minutes.saturating_mul(60)),
             offsets_retention_check_interval: Duration::from_millis(self.offsets_retention_check_interval_ms),
+            compaction: Default::default(),
+            consumer: crate::group::consumer_group::ConsumerGroupConfig {
+                session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
+                heartbeat_interval: Duration::from_millis(self.group_consumer_heartbeat_interval_ms),
+                max_size: self.group_consumer_max_size as usize,
+            },
         }
     }
 }

@@ -49,6 +49,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
+    api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    api(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The served range of `key`, if Floe serves it at all.
@@ -88,6 +90,6 @@ mod tests {
         assert!(!is_supported(ApiKey::Fetch, 17));
         assert!(!is_supported(ApiKey::Fetch, 3));
         assert!(!is_supported(ApiKey::OffsetCommit, 1));
-        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat, 0));
+        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat, 2));
     }
 }

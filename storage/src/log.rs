@@ -518,6 +518,23 @@ impl PartitionLog {
         Ok(due)
     }
 
+    /// Rolls the active segment now if it is non-empty, so the next append
+    /// starts a segment of its own (Kafka's `UnifiedLog.roll`). Compaction of
+    /// `__consumer_offsets` uses it: everything before the re-appended live
+    /// state then sits in sealed segments that can be deleted whole.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the new segment's files cannot be created.
+    pub fn roll_now(&self) -> Result<bool> {
+        self.check_live()?;
+        let mut st = self.state();
+        if st.active().is_empty() {
+            return Ok(false);
+        }
+        self.roll(&mut st, "requested")?;
+        Ok(true)
+    }
+
     /// Reads from `fetch_offset`: a region of the segment holding it, starting
     /// at the batch that contains it, of at most `max_bytes` (but the whole
     /// first batch if `min_one_batch`, KIP-74), never past the high watermark

@@ -23,9 +23,10 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::consumer_group::{ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatResult};
 use super::group::{wall_ms, Group, GroupConfig, GroupState, GroupSummary, JoinRequest, JoinResult, Outcome, SyncResult};
 use super::records::{self, LogEntry, OffsetAndMetadata};
-use super::store::{self, LogRecord, OffsetStore, StoreError};
+use super::store::{self, Compacted, CompactionConfig, LiveRecords, LogRecord, OffsetStore, StoreError};
 
 const LOADING: u8 = 0;
 const ACTIVE: u8 = 1;
@@ -43,6 +44,10 @@ pub struct CoordinatorConfig {
     pub offsets_retention: Duration,
     /// `offsets.retention.check.interval.ms`.
     pub offsets_retention_check_interval: Duration,
+    /// When `__consumer_offsets` is compacted.
+    pub compaction: CompactionConfig,
+    /// Consumer group protocol (KIP-848) settings.
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -51,6 +56,8 @@ impl Default for CoordinatorConfig {
             group: GroupConfig::default(),
             offsets_retention: Duration::from_secs(10080 * 60),
             offsets_retention_check_interval: Duration::from_millis(600_000),
+            compaction: CompactionConfig::default(),
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -64,6 +71,10 @@ pub struct ListedGroup {
     pub protocol_type: String,
     /// State.
     pub state: GroupState,
+    /// The state's name (a consumer group's own).
+    pub state_name: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
 }
 
 /// Committed offsets of one topic: (partition, offset or `None`).
@@ -91,7 +102,7 @@ impl GroupCoordinator {
     /// # Errors
     /// If the log writer thread cannot be started.
     pub fn new(config: CoordinatorConfig, logs: Arc<LogManager>) -> std::io::Result<Self> {
-        let store = OffsetStore::start(logs.clone())?;
+        let store = OffsetStore::start(logs.clone(), config.compaction)?;
         Ok(Self { config, groups: RwLock::new(HashMap::new()), status: AtomicU8::new(LOADING), logs, store })
     }
 
@@ -103,7 +114,13 @@ impl GroupCoordinator {
         let started = std::time::Instant::now();
         let loaded = tokio::task::spawn_blocking(move || {
             let log = store::open_log(&this.logs)?;
-            store::replay(&log, |entry| this.apply_loaded(entry))
+            let mut live = LiveRecords::default();
+            let count = store::replay(&log, |entry| {
+                live.apply(&entry);
+                this.apply_loaded(entry);
+            })?;
+            this.store.loaded(live);
+            Ok(count)
         })
         .await
         .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))));
@@ -402,6 +419,16 @@ impl GroupCoordinator {
         }
     }
 
+    /// Compacts `__consumer_offsets` now (the writer thread also does it on its own
+    /// when the log outgrows its live state). `None` before the log is loaded.
+    pub async fn compact_offsets_log(&self) -> Result<Option<Compacted>, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.store.compact(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await.unwrap_or_else(|_| Err(StoreError::Storage("the writer thread is gone".into())))
+    }
+
     // ---- administration ------------------------------------------------------
 
     /// ListGroups (every group, including empty ones holding offsets).
@@ -412,7 +439,22 @@ impl GroupCoordinator {
             .iter()
             .map(|g| {
                 let g = lock(g);
-                ListedGroup { group_id: g.id().to_string(), protocol_type: g.protocol_type().to_string(), state: g.state() }
+                match &g.consumer {
+                    Some(c) => ListedGroup {
+                        group_id: g.id().to_string(),
+                        protocol_type: "consumer".into(),
+                        state: g.state(),
+                        state_name: c.state_name(),
+                        group_type: "consumer",
+                    },
+                    None => ListedGroup {
+                        group_id: g.id().to_string(),
+                        protocol_type: g.protocol_type().to_string(),
+                        state: g.state(),
+                        state_name: g.state().name(),
+                        group_type: "classic",
+                    },
+                }
             })
             .filter(|l| l.state != GroupState::Dead)
             .collect();
@@ -434,7 +476,7 @@ impl GroupCoordinator {
             let mut guard = lock(&g);
             match guard.state() {
                 GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
-                GroupState::Empty if !guard.has_pending_members() => {}
+                GroupState::Empty if !guard.has_pending_members() && guard.member_count() == 0 => {}
                 _ => return Err(ResponseError::NonEmptyGroup),
             }
             guard.mark_dead();
@@ -481,8 +523,76 @@ impl GroupCoordinator {
     /// One pass of the deadlines over every group.
     pub fn tick(&self, now: Instant) {
         let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
+        let mut topics = None;
         for g in groups {
-            self.with_group(&g, |g| g.tick(&self.config.group, now));
+            self.with_group(&g, |g| {
+                g.tick(&self.config.group, now);
+                if let Some(c) = g.consumer.as_mut().filter(|c| !c.is_empty()) {
+                    c.tick(topics.get_or_insert_with(|| self.topic_partitions()), &self.config.consumer, now);
+                }
+            });
+        }
+    }
+
+    // ---- consumer group protocol (KIP-848) ----------------------------------
+
+    /// Partition counts of every topic but the internal one.
+    fn topic_partitions(&self) -> std::collections::BTreeMap<String, i32> {
+        self.logs
+            .topics()
+            .into_iter()
+            .filter(|t| t.name() != store::OFFSETS_TOPIC)
+            .map(|t| (t.name().to_string(), t.partition_count()))
+            .collect()
+    }
+
+    /// The consumer group settings.
+    pub fn consumer_config(&self) -> &ConsumerGroupConfig {
+        &self.config.consumer
+    }
+
+    /// ConsumerGroupHeartbeat. A group id held by classic members is not
+    /// found (as in Kafka); an empty classic group becomes a consumer group.
+    pub fn consumer_heartbeat(&self, group_id: &str, hb: Heartbeat) -> Result<HeartbeatResult, ResponseError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if hb.subscribed_topic_regex.is_some() {
+            return Err(ResponseError::InvalidRegularExpression);
+        }
+        let g = if hb.member_epoch == 0 { self.group_or_create(group_id) } else { self.group(group_id).ok_or(ResponseError::GroupIdNotFound)? };
+        let topics = self.topic_partitions();
+        let mut g = lock(&g);
+        if g.state() == GroupState::Dead || g.member_count() > 0 && g.consumer.is_none() || g.has_pending_members() {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        if g.consumer.is_none() {
+            if hb.member_epoch != 0 {
+                return Err(ResponseError::GroupIdNotFound);
+            }
+            g.consumer = Some(ConsumerGroup::default());
+        }
+        let c = g.consumer.as_mut().expect("set above");
+        c.heartbeat(hb, &topics, &self.config.consumer, Instant::now())
+    }
+
+    /// ConsumerGroupDescribe: a snapshot of the group, GROUP_ID_NOT_FOUND if
+    /// it does not exist or is not a consumer group.
+    pub fn describe_consumer_group(&self, group_id: &str) -> Result<ConsumerGroup, ResponseError> {
+        self.check_active()?;
+        let g = self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        let g = lock(&g);
+        g.consumer.clone().ok_or(ResponseError::GroupIdNotFound)
+    }
+
+    /// OffsetFetch v9+ from a consumer group member: Kafka checks its member id and epoch.
+    pub fn validate_offset_fetch(&self, group_id: &str, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+        let Some(g) = self.group(group_id) else { return Ok(()) };
+        let g = lock(&g);
+        match &g.consumer {
+            Some(c) => c.validate_offset_request(member_id, epoch),
+            None => Ok(()),
         }
     }
 
@@ -494,7 +604,7 @@ impl GroupCoordinator {
         let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
         for g in groups {
             let mut guard = lock(&g);
-            if guard.state() != GroupState::Empty || guard.has_pending_members() {
+            if guard.state() != GroupState::Empty || guard.has_pending_members() || guard.member_count() > 0 {
                 continue;
             }
             let since = guard.state_since_ms;
@@ -635,5 +745,133 @@ mod tests {
         c.load().await.expect("reload");
         assert!(all(&c, "old").is_empty());
         assert_eq!(all(&c, "new").len(), 1);
+    }
+
+    /// Queues `n` commits of t-0 for `group` straight to the store (grouped
+    /// writes, not one fsync each), then one commit through the coordinator as a barrier.
+    async fn commit_many(c: &GroupCoordinator, group: &str, n: i64) {
+        let now = wall_ms();
+        for i in 0..n {
+            let rec = (records::offset_key(group, "t", 0), Some(records::offset_value(&offset(i, now))));
+            c.store.append(vec![rec], Box::new(|_| {}));
+        }
+        c.commit_offsets(group, "", None, -1, vec![("t".into(), 0, offset(n, now))]).await.expect("barrier");
+    }
+
+    fn offsets_log(logs: &LogManager) -> Arc<floe_storage::PartitionLog> {
+        logs.partition(store::OFFSETS_TOPIC, 0).expect("offsets log")
+    }
+
+    /// A state with offsets, a tombstoned offset, a deleted group and group metadata.
+    async fn varied_state(c: &GroupCoordinator) {
+        let now = wall_ms();
+        commit_many(c, "a", 10_000).await;
+        c.commit_offsets("a", "", None, -1, vec![("t".into(), 1, offset(2, now))]).await.expect("a-1");
+        c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now)), ("t".into(), 1, offset(4, now))]).await.expect("b");
+        assert_eq!(c.delete_offsets("b", vec![("t".into(), 2)]).await, Ok(vec![None]));
+        c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("gone");
+        c.delete_group("gone").await.expect("delete gone");
+        let meta = records::GroupMetadata { protocol_type: "consumer".into(), generation: 4, ..Default::default() };
+        let (tx, rx) = oneshot::channel();
+        c.store.append(vec![(records::group_key("m"), Some(records::group_value(&meta)))], Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await.expect("written").expect("group m");
+    }
+
+    /// Writes [`varied_state`] and returns what a reload of it holds.
+    async fn written_and_reloaded(dir: &std::path::Path) -> Vec<(String, Vec<TopicOffsets>)> {
+        {
+            let (logs, c) = open(dir);
+            c.load().await.expect("load");
+            varied_state(&c).await;
+            logs.shutdown().expect("shutdown");
+        }
+        let (logs, c) = open(dir);
+        c.load().await.expect("reload");
+        let state = snapshot(&c);
+        logs.shutdown().expect("shutdown");
+        state
+    }
+
+    fn snapshot(c: &GroupCoordinator) -> Vec<(String, Vec<TopicOffsets>)> {
+        let mut groups: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+        groups.sort();
+        groups.into_iter().map(|g| (g.clone(), all(c, &g))).collect()
+    }
+
+    #[tokio::test]
+    async fn compaction_shrinks_the_log_and_keeps_the_live_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let before = written_and_reloaded(dir.path()).await;
+        assert_eq!(before.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"]);
+        {
+            let (logs, c) = open(dir.path());
+            c.load().await.expect("load");
+            let log = offsets_log(&logs);
+            let (size, end) = (log.size_bytes(), log.log_end_offset());
+            assert!(end > 10_000);
+            let done = c.compact_offsets_log().await.expect("compact").expect("loaded");
+            // a-0, a-1, b-1, m's metadata.
+            assert_eq!(done.live_records, 4);
+            assert_eq!(log.log_start_offset(), end);
+            assert_eq!(log.log_end_offset(), end + 4);
+            assert!(log.size_bytes() < size / 50, "{} bytes left of {size}", log.size_bytes());
+            assert_eq!(log.segment_count(), 1);
+            assert_eq!(snapshot(&c), before);
+            logs.shutdown().expect("shutdown");
+        }
+        let (logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert_eq!(snapshot(&c), before);
+        assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(10_000));
+        // Compacting a compacted log changes nothing; writes continue after it.
+        c.compact_offsets_log().await.expect("again");
+        c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(77, wall_ms()))]).await.expect("after");
+        drop(c);
+        let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+        c.load().await.expect("reload");
+        assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(77));
+    }
+
+    /// A crash between the re-append and the delete, and one after the delete
+    /// but before the log start offset checkpoint: replay gives the same state.
+    #[tokio::test]
+    async fn a_crash_during_compaction_replays_to_the_same_state() {
+        for delete in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let before = written_and_reloaded(dir.path()).await;
+            {
+                let (logs, c) = open(dir.path());
+                c.load().await.expect("load");
+                // Build the live state as a replay would, then stop where the crash happens.
+                let mut live = LiveRecords::default();
+                store::replay(&offsets_log(&logs), |e| live.apply(&e)).expect("replay");
+                store::compact(&logs, &live, delete).expect("compact");
+                // No shutdown: no checkpoints are written, as in a crash.
+                drop(c);
+                drop(logs);
+            }
+            let (logs, c) = open(dir.path());
+            c.load().await.expect("reload");
+            assert_eq!(snapshot(&c), before, "delete: {delete}");
+            if delete {
+                assert_eq!(offsets_log(&logs).segment_count(), 1);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_writer_compacts_on_its_own_when_the_log_outgrows_the_live_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (logs, _) = open(dir.path());
+        let config = CoordinatorConfig { compaction: CompactionConfig { min_bytes: 64 << 10, dirty_ratio: 2 }, ..Default::default() };
+        let c = Arc::new(GroupCoordinator::new(config, logs.clone()).expect("coordinator"));
+        c.load().await.expect("load");
+        commit_many(&c, "a", 10_000).await;
+        let log = offsets_log(&logs);
+        assert!(log.log_start_offset() > 0, "never compacted");
+        assert!(log.size_bytes() < 200 << 10, "{} bytes", log.size_bytes());
+        assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(10_000));
     }
 }

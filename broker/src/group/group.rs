@@ -25,6 +25,7 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::consumer_group::ConsumerGroup;
 use super::member::Member;
 use super::records::{GroupMetadata, OffsetAndMetadata};
 
@@ -197,8 +198,10 @@ pub struct MemberSummary {
 /// What DescribeGroups reports.
 #[derive(Debug, Clone)]
 pub struct GroupSummary {
-    /// State.
+    /// State (of a consumer group: Empty, or Stable while it has members).
     pub state: GroupState,
+    /// The state's name (a consumer group's own: Empty, Assigning, Reconciling, Stable).
+    pub state_name: &'static str,
     /// Protocol type, or empty.
     pub protocol_type: String,
     /// Selected protocol (Stable groups only), or empty.
@@ -244,6 +247,9 @@ pub struct Group {
     pub(crate) metadata_dirty: bool,
     /// Group metadata was ever persisted (a tombstone is due when it goes).
     pub(crate) persisted: bool,
+    /// `Some` while the group id is a consumer group (KIP-848): then it has no
+    /// classic members, and while it has consumer members no classic member can join.
+    pub(crate) consumer: Option<ConsumerGroup>,
 }
 
 impl Group {
@@ -268,6 +274,7 @@ impl Group {
             offsets: HashMap::new(),
             metadata_dirty: false,
             persisted: false,
+            consumer: None,
         }
     }
 
@@ -300,9 +307,9 @@ impl Group {
         self.protocol_type.as_deref().unwrap_or("")
     }
 
-    /// Number of members.
+    /// Number of members (of either protocol).
     pub fn member_count(&self) -> usize {
-        self.members.len()
+        self.members.len() + self.consumer.as_ref().map_or(0, |c| c.members().count())
     }
 
     /// Whether KIP-394 ids are outstanding.
@@ -377,6 +384,11 @@ impl Group {
     /// JoinGroup.
     pub fn join(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
         let fail = |e| Outcome::Now(JoinResult::error(e, &req.member_id));
+        if self.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
+            return fail(ResponseError::InconsistentGroupProtocol);
+        }
+        // An empty consumer group becomes a classic one.
+        self.consumer = None;
         if req.session_timeout_ms < cfg.min_session_timeout_ms || req.session_timeout_ms > cfg.max_session_timeout_ms {
             return fail(ResponseError::InvalidSessionTimeout);
         }
@@ -827,6 +839,9 @@ impl Group {
 
     /// May this member commit offsets now?
     pub fn validate_commit(&self, member_id: &str, instance_id: Option<&str>, generation: i32) -> Result<(), ResponseError> {
+        if let Some(c) = &self.consumer {
+            return c.validate_offset_request(member_id, generation);
+        }
         if member_id.is_empty() && generation < 0 {
             // A consumer without group management, or an admin client: only for empty groups.
             return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
@@ -860,6 +875,9 @@ impl Group {
     pub fn subscribed_topics(&self) -> Option<HashSet<String>> {
         use kafka_protocol::messages::ConsumerProtocolSubscription;
         use kafka_protocol::protocol::Decodable;
+        if let Some(c) = &self.consumer {
+            return Some(c.subscribed_topics().into_iter().collect());
+        }
         if self.members.is_empty() {
             return Some(HashSet::new());
         }
@@ -883,6 +901,9 @@ impl Group {
 
     /// DescribeGroups.
     pub fn summary(&self) -> GroupSummary {
+        if let Some(c) = &self.consumer {
+            return c.summary();
+        }
         let stable = self.state == GroupState::Stable;
         let protocol = self.protocol.clone().unwrap_or_default();
         let members = self
@@ -899,6 +920,7 @@ impl Group {
             .collect();
         GroupSummary {
             state: self.state,
+            state_name: self.state.name(),
             protocol_type: self.protocol_type.clone().unwrap_or_default(),
             protocol: if stable { protocol } else { String::new() },
             members,

@@ -1,10 +1,13 @@
-//! The classic consumer-group protocol: the group coordinator, each group's
+//! Consumer groups, classic and KIP-848: the group coordinator, each group's
 //! state machine, and the `__consumer_offsets` log that makes committed
 //! offsets (and enough group metadata to list and describe empty groups)
 //! durable.
 //!
 //! # Layout
 //! - [`coordinator`]: the map of groups, the timers, offsets, administration.
+//! - [`consumer_group`]: a group of the consumer group protocol (KIP-848):
+//!   epochs, target assignment, incremental reconciliation.
+//! - [`assignor`]: its server-side assignors, `uniform` and `range`.
 //! - [`group`]: one group's state machine (Empty → PreparingRebalance →
 //!   CompletingRebalance → Stable), synchronous and clock-explicit.
 //! - [`member`]: one member: timeouts, protocols, assignment, waiting requests.
@@ -12,6 +15,8 @@
 //! - [`store`]: creating, appending to (off the request workers, fsynced)
 //!   and replaying `__consumer_offsets`.
 
+pub mod assignor;
+pub mod consumer_group;
 pub mod coordinator;
 pub mod group;
 pub(crate) mod member;

@@ -9,8 +9,34 @@
 //! log rebuilds. Concurrent writes are grouped: one append and one fsync for
 //! everything queued.
 //!
-//! The log is never compacted (Floe has no log cleaner yet); it is created
-//! with `retention.ms=-1` so that time retention cannot drop live offsets.
+//! # Compaction
+//! The log is created with `retention.ms=-1` so that time retention cannot
+//! drop live offsets, and Floe has no general log cleaner; instead the
+//! writer thread keeps [`LiveRecords`] — what a replay of the log rebuilds —
+//! and when the log holds much more than that (more than
+//! [`CompactionConfig::min_bytes`] and more than
+//! [`CompactionConfig::dirty_ratio`] times as many records as are live) it
+//! compacts it in three steps:
+//! 1. roll the active segment, so the next append starts a new one at offset `C`;
+//! 2. re-append every live record (committed offsets and group metadata not
+//!    superseded or tombstoned) from `C` on, and fsync;
+//! 3. `delete_records_before(C)`: the log start offset moves to `C` and the
+//!    segments below it, all sealed by step 1, are deleted.
+//!
+//! Crash safety: replay applies records in order, last write wins per key
+//! (a group tombstone also drops the group's offsets, in replay and in
+//! `LiveRecords` alike). Let `L` be the state the records before `C` build.
+//! A crash before step 2 is durable leaves the old log plus perhaps a prefix
+//! of the re-append (recovery truncates a torn batch): replaying it yields `L`
+//! and then values `L` already holds, so `L`. A crash after step 2 but before
+//! step 3 (or before the log start checkpoint is written) replays from any
+//! start `S ≤ C`: the records in `[S, C)` build a state that agrees with `L`
+//! on every key they touch and holds no key `L` lacks (a key's last record
+//! before `C` is the same whether counted from the old start or from `S`;
+//! segments are only ever deleted from the front), and the re-append then
+//! writes every key of `L`: `L` again. After step 3 replay starts at `C`
+//! and reads `L` directly. Records appended after `C` apply on top in every
+//! case, so all three replays end in the same state.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -22,7 +48,7 @@ use floe_storage::{LogManager, PartitionLog, StorageError};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 use super::group::wall_ms;
-use super::records::{self, LogEntry};
+use super::records::{self, GroupMetadata, LogEntry, OffsetAndMetadata};
 
 /// The internal topic's name, as in Kafka.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -34,6 +60,9 @@ const OFFSETS_TOPIC_CONFIG: &[(&str, &str)] = &[
     ("segment.bytes", "104857600"),
     ("max.message.bytes", "10485760"),
 ];
+
+/// Records per batch when the live state is re-appended (well below `max.message.bytes`).
+const COMPACTION_BATCH_RECORDS: usize = 2000;
 
 /// Why the log could not be written or read.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -58,14 +87,106 @@ pub type LogRecord = (Bytes, Option<Bytes>);
 /// Runs on the writer thread after the write, in log order.
 pub type WriteCallback = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
-struct WriteJob {
-    records: Vec<LogRecord>,
-    done: WriteCallback,
+/// Runs on the writer thread after a requested compaction.
+pub type CompactCallback = Box<dyn FnOnce(Result<Option<Compacted>, StoreError>) + Send>;
+
+/// When the writer thread compacts the log on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionConfig {
+    /// The log must be larger than this many bytes.
+    pub min_bytes: u64,
+    /// … and hold more than this many times as many records as are live.
+    pub dirty_ratio: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self { min_bytes: 16 << 20, dirty_ratio: 2 }
+    }
+}
+
+/// What one compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// Live records re-appended.
+    pub live_records: usize,
+    /// The new log start offset (`C`).
+    pub log_start_offset: i64,
+    /// Log size before and after, in bytes.
+    pub bytes_before: u64,
+    /// Log size after.
+    pub bytes_after: u64,
+}
+
+/// What a replay of the log rebuilds, by group: the last value of every key.
+/// Kept by the writer thread so it can re-append the live state.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LiveRecords {
+    groups: BTreeMap<String, LiveGroup>,
+    count: usize,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct LiveGroup {
+    metadata: Option<GroupMetadata>,
+    offsets: BTreeMap<(String, i32), OffsetAndMetadata>,
+}
+
+impl LiveRecords {
+    /// Applies one record as replay does (a group tombstone drops the group's offsets too).
+    pub fn apply(&mut self, entry: &LogEntry) {
+        match entry {
+            LogEntry::Offset { group, topic, partition, value } => {
+                let g = self.groups.entry(group.clone()).or_default();
+                match value {
+                    Some(v) => g.offsets.insert((topic.clone(), *partition), v.clone()),
+                    None => g.offsets.remove(&(topic.clone(), *partition)),
+                };
+                if g.offsets.is_empty() && g.metadata.is_none() {
+                    self.groups.remove(group);
+                }
+            }
+            LogEntry::Group { group, value: Some(meta) } => {
+                self.groups.entry(group.clone()).or_default().metadata = Some(meta.clone());
+            }
+            LogEntry::Group { group, value: None } => {
+                self.groups.remove(group);
+            }
+        }
+        self.count = self.groups.values().map(|g| g.offsets.len() + usize::from(g.metadata.is_some())).sum();
+    }
+
+    /// Number of live records.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// No live records.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Every live record, group by group (its offsets, then its metadata).
+    pub fn records(&self) -> impl Iterator<Item = LogRecord> + '_ {
+        self.groups.iter().flat_map(|(id, g)| {
+            let offsets =
+                g.offsets.iter().map(move |((t, p), o)| (records::offset_key(id, t, *p), Some(records::offset_value(o))));
+            let meta = g.metadata.iter().map(move |m| (records::group_key(id), Some(records::group_value(m))));
+            offsets.chain(meta)
+        })
+    }
+}
+
+enum Job {
+    Write { records: Vec<LogRecord>, done: WriteCallback },
+    /// The replay finished: the live state to start from; compaction may run from now on.
+    Loaded(LiveRecords),
+    Compact(CompactCallback),
 }
 
 /// The writer side of the log: a queue feeding one thread.
 pub struct OffsetStore {
-    tx: std::sync::Mutex<mpsc::Sender<WriteJob>>,
+    tx: std::sync::Mutex<mpsc::Sender<Job>>,
 }
 
 impl std::fmt::Debug for OffsetStore {
@@ -79,70 +200,128 @@ impl OffsetStore {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel::<WriteJob>();
+    pub fn start(logs: Arc<LogManager>, compaction: CompactionConfig) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new().name("floe-group-log".into()).spawn(move || {
+            let mut live: Option<LiveRecords> = None;
             while let Ok(first) = rx.recv() {
-                let mut jobs = vec![first];
-                while jobs.len() < 256 {
-                    match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
-                        Err(_) => break,
+                let mut jobs = Vec::new();
+                let mut next = Some(first);
+                while let Some(job) = next.take() {
+                    match job {
+                        Job::Write { records, done } => jobs.push((records, done)),
+                        Job::Loaded(state) => live = Some(state),
+                        Job::Compact(done) => {
+                            // Writes queued before the request go first.
+                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut());
+                            done(match &live {
+                                Some(l) => compact(&logs, l, true).map(Some),
+                                None => Ok(None),
+                            });
+                        }
+                    }
+                    if jobs.len() < 256 {
+                        next = rx.try_recv().ok();
                     }
                 }
-                let result = write(&logs, &jobs);
-                if let Err(e) = &result {
-                    tracing::error!(error = %e, "writing __consumer_offsets failed");
-                }
-                for j in jobs {
-                    (j.done)(result.clone());
+                write_all(&logs, jobs, live.as_mut());
+                if let Some(l) = &live {
+                    if let Err(e) = maybe_compact(&logs, l, compaction) {
+                        tracing::error!(error = %e, "compacting __consumer_offsets failed");
+                    }
                 }
             }
         })?;
         Ok(Self { tx: std::sync::Mutex::new(tx) })
     }
 
+    fn send(&self, job: Job) -> Result<(), Job> {
+        let tx = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tx.send(job).map_err(|mpsc::SendError(job)| job)
+    }
+
     /// Queues `records`; `done` runs on the writer thread once they are durable (or failed).
     /// Never blocks: safe to call under a group's lock.
     pub fn append(&self, records: Vec<LogRecord>, done: WriteCallback) {
-        let job = WriteJob { records, done };
-        let tx = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(mpsc::SendError(job)) = tx.send(job) {
-            (job.done)(Err(StoreError::Storage("the writer thread is gone".into())));
+        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, done }) {
+            done(Err(StoreError::Storage("the writer thread is gone".into())));
+        }
+    }
+
+    /// Hands the writer thread the state the replay rebuilt; compaction is enabled from then on.
+    pub fn loaded(&self, live: LiveRecords) {
+        let _ = self.send(Job::Loaded(live));
+    }
+
+    /// Compacts the log now (after the writes queued before); `done` gets
+    /// `None` if the log was not loaded yet.
+    pub fn compact(&self, done: CompactCallback) {
+        if let Err(Job::Compact(done)) = self.send(Job::Compact(done)) {
+            done(Err(StoreError::Storage("the writer thread is gone".into())));
         }
     }
 }
 
-fn write(logs: &LogManager, jobs: &[WriteJob]) -> Result<(), StoreError> {
-    let log = logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("the log does not exist".into()))?;
+/// Writes the jobs (one append, one fsync), updates `live`, runs the callbacks.
+fn write_all(logs: &LogManager, jobs: Vec<(Vec<LogRecord>, WriteCallback)>, live: Option<&mut LiveRecords>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let result = write(logs, jobs.iter().map(|(r, _)| r.as_slice()));
+    match &result {
+        Err(e) => tracing::error!(error = %e, "writing __consumer_offsets failed"),
+        Ok(()) => {
+            if let Some(live) = live {
+                for (key, value) in jobs.iter().flat_map(|(r, _)| r) {
+                    if let Ok(entry) = records::decode(Some(key), value.as_ref()) {
+                        live.apply(&entry);
+                    }
+                }
+            }
+        }
+    }
+    for (_, done) in jobs {
+        done(result.clone());
+    }
+}
+
+fn offsets_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
+    logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("the log does not exist".into()))
+}
+
+fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64) -> Result<(), StoreError> {
+    let batch: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: now,
+            key: Some(key.clone()),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    RecordBatchEncoder::encode(buf, batch.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .map_err(|e| StoreError::Format(e.to_string()))
+}
+
+/// Appends one batch per job, then fsyncs.
+fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = &'a [LogRecord]>) -> Result<(), StoreError> {
+    let log = offsets_log(logs)?;
     let now = wall_ms();
     let mut buf = BytesMut::new();
-    for job in jobs {
-        if job.records.is_empty() {
-            continue;
+    for records in jobs {
+        if !records.is_empty() {
+            encode_batch(&mut buf, records, now)?;
         }
-        let batch: Vec<Record> = job
-            .records
-            .iter()
-            .enumerate()
-            .map(|(i, (key, value))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: now,
-                key: Some(key.clone()),
-                value: value.clone(),
-                headers: Default::default(),
-            })
-            .collect();
-        RecordBatchEncoder::encode(&mut buf, batch.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-            .map_err(|e| StoreError::Format(e.to_string()))?;
     }
     if buf.is_empty() {
         return Ok(());
@@ -150,6 +329,41 @@ fn write(logs: &LogManager, jobs: &[WriteJob]) -> Result<(), StoreError> {
     log.append(&mut buf, now)?;
     log.flush()?;
     Ok(())
+}
+
+fn maybe_compact(logs: &LogManager, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
+    let log = offsets_log(logs)?;
+    let records = (log.log_end_offset() - log.log_start_offset()).max(0) as u64;
+    if log.size_bytes() <= cfg.min_bytes || records <= cfg.dirty_ratio.saturating_mul(live.len() as u64) {
+        return Ok(());
+    }
+    compact(logs, live, true).map(|_| ())
+}
+
+/// Rolls, re-appends `live` and fsyncs; then, if `delete`, moves the log
+/// start offset past everything before the re-append (see the module doc).
+/// `delete: false` stops where a crash between the steps would.
+pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
+    let log = offsets_log(logs)?;
+    let started = std::time::Instant::now();
+    let bytes_before = log.size_bytes();
+    log.roll_now()?;
+    let first = log.log_end_offset();
+    let now = wall_ms();
+    let all: Vec<LogRecord> = live.records().collect();
+    for chunk in all.chunks(COMPACTION_BATCH_RECORDS) {
+        let mut buf = BytesMut::new();
+        encode_batch(&mut buf, chunk, now)?;
+        log.append(&mut buf, now)?;
+    }
+    log.flush()?;
+    if delete {
+        log.delete_records_before(first)?;
+    }
+    let done = Compacted { live_records: all.len(), log_start_offset: log.log_start_offset(), bytes_before, bytes_after: log.size_bytes() };
+    tracing::info!(live = done.live_records, log_start_offset = done.log_start_offset, bytes_before, bytes_after = done.bytes_after,
+        elapsed_ms = started.elapsed().as_millis() as u64, "compacted __consumer_offsets");
+    Ok(done)
 }
 
 /// Creates the internal topic if it does not exist and returns its log.

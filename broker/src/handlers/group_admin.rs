@@ -30,15 +30,15 @@ pub(super) fn handle_list(broker: &Broker, request: ListGroupsRequest, version: 
     let types: Vec<String> = if version >= 5 { request.types_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
     let listed = groups
         .into_iter()
-        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .filter(|g| states.is_empty() || states.contains(&g.state_name.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             let mut l = ListedGroup::default().with_group_id(GroupId(s(g.group_id))).with_protocol_type(s(g.protocol_type));
             if version >= 4 {
-                l.group_state = s(g.state.name());
+                l.group_state = s(g.state_name);
             }
             if version >= 5 {
-                l.group_type = s("classic");
+                l.group_type = s(g.group_type);
             }
             l
         })
@@ -80,7 +80,7 @@ pub(super) fn handle_describe(broker: &Broker, request: DescribeGroupsRequest, v
                             dm
                         })
                         .collect();
-                    d.with_group_state(s(summary.state.name()))
+                    d.with_group_state(s(summary.state_name))
                         .with_protocol_type(s(summary.protocol_type))
                         .with_protocol_data(s(summary.protocol))
                         .with_members(members)

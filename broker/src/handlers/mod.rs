@@ -7,6 +7,7 @@
 
 mod alter_configs;
 mod api_versions;
+mod consumer_group;
 mod create_partitions;
 mod create_topics;
 mod delete_records;
@@ -122,6 +123,8 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::ListGroups => "ListGroups",
         ApiKey::DescribeGroups => "DescribeGroups",
         ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
+        ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
         _ => "Other",
     }
 }
@@ -252,6 +255,15 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         ApiKey::DeleteGroups => {
             let req = decode(api_key, body, version)?;
             frame(api_key, correlation_id, version, &group_admin::handle_delete(broker, req, version).await)
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let req = decode(api_key, body, version)?;
+            let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            frame(api_key, correlation_id, version, &consumer_group::handle_heartbeat(broker, req, version, client_id, peer))
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &consumer_group::handle_describe(broker, req, version))
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

@@ -103,6 +103,12 @@ pub(super) fn handle_fetch(broker: &Broker, request: OffsetFetchRequest, version
             .map(|g| {
                 let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                // v9: a consumer group member names itself and its epoch (KIP-848).
+                if let Some(member) = g.member_id.as_ref().filter(|_| version >= 9) {
+                    if let Err(e) = broker.groups.validate_offset_fetch(g.group_id.as_str(), member.as_str(), g.member_epoch) {
+                        return group.with_error_code(e.code());
+                    }
+                }
                 match broker.groups.fetch_offsets(g.group_id.as_str(), topics) {
                     Err(e) => group.with_error_code(e.code()),
                     Ok(found) => group.with_topics(found.into_iter().map(|t| group_topic(t, version)).collect()),

@@ -473,6 +473,80 @@ async fn every_served_version_of_every_api_answers() {
                         roundtrip(&broker, range.key, v, &req.clone().with_group_id(GroupId(s("none")))).await;
                     assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
                 }
+                ApiKey::ConsumerGroupHeartbeat => {
+                    let group = GroupId(s(&format!("cg{v}")));
+                    let member_id = if v >= 1 { s(&format!("m{v}")) } else { StrBytes::default() };
+                    let join = ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(group.clone())
+                        .with_member_id(member_id)
+                        .with_member_epoch(0)
+                        .with_rebalance_timeout_ms(30_000)
+                        .with_subscribed_topic_names(Some(vec![name("t")]))
+                        .with_server_assignor(Some(s("range")))
+                        .with_topic_partitions(Some(vec![]));
+                    let r: ConsumerGroupHeartbeatResponse = roundtrip(&broker, range.key, v, &join).await;
+                    assert_eq!(r.error_code, 0, "v{v}: {:?}", r.error_message);
+                    assert_eq!((r.member_epoch, r.heartbeat_interval_ms), (1, 5000));
+                    let id = r.member_id.clone().expect("member id");
+                    assert!(!id.is_empty());
+                    let a = r.assignment.expect("assignment");
+                    assert_eq!((a.topic_partitions[0].topic_id, a.topic_partitions[0].partitions.clone()), (topic_id, vec![0]));
+                    let beat = ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(group.clone())
+                        .with_member_id(id.clone())
+                        .with_member_epoch(1)
+                        .with_rebalance_timeout_ms(-1);
+                    let r: ConsumerGroupHeartbeatResponse = roundtrip(&broker, range.key, v, &beat).await;
+                    assert_eq!((r.error_code, r.member_epoch, r.assignment.is_none()), (0, 1, true), "v{v}");
+                    let r: ConsumerGroupHeartbeatResponse = roundtrip(&broker, range.key, v, &beat.clone().with_member_epoch(7)).await;
+                    assert_eq!(r.error_code, ResponseError::FencedMemberEpoch.code());
+                    let bad = join.clone().with_member_id(s("other")).with_server_assignor(Some(s("nope")));
+                    let r: ConsumerGroupHeartbeatResponse = roundtrip(&broker, range.key, v, &bad).await;
+                    assert_eq!(r.error_code, ResponseError::UnsupportedAssignor.code());
+                    // A classic group's id is not a consumer group's.
+                    let (_, _) = member(&broker, &format!("classic{v}")).await;
+                    let r: ConsumerGroupHeartbeatResponse =
+                        roundtrip(&broker, range.key, v, &join.clone().with_group_id(GroupId(s(&format!("classic{v}"))))).await;
+                    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+                    // Offsets: the member epoch must be current.
+                    let p = offset_commit_request::OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1);
+                    let t = offset_commit_request::OffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![p]);
+                    let commit = OffsetCommitRequest::default().with_group_id(group.clone()).with_member_id(id.clone()).with_topics(vec![t]);
+                    let r: OffsetCommitResponse =
+                        roundtrip(&broker, ApiKey::OffsetCommit, 9, &commit.clone().with_generation_id_or_member_epoch(1)).await;
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+                    let r: OffsetCommitResponse = roundtrip(&broker, ApiKey::OffsetCommit, 9, &commit.with_generation_id_or_member_epoch(0)).await;
+                    assert_eq!(r.topics[0].partitions[0].error_code, ResponseError::StaleMemberEpoch.code());
+                    let r: ConsumerGroupHeartbeatResponse = roundtrip(&broker, range.key, v, &beat.with_member_epoch(-1)).await;
+                    assert_eq!((r.error_code, r.member_epoch), (0, -1));
+                }
+                ApiKey::ConsumerGroupDescribe => {
+                    let group = format!("cd{v}");
+                    let hb = crate::group::consumer_group::Heartbeat {
+                        member_id: "m".into(),
+                        rebalance_timeout_ms: 30_000,
+                        subscribed_topic_names: Some(vec!["t".into()]),
+                        client_id: "c".into(),
+                        ..Default::default()
+                    };
+                    broker.groups.consumer_heartbeat(&group, hb).expect("join");
+                    let req = ConsumerGroupDescribeRequest::default()
+                        .with_group_ids(vec![GroupId(s(&group)), GroupId(s("nope"))])
+                        .with_include_authorized_operations(true);
+                    let r: ConsumerGroupDescribeResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let g = &r.groups[0];
+                    assert_eq!((g.error_code, g.group_state.as_str(), g.group_epoch, g.assignor_name.as_str()), (0, "Stable", 1, "uniform"));
+                    assert_eq!(g.members[0].assignment.topic_partitions[0].topic_name.0.as_str(), "t");
+                    assert_eq!(g.members[0].target_assignment.topic_partitions[0].partitions, vec![0]);
+                    assert_eq!(r.groups[1].error_code, ResponseError::GroupIdNotFound.code());
+                    // Listed with its type, and described by DescribeGroups too.
+                    let r: ListGroupsResponse = roundtrip(&broker, ApiKey::ListGroups, 5, &ListGroupsRequest::default()).await;
+                    let listed = r.groups.iter().find(|l| l.group_id.as_str() == group).expect("listed");
+                    assert_eq!((listed.group_type.as_str(), listed.protocol_type.as_str()), ("consumer", "consumer"));
+                    let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(&group))]);
+                    let r: DescribeGroupsResponse = roundtrip(&broker, ApiKey::DescribeGroups, 5, &req).await;
+                    assert_eq!((r.groups[0].protocol_type.as_str(), r.groups[0].members.len()), ("consumer", 1));
+                }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
         }
@@ -509,7 +583,7 @@ async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
 async fn a_non_advertised_api_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = broker(dir.path()).await;
-    let header = RequestHeader::default().with_request_api_key(ApiKey::ConsumerGroupHeartbeat as i16).with_request_api_version(0);
+    let header = RequestHeader::default().with_request_api_key(ApiKey::DescribeAcls as i16).with_request_api_version(0);
     let mut buf = BytesMut::new();
     header.encode(&mut buf, 2).expect("header");
     let frame = parse_request_header(buf.freeze()).expect("parse");
