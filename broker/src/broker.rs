@@ -26,6 +26,9 @@ pub struct Broker {
     pub advertised_host: String,
     /// Port handed to clients in Metadata.
     pub advertised_port: i32,
+    /// Turns true when shutdown begins: long-polling fetches answer at once
+    /// instead of holding shutdown back for their full wait.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Broker {

@@ -108,7 +108,15 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     }
     let sweeper = groups.start(shutdown.clone());
 
-    let broker = Arc::new(Broker { config, logs: logs.clone(), metrics, groups, advertised_host, advertised_port });
+    let broker = Arc::new(Broker {
+        config,
+        logs: logs.clone(),
+        metrics,
+        groups,
+        advertised_host,
+        advertised_port,
+        shutdown: shutdown.clone(),
+    });
     tracing::info!(
         listen = %bound,
         advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),

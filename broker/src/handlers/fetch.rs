@@ -42,9 +42,16 @@ pub(super) async fn handle(broker: &Broker, request: FetchRequest, version: i16)
             return response;
         }
         let any_append = futures_util::future::select_all(waits);
-        if tokio::time::timeout_at(deadline, any_append).await.is_err() {
-            // Deadline reached: answer with whatever there is now.
-            return read_all(&targets, max_bytes).0;
+        let mut shutdown = broker.shutdown.clone();
+        tokio::select! {
+            woken = tokio::time::timeout_at(deadline, any_append) => {
+                if woken.is_err() {
+                    // Deadline reached: answer with whatever there is now.
+                    return read_all(&targets, max_bytes).0;
+                }
+            }
+            // Shutdown: answer now rather than hold it back for the full wait.
+            _ = shutdown.wait_for(|down| *down) => return read_all(&targets, max_bytes).0,
         }
     }
 }

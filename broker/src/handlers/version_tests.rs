@@ -35,7 +35,7 @@ pub(super) async fn broker(dir: &std::path::Path) -> Broker {
     let logs = Arc::new(LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs"));
     let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
     groups.load().await.expect("load offsets");
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, advertised_host: "127.0.0.1".into(), advertised_port: 9092 }
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, advertised_host: "127.0.0.1".into(), advertised_port: 9092, shutdown: tokio::sync::watch::channel(false).1 }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.
