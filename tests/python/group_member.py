@@ -1,7 +1,7 @@
 """One confluent-kafka group member, run as a subprocess by test_groups.py so it can be
 killed with SIGKILL (no LeaveGroup). Prints JSON lines: assignments and consumed records.
 
-usage: group_member.py BOOTSTRAP TOPIC GROUP STRATEGY
+usage: group_member.py BOOTSTRAP TOPIC GROUP STRATEGY [GROUP_INSTANCE_ID]
 """
 
 import json
@@ -16,7 +16,9 @@ def say(**event):
 
 def main():
     bootstrap, topic, group, strategy = sys.argv[1:5]
+    static = {"group.instance.id": sys.argv[5]} if len(sys.argv) > 5 else {}
     c = Consumer({
+        **static,
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "partition.assignment.strategy": strategy,

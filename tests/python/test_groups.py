@@ -28,8 +28,9 @@ PER_PARTITION = 40
 class Member:
     """A group member in a subprocess; its JSON events are collected by a thread."""
 
-    def __init__(self, bootstrap, topic, group, strategy):
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "group_member.py"), bootstrap, topic, group, strategy],
+    def __init__(self, bootstrap, topic, group, strategy, instance_id=None):
+        args = [bootstrap, topic, group, strategy] + ([instance_id] if instance_id else [])
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "group_member.py"), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.events: list[dict] = []
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -204,3 +205,35 @@ def test_aiokafka_group(floe):
     got, offsets = asyncio.run(run())
     assert len(got) == 30
     assert offsets == [15, 15]
+
+
+def test_static_member_restart_keeps_its_assignment_without_a_rebalance(floe):
+    """KIP-345: a static member (group.instance.id) that dies and comes back within its
+    session timeout gets its partitions back; the other member sees no rebalance."""
+    topic = create_topic(floe.bootstrap, unique_topic("static"), partitions=PARTITIONS)
+    group = f"static-{uuid.uuid4().hex[:8]}"
+    a = Member(floe.bootstrap, topic, group, "range", instance_id="static-a")
+    b = Member(floe.bootstrap, topic, group, "range", instance_id="static-b")
+    members = [a, b]
+    try:
+        wait_until(lambda: len(a.owned()) + len(b.owned()) == PARTITIONS and a.owned() and b.owned(),
+                   timeout=30, what="both static members assigned")
+        # Let the group settle: no assignment change for a moment.
+        events_a = len([e for e in a.events if e["event"] in ("assign", "revoke")])
+        time.sleep(1.5)
+        assert len([e for e in a.events if e["event"] in ("assign", "revoke")]) == events_a
+        b_owned = b.owned()
+        b.kill9()
+        b2 = Member(floe.bootstrap, topic, group, "range", instance_id="static-b")
+        members.append(b2)
+        wait_until(lambda: b2.owned() == b_owned, timeout=20, what="restarted static member gets its partitions")
+        # Stay past the point where a rebalance would have reached member a.
+        time.sleep(2.0)
+        churn = [e for e in a.events[events_a:] if e["event"] in ("assign", "revoke")]
+        assert churn == [], f"member a went through a rebalance: {churn}"
+        produce_round(floe.bootstrap, topic, 0)
+        wait_until(lambda: {p for p, _ in b2.records()} == b_owned, timeout=20,
+                   what="restarted static member consumes its partitions")
+    finally:
+        for m in members:
+            m.kill9()

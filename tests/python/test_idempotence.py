@@ -11,10 +11,12 @@ during the run.
 
 from __future__ import annotations
 
+import struct
 import time
 
 from confluent_kafka import Producer
 
+import kwire
 from clients import assert_contiguous, consume_all, create_topic, unique_topic
 
 PARTITIONS = 4
@@ -104,3 +106,35 @@ def test_idempotent_producer_writes_each_record_once_across_two_kill9(floe_facto
     # Proof that the kills hit batches that were written but not acknowledged.
     assert duplicates >= 1, "no retried batch was a duplicate: the kills did not exercise deduplication"
     print(f"{N} records, kills at (produced, acked) {kills}, {duplicates} duplicate batches, {elapsed:.1f}s")
+
+
+def _idempotent_batch(producer_id: int, epoch: int, base_sequence: int, values: list[bytes]) -> bytes:
+    """An uncompressed v2 batch carrying a producer id, epoch and base sequence."""
+    recs = b"".join(kwire.encode_record(i, kwire.Record(key=None, value=v)) for i, v in enumerate(values))
+    ts = 1_700_000_000_000
+    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, ts, ts, producer_id, epoch, base_sequence,
+                            len(values)) + recs
+    after_len = struct.pack(">ibI", -1, 2, kwire.crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", 0, len(after_len)) + after_len
+
+
+def test_hand_built_duplicate_batch_over_the_wire_is_stored_once(floe):
+    """The same batch (same producer id, epoch and sequence) sent twice on a socket:
+    both acknowledgements carry the same base offset and the log holds it once."""
+    topic = create_topic(floe.bootstrap, unique_topic("dup"), partitions=1)
+    with kwire.KafkaConn(floe.host, floe.port) as conn:
+        # InitProducerId v0: null transactional id, timeout 60 s.
+        body = conn.call(22, 0, kwire.string(None) + struct.pack(">i", 60_000))
+        _throttle, err, producer_id, epoch = struct.unpack(">ihqh", body)
+        assert err == 0 and producer_id >= 0, (err, producer_id)
+        first = _idempotent_batch(producer_id, epoch, 0, [b"a", b"b", b"c"])
+        acks = [kwire.parse_produce_v3(conn.call(kwire.API_PRODUCE, 3, kwire.produce_v3(topic, 0, first)))[(topic, 0)]
+                for _ in range(2)]
+        assert acks[0] == (0, 0) and acks[1] == (0, 0), acks
+        second = _idempotent_batch(producer_id, epoch, 3, [b"d"])
+        assert kwire.parse_produce_v3(conn.call(kwire.API_PRODUCE, 3, kwire.produce_v3(topic, 0, second)))[(topic, 0)] == (0, 3)
+        # A sequence gap is refused: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+        gap = _idempotent_batch(producer_id, epoch, 10, [b"x"])
+        assert kwire.parse_produce_v3(conn.call(kwire.API_PRODUCE, 3, kwire.produce_v3(topic, 0, gap)))[(topic, 0)][0] == 45
+    values = [m.value() for m in consume_all(floe.bootstrap, topic, 0)]
+    assert values == [b"a", b"b", b"c", b"d"]
