@@ -19,7 +19,7 @@
 //! - [`file_names`]: every file and directory name, built and parsed in one place.
 //! - [`error`]: `StorageError`, the one error type of this crate.
 //! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
-//! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`.
+//! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
 //! - `loader`: `LogLoader`, recovery of a partition directory at open.
 //! - `atomic_file`: tmp + fsync + rename + fsync-dir writes of small files.
 
@@ -30,6 +30,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod file_names;
+mod index_file;
 mod loader;
 pub mod log;
 pub mod log_manager;

@@ -28,7 +28,8 @@ use crate::file_names::{
     index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
     time_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
 };
-use crate::offset_index::{open_rw, OffsetIndex};
+use crate::index_file::open_rw;
+use crate::offset_index::OffsetIndex;
 use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
 use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
 use crate::time_index::TimeIndex;

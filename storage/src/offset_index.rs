@@ -16,136 +16,77 @@
 //! file becomes durable when the segment is flushed. A file found torn,
 //! unsorted or pointing past its log at startup is rebuilt from the log.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{IoContext, Result};
+use crate::error::Result;
+use crate::index_file::{IndexEntry, IndexFile};
 
 /// Bytes per entry.
 pub(crate) const OFFSET_INDEX_ENTRY_SIZE: usize = 8;
 
+/// (relative offset, position)
+impl IndexEntry for (u32, u32) {
+    const SIZE: usize = OFFSET_INDEX_ENTRY_SIZE;
+
+    fn decode(b: &[u8]) -> Self {
+        (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+}
+
 /// A segment's offset index; see the module docs for the layout.
 #[derive(Debug)]
 pub(crate) struct OffsetIndex {
-    path: PathBuf,
-    file: Arc<File>,
+    index: IndexFile<(u32, u32)>,
     base_offset: i64,
-    /// (relative offset, position)
-    entries: Vec<(u32, u32)>,
-    /// How many of `entries` are written to the file.
-    persisted: usize,
-}
-
-pub(crate) fn open_rw(path: &Path, truncate: bool) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .open(path)
-        .ctx("open", path)
 }
 
 impl OffsetIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        let file = open_rw(path, true)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            base_offset,
-            entries: Vec::new(),
-            persisted: 0,
-        })
+        Ok(Self { index: IndexFile::create(path)?, base_offset })
     }
 
     /// Loads the index at `path` for a log of `log_size` bytes. `Ok(Err(reason))`
     /// when the file is missing or fails the sanity checks (and must be rebuilt).
-    pub(crate) fn load(
-        path: &Path,
-        base_offset: i64,
-        log_size: u64,
-    ) -> Result<Result<Self, String>> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Err("index file is missing".into()))
-            }
-            Err(e) => return Err(e).ctx("read", path),
-        };
-        if bytes.len() % OFFSET_INDEX_ENTRY_SIZE != 0 {
-            return Ok(Err(format!(
-                "size {} is not a multiple of {OFFSET_INDEX_ENTRY_SIZE}",
-                bytes.len()
-            )));
-        }
-        let mut entries = Vec::with_capacity(bytes.len() / OFFSET_INDEX_ENTRY_SIZE);
-        for chunk in bytes.chunks_exact(OFFSET_INDEX_ENTRY_SIZE) {
-            let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-            if let Some(&(prev_rel, prev_pos)) = entries.last() {
+    pub(crate) fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Result<Self, String>> {
+        let loaded = IndexFile::load(path, |prev: Option<&(u32, u32)>, &(rel, pos)| {
+            if let Some(&(prev_rel, prev_pos)) = prev {
                 if rel <= prev_rel || pos <= prev_pos {
-                    return Ok(Err(format!(
-                        "entry {} ({rel}, {pos}) is not after ({prev_rel}, {prev_pos})",
-                        entries.len()
-                    )));
+                    return Err(format!("({rel}, {pos}) is not after ({prev_rel}, {prev_pos})"));
                 }
             }
             if u64::from(pos) >= log_size {
-                return Ok(Err(format!(
-                    "entry {} points at {pos}, past the log's {log_size} bytes",
-                    entries.len()
-                )));
+                return Err(format!("points at {pos}, past the log's {log_size} bytes"));
             }
-            entries.push((rel, pos));
-        }
-        let file = open_rw(path, false)?;
-        let persisted = entries.len();
-        Ok(Ok(Self {
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            base_offset,
-            entries,
-            persisted,
-        }))
+            Ok(())
+        })?;
+        Ok(loaded.map(|index| Self { index, base_offset }).map_err(|r| format!("offset index: {r}")))
     }
 
     /// Adds an entry in memory if it is representable and after the last one;
     /// [`OffsetIndex::persist`] writes it.
     pub(crate) fn append(&mut self, offset: i64, position: u64) {
-        let (Ok(rel), Ok(pos)) = (
-            u32::try_from(offset - self.base_offset),
-            u32::try_from(position),
-        ) else {
+        let (Ok(rel), Ok(pos)) = (u32::try_from(offset - self.base_offset), u32::try_from(position)) else {
             return;
         };
-        if let Some(&(last_rel, last_pos)) = self.entries.last() {
+        if let Some(&(last_rel, last_pos)) = self.index.entries().last() {
             if rel <= last_rel || pos <= last_pos {
                 return;
             }
         }
-        self.entries.push((rel, pos));
+        self.index.push((rel, pos));
     }
 
     /// Writes the entries added since the last call, with one `write`.
     pub(crate) fn persist(&mut self) -> Result<()> {
-        if self.persisted == self.entries.len() {
-            return Ok(());
-        }
-        let mut buf =
-            Vec::with_capacity((self.entries.len() - self.persisted) * OFFSET_INDEX_ENTRY_SIZE);
-        for &(rel, pos) in &self.entries[self.persisted..] {
-            buf.extend_from_slice(&rel.to_be_bytes());
-            buf.extend_from_slice(&pos.to_be_bytes());
-        }
-        let at = (self.persisted * OFFSET_INDEX_ENTRY_SIZE) as u64;
-        self.file
-            .write_all_at(&buf, at)
-            .ctx("append to index", &self.path)?;
-        self.persisted = self.entries.len();
-        Ok(())
+        self.index.persist()
     }
 
     /// The entry with the largest offset `<= offset`, as (absolute offset, position).
@@ -155,7 +96,7 @@ impl OffsetIndex {
             return None;
         }
         let rel = u32::try_from(rel).unwrap_or(u32::MAX);
-        let idx = self.entries.partition_point(|&(r, _)| r <= rel);
+        let idx = self.index.entries().partition_point(|&(r, _)| r <= rel);
         idx.checked_sub(1).map(|i| self.entry(i))
     }
 
@@ -166,28 +107,28 @@ impl OffsetIndex {
 
     /// The last entry.
     pub(crate) fn last_entry(&self) -> Option<(i64, u64)> {
-        self.entries.len().checked_sub(1).map(|i| self.entry(i))
+        self.index.entries().len().checked_sub(1).map(|i| self.entry(i))
     }
 
     fn entry(&self, i: usize) -> (i64, u64) {
-        let (rel, pos) = self.entries[i];
+        let (rel, pos) = self.index.entries()[i];
         (self.base_offset + i64::from(rel), u64::from(pos))
     }
 
     /// Number of entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.index.entries().len()
     }
 
     /// The open file (for fsync outside the log's lock).
     pub(crate) fn file(&self) -> &Arc<File> {
-        &self.file
+        self.index.file()
     }
 
     /// Where the index lives.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.index.path()
     }
 }
 

@@ -16,7 +16,8 @@ use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OV
 
 use crate::error::{IoContext, Result};
 use crate::file_names::{deleted_file, index_file, log_file, time_index_file};
-use crate::offset_index::{open_rw, OffsetIndex};
+use crate::index_file::open_rw;
+use crate::offset_index::OffsetIndex;
 use crate::time_index::TimeIndex;
 
 /// A sealed segment as tiering sees it.

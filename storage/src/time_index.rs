@@ -16,90 +16,60 @@
 //! when found invalid at startup.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{IoContext, Result};
-use crate::offset_index::open_rw;
+use crate::error::Result;
+use crate::index_file::{IndexEntry, IndexFile};
 
 /// Bytes per entry.
 pub(crate) const TIME_INDEX_ENTRY_SIZE: usize = 12;
 
+/// (timestamp, relative offset)
+impl IndexEntry for (i64, u32) {
+    const SIZE: usize = TIME_INDEX_ENTRY_SIZE;
+
+    fn decode(b: &[u8]) -> Self {
+        (
+            i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+        )
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+}
+
 /// A segment's time index; see the module docs for the layout and meaning.
 #[derive(Debug)]
 pub(crate) struct TimeIndex {
-    path: PathBuf,
-    file: Arc<File>,
+    index: IndexFile<(i64, u32)>,
     base_offset: i64,
-    /// (timestamp, relative offset)
-    entries: Vec<(i64, u32)>,
-    persisted: usize,
 }
 
 impl TimeIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        let file = open_rw(path, true)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            base_offset,
-            entries: Vec::new(),
-            persisted: 0,
-        })
+        Ok(Self { index: IndexFile::create(path)?, base_offset })
     }
 
     /// Loads the index for a segment whose offsets end before `next_offset`.
     /// `Ok(Err(reason))` when missing or failing the sanity checks.
-    pub(crate) fn load(
-        path: &Path,
-        base_offset: i64,
-        next_offset: i64,
-    ) -> Result<Result<Self, String>> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Err("time index file is missing".into()))
-            }
-            Err(e) => return Err(e).ctx("read", path),
-        };
-        if bytes.len() % TIME_INDEX_ENTRY_SIZE != 0 {
-            return Ok(Err(format!(
-                "size {} is not a multiple of {TIME_INDEX_ENTRY_SIZE}",
-                bytes.len()
-            )));
-        }
-        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / TIME_INDEX_ENTRY_SIZE);
-        for c in bytes.chunks_exact(TIME_INDEX_ENTRY_SIZE) {
-            let ts = i64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            let rel = u32::from_be_bytes([c[8], c[9], c[10], c[11]]);
-            if let Some(&(prev_ts, prev_rel)) = entries.last() {
+    pub(crate) fn load(path: &Path, base_offset: i64, next_offset: i64) -> Result<Result<Self, String>> {
+        let loaded = IndexFile::load(path, |prev: Option<&(i64, u32)>, &(ts, rel)| {
+            if let Some(&(prev_ts, prev_rel)) = prev {
                 if ts <= prev_ts || rel <= prev_rel {
-                    return Ok(Err(format!(
-                        "entry {} ({ts}, {rel}) is not after ({prev_ts}, {prev_rel})",
-                        entries.len()
-                    )));
+                    return Err(format!("({ts}, {rel}) is not after ({prev_ts}, {prev_rel})"));
                 }
             }
             if base_offset + i64::from(rel) >= next_offset {
-                return Ok(Err(format!(
-                    "entry {} names offset {}, past the segment's end",
-                    entries.len(),
-                    base_offset + i64::from(rel)
-                )));
+                return Err(format!("names offset {}, past the segment's end", base_offset + i64::from(rel)));
             }
-            entries.push((ts, rel));
-        }
-        let file = open_rw(path, false)?;
-        let persisted = entries.len();
-        Ok(Ok(Self {
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            base_offset,
-            entries,
-            persisted,
-        }))
+            Ok(())
+        })?;
+        Ok(loaded.map(|index| Self { index, base_offset }).map_err(|r| format!("time index: {r}")))
     }
 
     /// Adds `(timestamp, offset)` in memory if representable and after the last entry.
@@ -107,60 +77,46 @@ impl TimeIndex {
         let Ok(rel) = u32::try_from(offset - self.base_offset) else {
             return;
         };
-        if let Some(&(last_ts, last_rel)) = self.entries.last() {
+        if let Some(&(last_ts, last_rel)) = self.index.entries().last() {
             if timestamp <= last_ts || rel <= last_rel {
                 return;
             }
         }
-        self.entries.push((timestamp, rel));
+        self.index.push((timestamp, rel));
     }
 
     /// Writes the entries added since the last call, with one `write`.
     pub(crate) fn persist(&mut self) -> Result<()> {
-        if self.persisted == self.entries.len() {
-            return Ok(());
-        }
-        let mut buf =
-            Vec::with_capacity((self.entries.len() - self.persisted) * TIME_INDEX_ENTRY_SIZE);
-        for &(ts, rel) in &self.entries[self.persisted..] {
-            buf.extend_from_slice(&ts.to_be_bytes());
-            buf.extend_from_slice(&rel.to_be_bytes());
-        }
-        let at = (self.persisted * TIME_INDEX_ENTRY_SIZE) as u64;
-        self.file
-            .write_all_at(&buf, at)
-            .ctx("append to time index", &self.path)?;
-        self.persisted = self.entries.len();
-        Ok(())
+        self.index.persist()
     }
 
     /// Offset to start scanning from for the first record with timestamp `>= target`:
     /// that of the last entry with a timestamp below `target`, if any.
     pub(crate) fn lookup(&self, target: i64) -> Option<i64> {
-        let idx = self.entries.partition_point(|&(ts, _)| ts < target);
-        idx.checked_sub(1)
-            .map(|i| self.base_offset + i64::from(self.entries[i].1))
+        let entries = self.index.entries();
+        let idx = entries.partition_point(|&(ts, _)| ts < target);
+        idx.checked_sub(1).map(|i| self.base_offset + i64::from(entries[i].1))
     }
 
     /// The largest timestamp recorded, if any.
     pub(crate) fn last_timestamp(&self) -> Option<i64> {
-        self.entries.last().map(|&(ts, _)| ts)
+        self.index.entries().last().map(|&(ts, _)| ts)
     }
 
     /// Number of entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.index.entries().len()
     }
 
     /// The open file (for fsync outside the log's lock).
     pub(crate) fn file(&self) -> &Arc<File> {
-        &self.file
+        self.index.file()
     }
 
     /// Where the index lives.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.index.path()
     }
 }
 
