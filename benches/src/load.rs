@@ -297,6 +297,11 @@ fn consume_loop(spec: &RunSpec, assignment: TopicPartitionList, shared: &Shared,
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "100")
+        // Big fetches and a deep prefetch queue, so a catch-up read is not paced by
+        // librdkafka's defaults (1 MiB per partition, 64 MiB queued).
+        .set("max.partition.fetch.bytes", "8388608")
+        .set("fetch.max.bytes", "67108864")
+        .set("queued.max.messages.kbytes", "262144")
         .create()
         .context("consumer")?;
     c.assign(&assignment)?;

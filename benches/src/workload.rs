@@ -114,7 +114,7 @@ impl Workload {
     pub fn quick(&self) -> Workload {
         Workload {
             duration_s: self.duration_s.min(2.0),
-            warmup_s: 0.0,
+            warmup_s: self.warmup_s.min(1.0),
             consumer_backlog_mb: self.consumer_backlog_mb.min(64),
             ..self.clone()
         }
