@@ -15,7 +15,7 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
 /// # Errors
 /// The file cannot be written.
 pub fn latency_cdf(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)]) -> anyhow::Result<()> {
-    let series: Vec<_> = series.iter().filter(|(_, h)| h.len() > 0).collect();
+    let series: Vec<_> = series.iter().filter(|(_, h)| !h.is_empty()).collect();
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let ymax = series.iter().map(|(_, h)| h.value_at_quantile(0.9999)).max().unwrap_or(1).max(1) as f64 / 1000.0 * 1.1;
