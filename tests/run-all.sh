@@ -8,6 +8,7 @@
 #   1. cargo test --workspace        (unit tests + rdkafka end-to-end tests)
 #   2. pytest tests/python           (confluent-kafka, kafka-python, aiokafka, kcat, raw wire)
 #   3. node --test tests/js/         (kafkajs)
+#   4. floe-bench run SCENARIO --quick, every scenario (the benchmark harness must not rot)
 # Idempotent; works on a fresh Debian machine as root, with or without a tty.
 # Setup or build failures stop the run at once; every test stage runs even if an
 # earlier one failed, and the script exits non-zero if any stage failed.
@@ -136,6 +137,20 @@ run_stage "cargo test --workspace" cargo test --workspace
 run_stage "pytest tests/python" "$ROOT/.venv/bin/python" -m pytest tests/python -p no:cacheprovider \
     -ra --timeout=180 ${PYTEST_ARGS:-}
 run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
+
+bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
+    local s rc=0
+    for s in zero-copy max-throughput coupling tiering-cost freshness; do
+        local extra=()
+        # The coupling arm that tiering will use: a floe.* override, accepted today.
+        [ "$s" = coupling ] && extra=(--override floe.iceberg.enabled=true)
+        echo "-- floe-bench run $s --quick"
+        "$TARGET_DIR/debug/floe-bench" run "$s" --quick --floe-bin "$FLOE_BIN" \
+            --out "$TARGET_DIR/floe-bench-quick/$s" "${extra[@]}" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }
+    done
+    return $rc
+}
+run_stage "floe-bench --quick" bench_quick
 
 # ---------------------------------------------------------------- summary
 printf '\n==================================================================\n'

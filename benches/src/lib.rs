@@ -1,1 +1,30 @@
-//! placeholder
+//! Floe's benchmarks: criterion micro-benchmarks (`benches/`) and `floe-bench`, a
+//! harness that measures a running broker the way the OpenMessaging Benchmark does,
+//! against any Kafka-compatible bootstrap server.
+//!
+//! `floe-bench run SCENARIO` starts a `floe` of its own (or drives `--bootstrap`),
+//! loads it with librdkafka (the `rdkafka` crate, so the broker is measured, not a
+//! client of ours), and writes a Markdown report, a JSON file of every figure and
+//! SVG plots. Every run also measures the machine's ceiling (raw `sendfile` into a
+//! loopback socket) so results can be quoted as a fraction of it.
+//!
+//! # Layout
+//! - [`workload`]: OMB-style workload files (`benches/workloads/*.toml`).
+//! - [`broker`]: the broker under test: a `floe` child process or an external one.
+//! - [`procstat`]: CPU seconds and peak RSS of a process from `/proc`.
+//! - [`ceiling`]: the machine's ceiling, `sendfile` of a cached file into loopback.
+//! - [`load`]: producers and consumers (librdkafka), latency histograms, timelines.
+//! - [`report`]: the Markdown report, the JSON file, the machine description.
+//! - [`plot`]: SVG plots (latency CDFs, throughput over time).
+//! - [`scenario`]: the scenarios (`zero-copy`, `max-throughput`, `coupling`, and the
+//!   placeholders `tiering-cost`, `freshness` that need Iceberg tiering).
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod broker;
+pub mod ceiling;
+pub mod load;
+pub mod plot;
+pub mod procstat;
+pub mod report;
+pub mod scenario;
+pub mod workload;

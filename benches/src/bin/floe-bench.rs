@@ -1,0 +1,75 @@
+//! `floe-bench`: the benchmark harness. See the `floe_benches` crate doc and
+//! `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use floe_benches::scenario::{self, Options, SCENARIOS};
+
+/// Benchmarks a Kafka-compatible broker (a `floe` of its own, or any `--bootstrap`).
+#[derive(Debug, Parser)]
+#[command(name = "floe-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Runs one scenario and writes report.md, results.json and SVG plots.
+    Run {
+        /// zero-copy, max-throughput, coupling, tiering-cost or freshness.
+        scenario: String,
+        /// A few seconds per scenario (CI): short runs, small backlogs.
+        #[arg(long)]
+        quick: bool,
+        /// Drive this broker instead of starting `floe`.
+        #[arg(long, value_name = "HOST:PORT")]
+        bootstrap: Option<String>,
+        /// The external broker's pid, for CPU seconds and peak RSS.
+        #[arg(long, value_name = "PID", requires = "bootstrap")]
+        broker_pid: Option<u32>,
+        /// Output directory (default: bench-results/SCENARIO-UNIXTIME).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// The `floe` binary (default: $FLOE_BIN, else `floe` beside floe-bench).
+        #[arg(long, value_name = "PATH")]
+        floe_bin: Option<PathBuf>,
+        /// An argument for every `floe` started, e.g. `--floe-arg=--override --floe-arg=log.segment.bytes=1048576`.
+        #[arg(long = "floe-arg", value_name = "ARG", allow_hyphen_values = true)]
+        floe_args: Vec<String>,
+        /// A broker setting of the second arm of `coupling`, e.g. `floe.iceberg.enabled=true`.
+        #[arg(long = "override", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// A workload file instead of the scenario's own (benches/workloads/*.toml).
+        #[arg(long, value_name = "FILE")]
+        workload: Option<PathBuf>,
+    },
+    /// Lists the scenarios.
+    List,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::List => {
+            for (name, what) in SCENARIOS {
+                println!("{name:<16} {what}");
+            }
+            Ok(())
+        }
+        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, workload } => {
+            let overrides = overrides
+                .iter()
+                .map(|o| o.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("--override `{o}` is not KEY=VALUE")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let out = out.unwrap_or_else(|| {
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+                PathBuf::from("bench-results").join(format!("{scenario}-{t}"))
+            });
+            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, workload })?;
+            std::process::exit(code);
+        }
+    }
+}

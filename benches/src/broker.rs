@@ -1,0 +1,188 @@
+//! The broker under test: a `floe` child process on a data directory of our choosing
+//! (free ports, flags passed through), or an external broker reached by `--bootstrap`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::procstat::{self, ProcStats};
+
+/// How to start `floe` processes.
+#[derive(Debug, Clone)]
+pub struct FloeLauncher {
+    /// The binary.
+    pub bin: PathBuf,
+    /// Extra arguments for every start (`--floe-arg`).
+    pub extra_args: Vec<String>,
+    /// Where each start's stderr goes (`floe-<label>.log`).
+    pub log_dir: PathBuf,
+}
+
+impl FloeLauncher {
+    /// The binary: `explicit`, else `$FLOE_BIN`, else `floe` beside this executable.
+    pub fn find_bin(explicit: Option<PathBuf>) -> PathBuf {
+        if let Some(p) = explicit.or_else(|| std::env::var_os("FLOE_BIN").map(PathBuf::from)) {
+            return p;
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("floe")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("floe"))
+    }
+
+    /// Starts `floe` on `data_dir` with `--override` for each of `overrides`, and waits
+    /// until it accepts connections.
+    ///
+    /// # Errors
+    /// The binary does not start, exits, or does not listen within 30 s.
+    pub fn start(&self, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
+        let port = free_port()?;
+        let metrics_port = free_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let log_path = self.log_dir.join(format!("floe-{label}.log"));
+        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", &listen, "--advertised-listener", &listen])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")]);
+        for (k, v) in overrides {
+            cmd.args(["--override", &format!("{k}={v}")]);
+        }
+        cmd.args(&self.extra_args);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "warn");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {} (build it with `cargo build -p floe-broker`, or pass --floe-bin)", self.bin.display()))?;
+        let pid = child.id();
+        let mut broker = Broker {
+            bootstrap: listen,
+            pid: Some(pid),
+            metrics: Some(format!("127.0.0.1:{metrics_port}")),
+            child: Some(child),
+            log_path: Some(log_path),
+        };
+        broker.wait_listening(port, Duration::from_secs(30))?;
+        Ok(broker)
+    }
+}
+
+/// A broker being measured.
+#[derive(Debug)]
+pub struct Broker {
+    /// `HOST:PORT` for clients.
+    pub bootstrap: String,
+    /// Its process, when known (ours, or `--broker-pid`): CPU and RSS are measured.
+    pub pid: Option<u32>,
+    /// Floe's Prometheus endpoint, for brokers we started.
+    pub metrics: Option<String>,
+    child: Option<Child>,
+    log_path: Option<PathBuf>,
+}
+
+impl Broker {
+    /// An external broker.
+    pub fn external(bootstrap: String, pid: Option<u32>) -> Broker {
+        Broker { bootstrap, pid, metrics: None, child: None, log_path: None }
+    }
+
+    /// Whether this harness started it (and may restart it with other settings).
+    pub fn is_ours(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// CPU time and peak RSS, when the process is known.
+    pub fn stats(&self) -> Option<ProcStats> {
+        self.pid.and_then(|p| procstat::read(p).ok())
+    }
+
+    /// Starts a new peak-RSS window (see [`procstat::reset_peak_rss`]).
+    pub fn reset_peak_rss(&self) -> bool {
+        self.pid.is_some_and(procstat::reset_peak_rss)
+    }
+
+    /// The sum of one Prometheus counter's samples whose labels contain `label`.
+    pub fn metric(&self, name: &str, label: &str) -> Option<f64> {
+        let addr = self.metrics.as_ref()?;
+        let mut s = TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        let mut sum = None;
+        for line in body.lines().filter(|l| l.starts_with(name) && l.contains(label)) {
+            if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+                *sum.get_or_insert(0.0) += v;
+            }
+        }
+        sum
+    }
+
+    fn wait_listening(&mut self, port: u16, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("floe exited during startup ({status}):\n{}", self.log_tail());
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("floe did not listen on port {port} within {timeout:?}:\n{}", self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = self.log_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Stops a broker we started: SIGTERM (a clean shutdown flushes logs and writes
+    /// checkpoints, so the data dir can be reopened at once), SIGKILL after 20 s.
+    /// External brokers are left alone.
+    ///
+    /// # Errors
+    /// Signalling or waiting failed.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

@@ -1,0 +1,139 @@
+//! The report of one run: Markdown for people (`report.md`), JSON with every figure
+//! (`results.json`), and the machine it ran on.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The machine a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// CPUs available to this process.
+    pub nproc: usize,
+    /// `MemTotal` of `/proc/meminfo`, bytes.
+    pub mem_total_bytes: u64,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: String,
+    /// The first `model name` of `/proc/cpuinfo`.
+    pub cpu_model: String,
+}
+
+impl Machine {
+    /// Describes this machine.
+    pub fn this() -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let mem_kib = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let cpu_model = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            mem_total_bytes: mem_kib * 1024,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            cpu_model,
+        }
+    }
+}
+
+/// A report being written: Markdown blocks in order, and a JSON object of figures.
+#[derive(Debug)]
+pub struct Report {
+    title: String,
+    markdown: String,
+    json: Map<String, Value>,
+}
+
+impl Report {
+    /// Starts the report of `scenario`, recording the command line and the machine.
+    pub fn new(scenario: &str, quick: bool, machine: &Machine) -> Report {
+        let command = std::env::args().map(|a| shell_quote(&a)).collect::<Vec<_>>().join(" ");
+        let mut r = Report { title: format!("floe-bench: {scenario}{}", if quick { " (--quick)" } else { "" }), markdown: String::new(), json: Map::new() };
+        r.set("scenario", scenario);
+        r.set("quick", quick);
+        r.set("command", &command);
+        r.set("machine", machine);
+        r.set("unix_time", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
+        r.para(&format!(
+            "Machine: {} CPUs ({}), {:.1} GiB memory, Linux {}.\n\nCommand:\n\n```sh\n{}\n```",
+            machine.nproc,
+            machine.cpu_model,
+            machine.mem_total_bytes as f64 / (1u64 << 30) as f64,
+            machine.kernel,
+            command
+        ));
+        r
+    }
+
+    /// A `## heading`.
+    pub fn heading(&mut self, h: &str) {
+        let _ = write!(self.markdown, "## {h}\n\n");
+    }
+
+    /// A paragraph of Markdown.
+    pub fn para(&mut self, text: &str) {
+        let _ = write!(self.markdown, "{text}\n\n");
+    }
+
+    /// A table.
+    pub fn table(&mut self, headers: &[&str], rows: &[Vec<String>]) {
+        let _ = writeln!(self.markdown, "| {} |", headers.join(" | "));
+        let _ = writeln!(self.markdown, "|{}", headers.iter().map(|_| "---|").collect::<String>());
+        for r in rows {
+            let _ = writeln!(self.markdown, "| {} |", r.join(" | "));
+        }
+        self.markdown.push('\n');
+    }
+
+    /// An SVG plot, by file name relative to the report.
+    pub fn image(&mut self, file: &str, caption: &str) {
+        let _ = write!(self.markdown, "![{caption}]({file})\n\n");
+    }
+
+    /// Records a figure in the JSON file under `key`.
+    pub fn set(&mut self, key: &str, value: impl Serialize) {
+        self.json.insert(key.to_string(), serde_json::to_value(value).unwrap_or(Value::Null));
+    }
+
+    /// Writes `report.md` and `results.json` into `dir`; returns their paths.
+    ///
+    /// # Errors
+    /// The files cannot be written.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let md = dir.join("report.md");
+        let json = dir.join("results.json");
+        std::fs::write(&md, format!("# {}\n\n{}", self.title, self.markdown)).with_context(|| md.display().to_string())?;
+        std::fs::write(&json, serde_json::to_string_pretty(&self.json)? + "\n").with_context(|| json.display().to_string())?;
+        Ok((md, json))
+    }
+}
+
+fn shell_quote(a: &str) -> String {
+    if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c)) {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}
+
+/// `x` with one decimal, or "–" when unknown.
+pub fn f1(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".into(), |v| format!("{v:.1}"))
+}
+
+/// `x` with two decimals, or "–".
+pub fn f2(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".into(), |v| format!("{v:.2}"))
+}
+
+/// `x` as a percentage, or "–".
+pub fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "–".into(), |v| format!("{:.0}%", v * 100.0))
+}
