@@ -119,8 +119,10 @@ echo "FLOE_BIN=$FLOE_BIN"
 stage_done "build" ok
 
 # ---------------------------------------------------------------- tests
+TEST_STAGES=0
 run_stage() { # name cmd...
     local name="$1"; shift
+    TEST_STAGES=$((TEST_STAGES + 1))
     banner "test: $name"
     "$@"
     local rc=$?
@@ -158,6 +160,7 @@ printf '== summary (%ds total)\n' "$((SECONDS - RUN_START))"
 for line in "${STAGE_REPORT[@]}"; do printf '   %s\n' "$line"; done
 if [ ${#FAILED_STAGES[@]} -ne 0 ]; then
     printf 'FAILED STAGES: %s\n' "${FAILED_STAGES[*]}"
-    exit 1
 fi
-printf 'ALL STAGES PASSED\n'
+# The plain closing line CI reads: test stages passed and failed.
+printf 'stages: %d passed, %d failed\n' "$((TEST_STAGES - ${#FAILED_STAGES[@]}))" "${#FAILED_STAGES[@]}"
+[ ${#FAILED_STAGES[@]} -eq 0 ]
