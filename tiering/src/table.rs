@@ -493,4 +493,36 @@ mod tests {
         assert_eq!(offsets.len(), 200, "every offset once");
         assert_eq!(offsets.iter().copied().collect::<BTreeSet<_>>().len(), 100);
     }
+
+    /// Whole-path throughput: sealed segments → Arrow → Parquet (zstd) → commit.
+    /// `cargo test -p floe-tiering -- --ignored --nocapture tier_throughput`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn tier_throughput() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[("segment.bytes", "8388608")]));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for b in 0..8000 {
+            let recs: Vec<TestRecord> = (0..5)
+                .map(|i| TestRecord {
+                    key: Some(format!("k{b}-{i}").into_bytes()),
+                    // Half-compressible values: 512 random bytes then 512 zeros.
+                    value: Some((0..1024).map(|j| if j < 512 { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 } else { 0 }).collect()),
+                    headers: vec![],
+                    timestamp: 1_700_000_000_000 + b,
+                })
+                .collect();
+            log.append(&mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4), 0).unwrap();
+        }
+        log.roll_now().unwrap();
+        let bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();
+        let cat = catalog(dir.path()).await;
+        let t = cat.topic_table("t", "day(timestamp)").await.unwrap();
+        let start = std::time::Instant::now();
+        let out = t.tier(&[log.clone()], &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() }).await.unwrap();
+        let took = start.elapsed().as_secs_f64();
+        assert_eq!(out.rows, 40_000);
+        println!("tiered {bytes} segment bytes into {} Parquet bytes ({} files) in {took:.3}s: {:.1} MiB/s of segment, {:.0} records/s",
+            out.bytes, out.files, bytes as f64 / took / 1048576.0, 40_000.0 / took);
+    }
 }
