@@ -321,6 +321,9 @@ pub const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
     ("log.message.timestamp.type", "message.timestamp.type"),
     ("log.cleanup.policy", "cleanup.policy"),
     ("message.max.bytes", "max.message.bytes"),
+    // Topic-level view of the tiering defaults, so storage's retention hold sees them.
+    ("floe.iceberg.enabled", "floe.iceberg.enabled"),
+    ("floe.iceberg.retention-guard", "floe.iceberg.retention-guard"),
 ];
 
 /// Accepts the names operators type for the same thing.

@@ -256,7 +256,19 @@ impl Tierer {
         }
 
         let Some(catalog) = self.catalog().await else { return };
-        let result = self.tier(&catalog, &name, &spec, &partitions).await;
+        // Nothing sealed beyond what is committed: no need to ask the catalog.
+        if let Some(next) = &self.topics[&name].next {
+            let pending = partitions.iter().any(|log| {
+                let done = next.get(&log.partition()).copied().unwrap_or(0).max(log.log_start_offset());
+                log.sealed_segments().last().is_some_and(|s| s.next_offset > done)
+            });
+            if !pending {
+                self.update_lag(&name, &partitions, next);
+                return;
+            }
+        }
+        let topic_id = topic.id().to_string();
+        let result = self.tier(&catalog, &name, &topic_id, &spec, &partitions).await;
         let tick = Duration::from_millis(self.settings.tick_ms);
         let m = &self.metrics.iceberg;
         let state = self.topics.get_mut(&name).expect("inserted above");
@@ -273,12 +285,6 @@ impl Tierer {
                         snapshot = ?outcome.snapshot_id, "tiered to iceberg");
                 }
                 m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
-                for log in &partitions {
-                    let next = outcome.next_offsets.get(&log.partition()).copied().unwrap_or(0);
-                    let p = log.partition().to_string();
-                    m.committed_offset.with_label_values(&[&name, &p]).set(next);
-                    m.lag_records.with_label_values(&[&name, &p]).set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
-                }
                 state.next = Some(outcome.next_offsets);
                 let next = state.next.clone();
                 let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= ORPHAN_CHECK_INTERVAL);
@@ -286,6 +292,9 @@ impl Tierer {
                     state.orphans_checked = Some(Instant::now());
                 }
                 self.guard_retention(&partitions, next.as_ref());
+                if let Some(next) = &next {
+                    self.update_lag(&name, &partitions, next);
+                }
                 if check_orphans {
                     self.clean_orphans(&name).await;
                 }
@@ -306,6 +315,16 @@ impl Tierer {
         }
     }
 
+    fn update_lag(&self, name: &str, partitions: &[Arc<PartitionLog>], next: &BTreeMap<i32, i64>) {
+        let m = &self.metrics.iceberg;
+        for log in partitions {
+            let next = next.get(&log.partition()).copied().unwrap_or(0);
+            let p = log.partition().to_string();
+            m.committed_offset.with_label_values(&[name, &p]).set(next);
+            m.lag_records.with_label_values(&[name, &p]).set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
+        }
+    }
+
     /// Deletes data files of crashed or aborted attempts (in no snapshot, older than [`ORPHAN_MIN_AGE`]).
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
@@ -320,11 +339,12 @@ impl Tierer {
         &mut self,
         catalog: &IcebergCatalog,
         name: &str,
+        topic_id: &str,
         spec: &str,
         partitions: &[Arc<PartitionLog>],
     ) -> Result<floe_tiering::TierOutcome, TieringError> {
         if self.topics[name].table.is_none() {
-            let table = catalog.topic_table(name, spec).await?;
+            let table = catalog.topic_table(name, topic_id, spec).await?;
             self.topics.get_mut(name).expect("present").table = Some(table);
         }
         let table = self.topics[name].table.as_ref().expect("set above");

@@ -19,6 +19,9 @@ use crate::error::{Result, TieringError};
 use crate::schema::{iceberg_schema, parse_partition_spec};
 use crate::table::TopicTable;
 
+/// Table property naming the Kafka topic id the table was created for.
+pub const TOPIC_ID_PROPERTY: &str = "floe.topic-id";
+
 /// A catalog and the namespace tiered tables live in.
 ///
 /// # Thread-safety
@@ -83,24 +86,38 @@ impl IcebergCatalog {
     }
 
     /// The table of `topic`, created with `partition_spec` if it does not exist
-    /// (an existing table keeps its spec).
+    /// (an existing table keeps its spec). `topic_id` is recorded in the table's
+    /// properties (`floe.topic-id`) at creation: a table left by an earlier,
+    /// deleted topic of the same name is refused, as its committed offsets
+    /// would make the new topic's records look tiered already.
     ///
     /// # Errors
-    /// [`TieringError::InvalidPartitionSpec`]; [`TieringError::Iceberg`] if the catalog fails.
-    pub async fn topic_table(&self, topic: &str, partition_spec: &str) -> Result<TopicTable> {
+    /// [`TieringError::InvalidPartitionSpec`]; [`TieringError::TopicMismatch`];
+    /// [`TieringError::Iceberg`] if the catalog fails.
+    pub async fn topic_table(&self, topic: &str, topic_id: &str, partition_spec: &str) -> Result<TopicTable> {
         let ident = self.ident(topic);
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             locks.entry(topic.to_string()).or_default().clone()
         };
         let exists = self.catalog.table_exists(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
-        if !exists {
+        if exists {
+            let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+            if let Some(id) = table.metadata().properties().get(TOPIC_ID_PROPERTY) {
+                if id != topic_id {
+                    return Err(TieringError::TopicMismatch { table: ident.to_string(), table_topic_id: id.clone(), topic_id: topic_id.to_string() });
+                }
+            }
+        } else {
             let spec = parse_partition_spec(partition_spec)?;
             let creation = TableCreation::builder()
                 .name(topic.to_string())
                 .schema(iceberg_schema())
                 .partition_spec(spec)
-                .properties([("write.parquet.compression-codec".to_string(), "zstd".to_string())])
+                .properties([
+                    ("write.parquet.compression-codec".to_string(), "zstd".to_string()),
+                    (TOPIC_ID_PROPERTY.to_string(), topic_id.to_string()),
+                ])
                 .build();
             self.catalog
                 .create_table(&self.namespace, creation)

@@ -44,6 +44,16 @@ pub enum TieringError {
         /// What is wrong.
         reason: String,
     },
+    /// The table was created for another topic of the same name (deleted and re-created).
+    #[error("table {table} belongs to topic id {table_topic_id}, not {topic_id}: an earlier topic of the same name; drop or rename the table to tier this one")]
+    TopicMismatch {
+        /// `namespace.table`.
+        table: String,
+        /// The topic id in the table's properties.
+        table_topic_id: String,
+        /// The topic's id now.
+        topic_id: String,
+    },
     /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -62,6 +72,7 @@ impl TieringError {
             Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
             Self::InvalidPartitionSpec { .. } => "config".into(),
+            Self::TopicMismatch { .. } => "topic_mismatch".into(),
             Self::Arrow(_) => "arrow".into(),
         }
     }

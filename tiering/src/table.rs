@@ -410,7 +410,7 @@ mod tests {
         fill(&log, 0, 200);
         let sealed_end = log.sealed_segments().last().unwrap().next_offset;
         let cat = catalog(dir.path()).await;
-        let t = cat.topic_table("t", "day(timestamp)").await.unwrap();
+        let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         let limits = TierLimits { arrow_batch_rows: 16, ..TierLimits::default() };
         let out = t.tier(&[log.clone()], &limits).await.unwrap();
         assert_eq!(out.committed[&0], (0, sealed_end - 1));
@@ -426,8 +426,12 @@ mod tests {
         log.roll_now().unwrap();
         drop(cat);
         let cat = catalog(dir.path()).await;
-        let t = cat.topic_table("t", "day(timestamp)").await.unwrap();
+        let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         assert_eq!(t.committed_next_offsets().await.unwrap()[&0], sealed_end);
+        assert!(matches!(
+            cat.topic_table("t", "id-2", "day(timestamp)").await,
+            Err(TieringError::TopicMismatch { .. })
+        ), "a re-created topic of the same name");
         let out = t.tier(&[log.clone()], &limits).await.unwrap();
         assert_eq!(out.committed[&0], (sealed_end, 229));
         assert_eq!(scanned_offsets(&t).await, (0..230).collect::<Vec<_>>());
@@ -440,7 +444,7 @@ mod tests {
         fill(&log, 0, 20);
         log.roll_now().unwrap();
         let cat = catalog(dir.path()).await;
-        let t = cat.topic_table("t", "").await.unwrap();
+        let t = cat.topic_table("t", "id-1", "").await.unwrap();
         t.tier(&[log.clone()], &TierLimits::default()).await.unwrap();
         let data = dir.path().join("iceberg/warehouse/kafka/t/data");
         let committed: Vec<_> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().path()).collect();
@@ -473,8 +477,8 @@ mod tests {
         }
         // Two catalogs, so two lock maps: as two processes would be.
         let (a, b) = (catalog(dir.path()).await, catalog(dir.path()).await);
-        let ta = a.topic_table("t", "identity(partition), hour(timestamp)").await.unwrap();
-        let tb = b.topic_table("t", "identity(partition), hour(timestamp)").await.unwrap();
+        let ta = a.topic_table("t", "id-1", "identity(partition), hour(timestamp)").await.unwrap();
+        let tb = b.topic_table("t", "id-1", "identity(partition), hour(timestamp)").await.unwrap();
         let limits = TierLimits { max_bytes_per_partition: 1, ..TierLimits::default() };
         for _ in 0..20 {
             let (ra, rb) = tokio::join!(ta.tier(&logs, &limits), tb.tier(&logs, &limits));
@@ -517,7 +521,7 @@ mod tests {
         log.roll_now().unwrap();
         let bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();
         let cat = catalog(dir.path()).await;
-        let t = cat.topic_table("t", "day(timestamp)").await.unwrap();
+        let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         let start = std::time::Instant::now();
         let out = t.tier(&[log.clone()], &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() }).await.unwrap();
         let took = start.elapsed().as_secs_f64();
