@@ -438,6 +438,32 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_undecodable_batch_is_reported_skipped_and_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+        fill(&log, 0, 15); // batches [0,5) [5,10) [10,15)
+        log.roll_now().unwrap();
+        // Damage the middle batch's records (after its 61-byte header); the log's own checks ran at append.
+        let seg = &log.sealed_segments()[0];
+        let bytes = std::fs::read(&seg.path).unwrap();
+        let first = floe_protocol::record_batch::RecordBatchHeader::parse(&bytes).unwrap().total_size();
+        let mut damaged = bytes.clone();
+        let at = first + 61 + 3;
+        for b in &mut damaged[at..at + 8] {
+            *b ^= 0xa5;
+        }
+        std::fs::write(&seg.path, &damaged).unwrap();
+        let cat = catalog(dir.path()).await;
+        let t = cat.topic_table("t", "id-1", "").await.unwrap();
+        let out = t.tier(&[log.clone()], &TierLimits::default()).await.unwrap();
+        assert_eq!(out.skipped.len(), 1, "{:?}", out.skipped);
+        assert_eq!((out.skipped[0].first_offset, out.skipped[0].last_offset), (5, 9));
+        assert_eq!(out.committed[&0], (0, 14), "the skipped range is covered, not retried forever");
+        let offsets = scanned_offsets(&t).await;
+        assert_eq!(offsets, (0..5).chain(10..15).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn orphans_are_files_in_no_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
