@@ -367,7 +367,7 @@ pub async fn status(data_dir: &std::path::Path, catalog_name: &str, namespace: &
     let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
         operation: "list",
         table: namespace.to_string(),
-        source,
+        source: Box::new(source),
     })?;
     let mut out = String::new();
     let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", dir.display(), tables.len());
@@ -375,7 +375,7 @@ pub async fn status(data_dir: &std::path::Path, catalog_name: &str, namespace: &
         let table = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
             operation: "load",
             table: ident.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         let metadata = table.metadata();
         let summary = metadata.current_snapshot().map(|s| s.summary().additional_properties.clone()).unwrap_or_default();

@@ -22,8 +22,8 @@ pub enum TieringError {
         operation: &'static str,
         /// `namespace.table`.
         table: String,
-        /// The crate's error.
-        source: iceberg::Error,
+        /// The crate's error (boxed: it is large).
+        source: Box<iceberg::Error>,
     },
     /// The table moved on since the plan was made (another writer, or a commit
     /// this process did not see): nothing was committed; re-plan.
@@ -62,7 +62,7 @@ pub enum TieringError {
 impl TieringError {
     pub(crate) fn iceberg(operation: &'static str, table: impl ToString) -> impl FnOnce(iceberg::Error) -> Self {
         let table = table.to_string();
-        move |source| Self::Iceberg { operation, table, source }
+        move |source| Self::Iceberg { operation, table, source: Box::new(source) }
     }
 
     /// A short label for metrics: `segment_io`, `iceberg_<operation>`, `stale_snapshot`, `config`, `arrow`.

@@ -114,8 +114,8 @@ type DataWriterBuilder = DataFileWriterBuilder<ParquetWriterBuilder, DefaultLoca
 
 /// The writer for one commit: fan-out by partition key, or a single writer when unpartitioned.
 enum Writer {
-    Partitioned(RecordBatchPartitionSplitter, FanoutWriter<DataWriterBuilder>),
-    Unpartitioned(UnpartitionedWriter<DataWriterBuilder>),
+    Partitioned(Box<(RecordBatchPartitionSplitter, FanoutWriter<DataWriterBuilder>)>),
+    Unpartitioned(Box<UnpartitionedWriter<DataWriterBuilder>>),
 }
 
 impl Writer {
@@ -140,17 +140,18 @@ impl Writer {
         );
         let builder = DataFileWriterBuilder::new(rolling);
         Ok(if spec.is_unpartitioned() {
-            Self::Unpartitioned(UnpartitionedWriter::new(builder))
+            Self::Unpartitioned(Box::new(UnpartitionedWriter::new(builder)))
         } else {
             let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)
                 .map_err(TieringError::iceberg("write", &ident))?;
-            Self::Partitioned(splitter, FanoutWriter::new(builder))
+            Self::Partitioned(Box::new((splitter, FanoutWriter::new(builder))))
         })
     }
 
     async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
         match self {
-            Self::Partitioned(splitter, w) => {
+            Self::Partitioned(pw) => {
+                let (splitter, w) = &mut **pw;
                 for (key, part) in splitter.split(&batch)? {
                     w.write(key, part).await?;
                 }
@@ -162,8 +163,8 @@ impl Writer {
 
     async fn close(self) -> iceberg::Result<Vec<DataFile>> {
         match self {
-            Self::Partitioned(_, w) => w.close().await,
-            Self::Unpartitioned(w) => w.close().await,
+            Self::Partitioned(pw) => pw.1.close().await,
+            Self::Unpartitioned(w) => (*w).close().await,
         }
     }
 }
@@ -412,13 +413,13 @@ mod tests {
         let cat = catalog(dir.path()).await;
         let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         let limits = TierLimits { arrow_batch_rows: 16, ..TierLimits::default() };
-        let out = t.tier(&[log.clone()], &limits).await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
         assert_eq!(out.committed[&0], (0, sealed_end - 1));
         assert_eq!(out.rows, sealed_end as u64);
         assert!(out.files >= 1 && out.bytes > 0);
         assert!(out.skipped.is_empty());
         // Nothing new: nothing committed.
-        let again = t.tier(&[log.clone()], &limits).await.unwrap();
+        let again = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
         assert!(again.committed.is_empty());
         assert_eq!(again.next_offsets[&0], sealed_end);
         // The active segment rolls; the rest follows, read back from a fresh catalog (a restart).
@@ -432,7 +433,7 @@ mod tests {
             cat.topic_table("t", "id-2", "day(timestamp)").await,
             Err(TieringError::TopicMismatch { .. })
         ), "a re-created topic of the same name");
-        let out = t.tier(&[log.clone()], &limits).await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
         assert_eq!(out.committed[&0], (sealed_end, 229));
         assert_eq!(scanned_offsets(&t).await, (0..230).collect::<Vec<_>>());
     }
@@ -455,7 +456,7 @@ mod tests {
         std::fs::write(&seg.path, &damaged).unwrap();
         let cat = catalog(dir.path()).await;
         let t = cat.topic_table("t", "id-1", "").await.unwrap();
-        let out = t.tier(&[log.clone()], &TierLimits::default()).await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
         assert_eq!(out.skipped.len(), 1, "{:?}", out.skipped);
         assert_eq!((out.skipped[0].first_offset, out.skipped[0].last_offset), (5, 9));
         assert_eq!(out.committed[&0], (0, 14), "the skipped range is covered, not retried forever");
@@ -471,7 +472,7 @@ mod tests {
         log.roll_now().unwrap();
         let cat = catalog(dir.path()).await;
         let t = cat.topic_table("t", "id-1", "").await.unwrap();
-        t.tier(&[log.clone()], &TierLimits::default()).await.unwrap();
+        t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
         let data = dir.path().join("iceberg/warehouse/kafka/t/data");
         let committed: Vec<_> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(committed.len(), 1, "{committed:?}");
@@ -549,7 +550,7 @@ mod tests {
         let cat = catalog(dir.path()).await;
         let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         let start = std::time::Instant::now();
-        let out = t.tier(&[log.clone()], &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() }).await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() }).await.unwrap();
         let took = start.elapsed().as_secs_f64();
         assert_eq!(out.rows, 40_000);
         println!("tiered {bytes} segment bytes into {} Parquet bytes ({} files) in {took:.3}s: {:.1} MiB/s of segment, {:.0} records/s",

@@ -23,7 +23,7 @@ pub(crate) struct TestRecord {
 
 pub(crate) fn record(i: usize) -> TestRecord {
     TestRecord {
-        key: (i % 3 != 0).then(|| format!("key-{i}").into_bytes()),
+        key: (!i.is_multiple_of(3)).then(|| format!("key-{i}").into_bytes()),
         value: (i % 7 != 5).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes()),
         headers: (0..i % 3).map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3]))).collect(),
         timestamp: 1_700_000_000_000 + i as i64 * 1_000,
