@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from clients import create_topic, produce_all, unique_topic, watermarks
+from floe_process import floe_bin
 
 pyiceberg_sql = pytest.importorskip("pyiceberg.catalog.sql")
 
@@ -51,10 +53,10 @@ def wait_for_rows(data_dir: Path, topic: str, expected: int, timeout: float = 60
         time.sleep(0.5)
 
 
-def messages(partition: int, n: int) -> list[dict]:
+def messages(partition: int, n: int, value_bytes: int = 40) -> list[dict]:
     out = []
     for i in range(n):
-        m = {"value": None if i % 11 == 3 else f"p{partition}-v{i}-".encode() + os.urandom(i % 40)}
+        m = {"value": None if i % 11 == 3 else f"p{partition}-v{i}-".encode() + os.urandom(i % value_bytes)}
         if i % 4 != 0:
             m["key"] = f"k{i}".encode()
         if i % 3 == 0:
@@ -63,12 +65,12 @@ def messages(partition: int, n: int) -> list[dict]:
     return out
 
 
-def produce_codecs(bootstrap: str, topic: str, partitions: int, per_codec: int, start: int = 0) -> dict:
+def produce_codecs(bootstrap: str, topic: str, partitions: int, per_codec: int, value_bytes: int = 40) -> dict:
     """Produce per_codec records per codec to every partition; return (partition, offset) -> message."""
     produced = {}
     for p in range(partitions):
         for c, codec in enumerate(CODECS):
-            msgs = messages(p, per_codec)
+            msgs = messages(p, per_codec, value_bytes)
             offsets = produce_all(bootstrap, topic, msgs, partition=p, **{"compression.type": codec})
             for o, m in zip(offsets, msgs):
                 produced[(p, o)] = m
@@ -101,6 +103,11 @@ def test_tiering_every_codec_exactly_once(floe_factory):
         assert floe.metric("floe_iceberg_committed_offset", topic=topic, partition=str(p)) == 750
         assert floe.metric("floe_iceberg_lag_records", topic=topic, partition=str(p)) == 0
     assert floe.metric("floe_iceberg_committed_rows_total", topic=topic) == len(produced)
+    # The status command reads the same from the catalog.
+    out = subprocess.run([floe_bin(), "iceberg", "status", "--data-dir", str(floe.data_dir)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"table kafka.{topic}:" in out and f"rows {len(produced)}," in out, out
+    assert "partition 0: committed offset 750" in out and "partition 1: committed offset 750" in out, out
 
 
 def test_topics_without_the_setting_are_not_tiered(floe_factory):
@@ -115,12 +122,13 @@ def test_topics_without_the_setting_are_not_tiered(floe_factory):
 def test_kill9_during_tiering_keeps_exactly_once(floe_factory):
     floe = floe_factory("floe", overrides={**TIERING, "floe.iceberg.target-lag-ms": "300", "floe.iceberg.tick-ms": "50"})
     topic = create_topic(floe.bootstrap, unique_topic("icekill"), partitions=2,
-                         config={"floe.iceberg.enabled": "true", "segment.bytes": "3000"})
+                         config={"floe.iceberg.enabled": "true", "segment.bytes": "200000"})
     produced = {}
     rng = random.Random(7)
     rounds = 6
     for round_ in range(rounds):
-        produced.update(produce_codecs(floe.bootstrap, topic, 2, 60))
+        # ~3 MB a round, so a pass takes long enough for the kill to land inside it.
+        produced.update(produce_codecs(floe.bootstrap, topic, 2, 60, value_bytes=5000))
         # Land the kill at a random moment while segments are converted and committed.
         time.sleep(rng.uniform(0.0, 0.6))
         floe.kill9()
