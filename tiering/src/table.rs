@@ -303,7 +303,7 @@ impl TopicTable {
             .fast_append()
             .with_check_duplicate(false)
             .add_data_files(data_files)
-            .set_snapshot_properties(summary_properties(&outcome.committed));
+            .set_snapshot_properties(summary_properties(&outcome.committed, &next));
         let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
         let guarded =
             ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
