@@ -57,6 +57,31 @@ pub const PARTITION_SPEC: &str = "floe.iceberg.partition-spec";
 /// Topic setting: how long the oldest untiered record may wait in the active segment.
 pub const TARGET_LAG_MS: &str = "floe.iceberg.target-lag-ms";
 
+/// Checks the `floe.iceberg.*` topic settings in `overrides`, so CreateTopics and
+/// (Incremental)AlterConfigs refuse a bad value (INVALID_CONFIG) instead of the
+/// tiering thread failing on it later.
+///
+/// # Errors
+/// A message naming the key and what is wrong.
+pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<(), String> {
+    for (key, value) in overrides {
+        let v = value.trim();
+        match key.as_str() {
+            ENABLED | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
+                return Err(format!("{key}: {value:?} is not true or false"));
+            }
+            PARTITION_SPEC => {
+                floe_tiering::schema::parse_partition_spec(v).map_err(|e| e.to_string())?;
+            }
+            TARGET_LAG_MS if v.parse::<u64>().is_err() => {
+                return Err(format!("{key}: {value:?} is not a non-negative integer"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The running tiering thread; [`TieringTask::stop`] ends it after its current pass.
@@ -349,6 +374,22 @@ impl Tierer {
         }
         let table = self.topics[name].table.as_ref().expect("set above");
         table.tier(partitions, &TierLimits::default()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_settings_are_validated() {
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate_topic_overrides(&o(ENABLED, "true")).is_ok());
+        assert!(validate_topic_overrides(&o(ENABLED, "yes")).is_err());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(timestamp),identity(partition)")).is_ok());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(nope)")).is_err());
+        assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
+        assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
     }
 }
 

@@ -117,6 +117,10 @@ def test_topics_without_the_setting_are_not_tiered(floe_factory):
     time.sleep(3)
     rows, _ = table_rows(floe.data_dir, topic)
     assert rows == {}
+    # Bad tiering settings are refused up front.
+    with pytest.raises(Exception, match="(?i)invalid|partition-spec"):
+        create_topic(floe.bootstrap, unique_topic("badspec"),
+                     config={"floe.iceberg.enabled": "true", "floe.iceberg.partition-spec": "day(nope)"})
 
 
 def test_kill9_during_tiering_keeps_exactly_once(floe_factory):
