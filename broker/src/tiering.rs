@@ -112,8 +112,17 @@ impl TieringTask {
                     return;
                 }
             };
-            let mut tierer = Tierer { logs, data_dir, settings, metrics, catalog: None, catalog_retry: None, topics: HashMap::new() };
-            runtime.block_on(tierer.run(&flag));
+            let mut tierer = Tierer {
+                logs,
+                data_dir,
+                settings,
+                metrics,
+                catalog: None,
+                catalog_retry: None,
+                topics: HashMap::new(),
+                stop: flag,
+            };
+            runtime.block_on(tierer.run());
         })?;
         Ok(Self { stop, handle: Some(handle) })
     }
@@ -155,6 +164,8 @@ struct Tierer {
     catalog: Option<IcebergCatalog>,
     catalog_retry: Option<(Instant, u32)>,
     topics: HashMap<String, TopicState>,
+    /// Set by [`TieringTask::stop`]: passes end early, committing what they converted.
+    stop: Arc<AtomicBool>,
 }
 
 fn now_secs() -> i64 {
@@ -166,7 +177,8 @@ fn backoff(tick: Duration, failures: u32) -> Duration {
 }
 
 impl Tierer {
-    async fn run(&mut self, stop: &AtomicBool) {
+    async fn run(&mut self) {
+        let stop = self.stop.clone();
         let tick = Duration::from_millis(self.settings.tick_ms);
         info!(tick_ms = self.settings.tick_ms, "iceberg tiering thread started");
         while !stop.load(Ordering::Relaxed) {
@@ -220,6 +232,9 @@ impl Tierer {
     async fn pass(&mut self) {
         let topics: Vec<Arc<Topic>> = self.logs.topics().into_iter().filter(|t| !t.name().starts_with("__")).collect();
         for topic in &topics {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
             if self.enabled(topic) {
                 self.topic_pass(topic).await;
             } else if self.topics.remove(topic.name()).is_some() {
@@ -373,7 +388,7 @@ impl Tierer {
             self.topics.get_mut(name).expect("present").table = Some(table);
         }
         let table = self.topics[name].table.as_ref().expect("set above");
-        table.tier(partitions, &TierLimits::default()).await
+        table.tier_until(partitions, &TierLimits::default(), &self.stop).await
     }
 }
 

@@ -108,6 +108,12 @@ def test_tiering_every_codec_exactly_once(floe_factory):
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"table kafka.{topic}:" in out and f"rows {len(produced)}," in out, out
     assert "partition 0: committed offset 750" in out and "partition 1: committed offset 750" in out, out
+    # A clean restart (SIGTERM, tiering thread stopped) and more data: still every offset once.
+    assert floe.restart() == 0
+    produced.update(produce_codecs(floe.bootstrap, topic, 2, 20))
+    rows, n = wait_for_rows(floe.data_dir, topic, len(produced))
+    check(rows, produced)
+    assert n == len(produced)
 
 
 def test_topics_without_the_setting_are_not_tiered(floe_factory):

@@ -17,6 +17,7 @@
 //! [`crate::orphans`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -212,6 +213,21 @@ impl TopicTable {
     /// committed); [`TieringError::Iceberg`] and [`TieringError::SegmentIo`] on failures
     /// (nothing committed either: written files are orphans).
     pub async fn tier(&self, partitions: &[Arc<PartitionLog>], limits: &TierLimits) -> Result<TierOutcome> {
+        self.tier_until(partitions, limits, &AtomicBool::new(false)).await
+    }
+
+    /// [`TopicTable::tier`], but once `stop` is set reading stops at the next batch
+    /// boundary and what was converted so far is committed (shutdown stays prompt).
+    ///
+    /// # Errors
+    /// As [`TopicTable::tier`].
+    pub async fn tier_until(
+        &self,
+        partitions: &[Arc<PartitionLog>],
+        limits: &TierLimits,
+        stop: &AtomicBool,
+    ) -> Result<TierOutcome> {
+        let mut stopped = false;
         let _writer = self.lock.lock().await;
         let table = self.load().await?;
         let base_snapshot = table.metadata().current_snapshot_id();
@@ -233,12 +249,17 @@ impl TopicTable {
             let mut last_covered: Option<i64> = None;
             let mut read = 0u64;
             for seg in log.sealed_segments().into_iter().filter(|s| s.next_offset > from) {
-                if read > 0 && read + seg.size_bytes > limits.max_bytes_per_partition {
+                if stopped || (read > 0 && read + seg.size_bytes > limits.max_bytes_per_partition) {
                     break;
                 }
                 read += seg.size_bytes;
                 let mut reader = SegmentReader::open(&seg.path, seg.size_bytes)?;
                 loop {
+                    if stop.load(Ordering::Relaxed) {
+                        // Commit what is converted so far (whole batches), promptly.
+                        stopped = true;
+                        break;
+                    }
                     let (header, bytes) = match reader.next_batch()? {
                         None => break,
                         Some(Ok(b)) => b,
@@ -269,8 +290,10 @@ impl TopicTable {
                         self.write(&mut writer, &table, limits, commit_id, &mut conv, &mut outcome).await?;
                     }
                 }
-                // Whatever the batches covered, the segment's offsets are tiered up to its end.
-                last_covered = Some(last_covered.unwrap_or(seg.next_offset - 1).max(seg.next_offset - 1));
+                if !stopped {
+                    // Whatever the batches covered, the segment's offsets are tiered up to its end.
+                    last_covered = Some(last_covered.unwrap_or(seg.next_offset - 1).max(seg.next_offset - 1));
+                }
             }
             self.write(&mut writer, &table, limits, commit_id, &mut conv, &mut outcome).await?;
             if let Some(last) = last_covered {
@@ -462,6 +485,20 @@ mod tests {
         assert_eq!(out.committed[&0], (0, 14), "the skipped range is covered, not retried forever");
         let offsets = scanned_offsets(&t).await;
         assert_eq!(offsets, (0..5).chain(10..15).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_pass_commits_whole_batches_and_the_next_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+        fill(&log, 0, 15);
+        log.roll_now().unwrap();
+        let cat = catalog(dir.path()).await;
+        let t = cat.topic_table("t", "id-1", "").await.unwrap();
+        let out = t.tier_until(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(true)).await.unwrap();
+        assert!(out.committed.is_empty(), "stopped before the first batch: {out:?}");
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (0, 14));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
