@@ -230,7 +230,10 @@ impl Tierer {
     }
 
     async fn pass(&mut self) {
-        let topics: Vec<Arc<Topic>> = self.logs.topics().into_iter().filter(|t| !t.name().starts_with("__")).collect();
+        // Every topic but the group coordinator's own log (storage holds retention for
+        // any topic with tiering on until a floor is set, so none may be skipped here).
+        let topics: Vec<Arc<Topic>> =
+            self.logs.topics().into_iter().filter(|t| t.name() != crate::group::store::OFFSETS_TOPIC).collect();
         for topic in &topics {
             if self.stop.load(Ordering::Relaxed) {
                 return;
