@@ -175,3 +175,23 @@ def test_catalog_down_holds_retention_then_catches_up(floe_factory, tmp_path):
     while watermarks(floe.bootstrap, topic, 0)[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.3)
     assert watermarks(floe.bootstrap, topic, 0)[0] > 0
+
+
+def test_duckdb_reads_the_table(floe_factory):
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+    floe = floe_factory("floe", overrides=TIERING)
+    topic = create_topic(floe.bootstrap, unique_topic("duck"), partitions=2,
+                         config={"floe.iceberg.enabled": "true", "floe.iceberg.partition-spec": "hour(timestamp),identity(partition)"})
+    produced = produce_codecs(floe.bootstrap, topic, 2, 30)
+    wait_for_rows(floe.data_dir, topic, len(produced))
+    metadata = max((floe.data_dir / "iceberg" / "warehouse" / "kafka" / topic / "metadata").glob("*.metadata.json"),
+                   key=lambda p: p.stat().st_mtime)
+    con = duckdb.connect()
+    import_extension("iceberg", con=con)
+    import_extension("avro", con=con)
+    con.execute("LOAD iceberg")
+    rows = con.execute(f"select partition, \"offset\", key, value from iceberg_scan('{metadata}')").fetchall()
+    assert len(rows) == len(produced)
+    got = {(p, o): (k, v) for p, o, k, v in rows}
+    assert got == {k: (m.get("key"), m["value"]) for k, m in produced.items()}
