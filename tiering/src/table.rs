@@ -287,7 +287,7 @@ impl TopicTable {
                     }
                     last_covered = Some(header.last_offset());
                     if conv.is_full() {
-                        self.write(&mut writer, &table, limits, commit_id, &mut conv, &mut outcome).await?;
+                        self.write(&mut writer, &table, limits, commit_id, &mut conv).await?;
                     }
                 }
                 if !stopped {
@@ -295,7 +295,7 @@ impl TopicTable {
                     last_covered = Some(last_covered.unwrap_or(seg.next_offset - 1).max(seg.next_offset - 1));
                 }
             }
-            self.write(&mut writer, &table, limits, commit_id, &mut conv, &mut outcome).await?;
+            self.write(&mut writer, &table, limits, commit_id, &mut conv).await?;
             if let Some(last) = last_covered {
                 if last >= from {
                     outcome.committed.insert(p, (from, last));
@@ -384,7 +384,6 @@ impl TopicTable {
         limits: &TierLimits,
         commit_id: uuid::Uuid,
         conv: &mut ArrowConverter,
-        _outcome: &mut TierOutcome,
     ) -> Result<()> {
         let Some(batch) = conv.finish()? else { return Ok(()) };
         if writer.is_none() {
