@@ -95,6 +95,13 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("group.consumer.max.size", "2147483647", "Consumer group protocol: most members a group may have."),
     s("offsets.retention.minutes", "10080", "Committed offsets of a group are deleted this long after the group became empty (or the commit, if later)."),
     s("offsets.retention.check.interval.ms", "600000", "How often expired committed offsets are looked for."),
+    s("floe.iceberg.enabled", "false", "Default of the topic setting `floe.iceberg.enabled`: tier sealed segments of topics to Iceberg tables."),
+    s("floe.iceberg.catalog-name", "floe", "Name of the embedded Iceberg SQL catalog (`DATA_DIR/iceberg/catalog.db`, warehouse `DATA_DIR/iceberg/warehouse`); readers must use the same name."),
+    s("floe.iceberg.namespace", "kafka", "Iceberg namespace of the tiered tables; each table is named as its topic."),
+    s("floe.iceberg.partition-spec", "day(timestamp)", "Default of the topic setting `floe.iceberg.partition-spec`: comma-separated `TRANSFORM(COLUMN)` terms, e.g. `hour(timestamp),identity(partition)`."),
+    s("floe.iceberg.target-lag-ms", "60000", "Default of the topic setting `floe.iceberg.target-lag-ms`: the active segment is rolled (and tiered) once its oldest untiered record has waited this long."),
+    s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
+    s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
 ];
 
 /// The broker's typed configuration.
@@ -146,6 +153,8 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: u64,
     /// `offsets.retention.check.interval.ms`.
     pub offsets_retention_check_interval_ms: u64,
+    /// Iceberg tiering (`floe.iceberg.*`).
+    pub tiering: crate::tiering::TieringSettings,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -264,6 +273,15 @@ impl ConfigBuilder {
             group_consumer_max_size: parse_positive(r, "group.consumer.max.size")?,
             offsets_retention_minutes: parse_positive(r, "offsets.retention.minutes")?,
             offsets_retention_check_interval_ms: parse_positive(r, "offsets.retention.check.interval.ms")?,
+            tiering: crate::tiering::TieringSettings {
+                enabled_default: parse(r, "floe.iceberg.enabled")?,
+                catalog_name: get(r, "floe.iceberg.catalog-name").trim().to_string(),
+                namespace: get(r, "floe.iceberg.namespace").trim().to_string(),
+                partition_spec: get(r, "floe.iceberg.partition-spec").trim().to_string(),
+                target_lag_ms: parse(r, "floe.iceberg.target-lag-ms")?,
+                retention_guard: parse(r, "floe.iceberg.retention-guard")?,
+                tick_ms: parse_positive(r, "floe.iceberg.tick-ms")?,
+            },
             effective: self.raw.clone(),
         })
     }
@@ -303,6 +321,9 @@ pub const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
     ("log.message.timestamp.type", "message.timestamp.type"),
     ("log.cleanup.policy", "cleanup.policy"),
     ("message.max.bytes", "max.message.bytes"),
+    // Topic-level view of the tiering defaults, so storage's retention hold sees them.
+    ("floe.iceberg.enabled", "floe.iceberg.enabled"),
+    ("floe.iceberg.retention-guard", "floe.iceberg.retention-guard"),
 ];
 
 /// Accepts the names operators type for the same thing.

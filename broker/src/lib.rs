@@ -15,6 +15,7 @@
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
+//! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
 //! - [`run`]: startup and orderly shutdown.
 
 #![warn(missing_debug_implementations)]
@@ -28,3 +29,4 @@ pub mod maintenance;
 pub mod metrics;
 pub mod run;
 pub mod server;
+pub mod tiering;

@@ -32,6 +32,33 @@ struct Cli {
     /// Any setting, e.g. `--override log.segment.bytes=1048576`; repeatable.
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Iceberg tiering tools.
+    Iceberg {
+        #[command(subcommand)]
+        command: IcebergCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum IcebergCommand {
+    /// Prints each tiered table's committed offsets and totals, read from the catalog.
+    Status {
+        /// Data directory of the broker (the catalog is DIR/iceberg/catalog.db).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        /// The catalog's name (`floe.iceberg.catalog-name`).
+        #[arg(long, default_value = "floe")]
+        catalog_name: String,
+        /// The namespace (`floe.iceberg.namespace`).
+        #[arg(long, default_value = "kafka")]
+        namespace: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +69,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(Command::Iceberg { command: IcebergCommand::Status { data_dir, catalog_name, namespace } }) = &cli.command {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
+        let text = runtime.block_on(floe_broker::tiering::status(data_dir, catalog_name, namespace))?;
+        print!("{text}");
+        return Ok(());
+    }
 
     let mut builder = ConfigBuilder::new();
     if let Some(path) = &cli.config {

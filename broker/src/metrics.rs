@@ -11,7 +11,7 @@ use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
 use hyper::{Request, Response, StatusCode};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 
@@ -33,6 +33,83 @@ pub struct Metrics {
     pub connections: IntGauge,
     /// Connections closed because of bad input, by reason.
     pub connections_rejected: IntCounterVec,
+    /// Iceberg tiering, per table.
+    pub iceberg: IcebergMetrics,
+}
+
+/// Iceberg tiering metrics; `topic` is the table's name, `partition` the Kafka partition.
+#[derive(Debug, Clone)]
+pub struct IcebergMetrics {
+    /// Next offset to tier (everything below is committed), by topic and partition.
+    pub committed_offset: IntGaugeVec,
+    /// Records in the log not yet committed to the table, by topic and partition.
+    pub lag_records: IntGaugeVec,
+    /// Commits made, by topic.
+    pub commits: IntCounterVec,
+    /// Rows committed, by topic.
+    pub rows: IntCounterVec,
+    /// Bytes of Parquet data files committed, by topic.
+    pub bytes: IntCounterVec,
+    /// Data files committed, by topic.
+    pub files: IntCounterVec,
+    /// Record batches skipped because they could not be decoded, by topic.
+    pub skipped_batches: IntCounterVec,
+    /// Failed tiering passes, by topic and error kind (catalog down, I/O, stale plan...).
+    pub errors: IntCounterVec,
+    /// Unix time of the last failed pass, by topic.
+    pub last_error_time: IntGaugeVec,
+    /// 1 for the last error of each topic (its message in the `error` label).
+    pub last_error: IntGaugeVec,
+    last_messages: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+}
+
+impl IcebergMetrics {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str, labels: &[&str]| IntGaugeVec::new(Opts::new(name, help), labels).expect("metric");
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| IntCounterVec::new(Opts::new(name, help), labels).expect("metric");
+        Self {
+            committed_offset: gauge("floe_iceberg_committed_offset", "Next offset to tier: everything below is in the table", &["topic", "partition"]),
+            lag_records: gauge("floe_iceberg_lag_records", "Records in the log not yet committed to the table", &["topic", "partition"]),
+            commits: counter("floe_iceberg_commits_total", "Iceberg commits made", &["topic"]),
+            rows: counter("floe_iceberg_committed_rows_total", "Rows committed to the table", &["topic"]),
+            bytes: counter("floe_iceberg_committed_bytes_total", "Bytes of Parquet data files committed", &["topic"]),
+            files: counter("floe_iceberg_committed_files_total", "Parquet data files committed", &["topic"]),
+            skipped_batches: counter("floe_iceberg_skipped_batches_total", "Record batches that could not be decoded and were skipped", &["topic"]),
+            errors: counter("floe_iceberg_errors_total", "Failed tiering passes, by error kind", &["topic", "kind"]),
+            last_error_time: gauge("floe_iceberg_last_error_timestamp_seconds", "Unix time of the last failed tiering pass", &["topic"]),
+            last_error: gauge("floe_iceberg_last_error", "1 for the last tiering error, its message in the `error` label", &["topic", "error"]),
+            last_messages: Arc::default(),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.committed_offset.clone()),
+            Box::new(self.lag_records.clone()),
+            Box::new(self.commits.clone()),
+            Box::new(self.rows.clone()),
+            Box::new(self.bytes.clone()),
+            Box::new(self.files.clone()),
+            Box::new(self.skipped_batches.clone()),
+            Box::new(self.errors.clone()),
+            Box::new(self.last_error_time.clone()),
+            Box::new(self.last_error.clone()),
+        ]
+    }
+
+    /// Records a failed pass of `topic`: counts it and replaces the last-error message.
+    pub fn record_error(&self, topic: &str, kind: &str, message: &str, now_secs: i64) {
+        self.errors.with_label_values(&[topic, kind]).inc();
+        self.last_error_time.with_label_values(&[topic]).set(now_secs);
+        // Only the latest message stays exposed. The lock is held for the label swap only.
+        let message: String = message.chars().take(200).collect();
+        let mut last = self.last_messages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(old) = last.insert(topic.to_string(), message.clone()) {
+            let _ = self.last_error.remove_label_values(&[topic, &old]);
+        }
+        self.last_error.with_label_values(&[topic, &message]).set(1);
+    }
 }
 
 impl Metrics {
@@ -64,6 +141,7 @@ impl Metrics {
             &["reason"],
         )
         .expect("metric");
+        let iceberg = IcebergMetrics::new();
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -72,7 +150,10 @@ impl Metrics {
             Box::new(produce_records.clone()),
             Box::new(connections.clone()),
             Box::new(connections_rejected.clone()),
-        ] {
+        ]
+        .into_iter()
+        .chain(iceberg.collectors())
+        {
             registry.register(c).expect("unique metric names");
         }
         // Both paths appear from the start, so a reader sees 0 rather than nothing.
@@ -87,6 +168,7 @@ impl Metrics {
             produce_records,
             connections,
             connections_rejected,
+            iceberg,
         }
     }
 
@@ -167,5 +249,11 @@ mod tests {
         assert!(text.contains("floe_fetch_bytes_total{path=\"sendfile\"} 42"), "{text}");
         assert!(text.contains("floe_fetch_bytes_total{path=\"copy\"} 0"), "{text}");
         assert!(text.contains("floe_requests_total{api=\"Fetch\"} 1"), "{text}");
+        m.iceberg.record_error("t", "iceberg_load", "first", 1);
+        m.iceberg.record_error("t", "iceberg_load", "second", 2);
+        let text = m.render();
+        assert!(text.contains("floe_iceberg_last_error{error=\"second\",topic=\"t\"} 1"), "{text}");
+        assert!(!text.contains("error=\"first\""), "{text}");
+        assert!(text.contains("floe_iceberg_errors_total{kind=\"iceberg_load\",topic=\"t\"} 2"), "{text}");
     }
 }

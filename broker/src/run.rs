@@ -108,6 +108,9 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     }
     let sweeper = groups.start(shutdown.clone());
 
+    let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
+        .map_err(|e| RunError::Task(e.to_string()))?;
+
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),
@@ -130,6 +133,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let _ = sweeper.await;
 
     tokio::task::spawn_blocking(move || {
+        tiering.stop();
         maintenance.stop();
         logs.shutdown()
     })

@@ -251,6 +251,15 @@ impl LogConfig {
         Ok(())
     }
 
+    /// Iceberg tiering is on for the topic (`floe.iceberg.enabled=true`) with its
+    /// retention guard (`floe.iceberg.retention-guard` not `false`): retention
+    /// waits for the tiering thread's floor ([`crate::PartitionLog::set_retention_floor`]).
+    pub fn retention_held_for_tiering(&self) -> bool {
+        let flag = |k: &str| self.floe.get(k).map(|v| v.trim().to_ascii_lowercase());
+        flag("floe.iceberg.enabled").as_deref() == Some("true")
+            && flag("floe.iceberg.retention-guard").as_deref() != Some("false")
+    }
+
     /// The effective value of a key, as DescribeConfigs shows it.
     pub fn get(&self, key: &str) -> Option<String> {
         Some(match key {

@@ -812,6 +812,10 @@ impl PartitionLog {
         let (removed, snapshots) = {
             let mut st = self.state();
             let config = st.config.clone();
+            if st.retention_floor.is_none() && config.retention_held_for_tiering() {
+                // A tiered topic whose untiered offsets are not known yet keeps everything.
+                return Ok(0);
+            }
             let total: u64 = st.segments.values().map(|s| s.size).sum();
             let mut excess = if config.retention_bytes >= 0 {
                 total as i64 - config.retention_bytes
@@ -838,7 +842,10 @@ impl PartitionLog {
     }
 
     /// When set, retention keeps every segment holding offsets `>= floor`
-    /// (tiering sets it to the first offset not yet uploaded).
+    /// (tiering sets it to the first offset not yet uploaded). A topic with
+    /// `floe.iceberg.enabled=true` (and `floe.iceberg.retention-guard` not
+    /// `false`) keeps everything until a floor is set, so retention cannot run
+    /// before the tiering thread has looked at it.
     pub fn set_retention_floor(&self, floor: Option<i64>) {
         self.state().retention_floor = floor;
     }
@@ -1375,6 +1382,18 @@ mod tests {
         );
         log.set_retention_floor(None);
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 3);
+    }
+
+    #[test]
+    fn tiered_topic_holds_retention_until_a_floor_is_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = segmented_log(dir.path(), &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")]);
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 0, "no floor yet: everything kept");
+        log.set_retention_floor(Some(5));
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 1);
+        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "0"), ("floe.iceberg.enabled", "true"), ("floe.iceberg.retention-guard", "false")]));
+        log.set_retention_floor(None);
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 3, "guard off");
     }
 
     #[test]

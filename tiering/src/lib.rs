@@ -1,7 +1,35 @@
 //! Iceberg tiering: sealed segments become rows of Apache Iceberg tables.
 //!
-//! Not built yet. The design: a background task, on its own threads, reads
-//! each sealed segment of a tiered topic through `floe-storage`, decodes its
-//! batches into Arrow record batches, writes Parquet, and commits the files
-//! to an Iceberg catalog exactly once, recording the tiered offset ranges in
-//! each snapshot's summary.
+//! A background service (run by the broker on its own threads, never the
+//! request runtime) reads each sealed segment of a tiered topic, decodes its
+//! batches into Arrow record batches, writes Parquet data files and commits
+//! them to an Iceberg catalog exactly once, recording the tiered offset range
+//! of every partition in the snapshot summary (`floe.offsets.<partition>`).
+//!
+//! # Layout
+//! - [`schema`]: the table layout (every column), partition spec parsing.
+//! - [`convert`]: segment reader and records → Arrow conversion.
+//! - [`offsets`]: tiered offset ranges in snapshot summaries, read back from the ancestry.
+//! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
+//! - `guard`: the catalog wrapper that stops a commit from being rebased.
+//! - [`table`]: one topic's table: plan, write Parquet, guarded commit.
+//! - [`catalog`]: the (embedded SQLite) catalog, one table per topic, writer locks.
+//! - [`error`]: the crate's error type.
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod catalog;
+pub mod convert;
+pub mod error;
+mod guard;
+pub mod offsets;
+pub mod orphans;
+pub mod schema;
+pub mod table;
+#[cfg(test)]
+mod test_util;
+
+pub use catalog::IcebergCatalog;
+pub use iceberg;
+pub use error::{Result, TieringError};
+pub use table::{TierLimits, TierOutcome, TopicTable};

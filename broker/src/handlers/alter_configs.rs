@@ -122,6 +122,9 @@ where
         Ok(o) => o,
         Err(reason) => return (ResponseError::InvalidConfig.code(), message(reason)),
     };
+    if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides) {
+        return (ResponseError::InvalidConfig.code(), message(reason));
+    }
     let outcome = broker
         .blocking(move |logs| {
             if validate_only {

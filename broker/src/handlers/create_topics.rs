@@ -42,6 +42,12 @@ pub(super) async fn handle(broker: &Broker, request: CreateTopicsRequest, versio
                 overrides.insert(c.name.to_string(), v.to_string());
             }
         }
+        if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides) {
+            results.push(
+                result.with_error_code(ResponseError::InvalidConfig.code()).with_error_message(message(reason)),
+            );
+            continue;
+        }
         let validate_only = request.validate_only;
         let create_name = name.clone();
         let outcome = broker

@@ -1,0 +1,457 @@
+//! The tiering thread: sealed segments of opted-in topics become rows of
+//! Iceberg tables (see `floe-tiering`), off the request runtime.
+//!
+//! One OS thread runs its own current-thread tokio runtime: the iceberg
+//! crate's local file I/O and the segment reads are blocking, so none of it
+//! may run on a request worker. Every `floe.iceberg.tick-ms` it walks the
+//! topics with `floe.iceberg.enabled=true` and, per topic:
+//! 1. sets each partition's retention floor to its next untiered offset
+//!    (`floe.iceberg.retention-guard`; the log start offset until the table's
+//!    committed offsets are known, so nothing is deleted before that);
+//! 2. rolls the active segment of a partition whose oldest untiered record
+//!    has waited `floe.iceberg.target-lag-ms` (measured from when this thread
+//!    first saw it), so it becomes sealed and tierable;
+//! 3. tiers the sealed segments beyond the committed offsets in one commit
+//!    (backfill of an existing topic falls out of this);
+//! 4. updates the `floe_iceberg_*` metrics. A failure (catalog down, I/O) is
+//!    logged and counted, and the topic backs off (doubling up to 60 s);
+//! 5. every 10 minutes, deletes the table's orphan data files (written by an
+//!    attempt that crashed or was aborted, in no snapshot, older than 30 min).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use floe_storage::{LogManager, PartitionLog, Topic};
+use floe_tiering::{IcebergCatalog, TierLimits, TieringError, TopicTable};
+use tracing::{error, info, warn};
+
+use crate::metrics::Metrics;
+
+/// `floe.iceberg.*` broker settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TieringSettings {
+    /// Default of the topic setting `floe.iceberg.enabled`.
+    pub enabled_default: bool,
+    /// The catalog's name.
+    pub catalog_name: String,
+    /// The namespace of the tables.
+    pub namespace: String,
+    /// Default of the topic setting `floe.iceberg.partition-spec`.
+    pub partition_spec: String,
+    /// Default of the topic setting `floe.iceberg.target-lag-ms`.
+    pub target_lag_ms: i64,
+    /// Hold retention below untiered offsets.
+    pub retention_guard: bool,
+    /// Pass interval.
+    pub tick_ms: u64,
+}
+
+/// Topic setting keys.
+pub const ENABLED: &str = "floe.iceberg.enabled";
+/// Topic setting: the table's partition spec (at creation).
+pub const PARTITION_SPEC: &str = "floe.iceberg.partition-spec";
+/// Topic setting: how long the oldest untiered record may wait in the active segment.
+pub const TARGET_LAG_MS: &str = "floe.iceberg.target-lag-ms";
+
+/// Checks the `floe.iceberg.*` topic settings in `overrides`, so CreateTopics and
+/// (Incremental)AlterConfigs refuse a bad value (INVALID_CONFIG) instead of the
+/// tiering thread failing on it later.
+///
+/// # Errors
+/// A message naming the key and what is wrong.
+pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<(), String> {
+    for (key, value) in overrides {
+        let v = value.trim();
+        match key.as_str() {
+            ENABLED | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
+                return Err(format!("{key}: {value:?} is not true or false"));
+            }
+            PARTITION_SPEC => {
+                floe_tiering::schema::parse_partition_spec(v).map_err(|e| e.to_string())?;
+            }
+            TARGET_LAG_MS if v.parse::<u64>().is_err() => {
+                return Err(format!("{key}: {value:?} is not a non-negative integer"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The running tiering thread; [`TieringTask::stop`] ends it after its current pass.
+#[derive(Debug)]
+pub struct TieringTask {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl TieringTask {
+    /// Starts the thread. The catalog lives in `data_dir/iceberg/`.
+    ///
+    /// # Errors
+    /// If the thread cannot be spawned.
+    pub fn start(
+        logs: Arc<LogManager>,
+        data_dir: PathBuf,
+        settings: TieringSettings,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new().name("floe-tiering".into()).spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    error!(error = %e, "cannot start the tiering runtime: tiering is off");
+                    return;
+                }
+            };
+            let mut tierer = Tierer {
+                logs,
+                data_dir,
+                settings,
+                metrics,
+                catalog: None,
+                catalog_retry: None,
+                topics: HashMap::new(),
+                stop: flag,
+            };
+            runtime.block_on(tierer.run());
+        })?;
+        Ok(Self { stop, handle: Some(handle) })
+    }
+
+    /// Stops the thread and waits for its current pass to finish.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            if h.join().is_err() {
+                error!("tiering thread panicked");
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct TopicState {
+    table: Option<TopicTable>,
+    /// Next offset to tier per partition, once known from the table.
+    next: Option<BTreeMap<i32, i64>>,
+    /// When this thread first saw untiered records in a partition's active segment.
+    active_since: HashMap<i32, Instant>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// When orphan data files were last looked for.
+    orphans_checked: Option<Instant>,
+}
+
+/// How often a table's data directory is checked for orphan files.
+const ORPHAN_CHECK_INTERVAL: Duration = Duration::from_secs(600);
+/// Only files older than this can be orphans (no commit attempt takes this long).
+const ORPHAN_MIN_AGE: Duration = Duration::from_secs(1800);
+
+struct Tierer {
+    logs: Arc<LogManager>,
+    data_dir: PathBuf,
+    settings: TieringSettings,
+    metrics: Arc<Metrics>,
+    catalog: Option<IcebergCatalog>,
+    catalog_retry: Option<(Instant, u32)>,
+    topics: HashMap<String, TopicState>,
+    /// Set by [`TieringTask::stop`]: passes end early, committing what they converted.
+    stop: Arc<AtomicBool>,
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+fn backoff(tick: Duration, failures: u32) -> Duration {
+    tick.saturating_mul(1 << failures.min(10)).min(MAX_BACKOFF)
+}
+
+impl Tierer {
+    async fn run(&mut self) {
+        let stop = self.stop.clone();
+        let tick = Duration::from_millis(self.settings.tick_ms);
+        info!(tick_ms = self.settings.tick_ms, "iceberg tiering thread started");
+        while !stop.load(Ordering::Relaxed) {
+            self.pass().await;
+            let until = Instant::now() + tick;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now()))).await;
+            }
+        }
+    }
+
+    fn enabled(&self, topic: &Topic) -> bool {
+        topic.config().floe.get(ENABLED).map_or(self.settings.enabled_default, |v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    async fn catalog(&mut self) -> Option<IcebergCatalog> {
+        if let Some(c) = &self.catalog {
+            return Some(c.clone());
+        }
+        if let Some((at, _)) = self.catalog_retry {
+            if Instant::now() < at {
+                return None;
+            }
+        }
+        let dir = self.data_dir.join("iceberg");
+        match IcebergCatalog::open_sqlite(
+            &self.settings.catalog_name,
+            &dir.join("catalog.db"),
+            &dir.join("warehouse"),
+            &self.settings.namespace,
+        )
+        .await
+        {
+            Ok(c) => {
+                info!(catalog = %self.settings.catalog_name, dir = %dir.display(), "iceberg catalog open");
+                self.catalog = Some(c.clone());
+                self.catalog_retry = None;
+                Some(c)
+            }
+            Err(e) => {
+                let failures = self.catalog_retry.map_or(0, |(_, n)| n) + 1;
+                let wait = backoff(Duration::from_millis(self.settings.tick_ms), failures);
+                error!(error = %e, retry_in_ms = wait.as_millis() as u64, "cannot open the iceberg catalog");
+                self.metrics.iceberg.record_error("(catalog)", &e.kind(), &e.to_string(), now_secs());
+                self.catalog_retry = Some((Instant::now() + wait, failures));
+                None
+            }
+        }
+    }
+
+    async fn pass(&mut self) {
+        // Every topic but the group coordinator's own log (storage holds retention for
+        // any topic with tiering on until a floor is set, so none may be skipped here).
+        let topics: Vec<Arc<Topic>> =
+            self.logs.topics().into_iter().filter(|t| t.name() != crate::group::store::OFFSETS_TOPIC).collect();
+        for topic in &topics {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if self.enabled(topic) {
+                self.topic_pass(topic).await;
+            } else if self.topics.remove(topic.name()).is_some() {
+                info!(topic = topic.name(), "iceberg tiering disabled");
+                topic.partitions().iter().for_each(|p| p.set_retention_floor(None));
+            }
+        }
+        self.topics.retain(|name, _| topics.iter().any(|t| t.name() == name));
+    }
+
+    fn guard_retention(&self, partitions: &[Arc<PartitionLog>], next: Option<&BTreeMap<i32, i64>>) {
+        for log in partitions {
+            let floor = if !self.settings.retention_guard {
+                None
+            } else {
+                // Until the committed offsets are known, hold everything.
+                Some(next.map_or(log.log_start_offset(), |n| n.get(&log.partition()).copied().unwrap_or(0)))
+            };
+            log.set_retention_floor(floor);
+        }
+    }
+
+    async fn topic_pass(&mut self, topic: &Topic) {
+        let name = topic.name().to_string();
+        let partitions = topic.partitions();
+        let config = topic.config();
+        let spec = config.floe.get(PARTITION_SPEC).cloned().unwrap_or_else(|| self.settings.partition_spec.clone());
+        let target_lag = config
+            .floe
+            .get(TARGET_LAG_MS)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(self.settings.target_lag_ms.max(0) as u64);
+        {
+            let state = self.topics.entry(name.clone()).or_default();
+            if state.retry_at.is_some_and(|at| Instant::now() < at) {
+                return;
+            }
+        }
+        let next = self.topics[&name].next.clone();
+        self.guard_retention(&partitions, next.as_ref());
+
+        // Freshness: roll active segments whose untiered records have waited long enough.
+        let state = self.topics.get_mut(&name).expect("inserted above");
+        for log in &partitions {
+            let sealed_end = log.sealed_segments().last().map_or(log.log_start_offset(), |s| s.next_offset);
+            if log.log_end_offset() > sealed_end {
+                let since = *state.active_since.entry(log.partition()).or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_millis(target_lag) {
+                    match log.roll_now() {
+                        Ok(_) => {
+                            state.active_since.remove(&log.partition());
+                        }
+                        Err(e) => warn!(topic = %name, partition = log.partition(), error = %e, "cannot roll for tiering"),
+                    }
+                }
+            } else {
+                state.active_since.remove(&log.partition());
+            }
+        }
+
+        let Some(catalog) = self.catalog().await else { return };
+        // Nothing sealed beyond what is committed: no need to ask the catalog.
+        if let Some(next) = &self.topics[&name].next {
+            let pending = partitions.iter().any(|log| {
+                let done = next.get(&log.partition()).copied().unwrap_or(0).max(log.log_start_offset());
+                log.sealed_segments().last().is_some_and(|s| s.next_offset > done)
+            });
+            if !pending {
+                self.update_lag(&name, &partitions, next);
+                return;
+            }
+        }
+        let topic_id = topic.id().to_string();
+        let result = self.tier(&catalog, &name, &topic_id, &spec, &partitions).await;
+        let tick = Duration::from_millis(self.settings.tick_ms);
+        let m = &self.metrics.iceberg;
+        let state = self.topics.get_mut(&name).expect("inserted above");
+        match result {
+            Ok(outcome) => {
+                state.failures = 0;
+                state.retry_at = None;
+                if !outcome.committed.is_empty() {
+                    m.commits.with_label_values(&[&name]).inc();
+                    m.rows.with_label_values(&[&name]).inc_by(outcome.rows);
+                    m.bytes.with_label_values(&[&name]).inc_by(outcome.bytes);
+                    m.files.with_label_values(&[&name]).inc_by(outcome.files);
+                    info!(topic = %name, ranges = ?outcome.committed, rows = outcome.rows, files = outcome.files,
+                        snapshot = ?outcome.snapshot_id, "tiered to iceberg");
+                }
+                m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
+                state.next = Some(outcome.next_offsets);
+                let next = state.next.clone();
+                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= ORPHAN_CHECK_INTERVAL);
+                if check_orphans {
+                    state.orphans_checked = Some(Instant::now());
+                }
+                self.guard_retention(&partitions, next.as_ref());
+                if let Some(next) = &next {
+                    self.update_lag(&name, &partitions, next);
+                }
+                if check_orphans {
+                    self.clean_orphans(&name).await;
+                }
+            }
+            Err(e) => {
+                state.failures += 1;
+                let wait = match e {
+                    // Someone else committed: re-plan at once on the next pass.
+                    TieringError::StaleSnapshot { .. } => tick,
+                    _ => backoff(tick, state.failures),
+                };
+                state.retry_at = Some(Instant::now() + wait);
+                state.table = None;
+                error!(topic = %name, error = %e, failures = state.failures, retry_in_ms = wait.as_millis() as u64,
+                    "iceberg tiering failed");
+                m.record_error(&name, &e.kind(), &e.to_string(), now_secs());
+            }
+        }
+    }
+
+    fn update_lag(&self, name: &str, partitions: &[Arc<PartitionLog>], next: &BTreeMap<i32, i64>) {
+        let m = &self.metrics.iceberg;
+        for log in partitions {
+            let next = next.get(&log.partition()).copied().unwrap_or(0);
+            let p = log.partition().to_string();
+            m.committed_offset.with_label_values(&[name, &p]).set(next);
+            m.lag_records.with_label_values(&[name, &p]).set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
+        }
+    }
+
+    /// Deletes data files of crashed or aborted attempts (in no snapshot, older than [`ORPHAN_MIN_AGE`]).
+    async fn clean_orphans(&self, name: &str) {
+        let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
+        match table.clean_orphans(ORPHAN_MIN_AGE, true).await {
+            Ok(removed) if !removed.is_empty() => info!(topic = %name, files = removed.len(), "removed orphan data files"),
+            Ok(_) => {}
+            Err(e) => warn!(topic = %name, error = %e, "cannot look for orphan data files"),
+        }
+    }
+
+    async fn tier(
+        &mut self,
+        catalog: &IcebergCatalog,
+        name: &str,
+        topic_id: &str,
+        spec: &str,
+        partitions: &[Arc<PartitionLog>],
+    ) -> Result<floe_tiering::TierOutcome, TieringError> {
+        if self.topics[name].table.is_none() {
+            let table = catalog.topic_table(name, topic_id, spec).await?;
+            self.topics.get_mut(name).expect("present").table = Some(table);
+        }
+        let table = self.topics[name].table.as_ref().expect("set above");
+        table.tier_until(partitions, &TierLimits::default(), &self.stop).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_settings_are_validated() {
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate_topic_overrides(&o(ENABLED, "true")).is_ok());
+        assert!(validate_topic_overrides(&o(ENABLED, "yes")).is_err());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(timestamp),identity(partition)")).is_ok());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(nope)")).is_err());
+        assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
+        assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
+    }
+}
+
+/// `floe iceberg status`: what the catalog in `data_dir/iceberg` holds, per
+/// table: the committed (next) offset of each partition and the totals of the
+/// current snapshot. Reads the catalog only; safe while the broker runs.
+///
+/// # Errors
+/// If the catalog cannot be opened or read.
+pub async fn status(data_dir: &std::path::Path, catalog_name: &str, namespace: &str) -> Result<String, TieringError> {
+    use std::fmt::Write;
+    let dir = data_dir.join("iceberg");
+    let catalog =
+        IcebergCatalog::open_sqlite(catalog_name, &dir.join("catalog.db"), &dir.join("warehouse"), namespace).await?;
+    let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
+    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
+        operation: "list",
+        table: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    let mut out = String::new();
+    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", dir.display(), tables.len());
+    for ident in tables {
+        let table = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
+            operation: "load",
+            table: ident.to_string(),
+            source: Box::new(source),
+        })?;
+        let metadata = table.metadata();
+        let summary = metadata.current_snapshot().map(|s| s.summary().additional_properties.clone()).unwrap_or_default();
+        let total = |k: &str| summary.get(k).cloned().unwrap_or_else(|| "0".into());
+        let _ = writeln!(
+            out,
+            "table {ident}: snapshots {}, current {:?}, rows {}, data files {}, bytes {}, spec {}",
+            metadata.snapshots().len(),
+            metadata.current_snapshot_id(),
+            total("total-records"),
+            total("total-data-files"),
+            total("total-files-size"),
+            metadata.default_partition_spec().fields().iter().map(|f| format!("{}({})", f.transform, f.source_id)).collect::<Vec<_>>().join(","),
+        );
+        for (p, next) in floe_tiering::offsets::committed_next_offsets(metadata) {
+            let _ = writeln!(out, "  partition {p}: committed offset {next} (next to tier)");
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,82 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why tiering a table failed.
+#[derive(Debug, Error)]
+pub enum TieringError {
+    /// A segment file could not be read.
+    #[error("cannot read segment {path}: {source}")]
+    SegmentIo {
+        /// The `.log` file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The catalog or the table's files failed (catalog down, I/O, bad metadata).
+    #[error("iceberg {operation} failed for {table}: {source}")]
+    Iceberg {
+        /// What was being done (load, create, write, commit).
+        operation: &'static str,
+        /// `namespace.table`.
+        table: String,
+        /// The crate's error (boxed: it is large).
+        source: Box<iceberg::Error>,
+    },
+    /// The table moved on since the plan was made (another writer, or a commit
+    /// this process did not see): nothing was committed; re-plan.
+    #[error("table {table} changed under the plan (based on snapshot {planned:?}, now {current:?}); re-planning")]
+    StaleSnapshot {
+        /// `namespace.table`.
+        table: String,
+        /// The snapshot the plan was based on.
+        planned: Option<i64>,
+        /// The table's current snapshot.
+        current: Option<i64>,
+    },
+    /// `floe.iceberg.partition-spec` cannot be parsed.
+    #[error("invalid floe.iceberg.partition-spec `{spec}`: {reason}")]
+    InvalidPartitionSpec {
+        /// The value.
+        spec: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The table was created for another topic of the same name (deleted and re-created).
+    #[error("table {table} belongs to topic id {table_topic_id}, not {topic_id}: an earlier topic of the same name; drop or rename the table to tier this one")]
+    TopicMismatch {
+        /// `namespace.table`.
+        table: String,
+        /// The topic id in the table's properties.
+        table_topic_id: String,
+        /// The topic's id now.
+        topic_id: String,
+    },
+    /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+impl TieringError {
+    pub(crate) fn iceberg(operation: &'static str, table: impl ToString) -> impl FnOnce(iceberg::Error) -> Self {
+        let table = table.to_string();
+        move |source| Self::Iceberg { operation, table, source: Box::new(source) }
+    }
+
+    /// A short label for metrics: `segment_io`, `iceberg_<operation>`, `stale_snapshot`, `config`, `arrow`.
+    pub fn kind(&self) -> String {
+        match self {
+            Self::SegmentIo { .. } => "segment_io".into(),
+            Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
+            Self::StaleSnapshot { .. } => "stale_snapshot".into(),
+            Self::InvalidPartitionSpec { .. } => "config".into(),
+            Self::TopicMismatch { .. } => "topic_mismatch".into(),
+            Self::Arrow(_) => "arrow".into(),
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = TieringError> = std::result::Result<T, E>;

@@ -1,0 +1,95 @@
+//! Tiered offsets in snapshot summaries, and reading them back.
+//!
+//! Every commit Floe makes records, per partition it tiered, the inclusive
+//! offset range it covered: `floe.offsets.<partition>` = `<first>-<last>`,
+//! and for every partition ever tiered the next offset to tier:
+//! `floe.next-offset.<partition>` = `<offset>` (cumulative, so the current
+//! snapshot alone suffices once older snapshots are expired). Summary
+//! properties belong to one snapshot, so the next offset to tier of a
+//! partition is found by walking the current snapshot's ancestry and taking
+//! the highest of `last` + 1 and `next-offset`. Data files that were written
+//! but never committed are in no snapshot, so they never count.
+
+use std::collections::{BTreeMap, HashMap};
+
+use iceberg::spec::TableMetadata;
+
+/// Prefix of the summary property holding a partition's tiered range.
+pub const OFFSETS_PREFIX: &str = "floe.offsets.";
+/// Prefix of the summary property holding a partition's next offset to tier (all partitions, every commit).
+pub const NEXT_OFFSET_PREFIX: &str = "floe.next-offset.";
+
+/// The summary property name for `partition`.
+pub fn offsets_key(partition: i32) -> String {
+    format!("{OFFSETS_PREFIX}{partition}")
+}
+
+/// The summary properties of a commit covering `ranges` (partition → inclusive first, last)
+/// on top of `committed` (partition → next offset to tier before the commit).
+pub fn summary_properties(
+    ranges: &BTreeMap<i32, (i64, i64)>,
+    committed: &BTreeMap<i32, i64>,
+) -> HashMap<String, String> {
+    let mut next = committed.clone();
+    for (p, (_, last)) in ranges {
+        let e = next.entry(*p).or_insert(last + 1);
+        *e = (*e).max(last + 1);
+    }
+    ranges
+        .iter()
+        .map(|(p, (first, last))| (offsets_key(*p), format!("{first}-{last}")))
+        .chain(next.iter().map(|(p, n)| (format!("{NEXT_OFFSET_PREFIX}{p}"), n.to_string())))
+        .collect()
+}
+
+fn parse_range(v: &str) -> Option<(i64, i64)> {
+    let (a, b) = v.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Per partition, the next offset to tier: the highest committed `last` + 1
+/// along the current snapshot's ancestry. Partitions never tiered are absent.
+pub fn committed_next_offsets(metadata: &TableMetadata) -> BTreeMap<i32, i64> {
+    let mut next = BTreeMap::new();
+    let mut snapshot = metadata.current_snapshot();
+    // Guard against a malformed cycle: never visit more snapshots than exist.
+    let mut budget = metadata.snapshots().len();
+    while let Some(s) = snapshot {
+        for (k, v) in &s.summary().additional_properties {
+            let candidate = if let Some(p) = k.strip_prefix(OFFSETS_PREFIX) {
+                p.parse::<i32>().ok().zip(parse_range(v).map(|(_, last)| last + 1))
+            } else if let Some(p) = k.strip_prefix(NEXT_OFFSET_PREFIX) {
+                p.parse::<i32>().ok().zip(v.parse::<i64>().ok())
+            } else {
+                None
+            };
+            if let Some((p, n)) = candidate {
+                let e = next.entry(p).or_insert(n);
+                *e = (*e).max(n);
+            }
+        }
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_format_and_parse() {
+        let props = summary_properties(&BTreeMap::from([(0, (0, 99)), (12, (5, 5))]), &BTreeMap::from([(3, 40), (0, 0)]));
+        assert_eq!(props["floe.offsets.0"], "0-99");
+        assert_eq!(props["floe.next-offset.0"], "100");
+        assert_eq!(props["floe.next-offset.3"], "40", "partitions not in this commit are carried");
+        assert_eq!(props["floe.next-offset.12"], "6");
+        assert!(!props.contains_key("floe.offsets.3"));
+        assert_eq!(parse_range(&props["floe.offsets.12"]), Some((5, 5)));
+        assert_eq!(parse_range("x-1"), None);
+    }
+}

@@ -1,0 +1,164 @@
+//! The table layout: one Iceberg table per topic, one row per Kafka record.
+//!
+//! | id | column | Iceberg type | |
+//! |---|---|---|---|
+//! | 1 | `partition` | int | the Kafka partition |
+//! | 2 | `offset` | long | the record's offset |
+//! | 3 | `timestamp` | timestamptz (µs, UTC) | the record's timestamp; for LogAppendTime batches the batch's append time |
+//! | 4 | `timestamp_type` | string | `CreateTime` or `LogAppendTime` |
+//! | 5 | `key` | binary, optional | null for a null key |
+//! | 6 | `value` | binary, optional | null for a null value (a tombstone) |
+//! | 7 | `headers` | list<struct<key string, value binary optional>> | in record order |
+//! | 8 | `batch_base_offset` | long | base offset of the record's batch |
+//! | 9 | `producer_id` | long | -1 without an idempotent producer |
+//! | 10 | `producer_epoch` | int | -1 without |
+//! | 11 | `base_sequence` | int | -1 without |
+//! | 12 | `compression` | string | the batch's codec: `none`, `gzip`, `snappy`, `lz4`, `zstd` |
+//! | 13 | `is_transactional` | boolean | the batch's transactional bit |
+//! | 14 | `partition_leader_epoch` | int | as stored in the batch |
+//!
+//! List element id 15, header struct fields 16 (`key`) and 17 (`value`).
+//! Iceberg `binary` is Arrow `LargeBinary`; `timestamptz` is Arrow
+//! `Timestamp(Microsecond, "+00:00")`.
+//!
+//! The partition spec comes from the topic's `floe.iceberg.partition-spec`:
+//! comma-separated `TRANSFORM(COLUMN)` terms, e.g. `day(timestamp)` (the
+//! default), `hour(timestamp)`, `identity(partition)`, `bucket[16](key)`.
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef as ArrowSchemaRef;
+use iceberg::spec::{
+    ListType, NestedField, PrimitiveType, Schema, StructType, Transform, Type, UnboundPartitionSpec,
+};
+
+use crate::error::{Result, TieringError};
+
+/// Field ids of the columns, in schema order.
+pub mod field_id {
+    #![allow(missing_docs)]
+    pub const PARTITION: i32 = 1;
+    pub const OFFSET: i32 = 2;
+    pub const TIMESTAMP: i32 = 3;
+    pub const TIMESTAMP_TYPE: i32 = 4;
+    pub const KEY: i32 = 5;
+    pub const VALUE: i32 = 6;
+    pub const HEADERS: i32 = 7;
+    pub const BATCH_BASE_OFFSET: i32 = 8;
+    pub const PRODUCER_ID: i32 = 9;
+    pub const PRODUCER_EPOCH: i32 = 10;
+    pub const BASE_SEQUENCE: i32 = 11;
+    pub const COMPRESSION: i32 = 12;
+    pub const IS_TRANSACTIONAL: i32 = 13;
+    pub const PARTITION_LEADER_EPOCH: i32 = 14;
+    pub const HEADERS_ELEMENT: i32 = 15;
+    pub const HEADER_KEY: i32 = 16;
+    pub const HEADER_VALUE: i32 = 17;
+}
+
+/// The default partition spec of a tiered topic's table.
+pub const DEFAULT_PARTITION_SPEC: &str = "day(timestamp)";
+
+/// The Iceberg schema of every tiered topic's table.
+pub fn iceberg_schema() -> Schema {
+    use field_id::*;
+    let header = StructType::new(vec![
+        NestedField::required(HEADER_KEY, "key", Type::Primitive(PrimitiveType::String)).into(),
+        NestedField::optional(HEADER_VALUE, "value", Type::Primitive(PrimitiveType::Binary)).into(),
+    ]);
+    let headers = ListType::new(NestedField::required(HEADERS_ELEMENT, "element", Type::Struct(header)).into());
+    let p = |t| Type::Primitive(t);
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(vec![
+            NestedField::required(PARTITION, "partition", p(PrimitiveType::Int)).into(),
+            NestedField::required(OFFSET, "offset", p(PrimitiveType::Long)).into(),
+            NestedField::required(TIMESTAMP, "timestamp", p(PrimitiveType::Timestamptz)).into(),
+            NestedField::required(TIMESTAMP_TYPE, "timestamp_type", p(PrimitiveType::String)).into(),
+            NestedField::optional(KEY, "key", p(PrimitiveType::Binary)).into(),
+            NestedField::optional(VALUE, "value", p(PrimitiveType::Binary)).into(),
+            NestedField::required(HEADERS, "headers", Type::List(headers)).into(),
+            NestedField::required(BATCH_BASE_OFFSET, "batch_base_offset", p(PrimitiveType::Long)).into(),
+            NestedField::required(PRODUCER_ID, "producer_id", p(PrimitiveType::Long)).into(),
+            NestedField::required(PRODUCER_EPOCH, "producer_epoch", p(PrimitiveType::Int)).into(),
+            NestedField::required(BASE_SEQUENCE, "base_sequence", p(PrimitiveType::Int)).into(),
+            NestedField::required(COMPRESSION, "compression", p(PrimitiveType::String)).into(),
+            NestedField::required(IS_TRANSACTIONAL, "is_transactional", p(PrimitiveType::Boolean)).into(),
+            NestedField::required(PARTITION_LEADER_EPOCH, "partition_leader_epoch", p(PrimitiveType::Int)).into(),
+        ])
+        .build()
+        .expect("the table schema is well formed (a unit test builds it)")
+}
+
+/// The Arrow schema matching [`iceberg_schema`], field ids in the metadata (as the Parquet writer needs).
+pub fn arrow_schema() -> ArrowSchemaRef {
+    Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(&iceberg_schema())
+            .expect("the table schema converts to Arrow (a unit test converts it)"),
+    )
+}
+
+/// Parses a `floe.iceberg.partition-spec` value: comma-separated
+/// `transform(column)` terms; an empty value means unpartitioned.
+///
+/// # Errors
+/// [`TieringError::InvalidPartitionSpec`] for an unknown column or transform.
+pub fn parse_partition_spec(spec: &str) -> Result<UnboundPartitionSpec> {
+    let schema = iceberg_schema();
+    let invalid = |reason: String| TieringError::InvalidPartitionSpec { spec: spec.to_string(), reason };
+    let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
+    for term in spec.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let (transform, column) = term
+            .strip_suffix(')')
+            .and_then(|t| t.split_once('('))
+            .ok_or_else(|| invalid(format!("`{term}` is not TRANSFORM(COLUMN)")))?;
+        let (transform, column) = (transform.trim(), column.trim());
+        let field = schema
+            .field_by_name(column)
+            .ok_or_else(|| invalid(format!("no column `{column}`")))?;
+        let t: Transform = transform
+            .parse()
+            .map_err(|e| invalid(format!("transform `{transform}`: {e}")))?;
+        if t.result_type(&field.field_type).is_err() {
+            return Err(invalid(format!("`{transform}` does not apply to `{column}`")));
+        }
+        let name = match t {
+            Transform::Identity => column.to_string(),
+            _ => format!("{column}_{}", transform.split('[').next().unwrap_or(transform)),
+        };
+        builder = builder
+            .add_partition_field(field.id, name, t)
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_converts_to_arrow_with_large_binary_and_utc() {
+        let a = arrow_schema();
+        assert_eq!(a.fields().len(), 14);
+        assert_eq!(a.field_with_name("key").unwrap().data_type(), &arrow_schema::DataType::LargeBinary);
+        assert_eq!(
+            a.field_with_name("timestamp").unwrap().data_type(),
+            &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into()))
+        );
+    }
+
+    #[test]
+    fn partition_specs_parse() {
+        assert_eq!(parse_partition_spec("day(timestamp)").unwrap().fields().len(), 1);
+        let s = parse_partition_spec("hour(timestamp), identity(partition)").unwrap();
+        assert_eq!(s.fields()[0].name, "timestamp_hour");
+        assert_eq!(s.fields()[1].name, "partition");
+        assert!(parse_partition_spec("").unwrap().fields().is_empty());
+        assert!(parse_partition_spec("bucket[4](partition)").is_ok());
+        assert!(parse_partition_spec("day(nope)").is_err());
+        assert!(parse_partition_spec("day(partition)").is_err());
+        assert!(parse_partition_spec("frobnicate(offset)").is_err());
+        assert!(parse_partition_spec("timestamp").is_err());
+    }
+}
