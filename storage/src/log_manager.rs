@@ -288,6 +288,11 @@ impl LogManager {
         self.topics_read().get(name).cloned()
     }
 
+    /// The topic with this topic id (Fetch v13+, Metadata and DeleteTopics by id).
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics_read().values().find(|t| t.id() == id).cloned()
+    }
+
     /// All topics, by name.
     pub fn topics(&self) -> Vec<Arc<Topic>> {
         self.topics_read().values().cloned().collect()

@@ -19,7 +19,7 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
     for (name, id) in wanted {
         let topic = match &name {
             Some(n) => broker.logs.topic(n),
-            None => broker.logs.topics().into_iter().find(|t| t.id() == id),
+            None => broker.logs.topic_by_id(id),
         };
         let mut result = DeletableTopicResult::default()
             .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))

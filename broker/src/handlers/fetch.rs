@@ -75,7 +75,7 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> Vec<Target>
     for (slot, topic) in request.topics.iter().enumerate() {
         let by_id = version >= 13;
         let found = if by_id {
-            broker.logs.topics().into_iter().find(|t| t.id() == topic.topic_id)
+            broker.logs.topic_by_id(topic.topic_id)
         } else {
             broker.logs.topic(topic.topic.0.as_str())
         };

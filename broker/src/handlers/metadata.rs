@@ -41,7 +41,7 @@ pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i
             for w in wanted {
                 out.push(match w {
                     MetadataNameOrId::Name(name) => topic_by_name(broker, name, allow_create).await,
-                    MetadataNameOrId::Id(id) => match broker.logs.topics().into_iter().find(|t| t.id() == id) {
+                    MetadataNameOrId::Id(id) => match broker.logs.topic_by_id(id) {
                         Some(t) => describe_topic(broker, &t),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(id)
