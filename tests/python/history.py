@@ -18,6 +18,9 @@ violations (any of them fails a test):
 information (allowed: a crash can lose an ack, not the write):
 - unacked_read:     sent, never acknowledged (failed or unknown), yet read
 - unacked_missing:  sent, never acknowledged, and not in the log
+- gaps:             offset ranges between log start and high watermark the
+                    drain did not see (a damaged range the broker steps over;
+                    a lost acknowledged record there is still `lost`)
 
 The checker is pure: it looks only at the history, so its own tests feed it
 synthetic histories with each violation. `Workload` drives real
@@ -71,6 +74,7 @@ class Verdict:
     committed_unread: list = field(default_factory=list)
     unacked_read: list = field(default_factory=list)
     unacked_missing: list = field(default_factory=list)
+    gaps: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)
 
     VIOLATIONS = ("lost", "duplicate", "inconsistent", "nonmonotonic", "phantom", "committed_unread")
@@ -80,7 +84,7 @@ class Verdict:
         return not any(getattr(self, k) for k in self.VIOLATIONS)
 
     def summary(self) -> str:
-        parts = [f"{k}={len(getattr(self, k))}" for k in self.VIOLATIONS + ("unacked_read", "unacked_missing")]
+        parts = [f"{k}={len(getattr(self, k))}" for k in self.VIOLATIONS + ("unacked_read", "unacked_missing", "gaps")]
         head = ("valid" if self.ok else "INVALID") + ": " + " ".join(parts)
         counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
         lines = [head, counts]
@@ -88,7 +92,20 @@ class Verdict:
             items = getattr(self, k)
             if items:
                 lines.append(f"  {k} (first 5): {items[:5]}")
+        if self.gaps:
+            lines.append(f"  gaps in the drain: {self.gaps[:10]}")
         return "\n".join(lines)
+
+
+def _ranges(part: int, offsets: list[int]) -> list[tuple[int, int, int]]:
+    """Sorted offsets as (partition, first, last) runs."""
+    out: list[tuple[int, int, int]] = []
+    for o in offsets:
+        if out and out[-1][2] == o - 1:
+            out[-1] = (part, out[-1][1], o)
+        else:
+            out.append((part, o, o))
+    return out
 
 
 def check(h: History) -> Verdict:
@@ -142,14 +159,19 @@ def check(h: History) -> Verdict:
         if prev is not None and off <= prev:
             v.nonmonotonic.append(("consumer", reader, part, prev, off))
         last_read[(reader, part)] = off
-    # The drain reads each partition once, in offset order, without gaps.
+    # The drain reads each partition once, in offset order, within its bounds;
+    # offsets it did not see are gaps (information: a damaged range the broker skips).
     by_part: dict[int, list[int]] = defaultdict(list)
     for part, off, _ in h.drain:
         by_part[part].append(off)
-    for part, offs in by_part.items():
-        lo, hi = h.drain_bounds.get(part, (offs[0], offs[-1] + 1))
-        if offs != list(range(lo, hi)):
-            v.nonmonotonic.append(("drain", part, f"offsets are not exactly {lo}..{hi - 1}", offs[:3], offs[-3:]))
+    for part, (lo, hi) in sorted(h.drain_bounds.items()):
+        offs = by_part.get(part, [])
+        if any(b <= a for a, b in zip(offs, offs[1:])) or (offs and (offs[0] < lo or offs[-1] >= hi)):
+            v.nonmonotonic.append(("drain", part, f"offsets not increasing within {lo}..{hi - 1}",
+                                   offs[:3], offs[-3:]))
+        seen = set(offs)
+        missing = [o for o in range(lo, hi) if o not in seen]
+        v.gaps += _ranges(part, missing)
 
     # A group's last commit per partition: every drained record below it was read by some consumer.
     read_places = {(part, off) for _, part, off, _ in h.reads}

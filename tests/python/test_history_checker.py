@@ -81,11 +81,16 @@ def test_nonmonotonic_consumer_reads_within_a_session():
     assert check(h).ok
 
 
-def test_drain_with_a_gap_is_nonmonotonic():
+def test_drain_out_of_order_is_nonmonotonic_and_a_gap_is_reported():
+    h = clean_history()
+    h.drain[0], h.drain[1] = h.drain[1], h.drain[0]
+    v = check(h)
+    assert any(n[0] == "drain" for n in v.nonmonotonic), v.summary()
     h = clean_history()
     h.drain = [d for d in h.drain if (d[0], d[1]) != (0, 0)]
     v = check(h)
-    assert any(n[0] == "drain" for n in v.nonmonotonic), v.summary()
+    assert v.gaps == [(0, 0, 0)], v.summary()
+    assert v.lost == [(0, 0, b"v0")]
 
 
 def test_phantom_record_never_sent():
