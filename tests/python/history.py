@@ -357,6 +357,7 @@ class Workload:
         for t in producers:
             t.join(10)
         self.unflushed_at_stop = sum(p.flush(flush_timeout) for p in self._producers)
+        self._producers.clear()  # destroys them: no reconnect attempts after the test
         time.sleep(1.0)  # let consumers catch up a little before they stop
         self._stop_consuming.set()
         for t in self._threads:
