@@ -13,11 +13,16 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
+import subprocess
 import time
 
-from clients import create_topic, unique_topic
+import pytest
+from confluent_kafka import TopicPartition
+
+from clients import consume_all, consume_range, consumer, create_topic, produce_all, unique_topic, watermarks
 from floe_process import wait_until
-from history import Workload, check
+from history import History, Workload, check
 
 SOAK_SECONDS = float(os.environ.get("FLOE_SOAK_SECONDS", "0"))
 SHORT_KILLS = int(os.environ.get("FLOE_FAULT_KILLS", "6"))
@@ -75,3 +80,211 @@ def test_kill9_loop_loses_nothing_acknowledged(floe_factory):
     assert verdict.counts["acked"] > 1000, verdict.counts
     assert verdict.counts["read"] > 0, "the group consumers read nothing"
     assert verdict.counts["commits"] > 0, "the group consumers committed nothing"
+
+
+# ------------------------------------------------------------ torn and damaged files
+
+def _batches(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(position, end, base offset, last offset) of the whole batches at the start of `data`."""
+    out, pos = [], 0
+    while pos + 61 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        last_delta = struct.unpack_from(">i", data, pos + 23)[0]
+        end = pos + 12 + length
+        if length < 49 or end > len(data):
+            break
+        out.append((pos, end, base, base + last_delta))
+        pos = end
+    return out
+
+
+def _acked_history(acks: dict[int, bytes]) -> History:
+    h = History()
+    for off, val in sorted(acks.items()):
+        h.record_send("p0", 0, val)
+        h.record_ack("p0", 0, off, val)
+    return h
+
+
+@pytest.mark.parametrize("damage", ["truncate-random", "append-garbage", "zero-last-4k"])
+def test_damaged_active_segment_and_indexes_after_kill9(floe_factory, damage):
+    """After a kill -9: damage the active segment and the indexes; startup
+    truncates to the last whole batch before the damage, rebuilds the indexes,
+    serves exactly that prefix, and takes new writes at the next offset."""
+    rng = random.Random(_seed())
+    floe = floe_factory("floe")
+    topic = create_topic(floe.bootstrap, unique_topic("torn"), config={"segment.bytes": "40000",
+                                                                         "index.interval.bytes": "1000"})
+    base_ts = 1_750_000_000_000
+    msgs = [{"value": f"v{i:05d}-".encode() + b"x" * 60, "timestamp": base_ts + i * 10} for i in range(2000)]
+    offsets = produce_all(floe.bootstrap, topic, msgs, **{"batch.num.messages": 20, "linger.ms": 20})
+    acks = {off: m["value"] for off, m in zip(offsets, msgs)}
+    floe.kill9()
+
+    segs = floe.segment_files(topic)
+    assert len(segs) >= 3, f"expected several segments, got {segs}"
+    active = segs[-1]
+    data = active.read_bytes()
+    batches = _batches(data)
+    assert batches and batches[-1][1] == len(data), "the active segment should end on a batch boundary"
+    if damage == "truncate-random":
+        cut = rng.randrange(1, len(data))
+        with open(active, "r+b") as f:
+            f.truncate(cut)
+        limit = cut
+    elif damage == "append-garbage":
+        with open(active, "ab") as f:
+            f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 5000))))
+        limit = len(data)
+    else:
+        with open(active, "r+b") as f:
+            f.seek(max(0, len(data) - 4096))
+            f.write(b"\0" * min(4096, len(data)))
+        limit = len(data) - 4096
+    surviving = [b for b in batches if b[1] <= limit]
+    expected_end = surviving[-1][3] + 1 if surviving else int(active.stem)
+    # Damage every index of the partition too: torn, garbage, missing.
+    pdir = floe.partition_dir(topic)
+    for i, f in enumerate(sorted(pdir.glob("*.index")) + sorted(pdir.glob("*.timeindex"))):
+        if i % 3 == 0:
+            f.unlink()
+        elif i % 3 == 1:
+            with open(f, "r+b") as fh:
+                fh.truncate(max(0, f.stat().st_size // 2 - 3))
+        else:
+            f.write_bytes(bytes(rng.randrange(256) for _ in range(f.stat().st_size or 64)))
+
+    floe.start()
+    assert watermarks(floe.bootstrap, topic) == (0, expected_end), f"damage at byte {limit} of {active.name}"
+    got = consume_range(floe.bootstrap, topic, 0, expected_end)
+    assert [m.value() for m in got] == [msgs[i]["value"] for i in range(expected_end)]
+    # The time index answers again (ListOffsets by timestamp), across segments.
+    c = consumer(floe.bootstrap)
+    try:
+        for i in sorted({0, 1, expected_end // 3, expected_end // 2, expected_end - 1}):
+            (r,) = c.offsets_for_times([TopicPartition(topic, 0, base_ts + i * 10 - 5)], timeout=30)
+            assert r.offset == i, f"offsets_for_times for record {i}: got {r.offset}"
+    finally:
+        c.close()
+    more = [{"value": f"after-{i}".encode()} for i in range(300)]
+    new_offsets = produce_all(floe.bootstrap, topic, more)
+    assert new_offsets == list(range(expected_end, expected_end + 300))
+    # Checker: every acknowledged record before the damage point, and every new one, is there once.
+    h = _acked_history({o: v for o, v in acks.items() if o < expected_end})
+    for o, m in zip(new_offsets, more):
+        h.record_send("p1", 0, m["value"])
+        h.record_ack("p1", 0, o, m["value"])
+    for m in consume_all(floe.bootstrap, topic):
+        h.drain.append((0, m.offset(), m.value()))
+    h.drain_bounds[0] = (0, expected_end + 300)
+    verdict = check(h)
+    assert verdict.ok, verdict.summary()
+    lost_to_damage = len(acks) - expected_end
+    print(f"{damage}: cut at byte {limit}/{len(data)}; {expected_end} records survive, "
+          f"{lost_to_damage} acknowledged records were in the damaged tail\n{verdict.summary()}")
+
+
+# ------------------------------------------------------------ disk full
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 16 MiB tmpfs (unmounted at teardown); skips if this machine cannot mount one."""
+    mnt = tmp_path / "small-fs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _free_bytes(path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _parse_checkpoint(path) -> dict:
+    lines = path.read_text().splitlines()
+    assert lines[0] == "0", f"{path}: version line {lines[0]!r}"
+    count = int(lines[1])
+    assert len(lines) == 2 + count, f"{path}: {count} entries announced, {len(lines) - 2} present"
+    return {tuple(line.split()[:2]): int(line.split()[2]) for line in lines[2:]}
+
+
+def test_disk_full_fails_produce_cleanly_and_resumes(floe_factory, small_fs):
+    """The data dir on a 16 MiB tmpfs: produce until it is full. Produce gets
+    KAFKA_STORAGE_ERROR, no partial batch is left in a segment, the checkpoints
+    stay parseable; after space is freed producing resumes; nothing acknowledged is lost."""
+    from confluent_kafka import KafkaError, Producer
+
+    floe = floe_factory("floe", data_dir=small_fs / "data",
+                        overrides={"log.segment.bytes": "1048576", "log.flush.scheduler.interval.ms": "200"})
+    topic = create_topic(floe.bootstrap, unique_topic("full"), partitions=2)
+    filler = small_fs / "filler"
+    with open(filler, "wb") as f:  # leave ~3 MiB for the log
+        f.write(b"\0" * max(0, _free_bytes(small_fs) - 3 * 1024 * 1024))
+
+    h = History()
+    errors: list = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            h.record_ack("p0", msg.partition(), msg.offset(), msg.value())
+        else:
+            h.failures.append(("p0", msg.value(), str(err)))
+            errors.append(err.code())
+
+    def produce_round(prefix: str, n: int, timeout_ms: int):
+        p = Producer({"bootstrap.servers": floe.bootstrap, "acks": "all", "retries": 0,
+                      "message.timeout.ms": timeout_ms, "linger.ms": 5, "batch.num.messages": 50})
+        for i in range(n):
+            value = f"{prefix}-{i:06d}-".encode() + os.urandom(1000)
+            while True:
+                try:
+                    p.produce(topic, value=value, partition=i % 2, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            h.record_send("p0", i % 2, value)
+            p.poll(0)
+        assert p.flush(60) == 0
+
+    # ~5 MiB into ~3 MiB of space: the disk fills part-way.
+    produce_round("fill", 5000, 10_000)
+    acked_before = len(h.acks)
+    assert 500 < acked_before < 5000, f"{acked_before} of 5000 acknowledged: the disk did not fill part-way"
+    assert errors and all(e == KafkaError.KAFKA_STORAGE_ERROR for e in errors), \
+        f"produce on a full disk failed with {sorted(set(errors))}, want KAFKA_STORAGE_ERROR"
+    assert floe.running, "the broker died on a full disk"
+
+    # No partial batch in any segment; the checkpoints parse.
+    for part in range(2):
+        for seg in floe.segment_files(topic, part):
+            data = seg.read_bytes()
+            batches = _batches(data)
+            assert (batches[-1][1] if batches else 0) == len(data), \
+                f"{seg} holds {len(data) - (batches[-1][1] if batches else 0)} bytes of a partial batch"
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint"):
+        _parse_checkpoint(floe.data_dir / name)
+
+    # Free the space: producing resumes.
+    filler.unlink()
+    errors.clear()
+    produce_round("after", 500, 30_000)
+    assert not errors, f"produce still failing after space was freed: {sorted(set(errors))}"
+    assert len(h.acks) == acked_before + 500
+
+    # A crash now, then the checker over everything acknowledged.
+    floe.kill9()
+    floe.start()
+    for part in range(2):
+        lo, hi = watermarks(floe.bootstrap, topic, part)
+        h.drain_bounds[part] = (lo, hi)
+        for m in consume_range(floe.bootstrap, topic, lo, hi - lo, partition=part):
+            h.drain.append((part, m.offset(), m.value()))
+    verdict = check(h)
+    print(f"disk full: {acked_before} acknowledged before full, {len(h.failures)} refused\n{verdict.summary()}")
+    assert verdict.ok, verdict.summary()
+    assert not verdict.unacked_read, f"{len(verdict.unacked_read)} refused records are in the log"
