@@ -9,6 +9,7 @@
 #   2. pytest tests/python           (confluent-kafka, kafka-python, aiokafka, kcat, raw wire)
 #   3. node --test tests/js/         (kafkajs)
 #   4. floe-bench run SCENARIO --quick, every scenario (the benchmark harness must not rot)
+#   5. cargo fuzz run, each fuzz/ target for FUZZ_SECONDS (installs cargo-fuzz if missing)
 # Idempotent; works on a fresh Debian machine as root, with or without a tty.
 # Setup or build failures stop the run at once; every test stage runs even if an
 # earlier one failed, and the script exits non-zero if any stage failed.
@@ -17,6 +18,7 @@
 #   CARGO_TARGET_DIR   honoured (default: <repo>/target)
 #   FLOE_BIN           the broker binary the tests start (default: $CARGO_TARGET_DIR/debug/floe)
 #   PYTEST_ARGS        extra arguments for pytest (e.g. "-k durability -x")
+#   FUZZ_SECONDS       seconds per fuzz target in stage 5 (default 30; 0 skips the stage)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -153,6 +155,29 @@ bench_quick() { # every floe-bench scenario for a few seconds; reports under $TA
     return $rc
 }
 run_stage "floe-bench --quick" bench_quick
+
+fuzz_short() { # each cargo-fuzz target for FUZZ_SECONDS over the committed seeds; a crash fails the stage
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        cargo install --locked cargo-fuzz || return 1
+    fi
+    local t rc=0
+    for t in request_decode record_batch; do
+        # New inputs go to a scratch corpus under the target dir, so the committed seeds stay as they are.
+        local scratch="$TARGET_DIR/fuzz-corpus/$t"
+        mkdir -p "$scratch"
+        echo "-- cargo fuzz run $t (${FUZZ_SECONDS}s)"
+        # The toolchain is stable: RUSTC_BOOTSTRAP lets cargo-fuzz pass its -Z flags.
+        # -s none: safe Rust needs no AddressSanitizer to find panics; -a keeps overflow checks.
+        (cd "$ROOT" && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none -a --target-dir "$TARGET_DIR/fuzz" "$t" \
+            "$scratch" "fuzz/corpus/$t" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1) \
+            || { echo "cargo fuzz $t FAILED (reproducer in fuzz/artifacts/$t/)"; rc=1; }
+    done
+    return $rc
+}
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
+if [ "$FUZZ_SECONDS" != 0 ]; then
+    run_stage "cargo fuzz (short)" fuzz_short
+fi
 
 # ---------------------------------------------------------------- summary
 printf '\n==================================================================\n'

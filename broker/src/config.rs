@@ -71,7 +71,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor reported for topics; Floe is a single replica."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
-    s("connections.max.idle.ms", "600000", "Idle connections are closed after this long."),
+    s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
+    s("max.connections", "10000", "Most client connections open at once; a connection beyond it is accepted and closed at once. Each takes a file descriptor: the broker raises its soft `RLIMIT_NOFILE` to the hard limit at startup."),
+    s("max.connections.per.ip", "2147483647", "Most client connections open at once from one IP address; one beyond it is accepted and closed at once."),
+    s("floe.request.read-timeout-ms", "30000", "Once a request's first bytes have arrived, the rest must arrive within this long or the connection is closed (slowloris guard)."),
     s("fetch.zero.copy", "true", "Serve plaintext fetch records with sendfile(2); false copies through user space."),
     s("fetch.max.bytes", "57671680", "Upper bound on the records in one Fetch response, whatever the client asks."),
     s("message.max.bytes", "1048588", "Default `max.message.bytes` of topics: the largest record batch accepted."),
@@ -125,6 +128,12 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// Idle connection timeout.
     pub connections_max_idle_ms: u64,
+    /// `max.connections`.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: usize,
+    /// `floe.request.read-timeout-ms`: deadline for the rest of a begun request.
+    pub request_read_timeout_ms: u64,
     /// Whether plaintext fetches use sendfile.
     pub fetch_zero_copy: bool,
     /// Broker-wide cap on a Fetch response's record bytes.
@@ -258,7 +267,10 @@ impl ConfigBuilder {
             num_partitions: parse_positive(r, "num.partitions")?,
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
             socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,
-            connections_max_idle_ms: parse(r, "connections.max.idle.ms")?,
+            connections_max_idle_ms: parse_positive(r, "connections.max.idle.ms")?,
+            max_connections: parse_positive(r, "max.connections")?,
+            max_connections_per_ip: parse_positive(r, "max.connections.per.ip")?,
+            request_read_timeout_ms: parse_positive(r, "floe.request.read-timeout-ms")?,
             fetch_zero_copy: parse(r, "fetch.zero.copy")?,
             fetch_max_bytes: parse_positive(r, "fetch.max.bytes")?,
             retention_check_interval_ms: parse_positive(r, "log.retention.check.interval.ms")?,

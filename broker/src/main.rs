@@ -97,6 +97,14 @@ fn main() -> anyhow::Result<()> {
         builder.set(k, v, Layer::CommandLine)?;
     }
     let config = builder.build()?;
+    // Every connection is a file descriptor: let max.connections fit if the hard limit allows.
+    match floe_broker::server::limits::raise_open_files_limit() {
+        Ok(limit) if limit < config.max_connections as u64 => {
+            tracing::warn!(limit, max_connections = config.max_connections, "open-files limit is below max.connections; accepts will fail with EMFILE before the limit is reached");
+        }
+        Ok(limit) => tracing::debug!(limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -31,7 +31,7 @@ pub struct Metrics {
     pub produce_records: IntCounter,
     /// Connections currently open.
     pub connections: IntGauge,
-    /// Connections closed because of bad input, by reason.
+    /// Connections the broker closed (bad input, a connection limit, a read deadline), by reason.
     pub connections_rejected: IntCounterVec,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
@@ -137,7 +137,7 @@ impl Metrics {
         let produce_records = IntCounter::new("floe_produce_records_total", "Records appended").expect("metric");
         let connections = IntGauge::new("floe_connections", "Open client connections").expect("metric");
         let connections_rejected = IntCounterVec::new(
-            Opts::new("floe_connections_closed_on_error_total", "Connections closed because of bad input, by reason"),
+            Opts::new("floe_connections_closed_on_error_total", "Connections the broker closed: bad input, a limit or a read deadline, by reason"),
             &["reason"],
         )
         .expect("metric");

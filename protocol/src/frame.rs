@@ -23,10 +23,14 @@ use crate::ProtocolError;
 /// Size of the length prefix of every frame.
 pub const SIZE_PREFIX_LEN: usize = 4;
 
+/// Smallest step by which a partial frame's buffer grows.
+const RESERVE_STEP: usize = 64 * 1024;
+
 /// Takes one complete frame (without its size prefix) off the front of `buf`.
 ///
 /// Returns `Ok(None)` when `buf` does not yet hold a whole frame; reserves
-/// room for the rest so the next read can land it in one piece.
+/// room for more of it, at most about as much as has arrived (at least 64 KiB),
+/// so memory follows the bytes received rather than the size announced.
 ///
 /// # Errors
 /// [`ProtocolError::FrameTooLarge`] when the announced size is negative or
@@ -42,7 +46,11 @@ pub fn parse_frame(buf: &mut BytesMut, max_size: usize) -> Result<Option<Bytes>,
     }
     let total = SIZE_PREFIX_LEN + size as usize;
     if buf.len() < total {
-        buf.reserve(total - buf.len());
+        // Grow with the bytes that arrived, not the size announced: a client
+        // announcing 100 MiB and sending 4 bytes must not cost 100 MiB.
+        // Doubling keeps a large frame's reads amortised.
+        let missing = total - buf.len();
+        buf.reserve(missing.min(buf.len().max(RESERVE_STEP)));
         return Ok(None);
     }
     buf.advance(SIZE_PREFIX_LEN);

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
+use crate::server::limits::{ReadClock, ReadExpiry, READ_DEADLINE_LOG};
 use crate::server::transmit;
 
 /// A connection and its read buffer.
@@ -34,8 +35,8 @@ enum Closed {
     ByPeer,
     /// The broker is shutting down.
     Shutdown,
-    /// Idle for longer than `connections.max.idle.ms`.
-    Idle,
+    /// A read deadline passed: idle, or a request not finished in time.
+    Expired(ReadExpiry),
     /// The peer sent something we cannot answer; already logged.
     BadInput(&'static str),
     /// A socket error.
@@ -50,7 +51,9 @@ impl Connection {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
-        Self { stream, peer, buffer: BytesMut::with_capacity(64 * 1024), broker }
+        // The buffer starts small and grows with the bytes a client sends, so
+        // thousands of idle connections cost little memory.
+        Self { stream, peer, buffer: BytesMut::with_capacity(4 * 1024), broker }
     }
 
     /// Serves requests until the peer leaves, bad input arrives, or shutdown
@@ -61,7 +64,13 @@ impl Connection {
         self.broker.metrics.connections.dec();
         match closed {
             Closed::ByPeer | Closed::Shutdown => tracing::debug!(peer = %self.peer, ?closed, "connection closed"),
-            Closed::Idle => tracing::info!(peer = %self.peer, "closing idle connection"),
+            Closed::Expired(expiry) => {
+                if let Some(closed) = READ_DEADLINE_LOG.admit() {
+                    let (reason, buffered) = (expiry.metric_label(), self.buffer.len());
+                    tracing::info!(peer = %self.peer, reason, buffered, closed, "closing connections: read deadline passed");
+                }
+                self.broker.metrics.connections_rejected.with_label_values(&[expiry.metric_label()]).inc();
+            }
             Closed::BadInput(reason) => {
                 self.broker.metrics.connections_rejected.with_label_values(&[reason]).inc();
             }
@@ -71,20 +80,27 @@ impl Connection {
 
     async fn serve(&mut self, shutdown: &mut watch::Receiver<bool>) -> Closed {
         let max_frame = self.broker.config.socket_request_max_bytes;
-        let idle = Duration::from_millis(self.broker.config.connections_max_idle_ms);
+        let mut clock = ReadClock::new(
+            Duration::from_millis(self.broker.config.connections_max_idle_ms),
+            Duration::from_millis(self.broker.config.request_read_timeout_ms),
+        );
         loop {
             let frame = loop {
                 match parse_frame(&mut self.buffer, max_frame) {
-                    Ok(Some(frame)) => break frame,
+                    Ok(Some(frame)) => {
+                        clock.request_complete();
+                        break frame;
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(peer = %self.peer, error = %e, "closing connection: request frame too large");
                         return Closed::BadInput("frame_too_large");
                     }
                 }
+                let (deadline, expiry) = clock.next_deadline(self.buffer.len());
                 tokio::select! {
-                    read = tokio::time::timeout(idle, self.stream.read_buf(&mut self.buffer)) => match read {
-                        Err(_) => return Closed::Idle,
+                    read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buffer)) => match read {
+                        Err(_) => return Closed::Expired(expiry),
                         Ok(Ok(0)) => {
                             if !self.buffer.is_empty() {
                                 tracing::warn!(peer = %self.peer, bytes = self.buffer.len(), "peer closed the connection mid-request");

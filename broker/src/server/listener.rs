@@ -4,6 +4,10 @@
 //! request it is handling and exits. The listener waits for every connection
 //! task (up to a deadline) before returning, so the caller can then flush
 //! logs knowing no append is in flight.
+//!
+//! A connection beyond `max.connections` (or `max.connections.per.ip`) is
+//! accepted and closed at once, as Kafka does; a failed accept (EMFILE when
+//! out of file descriptors) backs off and retries, never ending the loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,18 +18,36 @@ use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use crate::server::connection::Connection;
+use crate::server::limits::{ConnectionLimits, REFUSAL_LOG};
 
 /// Accepts connections until `shutdown` flips to true, then drains.
 pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut connections = JoinSet::new();
     let mut backoff = Duration::from_millis(10);
+    let limits = ConnectionLimits::new(broker.config.max_connections, broker.config.max_connections_per_ip);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
+                    let permit = match limits.admit(peer.ip()) {
+                        Ok(permit) => permit,
+                        Err(why) => {
+                            drop(stream);
+                            broker.metrics.connections_rejected.with_label_values(&[why.metric_label()]).inc();
+                            if let Some(refused) = REFUSAL_LOG.admit() {
+                                let (reason, limit) = (why.metric_label(), limits.limit(why));
+                                tracing::warn!(%peer, reason, limit, refused, "closing new connections: connection limit reached");
+                            }
+                            continue;
+                        }
+                    };
                     let conn = Connection::new(stream, peer, broker.clone());
-                    connections.spawn(conn.run(shutdown.clone()));
+                    let shutdown = shutdown.clone();
+                    connections.spawn(async move {
+                        conn.run(shutdown).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => {
                     // EMFILE and friends: back off rather than spin.
