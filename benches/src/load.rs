@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -180,9 +180,21 @@ fn client_config(bootstrap: &str) -> ClientConfig {
 /// The admin request fails, or a topic cannot be created (an existing one is an error:
 /// runs use fresh names).
 pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> anyhow::Result<()> {
+    create_topics_with(bootstrap, topics, partitions, &[])
+}
+
+/// [`create_topics`] with topic settings (`config`), e.g. `floe.iceberg.enabled=true`.
+///
+/// # Errors
+/// As [`create_topics`].
+pub fn create_topics_with(bootstrap: &str, topics: &[String], partitions: u32, config: &[(String, String)]) -> anyhow::Result<()> {
     let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
-    let new: Vec<NewTopic<'_>> =
-        topics.iter().map(|t| NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1))).collect();
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            config.iter().fold(NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1)), |n, (k, v)| n.set(k, v))
+        })
+        .collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = rt.block_on(admin.create_topics(&new, &opts)).context("CreateTopics")?;
@@ -201,6 +213,34 @@ pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> any
             }
             anyhow::ensure!(Instant::now() < deadline, "topic {t} did not appear in metadata");
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+/// The log end offset (high watermark) of each of `topic`'s partitions `0..partitions`.
+///
+/// # Errors
+/// The broker does not answer.
+pub fn end_offsets(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<Vec<i64>> {
+    let probe: BaseConsumer = client_config(bootstrap).set("group.id", "floe-bench").create()?;
+    (0..partitions as i32)
+        .map(|p| Ok(probe.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
+        .collect()
+}
+
+/// Replaces `topic`'s setting overrides with `config` (AlterConfigs).
+///
+/// # Errors
+/// The admin request fails or the broker refuses the settings.
+pub fn alter_topic_config(bootstrap: &str, topic: &str, config: &[(String, String)]) -> anyhow::Result<()> {
+    let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
+    let alter = config.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(topic)), |a, (k, v)| a.set(k, v));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for r in rt.block_on(admin.alter_configs(&[alter], &opts)).context("AlterConfigs")? {
+        if let Err((resource, code)) = r {
+            anyhow::bail!("cannot alter {resource:?}: {code}");
         }
     }
     Ok(())
