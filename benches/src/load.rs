@@ -290,7 +290,17 @@ fn producer(spec: &RunSpec, shared: &Arc<Shared>) -> anyhow::Result<ThreadedProd
     Ok(p)
 }
 
-fn produce_loop(p: &ThreadedProducer<Ctx>, topic: &str, rate: f64, limit_bytes: Option<u64>, templates: &[Vec<u8>], shared: &Shared) {
+/// `refill`: payload bytes `8..refill` are made random afresh for every message (0: none).
+#[allow(clippy::too_many_arguments)]
+fn produce_loop(
+    p: &ThreadedProducer<Ctx>,
+    topic: &str,
+    rate: f64,
+    limit_bytes: Option<u64>,
+    templates: &[Vec<u8>],
+    refill: usize,
+    shared: &Shared,
+) {
     let start = Instant::now();
     let mut sent: u64 = 0;
     let mut buf = templates[0].clone();
@@ -308,6 +318,9 @@ fn produce_loop(p: &ThreadedProducer<Ctx>, topic: &str, rate: f64, limit_bytes: 
             }
         }
         buf.copy_from_slice(&templates[(sent % templates.len() as u64) as usize]);
+        if refill > 8 {
+            fastrand::fill(&mut buf[8..refill]);
+        }
         let ts = shared.now_us();
         buf[..8].copy_from_slice(&ts.to_le_bytes());
         let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
@@ -410,6 +423,7 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
     let w = &spec.workload;
     let shared = shared();
     let templates = payloads(w);
+    let refill = if w.fresh_random { ((w.message_size as f64) * w.random_payload_share) as usize } else { 0 };
     let nproducers = (w.producers_per_topic * w.topics) as usize;
     let rate_each = w.producer_rate as f64 / nproducers as f64;
     let limit_each = spec.produce_bytes.map(|b| b.div_ceil(nproducers as u64));
@@ -432,7 +446,7 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
             let p = producer(spec, &shared)?;
             let (sh, tpl) = (&shared, &templates);
             producers.push(s.spawn(move || {
-                produce_loop(&p, topic, rate_each, limit_each, tpl, sh);
+                produce_loop(&p, topic, rate_each, limit_each, tpl, refill, sh);
                 p.flush(Duration::from_secs(60)).ok();
                 let h = std::mem::replace(&mut *p.context().local.lock().unwrap(), new_histogram());
                 sh.publish_hist.lock().unwrap().add(h).ok();
