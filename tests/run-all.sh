@@ -145,12 +145,9 @@ run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
     local s rc=0
     for s in zero-copy max-throughput coupling tiering-cost freshness; do
-        local extra=()
-        # The coupling arm that tiering will use: a floe.* override, accepted today.
-        [ "$s" = coupling ] && extra=(--override floe.iceberg.enabled=true)
         echo "-- floe-bench run $s --quick"
         "$TARGET_DIR/debug/floe-bench" run "$s" --quick --floe-bin "$FLOE_BIN" \
-            --out "$TARGET_DIR/floe-bench-quick/$s" "${extra[@]}" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }
+            --out "$TARGET_DIR/floe-bench-quick/$s" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }
     done
     return $rc
 }

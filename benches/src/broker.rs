@@ -1,6 +1,7 @@
 //! The broker under test: a `floe` child process on a data directory of our choosing
 //! (free ports, flags passed through), or an external broker reached by `--bootstrap`.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -114,12 +115,7 @@ impl Broker {
 
     /// The sum of one Prometheus counter's samples whose labels contain `label`.
     pub fn metric(&self, name: &str, label: &str) -> Option<f64> {
-        let addr = self.metrics.as_ref()?;
-        let mut s = TcpStream::connect(addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
+        let body = self.metrics_text()?;
         let mut sum = None;
         for line in body.lines().filter(|l| l.starts_with(name) && l.contains(label)) {
             if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
@@ -127,6 +123,23 @@ impl Broker {
             }
         }
         sum
+    }
+
+    /// Every sample of the metric `name`: its labels and value (`None` without a
+    /// metrics endpoint or when it does not answer).
+    pub fn metric_samples(&self, name: &str) -> Option<Vec<(BTreeMap<String, String>, f64)>> {
+        Some(parse_samples(&self.metrics_text()?, name))
+    }
+
+    /// The Prometheus text of `/metrics` (brokers we started).
+    pub fn metrics_text(&self) -> Option<String> {
+        let addr = self.metrics.as_ref()?;
+        let mut s = TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
     }
 
     fn wait_listening(&mut self, port: u16, timeout: Duration) -> anyhow::Result<()> {
@@ -183,6 +196,52 @@ impl Drop for Broker {
     }
 }
 
+/// The samples of metric `name` in Prometheus text: `name{a="x",b="y"} 1.5`.
+/// Label values here are topic names and numbers, so no escapes are handled.
+pub(crate) fn parse_samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.split_once("} ") {
+                Some((l, v)) => (l, v),
+                None => continue,
+            },
+            None => match rest.strip_prefix(' ') {
+                Some(v) => ("", v),
+                None => continue, // another metric whose name starts with `name`
+            },
+        };
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let labels = labels
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+            .collect();
+        out.push((labels, value));
+    }
+    out
+}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_prometheus_samples() {
+        let text = "# HELP floe_iceberg_committed_offset x\n\
+            floe_iceberg_committed_offset{partition=\"0\",topic=\"t\"} 750\n\
+            floe_iceberg_committed_offset{partition=\"1\",topic=\"t\"} 12\n\
+            floe_iceberg_committed_offset_other{partition=\"1\"} 3\n\
+            floe_up 1\n";
+        let s = super::parse_samples(text, "floe_iceberg_committed_offset");
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].0["partition"], "0");
+        assert_eq!(s[0].0["topic"], "t");
+        assert_eq!(s[0].1, 750.0);
+        assert_eq!(s[1].1, 12.0);
+        assert_eq!(super::parse_samples(text, "floe_up")[0].1, 1.0);
+    }
 }

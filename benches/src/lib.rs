@@ -16,15 +16,19 @@
 //! - [`load`]: producers and consumers (librdkafka), latency histograms, timelines.
 //! - [`report`]: the Markdown report, the JSON file, the machine description.
 //! - [`plot`]: SVG plots (latency CDFs, throughput over time).
-//! - [`scenario`]: the scenarios (`zero-copy`, `max-throughput`, `coupling`, and the
-//!   placeholders `tiering-cost`, `freshness` that need Iceberg tiering).
+//! - [`tiering`]: what the broker's Iceberg tiering did (its metrics, its thread's CPU).
+//! - [`freshness`]: produce acknowledgement → row visible in the Iceberg table.
+//! - [`scenario`]: the scenarios (`zero-copy`, `max-throughput`, `coupling`,
+//!   `tiering-cost`, `freshness`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod broker;
 pub mod ceiling;
+pub mod freshness;
 pub mod load;
 pub mod plot;
 pub mod procstat;
 pub mod report;
 pub mod scenario;
+pub mod tiering;
 pub mod workload;

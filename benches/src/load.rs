@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -180,9 +180,21 @@ fn client_config(bootstrap: &str) -> ClientConfig {
 /// The admin request fails, or a topic cannot be created (an existing one is an error:
 /// runs use fresh names).
 pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> anyhow::Result<()> {
+    create_topics_with(bootstrap, topics, partitions, &[])
+}
+
+/// [`create_topics`] with topic settings (`config`), e.g. `floe.iceberg.enabled=true`.
+///
+/// # Errors
+/// As [`create_topics`].
+pub fn create_topics_with(bootstrap: &str, topics: &[String], partitions: u32, config: &[(String, String)]) -> anyhow::Result<()> {
     let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
-    let new: Vec<NewTopic<'_>> =
-        topics.iter().map(|t| NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1))).collect();
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            config.iter().fold(NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1)), |n, (k, v)| n.set(k, v))
+        })
+        .collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = rt.block_on(admin.create_topics(&new, &opts)).context("CreateTopics")?;
@@ -201,6 +213,34 @@ pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> any
             }
             anyhow::ensure!(Instant::now() < deadline, "topic {t} did not appear in metadata");
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+/// The log end offset (high watermark) of each of `topic`'s partitions `0..partitions`.
+///
+/// # Errors
+/// The broker does not answer.
+pub fn end_offsets(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<Vec<i64>> {
+    let probe: BaseConsumer = client_config(bootstrap).set("group.id", "floe-bench").create()?;
+    (0..partitions as i32)
+        .map(|p| Ok(probe.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
+        .collect()
+}
+
+/// Replaces `topic`'s setting overrides with `config` (AlterConfigs).
+///
+/// # Errors
+/// The admin request fails or the broker refuses the settings.
+pub fn alter_topic_config(bootstrap: &str, topic: &str, config: &[(String, String)]) -> anyhow::Result<()> {
+    let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
+    let alter = config.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(topic)), |a, (k, v)| a.set(k, v));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for r in rt.block_on(admin.alter_configs(&[alter], &opts)).context("AlterConfigs")? {
+        if let Err((resource, code)) = r {
+            anyhow::bail!("cannot alter {resource:?}: {code}");
         }
     }
     Ok(())
@@ -250,7 +290,17 @@ fn producer(spec: &RunSpec, shared: &Arc<Shared>) -> anyhow::Result<ThreadedProd
     Ok(p)
 }
 
-fn produce_loop(p: &ThreadedProducer<Ctx>, topic: &str, rate: f64, limit_bytes: Option<u64>, templates: &[Vec<u8>], shared: &Shared) {
+/// `refill`: payload bytes `8..refill` are made random afresh for every message (0: none).
+#[allow(clippy::too_many_arguments)]
+fn produce_loop(
+    p: &ThreadedProducer<Ctx>,
+    topic: &str,
+    rate: f64,
+    limit_bytes: Option<u64>,
+    templates: &[Vec<u8>],
+    refill: usize,
+    shared: &Shared,
+) {
     let start = Instant::now();
     let mut sent: u64 = 0;
     let mut buf = templates[0].clone();
@@ -268,6 +318,9 @@ fn produce_loop(p: &ThreadedProducer<Ctx>, topic: &str, rate: f64, limit_bytes: 
             }
         }
         buf.copy_from_slice(&templates[(sent % templates.len() as u64) as usize]);
+        if refill > 8 {
+            fastrand::fill(&mut buf[8..refill]);
+        }
         let ts = shared.now_us();
         buf[..8].copy_from_slice(&ts.to_le_bytes());
         let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
@@ -370,6 +423,7 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
     let w = &spec.workload;
     let shared = shared();
     let templates = payloads(w);
+    let refill = if w.fresh_random { ((w.message_size as f64) * w.random_payload_share) as usize } else { 0 };
     let nproducers = (w.producers_per_topic * w.topics) as usize;
     let rate_each = w.producer_rate as f64 / nproducers as f64;
     let limit_each = spec.produce_bytes.map(|b| b.div_ceil(nproducers as u64));
@@ -392,7 +446,7 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
             let p = producer(spec, &shared)?;
             let (sh, tpl) = (&shared, &templates);
             producers.push(s.spawn(move || {
-                produce_loop(&p, topic, rate_each, limit_each, tpl, sh);
+                produce_loop(&p, topic, rate_each, limit_each, tpl, refill, sh);
                 p.flush(Duration::from_secs(60)).ok();
                 let h = std::mem::replace(&mut *p.context().local.lock().unwrap(), new_histogram());
                 sh.publish_hist.lock().unwrap().add(h).ok();

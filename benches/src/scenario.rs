@@ -6,8 +6,12 @@
 //!   broker CPU seconds per GB, beside the machine's `sendfile` ceiling.
 //! - `max-throughput`: OMB's `1-topic-16-partitions-1kb` flat out, consumers tailing.
 //! - `coupling`: produce and end-to-end latency at half the measured maximum rate, with
-//!   tiering off; `--override floe.iceberg.enabled=true` adds the tiering-on arm.
-//! - `tiering-cost`, `freshness`: need Iceberg tiering (placeholders).
+//!   Iceberg tiering off and on (a short target lag, so tiering runs during the arm).
+//! - `tiering-cost`: a backlog written with tiering off, then tiering switched on
+//!   (AlterConfigs): time to commit it all, log MiB per broker CPU-second, CPU-s per
+//!   GB, Parquet bytes ÷ log bytes, peak RSS while tiering.
+//! - `freshness`: produce acknowledgement → row visible in the Iceberg table, p50/p99,
+//!   for two `floe.iceberg.target-lag-ms` settings.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +21,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::broker::{Broker, FloeLauncher};
+use crate::freshness::{self, Freshness, FreshnessSpec};
+use crate::tiering::{self, TieringCounters};
 use crate::ceiling::{self, Ceiling};
 use crate::load::{self, CatchUp, LoadResult, RunSpec};
 use crate::plot;
@@ -28,9 +34,9 @@ use crate::workload::Workload;
 pub const SCENARIOS: &[(&str, &str)] = &[
     ("zero-copy", "catch-up consumer MB/s and broker CPU s/GB, fetch.zero.copy=true vs false, beside the sendfile ceiling"),
     ("max-throughput", "OMB 1-topic-16-partitions-1kb at maximum rate: publish rate, publish and end-to-end latency"),
-    ("coupling", "publish p50/p99 and end-to-end p99 at half the maximum rate; tiering on via --override floe.iceberg.enabled=true"),
-    ("tiering-cost", "placeholder: needs Iceberg tiering"),
-    ("freshness", "placeholder: needs Iceberg tiering"),
+    ("coupling", "publish p50/p99 and end-to-end p99 at half the maximum rate, Iceberg tiering off vs on"),
+    ("tiering-cost", "a backlog tiered to Iceberg: log MiB per CPU-second, CPU-s/GB, Parquet/log bytes, peak RSS"),
+    ("freshness", "produce acknowledgement to row visible in the Iceberg table, p50/p99, two target lags"),
 ];
 
 /// Options of one `floe-bench run`.
@@ -50,8 +56,14 @@ pub struct Options {
     pub floe_bin: Option<PathBuf>,
     /// Extra arguments for every `floe` started.
     pub floe_args: Vec<String>,
-    /// Broker settings of the second arm (`coupling`).
+    /// Extra broker settings of the tiering-on arm (`coupling`).
     pub overrides: Vec<(String, String)>,
+    /// Fixed rate of `coupling`, messages/s (instead of half the probed maximum).
+    pub rate: Option<u64>,
+    /// Backlog of `tiering-cost`, MB (instead of the workload's).
+    pub backlog_mb: Option<u64>,
+    /// The two `floe.iceberg.target-lag-ms` of `freshness`.
+    pub target_lags_ms: Vec<u64>,
     /// A workload file instead of the scenario's built-in one.
     pub workload: Option<PathBuf>,
 }
@@ -61,19 +73,20 @@ pub struct Options {
 /// # Errors
 /// Any failure to start, load or measure the broker.
 pub fn run(opts: Options) -> anyhow::Result<i32> {
-    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness") {
-        // Hook: these arms land with Iceberg tiering (floe-tiering). `tiering-cost` will
-        // compare broker CPU/RSS and produce latency with `floe.iceberg.enabled` on and
-        // off under the max-throughput workload; `freshness` will measure the lag from a
-        // produce acknowledgement to the row being visible in the Iceberg table.
-        println!("{}: needs Iceberg tiering", opts.scenario);
-        return Ok(if opts.quick { 0 } else { 2 });
+    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness") && opts.bootstrap.is_some() {
+        // Both read Floe's tiering metrics and data dir, which only a broker started here has.
+        println!(
+            "{}: skipped: it measures Floe's Iceberg tiering through the /metrics and data dir of a broker \
+             floe-bench starts (drop --bootstrap)",
+            opts.scenario
+        );
+        return Ok(0);
     }
     if !SCENARIOS.iter().any(|(n, _)| *n == opts.scenario) {
         bail!("unknown scenario `{}` (see `floe-bench list`)", opts.scenario);
     }
     if !opts.overrides.is_empty() && opts.scenario != "coupling" {
-        bail!("--override sets the second arm of `coupling`; pass broker flags to other scenarios with --floe-arg");
+        bail!("--override sets the tiering-on arm of `coupling`; pass broker flags to other scenarios with --floe-arg");
     }
     if !opts.overrides.is_empty() && opts.bootstrap.is_some() {
         bail!("--override needs a broker started by floe-bench (it restarts it with the settings); drop --bootstrap");
@@ -105,6 +118,8 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         "zero-copy" => zero_copy(&mut ctx)?,
         "max-throughput" => max_throughput(&mut ctx)?,
         "coupling" => coupling(&mut ctx)?,
+        "tiering-cost" => tiering_cost(&mut ctx)?,
+        "freshness" => freshness(&mut ctx)?,
         _ => unreachable!("checked above"),
     }
     let (md, json) = ctx.report.write(&ctx.opts.out)?;
@@ -368,20 +383,39 @@ fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
 
 // ------------------------------------------------------------------ max-throughput and coupling
 
-/// One load phase on a fresh broker (or the external one): topics, load, cost.
-fn load_phase(ctx: &Ctx, label: &str, w: &Workload, overrides: &[(String, String)]) -> anyhow::Result<(LoadResult, PhaseCost)> {
+/// One load phase on a fresh broker (or the external one): topics (with `topic_config`),
+/// load, cost, and what tiering committed to the phase's topics meanwhile.
+fn load_phase(
+    ctx: &Ctx,
+    label: &str,
+    w: &Workload,
+    overrides: &[(String, String)],
+    topic_config: &[(String, String)],
+) -> anyhow::Result<(LoadResult, PhaseCost, TieringPhase)> {
     let data = temp_data_dir()?;
     let b = ctx.broker(label, data.path(), overrides)?;
     let topics = ctx.topics(w);
-    load::create_topics(&b.bootstrap, &topics, w.partitions_per_topic)?;
+    load::create_topics_with(&b.bootstrap, &topics, w.partitions_per_topic, topic_config)?;
     let pb = bar(label, false);
-    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics, consume: w.consumers_per_topic > 0, produce_bytes: None };
+    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics.clone(), consume: w.consumers_per_topic > 0, produce_bytes: None };
     let meter = CostMeter::start(&b);
+    let tiering_before = TieringCounters::read(&b, &topics);
+    let started = std::time::Instant::now();
     let result = load::run(&spec, &pb)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let tiering = TieringPhase { seconds, counters: tiering_before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)) };
     let cost = meter.finish(&b);
     pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
     b.stop()?;
-    Ok((result, cost))
+    Ok((result, cost, tiering))
+}
+
+/// What tiering committed during a load phase (`None` for a broker without metrics).
+#[derive(Debug, Clone, Copy, Serialize)]
+struct TieringPhase {
+    /// Seconds of the whole load (warm-up included), the window of `counters`.
+    seconds: f64,
+    counters: Option<TieringCounters>,
 }
 
 fn latency_rows(arms: &[(&str, &LoadResult)]) -> Vec<Vec<String>> {
@@ -407,7 +441,7 @@ const LATENCY_HEADERS: &[&str] = &["arm", "latency", "samples", "p50 ms", "p95 m
 
 fn max_throughput(ctx: &mut Ctx) -> anyhow::Result<()> {
     let w = ctx.workload("1-topic-16-partitions-1kb")?;
-    let (r, cost) = load_phase(ctx, "max-throughput", &w, &[])?;
+    let (r, cost, _) = load_phase(ctx, "max-throughput", &w, &[], &[])?;
     ctx.report.heading(&format!("Maximum throughput (workload `{}`)", w.name));
     ctx.report.para(&format!(
         "{} topic(s) × {} partitions, {}-byte messages ({:.0}% random), {} producer(s) and {} consumer(s) per topic, \
@@ -449,42 +483,76 @@ fn max_throughput(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn kv(k: &str, v: impl ToString) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
 fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
     let base = ctx.workload("1-topic-16-partitions-1kb")?;
-    // 1. The maximum rate, briefly.
-    let mut probe_w = base.clone();
-    probe_w.producer_rate = 0;
-    probe_w.duration_s = if ctx.opts.quick { 2.0 } else { 15.0 };
-    probe_w.warmup_s = if ctx.opts.quick { 0.0 } else { 3.0 };
-    let (probe, _) = load_phase(ctx, "coupling-probe", &probe_w, &[])?;
-    let rate = ((probe.publish_msg_per_s / 2.0) as u64).max(1);
-    // 2. The arms at half of it.
+    // 1. The maximum rate, briefly (unless --rate gives the fixed rate).
+    let probe = match ctx.opts.rate {
+        Some(_) => None,
+        None => {
+            let mut probe_w = base.clone();
+            probe_w.producer_rate = 0;
+            probe_w.duration_s = if ctx.opts.quick { 2.0 } else { 15.0 };
+            probe_w.warmup_s = if ctx.opts.quick { 0.0 } else { 3.0 };
+            Some(load_phase(ctx, "coupling-probe", &probe_w, &[], &[])?.0)
+        }
+    };
+    let rate = ctx.opts.rate.unwrap_or_else(|| probe.as_ref().map_or(1, |p| ((p.publish_msg_per_s / 2.0) as u64).max(1)));
+    // 2. The arms at that rate. Tiering on: a short target lag and tick, so the active
+    // segments roll and are tiered several times within the measured window.
+    let (lag_ms, tick_ms) = if ctx.opts.quick { (500, 200) } else { (2000, 500) };
     let mut w = base.clone();
     w.producer_rate = rate;
-    let mut arms: Vec<(String, Vec<(String, String)>)> = vec![("tiering off".into(), vec![])];
-    if !ctx.opts.overrides.is_empty() {
-        let label = ctx.opts.overrides.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
-        arms.push((label, ctx.opts.overrides.clone()));
-    }
+    let tiering_topic = vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag_ms)];
+    let mut tiering_broker = vec![kv("floe.iceberg.tick-ms", tick_ms)];
+    tiering_broker.extend(ctx.opts.overrides.iter().cloned());
+    let arms: Vec<(String, Vec<(String, String)>, Vec<(String, String)>)> = if ctx.opts.bootstrap.is_some() {
+        vec![("as configured".into(), vec![], vec![])]
+    } else {
+        vec![("tiering off".into(), vec![], vec![]), ("tiering on".into(), tiering_broker.clone(), tiering_topic.clone())]
+    };
     let mut results = Vec::new();
-    for (i, (name, overrides)) in arms.iter().enumerate() {
-        let (r, cost) = load_phase(ctx, &format!("coupling-arm{i}"), &w, overrides)?;
-        results.push((name.clone(), r, cost));
+    for (i, (name, overrides, topic_config)) in arms.iter().enumerate() {
+        let (r, cost, tiering) = load_phase(ctx, &format!("coupling-arm{i}"), &w, overrides, topic_config)?;
+        if !topic_config.is_empty() {
+            // The arm must have tiered while it was measured, or it measured nothing.
+            let rows = tiering.counters.map_or(0.0, |c| c.rows);
+            anyhow::ensure!(
+                rows > 0.0,
+                "coupling: the tiering-on arm committed no rows to Iceberg during the run (see floe-coupling-arm{i}.log in {})",
+                ctx.opts.out.display()
+            );
+        }
+        results.push((name.clone(), r, cost, tiering, !topic_config.is_empty()));
     }
-    ctx.report.heading(&format!("Coupling: latency at half the maximum rate (workload `{}`)", w.name));
+    ctx.report.heading(&format!("Coupling: latency at a fixed rate, Iceberg tiering off vs on (workload `{}`)", w.name));
     ctx.report.para(&format!(
-        "Probe: {:.0} msg/s flat out ({:.1} MB/s) → fixed rate {rate} msg/s. Each arm runs on a fresh broker for \
-         {:.0} s (+{:.0} s warm-up). The tiering-on arm is `--override floe.iceberg.enabled=true` (any broker setting \
-         works); {}.",
-        probe.publish_msg_per_s,
-        probe.publish_mb_per_s,
+        "{} Each arm runs on a fresh broker for {:.0} s (+{:.0} s warm-up). Tiering on: topic created with \
+         `floe.iceberg.enabled=true`, `floe.iceberg.target-lag-ms={lag_ms}`, broker `floe.iceberg.tick-ms={tick_ms}`{}, \
+         so the active segments roll and are converted to Parquet and committed to the embedded catalog while the \
+         load runs. Tiered rows, Parquet bytes and commits are the deltas of `floe_iceberg_*` over the arm (load \
+         start to end, warm-up included); the tiering thread's CPU is its `/proc/PID/task/TID/stat` time.",
+        match &probe {
+            Some(p) => format!("Probe: {:.0} msg/s flat out ({:.1} MB/s) → fixed rate **{rate} msg/s** (half).", p.publish_msg_per_s, p.publish_mb_per_s),
+            None => format!("Fixed rate **{rate} msg/s** (`--rate`)."),
+        },
         w.duration_s,
         w.warmup_s,
-        if ctx.opts.overrides.is_empty() { "it was not requested in this run" } else { "it ran as the second arm" }
+        if ctx.opts.overrides.is_empty() {
+            String::new()
+        } else {
+            format!(" and {}", ctx.opts.overrides.iter().map(|(k, v)| format!("`{k}={v}`")).collect::<Vec<_>>().join(", "))
+        },
     ));
     let rows: Vec<Vec<String>> = results
         .iter()
-        .map(|(n, r, c)| {
+        .map(|(n, r, c, t, on)| {
+            let tc = t.counters.filter(|_| *on);
             vec![
                 n.clone(),
                 rate.to_string(),
@@ -494,29 +562,297 @@ fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
                 format!("{:.2}", r.e2e_latency.p99_ms),
                 f2(c.broker_cpu_s),
                 f1(c.broker_peak_rss_mib),
+                tc.map_or("–".into(), |c| format!("{:.0}", c.rows)),
+                f2(tc.map(|c| c.rows * w.message_size as f64 / MIB / t.seconds)),
+                f1(tc.map(|c| c.parquet_bytes / MIB)),
+                tc.map_or("–".into(), |c| format!("{:.0}", c.commits)),
+                f2(tc.and_then(|c| c.thread_cpu_s)),
             ]
         })
         .collect();
-    ctx.report.table(&["arm", "target msg/s", "achieved msg/s", "publish p50 ms", "publish p99 ms", "e2e p99 ms", "broker CPU s", "broker peak RSS MiB"], &rows);
-    let named: Vec<(&str, &LoadResult)> = results.iter().map(|(n, r, _)| (n.as_str(), r)).collect();
+    ctx.report.table(
+        &["arm", "target msg/s", "achieved msg/s", "publish p50 ms", "publish p99 ms", "e2e p99 ms", "broker CPU s", "broker peak RSS MiB",
+          "rows tiered", "tiered payload MiB/s", "Parquet MiB", "commits", "tiering thread CPU s"],
+        &rows,
+    );
+    if let [(_, off, off_cost, _, _), (_, on, on_cost, _, _)] = &results[..] {
+        let ratio = |a: f64, b: f64| if a > 0.0 { format!("{:.2}×", b / a) } else { "–".into() };
+        ctx.report.para(&format!(
+            "**Tiering on vs off** (same run, same rate): publish p50 {}, publish p99 {}, end-to-end p99 {}; broker CPU {}.",
+            ratio(off.publish_latency.p50_ms, on.publish_latency.p50_ms),
+            ratio(off.publish_latency.p99_ms, on.publish_latency.p99_ms),
+            ratio(off.e2e_latency.p99_ms, on.e2e_latency.p99_ms),
+            off_cost.broker_cpu_s.zip(on_cost.broker_cpu_s).map_or("–".into(), |(a, b)| ratio(a, b)),
+        ));
+    }
+    let named: Vec<(&str, &LoadResult)> = results.iter().map(|(n, r, ..)| (n.as_str(), r)).collect();
     ctx.report.table(LATENCY_HEADERS, &latency_rows(&named));
-    let labels: Vec<(String, String)> = results.iter().map(|(n, _, _)| (format!("publish, {n}"), format!("end-to-end, {n}"))).collect();
+    let labels: Vec<(String, String)> = results.iter().map(|(n, ..)| (format!("publish, {n}"), format!("end-to-end, {n}"))).collect();
     let mut series = Vec::new();
-    for ((_, r, _), (lp, le)) in results.iter().zip(&labels) {
+    for ((_, r, ..), (lp, le)) in results.iter().zip(&labels) {
         series.push((lp.as_str(), &r.publish_hist));
         series.push((le.as_str(), &r.e2e_hist));
     }
     plot::latency_cdf(&ctx.plot_path("latency-cdf.svg"), &format!("latency at {rate} msg/s"), &series)?;
     let tl: Vec<(&str, Vec<(f64, f64)>)> =
-        results.iter().map(|(n, r, _)| (n.as_str(), r.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
+        results.iter().map(|(n, r, ..)| (n.as_str(), r.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
     plot::timeline(&ctx.plot_path("throughput.svg"), "publish rate over time", "msg/s", &tl)?;
     ctx.report.image("latency-cdf.svg", "latency CDF");
     ctx.report.image("throughput.svg", "publish rate over time");
     ctx.report.set("probe", &probe);
     ctx.report.set("fixed_rate", rate);
+    ctx.report.set("tiering_target_lag_ms", lag_ms);
+    ctx.report.set("tiering_tick_ms", tick_ms);
     ctx.report.set(
         "arms",
-        results.iter().map(|(n, r, c)| serde_json::json!({"arm": n, "result": r, "cost": c})).collect::<Vec<_>>(),
+        results
+            .iter()
+            .map(|(n, r, c, t, on)| serde_json::json!({"arm": n, "tiering": on, "result": r, "cost": c, "tiering_counters": t}))
+            .collect::<Vec<_>>(),
     );
+    Ok(())
+}
+
+// ------------------------------------------------------------------ tiering-cost
+
+/// What tiering a backlog cost.
+#[derive(Debug, Serialize)]
+struct TieringCost {
+    records: i64,
+    log_bytes: u64,
+    largest_segment_bytes: u64,
+    seconds_to_commit: f64,
+    log_mib_per_s: f64,
+    broker_cpu_s: Option<f64>,
+    tiering_thread_cpu_s: Option<f64>,
+    log_mib_per_cpu_s: Option<f64>,
+    cpu_s_per_gb: Option<f64>,
+    parquet_bytes_committed: f64,
+    parquet_bytes_on_disk: u64,
+    parquet_over_log: f64,
+    rows_committed: f64,
+    commits: f64,
+    rss_before_mib: Option<f64>,
+    peak_rss_mib: Option<f64>,
+    peak_rss_delta_mib: Option<f64>,
+}
+
+fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mut w = ctx.workload("tiering-1kb")?;
+    // Every payload's random share is fresh, so Parquet's dictionary and zstd cannot
+    // exploit the load generator's repeated templates: the size ratio is honest.
+    w.fresh_random = true;
+    let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick { 8 } else { w.consumer_backlog_mb.max(1) });
+    let backlog = backlog_mb * 1_000_000;
+    let partitions = w.partitions_per_topic.max(1);
+    // One segment per partition holds the whole backlog (Kafka caps segment.bytes at 2 GiB),
+    // so a full run tiers single segments of ~1 GiB: the memory figure is for that case.
+    let segment_bytes = (backlog / u64::from(partitions) * 11 / 10 + (16 << 20)).min(i32::MAX as u64);
+    let tick_ms = if ctx.opts.quick { 100 } else { 200 };
+    let data = temp_data_dir()?;
+    let b = ctx.broker("tiering-cost", data.path(), &[kv("floe.iceberg.tick-ms", tick_ms)])?;
+    let topics = ctx.topics(&w);
+    let topic = topics[0].clone();
+    load::create_topics_with(&b.bootstrap, &topics[..1], partitions, &[kv("segment.bytes", segment_bytes)])?;
+
+    // 1. The backlog, tiering off.
+    let pb = bar("backlog: produce (tiering off)", true);
+    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics[..1].to_vec(), consume: false, produce_bytes: Some(backlog) };
+    let produced = load::run(&spec, &pb)?;
+    pb.finish();
+    let end_offsets = load::end_offsets(&b.bootstrap, &topic, partitions)?;
+    let records: i64 = end_offsets.iter().sum();
+    let partition_dirs: Vec<PathBuf> = (0..partitions).map(|p| data.path().join(format!("{topic}-{p}"))).collect();
+    let log_bytes: u64 = partition_dirs.iter().map(|d| tiering::file_bytes(d, ".log")).sum();
+    let largest_segment_bytes = partition_dirs.iter().flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+        .max()
+        .unwrap_or(0);
+
+    // 2. Tiering on (AlterConfigs replaces the overrides: keep segment.bytes), until the
+    // table's committed offsets reach the log end of every partition.
+    let rss_before = b.stats().map(|s| s.rss_bytes);
+    let meter = CostMeter::start(&b);
+    let counters_before = TieringCounters::read(&b, &topics);
+    let started = std::time::Instant::now();
+    load::alter_topic_config(&b.bootstrap, &topic, &[
+        kv("segment.bytes", segment_bytes),
+        kv("floe.iceberg.enabled", "true"),
+        kv("floe.iceberg.target-lag-ms", 0),
+    ])?;
+    let pb = bar("tiering the backlog", false);
+    pb.set_length(records.max(0) as u64);
+    let timeout = Duration::from_secs(if ctx.opts.quick { 60 } else { 900 });
+    loop {
+        let committed = tiering::committed_offsets(&b, &topic).unwrap_or_default();
+        let done: i64 = (0..partitions as i32).map(|p| committed.get(&p).copied().unwrap_or(0)).sum();
+        pb.set_position(done.max(0) as u64);
+        if (0..partitions as i32).all(|p| committed.get(&p).copied().unwrap_or(0) >= end_offsets[p as usize]) {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < timeout,
+            "tiering-cost: {done} of {records} records committed after {timeout:?} (see floe-tiering-cost.log in {})",
+            ctx.opts.out.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let counters = counters_before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)).unwrap_or_default();
+    let cost = meter.finish(&b);
+    pb.finish_with_message(format!("{seconds:.1} s"));
+    let parquet_on_disk = tiering::file_bytes(&data.path().join("iceberg").join("warehouse"), ".parquet");
+    b.stop()?;
+
+    let log_mib = log_bytes as f64 / MIB;
+    let rss_before_mib = rss_before.map(|r| r as f64 / MIB);
+    let c = TieringCost {
+        records,
+        log_bytes,
+        largest_segment_bytes,
+        seconds_to_commit: seconds,
+        log_mib_per_s: log_mib / seconds,
+        broker_cpu_s: cost.broker_cpu_s,
+        tiering_thread_cpu_s: counters.thread_cpu_s,
+        log_mib_per_cpu_s: cost.broker_cpu_s.filter(|c| *c > 0.0).map(|c| log_mib / c),
+        cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / (log_bytes as f64 / 1e9)),
+        parquet_bytes_committed: counters.parquet_bytes,
+        parquet_bytes_on_disk: parquet_on_disk,
+        parquet_over_log: counters.parquet_bytes / log_bytes.max(1) as f64,
+        rows_committed: counters.rows,
+        commits: counters.commits,
+        rss_before_mib,
+        peak_rss_mib: cost.broker_peak_rss_mib,
+        peak_rss_delta_mib: cost.broker_peak_rss_mib.zip(rss_before_mib).map(|(p, b)| p - b),
+    };
+    ctx.report.heading(&format!("Tiering cost: a {backlog_mb} MB backlog to Iceberg (workload `{}`)", w.name));
+    ctx.report.para(&format!(
+        "Backlog: {} records of {} bytes ({:.0}% random) in {partitions} partition(s), written with tiering off at \
+         {:.0} MB/s (acks={}, compression={}); {:.1} MiB of log, largest segment {:.1} MiB (topic `segment.bytes={segment_bytes}`, \
+         so each partition's backlog is one segment). Then AlterConfigs sets `floe.iceberg.enabled=true`, \
+         `floe.iceberg.target-lag-ms=0` (broker `floe.iceberg.tick-ms={tick_ms}`), and the harness polls \
+         `floe_iceberg_committed_offset` until every partition's committed offset reaches its log end. Nothing else \
+         loads the broker meanwhile, so its CPU is the tiering's (the tiering thread's own share is shown).",
+        records, w.message_size, w.random_payload_share * 100.0, produced.publish_mb_per_s, w.acks, w.compression,
+        log_mib, largest_segment_bytes as f64 / MIB,
+    ));
+    ctx.report.table(
+        &["figure", "value"],
+        &[
+            vec!["time to commit everything".into(), format!("{seconds:.2} s")],
+            vec!["log MiB/s tiered (wall clock)".into(), format!("{:.1}", c.log_mib_per_s)],
+            vec!["broker CPU s (tiering thread)".into(), format!("{} ({})", f2(c.broker_cpu_s), f2(c.tiering_thread_cpu_s))],
+            vec!["**log MiB per broker CPU-second** (MiB/s per core)".into(), f1(c.log_mib_per_cpu_s)],
+            vec!["**broker CPU-s per GB of log**".into(), f2(c.cpu_s_per_gb)],
+            vec!["Parquet bytes committed ÷ log bytes".into(), format!("{:.3} ({:.1} MiB of {:.1} MiB; {:.1} MiB of .parquet on disk)", c.parquet_over_log, c.parquet_bytes_committed / MIB, log_mib, parquet_on_disk as f64 / MIB)],
+            vec!["rows committed / records".into(), format!("{:.0} / {records}", c.rows_committed)],
+            vec!["Iceberg commits".into(), format!("{:.0}", c.commits)],
+            vec!["broker RSS before → peak while tiering".into(), format!("{} → {} MiB (+{} MiB)", f1(c.rss_before_mib), f1(c.peak_rss_mib), f1(c.peak_rss_delta_mib))],
+        ],
+    );
+    if c.rows_committed as i64 != records {
+        ctx.report.para(&format!("**Warning**: {} rows committed for {records} records.", c.rows_committed));
+    }
+    ctx.report.para(
+        "Peak RSS is `VmHWM` after resetting it through `/proc/PID/clear_refs` when tiering was switched on; \
+         the segment is read one batch at a time and converted to bounded Arrow batches, so the delta stays \
+         bounded by the Arrow batch and Parquet row-group buffers, not by the segment size. The log is in the \
+         page cache (just written), so this is CPU cost, not disk reads.",
+    );
+    ctx.report.set("workload", &w);
+    ctx.report.set("backlog", &produced);
+    ctx.report.set("tiering_cost", &c);
+    ctx.report.set("segment_bytes", segment_bytes);
+    ctx.report.set("tick_ms", tick_ms);
+    Ok(())
+}
+
+// ------------------------------------------------------------------ freshness
+
+fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let quick = ctx.opts.quick;
+    let lags: Vec<u64> = if ctx.opts.target_lags_ms.is_empty() {
+        if quick { vec![300, 1000] } else { vec![1000, 5000] }
+    } else {
+        ctx.opts.target_lags_ms.clone()
+    };
+    let tick_ms: u64 = if quick { 50 } else { 100 };
+    let poll = Duration::from_millis(20);
+    let (rate, duration_s, partitions, message_size) = if quick { (200, 3.0, 4, 1024) } else { (1000, 30.0, 4, 1024) };
+    let data = temp_data_dir()?;
+    let b = ctx.broker("freshness", data.path(), &[kv("floe.iceberg.tick-ms", tick_ms)])?;
+    let mut runs: Vec<(u64, Freshness)> = Vec::new();
+    for &lag in &lags {
+        let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
+        let topic = format!("floe-bench-freshness-{tag}-lag{lag}");
+        load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &[
+            kv("floe.iceberg.enabled", "true"),
+            kv("floe.iceberg.target-lag-ms", lag),
+        ])?;
+        let spec = FreshnessSpec {
+            topic,
+            partitions,
+            message_size,
+            rate,
+            duration_s,
+            poll,
+            settle: Duration::from_millis(lag * 3 + tick_ms * 10) + Duration::from_secs(20),
+        };
+        let pb = bar(&format!("freshness, target lag {lag} ms"), false);
+        let f = freshness::measure(&b, &spec, &pb)?;
+        pb.finish_with_message(format!("p50 {:.0} ms p99 {:.0} ms", f.latency.p50_ms, f.latency.p99_ms));
+        anyhow::ensure!(
+            f.acked > 0 && f.visible == f.acked,
+            "freshness: {} of {} acknowledged records became visible in the table (target lag {lag} ms; see floe-freshness.log in {})",
+            f.visible, f.acked, ctx.opts.out.display()
+        );
+        runs.push((lag, f));
+    }
+    b.stop()?;
+    ctx.report.heading("Freshness: produce acknowledgement → row visible in the Iceberg table");
+    ctx.report.para(&format!(
+        "One broker (`floe.iceberg.tick-ms={tick_ms}`); per target lag a topic of {partitions} partitions with \
+         `floe.iceberg.enabled=true` and `floe.iceberg.target-lag-ms=LAG`. A librdkafka producer (acks=all, \
+         linger.ms=5) sends {rate} msg/s of {message_size} bytes for {duration_s:.0} s and notes each delivery \
+         report's partition, offset and time. The harness reads `floe_iceberg_committed_offset` every {} ms: a \
+         record below its partition's committed offset is in a committed snapshot (the gauge moves only after \
+         the catalog commit succeeds), so freshness = that read's time − the acknowledgement (an upper bound by \
+         at most one poll interval). Every acknowledged record must become visible or the run fails.",
+        poll.as_millis()
+    ));
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|(lag, f)| {
+            let l = &f.latency;
+            vec![
+                lag.to_string(),
+                format!("{} / {}", f.visible, f.acked),
+                format!("{:.0}", l.p50_ms),
+                format!("{:.0}", l.p95_ms),
+                format!("{:.0}", l.p99_ms),
+                format!("{:.0}", l.max_ms),
+                format!("{:.2}", l.p50_ms / *lag as f64),
+                format!("{:.2}", l.p99_ms / *lag as f64),
+            ]
+        })
+        .collect();
+    ctx.report.table(&["target lag ms", "visible / acked", "p50 ms", "p95 ms", "p99 ms", "max ms", "p50 ÷ lag", "p99 ÷ lag"], &rows);
+    ctx.report.para(
+        "A partition's active segment is rolled once its oldest untiered record has waited the target lag (as \
+         seen by the tiering thread, which looks every tick), then converted and committed: a record waits \
+         between ~0 and the target lag for the roll, plus up to a tick, plus the conversion and the catalog \
+         commit of the whole topic (one commit covers every partition). What exceeds the lag is that overhead.",
+    );
+    let labels: Vec<String> = runs.iter().map(|(lag, _)| format!("target lag {lag} ms")).collect();
+    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> = labels.iter().zip(&runs).map(|(n, (_, f))| (n.as_str(), &f.hist)).collect();
+    plot::latency_cdf(&ctx.plot_path("freshness-cdf.svg"), "ack → visible in Iceberg", &series)?;
+    ctx.report.image("freshness-cdf.svg", "freshness CDF");
+    ctx.report.set("tick_ms", tick_ms);
+    ctx.report.set("poll_ms", poll.as_millis() as u64);
+    ctx.report.set("rate", rate);
+    ctx.report.set("duration_s", duration_s);
+    ctx.report.set("partitions", partitions);
+    ctx.report.set("runs", runs.iter().map(|(lag, f)| serde_json::json!({"target_lag_ms": lag, "freshness": f})).collect::<Vec<_>>());
     Ok(())
 }

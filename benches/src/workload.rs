@@ -17,6 +17,7 @@
 //! compression = "none"         # none, gzip, snappy, lz4, zstd
 //! batch_size = 131072          # librdkafka batch.size (bytes)
 //! linger_ms = 1
+//! fresh_random = false         # true: no two payloads alike (costs the producer CPU)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,10 @@ pub struct Workload {
     /// Producer `linger.ms`.
     #[serde(default = "linger_default")]
     pub linger_ms: f64,
+    /// Refill the random share of every payload (otherwise 64 templates repeat), so no
+    /// two payloads are alike: what `tiering-cost` needs for an honest Parquet size.
+    #[serde(default)]
+    pub fresh_random: bool,
 }
 
 fn one() -> f64 {

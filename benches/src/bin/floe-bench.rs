@@ -39,9 +39,18 @@ enum Cmd {
         /// An argument for every `floe` started, e.g. `--floe-arg=--override --floe-arg=log.segment.bytes=1048576`.
         #[arg(long = "floe-arg", value_name = "ARG", allow_hyphen_values = true)]
         floe_args: Vec<String>,
-        /// A broker setting of the second arm of `coupling`, e.g. `floe.iceberg.enabled=true`.
+        /// An extra broker setting of the tiering-on arm of `coupling`, e.g. `floe.iceberg.tick-ms=1000`.
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// `coupling`: the fixed rate in messages/s (default: half the probed maximum).
+        #[arg(long, value_name = "MSG_PER_S")]
+        rate: Option<u64>,
+        /// `tiering-cost`: the backlog in MB (default: the workload's; 8 with --quick).
+        #[arg(long, value_name = "MB")]
+        backlog_mb: Option<u64>,
+        /// `freshness`: a target lag to measure (repeat; default 1000 and 5000, 300 and 1000 with --quick).
+        #[arg(long = "target-lag-ms", value_name = "MS")]
+        target_lags_ms: Vec<u64>,
         /// A workload file instead of the scenario's own (benches/workloads/*.toml).
         #[arg(long, value_name = "FILE")]
         workload: Option<PathBuf>,
@@ -59,7 +68,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, workload } => {
+        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload } => {
             let overrides = overrides
                 .iter()
                 .map(|o| o.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("--override `{o}` is not KEY=VALUE")))
@@ -68,7 +77,7 @@ fn main() -> anyhow::Result<()> {
                 let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
                 PathBuf::from("bench-results").join(format!("{scenario}-{t}"))
             });
-            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, workload })?;
+            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload })?;
             std::process::exit(code);
         }
     }
