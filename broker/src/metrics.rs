@@ -33,6 +33,9 @@ pub struct Metrics {
     pub connections: IntGauge,
     /// Connections the broker closed (bad input, a connection limit, a read deadline), by reason.
     pub connections_rejected: IntCounterVec,
+    /// Damaged ranges recovery found in a partition's segments and kept
+    /// (valid batches follow them; reads step over them), by topic and partition.
+    pub log_corrupt_ranges: IntGaugeVec,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
 }
@@ -141,6 +144,14 @@ impl Metrics {
             &["reason"],
         )
         .expect("metric");
+        let log_corrupt_ranges = IntGaugeVec::new(
+            Opts::new(
+                "floe_log_corrupt_ranges",
+                "Damaged byte ranges found by recovery and kept (later data not truncated); see `floe verify`",
+            ),
+            &["topic", "partition"],
+        )
+        .expect("metric");
         let iceberg = IcebergMetrics::new();
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
@@ -150,6 +161,7 @@ impl Metrics {
             Box::new(produce_records.clone()),
             Box::new(connections.clone()),
             Box::new(connections_rejected.clone()),
+            Box::new(log_corrupt_ranges.clone()),
         ]
         .into_iter()
         .chain(iceberg.collectors())
@@ -168,6 +180,7 @@ impl Metrics {
             produce_records,
             connections,
             connections_rejected,
+            log_corrupt_ranges,
             iceberg,
         }
     }

@@ -85,6 +85,15 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     };
 
     let metrics = Arc::new(Metrics::new());
+    for topic in logs.topics() {
+        for log in topic.partitions() {
+            let ranges = log.corrupt_ranges();
+            if !ranges.is_empty() {
+                let partition = log.partition().to_string();
+                metrics.log_corrupt_ranges.with_label_values(&[log.topic(), partition.as_str()]).set(ranges.len() as i64);
+            }
+        }
+    }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
         let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { addr, source })?;

@@ -21,6 +21,7 @@
 //! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
 //! - `loader`: `LogLoader`, recovery of a partition directory at open.
+//! - [`verify`]: CRC-32C verification of segment files, resynchronising past damage (`floe verify`, recovery).
 //! - `atomic_file`: tmp + fsync + rename + fsync-dir writes of small files.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -42,6 +43,7 @@ mod segment;
 mod test_util;
 mod time_index;
 pub mod topic;
+pub mod verify;
 
 pub use checkpoint::OffsetCheckpointFile;
 pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
@@ -52,3 +54,4 @@ pub use producer_id_manager::ProducerIdManager;
 pub use producer_state::ProducerStateManager;
 pub use segment::SegmentInfo;
 pub use topic::Topic;
+pub use verify::CorruptRange;

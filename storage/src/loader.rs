@@ -5,9 +5,20 @@
 //! and only the batch headers after the last offset-index entry are read (to
 //! learn the segment's end). Every other segment is recovered: scanned batch
 //! by batch, checking header sanity and CRC-32C, while its indexes are
-//! rebuilt. At the first torn or corrupt batch the segment is truncated there
-//! and every later segment is deleted — what follows a hole cannot be served.
-//! A trusted segment whose index fails its checks is recovered the same way.
+//! rebuilt. A trusted segment whose index fails its checks is recovered the
+//! same way.
+//!
+//! Damage is handled by where it is, not by which segment it is in:
+//! - **A damaged tail** (no valid batch anywhere after it: a torn write, a
+//!   zero-filled or garbage end after a crash) is truncated, as Kafka's
+//!   unclean-shutdown recovery does. Only the last segment can have one.
+//! - **Damage followed by valid batches** (bit rot, a lost page in the
+//!   middle) is never truncated: truncating would throw away acknowledged
+//!   records that are still intact and hand their offsets out again. The
+//!   range (file, bytes, offsets) is logged as an error and kept in the
+//!   segment ([`crate::CorruptRange`]); reads and scans step over it, so
+//!   consumers see an offset gap, as on a compacted topic, and the partition's
+//!   `corrupt_ranges` feed a metric. `floe verify` finds the same ranges offline.
 //!
 //! Then the producer state is rebuilt: from the latest valid `.snapshot` at
 //! or below the recovered log end offset, plus the batch headers of the log
@@ -20,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::atomic_file::sync_dir;
 use crate::error::{IoContext, Result};
@@ -33,6 +44,7 @@ use crate::offset_index::OffsetIndex;
 use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
 use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
 use crate::time_index::TimeIndex;
+use crate::verify::{find_next_valid_batch, CorruptRange};
 
 /// A loaded partition directory.
 #[derive(Debug)]
@@ -75,6 +87,7 @@ impl LogLoader<'_> {
         let mut cut_at: Option<usize> = None;
 
         for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
             let outcome = if base < recovery_point {
                 self.load_trusted(base)?
             } else {
@@ -82,12 +95,14 @@ impl LogLoader<'_> {
             };
             let segment = match outcome {
                 Outcome::Trusted(seg) if seg.next_offset <= recovery_point => *seg,
-                Outcome::Trusted(_) => self.recover_segment(base, &mut modified, &mut cut_at, i)?,
+                Outcome::Trusted(_) => {
+                    self.recover_segment(base, next_base, &mut modified, &mut cut_at, i)?
+                }
                 Outcome::Recover(reason) => {
                     if !reason.is_empty() {
                         warn!(segment = %log_file(dir, base).display(), %reason, "rebuilding indexes of segment below the recovery point");
                     }
-                    self.recover_segment(base, &mut modified, &mut cut_at, i)?
+                    self.recover_segment(base, next_base, &mut modified, &mut cut_at, i)?
                 }
             };
             recovered.push(base);
@@ -207,7 +222,8 @@ impl LogLoader<'_> {
             } else {
                 0
             };
-            let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, start, seg.size);
+            let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, start, seg.size)
+                .with_holes(seg.holes());
             loop {
                 match scanner.next_batch(false)? {
                     Scanned::Batch { header, .. } => {
@@ -329,10 +345,14 @@ impl LogLoader<'_> {
         Ok(Outcome::Trusted(Box::new(seg)))
     }
 
-    /// Scans a segment fully, rebuilding its indexes; truncates at the first invalid batch.
+    /// Scans a segment fully, rebuilding its indexes. Damage followed by a
+    /// valid batch in this segment, or anywhere in a segment that is not the
+    /// last, is kept and reported; a damaged tail of the last segment is
+    /// truncated (see the module docs).
     fn recover_segment(
         &self,
         base: i64,
+        next_base: Option<i64>,
         modified: &mut bool,
         cut_at: &mut Option<usize>,
         i: usize,
@@ -346,42 +366,76 @@ impl LogLoader<'_> {
         let mut seg =
             LogSegment::assemble(base, log_path.clone(), log, 0, offset_index, time_index);
         let log = seg.log.clone();
-        let mut scanner = FileBatchScanner::new(&log, &log_path, 0, file_len);
-        let valid_end = loop {
-            match scanner.next_batch(true)? {
-                Scanned::Batch { position, header } => {
-                    let problem = if header.base_offset < seg.next_offset {
-                        Some(format!(
-                            "base offset {} is below the expected {}",
-                            header.base_offset, seg.next_offset
-                        ))
-                    } else if header.last_offset() - base > i64::from(u32::MAX) {
-                        Some(format!(
-                            "offset {} does not fit the segment based at {base}",
-                            header.last_offset()
-                        ))
-                    } else {
-                        None
-                    };
-                    if let Some(reason) = problem {
-                        break self.truncate(&seg, position, file_len, &reason)?;
+        // Offsets a batch of this segment may hold: below the next segment, relative offsets in a u32.
+        let max_offset = next_base
+            .map_or(i64::MAX, |n| n - 1)
+            .min(base + i64::from(u32::MAX));
+        let mut start = 0;
+        let valid_end = 'segment: loop {
+            let mut scanner = FileBatchScanner::new(&log, &log_path, start, file_len);
+            let (position, reason) = loop {
+                match scanner.next_batch(true)? {
+                    Scanned::Batch { position, header } => {
+                        if header.base_offset < seg.next_offset || header.last_offset() > max_offset
+                        {
+                            let reason = format!(
+                                "base offset {} is outside the expected {}..={max_offset}",
+                                header.base_offset, seg.next_offset
+                            );
+                            break (position, reason);
+                        }
+                        if position == 0 {
+                            seg.rolling_timestamp_ms = Some(header.max_timestamp);
+                        }
+                        seg.index_batch(
+                            header.base_offset,
+                            position,
+                            header.total_size() as u64,
+                            header.max_timestamp,
+                            self.index_interval_bytes,
+                        );
+                        seg.next_offset = header.next_offset();
                     }
-                    if position == 0 {
-                        seg.rolling_timestamp_ms = Some(header.max_timestamp);
-                    }
-                    seg.index_batch(
-                        header.base_offset,
-                        position,
-                        header.total_size() as u64,
-                        header.max_timestamp,
-                        self.index_interval_bytes,
-                    );
-                    seg.next_offset = header.next_offset();
+                    Scanned::End => break 'segment None,
+                    Scanned::Invalid { position, reason } => break (position, reason),
                 }
-                Scanned::End => break None,
-                Scanned::Invalid { position, reason } => {
-                    break self.truncate(&seg, position, file_len, &reason)?
-                }
+            };
+            let next = find_next_valid_batch(
+                &log,
+                &log_path,
+                position + 1,
+                file_len,
+                seg.next_offset,
+                max_offset,
+            )?;
+            if next.is_none() && next_base.is_none() {
+                break self.truncate(&seg, position, file_len, &reason)?;
+            }
+            let range = CorruptRange {
+                segment: log_path.clone(),
+                position,
+                end_position: next.as_ref().map_or(file_len, |(p, _)| *p),
+                first_offset: seg.next_offset,
+                last_offset: next
+                    .as_ref()
+                    .map_or(next_base.map(|n| n - 1), |(_, h)| Some(h.base_offset - 1)),
+                reason,
+            };
+            error!(
+                segment = %log_path.display(),
+                first_offset = range.first_offset,
+                last_offset = ?range.last_offset,
+                position = range.position,
+                end_position = range.end_position,
+                reason = %range.reason,
+                "corrupt record batches followed by valid ones: kept and skipped when serving, later data not truncated (`floe verify` lists every damaged range)"
+            );
+            seg.corrupt.push(range);
+            // The next batch starts a fresh index interval.
+            seg.bytes_since_last_index_entry = self.index_interval_bytes + 1;
+            match next {
+                Some((p, _)) => start = p,
+                None => break None,
             }
         };
         seg.size = valid_end.unwrap_or(file_len);
@@ -548,28 +602,72 @@ mod tests {
         assert_eq!(log.log_end_offset(), 60);
     }
 
+    /// Bit rot in a sealed segment: reported, stepped over, nothing after it truncated.
     #[test]
-    fn corrupt_batch_in_an_early_segment_drops_the_rest() {
+    fn corrupt_batch_in_an_early_segment_keeps_the_rest() {
+        for damage in ["payload", "length"] {
+            let dir = tempfile::tempdir().unwrap();
+            write_log(dir.path());
+            let path = log_file(dir.path(), 0);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let h = floe_protocol::record_batch::BatchIter::new(&bytes)
+                .nth(1)
+                .unwrap()
+                .unwrap();
+            if damage == "payload" {
+                bytes[h.position + 70] ^= 0xff;
+            } else {
+                bytes[h.position + 8..h.position + 12].copy_from_slice(&[0x7f, 0, 0, 0]);
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let files_before = std::fs::read_dir(dir.path()).unwrap().count();
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
+            assert_eq!(log.log_end_offset(), 60, "{damage}: nothing truncated");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), files_before);
+            let ranges = log.corrupt_ranges();
+            assert_eq!(ranges.len(), 1, "{damage}: {ranges:?}");
+            assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (2, Some(3)));
+            assert_eq!(ranges[0].position, h.position as u64);
+            let offsets: Vec<i64> = all_records(&log).iter().map(|r| r.0).collect();
+            let want: Vec<i64> = (0..60).filter(|o| !(2..4).contains(o)).collect();
+            assert_eq!(offsets, want, "{damage}: every intact record served, the gap skipped");
+            // A fetch inside the damaged range continues after it.
+            let bytes = log.read(2, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+            assert_eq!(decode(&bytes)[0].0, 4);
+            assert_eq!(log.offset_for_timestamp(102).unwrap().unwrap().offset, 4);
+            assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
+            // The damaged segment stays below the recovery point, so the next start reports it again.
+            assert_eq!(log.recovery_point(), 0);
+            log.close().unwrap();
+            let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(0), None).unwrap();
+            assert_eq!(log.corrupt_ranges().len(), 1);
+            assert_eq!(log.log_end_offset(), 61);
+        }
+    }
+
+    /// Damage in the active segment with valid batches after it is not a torn
+    /// tail: kept and skipped, the later batches stay.
+    #[test]
+    fn damage_inside_the_active_segment_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         write_log(dir.path());
-        let path = log_file(dir.path(), 0);
+        let base = active_base(dir.path());
+        let path = log_file(dir.path(), base);
         let mut bytes = std::fs::read(&path).unwrap();
-        // Flip a byte inside the second batch's records.
-        let h = floe_protocol::record_batch::BatchIter::new(&bytes)
-            .nth(1)
+        let first = floe_protocol::record_batch::BatchIter::new(&bytes)
+            .next()
             .unwrap()
             .unwrap();
-        bytes[h.position + 70] ^= 0xff;
+        assert!(first.end() < bytes.len(), "the active segment needs two batches");
+        bytes[first.position + 17] ^= 0x01; // the CRC field itself
         std::fs::write(&path, &bytes).unwrap();
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
-        assert_eq!(log.log_end_offset(), 2, "only the first batch survives");
-        assert_eq!(log.segment_count(), 1);
-        assert_eq!(
-            std::fs::read_dir(dir.path()).unwrap().count(),
-            3,
-            "later segments deleted"
-        );
-        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 2);
+        assert_eq!(log.log_end_offset(), 60);
+        let ranges = log.corrupt_ranges();
+        assert_eq!(ranges.len(), 1, "{ranges:?}");
+        assert_eq!(ranges[0].first_offset, base);
+        assert_eq!(all_records(&log).len(), 58);
+        assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
     }
 
     #[test]

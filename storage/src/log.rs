@@ -33,7 +33,10 @@ use crate::loader::LogLoader;
 use crate::producer_state::{
     delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
 };
-use crate::segment::{read_header_at, AppendedBatch, LogSegment, SegmentInfo};
+use crate::segment::{
+    read_header_at, readable_end, step_over_holes, AppendedBatch, LogSegment, SegmentInfo,
+};
+use crate::verify::CorruptRange;
 
 /// What an append did (Kafka's `LogAppendInfo`, reduced to what Produce answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,9 +281,22 @@ impl PartitionLog {
         self.state().log_end_offset
     }
 
-    /// Offsets below it are fsynced.
+    /// Offsets below it are fsynced, and recovery may trust them without a
+    /// scan. Held at the base of the first segment with a damaged range, so
+    /// every start scans that segment again and reports the damage again.
     pub fn recovery_point(&self) -> i64 {
-        self.state().recovery_point
+        let st = self.state();
+        let damaged = st.segments.values().find(|s| !s.corrupt.is_empty());
+        damaged.map_or(st.recovery_point, |s| st.recovery_point.min(s.base_offset))
+    }
+
+    /// The damaged ranges recovery found and kept (see [`crate::verify`]).
+    pub fn corrupt_ranges(&self) -> Vec<CorruptRange> {
+        let st = self.state();
+        st.segments
+            .values()
+            .flat_map(|s| s.corrupt.iter().cloned())
+            .collect()
     }
 
     /// Total bytes of all segments.
@@ -555,7 +571,7 @@ impl PartitionLog {
         min_one_batch: bool,
     ) -> Result<FetchDataInfo> {
         self.check_live()?;
-        let (file, path, mut position, end, hw, lso) = {
+        let (file, path, mut position, end, hw, lso, holes) = {
             let st = self.state();
             let (hw, lso) = (st.log_end_offset, st.log_start_offset);
             if fetch_offset < lso || fetch_offset > hw {
@@ -584,6 +600,7 @@ impl PartitionLog {
                 seg.size,
                 hw,
                 lso,
+                seg.holes(),
             )
         };
         let mut info = FetchDataInfo {
@@ -592,7 +609,12 @@ impl PartitionLog {
             log_start_offset: lso,
             last_stable_offset: hw,
         };
-        while position < end {
+        loop {
+            // Damaged ranges are stepped over: consumers see an offset gap.
+            position = step_over_holes(&holes, position);
+            if position >= end {
+                break;
+            }
             let header = read_header_at(&file, &path, position)?;
             let size = header.total_size() as u64;
             if size == 0 {
@@ -602,7 +624,7 @@ impl PartitionLog {
                 });
             }
             if header.last_offset() >= fetch_offset {
-                let available = end - position;
+                let available = readable_end(&holes, position, end) - position;
                 let len = if size > u64::from(max_bytes) {
                     if !min_one_batch {
                         return Ok(info);
@@ -633,7 +655,8 @@ impl PartitionLog {
         self.check_live()?;
         let (candidates, lso) = {
             let st = self.state();
-            let c: Vec<(Arc<File>, Arc<Path>, u64, u64)> = st
+            #[allow(clippy::type_complexity)]
+            let c: Vec<(Arc<File>, Arc<Path>, u64, u64, Vec<(u64, u64)>)> = st
                 .segments
                 .values()
                 .filter(|s| s.max_timestamp >= timestamp && s.next_offset > st.log_start_offset)
@@ -648,13 +671,18 @@ impl PartitionLog {
                         s.log_path.clone(),
                         s.offset_index.position_for(start_offset),
                         s.size,
+                        s.holes(),
                     )
                 })
                 .collect();
             (c, st.log_start_offset)
         };
-        for (file, path, mut position, end) in candidates {
-            while position < end {
+        for (file, path, mut position, end, holes) in candidates {
+            loop {
+                position = step_over_holes(&holes, position);
+                if position >= end {
+                    break;
+                }
                 let header = read_header_at(&file, &path, position)?;
                 let size = header.total_size() as u64;
                 if size == 0 {
@@ -681,7 +709,7 @@ impl PartitionLog {
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
     pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>> {
         self.check_live()?;
-        let (file, path, max_ts, known, end, lso) = {
+        let (file, path, max_ts, known, end, lso, holes) = {
             let st = self.state();
             let Some(seg) = st
                 .segments
@@ -701,10 +729,15 @@ impl PartitionLog {
                 seg.offset_of_max_timestamp,
                 seg.size,
                 st.log_start_offset,
+                seg.holes(),
             )
         };
         let mut position = 0u64;
-        while position < end {
+        loop {
+            position = step_over_holes(&holes, position);
+            if position >= end {
+                break;
+            }
             let header = read_header_at(&file, &path, position)?;
             let size = header.total_size() as u64;
             if size == 0 {

@@ -19,6 +19,7 @@ use crate::file_names::{deleted_file, index_file, log_file, time_index_file};
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::time_index::TimeIndex;
+use crate::verify::CorruptRange;
 
 /// A sealed segment as tiering sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub struct SegmentInfo {
     pub path: PathBuf,
     /// Bytes in the `.log`.
     pub size_bytes: u64,
+    /// Damaged ranges recovery kept in it (readers step over them).
+    pub corrupt: Vec<CorruptRange>,
 }
 
 /// One batch appended by [`LogSegment::append`]: where in the appended buffer, and what it holds.
@@ -65,6 +68,9 @@ pub(crate) struct LogSegment {
     /// or for a loaded segment its first batch's max timestamp (as Kafka does).
     pub(crate) rolling_timestamp_ms: Option<i64>,
     pub(crate) bytes_since_last_index_entry: u64,
+    /// Damaged byte ranges recovery found and kept (valid batches follow
+    /// them): reads and scans step over them; see `loader`.
+    pub(crate) corrupt: Vec<CorruptRange>,
 }
 
 impl LogSegment {
@@ -105,6 +111,7 @@ impl LogSegment {
             offset_of_max_timestamp: None,
             rolling_timestamp_ms: None,
             bytes_since_last_index_entry: 0,
+            corrupt: Vec::new(),
         }
     }
 
@@ -137,7 +144,10 @@ impl LogSegment {
     /// Writes `records` (whole batches, offsets assigned) at the end of the
     /// `.log` with one positioned write, then indexes them.
     ///
-    /// On a failed write the file is cut back to its previous size (best effort).
+    /// On a failed write (a full disk) the file is cut back to its previous
+    /// size, so no partial batch stays behind to be overwritten or recovered
+    /// as garbage; if even that fails, the next append still writes at the
+    /// old size and recovery would truncate the leftover tail.
     pub(crate) fn append(
         &mut self,
         records: &[u8],
@@ -147,7 +157,10 @@ impl LogSegment {
     ) -> Result<()> {
         let start = self.size;
         if let Err(e) = self.log.write_all_at(records, start) {
-            let _ = self.log.set_len(start);
+            if let Err(cut) = self.log.set_len(start) {
+                tracing::error!(segment = %self.log_path.display(), size = start, error = %cut,
+                    "cannot cut a partly written batch off the segment");
+            }
             return Err(e).ctx("append to segment", &self.log_path);
         }
         for b in batches {
@@ -162,9 +175,28 @@ impl LogSegment {
         }
         self.size = start + records.len() as u64;
         self.rolling_timestamp_ms.get_or_insert(now_ms);
-        self.offset_index.persist()?;
-        self.time_index.persist()?;
+        // The batches are in the log: failing the append now would leave them
+        // there unacknowledged while their offsets are handed out again. Index
+        // entries that cannot be written (a full disk) stay in memory and are
+        // written by the next append; recovery rebuilds an index that lacks them.
+        for (result, index) in [
+            (self.offset_index.persist(), "offset"),
+            (self.time_index.persist(), "time"),
+        ] {
+            if let Err(e) = result {
+                tracing::warn!(segment = %self.log_path.display(), index, error = %e,
+                    "cannot write index entries; keeping them in memory and retrying on the next append");
+            }
+        }
         Ok(())
+    }
+
+    /// The damaged byte ranges as `(start, end)`, for walks outside the log's lock.
+    pub(crate) fn holes(&self) -> Vec<(u64, u64)> {
+        self.corrupt
+            .iter()
+            .map(|c| (c.position, c.end_position))
+            .collect()
     }
 
     /// Whether the segment holds no batch.
@@ -194,6 +226,7 @@ impl LogSegment {
             next_offset: self.next_offset,
             path: self.log_path.to_path_buf(),
             size_bytes: self.size,
+            corrupt: self.corrupt.clone(),
         }
     }
 
@@ -255,6 +288,27 @@ pub(crate) struct FileBatchScanner<'a> {
     pos: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    /// Damaged `(start, end)` byte ranges to step over.
+    holes: Vec<(u64, u64)>,
+}
+
+/// Where a walk at `position` continues: the end of the damaged range
+/// `position` falls in, or `position` itself.
+pub(crate) fn step_over_holes(holes: &[(u64, u64)], position: u64) -> u64 {
+    holes
+        .iter()
+        .find(|&&(start, end)| start <= position && position < end)
+        .map_or(position, |&(_, end)| end)
+}
+
+/// Where the readable bytes from `position` stop: the next damaged range, or `end`.
+pub(crate) fn readable_end(holes: &[(u64, u64)], position: u64, end: u64) -> u64 {
+    holes
+        .iter()
+        .filter(|&&(start, _)| start > position)
+        .map(|&(start, _)| start)
+        .min()
+        .map_or(end, |s| s.min(end))
 }
 
 impl<'a> FileBatchScanner<'a> {
@@ -267,7 +321,14 @@ impl<'a> FileBatchScanner<'a> {
             pos: start,
             buf: Vec::new(),
             buf_start: start,
+            holes: Vec::new(),
         }
+    }
+
+    /// Steps over these damaged `(start, end)` byte ranges instead of reporting them.
+    pub(crate) fn with_holes(mut self, holes: Vec<(u64, u64)>) -> Self {
+        self.holes = holes;
+        self
     }
 
     /// Makes `[pos, pos + len)` available in the buffer; `false` if the range
@@ -297,6 +358,7 @@ impl<'a> FileBatchScanner<'a> {
     /// The next batch, checking header sanity and, if `verify`, its CRC.
     /// After `Invalid` or `End` the scanner stays where it is.
     pub(crate) fn next_batch(&mut self, verify: bool) -> Result<Scanned> {
+        self.pos = step_over_holes(&self.holes, self.pos);
         let position = self.pos;
         if position >= self.end {
             return Ok(Scanned::End);

@@ -288,3 +288,107 @@ def test_disk_full_fails_produce_cleanly_and_resumes(floe_factory, small_fs):
     print(f"disk full: {acked_before} acknowledged before full, {len(h.failures)} refused\n{verdict.summary()}")
     assert verdict.ok, verdict.summary()
     assert not verdict.unacked_read, f"{len(verdict.unacked_read)} refused records are in the log"
+
+
+# ------------------------------------------------------------ bit rot in sealed segments
+
+def _floe_verify(data_dir) -> subprocess.CompletedProcess:
+    from floe_process import floe_bin
+    return subprocess.run([floe_bin(), "verify", "--data-dir", str(data_dir)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _produce_segments(floe, prefix: str):
+    topic = create_topic(floe.bootstrap, unique_topic(prefix), config={"segment.bytes": "20000"})
+    msgs = [{"value": f"v{i:05d}-".encode() + b"y" * 60} for i in range(2000)]
+    offsets = produce_all(floe.bootstrap, topic, msgs, **{"batch.num.messages": 20, "linger.ms": 20})
+    return topic, {o: m["value"] for o, m in zip(offsets, msgs)}
+
+
+def _rot(seg, batch_index: int, how: str) -> tuple[int, int, int]:
+    """Damages one batch of `seg` in place; returns (position, first offset, last offset)."""
+    data = bytearray(seg.read_bytes())
+    pos, end, first, last = _batches(bytes(data))[batch_index]
+    if how == "payload":
+        data[end - 10] ^= 0x40  # inside the last record: the CRC no longer matches
+    else:
+        data[pos + 8:pos + 12] = struct.pack(">i", 0x7F000000)  # the length field: framing lost
+    seg.write_bytes(bytes(data))
+    return pos, first, last
+
+
+def test_bit_rot_in_sealed_segments_is_reported_not_truncated(floe_factory):
+    """After a crash, startup recovery scans the sealed segments: damaged ranges
+    are logged with file, bytes and offsets, counted in a metric, stepped over
+    when serving, and nothing after them is truncated. `floe verify` lists the
+    same ranges; tiering skips and reports them."""
+    floe = floe_factory("floe")
+    topic, acks = _produce_segments(floe, "rot")
+    floe.kill9()
+    segs = floe.segment_files(topic)
+    assert len(segs) >= 5, segs
+    damaged = [_rot(segs[1], 3, "payload"), _rot(segs[2], 2, "length")]
+    hidden = {o for _, first, last in damaged for o in range(first, last + 1)}
+
+    r = _floe_verify(floe.data_dir)
+    print(r.stdout)
+    assert r.returncode == 1, f"floe verify exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    for (pos, first, last), seg in zip(damaged, segs[1:3]):
+        assert f"offsets {first}..={last} in {seg}" in r.stdout and f"bytes {pos}.." in r.stdout, r.stdout
+
+    floe.start(overrides={"floe.iceberg.enabled": "true", "floe.iceberg.tick-ms": "300"})
+    assert watermarks(floe.bootstrap, topic) == (0, 2000), "later data was truncated"
+    assert floe.metric("floe_log_corrupt_ranges", topic=topic, partition="0") == 2
+    log = floe.stderr_text()
+    for _, first, last in damaged:
+        assert f"first_offset={first} last_offset=Some({last})" in log, "startup did not log the damaged range"
+
+    h = _acked_history(acks)
+    got = consume_range(floe.bootstrap, topic, 0, 2000 - len(hidden))
+    for m in got:
+        h.drain.append((0, m.offset(), m.value()))
+    h.drain_bounds[0] = (0, 2000)
+    verdict = check(h)
+    print(verdict.summary())
+    # Exactly the damaged batches are missing; everything else is served, unchanged.
+    assert sorted(o for _, o, _ in verdict.lost) == sorted(hidden)
+    assert [(first, last) for _, first, last in verdict.gaps] == [(f, lst) for _, f, lst in damaged]
+    assert not (verdict.duplicate or verdict.inconsistent or verdict.nonmonotonic or verdict.phantom)
+    assert produce_all(floe.bootstrap, topic, [{"value": b"after-rot"}]) == [2000]
+
+    # Tiering steps over the damaged ranges and reports them.
+    wait_until(lambda: floe.metric("floe_iceberg_skipped_batches_total", topic=topic) >= 2, timeout=60,
+               what="tiering to report the damaged ranges")
+    assert "skipping a damaged range of a segment" in floe.stderr_text()
+
+    # A clean restart reports the damage again (the damaged segment stays below the recovery point).
+    assert floe.restart() == 0
+    assert floe.metric("floe_log_corrupt_ranges", topic=topic, partition="0") == 2
+    assert watermarks(floe.bootstrap, topic) == (0, 2001)
+
+
+def test_bit_rot_below_the_recovery_point_found_by_verify_and_tiering(floe_factory):
+    """After a clean shutdown the segments are trusted at startup (as in Kafka):
+    `floe verify` finds the damage, tiering refuses to tier the batch and reports it."""
+    floe = floe_factory("floe")
+    topic, _ = _produce_segments(floe, "rot-clean")
+    assert floe.stop() == 0
+    seg = floe.segment_files(topic)[1]
+    pos, first, last = _rot(seg, 4, "payload")
+    r = _floe_verify(floe.data_dir)
+    assert r.returncode == 1 and f"offsets {first}..={last} in {seg} bytes {pos}.." in r.stdout, r.stdout
+    assert "1 corrupt ranges" in r.stdout
+
+    floe.start(overrides={"floe.iceberg.enabled": "true", "floe.iceberg.tick-ms": "300"})
+    assert watermarks(floe.bootstrap, topic) == (0, 2000)
+    wait_until(lambda: floe.metric("floe_iceberg_skipped_batches_total", topic=topic) >= 1, timeout=60,
+               what="tiering to report the corrupt batch")
+    log = floe.stderr_text()
+    assert "skipping a record batch whose CRC does not match" in log
+    assert f"first_offset={first} last_offset={last}" in log
+    # A clean data dir verifies clean.
+    clean = floe_factory("clean")
+    _produce_segments(clean, "ok")
+    assert clean.stop() == 0
+    r = _floe_verify(clean.data_dir)
+    assert r.returncode == 0 and "no corruption" in r.stdout, r.stdout

@@ -36,6 +36,8 @@ pub struct SegmentReader {
     path: PathBuf,
     position: u64,
     end: u64,
+    /// Damaged `(start, end)` byte ranges recovery kept: stepped over.
+    holes: Vec<(u64, u64)>,
 }
 
 /// Where a segment stopped making sense: the bytes from `position` on cannot be read as batches.
@@ -54,7 +56,13 @@ impl SegmentReader {
     /// [`TieringError::SegmentIo`] if the file cannot be opened.
     pub fn open(path: &Path, size: u64) -> Result<Self> {
         let file = File::open(path).map_err(|source| TieringError::SegmentIo { path: path.to_path_buf(), source })?;
-        Ok(Self { file, path: path.to_path_buf(), position: 0, end: size })
+        Ok(Self { file, path: path.to_path_buf(), position: 0, end: size, holes: Vec::new() })
+    }
+
+    /// Steps over these damaged byte ranges (`SegmentInfo::corrupt`) instead of stopping at them.
+    pub fn skipping(mut self, holes: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        self.holes = holes.into_iter().collect();
+        self
     }
 
     /// The next batch: its header and its bytes; `Ok(None)` at the end;
@@ -64,6 +72,9 @@ impl SegmentReader {
     /// [`TieringError::SegmentIo`] on a read error.
     #[allow(clippy::type_complexity)]
     pub fn next_batch(&mut self) -> Result<Option<Result<(RecordBatchHeader, Bytes), CorruptTail>>> {
+        if let Some(&(_, end)) = self.holes.iter().find(|&&(s, e)| s <= self.position && self.position < e) {
+            self.position = end;
+        }
         if self.position >= self.end {
             return Ok(None);
         }
@@ -86,6 +97,11 @@ impl SegmentReader {
         self.read_exact_at(&mut buf, self.position)?;
         self.position += size;
         Ok(Some(Ok((header, Bytes::from(buf)))))
+    }
+
+    /// Byte position of the next batch.
+    pub fn position(&self) -> u64 {
+        self.position
     }
 
     fn read_exact_at(&self, buf: &mut [u8], position: u64) -> Result<()> {

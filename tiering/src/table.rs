@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use floe_protocol::record_batch::verify_crc;
 use floe_storage::PartitionLog;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
@@ -253,7 +254,16 @@ impl TopicTable {
                     break;
                 }
                 read += seg.size_bytes;
-                let mut reader = SegmentReader::open(&seg.path, seg.size_bytes)?;
+                for c in seg.corrupt.iter().filter(|c| c.last_offset.is_none_or(|l| l >= from)) {
+                    // Recovery kept this damage (valid batches follow it); the reader steps over it.
+                    let s = SkippedBatch { partition: p, first_offset: c.first_offset.max(from),
+                        last_offset: c.last_offset.unwrap_or(seg.next_offset - 1), reason: c.to_string() };
+                    error!(table = %self.ident, partition = p, first_offset = s.first_offset,
+                        last_offset = s.last_offset, reason = %s.reason, "skipping a damaged range of a segment");
+                    outcome.skipped.push(s);
+                }
+                let mut reader = SegmentReader::open(&seg.path, seg.size_bytes)?
+                    .skipping(seg.corrupt.iter().map(|c| (c.position, c.end_position)));
                 loop {
                     if stop.load(Ordering::Relaxed) {
                         // Commit what is converted so far (whole batches), promptly.
@@ -275,6 +285,16 @@ impl TopicTable {
                         }
                     };
                     if header.last_offset() < from {
+                        continue;
+                    }
+                    if let Err(e) = verify_crc(&bytes, 0) {
+                        // Bit rot in a segment recovery trusted (below the recovery point): never tier garbage.
+                        let s = SkippedBatch { partition: p, first_offset: header.base_offset,
+                            last_offset: header.last_offset(), reason: format!("{} at byte {}: {e}", seg.path.display(), reader.position() - bytes.len() as u64) };
+                        error!(table = %self.ident, partition = p, first_offset = s.first_offset,
+                            last_offset = s.last_offset, reason = %s.reason, "skipping a record batch whose CRC does not match");
+                        outcome.skipped.push(s);
+                        last_covered = Some(header.last_offset());
                         continue;
                     }
                     match conv.push(&header, bytes, from) {
