@@ -1,4 +1,5 @@
-//! The accept loop: one task per connection, and an orderly shutdown.
+//! The accept loop of one listener: one task per connection, and an
+//! orderly shutdown. The broker runs one loop per configured listener.
 //!
 //! Shutdown is announced on a `watch` channel; each connection finishes the
 //! request it is handling and exits. The listener waits for every connection
@@ -14,9 +15,10 @@ use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use crate::server::connection::Connection;
+use crate::server::endpoint::Endpoint;
 
-/// Accepts connections until `shutdown` flips to true, then drains.
-pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+/// Accepts connections on `endpoint` until `shutdown` flips to true, then drains.
+pub async fn run(listener: TcpListener, endpoint: Arc<Endpoint>, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut connections = JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -24,7 +26,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
-                    let conn = Connection::new(stream, peer, broker.clone());
+                    let conn = Connection::new(stream, peer, broker.clone(), endpoint.clone());
                     connections.spawn(conn.run(shutdown.clone()));
                 }
                 Err(e) => {
@@ -42,7 +44,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch
     let deadline = Duration::from_millis(broker.config.shutdown_timeout_ms);
     let open = connections.len();
     if open > 0 {
-        tracing::info!(open, "waiting for connections to finish their requests");
+        tracing::info!(listener = %endpoint.name, open, "waiting for connections to finish their requests");
     }
     let drained = tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} }).await;
     if drained.is_err() {
