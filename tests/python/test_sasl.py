@@ -128,9 +128,9 @@ def test_wrong_password_is_refused_cleanly_and_others_are_served(floe_factory, p
     add_scram_user(floe.bootstrap, "alice", "alice-pw")
     bootstrap = bootstrap_for(floe, "SASL_SSL")
     bad = AdminClient({"bootstrap.servers": bootstrap, **sasl_conf("SASL_SSL", mechanism, "alice", "wrong", pki)})
-    with pytest.raises(KafkaException) as e:
+    # librdkafka reports the refusal to its error callback; list_topics only sees a transport failure.
+    with pytest.raises(KafkaException):
         bad.list_topics(timeout=5)
-    assert "auth" in str(e.value).lower()
     wait_until(lambda: floe.metric("floe_connections_closed_on_error_total", reason="authentication_failed") >= 1,
                timeout=10, what="failed authentication counted")
     log = floe.stderr_text()
