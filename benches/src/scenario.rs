@@ -316,7 +316,7 @@ fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb),
             harness_cpu_s_per_gb: cost.harness_cpu_s / gb,
             fetch_bytes_sendfile: b.metric("floe_fetch_bytes_total", "sendfile"),
-            fetch_bytes_copy: b.metric("floe_fetch_bytes_total", "\"copy\""),
+            fetch_bytes_copy: b.metric("floe_fetch_bytes_total", "\"copy-"),
             read,
             cost,
         });

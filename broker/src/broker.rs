@@ -22,10 +22,10 @@ pub struct Broker {
     pub metrics: Arc<Metrics>,
     /// The group coordinator (of every group: Floe is one node).
     pub groups: Arc<GroupCoordinator>,
-    /// Host handed to clients in Metadata.
-    pub advertised_host: String,
-    /// Port handed to clients in Metadata.
-    pub advertised_port: i32,
+    /// SCRAM credentials and PLAIN users.
+    pub credentials: Arc<crate::security::credentials::CredentialStore>,
+    /// Whether fetches on TLS connections may use kernel TLS (decided at startup).
+    pub ktls: bool,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
     pub shutdown: tokio::sync::watch::Receiver<bool>,

@@ -62,8 +62,20 @@ const fn s(key: &'static str, default: &'static str, doc: &'static str) -> Setti
 
 /// Every broker setting Floe reads. The README's configuration reference is this table.
 pub const SETTINGS: &[SettingSpec] = &[
-    s("listeners", "127.0.0.1:9092", "Address the Kafka listener binds, `HOST:PORT` or `PLAINTEXT://HOST:PORT`; port 0 picks a free port."),
-    s("advertised.listeners", "", "Address handed to clients in Metadata; defaults to the bound listener address."),
+    s("listeners", "127.0.0.1:9092", "Comma-separated `NAME://HOST:PORT` listeners to bind (a bare `HOST:PORT` is `PLAINTEXT`); port 0 picks a free port."),
+    s("advertised.listeners", "", "Comma-separated `NAME://HOST:PORT`: the address Metadata hands to clients connected through listener NAME (a bare `HOST:PORT` is `PLAINTEXT`); defaults to the bound address."),
+    s("listener.security.protocol.map", crate::listeners::DEFAULT_PROTOCOL_MAP, "Comma-separated `NAME:PROTOCOL`: each listener's security protocol, `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."),
+    s("ssl.certificate.location", "", "PEM file with the broker's certificate chain (leaf first); required when a listener uses SSL or SASL_SSL."),
+    s("ssl.key.location", "", "PEM file with the private key of `ssl.certificate.location` (PKCS#8, PKCS#1 or SEC1; unencrypted)."),
+    s("ssl.truststore.location", "", "PEM file of CA certificates that client certificates must chain to; needed when `ssl.client.auth` is not `none`."),
+    s("ssl.client.auth", "none", "Client certificates on TLS listeners: `none`, `requested` (verified if sent) or `required`."),
+    s("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions offered: `TLSv1.2`, `TLSv1.3` or both."),
+    s("floe.ssl.ktls", "auto", "Kernel TLS for zero-copy fetch over TLS: `auto` uses it when the kernel has it, `off` never, `on` refuses to start without it."),
+    s("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on SASL listeners; `listener.name.NAME.sasl.enabled.mechanisms` overrides it for listener NAME."),
+    s("connections.max.reauth.ms", "0", "KIP-368: an authenticated SASL connection must re-authenticate within this long or is closed; 0 disables expiry."),
+    s("connection.failed.authentication.delay.ms", "100", "Delay before answering a failed SASL authentication (the connection is then closed)."),
+    s("floe.sasl.plain.users.file", "", "File of `user:password` lines for SASL/PLAIN; users not in it are checked against their SCRAM credentials."),
+    s("floe.ssl.reload.interval.ms", "0", "Also reload the certificate, key and truststore when their files change, checked this often (0: only on SIGHUP)."),
     s("metrics.listen", "127.0.0.1:9644", "Address of the Prometheus endpoint (`GET /metrics`); empty disables it."),
     s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints."),
     s("node.id", "1", "This broker's id, as reported in Metadata."),
@@ -110,10 +122,12 @@ pub const SETTINGS: &[SettingSpec] = &[
 /// The broker's typed configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// The Kafka listener address.
-    pub listen: SocketAddr,
-    /// The address clients are told to use, if not the bound one.
-    pub advertised: Option<(String, u16)>,
+    /// The Kafka listeners to bind, with their protocols and advertised addresses.
+    pub listeners: Vec<crate::listeners::ListenerSpec>,
+    /// TLS settings (`ssl.*`), used by SSL and SASL_SSL listeners.
+    pub tls: crate::security::tls::TlsSettings,
+    /// SASL settings, used by SASL_PLAINTEXT and SASL_SSL listeners.
+    pub sasl: crate::security::sasl::SaslSettings,
     /// The metrics endpoint, if enabled.
     pub metrics_listen: Option<SocketAddr>,
     /// The data directory.
@@ -198,7 +212,9 @@ impl ConfigBuilder {
     /// [`ConfigError::UnknownKey`].
     pub fn set(&mut self, key: &str, value: impl Into<String>, layer: Layer) -> Result<(), ConfigError> {
         let key = canonical_key(key);
-        if !SETTINGS.iter().any(|s| s.key == key) && !key.starts_with("floe.") {
+        // `listener.name.<name>.<setting>`: Kafka's per-listener form (read for SASL mechanisms).
+        let per_listener = key.starts_with("listener.name.");
+        if !SETTINGS.iter().any(|s| s.key == key) && !key.starts_with("floe.") && !per_listener {
             return Err(ConfigError::UnknownKey { key, source_name: format!("{layer:?}") });
         }
         self.raw.insert(key, value.into());
@@ -242,15 +258,17 @@ impl ConfigBuilder {
     /// [`ConfigError::InvalidValue`] naming the first bad setting.
     pub fn build(self) -> Result<BrokerConfig, ConfigError> {
         let r = &self.raw;
-        let listen = parse_addr("listeners", get(r, "listeners"))?;
-        let advertised = match get(r, "advertised.listeners").trim() {
-            "" => None,
-            text => Some(parse_host_port("advertised.listeners", text)?),
-        };
+        let listeners = crate::listeners::parse_listeners(
+            get(r, "listeners"),
+            get(r, "advertised.listeners"),
+            get(r, "listener.security.protocol.map"),
+        )?;
         let metrics_listen = match get(r, "metrics.listen").trim() {
             "" => None,
-            text => Some(parse_addr("metrics.listen", text)?),
+            text => Some(crate::listeners::resolve("metrics.listen", strip_scheme(text))?),
         };
+        let tls = crate::security::tls::TlsSettings::from_raw(r)?;
+        let sasl = crate::security::sasl::SaslSettings::from_raw(r, &listeners)?;
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
@@ -259,8 +277,9 @@ impl ConfigBuilder {
             ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
         })?;
         Ok(BrokerConfig {
-            listen,
-            advertised,
+            listeners,
+            tls,
+            sasl,
             metrics_listen,
             data_dir: PathBuf::from(get(r, "log.dirs")),
             node_id: parse(r, "node.id")?,
@@ -348,11 +367,11 @@ fn canonical_key(key: &str) -> String {
     }
 }
 
-fn get<'a>(raw: &'a BTreeMap<String, String>, key: &str) -> &'a str {
+pub(crate) fn get<'a>(raw: &'a BTreeMap<String, String>, key: &str) -> &'a str {
     raw.get(key).map(String::as_str).unwrap_or("")
 }
 
-fn parse<T: std::str::FromStr>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
+pub(crate) fn parse<T: std::str::FromStr>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
 {
@@ -382,30 +401,7 @@ where
 
 fn strip_scheme(text: &str) -> &str {
     let text = text.trim();
-    // Only the first listener is used; Floe has one plaintext listener for now.
-    let first = text.split(',').next().unwrap_or(text).trim();
-    first.split_once("://").map(|(_, rest)| rest).unwrap_or(first)
-}
-
-fn parse_host_port(key: &str, text: &str) -> Result<(String, u16), ConfigError> {
-    let bad = |reason: &str| ConfigError::InvalidValue { key: key.into(), value: text.into(), reason: reason.into() };
-    let hp = strip_scheme(text);
-    let (host, port) = hp.rsplit_once(':').ok_or_else(|| bad("expected HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| bad("port is not a number"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Ok((host.to_string(), port))
-}
-
-fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
-    let (host, port) = parse_host_port(key, text)?;
-    let host = if host.is_empty() { "0.0.0.0".to_string() } else { host };
-    let joined = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-    use std::net::ToSocketAddrs;
-    joined
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut it| it.next())
-        .ok_or_else(|| ConfigError::InvalidValue { key: key.into(), value: text.into(), reason: "cannot resolve".into() })
+    text.split_once("://").map(|(_, rest)| rest).unwrap_or(text)
 }
 
 fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut Vec<(String, String)>) {
@@ -428,7 +424,9 @@ mod tests {
     #[test]
     fn defaults_build() {
         let c = ConfigBuilder::new().build().unwrap();
-        assert_eq!(c.listen, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.listeners[0].bind, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(c.listeners[0].protocol, crate::listeners::SecurityProtocol::Plaintext);
         assert_eq!(c.data_dir, PathBuf::from("./floe-data"));
         assert!(c.fetch_zero_copy);
         assert_eq!(c.num_partitions, 1);
@@ -449,7 +447,7 @@ mod tests {
         let c = b.build().unwrap();
         assert_eq!(c.num_partitions, 5);
         assert!(!c.fetch_zero_copy);
-        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.listeners[0].bind.port(), 0);
         assert_eq!(c.effective["log.segment.bytes"], "1000");
     }
 

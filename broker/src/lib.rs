@@ -8,6 +8,9 @@
 //!
 //! # Layout
 //! - [`config`]: settings with Kafka's names, from file, environment and flags.
+//! - [`listeners`]: listener settings (names, security protocols, advertised addresses).
+//! - [`security`]: TLS, kernel TLS detection, SASL.
+//! - [`session`]: per-connection state handlers see (listener, peer, authentication).
 //! - [`broker`]: the shared state handlers read.
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
 //! - [`handlers`]: one module per Kafka API, one dispatch table.
@@ -25,8 +28,11 @@ pub mod config;
 pub mod errors;
 pub mod group;
 pub mod handlers;
+pub mod listeners;
 pub mod maintenance;
 pub mod metrics;
 pub mod run;
+pub mod security;
 pub mod server;
+pub mod session;
 pub mod tiering;

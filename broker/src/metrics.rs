@@ -1,8 +1,8 @@
 //! Broker metrics and the Prometheus endpoint that serves them.
 //!
 //! The fetch byte counters are split by the path that served the records
-//! (`sendfile` or `copy`), so a test or an operator can tell which path a
-//! fetch took.
+//! (`sendfile-plaintext`, `sendfile-ktls`, `copy-tls`, `copy-plaintext`), so
+//! a test or an operator can tell which path a fetch took.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,9 @@ use prometheus::{
 };
 use tokio::net::TcpListener;
 
+/// The `path` labels of `floe_fetch_bytes_total`: how record bytes left the broker.
+pub const FETCH_PATHS: [&str; 4] = ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext"];
+
 /// Every metric the broker keeps. Cheap to clone handles, safe to share.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -23,8 +26,12 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     /// Request handling time (decode to response written), by API name.
     pub request_duration: HistogramVec,
-    /// Record bytes written to fetch responses, by path: `sendfile` or `copy`.
+    /// Record bytes written to fetch responses, by path (see [`FETCH_PATHS`]).
     pub fetch_bytes: IntCounterVec,
+    /// 1 when TLS fetches can use kernel TLS, 0 when they take the copying path.
+    pub ktls_enabled: IntGauge,
+    /// Connections by listener name and security protocol, as accepted.
+    pub connections_accepted: IntCounterVec,
     /// Record batch bytes appended by Produce.
     pub produce_bytes: IntCounter,
     /// Records appended by Produce.
@@ -136,6 +143,14 @@ impl Metrics {
             &["path"],
         )
         .expect("metric");
+        let ktls_enabled =
+            IntGauge::new("floe_ktls_enabled", "1 when fetches on TLS listeners can use kernel TLS (sendfile), 0 when they copy")
+                .expect("metric");
+        let connections_accepted = IntCounterVec::new(
+            Opts::new("floe_connections_accepted_total", "Connections accepted, by listener and security protocol"),
+            &["listener", "protocol"],
+        )
+        .expect("metric");
         let produce_bytes = IntCounter::new("floe_produce_bytes_total", "Record batch bytes appended").expect("metric");
         let produce_records = IntCounter::new("floe_produce_records_total", "Records appended").expect("metric");
         let connections = IntGauge::new("floe_connections", "Open client connections").expect("metric");
@@ -157,6 +172,8 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
             Box::new(fetch_bytes.clone()),
+            Box::new(ktls_enabled.clone()),
+            Box::new(connections_accepted.clone()),
             Box::new(produce_bytes.clone()),
             Box::new(produce_records.clone()),
             Box::new(connections.clone()),
@@ -168,14 +185,17 @@ impl Metrics {
         {
             registry.register(c).expect("unique metric names");
         }
-        // Both paths appear from the start, so a reader sees 0 rather than nothing.
-        fetch_bytes.with_label_values(&["sendfile"]);
-        fetch_bytes.with_label_values(&["copy"]);
+        // Every path appears from the start, so a reader sees 0 rather than nothing.
+        for path in FETCH_PATHS {
+            fetch_bytes.with_label_values(&[path]);
+        }
         Self {
             registry,
             requests,
             request_duration,
             fetch_bytes,
+            ktls_enabled,
+            connections_accepted,
             produce_bytes,
             produce_records,
             connections,

@@ -17,6 +17,11 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::maintenance::Maintenance;
 use crate::metrics::{self, Metrics};
+use crate::security::credentials::CredentialStore;
+use crate::security::ktls;
+use crate::security::tls::TlsContext;
+use crate::server::endpoint::Endpoint;
+use crate::server::limits::ConnectionLimits;
 use crate::server::listener;
 
 /// Why the broker could not start or stop cleanly.
@@ -38,6 +43,12 @@ pub enum RunError {
         /// The socket error.
         source: std::io::Error,
     },
+    /// The TLS certificate, key or truststore could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::security::tls::TlsError),
+    /// `floe.ssl.ktls=on` on a kernel without kernel TLS.
+    #[error("{0}")]
+    Ktls(String),
     /// Flushing the logs at shutdown failed: the next start will recover.
     #[error("shutdown flush failed: {0}")]
     Shutdown(StorageError),
@@ -73,16 +84,45 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         .map_err(|e| RunError::Task(e.to_string()))?;
     let logs = Arc::new(opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?);
 
-    let listener = TcpListener::bind(config.listen).await.map_err(|source| RunError::Bind { addr: config.listen, source })?;
-    let bound = listener.local_addr().map_err(|source| RunError::Bind { addr: config.listen, source })?;
-    let (advertised_host, advertised_port) = match &config.advertised {
-        Some((host, port)) => (host.clone(), i32::from(*port)),
-        None if bound.ip().is_unspecified() => {
-            tracing::warn!("listening on all interfaces without advertised.listeners: advertising 127.0.0.1");
-            ("127.0.0.1".to_string(), i32::from(bound.port()))
-        }
-        None => (bound.ip().to_string(), i32::from(bound.port())),
+    let needs_tls = config.listeners.iter().any(|l| l.protocol.uses_tls());
+    let tls = if needs_tls {
+        let settings = config.tls.clone();
+        let loaded = tokio::task::spawn_blocking(move || TlsContext::load(settings))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))??;
+        Some(Arc::new(loaded))
+    } else {
+        None
     };
+    let ktls = decide_ktls(&config).await?;
+    let credentials = {
+        let dir = config.data_dir.clone();
+        let plain_users = config.sasl.plain_users_file.clone();
+        tokio::task::spawn_blocking(move || CredentialStore::open(&dir, plain_users.as_deref()))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?
+            .map_err(|e| RunError::Task(e.to_string()))?
+    };
+
+    let mut endpoints = Vec::with_capacity(config.listeners.len());
+    for spec in &config.listeners {
+        let bind_error = |source| RunError::Bind { addr: spec.bind, source };
+        let listener = TcpListener::bind(spec.bind).await.map_err(bind_error)?;
+        let bound = listener.local_addr().map_err(bind_error)?;
+        if spec.advertised.is_none() && bound.ip().is_unspecified() {
+            tracing::warn!(listener = %spec.name, "listening on all interfaces without an advertised address: advertising 127.0.0.1");
+        }
+        let (advertised_host, advertised_port) = Endpoint::advertised_of(spec.advertised.as_ref(), bound);
+        let endpoint = Endpoint {
+            name: spec.name.clone(),
+            protocol: spec.protocol,
+            bound,
+            advertised_host,
+            advertised_port,
+            tls: if spec.protocol.uses_tls() { tls.clone() } else { None },
+        };
+        endpoints.push((listener, Arc::new(endpoint)));
+    }
 
     let metrics = Arc::new(Metrics::new());
     for topic in logs.topics() {
@@ -94,6 +134,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
             }
         }
     }
+    metrics.ktls_enabled.set(i64::from(ktls));
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
         let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { addr, source })?;
@@ -125,20 +166,30 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         logs: logs.clone(),
         metrics,
         groups,
-        advertised_host,
-        advertised_port,
+        credentials: Arc::new(credentials),
+        ktls,
         shutdown: shutdown.clone(),
     });
+    if let Some(tls) = &tls {
+        tokio::spawn(crate::security::tls::reload_on_signal(tls.clone(), shutdown.clone()));
+    }
+    let described: Vec<String> = endpoints
+        .iter()
+        .map(|(_, e)| format!("{}://{} ({}, advertised {}:{})", e.name, e.bound, e.protocol, e.advertised_host, e.advertised_port))
+        .collect();
     tracing::info!(
-        listen = %bound,
-        advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
+        listeners = %described.join(", "),
         metrics = ?metrics_addr,
         data_dir = %broker.config.data_dir.display(),
         zero_copy = broker.config.fetch_zero_copy,
         "floe is ready"
     );
 
-    listener::run(listener, broker, shutdown).await;
+    let limits = ConnectionLimits::new(broker.config.max_connections, broker.config.max_connections_per_ip);
+    let accept_loops = endpoints
+        .into_iter()
+        .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));
+    futures_util::future::join_all(accept_loops).await;
     let _ = sweeper.await;
 
     tokio::task::spawn_blocking(move || {
@@ -151,6 +202,28 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     .map_err(RunError::Shutdown)?;
     tracing::info!("floe stopped cleanly");
     Ok(())
+}
+
+/// Probes the kernel for kTLS once and applies `floe.ssl.ktls`.
+async fn decide_ktls(config: &BrokerConfig) -> Result<bool, RunError> {
+    let mode = config.tls.ktls;
+    if mode == ktls::KtlsMode::Off {
+        tracing::info!("kernel TLS off (floe.ssl.ktls=off): fetches on TLS listeners use the copying path");
+        return Ok(false);
+    }
+    let support = tokio::task::spawn_blocking(ktls::probe).await.map_err(|e| RunError::Task(e.to_string()))?;
+    let usable = ktls::decide(mode, &support).map_err(RunError::Ktls)?;
+    match &support {
+        ktls::KtlsSupport::Unavailable(why) => {
+            tracing::info!(reason = %why, "kernel TLS unavailable: fetches on TLS listeners use the copying path")
+        }
+        ktls::KtlsSupport::Available => tracing::info!(
+            "kernel TLS available, but handing session keys to the kernel is not implemented yet: fetches on TLS listeners use the copying path"
+        ),
+    }
+    // Until keys are offered to the kernel, no connection can use kTLS.
+    let _ = usable;
+    Ok(false)
 }
 
 async fn wait_for_signal() {

@@ -36,12 +36,13 @@ function canConnect(port) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Start floe; resolves once its Kafka port accepts TCP connections. */
-export async function startFloe({ overrides = {}, env = {} } = {}) {
+/** Start floe; resolves once its Kafka port accepts TCP connections.
+ * `port` fixes the PLAINTEXT port (for tests that list more listeners in `overrides`). */
+export async function startFloe({ overrides = {}, env = {}, port: fixedPort } = {}) {
   const bin = floeBin();
   if (!fs.existsSync(bin)) throw new Error(`floe binary not found: ${bin} (cargo build --workspace, or set FLOE_BIN)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'floe-js-'));
-  const port = await freePort();
+  const port = fixedPort ?? await freePort();
   const metricsPort = await freePort();
   const bootstrap = `127.0.0.1:${port}`;
   const args = ['--data-dir', path.join(dir, 'data'), '--listen', bootstrap, '--advertised-listener', bootstrap,

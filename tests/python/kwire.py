@@ -421,9 +421,13 @@ def parse_metadata_v1(body: bytes):
 class KafkaConn:
     """One blocking TCP connection speaking framed Kafka requests."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "floe-raw"):
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "floe-raw",
+                 ssl_context=None):
+        """`ssl_context` (an `ssl.SSLContext`) wraps the socket in TLS, as for an SSL listener."""
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.client_id = client_id
         self.correlation = 0
 
@@ -489,5 +493,9 @@ class KafkaConn:
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
+        except OSError as e:  # ssl.SSLError: the broker closed the TLS session mid-stream
+            if "EOF" in str(e) or "reset" in str(e).lower():
+                return True
+            raise
         except socket.timeout:
             return False

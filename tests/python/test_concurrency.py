@@ -125,5 +125,5 @@ def test_slow_reader_of_large_fetch_does_not_stall_others(floe_factory, zero_cop
     assert [r.offset for r in recs] == list(range(len(recs)))
     assert len(recs) == n, f"got {len(recs)} of {n} records in one 64 MiB fetch"
     assert all(r.value == bytes([r.offset % 256]) * size for r in recs)
-    metric = "sendfile" if zero_copy == "true" else "copy"
+    metric = "sendfile-plaintext" if zero_copy == "true" else "copy-plaintext"
     assert floe.metric("floe_fetch_bytes_total", path=metric) >= n * size

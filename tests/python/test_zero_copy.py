@@ -8,8 +8,8 @@ import pytest
 import kwire
 from clients import consume_range, create_topic, produce_all, unique_topic
 
-SENDFILE = {"path": "sendfile"}
-COPY = {"path": "copy"}
+SENDFILE = {"path": "sendfile-plaintext"}
+COPY = {"path": "copy-plaintext"}
 
 
 def fetch_bytes(floe, path: str) -> float:
@@ -27,10 +27,10 @@ def test_fetch_path_metrics(floe, switch_off):
     topic = create_topic(floe.bootstrap, unique_topic("zc"))
     payload = produce_sample(floe, topic)
 
-    before = fetch_bytes(floe, "sendfile"), fetch_bytes(floe, "copy")
+    before = fetch_bytes(floe, "sendfile-plaintext"), fetch_bytes(floe, "copy-plaintext")
     got = consume_range(floe.bootstrap, topic, 0, 1000)
     assert [m.value() for m in got[:3]] == [bytes([i]) * 200 for i in range(3)]
-    after = fetch_bytes(floe, "sendfile"), fetch_bytes(floe, "copy")
+    after = fetch_bytes(floe, "sendfile-plaintext"), fetch_bytes(floe, "copy-plaintext")
     assert after[0] - before[0] >= payload, (
         f"sendfile bytes grew by {after[0] - before[0]} while consuming {payload} payload bytes")
     assert after[1] == before[1], f"copy path served {after[1] - before[1]} bytes with zero copy on"
@@ -42,10 +42,10 @@ def test_fetch_path_metrics(floe, switch_off):
         floe.restart(overrides={"fetch.zero.copy": "false"})
     else:
         floe.restart(env={"FLOE_FETCH_ZERO_COPY": "false"})
-    before = fetch_bytes(floe, "sendfile"), fetch_bytes(floe, "copy")
+    before = fetch_bytes(floe, "sendfile-plaintext"), fetch_bytes(floe, "copy-plaintext")
     got = consume_range(floe.bootstrap, topic, 0, 1000)
     assert [m.value() for m in got] == [bytes([i % 251]) * 200 for i in range(1000)]
-    after = fetch_bytes(floe, "sendfile"), fetch_bytes(floe, "copy")
+    after = fetch_bytes(floe, "sendfile-plaintext"), fetch_bytes(floe, "copy-plaintext")
     assert after[1] - before[1] >= payload, (
         f"copy bytes grew by {after[1] - before[1]} while consuming {payload} payload bytes with zero copy off")
     assert after[0] == before[0], f"sendfile path served {after[0] - before[0]} bytes with zero copy off"
@@ -109,8 +109,8 @@ def test_sendfile_and_copy_responses_are_byte_identical(floe_factory, tmp_path):
                     out[req_name] = conn.call_raw(kwire.API_FETCH, 12, body, flexible_header=True)
             responses[name] = out
 
-    assert fetch_bytes(on, "sendfile") > 0 and fetch_bytes(on, "copy") == 0
-    assert fetch_bytes(off, "copy") > 0 and fetch_bytes(off, "sendfile") == 0
+    assert fetch_bytes(on, "sendfile-plaintext") > 0 and fetch_bytes(on, "copy-plaintext") == 0
+    assert fetch_bytes(off, "copy-plaintext") > 0 and fetch_bytes(off, "sendfile-plaintext") == 0
 
     for req_name in responses["on"]:
         a, b = responses["on"][req_name], responses["off"][req_name]

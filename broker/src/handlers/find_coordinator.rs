@@ -8,16 +8,17 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::message;
 use crate::broker::Broker;
+use crate::session::Session;
 
 /// Key types: 0 group, 1 transaction.
 fn known_key_type(key_type: i8) -> bool {
     matches!(key_type, 0 | 1)
 }
 
-pub(super) fn handle(broker: &Broker, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+pub(super) fn handle(broker: &Broker, session: &Session, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
     let node = BrokerId(broker.node_id());
-    let host = StrBytes::from_string(broker.advertised_host.clone());
-    let port = broker.advertised_port;
+    let host = StrBytes::from_string(session.endpoint.advertised_host.clone());
+    let port = session.endpoint.advertised_port;
     let error = (!known_key_type(request.key_type)).then_some(ResponseError::InvalidRequest);
     if version >= 4 {
         let coordinators = request

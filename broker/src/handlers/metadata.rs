@@ -12,11 +12,12 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::session::Session;
 
 /// The leader epoch of every partition: one broker, never re-elected.
 pub(crate) const LEADER_EPOCH: i32 = 0;
 
-pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub(super) async fn handle(broker: &Broker, session: &Session, request: MetadataRequest, version: i16) -> MetadataResponse {
     // v0 sends an empty list for "all topics"; v1+ sends null.
     let wanted: Option<Vec<MetadataNameOrId>> = match request.topics {
         None => None,
@@ -56,8 +57,8 @@ pub(super) async fn handle(broker: &Broker, request: MetadataRequest, version: i
     let mut response = MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(broker.node_id()))
-            .with_host(StrBytes::from_string(broker.advertised_host.clone()))
-            .with_port(broker.advertised_port)])
+            .with_host(StrBytes::from_string(session.endpoint.advertised_host.clone()))
+            .with_port(session.endpoint.advertised_port)])
         .with_controller_id(BrokerId(broker.node_id()))
         .with_topics(topics);
     if version >= 2 {

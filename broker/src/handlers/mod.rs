@@ -23,10 +23,10 @@ mod list_offsets;
 mod metadata;
 mod offsets;
 mod produce;
+mod sasl;
+mod scram_credentials;
 #[cfg(test)]
 mod version_tests;
-
-use std::net::SocketAddr;
 
 use bytes::Bytes;
 use floe_protocol::apis::is_supported;
@@ -37,6 +37,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 use crate::broker::Broker;
+use crate::session::Session;
 
 /// What to write back for one request.
 #[derive(Debug)]
@@ -125,6 +126,10 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
         ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
         _ => "Other",
     }
 }
@@ -133,8 +138,9 @@ pub fn api_name(api: ApiKey) -> &'static str {
 ///
 /// # Errors
 /// [`Reject`] when the connection must be closed.
-pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) -> Result<Reply, Reject> {
+pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Session) -> Result<Reply, Reject> {
     let RequestFrame { api_key, header, mut body } = request;
+    let peer = session.peer;
     let version = header.request_api_version;
     let correlation_id = header.correlation_id;
     if !is_supported(api_key, version) {
@@ -153,7 +159,7 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         }
         ApiKey::Metadata => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &metadata::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &metadata::handle(broker, session, req, version).await)
         }
         ApiKey::Produce => {
             let req: kafka_protocol::messages::ProduceRequest = decode(api_key, body, version)?;
@@ -201,7 +207,7 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         }
         ApiKey::DescribeCluster => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, req, version))
+            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, session, req, version))
         }
         ApiKey::DeleteRecords => {
             let req = decode(api_key, body, version)?;
@@ -213,7 +219,7 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         }
         ApiKey::FindCoordinator => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, req, version))
+            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, session, req, version))
         }
         ApiKey::JoinGroup => {
             let req = decode(api_key, body, version)?;
@@ -264,6 +270,22 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, peer: SocketAddr) 
         ApiKey::ConsumerGroupDescribe => {
             let req = decode(api_key, body, version)?;
             frame(api_key, correlation_id, version, &consumer_group::handle_describe(broker, req, version))
+        }
+        ApiKey::SaslHandshake => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &sasl::handle_handshake(broker, session, req))
+        }
+        ApiKey::SaslAuthenticate => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &sasl::handle_authenticate(broker, session, req, version).await)
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &scram_credentials::handle_describe(broker, req))
+        }
+        ApiKey::AlterUserScramCredentials => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &scram_credentials::handle_alter(broker, req).await)
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

@@ -30,12 +30,15 @@ use crate::metrics::Metrics;
 pub(super) async fn broker(dir: &std::path::Path) -> Broker {
     let mut builder = ConfigBuilder::new();
     builder.set("group.initial.rebalance.delay.ms", "0", Layer::CommandLine).expect("setting");
+    builder.set("listeners", "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093", Layer::CommandLine).expect("setting");
+    builder.set("connection.failed.authentication.delay.ms", "0", Layer::CommandLine).expect("setting");
     let mut config = builder.build().expect("default config");
     config.data_dir = dir.to_path_buf();
+    let credentials = Arc::new(crate::security::credentials::CredentialStore::open(dir, None).expect("credentials"));
     let logs = Arc::new(LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs"));
     let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
     groups.load().await.expect("load offsets");
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, advertised_host: "127.0.0.1".into(), advertised_port: 9092, shutdown: tokio::sync::watch::channel(false).1 }
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, credentials, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.
@@ -94,8 +97,31 @@ fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
+/// A session on a plaintext listener advertised as 127.0.0.1:9092.
+pub(super) fn test_session() -> crate::session::Session {
+    let endpoint = crate::server::endpoint::Endpoint::plaintext_for_tests("127.0.0.1", 9092);
+    crate::session::Session::new("127.0.0.1:1".parse().expect("addr"), Arc::new(endpoint))
+}
+
 /// Encodes header + body as a client would, and dispatches it.
 pub(super) async fn roundtrip<Req, Resp>(broker: &Broker, api: ApiKey, version: i16, request: &Req) -> Resp
+where
+    Req: Encodable + HeaderVersion,
+    Resp: Decodable,
+{
+    roundtrip_in(broker, &mut test_session(), api, version, request).await
+}
+
+/// A session on a SASL_PLAINTEXT listener.
+fn sasl_session() -> crate::session::Session {
+    let mut endpoint = crate::server::endpoint::Endpoint::plaintext_for_tests("127.0.0.1", 9092);
+    endpoint.name = "SASL_PLAINTEXT".into();
+    endpoint.protocol = crate::listeners::SecurityProtocol::SaslPlaintext;
+    crate::session::Session::new("127.0.0.1:1".parse().expect("addr"), Arc::new(endpoint))
+}
+
+/// [`roundtrip`] on a given session.
+async fn roundtrip_in<Req, Resp>(broker: &Broker, session: &mut crate::session::Session, api: ApiKey, version: i16, request: &Req) -> Resp
 where
     Req: Encodable + HeaderVersion,
     Resp: Decodable,
@@ -109,7 +135,7 @@ where
     header.encode(&mut buf, Req::header_version(version)).expect("encode header");
     request.encode(&mut buf, version).unwrap_or_else(|e| panic!("encode {api:?} v{version} request: {e}"));
     let frame = parse_request_header(buf.freeze()).expect("parse header");
-    let reply = dispatch(broker, frame, "127.0.0.1:1".parse().expect("addr"))
+    let reply = dispatch(broker, frame, session)
         .await
         .unwrap_or_else(|e| panic!("{api:?} v{version} rejected: {e}"));
     let mut bytes = match reply {
@@ -547,6 +573,66 @@ async fn every_served_version_of_every_api_answers() {
                     let r: DescribeGroupsResponse = roundtrip(&broker, ApiKey::DescribeGroups, 5, &req).await;
                     assert_eq!((r.groups[0].protocol_type.as_str(), r.groups[0].members.len()), ("consumer", 1));
                 }
+                ApiKey::SaslHandshake => {
+                    let mut session = sasl_session();
+                    let req = SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-256"));
+                    let r: SaslHandshakeResponse = roundtrip_in(&broker, &mut session, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    assert!(r.mechanisms.iter().any(|m| m.as_str() == "PLAIN"));
+                    let req = SaslHandshakeRequest::default().with_mechanism(s("GSSAPI"));
+                    let r: SaslHandshakeResponse = roundtrip_in(&broker, &mut sasl_session(), range.key, v, &req).await;
+                    assert_eq!(r.error_code, ResponseError::UnsupportedSaslMechanism.code());
+                }
+                ApiKey::SaslAuthenticate => {
+                    // A PLAIN user made through AlterUserScramCredentials, then PLAIN with right and wrong passwords.
+                    let user = format!("u{v}");
+                    let salt = b"0123456789abcdef";
+                    let salted = crate::security::scram::ScramMechanism::Sha256.salted_password(
+                        b"pw",
+                        salt,
+                        std::num::NonZeroU32::new(4096).expect("nonzero"),
+                    );
+                    let up = alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(s(&user))
+                        .with_mechanism(1)
+                        .with_iterations(4096)
+                        .with_salt(Bytes::copy_from_slice(salt))
+                        .with_salted_password(Bytes::from(salted));
+                    let r: AlterUserScramCredentialsResponse =
+                        roundtrip(&broker, ApiKey::AlterUserScramCredentials, 0, &AlterUserScramCredentialsRequest::default().with_upsertions(vec![up])).await;
+                    assert_eq!(r.results[0].error_code, 0);
+                    for (password, expect) in [("pw", 0), ("nope", ResponseError::SaslAuthenticationFailed.code())] {
+                        let mut session = sasl_session();
+                        let hs = SaslHandshakeRequest::default().with_mechanism(s("PLAIN"));
+                        let _: SaslHandshakeResponse = roundtrip_in(&broker, &mut session, ApiKey::SaslHandshake, 1, &hs).await;
+                        let token = format!("\0{user}\0{password}");
+                        let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+                        let r: SaslAuthenticateResponse = roundtrip_in(&broker, &mut session, range.key, v, &req).await;
+                        assert_eq!(r.error_code, expect, "v{v} password {password}");
+                        assert_eq!(session.auth.principal.is_some(), expect == 0);
+                    }
+                }
+                ApiKey::DescribeUserScramCredentials => {
+                    let req = DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                        describe_user_scram_credentials_request::UserName::default().with_name(s("nobody")),
+                    ]));
+                    let r: DescribeUserScramCredentialsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.results[0].error_code, ResponseError::ResourceNotFound.code());
+                }
+                ApiKey::AlterUserScramCredentials => {
+                    let up = alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(s("weak"))
+                        .with_mechanism(2)
+                        .with_iterations(10)
+                        .with_salt(Bytes::from_static(b"salt"))
+                        .with_salted_password(Bytes::from_static(b"x"));
+                    let del = alter_user_scram_credentials_request::ScramCredentialDeletion::default().with_name(s("ghost")).with_mechanism(1);
+                    let req = AlterUserScramCredentialsRequest::default().with_upsertions(vec![up]).with_deletions(vec![del]);
+                    let r: AlterUserScramCredentialsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let code = |u: &str| r.results.iter().find(|x| x.user.as_str() == u).map(|x| x.error_code);
+                    assert_eq!(code("weak"), Some(ResponseError::UnacceptableCredential.code()));
+                    assert_eq!(code("ghost"), Some(ResponseError::ResourceNotFound.code()));
+                }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
         }
@@ -568,7 +654,7 @@ async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
     header.encode(&mut buf, 2).expect("header");
     buf.extend_from_slice(&[0xde, 0xad]);
     let frame = parse_request_header(buf.freeze()).expect("parse");
-    let Ok(Reply::Frame(mut bytes)) = dispatch(&broker, frame, "127.0.0.1:1".parse().expect("addr")).await else {
+    let Ok(Reply::Frame(mut bytes)) = dispatch(&broker, frame, &mut test_session()).await else {
         panic!("expected a response frame")
     };
     let _ = bytes.split_to(4);
@@ -587,5 +673,5 @@ async fn a_non_advertised_api_is_rejected() {
     let mut buf = BytesMut::new();
     header.encode(&mut buf, 2).expect("header");
     let frame = parse_request_header(buf.freeze()).expect("parse");
-    assert!(dispatch(&broker, frame, "127.0.0.1:1".parse().expect("addr")).await.is_err());
+    assert!(dispatch(&broker, frame, &mut test_session()).await.is_err());
 }

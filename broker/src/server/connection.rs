@@ -3,6 +3,8 @@
 //! Requests are handled one at a time, as Kafka does (it mutes a channel
 //! until its response is sent): pipelined requests are answered in order,
 //! and a long-polling Fetch holds back the requests queued behind it.
+//! On SSL and SASL_SSL listeners the TLS handshake comes first; the loop
+//! then reads and writes through [`ClientStream`] whichever the transport.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,15 +19,22 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
 use crate::server::limits::{ReadClock, ReadExpiry, READ_DEADLINE_LOG};
+use crate::server::endpoint::Endpoint;
+use crate::server::stream::ClientStream;
 use crate::server::transmit;
+use crate::session::Session;
+
+/// How long a client has to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection and its read buffer.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    socket: Option<TcpStream>,
     peer: SocketAddr,
     buffer: BytesMut,
     broker: Arc<Broker>,
+    session: Session,
 }
 
 /// Why a connection ended.
@@ -44,23 +53,28 @@ enum Closed {
 }
 
 impl Connection {
-    /// Wraps an accepted stream.
-    pub fn new(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) -> Self {
+    /// Wraps a socket accepted on `endpoint`.
+    pub fn new(socket: TcpStream, peer: SocketAddr, broker: Arc<Broker>, endpoint: Arc<Endpoint>) -> Self {
         // Nagle would hold back the small buffers written between sendfile
         // regions (measured: it halves sendfile throughput at 64 KiB).
-        if let Err(e) = stream.set_nodelay(true) {
+        if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
+        broker.metrics.connections_accepted.with_label_values(&[&endpoint.name, endpoint.protocol.name()]).inc();
+        let session = Session::new(peer, endpoint);
         // The buffer starts small and grows with the bytes a client sends, so
         // thousands of idle connections cost little memory.
-        Self { stream, peer, buffer: BytesMut::with_capacity(4 * 1024), broker }
+        Self { socket: Some(socket), peer, buffer: BytesMut::with_capacity(4 * 1024), broker, session }
     }
 
     /// Serves requests until the peer leaves, bad input arrives, or shutdown
     /// is announced (checked between requests, so in-flight ones finish).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         self.broker.metrics.connections.inc();
-        let closed = self.serve(&mut shutdown).await;
+        let closed = match self.open().await {
+            Ok(mut stream) => self.serve(&mut stream, &mut shutdown).await,
+            Err(closed) => closed,
+        };
         self.broker.metrics.connections.dec();
         match closed {
             Closed::ByPeer | Closed::Shutdown => tracing::debug!(peer = %self.peer, ?closed, "connection closed"),
@@ -78,7 +92,31 @@ impl Connection {
         }
     }
 
-    async fn serve(&mut self, shutdown: &mut watch::Receiver<bool>) -> Closed {
+    /// The stream to serve: the socket itself, or TLS over it once the
+    /// handshake has completed. A failed handshake (an untrusted client
+    /// certificate, a plaintext client on a TLS port) is logged and closes
+    /// the connection; nothing else is affected.
+    async fn open(&mut self) -> Result<ClientStream, Closed> {
+        let Some(socket) = self.socket.take() else {
+            return Err(Closed::BadInput("reused_connection"));
+        };
+        let Some(tls) = self.session.endpoint.tls.clone() else {
+            return Ok(ClientStream::Plain(socket));
+        };
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(socket)).await {
+            Ok(Ok(stream)) => Ok(ClientStream::Tls(Box::new(stream))),
+            Ok(Err(e)) => {
+                tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, error = %e, "closing connection: TLS handshake failed");
+                Err(Closed::BadInput("tls_handshake_failed"))
+            }
+            Err(_) => {
+                tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, "closing connection: TLS handshake timed out");
+                Err(Closed::BadInput("tls_handshake_timeout"))
+            }
+        }
+    }
+
+    async fn serve(&mut self, stream: &mut ClientStream, shutdown: &mut watch::Receiver<bool>) -> Closed {
         let max_frame = self.broker.config.socket_request_max_bytes;
         let mut clock = ReadClock::new(
             Duration::from_millis(self.broker.config.connections_max_idle_ms),
@@ -99,7 +137,7 @@ impl Connection {
                 }
                 let (deadline, expiry) = clock.next_deadline(self.buffer.len());
                 tokio::select! {
-                    read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buffer)) => match read {
+                    read = tokio::time::timeout_at(deadline, stream.read_buf(&mut self.buffer)) => match read {
                         Err(_) => return Closed::Expired(expiry),
                         Ok(Ok(0)) => {
                             if !self.buffer.is_empty() {
@@ -126,7 +164,17 @@ impl Connection {
             };
             let api = request.api_key;
             let started = Instant::now();
-            let reply = match handlers::dispatch(&self.broker, request, self.peer).await {
+            if let Err(refused) = self.session.admits(api, started) {
+                tracing::warn!(
+                    peer = %self.peer,
+                    listener = %self.session.endpoint.name,
+                    api = handlers::api_name(api),
+                    reason = refused.label(),
+                    "closing connection: request not allowed before (re-)authentication"
+                );
+                return Closed::BadInput(refused.label());
+            }
+            let reply = match handlers::dispatch(&self.broker, request, &mut self.session).await {
                 Ok(reply) => reply,
                 Err(reject) => {
                     tracing::warn!(peer = %self.peer, reason = %reject, "closing connection: cannot handle request");
@@ -135,14 +183,12 @@ impl Connection {
             };
             let written = match reply {
                 Reply::None => Ok(()),
-                Reply::Frame(bytes) => transmit::write_bytes(&mut self.stream, &bytes).await,
+                Reply::Frame(bytes) => transmit::write_bytes(stream, &bytes).await,
                 Reply::Parts(parts) => {
                     let zero_copy = self.broker.config.fetch_zero_copy;
-                    match transmit::write_parts(&mut self.stream, &parts, zero_copy).await {
+                    match transmit::write_parts(stream, &parts, zero_copy).await {
                         Ok(sent) => {
-                            let m = &self.broker.metrics.fetch_bytes;
-                            m.with_label_values(&["sendfile"]).inc_by(sent.sendfile_bytes);
-                            m.with_label_values(&["copy"]).inc_by(sent.copied_bytes);
+                            self.broker.metrics.fetch_bytes.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
                             Ok(())
                         }
                         Err(e) => Err(e),
@@ -154,6 +200,10 @@ impl Connection {
             self.broker.metrics.request_duration.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
             if let Err(e) = written {
                 return Closed::Io(e);
+            }
+            if let Some(reason) = self.session.close_after_reply.take() {
+                // Already logged by the handler (failed authentication and the like).
+                return Closed::BadInput(reason);
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The accept loop: one task per connection, and an orderly shutdown.
+//! The accept loop of one listener: one task per connection, and an
+//! orderly shutdown. The broker runs one loop per configured listener.
 //!
 //! Shutdown is announced on a `watch` channel; each connection finishes the
 //! request it is handling and exits. The listener waits for every connection
@@ -19,12 +20,21 @@ use tokio::task::JoinSet;
 use crate::broker::Broker;
 use crate::server::connection::Connection;
 use crate::server::limits::{ConnectionLimits, REFUSAL_LOG};
+use crate::server::endpoint::Endpoint;
 
-/// Accepts connections until `shutdown` flips to true, then drains.
-pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+/// Accepts connections on `endpoint` until `shutdown` flips to true, then drains.
+///
+/// `limits` is shared by every listener: `max.connections` counts the
+/// broker's connections, not one listener's.
+pub async fn run(
+    listener: TcpListener,
+    endpoint: Arc<Endpoint>,
+    broker: Arc<Broker>,
+    limits: Arc<ConnectionLimits>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut connections = JoinSet::new();
     let mut backoff = Duration::from_millis(10);
-    let limits = ConnectionLimits::new(broker.config.max_connections, broker.config.max_connections_per_ip);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -42,7 +52,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch
                             continue;
                         }
                     };
-                    let conn = Connection::new(stream, peer, broker.clone());
+                    let conn = Connection::new(stream, peer, broker.clone(), endpoint.clone());
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
                         conn.run(shutdown).await;
@@ -64,7 +74,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch
     let deadline = Duration::from_millis(broker.config.shutdown_timeout_ms);
     let open = connections.len();
     if open > 0 {
-        tracing::info!(open, "waiting for connections to finish their requests");
+        tracing::info!(listener = %endpoint.name, open, "waiting for connections to finish their requests");
     }
     let drained = tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} }).await;
     if drained.is_err() {

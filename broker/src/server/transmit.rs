@@ -2,9 +2,10 @@
 //!
 //! A Fetch response is a list of parts: encoded bytes and regions of segment
 //! files. On the zero-copy path file regions go from the page cache to the
-//! socket with `sendfile`; on the copying path (`fetch.zero.copy=false`, and
-//! the future TLS listener) they are read into memory and written. Both
-//! produce the same bytes on the wire.
+//! socket with `sendfile`; on the copying paths (`fetch.zero.copy=false`, and
+//! TLS connections, whose bytes must be encrypted in user space until kernel
+//! TLS is wired in) they are read into memory and written. Every path
+//! produces the same bytes on the wire.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -15,49 +16,109 @@ use floe_protocol::FileRegion;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
-/// How many record bytes each path carried for one response.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Transmitted {
-    /// Bytes sent with `sendfile`.
-    pub sendfile_bytes: u64,
-    /// File bytes copied through user space.
-    pub copied_bytes: u64,
+use crate::server::stream::ClientStream;
+
+/// How the record bytes of a response left the broker (the `path` label of
+/// `floe_fetch_bytes_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchPath {
+    /// `sendfile` on a plaintext socket.
+    SendfilePlaintext,
+    /// `sendfile` on a socket the kernel encrypts (kTLS).
+    SendfileKtls,
+    /// Read into memory, encrypted by rustls, written.
+    CopyTls,
+    /// Read into memory and written to a plaintext socket (`fetch.zero.copy=false`).
+    CopyPlaintext,
 }
 
-/// Writes one already-framed response.
+impl FetchPath {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            FetchPath::SendfilePlaintext => "sendfile-plaintext",
+            FetchPath::SendfileKtls => "sendfile-ktls",
+            FetchPath::CopyTls => "copy-tls",
+            FetchPath::CopyPlaintext => "copy-plaintext",
+        }
+    }
+}
+
+/// The record bytes of one response and the path they took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmitted {
+    /// The path.
+    pub path: FetchPath,
+    /// Bytes of segment files sent.
+    pub file_bytes: u64,
+}
+
+/// Chunk size of file reads on the copying path: whole-response buffers
+/// would cost up to `fetch.max.bytes` of memory per connection.
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// Writes one already-framed response (and flushes TLS buffers).
 ///
 /// # Errors
 /// Any socket error; the connection is then closed.
-pub async fn write_bytes(stream: &mut TcpStream, frame: &Bytes) -> io::Result<()> {
-    stream.write_all(frame).await
+pub async fn write_bytes(stream: &mut ClientStream, frame: &Bytes) -> io::Result<()> {
+    stream.write_all(frame).await?;
+    stream.flush().await
 }
 
 /// Writes a response made of parts, in order.
 ///
-/// With `zero_copy`, file parts are sent with `sendfile`; otherwise they are
-/// read with `pread` and written like any other bytes.
+/// On a plaintext socket with `zero_copy`, file parts are sent with
+/// `sendfile`; otherwise they are read with `pread` in chunks and written
+/// like any other bytes.
 ///
 /// # Errors
 /// Any socket or file error; the connection is then closed (a response cut
 /// midway cannot be resumed).
-pub async fn write_parts(stream: &mut TcpStream, response: &EncodedResponse, zero_copy: bool) -> io::Result<Transmitted> {
-    let mut sent = Transmitted::default();
-    if !zero_copy {
-        let contiguous = response.to_contiguous()?;
-        stream.write_all(&contiguous).await?;
-        sent.copied_bytes = file_bytes(response);
-        return Ok(sent);
-    }
+pub async fn write_parts(stream: &mut ClientStream, response: &EncodedResponse, zero_copy: bool) -> io::Result<Transmitted> {
+    let file_bytes = file_bytes(response);
+    let path = match stream {
+        ClientStream::Plain(socket) if zero_copy => {
+            write_with_sendfile(socket, response).await?;
+            return Ok(Transmitted { path: FetchPath::SendfilePlaintext, file_bytes });
+        }
+        ClientStream::Plain(_) => FetchPath::CopyPlaintext,
+        ClientStream::Tls(_) => FetchPath::CopyTls,
+    };
+    let mut chunk = Vec::new();
     for part in &response.parts {
         match part {
             ResponsePart::Bytes(b) => stream.write_all(b).await?,
-            ResponsePart::File(region) => {
-                sendfile_all(stream, region).await?;
-                sent.sendfile_bytes += u64::from(region.len);
-            }
+            ResponsePart::File(region) => copy_region(stream, region, &mut chunk).await?,
         }
     }
-    Ok(sent)
+    stream.flush().await?;
+    Ok(Transmitted { path, file_bytes })
+}
+
+async fn write_with_sendfile(socket: &mut TcpStream, response: &EncodedResponse) -> io::Result<()> {
+    for part in &response.parts {
+        match part {
+            ResponsePart::Bytes(b) => socket.write_all(b).await?,
+            ResponsePart::File(region) => sendfile_all(socket, region).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file region with `pread`, chunk by chunk, and writes it.
+async fn copy_region(stream: &mut ClientStream, region: &FileRegion, chunk: &mut Vec<u8>) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut position = region.position;
+    let end = region.position + u64::from(region.len);
+    while position < end {
+        let n = ((end - position) as usize).min(COPY_CHUNK);
+        chunk.resize(n, 0);
+        region.file.read_exact_at(chunk, position)?;
+        stream.write_all(chunk).await?;
+        position += n as u64;
+    }
+    Ok(())
 }
 
 fn file_bytes(response: &EncodedResponse) -> u64 {

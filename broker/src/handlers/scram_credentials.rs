@@ -1,0 +1,154 @@
+//! DescribeUserScramCredentials and AlterUserScramCredentials: manage the
+//! SCRAM users in the credential store.
+//!
+//! Alter receives salted passwords (clients run PBKDF2); the store keeps
+//! only the derived StoredKey and ServerKey. A user named twice in one
+//! request gets DUPLICATE_RESOURCE, bad mechanisms UNSUPPORTED_SASL_MECHANISM,
+//! iterations outside 4096..=16384 UNACCEPTABLE_CREDENTIAL, deleting a
+//! credential that does not exist RESOURCE_NOT_FOUND.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+use kafka_protocol::messages::describe_user_scram_credentials_response::{CredentialInfo, DescribeUserScramCredentialsResult};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::message;
+use crate::broker::Broker;
+use crate::security::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+
+pub(super) fn handle_describe(broker: &Broker, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
+    let known = broker.credentials.describe();
+    let info = |mechanisms: &[(ScramMechanism, i32)]| -> Vec<CredentialInfo> {
+        mechanisms.iter().map(|(m, i)| CredentialInfo::default().with_mechanism(m.wire_type()).with_iterations(*i)).collect()
+    };
+    let results = match request.users {
+        // Null or empty: every user.
+        None => known.iter().map(|(u, m)| ok_result(u, info(m))).collect(),
+        Some(users) if users.is_empty() => known.iter().map(|(u, m)| ok_result(u, info(m))).collect(),
+        Some(users) => {
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for u in &users {
+                *counts.entry(u.name.to_string()).or_default() += 1;
+            }
+            counts
+                .into_iter()
+                .map(|(user, n)| match known.get(&user) {
+                    _ if n > 1 => error_result(&user, ResponseError::DuplicateResource, "user named more than once"),
+                    Some(m) => ok_result(&user, info(m)),
+                    None => error_result(&user, ResponseError::ResourceNotFound, "no SCRAM credential for this user"),
+                })
+                .collect()
+        }
+    };
+    DescribeUserScramCredentialsResponse::default().with_results(results)
+}
+
+fn ok_result(user: &str, infos: Vec<CredentialInfo>) -> DescribeUserScramCredentialsResult {
+    DescribeUserScramCredentialsResult::default().with_user(StrBytes::from_string(user.to_string())).with_credential_infos(infos)
+}
+
+fn error_result(user: &str, e: ResponseError, text: &str) -> DescribeUserScramCredentialsResult {
+    DescribeUserScramCredentialsResult::default()
+        .with_user(StrBytes::from_string(user.to_string()))
+        .with_error_code(e.code())
+        .with_error_message(message(text))
+}
+
+pub(super) async fn handle_alter(broker: &Broker, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+    // Kafka refuses a (user, mechanism) named twice across deletions and upsertions.
+    let mut seen: BTreeMap<(String, i8), usize> = BTreeMap::new();
+    for d in &request.deletions {
+        *seen.entry((d.name.to_string(), d.mechanism)).or_default() += 1;
+    }
+    for u in &request.upsertions {
+        *seen.entry((u.name.to_string(), u.mechanism)).or_default() += 1;
+    }
+    let mut failed: BTreeMap<String, (ResponseError, String)> = BTreeMap::new();
+    let mut fail = |user: &str, e: ResponseError, text: String| {
+        failed.entry(user.to_string()).or_insert((e, text));
+    };
+    let mut deletions = Vec::new();
+    for d in &request.deletions {
+        let user = d.name.to_string();
+        match ScramMechanism::from_wire_type(d.mechanism) {
+            _ if user.is_empty() => fail(&user, ResponseError::UnacceptableCredential, "empty user name".into()),
+            _ if seen[&(user.clone(), d.mechanism)] > 1 => fail(&user, ResponseError::DuplicateResource, "credential named twice".into()),
+            None => fail(&user, ResponseError::UnsupportedSaslMechanism, format!("unknown mechanism {}", d.mechanism)),
+            Some(m) => deletions.push((user, m)),
+        }
+    }
+    let mut upsertions = Vec::new();
+    for u in &request.upsertions {
+        let user = u.name.to_string();
+        match ScramMechanism::from_wire_type(u.mechanism) {
+            _ if user.is_empty() => fail(&user, ResponseError::UnacceptableCredential, "empty user name".into()),
+            _ if seen[&(user.clone(), u.mechanism)] > 1 => fail(&user, ResponseError::DuplicateResource, "credential named twice".into()),
+            None => fail(&user, ResponseError::UnsupportedSaslMechanism, format!("unknown mechanism {}", u.mechanism)),
+            Some(_) if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&u.iterations) => fail(
+                &user,
+                ResponseError::UnacceptableCredential,
+                format!("iterations must be in {MIN_ITERATIONS}..={MAX_ITERATIONS}, got {}", u.iterations),
+            ),
+            Some(_) if u.salt.is_empty() || u.salted_password.is_empty() => {
+                fail(&user, ResponseError::UnacceptableCredential, "empty salt or salted password".into())
+            }
+            Some(m) => upsertions.push((user, m, ScramCredential::from_salted_password(m, &u.salt, u.iterations, &u.salted_password))),
+        }
+    }
+    // A user with any refused change keeps all its credentials as they were (Kafka applies per user).
+    deletions.retain(|(u, _)| !failed.contains_key(u));
+    upsertions.retain(|(u, _, _)| !failed.contains_key(u));
+    let users: BTreeSet<String> = request
+        .deletions
+        .iter()
+        .map(|d| d.name.to_string())
+        .chain(request.upsertions.iter().map(|u| u.name.to_string()))
+        .collect();
+
+    let store = broker.credentials.clone();
+    let deleted_names: Vec<(String, ScramMechanism)> = deletions.clone();
+    let applied = tokio::task::spawn_blocking(move || store.alter(&deletions, upsertions)).await;
+    let mut missing: BTreeSet<String> = BTreeSet::new();
+    let store_error = match applied {
+        Ok(Ok(existed)) => {
+            for ((user, m), was) in deleted_names.iter().zip(existed) {
+                if !was {
+                    tracing::debug!(%user, mechanism = m.name(), "deleting a SCRAM credential that does not exist");
+                    missing.insert(user.clone());
+                }
+            }
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot store SCRAM credentials");
+            Some(e.to_string())
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    let results = users
+        .into_iter()
+        .map(|user| {
+            let result = AlterUserScramCredentialsResult::default().with_user(StrBytes::from_string(user.clone()));
+            if let Some((e, text)) = failed.get(&user) {
+                return result.with_error_code(e.code()).with_error_message(message(text.clone()));
+            }
+            if let Some(text) = &store_error {
+                return result.with_error_code(ResponseError::UnknownServerError.code()).with_error_message(message(text.clone()));
+            }
+            if missing.contains(&user) {
+                return result
+                    .with_error_code(ResponseError::ResourceNotFound.code())
+                    .with_error_message(message("attempt to delete a user credential that does not exist"));
+            }
+            tracing::info!(%user, "SCRAM credentials altered");
+            result
+        })
+        .collect();
+    AlterUserScramCredentialsResponse::default().with_results(results)
+}

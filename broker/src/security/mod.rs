@@ -1,0 +1,16 @@
+//! Securing connections: TLS for SSL listeners, kernel TLS detection, and
+//! SASL authentication.
+//!
+//! - [`tls`]: TLS settings, loading the certificate, key and truststore into
+//!   a `rustls` acceptor, and reloading them without dropping connections.
+//! - [`ktls`]: whether the kernel can take over TLS records (kTLS), decided
+//!   once at startup.
+//! - [`sasl`]: SASL settings and mechanism names.
+//! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys.
+//! - [`credentials`]: the SCRAM credential store on disk, and PLAIN users.
+
+pub mod credentials;
+pub mod ktls;
+pub mod sasl;
+pub mod scram;
+pub mod tls;

@@ -1,0 +1,98 @@
+//! SASL settings and mechanism names: which mechanisms each listener offers,
+//! KIP-368 re-authentication, and the delay before a failed authentication
+//! is answered.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::scram::ScramMechanism;
+use crate::config::{get, parse, ConfigError};
+use crate::listeners::ListenerSpec;
+
+/// A SASL mechanism Floe serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// PLAIN (RFC 4616): user and password in the clear; use it inside TLS.
+    Plain,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512.
+    Scram(ScramMechanism),
+}
+
+impl SaslMechanism {
+    /// The name clients ask for.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(m) => m.name(),
+        }
+    }
+
+    /// From the name clients ask for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "PLAIN" => Some(SaslMechanism::Plain),
+            other => ScramMechanism::from_name(other).map(SaslMechanism::Scram),
+        }
+    }
+}
+
+/// The SASL settings.
+#[derive(Debug, Clone)]
+pub struct SaslSettings {
+    /// `sasl.enabled.mechanisms`, overridden per listener by
+    /// `listener.name.<name>.sasl.enabled.mechanisms`: listener name → mechanisms.
+    pub enabled: BTreeMap<String, Vec<SaslMechanism>>,
+    /// `connections.max.reauth.ms`; 0 never expires an authentication.
+    pub max_reauth_ms: u64,
+    /// `connection.failed.authentication.delay.ms`.
+    pub failed_delay_ms: u64,
+    /// `floe.sasl.plain.users.file`.
+    pub plain_users_file: Option<PathBuf>,
+}
+
+impl SaslSettings {
+    /// Reads the SASL settings for `listeners` from the raw configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidValue`] for an unknown mechanism.
+    pub(crate) fn from_raw(raw: &BTreeMap<String, String>, listeners: &[ListenerSpec]) -> Result<Self, ConfigError> {
+        let default = parse_mechanisms("sasl.enabled.mechanisms", get(raw, "sasl.enabled.mechanisms"))?;
+        let mut enabled = BTreeMap::new();
+        for l in listeners {
+            let key = format!("listener.name.{}.sasl.enabled.mechanisms", l.name.to_ascii_lowercase());
+            let mechanisms = match raw.get(&key) {
+                Some(text) => parse_mechanisms(&key, text)?,
+                None => default.clone(),
+            };
+            enabled.insert(l.name.clone(), mechanisms);
+        }
+        Ok(SaslSettings {
+            enabled,
+            max_reauth_ms: parse(raw, "connections.max.reauth.ms")?,
+            failed_delay_ms: parse(raw, "connection.failed.authentication.delay.ms")?,
+            plain_users_file: match get(raw, "floe.sasl.plain.users.file").trim() {
+                "" => None,
+                p => Some(PathBuf::from(p)),
+            },
+        })
+    }
+
+    /// The mechanisms offered on listener `name`.
+    pub fn mechanisms_of(&self, listener: &str) -> &[SaslMechanism] {
+        self.enabled.get(listener).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+fn parse_mechanisms(key: &str, text: &str) -> Result<Vec<SaslMechanism>, ConfigError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            SaslMechanism::from_name(&m.to_ascii_uppercase()).ok_or_else(|| ConfigError::InvalidValue {
+                key: key.into(),
+                value: text.into(),
+                reason: format!("unknown SASL mechanism `{m}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+            })
+        })
+        .collect()
+}

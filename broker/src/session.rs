@@ -1,0 +1,91 @@
+//! What a handler knows about the connection a request came on: the peer,
+//! the listener it arrived through, and where SASL authentication stands.
+//!
+//! On SASL listeners a connection starts unauthenticated and may send only
+//! ApiVersions, SaslHandshake and SaslAuthenticate ([`Session::admits`]).
+//! A successful SaslAuthenticate sets the principal and, with
+//! `connections.max.reauth.ms`, a deadline (KIP-368) by which the client must
+//! re-authenticate on the same connection or be disconnected.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
+
+use crate::security::sasl::SaslMechanism;
+use crate::security::scram::ScramExchange;
+use crate::server::endpoint::Endpoint;
+
+/// SASL progress of one connection.
+#[derive(Debug, Default)]
+pub struct AuthState {
+    /// The mechanism the last SaslHandshake chose; cleared when an exchange ends.
+    pub mechanism: Option<SaslMechanism>,
+    /// A SCRAM exchange waiting for the client-final message.
+    pub scram: Option<ScramExchange>,
+    /// The authenticated user.
+    pub principal: Option<String>,
+    /// When the authentication expires (KIP-368), if `connections.max.reauth.ms` is set.
+    pub expires_at: Option<Instant>,
+}
+
+/// Per-connection state handlers read (and SASL handlers change).
+#[derive(Debug)]
+pub struct Session {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The listener the connection arrived on: Metadata answers with its advertised address.
+    pub endpoint: Arc<Endpoint>,
+    /// SASL state (unused on listeners without SASL).
+    pub auth: AuthState,
+    /// Set by a handler whose response must be the connection's last (failed
+    /// authentication); the value is the reason for the metric.
+    pub close_after_reply: Option<&'static str>,
+}
+
+/// Why a request is not admitted on this connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAdmitted {
+    /// A SASL listener, and the client has not authenticated.
+    Unauthenticated,
+    /// The authentication expired and the client did not re-authenticate (KIP-368).
+    Expired,
+}
+
+impl NotAdmitted {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            NotAdmitted::Unauthenticated => "unauthenticated_request",
+            NotAdmitted::Expired => "authentication_expired",
+        }
+    }
+}
+
+impl Session {
+    /// A fresh, unauthenticated session.
+    pub fn new(peer: SocketAddr, endpoint: Arc<Endpoint>) -> Self {
+        Session { peer, endpoint, auth: AuthState::default(), close_after_reply: None }
+    }
+
+    /// Whether a request of `api` may be handled now.
+    ///
+    /// # Errors
+    /// [`NotAdmitted`]: the connection is to be closed.
+    pub fn admits(&self, api: ApiKey, now: Instant) -> Result<(), NotAdmitted> {
+        if !self.endpoint.protocol.uses_sasl() {
+            return Ok(());
+        }
+        if matches!(api, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+            return Ok(());
+        }
+        if self.auth.principal.is_none() {
+            return Err(NotAdmitted::Unauthenticated);
+        }
+        match self.auth.expires_at {
+            Some(deadline) if now >= deadline => Err(NotAdmitted::Expired),
+            _ => Ok(()),
+        }
+    }
+}
