@@ -117,6 +117,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.target-lag-ms", "60000", "Default of the topic setting `floe.iceberg.target-lag-ms`: the active segment is rolled (and tiered) once its oldest untiered record has waited this long."),
     s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
     s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
+    s("floe.iceberg.rest-listen", "127.0.0.1:8181", "Address of the read-only Iceberg REST catalog over the tiered tables (`http://HOST:PORT`, routes under `/v1/`); empty disables it."),
 ];
 
 /// The broker's typed configuration.
@@ -178,6 +179,8 @@ pub struct BrokerConfig {
     pub offsets_retention_check_interval_ms: u64,
     /// Iceberg tiering (`floe.iceberg.*`).
     pub tiering: crate::tiering::TieringSettings,
+    /// The read-only Iceberg REST catalog endpoint, if enabled (`floe.iceberg.rest-listen`).
+    pub iceberg_rest_listen: Option<SocketAddr>,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -269,6 +272,10 @@ impl ConfigBuilder {
         };
         let tls = crate::security::tls::TlsSettings::from_raw(r)?;
         let sasl = crate::security::sasl::SaslSettings::from_raw(r, &listeners)?;
+        let iceberg_rest_listen = match get(r, "floe.iceberg.rest-listen").trim() {
+            "" => None,
+            text => Some(parse_addr("floe.iceberg.rest-listen", text)?),
+        };
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
@@ -313,6 +320,7 @@ impl ConfigBuilder {
                 retention_guard: parse(r, "floe.iceberg.retention-guard")?,
                 tick_ms: parse_positive(r, "floe.iceberg.tick-ms")?,
             },
+            iceberg_rest_listen,
             effective: self.raw.clone(),
         })
     }
@@ -430,6 +438,20 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("./floe-data"));
         assert!(c.fetch_zero_copy);
         assert_eq!(c.num_partitions, 1);
+        assert_eq!(c.iceberg_rest_listen, Some("127.0.0.1:8181".parse().unwrap()));
+    }
+
+    #[test]
+    fn iceberg_rest_listen_can_be_moved_or_disabled() {
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.rest-listen", "127.0.0.1:0", Layer::CommandLine).unwrap();
+        assert_eq!(b.build().unwrap().iceberg_rest_listen, Some("127.0.0.1:0".parse().unwrap()));
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.rest-listen", "", Layer::CommandLine).unwrap();
+        assert_eq!(b.build().unwrap().iceberg_rest_listen, None);
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.rest-listen", "nowhere", Layer::CommandLine).unwrap();
+        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.iceberg.rest-listen"));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
+//! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
 //! - [`run`]: startup and orderly shutdown.
 
 #![warn(missing_debug_implementations)]
@@ -29,6 +30,7 @@ pub mod errors;
 pub mod group;
 pub mod handlers;
 pub mod listeners;
+pub mod iceberg_rest;
 pub mod maintenance;
 pub mod metrics;
 pub mod run;

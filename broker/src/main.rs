@@ -26,6 +26,9 @@ struct Cli {
     /// Prometheus endpoint address (`metrics.listen`); empty disables it.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Read-only Iceberg REST catalog address (`floe.iceberg.rest-listen`); empty disables it.
+    #[arg(long, value_name = "HOST:PORT")]
+    iceberg_rest_listen: Option<String>,
     /// TOML file of settings.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -99,6 +102,7 @@ fn main() -> anyhow::Result<()> {
         ("listeners", cli.listen),
         ("advertised.listeners", cli.advertised_listener),
         ("metrics.listen", cli.metrics_listen),
+        ("floe.iceberg.rest-listen", cli.iceberg_rest_listen),
     ];
     for (key, value) in flags {
         if let Some(v) = value {

@@ -70,6 +70,8 @@ pub struct IcebergMetrics {
     pub last_error_time: IntGaugeVec,
     /// 1 for the last error of each topic (its message in the `error` label).
     pub last_error: IntGaugeVec,
+    /// Requests to the Iceberg REST catalog, by route and HTTP status.
+    pub rest_requests: IntCounterVec,
     last_messages: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
@@ -89,6 +91,7 @@ impl IcebergMetrics {
             errors: counter("floe_iceberg_errors_total", "Failed tiering passes, by error kind", &["topic", "kind"]),
             last_error_time: gauge("floe_iceberg_last_error_timestamp_seconds", "Unix time of the last failed tiering pass", &["topic"]),
             last_error: gauge("floe_iceberg_last_error", "1 for the last tiering error, its message in the `error` label", &["topic", "error"]),
+            rest_requests: counter("floe_iceberg_rest_requests_total", "Iceberg REST catalog requests, by route and HTTP status", &["route", "status"]),
             last_messages: Arc::default(),
         }
     }
@@ -105,6 +108,7 @@ impl IcebergMetrics {
             Box::new(self.errors.clone()),
             Box::new(self.last_error_time.clone()),
             Box::new(self.last_error.clone()),
+            Box::new(self.rest_requests.clone()),
         ]
     }
 

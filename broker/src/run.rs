@@ -1,7 +1,7 @@
 //! Startup and orderly shutdown.
 //!
-//! Startup: open (and recover) the logs, bind the listeners, start the
-//! maintenance thread. Shutdown on SIGTERM or SIGINT: stop accepting, let
+//! Startup: open (and recover) the logs, bind the listeners (Kafka, metrics,
+//! Iceberg REST), start the maintenance and tiering threads. Shutdown on SIGTERM or SIGINT: stop accepting, let
 //! in-flight requests finish, stop maintenance, flush every log and write
 //! the checkpoints, so the next start has nothing to recover.
 
@@ -142,6 +142,15 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         tokio::spawn(metrics::serve(l, metrics.clone()));
     }
 
+    // Bound before any thread starts, so a taken port fails startup with nothing to undo.
+    let mut iceberg_rest = None;
+    if let Some(addr) = config.iceberg_rest_listen {
+        let server = crate::iceberg_rest::IcebergRestServer::start(addr, &config.data_dir, &config.tiering.catalog_name, metrics.clone())
+            .map_err(|source| RunError::Bind { addr, source })?;
+        iceberg_rest = Some(server);
+    }
+    let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
+
     let tick = Duration::from_millis(config.flush_scheduler_interval_ms.min(config.retention_check_interval_ms));
     let maintenance = Maintenance::start(logs.clone(), tick)
         .map_err(|e| RunError::Task(e.to_string()))?;
@@ -180,6 +189,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     tracing::info!(
         listeners = %described.join(", "),
         metrics = ?metrics_addr,
+        iceberg_rest = ?iceberg_rest_addr,
         data_dir = %broker.config.data_dir.display(),
         zero_copy = broker.config.fetch_zero_copy,
         "floe is ready"
@@ -193,6 +203,9 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let _ = sweeper.await;
 
     tokio::task::spawn_blocking(move || {
+        if let Some(server) = iceberg_rest {
+            server.stop();
+        }
         tiering.stop();
         maintenance.stop();
         logs.shutdown()

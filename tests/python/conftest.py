@@ -1,6 +1,6 @@
 """Fixtures: a real `floe` broker per test, on free ports with a temp data dir.
 
-- `floe`: a started broker (`.bootstrap`, `.metrics_url`, `.data_dir`, `.restart()`,
+- `floe`: a started broker (`.bootstrap`, `.metrics_url`, `.iceberg_rest_url`, `.data_dir`, `.restart()`,
   `.kill9()`, `.stop()`, `.start()`, `.metric(name, **labels)`).
 - `floe_factory(name, overrides=None, env=None, data_dir=None, start=True)`: more
   brokers for tests that need several (e.g. zero copy on vs off on copies of a data dir).

@@ -1,6 +1,6 @@
 """A real `floe` broker process for the end-to-end tests.
 
-`FloeProcess` owns one broker: its data dir, its Kafka and metrics ports, its
+`FloeProcess` owns one broker: its data dir, its Kafka, metrics and Iceberg REST ports, its
 command line, and a stderr log file (appended across restarts so a failing test
 shows the whole history). It promises that `start()` returns only once the
 Kafka port accepts TCP connections, and raises with the broker's stderr if the
@@ -67,6 +67,7 @@ class FloeProcess:
         self.log_path = Path(log_path)
         self.port = free_port()
         self.metrics_port = free_port()
+        self.iceberg_rest_port = free_port()
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})
         self.command_extra: list[str] = []  # more CLI arguments, e.g. ["--config", path]
@@ -87,6 +88,11 @@ class FloeProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    @property
+    def iceberg_rest_url(self) -> str:
+        """Base URL of the read-only Iceberg REST catalog (routes under /v1/)."""
+        return f"http://127.0.0.1:{self.iceberg_rest_port}"
+
     # -- lifecycle ---------------------------------------------------------
     def command(self) -> list[str]:
         cmd = [
@@ -95,6 +101,8 @@ class FloeProcess:
             "--listen", self.bootstrap,
             "--advertised-listener", self.bootstrap,
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+            # iceberg_rest_port = None disables the REST catalog (an empty address).
+            "--iceberg-rest-listen", f"127.0.0.1:{self.iceberg_rest_port}" if self.iceberg_rest_port else "",
         ]
         cmd += self.command_extra
         for k, v in self.overrides.items():

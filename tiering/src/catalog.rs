@@ -22,6 +22,42 @@ use crate::table::TopicTable;
 /// Table property naming the Kafka topic id the table was created for.
 pub const TOPIC_ID_PROPERTY: &str = "floe.topic-id";
 
+/// How the SQLite catalog database is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SqliteMode {
+    /// Read and write, creating the database if it does not exist (the tiering writer).
+    ReadWriteCreate,
+    /// Read only (SQLite `mode=ro`): readers serving the catalog cannot write even by mistake.
+    ReadOnly,
+}
+
+/// Opens the SQLite SQL catalog `catalog_db` named `catalog_name` over the local `warehouse`.
+///
+/// # Errors
+/// [`TieringError::Iceberg`] if the database cannot be opened (or, read-write, its tables created).
+pub(crate) async fn open_sql_catalog(
+    catalog_name: &str,
+    catalog_db: &Path,
+    warehouse: &Path,
+    mode: SqliteMode,
+) -> Result<Arc<dyn Catalog>> {
+    let mode = match mode {
+        SqliteMode::ReadWriteCreate => "rwc",
+        SqliteMode::ReadOnly => "ro",
+    };
+    let catalog = SqlCatalogBuilder::default()
+        .uri(format!("sqlite:{}?mode={mode}", catalog_db.display()))
+        .warehouse_location(format!("file://{}", warehouse.display()))
+        .sql_bind_style(SqlBindStyle::QMark)
+        // SQLite allows one writer: a single connection avoids "database is locked".
+        .prop("pool.max-connections", "1")
+        .with_storage_factory(Arc::new(LocalFsStorageFactory))
+        .load(catalog_name, HashMap::new())
+        .await
+        .map_err(TieringError::iceberg("open catalog", catalog_name))?;
+    Ok(Arc::new(catalog))
+}
+
 /// A catalog and the namespace tiered tables live in.
 ///
 /// # Thread-safety
@@ -45,18 +81,8 @@ impl IcebergCatalog {
         for dir in [catalog_db.parent().unwrap_or(Path::new(".")), warehouse] {
             std::fs::create_dir_all(dir).map_err(|source| TieringError::SegmentIo { path: dir.to_path_buf(), source })?;
         }
-        let uri = format!("sqlite:{}?mode=rwc", catalog_db.display());
-        let catalog = SqlCatalogBuilder::default()
-            .uri(uri)
-            .warehouse_location(format!("file://{}", warehouse.display()))
-            .sql_bind_style(SqlBindStyle::QMark)
-            // SQLite allows one writer: a single connection avoids "database is locked".
-            .prop("pool.max-connections", "1")
-            .with_storage_factory(Arc::new(LocalFsStorageFactory))
-            .load(catalog_name, HashMap::new())
-            .await
-            .map_err(TieringError::iceberg("open catalog", catalog_name))?;
-        Self::new(Arc::new(catalog), namespace).await
+        let catalog = open_sql_catalog(catalog_name, catalog_db, warehouse, SqliteMode::ReadWriteCreate).await?;
+        Self::new(catalog, namespace).await
     }
 
     /// Wraps an opened catalog, ensuring `namespace` exists.

@@ -14,6 +14,7 @@
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.
 //! - [`table`]: one topic's table: plan, write Parquet, guarded commit.
 //! - [`catalog`]: the (embedded SQLite) catalog, one table per topic, writer locks.
+//! - [`reader`]: a read-only view of the catalog (namespaces, tables, current metadata) for serving it.
 //! - [`error`]: the crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -24,6 +25,7 @@ pub mod error;
 mod guard;
 pub mod offsets;
 pub mod orphans;
+pub mod reader;
 pub mod schema;
 pub mod table;
 #[cfg(test)]
@@ -32,4 +34,5 @@ mod test_util;
 pub use catalog::IcebergCatalog;
 pub use iceberg;
 pub use error::{Result, TieringError};
+pub use reader::{CatalogReader, TableState};
 pub use table::{TierLimits, TierOutcome, TopicTable};

@@ -57,7 +57,9 @@ impl Floe {
         cmd.arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--listen", &listen, "--advertised-listener", &listen])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")]);
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            // Brokers run side by side: none takes the default REST catalog port.
+            .args(["--iceberg-rest-listen", ""]);
         for (k, v) in overrides {
             cmd.args(["--override", &format!("{k}={v}")]);
         }
