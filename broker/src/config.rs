@@ -274,7 +274,7 @@ impl ConfigBuilder {
         let sasl = crate::security::sasl::SaslSettings::from_raw(r, &listeners)?;
         let iceberg_rest_listen = match get(r, "floe.iceberg.rest-listen").trim() {
             "" => None,
-            text => Some(parse_addr("floe.iceberg.rest-listen", text)?),
+            text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
         };
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
