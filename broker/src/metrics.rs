@@ -280,11 +280,11 @@ mod tests {
     #[test]
     fn metrics_register_and_render() {
         let m = Metrics::new();
-        m.fetch_bytes.with_label_values(&["sendfile"]).inc_by(42);
+        m.fetch_bytes.with_label_values(&["sendfile-plaintext"]).inc_by(42);
         m.requests.with_label_values(&["Fetch"]).inc();
         let text = m.render();
-        assert!(text.contains("floe_fetch_bytes_total{path=\"sendfile\"} 42"), "{text}");
-        assert!(text.contains("floe_fetch_bytes_total{path=\"copy\"} 0"), "{text}");
+        assert!(text.contains("floe_fetch_bytes_total{path=\"sendfile-plaintext\"} 42"), "{text}");
+        assert!(text.contains("floe_fetch_bytes_total{path=\"copy-tls\"} 0"), "{text}");
         assert!(text.contains("floe_requests_total{api=\"Fetch\"} 1"), "{text}");
         m.iceberg.record_error("t", "iceberg_load", "first", 1);
         m.iceberg.record_error("t", "iceberg_load", "second", 2);
