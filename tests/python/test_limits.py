@@ -160,9 +160,11 @@ def vm_rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS line")
 
 
-def connect_many(floe, n: int, batch: int = 500) -> list[socket.socket]:
+def connect_many(floe, n: int, batch: int = 100) -> list[socket.socket]:
     """`n` non-blocking raw connections, opened in batches the broker has accepted
-    before the next one starts (the listen backlog is 1024)."""
+    before the next one starts: a connection whose final ACK arrives while the
+    listen backlog (128 here) is full is established on the client side only,
+    and an idle client never finds out."""
     socks: list[socket.socket] = []
     base = open_connections(floe)
     while len(socks) < n:
