@@ -3,6 +3,7 @@ Each case checks the broker's reaction and that it still serves afterwards."""
 
 from __future__ import annotations
 
+import pathlib
 import struct
 
 import kwire
@@ -59,6 +60,52 @@ def test_unknown_api_key_closes(floe):
         conn.send_raw(struct.pack(">i", 3) + b"\x00\x12\x00")  # frame shorter than a header
         assert conn.closed_by_peer(), "connection left open after a truncated request header"
     assert_still_serving(floe)
+
+
+FUZZ_REGRESSION = (pathlib.Path(__file__).resolve().parents[2]
+                   / "fuzz" / "corpus" / "request_decode" / "regression-produce-array-count-oom")
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def test_array_count_beyond_the_frame_is_refused(floe):
+    """A few bytes that declare billions of array elements (or a string longer than the frame)
+    must get a clean close, not an allocation the size of the claim (which aborts a process)."""
+    hostile = {
+        # The fuzzer's find, verbatim: 264 bytes, a Produce whose array count claims billions.
+        "fuzz regression": FUZZ_REGRESSION.read_bytes(),
+    }
+    with kwire.KafkaConn(floe.host, floe.port) as conn:
+        # Produce v3: null transactional id, acks, timeout, then a topic array count of 2^31-1.
+        hostile["produce v3 topics"] = conn.request_frame(
+            kwire.API_PRODUCE, 3, struct.pack(">hhii", -1, 1, 1000, 0x7FFFFFFF))
+        # Metadata v1 naming 2^31-16 topics with four bytes of body left.
+        hostile["metadata v1 topics"] = conn.request_frame(
+            kwire.API_METADATA, 1, struct.pack(">i", 0x7FFFFFF0) + b"\x00\x01ab")
+        # Produce v9 (flexible): compact topic array of 2^32-2 entries.
+        hostile["produce v9 compact topics"] = conn.request_frame(
+            kwire.API_PRODUCE, 9, b"\x00" + struct.pack(">hi", 1, 1000) + uvarint(0xFFFFFFFF),
+            flexible_header=True)
+        # Metadata v10 (flexible): one topic (id, then a compact name) claims 2^31 bytes.
+        hostile["metadata v10 name length"] = conn.request_frame(
+            kwire.API_METADATA, 10, uvarint(2) + b"\x00" * 16 + uvarint(1 << 31) + b"x",
+            flexible_header=True)
+    for name, frames in hostile.items():
+        with kwire.KafkaConn(floe.host, floe.port) as conn:
+            conn.send_raw(frames)
+            assert conn.closed_by_peer(), f"{name}: connection left open after an impossible length"
+        assert floe.proc.poll() is None, f"{name}: the broker exited (code {floe.proc.poll()})"
+        assert_still_serving(floe)
 
 
 def test_api_versions_unsupported_version_kip511(floe):
