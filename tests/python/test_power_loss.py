@@ -90,6 +90,9 @@ class PowerLossFs:
         return self.command("cut")
 
     def close(self):
+        """Unmounts and stops the filesystem process; safe to call twice."""
+        if self._log.closed:
+            return
         if self.proc.poll() is None:
             try:
                 self.command("quit")
@@ -103,15 +106,31 @@ class PowerLossFs:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    # For conftest's failure report, which lists each process's log.
+    name = "floe-powerloss-fs"
+
+    def stderr_text(self) -> str:
+        return self.log_text()[-60_000:]
+
+    def kill9(self):
+        """floe_factory's teardown kills every listed process; close() unmounts instead."""
+        self.close()
+
 
 @pytest.fixture
-def powerloss_fs(tmp_path):
+def powerloss_fs(request, tmp_path, floe_factory):
     if not os.path.exists("/dev/fuse") or os.geteuid() != 0:
         pytest.skip("the power-loss rig mounts a FUSE filesystem: needs /dev/fuse and root")
     fs = PowerLossFs(tmp_path)
+    # conftest attaches the log of everything in this list to a failing test's report.
+    request.node._floe_processes.append(fs)
     try:
         yield fs
     finally:
+        # Brokers first: unmounting waits for the kernel to let go of files they hold open.
+        for proc in request.node._floe_processes:
+            if proc is not fs:
+                proc.kill9()
         fs.close()
 
 

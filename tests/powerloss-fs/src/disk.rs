@@ -52,7 +52,7 @@ pub struct Attr {
 }
 
 /// What a power cut threw away.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CutReport {
     /// Files whose current bytes differed from their durable bytes.
     pub files_reverted: u64,
@@ -62,6 +62,9 @@ pub struct CutReport {
     pub dirs_reverted: u64,
     /// Inodes no durable entry reached (created and never made durable, or durably unlinked).
     pub inodes_dropped: u64,
+    /// Current paths of the reverted files and directories (for the log; an
+    /// unlinked file shows as `<unlinked N>`).
+    pub reverted: Vec<String>,
 }
 
 /// Counters of the sync calls served, for the test's log.
@@ -480,6 +483,13 @@ impl Disk {
     /// root are gone.
     pub fn power_cut(&mut self) -> CutReport {
         let mut report = CutReport::default();
+        let paths = self.current_paths();
+        let name = |ino: u64| {
+            paths
+                .get(&ino)
+                .cloned()
+                .unwrap_or_else(|| format!("<unlinked {ino}>"))
+        };
         // What survives: reachable from the root through durable entries only.
         let mut reachable = HashSet::from([ROOT]);
         let mut stack = vec![ROOT];
@@ -507,6 +517,7 @@ impl Disk {
                 Body::File(f) => {
                     if f.dirty.is_some() || f.data.len() != f.durable.len() {
                         report.files_reverted += 1;
+                        report.reverted.push(name(ino));
                         report.bytes_dropped += f.data.len().saturating_sub(f.durable.len()) as u64;
                     }
                     f.data.clone_from(&f.durable);
@@ -515,6 +526,7 @@ impl Disk {
                 Body::Dir(d) => {
                     if d.entries != d.durable {
                         report.dirs_reverted += 1;
+                        report.reverted.push(format!("{}/", name(ino)));
                     }
                     d.entries.clone_from(&d.durable);
                     for &child in d.entries.values() {
@@ -528,7 +540,30 @@ impl Disk {
                 d.parent = parent;
             }
         }
+        report.reverted.sort();
         report
+    }
+
+    /// Every inode the current entries reach, with its path from the root.
+    fn current_paths(&self) -> HashMap<u64, String> {
+        let mut paths = HashMap::from([(ROOT, String::new())]);
+        let mut stack = vec![ROOT];
+        while let Some(ino) = stack.pop() {
+            let Some(Inode {
+                body: Body::Dir(d), ..
+            }) = self.inodes.get(&ino)
+            else {
+                continue;
+            };
+            let prefix = paths.get(&ino).cloned().unwrap_or_default();
+            for (n, &child) in &d.entries {
+                if !paths.contains_key(&child) {
+                    paths.insert(child, format!("{prefix}/{}", n.to_string_lossy()));
+                    stack.push(child);
+                }
+            }
+        }
+        paths
     }
 }
 
@@ -557,6 +592,7 @@ mod tests {
         assert_eq!(content(&mut d, f), b"hello");
         assert_eq!(r.files_reverted, 1);
         assert_eq!(r.bytes_dropped, 6);
+        assert_eq!(r.reverted, ["/a.log"]);
         assert_eq!(
             d.power_cut(),
             CutReport::default(),

@@ -80,7 +80,14 @@ fn serve(
                     .unwrap_or_else(PoisonError::into_inner)
                     .power_cut();
                 *session = Some(mount(disk, mountpoint)?);
-                info!(?r, "power cut");
+                info!(
+                    files_reverted = r.files_reverted,
+                    bytes_dropped = r.bytes_dropped,
+                    dirs_reverted = r.dirs_reverted,
+                    inodes_dropped = r.inodes_dropped,
+                    reverted = ?r.reverted,
+                    "power cut"
+                );
                 format!(
                     "ok files_reverted={} bytes_dropped={} dirs_reverted={} inodes_dropped={}",
                     r.files_reverted, r.bytes_dropped, r.dirs_reverted, r.inodes_dropped
