@@ -15,6 +15,7 @@
 //! Everything lives in memory; the FUSE adapter (`fs.rs`) is a thin layer
 //! over this, so the model is tested here without a mount.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::time::SystemTime;
@@ -557,8 +558,8 @@ impl Disk {
             };
             let prefix = paths.get(&ino).cloned().unwrap_or_default();
             for (n, &child) in &d.entries {
-                if !paths.contains_key(&child) {
-                    paths.insert(child, format!("{prefix}/{}", n.to_string_lossy()));
+                if let Entry::Vacant(e) = paths.entry(child) {
+                    e.insert(format!("{prefix}/{}", n.to_string_lossy()));
                     stack.push(child);
                 }
             }
