@@ -7,6 +7,9 @@
 //! ```text
 //! cut    -> unmount, drop every unsynced change, mount again;
 //!           replies "ok files_reverted=N bytes_dropped=N dirs_reverted=N inodes_dropped=N"
+//! cut torn SEED
+//!        -> the same, but first a random part of the unsynced changes (whole
+//!           4 KiB pages, lengths, single directory entries; seeded) is made durable
 //! stats  -> "ok file_syncs=N dir_syncs=N"
 //! quit   -> unmount and exit; replies "ok"
 //! ```
@@ -71,16 +74,28 @@ fn serve(
     for line in BufReader::new(stream).lines() {
         let line = line.context("read control command")?;
         let reply = match line.trim() {
-            "cut" => {
+            cmd if cmd == "cut" || cmd.starts_with("cut torn ") => {
+                let torn = match cmd.strip_prefix("cut torn ").map(str::parse::<u64>) {
+                    None => None,
+                    Some(Ok(seed)) => Some(seed),
+                    Some(Err(_)) => {
+                        writeln!(out, "error bad seed in {cmd:?}").context("reply")?;
+                        continue;
+                    }
+                };
                 if let Some(s) = session.take() {
                     s.umount_and_join().context("unmount before the cut")?;
                 }
-                let r = disk
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .power_cut();
+                let r = {
+                    let mut disk = disk.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(seed) = torn {
+                        disk.persist_some(seed);
+                    }
+                    disk.power_cut()
+                };
                 *session = Some(mount(disk, mountpoint)?);
                 info!(
+                    torn_seed = ?torn,
                     files_reverted = r.files_reverted,
                     bytes_dropped = r.bytes_dropped,
                     dirs_reverted = r.dirs_reverted,
