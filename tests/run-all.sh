@@ -17,6 +17,9 @@
 # Environment:
 #   CARGO_TARGET_DIR   honoured (default: <repo>/target)
 #   FLOE_BIN           the broker binary the tests start (default: $CARGO_TARGET_DIR/debug/floe)
+#   FLOE_POWERLOSS_FS_BIN  the power-loss rig's FUSE filesystem (tests/powerloss-fs, built with the
+#                      workspace; default: beside FLOE_BIN, else $CARGO_TARGET_DIR/debug). Its tests
+#                      need root and /dev/fuse, and skip without them; no libfuse/fusermount3 needed.
 #   PYTEST_ARGS        extra arguments for pytest (e.g. "-k durability -x")
 #   FUZZ_SECONDS       seconds per fuzz target in stage 5 (default 30; 0 skips the stage)
 set -uo pipefail
