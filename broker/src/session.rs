@@ -69,6 +69,16 @@ impl Session {
         Session { peer, endpoint, auth: AuthState::default(), close_after_reply: None }
     }
 
+    /// The principal and host authorization sees: `User:` and the SASL user,
+    /// or `User:ANONYMOUS` on a connection that has not authenticated.
+    pub fn request_context(&self) -> crate::authorizer::RequestContext {
+        let principal = match &self.auth.principal {
+            Some(user) => format!("User:{user}"),
+            None => crate::authorizer::ANONYMOUS.to_string(),
+        };
+        crate::authorizer::RequestContext { principal, host: self.peer.ip().to_canonical() }
+    }
+
     /// Whether a request of `api` may be handled now.
     ///
     /// # Errors
