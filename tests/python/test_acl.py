@@ -215,3 +215,46 @@ def test_kafka_python_sees_the_denial(floe_factory, tmp_path):
             p.send("private", b"x").get(timeout=TIMEOUT_S)
     finally:
         p.close(timeout=5)
+
+
+def test_a_client_certificate_names_the_principal(floe_factory, tmp_path):
+    """SSL with a verified client certificate: the principal is User: + its subject
+    DN (Kafka's default), here `User:CN=alice`. Administration goes over a
+    PLAINTEXT listener whose anonymous clients are made super users for the test."""
+    from tls_certs import make_pki
+    from floe_process import free_port
+
+    pki = make_pki(tmp_path / "pki")
+    proc = floe_factory("floe-mtls", start=False)
+    proc.ssl_port = free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{proc.ssl_port}"
+    proc.overrides = {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "ssl.certificate.location": str(pki.server.cert),
+        "ssl.key.location": str(pki.server.key),
+        "ssl.truststore.location": str(pki.ca.cert),
+        "ssl.client.auth": "required",
+        "authorizer.class.name": "floe",
+        "super.users": "User:ANONYMOUS",
+    }
+    proc.start()
+    plain = {"bootstrap.servers": proc.bootstrap}
+    a = AdminClient(plain)
+    for fut in a.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in ("signed", "other")]).values():
+        fut.result(timeout=TIMEOUT_S)
+    for fut in a.create_acls([allow("User:CN=alice", ResourceType.TOPIC, "signed", AclOperation.WRITE)]).values():
+        fut.result(timeout=TIMEOUT_S)
+
+    def produce(topic: str):
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{proc.ssl_port}", "security.protocol": "SSL",
+                      "ssl.ca.location": str(pki.ca.cert), "ssl.certificate.location": str(pki.client.cert),
+                      "ssl.key.location": str(pki.client.key), "message.timeout.ms": 10000})
+        errors: list = []
+        p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(TIMEOUT_S)
+        return errors[0]
+
+    assert produce("signed") is None
+    assert produce("other").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "User:CN=alice" in proc.stderr_text(), "the denial names the certificate's principal"
