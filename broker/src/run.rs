@@ -182,6 +182,8 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;
 
+    let mut authorizer = authorizer;
+    authorizer.count_denials_in(metrics.authorization_denied.clone());
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),

@@ -131,6 +131,7 @@ def test_topic_acls_literal_prefixed_and_deny(floe_factory, tmp_path):
     # A denial is visible in the broker's log, with principal, operation and resource.
     log = floe.stderr_text()
     assert "authorization denied" in log and ("User:bob" in log or "User:alice" in log)
+    assert floe.metric("floe_authorization_denied_total", resource_type="TOPIC") >= 3
 
 
 def test_committing_offsets_needs_read_on_the_group(floe_factory, tmp_path):

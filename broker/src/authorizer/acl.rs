@@ -35,6 +35,17 @@ impl ResourceType {
         }
     }
 
+    /// Kafka's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResourceType::Any => "ANY",
+            ResourceType::Topic => "TOPIC",
+            ResourceType::Group => "GROUP",
+            ResourceType::Cluster => "CLUSTER",
+            ResourceType::TransactionalId => "TRANSACTIONAL_ID",
+        }
+    }
+
     /// The type of a wire code; `None` for UNKNOWN and types Floe has no use for
     /// (DELEGATION_TOKEN, USER).
     pub fn from_code(code: i8) -> Option<Self> {

@@ -108,6 +108,8 @@ pub struct Authorizer {
     settings: AuthorizerSettings,
     /// `None` when authorization is off: the ACL APIs then answer SECURITY_DISABLED.
     store: Option<AclStore>,
+    /// Counts refusals by resource type, once the broker's metrics exist.
+    denied: Option<prometheus::IntCounterVec>,
 }
 
 impl Authorizer {
@@ -117,12 +119,17 @@ impl Authorizer {
     /// [`store::AclStoreError`] when the ACL file cannot be read.
     pub fn open(settings: AuthorizerSettings, data_dir: &std::path::Path) -> Result<Self, store::AclStoreError> {
         let store = if settings.enabled { Some(AclStore::open(data_dir)?) } else { None };
-        Ok(Authorizer { settings, store })
+        Ok(Authorizer { settings, store, denied: None })
     }
 
     /// An authorizer that allows everything (authorization off).
     pub fn disabled() -> Self {
-        Authorizer { settings: AuthorizerSettings::default(), store: None }
+        Authorizer { settings: AuthorizerSettings::default(), store: None, denied: None }
+    }
+
+    /// Counts every refusal in `counter` (`floe_authorization_denied_total`).
+    pub fn count_denials_in(&mut self, counter: prometheus::IntCounterVec) {
+        self.denied = Some(counter);
     }
 
     /// The bindings' store, if authorization is on.
@@ -139,9 +146,16 @@ impl Authorizer {
     pub fn authorize(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType, name: &str) -> bool {
         let allowed = self.check(ctx, op, resource_type, name);
         if !allowed {
-            log_denial(ctx, op, resource_type, name);
+            self.denied(ctx, op, resource_type, name);
         }
         allowed
+    }
+
+    fn denied(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType, name: &str) {
+        log_denial(ctx, op, resource_type, name);
+        if let Some(c) = &self.denied {
+            c.with_label_values(&[resource_type.name()]).inc();
+        }
     }
 
     /// [`Self::authorize`] on the CLUSTER resource.
@@ -203,7 +217,7 @@ impl Authorizer {
         });
         let allowed = !denied_everywhere && applying().any(|b| b.entry.permission == PermissionType::Allow && b.entry.operation.allows(op));
         if !allowed {
-            log_denial(ctx, op, resource_type, "(any)");
+            self.denied(ctx, op, resource_type, "(any)");
         }
         allowed
     }
