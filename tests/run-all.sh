@@ -70,9 +70,11 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------- setup
-banner "setup: system packages (kcat, python3-venv, node)"
+banner "setup: system packages (kcat, python3-venv, node, openssl)"
 command -v kcat >/dev/null 2>&1 || apt_install kcat
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+# floe-bench's `tls` scenario makes its throwaway CA and broker certificate with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || apt_install openssl
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     apt_install nodejs npm
 fi
