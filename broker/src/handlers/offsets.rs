@@ -72,15 +72,15 @@ pub(super) async fn handle_commit(broker: &Broker, ctx: &RequestContext, request
         Ok(())
     } else {
         broker
-        .groups
-        .commit_offsets(
-            request.group_id.as_str(),
-            request.member_id.as_str(),
-            request.group_instance_id.as_ref().map(|i| i.as_str()),
-            request.generation_id_or_member_epoch,
-            to_commit,
-        )
-        .await
+            .groups
+            .commit_offsets(
+                request.group_id.as_str(),
+                request.member_id.as_str(),
+                request.group_instance_id.as_ref().map(|i| i.as_str()),
+                request.generation_id_or_member_epoch,
+                to_commit,
+            )
+            .await
     };
     let group_error = committed.err();
     let topics = verdicts
