@@ -73,9 +73,11 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------- setup
-banner "setup: system packages (kcat, python3-venv, node)"
+banner "setup: system packages (kcat, python3-venv, node, openssl)"
 command -v kcat >/dev/null 2>&1 || apt_install kcat
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+# floe-bench's `tls` scenario makes its throwaway CA and broker certificate with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || apt_install openssl
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     apt_install nodejs npm
 fi
@@ -147,7 +149,7 @@ run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
 
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
     local s rc=0
-    for s in zero-copy max-throughput coupling tiering-cost freshness; do
+    for s in zero-copy tls max-throughput coupling tiering-cost freshness; do
         echo "-- floe-bench run $s --quick"
         "$TARGET_DIR/debug/floe-bench" run "$s" --quick --floe-bin "$FLOE_BIN" \
             --out "$TARGET_DIR/floe-bench-quick/$s" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }

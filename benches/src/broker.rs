@@ -43,7 +43,36 @@ impl FloeLauncher {
     /// # Errors
     /// The binary does not start, exits, or does not listen within 30 s.
     pub fn start(&self, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
-        let port = free_port()?;
+        self.start_on(free_port()?, label, data_dir, overrides)
+    }
+
+    /// [`Self::start`] with a second listener, SSL, using the PEM `cert` and
+    /// `key`; returns the broker (PLAINTEXT on `bootstrap`) and the SSL `HOST:PORT`.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_with_ssl(
+        &self,
+        label: &str,
+        data_dir: &Path,
+        overrides: &[(String, String)],
+        cert: &Path,
+        key: &Path,
+    ) -> anyhow::Result<(Broker, String)> {
+        let (port, ssl_port) = (free_port()?, free_port()?);
+        let listeners = format!("PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}");
+        let mut all = overrides.to_vec();
+        all.extend([
+            ("listeners".to_string(), listeners.clone()),
+            ("advertised.listeners".to_string(), listeners),
+            ("ssl.certificate.location".to_string(), cert.display().to_string()),
+            ("ssl.key.location".to_string(), key.display().to_string()),
+        ]);
+        let broker = self.start_on(port, label, data_dir, &all)?;
+        Ok((broker, format!("127.0.0.1:{ssl_port}")))
+    }
+
+    fn start_on(&self, port: u16, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
         let metrics_port = free_port()?;
         let listen = format!("127.0.0.1:{port}");
         let log_path = self.log_dir.join(format!("floe-{label}.log"));

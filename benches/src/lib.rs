@@ -14,16 +14,18 @@
 //! - [`procstat`]: CPU seconds and peak RSS of a process from `/proc`.
 //! - [`ceiling`]: the machine's ceiling, `sendfile` of a cached file into loopback.
 //! - [`load`]: producers and consumers (librdkafka), latency histograms, timelines.
+//! - [`fetch_client`]: a fetch-only client over plaintext or TLS (rustls), for `tls`.
 //! - [`report`]: the Markdown report, the JSON file, the machine description.
 //! - [`plot`]: SVG plots (latency CDFs, throughput over time).
 //! - [`tiering`]: what the broker's Iceberg tiering did (its metrics, its thread's CPU).
 //! - [`freshness`]: produce acknowledgement → row visible in the Iceberg table.
-//! - [`scenario`]: the scenarios (`zero-copy`, `max-throughput`, `coupling`,
+//! - [`scenario`]: the scenarios (`zero-copy`, `tls`, `max-throughput`, `coupling`,
 //!   `tiering-cost`, `freshness`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod broker;
 pub mod ceiling;
+pub mod fetch_client;
 pub mod freshness;
 pub mod load;
 pub mod plot;

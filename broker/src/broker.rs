@@ -24,6 +24,8 @@ pub struct Broker {
     pub groups: Arc<GroupCoordinator>,
     /// SCRAM credentials and PLAIN users.
     pub credentials: Arc<crate::security::credentials::CredentialStore>,
+    /// ACL authorization (allows everything when `authorizer.class.name` is empty).
+    pub authorizer: Arc<crate::authorizer::Authorizer>,
     /// Whether fetches on TLS connections may use kernel TLS (decided at startup).
     pub ktls: bool,
     /// Turns true when shutdown begins: long-polling fetches answer at once

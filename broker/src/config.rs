@@ -76,6 +76,9 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("connection.failed.authentication.delay.ms", "100", "Delay before answering a failed SASL authentication (the connection is then closed)."),
     s("floe.sasl.plain.users.file", "", "File of `user:password` lines for SASL/PLAIN; users not in it are checked against their SCRAM credentials."),
     s("floe.ssl.reload.interval.ms", "0", "Also reload the certificate, key and truststore when their files change, checked this often (0: only on SIGHUP)."),
+    s("authorizer.class.name", "", "Turns on ACL authorization: `org.apache.kafka.metadata.authorizer.StandardAuthorizer`, `kafka.security.authorizer.AclAuthorizer` or `floe` (all behave as Kafka's StandardAuthorizer); empty allows every request."),
+    s("super.users", "", "Semicolon-separated principals (`User:admin;User:ops`) that bypass ACLs."),
+    s("allow.everyone.if.no.acl.found", "false", "With an authorizer on: whether a resource that has no ACL binding at all is open to everyone."),
     s("metrics.listen", "127.0.0.1:9644", "Address of the Prometheus endpoint (`GET /metrics`); empty disables it."),
     s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints."),
     s("node.id", "1", "This broker's id, as reported in Metadata."),
@@ -129,6 +132,8 @@ pub struct BrokerConfig {
     pub tls: crate::security::tls::TlsSettings,
     /// SASL settings, used by SASL_PLAINTEXT and SASL_SSL listeners.
     pub sasl: crate::security::sasl::SaslSettings,
+    /// Authorization settings (`authorizer.class.name`, `super.users`, ...).
+    pub authorizer: crate::authorizer::AuthorizerSettings,
     /// The metrics endpoint, if enabled.
     pub metrics_listen: Option<SocketAddr>,
     /// The data directory.
@@ -272,6 +277,7 @@ impl ConfigBuilder {
         };
         let tls = crate::security::tls::TlsSettings::from_raw(r)?;
         let sasl = crate::security::sasl::SaslSettings::from_raw(r, &listeners)?;
+        let authorizer = crate::authorizer::AuthorizerSettings::from_raw(r)?;
         let iceberg_rest_listen = match get(r, "floe.iceberg.rest-listen").trim() {
             "" => None,
             text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
@@ -287,6 +293,7 @@ impl ConfigBuilder {
             listeners,
             tls,
             sasl,
+            authorizer,
             metrics_listen,
             data_dir: PathBuf::from(get(r, "log.dirs")),
             node_id: parse(r, "node.id")?,

@@ -10,6 +10,7 @@
 //! - [`config`]: settings with Kafka's names, from file, environment and flags.
 //! - [`listeners`]: listener settings (names, security protocols, advertised addresses).
 //! - [`security`]: TLS, kernel TLS detection, SASL.
+//! - [`authorizer`]: ACLs (Kafka's model), their store and the per-request checks.
 //! - [`session`]: per-connection state handlers see (listener, peer, authentication).
 //! - [`broker`]: the shared state handlers read.
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
@@ -24,6 +25,7 @@
 
 #![warn(missing_debug_implementations)]
 
+pub mod authorizer;
 pub mod broker;
 pub mod config;
 pub mod errors;

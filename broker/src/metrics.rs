@@ -40,6 +40,8 @@ pub struct Metrics {
     pub connections: IntGauge,
     /// Connections the broker closed (bad input, a connection limit, a read deadline), by reason.
     pub connections_rejected: IntCounterVec,
+    /// `floe_authorization_denied_total{resource_type}`: requests (or their elements) refused by ACLs.
+    pub authorization_denied: IntCounterVec,
     /// Damaged ranges recovery found in a partition's segments and kept
     /// (valid batches follow them; reads step over them), by topic and partition.
     pub log_corrupt_ranges: IntGaugeVec,
@@ -163,6 +165,11 @@ impl Metrics {
             &["reason"],
         )
         .expect("metric");
+        let authorization_denied = IntCounterVec::new(
+            Opts::new("floe_authorization_denied_total", "Authorization checks refused by the ACLs, by resource type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID)"),
+            &["resource_type"],
+        )
+        .expect("metric");
         let log_corrupt_ranges = IntGaugeVec::new(
             Opts::new(
                 "floe_log_corrupt_ranges",
@@ -182,6 +189,7 @@ impl Metrics {
             Box::new(produce_records.clone()),
             Box::new(connections.clone()),
             Box::new(connections_rejected.clone()),
+            Box::new(authorization_denied.clone()),
             Box::new(log_corrupt_ranges.clone()),
         ]
         .into_iter()
@@ -204,6 +212,7 @@ impl Metrics {
             produce_records,
             connections,
             connections_rejected,
+            authorization_denied,
             log_corrupt_ranges,
             iceberg,
         }

@@ -103,6 +103,18 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
             .map_err(|e| RunError::Task(e.to_string()))?
             .map_err(|e| RunError::Task(e.to_string()))?
     };
+    let authorizer = {
+        let dir = config.data_dir.clone();
+        let settings = config.authorizer.clone();
+        tokio::task::spawn_blocking(move || crate::authorizer::Authorizer::open(settings, &dir))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?
+            .map_err(|e| RunError::Task(e.to_string()))?
+    };
+    if authorizer.enabled() {
+        let count = authorizer.store().map(|s| s.snapshot().len()).unwrap_or(0);
+        tracing::info!(acls = count, "authorizer on: requests are checked against ACLs");
+    }
 
     let mut endpoints = Vec::with_capacity(config.listeners.len());
     for spec in &config.listeners {
@@ -170,12 +182,15 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;
 
+    let mut authorizer = authorizer;
+    authorizer.count_denials_in(metrics.authorization_denied.clone());
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),
         metrics,
         groups,
         credentials: Arc::new(credentials),
+        authorizer: Arc::new(authorizer),
         ktls,
         shutdown: shutdown.clone(),
     });

@@ -39,6 +39,9 @@ pub struct Session {
     pub endpoint: Arc<Endpoint>,
     /// SASL state (unused on listeners without SASL).
     pub auth: AuthState,
+    /// `User:` + the subject DN of a verified client certificate (SSL listeners
+    /// with `ssl.client.auth`), the principal when there is no SASL user.
+    pub ssl_principal: Option<String>,
     /// Set by a handler whose response must be the connection's last (failed
     /// authentication); the value is the reason for the metric.
     pub close_after_reply: Option<&'static str>,
@@ -66,7 +69,19 @@ impl NotAdmitted {
 impl Session {
     /// A fresh, unauthenticated session.
     pub fn new(peer: SocketAddr, endpoint: Arc<Endpoint>) -> Self {
-        Session { peer, endpoint, auth: AuthState::default(), close_after_reply: None }
+        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None }
+    }
+
+    /// The principal and host authorization sees, as Kafka's default
+    /// principal builder: `User:` and the SASL user; else `User:` and the
+    /// client certificate's subject DN; else `User:ANONYMOUS`.
+    pub fn request_context(&self) -> crate::authorizer::RequestContext {
+        let principal = match (&self.auth.principal, &self.ssl_principal) {
+            (Some(user), _) => format!("User:{user}"),
+            (None, Some(dn)) => dn.clone(),
+            (None, None) => crate::authorizer::ANONYMOUS.to_string(),
+        };
+        crate::authorizer::RequestContext { principal, host: self.peer.ip().to_canonical() }
     }
 
     /// Whether a request of `api` may be handled now.

@@ -19,7 +19,7 @@ struct Cli {
 enum Cmd {
     /// Runs one scenario and writes report.md, results.json and SVG plots.
     Run {
-        /// zero-copy, max-throughput, coupling, tiering-cost or freshness.
+        /// zero-copy, tls, max-throughput, coupling, tiering-cost or freshness.
         scenario: String,
         /// A few seconds per scenario (CI): short runs, small backlogs.
         #[arg(long)]
@@ -45,7 +45,7 @@ enum Cmd {
         /// `coupling`: the fixed rate in messages/s (default: half the probed maximum).
         #[arg(long, value_name = "MSG_PER_S")]
         rate: Option<u64>,
-        /// `tiering-cost`: the backlog in MB (default: the workload's; 8 with --quick).
+        /// `tiering-cost` and `tls`: the backlog in MB (default: the workload's; 8 (tiering-cost) or 32 (tls) with --quick).
         #[arg(long, value_name = "MB")]
         backlog_mb: Option<u64>,
         /// `freshness`: a target lag to measure (repeat; default 1000 and 5000, 300 and 1000 with --quick).

@@ -16,10 +16,12 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle_alter(broker: &Broker, request: AlterConfigsRequest, _version: i16) -> AlterConfigsResponse {
+pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterConfigsRequest, _version: i16) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let overrides: BTreeMap<String, String> = resource
@@ -28,7 +30,7 @@ pub(super) async fn handle_alter(broker: &Broker, request: AlterConfigsRequest, 
             .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
             .collect();
         let (code, msg) =
-            apply(broker, resource.resource_type, &resource.resource_name, request.validate_only, |_| Ok(overrides)).await;
+            apply(broker, ctx, resource.resource_type, &resource.resource_name, request.validate_only, |_| Ok(overrides)).await;
         responses.push(
             AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
@@ -42,6 +44,7 @@ pub(super) async fn handle_alter(broker: &Broker, request: AlterConfigsRequest, 
 
 pub(super) async fn handle_incremental(
     broker: &Broker,
+    ctx: &RequestContext,
     request: IncrementalAlterConfigsRequest,
     _version: i16,
 ) -> IncrementalAlterConfigsResponse {
@@ -53,7 +56,7 @@ pub(super) async fn handle_incremental(
             .iter()
             .map(|c| (c.name.to_string(), c.config_operation, c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let (code, msg) = apply(broker, resource.resource_type, &resource.resource_name, request.validate_only, move |current| {
+        let (code, msg) = apply(broker, ctx, resource.resource_type, &resource.resource_name, request.validate_only, move |current| {
             let mut next = current.clone();
             for (name, op, value) in &ops {
                 match (op, value) {
@@ -100,12 +103,19 @@ fn list(value: Option<&String>) -> Vec<String> {
 
 /// Computes the new override set from the current one and applies it.
 /// Returns the error code and message for the resource.
-async fn apply<F>(broker: &Broker, resource_type: i8, name: &StrBytes, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
+async fn apply<F>(broker: &Broker, ctx: &RequestContext, resource_type: i8, name: &StrBytes, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
 where
     F: FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + 'static,
 {
     match resource_type {
-        RESOURCE_TOPIC => {}
+        RESOURCE_TOPIC => {
+            if !broker.authorizer.authorize(ctx, AclOperation::AlterConfigs, ResourceType::Topic, name.as_str()) {
+                return (ResponseError::TopicAuthorizationFailed.code(), message(format!("{} may not ALTER_CONFIGS on {}", ctx.principal, name.as_str())));
+            }
+        }
+        RESOURCE_BROKER if !broker.authorizer.authorize_cluster(ctx, AclOperation::AlterConfigs) => {
+            return (ResponseError::ClusterAuthorizationFailed.code(), message("ALTER_CONFIGS on the cluster is needed"))
+        }
         RESOURCE_BROKER => {
             return (
                 ResponseError::InvalidRequest.code(),

@@ -16,6 +16,8 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::group::assignor::Assignment;
 use crate::group::consumer_group::Heartbeat;
@@ -30,11 +32,9 @@ fn topic_ids(broker: &Broker) -> (BTreeMap<Uuid, String>, BTreeMap<String, Uuid>
     (topics.iter().map(|t| (t.id(), t.name().to_string())).collect(), topics.iter().map(|t| (t.name().to_string(), t.id())).collect())
 }
 
-/// Every advertised operation on a group (no authorizer yet): READ, DELETE, DESCRIBE.
-const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
-
 pub(super) fn handle_heartbeat(
     broker: &Broker,
+    ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: String,
@@ -46,6 +46,15 @@ pub(super) fn handle_heartbeat(
     // v1: the client generates its member id (KIP-1082); v0 may leave it to us on the first join.
     if version >= 1 && request.member_id.is_empty() {
         return fail(ResponseError::InvalidRequest, "MemberId can't be empty.");
+    }
+    if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, request.group_id.as_str()) {
+        return fail(ResponseError::GroupAuthorizationFailed, "READ on the group is needed");
+    }
+    // Subscribing to a topic needs DESCRIBE on it (Kafka answers TOPIC_AUTHORIZATION_FAILED).
+    if let Some(topics) = &request.subscribed_topic_names {
+        if let Some(t) = topics.iter().find(|t| !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, t.0.as_str())) {
+            return fail(ResponseError::TopicAuthorizationFailed, &format!("DESCRIBE on topic {} is needed", t.0.as_str()));
+        }
     }
     let (names, ids) = topic_ids(broker);
     // Owned partitions of deleted topics are simply no longer owned.
@@ -109,14 +118,21 @@ fn described(a: &Assignment, ids: &BTreeMap<String, Uuid>) -> describe::Assignme
     describe::Assignment::default().with_topic_partitions(topic_partitions)
 }
 
-pub(super) fn handle_describe(broker: &Broker, request: ConsumerGroupDescribeRequest, version: i16) -> ConsumerGroupDescribeResponse {
+pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: ConsumerGroupDescribeRequest, version: i16) -> ConsumerGroupDescribeResponse {
     let (_, ids) = topic_ids(broker);
-    let ops = if request.include_authorized_operations { GROUP_AUTHORIZED_OPERATIONS } else { i32::MIN };
     let groups = request
         .group_ids
         .into_iter()
         .map(|id| {
+            let ops = if request.include_authorized_operations {
+                broker.authorizer.authorized_operations(ctx, ResourceType::Group, id.as_str(), super::group_admin::GROUP_OPERATIONS)
+            } else {
+                i32::MIN
+            };
             let d = DescribedGroup::default().with_group_id(id.clone()).with_authorized_operations(ops);
+            if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, id.as_str()) {
+                return d.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             match broker.groups.describe_consumer_group(id.as_str()) {
                 Err(ResponseError::GroupIdNotFound) => d
                     .with_error_code(ResponseError::GroupIdNotFound.code())

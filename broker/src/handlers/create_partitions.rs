@@ -5,14 +5,20 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if !broker.authorizer.authorize(ctx, AclOperation::Alter, ResourceType::Topic, &name) {
+            results.push(result.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
         let count = topic.count;
         let validate_only = request.validate_only;
         let outcome = broker

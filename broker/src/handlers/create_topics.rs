@@ -8,14 +8,28 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
+    // CREATE on the cluster covers every topic; else CREATE on each topic.
+    let cluster_create = broker.authorizer.check(ctx, AclOperation::Create, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
+        if !cluster_create && !broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name) {
+            results.push(
+                result
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_error_message(message(format!("{} may not CREATE {name}", ctx.principal)))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1),
+            );
+            continue;
+        }
         let partitions = if topic.num_partitions == -1 && topic.assignments.is_empty() {
             broker.config.num_partitions
         } else if !topic.assignments.is_empty() {

@@ -7,16 +7,23 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: DeleteRecordsRequest, _version: i16) -> DeleteRecordsResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: DeleteRecordsRequest, _version: i16) -> DeleteRecordsResponse {
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
+        let authorized = broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
             let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            if !authorized {
+                partitions.push(result.with_low_watermark(-1).with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+                continue;
+            }
             let Some(log) = broker.logs.partition(&name, p.partition_index) else {
                 partitions.push(result.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                 continue;

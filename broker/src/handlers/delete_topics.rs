@@ -6,10 +6,12 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
     let wanted: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
         request.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
     } else {
@@ -17,6 +19,18 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
     };
     let mut responses = Vec::with_capacity(wanted.len());
     for (name, id) in wanted {
+        // DELETE on the named topic, checked before existence (as Kafka does).
+        if let Some(n) = &name {
+            if !broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Topic, n) {
+                responses.push(
+                    DeletableTopicResult::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+                        .with_topic_id(id)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+                );
+                continue;
+            }
+        }
         let topic = match &name {
             Some(n) => broker.logs.topic(n),
             None => broker.logs.topic_by_id(id),
@@ -34,6 +48,11 @@ pub(super) async fn handle(broker: &Broker, request: DeleteTopicsRequest, versio
         }
         let topic_name = topic.name().to_string();
         drop(topic);
+        // Deleting by id: the name is known only now.
+        if name.is_none() && !broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Topic, &topic_name) {
+            responses.push(result.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
         if super::metadata::is_internal(&topic_name) {
             // Kafka refuses to delete its internal topics too.
             responses.push(result.with_error_code(ResponseError::InvalidTopicException.code()));

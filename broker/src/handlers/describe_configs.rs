@@ -12,6 +12,8 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::config::SETTINGS;
 
@@ -22,7 +24,7 @@ const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
-pub(super) fn handle(broker: &Broker, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
     let results = request
         .resources
         .into_iter()
@@ -38,6 +40,14 @@ pub(super) fn handle(broker: &Broker, request: DescribeConfigsRequest, version: 
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
             match resource.resource_type {
+                RESOURCE_TOPIC
+                    if !broker.authorizer.authorize(ctx, AclOperation::DescribeConfigs, ResourceType::Topic, resource.resource_name.as_str()) =>
+                {
+                    base.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                }
+                RESOURCE_BROKER if !broker.authorizer.authorize_cluster(ctx, AclOperation::DescribeConfigs) => {
+                    base.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                }
                 RESOURCE_TOPIC => {
                     let Some(topic) = broker.logs.topic(resource.resource_name.as_str()) else {
                         return base

@@ -20,11 +20,13 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::metadata::LEADER_EPOCH;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> FetchResponseData {
-    let targets = resolve(broker, &request, version);
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
+    let targets = resolve(broker, ctx, &request, version);
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = request.min_bytes.max(0) as u64;
@@ -70,7 +72,7 @@ struct Target {
     topic_slot: usize,
 }
 
-fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> Vec<Target> {
+fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, version: i16) -> Vec<Target> {
     let mut targets = Vec::new();
     for (slot, topic) in request.topics.iter().enumerate() {
         let by_id = version >= 13;
@@ -79,7 +81,18 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> Vec<Target>
         } else {
             broker.logs.topic(topic.topic.0.as_str())
         };
-        let unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        let mut unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        // READ on the topic, checked before existence (as Kafka does) so a
+        // refused client cannot tell which topics exist. A topic id nobody
+        // knows has no name to check.
+        let checked_name = found.as_ref().map(|t| t.name().to_string()).or_else(|| (!by_id).then(|| topic.topic.0.to_string()));
+        let denied = checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, &name));
+        let found = if denied {
+            unknown = ResponseError::TopicAuthorizationFailed;
+            None
+        } else {
+            found
+        };
         for p in &topic.partitions {
             let log = found.as_ref().and_then(|t| t.partition(p.partition));
             targets.push(Target {

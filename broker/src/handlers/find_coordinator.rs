@@ -7,6 +7,8 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::session::Session;
 
@@ -15,7 +17,21 @@ fn known_key_type(key_type: i8) -> bool {
     matches!(key_type, 0 | 1)
 }
 
-pub(super) fn handle(broker: &Broker, session: &Session, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+/// DESCRIBE on the group (key type 0) or transactional id (1) the key names.
+fn authorized(broker: &Broker, ctx: &RequestContext, key_type: i8, key: &str) -> bool {
+    let resource_type = if key_type == 1 { ResourceType::TransactionalId } else { ResourceType::Group };
+    broker.authorizer.authorize(ctx, AclOperation::Describe, resource_type, key)
+}
+
+fn denied_error(key_type: i8) -> ResponseError {
+    if key_type == 1 {
+        ResponseError::TransactionalIdAuthorizationFailed
+    } else {
+        ResponseError::GroupAuthorizationFailed
+    }
+}
+
+pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
     let node = BrokerId(broker.node_id());
     let host = StrBytes::from_string(session.endpoint.advertised_host.clone());
     let port = session.endpoint.advertised_port;
@@ -25,6 +41,12 @@ pub(super) fn handle(broker: &Broker, session: &Session, request: FindCoordinato
             .coordinator_keys
             .into_iter()
             .map(|key| match error {
+                None if !authorized(broker, ctx, request.key_type, key.as_str()) => Coordinator::default()
+                    .with_key(key)
+                    .with_node_id(BrokerId(-1))
+                    .with_host(StrBytes::default())
+                    .with_port(-1)
+                    .with_error_code(denied_error(request.key_type).code()),
                 None => Coordinator::default().with_key(key).with_node_id(node).with_host(host.clone()).with_port(port),
                 Some(e) => Coordinator::default()
                     .with_key(key)
@@ -37,11 +59,12 @@ pub(super) fn handle(broker: &Broker, session: &Session, request: FindCoordinato
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
+    let error = error.or_else(|| (!authorized(broker, ctx, request.key_type, request.key.as_str())).then(|| denied_error(request.key_type)));
     let response = match error {
         None => FindCoordinatorResponse::default().with_node_id(node).with_host(host).with_port(port),
         Some(e) => FindCoordinatorResponse::default().with_error_code(e.code()).with_node_id(BrokerId(-1)).with_port(-1),
     };
-    if version >= 1 && error.is_some() {
+    if version >= 1 && error == Some(ResponseError::InvalidRequest) {
         return response.with_error_message(message(format!("unknown key type {}", request.key_type)));
     }
     response

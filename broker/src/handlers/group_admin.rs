@@ -11,6 +11,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::group::group::GroupState;
 
@@ -18,18 +20,21 @@ fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
-/// Every group operation is allowed (no authorizer yet): READ, DELETE, DESCRIBE (bits 3, 6, 8).
-const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+/// The operations Kafka reports for a group.
+pub(super) const GROUP_OPERATIONS: &[AclOperation] = &[AclOperation::Read, AclOperation::Delete, AclOperation::Describe];
 
-pub(super) fn handle_list(broker: &Broker, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
     let groups = match broker.groups.list_groups() {
         Ok(g) => g,
         Err(e) => return ListGroupsResponse::default().with_error_code(e.code()),
     };
     let states: Vec<String> = if version >= 4 { request.states_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
     let types: Vec<String> = if version >= 5 { request.types_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
+    // DESCRIBE on the cluster lists every group; else the groups DESCRIBE is allowed on.
+    let all = broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
     let listed = groups
         .into_iter()
+        .filter(|g| all || broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Group, &g.group_id))
         .filter(|g| states.is_empty() || states.contains(&g.state_name.to_lowercase()))
         .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
@@ -46,15 +51,21 @@ pub(super) fn handle_list(broker: &Broker, request: ListGroupsRequest, version: 
     ListGroupsResponse::default().with_groups(listed)
 }
 
-pub(super) fn handle_describe(broker: &Broker, request: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
-    let ops = if request.include_authorized_operations { GROUP_AUTHORIZED_OPERATIONS } else { i32::MIN };
+pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
     let groups = request
         .groups
         .into_iter()
         .map(|id| {
             let mut d = DescribedGroup::default().with_group_id(id.clone());
             if version >= 3 {
-                d.authorized_operations = ops;
+                d.authorized_operations = if request.include_authorized_operations {
+                    broker.authorizer.authorized_operations(ctx, ResourceType::Group, id.as_str(), GROUP_OPERATIONS)
+                } else {
+                    i32::MIN
+                };
+            }
+            if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, id.as_str()) {
+                return d.with_error_code(ResponseError::GroupAuthorizationFailed.code());
             }
             match broker.groups.describe_group(id.as_str()) {
                 Err(e) => d.with_error_code(e.code()),
@@ -91,10 +102,14 @@ pub(super) fn handle_describe(broker: &Broker, request: DescribeGroupsRequest, v
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub(super) async fn handle_delete(broker: &Broker, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(request.groups_names.len());
     for id in request.groups_names {
-        let e = broker.groups.delete_group(id.as_str()).await.err();
+        let e = if broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Group, id.as_str()) {
+            broker.groups.delete_group(id.as_str()).await.err()
+        } else {
+            Some(ResponseError::GroupAuthorizationFailed)
+        };
         results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(e.map_or(0, |e| e.code())));
     }
     DeleteGroupsResponse::default().with_results(results)

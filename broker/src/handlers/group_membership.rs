@@ -13,8 +13,11 @@ use kafka_protocol::messages::{
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest,
     SyncGroupResponse,
 };
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::protocol::StrBytes;
 
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::group::group::JoinRequest;
 
@@ -22,11 +25,22 @@ fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
+/// Every membership request needs READ on the group.
+fn group_read(broker: &Broker, ctx: &RequestContext, group: &str) -> bool {
+    broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group)
+}
+
 fn code(e: Option<kafka_protocol::error::ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
 }
 
-pub(super) async fn handle_join(broker: &Broker, request: JoinGroupRequest, version: i16, client_id: String, peer: SocketAddr) -> JoinGroupResponse {
+pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: JoinGroupRequest, version: i16, client_id: String, peer: SocketAddr) -> JoinGroupResponse {
+    if !group_read(broker, ctx, request.group_id.as_str()) {
+        return JoinGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_generation_id(-1)
+            .with_protocol_name(if version >= 7 { None } else { Some(StrBytes::default()) });
+    }
     let req = JoinRequest {
         member_id: request.member_id.to_string(),
         instance_id: request.group_instance_id.map(|i| i.to_string()),
@@ -72,7 +86,10 @@ pub(super) async fn handle_join(broker: &Broker, request: JoinGroupRequest, vers
     response
 }
 
-pub(super) async fn handle_sync(broker: &Broker, request: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub(super) async fn handle_sync(broker: &Broker, ctx: &RequestContext, request: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    if !group_read(broker, ctx, request.group_id.as_str()) {
+        return SyncGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let assignments = request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
     let r = broker
         .groups
@@ -94,7 +111,10 @@ pub(super) async fn handle_sync(broker: &Broker, request: SyncGroupRequest, vers
     response
 }
 
-pub(super) fn handle_heartbeat(broker: &Broker, request: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+pub(super) fn handle_heartbeat(broker: &Broker, ctx: &RequestContext, request: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+    if !group_read(broker, ctx, request.group_id.as_str()) {
+        return HeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let e = broker.groups.heartbeat(
         request.group_id.as_str(),
         request.member_id.as_str(),
@@ -104,7 +124,10 @@ pub(super) fn handle_heartbeat(broker: &Broker, request: HeartbeatRequest, _vers
     HeartbeatResponse::default().with_error_code(code(e))
 }
 
-pub(super) fn handle_leave(broker: &Broker, request: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub(super) fn handle_leave(broker: &Broker, ctx: &RequestContext, request: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    if !group_read(broker, ctx, request.group_id.as_str()) {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request.members.iter().map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string()))).collect()
     } else {

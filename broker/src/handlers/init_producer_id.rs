@@ -20,10 +20,12 @@
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: InitProducerIdRequest, version: i16) -> InitProducerIdResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: InitProducerIdRequest, version: i16) -> InitProducerIdResponse {
     let refused = |code: ResponseError| {
         InitProducerIdResponse::default().with_error_code(code.code()).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
     };
@@ -32,6 +34,13 @@ pub(super) async fn handle(broker: &Broker, request: InitProducerIdRequest, vers
         // As Kafka's transaction coordinator.
         Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
         Some(_) => return refused(ResponseError::TransactionalIdAuthorizationFailed),
+    }
+    // An idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE
+    // on some topic (KIP-679 made the latter enough).
+    let authorized = broker.authorizer.check(ctx, AclOperation::IdempotentWrite, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME)
+        || broker.authorizer.authorize_any(ctx, AclOperation::Write, ResourceType::Topic);
+    if !authorized {
+        return refused(ResponseError::ClusterAuthorizationFailed);
     }
     let (producer_id, epoch) = (request.producer_id.0, request.producer_epoch);
     match broker.blocking(move |logs| logs.producer_ids().init_producer_id(producer_id, epoch)).await {

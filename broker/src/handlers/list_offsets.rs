@@ -11,6 +11,8 @@ use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionRespon
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::metadata::LEADER_EPOCH;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
@@ -19,15 +21,19 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub(super) async fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.as_str().to_string();
+        let authorized = broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name);
         let partitions = topic
             .partitions
             .iter()
             .map(|p| {
                 let base = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                if !authorized {
+                    return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                }
                 let Some(log) = broker.logs.partition(&name, p.partition_index) else {
                     return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                 };

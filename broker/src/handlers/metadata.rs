@@ -2,7 +2,12 @@
 //!
 //! Floe is a single-node cluster: every partition has one replica, this
 //! broker, at leader epoch 0. Unknown topics are created here when both the
-//! broker (`auto.create.topics.enable`) and the request (v4+) allow it.
+//! broker (`auto.create.topics.enable`) and the request (v4+) allow it, and
+//! the client may CREATE it.
+//!
+//! Authorization, as Kafka: a listing of every topic leaves out those the
+//! client may not DESCRIBE; a topic asked for by name answers
+//! TOPIC_AUTHORIZATION_FAILED.
 
 use std::collections::BTreeMap;
 
@@ -11,13 +16,15 @@ use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, Metada
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::authorizer::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::authorizer::{RequestContext, TOPIC_OPERATIONS};
 use crate::broker::Broker;
 use crate::session::Session;
 
 /// The leader epoch of every partition: one broker, never re-elected.
 pub(crate) const LEADER_EPOCH: i32 = 0;
 
-pub(super) async fn handle(broker: &Broker, session: &Session, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: MetadataRequest, version: i16) -> MetadataResponse {
     // v0 sends an empty list for "all topics"; v1+ sends null.
     let wanted: Option<Vec<MetadataNameOrId>> = match request.topics {
         None => None,
@@ -36,13 +43,25 @@ pub(super) async fn handle(broker: &Broker, session: &Session, request: Metadata
 
     let topics = match wanted {
         // Internal topics are listed only when asked for by name, as Kafka's clients expect.
-        None => broker.logs.topics().iter().filter(|t| !is_internal(t.name())).map(|t| describe_topic(broker, t)).collect(),
+        None => broker
+            .logs
+            .topics()
+            .iter()
+            .filter(|t| !is_internal(t.name()))
+            .filter(|t| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, t.name()))
+            .map(|t| describe_topic(broker, t))
+            .collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for w in wanted {
                 out.push(match w {
-                    MetadataNameOrId::Name(name) => topic_by_name(broker, name, allow_create).await,
+                    MetadataNameOrId::Name(name) => topic_by_name(broker, ctx, name, allow_create).await,
                     MetadataNameOrId::Id(id) => match broker.logs.topic_by_id(id) {
+                        Some(t) if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, t.name()) => {
+                            MetadataResponseTopic::default()
+                                .with_topic_id(id)
+                                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        }
                         Some(t) => describe_topic(broker, &t),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(id)
@@ -54,6 +73,14 @@ pub(super) async fn handle(broker: &Broker, session: &Session, request: Metadata
         }
     };
 
+    let mut topics = topics;
+    if version >= 8 && request.include_topic_authorized_operations {
+        for t in topics.iter_mut().filter(|t| t.error_code == 0) {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations = broker.authorizer.authorized_operations(ctx, ResourceType::Topic, name.0.as_str(), TOPIC_OPERATIONS);
+            }
+        }
+    }
     let mut response = MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(broker.node_id()))
@@ -65,8 +92,7 @@ pub(super) async fn handle(broker: &Broker, session: &Session, request: Metadata
         response.cluster_id = Some(StrBytes::from_string(broker.logs.cluster_id().to_string()));
     }
     if (8..=10).contains(&version) && request.include_cluster_authorized_operations {
-        // No authorizer yet: every operation is allowed (the bitfield of ops 2..=12).
-        response.cluster_authorized_operations = 0b1_1111_1111_1100;
+        response.cluster_authorized_operations = super::describe_cluster::cluster_operations(broker, ctx);
     }
     response
 }
@@ -76,17 +102,26 @@ enum MetadataNameOrId {
     Id(uuid::Uuid),
 }
 
-async fn topic_by_name(broker: &Broker, name: String, allow_create: bool) -> MetadataResponseTopic {
-    if let Some(topic) = broker.logs.topic(&name) {
-        return describe_topic(broker, &topic);
-    }
+async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allow_create: bool) -> MetadataResponseTopic {
     let unknown = || {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name.clone()))))
             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
     };
+    // Checked before existence, so a refused client cannot tell which topics exist.
+    if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name) {
+        return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
+    }
+    if let Some(topic) = broker.logs.topic(&name) {
+        return describe_topic(broker, &topic);
+    }
     if !allow_create {
         return unknown();
+    }
+    let may_create = broker.authorizer.check(ctx, AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME)
+        || broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name);
+    if !may_create {
+        return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
     }
     let partitions = broker.config.num_partitions;
     let create_name = name.clone();

@@ -4,7 +4,13 @@
 //! the broker's state, return the response message. [`dispatch`] decodes the
 //! body at the header's version, calls the handler and encodes the response
 //! with the right header, so handlers never see bytes.
+//!
+//! Authorization happens in the handlers, per resource, because Kafka
+//! answers a refusal per topic, partition or group, beside the elements that
+//! were allowed. [`dispatch`] hands them the caller's
+//! [`RequestContext`](crate::authorizer::RequestContext).
 
+mod acls;
 mod alter_configs;
 mod api_versions;
 mod consumer_group;
@@ -130,6 +136,9 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
         ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
         ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
         _ => "Other",
     }
 }
@@ -152,6 +161,7 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
         return Err(Reject::Unsupported { api: api_key, version, correlation_id });
     }
     let body = &mut body;
+    let ctx = &session.request_context();
     match api_key {
         ApiKey::ApiVersions => {
             let req = decode(api_key, body, version)?;
@@ -159,12 +169,12 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
         }
         ApiKey::Metadata => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &metadata::handle(broker, session, req, version).await)
+            frame(api_key, correlation_id, version, &metadata::handle(broker, session, ctx, req, version).await)
         }
         ApiKey::Produce => {
             let req: kafka_protocol::messages::ProduceRequest = decode(api_key, body, version)?;
             let acks = req.acks;
-            let response = produce::handle(broker, req, version, peer).await;
+            let response = produce::handle(broker, ctx, req, version, peer).await;
             if acks == 0 {
                 return Ok(Reply::None);
             }
@@ -172,104 +182,104 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
         }
         ApiKey::Fetch => {
             let req = decode(api_key, body, version)?;
-            let data = fetch::handle(broker, req, version).await;
+            let data = fetch::handle(broker, ctx, req, version).await;
             floe_protocol::fetch::encode_fetch_response(correlation_id, version, &data)
                 .map(Reply::Parts)
                 .map_err(|e| encode_failure(api_key, version, e.to_string()))
         }
         ApiKey::ListOffsets => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &list_offsets::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &list_offsets::handle(broker, ctx, req, version).await)
         }
         ApiKey::CreateTopics => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &create_topics::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &create_topics::handle(broker, ctx, req, version).await)
         }
         ApiKey::DeleteTopics => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &delete_topics::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &delete_topics::handle(broker, ctx, req, version).await)
         }
         ApiKey::CreatePartitions => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &create_partitions::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &create_partitions::handle(broker, ctx, req, version).await)
         }
         ApiKey::DescribeConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_configs::handle(broker, req, version))
+            frame(api_key, correlation_id, version, &describe_configs::handle(broker, ctx, req, version))
         }
         ApiKey::AlterConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &alter_configs::handle_alter(broker, req, version).await)
+            frame(api_key, correlation_id, version, &alter_configs::handle_alter(broker, ctx, req, version).await)
         }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &alter_configs::handle_incremental(broker, req, version).await)
+            frame(api_key, correlation_id, version, &alter_configs::handle_incremental(broker, ctx, req, version).await)
         }
         ApiKey::DescribeCluster => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, session, req, version))
+            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, session, ctx, req, version))
         }
         ApiKey::DeleteRecords => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &delete_records::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &delete_records::handle(broker, ctx, req, version).await)
         }
         ApiKey::InitProducerId => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &init_producer_id::handle(broker, req, version).await)
+            frame(api_key, correlation_id, version, &init_producer_id::handle(broker, ctx, req, version).await)
         }
         ApiKey::FindCoordinator => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, session, req, version))
+            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, session, ctx, req, version))
         }
         ApiKey::JoinGroup => {
             let req = decode(api_key, body, version)?;
             let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            frame(api_key, correlation_id, version, &group_membership::handle_join(broker, req, version, client_id, peer).await)
+            frame(api_key, correlation_id, version, &group_membership::handle_join(broker, ctx, req, version, client_id, peer).await)
         }
         ApiKey::SyncGroup => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_sync(broker, req, version).await)
+            frame(api_key, correlation_id, version, &group_membership::handle_sync(broker, ctx, req, version).await)
         }
         ApiKey::Heartbeat => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_heartbeat(broker, req, version))
+            frame(api_key, correlation_id, version, &group_membership::handle_heartbeat(broker, ctx, req, version))
         }
         ApiKey::LeaveGroup => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_leave(broker, req, version))
+            frame(api_key, correlation_id, version, &group_membership::handle_leave(broker, ctx, req, version))
         }
         ApiKey::OffsetCommit => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_commit(broker, req, version).await)
+            frame(api_key, correlation_id, version, &offsets::handle_commit(broker, ctx, req, version).await)
         }
         ApiKey::OffsetFetch => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_fetch(broker, req, version))
+            frame(api_key, correlation_id, version, &offsets::handle_fetch(broker, ctx, req, version))
         }
         ApiKey::OffsetDelete => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_delete(broker, req, version).await)
+            frame(api_key, correlation_id, version, &offsets::handle_delete(broker, ctx, req, version).await)
         }
         ApiKey::ListGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_list(broker, req, version))
+            frame(api_key, correlation_id, version, &group_admin::handle_list(broker, ctx, req, version))
         }
         ApiKey::DescribeGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_describe(broker, req, version))
+            frame(api_key, correlation_id, version, &group_admin::handle_describe(broker, ctx, req, version))
         }
         ApiKey::DeleteGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_delete(broker, req, version).await)
+            frame(api_key, correlation_id, version, &group_admin::handle_delete(broker, ctx, req, version).await)
         }
         ApiKey::ConsumerGroupHeartbeat => {
             let req = decode(api_key, body, version)?;
             let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            frame(api_key, correlation_id, version, &consumer_group::handle_heartbeat(broker, req, version, client_id, peer))
+            frame(api_key, correlation_id, version, &consumer_group::handle_heartbeat(broker, ctx, req, version, client_id, peer))
         }
         ApiKey::ConsumerGroupDescribe => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &consumer_group::handle_describe(broker, req, version))
+            frame(api_key, correlation_id, version, &consumer_group::handle_describe(broker, ctx, req, version))
         }
         ApiKey::SaslHandshake => {
             let req = decode(api_key, body, version)?;
@@ -281,11 +291,23 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
         }
         ApiKey::DescribeUserScramCredentials => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &scram_credentials::handle_describe(broker, req))
+            frame(api_key, correlation_id, version, &scram_credentials::handle_describe(broker, ctx, req))
         }
         ApiKey::AlterUserScramCredentials => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &scram_credentials::handle_alter(broker, req).await)
+            frame(api_key, correlation_id, version, &scram_credentials::handle_alter(broker, ctx, req).await)
+        }
+        ApiKey::DescribeAcls => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &acls::handle_describe(broker, ctx, req))
+        }
+        ApiKey::CreateAcls => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &acls::handle_create(broker, ctx, req).await)
+        }
+        ApiKey::DeleteAcls => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &acls::handle_delete(broker, ctx, req).await)
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

@@ -15,6 +15,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::group::coordinator::TopicOffsets;
 use crate::group::group::wall_ms;
@@ -30,17 +32,24 @@ fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
 /// A partition and the error it gets before committing (`None`: committed).
 type Verdict = (i32, Option<ResponseError>);
 
-pub(super) async fn handle_commit(broker: &Broker, request: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+pub(super) async fn handle_commit(broker: &Broker, ctx: &RequestContext, request: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
     let now = wall_ms();
+    // READ on the group, then READ on each topic, as Kafka checks them.
+    let group_denied = !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, request.group_id.as_str());
     // Per partition: Some(error) decided now, or None (to commit).
     let mut verdicts: Vec<(TopicName, Vec<Verdict>)> = Vec::with_capacity(request.topics.len());
     let mut to_commit = Vec::new();
     for t in &request.topics {
         let name = t.name.0.to_string();
+        let topic_denied = !group_denied && !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, &name);
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let verdict = if !partition_exists(broker, &name, p.partition_index) {
+            let verdict = if group_denied {
+                Some(ResponseError::GroupAuthorizationFailed)
+            } else if topic_denied {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if !partition_exists(broker, &name, p.partition_index) {
                 Some(ResponseError::UnknownTopicOrPartition)
             } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
                 Some(ResponseError::OffsetMetadataTooLarge)
@@ -58,16 +67,21 @@ pub(super) async fn handle_commit(broker: &Broker, request: OffsetCommitRequest,
         }
         verdicts.push((t.name.clone(), parts));
     }
-    let committed = broker
-        .groups
-        .commit_offsets(
-            request.group_id.as_str(),
-            request.member_id.as_str(),
-            request.group_instance_id.as_ref().map(|i| i.as_str()),
-            request.generation_id_or_member_epoch,
-            to_commit,
-        )
-        .await;
+    let committed = if group_denied {
+        // Nothing to commit, and the group must not learn of this member.
+        Ok(())
+    } else {
+        broker
+            .groups
+            .commit_offsets(
+                request.group_id.as_str(),
+                request.member_id.as_str(),
+                request.group_instance_id.as_ref().map(|i| i.as_str()),
+                request.generation_id_or_member_epoch,
+                to_commit,
+            )
+            .await
+    };
     let group_error = committed.err();
     let topics = verdicts
         .into_iter()
@@ -95,14 +109,39 @@ fn committed(found: &Found, version: i16) -> (i64, i32, Option<StrBytes>) {
     }
 }
 
-pub(super) fn handle_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+/// Committed offsets of topics `ctx` may DESCRIBE: of the others, topics
+/// asked for by name answer TOPIC_AUTHORIZATION_FAILED and a request for
+/// every topic leaves them out, as Kafka does.
+fn authorized_offsets(broker: &Broker, ctx: &RequestContext, found: Vec<TopicOffsets>, by_name: bool) -> Vec<(TopicOffsets, Option<ResponseError>)> {
+    found
+        .into_iter()
+        .filter_map(|t| {
+            let allowed = if by_name {
+                broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &t.0)
+            } else {
+                broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, &t.0)
+            };
+            match (allowed, by_name) {
+                (true, _) => Some((t, None)),
+                (false, true) => Some(((t.0, t.1.into_iter().map(|(p, _)| (p, None)).collect()), Some(ResponseError::TopicAuthorizationFailed))),
+                (false, false) => None,
+            }
+        })
+        .collect()
+}
+
+pub(super) fn handle_fetch(broker: &Broker, ctx: &RequestContext, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
         let groups = request
             .groups
             .into_iter()
             .map(|g| {
-                let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+                let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+                let by_name = topics.is_some();
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, g.group_id.as_str()) {
+                    return group.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+                }
                 // v9: a consumer group member names itself and its epoch (KIP-848).
                 if let Some(member) = g.member_id.as_ref().filter(|_| version >= 9) {
                     if let Err(e) = broker.groups.validate_offset_fetch(g.group_id.as_str(), member.as_str(), g.member_epoch) {
@@ -111,7 +150,9 @@ pub(super) fn handle_fetch(broker: &Broker, request: OffsetFetchRequest, version
                 }
                 match broker.groups.fetch_offsets(g.group_id.as_str(), topics) {
                     Err(e) => group.with_error_code(e.code()),
-                    Ok(found) => group.with_topics(found.into_iter().map(|t| group_topic(t, version)).collect()),
+                    Ok(found) => group.with_topics(
+                        authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| group_topic(t, version, e)).collect(),
+                    ),
                 }
             })
             .collect();
@@ -120,8 +161,19 @@ pub(super) fn handle_fetch(broker: &Broker, request: OffsetFetchRequest, version
     // v1 has no "all topics" (null) form; an empty list asks for nothing.
     let topics: Option<Vec<(String, Vec<i32>)>> =
         request.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+    if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, request.group_id.as_str()) {
+        let e = ResponseError::GroupAuthorizationFailed;
+        if version >= 2 {
+            return OffsetFetchResponse::default().with_error_code(e.code());
+        }
+        let asked = topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()));
+        return OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e))).collect());
+    }
+    let by_name = topics.is_some();
     match broker.groups.fetch_offsets(request.group_id.as_str(), topics.clone()) {
-        Ok(found) => OffsetFetchResponse::default().with_topics(found.into_iter().map(|t| single_topic(t, version, None)).collect()),
+        Ok(found) => OffsetFetchResponse::default().with_topics(
+            authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| single_topic(t, version, e)).collect(),
+        ),
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {
             // v1: errors only per partition.
@@ -151,7 +203,7 @@ fn single_topic((name, parts): TopicOffsets, version: i16, error: Option<Respons
     OffsetFetchResponseTopic::default().with_name(TopicName(StrBytes::from_string(name))).with_partitions(partitions)
 }
 
-fn group_topic((name, parts): TopicOffsets, version: i16) -> OffsetFetchResponseTopics {
+fn group_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>) -> OffsetFetchResponseTopics {
     let partitions = parts
         .iter()
         .map(|found| {
@@ -161,18 +213,26 @@ fn group_topic((name, parts): TopicOffsets, version: i16) -> OffsetFetchResponse
                 .with_committed_offset(offset)
                 .with_committed_leader_epoch(epoch)
                 .with_metadata(metadata)
+                .with_error_code(error.map_or(0, |e| e.code()))
         })
         .collect();
     OffsetFetchResponseTopics::default().with_name(TopicName(StrBytes::from_string(name))).with_partitions(partitions)
 }
 
-pub(super) async fn handle_delete(broker: &Broker, request: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+    if !broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Group, request.group_id.as_str()) {
+        return OffsetDeleteResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let mut asked: Vec<(String, i32)> = Vec::new();
     let mut unknown = Vec::new();
+    let mut denied = Vec::new();
     for t in &request.topics {
+        let topic_denied = !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, t.name.0.as_str());
         for p in &t.partitions {
             let name = t.name.0.to_string();
-            if partition_exists(broker, &name, p.partition_index) {
+            if topic_denied {
+                denied.push((name, p.partition_index));
+            } else if partition_exists(broker, &name, p.partition_index) {
                 asked.push((name, p.partition_index));
             } else {
                 unknown.push((name, p.partition_index));
@@ -184,6 +244,9 @@ pub(super) async fn handle_delete(broker: &Broker, request: OffsetDeleteRequest,
         Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
     };
     let verdict = |topic: &str, p: i32| -> i16 {
+        if denied.iter().any(|(t, q)| t == topic && *q == p) {
+            return ResponseError::TopicAuthorizationFailed.code();
+        }
         if unknown.iter().any(|(t, q)| t == topic && *q == p) {
             return ResponseError::UnknownTopicOrPartition.code();
         }

@@ -26,20 +26,25 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::message;
 use super::metadata::LEADER_EPOCH;
+use crate::authorizer::acl::{AclOperation, ResourceType};
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, request: ProduceRequest, _version: i16, peer: SocketAddr) -> ProduceResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, _version: i16, peer: SocketAddr) -> ProduceResponse {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1 | 0 | 1);
     let transactional = request.transactional_id.is_some();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
+        let authorized = broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let result = if !valid_acks {
                 Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")))
+            } else if !authorized {
+                Err((ResponseError::TopicAuthorizationFailed, format!("{} may not WRITE to {name}", ctx.principal)))
             } else if super::metadata::is_internal(&name) {
                 Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if transactional {
@@ -54,7 +59,10 @@ pub(super) async fn handle(broker: &Broker, request: ProduceRequest, _version: i
                     .with_log_append_time_ms(info.log_append_time)
                     .with_log_start_offset(info.log_start_offset),
                 Err((code, reason)) => {
-                    tracing::info!(%peer, topic = %name, partition = data.index, error = ?code, %reason, "produce refused");
+                    // Denials are logged (rate limited) by the authorizer.
+                    if code != ResponseError::TopicAuthorizationFailed {
+                        tracing::info!(%peer, topic = %name, partition = data.index, error = ?code, %reason, "produce refused");
+                    }
                     PartitionProduceResponse::default()
                         .with_index(data.index)
                         .with_error_code(code.code())

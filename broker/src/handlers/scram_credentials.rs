@@ -19,10 +19,17 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
+use crate::authorizer::acl::AclOperation;
+use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::security::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 
-pub(super) fn handle_describe(broker: &Broker, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
+pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
+    if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("DESCRIBE on the cluster is needed"));
+    }
     let known = broker.credentials.describe();
     let info = |mechanisms: &[(ScramMechanism, i32)]| -> Vec<CredentialInfo> {
         mechanisms.iter().map(|(m, i)| CredentialInfo::default().with_mechanism(m.wire_type()).with_iterations(*i)).collect()
@@ -60,7 +67,21 @@ fn error_result(user: &str, e: ResponseError, text: &str) -> DescribeUserScramCr
         .with_error_message(message(text))
 }
 
-pub(super) async fn handle_alter(broker: &Broker, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+    if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
+        let users: BTreeSet<String> =
+            request.deletions.iter().map(|d| d.name.to_string()).chain(request.upsertions.iter().map(|u| u.name.to_string())).collect();
+        let results = users
+            .into_iter()
+            .map(|u| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(StrBytes::from_string(u))
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                    .with_error_message(message("ALTER on the cluster is needed"))
+            })
+            .collect();
+        return AlterUserScramCredentialsResponse::default().with_results(results);
+    }
     // Kafka refuses a (user, mechanism) named twice across deletions and upsertions.
     let mut seen: BTreeMap<(String, i8), usize> = BTreeMap::new();
     for d in &request.deletions {

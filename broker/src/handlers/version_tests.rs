@@ -28,7 +28,18 @@ use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
 pub(super) async fn broker(dir: &std::path::Path) -> Broker {
+    // The authorizer is on, so the ACL APIs answer; the test session's
+    // ANONYMOUS principal is a super user and unbound resources are open, so
+    // every other API is allowed.
+    broker_with(dir, &[("authorizer.class.name", "floe"), ("super.users", "User:ANONYMOUS"), ("allow.everyone.if.no.acl.found", "true")]).await
+}
+
+/// A test broker with extra settings.
+pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]) -> Broker {
     let mut builder = ConfigBuilder::new();
+    for (k, v) in settings {
+        builder.set(k, *v, Layer::CommandLine).expect("setting");
+    }
     builder.set("group.initial.rebalance.delay.ms", "0", Layer::CommandLine).expect("setting");
     builder.set("listeners", "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093", Layer::CommandLine).expect("setting");
     builder.set("connection.failed.authentication.delay.ms", "0", Layer::CommandLine).expect("setting");
@@ -38,7 +49,8 @@ pub(super) async fn broker(dir: &std::path::Path) -> Broker {
     let logs = Arc::new(LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs"));
     let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
     groups.load().await.expect("load offsets");
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, credentials, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
+    let authorizer = Arc::new(crate::authorizer::Authorizer::open(config.authorizer.clone(), dir).expect("authorizer"));
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, credentials, authorizer, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.
@@ -633,6 +645,58 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(code("weak"), Some(ResponseError::UnacceptableCredential.code()));
                     assert_eq!(code("ghost"), Some(ResponseError::ResourceNotFound.code()));
                 }
+                ApiKey::DescribeAcls => {
+                    let store = broker.authorizer.store().expect("authorizer on");
+                    let b = crate::authorizer::acl::AclBinding::from_wire(2, &format!("dv{v}"), 3, "User:alice", "*", 3, 3).expect("binding");
+                    store.add(&[b]).expect("add");
+                    let req = DescribeAclsRequest::default()
+                        .with_resource_type_filter(2)
+                        .with_resource_name_filter(Some(s(&format!("dv{v}"))))
+                        .with_pattern_type_filter(3)
+                        .with_principal_filter(None)
+                        .with_host_filter(None)
+                        .with_operation(1)
+                        .with_permission_type(1);
+                    let r: DescribeAclsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    assert_eq!(r.resources.len(), 1, "v{v}");
+                    assert_eq!((r.resources[0].acls[0].principal.as_str(), r.resources[0].acls[0].operation), ("User:alice", 3));
+                }
+                ApiKey::CreateAcls => {
+                    let ok = create_acls_request::AclCreation::default()
+                        .with_resource_type(2)
+                        .with_resource_name(s(&format!("cv{v}-")))
+                        .with_resource_pattern_type(4)
+                        .with_principal(s("User:alice"))
+                        .with_host(s("*"))
+                        .with_operation(4)
+                        .with_permission_type(3);
+                    let bad = ok.clone().with_host(s("not-an-ip"));
+                    let req = CreateAclsRequest::default().with_creations(vec![ok, bad]);
+                    let r: CreateAclsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let codes: Vec<i16> = r.results.iter().map(|x| x.error_code).collect();
+                    assert_eq!(codes, vec![0, ResponseError::InvalidRequest.code()], "v{v}");
+                    let store = broker.authorizer.store().expect("authorizer on");
+                    assert!(store.snapshot().iter().any(|b| b.pattern.name == format!("cv{v}-")));
+                }
+                ApiKey::DeleteAcls => {
+                    let store = broker.authorizer.store().expect("authorizer on");
+                    let b = crate::authorizer::acl::AclBinding::from_wire(3, &format!("xv{v}"), 3, "User:bob", "*", 3, 2).expect("binding");
+                    store.add(&[b]).expect("add");
+                    let f = delete_acls_request::DeleteAclsFilter::default()
+                        .with_resource_type_filter(1)
+                        .with_resource_name_filter(Some(s(&format!("xv{v}"))))
+                        .with_pattern_type_filter(1)
+                        .with_principal_filter(None)
+                        .with_host_filter(None)
+                        .with_operation(1)
+                        .with_permission_type(1);
+                    let req = DeleteAclsRequest::default().with_filters(vec![f]);
+                    let r: DeleteAclsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.filter_results[0].error_code, 0, "v{v}");
+                    assert_eq!(r.filter_results[0].matching_acls.len(), 1, "v{v}");
+                    assert!(!store.snapshot().iter().any(|b| b.pattern.name == format!("xv{v}")));
+                }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
         }
@@ -669,9 +733,45 @@ async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
 async fn a_non_advertised_api_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = broker(dir.path()).await;
-    let header = RequestHeader::default().with_request_api_key(ApiKey::DescribeAcls as i16).with_request_api_version(0);
+    let header = RequestHeader::default().with_request_api_key(ApiKey::DescribeTransactions as i16).with_request_api_version(0);
     let mut buf = BytesMut::new();
     header.encode(&mut buf, 2).expect("header");
     let frame = parse_request_header(buf.freeze()).expect("parse");
     assert!(dispatch(&broker, frame, &mut test_session()).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_client_without_acls_is_refused_per_resource() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = broker_with(dir.path(), &[("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")]).await;
+    broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
+    let p = produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch()));
+    let t = produce_request::TopicProduceData::default().with_name(name("t")).with_partition_data(vec![p]);
+    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
+    let r: ProduceResponse = roundtrip(&broker, ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, ResponseError::TopicAuthorizationFailed.code());
+    assert_eq!(broker.logs.partition("t", 0).expect("t-0").log_end_offset(), 0, "nothing appended");
+    let all: MetadataResponse = roundtrip(&broker, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(None)).await;
+    assert!(all.topics.is_empty(), "an unauthorized topic is left out of the listing");
+    let named = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(name("t")))]));
+    let named: MetadataResponse = roundtrip(&broker, ApiKey::Metadata, 12, &named).await;
+    assert_eq!(named.topics[0].error_code, ResponseError::TopicAuthorizationFailed.code());
+    let create = CreateAclsRequest::default().with_creations(vec![create_acls_request::AclCreation::default()
+        .with_resource_type(2)
+        .with_resource_name(s("t"))
+        .with_resource_pattern_type(3)
+        .with_principal(s("User:ANONYMOUS"))
+        .with_host(s("*"))
+        .with_operation(2)
+        .with_permission_type(3)]);
+    let r: CreateAclsResponse = roundtrip(&broker, ApiKey::CreateAcls, 3, &create).await;
+    assert_eq!(r.results[0].error_code, ResponseError::ClusterAuthorizationFailed.code());
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(s("g")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(s(""))
+        .with_protocol_type(s("consumer"));
+    let r: JoinGroupResponse = roundtrip(&broker, ApiKey::JoinGroup, 9, &join).await;
+    assert_eq!(r.error_code, ResponseError::GroupAuthorizationFailed.code());
 }

@@ -8,9 +8,11 @@
 //! - [`sasl`]: SASL settings and mechanism names.
 //! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys.
 //! - [`credentials`]: the SCRAM credential store on disk, and PLAIN users.
+//! - [`x500`]: a client certificate's subject as an RFC 2253 name (the SSL principal).
 
 pub mod credentials;
 pub mod ktls;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
+pub mod x500;

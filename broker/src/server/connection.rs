@@ -104,7 +104,17 @@ impl Connection {
             return Ok(ClientStream::Plain(socket));
         };
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(socket)).await {
-            Ok(Ok(stream)) => Ok(ClientStream::Tls(Box::new(stream))),
+            Ok(Ok(stream)) => {
+                // A client certificate rustls has verified names the principal (Kafka's default).
+                let (_, tls_conn) = stream.get_ref();
+                let subject = tls_conn.peer_certificates().and_then(|chain| chain.first()).map(|leaf| crate::security::x500::subject_dn(leaf));
+                match subject {
+                    Some(Some(dn)) => self.session.ssl_principal = Some(format!("User:{dn}")),
+                    Some(None) => tracing::warn!(peer = %self.peer, "client certificate subject unreadable: the principal is User:ANONYMOUS"),
+                    None => {}
+                }
+                Ok(ClientStream::Tls(Box::new(stream)))
+            }
             Ok(Err(e)) => {
                 tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, error = %e, "closing connection: TLS handshake failed");
                 Err(Closed::BadInput("tls_handshake_failed"))
