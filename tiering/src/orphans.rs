@@ -5,8 +5,12 @@
 //!
 //! Safe to delete only when no write to the table is in flight: callers hold
 //! the table's writer lock ([`crate::table::TopicTable::clean_orphans`]) and
-//! only files older than a threshold are considered. Local (`file://`)
-//! warehouses only.
+//! only files older than a threshold are considered.
+//!
+//! Local (`file://`) warehouses only: FileIO has no listing, so on an object
+//! store (S3) the table's data files cannot be enumerated through it; there
+//! orphans are left for the store's lifecycle rules or an external
+//! `remove_orphan_files` job ([`is_listable`] says which case applies).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -14,10 +18,12 @@ use std::time::{Duration, SystemTime};
 
 use iceberg::table::Table;
 
+use crate::catalog_config::local_path;
 use crate::error::{Result, TieringError};
 
-fn local_path(location: &str) -> Option<PathBuf> {
-    location.strip_prefix("file://").or_else(|| location.starts_with('/').then_some(location)).map(PathBuf::from)
+/// Whether the table's files can be listed here (its location is a local directory).
+pub fn is_listable(table: &Table) -> bool {
+    local_path(table.metadata().location()).is_some()
 }
 
 /// Every data file path referenced by any snapshot of `table` (not only the current ancestry).

@@ -37,7 +37,7 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::{Catalog, TableIdent};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::convert::{ArrowConverter, Pushed, SegmentReader};
 use crate::error::{Result, TieringError};
@@ -376,13 +376,19 @@ impl TopicTable {
 
     /// Finds (and with `delete`, removes) data files of this table that no
     /// snapshot references and that are older than `older_than`, holding the
-    /// writer lock so no attempt of this process is in flight.
+    /// writer lock so no attempt of this process is in flight. Skipped (logged,
+    /// nothing found) when the table is not in a local directory.
     ///
     /// # Errors
     /// As [`crate::orphans::find_orphans`].
     pub async fn clean_orphans(&self, older_than: std::time::Duration, delete: bool) -> Result<Vec<std::path::PathBuf>> {
         let _writer = self.lock.lock().await;
         let table = self.load().await?;
+        if !crate::orphans::is_listable(&table) {
+            info!(table = %self.ident, location = table.metadata().location(),
+                "orphan data file cleanup skipped: the warehouse is not a local directory (object stores cannot be listed through FileIO)");
+            return Ok(Vec::new());
+        }
         let orphans = crate::orphans::find_orphans(&table, older_than).await?;
         for path in &orphans {
             if delete {
