@@ -79,7 +79,8 @@ def test_rest_catalog_with_oauth2_credential(floe_factory, rest_catalog):
 
     # The credential is a secret: not in DescribeConfigs, the log, or status output.
     res = ConfigResource(ResourceType.BROKER, "1")
-    entries = admin(floe.bootstrap).describe_configs([res])[res].result(timeout=30)
+    a = admin(floe.bootstrap)  # kept alive until the future resolves
+    entries = a.describe_configs([res])[res].result(timeout=30)
     assert entries["floe.iceberg.rest.credential"].is_sensitive
     assert entries["floe.iceberg.rest.credential"].value is None
     assert entries["floe.iceberg.catalog-type"].value == "rest"

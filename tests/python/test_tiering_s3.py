@@ -84,7 +84,8 @@ def test_s3_warehouse_every_codec_exactly_once(floe_factory, s3):
 
     # The secret key is never shown: not in the log, not in DescribeConfigs, not in status.
     res = ConfigResource(ResourceType.BROKER, "1")
-    entries = admin(floe.bootstrap).describe_configs([res])[res].result(timeout=30)
+    a = admin(floe.bootstrap)  # kept alive until the future resolves
+    entries = a.describe_configs([res])[res].result(timeout=30)
     secret = entries["floe.iceberg.s3.secret-access-key"]
     assert secret.is_sensitive and secret.value is None
     assert entries["floe.iceberg.s3.endpoint"].value == s3.endpoint
