@@ -155,6 +155,12 @@ class RestCatalogServer:
             if method == "POST":
                 # Optional in the REST spec, required (nullable) in pyiceberg's model.
                 fields = {"location": None, "partition-spec": None, "write-order": None, **json.loads(body)}
+                # A client's unbound spec may leave `field-id` out (the spec allows it; pyiceberg's
+                # model does not): number them as a catalog would, from 1000.
+                spec = fields["partition-spec"]
+                if spec:
+                    for i, field in enumerate(spec.get("fields", [])):
+                        field.setdefault("field-id", 1000 + i)
                 req = CreateTableRequest.model_validate(fields)
                 table = cat.create_table(
                     ns + (req.name,), schema=req.table_schema, location=req.location,

@@ -35,7 +35,8 @@ def rest_settings(server_uri: str, credential: str = CREDENTIAL) -> dict:
 def rest_rows(server: RestCatalogServer, topic: str):
     """(partition, offset) -> row and the row count, read through the REST catalog itself
     (pyiceberg's RestCatalog client, with the same OAuth2 credential)."""
-    cat = RestCatalog("reader", uri=server.uri, credential=CREDENTIAL, **server.storage_props)
+    cat = RestCatalog("reader", uri=server.uri, credential=CREDENTIAL,
+                      **{"oauth2-server-uri": f"{server.uri}/v1/oauth/tokens"}, **server.storage_props)
     try:
         table = cat.load_table(("kafka", topic))
     except (NoSuchTableError, NoSuchNamespaceError):  # not created yet
