@@ -2,15 +2,20 @@
 port, with boto3 for making buckets and listing what landed in them.
 
 `MotoS3` promises that `start()` returns once the endpoint answers, and that
-`stop()` ends the process it started (and nothing else).
+`stop()` ends the process it started (and nothing else). `S3Gate` sits in
+front of it to stop a writer mid-commit, for the crash tests.
 """
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
@@ -79,11 +84,11 @@ class MotoS3:
             out += [o["Key"] for o in page.get("Contents", [])]
         return out
 
-    def floe_settings(self, warehouse: str) -> dict:
-        """Floe's settings for a warehouse in this server."""
+    def floe_settings(self, warehouse: str, endpoint: str | None = None) -> dict:
+        """Floe's settings for a warehouse in this server (reached at `endpoint`, default its own)."""
         return {
             "floe.iceberg.warehouse": warehouse,
-            "floe.iceberg.s3.endpoint": self.endpoint,
+            "floe.iceberg.s3.endpoint": endpoint or self.endpoint,
             "floe.iceberg.s3.region": REGION,
             "floe.iceberg.s3.access-key-id": ACCESS_KEY_ID,
             "floe.iceberg.s3.secret-access-key": SECRET_ACCESS_KEY,
@@ -94,3 +99,92 @@ class MotoS3:
         """The same, as pyiceberg FileIO properties."""
         return {"s3.endpoint": self.endpoint, "s3.region": REGION, "s3.access-key-id": ACCESS_KEY_ID,
                 "s3.secret-access-key": SECRET_ACCESS_KEY, "s3.force-virtual-addressing": "false"}
+
+
+class S3Gate:
+    """A forwarding proxy in front of an S3 endpoint that can stop a writer in
+    the middle of an Iceberg commit: once armed, the first write under a
+    table's `metadata/` that follows a data file upload is held (not
+    forwarded) until `release()`. So a test can kill the writer after its
+    data file is in the bucket and before any manifest or metadata of that
+    commit is, every time, instead of hoping a random kill lands there.
+
+    Requests are forwarded byte for byte (path-style only); `holding` is set
+    while one is held.
+    """
+
+    def __init__(self, upstream: str):
+        parsed = urllib.parse.urlsplit(upstream)
+        self.upstream = (parsed.hostname, parsed.port)
+        self.armed = False
+        self.data_seen = False
+        self.holding = threading.Event()
+        self.released = threading.Event()
+        self.data_keys: list[str] = []
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                path = urllib.parse.urlsplit(self.path).path
+                if gate.armed and self.command in ("PUT", "POST"):
+                    if "/data/" in path and path.endswith(".parquet"):
+                        gate.data_seen = True
+                        gate.data_keys.append(urllib.parse.unquote(path))
+                    elif "/metadata/" in path and gate.data_seen:
+                        gate.holding.set()
+                        gate.released.wait(120)
+                        self.close_connection = True
+                        return  # the writer is gone by now; nothing is forwarded
+                conn = http.client.HTTPConnection(*gate.upstream, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() in ("transfer-encoding", "connection", "content-length"):
+                        continue
+                    self.send_header(k, v)
+                if self.command == "HEAD":
+                    self.send_header("Content-Length", resp.getheader("Content-Length") or "0")
+                    self.end_headers()
+                else:
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def arm(self):
+        self.armed, self.data_seen = True, False
+        self.holding.clear()
+        self.released.clear()
+
+    def release(self):
+        """Drops the held request and forwards everything from now on."""
+        self.armed = False
+        self.released.set()
+
+    def stop(self):
+        self.release()
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -6,7 +6,6 @@ nothing landed in the local warehouse directory."""
 
 from __future__ import annotations
 
-import random
 import subprocess
 import time
 
@@ -15,7 +14,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from clients import admin, create_topic, unique_topic, watermarks
 from floe_process import floe_bin
-from s3_server import SECRET_ACCESS_KEY, MotoS3
+from s3_server import SECRET_ACCESS_KEY, MotoS3, S3Gate
 from test_tiering import CODECS, TIERING, check, produce_codecs
 
 pyiceberg_sql = pytest.importorskip("pyiceberg.catalog.sql")
@@ -108,30 +107,41 @@ def test_s3_warehouse_every_codec_exactly_once(floe_factory, s3):
     assert n == len(produced)
 
 
-def test_s3_kill9_during_tiering_keeps_exactly_once(floe_factory, s3):
-    """kill -9 while segments are converted, uploaded and committed to S3:
-    after restarts every offset is in the table once."""
-    settings = {**TIERING, **s3.floe_settings(WAREHOUSE), "floe.iceberg.target-lag-ms": "300",
-                "floe.iceberg.tick-ms": "50"}
-    floe = floe_factory("floe", overrides=settings)
-    topic = create_topic(floe.bootstrap, unique_topic("s3kill"), partitions=2,
-                         config={"floe.iceberg.enabled": "true", "segment.bytes": "200000"})
-    produced = {}
-    rng = random.Random(11)
-    rounds = 2
-    for round_ in range(rounds):
-        # ~3 MB a round: a pass (Parquet writes and S3 uploads) long enough for the kill to land inside it.
-        produced.update(produce_codecs(floe.bootstrap, topic, 2, 60, value_bytes=5000))
-        time.sleep(rng.uniform(0.2, 0.8))
+def test_s3_kill9_mid_commit_keeps_exactly_once(floe_factory, s3):
+    """kill -9 after a pass uploaded its Parquet file to S3 and before its
+    commit wrote any manifest (an S3Gate holds that write): after the restart
+    every offset is in the table once, and the uploaded file is an orphan no
+    snapshot references, left in the bucket (cleanup is skipped on S3)."""
+    gate = S3Gate(s3.endpoint)
+    try:
+        settings = {**TIERING, **s3.floe_settings(WAREHOUSE, endpoint=gate.endpoint),
+                    "floe.iceberg.target-lag-ms": "300", "floe.iceberg.tick-ms": "50"}
+        floe = floe_factory("floe", overrides=settings)
+        topic = create_topic(floe.bootstrap, unique_topic("s3kill"), partitions=2,
+                             config={"floe.iceberg.enabled": "true", "segment.bytes": "200000"})
+        gate.arm()
+        produced = produce_codecs(floe.bootstrap, topic, 2, 60, value_bytes=5000)
+        assert gate.holding.wait(60), "no commit reached its manifest write"
         floe.kill9()
-        floe.start()
+        gate.release()
         rows, n, _ = s3_rows(s3, floe.data_dir, topic)
-        assert n == len(rows), f"round {round_}: duplicate rows"
-    for p in range(2):
-        assert watermarks(floe.bootstrap, topic, p)[1] == rounds * len(CODECS) * 60
-    rows, n, _ = wait_for_s3_rows(s3, floe.data_dir, topic, len(produced), timeout=120)
-    check(rows, produced)
-    assert n == len(produced)
+        assert n == len(rows) == 0, "nothing was committed before the kill"
+        uploaded = [k.removeprefix(f"/{BUCKET}/") for k in gate.data_keys]
+        assert uploaded and set(uploaded) <= set(s3.keys(BUCKET, "wh/")), uploaded
+
+        floe.start()
+        produced.update(produce_codecs(floe.bootstrap, topic, 2, 10))
+        for p in range(2):
+            assert watermarks(floe.bootstrap, topic, p)[1] == len(CODECS) * 70
+        rows, n, files = wait_for_s3_rows(s3, floe.data_dir, topic, len(produced), timeout=120)
+        check(rows, produced)
+        assert n == len(produced)
+        # The crashed attempt's file is in no snapshot, and still in the bucket.
+        referenced = {f.removeprefix(f"s3://{BUCKET}/") for f in files}
+        assert not set(uploaded) & referenced
+        assert set(uploaded) <= set(s3.keys(BUCKET, "wh/"))
+    finally:
+        gate.stop()
 
 
 def test_s3_missing_bucket_fails_loudly_then_catches_up(floe_factory, s3):
