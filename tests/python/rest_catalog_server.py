@@ -9,7 +9,7 @@ commit gets 409 as from a real catalog). Implements what a writer needs:
 `/v1/config`, `/v1/oauth/tokens` (client credentials), namespaces (list, exists,
 get, create, list tables) and tables (exists, load, create, commit).
 
-With `credential="id:secret"` every catalog request must carry the bearer
+With `tls=(cert, key)` it serves https. With `credential="id:secret"` every catalog request must carry the bearer
 token handed out for that credential (401 otherwise), so a client that does
 not do the OAuth2 exchange fails. `requests` records (method, path, status).
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import ssl
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,7 +41,8 @@ class RestCatalogServer:
     """A REST catalog on 127.0.0.1:`port` over a SqlCatalog in `directory` (catalog.db + warehouse)."""
 
     def __init__(self, directory: Path, port: int = 0, warehouse: str | None = None,
-                 credential: str | None = None, name: str = "rest", **storage_props: str):
+                 credential: str | None = None, name: str = "rest", tls: tuple[Path, Path] | None = None,
+                 **storage_props: str):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.warehouse = warehouse or f"file://{self.directory / 'warehouse'}"
@@ -83,12 +85,19 @@ class RestCatalogServer:
                 self._handle("POST")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            # (certificate chain, key) PEM files: serve https with them.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            self.scheme = "https"
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> "RestCatalogServer":
         self.thread.start()

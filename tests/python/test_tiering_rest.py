@@ -17,6 +17,7 @@ from clients import admin, create_topic, unique_topic, watermarks
 from floe_process import floe_bin, free_port
 from rest_catalog_server import RestCatalogServer
 from s3_server import MotoS3
+from tls_certs import make_pki
 from test_tiering import TIERING, check, produce_codecs
 
 pytest.importorskip("pyiceberg.catalog.rest")
@@ -154,3 +155,57 @@ def test_rest_catalog_with_s3_warehouse(floe_factory, tmp_path):
             server.stop()
     finally:
         s3.stop()
+
+
+def test_rest_catalog_over_https(floe_factory, tmp_path):
+    """An https:// catalog: Floe verifies the server against the system roots
+    (here the test CA, named by SSL_CERT_FILE, which rustls-native-certs reads)."""
+    pki = make_pki(tmp_path / "pki")
+    server = RestCatalogServer(tmp_path / "tls-catalog", credential=CREDENTIAL,
+                               tls=(pki.server.cert, pki.server.key)).start()
+    try:
+        assert server.uri.startswith("https://")
+        floe = floe_factory("floe", overrides={**TIERING, **rest_settings(server.uri)},
+                            env={"SSL_CERT_FILE": str(pki.ca.cert)})
+        topic = create_topic(floe.bootstrap, unique_topic("resttls"),
+                             config={"floe.iceberg.enabled": "true", "segment.bytes": "20000"})
+        produced = produce_codecs(floe.bootstrap, topic, 1, 20)
+        deadline = time.monotonic() + 90
+        while True:
+            # Read from the catalog's own database: pyiceberg's HTTP client does not read SSL_CERT_FILE.
+            with server.lock:
+                rows = rows_in_database(server, topic)
+            if len(rows) >= len(produced) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        got = {(r["partition"], r["offset"]): r for r in rows}
+        assert len(got) == len(rows)
+        check(got, produced)
+        assert ("POST", "/v1/oauth/tokens", 200) in server.requests
+    finally:
+        server.stop()
+
+    # A catalog whose certificate does not chain to a trusted root is refused (and retried, logged).
+    rogue = RestCatalogServer(tmp_path / "rogue-catalog", credential=CREDENTIAL,
+                              tls=(pki.rogue_server.cert, pki.rogue_server.key)).start()
+    try:
+        floe2 = floe_factory("floe2", overrides={**TIERING, **rest_settings(rogue.uri)},
+                             env={"SSL_CERT_FILE": str(pki.ca.cert)})
+        create_topic(floe2.bootstrap, unique_topic("rogue"), config={"floe.iceberg.enabled": "true"})
+        deadline = time.monotonic() + 30
+        while floe2.metric("floe_iceberg_errors_total", topic="(catalog)") < 1 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert floe2.metric("floe_iceberg_errors_total", topic="(catalog)") >= 1
+        assert "cannot open the iceberg catalog" in floe2.stderr_text(limit=10_000_000)
+        assert rogue.requests == [], "no request got past the TLS handshake"
+    finally:
+        rogue.stop()
+
+
+def rows_in_database(server: RestCatalogServer, topic: str) -> list[dict]:
+    from pyiceberg.catalog.sql import SqlCatalog
+    cat = SqlCatalog(server.catalog.name, uri=server.db_uri, warehouse=server.warehouse)
+    try:
+        return cat.load_table(("kafka", topic)).scan().to_arrow().to_pylist()
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return []
