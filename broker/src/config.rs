@@ -136,6 +136,9 @@ pub const SETTINGS: &[SettingSpec] = &[
 pub const SENSITIVE_SETTINGS: &[&str] =
     &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key"];
 
+/// Settings holding URIs, which may carry `user:password@`: shown with it masked.
+const URI_SETTINGS: &[&str] = &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
+
 /// Whether `key`'s value must never be shown.
 pub fn is_sensitive(key: &str) -> bool {
     SENSITIVE_SETTINGS.contains(&key)
@@ -352,7 +355,13 @@ impl ConfigBuilder {
                 .raw
                 .iter()
                 .map(|(k, v)| {
-                    let shown = if is_sensitive(k) && !v.is_empty() { "****".to_string() } else { v.clone() };
+                    let shown = if is_sensitive(k) && !v.is_empty() {
+                        "****".to_string()
+                    } else if URI_SETTINGS.contains(&k.as_str()) {
+                        floe_tiering::catalog_config::mask_userinfo(v)
+                    } else {
+                        v.clone()
+                    };
                     (k.clone(), shown)
                 })
                 .collect(),
@@ -571,6 +580,12 @@ mod tests {
         assert!(c.tiering.catalog.s3.path_style_access);
         assert_eq!(c.tiering.catalog.warehouse, "s3://bucket/wh");
         assert!(!format!("{c:?}").contains("from-env"), "secrets never print");
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
+        b.set("floe.iceberg.catalog-uri", "https://bob:hunter2@cat.example/api", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"), "nor passwords in URIs");
+        assert_eq!(c.effective["floe.iceberg.catalog-uri"], "https://****@cat.example/api");
         assert!(is_sensitive("floe.iceberg.s3.secret-access-key") && !is_sensitive("floe.iceberg.s3.endpoint"));
         for (key, value) in [
             ("floe.iceberg.catalog-type", "hive"),

@@ -55,7 +55,7 @@ pub struct TieringSettings {
 /// Which catalog and warehouse the tables live in, as configured; defaults
 /// (empty URI or warehouse) resolve against the data directory in
 /// [`CatalogSettings::catalog_config`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CatalogSettings {
     /// SQL (embedded SQLite) or REST.
     pub catalog_type: CatalogType,
@@ -69,6 +69,22 @@ pub struct CatalogSettings {
     pub rest_credential: Secret,
     /// `floe.iceberg.rest.token`.
     pub rest_token: Secret,
+}
+
+impl std::fmt::Debug for CatalogSettings {
+    // The secrets print masked by themselves; URIs may carry `user:password@`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use floe_tiering::catalog_config::mask_userinfo;
+        let s3 = S3Settings { endpoint: mask_userinfo(&self.s3.endpoint), ..self.s3.clone() };
+        f.debug_struct("CatalogSettings")
+            .field("catalog_type", &self.catalog_type)
+            .field("uri", &mask_userinfo(&self.uri))
+            .field("warehouse", &mask_userinfo(&self.warehouse))
+            .field("s3", &s3)
+            .field("rest_credential", &self.rest_credential)
+            .field("rest_token", &self.rest_token)
+            .finish()
+    }
 }
 
 impl Default for CatalogSettings {

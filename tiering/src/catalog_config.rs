@@ -105,8 +105,9 @@ pub struct S3Settings {
     pub path_style_access: bool,
 }
 
-/// Everything needed to open the catalog.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Everything needed to open the catalog. `Debug` masks the secrets and any
+/// `user:password@` in the URIs.
+#[derive(Clone, PartialEq, Eq)]
 pub struct CatalogConfig {
     /// The catalog's name (readers of a SQL catalog must use the same).
     pub name: String,
@@ -211,6 +212,21 @@ impl CatalogConfig {
     }
 }
 
+impl fmt::Debug for CatalogConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s3 = S3Settings { endpoint: mask_userinfo(&self.s3.endpoint), ..self.s3.clone() };
+        f.debug_struct("CatalogConfig")
+            .field("name", &self.name)
+            .field("catalog_type", &self.catalog_type)
+            .field("uri", &mask_userinfo(&self.uri))
+            .field("warehouse", &mask_userinfo(&self.warehouse))
+            .field("s3", &s3)
+            .field("rest_credential", &self.rest_credential)
+            .field("rest_token", &self.rest_token)
+            .finish()
+    }
+}
+
 /// The local path of a `file://` location or bare absolute path.
 pub(crate) fn local_path(location: &str) -> Option<std::path::PathBuf> {
     location
@@ -225,7 +241,7 @@ pub(crate) fn is_s3(location: &str) -> bool {
 }
 
 /// `scheme://user:pass@host/…` → `scheme://****@host/…`: URIs may carry credentials.
-fn mask_userinfo(uri: &str) -> String {
+pub fn mask_userinfo(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else { return uri.to_string() };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
