@@ -71,7 +71,10 @@ def arm(label: str, root: Path, mib: int, overrides: dict) -> float:
             done = all(floe.metric("floe_iceberg_committed_offset", topic=topic, partition=str(p)) >= ends[p]
                        for p in range(PARTITIONS))
             if done:
-                return time.monotonic() - start
+                took = time.monotonic() - start
+                rows = floe.metric("floe_iceberg_committed_rows_total", topic=topic)
+                assert rows == sum(ends), f"{label}: {rows} rows committed for {sum(ends)} records"
+                return took
             if time.monotonic() - start > 600:
                 raise RuntimeError(f"{label}: not tiered in 600 s; see {floe.log_path}")
             time.sleep(0.05)
@@ -82,19 +85,23 @@ def arm(label: str, root: Path, mib: int, overrides: dict) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3, help="arms alternate local, S3, local, S3, ...")
     args = ap.parse_args()
+    local, remote = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        local_s = arm("local", root, args.mb, {})
         s3 = MotoS3(root / "moto.log").start()
         try:
-            s3.client().create_bucket(Bucket="bench")
-            s3_s = arm("s3", root, args.mb, s3.floe_settings("s3://bench/wh"))
+            for run in range(args.runs):
+                local.append(arm(f"local{run}", root, args.mb, {}))
+                s3.client().create_bucket(Bucket=f"bench{run}")
+                remote.append(arm(f"s3{run}", root, args.mb, s3.floe_settings(f"s3://bench{run}/wh")))
         finally:
             s3.stop()
-    print(f"backlog {args.mb} MiB in {PARTITIONS} partitions")
-    print(f"local warehouse: {local_s:.2f} s  {args.mb / local_s:.1f} MiB/s")
-    print(f"moto S3 warehouse: {s3_s:.2f} s  {args.mb / s3_s:.1f} MiB/s")
+    local_s, s3_s = sorted(local)[len(local) // 2], sorted(remote)[len(remote) // 2]
+    print(f"backlog {args.mb} MiB in {PARTITIONS} partitions; {args.runs} runs per arm, median")
+    print(f"local warehouse: {local_s:.2f} s  {args.mb / local_s:.1f} MiB/s  (all: {', '.join(f'{t:.2f}' for t in local)})")
+    print(f"moto S3 warehouse: {s3_s:.2f} s  {args.mb / s3_s:.1f} MiB/s  (all: {', '.join(f'{t:.2f}' for t in remote)})")
     print(f"ratio S3/local throughput: {local_s / s3_s:.2f}")
 
 
