@@ -48,6 +48,11 @@ pub struct TieringSettings {
     pub retention_guard: bool,
     /// Pass interval.
     pub tick_ms: u64,
+    /// `floe.iceberg.orphan-check-interval-ms`: how often a table is checked for orphan data files.
+    pub orphan_check_interval_ms: u64,
+    /// `floe.iceberg.orphan-min-age-ms`: an unreferenced data file younger than this is left alone
+    /// (it may belong to an attempt still in flight).
+    pub orphan_min_age_ms: u64,
     /// The catalog and warehouse (`floe.iceberg.catalog-type`, `-uri`, `warehouse`, `s3.*`, `rest.*`).
     pub catalog: CatalogSettings,
 }
@@ -226,10 +231,6 @@ struct TopicState {
     orphans_checked: Option<Instant>,
 }
 
-/// How often a table's data directory is checked for orphan files.
-const ORPHAN_CHECK_INTERVAL: Duration = Duration::from_secs(600);
-/// Only files older than this can be orphans (no commit attempt takes this long).
-const ORPHAN_MIN_AGE: Duration = Duration::from_secs(1800);
 
 struct Tierer {
     logs: Arc<LogManager>,
@@ -399,7 +400,7 @@ impl Tierer {
                 m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
                 state.next = Some(outcome.next_offsets);
                 let next = state.next.clone();
-                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= ORPHAN_CHECK_INTERVAL);
+                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.settings.orphan_check_interval_ms));
                 if check_orphans {
                     state.orphans_checked = Some(Instant::now());
                 }
@@ -437,10 +438,10 @@ impl Tierer {
         }
     }
 
-    /// Deletes data files of crashed or aborted attempts (in no snapshot, older than [`ORPHAN_MIN_AGE`]).
+    /// Deletes data files of crashed or aborted attempts (in no snapshot, older than `floe.iceberg.orphan-min-age-ms`).
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
-        match table.clean_orphans(ORPHAN_MIN_AGE, true).await {
+        match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
             Ok(removed) if !removed.is_empty() => info!(topic = %name, files = removed.len(), "removed orphan data files"),
             Ok(_) => {}
             Err(e) => warn!(topic = %name, error = %e, "cannot look for orphan data files"),

@@ -113,6 +113,8 @@ pub struct IcebergCatalog {
     catalog: Arc<dyn Catalog>,
     namespace: NamespaceIdent,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// What the catalog was opened with (its `s3.*` properties list S3 tables for orphans).
+    config: Option<Arc<CatalogConfig>>,
 }
 
 impl IcebergCatalog {
@@ -142,7 +144,9 @@ impl IcebergCatalog {
             }
         }
         let catalog = open_catalog(config, SqliteMode::ReadWriteCreate).await?;
-        Self::new(catalog, namespace).await
+        let mut opened = Self::new(catalog, namespace).await?;
+        opened.config = Some(Arc::new(config.clone()));
+        Ok(opened)
     }
 
     /// Wraps an opened catalog, ensuring `namespace` exists.
@@ -158,7 +162,7 @@ impl IcebergCatalog {
                 .await
                 .map_err(TieringError::iceberg("namespace", namespace))?;
         }
-        Ok(Self { catalog, namespace: ns, locks: Arc::default() })
+        Ok(Self { catalog, namespace: ns, locks: Arc::default(), config: None })
     }
 
     /// The underlying catalog.
@@ -211,6 +215,6 @@ impl IcebergCatalog {
                 .map_err(TieringError::iceberg("create", &ident))?;
             info!(table = %ident, partition_spec, "created iceberg table");
         }
-        Ok(TopicTable::new(self.catalog.clone(), ident, lock))
+        Ok(TopicTable::new(self.catalog.clone(), ident, lock, self.config.clone()))
     }
 }
