@@ -82,7 +82,8 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     apt_install nodejs npm
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found (install the Rust toolchain first)"
-# librdkafka (bundled by the rdkafka crate) builds with a C compiler, make and perl.
+# librdkafka (bundled by the rdkafka crate) builds with a C compiler, make and perl; aws-lc-sys
+# (rustls' aws-lc-rs provider, which OpenDAL's S3 client requires) needs only the C compiler.
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! command -v perl >/dev/null 2>&1; then
     apt_install build-essential perl
 fi

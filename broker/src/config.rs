@@ -1,7 +1,9 @@
 //! Broker configuration: Kafka's setting names, from four layers.
 //!
 //! Later layers win: built-in defaults, the TOML file (`--config`), `FLOE_*`
-//! environment variables (`FLOE_LOG_SEGMENT_BYTES` is `log.segment.bytes`),
+//! environment variables (`FLOE_LOG_SEGMENT_BYTES` is `log.segment.bytes`;
+//! a `floe.*` setting is its whole name in upper snake case,
+//! `FLOE_ICEBERG_S3_SECRET_ACCESS_KEY` is `floe.iceberg.s3.secret-access-key`),
 //! then command-line flags and `--override key=value`. Every layer speaks
 //! the same flat `key = value` vocabulary, so a setting has one name
 //! everywhere; in TOML both `"log.segment.bytes" = 1` and the dotted-key
@@ -121,7 +123,31 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
     s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
     s("floe.iceberg.rest-listen", "127.0.0.1:8181", "Address of the read-only Iceberg REST catalog over the tiered tables (`http://HOST:PORT`, routes under `/v1/`); empty disables it."),
+    s("floe.iceberg.orphan-check-interval-ms", "600000", "How often each tiered table is checked for orphan data files (of crashed or aborted attempts; local and S3 warehouses)."),
+    s("floe.iceberg.orphan-min-age-ms", "1800000", "Orphan data files younger than this are left alone (an attempt may still be writing them); older ones are deleted."),
+    s("floe.iceberg.catalog-type", "sql", "`sql`: the embedded SQLite catalog (or the SQLite database at `floe.iceberg.catalog-uri`); `rest`: an external Iceberg REST catalog at `floe.iceberg.catalog-uri`."),
+    s("floe.iceberg.catalog-uri", "", "REST: the catalog's base URI (`http://HOST:PORT[/PATH]` or `https://…`; required). SQL: a `sqlite:PATH` URI; empty is `DATA_DIR/iceberg/catalog.db`."),
+    s("floe.iceberg.warehouse", "", "Where data and metadata files go: empty is the local `DATA_DIR/iceberg/warehouse`; `file:///dir` or `s3://bucket/prefix`. REST: passed to the catalog (which may decide)."),
+    s("floe.iceberg.rest.credential", "", "REST: OAuth2 client credential `client_id:client_secret`, exchanged for a token at the catalog's `/v1/oauth/tokens` (secret: never shown)."),
+    s("floe.iceberg.rest.token", "", "REST: bearer token sent with every catalog request (secret: never shown)."),
+    s("floe.iceberg.s3.endpoint", "", "S3 endpoint URL for an S3-compatible store (MinIO, …), e.g. `http://127.0.0.1:9000`; empty is AWS."),
+    s("floe.iceberg.s3.region", "", "S3 region; empty leaves it to the S3 client (`AWS_REGION`)."),
+    s("floe.iceberg.s3.access-key-id", "", "S3 access key id; empty leaves credentials to the S3 client (`AWS_ACCESS_KEY_ID`, profiles, instance metadata)."),
+    s("floe.iceberg.s3.secret-access-key", "", "S3 secret access key (secret: never shown); empty leaves it to the S3 client (`AWS_SECRET_ACCESS_KEY`)."),
+    s("floe.iceberg.s3.path-style-access", "false", "Path-style S3 requests (`endpoint/bucket/key`, what MinIO and most S3-compatible stores want) instead of virtual-host style."),
 ];
+
+/// Settings whose values are secrets: DescribeConfigs reports them as sensitive with no value.
+pub const SENSITIVE_SETTINGS: &[&str] =
+    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key"];
+
+/// Settings holding URIs, which may carry `user:password@`: shown with it masked.
+const URI_SETTINGS: &[&str] = &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
+
+/// Whether `key`'s value must never be shown.
+pub fn is_sensitive(key: &str) -> bool {
+    SENSITIVE_SETTINGS.contains(&key)
+}
 
 /// The broker's typed configuration.
 #[derive(Debug, Clone)]
@@ -253,7 +279,11 @@ impl ConfigBuilder {
     pub fn load_env(&mut self, vars: impl Iterator<Item = (String, String)>) {
         for (name, value) in vars {
             let Some(rest) = name.strip_prefix("FLOE_") else { continue };
-            let key = rest.to_ascii_lowercase().replace('_', ".");
+            // A `floe.*` setting is its own name in upper snake case (`-` too becomes `_`):
+            // FLOE_ICEBERG_S3_SECRET_ACCESS_KEY is floe.iceberg.s3.secret-access-key.
+            let env_name = |key: &str| key.replace(['.', '-'], "_").to_ascii_uppercase();
+            let floe_key = SETTINGS.iter().find(|s| s.key.starts_with("floe.") && env_name(s.key) == name);
+            let key = floe_key.map_or_else(|| rest.to_ascii_lowercase().replace('_', "."), |s| s.key.to_string());
             if let Err(e) = self.set(&key, value, Layer::Env) {
                 tracing::debug!(variable = %name, error = %e, "ignoring environment variable");
             }
@@ -326,9 +356,26 @@ impl ConfigBuilder {
                 target_lag_ms: parse(r, "floe.iceberg.target-lag-ms")?,
                 retention_guard: parse(r, "floe.iceberg.retention-guard")?,
                 tick_ms: parse_positive(r, "floe.iceberg.tick-ms")?,
+                orphan_check_interval_ms: parse_positive(r, "floe.iceberg.orphan-check-interval-ms")?,
+                orphan_min_age_ms: parse_positive(r, "floe.iceberg.orphan-min-age-ms")?,
+                catalog: tiering_catalog(r)?,
             },
             iceberg_rest_listen,
-            effective: self.raw.clone(),
+            // Secrets are masked here, so nothing that shows the configuration can leak them.
+            effective: self
+                .raw
+                .iter()
+                .map(|(k, v)| {
+                    let shown = if is_sensitive(k) && !v.is_empty() {
+                        "****".to_string()
+                    } else if URI_SETTINGS.contains(&k.as_str()) {
+                        floe_tiering::catalog_config::mask_userinfo(v)
+                    } else {
+                        v.clone()
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
         })
     }
 }
@@ -353,6 +400,51 @@ impl BrokerConfig {
             },
         }
     }
+}
+
+/// `floe.iceberg.catalog-type` and the settings of the catalog and warehouse it needs.
+fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<crate::tiering::CatalogSettings, ConfigError> {
+    use floe_tiering::{CatalogType, S3Settings, Secret};
+    let invalid = |key: &str, reason: &str| ConfigError::InvalidValue {
+        key: key.into(),
+        value: get(r, key).into(),
+        reason: reason.into(),
+    };
+    let catalog_type: CatalogType = parse(r, "floe.iceberg.catalog-type")?;
+    let uri = get(r, "floe.iceberg.catalog-uri").trim().to_string();
+    let warehouse = get(r, "floe.iceberg.warehouse").trim().to_string();
+    match catalog_type {
+        CatalogType::Rest if uri.is_empty() => {
+            return Err(invalid("floe.iceberg.catalog-uri", "required when floe.iceberg.catalog-type is rest"));
+        }
+        CatalogType::Rest if !uri.starts_with("http://") && !uri.starts_with("https://") => {
+            return Err(invalid("floe.iceberg.catalog-uri", "a REST catalog URI is http(s)://HOST[:PORT][/PATH]"));
+        }
+        CatalogType::Sql if !uri.is_empty() && !uri.starts_with("sqlite:") => {
+            return Err(invalid("floe.iceberg.catalog-uri", "the SQL catalog is SQLite: a sqlite: URI"));
+        }
+        _ => {}
+    }
+    let local = warehouse.starts_with("file://") || warehouse.starts_with('/');
+    let s3 = ["s3://", "s3a://", "s3n://"].iter().any(|p| warehouse.starts_with(p));
+    if catalog_type == CatalogType::Sql && !warehouse.is_empty() && !local && !s3 {
+        return Err(invalid("floe.iceberg.warehouse", "expected file:///DIR, an absolute path, or s3://BUCKET/PREFIX"));
+    }
+    let secret = |key: &str| Secret::new(get(r, key).trim());
+    Ok(crate::tiering::CatalogSettings {
+        catalog_type,
+        uri,
+        warehouse: if warehouse.starts_with('/') { format!("file://{warehouse}") } else { warehouse },
+        s3: S3Settings {
+            endpoint: get(r, "floe.iceberg.s3.endpoint").trim().to_string(),
+            region: get(r, "floe.iceberg.s3.region").trim().to_string(),
+            access_key_id: get(r, "floe.iceberg.s3.access-key-id").trim().to_string(),
+            secret_access_key: secret("floe.iceberg.s3.secret-access-key"),
+            path_style_access: parse(r, "floe.iceberg.s3.path-style-access")?,
+        },
+        rest_credential: secret("floe.iceberg.rest.credential"),
+        rest_token: secret("floe.iceberg.rest.token"),
+    })
 }
 
 /// Broker settings that are the defaults of topic settings: (broker key, topic key).
@@ -478,6 +570,53 @@ mod tests {
         assert!(!c.fetch_zero_copy);
         assert_eq!(c.listeners[0].bind.port(), 0);
         assert_eq!(c.effective["log.segment.bytes"], "1000");
+    }
+
+    #[test]
+    fn iceberg_catalog_settings() {
+        use floe_tiering::CatalogType;
+        let c = ConfigBuilder::new().build().unwrap();
+        assert_eq!(c.tiering.catalog.catalog_type, CatalogType::Sql);
+        let mut b = ConfigBuilder::new();
+        b.load_env(
+            [
+                ("FLOE_ICEBERG_S3_SECRET_ACCESS_KEY".to_string(), "from-env".to_string()),
+                ("FLOE_ICEBERG_S3_PATH_STYLE_ACCESS".to_string(), "true".to_string()),
+            ]
+            .into_iter(),
+        );
+        b.set("floe.iceberg.warehouse", "s3://bucket/wh", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        assert_eq!(c.tiering.catalog.s3.secret_access_key.expose(), "from-env");
+        assert!(c.tiering.catalog.s3.path_style_access);
+        assert_eq!(c.tiering.catalog.warehouse, "s3://bucket/wh");
+        assert!(!format!("{c:?}").contains("from-env"), "secrets never print");
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
+        b.set("floe.iceberg.catalog-uri", "https://bob:hunter2@cat.example/api", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"), "nor passwords in URIs");
+        assert_eq!(c.effective["floe.iceberg.catalog-uri"], "https://****@cat.example/api");
+        assert!(is_sensitive("floe.iceberg.s3.secret-access-key") && !is_sensitive("floe.iceberg.s3.endpoint"));
+        for (key, value) in [
+            ("floe.iceberg.catalog-type", "hive"),
+            ("floe.iceberg.warehouse", "gs://bucket"),
+            ("floe.iceberg.catalog-uri", "postgres://db"),
+            ("floe.iceberg.s3.path-style-access", "maybe"),
+        ] {
+            let mut b = ConfigBuilder::new();
+            b.set(key, value, Layer::CommandLine).unwrap();
+            assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key: k, .. }) if k == key), "{key}={value}");
+        }
+        let mut b = ConfigBuilder::new();
+        b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
+        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.iceberg.catalog-uri"));
+        for (uri, ok) in [("http://127.0.0.1:8181", true), ("https://cat.example/api", true), ("thrift://hms:9083", false)] {
+            let mut b = ConfigBuilder::new();
+            b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
+            b.set("floe.iceberg.catalog-uri", uri, Layer::CommandLine).unwrap();
+            assert_eq!(b.build().is_ok(), ok, "{uri}");
+        }
     }
 
     #[test]

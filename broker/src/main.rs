@@ -59,17 +59,19 @@ enum Command {
 
 #[derive(Debug, clap::Subcommand)]
 enum IcebergCommand {
-    /// Prints each tiered table's committed offsets and totals, read from the catalog.
+    /// Prints each tiered table's committed offsets and totals, read from the
+    /// catalog the broker's settings name (`--config`, `FLOE_*`, `--override`
+    /// work as for the broker: `floe --config floe.toml iceberg status`).
     Status {
-        /// Data directory of the broker (the catalog is DIR/iceberg/catalog.db).
+        /// Data directory of the broker (the embedded catalog is DIR/iceberg/catalog.db).
         #[arg(long, value_name = "DIR")]
-        data_dir: PathBuf,
+        data_dir: Option<PathBuf>,
         /// The catalog's name (`floe.iceberg.catalog-name`).
-        #[arg(long, default_value = "floe")]
-        catalog_name: String,
+        #[arg(long)]
+        catalog_name: Option<String>,
         /// The namespace (`floe.iceberg.namespace`).
-        #[arg(long, default_value = "kafka")]
-        namespace: String,
+        #[arg(long)]
+        namespace: Option<String>,
     },
 }
 
@@ -85,13 +87,6 @@ fn main() -> anyhow::Result<()> {
         let corrupt = verify(data_dir)?;
         std::process::exit(if corrupt { 1 } else { 0 });
     }
-    if let Some(Command::Iceberg { command: IcebergCommand::Status { data_dir, catalog_name, namespace } }) = &cli.command {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
-        let text = runtime.block_on(floe_broker::tiering::status(data_dir, catalog_name, namespace))?;
-        print!("{text}");
-        return Ok(());
-    }
-
     let mut builder = ConfigBuilder::new();
     if let Some(path) = &cli.config {
         builder.load_file(path)?;
@@ -112,6 +107,25 @@ fn main() -> anyhow::Result<()> {
     for o in &cli.overrides {
         let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
         builder.set(k, v, Layer::CommandLine)?;
+    }
+    if let Some(Command::Iceberg { command: IcebergCommand::Status { data_dir, catalog_name, namespace } }) = &cli.command {
+        let status_flags = [
+            ("log.dirs", data_dir.as_ref().map(|p| p.display().to_string())),
+            ("floe.iceberg.catalog-name", catalog_name.clone()),
+            ("floe.iceberg.namespace", namespace.clone()),
+        ];
+        for (key, value) in status_flags {
+            if let Some(v) = value {
+                builder.set(key, v, Layer::CommandLine)?;
+            }
+        }
+        let config = builder.build()?;
+        let tiering = &config.tiering;
+        let catalog = tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
+        let text = runtime.block_on(floe_broker::tiering::status(&catalog, &tiering.namespace))?;
+        print!("{text}");
+        return Ok(());
     }
     let config = builder.build()?;
     // Every connection is a file descriptor: let max.connections fit if the hard limit allows.

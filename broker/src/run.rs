@@ -156,10 +156,18 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
 
     // Bound before any thread starts, so a taken port fails startup with nothing to undo.
     let mut iceberg_rest = None;
-    if let Some(addr) = config.iceberg_rest_listen {
-        let server = crate::iceberg_rest::IcebergRestServer::start(addr, &config.data_dir, &config.tiering.catalog_name, metrics.clone())
-            .map_err(|source| RunError::Bind { addr, source })?;
-        iceberg_rest = Some(server);
+    let catalog = config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
+    match config.iceberg_rest_listen {
+        // Readers go to the external catalog itself: serving it again here would only proxy it.
+        Some(_) if catalog.catalog_type == floe_tiering::CatalogType::Rest => {
+            tracing::info!(catalog = %catalog.describe(), "the embedded Iceberg REST catalog is off: tables live in an external REST catalog");
+        }
+        Some(addr) => {
+            let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.clone())
+                .map_err(|source| RunError::Bind { addr, source })?;
+            iceberg_rest = Some(server);
+        }
+        None => {}
     }
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 

@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_storage::{LogManager, PartitionLog, Topic};
-use floe_tiering::{IcebergCatalog, TierLimits, TieringError, TopicTable};
+use floe_tiering::{CatalogConfig, CatalogType, IcebergCatalog, S3Settings, Secret, TierLimits, TieringError, TopicTable};
 use tracing::{error, info, warn};
 
 use crate::metrics::Metrics;
@@ -48,6 +48,86 @@ pub struct TieringSettings {
     pub retention_guard: bool,
     /// Pass interval.
     pub tick_ms: u64,
+    /// `floe.iceberg.orphan-check-interval-ms`: how often a table is checked for orphan data files.
+    pub orphan_check_interval_ms: u64,
+    /// `floe.iceberg.orphan-min-age-ms`: an unreferenced data file younger than this is left alone
+    /// (it may belong to an attempt still in flight).
+    pub orphan_min_age_ms: u64,
+    /// The catalog and warehouse (`floe.iceberg.catalog-type`, `-uri`, `warehouse`, `s3.*`, `rest.*`).
+    pub catalog: CatalogSettings,
+}
+
+/// Which catalog and warehouse the tables live in, as configured; defaults
+/// (empty URI or warehouse) resolve against the data directory in
+/// [`CatalogSettings::catalog_config`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct CatalogSettings {
+    /// SQL (embedded SQLite) or REST.
+    pub catalog_type: CatalogType,
+    /// `floe.iceberg.catalog-uri` (empty: the embedded database).
+    pub uri: String,
+    /// `floe.iceberg.warehouse` (empty: `DATA_DIR/iceberg/warehouse`, or the REST catalog's choice).
+    pub warehouse: String,
+    /// `floe.iceberg.s3.*`.
+    pub s3: S3Settings,
+    /// `floe.iceberg.rest.credential`.
+    pub rest_credential: Secret,
+    /// `floe.iceberg.rest.token`.
+    pub rest_token: Secret,
+}
+
+impl std::fmt::Debug for CatalogSettings {
+    // The secrets print masked by themselves; URIs may carry `user:password@`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use floe_tiering::catalog_config::mask_userinfo;
+        let s3 = S3Settings { endpoint: mask_userinfo(&self.s3.endpoint), ..self.s3.clone() };
+        f.debug_struct("CatalogSettings")
+            .field("catalog_type", &self.catalog_type)
+            .field("uri", &mask_userinfo(&self.uri))
+            .field("warehouse", &mask_userinfo(&self.warehouse))
+            .field("s3", &s3)
+            .field("rest_credential", &self.rest_credential)
+            .field("rest_token", &self.rest_token)
+            .finish()
+    }
+}
+
+impl Default for CatalogSettings {
+    fn default() -> Self {
+        Self {
+            catalog_type: CatalogType::Sql,
+            uri: String::new(),
+            warehouse: String::new(),
+            s3: S3Settings::default(),
+            rest_credential: Secret::default(),
+            rest_token: Secret::default(),
+        }
+    }
+}
+
+impl CatalogSettings {
+    /// The catalog to open for a broker whose data directory is `data_dir`, named `name`.
+    pub fn catalog_config(&self, data_dir: &std::path::Path, name: &str) -> CatalogConfig {
+        let dir = data_dir.join("iceberg");
+        let mut config = CatalogConfig::sqlite(name, &dir.join("catalog.db"), &dir.join("warehouse"));
+        config.catalog_type = self.catalog_type;
+        match self.catalog_type {
+            CatalogType::Sql if !self.uri.is_empty() => config.uri = self.uri.clone(),
+            CatalogType::Sql => {}
+            CatalogType::Rest => {
+                config.uri = self.uri.clone();
+                // A REST catalog places tables itself unless told where.
+                config.warehouse = String::new();
+            }
+        }
+        if !self.warehouse.is_empty() {
+            config.warehouse = self.warehouse.clone();
+        }
+        config.s3 = self.s3.clone();
+        config.rest_credential = self.rest_credential.clone();
+        config.rest_token = self.rest_token.clone();
+        config
+    }
 }
 
 /// Topic setting keys.
@@ -151,10 +231,6 @@ struct TopicState {
     orphans_checked: Option<Instant>,
 }
 
-/// How often a table's data directory is checked for orphan files.
-const ORPHAN_CHECK_INTERVAL: Duration = Duration::from_secs(600);
-/// Only files older than this can be orphans (no commit attempt takes this long).
-const ORPHAN_MIN_AGE: Duration = Duration::from_secs(1800);
 
 struct Tierer {
     logs: Arc<LogManager>,
@@ -203,17 +279,10 @@ impl Tierer {
                 return None;
             }
         }
-        let dir = self.data_dir.join("iceberg");
-        match IcebergCatalog::open_sqlite(
-            &self.settings.catalog_name,
-            &dir.join("catalog.db"),
-            &dir.join("warehouse"),
-            &self.settings.namespace,
-        )
-        .await
-        {
+        let config = self.settings.catalog.catalog_config(&self.data_dir, &self.settings.catalog_name);
+        match IcebergCatalog::open(&config, &self.settings.namespace).await {
             Ok(c) => {
-                info!(catalog = %self.settings.catalog_name, dir = %dir.display(), "iceberg catalog open");
+                info!(catalog = %config.describe(), "iceberg catalog open");
                 self.catalog = Some(c.clone());
                 self.catalog_retry = None;
                 Some(c)
@@ -221,7 +290,8 @@ impl Tierer {
             Err(e) => {
                 let failures = self.catalog_retry.map_or(0, |(_, n)| n) + 1;
                 let wait = backoff(Duration::from_millis(self.settings.tick_ms), failures);
-                error!(error = %e, retry_in_ms = wait.as_millis() as u64, "cannot open the iceberg catalog");
+                error!(catalog = %config.describe(), error = %e, retry_in_ms = wait.as_millis() as u64,
+                    "cannot open the iceberg catalog");
                 self.metrics.iceberg.record_error("(catalog)", &e.kind(), &e.to_string(), now_secs());
                 self.catalog_retry = Some((Instant::now() + wait, failures));
                 None
@@ -330,7 +400,7 @@ impl Tierer {
                 m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
                 state.next = Some(outcome.next_offsets);
                 let next = state.next.clone();
-                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= ORPHAN_CHECK_INTERVAL);
+                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.settings.orphan_check_interval_ms));
                 if check_orphans {
                     state.orphans_checked = Some(Instant::now());
                 }
@@ -368,10 +438,10 @@ impl Tierer {
         }
     }
 
-    /// Deletes data files of crashed or aborted attempts (in no snapshot, older than [`ORPHAN_MIN_AGE`]).
+    /// Deletes data files of crashed or aborted attempts (in no snapshot, older than `floe.iceberg.orphan-min-age-ms`).
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
-        match table.clean_orphans(ORPHAN_MIN_AGE, true).await {
+        match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
             Ok(removed) if !removed.is_empty() => info!(topic = %name, files = removed.len(), "removed orphan data files"),
             Ok(_) => {}
             Err(e) => warn!(topic = %name, error = %e, "cannot look for orphan data files"),
@@ -411,17 +481,16 @@ mod tests {
     }
 }
 
-/// `floe iceberg status`: what the catalog in `data_dir/iceberg` holds, per
-/// table: the committed (next) offset of each partition and the totals of the
-/// current snapshot. Reads the catalog only; safe while the broker runs.
+/// `floe iceberg status`: what the configured catalog holds, per table: the
+/// committed (next) offset of each partition and the totals of the current
+/// snapshot. Reads the catalog only; safe while the broker runs.
 ///
 /// # Errors
 /// If the catalog cannot be opened or read.
-pub async fn status(data_dir: &std::path::Path, catalog_name: &str, namespace: &str) -> Result<String, TieringError> {
+pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, TieringError> {
     use std::fmt::Write;
-    let dir = data_dir.join("iceberg");
-    let catalog =
-        IcebergCatalog::open_sqlite(catalog_name, &dir.join("catalog.db"), &dir.join("warehouse"), namespace).await?;
+    let catalog_name = &config.name;
+    let catalog = IcebergCatalog::open(config, namespace).await?;
     let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
     let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
         operation: "list",
@@ -429,7 +498,7 @@ pub async fn status(data_dir: &std::path::Path, catalog_name: &str, namespace: &
         source: Box::new(source),
     })?;
     let mut out = String::new();
-    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", dir.display(), tables.len());
+    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", config.describe(), tables.len());
     for ident in tables {
         let table = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
             operation: "load",

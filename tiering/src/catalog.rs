@@ -1,6 +1,7 @@
 //! The Iceberg catalog Floe commits to: by default an embedded SQLite SQL
 //! catalog (`DATA_DIR/iceberg/catalog.db`) over a local warehouse directory
-//! (`DATA_DIR/iceberg/warehouse`), readable by pyiceberg's `SqlCatalog`.
+//! (`DATA_DIR/iceberg/warehouse`), readable by pyiceberg's `SqlCatalog`; or,
+//! per [`CatalogConfig`], a warehouse on S3 and/or an external REST catalog.
 //!
 //! Hands out [`TopicTable`]s, one per topic (namespace configurable, table
 //! named as the topic), created on first use with the topic's partition spec,
@@ -9,18 +10,28 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use iceberg::io::LocalFsStorageFactory;
+use iceberg::io::{LocalFsStorageFactory, StorageFactory};
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_rest::{RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE};
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use tracing::info;
 
+use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
 use crate::schema::{iceberg_schema, parse_partition_spec};
 use crate::table::TopicTable;
 
 /// Table property naming the Kafka topic id the table was created for.
 pub const TOPIC_ID_PROPERTY: &str = "floe.topic-id";
+
+/// Connecting to a REST catalog gives up after this long (then the caller's retry applies).
+const REST_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A REST catalog request (a commit included) gives up after this long: a hung
+/// catalog must not hold the tiering thread forever.
+const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How the SQLite catalog database is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,31 +42,65 @@ pub(crate) enum SqliteMode {
     ReadOnly,
 }
 
-/// Opens the SQLite SQL catalog `catalog_db` named `catalog_name` over the local `warehouse`.
+/// The FileIO backend: a local warehouse of the SQL catalog stays on the
+/// crate's own local storage (what the embedded catalog has always used);
+/// anything else (an S3 warehouse, or a REST catalog, which may hand out any
+/// location) goes through OpenDAL, which picks file or S3 per path.
+fn storage_factory(config: &CatalogConfig) -> Arc<dyn StorageFactory> {
+    if config.catalog_type == CatalogType::Sql && config.local_warehouse().is_some() {
+        Arc::new(LocalFsStorageFactory)
+    } else {
+        Arc::new(OpenDalResolvingStorageFactory::new())
+    }
+}
+
+/// Opens the catalog `config` describes. A SQL catalog opened
+/// [`SqliteMode::ReadWriteCreate`] creates its database; a REST catalog is
+/// reached lazily (the first call on it is what talks to the server), and
+/// `mode` does not apply to it.
 ///
 /// # Errors
-/// [`TieringError::Iceberg`] if the database cannot be opened (or, read-write, its tables created).
-pub(crate) async fn open_sql_catalog(
-    catalog_name: &str,
-    catalog_db: &Path,
-    warehouse: &Path,
-    mode: SqliteMode,
-) -> Result<Arc<dyn Catalog>> {
-    let mode = match mode {
-        SqliteMode::ReadWriteCreate => "rwc",
-        SqliteMode::ReadOnly => "ro",
-    };
-    let catalog = SqlCatalogBuilder::default()
-        .uri(format!("sqlite:{}?mode={mode}", catalog_db.display()))
-        .warehouse_location(format!("file://{}", warehouse.display()))
-        .sql_bind_style(SqlBindStyle::QMark)
-        // SQLite allows one writer: a single connection avoids "database is locked".
-        .prop("pool.max-connections", "1")
-        .with_storage_factory(Arc::new(LocalFsStorageFactory))
-        .load(catalog_name, HashMap::new())
-        .await
-        .map_err(TieringError::iceberg("open catalog", catalog_name))?;
-    Ok(Arc::new(catalog))
+/// [`TieringError::Iceberg`] if the catalog cannot be opened;
+/// [`TieringError::HttpClient`] if the REST client cannot be built.
+pub(crate) async fn open_catalog(config: &CatalogConfig, mode: SqliteMode) -> Result<Arc<dyn Catalog>> {
+    let props: HashMap<String, String> = config.properties().into_iter().collect();
+    let factory = storage_factory(config);
+    match config.catalog_type {
+        CatalogType::Sql => {
+            let catalog = SqlCatalogBuilder::default()
+                .uri(config.sqlite_uri(mode == SqliteMode::ReadWriteCreate))
+                .warehouse_location(config.warehouse.clone())
+                .sql_bind_style(SqlBindStyle::QMark)
+                // SQLite allows one writer: a single connection avoids "database is locked".
+                .prop("pool.max-connections", "1")
+                .with_storage_factory(factory)
+                .load(&config.name, props)
+                .await
+                .map_err(TieringError::iceberg("open catalog", &config.name))?;
+            Ok(Arc::new(catalog))
+        }
+        CatalogType::Rest => {
+            let mut props = props;
+            props.insert(REST_CATALOG_PROP_URI.to_string(), config.uri.clone());
+            if !config.warehouse.is_empty() {
+                props.insert(REST_CATALOG_PROP_WAREHOUSE.to_string(), config.warehouse.clone());
+            }
+            // Our own client: timeouts (the default has none), and TLS with the
+            // system's roots for https:// catalogs.
+            let client = reqwest::Client::builder()
+                .connect_timeout(REST_CONNECT_TIMEOUT)
+                .timeout(REST_REQUEST_TIMEOUT)
+                .build()
+                .map_err(TieringError::HttpClient)?;
+            let catalog = RestCatalogBuilder::default()
+                .with_client(client)
+                .with_storage_factory(factory)
+                .load(&config.name, props)
+                .await
+                .map_err(TieringError::iceberg("open catalog", &config.name))?;
+            Ok(Arc::new(catalog))
+        }
+    }
 }
 
 /// A catalog and the namespace tiered tables live in.
@@ -68,21 +113,40 @@ pub struct IcebergCatalog {
     catalog: Arc<dyn Catalog>,
     namespace: NamespaceIdent,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// What the catalog was opened with (its `s3.*` properties list S3 tables for orphans).
+    config: Option<Arc<CatalogConfig>>,
 }
 
 impl IcebergCatalog {
     /// Opens (creating) the SQLite catalog `catalog_db` named `catalog_name`
-    /// with its warehouse in `warehouse`, and ensures `namespace` exists.
-    /// Must be called inside a tokio runtime.
+    /// with its warehouse in the local directory `warehouse`, and ensures
+    /// `namespace` exists. Must be called inside a tokio runtime.
     ///
     /// # Errors
-    /// [`TieringError::Iceberg`] if the database or the namespace cannot be opened or created.
+    /// As [`IcebergCatalog::open`].
     pub async fn open_sqlite(catalog_name: &str, catalog_db: &Path, warehouse: &Path, namespace: &str) -> Result<Self> {
-        for dir in [catalog_db.parent().unwrap_or(Path::new(".")), warehouse] {
-            std::fs::create_dir_all(dir).map_err(|source| TieringError::SegmentIo { path: dir.to_path_buf(), source })?;
+        Self::open(&CatalogConfig::sqlite(catalog_name, catalog_db, warehouse), namespace).await
+    }
+
+    /// Opens the catalog `config` describes for writing and ensures
+    /// `namespace` exists. A local SQLite database and a local warehouse
+    /// directory are created if missing. Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`TieringError::SegmentIo`] if a local directory cannot be created;
+    /// [`TieringError::Iceberg`] if the catalog cannot be opened or reached, or
+    /// the namespace cannot be checked or created.
+    pub async fn open(config: &CatalogConfig, namespace: &str) -> Result<Self> {
+        let db_dir = config.sqlite_path().map(|db| db.parent().map(Path::to_path_buf).unwrap_or_default());
+        for dir in db_dir.into_iter().chain(config.local_warehouse()) {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(&dir).map_err(|source| TieringError::SegmentIo { path: dir.clone(), source })?;
+            }
         }
-        let catalog = open_sql_catalog(catalog_name, catalog_db, warehouse, SqliteMode::ReadWriteCreate).await?;
-        Self::new(catalog, namespace).await
+        let catalog = open_catalog(config, SqliteMode::ReadWriteCreate).await?;
+        let mut opened = Self::new(catalog, namespace).await?;
+        opened.config = Some(Arc::new(config.clone()));
+        Ok(opened)
     }
 
     /// Wraps an opened catalog, ensuring `namespace` exists.
@@ -98,7 +162,7 @@ impl IcebergCatalog {
                 .await
                 .map_err(TieringError::iceberg("namespace", namespace))?;
         }
-        Ok(Self { catalog, namespace: ns, locks: Arc::default() })
+        Ok(Self { catalog, namespace: ns, locks: Arc::default(), config: None })
     }
 
     /// The underlying catalog.
@@ -151,6 +215,6 @@ impl IcebergCatalog {
                 .map_err(TieringError::iceberg("create", &ident))?;
             info!(table = %ident, partition_spec, "created iceberg table");
         }
-        Ok(TopicTable::new(self.catalog.clone(), ident, lock))
+        Ok(TopicTable::new(self.catalog.clone(), ident, lock, self.config.clone()))
     }
 }

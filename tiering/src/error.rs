@@ -54,6 +54,17 @@ pub enum TieringError {
         /// The topic's id now.
         topic_id: String,
     },
+    /// Listing the object store failed (orphan cleanup).
+    #[error("cannot list {location}: {source}")]
+    ObjectStore {
+        /// The table location being listed.
+        location: String,
+        /// OpenDAL's error.
+        source: opendal::Error,
+    },
+    /// The REST catalog's HTTP client could not be built (TLS roots, settings).
+    #[error("cannot build the REST catalog's HTTP client: {0}")]
+    HttpClient(#[source] reqwest::Error),
     /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -73,6 +84,8 @@ impl TieringError {
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
             Self::InvalidPartitionSpec { .. } => "config".into(),
             Self::TopicMismatch { .. } => "topic_mismatch".into(),
+            Self::HttpClient(_) => "config".into(),
+            Self::ObjectStore { .. } => "object_store".into(),
             Self::Arrow(_) => "arrow".into(),
         }
     }

@@ -13,13 +13,15 @@
 //! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.
 //! - [`table`]: one topic's table: plan, write Parquet, guarded commit.
-//! - [`catalog`]: the (embedded SQLite) catalog, one table per topic, writer locks.
+//! - [`catalog_config`]: which catalog (SQL or REST), the warehouse (local or S3), secrets.
+//! - [`catalog`]: opens the catalog, one table per topic, writer locks.
 //! - [`reader`]: a read-only view of the catalog (namespaces, tables, current metadata) for serving it.
 //! - [`error`]: the crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod catalog;
+pub mod catalog_config;
 pub mod convert;
 pub mod error;
 mod guard;
@@ -32,6 +34,7 @@ pub mod table;
 mod test_util;
 
 pub use catalog::IcebergCatalog;
+pub use catalog_config::{CatalogConfig, CatalogType, S3Settings, Secret};
 pub use iceberg;
 pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};

@@ -3,21 +3,23 @@
 //!
 //! Answers what a REST catalog is asked — which namespaces and tables exist,
 //! a table's current metadata and where that metadata is stored — and
-//! nothing that writes: the SQLite database is opened with `mode=ro`. "Not
-//! found" is an answer (`None`), not an error, so a caller can tell a missing
-//! table from a catalog that failed.
+//! nothing that writes: the SQLite database is opened with `mode=ro`. The
+//! warehouse may be local or on S3 (the metadata files are read through the
+//! same FileIO settings the writer uses). "Not found" is an answer (`None`),
+//! not an error, so a caller can tell a missing table from a catalog that failed.
 //!
 //! The database is opened on first use, once it exists: before the first
 //! tiered table the catalog is simply empty, and the reader creates no file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use iceberg::spec::TableMetadataRef;
 use iceberg::{Catalog, ErrorKind, Namespace, NamespaceIdent, TableIdent};
 use tokio::sync::OnceCell;
 
-use crate::catalog::{open_sql_catalog, SqliteMode};
+use crate::catalog::{open_catalog, SqliteMode};
+use crate::catalog_config::CatalogConfig;
 use crate::error::{Result, TieringError};
 
 /// A table as the catalog holds it now.
@@ -42,7 +44,7 @@ pub struct CatalogReader {
 
 #[derive(Debug)]
 enum Source {
-    Sqlite { catalog_name: String, catalog_db: PathBuf, warehouse: PathBuf },
+    Config(Box<CatalogConfig>),
     Opened,
 }
 
@@ -50,14 +52,13 @@ impl CatalogReader {
     /// A reader of the SQLite catalog `catalog_db` named `catalog_name`, with
     /// its warehouse in `warehouse`. Nothing is opened until the first call.
     pub fn sqlite(catalog_name: &str, catalog_db: &Path, warehouse: &Path) -> Self {
-        Self {
-            source: Source::Sqlite {
-                catalog_name: catalog_name.to_string(),
-                catalog_db: catalog_db.to_path_buf(),
-                warehouse: warehouse.to_path_buf(),
-            },
-            opened: OnceCell::new(),
-        }
+        Self::from_config(CatalogConfig::sqlite(catalog_name, catalog_db, warehouse))
+    }
+
+    /// A reader of the SQL catalog `config` describes (its warehouse local or
+    /// on S3). Nothing is opened until the first call.
+    pub fn from_config(config: CatalogConfig) -> Self {
+        Self { source: Source::Config(Box::new(config)), opened: OnceCell::new() }
     }
 
     /// A reader of an already opened catalog (tests, other catalog kinds).
@@ -70,15 +71,12 @@ impl CatalogReader {
         if let Some(c) = self.opened.get() {
             return Ok(Some(c));
         }
-        let Source::Sqlite { catalog_name, catalog_db, warehouse } = &self.source else { return Ok(None) };
+        let Source::Config(config) = &self.source else { return Ok(None) };
         // A metadata lookup of one path: cheap enough for the reader's own runtime.
-        if !catalog_db.exists() {
+        if config.sqlite_path().is_some_and(|db| !db.exists()) {
             return Ok(None);
         }
-        let c = self
-            .opened
-            .get_or_try_init(|| open_sql_catalog(catalog_name, catalog_db, warehouse, SqliteMode::ReadOnly))
-            .await?;
+        let c = self.opened.get_or_try_init(|| open_catalog(config, SqliteMode::ReadOnly)).await?;
         Ok(Some(c))
     }
 

@@ -37,7 +37,7 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::{Catalog, TableIdent};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::convert::{ArrowConverter, Pushed, SegmentReader};
 use crate::error::{Result, TieringError};
@@ -177,11 +177,18 @@ pub struct TopicTable {
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// The catalog's settings (its `s3.*` properties list an S3 table location); `None`: defaults.
+    config: Option<Arc<crate::catalog_config::CatalogConfig>>,
 }
 
 impl TopicTable {
-    pub(crate) fn new(catalog: Arc<dyn Catalog>, ident: TableIdent, lock: Arc<tokio::sync::Mutex<()>>) -> Self {
-        Self { catalog, ident, lock }
+    pub(crate) fn new(
+        catalog: Arc<dyn Catalog>,
+        ident: TableIdent,
+        lock: Arc<tokio::sync::Mutex<()>>,
+        config: Option<Arc<crate::catalog_config::CatalogConfig>>,
+    ) -> Self {
+        Self { catalog, ident, lock, config }
     }
 
     /// The table's identifier.
@@ -376,22 +383,44 @@ impl TopicTable {
 
     /// Finds (and with `delete`, removes) data files of this table that no
     /// snapshot references and that are older than `older_than`, holding the
-    /// writer lock so no attempt of this process is in flight.
+    /// writer lock so no attempt of this process is in flight. Returns their
+    /// locations (local paths, or `s3://` URLs). Skipped (logged, nothing
+    /// found) when the table is neither in a local directory nor on S3.
     ///
     /// # Errors
-    /// As [`crate::orphans::find_orphans`].
-    pub async fn clean_orphans(&self, older_than: std::time::Duration, delete: bool) -> Result<Vec<std::path::PathBuf>> {
+    /// As [`crate::orphans::find_orphans`] and [`crate::orphans::find_s3_orphans`].
+    pub async fn clean_orphans(&self, older_than: std::time::Duration, delete: bool) -> Result<Vec<String>> {
         let _writer = self.lock.lock().await;
         let table = self.load().await?;
-        let orphans = crate::orphans::find_orphans(&table, older_than).await?;
-        for path in &orphans {
+        if !crate::orphans::is_listable(&table) {
+            info!(table = %self.ident, location = table.metadata().location(),
+                "orphan data file cleanup skipped: the table is neither in a local directory nor on S3");
+            return Ok(Vec::new());
+        }
+        if crate::catalog_config::local_path(table.metadata().location()).is_some() {
+            let orphans = crate::orphans::find_orphans(&table, older_than).await?;
+            for path in &orphans {
+                if delete {
+                    match std::fs::remove_file(path) {
+                        Ok(()) => warn!(table = %self.ident, path = %path.display(), "deleted orphan data file"),
+                        Err(e) => warn!(table = %self.ident, path = %path.display(), error = %e, "cannot delete orphan data file"),
+                    }
+                } else {
+                    warn!(table = %self.ident, path = %path.display(), "orphan data file (in no snapshot)");
+                }
+            }
+            return Ok(orphans.iter().map(|p| p.display().to_string()).collect());
+        }
+        let props = self.config.as_ref().map(|c| c.properties().into_iter().collect()).unwrap_or_default();
+        let orphans = crate::orphans::find_s3_orphans(&table, &props, older_than).await?;
+        for location in &orphans {
             if delete {
-                match std::fs::remove_file(path) {
-                    Ok(()) => warn!(table = %self.ident, path = %path.display(), "deleted orphan data file"),
-                    Err(e) => warn!(table = %self.ident, path = %path.display(), error = %e, "cannot delete orphan data file"),
+                match table.file_io().delete(location).await {
+                    Ok(()) => warn!(table = %self.ident, path = %location, "deleted orphan data file"),
+                    Err(e) => warn!(table = %self.ident, path = %location, error = %e, "cannot delete orphan data file"),
                 }
             } else {
-                warn!(table = %self.ident, path = %path.display(), "orphan data file (in no snapshot)");
+                warn!(table = %self.ident, path = %location, "orphan data file (in no snapshot)");
             }
         }
         Ok(orphans)
@@ -541,9 +570,10 @@ mod tests {
         }
         std::fs::File::options().write(true).open(&orphan).unwrap().set_modified(old).unwrap();
         let hour = std::time::Duration::from_secs(3600);
-        assert_eq!(t.clean_orphans(hour, false).await.unwrap(), vec![orphan.clone()]);
+        let want = vec![orphan.display().to_string()];
+        assert_eq!(t.clean_orphans(hour, false).await.unwrap(), want);
         assert!(orphan.exists());
-        assert_eq!(t.clean_orphans(hour, true).await.unwrap(), vec![orphan.clone()]);
+        assert_eq!(t.clean_orphans(hour, true).await.unwrap(), want);
         assert!(!orphan.exists() && young.exists() && committed[0].exists());
         assert_eq!(scanned_offsets(&t).await, (0..20).collect::<Vec<_>>());
     }

@@ -80,7 +80,8 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
                         .map(|(k, v)| {
                             let is_default = SETTINGS.iter().any(|s| s.key == k && s.default == v);
                             let source = if is_default { SOURCE_DEFAULT } else { SOURCE_STATIC_BROKER };
-                            entry(k, v, true, source, request.include_synonyms, version)
+                            let e = entry(k, v, true, source, request.include_synonyms, version);
+                            if crate::config::is_sensitive(k) { sensitive(e) } else { e }
                         })
                         .collect();
                     base.with_configs(configs)
@@ -92,6 +93,16 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// As Kafka reports a password: flagged sensitive, no value (nor in synonyms).
+fn sensitive(mut e: DescribeConfigsResourceResult) -> DescribeConfigsResourceResult {
+    e.value = None;
+    e.is_sensitive = true;
+    for synonym in &mut e.synonyms {
+        synonym.value = None;
+    }
+    e
 }
 
 fn entry(name: &str, value: &str, read_only: bool, source: i8, synonyms: bool, version: i16) -> DescribeConfigsResourceResult {

@@ -19,11 +19,10 @@ pub(crate) mod service;
 pub(crate) mod wire;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use floe_tiering::CatalogReader;
+use floe_tiering::{CatalogConfig, CatalogReader};
 use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
 use hyper::{Request, Response};
@@ -46,21 +45,23 @@ pub struct IcebergRestServer {
 }
 
 impl IcebergRestServer {
-    /// Binds `addr` and starts serving the catalog `catalog_name` of
-    /// `data_dir/iceberg` (read-only) on a thread of its own.
+    /// Binds `addr` and starts serving the SQL catalog `catalog` (read-only;
+    /// its warehouse local or on S3) on a thread of its own.
     ///
     /// # Errors
     /// The bind error, or the thread or runtime could not be started.
-    pub fn start(addr: SocketAddr, data_dir: &Path, catalog_name: &str, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    pub fn start(addr: SocketAddr, catalog: CatalogConfig, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         // Bound here, not on the thread, so a taken port fails the broker's startup at once.
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let dir = data_dir.join("iceberg");
-        let warehouse = dir.join("warehouse");
-        let warehouse_location = format!("file://{}", std::path::absolute(&warehouse).unwrap_or(warehouse.clone()).display());
-        let reader = CatalogReader::sqlite(catalog_name, &dir.join("catalog.db"), &warehouse);
-        let catalog = Arc::new(RestCatalog::new(reader, catalog_name, &warehouse_location));
+        let catalog_name = catalog.name.clone();
+        // Clients may name the warehouse by its location: an absolute one, as the writer resolves it.
+        let warehouse_location = match catalog.local_warehouse() {
+            Some(dir) => format!("file://{}", std::path::absolute(&dir).unwrap_or(dir).display()),
+            None => catalog.warehouse.clone(),
+        };
+        let catalog = Arc::new(RestCatalog::new(CatalogReader::from_config(catalog), &catalog_name, &warehouse_location));
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (stop_tx, stop_rx) = oneshot::channel();
         let handle = std::thread::Builder::new().name("floe-iceberg-rest".into()).spawn(move || {
@@ -79,7 +80,7 @@ impl IcebergRestServer {
             });
             // Dropping the runtime here cancels the connections still open.
         })?;
-        info!(url = %format!("http://{addr}"), catalog = catalog_name, "iceberg REST catalog (read-only) listening");
+        info!(url = %format!("http://{addr}"), catalog = %catalog_name, "iceberg REST catalog (read-only) listening");
         Ok(Self { addr, stop: Some(stop_tx), handle: Some(handle) })
     }
 
