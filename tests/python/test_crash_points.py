@@ -84,7 +84,9 @@ def _assert_nothing_ahead_of_the_log(data_dir: Path):
 
 def _fill_for_retention(bootstrap: str, topic: str):
     """~200 KB into a topic whose retention keeps 30 KB: retention deletes segments."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 10_000})
+    # Batches well below segment.bytes (an append larger than a segment is refused).
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 4000,
+                  "message.timeout.ms": 10_000})
     for i in range(2000):
         p.produce(topic, value=f"fill-{i:05d}-".encode() + b"f" * 90)
         p.poll(0)
@@ -104,6 +106,8 @@ def test_abort_at_crash_point_loses_nothing_acknowledged(floe_factory, point):
     wl = Workload(floe.bootstrap, topic, partitions, producers=3, consumers=2, rate_per_producer=400).start()
     try:
         if point == "log.retention.delete":
+            # Retention is only driven by the filler: let the workload get going first.
+            wait_until(lambda: wl.acked_count() >= 300, timeout=60, what="first acknowledgements")
             filler = create_topic(floe.bootstrap, unique_topic("fill"),
                                   config={"segment.bytes": "10000", "retention.bytes": "30000"})
             _fill_for_retention(floe.bootstrap, filler)
