@@ -934,6 +934,40 @@ mod tests {
     }
 
     #[test]
+    fn an_offline_directory_refuses_everything_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        m.create_topic("t", 1, BTreeMap::new()).unwrap();
+        append(&m, "t", 0, 3);
+        m.shutdown().unwrap();
+        let checkpoint = fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+        append(&m, "t", 0, 2);
+        m.log_dir_failure().mark_offline(&StorageError::Io {
+            context: "fsync",
+            path: dir.path().join("t-0"),
+            source: std::io::Error::from_raw_os_error(5),
+        });
+        let log = m.partition("t", 0).unwrap();
+        let offline = |r: Result<()>| matches!(r, Err(StorageError::LogDirOffline { .. }));
+        assert!(offline(log.append(&mut batch(1, 1_000, 10), 0).map(|_| ())));
+        assert!(offline(log.read(0, 1 << 20, true).map(|_| ())));
+        assert!(offline(log.offset_for_timestamp(0).map(|_| ())));
+        assert!(offline(log.flush()));
+        assert!(offline(log.check_online()));
+        assert!(offline(m.write_checkpoints()));
+        assert_eq!(m.run_maintenance(i64::MAX / 2).unwrap(), MaintenanceReport::default());
+        assert!(offline(m.shutdown()));
+        // Nothing was written after going offline: the recovery point stays where it was.
+        assert_eq!(fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(), checkpoint);
+        drop(log);
+        drop(m);
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let log = m.partition("t", 0).unwrap();
+        assert_eq!(log.log_end_offset(), 5, "a restart recovers the directory");
+        assert!(log.check_online().is_ok());
+    }
+
+    #[test]
     fn cluster_ids_are_url_safe_base64() {
         let a = new_cluster_id();
         assert_eq!(a.len(), 22);
