@@ -149,12 +149,21 @@ mod registry {
             .map(|a| {
                 let a = a.trim();
                 let (remaining, task) = match a.split_once('*') {
-                    Some((n, t)) => (Some(n.trim().parse::<u64>().map_err(|_| format!("bad count in `{a}`"))?), t.trim()),
+                    Some((n, t)) => (
+                        Some(
+                            n.trim()
+                                .parse::<u64>()
+                                .map_err(|_| format!("bad count in `{a}`"))?,
+                        ),
+                        t.trim(),
+                    ),
                     None => (None, a),
                 };
                 let (task, arg) = match task.split_once('(') {
                     Some((t, rest)) => {
-                        let arg = rest.strip_suffix(')').ok_or_else(|| format!("unclosed `(` in `{a}`"))?;
+                        let arg = rest
+                            .strip_suffix(')')
+                            .ok_or_else(|| format!("unclosed `(` in `{a}`"))?;
                         (t, Some(arg.to_string()))
                     }
                     None => (task, None),
@@ -207,8 +216,14 @@ mod tests {
         assert!(check("test.eio").is_ok());
         assert_eq!(check("test.eio").unwrap_err().raw_os_error(), Some(EIO));
         assert!(check("test.eio").is_ok());
-        assert_eq!(check("test.enospc").unwrap_err().raw_os_error(), Some(ENOSPC));
-        assert_eq!(check("test.enospc").unwrap_err().raw_os_error(), Some(ENOSPC));
+        assert_eq!(
+            check("test.enospc").unwrap_err().raw_os_error(),
+            Some(ENOSPC)
+        );
+        assert_eq!(
+            check("test.enospc").unwrap_err().raw_os_error(),
+            Some(ENOSPC)
+        );
         assert!(arm("no-equals-sign").is_err());
         assert!(arm("x=3*explode").is_err());
     }

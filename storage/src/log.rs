@@ -447,9 +447,9 @@ impl PartitionLog {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
         }
-        let written = st
-            .active_mut()
-            .append(records, &batches, now_ms, config.index_interval_bytes);
+        let written =
+            st.active_mut()
+                .append(records, &batches, now_ms, config.index_interval_bytes);
         self.refuse_or_go_offline(written)?;
         for (i, pb) in &producer_batches {
             let b = &batches[*i];

@@ -135,6 +135,9 @@ mod tests {
         ch.mark_offline(&cause);
         ch.mark_offline(&cause);
         assert_eq!(told.load(Ordering::SeqCst), 1);
-        assert!(matches!(ch.check(), Err(StorageError::LogDirOffline { .. })));
+        assert!(matches!(
+            ch.check(),
+            Err(StorageError::LogDirOffline { .. })
+        ));
     }
 }

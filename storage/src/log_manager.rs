@@ -955,10 +955,16 @@ mod tests {
         assert!(offline(log.flush()));
         assert!(offline(log.check_online()));
         assert!(offline(m.write_checkpoints()));
-        assert_eq!(m.run_maintenance(i64::MAX / 2).unwrap(), MaintenanceReport::default());
+        assert_eq!(
+            m.run_maintenance(i64::MAX / 2).unwrap(),
+            MaintenanceReport::default()
+        );
         assert!(offline(m.shutdown()));
         // Nothing was written after going offline: the recovery point stays where it was.
-        assert_eq!(fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(), checkpoint);
+        assert_eq!(
+            fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(),
+            checkpoint
+        );
         drop(log);
         drop(m);
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();

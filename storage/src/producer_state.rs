@@ -369,7 +369,8 @@ pub(crate) fn write_snapshot(dir: &Path, offset: i64, state: &ProducerStateManag
     let path = snapshot_file(dir, offset);
     let tmp = tmp_file(&path);
     fs::write(&tmp, state.to_snapshot(offset)).ctx("write producer snapshot", &tmp)?;
-    failpoint::check("producer.snapshot.write").ctx("rename producer snapshot into place", &path)?;
+    failpoint::check("producer.snapshot.write")
+        .ctx("rename producer snapshot into place", &path)?;
     fs::rename(&tmp, &path).ctx("rename producer snapshot into place", &path)
 }
 

@@ -201,7 +201,8 @@ impl LogSegment {
     /// land, then the injected error, as a disk that fills mid-write does.
     fn write_at_end(&self, records: &[u8]) -> std::io::Result<()> {
         if let Err(e) = failpoint::check("log.segment.append") {
-            self.log.write_all_at(&records[..records.len() / 2], self.size)?;
+            self.log
+                .write_all_at(&records[..records.len() / 2], self.size)?;
             return Err(e);
         }
         self.log.write_all_at(records, self.size)
