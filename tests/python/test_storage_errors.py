@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from clients import admin, consume_all, create_topic, unique_topic, watermarks
 from failpoints import assert_failpoints_armed
+from floe_process import wait_until
 from history import History, check
 from test_faults import _batches
 
@@ -110,3 +111,23 @@ def test_full_disk_refuses_the_append_but_stays_online(floe_factory):
     assert floe.metric("floe_log_dir_offline", dir=str(floe.data_dir)) == 0
     verdict = _restart_and_check(floe, topic, h)
     assert not verdict.unacked_read, "the refused record must not be in the log"
+
+
+def test_failed_checkpoint_rename_takes_the_log_dir_offline(floe_factory):
+    """The maintenance thread's checkpoint rename fails (its 7th checkpoint
+    write: 2 at startup, 2 at topic creation, then 2 per 200 ms tick): the
+    directory goes offline although no request failed, and produce is refused
+    from then on; a restart recovers every acknowledged record."""
+    floe = floe_factory("floe", overrides={"log.flush.scheduler.interval.ms": "200"},
+                        env={"FAILPOINTS": "log.checkpoint.write=6*off->1*return->off"})
+    assert_failpoints_armed(floe)
+    topic = create_topic(floe.bootstrap, unique_topic("rename"))
+    h = History()
+    before = _produce_one_by_one(floe, topic, h, 5, "before")
+    wait_until(lambda: floe.metric("floe_log_dir_offline", dir=str(floe.data_dir)) == 1, timeout=30,
+               what="the directory to go offline after the failed rename")
+    assert "rename into place" in floe.stderr_text() and floe.stderr_text().count(OFFLINE_LINE) == 1
+    assert _produce_one_by_one(floe, topic, h, 3, "offline") == [KafkaError.KAFKA_STORAGE_ERROR] * 3
+    verdict = _restart_and_check(floe, topic, h)
+    assert verdict.counts["acked"] == before.count(None)
+    assert _produce_one_by_one(floe, topic, h, 2, "after") == [None] * 2
