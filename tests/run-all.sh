@@ -6,6 +6,9 @@
 # Installs what the suites need (kcat from Debian, Python clients in .venv,
 # kafkajs in tests/js/node_modules), builds the workspace, then runs:
 #   1. cargo test --workspace        (unit tests + rdkafka end-to-end tests)
+#      Build and test use `--features floe-broker/failpoints`: the debug `floe` the suites start
+#      must arm FAILPOINTS (test_crash_points.py, test_storage_errors.py), and the same features in
+#      both steps keep `cargo test` from rebuilding it without. Release builds never carry them.
 #   2. pytest tests/python           (confluent-kafka, kafka-python, aiokafka, kcat, raw wire)
 #   3. node --test tests/js/         (kafkajs)
 #   4. floe-bench run SCENARIO --quick, every scenario (the benchmark harness must not rot)
@@ -120,8 +123,9 @@ banner "setup: kafkajs (tests/js, npm ci)"
 stage_done "setup-js" ok
 
 # ---------------------------------------------------------------- build
-banner "build: cargo build --workspace"
-cargo build --workspace || die "cargo build --workspace failed"
+FEATURES=(--features floe-broker/failpoints)
+banner "build: cargo build --workspace ${FEATURES[*]}"
+cargo build --workspace "${FEATURES[@]}" || die "cargo build --workspace failed"
 [ -x "$FLOE_BIN" ] || die "broker binary not found at FLOE_BIN=$FLOE_BIN"
 echo "FLOE_BIN=$FLOE_BIN"
 stage_done "build" ok
@@ -142,7 +146,7 @@ run_stage() { # name cmd...
     fi
 }
 
-run_stage "cargo test --workspace" cargo test --workspace
+run_stage "cargo test --workspace" cargo test --workspace "${FEATURES[@]}"
 # shellcheck disable=SC2086
 run_stage "pytest tests/python" "$ROOT/.venv/bin/python" -m pytest tests/python -p no:cacheprovider \
     -ra --timeout=180 ${PYTEST_ARGS:-}

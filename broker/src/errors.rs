@@ -17,7 +17,7 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidConfig { .. } => ResponseError::InvalidConfig,
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
-        StorageError::Io { .. } => ResponseError::KafkaStorageError,
+        StorageError::Io { .. } | StorageError::LogDirOffline { .. } => ResponseError::KafkaStorageError,
         StorageError::Corrupt { .. } => ResponseError::CorruptMessage,
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,

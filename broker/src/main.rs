@@ -87,6 +87,8 @@ fn main() -> anyhow::Result<()> {
         let corrupt = verify(data_dir)?;
         std::process::exit(if corrupt { 1 } else { 0 });
     }
+    arm_failpoints()?;
+
     let mut builder = ConfigBuilder::new();
     if let Some(path) = &cli.config {
         builder.load_file(path)?;
@@ -143,6 +145,19 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     runtime.block_on(floe_broker::run::run(config))?;
+    Ok(())
+}
+
+/// Arms the failpoints named in `FAILPOINTS` (builds with the `failpoints`
+/// feature only; others ignore the variable, saying so).
+fn arm_failpoints() -> anyhow::Result<()> {
+    match floe_storage::failpoint::arm_from_env() {
+        Ok(armed) if armed.is_empty() => {}
+        Ok(armed) => tracing::warn!(failpoints = %armed.join(";"),
+            "FAILPOINTS ARMED: this broker injects I/O errors or aborts on purpose; never give it data you want to keep"),
+        Err(e) if cfg!(feature = "failpoints") => anyhow::bail!(e),
+        Err(e) => tracing::warn!("{e}"),
+    }
     Ok(())
 }
 

@@ -45,6 +45,9 @@ pub struct Metrics {
     /// Damaged ranges recovery found in a partition's segments and kept
     /// (valid batches follow them; reads step over them), by topic and partition.
     pub log_corrupt_ranges: IntGaugeVec,
+    /// 1 once a log directory went offline after an I/O error (Kafka's
+    /// `OfflineLogDirectoryCount`, per directory); only a restart clears it.
+    pub log_dir_offline: IntGaugeVec,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
 }
@@ -178,6 +181,11 @@ impl Metrics {
             &["topic", "partition"],
         )
         .expect("metric");
+        let log_dir_offline = IntGaugeVec::new(
+            Opts::new("floe_log_dir_offline", "1 when the log directory is offline after an I/O error (KAFKA_STORAGE_ERROR); restart to recover"),
+            &["dir"],
+        )
+        .expect("metric");
         let iceberg = IcebergMetrics::new();
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
@@ -191,6 +199,7 @@ impl Metrics {
             Box::new(connections_rejected.clone()),
             Box::new(authorization_denied.clone()),
             Box::new(log_corrupt_ranges.clone()),
+            Box::new(log_dir_offline.clone()),
         ]
         .into_iter()
         .chain(iceberg.collectors())
@@ -214,6 +223,7 @@ impl Metrics {
             connections_rejected,
             authorization_denied,
             log_corrupt_ranges,
+            log_dir_offline,
             iceberg,
         }
     }

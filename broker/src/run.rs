@@ -147,6 +147,13 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         }
     }
     metrics.ktls_enabled.set(i64::from(ktls));
+    {
+        let failure = logs.log_dir_failure();
+        let dir = failure.dir().display().to_string();
+        metrics.log_dir_offline.with_label_values(&[dir.as_str()]).set(0);
+        let gauge = metrics.log_dir_offline.clone();
+        failure.on_offline(Box::new(move |_| gauge.with_label_values(&[dir.as_str()]).set(1)));
+    }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
         let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { addr, source })?;

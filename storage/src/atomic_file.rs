@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::{IoContext, Result};
+use crate::failpoint;
 use crate::file_names::tmp_file;
 
 /// Replaces the content of `path` with `bytes`, durably and atomically.
@@ -19,6 +20,26 @@ use crate::file_names::tmp_file;
 /// # Errors
 /// [`crate::StorageError::Io`] naming the step that failed.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically_at(path, bytes, None)
+}
+
+/// The two failpoints of one atomic write: before the rename (the `.tmp` is
+/// written and fsynced) and after it (before the directory fsync).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenameFailpoints {
+    pub(crate) before: &'static str,
+    pub(crate) after: &'static str,
+}
+
+/// [`write_atomically`], with failpoints around the rename.
+///
+/// # Errors
+/// As [`write_atomically`].
+pub(crate) fn write_atomically_at(
+    path: &Path,
+    bytes: &[u8],
+    failpoints: Option<RenameFailpoints>,
+) -> Result<()> {
     let tmp = tmp_file(path);
     {
         let mut f = OpenOptions::new()
@@ -30,7 +51,13 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes).ctx("write", &tmp)?;
         f.sync_all().ctx("fsync", &tmp)?;
     }
+    if let Some(points) = failpoints {
+        failpoint::check(points.before).ctx("rename into place", path)?;
+    }
     fs::rename(&tmp, path).ctx("rename into place", path)?;
+    if let Some(points) = failpoints {
+        failpoint::check(points.after).ctx("fsync directory", path)?;
+    }
     if let Some(dir) = path.parent() {
         sync_dir(dir)?;
     }

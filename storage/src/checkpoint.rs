@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
-use crate::atomic_file::write_atomically;
+use crate::atomic_file::{write_atomically_at, RenameFailpoints};
 use crate::error::{IoContext, Result};
 
 /// Offsets keyed by (topic, partition).
@@ -55,7 +55,11 @@ impl OffsetCheckpointFile {
         for ((topic, partition), offset) in entries {
             let _ = writeln!(s, "{topic} {partition} {offset}");
         }
-        write_atomically(&self.path, s.as_bytes())
+        let points = RenameFailpoints {
+            before: "log.checkpoint.write",
+            after: "log.checkpoint.renamed",
+        };
+        write_atomically_at(&self.path, s.as_bytes(), Some(points))
     }
 
     /// Reads the entries; empty if the file is missing or malformed (logged).

@@ -120,6 +120,26 @@ pub enum StorageError {
         #[source]
         source: std::io::Error,
     },
+    /// The log directory went offline after an I/O error (KAFKA_STORAGE_ERROR);
+    /// see [`crate::log_dir_failure`]. Only a restart brings it back.
+    #[error("log directory {} is offline ({reason})", dir.display())]
+    LogDirOffline {
+        /// The log directory.
+        dir: PathBuf,
+        /// The error that took it offline.
+        reason: String,
+    },
+}
+
+impl StorageError {
+    /// An I/O error saying the disk is full (`ENOSPC`, `EDQUOT`): an append
+    /// that failed this way and left nothing behind is refused, not fatal.
+    pub fn is_out_of_space(&self) -> bool {
+        const ENOSPC: i32 = 28;
+        const EDQUOT: i32 = 122;
+        matches!(self, StorageError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(ENOSPC | EDQUOT)))
+    }
 }
 
 /// Short for `Result<T, StorageError>`.

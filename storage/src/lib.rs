@@ -22,6 +22,8 @@
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
 //! - `loader`: `LogLoader`, recovery of a partition directory at open.
 //! - [`verify`]: CRC-32C verification of segment files, resynchronising past damage (`floe verify`, recovery).
+//! - [`log_dir_failure`]: `LogDirFailureChannel`, the data directory's offline state after an I/O error.
+//! - [`failpoint`]: named failpoints (`failpoints` feature), armed from `FAILPOINTS`.
 //! - `atomic_file`: tmp + fsync + rename + fsync-dir writes of small files.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -30,10 +32,12 @@ mod atomic_file;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod failpoint;
 pub mod file_names;
 mod index_file;
 mod loader;
 pub mod log;
+pub mod log_dir_failure;
 pub mod log_manager;
 mod offset_index;
 pub mod producer_id_manager;
@@ -48,6 +52,7 @@ pub mod verify;
 pub use checkpoint::OffsetCheckpointFile;
 pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
 pub use error::{Result, StorageError};
+pub use log_dir_failure::LogDirFailureChannel;
 pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog, TimestampAndOffset};
 pub use log_manager::{LogManager, MaintenanceReport};
 pub use producer_id_manager::ProducerIdManager;

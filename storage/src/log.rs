@@ -28,8 +28,10 @@ use tracing::{debug, info, warn};
 use crate::atomic_file::sync_dir;
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::error::{IoContext, Result, StorageError};
+use crate::failpoint;
 use crate::file_names::snapshot_file;
 use crate::loader::LogLoader;
+use crate::log_dir_failure::LogDirFailureChannel;
 use crate::producer_state::{
     delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
 };
@@ -154,6 +156,8 @@ pub struct PartitionLog {
     flush_lock: Mutex<()>,
     append_notify: Notify,
     deleted: AtomicBool,
+    /// The data directory's offline state, shared with every log in it.
+    failure: Arc<LogDirFailureChannel>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -210,7 +214,33 @@ impl PartitionLog {
             flush_lock: Mutex::new(()),
             append_notify: Notify::new(),
             deleted: AtomicBool::new(false),
+            failure: Arc::new(LogDirFailureChannel::new(dir)),
         })
+    }
+
+    /// Makes the log share `failure` (its data directory's offline state)
+    /// instead of one of its own; `LogManager` does this for every log.
+    pub(crate) fn with_failure_channel(mut self, failure: Arc<LogDirFailureChannel>) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// `Err(LogDirOffline)` once the log's directory is offline. Handlers that
+    /// answer from in-memory offsets call it so those answers fail too.
+    ///
+    /// # Errors
+    /// [`StorageError::LogDirOffline`].
+    pub fn check_online(&self) -> Result<()> {
+        self.failure.check()
+    }
+
+    /// Takes the directory offline if `result` is an I/O error (see
+    /// [`crate::log_dir_failure`]), and passes it on.
+    fn offline_on_io_error<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e @ StorageError::Io { .. }) = &result {
+            self.failure.mark_offline(e);
+        }
+        result
     }
 
     /// The topic's name.
@@ -239,7 +269,7 @@ impl PartitionLog {
                 partition: Some(self.partition),
             });
         }
-        Ok(())
+        self.failure.check()
     }
 
     /// Marks the log deleted: later calls fail with `UnknownTopicOrPartition`, drop does not flush.
@@ -410,14 +440,17 @@ impl PartitionLog {
         };
         let first_offset = st.log_end_offset;
         let last_offset = first_offset + record_count - 1;
-        self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms)?;
+        let rolled = self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms);
+        self.refuse_or_go_offline(rolled)?;
         let next = assign_offsets(records, first_offset);
         for b in &mut batches {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
         }
-        st.active_mut()
-            .append(records, &batches, now_ms, config.index_interval_bytes)?;
+        let written =
+            st.active_mut()
+                .append(records, &batches, now_ms, config.index_interval_bytes);
+        self.refuse_or_go_offline(written)?;
         for (i, pb) in &producer_batches {
             let b = &batches[*i];
             st.producers
@@ -440,6 +473,17 @@ impl PartitionLog {
             self.flush()?;
         }
         Ok(info)
+    }
+
+    /// A full disk refuses an append that left nothing behind (the segment
+    /// was cut back, or the roll created nothing in use): the producer gets
+    /// KAFKA_STORAGE_ERROR and can produce again once space is freed. Any
+    /// other I/O error takes the directory offline.
+    fn refuse_or_go_offline(&self, result: Result<()>) -> Result<()> {
+        match result {
+            Err(e) if e.is_out_of_space() => Err(e),
+            other => self.offline_on_io_error(other),
+        }
     }
 
     /// Rolls before an append of `len` bytes ending at `last_offset` if the active
@@ -470,6 +514,7 @@ impl PartitionLog {
         if st.segments.contains_key(&base) {
             return Ok(());
         }
+        failpoint::check("log.segment.roll").ctx("roll segment", &self.dir)?;
         let seg = LogSegment::create(&self.dir, base)?;
         info!(topic = %self.topic, partition = self.partition, new_base_offset = base, reason, "rolled segment");
         st.segments.insert(base, seg);
@@ -529,7 +574,8 @@ impl PartitionLog {
                 .rolling_timestamp_ms
                 .is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms);
         if due {
-            self.roll(&mut st, "segment.ms")?;
+            let rolled = self.roll(&mut st, "segment.ms");
+            self.offline_on_io_error(rolled)?;
         }
         Ok(due)
     }
@@ -547,7 +593,8 @@ impl PartitionLog {
         if st.active().is_empty() {
             return Ok(false);
         }
-        self.roll(&mut st, "requested")?;
+        let rolled = self.roll(&mut st, "requested");
+        self.offline_on_io_error(rolled)?;
         Ok(true)
     }
 
@@ -781,7 +828,8 @@ impl PartitionLog {
             (removed, snapshots, st.log_start_offset)
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
-        self.delete_segments(removed, "log start offset")?;
+        let deleted = self.delete_segments(removed, "log start offset");
+        self.offline_on_io_error(deleted)?;
         Ok(lso)
     }
 
@@ -871,7 +919,8 @@ impl PartitionLog {
             (removed, Self::take_snapshots_below_log_start(&mut st))
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
-        self.delete_segments(removed, "retention")
+        let deleted = self.delete_segments(removed, "retention");
+        self.offline_on_io_error(deleted)
     }
 
     /// When set, retention keeps every segment holding offsets `>= floor`
@@ -898,9 +947,14 @@ impl PartitionLog {
     /// recovery point, their indexes, and the directory if segments were
     /// created; then moves the recovery point to the log end offset seen at the start.
     ///
+    /// A failed fsync takes the directory offline: the kernel may have
+    /// dropped the pages it could not write, so no later fsync can vouch for them.
+    ///
     /// # Errors
-    /// [`StorageError::Io`] if an fsync fails (the recovery point stays put).
+    /// [`StorageError::Io`] if an fsync fails (the recovery point stays put);
+    /// [`StorageError::LogDirOffline`] once the directory is offline.
     pub fn flush(&self) -> Result<()> {
+        self.failure.check()?;
         let _flushing = lock(&self.flush_lock);
         let (files, target, unflushed, dir_dirty) = {
             let mut st = self.state();
@@ -920,7 +974,9 @@ impl PartitionLog {
         };
         let result = (|| {
             for (file, path) in &files {
-                file.sync_data().ctx("fsync", path)?;
+                failpoint::check("log.segment.flush")
+                    .and_then(|()| file.sync_data())
+                    .ctx("fsync", path)?;
             }
             if dir_dirty {
                 sync_dir(&self.dir)?;
@@ -930,7 +986,8 @@ impl PartitionLog {
         let mut st = self.state();
         if let Err(e) = result {
             st.dir_dirty |= dir_dirty;
-            return Err(e);
+            drop(st);
+            return self.offline_on_io_error(Err(e));
         }
         st.recovery_point = st.recovery_point.max(target);
         st.unflushed_messages = (st.unflushed_messages - unflushed).max(0);
@@ -960,7 +1017,8 @@ impl PartitionLog {
     /// # Errors
     /// As [`PartitionLog::flush`].
     pub fn close(&self) -> Result<()> {
-        if self.deleted.load(Ordering::Acquire) {
+        if self.deleted.load(Ordering::Acquire) || self.failure.is_offline() {
+            // An offline directory is not written again: the restart recovers it.
             return Ok(());
         }
         self.flush()?;
@@ -973,6 +1031,9 @@ impl PartitionLog {
     }
 
     fn needs_flush(&self) -> bool {
+        if self.failure.is_offline() {
+            return false;
+        }
         let st = self.state();
         st.unflushed_messages > 0 || st.dir_dirty || st.recovery_point < st.log_end_offset
     }

@@ -28,6 +28,7 @@ use crate::file_names::{
     LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, TMP_SUFFIX,
 };
 use crate::log::PartitionLog;
+use crate::log_dir_failure::LogDirFailureChannel;
 use crate::producer_id_manager::ProducerIdManager;
 use crate::topic::{validate_topic_name, Topic, TopicMetadata};
 
@@ -60,6 +61,8 @@ pub struct LogManager {
     admin: Mutex<()>,
     checkpoints: Mutex<()>,
     producer_ids: ProducerIdManager,
+    /// Offline after an I/O error that left the directory's state in doubt.
+    failure: Arc<LogDirFailureChannel>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -129,6 +132,7 @@ impl LogManager {
         let log_starts =
             OffsetCheckpointFile::new(data_dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
 
+        let failure = Arc::new(LogDirFailureChannel::new(&data_dir));
         let mut topics = BTreeMap::new();
         let tdir = topics_dir(&data_dir);
         for entry in fs::read_dir(&tdir).ctx("list topics", &tdir)? {
@@ -170,7 +174,8 @@ impl LogManager {
                     config.clone(),
                     recovery_points.get(&key).copied(),
                     log_starts.get(&key).copied(),
-                )?;
+                )?
+                .with_failure_channel(failure.clone());
                 partitions.push(Arc::new(log));
             }
             let topic = Topic::new(meta.name.clone(), meta.id, partitions, meta.config, config);
@@ -208,6 +213,7 @@ impl LogManager {
             admin: Mutex::new(()),
             checkpoints: Mutex::new(()),
             producer_ids,
+            failure,
         };
         manager.write_checkpoints()?;
         Ok(manager)
@@ -352,6 +358,7 @@ impl LogManager {
                     remove_dir(&dir, "stale partition directory")?;
                 }
                 PartitionLog::open(&dir, name, p, config.clone(), Some(0), Some(0))
+                    .map(|log| log.with_failure_channel(self.failure.clone()))
             })();
             match result {
                 Ok(log) => logs.push(Arc::new(log)),
@@ -536,11 +543,27 @@ impl LogManager {
         self.topics().iter().flat_map(|t| t.partitions()).collect()
     }
 
-    /// Writes the recovery-point and log-start-offset checkpoints of every partition.
+    /// The data directory's offline state (see [`crate::log_dir_failure`]).
+    pub fn log_dir_failure(&self) -> &Arc<LogDirFailureChannel> {
+        &self.failure
+    }
+
+    /// Writes the recovery-point and log-start-offset checkpoints of every
+    /// partition. An I/O error takes the directory offline; an offline
+    /// directory gets no checkpoint (its recovery points may not be trusted).
     ///
     /// # Errors
-    /// [`StorageError::Io`].
+    /// [`StorageError::Io`]; [`StorageError::LogDirOffline`].
     pub fn write_checkpoints(&self) -> Result<()> {
+        self.failure.check()?;
+        let result = self.write_checkpoint_files();
+        if let Err(e @ StorageError::Io { .. }) = &result {
+            self.failure.mark_offline(e);
+        }
+        result
+    }
+
+    fn write_checkpoint_files(&self) -> Result<()> {
         let _guard = lock(&self.checkpoints);
         let mut rps = CheckpointEntries::new();
         let mut starts = CheckpointEntries::new();
@@ -561,6 +584,10 @@ impl LogManager {
     /// # Errors
     /// The first [`StorageError`] met.
     pub fn run_maintenance(&self, now_ms: i64) -> Result<MaintenanceReport> {
+        if self.failure.is_offline() {
+            // Nothing more is written to the directory until a restart (said once, loudly, already).
+            return Ok(MaintenanceReport::default());
+        }
         let mut report = MaintenanceReport::default();
         let mut first_error = None;
         for p in self.all_partitions() {
@@ -575,7 +602,9 @@ impl LogManager {
                 Ok::<_, StorageError>(())
             })();
             match step {
-                Ok(()) | Err(StorageError::UnknownTopicOrPartition { .. }) => {}
+                Ok(())
+                | Err(StorageError::UnknownTopicOrPartition { .. })
+                | Err(StorageError::LogDirOffline { .. }) => {}
                 Err(e) => {
                     error!(topic = p.topic(), partition = p.partition(), error = %e, "log maintenance failed");
                     first_error.get_or_insert(e);
@@ -583,7 +612,9 @@ impl LogManager {
             }
         }
         if let Err(e) = self.write_checkpoints() {
-            error!(error = %e, "writing checkpoints failed");
+            if !self.failure.is_offline() {
+                error!(error = %e, "writing checkpoints failed");
+            }
             first_error.get_or_insert(e);
         }
         first_error.map_or(Ok(report), Err)
@@ -594,6 +625,8 @@ impl LogManager {
     /// # Errors
     /// The first [`StorageError`] met (every partition is still attempted).
     pub fn shutdown(&self) -> Result<()> {
+        // An offline directory is left as it is: the next start recovers it.
+        self.failure.check()?;
         let mut first_error = None;
         for p in self.all_partitions() {
             if let Err(e) = p.close() {
@@ -898,6 +931,46 @@ mod tests {
             .read()
             .unwrap();
         assert_eq!(starts.get(&("t".to_string(), 0)), Some(&6));
+    }
+
+    #[test]
+    fn an_offline_directory_refuses_everything_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        m.create_topic("t", 1, BTreeMap::new()).unwrap();
+        append(&m, "t", 0, 3);
+        m.shutdown().unwrap();
+        let checkpoint = fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+        append(&m, "t", 0, 2);
+        m.log_dir_failure().mark_offline(&StorageError::Io {
+            context: "fsync",
+            path: dir.path().join("t-0"),
+            source: std::io::Error::from_raw_os_error(5),
+        });
+        let log = m.partition("t", 0).unwrap();
+        let offline = |r: Result<()>| matches!(r, Err(StorageError::LogDirOffline { .. }));
+        assert!(offline(log.append(&mut batch(1, 1_000, 10), 0).map(|_| ())));
+        assert!(offline(log.read(0, 1 << 20, true).map(|_| ())));
+        assert!(offline(log.offset_for_timestamp(0).map(|_| ())));
+        assert!(offline(log.flush()));
+        assert!(offline(log.check_online()));
+        assert!(offline(m.write_checkpoints()));
+        assert_eq!(
+            m.run_maintenance(i64::MAX / 2).unwrap(),
+            MaintenanceReport::default()
+        );
+        assert!(offline(m.shutdown()));
+        // Nothing was written after going offline: the recovery point stays where it was.
+        assert_eq!(
+            fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(),
+            checkpoint
+        );
+        drop(log);
+        drop(m);
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let log = m.partition("t", 0).unwrap();
+        assert_eq!(log.log_end_offset(), 5, "a restart recovers the directory");
+        assert!(log.check_online().is_ok());
     }
 
     #[test]

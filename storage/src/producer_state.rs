@@ -48,6 +48,7 @@ use std::path::Path;
 use floe_protocol::record_batch::RecordBatchHeader;
 
 use crate::error::{IoContext, Result, StorageError};
+use crate::failpoint;
 use crate::file_names::{snapshot_file, tmp_file};
 
 /// Batches remembered per producer for duplicate detection (Kafka's `NUM_BATCHES_TO_RETAIN`;
@@ -368,6 +369,8 @@ pub(crate) fn write_snapshot(dir: &Path, offset: i64, state: &ProducerStateManag
     let path = snapshot_file(dir, offset);
     let tmp = tmp_file(&path);
     fs::write(&tmp, state.to_snapshot(offset)).ctx("write producer snapshot", &tmp)?;
+    failpoint::check("producer.snapshot.write")
+        .ctx("rename producer snapshot into place", &path)?;
     fs::rename(&tmp, &path).ctx("rename producer snapshot into place", &path)
 }
 

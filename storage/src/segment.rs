@@ -15,6 +15,7 @@ use std::sync::Arc;
 use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OVERHEAD};
 
 use crate::error::{IoContext, Result};
+use crate::failpoint;
 use crate::file_names::{deleted_file, index_file, log_file, time_index_file};
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
@@ -156,10 +157,14 @@ impl LogSegment {
         index_interval: u64,
     ) -> Result<()> {
         let start = self.size;
-        if let Err(e) = self.log.write_all_at(records, start) {
+        if let Err(e) = self.write_at_end(records) {
             if let Err(cut) = self.log.set_len(start) {
-                tracing::error!(segment = %self.log_path.display(), size = start, error = %cut,
-                    "cannot cut a partly written batch off the segment");
+                // A partial batch may stay past `size`: the log must go offline
+                // (the caller sees this error, not the write's) rather than
+                // leave recovery to judge bytes nobody acknowledged.
+                tracing::error!(segment = %self.log_path.display(), size = start, write_error = %e,
+                    error = %cut, "cannot cut a partly written batch off the segment");
+                return Err(cut).ctx("cut a partial batch off the segment", &self.log_path);
             }
             return Err(e).ctx("append to segment", &self.log_path);
         }
@@ -189,6 +194,18 @@ impl LogSegment {
             }
         }
         Ok(())
+    }
+
+    /// One positioned write of `records` at the segment's end. The
+    /// `log.segment.append` failpoint makes it a short write: half the bytes
+    /// land, then the injected error, as a disk that fills mid-write does.
+    fn write_at_end(&self, records: &[u8]) -> std::io::Result<()> {
+        if let Err(e) = failpoint::check("log.segment.append") {
+            self.log
+                .write_all_at(&records[..records.len() / 2], self.size)?;
+            return Err(e);
+        }
+        self.log.write_all_at(records, self.size)
     }
 
     /// The damaged byte ranges as `(start, end)`, for walks outside the log's lock.
@@ -246,6 +263,7 @@ impl LogSegment {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e).ctx("rename for deletion", &path),
             }
+            failpoint::check("log.retention.delete").ctx("delete", &deleted)?;
             std::fs::remove_file(&deleted).ctx("delete", &deleted)?;
         }
         Ok(())

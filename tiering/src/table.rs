@@ -357,6 +357,7 @@ impl TopicTable {
         let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
         let guarded =
             ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
+        self.failpoint("tiering.iceberg.commit")?;
         let committed = match tx.commit(&guarded).await {
             Ok(t) => t,
             Err(e) if e.message().starts_with(MOVED) => {
@@ -366,6 +367,8 @@ impl TopicTable {
             }
             Err(e) => return Err(TieringError::iceberg("commit", &self.ident)(e)),
         };
+        // Committed, not yet reported: the next pass must plan from the catalog's offsets.
+        self.failpoint("tiering.iceberg.committed")?;
         let snapshot = committed.metadata().current_snapshot();
         outcome.snapshot_id = snapshot.map(|s| s.snapshot_id());
         if snapshot.and_then(|s| s.parent_snapshot_id()) != base_snapshot {
@@ -379,6 +382,16 @@ impl TopicTable {
         outcome.next_offsets = next;
         debug!(table = %self.ident, ?outcome.committed, rows = outcome.rows, files = outcome.files, "tiered");
         Ok(outcome)
+    }
+
+    /// The failpoint `name` (see `floe_storage::failpoint`), its injected error as a commit failure.
+    fn failpoint(&self, name: &str) -> Result<()> {
+        floe_storage::failpoint::check(name).map_err(|e| {
+            TieringError::iceberg("commit", &self.ident)(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!("failpoint {name}: {e}"),
+            ))
+        })
     }
 
     /// Finds (and with `delete`, removes) data files of this table that no

@@ -327,6 +327,12 @@ fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = &'a [LogRecord]>) -> 
         return Ok(());
     }
     log.append(&mut buf, now)?;
+    // Appended, not yet fsynced nor acknowledged: a crash here must cost nothing acknowledged.
+    if let Err(source) = floe_storage::failpoint::check("group.offsets.write") {
+        let e = StorageError::Io { context: "fsync group offsets", path: log.dir().to_path_buf(), source };
+        logs.log_dir_failure().mark_offline(&e);
+        return Err(e.into());
+    }
     log.flush()?;
     Ok(())
 }

@@ -155,6 +155,9 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool) -> FetchPartitionResp
     if t.current_leader_epoch > LEADER_EPOCH {
         return failed(ResponseError::UnknownLeaderEpoch, -1, -1);
     }
+    if let Err(e) = log.check_online() {
+        return failed(kafka_error(&e), -1, -1);
+    }
     // The first partition with data may exceed the limit by one batch (KIP-74);
     // the others only get what fits, which can be nothing.
     let min_one = first_with_data;
@@ -182,7 +185,7 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool) -> FetchPartitionResp
         },
         Err(e) => {
             let code = kafka_error(&e);
-            if code != ResponseError::OffsetOutOfRange {
+            if code != ResponseError::OffsetOutOfRange && log.check_online().is_ok() {
                 tracing::warn!(topic = %t.topic_name, partition = t.partition, error = %e, "fetch read failed");
             }
             failed(code, log.high_watermark(), log.log_start_offset())

@@ -40,6 +40,9 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
                 if p.current_leader_epoch > LEADER_EPOCH {
                     return base.with_error_code(ResponseError::UnknownLeaderEpoch.code());
                 }
+                if let Err(e) = log.check_online() {
+                    return base.with_error_code(kafka_error(&e).code());
+                }
                 let found: Result<Option<(i64, i64)>, _> = match p.timestamp {
                     LATEST => Ok(Some((log.high_watermark(), -1))),
                     EARLIEST => Ok(Some((log.log_start_offset(), -1))),

@@ -136,6 +136,11 @@ fn append(
         Err(e @ (StorageError::OutOfOrderSequence { .. } | StorageError::InvalidProducerEpoch { .. })) => {
             Err((kafka_error(&e), e.to_string()))
         }
+        // Said once, loudly, when the directory went offline; not again per request.
+        Err(e @ StorageError::LogDirOffline { .. }) => {
+            tracing::debug!(topic, partition, error = %e, "append refused");
+            Err((kafka_error(&e), e.to_string()))
+        }
         Err(e) => {
             tracing::error!(topic, partition, error = %e, "append failed");
             Err((kafka_error(&e), e.to_string()))
