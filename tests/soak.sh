@@ -15,7 +15,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export FLOE_BIN="${FLOE_BIN:-$TARGET_DIR/debug/floe}"
 export FLOE_SOAK_SECONDS="${1:-3600}"
 export FLOE_SOAK_REPORT="$TARGET_DIR/soak-report.json"
-cargo build -p floe-broker --bin floe
+cargo build -p floe-broker --bin floe --features failpoints  # the same binary tests/run-all.sh builds (none armed)
 "$ROOT/.venv/bin/python" -m pytest tests/python/test_faults.py -k kill9_loop -p no:cacheprovider \
     --timeout=0 -s -q
 cat "$FLOE_SOAK_REPORT"
