@@ -3,19 +3,59 @@
 #
 #     bash tests/soak.sh [SECONDS]        # default 3600
 #
-# Runs the kill -9 loop (tests/python/test_faults.py) for SECONDS against a
-# debug build: idempotent acks=all producers and group consumers while the
-# broker is SIGKILLed at random moments, then the history checker. The verdict
-# and fault counts go to $CARGO_TARGET_DIR/soak-report.json (and are printed);
-# copy them into docs/reliability.md. Assumes tests/run-all.sh ran once (venv, build).
+# Spends SECONDS on three kinds of fault against a debug build, each ending with
+# the history checker (tests/python/history.py):
+#   1. half the time: the kill -9 loop (test_faults.py): idempotent acks=all
+#      producers and group consumers while the broker is SIGKILLed at random moments;
+#   2. a quarter: power cuts at random moments on the FUSE rig (test_power_loss.py,
+#      flush.messages=1, plain and torn cuts; ~2 s per cycle), skipped without
+#      /dev/fuse or root;
+#   3. the rest: every crash point (test_crash_points.py), round after round.
+# The kill loop's verdict and counts go to $CARGO_TARGET_DIR/soak-report.json; the
+# summary at the end gives each phase's outcome. Copy both into docs/reliability.md.
+# Assumes tests/run-all.sh ran once (venv, build).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export FLOE_BIN="${FLOE_BIN:-$TARGET_DIR/debug/floe}"
-export FLOE_SOAK_SECONDS="${1:-3600}"
+TOTAL="${1:-3600}"
+PY="$ROOT/.venv/bin/python"
+PYTEST=(-p no:cacheprovider --timeout=0 -q)
+
+# The same build as tests/run-all.sh (the same feature set, so nothing rebuilds): failpoints
+# compiled in, none armed unless a test asks; the power-loss rig's binary beside floe.
+cargo build --workspace --features floe-broker/failpoints
+
+SUMMARY=()
+phase() { # name seconds-budget cmd...
+    local name="$1" started=$SECONDS; shift
+    printf '\n== soak phase: %s\n' "$name"
+    if "$@"; then SUMMARY+=("$(printf '%-14s ok     %5ds' "$name" $((SECONDS - started)))")
+    else SUMMARY+=("$(printf '%-14s FAILED %5ds' "$name" $((SECONDS - started)))"); FAILED=1; fi
+}
+FAILED=0
+
+export FLOE_SOAK_SECONDS=$((TOTAL / 2))
 export FLOE_SOAK_REPORT="$TARGET_DIR/soak-report.json"
-cargo build -p floe-broker --bin floe --features failpoints  # the same binary tests/run-all.sh builds (none armed)
-"$ROOT/.venv/bin/python" -m pytest tests/python/test_faults.py -k kill9_loop -p no:cacheprovider \
-    --timeout=0 -s -q
+phase "kill -9 loop" "$PY" -m pytest tests/python/test_faults.py -k kill9_loop "${PYTEST[@]}" -s
+
+# Two parametrised cases (plain, torn) share the quarter.
+export FLOE_POWERLOSS_CYCLES=$(( TOTAL / 4 / 2 / 2 > 5 ? TOTAL / 4 / 2 / 2 : 5 ))
+phase "power cuts" "$PY" -m pytest tests/python/test_power_loss.py -k flush_messages_1 "${PYTEST[@]}"
+
+crash_rounds() {
+    local deadline=$((SECONDS + TOTAL / 4)) round=0
+    while [ "$SECONDS" -lt "$deadline" ] || [ "$round" = 0 ]; do
+        round=$((round + 1))
+        echo "-- crash points, round $round"
+        "$PY" -m pytest tests/python/test_crash_points.py "${PYTEST[@]}" || return 1
+    done
+    echo "-- crash points: $round round(s), all valid"
+}
+phase "crash points" crash_rounds
+
+printf '\n== soak summary (%ds of %ds asked)\n' "$SECONDS" "$TOTAL"
+for line in "${SUMMARY[@]}"; do printf '   %s\n' "$line"; done
 cat "$FLOE_SOAK_REPORT"
+exit "$FAILED"
