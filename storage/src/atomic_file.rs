@@ -19,7 +19,7 @@ use crate::file_names::tmp_file;
 ///
 /// # Errors
 /// [`crate::StorageError::Io`] naming the step that failed.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomically_at(path, bytes, None)
 }
 

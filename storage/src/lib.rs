@@ -29,6 +29,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod atomic_file;
+pub use atomic_file::write_atomically;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

@@ -10,7 +10,6 @@
 //! B64, "iterations": 4096, "stored_key": B64, "server_key": B64}}}}`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -151,17 +150,8 @@ impl CredentialStore {
         let io = |source| CredentialError::Io { path: self.path.clone(), source };
         let disk = OnDisk { version: 1, users: users.clone() };
         let bytes = serde_json::to_vec_pretty(&disk).map_err(|e| io(std::io::Error::other(e)))?;
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&bytes).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        // tmp + fsync + rename + directory fsync, as for every small file the broker keeps.
+        floe_storage::write_atomically(&self.path, &bytes).map_err(|e| io(std::io::Error::other(e)))
     }
 }
 
