@@ -2,9 +2,16 @@
 //! reads, timestamp lookups, retention, rolling and flushing.
 //!
 //! Offsets, Kafka's names: `log_start_offset` (first offset a consumer can
-//! fetch), `log_end_offset` (next offset to assign; also the high watermark
-//! and the last stable offset, as Floe has one replica and no transactions
-//! spanning appends), `recovery_point` (everything below it is fsynced).
+//! fetch), `log_end_offset` (next offset to assign), `high_watermark`
+//! (offsets below it are readable; also the last stable offset, as Floe has
+//! no transactions spanning appends), `recovery_point` (everything below it
+//! is fsynced).
+//!
+//! With one replica the high watermark would simply be the log end offset,
+//! but an append that `flush.messages` makes fsync is not complete until the
+//! fsync returns: only then does the high watermark pass it (Kafka's order).
+//! Otherwise a consumer could read a batch that a power cut then drops,
+//! and the producer's retry would land it again at a later offset.
 //!
 //! Idempotent producers: each log has a [`ProducerStateManager`] checked and
 //! updated under the log's lock by every append (duplicates are answered
@@ -88,6 +95,10 @@ struct LogState {
     segments: BTreeMap<i64, LogSegment>,
     log_start_offset: i64,
     log_end_offset: i64,
+    /// Offsets below it are readable; never above `log_end_offset`.
+    high_watermark: i64,
+    /// Where the high watermark sits in the files: reads stop there.
+    high_watermark_position: SegmentPosition,
     recovery_point: i64,
     unflushed_messages: i64,
     last_flush_ms: Option<i64>,
@@ -100,7 +111,44 @@ struct LogState {
     snapshots: BTreeSet<i64>,
 }
 
+/// A byte position in one segment's log file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SegmentPosition {
+    segment_base_offset: i64,
+    position: u64,
+}
+
 impl LogState {
+    /// The position of the log end offset: the end of the active segment.
+    fn log_end_position(&self) -> SegmentPosition {
+        let active = self.active();
+        SegmentPosition {
+            segment_base_offset: active.base_offset,
+            position: active.size,
+        }
+    }
+
+    /// Moves the high watermark up to `offset`, which sits at `position`
+    /// (a log end offset and its position seen earlier); never backwards.
+    fn advance_high_watermark(&mut self, offset: i64, position: SegmentPosition) {
+        if offset > self.high_watermark {
+            self.high_watermark = offset;
+            self.high_watermark_position = position;
+        }
+    }
+
+    /// Where a read of the segment based at `base_offset` must stop: the
+    /// high watermark's position in that segment, its end if the high
+    /// watermark lies in a later one, `None` if it lies in an earlier one.
+    fn high_watermark_end(&self, base_offset: i64, size: u64) -> Option<u64> {
+        let hw = self.high_watermark_position;
+        match base_offset.cmp(&hw.segment_base_offset) {
+            std::cmp::Ordering::Less => Some(size),
+            std::cmp::Ordering::Equal => Some(hw.position.min(size)),
+            std::cmp::Ordering::Greater => None,
+        }
+    }
+
     fn active(&self) -> &LogSegment {
         self.segments
             .values()
@@ -194,23 +242,32 @@ impl PartitionLog {
             log_end_offset = loaded.log_end_offset,
             "opened partition log"
         );
+        let mut state = LogState {
+            config,
+            segments: loaded.segments,
+            log_start_offset: loaded.log_start_offset,
+            log_end_offset: loaded.log_end_offset,
+            // Everything recovery kept is readable (it was flushed, or was
+            // never promised to be).
+            high_watermark: loaded.log_end_offset,
+            high_watermark_position: SegmentPosition {
+                segment_base_offset: 0,
+                position: 0,
+            },
+            recovery_point: loaded.recovery_point,
+            unflushed_messages: 0,
+            last_flush_ms: None,
+            retention_floor: None,
+            dir_dirty: false,
+            producers: loaded.producers,
+            snapshots: loaded.snapshots,
+        };
+        state.high_watermark_position = state.log_end_position();
         Ok(Self {
             topic: topic.to_string(),
             partition,
             dir: dir.to_path_buf(),
-            state: Mutex::new(LogState {
-                config,
-                segments: loaded.segments,
-                log_start_offset: loaded.log_start_offset,
-                log_end_offset: loaded.log_end_offset,
-                recovery_point: loaded.recovery_point,
-                unflushed_messages: 0,
-                last_flush_ms: None,
-                retention_floor: None,
-                dir_dirty: false,
-                producers: loaded.producers,
-                snapshots: loaded.snapshots,
-            }),
+            state: Mutex::new(state),
             flush_lock: Mutex::new(()),
             append_notify: Notify::new(),
             deleted: AtomicBool::new(false),
@@ -306,9 +363,10 @@ impl PartitionLog {
         self.state().log_end_offset
     }
 
-    /// Offsets below it are readable by consumers: the log end offset (single replica).
+    /// Offsets below it are readable by consumers: the log end offset, once
+    /// the fsync that `flush.messages` asked of the last append has returned.
     pub fn high_watermark(&self) -> i64 {
-        self.state().log_end_offset
+        self.state().high_watermark
     }
 
     /// Offsets below it are fsynced, and recovery may trust them without a
@@ -358,6 +416,21 @@ impl PartitionLog {
     /// [`StorageError::OutOfOrderSequence`] from the producer state (nothing is
     /// appended); [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
+        let (info, flush_due) = self.write_batches(records, now_ms)?;
+        if flush_due {
+            // `flush` moves the high watermark past this append when it returns.
+            self.flush()?;
+        }
+        if info.record_count > 0 {
+            self.append_notify.notify_waiters();
+        }
+        Ok(info)
+    }
+
+    /// The first half of [`PartitionLog::append`]: writes the batches under
+    /// the lock and says whether `flush.messages` asks for an fsync before
+    /// the append is complete (until then the high watermark stays below it).
+    fn write_batches(&self, records: &mut [u8], now_ms: i64) -> Result<(LogAppendInfo, bool)> {
         self.check_live()?;
         let mut batches = Vec::new();
         // (index into `batches`, producer fields) of the idempotent batches.
@@ -386,14 +459,15 @@ impl PartitionLog {
 
         let mut st = self.state();
         if batches.is_empty() {
-            return Ok(LogAppendInfo {
+            let info = LogAppendInfo {
                 first_offset: -1,
                 last_offset: -1,
                 log_append_time: -1,
                 log_start_offset: st.log_start_offset,
                 record_count: 0,
                 duplicate: false,
-            });
+            };
+            return Ok((info, false));
         }
         let config = st.config.clone();
         if max_batch > config.max_message_bytes {
@@ -415,7 +489,10 @@ impl PartitionLog {
             if let AppendCheck::Duplicate(original) = st.producers.check(&pbs)? {
                 debug!(topic = %self.topic, partition = self.partition, producer_id = pbs[0].producer_id,
                     first_offset = original.first_offset, "duplicate batch not appended");
-                return Ok(LogAppendInfo {
+                // If the original append's fsync has not returned yet, the
+                // retry is acknowledged only once the batch is durable.
+                let flush_due = original.last_offset >= st.high_watermark;
+                let info = LogAppendInfo {
                     first_offset: original.first_offset,
                     last_offset: original.last_offset,
                     log_append_time: if log_append_time_topic {
@@ -426,7 +503,8 @@ impl PartitionLog {
                     log_start_offset: st.log_start_offset,
                     record_count: 0,
                     duplicate: true,
-                });
+                };
+                return Ok((info, flush_due));
             }
         }
         let log_append_time = if log_append_time_topic {
@@ -459,6 +537,11 @@ impl PartitionLog {
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
         let flush_due = st.unflushed_messages >= config.flush_messages;
+        if !flush_due {
+            // No fsync was asked for: the append is complete now.
+            let end = st.log_end_position();
+            st.advance_high_watermark(next, end);
+        }
         let info = LogAppendInfo {
             first_offset,
             last_offset,
@@ -467,12 +550,7 @@ impl PartitionLog {
             record_count,
             duplicate: false,
         };
-        drop(st);
-        self.append_notify.notify_waiters();
-        if flush_due {
-            self.flush()?;
-        }
-        Ok(info)
+        Ok((info, flush_due))
     }
 
     /// A full disk refuses an append that left nothing behind (the segment
@@ -620,12 +698,14 @@ impl PartitionLog {
         self.check_live()?;
         let (file, path, mut position, end, hw, lso, holes) = {
             let st = self.state();
-            let (hw, lso) = (st.log_end_offset, st.log_start_offset);
-            if fetch_offset < lso || fetch_offset > hw {
+            let (hw, lso) = (st.high_watermark, st.log_start_offset);
+            // As Kafka: out of range only past the log end offset; between
+            // the high watermark and it the answer is just empty.
+            if fetch_offset < lso || fetch_offset > st.log_end_offset {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: fetch_offset,
                     log_start: lso,
-                    log_end: hw,
+                    log_end: st.log_end_offset,
                 });
             }
             let empty = FetchDataInfo {
@@ -634,17 +714,20 @@ impl PartitionLog {
                 log_start_offset: lso,
                 last_stable_offset: hw,
             };
-            if fetch_offset == hw {
+            if fetch_offset >= hw {
                 return Ok(empty);
             }
             let Some(seg) = st.segment_for(fetch_offset) else {
+                return Ok(empty);
+            };
+            let Some(end) = st.high_watermark_end(seg.base_offset, seg.size) else {
                 return Ok(empty);
             };
             (
                 seg.log.clone(),
                 seg.log_path.clone(),
                 seg.offset_index.position_for(fetch_offset),
-                seg.size,
+                end,
                 hw,
                 lso,
                 seg.holes(),
@@ -815,11 +898,11 @@ impl PartitionLog {
         self.check_live()?;
         let (removed, snapshots, lso) = {
             let mut st = self.state();
-            if offset < 0 || offset > st.log_end_offset {
+            if offset < 0 || offset > st.high_watermark {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: offset,
                     log_start: st.log_start_offset,
-                    log_end: st.log_end_offset,
+                    log_end: st.high_watermark,
                 });
             }
             st.log_start_offset = st.log_start_offset.max(offset);
@@ -932,13 +1015,16 @@ impl PartitionLog {
         self.state().retention_floor = floor;
     }
 
-    /// The sealed segments (all but the active one), oldest first.
+    /// The sealed segments (all but the active one) wholly below the high
+    /// watermark, oldest first: a segment whose last append still awaits its
+    /// fsync is not handed to tiering.
     pub fn sealed_segments(&self) -> Vec<SegmentInfo> {
         let st = self.state();
         let n = st.segments.len();
         st.segments
             .values()
             .take(n.saturating_sub(1))
+            .filter(|s| s.next_offset <= st.high_watermark)
             .map(LogSegment::info)
             .collect()
     }
@@ -970,7 +1056,8 @@ impl PartitionLog {
                 .flat_map(|(_, s)| s.files())
                 .collect();
             let dirty = std::mem::take(&mut st.dir_dirty);
-            (files, st.log_end_offset, st.unflushed_messages, dirty)
+            let end = st.log_end_position();
+            (files, (st.log_end_offset, end), st.unflushed_messages, dirty)
         };
         let result = (|| {
             for (file, path) in &files {
@@ -989,8 +1076,12 @@ impl PartitionLog {
             drop(st);
             return self.offline_on_io_error(Err(e));
         }
+        let (target, target_position) = target;
         st.recovery_point = st.recovery_point.max(target);
         st.unflushed_messages = (st.unflushed_messages - unflushed).max(0);
+        // Everything written before the fsyncs began is durable: appends
+        // waiting on `flush.messages` are complete up to there.
+        st.advance_high_watermark(target, target_position);
         Ok(())
     }
 
@@ -1395,6 +1486,50 @@ mod tests {
         assert!(!log.flush_if_due(600).unwrap());
         assert!(log.flush_if_due(1_100).unwrap());
         assert_eq!(log.recovery_point(), 5);
+    }
+
+    #[test]
+    fn high_watermark_waits_for_the_flush_messages_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "1")]));
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+        assert_eq!((log.log_end_offset(), log.high_watermark()), (2, 2));
+
+        // Written, its fsync not yet run: not readable, not tiered, not "latest".
+        let (info, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0).unwrap();
+        assert!(flush_due);
+        assert_eq!(info.first_offset, 2);
+        assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
+        let offsets: Vec<i64> = read_all(&log, 0).iter().map(|r| r.0).collect();
+        assert_eq!(offsets, vec![0, 1], "the unflushed batch is not sent");
+        let at_hw = log.read(2, 1 << 20, true).unwrap();
+        assert!(at_hw.region.is_none());
+        assert_eq!(at_hw.high_watermark, 2);
+        assert!(
+            matches!(log.read(6, 1 << 20, true), Err(StorageError::OffsetOutOfRange { .. })),
+            "past the log end offset is still out of range"
+        );
+        assert!(log.delete_records_before(4).is_err(), "DeleteRecords stops at the high watermark");
+
+        log.flush().unwrap();
+        assert_eq!(log.high_watermark(), 5);
+        assert_eq!(read_all(&log, 0).len(), 5);
+    }
+
+    #[test]
+    fn a_retry_of_a_batch_awaiting_its_fsync_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "1")]));
+        let mut first = idempotent_batch((7, 0, 0), 2, 5);
+        let mut retry = first.clone();
+        let (_, flush_due) = log.write_batches(&mut first, 0).unwrap();
+        assert!(flush_due);
+        assert_eq!(log.high_watermark(), 0);
+        let info = log.append(&mut retry, 0).unwrap();
+        assert!(info.duplicate);
+        assert_eq!((info.first_offset, info.last_offset), (0, 1));
+        assert_eq!(log.high_watermark(), 2, "the retry's answer waited for the fsync");
+        assert_eq!(log.recovery_point(), 2);
     }
 
     fn segmented_log(dir: &Path, extra: &[(&str, &str)]) -> PartitionLog {
