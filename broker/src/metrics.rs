@@ -30,6 +30,9 @@ pub struct Metrics {
     pub fetch_bytes: IntCounterVec,
     /// 1 when TLS fetches can use kernel TLS, 0 when they take the copying path.
     pub ktls_enabled: IntGauge,
+    /// TLS sessions offered to the kernel, by outcome (`offloaded`, `tls12`,
+    /// `ulp_refused`, `failed`).
+    pub ktls_sessions: IntCounterVec,
     /// Connections by listener name and security protocol, as accepted.
     pub connections_accepted: IntCounterVec,
     /// Record batch bytes appended by Produce.
@@ -155,6 +158,14 @@ impl Metrics {
         let ktls_enabled =
             IntGauge::new("floe_ktls_enabled", "1 when fetches on TLS listeners can use kernel TLS (sendfile), 0 when they copy")
                 .expect("metric");
+        let ktls_sessions = IntCounterVec::new(
+            Opts::new(
+                "floe_ktls_sessions_total",
+                "TLS sessions offered to kernel TLS after the handshake, by outcome: offloaded, tls12 (kept in user space), ulp_refused, failed (connection closed)",
+            ),
+            &["outcome"],
+        )
+        .expect("metric");
         let connections_accepted = IntCounterVec::new(
             Opts::new("floe_connections_accepted_total", "Connections accepted, by listener and security protocol"),
             &["listener", "protocol"],
@@ -192,6 +203,7 @@ impl Metrics {
             Box::new(request_duration.clone()),
             Box::new(fetch_bytes.clone()),
             Box::new(ktls_enabled.clone()),
+            Box::new(ktls_sessions.clone()),
             Box::new(connections_accepted.clone()),
             Box::new(produce_bytes.clone()),
             Box::new(produce_records.clone()),
@@ -210,12 +222,16 @@ impl Metrics {
         for path in FETCH_PATHS {
             fetch_bytes.with_label_values(&[path]);
         }
+        for outcome in ["offloaded", "tls12", "ulp_refused", "failed"] {
+            ktls_sessions.with_label_values(&[outcome]);
+        }
         Self {
             registry,
             requests,
             request_duration,
             fetch_bytes,
             ktls_enabled,
+            ktls_sessions,
             connections_accepted,
             produce_bytes,
             produce_records,

@@ -1,6 +1,9 @@
 """TLS listeners: real clients over SSL next to a PLAINTEXT listener, byte-identical
 fetches, clean refusals (plaintext client on the TLS port, untrusted or expired
-certificates), certificate reload on SIGHUP, and the kTLS fallback.
+certificates), certificate reload on SIGHUP, and kernel TLS: on a kernel with
+kTLS, TLS 1.3 fetches must go out with sendfile (`sendfile-ktls`) and TLS 1.2
+sessions stay in user space; on a kernel without it, the same tests prove the
+copying fallback (`copy-tls`).
 
 Certificates come from a CA the test generates (tls_certs.py)."""
 
@@ -22,7 +25,26 @@ from floe_process import free_port, wait_until
 from test_zero_copy import fetch_requests, fetch_requests_v12, produce_sample
 from tls_certs import make_pki
 
-KTLS_IN_KERNEL = "tls" in Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().split()
+TCP_ULP = 31
+
+
+def _kernel_takes_tls_ulp() -> bool:
+    """The broker's own probe: setsockopt(TCP_ULP, "tls") on a connected loopback
+    socket (which also loads the module where it exists but is not listed)."""
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            try:
+                client.setsockopt(socket.IPPROTO_TCP, TCP_ULP, b"tls")
+                return True
+            except OSError:
+                return False
+
+
+KTLS_IN_KERNEL = _kernel_takes_tls_ulp()
+# Where fetches on a TLS listener go: sendfile on a kTLS socket, or the copying path.
+TLS_FETCH_PATH = "sendfile-ktls" if KTLS_IN_KERNEL else "copy-tls"
 
 
 @pytest.fixture
@@ -85,10 +107,12 @@ def test_confluent_produce_consume_over_ssl_and_metadata_per_listener(floe_facto
     # The same records over the plaintext listener of the same broker.
     assert [m.value() for m in consume_range(floe.bootstrap, topic, 0, 500)] == [m["value"] for m in msgs]
 
-    # TLS fetches took the copying path; the plaintext one sendfile; no kTLS here unless the kernel has it.
-    assert floe.metric("floe_fetch_bytes_total", path="copy-tls") >= sum(len(m["value"]) for m in msgs)
+    # TLS fetches took sendfile on kTLS where the kernel has it, else the copying path;
+    # the plaintext one sendfile.
+    other_tls_path = "copy-tls" if KTLS_IN_KERNEL else "sendfile-ktls"
+    assert floe.metric("floe_fetch_bytes_total", path=TLS_FETCH_PATH) >= sum(len(m["value"]) for m in msgs)
+    assert floe.metric("floe_fetch_bytes_total", path=other_tls_path) == 0
     assert floe.metric("floe_fetch_bytes_total", path="sendfile-plaintext") > 0
-    assert floe.metric("floe_fetch_bytes_total", path="sendfile-ktls") == 0
     assert floe.metric("floe_connections_accepted_total", listener="SSL", protocol="SSL") > 0
 
 
@@ -128,8 +152,10 @@ def test_fetch_over_tls_is_byte_identical_to_plaintext(floe_factory, pki):
     # Not vacuous: the full fetch carries every record.
     parts = kwire.parse_fetch_v4(responses["tls"]["all"][4:])
     assert sum(len(b.records) for b in kwire.decode_batches(parts[0].records)) == 1000
-    assert floe.metric("floe_fetch_bytes_total", path="copy-tls") > 0
+    assert floe.metric("floe_fetch_bytes_total", path=TLS_FETCH_PATH) > 0
     assert floe.metric("floe_fetch_bytes_total", path="sendfile-plaintext") > 0
+    if KTLS_IN_KERNEL:
+        assert floe.metric("floe_ktls_sessions_total", outcome="offloaded") > 0
 
 
 def still_serves(floe, pki):
@@ -266,3 +292,37 @@ def test_ktls_missing_is_detected_and_tls_fetches_copy(floe_factory, pki):
     with pytest.raises(Exception) as e:
         forced.start()
     assert "floe.ssl.ktls=on" in str(e.value)
+
+
+@pytest.mark.skipif(not KTLS_IN_KERNEL, reason="this kernel has no kTLS (the fallback test covers it)")
+def test_ktls_offloads_tls13_keeps_tls12_in_user_space_and_can_be_switched_off(floe_factory, pki):
+    """On a kTLS kernel: a TLS 1.3 session is handed to the kernel and its fetch goes
+    out with sendfile; a TLS 1.2 session stays in rustls (copying path); both read the
+    same bytes as plaintext; floe.ssl.ktls=off keeps every session in user space."""
+    floe = tls_broker(floe_factory, pki)
+    assert floe.metric("floe_ktls_enabled") == 1
+    topic = create_topic(floe.bootstrap, unique_topic("ktls-on"))
+    produce_sample(floe, topic, n=500, size=200)
+    bodies = fetch_requests(topic, 500)
+    with kwire.KafkaConn("127.0.0.1", floe.port) as conn:
+        plain = conn.call_raw(kwire.API_FETCH, 4, bodies["all"])
+    for version, path in ((ssl.TLSVersion.TLSv1_3, "sendfile-ktls"), (ssl.TLSVersion.TLSv1_2, "copy-tls")):
+        ctx = ssl_context(pki)
+        ctx.minimum_version = ctx.maximum_version = version
+        before = floe.metric("floe_fetch_bytes_total", path=path)
+        with kwire.KafkaConn("127.0.0.1", floe.ssl_port, ssl_context=ctx) as conn:
+            for _ in range(3):  # several requests on one kTLS session
+                assert conn.call_raw(kwire.API_FETCH, 4, bodies["all"]) == plain, version
+        assert floe.metric("floe_fetch_bytes_total", path=path) >= before + 3 * 500 * 200, version
+    assert floe.metric("floe_ktls_sessions_total", outcome="offloaded") >= 1
+    assert floe.metric("floe_ktls_sessions_total", outcome="tls12") >= 1
+    assert floe.metric("floe_ktls_sessions_total", outcome="failed") == 0
+    floe.stop()
+
+    off = tls_broker(floe_factory, pki, name="ktls-off", extra={"floe.ssl.ktls": "off"})
+    assert off.metric("floe_ktls_enabled") == 0
+    topic = create_topic(off.bootstrap, unique_topic("ktls-off"))
+    produce_sample(off, topic, n=100, size=100)
+    assert len(consume_range(f"127.0.0.1:{off.ssl_port}", topic, 0, 100, **ssl_conf(pki))) == 100
+    assert off.metric("floe_fetch_bytes_total", path="sendfile-ktls") == 0
+    assert off.metric("floe_fetch_bytes_total", path="copy-tls") >= 100 * 100

@@ -240,7 +240,10 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
             builder.with_client_cert_verifier(verifier.build().map_err(|e| TlsError::Verifier(e.to_string()))?)
         }
     };
-    let config = builder.with_single_cert(chain, key)?;
+    let mut config = builder.with_single_cert(chain, key)?;
+    // Lets a finished session's keys be handed to the kernel (kTLS); the
+    // keys stay inside this process either way.
+    config.enable_secret_extraction = true;
     Ok(Loaded { acceptor: TlsAcceptor::from(Arc::new(config)), modified })
 }
 

@@ -19,7 +19,9 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
 use crate::server::limits::{ReadClock, ReadExpiry, READ_DEADLINE_LOG};
+use crate::security::ktls;
 use crate::server::endpoint::Endpoint;
+use crate::server::record_io::RecordIo;
 use crate::server::stream::ClientStream;
 use crate::server::transmit;
 use crate::session::Session;
@@ -103,8 +105,10 @@ impl Connection {
         let Some(tls) = self.session.endpoint.tls.clone() else {
             return Ok(ClientStream::Plain(socket));
         };
+        // Whole records at a time, so a session can be handed to the kernel after the handshake.
+        let socket = RecordIo::new(socket);
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(socket)).await {
-            Ok(Ok(stream)) => {
+            Ok(Ok(mut stream)) => {
                 // A client certificate rustls has verified names the principal (Kafka's default).
                 let (_, tls_conn) = stream.get_ref();
                 let subject = tls_conn.peer_certificates().and_then(|chain| chain.first()).map(|leaf| crate::security::x500::subject_dn(leaf));
@@ -113,7 +117,11 @@ impl Connection {
                     Some(None) => tracing::warn!(peer = %self.peer, "client certificate subject unreadable: the principal is User:ANONYMOUS"),
                     None => {}
                 }
-                Ok(ClientStream::Tls(Box::new(stream)))
+                if !self.broker.ktls {
+                    stream.get_mut().0.pass_through();
+                    return Ok(ClientStream::Tls(Box::new(stream)));
+                }
+                self.offload_to_kernel(stream).await
             }
             Ok(Err(e)) => {
                 tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, error = %e, "closing connection: TLS handshake failed");
@@ -122,6 +130,30 @@ impl Connection {
             Err(_) => {
                 tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, "closing connection: TLS handshake timed out");
                 Err(Closed::BadInput("tls_handshake_timeout"))
+            }
+        }
+    }
+
+    /// Hands a TLS session to the kernel (kTLS) where it can be; see
+    /// [`ktls::offload`]. A session the kernel took is counted and logged at
+    /// debug level; one that stays in user space too, with the reason.
+    async fn offload_to_kernel(&mut self, stream: tokio_rustls::server::TlsStream<RecordIo>) -> Result<ClientStream, Closed> {
+        let sessions = &self.broker.metrics.ktls_sessions;
+        match ktls::offload(stream).await {
+            Ok(ktls::Offload::Kernel(stream)) => {
+                sessions.with_label_values(&["offloaded"]).inc();
+                tracing::debug!(peer = %self.peer, "TLS session handed to the kernel (kTLS)");
+                Ok(ClientStream::Ktls(stream))
+            }
+            Ok(ktls::Offload::UserSpace(stream, why)) => {
+                sessions.with_label_values(&[why]).inc();
+                tracing::debug!(peer = %self.peer, reason = why, "TLS session stays in user space");
+                Ok(ClientStream::Tls(stream))
+            }
+            Err(e) => {
+                sessions.with_label_values(&["failed"]).inc();
+                tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, error = %e, "closing connection: handing the TLS session to the kernel failed");
+                Err(Closed::BadInput("ktls_offload_failed"))
             }
         }
     }

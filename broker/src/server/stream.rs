@@ -1,4 +1,5 @@
-//! The byte stream of one client connection: a plain TCP socket or TLS over one.
+//! The byte stream of one client connection: a plain TCP socket, TLS over
+//! one in user space (rustls), or TLS in the kernel (kTLS).
 //!
 //! The connection loop reads and writes through [`ClientStream`] without
 //! caring which; only the response writer looks inside, because `sendfile`
@@ -12,13 +13,18 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use crate::server::ktls_stream::KtlsStream;
+use crate::server::record_io::RecordIo;
+
 /// A client connection's stream.
 #[derive(Debug)]
 pub enum ClientStream {
     /// PLAINTEXT and SASL_PLAINTEXT listeners.
     Plain(TcpStream),
-    /// SSL and SASL_SSL listeners, after the handshake.
-    Tls(Box<TlsStream<TcpStream>>),
+    /// SSL and SASL_SSL listeners, after the handshake, records in user space.
+    Tls(Box<TlsStream<RecordIo>>),
+    /// SSL and SASL_SSL listeners, records encrypted by the kernel.
+    Ktls(KtlsStream),
 }
 
 impl AsyncRead for ClientStream {
@@ -26,6 +32,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            ClientStream::Ktls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -35,6 +42,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            ClientStream::Ktls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -42,6 +50,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            ClientStream::Ktls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -49,6 +58,7 @@ impl AsyncWrite for ClientStream {
         match self {
             ClientStream::Plain(s) => s.is_write_vectored(),
             ClientStream::Tls(s) => s.is_write_vectored(),
+            ClientStream::Ktls(s) => s.is_write_vectored(),
         }
     }
 
@@ -56,6 +66,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            ClientStream::Ktls(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -63,6 +74,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            ClientStream::Ktls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

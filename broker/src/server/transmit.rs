@@ -2,10 +2,11 @@
 //!
 //! A Fetch response is a list of parts: encoded bytes and regions of segment
 //! files. On the zero-copy path file regions go from the page cache to the
-//! socket with `sendfile`; on the copying paths (`fetch.zero.copy=false`, and
-//! TLS connections, whose bytes must be encrypted in user space until kernel
-//! TLS is wired in) they are read into memory and written. Every path
-//! produces the same bytes on the wire.
+//! socket with `sendfile`, on plaintext sockets and on TLS sockets whose
+//! records the kernel encrypts (kTLS); on the copying paths
+//! (`fetch.zero.copy=false`, and TLS sessions kept in user space) they are
+//! read into memory and written. Every path produces the same bytes on the
+//! wire (the same plaintext, on TLS).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -82,8 +83,13 @@ pub async fn write_parts(stream: &mut ClientStream, response: &EncodedResponse, 
             write_with_sendfile(socket, response).await?;
             return Ok(Transmitted { path: FetchPath::SendfilePlaintext, file_bytes });
         }
+        ClientStream::Ktls(ktls) if zero_copy => {
+            let writes = write_with_sendfile(ktls.socket(), response).await?;
+            ktls.note_sent(response_len(response), writes);
+            return Ok(Transmitted { path: FetchPath::SendfileKtls, file_bytes });
+        }
         ClientStream::Plain(_) => FetchPath::CopyPlaintext,
-        ClientStream::Tls(_) => FetchPath::CopyTls,
+        ClientStream::Tls(_) | ClientStream::Ktls(_) => FetchPath::CopyTls,
     };
     let mut chunk = Vec::new();
     for part in &response.parts {
@@ -96,14 +102,47 @@ pub async fn write_parts(stream: &mut ClientStream, response: &EncodedResponse, 
     Ok(Transmitted { path, file_bytes })
 }
 
-async fn write_with_sendfile(socket: &mut TcpStream, response: &EncodedResponse) -> io::Result<()> {
+/// Writes the parts, file regions with `sendfile`; returns the number of
+/// write and `sendfile` calls that sent bytes (kTLS counts records by them).
+async fn write_with_sendfile(socket: &TcpStream, response: &EncodedResponse) -> io::Result<u64> {
+    let mut calls = 0;
     for part in &response.parts {
-        match part {
-            ResponsePart::Bytes(b) => socket.write_all(b).await?,
+        calls += match part {
+            ResponsePart::Bytes(b) => write_all(socket, b).await?,
             ResponsePart::File(region) => sendfile_all(socket, region).await?,
+        };
+    }
+    Ok(calls)
+}
+
+/// `write_all` on a shared socket reference, counting the calls.
+async fn write_all(socket: &TcpStream, mut bytes: &[u8]) -> io::Result<u64> {
+    let mut calls = 0;
+    while !bytes.is_empty() {
+        socket.writable().await?;
+        match socket.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                calls += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(calls)
+}
+
+/// Bytes of a response, encoded parts and file regions together.
+fn response_len(response: &EncodedResponse) -> u64 {
+    response
+        .parts
+        .iter()
+        .map(|p| match p {
+            ResponsePart::Bytes(b) => b.len() as u64,
+            ResponsePart::File(region) => u64::from(region.len),
+        })
+        .sum()
 }
 
 /// Reads a file region with `pread`, chunk by chunk, and writes it.
@@ -138,7 +177,8 @@ fn file_bytes(response: &EncodedResponse) -> u64 {
 /// returns `EAGAIN`; the loop waits for writability and continues. It never
 /// waits on the socket while holding a worker, but it can wait on the disk
 /// when the pages are not cached (a cold catch-up read).
-async fn sendfile_all(stream: &TcpStream, region: &FileRegion) -> io::Result<()> {
+async fn sendfile_all(stream: &TcpStream, region: &FileRegion) -> io::Result<u64> {
+    let mut calls = 0;
     let mut offset = region.position as i64;
     let end = region.position as i64 + i64::from(region.len);
     while offset < end {
@@ -157,11 +197,14 @@ async fn sendfile_all(stream: &TcpStream, region: &FileRegion) -> io::Result<()>
                     format!("segment file (fd {}) ended before the fetch region", region.file.as_raw_fd()),
                 ));
             }
-            Ok(n) => offset += n as i64,
+            Ok(n) => {
+                offset += n as i64;
+                calls += 1;
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(calls)
 }
