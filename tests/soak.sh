@@ -13,11 +13,14 @@
 #   3. the rest: every crash point (test_crash_points.py), round after round.
 # The kill loop's verdict and counts go to $CARGO_TARGET_DIR/soak-report.json; the
 # summary at the end gives each phase's outcome. Copy both into docs/reliability.md.
-# Assumes tests/run-all.sh ran once (venv, build).
+# Assumes tests/run-all.sh ran once (venv, build). With FLOE_BIN set, nothing is built.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+# A FLOE_BIN given from outside is used as it is (copy it, and floe-powerloss-fs
+# beside it, to keep the soak's binaries fixed while the tree is rebuilt).
+FLOE_BIN_GIVEN="${FLOE_BIN:-}"
 export FLOE_BIN="${FLOE_BIN:-$TARGET_DIR/debug/floe}"
 TOTAL="${1:-3600}"
 PY="$ROOT/.venv/bin/python"
@@ -25,7 +28,9 @@ PYTEST=(-p no:cacheprovider --timeout=0 -q)
 
 # The same build as tests/run-all.sh (the same feature set, so nothing rebuilds): failpoints
 # compiled in, none armed unless a test asks; the power-loss rig's binary beside floe.
-cargo build --workspace --features floe-broker/failpoints
+if [ -z "$FLOE_BIN_GIVEN" ]; then
+    cargo build --workspace --features floe-broker/failpoints
+fi
 
 SUMMARY=()
 phase() { # name seconds-budget cmd...
