@@ -486,7 +486,14 @@ fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for round in 1..=rounds {
         for arm in &arms {
-            let overrides = if *arm == "ktls-sendfile" { vec![("floe.ssl.ktls".to_string(), "on".to_string())] } else { vec![] };
+            // The TLS-copy arm keeps sessions in user space even where the kernel has kTLS.
+            let ktls_setting = match *arm {
+                "ktls-sendfile" => Some("on"),
+                "tls-copy" => Some("off"),
+                _ => None,
+            };
+            let overrides: Vec<(String, String)> =
+                ktls_setting.map(|v| ("floe.ssl.ktls".to_string(), v.to_string())).into_iter().collect();
             let (b, ssl) = ctx.launcher.start_with_ssl(&format!("{arm}-{round}"), data.path(), &overrides, &cert, &key)?;
             let (bootstrap, transport) = match *arm {
                 "plaintext-sendfile" => (b.bootstrap.clone(), Transport::Plaintext),
