@@ -27,6 +27,8 @@ use tokio::net::TcpStream;
 
 /// The most plaintext one TLS record carries.
 const MAX_RECORD_PLAINTEXT: u64 = 16 * 1024;
+/// The most one read asks of the socket.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// A TCP socket with the kernel's TLS ULP keyed for both directions.
 #[derive(Debug)]
@@ -110,7 +112,10 @@ impl AsyncRead for KtlsStream {
         }
         loop {
             ready!(this.socket.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
+            // Zeroing is the price of a safe `&mut [u8]` for recvmsg; bounded
+            // per call, as a large request buffer would otherwise be zeroed whole.
+            let want = buf.remaining().min(READ_CHUNK);
+            let unfilled = buf.initialize_unfilled_to(want);
             match this.socket.try_io(Interest::READABLE, || recv_record(&this.socket, unfilled)) {
                 Ok(n) => {
                     buf.advance(n);
