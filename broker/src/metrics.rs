@@ -31,7 +31,7 @@ pub struct Metrics {
     /// 1 when TLS fetches can use kernel TLS, 0 when they take the copying path.
     pub ktls_enabled: IntGauge,
     /// TLS sessions offered to the kernel, by outcome (`offloaded`, `tls12`,
-    /// `ulp_refused`, `failed`).
+    /// `ulp_refused`, `failed`, `disabled`).
     pub ktls_sessions: IntCounterVec,
     /// Connections by listener name and security protocol, as accepted.
     pub connections_accepted: IntCounterVec,
@@ -161,7 +161,7 @@ impl Metrics {
         let ktls_sessions = IntCounterVec::new(
             Opts::new(
                 "floe_ktls_sessions_total",
-                "TLS sessions offered to kernel TLS after the handshake, by outcome: offloaded, tls12 (kept in user space), ulp_refused, failed (connection closed)",
+                "TLS sessions offered to kernel TLS after the handshake, by outcome: offloaded, tls12 (kept in user space), ulp_refused, failed (connection closed), disabled (after a failure)",
             ),
             &["outcome"],
         )
@@ -222,7 +222,7 @@ impl Metrics {
         for path in FETCH_PATHS {
             fetch_bytes.with_label_values(&[path]);
         }
-        for outcome in ["offloaded", "tls12", "ulp_refused", "failed"] {
+        for outcome in ["offloaded", "tls12", "ulp_refused", "failed", "disabled"] {
             ktls_sessions.with_label_values(&[outcome]);
         }
         Self {

@@ -23,6 +23,7 @@
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use nix::libc;
@@ -66,13 +67,33 @@ pub fn probe() -> KtlsSupport {
     }
 }
 
+/// The ULP, then TLS 1.3 keys for both directions (a throwaway key): a kernel
+/// with the `tls` module but without TLS 1.3 receive support (before 5.1)
+/// is found here, not by a client whose session would then be lost.
 fn try_tls_ulp() -> std::io::Result<()> {
     // TCP_ULP is only accepted on an established connection.
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let client = TcpStream::connect(listener.local_addr()?)?;
     let _server = listener.accept()?;
-    setsockopt(&client, TcpUlp::default(), b"tls").map_err(std::io::Error::from)
+    setsockopt(&client, TcpUlp::default(), b"tls").map_err(std::io::Error::from)?;
+    let throwaway = TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
+        info: libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type: libc::TLS_CIPHER_AES_GCM_128 },
+        iv: [0; 8],
+        key: [0; 16],
+        salt: [0; 4],
+        rec_seq: [0; 8],
+    });
+    let keyed = |what: &str, r: nix::Result<()>| {
+        r.map_err(|e| std::io::Error::other(format!("the tls ULP is there, but setsockopt({what}) with TLS 1.3 keys failed: {e}")))
+    };
+    keyed("TLS_TX", setsockopt(&client, TcpTlsTx, &throwaway))?;
+    keyed("TLS_RX", setsockopt(&client, TcpTlsRx, &throwaway))
 }
+
+/// Set once the kernel refused a real session's keys (after the startup
+/// probe accepted throwaway ones: a cipher it lacks, say). That session was
+/// lost; later ones stay in user space rather than share its fate.
+static KERNEL_REFUSED_KEYS: AtomicBool = AtomicBool::new(false);
 
 /// Whether TLS fetches may use kTLS, given the setting and the probe.
 ///
@@ -133,6 +154,10 @@ pub async fn offload(mut stream: TlsStream<RecordIo>) -> Result<Offload, Offload
         stream.get_mut().0.pass_through();
         return Ok(Offload::UserSpace(Box::new(stream), "tls12"));
     }
+    if KERNEL_REFUSED_KEYS.load(Ordering::Relaxed) {
+        stream.get_mut().0.pass_through();
+        return Ok(Offload::UserSpace(Box::new(stream), "disabled"));
+    }
     // In its base state the tls ULP passes bytes through untouched, so a
     // socket that took it still works for rustls if we stop here.
     if setsockopt(io.socket(), TcpUlp::default(), b"tls").is_err() {
@@ -144,8 +169,15 @@ pub async fn offload(mut stream: TlsStream<RecordIo>) -> Result<Offload, Offload
     let tx = crypto_info(session.secrets.tx.0, &session.secrets.tx.1).ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
     let rx = crypto_info(session.secrets.rx.0, &session.secrets.rx.1).ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
     let socket = session.socket;
-    setsockopt(&socket.as_fd(), TcpTlsTx, &tx).map_err(|errno| OffloadError::Kernel { what: "TLS_TX", errno })?;
-    setsockopt(&socket.as_fd(), TcpTlsRx, &rx).map_err(|errno| OffloadError::Kernel { what: "TLS_RX", errno })?;
+    let keyed = setsockopt(&socket.as_fd(), TcpTlsTx, &tx)
+        .map_err(|errno| OffloadError::Kernel { what: "TLS_TX", errno })
+        .and_then(|()| setsockopt(&socket.as_fd(), TcpTlsRx, &rx).map_err(|errno| OffloadError::Kernel { what: "TLS_RX", errno }));
+    if let Err(e) = keyed {
+        if !KERNEL_REFUSED_KEYS.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, suite = %suite, "the kernel refused a TLS session's keys: later TLS sessions stay in user space (copying path) until restart");
+        }
+        return Err(e);
+    }
     Ok(Offload::Kernel(KtlsStream::new(socket, session.plaintext, record_limit(&suite))))
 }
 
