@@ -139,7 +139,14 @@ impl Connection {
     /// debug level; one that stays in user space too, with the reason.
     async fn offload_to_kernel(&mut self, stream: tokio_rustls::server::TlsStream<RecordIo>) -> Result<ClientStream, Closed> {
         let sessions = &self.broker.metrics.ktls_sessions;
-        match ktls::offload(stream).await {
+        // The handover may wait for the rest of a record the client started:
+        // it gets the handshake's deadline, so a stalled client cannot hold it.
+        let Ok(offloaded) = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, ktls::offload(stream)).await else {
+            sessions.with_label_values(&["failed"]).inc();
+            tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, "closing connection: handing the TLS session to the kernel timed out");
+            return Err(Closed::BadInput("ktls_offload_timeout"));
+        };
+        match offloaded {
             Ok(ktls::Offload::Kernel(stream)) => {
                 sessions.with_label_values(&["offloaded"]).inc();
                 tracing::debug!(peer = %self.peer, "TLS session handed to the kernel (kTLS)");
