@@ -223,23 +223,15 @@ def test_a_client_certificate_names_the_principal(floe_factory, tmp_path):
     DN (Kafka's default), here `User:CN=alice`. Administration goes over a
     PLAINTEXT listener whose anonymous clients are made super users for the test."""
     from tls_certs import make_pki
-    from floe_process import free_port
+    from test_tls import ssl_conf, tls_broker
 
     pki = make_pki(tmp_path / "pki")
-    proc = floe_factory("floe-mtls", start=False)
-    proc.ssl_port = free_port()
-    listeners = f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{proc.ssl_port}"
-    proc.overrides = {
-        "listeners": listeners,
-        "advertised.listeners": listeners,
-        "ssl.certificate.location": str(pki.server.cert),
-        "ssl.key.location": str(pki.server.key),
+    proc = tls_broker(floe_factory, pki, name="floe-mtls", extra={
         "ssl.truststore.location": str(pki.ca.cert),
         "ssl.client.auth": "required",
         "authorizer.class.name": "floe",
         "super.users": "User:ANONYMOUS",
-    }
-    proc.start()
+    })
     plain = {"bootstrap.servers": proc.bootstrap}
     a = AdminClient(plain)
     for fut in a.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in ("signed", "other")]).values():
@@ -248,9 +240,8 @@ def test_a_client_certificate_names_the_principal(floe_factory, tmp_path):
         fut.result(timeout=TIMEOUT_S)
 
     def produce(topic: str):
-        p = Producer({"bootstrap.servers": f"127.0.0.1:{proc.ssl_port}", "security.protocol": "SSL",
-                      "ssl.ca.location": str(pki.ca.cert), "ssl.certificate.location": str(pki.client.cert),
-                      "ssl.key.location": str(pki.client.key), "message.timeout.ms": 10000})
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{proc.ssl_port}", **ssl_conf(pki, client=pki.client),
+                      "message.timeout.ms": 10000})
         errors: list = []
         p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
         p.flush(TIMEOUT_S)

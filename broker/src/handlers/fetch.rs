@@ -85,8 +85,8 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
         // READ on the topic, checked before existence (as Kafka does) so a
         // refused client cannot tell which topics exist. A topic id nobody
         // knows has no name to check.
-        let checked_name = found.as_ref().map(|t| t.name().to_string()).or_else(|| (!by_id).then(|| topic.topic.0.to_string()));
-        let denied = checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, &name));
+        let checked_name = found.as_ref().map(|t| t.name()).or_else(|| (!by_id).then(|| topic.topic.0.as_str()));
+        let denied = checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name));
         let found = if denied {
             unknown = ResponseError::TopicAuthorizationFailed;
             None
