@@ -129,6 +129,9 @@ pub struct LogConfig {
     pub file_delete_delay_ms: i64,
     /// Accepted for compatibility; Floe has a single replica.
     pub min_insync_replicas: i32,
+    /// Forget a producer id idle this long with no ongoing transaction
+    /// (the broker's `producer.id.expiration.ms`; not a topic key).
+    pub producer_id_expiration_ms: i64,
     /// `floe.*` keys, stored and reported verbatim.
     pub floe: BTreeMap<String, String>,
     /// Values of [`ACCEPTED_NOT_APPLIED`] keys that were set.
@@ -151,6 +154,7 @@ impl Default for LogConfig {
             message_timestamp_type: MessageTimestampType::CreateTime,
             file_delete_delay_ms: 60_000,
             min_insync_replicas: 1,
+            producer_id_expiration_ms: 86_400_000,
             floe: BTreeMap::new(),
             accepted: BTreeMap::new(),
         }

@@ -304,6 +304,11 @@ impl TopicTable {
                         last_covered = Some(header.last_offset());
                         continue;
                     }
+                    if seg.is_aborted(&header) {
+                        // An aborted transaction's records never become rows (READ_COMMITTED semantics).
+                        last_covered = Some(header.last_offset());
+                        continue;
+                    }
                     match conv.push(&header, bytes, from) {
                         Pushed::Rows(_) | Pushed::Control => {}
                         Pushed::Undecodable { base_offset, last_offset, reason } => {

@@ -395,7 +395,7 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<u64
     let end = log.high_watermark();
     let mut count = 0u64;
     while offset < end {
-        let info = log.read(offset, 8 << 20, true)?;
+        let info = log.read(offset, 8 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)?;
         let Some(region) = info.region else { break };
         let buf = Bytes::from(region.read_to_vec().map_err(|e| StoreError::Storage(e.to_string()))?);
         let mut progressed = false;
