@@ -249,7 +249,10 @@ impl LogLoader<'_> {
                         if header.last_offset() < start {
                             continue;
                         }
-                        if switch_at.as_ref().is_some_and(|(_, at)| header.base_offset >= *at) {
+                        if switch_at
+                            .as_ref()
+                            .is_some_and(|(_, at)| header.base_offset >= *at)
+                        {
                             if let Some((state, _)) = switch_at.take() {
                                 producers = state;
                             }
@@ -585,7 +588,12 @@ mod tests {
         let mut offset = log.log_start_offset();
         while offset < log.log_end_offset() {
             let bytes = log
-                .read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .read(
+                    offset,
+                    1 << 20,
+                    true,
+                    crate::IsolationLevel::ReadUncommitted,
+                )
                 .unwrap()
                 .region
                 .unwrap()
@@ -711,13 +719,25 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), files_before);
             let ranges = log.corrupt_ranges();
             assert_eq!(ranges.len(), 1, "{damage}: {ranges:?}");
-            assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (2, Some(3)));
+            assert_eq!(
+                (ranges[0].first_offset, ranges[0].last_offset),
+                (2, Some(3))
+            );
             assert_eq!(ranges[0].position, h.position as u64);
             let offsets: Vec<i64> = all_records(&log).iter().map(|r| r.0).collect();
             let want: Vec<i64> = (0..60).filter(|o| !(2..4).contains(o)).collect();
-            assert_eq!(offsets, want, "{damage}: every intact record served, the gap skipped");
+            assert_eq!(
+                offsets, want,
+                "{damage}: every intact record served, the gap skipped"
+            );
             // A fetch inside the damaged range continues after it.
-            let bytes = log.read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap().read_to_vec().unwrap();
+            let bytes = log
+                .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .unwrap()
+                .region
+                .unwrap()
+                .read_to_vec()
+                .unwrap();
             assert_eq!(decode(&bytes)[0].0, 4);
             assert_eq!(log.offset_for_timestamp(102).unwrap().unwrap().offset, 4);
             assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
@@ -743,7 +763,10 @@ mod tests {
             .next()
             .unwrap()
             .unwrap();
-        assert!(first.end() < bytes.len(), "the active segment needs two batches");
+        assert!(
+            first.end() < bytes.len(),
+            "the active segment needs two batches"
+        );
         bytes[first.position + 17] ^= 0x01; // the CRC field itself
         std::fs::write(&path, &bytes).unwrap();
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();

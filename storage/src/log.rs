@@ -42,11 +42,11 @@ use crate::log_dir_failure::LogDirFailureChannel;
 use crate::producer_state::{
     delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
 };
-use crate::transaction::{
-    control_batch, AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary,
-};
 use crate::segment::{
     read_header_at, readable_end, step_over_holes, AppendedBatch, LogSegment, SegmentInfo,
+};
+use crate::transaction::{
+    control_batch, AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary,
 };
 use crate::verify::CorruptRange;
 
@@ -574,15 +574,16 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<(i64, i64, bool)> {
         let config = st.config.clone();
-        let log_append_time = if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
-            set_log_append_time(records, now_ms);
-            for b in batches.iter_mut() {
-                b.max_timestamp = now_ms;
-            }
-            now_ms
-        } else {
-            -1
-        };
+        let log_append_time =
+            if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
+                set_log_append_time(records, now_ms);
+                for b in batches.iter_mut() {
+                    b.max_timestamp = now_ms;
+                }
+                now_ms
+            } else {
+                -1
+            };
         let first_offset = st.log_end_offset;
         let last_offset = first_offset + record_count - 1;
         let rolled = self.maybe_roll(st, records.len() as u64, last_offset, now_ms);
@@ -592,9 +593,9 @@ impl PartitionLog {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
         }
-        let written =
-            st.active_mut()
-                .append(records, batches, now_ms, config.index_interval_bytes);
+        let written = st
+            .active_mut()
+            .append(records, batches, now_ms, config.index_interval_bytes);
         self.refuse_or_go_offline(written)?;
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
@@ -645,7 +646,7 @@ impl PartitionLog {
             coordinator_epoch,
             now_ms,
         );
-        let (offset, flush_due) = {
+        let (offset, flush_due, indexed) = {
             let mut st = self.state();
             st.producers
                 .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
@@ -674,6 +675,7 @@ impl PartitionLog {
                 st.unreplicated
                     .insert(completed.first_offset, completed.last_offset);
             }
+            let mut indexed = Ok(());
             if completed.aborted {
                 let entry = AbortedTxn {
                     producer_id,
@@ -681,19 +683,18 @@ impl PartitionLog {
                     last_offset: completed.last_offset,
                     last_stable_offset: st.producers.last_stable_offset_after(&completed),
                 };
-                if let Err(e) = st.active_mut().txn_index.append(entry) {
-                    // The marker is in the log: kept in memory; recovery rebuilds the file.
-                    warn!(topic = %self.topic, partition = self.partition, error = %e,
-                        "cannot write the transaction index entry; kept in memory");
-                }
+                // Kept in memory even if the write fails; the directory then goes
+                // offline below, so the restart recovers this segment and rebuilds its index.
+                indexed = st.active_mut().txn_index.append(entry);
             }
             Self::complete_append(&mut st, flush_due);
             debug!(topic = %self.topic, partition = self.partition, producer_id, producer_epoch,
                 ?marker, offset, first_offset = completed.first_offset, "wrote transaction marker");
-            (offset, flush_due)
+            (offset, flush_due, indexed)
         };
-        let injected = failpoint::check("log.txn_marker.appended")
-            .ctx("append transaction marker", &self.dir);
+        self.offline_on_io_error(indexed)?;
+        let injected =
+            failpoint::check("log.txn_marker.appended").ctx("append transaction marker", &self.dir);
         self.offline_on_io_error(injected)?;
         if flush_due {
             self.flush()?;
@@ -949,7 +950,14 @@ impl PartitionLog {
             }
             if header.last_offset() >= fetch_offset {
                 if let Some((from, lso)) = lso_scan.take() {
-                    end = self.batch_start_at_or_after(&file, &path, &holes, from.max(position), end, lso)?;
+                    end = self.batch_start_at_or_after(
+                        &file,
+                        &path,
+                        &holes,
+                        from.max(position),
+                        end,
+                        lso,
+                    )?;
                 }
                 let available = readable_end(&holes, position, end).saturating_sub(position);
                 if available == 0 {
@@ -1298,7 +1306,12 @@ impl PartitionLog {
                 .collect();
             let dirty = std::mem::take(&mut st.dir_dirty);
             let end = st.log_end_position();
-            (files, (st.log_end_offset, end), st.unflushed_messages, dirty)
+            (
+                files,
+                (st.log_end_offset, end),
+                st.unflushed_messages,
+                dirty,
+            )
         };
         let result = (|| {
             for (file, path) in &files {
@@ -1435,7 +1448,14 @@ mod tests {
     }
 
     fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
-        let info = log.read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap();
+        let info = log
+            .read(
+                offset,
+                1 << 20,
+                true,
+                crate::IsolationLevel::ReadUncommitted,
+            )
+            .unwrap();
         info.region
             .map(|r| decode(&r.read_to_vec().unwrap()))
             .unwrap_or_default()
@@ -1471,7 +1491,12 @@ mod tests {
                     let mut offset = 0;
                     while offset < hw {
                         let bytes = log
-                            .read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                            .read(
+                                offset,
+                                1 << 20,
+                                true,
+                                crate::IsolationLevel::ReadUncommitted,
+                            )
                             .unwrap()
                             .region
                             .unwrap()
@@ -1548,7 +1573,11 @@ mod tests {
                 .map_or(150, |s| s.next_offset);
             assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
         }
-        assert!(log.read(150, 1000, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.is_none());
+        assert!(log
+            .read(150, 1000, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
         assert!(matches!(
             log.read(151, 1000, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange {
@@ -1609,23 +1638,43 @@ mod tests {
         let small_len = small.len() as u32;
         log.append(&mut small, 0).unwrap();
 
-        let r = log.read(0, 100, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        let r = log
+            .read(0, 100, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(
             (r.position, r.len),
             (0, big_len),
             "KIP-74: the whole first batch"
         );
-        assert!(log.read(0, 100, false, crate::IsolationLevel::ReadUncommitted).unwrap().region.is_none());
-        let r = log.read(0, big_len + 5, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        assert!(log
+            .read(0, 100, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
+        let r = log
+            .read(0, big_len + 5, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
         assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
-        let r = log.read(3, 1 << 20, false, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        let r = log
+            .read(3, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(
             (r.position, r.len),
             (0, big_len + small_len),
             "starts at the batch holding offset 3"
         );
-        let r = log.read(5, 1 << 20, false, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        let r = log
+            .read(5, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
     }
 
@@ -1743,14 +1792,22 @@ mod tests {
         assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
         let offsets: Vec<i64> = read_all(&log, 0).iter().map(|r| r.0).collect();
         assert_eq!(offsets, vec![0, 1], "the unflushed batch is not sent");
-        let at_hw = log.read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap();
+        let at_hw = log
+            .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap();
         assert!(at_hw.region.is_none());
         assert_eq!(at_hw.high_watermark, 2);
         assert!(
-            matches!(log.read(6, 1 << 20, true, crate::IsolationLevel::ReadUncommitted), Err(StorageError::OffsetOutOfRange { .. })),
+            matches!(
+                log.read(6, 1 << 20, true, crate::IsolationLevel::ReadUncommitted),
+                Err(StorageError::OffsetOutOfRange { .. })
+            ),
             "past the log end offset is still out of range"
         );
-        assert!(log.delete_records_before(4).is_err(), "DeleteRecords stops at the high watermark");
+        assert!(
+            log.delete_records_before(4).is_err(),
+            "DeleteRecords stops at the high watermark"
+        );
 
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5);
@@ -1769,7 +1826,11 @@ mod tests {
         let info = log.append(&mut retry, 0).unwrap();
         assert!(info.duplicate);
         assert_eq!((info.first_offset, info.last_offset), (0, 1));
-        assert_eq!(log.high_watermark(), 2, "the retry's answer waited for the fsync");
+        assert_eq!(
+            log.high_watermark(),
+            2,
+            "the retry's answer waited for the fsync"
+        );
         assert_eq!(log.recovery_point(), 2);
     }
 
@@ -1857,11 +1918,23 @@ mod tests {
     #[test]
     fn tiered_topic_holds_retention_until_a_floor_is_set() {
         let dir = tempfile::tempdir().unwrap();
-        let log = segmented_log(dir.path(), &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")]);
-        assert_eq!(log.apply_retention(1_000_000).unwrap(), 0, "no floor yet: everything kept");
+        let log = segmented_log(
+            dir.path(),
+            &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")],
+        );
+        assert_eq!(
+            log.apply_retention(1_000_000).unwrap(),
+            0,
+            "no floor yet: everything kept"
+        );
         log.set_retention_floor(Some(5));
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 1);
-        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "0"), ("floe.iceberg.enabled", "true"), ("floe.iceberg.retention-guard", "false")]));
+        log.set_config(config(&[
+            ("segment.bytes", "600"),
+            ("retention.ms", "0"),
+            ("floe.iceberg.enabled", "true"),
+            ("floe.iceberg.retention-guard", "false"),
+        ]));
         log.set_retention_floor(None);
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 3, "guard off");
     }
@@ -1870,7 +1943,11 @@ mod tests {
     fn fetch_in_flight_survives_deletion() {
         let dir = tempfile::tempdir().unwrap();
         let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
-        let region = log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        let region = log
+            .read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         log.apply_retention(1_000_000).unwrap();
         assert_eq!(decode(&region.read_to_vec().unwrap())[0].0, 0);
     }
@@ -1897,7 +1974,11 @@ mod tests {
         assert_eq!(read_all(&log, 9)[0].0, 8, "the batch holding 9");
         assert_eq!(log.delete_records_before(3).unwrap(), 9, "never moves back");
         assert_eq!(log.delete_records_before(20).unwrap(), 20);
-        assert!(log.read(20, 100, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.is_none());
+        assert!(log
+            .read(20, 100, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
         assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
     }
 

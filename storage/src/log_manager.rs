@@ -953,7 +953,10 @@ mod tests {
         let log = m.partition("t", 0).unwrap();
         let offline = |r: Result<()>| matches!(r, Err(StorageError::LogDirOffline { .. }));
         assert!(offline(log.append(&mut batch(1, 1_000, 10), 0).map(|_| ())));
-        assert!(offline(log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).map(|_| ())));
+        assert!(offline(
+            log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .map(|_| ())
+        ));
         assert!(offline(log.offset_for_timestamp(0).map(|_| ())));
         assert!(offline(log.flush()));
         assert!(offline(log.check_online()));

@@ -794,4 +794,80 @@ mod tests {
             0
         );
     }
+
+    #[test]
+    fn transactions_round_trip_through_snapshots_and_version_1_is_still_read() {
+        let mut s = ProducerStateManager::default();
+        let mut t = pb(1, 0, 0, 2);
+        t.transactional = true;
+        s.update(&t, 10, 11, 500);
+        s.update(&pb(2, 0, 0, 1), 12, 12, 501);
+        s.complete_txn(3, 2, ControlRecordType::Commit, 4, 13, 502);
+        assert_eq!(s.first_unstable_offset(), Some(10));
+        let bytes = s.to_snapshot(14);
+        assert_eq!(i16::from_be_bytes([bytes[0], bytes[1]]), 2);
+        let back = ProducerStateManager::from_snapshot(&bytes, 14).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.first_unstable_offset(), Some(10));
+        assert_eq!(back.summaries()[2].coordinator_epoch, 4);
+        assert_eq!(back.summaries()[2].last_sequence, -1);
+        let mut back = back;
+        let done = back.complete_txn(1, 0, ControlRecordType::Abort, 0, 14, 503);
+        assert_eq!(
+            (done.first_offset, done.last_offset, done.aborted),
+            (10, 14, true)
+        );
+        assert_eq!(back.first_unstable_offset(), None);
+
+        // Version 1: producer id, epoch, batch count, batches (no transaction fields).
+        let mut v1 = Vec::new();
+        v1.extend(1i16.to_be_bytes());
+        v1.extend([0u8; 4]);
+        v1.extend(20i64.to_be_bytes());
+        v1.extend(1i32.to_be_bytes());
+        v1.extend(7i64.to_be_bytes());
+        v1.extend(3i16.to_be_bytes());
+        v1.push(1);
+        for v in [0i32, 4] {
+            v1.extend(v.to_be_bytes());
+        }
+        for v in [15i64, 19, 999] {
+            v1.extend(v.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&v1[6..]);
+        v1[2..6].copy_from_slice(&crc.to_be_bytes());
+        let old = ProducerStateManager::from_snapshot(&v1, 20).unwrap();
+        let summary = old.summaries()[0];
+        assert_eq!(
+            (
+                summary.producer_id,
+                summary.producer_epoch,
+                summary.last_sequence,
+                summary.last_timestamp
+            ),
+            (7, 3, 4, 999)
+        );
+        assert_eq!(
+            (summary.coordinator_epoch, summary.current_txn_start_offset),
+            (-1, -1)
+        );
+    }
+
+    #[test]
+    fn expiry_spares_producers_in_a_transaction() {
+        let mut s = ProducerStateManager::default();
+        let mut t = pb(1, 0, 0, 1);
+        t.transactional = true;
+        s.update(&t, 0, 0, 100);
+        s.update(&pb(2, 0, 0, 1), 1, 1, 100);
+        s.update(&pb(3, 0, 0, 1), 2, 2, 900);
+        assert_eq!(s.remove_expired(1_099, 1_000), 0);
+        assert_eq!(
+            s.remove_expired(1_100, 1_000),
+            1,
+            "producer 2, idle 1000 ms"
+        );
+        assert!(s.has_ongoing_txn(1));
+        assert_eq!(s.producer_count(), 2);
+    }
 }

@@ -219,7 +219,12 @@ mod tests {
         let h = RecordBatchHeader::parse(&bytes).unwrap();
         assert!(h.is_control() && h.is_transactional());
         assert_eq!(
-            (h.producer_id, h.producer_epoch, h.base_sequence, h.records_count),
+            (
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.records_count
+            ),
             (42, 3, -1, 1)
         );
         assert_eq!(

@@ -60,7 +60,11 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     let log = open(dir.path(), config(&[]));
     two_transactions(&log);
     assert_eq!(log.high_watermark(), 9);
-    assert_eq!(log.last_stable_offset(), 2, "producer 10's transaction from 2");
+    assert_eq!(
+        log.last_stable_offset(),
+        2,
+        "producer 10's transaction from 2"
+    );
 
     // READ_COMMITTED stops at the LSO, at a batch boundary; READ_UNCOMMITTED does not.
     let info = read(&log, 0, COMMITTED);
@@ -115,8 +119,15 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     assert_eq!(log.last_stable_offset(), 12);
     assert_eq!(log.high_watermark(), 12);
     let info = read(&log, 0, COMMITTED);
-    assert_eq!(offsets(&info), (0..12).collect::<Vec<_>>(), "records are not filtered");
-    assert_eq!(info.aborted_transactions, Some(vec![aborted(20, 5, 11, 12)]));
+    assert_eq!(
+        offsets(&info),
+        (0..12).collect::<Vec<_>>(),
+        "records are not filtered"
+    );
+    assert_eq!(
+        info.aborted_transactions,
+        Some(vec![aborted(20, 5, 11, 12)])
+    );
     assert_eq!(
         read(&log, 11, COMMITTED).aborted_transactions,
         Some(vec![aborted(20, 5, 11, 12)]),
@@ -131,14 +142,28 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
 
     // DescribeProducers' view.
     let producers = log.active_producers();
-    let p = |id| producers.iter().find(|p| p.producer_id == id).copied().unwrap();
+    let p = |id| {
+        producers
+            .iter()
+            .find(|p| p.producer_id == id)
+            .copied()
+            .unwrap()
+    };
     assert_eq!(producers.len(), 3);
     assert_eq!(
-        (p(10).last_sequence, p(10).coordinator_epoch, p(10).current_txn_start_offset),
+        (
+            p(10).last_sequence,
+            p(10).coordinator_epoch,
+            p(10).current_txn_start_offset
+        ),
         (4, 0, -1)
     );
     assert_eq!(
-        (p(30).producer_epoch, p(30).last_sequence, p(30).last_timestamp),
+        (
+            p(30).producer_epoch,
+            p(30).last_sequence,
+            p(30).last_timestamp
+        ),
         (4, -1, 100)
     );
     // A new transaction of producer 10 holds the LSO again.
@@ -160,7 +185,10 @@ fn read_committed_stops_at_the_batch_starting_at_the_lso_inside_a_segment() {
         log.append(&mut batch(1, i, 10), 0).unwrap();
     }
     assert_eq!(log.last_stable_offset(), 20);
-    assert_eq!(offsets(&read(&log, 3, COMMITTED)), (3..20).collect::<Vec<_>>());
+    assert_eq!(
+        offsets(&read(&log, 3, COMMITTED)),
+        (3..20).collect::<Vec<_>>()
+    );
     // A small max_bytes cuts the region as at READ_UNCOMMITTED.
     let one = log.read(3, 10, true, COMMITTED).unwrap();
     assert_eq!(offsets(&one), vec![3]);
@@ -168,7 +196,10 @@ fn read_committed_stops_at_the_batch_starting_at_the_lso_inside_a_segment() {
     assert_eq!(log.last_stable_offset(), log.log_end_offset());
     let info = read(&log, 3, COMMITTED);
     assert_eq!(offsets(&info), (3..28).collect::<Vec<_>>());
-    assert_eq!(info.aborted_transactions, Some(vec![aborted(7, 20, 27, 28)]));
+    assert_eq!(
+        info.aborted_transactions,
+        Some(vec![aborted(7, 20, 27, 28)])
+    );
 }
 
 #[test]
@@ -195,7 +226,11 @@ fn log_start_offset_bounds_the_lso_and_ongoing_transactions_survive_deletion() {
     assert_eq!(log.last_stable_offset(), 0);
     assert!(log.sealed_segments().is_empty(), "nothing sealed is stable");
     log.delete_records_before(5).unwrap();
-    assert_eq!(log.last_stable_offset(), 5, "clamped to the log start offset");
+    assert_eq!(
+        log.last_stable_offset(),
+        5,
+        "clamped to the log start offset"
+    );
     assert!(log.producer_state().has_ongoing_txn(7));
     log.append_txn_marker(7, 0, ABORT, 0, 9).unwrap();
     assert_eq!(log.last_stable_offset(), log.log_end_offset());
@@ -213,7 +248,8 @@ fn many_transactions(dir: &Path) -> PartitionLog {
     for round in 0..12 {
         for pid in [1i64, 2] {
             let p = pid as usize;
-            log.append(&mut txn_batch((pid, 0, seq[p]), 2, 5), 0).unwrap();
+            log.append(&mut txn_batch((pid, 0, seq[p]), 2, 5), 0)
+                .unwrap();
             seq[p] += 2;
         }
         log.append(&mut batch(1, 5, 20), 0).unwrap();
@@ -325,7 +361,7 @@ fn crash_after_a_roll_rebuilds_from_an_older_snapshot() {
     let lso = log.last_stable_offset();
     let sealed = log.sealed_segments();
     std::mem::forget(log); // a crash: no flush, no snapshot at close
-    // The checkpointed recovery point lies in the second-to-last segment, below the newest snapshot.
+                           // The checkpointed recovery point lies in the second-to-last segment, below the newest snapshot.
     let recovery_point = sealed[sealed.len() - 1].base_offset + 1;
     for e in std::fs::read_dir(dir.path()).unwrap() {
         let p = e.unwrap().path();
@@ -399,7 +435,8 @@ fn short_lived_producers_expire_and_the_snapshot_shrinks() {
     let log = open(dir.path(), cfg("1000"));
     // A churn of 2,000 idempotent producers, one batch each, timestamps 0..2000.
     for pid in 0..2000i64 {
-        log.append(&mut idempotent_batch((pid, 0, 0), 1, pid), 0).unwrap();
+        log.append(&mut idempotent_batch((pid, 0, 0), 1, pid), 0)
+            .unwrap();
     }
     log.append(&mut txn_batch((9_999, 0, 0), 1, 0), 0).unwrap();
     assert_eq!(log.producer_state().producer_count(), 2001);
@@ -420,7 +457,8 @@ fn short_lived_producers_expire_and_the_snapshot_shrinks() {
         .len();
     assert!(small < 100 && big > 100 * small, "{big} -> {small} bytes");
     // A forgotten producer is new again: any sequence is accepted.
-    log.append(&mut idempotent_batch((5, 0, 77), 1, 5), 0).unwrap();
+    log.append(&mut idempotent_batch((5, 0, 77), 1, 5), 0)
+        .unwrap();
     drop(log);
     let log = open(dir.path(), cfg("1000"));
     assert_eq!(log.producer_state().producer_count(), 2);
@@ -440,10 +478,7 @@ fn markers_in_a_log_append_time_topic_and_across_rolls() {
     log.append(&mut batch(1, 1, 90), 77).unwrap();
     // The marker rolls the segment: its .txnindex entry goes to the new one.
     let offset = log.append_txn_marker(1, 0, ABORT, 3, 1_234).unwrap();
-    let active = log
-        .sealed_segments()
-        .last()
-        .map_or(0, |s| s.next_offset);
+    let active = log.sealed_segments().last().map_or(0, |s| s.next_offset);
     assert_eq!(active, offset, "the marker starts a segment");
     assert!(txn_index_file(dir.path(), offset).exists());
     let info = read(&log, offset, COMMITTED);

@@ -148,18 +148,6 @@ impl TransactionIndex {
         file_write(&file, &encode(&entry), position, &self.path)
     }
 
-    /// Writes every entry again (after a rebuild), creating the file if there are any.
-    pub(crate) fn persist_all(&mut self) -> Result<()> {
-        if self.entries.is_empty() {
-            return Ok(());
-        }
-        let entries = std::mem::take(&mut self.entries);
-        self.file = None;
-        let last = entries.len() - 1;
-        self.entries = entries[..last].to_vec();
-        self.append(entries[last])
-    }
-
     /// The entries, in marker order.
     pub(crate) fn entries(&self) -> &[AbortedTxn] {
         &self.entries
@@ -240,11 +228,18 @@ mod tests {
         assert_eq!(&bytes[26..34], &6i64.to_be_bytes());
         let loaded = TransactionIndex::load(&path, 10).unwrap().unwrap();
         assert_eq!(loaded.entries(), idx.entries());
-        assert!(TransactionIndex::load(&path, 9).unwrap().is_err(), "marker past the segment end");
+        assert!(
+            TransactionIndex::load(&path, 9).unwrap().is_err(),
+            "marker past the segment end"
+        );
         std::fs::write(&path, &bytes[..40]).unwrap();
         assert!(TransactionIndex::load(&path, 10).unwrap().is_err());
         let missing = dir.path().join("x.txnindex");
-        assert!(TransactionIndex::load(&missing, 0).unwrap().unwrap().entries().is_empty());
+        assert!(TransactionIndex::load(&missing, 0)
+            .unwrap()
+            .unwrap()
+            .entries()
+            .is_empty());
     }
 
     #[test]
@@ -255,7 +250,10 @@ mod tests {
         idx.append(txn(2, 2, 20, 21)).unwrap();
         idx.append(txn(3, 25, 30, 31)).unwrap();
         let mut out = Vec::new();
-        assert!(idx.collect(11, 15, &mut out), "LSO 21 after the second covers 15");
+        assert!(
+            idx.collect(11, 15, &mut out),
+            "LSO 21 after the second covers 15"
+        );
         assert_eq!(out, vec![txn(2, 2, 20, 21)]);
         let mut out = Vec::new();
         assert!(!idx.collect(0, 100, &mut out));

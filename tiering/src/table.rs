@@ -15,6 +15,13 @@
 //! pass re-plans). Data files of an aborted
 //! or crashed attempt are in no snapshot, so they are never counted; see
 //! [`crate::orphans`].
+//!
+//! # Transactions
+//! A table only ever gets what a READ_COMMITTED consumer would keep:
+//! `PartitionLog::sealed_segments` hands out only segments wholly below the
+//! last stable offset, control batches (markers) become no rows, and the
+//! batches of aborted transactions (`SegmentInfo::is_aborted`, from the
+//! `.txnindex` entries) are skipped; their offsets still count as tiered.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
