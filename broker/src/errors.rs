@@ -24,7 +24,7 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
         StorageError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
         StorageError::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
-        StorageError::ControlBatchFromClient => ResponseError::InvalidRecord,
+        StorageError::InvalidRecord { .. } => ResponseError::InvalidRecord,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     }

@@ -123,10 +123,14 @@ pub enum StorageError {
         /// The newest coordinator epoch seen for the producer.
         current_coordinator_epoch: i32,
     },
-    /// A control batch where producers may not write one: only the
-    /// transaction coordinator writes markers (INVALID_RECORD).
-    #[error("control batches are written by the transaction coordinator only")]
-    ControlBatchFromClient,
+    /// A batch the log refuses as a client's (INVALID_RECORD): a control
+    /// batch (only the transaction coordinator writes markers), a
+    /// transactional batch without a producer id.
+    #[error("invalid record batch: {reason}")]
+    InvalidRecord {
+        /// What is wrong.
+        reason: String,
+    },
     /// InitProducerId named a producer id this node never handed out (INVALID_PRODUCER_ID_MAPPING).
     #[error("producer id {producer_id} was never allocated")]
     InvalidProducerIdMapping {

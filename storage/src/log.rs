@@ -444,7 +444,7 @@ impl PartitionLog {
     /// are not whole batches; [`StorageError::InvalidProducerEpoch`] and
     /// [`StorageError::OutOfOrderSequence`] and [`StorageError::InvalidTxnState`]
     /// from the producer state (nothing is appended);
-    /// [`StorageError::ControlBatchFromClient`] for a control batch; [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
+    /// [`StorageError::InvalidRecord`] for a control batch or a transactional one without a producer id; [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
         let (info, flush_due) = self.write_batches(records, now_ms)?;
         if flush_due {
@@ -474,7 +474,15 @@ impl PartitionLog {
             })?;
             if b.header.is_control() {
                 // Markers come from the transaction coordinator (append_txn_marker) only.
-                return Err(StorageError::ControlBatchFromClient);
+                return Err(StorageError::InvalidRecord {
+                    reason: "control batches are written by the transaction coordinator only"
+                        .into(),
+                });
+            }
+            if b.header.is_transactional() && b.header.producer_id < 0 {
+                return Err(StorageError::InvalidRecord {
+                    reason: "a transactional batch without a producer id".into(),
+                });
             }
             let size = b.header.total_size();
             max_batch = max_batch.max(size);

@@ -105,7 +105,12 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     let mut marker = crate::transaction::control_batch(10, 0, COMMIT, 0, 1);
     assert!(matches!(
         log.append(&mut marker, 0),
-        Err(StorageError::ControlBatchFromClient)
+        Err(StorageError::InvalidRecord { .. })
+    ));
+    let mut anonymous = txn_batch((-1, -1, -1), 1, 5);
+    assert!(matches!(
+        log.append(&mut anonymous, 0),
+        Err(StorageError::InvalidRecord { .. })
     ));
     assert_eq!(log.log_end_offset(), 10, "nothing refused was written");
     assert_eq!(log.last_stable_offset(), 2);
