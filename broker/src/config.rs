@@ -106,6 +106,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` is checked."),
     s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
     s("log.cleanup.policy", "delete", "Default `cleanup.policy`; only `delete` is supported."),
+    s("producer.id.expiration.ms", "86400000", "Forget a producer id (its sequences, for idempotence) once its last batch is this old and it has no ongoing transaction."),
     s("shutdown.timeout.ms", "10000", "How long a clean shutdown waits for in-flight requests."),
     s("group.initial.rebalance.delay.ms", "3000", "How long the first rebalance of an empty group waits for more members (extended while they keep arriving, up to the rebalance timeout)."),
     s("group.min.session.timeout.ms", "6000", "Smallest `session.timeout.ms` a group member may ask for."),
@@ -322,9 +323,10 @@ impl ConfigBuilder {
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
         }
-        let log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
+        let mut log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
             ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
         })?;
+        log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
         Ok(BrokerConfig {
             listeners,
             tls,

@@ -15,6 +15,13 @@
 //! pass re-plans). Data files of an aborted
 //! or crashed attempt are in no snapshot, so they are never counted; see
 //! [`crate::orphans`].
+//!
+//! # Transactions
+//! A table only ever gets what a READ_COMMITTED consumer would keep:
+//! `PartitionLog::sealed_segments` hands out only segments wholly below the
+//! last stable offset, control batches (markers) become no rows, and the
+//! batches of aborted transactions (`SegmentInfo::is_aborted`, from the
+//! `.txnindex` entries) are skipped; their offsets still count as tiered.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -301,6 +308,11 @@ impl TopicTable {
                         error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                             last_offset = s.last_offset, reason = %s.reason, "skipping a record batch whose CRC does not match");
                         outcome.skipped.push(s);
+                        last_covered = Some(header.last_offset());
+                        continue;
+                    }
+                    if seg.is_aborted(&header) {
+                        // An aborted transaction's records never become rows (READ_COMMITTED semantics).
                         last_covered = Some(header.last_offset());
                         continue;
                     }

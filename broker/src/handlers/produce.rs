@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(produce(&broker, first).await, (0, 1), "the retry gets the original base offset");
         let log = broker.logs.partition("t", 0).expect("t-0");
         assert_eq!(log.log_end_offset(), 3, "stored once");
-        let stored = log.read(0, 1 << 20, true).expect("read").region.expect("region").read_to_vec().expect("bytes");
+        let stored = log.read(0, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read").region.expect("region").read_to_vec().expect("bytes");
         let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&stored).map(|b| b.expect("batch").header).collect();
         assert_eq!(batches.len(), 2);
         assert_eq!((batches[1].producer_id, batches[1].base_sequence, batches[1].base_offset), (pid, 0, 1));

@@ -122,7 +122,7 @@ impl TransactionLog {
         let mut offset = log.log_start_offset();
         let end = log.high_watermark();
         while offset < end {
-            let info = log.read(offset, 8 << 20, true)?;
+            let info = log.read(offset, 8 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)?;
             let Some(region) = info.region else { break };
             let buf = Bytes::from(region.read_to_vec().map_err(|e| TxnLogError::Storage(e.to_string()))?);
             let mut progressed = false;
