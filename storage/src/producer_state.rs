@@ -122,7 +122,7 @@ impl ProducerStateEntry {
     }
 
     fn find_duplicate(&self, b: &ProducerBatch) -> Option<BatchMetadata> {
-        if b.epoch != self.epoch {
+        if b.epoch != self.epoch || b.first_seq == NO_SEQUENCE {
             return None;
         }
         self.batches
@@ -178,6 +178,9 @@ pub(crate) struct CompletedTxn {
     pub(crate) last_offset: i64,
     pub(crate) aborted: bool,
 }
+
+/// The base sequence of a batch that has none (Kafka's `RecordBatch.NO_SEQUENCE`).
+pub(crate) const NO_SEQUENCE: i32 = -1;
 
 /// `sequence + n`, wrapping from `i32::MAX` to 0 as producers do.
 pub(crate) fn increment_sequence(sequence: i32, n: i32) -> i32 {
@@ -249,6 +252,10 @@ impl ProducerStateManager {
                     });
                 }
                 let expected = match last_seq {
+                    // A coordinator's own transactional batch (TxnOffsetCommit in
+                    // `__consumer_offsets`) has no sequence: Kafka's coordinator-origin
+                    // append checks its epoch only.
+                    _ if b.first_seq == NO_SEQUENCE => None,
                     _ if b.epoch != epoch => Some(0),
                     Some(last) if !in_sequence(last, b.first_seq) => {
                         Some(increment_sequence(last, 1))

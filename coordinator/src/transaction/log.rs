@@ -38,7 +38,7 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 ];
 
 /// Why `__transaction_state` could not be written or read.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnLogError {
     /// The storage layer failed.
     #[error("__transaction_state: {0}")]

@@ -17,7 +17,7 @@
 //! `Dead` is a transactional id removed after `transactional.id.expiration.ms`.
 
 /// The state of a transactional id (Kafka's `TransactionState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TransactionState {
     /// No transaction in progress (after InitProducerId).
     Empty,
