@@ -535,6 +535,36 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aborted_open_and_control_records_never_become_rows() {
+        use floe_storage::ControlRecordType::{Abort, Commit};
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+        fill(&log, 0, 10); // 0-9
+        log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14, aborted
+        log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
+        log.append(&mut transactional(2, 0, 5), 0).unwrap(); // 16-20, committed
+        log.append_txn_marker(2, 0, Commit, 0, 1).unwrap(); // 21
+        fill(&log, 22, 5); // 22-26
+        log.roll_now().unwrap();
+        log.append(&mut transactional(3, 0, 3), 0).unwrap(); // 27-29, open
+        fill(&log, 30, 5); // 30-34
+        log.roll_now().unwrap();
+        let cat = catalog(dir.path()).await;
+        let t = cat.topic_table("t", "id-1", "").await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (0, 26), "the segment of the open transaction waits");
+        let committed: Vec<i64> = (0..10).chain(16..21).chain(22..27).collect();
+        assert_eq!(scanned_offsets(&t).await, committed);
+        // The transaction commits (its marker in the active segment): the waiting segment is stable.
+        log.append_txn_marker(3, 0, Commit, 0, 1).unwrap();
+        log.roll_now().unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (27, 35));
+        let all: Vec<i64> = committed.into_iter().chain(27..35).collect();
+        assert_eq!(scanned_offsets(&t).await, all, "no row for a marker (offset 35)");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_undecodable_batch_is_reported_skipped_and_covered() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
