@@ -50,7 +50,11 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
     groups.load().await.expect("load offsets");
     let authorizer = Arc::new(crate::authorizer::Authorizer::open(config.authorizer.clone(), dir).expect("authorizer"));
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, credentials, authorizer, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
+    let quotas = Arc::new(crate::quota::ClientQuotas::open(dir).expect("quotas"));
+    let limits = crate::server::limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
+    let dynamic_config =
+        Arc::new(crate::dynamic_config::DynamicBrokerConfig::open(dir, config.effective.clone(), logs.clone(), limits).expect("dynamic config"));
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, credentials, authorizer, quotas, dynamic_config, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.
@@ -696,6 +700,111 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(r.filter_results[0].error_code, 0, "v{v}");
                     assert_eq!(r.filter_results[0].matching_acls.len(), 1, "v{v}");
                     assert!(!store.snapshot().iter().any(|b| b.pattern.name == format!("xv{v}")));
+                }
+                ApiKey::OffsetForLeaderEpoch => {
+                    let leo = broker.logs.partition("t", 0).expect("t-0").log_end_offset();
+                    let part = |epoch: i32, current: i32| {
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_leader_epoch(epoch)
+                            .with_current_leader_epoch(current)
+                    };
+                    let t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                        .with_topic(name("t"))
+                        .with_partitions(vec![part(0, -1), part(0, 0), part(1, -1), part(0, 1), part(0, -2)]);
+                    let ghost = offset_for_leader_epoch_request::OffsetForLeaderTopic::default().with_topic(name("ghost")).with_partitions(vec![part(0, -1)]);
+                    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![t, ghost]);
+                    let r: OffsetForLeaderEpochResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let got: Vec<(i16, i32, i64)> = r.topics[0].partitions.iter().map(|p| (p.error_code, p.leader_epoch, p.end_offset)).collect();
+                    assert_eq!(
+                        got,
+                        vec![
+                            (0, 0, leo),
+                            (0, 0, leo),
+                            (0, -1, -1),
+                            (ResponseError::UnknownLeaderEpoch.code(), -1, -1),
+                            (ResponseError::FencedLeaderEpoch.code(), -1, -1),
+                        ],
+                        "v{v}"
+                    );
+                    assert_eq!(r.topics[1].partitions[0].error_code, ResponseError::UnknownTopicOrPartition.code());
+                }
+                ApiKey::DescribeLogDirs => {
+                    let size = broker.logs.partition("t", 0).expect("t-0").size_bytes() as i64;
+                    assert!(size > 0, "t-0 has data");
+                    let want = describe_log_dirs_request::DescribableLogDirTopic::default().with_topic(name("t")).with_partitions(vec![0, 7]);
+                    for req in [DescribeLogDirsRequest::default().with_topics(None), DescribeLogDirsRequest::default().with_topics(Some(vec![want]))] {
+                        let r: DescribeLogDirsResponse = roundtrip(&broker, range.key, v, &req).await;
+                        assert_eq!(r.error_code, 0, "v{v}");
+                        assert_eq!(r.results.len(), 1);
+                        let dir = &r.results[0];
+                        assert_eq!(dir.error_code, 0);
+                        assert!(dir.log_dir.as_str().starts_with('/'), "absolute: {}", dir.log_dir.as_str());
+                        let t = dir.topics.iter().find(|t| t.name.as_str() == "t").expect("t listed");
+                        assert_eq!(t.partitions.len(), 1, "the unknown partition 7 is left out");
+                        assert_eq!((t.partitions[0].partition_index, t.partitions[0].partition_size), (0, size));
+                        if v >= 4 {
+                            assert!(dir.total_bytes > 0 && dir.usable_bytes >= 0 && dir.usable_bytes <= dir.total_bytes);
+                        }
+                    }
+                }
+                ApiKey::DescribeTopicPartitions => {
+                    broker.logs.create_topic("dtp", 3, BTreeMap::new()).expect("create dtp");
+                    let topic = |n: &str| describe_topic_partitions_request::TopicRequest::default().with_name(name(n));
+                    // Two partitions a page: dtp-0..1, then dtp-2 and t-0, across topics.
+                    let req = DescribeTopicPartitionsRequest::default()
+                        .with_topics(vec![topic("t"), topic("dtp"), topic("no-such")])
+                        .with_response_partition_limit(2);
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let page: Vec<(String, usize)> =
+                        r.topics.iter().map(|t| (t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(), t.partitions.len())).collect();
+                    assert_eq!(page, vec![("dtp".to_string(), 2)]);
+                    let cursor = r.next_cursor.expect("more to come");
+                    assert_eq!((cursor.topic_name.as_str(), cursor.partition_index), ("dtp", 2));
+                    let next = req.clone().with_cursor(Some(
+                        describe_topic_partitions_request::Cursor::default().with_topic_name(name("dtp")).with_partition_index(2),
+                    ));
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &next).await;
+                    let page: Vec<(String, i16, Vec<i32>)> = r
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                            (name, t.error_code, t.partitions.iter().map(|p| p.partition_index).collect())
+                        })
+                        .collect();
+                    assert_eq!(
+                        page,
+                        vec![
+                            ("dtp".to_string(), 0, vec![2]),
+                            ("no-such".to_string(), ResponseError::UnknownTopicOrPartition.code(), vec![]),
+                            ("t".to_string(), 0, vec![0]),
+                        ]
+                    );
+                    assert!(r.next_cursor.is_none());
+                    assert_eq!(r.topics[2].topic_id, topic_id);
+                    assert_eq!(r.topics[2].partitions[0].leader_id, BrokerId(1));
+                    let bad = req.with_cursor(Some(describe_topic_partitions_request::Cursor::default().with_topic_name(name("zzz")).with_partition_index(0)));
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &bad).await;
+                    assert!(r.topics.iter().all(|t| t.error_code == ResponseError::InvalidRequest.code()));
+                    let all = DescribeTopicPartitionsRequest::default().with_response_partition_limit(2000);
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &all).await;
+                    assert!(r.topics.iter().any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "dtp") && t.partitions.len() == 3));
+                }
+                ApiKey::ElectLeaders => {
+                    let tp = |t: &str, ps: Vec<i32>| elect_leaders_request::TopicPartitions::default().with_topic(name(t)).with_partitions(ps);
+                    let mut req = ElectLeadersRequest::default().with_topic_partitions(Some(vec![tp("t", vec![0, 9]), tp("ghost", vec![0])])).with_timeout_ms(1000);
+                    if v >= 1 {
+                        req = req.with_election_type(1);
+                    }
+                    let r: ElectLeadersResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0);
+                    let codes: Vec<Vec<i16>> = r.replica_election_results.iter().map(|t| t.partition_result.iter().map(|p| p.error_code).collect()).collect();
+                    let (not_needed, unknown) = (ResponseError::ElectionNotNeeded.code(), ResponseError::UnknownTopicOrPartition.code());
+                    assert_eq!(codes, vec![vec![not_needed, unknown], vec![unknown]], "v{v}");
+                    let all: ElectLeadersResponse = roundtrip(&broker, range.key, v, &ElectLeadersRequest::default().with_topic_partitions(None)).await;
+                    assert!(all.replica_election_results.iter().all(|t| t.partition_result.is_empty()));
+                    assert!(all.replica_election_results.iter().any(|t| t.topic.as_str() == "t"));
                 }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
