@@ -159,12 +159,13 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         .into_iter()
         .map(|(echo, outcome)| {
             let entry = EntryData::default().with_entity(echo);
-            match (outcome, &write_error) {
-                (Err((error, reason)), _) | (Ok(_), Some((error, reason))) => {
-                    let reason = reason.clone();
-                    entry.with_error_code(error.code()).with_error_message(message(reason))
-                }
-                (Ok(_), None) => entry,
+            let failure = match outcome {
+                Err(failure) => Some(failure),
+                Ok(_) => write_error.clone(),
+            };
+            match failure {
+                Some((error, reason)) => entry.with_error_code(error.code()).with_error_message(message(reason)),
+                None => entry,
             }
         })
         .collect();

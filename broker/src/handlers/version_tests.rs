@@ -296,6 +296,9 @@ async fn every_served_version_of_every_api_answers() {
                     assert!(r.results[0].configs.iter().any(|c| c.name.as_str() == "retention.ms"));
                     assert_eq!(r.results[1].error_code, 0, "v{v}");
                     assert!(r.results[1].configs.iter().any(|c| c.name.as_str() == "log.segment.bytes"));
+                    let dirs = r.results[1].configs.iter().find(|c| c.name.as_str() == "log.dirs").expect("log.dirs");
+                    let retention = r.results[1].configs.iter().find(|c| c.name.as_str() == "log.retention.ms").expect("log.retention.ms");
+                    assert!(dirs.read_only && !retention.read_only, "v{v}");
                 }
                 ApiKey::AlterConfigs => {
                     let c = alter_configs_request::AlterableConfig::default()
@@ -324,6 +327,27 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(r.responses[0].error_code, 0, "v{v}: {:?}", r.responses[0].error_message);
                     let cfg = broker.logs.topic("t").expect("t").config();
                     assert_eq!(cfg.segment_bytes, 1_048_576);
+                    // BROKER resources: a dynamic setting on this broker; a read-only one refused on the default.
+                    let set = |name: &str, value: &str| {
+                        incremental_alter_configs_request::AlterableConfig::default()
+                            .with_name(s(name))
+                            .with_config_operation(0)
+                            .with_value(Some(s(value)))
+                    };
+                    let this = incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(s("1"))
+                        .with_configs(vec![set("log.roll.ms", &format!("{}", 3_600_000 + i64::from(v)))]);
+                    let default = incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(s(""))
+                        .with_configs(vec![set("log.dirs", "/elsewhere")]);
+                    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![this, default]);
+                    let r: IncrementalAlterConfigsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.responses[0].error_code, 0, "v{v}: {:?}", r.responses[0].error_message);
+                    assert_eq!(r.responses[1].error_code, ResponseError::InvalidRequest.code());
+                    assert_eq!(broker.logs.default_config().segment_ms, 3_600_000 + i64::from(v));
+                    assert_eq!(broker.logs.partition("t", 0).expect("t-0").config().segment_ms, 3_600_000 + i64::from(v));
                 }
                 ApiKey::CreatePartitions => {
                     let name_v = format!("p{v}");
