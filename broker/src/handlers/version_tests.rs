@@ -908,3 +908,65 @@ async fn an_anonymous_client_without_acls_is_refused_per_resource() {
     let r: JoinGroupResponse = roundtrip(&broker, ApiKey::JoinGroup, 9, &join).await;
     assert_eq!(r.error_code, ResponseError::GroupAuthorizationFailed.code());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_quotas_is_told_and_muted() {
+    use crate::quota::entity::{EntityName, QuotaEntity};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = broker(dir.path()).await;
+    broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
+    // The test client's id is `version-test`: 10 bytes/s each way, the least any request exceeds.
+    let entity = QuotaEntity { user: None, client_id: Some(EntityName::Named("version-test".into())) };
+    broker
+        .quotas
+        .change(|set| {
+            let values = set.entry(entity).or_default();
+            values.insert("producer_byte_rate".into(), 10.0);
+            values.insert("consumer_byte_rate".into(), 10.0);
+        })
+        .expect("set quotas");
+    let mut session = test_session();
+    let p = produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch()));
+    let t = produce_request::TopicProduceData::default().with_name(name("t")).with_partition_data(vec![p]);
+    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
+    let mut throttles = Vec::new();
+    for _ in 0..3 {
+        let r: ProduceResponse = roundtrip_in(&broker, &mut session, ApiKey::Produce, 9, &req).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "the append is not refused, only throttled");
+        throttles.push(r.throttle_time_ms);
+        assert_eq!(session.throttled_for.take().map(|d| d.as_millis() as i32), Some(r.throttle_time_ms), "muted for as long");
+    }
+    assert!(throttles.windows(2).all(|w| w[0] > 0 && w[1] > w[0]), "throttle grows with the rate: {throttles:?}");
+    assert_eq!(broker.logs.partition("t", 0).expect("t-0").log_end_offset(), 9);
+
+    let p = fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20);
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("t")).with_partitions(vec![p])]);
+    let r: FetchResponse = roundtrip_in(&broker, &mut session, ApiKey::Fetch, 12, &fetch).await;
+    assert!(r.throttle_time_ms > 0);
+    assert!(r.responses.is_empty(), "a throttled fetch carries no records, as in Kafka");
+    assert!(session.throttled_for.take().is_some());
+
+    // Another user and client id have no quota: nothing is counted or delayed.
+    let mut other = test_session();
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(9)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("free")));
+    let mut buf = BytesMut::new();
+    header.encode(&mut buf, ProduceRequest::header_version(9)).expect("header");
+    req.encode(&mut buf, 9).expect("body");
+    let frame = parse_request_header(buf.freeze()).expect("parse");
+    assert!(matches!(dispatch(&broker, frame, &mut other).await, Ok(Reply::Frame(_))));
+    assert!(other.throttled_for.is_none());
+
+    // request_percentage: the time a request keeps a worker busy counts, whatever the API.
+    let user = QuotaEntity { user: Some(EntityName::Named("ANONYMOUS".into())), client_id: None };
+    broker.quotas.change(|set| set.entry(user).or_default().insert("request_percentage".into(), 1e-9)).expect("set quota");
+    let r: MetadataResponse = roundtrip_in(&broker, &mut session, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(None)).await;
+    assert!(r.throttle_time_ms > 0, "/users/ANONYMOUS request_percentage applies to the anonymous client");
+    assert!(session.throttled_for.take().is_some());
+}
