@@ -830,6 +830,41 @@ async fn every_served_version_of_every_api_answers() {
                     assert!(all.replica_election_results.iter().all(|t| t.partition_result.is_empty()));
                     assert!(all.replica_election_results.iter().any(|t| t.topic.as_str() == "t"));
                 }
+                ApiKey::DescribeClientQuotas => {
+                    use crate::quota::entity::{EntityName, QuotaEntity};
+                    let alice = QuotaEntity { user: Some(EntityName::Named(format!("alice{v}"))), client_id: Some(EntityName::Default) };
+                    broker.quotas.change(|set| set.entry(alice).or_default().insert("producer_byte_rate".into(), 1024.0)).expect("set");
+                    let c = describe_client_quotas_request::ComponentData::default().with_entity_type(s("user")).with_match_type(0).with_match(Some(s(&format!("alice{v}"))));
+                    let r: DescribeClientQuotasResponse = roundtrip(&broker, range.key, v, &DescribeClientQuotasRequest::default().with_components(vec![c.clone()])).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    let entries = r.entries.expect("entries");
+                    assert_eq!(entries.len(), 1);
+                    assert_eq!(entries[0].entity.len(), 2);
+                    assert_eq!((entries[0].values[0].key.as_str(), entries[0].values[0].value), ("producer_byte_rate", 1024.0));
+                    let strict = DescribeClientQuotasRequest::default().with_components(vec![c]).with_strict(true);
+                    let r: DescribeClientQuotasResponse = roundtrip(&broker, range.key, v, &strict).await;
+                    assert_eq!(r.entries.map(|e| e.len()), Some(0), "strict: the entity also has a client-id");
+                    let twice = describe_client_quotas_request::ComponentData::default().with_entity_type(s("user")).with_match_type(1);
+                    let r: DescribeClientQuotasResponse =
+                        roundtrip(&broker, range.key, v, &DescribeClientQuotasRequest::default().with_components(vec![twice.clone(), twice])).await;
+                    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+                }
+                ApiKey::AlterClientQuotas => {
+                    use alter_client_quotas_request::{EntityData, EntryData, OpData};
+                    let entity = |kind: &str, name: Option<&str>| EntityData::default().with_entity_type(s(kind)).with_entity_name(name.map(s));
+                    let op = |key: &str, value: f64| OpData::default().with_key(s(key)).with_value(value);
+                    let good = EntryData::default().with_entity(vec![entity("client-id", Some(&format!("app{v}")))]).with_ops(vec![op("request_percentage", 50.0)]);
+                    let fractional = EntryData::default().with_entity(vec![entity("user", None)]).with_ops(vec![op("producer_byte_rate", 0.5)]);
+                    let ip = EntryData::default().with_entity(vec![entity("ip", Some("10.0.0.1"))]).with_ops(vec![op("connection_creation_rate", 5.0)]);
+                    let req = AlterClientQuotasRequest::default().with_entries(vec![good, fractional, ip]);
+                    let r: AlterClientQuotasResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let codes: Vec<i16> = r.entries.iter().map(|e| e.error_code).collect();
+                    let invalid = ResponseError::InvalidRequest.code();
+                    assert_eq!(codes, vec![0, invalid, invalid], "v{v}");
+                    assert_eq!(r.entries[0].entity[0].entity_name.as_ref().map(|n| n.as_str()), Some(format!("app{v}").as_str()));
+                    let stored = broker.quotas.snapshot();
+                    assert_eq!(stored.iter().filter(|(e, _)| e.client_id.is_some() && e.user.is_none()).count(), usize::try_from(v + 1).expect("v"));
+                }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
         }
