@@ -279,7 +279,10 @@ impl LogManager {
 
     /// The broker-wide defaults topic overrides apply to.
     pub fn default_config(&self) -> Arc<LogConfig> {
-        self.default_config.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.default_config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Replaces the broker-wide defaults (a dynamic broker config change):
@@ -297,7 +300,10 @@ impl LogManager {
             .iter()
             .map(|t| defaults.with_overrides(&t.overrides()).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        *self.default_config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(defaults);
+        *self
+            .default_config
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(defaults);
         for (topic, config) in topics.iter().zip(configs) {
             topic.set_config(topic.overrides(), config);
         }
@@ -904,14 +910,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         m.create_topic("plain", 1, BTreeMap::new()).unwrap();
-        m.create_topic("kept", 1, map(&[("retention.ms", "5")])).unwrap();
+        m.create_topic("kept", 1, map(&[("retention.ms", "5")]))
+            .unwrap();
         let defaults = LogConfig::default()
             .with_overrides(&map(&[("retention.ms", "777")]))
             .unwrap();
         m.set_default_config(defaults).unwrap();
         assert_eq!(m.topic("plain").unwrap().config().retention_ms, 777);
         assert_eq!(m.partition("plain", 0).unwrap().config().retention_ms, 777);
-        assert_eq!(m.topic("kept").unwrap().config().retention_ms, 5, "an override wins");
+        assert_eq!(
+            m.topic("kept").unwrap().config().retention_ms,
+            5,
+            "an override wins"
+        );
         assert_eq!(m.default_config().retention_ms, 777);
         m.create_topic("later", 1, BTreeMap::new()).unwrap();
         assert_eq!(m.topic("later").unwrap().config().retention_ms, 777);
