@@ -14,7 +14,8 @@ use crate::metrics::Metrics;
 /// themselves thread-safe (`LogManager`, metrics handles).
 #[derive(Debug)]
 pub struct Broker {
-    /// The configuration the broker started with.
+    /// The configuration the broker started with (settings changed at run
+    /// time are in `dynamic_config`, and applied where they are used).
     pub config: BrokerConfig,
     /// The partition logs.
     pub logs: Arc<LogManager>,
@@ -28,6 +29,10 @@ pub struct Broker {
     pub credentials: Arc<crate::security::credentials::CredentialStore>,
     /// ACL authorization (allows everything when `authorizer.class.name` is empty).
     pub authorizer: Arc<crate::authorizer::Authorizer>,
+    /// Dynamic broker configs (AlterConfigs on BROKER resources) and where they apply.
+    pub dynamic_config: Arc<crate::dynamic_config::DynamicBrokerConfig>,
+    /// Client quotas: their configuration and the rates they are enforced on.
+    pub quotas: Arc<crate::quota::ClientQuotas>,
     /// Whether fetches on TLS connections may use kernel TLS (decided at startup).
     pub ktls: bool,
     /// Turns true when shutdown begins: long-polling fetches answer at once

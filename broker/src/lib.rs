@@ -13,8 +13,10 @@
 //! - [`authorizer`]: ACLs (Kafka's model), their store and the per-request checks.
 //! - [`session`]: per-connection state handlers see (listener, peer, authentication).
 //! - [`broker`]: the shared state handlers read.
+//! - [`dynamic_config`]: broker settings changed at run time (AlterConfigs on BROKER), persisted and applied.
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
 //! - [`handlers`]: one module per Kafka API, one dispatch table.
+//! - [`quota`]: client quotas (byte rates, request time): their store and enforcement.
 //! - [`group`]: the consumer-group coordinator and the `__consumer_offsets` log.
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
@@ -28,6 +30,7 @@
 pub mod authorizer;
 pub mod broker;
 pub mod config;
+pub mod dynamic_config;
 pub mod errors;
 pub mod group;
 pub mod handlers;
@@ -35,6 +38,7 @@ pub mod listeners;
 pub mod iceberg_rest;
 pub mod maintenance;
 pub mod metrics;
+pub mod quota;
 pub mod run;
 pub mod security;
 pub mod server;

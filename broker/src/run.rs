@@ -111,6 +111,13 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
             .map_err(|e| RunError::Task(e.to_string()))?
             .map_err(|e| RunError::Task(e.to_string()))?
     };
+    let quotas = {
+        let dir = config.data_dir.clone();
+        tokio::task::spawn_blocking(move || crate::quota::ClientQuotas::open(&dir))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?
+            .map_err(|e| RunError::Task(e.to_string()))?
+    };
     if authorizer.enabled() {
         let count = authorizer.store().map(|s| s.snapshot().len()).unwrap_or(0);
         tracing::info!(acls = count, "authorizer on: requests are checked against ACLs");
@@ -210,6 +217,14 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;
 
+    let limits = ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
+    let dynamic_config = {
+        let (dir, statics, logs, limits) = (config.data_dir.clone(), config.effective.clone(), logs.clone(), limits.clone());
+        tokio::task::spawn_blocking(move || crate::dynamic_config::DynamicBrokerConfig::open(&dir, statics, logs, limits))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?
+            .map_err(|e| RunError::Task(e.to_string()))?
+    };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
     let broker = Arc::new(Broker {
@@ -220,6 +235,8 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         txns,
         credentials: Arc::new(credentials),
         authorizer: Arc::new(authorizer),
+        quotas: Arc::new(quotas),
+        dynamic_config: Arc::new(dynamic_config),
         ktls,
         shutdown: shutdown.clone(),
     });
@@ -239,7 +256,6 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         "floe is ready"
     );
 
-    let limits = ConnectionLimits::new(broker.config.max_connections, broker.config.max_connections_per_ip);
     let accept_loops = endpoints
         .into_iter()
         .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));

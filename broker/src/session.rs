@@ -45,6 +45,10 @@ pub struct Session {
     /// Set by a handler whose response must be the connection's last (failed
     /// authentication); the value is the reason for the metric.
     pub close_after_reply: Option<&'static str>,
+    /// Set when the last request went over a client quota: the connection
+    /// reads no further request for this long after the response is sent
+    /// (Kafka mutes the channel).
+    pub throttled_for: Option<std::time::Duration>,
 }
 
 /// Why a request is not admitted on this connection.
@@ -69,7 +73,7 @@ impl NotAdmitted {
 impl Session {
     /// A fresh, unauthenticated session.
     pub fn new(peer: SocketAddr, endpoint: Arc<Endpoint>) -> Self {
-        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None }
+        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None, throttled_for: None }
     }
 
     /// The principal and host authorization sees, as Kafka's default

@@ -44,6 +44,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Transactions (KIP-98). The v5 forms of AddPartitionsToTxn, EndTxn and TxnOffsetCommit
     // belong to KIP-890 part 2 (an epoch bump per transaction), which Floe does not do.
     api(ApiKey::AddPartitionsToTxn, 0, 4),
@@ -56,10 +57,14 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::DescribeConfigs, 1, 4),
     api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::SaslAuthenticate, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::OffsetDelete, 0, 0),
+    api(ApiKey::DescribeClientQuotas, 0, 1),
+    api(ApiKey::AlterClientQuotas, 0, 1),
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
     api(ApiKey::AlterUserScramCredentials, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
@@ -69,6 +74,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     api(ApiKey::ConsumerGroupDescribe, 0, 1),
+    api(ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 /// The served range of `key`, if Floe serves it at all.

@@ -56,7 +56,8 @@ pub struct MaintenanceReport {
 #[derive(Debug)]
 pub struct LogManager {
     data_dir: PathBuf,
-    default_config: LogConfig,
+    /// Swapped whole by [`LogManager::set_default_config`] (dynamic broker configs).
+    default_config: RwLock<Arc<LogConfig>>,
     cluster_id: String,
     node_id: Option<i32>,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
@@ -208,7 +209,7 @@ impl LogManager {
         let producer_ids = ProducerIdManager::open(&data_dir)?;
         let manager = Self {
             data_dir,
-            default_config,
+            default_config: RwLock::new(Arc::new(default_config)),
             cluster_id,
             node_id,
             topics: RwLock::new(topics),
@@ -279,8 +280,36 @@ impl LogManager {
     }
 
     /// The broker-wide defaults topic overrides apply to.
-    pub fn default_config(&self) -> &LogConfig {
-        &self.default_config
+    pub fn default_config(&self) -> Arc<LogConfig> {
+        self.default_config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the broker-wide defaults (a dynamic broker config change):
+    /// every topic's effective config becomes its overrides over the new
+    /// defaults, so a topic without an override of a key sees the new value
+    /// at once. Nothing is written: the caller persists the defaults.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] if some topic's overrides do not
+    /// combine with the new defaults; then nothing changes.
+    pub fn set_default_config(&self, defaults: LogConfig) -> Result<()> {
+        let _admin = lock(&self.admin);
+        let topics = self.topics();
+        let configs = topics
+            .iter()
+            .map(|t| defaults.with_overrides(&t.overrides()).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        *self
+            .default_config
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(defaults);
+        for (topic, config) in topics.iter().zip(configs) {
+            topic.set_config(topic.overrides(), config);
+        }
+        Ok(())
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Topic>>> {
@@ -328,7 +357,7 @@ impl LogManager {
                 reason: format!("{partitions} partitions; must be at least 1"),
             });
         }
-        let config = self.default_config.with_overrides(overrides)?;
+        let config = self.default_config().with_overrides(overrides)?;
         if self.topics_read().contains_key(name) {
             return Err(StorageError::TopicAlreadyExists {
                 topic: name.to_string(),
@@ -513,7 +542,7 @@ impl LogManager {
                 partition: None,
             });
         }
-        self.default_config.with_overrides(overrides)
+        self.default_config().with_overrides(overrides)
     }
 
     /// Replaces a topic's overrides with `overrides` (the full set, as AlterConfigs
@@ -877,6 +906,29 @@ mod tests {
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!(m.topic("t").unwrap().partition_count(), 4);
         assert_eq!(m.partition("t", 3).unwrap().log_end_offset(), 2);
+    }
+
+    #[test]
+    fn new_defaults_reach_topics_without_an_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        m.create_topic("plain", 1, BTreeMap::new()).unwrap();
+        m.create_topic("kept", 1, map(&[("retention.ms", "5")]))
+            .unwrap();
+        let defaults = LogConfig::default()
+            .with_overrides(&map(&[("retention.ms", "777")]))
+            .unwrap();
+        m.set_default_config(defaults).unwrap();
+        assert_eq!(m.topic("plain").unwrap().config().retention_ms, 777);
+        assert_eq!(m.partition("plain", 0).unwrap().config().retention_ms, 777);
+        assert_eq!(
+            m.topic("kept").unwrap().config().retention_ms,
+            5,
+            "an override wins"
+        );
+        assert_eq!(m.default_config().retention_ms, 777);
+        m.create_topic("later", 1, BTreeMap::new()).unwrap();
+        assert_eq!(m.topic("later").unwrap().config().retention_ms, 777);
     }
 
     #[test]

@@ -2,8 +2,15 @@
 //! (SET, DELETE, APPEND, SUBTRACT on single keys) for topics.
 //!
 //! The new override set is validated as a whole before anything is
-//! written; a bad value leaves the topic as it was. Broker configs are
-//! static: altering them is refused.
+//! written; a bad value leaves the topic as it was.
+//!
+//! BROKER resources (this node id, or "" for the cluster-wide default)
+//! change the dynamic broker configs ([`crate::dynamic_config`]): the
+//! resource's whole dynamic set is replaced (AlterConfigs) or edited
+//! (IncrementalAlterConfigs), persisted and applied without a restart. A
+//! setting that cannot change at run time refuses the resource with
+//! INVALID_REQUEST "Cannot update these configs dynamically", as Kafka's
+//! `ConfigAdminManager`; the other resources of the request are unaffected.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +26,7 @@ use super::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
+use crate::dynamic_config::{DynamicConfigError, Scope};
 use crate::errors::kafka_error;
 
 pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterConfigsRequest, _version: i16) -> AlterConfigsResponse {
@@ -97,6 +105,45 @@ pub(super) async fn handle_incremental(
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+/// Changes the dynamic configs of a BROKER resource: `name` is this node's id or "" (the cluster default).
+async fn apply_broker<F>(broker: &Broker, name: &str, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
+where
+    F: FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + 'static,
+{
+    let scope = if name.is_empty() {
+        Scope::ClusterDefault
+    } else if name == broker.node_id().to_string() {
+        Scope::Broker
+    } else {
+        return (ResponseError::InvalidRequest.code(), message(format!("this is broker {}, not {name}", broker.node_id())));
+    };
+    let dynamic = broker.dynamic_config.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let next = next(&dynamic.layer(scope)).map_err(DynamicConfigError::Invalid)?;
+        if validate_only {
+            dynamic.validate(scope, &next)
+        } else {
+            dynamic.alter(scope, next.clone()).map(|()| tracing::info!(?scope, settings = ?next, "altered dynamic broker configs"))
+        }
+    })
+    .await;
+    match outcome {
+        Ok(Ok(())) => (0, None),
+        Ok(Err(DynamicConfigError::Invalid(reason))) => {
+            tracing::info!(%reason, "dynamic broker config change refused");
+            (ResponseError::InvalidRequest.code(), message(reason))
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot persist dynamic broker configs");
+            (ResponseError::KafkaStorageError.code(), message(e.to_string()))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "dynamic broker config task failed");
+            (ResponseError::UnknownServerError.code(), None)
+        }
+    }
+}
+
 fn list(value: Option<&String>) -> Vec<String> {
     value.map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
 }
@@ -116,12 +163,7 @@ where
         RESOURCE_BROKER if !broker.authorizer.authorize_cluster(ctx, AclOperation::AlterConfigs) => {
             return (ResponseError::ClusterAuthorizationFailed.code(), message("ALTER_CONFIGS on the cluster is needed"))
         }
-        RESOURCE_BROKER => {
-            return (
-                ResponseError::InvalidRequest.code(),
-                message("broker configs are static in Floe: set them in the config file, environment or command line"),
-            )
-        }
+        RESOURCE_BROKER => return apply_broker(broker, name.as_str(), validate_only, next).await,
         other => return (ResponseError::InvalidRequest.code(), message(format!("resource type {other} is not supported"))),
     }
     let topic_name = name.to_string();

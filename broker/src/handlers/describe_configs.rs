@@ -1,8 +1,12 @@
 //! DescribeConfigs: a topic's effective configuration, or the broker's.
 //!
 //! Topic entries are overrides (source DYNAMIC_TOPIC_CONFIG) or inherited
-//! defaults (DEFAULT_CONFIG); broker entries are static (read-only: Floe
-//! has no dynamic broker configuration).
+//! defaults (DEFAULT_CONFIG). Broker entries (resource name = this node id)
+//! are every setting with its source, DYNAMIC_BROKER_CONFIG,
+//! DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG,
+//! read-only unless it is one of the dynamic settings
+//! ([`crate::dynamic_config`]); the cluster-wide default resource (name "")
+//! lists the settings set at that level only, as Kafka does.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -15,13 +19,12 @@ use super::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
-use crate::config::SETTINGS;
+use crate::dynamic_config::{ConfigSource, Scope, DYNAMIC_SETTINGS};
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
 pub(crate) const RESOURCE_BROKER: i8 = 4;
 
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
 pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
@@ -60,28 +63,42 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
                         .filter(|e| wanted(&e.name))
                         .map(|e| {
                             let source = if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC };
-                            entry(&e.name, &e.value, false, source, request.include_synonyms, version)
+                            let synonyms = if request.include_synonyms { vec![(e.value.clone(), source)] } else { Vec::new() };
+                            entry(&e.name, &e.value, false, source, &synonyms, version)
                         })
                         .collect();
                     base.with_configs(configs)
                 }
                 RESOURCE_BROKER => {
                     let name = resource.resource_name.as_str();
-                    if !name.is_empty() && name != broker.node_id().to_string() {
+                    let dynamic = &broker.dynamic_config;
+                    if name.is_empty() {
+                        let configs = dynamic
+                            .layer(Scope::ClusterDefault)
+                            .iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, v)| entry(k, v, false, ConfigSource::DynamicDefaultBroker as i8, &[], version))
+                            .collect();
+                        return base.with_configs(configs);
+                    }
+                    if name != broker.node_id().to_string() {
                         return base
                             .with_error_code(ResponseError::InvalidRequest.code())
                             .with_error_message(message(format!("this is broker {}, not {name}", broker.node_id())));
                     }
-                    let configs = broker
-                        .config
-                        .effective
-                        .iter()
-                        .filter(|(k, _)| wanted(k))
-                        .map(|(k, v)| {
-                            let is_default = SETTINGS.iter().any(|s| s.key == k && s.default == v);
-                            let source = if is_default { SOURCE_DEFAULT } else { SOURCE_STATIC_BROKER };
-                            let e = entry(k, v, true, source, request.include_synonyms, version);
-                            if crate::config::is_sensitive(k) { sensitive(e) } else { e }
+                    let configs = dynamic
+                        .effective()
+                        .into_iter()
+                        .filter(|(k, _, _)| wanted(k))
+                        .map(|(k, v, source)| {
+                            let read_only = !DYNAMIC_SETTINGS.contains(&k.as_str());
+                            let synonyms: Vec<(String, i8)> = if request.include_synonyms {
+                                dynamic.synonyms(&k).into_iter().map(|(v, s)| (v, s as i8)).collect()
+                            } else {
+                                Vec::new()
+                            };
+                            let e = entry(&k, &v, read_only, source as i8, &synonyms, version);
+                            if crate::config::is_sensitive(&k) { sensitive(e) } else { e }
                         })
                         .collect();
                     base.with_configs(configs)
@@ -105,18 +122,21 @@ fn sensitive(mut e: DescribeConfigsResourceResult) -> DescribeConfigsResourceRes
     e
 }
 
-fn entry(name: &str, value: &str, read_only: bool, source: i8, synonyms: bool, version: i16) -> DescribeConfigsResourceResult {
+fn entry(name: &str, value: &str, read_only: bool, source: i8, synonyms: &[(String, i8)], version: i16) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_string(name.to_string()))
         .with_value(Some(StrBytes::from_string(value.to_string())))
         .with_read_only(read_only)
         .with_config_source(source);
-    if synonyms {
-        e.synonyms = vec![DescribeConfigsSynonym::default()
-            .with_name(StrBytes::from_string(name.to_string()))
-            .with_value(Some(StrBytes::from_string(value.to_string())))
-            .with_source(source)];
-    }
+    e.synonyms = synonyms
+        .iter()
+        .map(|(value, source)| {
+            DescribeConfigsSynonym::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_value(Some(StrBytes::from_string(value.clone())))
+                .with_source(*source)
+        })
+        .collect();
     if version >= 3 {
         e.config_type = config_type(value);
     }

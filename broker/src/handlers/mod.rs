@@ -11,6 +11,7 @@
 //! [`RequestContext`](crate::authorizer::RequestContext).
 
 mod acls;
+mod client_quotas;
 mod alter_configs;
 mod api_versions;
 mod consumer_group;
@@ -20,7 +21,10 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_log_dirs;
 mod describe_producers;
+mod describe_topic_partitions;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod group_admin;
@@ -28,10 +32,12 @@ mod group_membership;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offset_for_leader_epoch;
 mod offsets;
 mod produce;
 mod sasl;
 mod scram_credentials;
+mod throttle;
 mod transactions;
 #[cfg(test)]
 mod version_tests;
@@ -45,7 +51,10 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 use crate::broker::Broker;
+use crate::quota::charge::{BusyTimed, Charge};
+use crate::quota::{quota_user, QuotaType};
 use crate::session::Session;
+use throttle::ThrottleTime;
 
 /// Whether `topic` is one of the coordinators' internal topics (`__consumer_offsets`,
 /// `__transaction_state`): hidden from listings, closed to clients' produce and delete.
@@ -154,6 +163,12 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
         ApiKey::DescribeProducers => "DescribeProducers",
+        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+        ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
+        ApiKey::ElectLeaders => "ElectLeaders",
+        ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+        ApiKey::AlterClientQuotas => "AlterClientQuotas",
         _ => "Other",
     }
 }
@@ -163,7 +178,22 @@ pub fn api_name(api: ApiKey) -> &'static str {
 /// # Errors
 /// [`Reject`] when the connection must be closed.
 pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Session) -> Result<Reply, Reject> {
+    // The one check on the request path when no quota is configured.
+    if !broker.quotas.active() || matches!(request.api_key, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+        return dispatch_charged(broker, request, session, None).await;
+    }
+    let principal = session.request_context().principal;
+    let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    let charge = Charge::new(broker.quotas.clone(), quota_user(&principal).to_string(), client_id);
+    let reply = BusyTimed::new(dispatch_charged(broker, request, session, Some(&charge)), &charge).await;
+    session.throttled_for = charge.mute();
+    reply
+}
+
+/// [`dispatch`], counting the request against `charge` when the client has quotas.
+async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut Session, charge: Option<&Charge>) -> Result<Reply, Reject> {
     let RequestFrame { api_key, header, mut body } = request;
+    let request_bytes = body.len();
     let peer = session.peer;
     let version = header.request_api_version;
     let correlation_id = header.correlation_id;
@@ -177,183 +207,248 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
     }
     let body = &mut body;
     let ctx = &session.request_context();
+    let out = Responder { api: api_key, correlation_id, version, charge };
     match api_key {
         ApiKey::ApiVersions => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &api_versions::handle(broker, req, version))
+            out.frame(api_versions::handle(broker, req, version))
         }
         ApiKey::Metadata => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &metadata::handle(broker, session, ctx, req, version).await)
+            out.frame(metadata::handle(broker, session, ctx, req, version).await)
         }
         ApiKey::Produce => {
             let req: kafka_protocol::messages::ProduceRequest = decode(api_key, body, version)?;
             let acks = req.acks;
+            if let Some(charge) = charge {
+                charge.bytes(QuotaType::Produce, request_bytes);
+            }
             let response = produce::handle(broker, ctx, req, version, peer).await;
             if acks == 0 {
+                // No response, but the time is counted and a throttle still mutes the connection.
+                if let Some(charge) = charge {
+                    charge.finish();
+                }
                 return Ok(Reply::None);
             }
-            frame(api_key, correlation_id, version, &response)
+            out.frame(response)
         }
         ApiKey::Fetch => {
             let req = decode(api_key, body, version)?;
             let data = fetch::handle(broker, ctx, req, version).await;
-            floe_protocol::fetch::encode_fetch_response(correlation_id, version, &data)
-                .map(Reply::Parts)
-                .map_err(|e| encode_failure(api_key, version, e.to_string()))
+            let encode = |data: &floe_protocol::fetch::FetchResponseData| {
+                floe_protocol::fetch::encode_fetch_response(correlation_id, version, data)
+                    .map(Reply::Parts)
+                    .map_err(|e| encode_failure(api_key, version, e.to_string()))
+            };
+            let Some(charge) = charge else { return encode(&data) };
+            let Reply::Parts(full) = encode(&data)? else { return encode(&data) };
+            charge.bytes(QuotaType::Fetch, full.total_len);
+            let throttle = charge.finish();
+            if throttle == 0 {
+                return Ok(Reply::Parts(full));
+            }
+            // As Kafka: a throttled fetch sends no records, and they are not counted.
+            charge.unrecord(QuotaType::Fetch, full.total_len);
+            encode(&floe_protocol::fetch::FetchResponseData { throttle_time_ms: clamp_ms(throttle), ..Default::default() })
         }
         ApiKey::ListOffsets => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &list_offsets::handle(broker, ctx, req, version).await)
+            out.frame(list_offsets::handle(broker, ctx, req, version).await)
         }
         ApiKey::CreateTopics => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &create_topics::handle(broker, ctx, req, version).await)
+            out.frame(create_topics::handle(broker, ctx, req, version).await)
         }
         ApiKey::DeleteTopics => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &delete_topics::handle(broker, ctx, req, version).await)
+            out.frame(delete_topics::handle(broker, ctx, req, version).await)
         }
         ApiKey::CreatePartitions => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &create_partitions::handle(broker, ctx, req, version).await)
+            out.frame(create_partitions::handle(broker, ctx, req, version).await)
         }
         ApiKey::DescribeConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_configs::handle(broker, ctx, req, version))
+            out.frame(describe_configs::handle(broker, ctx, req, version))
         }
         ApiKey::AlterConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &alter_configs::handle_alter(broker, ctx, req, version).await)
+            out.frame(alter_configs::handle_alter(broker, ctx, req, version).await)
         }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &alter_configs::handle_incremental(broker, ctx, req, version).await)
+            out.frame(alter_configs::handle_incremental(broker, ctx, req, version).await)
         }
         ApiKey::DescribeCluster => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_cluster::handle(broker, session, ctx, req, version))
+            out.frame(describe_cluster::handle(broker, session, ctx, req, version))
         }
         ApiKey::DeleteRecords => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &delete_records::handle(broker, ctx, req, version).await)
+            out.frame(delete_records::handle(broker, ctx, req, version).await)
         }
         ApiKey::InitProducerId => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &init_producer_id::handle(broker, ctx, req, version).await)
+            out.frame(init_producer_id::handle(broker, ctx, req, version).await)
         }
         ApiKey::FindCoordinator => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &find_coordinator::handle(broker, session, ctx, req, version))
+            out.frame(find_coordinator::handle(broker, session, ctx, req, version))
         }
         ApiKey::JoinGroup => {
             let req = decode(api_key, body, version)?;
             let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            frame(api_key, correlation_id, version, &group_membership::handle_join(broker, ctx, req, version, client_id, peer).await)
+            out.frame(group_membership::handle_join(broker, ctx, req, version, client_id, peer).await)
         }
         ApiKey::SyncGroup => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_sync(broker, ctx, req, version).await)
+            out.frame(group_membership::handle_sync(broker, ctx, req, version).await)
         }
         ApiKey::Heartbeat => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_heartbeat(broker, ctx, req, version))
+            out.frame(group_membership::handle_heartbeat(broker, ctx, req, version))
         }
         ApiKey::LeaveGroup => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_membership::handle_leave(broker, ctx, req, version))
+            out.frame(group_membership::handle_leave(broker, ctx, req, version))
         }
         ApiKey::OffsetCommit => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_commit(broker, ctx, req, version).await)
+            out.frame(offsets::handle_commit(broker, ctx, req, version).await)
         }
         ApiKey::OffsetFetch => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_fetch(broker, ctx, req, version))
+            out.frame(offsets::handle_fetch(broker, ctx, req, version))
         }
         ApiKey::OffsetDelete => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_delete(broker, ctx, req, version).await)
+            out.frame(offsets::handle_delete(broker, ctx, req, version).await)
         }
         ApiKey::ListGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_list(broker, ctx, req, version))
+            out.frame(group_admin::handle_list(broker, ctx, req, version))
         }
         ApiKey::DescribeGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_describe(broker, ctx, req, version))
+            out.frame(group_admin::handle_describe(broker, ctx, req, version))
         }
         ApiKey::DeleteGroups => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &group_admin::handle_delete(broker, ctx, req, version).await)
+            out.frame(group_admin::handle_delete(broker, ctx, req, version).await)
         }
         ApiKey::ConsumerGroupHeartbeat => {
             let req = decode(api_key, body, version)?;
             let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            frame(api_key, correlation_id, version, &consumer_group::handle_heartbeat(broker, ctx, req, version, client_id, peer))
+            out.frame(consumer_group::handle_heartbeat(broker, ctx, req, version, client_id, peer))
         }
         ApiKey::ConsumerGroupDescribe => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &consumer_group::handle_describe(broker, ctx, req, version))
+            out.frame(consumer_group::handle_describe(broker, ctx, req, version))
         }
         ApiKey::SaslHandshake => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &sasl::handle_handshake(broker, session, req))
+            out.frame(sasl::handle_handshake(broker, session, req))
         }
         ApiKey::SaslAuthenticate => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &sasl::handle_authenticate(broker, session, req, version).await)
+            out.frame(sasl::handle_authenticate(broker, session, req, version).await)
         }
         ApiKey::DescribeUserScramCredentials => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &scram_credentials::handle_describe(broker, ctx, req))
+            out.frame(scram_credentials::handle_describe(broker, ctx, req))
         }
         ApiKey::AlterUserScramCredentials => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &scram_credentials::handle_alter(broker, ctx, req).await)
+            out.frame(scram_credentials::handle_alter(broker, ctx, req).await)
         }
         ApiKey::DescribeAcls => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &acls::handle_describe(broker, ctx, req))
+            out.frame(acls::handle_describe(broker, ctx, req))
         }
         ApiKey::CreateAcls => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &acls::handle_create(broker, ctx, req).await)
+            out.frame(acls::handle_create(broker, ctx, req).await)
         }
         ApiKey::DeleteAcls => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &acls::handle_delete(broker, ctx, req).await)
+            out.frame(acls::handle_delete(broker, ctx, req).await)
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let req = decode(api_key, body, version)?;
+            out.frame(offset_for_leader_epoch::handle(broker, ctx, req, version))
+        }
+        ApiKey::DescribeLogDirs => {
+            let req = decode(api_key, body, version)?;
+            out.frame(describe_log_dirs::handle(broker, ctx, req, version).await)
+        }
+        ApiKey::DescribeTopicPartitions => {
+            let req = decode(api_key, body, version)?;
+            out.frame(describe_topic_partitions::handle(broker, ctx, req, version))
+        }
+        ApiKey::ElectLeaders => {
+            let req = decode(api_key, body, version)?;
+            out.frame(elect_leaders::handle(broker, ctx, req, version))
+        }
+        ApiKey::DescribeClientQuotas => {
+            let req = decode(api_key, body, version)?;
+            out.frame(client_quotas::handle_describe(broker, ctx, req))
+        }
+        ApiKey::AlterClientQuotas => {
+            let req = decode(api_key, body, version)?;
+            out.frame(client_quotas::handle_alter(broker, ctx, req).await)
         }
         ApiKey::AddPartitionsToTxn => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &transactions::handle_add_partitions(broker, ctx, req, version).await)
+            out.frame(transactions::handle_add_partitions(broker, ctx, req, version).await)
         }
         ApiKey::AddOffsetsToTxn => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &transactions::handle_add_offsets(broker, ctx, req, version).await)
+            out.frame(transactions::handle_add_offsets(broker, ctx, req, version).await)
         }
         ApiKey::EndTxn => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &transactions::handle_end_txn(broker, ctx, req, version).await)
+            out.frame(transactions::handle_end_txn(broker, ctx, req, version).await)
         }
         ApiKey::TxnOffsetCommit => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &offsets::handle_txn_commit(broker, ctx, req, version).await)
+            out.frame(offsets::handle_txn_commit(broker, ctx, req, version).await)
         }
         ApiKey::DescribeTransactions => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &transactions::handle_describe(broker, ctx, req))
+            out.frame(transactions::handle_describe(broker, ctx, req))
         }
         ApiKey::ListTransactions => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &transactions::handle_list(broker, ctx, req, version))
+            out.frame(transactions::handle_list(broker, ctx, req, version))
         }
         ApiKey::DescribeProducers => {
             let req = decode(api_key, body, version)?;
-            frame(api_key, correlation_id, version, &describe_producers::handle(broker, ctx, req))
+            out.frame(describe_producers::handle(broker, ctx, req))
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }
+}
+
+/// Encodes responses at the request's version, with the throttle time its quota charge decided.
+struct Responder<'a> {
+    api: ApiKey,
+    correlation_id: i32,
+    version: i16,
+    charge: Option<&'a Charge>,
+}
+
+impl Responder<'_> {
+    fn frame<R: Encodable + HeaderVersion + ThrottleTime>(&self, mut response: R) -> Result<Reply, Reject> {
+        if let Some(charge) = self.charge {
+            response.set_throttle_time_ms(clamp_ms(charge.finish()));
+        }
+        frame(self.api, self.correlation_id, self.version, &response)
+    }
+}
+
+fn clamp_ms(ms: u64) -> i32 {
+    i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
 fn decode<T: Decodable>(api: ApiKey, body: &mut Bytes, version: i16) -> Result<T, Reject> {

@@ -54,7 +54,11 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     let txns = Arc::new(
         floe_coordinator::transaction::TransactionCoordinator::open(config.transactions.clone(), logs.clone(), markers).expect("transaction coordinator"),
     );
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, txns, credentials, authorizer, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
+    let quotas = Arc::new(crate::quota::ClientQuotas::open(dir).expect("quotas"));
+    let limits = crate::server::limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
+    let dynamic_config =
+        Arc::new(crate::dynamic_config::DynamicBrokerConfig::open(dir, config.effective.clone(), logs.clone(), limits).expect("dynamic config"));
+    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, txns, credentials, authorizer, quotas, dynamic_config, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.
@@ -313,6 +317,9 @@ async fn every_served_version_of_every_api_answers() {
                     assert!(r.results[0].configs.iter().any(|c| c.name.as_str() == "retention.ms"));
                     assert_eq!(r.results[1].error_code, 0, "v{v}");
                     assert!(r.results[1].configs.iter().any(|c| c.name.as_str() == "log.segment.bytes"));
+                    let dirs = r.results[1].configs.iter().find(|c| c.name.as_str() == "log.dirs").expect("log.dirs");
+                    let retention = r.results[1].configs.iter().find(|c| c.name.as_str() == "log.retention.ms").expect("log.retention.ms");
+                    assert!(dirs.read_only && !retention.read_only, "v{v}");
                 }
                 ApiKey::AlterConfigs => {
                     let c = alter_configs_request::AlterableConfig::default()
@@ -341,6 +348,27 @@ async fn every_served_version_of_every_api_answers() {
                     assert_eq!(r.responses[0].error_code, 0, "v{v}: {:?}", r.responses[0].error_message);
                     let cfg = broker.logs.topic("t").expect("t").config();
                     assert_eq!(cfg.segment_bytes, 1_048_576);
+                    // BROKER resources: a dynamic setting on this broker; a read-only one refused on the default.
+                    let set = |name: &str, value: &str| {
+                        incremental_alter_configs_request::AlterableConfig::default()
+                            .with_name(s(name))
+                            .with_config_operation(0)
+                            .with_value(Some(s(value)))
+                    };
+                    let this = incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(s("1"))
+                        .with_configs(vec![set("log.roll.ms", &format!("{}", 3_600_000 + i64::from(v)))]);
+                    let default = incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(s(""))
+                        .with_configs(vec![set("log.dirs", "/elsewhere")]);
+                    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![this, default]);
+                    let r: IncrementalAlterConfigsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.responses[0].error_code, 0, "v{v}: {:?}", r.responses[0].error_message);
+                    assert_eq!(r.responses[1].error_code, ResponseError::InvalidRequest.code());
+                    assert_eq!(broker.logs.default_config().segment_ms, 3_600_000 + i64::from(v));
+                    assert_eq!(broker.logs.partition("t", 0).expect("t-0").config().segment_ms, 3_600_000 + i64::from(v));
                 }
                 ApiKey::CreatePartitions => {
                     let name_v = format!("p{v}");
@@ -818,6 +846,145 @@ async fn every_served_version_of_every_api_answers() {
                     let r: DescribeProducersResponse = roundtrip(&broker, range.key, v, &DescribeProducersRequest::default().with_topics(vec![t])).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
                     assert_eq!(r.topics[0].partitions[1].error_code, ResponseError::UnknownTopicOrPartition.code(), "v{v}");
+                ApiKey::OffsetForLeaderEpoch => {
+                    let leo = broker.logs.partition("t", 0).expect("t-0").log_end_offset();
+                    let part = |epoch: i32, current: i32| {
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_leader_epoch(epoch)
+                            .with_current_leader_epoch(current)
+                    };
+                    let t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                        .with_topic(name("t"))
+                        .with_partitions(vec![part(0, -1), part(0, 0), part(1, -1), part(0, 1), part(0, -2)]);
+                    let ghost = offset_for_leader_epoch_request::OffsetForLeaderTopic::default().with_topic(name("ghost")).with_partitions(vec![part(0, -1)]);
+                    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![t, ghost]);
+                    let r: OffsetForLeaderEpochResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let got: Vec<(i16, i32, i64)> = r.topics[0].partitions.iter().map(|p| (p.error_code, p.leader_epoch, p.end_offset)).collect();
+                    assert_eq!(
+                        got,
+                        vec![
+                            (0, 0, leo),
+                            (0, 0, leo),
+                            (0, -1, -1),
+                            (ResponseError::UnknownLeaderEpoch.code(), -1, -1),
+                            (ResponseError::FencedLeaderEpoch.code(), -1, -1),
+                        ],
+                        "v{v}"
+                    );
+                    assert_eq!(r.topics[1].partitions[0].error_code, ResponseError::UnknownTopicOrPartition.code());
+                }
+                ApiKey::DescribeLogDirs => {
+                    let size = broker.logs.partition("t", 0).expect("t-0").size_bytes() as i64;
+                    assert!(size > 0, "t-0 has data");
+                    let want = describe_log_dirs_request::DescribableLogDirTopic::default().with_topic(name("t")).with_partitions(vec![0, 7]);
+                    for req in [DescribeLogDirsRequest::default().with_topics(None), DescribeLogDirsRequest::default().with_topics(Some(vec![want]))] {
+                        let r: DescribeLogDirsResponse = roundtrip(&broker, range.key, v, &req).await;
+                        assert_eq!(r.error_code, 0, "v{v}");
+                        assert_eq!(r.results.len(), 1);
+                        let dir = &r.results[0];
+                        assert_eq!(dir.error_code, 0);
+                        assert!(dir.log_dir.as_str().starts_with('/'), "absolute: {}", dir.log_dir.as_str());
+                        let t = dir.topics.iter().find(|t| t.name.as_str() == "t").expect("t listed");
+                        assert_eq!(t.partitions.len(), 1, "the unknown partition 7 is left out");
+                        assert_eq!((t.partitions[0].partition_index, t.partitions[0].partition_size), (0, size));
+                        if v >= 4 {
+                            assert!(dir.total_bytes > 0 && dir.usable_bytes >= 0 && dir.usable_bytes <= dir.total_bytes);
+                        }
+                    }
+                }
+                ApiKey::DescribeTopicPartitions => {
+                    broker.logs.create_topic("dtp", 3, BTreeMap::new()).expect("create dtp");
+                    let topic = |n: &str| describe_topic_partitions_request::TopicRequest::default().with_name(name(n));
+                    // Two partitions a page: dtp-0..1, then dtp-2 and t-0, across topics.
+                    let req = DescribeTopicPartitionsRequest::default()
+                        .with_topics(vec![topic("t"), topic("dtp"), topic("no-such")])
+                        .with_response_partition_limit(2);
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let page: Vec<(String, usize)> =
+                        r.topics.iter().map(|t| (t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(), t.partitions.len())).collect();
+                    assert_eq!(page, vec![("dtp".to_string(), 2)]);
+                    let cursor = r.next_cursor.expect("more to come");
+                    assert_eq!((cursor.topic_name.as_str(), cursor.partition_index), ("dtp", 2));
+                    let next = req.clone().with_cursor(Some(
+                        describe_topic_partitions_request::Cursor::default().with_topic_name(name("dtp")).with_partition_index(2),
+                    ));
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &next).await;
+                    let page: Vec<(String, i16, Vec<i32>)> = r
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                            (name, t.error_code, t.partitions.iter().map(|p| p.partition_index).collect())
+                        })
+                        .collect();
+                    assert_eq!(
+                        page,
+                        vec![
+                            ("dtp".to_string(), 0, vec![2]),
+                            ("no-such".to_string(), ResponseError::UnknownTopicOrPartition.code(), vec![]),
+                            ("t".to_string(), 0, vec![0]),
+                        ]
+                    );
+                    assert!(r.next_cursor.is_none());
+                    assert_eq!(r.topics[2].topic_id, topic_id);
+                    assert_eq!(r.topics[2].partitions[0].leader_id, BrokerId(1));
+                    let bad = req.with_cursor(Some(describe_topic_partitions_request::Cursor::default().with_topic_name(name("zzz")).with_partition_index(0)));
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &bad).await;
+                    assert!(r.topics.iter().all(|t| t.error_code == ResponseError::InvalidRequest.code()));
+                    let all = DescribeTopicPartitionsRequest::default().with_response_partition_limit(2000);
+                    let r: DescribeTopicPartitionsResponse = roundtrip(&broker, range.key, v, &all).await;
+                    assert!(r.topics.iter().any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "dtp") && t.partitions.len() == 3));
+                }
+                ApiKey::ElectLeaders => {
+                    let tp = |t: &str, ps: Vec<i32>| elect_leaders_request::TopicPartitions::default().with_topic(name(t)).with_partitions(ps);
+                    let mut req = ElectLeadersRequest::default().with_topic_partitions(Some(vec![tp("t", vec![0, 9]), tp("ghost", vec![0])])).with_timeout_ms(1000);
+                    if v >= 1 {
+                        req = req.with_election_type(1);
+                    }
+                    let r: ElectLeadersResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0);
+                    let codes: Vec<Vec<i16>> = r.replica_election_results.iter().map(|t| t.partition_result.iter().map(|p| p.error_code).collect()).collect();
+                    let (not_needed, unknown) = (ResponseError::ElectionNotNeeded.code(), ResponseError::UnknownTopicOrPartition.code());
+                    assert_eq!(codes, vec![vec![not_needed, unknown], vec![unknown]], "v{v}");
+                    let all: ElectLeadersResponse = roundtrip(&broker, range.key, v, &ElectLeadersRequest::default().with_topic_partitions(None)).await;
+                    assert!(all.replica_election_results.iter().all(|t| t.partition_result.is_empty()));
+                    assert!(all.replica_election_results.iter().any(|t| t.topic.as_str() == "t"));
+                }
+                ApiKey::DescribeClientQuotas => {
+                    use crate::quota::entity::{EntityName, QuotaEntity};
+                    let alice = QuotaEntity { user: Some(EntityName::Named(format!("alice{v}"))), client_id: Some(EntityName::Default) };
+                    broker.quotas.change(|set| set.entry(alice).or_default().insert("producer_byte_rate".into(), 1024.0)).expect("set");
+                    let c = describe_client_quotas_request::ComponentData::default().with_entity_type(s("user")).with_match_type(0).with_match(Some(s(&format!("alice{v}"))));
+                    let r: DescribeClientQuotasResponse = roundtrip(&broker, range.key, v, &DescribeClientQuotasRequest::default().with_components(vec![c.clone()])).await;
+                    assert_eq!(r.error_code, 0, "v{v}");
+                    let entries = r.entries.expect("entries");
+                    assert_eq!(entries.len(), 1);
+                    assert_eq!(entries[0].entity.len(), 2);
+                    assert_eq!((entries[0].values[0].key.as_str(), entries[0].values[0].value), ("producer_byte_rate", 1024.0));
+                    let strict = DescribeClientQuotasRequest::default().with_components(vec![c]).with_strict(true);
+                    let r: DescribeClientQuotasResponse = roundtrip(&broker, range.key, v, &strict).await;
+                    assert_eq!(r.entries.map(|e| e.len()), Some(0), "strict: the entity also has a client-id");
+                    let twice = describe_client_quotas_request::ComponentData::default().with_entity_type(s("user")).with_match_type(1);
+                    let r: DescribeClientQuotasResponse =
+                        roundtrip(&broker, range.key, v, &DescribeClientQuotasRequest::default().with_components(vec![twice.clone(), twice])).await;
+                    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+                }
+                ApiKey::AlterClientQuotas => {
+                    use alter_client_quotas_request::{EntityData, EntryData, OpData};
+                    let entity = |kind: &str, name: Option<&str>| EntityData::default().with_entity_type(s(kind)).with_entity_name(name.map(s));
+                    let op = |key: &str, value: f64| OpData::default().with_key(s(key)).with_value(value);
+                    let good = EntryData::default().with_entity(vec![entity("client-id", Some(&format!("app{v}")))]).with_ops(vec![op("request_percentage", 50.0)]);
+                    let fractional = EntryData::default().with_entity(vec![entity("user", None)]).with_ops(vec![op("producer_byte_rate", 0.5)]);
+                    let ip = EntryData::default().with_entity(vec![entity("ip", Some("10.0.0.1"))]).with_ops(vec![op("connection_creation_rate", 5.0)]);
+                    let req = AlterClientQuotasRequest::default().with_entries(vec![good, fractional, ip]);
+                    let r: AlterClientQuotasResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let codes: Vec<i16> = r.entries.iter().map(|e| e.error_code).collect();
+                    let invalid = ResponseError::InvalidRequest.code();
+                    assert_eq!(codes, vec![0, invalid, invalid], "v{v}");
+                    assert_eq!(r.entries[0].entity[0].entity_name.as_ref().map(|n| n.as_str()), Some(format!("app{v}").as_str()));
+                    let stored = broker.quotas.snapshot();
+                    assert_eq!(stored.iter().filter(|(e, _)| e.client_id.is_some() && e.user.is_none()).count(), usize::try_from(v + 1).expect("v"));
                 }
                 other => panic!("{other:?} is advertised but this test has no request for it: add one"),
             }
@@ -897,4 +1064,66 @@ async fn an_anonymous_client_without_acls_is_refused_per_resource() {
         .with_protocol_type(s("consumer"));
     let r: JoinGroupResponse = roundtrip(&broker, ApiKey::JoinGroup, 9, &join).await;
     assert_eq!(r.error_code, ResponseError::GroupAuthorizationFailed.code());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_quotas_is_told_and_muted() {
+    use crate::quota::entity::{EntityName, QuotaEntity};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = broker(dir.path()).await;
+    broker.logs.create_topic("t", 1, BTreeMap::new()).expect("create t");
+    // The test client's id is `version-test`: 10 bytes/s each way, the least any request exceeds.
+    let entity = QuotaEntity { user: None, client_id: Some(EntityName::Named("version-test".into())) };
+    broker
+        .quotas
+        .change(|set| {
+            let values = set.entry(entity).or_default();
+            values.insert("producer_byte_rate".into(), 10.0);
+            values.insert("consumer_byte_rate".into(), 10.0);
+        })
+        .expect("set quotas");
+    let mut session = test_session();
+    let p = produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch()));
+    let t = produce_request::TopicProduceData::default().with_name(name("t")).with_partition_data(vec![p]);
+    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
+    let mut throttles = Vec::new();
+    for _ in 0..3 {
+        let r: ProduceResponse = roundtrip_in(&broker, &mut session, ApiKey::Produce, 9, &req).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "the append is not refused, only throttled");
+        throttles.push(r.throttle_time_ms);
+        assert_eq!(session.throttled_for.take().map(|d| d.as_millis() as i32), Some(r.throttle_time_ms), "muted for as long");
+    }
+    assert!(throttles.windows(2).all(|w| w[0] > 0 && w[1] > w[0]), "throttle grows with the rate: {throttles:?}");
+    assert_eq!(broker.logs.partition("t", 0).expect("t-0").log_end_offset(), 9);
+
+    let p = fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20);
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("t")).with_partitions(vec![p])]);
+    let r: FetchResponse = roundtrip_in(&broker, &mut session, ApiKey::Fetch, 12, &fetch).await;
+    assert!(r.throttle_time_ms > 0);
+    assert!(r.responses.is_empty(), "a throttled fetch carries no records, as in Kafka");
+    assert!(session.throttled_for.take().is_some());
+
+    // Another user and client id have no quota: nothing is counted or delayed.
+    let mut other = test_session();
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(9)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("free")));
+    let mut buf = BytesMut::new();
+    header.encode(&mut buf, ProduceRequest::header_version(9)).expect("header");
+    req.encode(&mut buf, 9).expect("body");
+    let frame = parse_request_header(buf.freeze()).expect("parse");
+    assert!(matches!(dispatch(&broker, frame, &mut other).await, Ok(Reply::Frame(_))));
+    assert!(other.throttled_for.is_none());
+
+    // request_percentage: the time a request keeps a worker busy counts, whatever the API.
+    let user = QuotaEntity { user: Some(EntityName::Named("ANONYMOUS".into())), client_id: None };
+    broker.quotas.change(|set| set.entry(user).or_default().insert("request_percentage".into(), 1e-9)).expect("set quota");
+    let r: MetadataResponse = roundtrip_in(&broker, &mut session, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(None)).await;
+    assert!(r.throttle_time_ms > 0, "/users/ANONYMOUS request_percentage applies to the anonymous client");
+    assert!(session.throttled_for.take().is_some());
 }

@@ -2,7 +2,9 @@
 //!
 //! Requests are handled one at a time, as Kafka does (it mutes a channel
 //! until its response is sent): pipelined requests are answered in order,
-//! and a long-polling Fetch holds back the requests queued behind it.
+//! and a long-polling Fetch holds back the requests queued behind it. A
+//! client over one of its quotas is muted the same way for the throttle
+//! time after its response is sent (KIP-219).
 //! On SSL and SASL_SSL listeners the TLS handshake comes first; the loop
 //! then reads and writes through [`ClientStream`] whichever the transport.
 
@@ -253,6 +255,13 @@ impl Connection {
             if let Some(reason) = self.session.close_after_reply.take() {
                 // Already logged by the handler (failed authentication and the like).
                 return Closed::BadInput(reason);
+            }
+            if let Some(throttle) = self.session.throttled_for.take() {
+                // Over a client quota: the response is out, and the next request waits (Kafka mutes the channel).
+                tokio::select! {
+                    _ = tokio::time::sleep(throttle) => {}
+                    _ = shutdown.changed() => return Closed::Shutdown,
+                }
             }
         }
     }

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,8 +50,9 @@ impl Refusal {
 /// Thread-safe; the lock is held for a map update only, never across an `.await`.
 #[derive(Debug)]
 pub struct ConnectionLimits {
-    max_total: usize,
-    max_per_ip: usize,
+    /// Atomics: a dynamic broker config change ([`Self::set`]) applies to the next connection.
+    max_total: AtomicUsize,
+    max_per_ip: AtomicUsize,
     open: Mutex<OpenConnections>,
 }
 
@@ -63,7 +65,15 @@ struct OpenConnections {
 impl ConnectionLimits {
     /// Limits of `max_total` connections, `max_per_ip` from any one address.
     pub fn new(max_total: usize, max_per_ip: usize) -> Arc<Self> {
-        Arc::new(Self { max_total, max_per_ip, open: Mutex::new(OpenConnections::default()) })
+        Arc::new(Self { max_total: AtomicUsize::new(max_total), max_per_ip: AtomicUsize::new(max_per_ip), open: Mutex::new(OpenConnections::default()) })
+    }
+
+    /// New limits (`max.connections`, `max.connections.per.ip` altered at
+    /// run time): connections already open stay; new ones are admitted
+    /// against the new values.
+    pub fn set(&self, max_total: usize, max_per_ip: usize) {
+        self.max_total.store(max_total, Ordering::Relaxed);
+        self.max_per_ip.store(max_per_ip, Ordering::Relaxed);
     }
 
     /// Counts a new connection from `ip` if the limits allow it; the count
@@ -73,11 +83,11 @@ impl ConnectionLimits {
     /// The limit that is reached.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionPermit, Refusal> {
         let mut open = self.lock();
-        if open.total >= self.max_total {
+        if open.total >= self.max_total.load(Ordering::Relaxed) {
             return Err(Refusal::MaxConnections);
         }
         let from_ip = open.per_ip.entry(ip).or_insert(0);
-        if *from_ip >= self.max_per_ip {
+        if *from_ip >= self.max_per_ip.load(Ordering::Relaxed) {
             return Err(Refusal::MaxConnectionsPerIp);
         }
         *from_ip += 1;
@@ -88,8 +98,8 @@ impl ConnectionLimits {
     /// The configured value of the limit behind `why`.
     pub fn limit(&self, why: Refusal) -> usize {
         match why {
-            Refusal::MaxConnections => self.max_total,
-            Refusal::MaxConnectionsPerIp => self.max_per_ip,
+            Refusal::MaxConnections => self.max_total.load(Ordering::Relaxed),
+            Refusal::MaxConnectionsPerIp => self.max_per_ip.load(Ordering::Relaxed),
         }
     }
 

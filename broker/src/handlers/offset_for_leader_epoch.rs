@@ -1,0 +1,97 @@
+//! OffsetForLeaderEpoch: the end offset of a leader epoch (KIP-101, KIP-320).
+//!
+//! Consumers call it after a leader change to check that the offset they
+//! will fetch from was not truncated away. Floe has one leader epoch per
+//! partition, [`LEADER_EPOCH`], which starts at the log start offset, so
+//! Kafka's `LeaderEpochFileCache.endOffsetFor` reduces to:
+//! - the current epoch: (epoch, log end offset);
+//! - an epoch below every known one: (requested epoch, start offset of the
+//!   first epoch), which is the log start offset;
+//! - no epoch (-1) or one above the current: UNDEFINED, leader epoch -1 and
+//!   end offset -1, with no error.
+//!
+//! `current_leader_epoch` is checked as `Partition.checkCurrentLeaderEpoch`:
+//! older than the leader's is FENCED_LEADER_EPOCH, newer is
+//! UNKNOWN_LEADER_EPOCH, -1 skips the check. Authorization: CLUSTER_ACTION
+//! on the cluster (a follower), else DESCRIBE per topic (KIP-320).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+
+use super::metadata::LEADER_EPOCH;
+use crate::authorizer::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::authorizer::RequestContext;
+use crate::broker::Broker;
+use crate::errors::kafka_error;
+
+/// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
+const UNDEFINED: i32 = -1;
+const UNDEFINED_OFFSET: i64 = -1;
+
+pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: OffsetForLeaderEpochRequest, _version: i16) -> OffsetForLeaderEpochResponse {
+    let cluster_action = broker.authorizer.check(ctx, AclOperation::ClusterAction, ResourceType::Cluster, CLUSTER_NAME);
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.topic.as_str();
+            let authorized = cluster_action || broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, name);
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let base = EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(UNDEFINED).with_end_offset(UNDEFINED_OFFSET);
+                    if !authorized {
+                        return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
+                    let Some(log) = broker.logs.partition(name, p.partition) else {
+                        return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    if p.current_leader_epoch != UNDEFINED {
+                        if p.current_leader_epoch < LEADER_EPOCH {
+                            return base.with_error_code(ResponseError::FencedLeaderEpoch.code());
+                        }
+                        if p.current_leader_epoch > LEADER_EPOCH {
+                            return base.with_error_code(ResponseError::UnknownLeaderEpoch.code());
+                        }
+                    }
+                    if let Err(e) = log.check_online() {
+                        return base.with_error_code(kafka_error(&e).code());
+                    }
+                    match end_offset_for(p.leader_epoch, log.log_start_offset(), log.log_end_offset()) {
+                        Some((epoch, offset)) => base.with_leader_epoch(epoch).with_end_offset(offset),
+                        None => base,
+                    }
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default().with_topic(topic.topic).with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+/// Kafka's `endOffsetFor` over a cache holding the one epoch
+/// [`LEADER_EPOCH`], starting at `log_start_offset`: `None` is UNDEFINED.
+fn end_offset_for(requested: i32, log_start_offset: i64, log_end_offset: i64) -> Option<(i32, i64)> {
+    if requested == UNDEFINED || requested > LEADER_EPOCH {
+        None
+    } else if requested == LEADER_EPOCH {
+        Some((requested, log_end_offset))
+    } else {
+        Some((requested, log_start_offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_offsets_follow_kafkas_epoch_cache() {
+        assert_eq!(end_offset_for(LEADER_EPOCH, 5, 42), Some((LEADER_EPOCH, 42)));
+        assert_eq!(end_offset_for(LEADER_EPOCH + 1, 5, 42), None);
+        assert_eq!(end_offset_for(UNDEFINED, 5, 42), None);
+        assert_eq!(end_offset_for(-7, 5, 42), Some((-7, 5)));
+    }
+}
