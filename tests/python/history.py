@@ -79,6 +79,7 @@ and drains at both isolation levels.
 from __future__ import annotations
 
 import bisect
+import random
 import threading
 import time
 from collections import defaultdict
@@ -499,6 +500,8 @@ class Workload:
         self._threads: list[threading.Thread] = []
         self._producers = []
         self.unflushed_at_stop = 0
+        self.consumer_isolation = READ_COMMITTED  # librdkafka's default
+        self.read_label: str | None = None  # the isolation level recorded, when not the real one
 
     # -- producers ---------------------------------------------------------
     def _producer_loop(self, pid: int):
@@ -554,19 +557,26 @@ class Workload:
         def on_revoke(c, parts):
             session[0] += 1
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, **CONSUMER_CONF})
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                      "isolation.level": self.consumer_isolation, **CONSUMER_CONF})
+        with self._lock:
+            # What the history says the reader's isolation level is (a negative control may
+            # read at read_uncommitted and claim read_committed, to prove the checker fails).
+            self.history.isolation[name] = self.read_label or self.consumer_isolation
+            self.history.isolation[self.group] = self.read_label or self.consumer_isolation
         c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
         pending: dict[int, int] = {}
         last_commit = time.monotonic()
         try:
             while not self._stop_consuming.is_set():
                 msgs = c.consume(num_messages=500, timeout=0.2)
+                now = time.monotonic()  # after the fetch that returned these records
                 reader = f"{name}/{session[0]}"
                 with self._lock:
                     for m in msgs:
                         if m.error():
                             continue
-                        self.history.reads.append((reader, m.partition(), m.offset(), m.value()))
+                        self.history.record_read(reader, m.partition(), m.offset(), m.value(), at=now)
                         pending[m.partition()] = m.offset() + 1
                 if pending and time.monotonic() - last_commit > 0.5:
                     tps = [TopicPartition(self.topic, part, off) for part, off in pending.items()]
@@ -648,3 +658,306 @@ class Workload:
         finally:
             c.close()
         return self.history
+
+
+# -------------------------------------------------------------------- transactional workload
+
+TXN_TIMEOUT_MS = 30_000
+
+TXN_PRODUCER_CONF = {
+    "linger.ms": 5,
+    "transaction.timeout.ms": TXN_TIMEOUT_MS,
+    # librdkafka wants message.timeout.ms <= transaction.timeout.ms; long enough that
+    # records wait out a broker restart instead of failing.
+    "message.timeout.ms": TXN_TIMEOUT_MS - 5_000,
+    "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 500,
+    "socket.connection.setup.timeout.ms": 5000,
+}
+
+
+class TxnWorkload(Workload):
+    """K transactional producers (confluent-kafka, one `transactional.id` each), each
+    looping begin -> produce 1..N values over the partitions -> commit, or abort with
+    `abort_probability`; `plain_producers` idempotent non-transactional producers beside
+    them (records an open transaction holds back from read_committed readers); group
+    consumers at `consumer_isolation`; and drains at both isolation levels.
+
+    Robust to broker kill -9: retriable errors are retried; an abortable one aborts the
+    transaction; a fatal one, or retries running out, gives the producer up (its open
+    transaction's outcome becomes unknown, or stays committed/aborted if known) and a new
+    producer with the same transactional.id calls init_transactions, which fences the old
+    one and aborts what it left open. A transaction whose commit was asked but did not
+    return is unknown even if a later abort returned.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, txn_producers: int = 3,
+                 plain_producers: int = 1, consumers: int = 2, values_per_txn: tuple[int, int] = (1, 20),
+                 abort_probability: float = 0.2, consumer_isolation: str = READ_COMMITTED,
+                 read_label: str | None = None, seed: int = 0, plain_rate: float = 100.0,
+                 group: str | None = None):
+        super().__init__(bootstrap, topic, partitions, producers=plain_producers, consumers=consumers,
+                         group=group, rate_per_producer=plain_rate)
+        self.n_txn_producers = txn_producers
+        self.values_per_txn = values_per_txn
+        self.abort_probability = abort_probability
+        self.consumer_isolation = consumer_isolation
+        self.read_label = read_label
+        self.seed = seed
+        self.recreated = 0  # producers given up and re-created
+        self.txn_errors: list[str] = []  # the errors that made a producer be given up (information)
+
+    # -- transactional producers -------------------------------------------
+    def _txn_producer_loop(self, k: int):
+        name = f"t{k}"
+        txn_id = f"{self.topic}-txn-{k}"
+        rng = random.Random(self.seed * 1009 + k)
+        p = None
+        seq = 0
+        left_open = False  # the last producer was given up with a transaction possibly open
+        while not self._stop_producing.is_set():
+            if p is None:
+                p = self._new_txn_producer(name, txn_id, give_up_at_stop=True)
+                if p is None:
+                    break
+                left_open = False
+            seq += 1
+            now = time.monotonic()
+            with self._lock:
+                t = self.history.begin_txn(f"{name}.{seq}", name, at=now)
+            t.open_until = now + TXN_TIMEOUT_MS / 1000
+            if not self._run_txn(p, t, rng):
+                t.open_until = min(t.open_until, time.monotonic())
+                if t.outcome == "open":
+                    t.outcome = "unknown"
+                self._give_up(p)
+                with self._lock:
+                    self.recreated += 1
+                p = None
+                left_open = True
+            time.sleep(rng.uniform(0, 0.02))
+        if p is None and left_open:
+            # Fence the given-up producer so its transaction is aborted now, not at its timeout.
+            p = self._new_txn_producer(name, txn_id, give_up_at_stop=False)
+        if p is not None:
+            self._give_up(p)
+
+    def _new_txn_producer(self, name: str, txn_id: str, give_up_at_stop: bool):
+        """A producer whose init_transactions returned (retried until then); None if the
+        workload was stopped meanwhile (with `give_up_at_stop`) or after a minute."""
+        from confluent_kafka import KafkaException, Producer
+
+        def on_error(err):
+            if err.fatal():
+                with self._lock:
+                    self.txn_errors.append(f"{name} fatal: {err}")
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (give_up_at_stop and self._stop_producing.is_set()):
+            p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": txn_id,
+                          "error_cb": on_error, **TXN_PRODUCER_CONF})
+            while time.monotonic() < deadline:
+                try:
+                    p.init_transactions(10)
+                    return p
+                except KafkaException as e:
+                    err = e.args[0]
+                    if not err.retriable() or err.fatal():
+                        with self._lock:
+                            self.txn_errors.append(f"{name} init_transactions: {err}")
+                        break
+                    if give_up_at_stop and self._stop_producing.is_set():
+                        break
+            self._give_up(p)
+            time.sleep(0.2)
+        return None
+
+    def _give_up(self, p):
+        """Drops a producer: what it still queues is purged (never sent)."""
+        try:
+            p.purge(in_queue=True, in_flight=False)
+            p.poll(0)
+        except Exception:  # a fatal producer may refuse: it is dropped either way
+            pass
+        del p
+
+    def _on_delivery(self, name: str):
+        def on_delivery(err, msg):
+            with self._lock:
+                if err is None:
+                    self.history.record_ack(name, msg.partition(), msg.offset(), msg.value())
+                else:
+                    self.history.failures.append((name, msg.value(), str(err)))
+        return on_delivery
+
+    def _run_txn(self, p, t: Txn, rng: random.Random) -> bool:
+        """Runs one transaction to its end; False when the producer must be given up."""
+        from confluent_kafka import KafkaException
+        try:
+            p.begin_transaction()
+        except KafkaException as e:
+            with self._lock:
+                self.txn_errors.append(f"{t.txn} begin_transaction: {e.args[0]}")
+                del self.history.txns[t.txn]  # nothing was sent in it
+            return False
+        failed = None
+        on_delivery = self._on_delivery(t.producer)
+        for i in range(rng.randint(*self.values_per_txn)):
+            part = rng.randrange(self.partitions)
+            value = f"{t.txn}-{i:03d}-".encode() + self.pad
+            while failed is None:
+                try:
+                    p.produce(self.topic, value=value, partition=part, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+                except KafkaException as e:  # an abortable or fatal error state: end the transaction
+                    failed = e.args[0]
+            if failed is not None:
+                break
+            with self._lock:
+                self.history.record_txn_send(t.txn, part, value)
+            p.poll(0)
+        if failed is not None and failed.fatal():
+            return False
+        if failed is None and rng.random() >= self.abort_probability:
+            return self._commit(p, t)
+        return self._abort(p, t)
+
+    def _retry(self, call, what: str, t: Txn):
+        """Calls `call(timeout)` until it returns (True), a non-retriable error (the error),
+        or a minute passed (the last error)."""
+        from confluent_kafka import KafkaException
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                call(10)
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if not err.retriable() or err.fatal() or time.monotonic() > deadline:
+                    with self._lock:
+                        self.txn_errors.append(f"{t.txn} {what}: {err}")
+                    return err
+
+    def _commit(self, p, t: Txn) -> bool:
+        now = time.monotonic()
+        t.commit_requested_at = now
+        t.open_until = min(t.open_until, now)
+        got = self._retry(p.commit_transaction, "commit_transaction", t)
+        if got is True:
+            t.outcome = "committed"
+            return True
+        t.outcome = "unknown"  # EndTxn(commit) may have been applied
+        if got.txn_requires_abort() and not got.fatal():
+            return self._retry(p.abort_transaction, "abort_transaction after commit", t) is True
+        return False
+
+    def _abort(self, p, t: Txn) -> bool:
+        t.open_until = min(t.open_until, time.monotonic())
+        if self._retry(p.abort_transaction, "abort_transaction", t) is True:
+            t.outcome = "aborted"
+            return True
+        return False
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> "TxnWorkload":
+        super().start()
+        for i in range(self.n_txn_producers):
+            self._spawn(self._txn_producer_loop, i)
+        return self
+
+    def txn_count(self, outcome: str = "committed") -> int:
+        with self._lock:
+            return sum(1 for t in self.history.txns.values() if t.outcome == outcome)
+
+    def stop(self, flush_timeout: float = 60.0):
+        """Stops beginning transactions, lets each producer end its current one (commit or
+        abort, retried, or given up and fenced), then stops the plain producers and consumers."""
+        self._stop_producing.set()
+        for t in self._threads:
+            if t.name.startswith("_txn_producer_loop"):
+                t.join(150)
+                if t.is_alive():
+                    raise AssertionError(f"{t.name} did not end its transaction in 150 s")
+        super().stop(flush_timeout)
+
+    def drain(self, timeout: float = 60.0) -> History:
+        """Waits until no transaction is open (the last stable offset at the high watermark),
+        then reads every partition from log start at read_uncommitted into `drain` and at
+        read_committed into `committed_drain`."""
+        drain_both(self.bootstrap, self.topic, self.partitions, self.history, timeout)
+        return self.history
+
+
+def _drain_consumer(bootstrap: str, isolation: str):
+    from confluent_kafka import Consumer
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": "history-drain",
+                     "enable.auto.commit": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100,
+                     "isolation.level": isolation, "enable.partition.eof": True})
+
+
+def end_offset(bootstrap: str, topic: str, part: int, isolation: str) -> int | None:
+    """The high watermark (read_uncommitted) or the last stable offset (read_committed);
+    None if the broker did not answer."""
+    from confluent_kafka import KafkaException, TopicPartition
+    c = _drain_consumer(bootstrap, isolation)
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, part), timeout=10, cached=False)[1]
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+def drain_partition(bootstrap: str, topic: str, part: int, isolation: str, timeout: float = 60.0):
+    """(log start, end offset, [(partition, offset, value)]) read from log start up to the
+    end offset at `isolation`. Markers and (at read_committed) aborted records take offsets
+    but are never returned, so the read ends at the end-of-partition event, not at a count."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    c = _drain_consumer(bootstrap, isolation)
+    out = []
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, part), timeout=30, cached=False)
+        if hi <= lo:
+            return lo, hi, out
+        c.assign([TopicPartition(topic, part, lo)])
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{isolation} drain of {topic}/{part}: no end after {len(out)} "
+                                     f"records of {lo}..{hi} in {timeout}s")
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= hi:
+                            return lo, hi, out
+                        continue
+                    raise KafkaException(m.error())
+                if m.offset() < hi:
+                    out.append((part, m.offset(), m.value()))
+    finally:
+        c.close()
+
+
+def drain_both(bootstrap: str, topic: str, partitions: int, h: History, timeout: float = 60.0):
+    """Waits until no transaction is open on `topic` (each partition's last stable offset at
+    its high watermark, at most the transaction timeout + 30 s), then drains every partition
+    at read_uncommitted into `h.drain` and at read_committed into `h.committed_drain`."""
+    from floe_process import wait_until
+
+    def stable(part: int) -> bool:
+        hw = end_offset(bootstrap, topic, part, READ_UNCOMMITTED)
+        return hw is not None and end_offset(bootstrap, topic, part, READ_COMMITTED) == hw
+
+    for part in range(partitions):
+        wait_until(lambda part=part: stable(part),
+                   timeout=TXN_TIMEOUT_MS / 1000 + 30, interval=0.5,
+                   what=f"the last stable offset of {topic}/{part} to reach its high watermark")
+    for part in range(partitions):
+        lo, hi, recs = drain_partition(bootstrap, topic, part, READ_UNCOMMITTED, timeout)
+        h.drain_bounds[part] = (lo, hi)
+        h.drain += recs
+        lo, hi, recs = drain_partition(bootstrap, topic, part, READ_COMMITTED, timeout)
+        h.committed_drain_bounds[part] = (lo, hi)
+        h.committed_drain += recs
