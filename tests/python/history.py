@@ -825,8 +825,8 @@ class TxnWorkload(Workload):
         return self._abort(p, t)
 
     def _retry(self, call, what: str, t: Txn):
-        """Calls `call(timeout)` until it returns (True), a non-retriable error (the error),
-        or a minute passed (the last error)."""
+        """Calls `call(timeout)` until it returns (True), a non-retriable error or one that
+        asks for an abort (the error), or a minute passed (the last error)."""
         from confluent_kafka import KafkaException
         deadline = time.monotonic() + 60
         while True:
@@ -835,7 +835,8 @@ class TxnWorkload(Workload):
                 return True
             except KafkaException as e:
                 err = e.args[0]
-                if not err.retriable() or err.fatal() or time.monotonic() > deadline:
+                if (not err.retriable() or err.fatal() or err.txn_requires_abort()
+                        or time.monotonic() > deadline):
                     with self._lock:
                         self.txn_errors.append(f"{t.txn} {what}: {err}")
                     return err
