@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("read_position_random_offset_64MiB_segment", |b| {
         b.iter(|| {
             let offset = (next() % end as u64) as i64;
-            log.read(offset, 1 << 20, true).expect("read")
+            log.read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read")
         })
     });
     c.bench_function("offset_for_timestamp_random_64MiB_segment", |b| {

@@ -85,7 +85,7 @@ fn storage_read(log: &PartitionLog) -> u64 {
     let mut offset = log.log_start_offset();
     let mut bytes = 0u64;
     while offset < log.log_end_offset() {
-        let info = log.read(offset, 1 << 20, true).expect("read");
+        let info = log.read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read");
         let Some(region) = info.region else { break };
         let data = region.read_to_vec().expect("pread");
         // Whole batches only (a region may end mid-batch): advance past the last whole one.

@@ -22,6 +22,8 @@ pub struct Broker {
     pub metrics: Arc<Metrics>,
     /// The group coordinator (of every group: Floe is one node).
     pub groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator (of every transactional id).
+    pub txns: Arc<floe_coordinator::transaction::TransactionCoordinator>,
     /// SCRAM credentials and PLAIN users.
     pub credentials: Arc<crate::security::credentials::CredentialStore>,
     /// ACL authorization (allows everything when `authorizer.class.name` is empty).

@@ -106,6 +106,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` is checked."),
     s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
     s("log.cleanup.policy", "delete", "Default `cleanup.policy`; only `delete` is supported."),
+    s("producer.id.expiration.ms", "86400000", "Forget a producer id (its sequences, for idempotence) once its last batch is this old and it has no ongoing transaction."),
     s("shutdown.timeout.ms", "10000", "How long a clean shutdown waits for in-flight requests."),
     s("group.initial.rebalance.delay.ms", "3000", "How long the first rebalance of an empty group waits for more members (extended while they keep arriving, up to the rebalance timeout)."),
     s("group.min.session.timeout.ms", "6000", "Smallest `session.timeout.ms` a group member may ask for."),
@@ -115,6 +116,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("group.consumer.max.size", "2147483647", "Consumer group protocol: most members a group may have."),
     s("offsets.retention.minutes", "10080", "Committed offsets of a group are deleted this long after the group became empty (or the commit, if later)."),
     s("offsets.retention.check.interval.ms", "600000", "How often expired committed offsets are looked for."),
+    s("transaction.max.timeout.ms", "900000", "The longest `transaction.timeout.ms` a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT above it)."),
+    s("transactional.id.expiration.ms", "604800000", "A transactional id with no transaction open is forgotten after this long without use."),
+    s("transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000", "How often transactions open longer than their timeout are looked for and aborted."),
+    s("transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", "How often expired transactional ids are looked for."),
     s("floe.iceberg.enabled", "false", "Default of the topic setting `floe.iceberg.enabled`: tier sealed segments of topics to Iceberg tables."),
     s("floe.iceberg.catalog-name", "floe", "Name of the embedded Iceberg SQL catalog (`DATA_DIR/iceberg/catalog.db`, warehouse `DATA_DIR/iceberg/warehouse`); readers must use the same name."),
     s("floe.iceberg.namespace", "kafka", "Iceberg namespace of the tiered tables; each table is named as its topic."),
@@ -208,6 +213,8 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: u64,
     /// `offsets.retention.check.interval.ms`.
     pub offsets_retention_check_interval_ms: u64,
+    /// The transaction coordinator's settings (`transaction.*`, `transactional.id.expiration.ms`).
+    pub transactions: floe_coordinator::transaction::TransactionConfig,
     /// Iceberg tiering (`floe.iceberg.*`).
     pub tiering: crate::tiering::TieringSettings,
     /// The read-only Iceberg REST catalog endpoint, if enabled (`floe.iceberg.rest-listen`).
@@ -316,9 +323,10 @@ impl ConfigBuilder {
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
         }
-        let log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
+        let mut log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
             ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
         })?;
+        log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
         Ok(BrokerConfig {
             listeners,
             tls,
@@ -348,6 +356,12 @@ impl ConfigBuilder {
             group_consumer_max_size: parse_positive(r, "group.consumer.max.size")?,
             offsets_retention_minutes: parse_positive(r, "offsets.retention.minutes")?,
             offsets_retention_check_interval_ms: parse_positive(r, "offsets.retention.check.interval.ms")?,
+            transactions: floe_coordinator::transaction::TransactionConfig {
+                max_timeout_ms: parse_positive(r, "transaction.max.timeout.ms")?,
+                id_expiration_ms: parse_positive(r, "transactional.id.expiration.ms")?,
+                abort_timed_out_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.abort.timed.out.transaction.cleanup.interval.ms")?),
+                remove_expired_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.remove.expired.transaction.cleanup.interval.ms")?),
+            },
             tiering: crate::tiering::TieringSettings {
                 enabled_default: parse(r, "floe.iceberg.enabled")?,
                 catalog_name: get(r, "floe.iceberg.catalog-name").trim().to_string(),

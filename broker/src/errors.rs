@@ -22,7 +22,34 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
+        StorageError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+        StorageError::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+        StorageError::InvalidRecord { .. } => ResponseError::InvalidRecord,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
+    }
+}
+
+/// The Kafka error a client should see for a transaction coordinator refusal.
+/// PRODUCER_FENCED is sent as such; handlers of request versions older than
+/// KIP-588 turn it into INVALID_PRODUCER_EPOCH with [`fenced_for_version`].
+pub fn txn_error(error: &floe_coordinator::transaction::TxnError) -> ResponseError {
+    use floe_coordinator::transaction::TxnError;
+    match error {
+        TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
+        TxnError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
+        TxnError::ProducerFenced { .. } => ResponseError::ProducerFenced,
+        TxnError::ConcurrentTransactions(_) => ResponseError::ConcurrentTransactions,
+        TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+        TxnError::Log(_) | TxnError::ProducerIdAllocation(_) => ResponseError::CoordinatorNotAvailable,
+    }
+}
+
+/// KIP-588: clients that predate PRODUCER_FENCED (requests below `first_version`) get INVALID_PRODUCER_EPOCH.
+pub fn fenced_for_version(code: ResponseError, version: i16, first_version: i16) -> ResponseError {
+    if code == ResponseError::ProducerFenced && version < first_version {
+        ResponseError::InvalidProducerEpoch
+    } else {
+        code
     }
 }

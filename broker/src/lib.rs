@@ -40,3 +40,4 @@ pub mod security;
 pub mod server;
 pub mod session;
 pub mod tiering;
+pub mod txn_markers;

@@ -185,14 +185,27 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let groups = Arc::new(
         crate::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
     );
+    let txns = {
+        let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+        let (txn_config, txn_logs) = (config.transactions.clone(), logs.clone());
+        let opened = tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinator::open(txn_config, txn_logs, markers))
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?;
+        Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
+    };
     {
         // Offsets load in the background; group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
-        let groups = groups.clone();
+        // Transactions a crash left decided but incomplete are finished once the offsets are
+        // loaded (their markers may go to __consumer_offsets through the group coordinator).
+        let (groups, txns) = (groups.clone(), txns.clone());
         tokio::spawn(async move {
-            let _ = groups.load().await;
+            if groups.load().await.is_ok() {
+                txns.complete_prepared().await;
+            }
         });
     }
     let sweeper = groups.start(shutdown.clone());
+    let txn_timer = transaction_timer(txns.clone(), shutdown.clone());
 
     let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;
@@ -204,6 +217,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         logs: logs.clone(),
         metrics,
         groups,
+        txns,
         credentials: Arc::new(credentials),
         authorizer: Arc::new(authorizer),
         ktls,
@@ -231,6 +245,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));
     futures_util::future::join_all(accept_loops).await;
     let _ = sweeper.await;
+    let _ = txn_timer.await;
 
     tokio::task::spawn_blocking(move || {
         if let Some(server) = iceberg_rest {
@@ -281,4 +296,32 @@ async fn wait_for_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// The transaction coordinator's timers: timed-out transactions aborted and
+/// prepared ones retried every `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+/// expired transactional ids removed every `transaction.remove.expired.transaction.cleanup.interval.ms`.
+fn transaction_timer(
+    txns: Arc<floe_coordinator::transaction::TransactionCoordinator>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let config = txns.config().clone();
+        let mut abort = tokio::time::interval(config.abort_timed_out_interval);
+        let mut expire = tokio::time::interval(config.remove_expired_interval);
+        abort.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = abort.tick() => txns.tick(floe_coordinator::transaction::coordinator::wall_ms()).await,
+                _ = expire.tick() => {
+                    txns.remove_expired(floe_coordinator::transaction::coordinator::wall_ms()).await;
+                }
+                _ = shutdown.changed() => break,
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+        }
+    })
 }

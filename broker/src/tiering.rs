@@ -300,10 +300,10 @@ impl Tierer {
     }
 
     async fn pass(&mut self) {
-        // Every topic but the group coordinator's own log (storage holds retention for
+        // Every topic but the coordinators' own logs (storage holds retention for
         // any topic with tiering on until a floor is set, so none may be skipped here).
         let topics: Vec<Arc<Topic>> =
-            self.logs.topics().into_iter().filter(|t| t.name() != crate::group::store::OFFSETS_TOPIC).collect();
+            self.logs.topics().into_iter().filter(|t| !crate::handlers::is_internal_topic(t.name())).collect();
         for topic in &topics {
             if self.stop.load(Ordering::Relaxed) {
                 return;

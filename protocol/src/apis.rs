@@ -44,6 +44,12 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::InitProducerId, 0, 5),
+    // Transactions (KIP-98). The v5 forms of AddPartitionsToTxn, EndTxn and TxnOffsetCommit
+    // belong to KIP-890 part 2 (an epoch bump per transaction), which Floe does not do.
+    api(ApiKey::AddPartitionsToTxn, 0, 4),
+    api(ApiKey::AddOffsetsToTxn, 0, 4),
+    api(ApiKey::EndTxn, 0, 4),
+    api(ApiKey::TxnOffsetCommit, 0, 4),
     api(ApiKey::DescribeAcls, 1, 3),
     api(ApiKey::CreateAcls, 1, 3),
     api(ApiKey::DeleteAcls, 1, 3),
@@ -57,6 +63,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
     api(ApiKey::AlterUserScramCredentials, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
+    api(ApiKey::DescribeProducers, 0, 0),
+    api(ApiKey::DescribeTransactions, 0, 0),
+    // v2 adds a regular-expression filter on transactional ids.
+    api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     api(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];

@@ -60,7 +60,15 @@ pub const ACCEPTED_NOT_APPLIED: &[(&str, &str)] = &[
     ("unclean.leader.election.enable", "false"),
 ];
 
-const COMPRESSION_TYPES: &[&str] = &["producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"];
+const COMPRESSION_TYPES: &[&str] = &[
+    "producer",
+    "uncompressed",
+    "none",
+    "gzip",
+    "snappy",
+    "lz4",
+    "zstd",
+];
 
 /// The keys [`LogConfig`] understands, in the order DescribeConfigs lists them.
 pub const KNOWN_KEYS: &[&str] = &[
@@ -129,6 +137,9 @@ pub struct LogConfig {
     pub file_delete_delay_ms: i64,
     /// Accepted for compatibility; Floe has a single replica.
     pub min_insync_replicas: i32,
+    /// Forget a producer id idle this long with no ongoing transaction
+    /// (the broker's `producer.id.expiration.ms`; not a topic key).
+    pub producer_id_expiration_ms: i64,
     /// `floe.*` keys, stored and reported verbatim.
     pub floe: BTreeMap<String, String>,
     /// Values of [`ACCEPTED_NOT_APPLIED`] keys that were set.
@@ -151,6 +162,7 @@ impl Default for LogConfig {
             message_timestamp_type: MessageTimestampType::CreateTime,
             file_delete_delay_ms: 60_000,
             min_insync_replicas: 1,
+            producer_id_expiration_ms: 86_400_000,
             floe: BTreeMap::new(),
             accepted: BTreeMap::new(),
         }
@@ -241,10 +253,14 @@ impl LogConfig {
                 self.floe.insert(key.to_string(), value.to_string());
             }
             "compression.type" if !COMPRESSION_TYPES.contains(&value.trim()) => {
-                return Err(invalid(key, format!("{value:?} is not one of {}", COMPRESSION_TYPES.join(", "))))
+                return Err(invalid(
+                    key,
+                    format!("{value:?} is not one of {}", COMPRESSION_TYPES.join(", ")),
+                ))
             }
             _ if ACCEPTED_NOT_APPLIED.iter().any(|(k, _)| *k == key) => {
-                self.accepted.insert(key.to_string(), value.trim().to_string());
+                self.accepted
+                    .insert(key.to_string(), value.trim().to_string());
             }
             _ => return Err(invalid(key, "unknown topic config")),
         }
@@ -281,7 +297,12 @@ impl LogConfig {
             MIN_INSYNC_REPLICAS => self.min_insync_replicas.to_string(),
             _ => {
                 if let Some((k, default)) = ACCEPTED_NOT_APPLIED.iter().find(|(k, _)| *k == key) {
-                    return Some(self.accepted.get(*k).cloned().unwrap_or_else(|| default.to_string()));
+                    return Some(
+                        self.accepted
+                            .get(*k)
+                            .cloned()
+                            .unwrap_or_else(|| default.to_string()),
+                    );
                 }
                 return self.floe.get(key).cloned();
             }
@@ -322,14 +343,22 @@ mod tests {
     #[test]
     fn kafka_keys_without_effect_are_accepted_and_reported() {
         let c = LogConfig::default()
-            .with_overrides(&map(&[("compression.type", "lz4"), ("unclean.leader.election.enable", "false")]))
+            .with_overrides(&map(&[
+                ("compression.type", "lz4"),
+                ("unclean.leader.election.enable", "false"),
+            ]))
             .unwrap();
         assert_eq!(c.get("compression.type").as_deref(), Some("lz4"));
         assert_eq!(c.get("preallocate").as_deref(), Some("false"));
         let listed = c.describe(&map(&[("compression.type", "lz4")]));
-        let entry = listed.iter().find(|e| e.name == "compression.type").unwrap();
+        let entry = listed
+            .iter()
+            .find(|e| e.name == "compression.type")
+            .unwrap();
         assert!(!entry.is_default);
-        assert!(LogConfig::default().with_overrides(&map(&[("compression.type", "brotli")])).is_err());
+        assert!(LogConfig::default()
+            .with_overrides(&map(&[("compression.type", "brotli")]))
+            .is_err());
     }
 
     #[test]

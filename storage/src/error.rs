@@ -103,6 +103,34 @@ pub enum StorageError {
         /// The sequence number that would have been in order.
         expected: i32,
     },
+    /// A batch that contradicts the producer's transaction state in this
+    /// partition: a non-transactional batch while its transaction is ongoing (INVALID_TXN_STATE).
+    #[error("producer {producer_id}: {reason}")]
+    InvalidTxnState {
+        /// The producer id.
+        producer_id: i64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A transaction marker from a coordinator epoch older than the last one
+    /// seen for the producer (TRANSACTION_COORDINATOR_FENCED).
+    #[error("producer {producer_id}: marker from coordinator epoch {coordinator_epoch}, older than {current_coordinator_epoch}")]
+    TransactionCoordinatorFenced {
+        /// The producer id.
+        producer_id: i64,
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The newest coordinator epoch seen for the producer.
+        current_coordinator_epoch: i32,
+    },
+    /// A batch the log refuses as a client's (INVALID_RECORD): a control
+    /// batch (only the transaction coordinator writes markers), a
+    /// transactional batch without a producer id.
+    #[error("invalid record batch: {reason}")]
+    InvalidRecord {
+        /// What is wrong.
+        reason: String,
+    },
     /// InitProducerId named a producer id this node never handed out (INVALID_PRODUCER_ID_MAPPING).
     #[error("producer id {producer_id} was never allocated")]
     InvalidProducerIdMapping {

@@ -1,5 +1,5 @@
 //! Every file and directory name the storage layer uses, built and parsed in
-//! one place: segment files (`<20-digit base offset>.log/.index/.timeindex`),
+//! one place: segment files (`<20-digit base offset>.log/.index/.timeindex/.txnindex`),
 //! producer state snapshots (`<20-digit offset>.snapshot`), the `.deleted` suffix, partition directories (`<topic>-<partition>`) and the
 //! `-delete` suffix of directories being removed, topic metadata files,
 //! checkpoints, `meta.properties` and the producer id block.
@@ -12,6 +12,8 @@ pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
 /// Suffix of a segment's time index.
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Suffix of a segment's aborted-transaction index (Kafka's `TransactionIndex`).
+pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
 /// Suffix of a producer state snapshot (Kafka's `ProducerStateManager` files).
 pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 /// Added to a segment file scheduled for deletion.
@@ -40,6 +42,8 @@ pub enum SegmentFileKind {
     Index,
     /// `.timeindex`
     TimeIndex,
+    /// `.txnindex`
+    TxnIndex,
 }
 
 impl SegmentFileKind {
@@ -48,6 +52,7 @@ impl SegmentFileKind {
             Self::Log => LOG_SUFFIX,
             Self::Index => INDEX_SUFFIX,
             Self::TimeIndex => TIME_INDEX_SUFFIX,
+            Self::TxnIndex => TXN_INDEX_SUFFIX,
         }
     }
 }
@@ -72,12 +77,18 @@ pub fn time_index_file(dir: &Path, base_offset: i64) -> PathBuf {
     segment_file(dir, base_offset, SegmentFileKind::TimeIndex)
 }
 
-/// Parses `<20 digits>.log|.index|.timeindex` into its base offset and kind.
+/// The `.txnindex` file of the segment starting at `base_offset`.
+pub fn txn_index_file(dir: &Path, base_offset: i64) -> PathBuf {
+    segment_file(dir, base_offset, SegmentFileKind::TxnIndex)
+}
+
+/// Parses `<20 digits>.log|.index|.timeindex|.txnindex` into its base offset and kind.
 pub fn parse_segment_file_name(name: &str) -> Option<(i64, SegmentFileKind)> {
     for kind in [
         SegmentFileKind::Log,
         SegmentFileKind::Index,
         SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
     ] {
         if let Some(stem) = name.strip_suffix(kind.suffix()) {
             if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
@@ -179,6 +190,14 @@ mod tests {
         assert_eq!(
             parse_segment_file_name("00000000000000000007.timeindex"),
             Some((7, SegmentFileKind::TimeIndex))
+        );
+        assert_eq!(
+            parse_segment_file_name("00000000000000000007.txnindex"),
+            Some((7, SegmentFileKind::TxnIndex))
+        );
+        assert_eq!(
+            txn_index_file(Path::new("/d"), 7),
+            Path::new("/d/00000000000000000007.txnindex")
         );
         assert_eq!(
             parse_segment_file_name("00000000000000000007.log.deleted"),

@@ -2,7 +2,7 @@
 //!
 //! A [`LogManager`] owns a data directory of topics; each [`Topic`] has
 //! [`PartitionLog`]s; each log is a sequence of segments (`<base offset>.log`
-//! with a sparse `.index` and `.timeindex`), recovered at open, rolled,
+//! with a sparse `.index`, a `.timeindex` and an aborted-transaction `.txnindex`), recovered at open, rolled,
 //! retained and flushed by the rules of Kafka's topic configs. Record batches
 //! are stored byte for byte as producers sent them (offsets assigned), so a
 //! fetch is a [`floe_protocol::FileRegion`] of a segment file. All I/O is
@@ -13,6 +13,8 @@
 //! - [`topic`]: a topic's name, id, partitions and config; name validation.
 //! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush.
 //! - [`producer_state`]: `ProducerStateManager`, idempotent producers' sequences per partition; `.snapshot` files.
+//! - [`transaction`]: isolation levels, aborted transactions, control batches (transaction markers).
+//! - `txn_index`: `TransactionIndex`, a segment's `.txnindex` of aborted transactions.
 //! - [`producer_id_manager`]: `ProducerIdManager`, producer ids unique across restarts (InitProducerId).
 //! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
 //! - [`checkpoint`]: Kafka's offset checkpoint file format.
@@ -48,6 +50,10 @@ mod segment;
 mod test_util;
 mod time_index;
 pub mod topic;
+pub mod transaction;
+#[cfg(test)]
+mod transaction_tests;
+mod txn_index;
 pub mod verify;
 
 pub use checkpoint::OffsetCheckpointFile;
@@ -60,4 +66,5 @@ pub use producer_id_manager::ProducerIdManager;
 pub use producer_state::ProducerStateManager;
 pub use segment::SegmentInfo;
 pub use topic::Topic;
+pub use transaction::{AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary};
 pub use verify::CorruptRange;

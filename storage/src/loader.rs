@@ -22,10 +22,18 @@
 //!
 //! Then the producer state is rebuilt: from the latest valid `.snapshot` at
 //! or below the recovered log end offset, plus the batch headers of the log
-//! after it (headers only: nothing is decompressed). Snapshots above the log
-//! end describe batches recovery cut off and are deleted (Kafka's stray
-//! snapshots). Without a usable snapshot the state comes from the headers of
-//! the whole log.
+//! after it (headers only: nothing is decompressed, but a control batch's one
+//! record is read for its marker type). Transactional batches start ongoing
+//! transactions, markers complete them. Snapshots above the log end describe
+//! batches recovery cut off and are deleted (Kafka's stray snapshots).
+//! Without a usable snapshot the state comes from the headers of the whole log.
+//!
+//! The `.txnindex` of every recovered segment is rebuilt from its ABORT
+//! markers during that replay; an entry needs the transaction's first offset
+//! and the last stable offset at the marker, so the replay starts at or below
+//! the first recovered segment: from the latest valid snapshot at or below it
+//! (or the start of the log), switching to the newest snapshot's state at its
+//! offset. A trusted segment whose `.txnindex` is torn is recovered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -37,13 +45,15 @@ use crate::atomic_file::sync_dir;
 use crate::error::{IoContext, Result};
 use crate::file_names::{
     index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
-    time_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
+    time_index_file, txn_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
 };
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
 use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
 use crate::time_index::TimeIndex;
+use crate::transaction::{parse_control_batch, AbortedTxn};
+use crate::txn_index::TransactionIndex;
 use crate::verify::{find_next_valid_batch, CorruptRange};
 
 /// A loaded partition directory.
@@ -84,6 +94,8 @@ impl LogLoader<'_> {
         let mut segments = BTreeMap::new();
         let mut modified = false;
         let mut recovered: Vec<i64> = Vec::new();
+        // Segments whose `.txnindex` the producer-state replay rebuilds.
+        let mut rebuilt: BTreeSet<i64> = BTreeSet::new();
         let mut cut_at: Option<usize> = None;
 
         for (i, &base) in bases.iter().enumerate() {
@@ -96,12 +108,14 @@ impl LogLoader<'_> {
             let segment = match outcome {
                 Outcome::Trusted(seg) if seg.next_offset <= recovery_point => *seg,
                 Outcome::Trusted(_) => {
+                    rebuilt.insert(base);
                     self.recover_segment(base, next_base, &mut modified, &mut cut_at, i)?
                 }
                 Outcome::Recover(reason) => {
                     if !reason.is_empty() {
                         warn!(segment = %log_file(dir, base).display(), %reason, "rebuilding indexes of segment below the recovery point");
                     }
+                    rebuilt.insert(base);
                     self.recover_segment(base, next_base, &mut modified, &mut cut_at, i)?
                 }
             };
@@ -123,10 +137,12 @@ impl LogLoader<'_> {
         if let Some(i) = cut_at {
             for &base in &bases[i + 1..] {
                 warn!(segment = %log_file(dir, base).display(), "deleting segment after a truncated one");
+                rebuilt.remove(&base);
                 for p in [
                     log_file(dir, base),
                     index_file(dir, base),
                     time_index_file(dir, base),
+                    txn_index_file(dir, base),
                 ] {
                     match fs::remove_file(&p) {
                         Ok(()) => {}
@@ -160,6 +176,9 @@ impl LogLoader<'_> {
             log_end_offset = log_start_offset;
         }
         log_start_offset = log_start_offset.min(log_end_offset);
+        rebuilt.retain(|b| segments.contains_key(b));
+        let (producers, snapshots) =
+            self.load_producer_state(&mut segments, log_end_offset, snapshots, &rebuilt)?;
 
         // Make what recovery read or rewrote durable, so the recovery point can move to the end.
         for base in recovered {
@@ -171,11 +190,9 @@ impl LogLoader<'_> {
                 }
             }
         }
-        if modified {
+        if modified || !rebuilt.is_empty() {
             sync_dir(dir)?;
         }
-        let (producers, snapshots) =
-            self.load_producer_state(&segments, log_end_offset, snapshots)?;
         Ok(LoadedLog {
             segments,
             log_start_offset,
@@ -187,50 +204,76 @@ impl LogLoader<'_> {
     }
 
     /// Rebuilds the producer state: the latest valid snapshot at or below
-    /// `log_end_offset`, then the headers of the batches from its offset on.
+    /// `log_end_offset`, then the headers of the batches from its offset on;
+    /// and the `.txnindex` of the `rebuilt` segments (see the module docs).
     /// Deletes stray and invalid snapshots; returns the state and the snapshots kept.
     fn load_producer_state(
         &self,
-        segments: &BTreeMap<i64, LogSegment>,
+        segments: &mut BTreeMap<i64, LogSegment>,
         log_end_offset: i64,
         mut snapshots: BTreeSet<i64>,
+        rebuilt: &BTreeSet<i64>,
     ) -> Result<(ProducerStateManager, BTreeSet<i64>)> {
         let dir = self.dir;
         for stray in snapshots.split_off(&(log_end_offset + 1)) {
             warn!(snapshot = %snapshot_file(dir, stray).display(), log_end_offset, "deleting producer snapshot above the log end");
             delete_snapshot(dir, stray)?;
         }
-        let mut state = None;
-        while let Some(&offset) = snapshots.last() {
-            match read_snapshot(dir, offset)? {
-                Ok(s) => {
-                    state = Some((s, offset));
-                    break;
-                }
-                Err(reason) => {
-                    warn!(snapshot = %snapshot_file(dir, offset).display(), %reason, "deleting invalid producer snapshot");
-                    delete_snapshot(dir, offset)?;
-                    snapshots.remove(&offset);
-                }
+        let (newest, from) = self
+            .latest_valid_snapshot(&mut snapshots, log_end_offset)?
+            .unwrap_or_default();
+        // Rebuilt segments below the newest snapshot: replay from an older state first.
+        let (mut producers, start, mut switch_at) = match rebuilt.first() {
+            Some(&first) if first < from => {
+                let (older, start) = self
+                    .latest_valid_snapshot(&mut snapshots, first)?
+                    .unwrap_or_default();
+                (older, start, Some((newest, from)))
             }
-        }
-        let (mut producers, from) = state.unwrap_or_default();
+            _ => (newest, from, None),
+        };
         let mut batches = 0u64;
-        for seg in segments.values().filter(|s| s.next_offset > from) {
-            let start = if seg.base_offset < from {
-                seg.offset_index.position_for(from)
+        for seg in segments.values_mut().filter(|s| s.next_offset > start) {
+            let rebuild = rebuilt.contains(&seg.base_offset);
+            let position = if seg.base_offset < start {
+                seg.offset_index.position_for(start)
             } else {
                 0
             };
-            let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, start, seg.size)
-                .with_holes(seg.holes());
+            let (log, path) = (seg.log.clone(), seg.log_path.clone());
+            let mut scanner =
+                FileBatchScanner::new(&log, &path, position, seg.size).with_holes(seg.holes());
             loop {
                 match scanner.next_batch(false)? {
-                    Scanned::Batch { header, .. } => {
-                        if header.last_offset() >= from {
-                            producers.update_from_header(&header);
-                            batches += 1;
+                    Scanned::Batch { header, position } => {
+                        if header.last_offset() < start {
+                            continue;
                         }
+                        if switch_at
+                            .as_ref()
+                            .is_some_and(|(_, at)| header.base_offset >= *at)
+                        {
+                            if let Some((state, _)) = switch_at.take() {
+                                producers = state;
+                            }
+                        }
+                        let marker = if header.is_control() {
+                            let bytes = scanner.batch_bytes(position, header.total_size());
+                            parse_control_batch(bytes)
+                        } else {
+                            None
+                        };
+                        let completed = producers.update_from_header(&header, marker);
+                        if let Some(c) = completed.filter(|c| c.aborted && rebuild) {
+                            let entry = AbortedTxn {
+                                producer_id: c.producer_id,
+                                first_offset: c.first_offset,
+                                last_offset: c.last_offset,
+                                last_stable_offset: producers.last_stable_offset_after(&c),
+                            };
+                            seg.txn_index.append(entry)?;
+                        }
+                        batches += 1;
                     }
                     Scanned::End => break,
                     Scanned::Invalid { position, reason } => {
@@ -241,9 +284,33 @@ impl LogLoader<'_> {
                 }
             }
         }
-        debug!(dir = %dir.display(), snapshot_offset = from, batches_read = batches,
-            producers = producers.producer_count(), "loaded producer state");
+        if let Some((state, _)) = switch_at.take() {
+            producers = state;
+        }
+        debug!(dir = %dir.display(), snapshot_offset = from, replay_from = start, batches_read = batches,
+            producers = producers.producer_count(), rebuilt_txn_indexes = rebuilt.len(), "loaded producer state");
         Ok((producers, snapshots))
+    }
+
+    /// The newest valid snapshot at or below `at_most`, and its offset;
+    /// invalid ones met on the way are deleted.
+    fn latest_valid_snapshot(
+        &self,
+        snapshots: &mut BTreeSet<i64>,
+        at_most: i64,
+    ) -> Result<Option<(ProducerStateManager, i64)>> {
+        let dir = self.dir;
+        while let Some(&offset) = snapshots.range(..=at_most).next_back() {
+            match read_snapshot(dir, offset)? {
+                Ok(s) => return Ok(Some((s, offset))),
+                Err(reason) => {
+                    warn!(snapshot = %snapshot_file(dir, offset).display(), %reason, "deleting invalid producer snapshot");
+                    delete_snapshot(dir, offset)?;
+                    snapshots.remove(&offset);
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Lists segment base offsets and snapshot offsets (sorted), deleting
@@ -328,8 +395,20 @@ impl LogLoader<'_> {
             Ok(i) => i,
             Err(reason) => return Ok(Outcome::Recover(format!("time index: {reason}"))),
         };
+        let txn_index = match TransactionIndex::load(&txn_index_file(dir, base), next_offset)? {
+            Ok(i) => i,
+            Err(reason) => return Ok(Outcome::Recover(format!("transaction index: {reason}"))),
+        };
         let indexed_max = time_index.last_timestamp().unwrap_or(-1);
-        let mut seg = LogSegment::assemble(base, log_path, log, size, offset_index, time_index);
+        let mut seg = LogSegment::assemble(
+            base,
+            log_path,
+            log,
+            size,
+            offset_index,
+            time_index,
+            txn_index,
+        );
         seg.next_offset = next_offset;
         if tail_max.0 > indexed_max {
             seg.max_timestamp = tail_max.0;
@@ -363,8 +442,17 @@ impl LogLoader<'_> {
         let file_len = log.metadata().ctx("stat segment", &log_path)?.len();
         let offset_index = OffsetIndex::create(&index_file(dir, base), base)?;
         let time_index = TimeIndex::create(&time_index_file(dir, base), base)?;
-        let mut seg =
-            LogSegment::assemble(base, log_path.clone(), log, 0, offset_index, time_index);
+        // Rebuilt from the segment's markers by the producer-state replay.
+        let txn_index = TransactionIndex::create(&txn_index_file(dir, base))?;
+        let mut seg = LogSegment::assemble(
+            base,
+            log_path.clone(),
+            log,
+            0,
+            offset_index,
+            time_index,
+            txn_index,
+        );
         let log = seg.log.clone();
         // Offsets a batch of this segment may hold: below the next segment, relative offsets in a u32.
         let max_offset = next_base
@@ -500,7 +588,12 @@ mod tests {
         let mut offset = log.log_start_offset();
         while offset < log.log_end_offset() {
             let bytes = log
-                .read(offset, 1 << 20, true)
+                .read(
+                    offset,
+                    1 << 20,
+                    true,
+                    crate::IsolationLevel::ReadUncommitted,
+                )
                 .unwrap()
                 .region
                 .unwrap()
@@ -626,13 +719,25 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), files_before);
             let ranges = log.corrupt_ranges();
             assert_eq!(ranges.len(), 1, "{damage}: {ranges:?}");
-            assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (2, Some(3)));
+            assert_eq!(
+                (ranges[0].first_offset, ranges[0].last_offset),
+                (2, Some(3))
+            );
             assert_eq!(ranges[0].position, h.position as u64);
             let offsets: Vec<i64> = all_records(&log).iter().map(|r| r.0).collect();
             let want: Vec<i64> = (0..60).filter(|o| !(2..4).contains(o)).collect();
-            assert_eq!(offsets, want, "{damage}: every intact record served, the gap skipped");
+            assert_eq!(
+                offsets, want,
+                "{damage}: every intact record served, the gap skipped"
+            );
             // A fetch inside the damaged range continues after it.
-            let bytes = log.read(2, 1 << 20, true).unwrap().region.unwrap().read_to_vec().unwrap();
+            let bytes = log
+                .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .unwrap()
+                .region
+                .unwrap()
+                .read_to_vec()
+                .unwrap();
             assert_eq!(decode(&bytes)[0].0, 4);
             assert_eq!(log.offset_for_timestamp(102).unwrap().unwrap().offset, 4);
             assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
@@ -658,7 +763,10 @@ mod tests {
             .next()
             .unwrap()
             .unwrap();
-        assert!(first.end() < bytes.len(), "the active segment needs two batches");
+        assert!(
+            first.end() < bytes.len(),
+            "the active segment needs two batches"
+        );
         bytes[first.position + 17] ^= 0x01; // the CRC field itself
         std::fs::write(&path, &bytes).unwrap();
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();

@@ -3,9 +3,9 @@
 //!
 //! Offsets, Kafka's names: `log_start_offset` (first offset a consumer can
 //! fetch), `log_end_offset` (next offset to assign), `high_watermark`
-//! (offsets below it are readable; also the last stable offset, as Floe has
-//! no transactions spanning appends), `recovery_point` (everything below it
-//! is fsynced).
+//! (offsets below it are readable), `last_stable_offset` (below it every
+//! transaction is complete: READ_COMMITTED reads stop there), `recovery_point`
+//! (everything below it is fsynced).
 //!
 //! With one replica the high watermark would simply be the log end offset,
 //! but an append that `flush.messages` makes fsync is not complete until the
@@ -45,6 +45,9 @@ use crate::producer_state::{
 use crate::segment::{
     read_header_at, readable_end, step_over_holes, AppendedBatch, LogSegment, SegmentInfo,
 };
+use crate::transaction::{
+    control_batch, AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary,
+};
 use crate::verify::CorruptRange;
 
 /// What an append did (Kafka's `LogAppendInfo`, reduced to what Produce answers).
@@ -83,8 +86,11 @@ pub struct FetchDataInfo {
     pub high_watermark: i64,
     /// The log start offset at the time of the read.
     pub log_start_offset: i64,
-    /// The last stable offset (= high watermark).
+    /// The last stable offset: below it every transaction is complete.
     pub last_stable_offset: i64,
+    /// READ_COMMITTED: the aborted transactions overlapping the fetched
+    /// range (Kafka's `abortedTransactions`), possibly empty; `None` for READ_UNCOMMITTED.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 /// The mutable state of a log, behind [`PartitionLog`]'s mutex.
@@ -109,6 +115,10 @@ struct LogState {
     producers: ProducerStateManager,
     /// Offsets of the `.snapshot` files on disk.
     snapshots: BTreeSet<i64>,
+    /// Transactions whose marker is written but not yet below the high
+    /// watermark (Kafka's unreplicated transactions): first offset → marker
+    /// offset. They hold the last stable offset until the high watermark passes the marker.
+    unreplicated: BTreeMap<i64, i64>,
 }
 
 /// A byte position in one segment's log file.
@@ -134,7 +144,22 @@ impl LogState {
         if offset > self.high_watermark {
             self.high_watermark = offset;
             self.high_watermark_position = position;
+            let hw = self.high_watermark;
+            self.unreplicated.retain(|_, &mut marker| marker >= hw);
         }
+    }
+
+    /// See [`PartitionLog::last_stable_offset`].
+    fn last_stable_offset(&self) -> i64 {
+        let ongoing = self.producers.first_unstable_offset();
+        let unreplicated = self.unreplicated.keys().next().copied();
+        let first_unstable = match (ongoing, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        first_unstable.map_or(self.high_watermark, |f| {
+            f.max(self.log_start_offset).min(self.high_watermark)
+        })
     }
 
     /// Where a read of the segment based at `base_offset` must stop: the
@@ -261,6 +286,7 @@ impl PartitionLog {
             dir_dirty: false,
             producers: loaded.producers,
             snapshots: loaded.snapshots,
+            unreplicated: BTreeMap::new(),
         };
         state.high_watermark_position = state.log_end_position();
         Ok(Self {
@@ -407,14 +433,18 @@ impl PartitionLog {
     /// Batches with a producer id are checked against the producer state
     /// first (see [`crate::producer_state`]): a retry of a batch already in the
     /// log appends nothing and is answered with the original offsets
-    /// ([`LogAppendInfo::duplicate`]).
+    /// ([`LogAppendInfo::duplicate`]). A transactional batch starts (or
+    /// extends) the producer's transaction in this partition, holding the
+    /// last stable offset at its first offset until a marker completes it.
+    /// Control batches are refused: only [`PartitionLog::append_txn_marker`] writes them.
     ///
     /// # Errors
     /// [`StorageError::RecordTooLarge`] for a batch above `max.message.bytes` or
     /// an append above `segment.bytes`; [`StorageError::Corrupt`] for bytes that
     /// are not whole batches; [`StorageError::InvalidProducerEpoch`] and
-    /// [`StorageError::OutOfOrderSequence`] from the producer state (nothing is
-    /// appended); [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
+    /// [`StorageError::OutOfOrderSequence`] and [`StorageError::InvalidTxnState`]
+    /// from the producer state (nothing is appended);
+    /// [`StorageError::InvalidRecord`] for a control batch or a transactional one without a producer id; [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
         let (info, flush_due) = self.write_batches(records, now_ms)?;
         if flush_due {
@@ -442,6 +472,18 @@ impl PartitionLog {
                 path: self.dir.clone(),
                 reason: format!("append: {e}"),
             })?;
+            if b.header.is_control() {
+                // Markers come from the transaction coordinator (append_txn_marker) only.
+                return Err(StorageError::InvalidRecord {
+                    reason: "control batches are written by the transaction coordinator only"
+                        .into(),
+                });
+            }
+            if b.header.is_transactional() && b.header.producer_id < 0 {
+                return Err(StorageError::InvalidRecord {
+                    reason: "a transactional batch without a producer id".into(),
+                });
+            }
             let size = b.header.total_size();
             max_batch = max_batch.max(size);
             if let Some(pb) = ProducerBatch::of(&b.header) {
@@ -507,50 +549,192 @@ impl PartitionLog {
                 return Ok((info, flush_due));
             }
         }
-        let log_append_time = if log_append_time_topic {
-            set_log_append_time(records, now_ms);
-            for b in &mut batches {
-                b.max_timestamp = now_ms;
-            }
-            now_ms
-        } else {
-            -1
-        };
-        let first_offset = st.log_end_offset;
-        let last_offset = first_offset + record_count - 1;
-        let rolled = self.maybe_roll(&mut st, records.len() as u64, last_offset, now_ms);
-        self.refuse_or_go_offline(rolled)?;
-        let next = assign_offsets(records, first_offset);
-        for b in &mut batches {
-            b.base_offset += first_offset;
-            b.next_offset += first_offset;
-        }
-        let written =
-            st.active_mut()
-                .append(records, &batches, now_ms, config.index_interval_bytes);
-        self.refuse_or_go_offline(written)?;
+        let (first_offset, log_append_time, flush_due) =
+            self.write_locked(&mut st, records, &mut batches, record_count, now_ms)?;
         for (i, pb) in &producer_batches {
             let b = &batches[*i];
             st.producers
                 .update(pb, b.base_offset, b.next_offset - 1, b.max_timestamp);
         }
-        st.log_end_offset = next;
-        st.unflushed_messages += record_count;
-        let flush_due = st.unflushed_messages >= config.flush_messages;
-        if !flush_due {
-            // No fsync was asked for: the append is complete now.
-            let end = st.log_end_position();
-            st.advance_high_watermark(next, end);
-        }
+        Self::complete_append(&mut st, flush_due);
         let info = LogAppendInfo {
             first_offset,
-            last_offset,
+            last_offset: first_offset + record_count - 1,
             log_append_time,
             log_start_offset: st.log_start_offset,
             record_count,
             duplicate: false,
         };
         Ok((info, flush_due))
+    }
+
+    /// Writes checked batches under the lock: applies LogAppendTime, rolls if
+    /// due, assigns offsets from the log end offset (`batches` are moved to
+    /// them), writes and indexes. Returns the first offset, the append time
+    /// (-1 for CreateTime) and whether `flush.messages` asks for an fsync; the
+    /// caller records producer state, then calls [`Self::complete_append`].
+    fn write_locked(
+        &self,
+        st: &mut LogState,
+        records: &mut [u8],
+        batches: &mut [AppendedBatch],
+        record_count: i64,
+        now_ms: i64,
+    ) -> Result<(i64, i64, bool)> {
+        let config = st.config.clone();
+        let log_append_time =
+            if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
+                set_log_append_time(records, now_ms);
+                for b in batches.iter_mut() {
+                    b.max_timestamp = now_ms;
+                }
+                now_ms
+            } else {
+                -1
+            };
+        let first_offset = st.log_end_offset;
+        let last_offset = first_offset + record_count - 1;
+        let rolled = self.maybe_roll(st, records.len() as u64, last_offset, now_ms);
+        self.refuse_or_go_offline(rolled)?;
+        let next = assign_offsets(records, first_offset);
+        for b in batches.iter_mut() {
+            b.base_offset += first_offset;
+            b.next_offset += first_offset;
+        }
+        let written = st
+            .active_mut()
+            .append(records, batches, now_ms, config.index_interval_bytes);
+        self.refuse_or_go_offline(written)?;
+        st.log_end_offset = next;
+        st.unflushed_messages += record_count;
+        let flush_due = st.unflushed_messages >= config.flush_messages;
+        Ok((first_offset, log_append_time, flush_due))
+    }
+
+    /// Ends an append under the lock: without an fsync to wait for, the
+    /// append is complete now and the high watermark passes it.
+    fn complete_append(st: &mut LogState, flush_due: bool) {
+        if !flush_due {
+            let end = st.log_end_position();
+            let next = st.log_end_offset;
+            st.advance_high_watermark(next, end);
+        }
+    }
+
+    /// Writes one transaction marker for `producer_id` (what Kafka's
+    /// WriteTxnMarkers does for one partition): a control batch (layout in
+    /// [`crate::transaction`]) that completes the producer's ongoing
+    /// transaction here. An ABORT adds the transaction to the active
+    /// segment's `.txnindex`. A marker for a producer with no transaction
+    /// ongoing here is written all the same (the partition may have been added
+    /// to the transaction without data). Like [`PartitionLog::append`] it
+    /// honours `flush.messages`: the high watermark (and so the last stable
+    /// offset) passes the marker once it is complete. Returns the marker's offset.
+    ///
+    /// Failpoints: `log.txn_marker.append` before the write, `log.txn_marker.appended`
+    /// after it (before the answer).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidProducerEpoch`] for an epoch older than the
+    /// producer's; [`StorageError::TransactionCoordinatorFenced`] for an older
+    /// coordinator epoch; [`StorageError::Io`] if writing fails.
+    pub fn append_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: ControlRecordType,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Result<i64> {
+        self.check_live()?;
+        let mut records = control_batch(
+            producer_id,
+            producer_epoch,
+            marker,
+            coordinator_epoch,
+            now_ms,
+        );
+        let (offset, flush_due, indexed) = {
+            let mut st = self.state();
+            st.producers
+                .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+            let injected = failpoint::check("log.txn_marker.append")
+                .ctx("append transaction marker", &self.dir);
+            self.refuse_or_go_offline(injected)?;
+            let mut batches = [AppendedBatch {
+                position_in_buffer: 0,
+                size: records.len(),
+                base_offset: 0,
+                next_offset: 1,
+                max_timestamp: now_ms,
+            }];
+            let (offset, _, flush_due) =
+                self.write_locked(&mut st, &mut records, &mut batches, 1, now_ms)?;
+            let completed = st.producers.complete_txn(
+                producer_id,
+                producer_epoch,
+                marker,
+                coordinator_epoch,
+                offset,
+                batches[0].max_timestamp,
+            );
+            if completed.first_offset < completed.last_offset {
+                // Unstable until the high watermark passes the marker (Kafka's unreplicated txns).
+                st.unreplicated
+                    .insert(completed.first_offset, completed.last_offset);
+            }
+            let mut indexed = Ok(());
+            if completed.aborted {
+                let entry = AbortedTxn {
+                    producer_id,
+                    first_offset: completed.first_offset,
+                    last_offset: completed.last_offset,
+                    last_stable_offset: st.producers.last_stable_offset_after(&completed),
+                };
+                // Kept in memory even if the write fails; the directory then goes
+                // offline below, so the restart recovers this segment and rebuilds its index.
+                indexed = st.active_mut().txn_index.append(entry);
+            }
+            Self::complete_append(&mut st, flush_due);
+            debug!(topic = %self.topic, partition = self.partition, producer_id, producer_epoch,
+                ?marker, offset, first_offset = completed.first_offset, "wrote transaction marker");
+            (offset, flush_due, indexed)
+        };
+        self.offline_on_io_error(indexed)?;
+        let injected =
+            failpoint::check("log.txn_marker.appended").ctx("append transaction marker", &self.dir);
+        self.offline_on_io_error(injected)?;
+        if flush_due {
+            self.flush()?;
+        }
+        self.append_notify.notify_waiters();
+        Ok(offset)
+    }
+
+    /// Kafka's last stable offset: the first offset of the oldest transaction
+    /// not yet complete (ongoing, or its marker still above the high
+    /// watermark), never below the log start offset, capped by the high watermark.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.state().last_stable_offset()
+    }
+
+    /// Every producer the partition knows (DescribeProducers), by producer id.
+    pub fn active_producers(&self) -> Vec<ProducerSummary> {
+        self.state().producers.summaries()
+    }
+
+    /// Forgets producers idle for `producer.id.expiration.ms` with no ongoing
+    /// transaction (see [`crate::producer_state`]); they are gone from the next
+    /// snapshot. Returns how many were removed.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        let mut st = self.state();
+        let expiration_ms = st.config.producer_id_expiration_ms;
+        let removed = st.producers.remove_expired(now_ms, expiration_ms);
+        if removed > 0 {
+            debug!(topic = %self.topic, partition = self.partition, removed,
+                remaining = st.producers.producer_count(), "expired producer ids");
+        }
+        removed
     }
 
     /// A full disk refuses an append that left nothing behind (the segment
@@ -686,6 +870,14 @@ impl PartitionLog {
     /// saves a header scan. Without `min_one_batch`, a first batch larger than
     /// `max_bytes` yields no region.
     ///
+    /// At [`IsolationLevel::ReadCommitted`] the region also stops at the last
+    /// stable offset (at the batch that starts there), and
+    /// [`FetchDataInfo::aborted_transactions`] lists every aborted transaction
+    /// whose marker is at or after `fetch_offset` and that started below the
+    /// end of the region (Kafka's `collectAbortedTransactions` over the
+    /// `.txnindex` of this and later segments; a superset is harmless).
+    /// Records are not filtered: consumers drop the aborted ones.
+    ///
     /// # Errors
     /// [`StorageError::OffsetOutOfRange`] outside `[log_start_offset, log_end_offset]`;
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
@@ -694,51 +886,62 @@ impl PartitionLog {
         fetch_offset: i64,
         max_bytes: u32,
         min_one_batch: bool,
+        isolation: IsolationLevel,
     ) -> Result<FetchDataInfo> {
         self.check_live()?;
-        let (file, path, mut position, end, hw, lso, holes) = {
+        let committed = isolation == IsolationLevel::ReadCommitted;
+        let (file, path, mut position, mut end, lso_scan_from, holes, mut info) = {
             let st = self.state();
-            let (hw, lso) = (st.high_watermark, st.log_start_offset);
+            let (hw, log_start) = (st.high_watermark, st.log_start_offset);
             // As Kafka: out of range only past the log end offset; between
             // the high watermark and it the answer is just empty.
-            if fetch_offset < lso || fetch_offset > st.log_end_offset {
+            if fetch_offset < log_start || fetch_offset > st.log_end_offset {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: fetch_offset,
-                    log_start: lso,
+                    log_start,
                     log_end: st.log_end_offset,
                 });
             }
-            let empty = FetchDataInfo {
+            let last_stable = st.last_stable_offset();
+            let mut info = FetchDataInfo {
                 region: None,
                 high_watermark: hw,
-                log_start_offset: lso,
-                last_stable_offset: hw,
+                log_start_offset: log_start,
+                last_stable_offset: last_stable,
+                aborted_transactions: committed.then(Vec::new),
             };
-            if fetch_offset >= hw {
-                return Ok(empty);
+            let limit = if committed { last_stable } else { hw };
+            if fetch_offset >= limit {
+                return Ok(info);
             }
             let Some(seg) = st.segment_for(fetch_offset) else {
-                return Ok(empty);
+                return Ok(info);
             };
             let Some(end) = st.high_watermark_end(seg.base_offset, seg.size) else {
-                return Ok(empty);
+                return Ok(info);
             };
+            // Where to look for the batch starting at the LSO, if it lies in this segment below the high watermark.
+            let lso_scan_from = (committed && last_stable < hw && last_stable < seg.next_offset)
+                .then(|| seg.offset_index.position_for(last_stable));
+            if let Some(aborted) = info.aborted_transactions.as_mut() {
+                let upper_bound = last_stable.min(seg.next_offset);
+                for s in st.segments.range(seg.base_offset..).map(|(_, s)| s) {
+                    if s.txn_index.collect(fetch_offset, upper_bound, aborted) {
+                        break;
+                    }
+                }
+            }
             (
                 seg.log.clone(),
                 seg.log_path.clone(),
                 seg.offset_index.position_for(fetch_offset),
                 end,
-                hw,
-                lso,
+                lso_scan_from.map(|p| (p, last_stable)),
                 seg.holes(),
+                info,
             )
         };
-        let mut info = FetchDataInfo {
-            region: None,
-            high_watermark: hw,
-            log_start_offset: lso,
-            last_stable_offset: hw,
-        };
+        let mut lso_scan = lso_scan_from;
         loop {
             // Damaged ranges are stepped over: consumers see an offset gap.
             position = step_over_holes(&holes, position);
@@ -754,7 +957,20 @@ impl PartitionLog {
                 });
             }
             if header.last_offset() >= fetch_offset {
-                let available = readable_end(&holes, position, end) - position;
+                if let Some((from, lso)) = lso_scan.take() {
+                    end = self.batch_start_at_or_after(
+                        &file,
+                        &path,
+                        &holes,
+                        from.max(position),
+                        end,
+                        lso,
+                    )?;
+                }
+                let available = readable_end(&holes, position, end).saturating_sub(position);
+                if available == 0 {
+                    return Ok(info);
+                }
                 let len = if size > u64::from(max_bytes) {
                     if !min_one_batch {
                         return Ok(info);
@@ -774,6 +990,31 @@ impl PartitionLog {
             position += size;
         }
         Ok(info)
+    }
+
+    /// The position of the first batch at or after `from` whose base offset is
+    /// at least `offset` (a batch boundary), or `end` if there is none before it.
+    fn batch_start_at_or_after(
+        &self,
+        file: &File,
+        path: &Path,
+        holes: &[(u64, u64)],
+        from: u64,
+        end: u64,
+        offset: i64,
+    ) -> Result<u64> {
+        let mut position = from;
+        loop {
+            position = step_over_holes(holes, position);
+            if position >= end {
+                return Ok(end);
+            }
+            let header = read_header_at(file, path, position)?;
+            if header.base_offset >= offset || header.total_size() == 0 {
+                return Ok(position);
+            }
+            position += header.total_size() as u64;
+        }
     }
 
     /// The earliest record whose timestamp is `>= timestamp` (ListOffsets by time); `None` if every record is older.
@@ -1015,17 +1256,33 @@ impl PartitionLog {
         self.state().retention_floor = floor;
     }
 
-    /// The sealed segments (all but the active one) wholly below the high
-    /// watermark, oldest first: a segment whose last append still awaits its
-    /// fsync is not handed to tiering.
+    /// The sealed segments (all but the active one) wholly below the last
+    /// stable offset, oldest first: a segment whose last append still awaits
+    /// its fsync, or that holds records of a transaction not yet complete, is
+    /// not handed to tiering. Each lists the aborted transactions with records
+    /// in it ([`SegmentInfo::aborted`]), so readers can drop them.
     pub fn sealed_segments(&self) -> Vec<SegmentInfo> {
         let st = self.state();
         let n = st.segments.len();
+        let last_stable = st.last_stable_offset();
+        let aborted: Vec<AbortedTxn> = st
+            .segments
+            .values()
+            .flat_map(|s| s.txn_index.entries().iter().copied())
+            .collect();
         st.segments
             .values()
             .take(n.saturating_sub(1))
-            .filter(|s| s.next_offset <= st.high_watermark)
-            .map(LogSegment::info)
+            .filter(|s| s.next_offset <= last_stable)
+            .map(|s| {
+                let mut info = s.info();
+                info.aborted = aborted
+                    .iter()
+                    .filter(|a| a.first_offset < s.next_offset && a.last_offset >= s.base_offset)
+                    .copied()
+                    .collect();
+                info
+            })
             .collect()
     }
 
@@ -1057,7 +1314,12 @@ impl PartitionLog {
                 .collect();
             let dirty = std::mem::take(&mut st.dir_dirty);
             let end = st.log_end_position();
-            (files, (st.log_end_offset, end), st.unflushed_messages, dirty)
+            (
+                files,
+                (st.log_end_offset, end),
+                st.unflushed_messages,
+                dirty,
+            )
         };
         let result = (|| {
             for (file, path) in &files {
@@ -1194,7 +1456,14 @@ mod tests {
     }
 
     fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
-        let info = log.read(offset, 1 << 20, true).unwrap();
+        let info = log
+            .read(
+                offset,
+                1 << 20,
+                true,
+                crate::IsolationLevel::ReadUncommitted,
+            )
+            .unwrap();
         info.region
             .map(|r| decode(&r.read_to_vec().unwrap()))
             .unwrap_or_default()
@@ -1230,7 +1499,12 @@ mod tests {
                     let mut offset = 0;
                     while offset < hw {
                         let bytes = log
-                            .read(offset, 1 << 20, true)
+                            .read(
+                                offset,
+                                1 << 20,
+                                true,
+                                crate::IsolationLevel::ReadUncommitted,
+                            )
                             .unwrap()
                             .region
                             .unwrap()
@@ -1307,9 +1581,13 @@ mod tests {
                 .map_or(150, |s| s.next_offset);
             assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
         }
-        assert!(log.read(150, 1000, true).unwrap().region.is_none());
+        assert!(log
+            .read(150, 1000, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
         assert!(matches!(
-            log.read(151, 1000, true),
+            log.read(151, 1000, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange {
                 requested: 151,
                 log_start: 0,
@@ -1317,7 +1595,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            log.read(-1, 1000, true),
+            log.read(-1, 1000, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange { .. })
         ));
     }
@@ -1368,23 +1646,43 @@ mod tests {
         let small_len = small.len() as u32;
         log.append(&mut small, 0).unwrap();
 
-        let r = log.read(0, 100, true).unwrap().region.unwrap();
+        let r = log
+            .read(0, 100, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(
             (r.position, r.len),
             (0, big_len),
             "KIP-74: the whole first batch"
         );
-        assert!(log.read(0, 100, false).unwrap().region.is_none());
-        let r = log.read(0, big_len + 5, true).unwrap().region.unwrap();
+        assert!(log
+            .read(0, 100, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
+        let r = log
+            .read(0, big_len + 5, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
         assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
-        let r = log.read(3, 1 << 20, false).unwrap().region.unwrap();
+        let r = log
+            .read(3, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!(
             (r.position, r.len),
             (0, big_len + small_len),
             "starts at the batch holding offset 3"
         );
-        let r = log.read(5, 1 << 20, false).unwrap().region.unwrap();
+        let r = log
+            .read(5, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
     }
 
@@ -1399,7 +1697,7 @@ mod tests {
         let info = log.append(&mut b, 777_000).unwrap();
         assert_eq!(info.log_append_time, 777_000);
         let bytes = log
-            .read(0, 1 << 20, true)
+            .read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
             .unwrap()
             .region
             .unwrap()
@@ -1502,14 +1800,22 @@ mod tests {
         assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
         let offsets: Vec<i64> = read_all(&log, 0).iter().map(|r| r.0).collect();
         assert_eq!(offsets, vec![0, 1], "the unflushed batch is not sent");
-        let at_hw = log.read(2, 1 << 20, true).unwrap();
+        let at_hw = log
+            .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap();
         assert!(at_hw.region.is_none());
         assert_eq!(at_hw.high_watermark, 2);
         assert!(
-            matches!(log.read(6, 1 << 20, true), Err(StorageError::OffsetOutOfRange { .. })),
+            matches!(
+                log.read(6, 1 << 20, true, crate::IsolationLevel::ReadUncommitted),
+                Err(StorageError::OffsetOutOfRange { .. })
+            ),
             "past the log end offset is still out of range"
         );
-        assert!(log.delete_records_before(4).is_err(), "DeleteRecords stops at the high watermark");
+        assert!(
+            log.delete_records_before(4).is_err(),
+            "DeleteRecords stops at the high watermark"
+        );
 
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5);
@@ -1528,7 +1834,11 @@ mod tests {
         let info = log.append(&mut retry, 0).unwrap();
         assert!(info.duplicate);
         assert_eq!((info.first_offset, info.last_offset), (0, 1));
-        assert_eq!(log.high_watermark(), 2, "the retry's answer waited for the fsync");
+        assert_eq!(
+            log.high_watermark(),
+            2,
+            "the retry's answer waited for the fsync"
+        );
         assert_eq!(log.recovery_point(), 2);
     }
 
@@ -1559,7 +1869,7 @@ mod tests {
         assert_eq!(log.apply_retention(10_500).unwrap(), 2);
         assert_eq!(log.log_start_offset(), 8);
         assert!(matches!(
-            log.read(7, 100, true),
+            log.read(7, 100, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange { .. })
         ));
         assert_eq!(read_all(&log, 8)[0].0, 8);
@@ -1616,11 +1926,23 @@ mod tests {
     #[test]
     fn tiered_topic_holds_retention_until_a_floor_is_set() {
         let dir = tempfile::tempdir().unwrap();
-        let log = segmented_log(dir.path(), &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")]);
-        assert_eq!(log.apply_retention(1_000_000).unwrap(), 0, "no floor yet: everything kept");
+        let log = segmented_log(
+            dir.path(),
+            &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")],
+        );
+        assert_eq!(
+            log.apply_retention(1_000_000).unwrap(),
+            0,
+            "no floor yet: everything kept"
+        );
         log.set_retention_floor(Some(5));
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 1);
-        log.set_config(config(&[("segment.bytes", "600"), ("retention.ms", "0"), ("floe.iceberg.enabled", "true"), ("floe.iceberg.retention-guard", "false")]));
+        log.set_config(config(&[
+            ("segment.bytes", "600"),
+            ("retention.ms", "0"),
+            ("floe.iceberg.enabled", "true"),
+            ("floe.iceberg.retention-guard", "false"),
+        ]));
         log.set_retention_floor(None);
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 3, "guard off");
     }
@@ -1629,7 +1951,11 @@ mod tests {
     fn fetch_in_flight_survives_deletion() {
         let dir = tempfile::tempdir().unwrap();
         let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
-        let region = log.read(0, 1 << 20, true).unwrap().region.unwrap();
+        let region = log
+            .read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .unwrap();
         log.apply_retention(1_000_000).unwrap();
         assert_eq!(decode(&region.read_to_vec().unwrap())[0].0, 0);
     }
@@ -1650,13 +1976,17 @@ mod tests {
             "segments [0,4) and [4,8) deleted"
         );
         assert!(matches!(
-            log.read(8, 100, true),
+            log.read(8, 100, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange { .. })
         ));
         assert_eq!(read_all(&log, 9)[0].0, 8, "the batch holding 9");
         assert_eq!(log.delete_records_before(3).unwrap(), 9, "never moves back");
         assert_eq!(log.delete_records_before(20).unwrap(), 20);
-        assert!(log.read(20, 100, true).unwrap().region.is_none());
+        assert!(log
+            .read(20, 100, true, crate::IsolationLevel::ReadUncommitted)
+            .unwrap()
+            .region
+            .is_none());
         assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
     }
 

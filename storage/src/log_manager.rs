@@ -41,6 +41,8 @@ pub struct MaintenanceReport {
     pub segments_deleted: usize,
     /// Partitions flushed because of `flush.ms`.
     pub partitions_flushed: usize,
+    /// Producer ids forgotten after `producer.id.expiration.ms`.
+    pub producers_expired: usize,
 }
 
 /// All topics and partition logs of one data directory.
@@ -596,6 +598,7 @@ impl LogManager {
                     report.segments_rolled += 1;
                 }
                 report.segments_deleted += p.apply_retention(now_ms)?;
+                report.producers_expired += p.expire_producers(now_ms);
                 if p.flush_if_due(now_ms)? {
                     report.partitions_flushed += 1;
                 }
@@ -699,7 +702,7 @@ mod tests {
         assert_eq!(p1.log_end_offset(), 7);
         assert_eq!(p1.recovery_point(), 7);
         let bytes = p1
-            .read(0, 1 << 20, true)
+            .read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
             .unwrap()
             .region
             .unwrap()
@@ -950,7 +953,10 @@ mod tests {
         let log = m.partition("t", 0).unwrap();
         let offline = |r: Result<()>| matches!(r, Err(StorageError::LogDirOffline { .. }));
         assert!(offline(log.append(&mut batch(1, 1_000, 10), 0).map(|_| ())));
-        assert!(offline(log.read(0, 1 << 20, true).map(|_| ())));
+        assert!(offline(
+            log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .map(|_| ())
+        ));
         assert!(offline(log.offset_for_timestamp(0).map(|_| ())));
         assert!(offline(log.flush()));
         assert!(offline(log.check_online()));

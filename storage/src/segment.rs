@@ -1,5 +1,5 @@
-//! `LogSegment`: one `.log` file of record batches plus its `.index` and
-//! `.timeindex`, named by the segment's base offset; and the batch-header
+//! `LogSegment`: one `.log` file of record batches plus its `.index`,
+//! `.timeindex` and `.txnindex`, named by the segment's base offset; and the batch-header
 //! scanning over segment files that reads, recovery and index rebuilds share.
 //!
 //! A segment is append-only: batches are written at its end with positioned
@@ -16,10 +16,12 @@ use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OV
 
 use crate::error::{IoContext, Result};
 use crate::failpoint;
-use crate::file_names::{deleted_file, index_file, log_file, time_index_file};
+use crate::file_names::{deleted_file, index_file, log_file, time_index_file, txn_index_file};
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::time_index::TimeIndex;
+use crate::transaction::AbortedTxn;
+use crate::txn_index::TransactionIndex;
 use crate::verify::CorruptRange;
 
 /// A sealed segment as tiering sees it.
@@ -35,6 +37,28 @@ pub struct SegmentInfo {
     pub size_bytes: u64,
     /// Damaged ranges recovery kept in it (readers step over them).
     pub corrupt: Vec<CorruptRange>,
+    /// The aborted transactions with records in this segment (their markers
+    /// may lie in later segments): a reader that must not see aborted records
+    /// drops a transactional batch of producer `p` whose offsets lie in
+    /// `[first_offset, last_offset]` of one of `p`'s entries.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+impl SegmentInfo {
+    /// Whether `header`'s batch belongs to an aborted transaction (a
+    /// transactional data batch inside one of [`SegmentInfo::aborted`]'s
+    /// ranges of its producer). A producer has at most one transaction ongoing
+    /// in a partition, so its batches between the first offset and the ABORT
+    /// marker are exactly that transaction's.
+    pub fn is_aborted(&self, header: &RecordBatchHeader) -> bool {
+        header.is_transactional()
+            && !header.is_control()
+            && self.aborted.iter().any(|a| {
+                a.producer_id == header.producer_id
+                    && a.first_offset <= header.base_offset
+                    && header.base_offset < a.last_offset
+            })
+    }
 }
 
 /// One batch appended by [`LogSegment::append`]: where in the appended buffer, and what it holds.
@@ -60,6 +84,8 @@ pub(crate) struct LogSegment {
     pub(crate) next_offset: i64,
     pub(crate) offset_index: OffsetIndex,
     pub(crate) time_index: TimeIndex,
+    /// The aborted transactions whose ABORT marker is in this segment.
+    pub(crate) txn_index: TransactionIndex,
     /// Largest batch max timestamp, -1 when empty.
     pub(crate) max_timestamp: i64,
     /// Base offset of the first batch holding `max_timestamp`; `None` when not
@@ -81,6 +107,7 @@ impl LogSegment {
         let log = open_rw(&log_path, true)?;
         let offset_index = OffsetIndex::create(&index_file(dir, base_offset), base_offset)?;
         let time_index = TimeIndex::create(&time_index_file(dir, base_offset), base_offset)?;
+        let txn_index = TransactionIndex::create(&txn_index_file(dir, base_offset))?;
         Ok(Self::assemble(
             base_offset,
             log_path,
@@ -88,6 +115,7 @@ impl LogSegment {
             0,
             offset_index,
             time_index,
+            txn_index,
         ))
     }
 
@@ -99,6 +127,7 @@ impl LogSegment {
         size: u64,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
     ) -> Self {
         Self {
             base_offset,
@@ -108,6 +137,7 @@ impl LogSegment {
             next_offset: base_offset,
             offset_index,
             time_index,
+            txn_index,
             max_timestamp: -1,
             offset_of_max_timestamp: None,
             rolling_timestamp_ms: None,
@@ -222,8 +252,8 @@ impl LogSegment {
     }
 
     /// The files a flush must fsync.
-    pub(crate) fn files(&self) -> [(Arc<File>, PathBuf); 3] {
-        [
+    pub(crate) fn files(&self) -> Vec<(Arc<File>, PathBuf)> {
+        let mut files = vec![
             (self.log.clone(), self.log_path.to_path_buf()),
             (
                 self.offset_index.file().clone(),
@@ -233,7 +263,9 @@ impl LogSegment {
                 self.time_index.file().clone(),
                 self.time_index.path().to_path_buf(),
             ),
-        ]
+        ];
+        files.extend(self.txn_index.file());
+        files
     }
 
     /// What tiering needs to know.
@@ -244,6 +276,7 @@ impl LogSegment {
             path: self.log_path.to_path_buf(),
             size_bytes: self.size,
             corrupt: self.corrupt.clone(),
+            aborted: Vec::new(),
         }
     }
 
@@ -254,6 +287,7 @@ impl LogSegment {
             self.log_path.to_path_buf(),
             self.offset_index.path().to_path_buf(),
             self.time_index.path().to_path_buf(),
+            self.txn_index.path().to_path_buf(),
         ];
         drop(self);
         for path in paths {
@@ -366,6 +400,12 @@ impl<'a> FileBatchScanner<'a> {
             self.buf_start = pos;
         }
         Ok(true)
+    }
+
+    /// The bytes of the batch [`FileBatchScanner::next_batch`] just returned
+    /// (`position` and `size` from its header): still in the buffer.
+    pub(crate) fn batch_bytes(&self, position: u64, size: usize) -> &[u8] {
+        self.slice(position, size)
     }
 
     fn slice(&self, pos: u64, len: usize) -> &[u8] {

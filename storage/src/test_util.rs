@@ -31,17 +31,32 @@ pub(crate) fn idempotent_batch(producer: (i64, i16, i32), n: usize, ts: i64) -> 
     encode(&vec![ts; n], 10, Compression::None, producer)
 }
 
+/// A transactional producer's batch of `n` records stamped `ts`: (producer id, epoch, base sequence).
+pub(crate) fn txn_batch(producer: (i64, i16, i32), n: usize, ts: i64) -> Vec<u8> {
+    encode_with(&vec![ts; n], 10, Compression::None, producer, true)
+}
+
 fn encode(
     timestamps: &[i64],
     value_len: usize,
     compression: Compression,
+    producer: (i64, i16, i32),
+) -> Vec<u8> {
+    encode_with(timestamps, value_len, compression, producer, false)
+}
+
+fn encode_with(
+    timestamps: &[i64],
+    value_len: usize,
+    compression: Compression,
     (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
+    transactional: bool,
 ) -> Vec<u8> {
     let records: Vec<Record> = timestamps
         .iter()
         .enumerate()
         .map(|(i, &ts)| Record {
-            transactional: false,
+            transactional,
             control: false,
             partition_leader_epoch: 0,
             producer_id,

@@ -327,12 +327,13 @@ def produce_v3(topic: str, partition: int, records: bytes, acks: int = -1,
 
 
 def fetch_v4(parts: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
-             max_bytes: int = 50 * 1024 * 1024) -> bytes:
-    """parts: (topic, partition, fetch_offset, partition_max_bytes), grouped by topic in order."""
+             max_bytes: int = 50 * 1024 * 1024, isolation_level: int = 0) -> bytes:
+    """parts: (topic, partition, fetch_offset, partition_max_bytes), grouped by topic in order.
+    isolation_level: 0 READ_UNCOMMITTED, 1 READ_COMMITTED."""
     by_topic: dict[str, list[bytes]] = {}
     for topic, p, off, pmax in parts:
         by_topic.setdefault(topic, []).append(struct.pack(">iqi", p, off, pmax))
-    return (struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
+    return (struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, isolation_level)
             + array([string(t) + array(ps) for t, ps in by_topic.items()]))
 
 
@@ -353,6 +354,16 @@ def fetch_v12(parts: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_
 
 def list_offsets_v1(topic: str, partition: int, timestamp: int) -> bytes:
     return struct.pack(">i", -1) + array([string(topic) + array([struct.pack(">iq", partition, timestamp)])])
+
+
+def list_offsets_v2(topic: str, partition: int, timestamp: int, isolation_level: int) -> bytes:
+    """ListOffsets v2: v1 plus the isolation level; the response adds throttle_time_ms first."""
+    return (struct.pack(">ib", -1, isolation_level)
+            + array([string(topic) + array([struct.pack(">iq", partition, timestamp)])]))
+
+
+def parse_list_offsets_v2(body: bytes):
+    return parse_list_offsets_v1(body[4:])
 
 # ---------------------------------------------------------------- responses
 
@@ -379,6 +390,8 @@ class FetchPartition:
     high_watermark: int
     last_stable_offset: int
     records: bytes | None
+    # (producer_id, first_offset) pairs; None for a null array (READ_UNCOMMITTED).
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 def parse_fetch_v4(body: bytes) -> list[FetchPartition]:
@@ -392,9 +405,10 @@ def parse_fetch_v4(body: bytes) -> list[FetchPartition]:
             err = r.i16()
             hw = r.i64()
             lso = r.i64()
-            r.array(lambda r: (r.i64(), r.i64()))
+            n = r.i32()
+            aborted = None if n < 0 else [(r.i64(), r.i64()) for _ in range(n)]
             recs = r.bytes_()
-            out.append(FetchPartition(topic, p, err, hw, lso, recs))
+            out.append(FetchPartition(topic, p, err, hw, lso, recs, aborted))
     assert r.done(), "trailing bytes in Fetch v4 response"
     return out
 

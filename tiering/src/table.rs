@@ -15,6 +15,13 @@
 //! pass re-plans). Data files of an aborted
 //! or crashed attempt are in no snapshot, so they are never counted; see
 //! [`crate::orphans`].
+//!
+//! # Transactions
+//! A table only ever gets what a READ_COMMITTED consumer would keep:
+//! `PartitionLog::sealed_segments` hands out only segments wholly below the
+//! last stable offset, control batches (markers) become no rows, and the
+//! batches of aborted transactions (`SegmentInfo::is_aborted`, from the
+//! `.txnindex` entries) are skipped; their offsets still count as tiered.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -304,6 +311,11 @@ impl TopicTable {
                         last_covered = Some(header.last_offset());
                         continue;
                     }
+                    if seg.is_aborted(&header) {
+                        // An aborted transaction's records never become rows (READ_COMMITTED semantics).
+                        last_covered = Some(header.last_offset());
+                        continue;
+                    }
                     match conv.push(&header, bytes, from) {
                         Pushed::Rows(_) | Pushed::Control => {}
                         Pushed::Undecodable { base_offset, last_offset, reason } => {
@@ -520,6 +532,36 @@ mod tests {
         let out = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
         assert_eq!(out.committed[&0], (sealed_end, 229));
         assert_eq!(scanned_offsets(&t).await, (0..230).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aborted_open_and_control_records_never_become_rows() {
+        use floe_storage::ControlRecordType::{Abort, Commit};
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+        fill(&log, 0, 10); // 0-9
+        log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14, aborted
+        log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
+        log.append(&mut transactional(2, 0, 5), 0).unwrap(); // 16-20, committed
+        log.append_txn_marker(2, 0, Commit, 0, 1).unwrap(); // 21
+        fill(&log, 22, 5); // 22-26
+        log.roll_now().unwrap();
+        log.append(&mut transactional(3, 0, 3), 0).unwrap(); // 27-29, open
+        fill(&log, 30, 5); // 30-34
+        log.roll_now().unwrap();
+        let cat = catalog(dir.path()).await;
+        let t = cat.topic_table("t", "id-1", "").await.unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (0, 26), "the segment of the open transaction waits");
+        let committed: Vec<i64> = (0..10).chain(16..21).chain(22..27).collect();
+        assert_eq!(scanned_offsets(&t).await, committed);
+        // The transaction commits (its marker in the active segment): the waiting segment is stable.
+        log.append_txn_marker(3, 0, Commit, 0, 1).unwrap();
+        log.roll_now().unwrap();
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (27, 35));
+        let all: Vec<i64> = committed.into_iter().chain(27..35).collect();
+        assert_eq!(scanned_offsets(&t).await, all, "no row for a marker (offset 35)");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,6 +63,31 @@ pub(crate) fn encode(records: &[TestRecord], compression: Compression) -> Vec<u8
     buf.to_vec()
 }
 
+/// One transactional batch of producer `producer_id` (epoch 0): `n` records from sequence `first_seq`.
+pub(crate) fn transactional(producer_id: i64, first_seq: i32, n: usize) -> Vec<u8> {
+    let recs: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: first_seq + i as i32,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(format!("txn-{producer_id}-{i}"))),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .unwrap();
+    buf.to_vec()
+}
+
 pub(crate) const CODECS: [Compression; 5] =
     [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
 

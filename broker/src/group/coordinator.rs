@@ -94,6 +94,30 @@ pub struct GroupCoordinator {
     status: AtomicU8,
     logs: Arc<LogManager>,
     store: OffsetStore,
+    /// Offsets committed in open transactions (TxnOffsetCommit), by producer
+    /// id: durable in the log, applied to their groups at the COMMIT marker.
+    pending_txn: Mutex<HashMap<i64, Vec<PendingTxnOffset>>>,
+}
+
+/// One offset committed in a transaction that has not ended.
+#[derive(Debug, Clone)]
+struct PendingTxnOffset {
+    group: String,
+    topic: String,
+    partition: i32,
+    offset: OffsetAndMetadata,
+}
+
+impl PendingTxnOffset {
+    /// The pending offset a replayed entry is (`None` for a tombstone or group record).
+    fn of(entry: &LogEntry) -> Option<Self> {
+        match entry {
+            LogEntry::Offset { group, topic, partition, value: Some(offset) } => {
+                Some(Self { group: group.clone(), topic: topic.clone(), partition: *partition, offset: offset.clone() })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl GroupCoordinator {
@@ -103,7 +127,14 @@ impl GroupCoordinator {
     /// If the log writer thread cannot be started.
     pub fn new(config: CoordinatorConfig, logs: Arc<LogManager>) -> std::io::Result<Self> {
         let store = OffsetStore::start(logs.clone(), config.compaction)?;
-        Ok(Self { config, groups: RwLock::new(HashMap::new()), status: AtomicU8::new(LOADING), logs, store })
+        Ok(Self {
+            config,
+            groups: RwLock::new(HashMap::new()),
+            status: AtomicU8::new(LOADING),
+            logs,
+            store,
+            pending_txn: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Creates `__consumer_offsets` if needed and replays it (on a blocking
@@ -115,11 +146,19 @@ impl GroupCoordinator {
         let loaded = tokio::task::spawn_blocking(move || {
             let log = store::open_log(&this.logs)?;
             let mut live = LiveRecords::default();
-            let count = store::replay(&log, |entry| {
+            let (count, pending) = store::replay(&log, |entry| {
                 live.apply(&entry);
                 this.apply_loaded(entry);
             })?;
-            this.store.loaded(live);
+            let open: HashMap<i64, Vec<PendingTxnOffset>> = pending
+                .iter()
+                .map(|(pid, entries)| (*pid, entries.iter().filter_map(PendingTxnOffset::of).collect()))
+                .collect();
+            if !open.is_empty() {
+                tracing::info!(producers = open.len(), "transactional offset commits awaiting their markers");
+            }
+            *this.pending_txn.lock().unwrap_or_else(PoisonError::into_inner) = open;
+            this.store.loaded(live, pending);
             Ok(count)
         })
         .await
@@ -334,6 +373,97 @@ impl GroupCoordinator {
         }
     }
 
+    /// TxnOffsetCommit of already-validated partitions: written to the log
+    /// as a transactional batch of `producer` (id, epoch), durable when this
+    /// returns, and visible to OffsetFetch only once the transaction commits
+    /// ([`GroupCoordinator::complete_txn`]). Member and generation are checked
+    /// when given (KIP-447), as for OffsetCommit.
+    pub async fn txn_commit_offsets(
+        &self,
+        group_id: &str,
+        producer: (i64, i16),
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<(String, i32, OffsetAndMetadata)>,
+    ) -> Result<(), ResponseError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let g = if member_id.is_empty() && generation < 0 {
+            self.group_or_create(group_id)
+        } else {
+            self.group(group_id).ok_or(ResponseError::IllegalGeneration)?
+        };
+        lock(&g).validate_commit(member_id, instance_id, generation)?;
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<LogRecord> = offsets
+            .iter()
+            .map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o))))
+            .collect();
+        let (tx, rx) = oneshot::channel();
+        self.store.append_transactional(
+            records,
+            producer,
+            Box::new(move |result| {
+                let _ = tx.send(result);
+            }),
+        );
+        match rx.await {
+            Ok(Ok(())) => {
+                let mut pending = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner);
+                let entries = pending.entry(producer.0).or_default();
+                entries.extend(offsets.into_iter().map(|(topic, partition, offset)| PendingTxnOffset {
+                    group: group_id.to_string(),
+                    topic,
+                    partition,
+                    offset,
+                }));
+                Ok(())
+            }
+            _ => Err(ResponseError::UnknownServerError),
+        }
+    }
+
+    /// Writes the transaction marker of `producer_id` to `__consumer_offsets`
+    /// and, on COMMIT, makes its pending offsets the group's committed ones
+    /// (on ABORT they are dropped). Blocking: the transaction coordinator's
+    /// marker writer calls it off the request workers.
+    ///
+    /// # Errors
+    /// What the log write reported.
+    pub fn complete_txn(&self, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.store.marker(
+            producer_id,
+            producer_epoch,
+            commit,
+            Box::new(move |result| {
+                let _ = tx.send(result);
+            }),
+        );
+        rx.recv().unwrap_or_else(|_| Err(StoreError::Storage("the writer thread is gone".into())))?;
+        let entries = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner).remove(&producer_id).unwrap_or_default();
+        if commit {
+            for e in entries {
+                let g = self.group_or_create(&e.group);
+                lock(&g).offsets.insert((e.topic, e.partition), e.offset);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `group_id` has an offset for `topic`-`partition` committed in
+    /// a transaction that has not ended (OffsetFetch with `require_stable`
+    /// answers UNSTABLE_OFFSET_COMMIT for it, KIP-447).
+    pub fn has_pending_txn_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        let pending = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.values().flatten().any(|e| e.group == group_id && e.topic == topic && e.partition == partition)
+    }
+
     /// OffsetFetch: `topics` `None` means every committed partition.
     pub fn fetch_offsets(&self, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<TopicOffsets>, ResponseError> {
         self.check_active()?;
@@ -541,7 +671,7 @@ impl GroupCoordinator {
         self.logs
             .topics()
             .into_iter()
-            .filter(|t| t.name() != store::OFFSETS_TOPIC)
+            .filter(|t| t.name() != store::OFFSETS_TOPIC && t.name() != floe_coordinator::transaction::TRANSACTION_STATE_TOPIC)
             .map(|t| (t.name().to_string(), t.partition_count()))
             .collect()
     }
@@ -665,6 +795,40 @@ mod tests {
 
     fn all(c: &GroupCoordinator, group: &str) -> Vec<TopicOffsets> {
         c.fetch_offsets(group, None).expect("fetch")
+    }
+
+    /// TxnOffsetCommit: pending until the marker, applied at COMMIT, dropped at ABORT,
+    /// and an open transaction's offsets are still pending after a reopen (replay).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn transactional_offsets_apply_at_their_commit_marker_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let now = wall_ms();
+        let committed = |c: &GroupCoordinator, p: i32| {
+            c.fetch_offsets("g", Some(vec![("t".into(), vec![p])])).expect("fetch")[0].1[0].1.as_ref().map(|o| o.offset)
+        };
+        {
+            let (_logs, c) = open(dir.path());
+            c.load().await.expect("load");
+            c.commit_offsets("g", "", None, -1, vec![("t".into(), 0, offset(1, now))]).await.expect("plain commit");
+            c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 0, offset(5, now))]).await.expect("txn commit");
+            c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 1, offset(6, now))]).await.expect("txn commit 2");
+            c.txn_commit_offsets("g", (11, 0), "", None, -1, vec![("t".into(), 2, offset(9, now))]).await.expect("other txn");
+            assert_eq!(committed(&c, 0), Some(1), "pending offsets are not visible");
+            assert!(c.has_pending_txn_offset("g", "t", 0));
+            let c2 = c.clone();
+            tokio::task::spawn_blocking(move || c2.complete_txn(10, 0, true)).await.expect("join").expect("commit marker");
+            assert_eq!((committed(&c, 0), committed(&c, 1)), (Some(5), Some(6)));
+            assert!(!c.has_pending_txn_offset("g", "t", 0));
+            assert!(c.has_pending_txn_offset("g", "t", 2), "producer 11's transaction is still open");
+        }
+        let (_logs, c) = open(dir.path());
+        c.load().await.expect("reload");
+        assert_eq!((committed(&c, 0), committed(&c, 1), committed(&c, 2)), (Some(5), Some(6), None));
+        assert!(c.has_pending_txn_offset("g", "t", 2), "the open transaction's offsets are pending again");
+        let c2 = c.clone();
+        tokio::task::spawn_blocking(move || c2.complete_txn(11, 0, false)).await.expect("join").expect("abort marker");
+        assert_eq!(committed(&c, 2), None, "aborted offsets vanish");
+        assert!(!c.has_pending_txn_offset("g", "t", 2));
     }
 
     #[tokio::test]

@@ -9,6 +9,17 @@
 //! log rebuilds. Concurrent writes are grouped: one append and one fsync for
 //! everything queued.
 //!
+//! # Transactional offsets
+//! TxnOffsetCommit writes its records as a transactional batch of the
+//! producer (id, epoch, no sequence: Kafka's coordinator-origin append), and
+//! the transaction coordinator later has a COMMIT or ABORT marker appended
+//! ([`OffsetStore::marker`]), in order with every other write. Replay keeps a
+//! producer's transactional records aside and applies them at its COMMIT
+//! marker (drops them at ABORT), so after a restart offsets of an open
+//! transaction are pending again and committed ones are where the commit put
+//! them. While any transaction is open the log is not compacted: the
+//! re-append below would leave its records behind, in segments about to be deleted.
+//!
 //! # Compaction
 //! The log is created with `retention.ms=-1` so that time retention cannot
 //! drop live offsets, and Floe has no general log cleaner; instead the
@@ -38,13 +49,13 @@
 //! and reads `L` directly. Records appended after `C` apply on top in every
 //! case, so all three replays end in the same state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use floe_protocol::record_batch::BatchIter;
-use floe_storage::{LogManager, PartitionLog, StorageError};
+use floe_storage::{ControlRecordType, IsolationLevel, LogManager, PartitionLog, StorageError};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 use super::group::wall_ms;
@@ -178,11 +189,21 @@ impl LiveRecords {
 }
 
 enum Job {
-    Write { records: Vec<LogRecord>, done: WriteCallback },
-    /// The replay finished: the live state to start from; compaction may run from now on.
-    Loaded(LiveRecords),
+    /// Records to append; `producer` makes them a transactional batch of that producer id and epoch (TxnOffsetCommit).
+    Write { records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback },
+    /// A transaction marker for a producer's pending offsets: COMMIT makes them live.
+    Marker { producer_id: i64, producer_epoch: i16, commit: bool, done: WriteCallback },
+    /// The replay finished: the live state to start from, and the offsets of
+    /// transactions still open; compaction may run from now on.
+    Loaded(LiveRecords, PendingTxnOffsets),
     Compact(CompactCallback),
 }
+
+/// Offsets committed inside transactions that have no marker yet, by producer id, in log order.
+pub type PendingTxnOffsets = HashMap<i64, Vec<LogEntry>>;
+
+/// What one queued write is: its records, its producer (transactional), its callback.
+type WriteJob = (Vec<LogRecord>, Option<(i64, i16)>, WriteCallback);
 
 /// The writer side of the log: a queue feeding one thread.
 pub struct OffsetStore {
@@ -204,19 +225,37 @@ impl OffsetStore {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new().name("floe-group-log".into()).spawn(move || {
             let mut live: Option<LiveRecords> = None;
+            // Offsets of open transactions: they become live at a COMMIT marker. While any
+            // exist the log is not compacted, as the re-append would leave them behind.
+            let mut pending = PendingTxnOffsets::new();
             while let Ok(first) = rx.recv() {
-                let mut jobs = Vec::new();
+                let mut jobs: Vec<WriteJob> = Vec::new();
                 let mut next = Some(first);
                 while let Some(job) = next.take() {
                     match job {
-                        Job::Write { records, done } => jobs.push((records, done)),
-                        Job::Loaded(state) => live = Some(state),
+                        Job::Write { records, producer, done } => jobs.push((records, producer, done)),
+                        Job::Loaded(state, open) => {
+                            live = Some(state);
+                            pending = open;
+                        }
+                        Job::Marker { producer_id, producer_epoch, commit, done } => {
+                            // Writes queued before the marker go first.
+                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
+                            let result = write_marker(&logs, producer_id, producer_epoch, commit);
+                            if result.is_ok() {
+                                let entries = pending.remove(&producer_id).unwrap_or_default();
+                                if let (true, Some(live)) = (commit, live.as_mut()) {
+                                    entries.iter().for_each(|e| live.apply(e));
+                                }
+                            }
+                            done(result);
+                        }
                         Job::Compact(done) => {
                             // Writes queued before the request go first.
-                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut());
+                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
                             done(match &live {
-                                Some(l) => compact(&logs, l, true).map(Some),
-                                None => Ok(None),
+                                Some(l) if pending.is_empty() => compact(&logs, l, true).map(Some),
+                                _ => Ok(None),
                             });
                         }
                     }
@@ -224,8 +263,8 @@ impl OffsetStore {
                         next = rx.try_recv().ok();
                     }
                 }
-                write_all(&logs, jobs, live.as_mut());
-                if let Some(l) = &live {
+                write_all(&logs, jobs, live.as_mut(), &mut pending);
+                if let (Some(l), true) = (&live, pending.is_empty()) {
                     if let Err(e) = maybe_compact(&logs, l, compaction) {
                         tracing::error!(error = %e, "compacting __consumer_offsets failed");
                     }
@@ -243,14 +282,33 @@ impl OffsetStore {
     /// Queues `records`; `done` runs on the writer thread once they are durable (or failed).
     /// Never blocks: safe to call under a group's lock.
     pub fn append(&self, records: Vec<LogRecord>, done: WriteCallback) {
-        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, done }) {
+        self.append_as(records, None, done);
+    }
+
+    /// Queues `records` as a transactional batch of `producer` (id, epoch): TxnOffsetCommit.
+    /// They are pending until [`OffsetStore::marker`] writes the transaction's marker.
+    pub fn append_transactional(&self, records: Vec<LogRecord>, producer: (i64, i16), done: WriteCallback) {
+        self.append_as(records, Some(producer), done);
+    }
+
+    fn append_as(&self, records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback) {
+        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, producer, done }) {
             done(Err(StoreError::Storage("the writer thread is gone".into())));
         }
     }
 
-    /// Hands the writer thread the state the replay rebuilt; compaction is enabled from then on.
-    pub fn loaded(&self, live: LiveRecords) {
-        let _ = self.send(Job::Loaded(live));
+    /// Queues a transaction marker for `producer_id`'s pending offsets; `done`
+    /// runs once it is durable (after the writes queued before it).
+    pub fn marker(&self, producer_id: i64, producer_epoch: i16, commit: bool, done: WriteCallback) {
+        if let Err(Job::Marker { done, .. }) = self.send(Job::Marker { producer_id, producer_epoch, commit, done }) {
+            done(Err(StoreError::Storage("the writer thread is gone".into())));
+        }
+    }
+
+    /// Hands the writer thread the state the replay rebuilt and the offsets
+    /// of open transactions; compaction is enabled from then on.
+    pub fn loaded(&self, live: LiveRecords, pending: PendingTxnOffsets) {
+        let _ = self.send(Job::Loaded(live, pending));
     }
 
     /// Compacts the log now (after the writes queued before); `done` gets
@@ -263,43 +321,59 @@ impl OffsetStore {
 }
 
 /// Writes the jobs (one append, one fsync), updates `live`, runs the callbacks.
-fn write_all(logs: &LogManager, jobs: Vec<(Vec<LogRecord>, WriteCallback)>, live: Option<&mut LiveRecords>) {
+fn write_all(logs: &LogManager, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
     if jobs.is_empty() {
         return;
     }
-    let result = write(logs, jobs.iter().map(|(r, _)| r.as_slice()));
+    let result = write(logs, jobs.iter().map(|(r, producer, _)| (r.as_slice(), *producer)));
     match &result {
         Err(e) => tracing::error!(error = %e, "writing __consumer_offsets failed"),
         Ok(()) => {
-            if let Some(live) = live {
-                for (key, value) in jobs.iter().flat_map(|(r, _)| r) {
-                    if let Ok(entry) = records::decode(Some(key), value.as_ref()) {
-                        live.apply(&entry);
+            for (records, producer, _) in &jobs {
+                for (key, value) in records {
+                    let Ok(entry) = records::decode(Some(key), value.as_ref()) else { continue };
+                    match producer {
+                        Some((producer_id, _)) => pending.entry(*producer_id).or_default().push(entry),
+                        None => {
+                            if let Some(live) = live.as_deref_mut() {
+                                live.apply(&entry);
+                            }
+                        }
                     }
                 }
             }
         }
     }
-    for (_, done) in jobs {
+    for (_, _, done) in jobs {
         done(result.clone());
     }
+}
+
+/// Appends a COMMIT or ABORT marker for `producer_id` and fsyncs.
+fn write_marker(logs: &LogManager, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
+    let log = offsets_log(logs)?;
+    let marker = if commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
+    log.append_txn_marker(producer_id, producer_epoch, marker, floe_coordinator::transaction::COORDINATOR_EPOCH, wall_ms())?;
+    log.flush()?;
+    Ok(())
 }
 
 fn offsets_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
     logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("the log does not exist".into()))
 }
 
-fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64) -> Result<(), StoreError> {
+fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: Option<(i64, i16)>) -> Result<(), StoreError> {
+    let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
     let batch: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, (key, value))| Record {
-            transactional: false,
+            transactional: producer.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: -1,
@@ -314,13 +388,13 @@ fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64) -> Result<(
 }
 
 /// Appends one batch per job, then fsyncs.
-fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = &'a [LogRecord]>) -> Result<(), StoreError> {
+fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     let now = wall_ms();
     let mut buf = BytesMut::new();
-    for records in jobs {
+    for (records, producer) in jobs {
         if !records.is_empty() {
-            encode_batch(&mut buf, records, now)?;
+            encode_batch(&mut buf, records, now, producer)?;
         }
     }
     if buf.is_empty() {
@@ -359,7 +433,7 @@ pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Re
     let all: Vec<LogRecord> = live.records().collect();
     for chunk in all.chunks(COMPACTION_BATCH_RECORDS) {
         let mut buf = BytesMut::new();
-        encode_batch(&mut buf, chunk, now)?;
+        encode_batch(&mut buf, chunk, now, None)?;
         log.append(&mut buf, now)?;
     }
     log.flush()?;
@@ -390,12 +464,14 @@ pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
 ///
 /// # Errors
 /// [`StoreError`] if the log cannot be read or a batch does not decode.
-pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<u64, StoreError> {
+pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u64, PendingTxnOffsets), StoreError> {
     let mut offset = log.log_start_offset();
     let end = log.high_watermark();
     let mut count = 0u64;
+    // Offsets of transactions (TxnOffsetCommit) apply at their COMMIT marker, in marker order.
+    let mut pending = PendingTxnOffsets::new();
     while offset < end {
-        let info = log.read(offset, 8 << 20, true)?;
+        let info = log.read(offset, 8 << 20, true, IsolationLevel::ReadUncommitted)?;
         let Some(region) = info.region else { break };
         let buf = Bytes::from(region.read_to_vec().map_err(|e| StoreError::Storage(e.to_string()))?);
         let mut progressed = false;
@@ -403,11 +479,23 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<u64
             let Ok(b) = b else { break };
             let mut batch = buf.slice(b.position..b.end());
             let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| StoreError::Format(e.to_string()))?;
+            let producer_id = b.header.producer_id;
             for r in set.records {
                 if r.offset < offset {
                     continue;
                 }
+                if r.control {
+                    // Key: version i16, type i16 (0 ABORT, 1 COMMIT).
+                    let commit = r.key.as_ref().is_some_and(|k| k.len() >= 4 && i16::from_be_bytes([k[2], k[3]]) == 1);
+                    let entries = pending.remove(&producer_id).unwrap_or_default();
+                    if commit {
+                        count += entries.len() as u64;
+                        entries.into_iter().for_each(&mut apply);
+                    }
+                    continue;
+                }
                 match records::decode(r.key.as_ref(), r.value.as_ref()) {
+                    Ok(entry) if b.header.is_transactional() => pending.entry(producer_id).or_default().push(entry),
                     Ok(entry) => {
                         apply(entry);
                         count += 1;
@@ -422,5 +510,5 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<u64
             return Err(StoreError::Format(format!("no whole batch at offset {offset}")));
         }
     }
-    Ok(count)
+    Ok((count, pending))
 }

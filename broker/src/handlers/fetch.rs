@@ -7,12 +7,18 @@
 //! so a consumer never stalls on a big batch. Fetch sessions (KIP-227) are
 //! answered session-less (session id 0): clients then keep sending full
 //! fetch requests, which is always correct.
+//!
+//! READ_COMMITTED (`isolation_level` 1) reads stop at the last stable offset
+//! and carry the aborted transactions of the range; the records are sent as
+//! stored (sendfile), and consumers drop the aborted ones, as with Kafka. A
+//! transaction marker wakes long polls like any append, so the LSO moving is seen.
 
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_protocol::fetch::{FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
+use floe_protocol::fetch::{AbortedTransaction, FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
+use floe_storage::IsolationLevel;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::protocol::StrBytes;
@@ -27,6 +33,8 @@ use crate::errors::kafka_error;
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
     let targets = resolve(broker, ctx, &request, version);
+    // isolation_level exists from v4; before it every read is READ_UNCOMMITTED.
+    let isolation = if version >= 4 { IsolationLevel::from_wire(request.isolation_level) } else { IsolationLevel::ReadUncommitted };
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = request.min_bytes.max(0) as u64;
@@ -39,7 +47,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Fetch
         for w in waits.iter_mut() {
             w.as_mut().enable();
         }
-        let (response, bytes, has_error) = read_all(&targets, max_bytes);
+        let (response, bytes, has_error) = read_all(&targets, max_bytes, isolation);
         if bytes >= min_bytes || has_error || waits.is_empty() || Instant::now() >= deadline {
             return response;
         }
@@ -49,11 +57,11 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Fetch
             woken = tokio::time::timeout_at(deadline, any_append) => {
                 if woken.is_err() {
                     // Deadline reached: answer with whatever there is now.
-                    return read_all(&targets, max_bytes).0;
+                    return read_all(&targets, max_bytes, isolation).0;
                 }
             }
             // Shutdown: answer now rather than hold it back for the full wait.
-            _ = shutdown.wait_for(|down| *down) => return read_all(&targets, max_bytes).0,
+            _ = shutdown.wait_for(|down| *down) => return read_all(&targets, max_bytes, isolation).0,
         }
     }
 }
@@ -113,7 +121,7 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
 
 /// Reads every target once. Returns the response, the record bytes in it,
 /// and whether any partition carries an error (which ends long polling).
-fn read_all(targets: &[Target], max_bytes: u64) -> (FetchResponseData, u64, bool) {
+fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel) -> (FetchResponseData, u64, bool) {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
     let mut last_slot = usize::MAX;
     let mut total = 0u64;
@@ -125,7 +133,7 @@ fn read_all(targets: &[Target], max_bytes: u64) -> (FetchResponseData, u64, bool
         }
         let remaining = max_bytes.saturating_sub(total);
         let limit = t.partition_max_bytes.min(remaining);
-        let partition = read_one(t, limit, total == 0);
+        let partition = read_one(t, limit, total == 0, isolation);
         if partition.error_code != 0 {
             has_error = true;
         }
@@ -139,7 +147,7 @@ fn read_all(targets: &[Target], max_bytes: u64) -> (FetchResponseData, u64, bool
     (FetchResponseData { topics, ..FetchResponseData::default() }, total, has_error)
 }
 
-fn read_one(t: &Target, limit: u64, first_with_data: bool) -> FetchPartitionResponse {
+fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
     let failed = |code: ResponseError, hw: i64, start: i64| FetchPartitionResponse {
         partition_index: t.partition,
         error_code: code.code(),
@@ -165,18 +173,24 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool) -> FetchPartitionResp
         return FetchPartitionResponse {
             partition_index: t.partition,
             high_watermark: log.high_watermark(),
-            last_stable_offset: log.high_watermark(),
+            last_stable_offset: log.last_stable_offset(),
             log_start_offset: log.log_start_offset(),
+            aborted_transactions: (isolation == IsolationLevel::ReadCommitted).then(Vec::new),
             records: FetchRecords::Bytes(Bytes::new()),
             ..FetchPartitionResponse::default()
         };
     }
-    match log.read(t.fetch_offset, limit.min(u64::from(u32::MAX)) as u32, min_one) {
+    match log.read(t.fetch_offset, limit.min(u64::from(u32::MAX)) as u32, min_one, isolation) {
         Ok(info) => FetchPartitionResponse {
             partition_index: t.partition,
             high_watermark: info.high_watermark,
             last_stable_offset: info.last_stable_offset,
             log_start_offset: info.log_start_offset,
+            aborted_transactions: info.aborted_transactions.map(|list| {
+                list.into_iter()
+                    .map(|a| AbortedTransaction { producer_id: a.producer_id, first_offset: a.first_offset })
+                    .collect()
+            }),
             records: match info.region {
                 Some(region) => FetchRecords::File(region),
                 None => FetchRecords::Bytes(Bytes::new()),

@@ -9,13 +9,11 @@
 //! are valid for clients, and the bump keeps the producer fenced off its
 //! older epoch.
 //!
-//! Transactions are not supported: a transactional id is answered with
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an authorization error that Kafka's
-//! error table marks non-retriable: librdkafka's `init_transactions()` fails
-//! at once with a fatal "Transactional Id authorization failed" (checked with
-//! confluent-kafka 2.16), where the retriable COORDINATOR_NOT_AVAILABLE would
-//! be retried until its timeout. An empty transactional id is
-//! INVALID_REQUEST, as in Kafka.
+//! A transactional id goes to the transaction coordinator
+//! ([`floe_coordinator::transaction::TransactionCoordinator`]): it gets the
+//! id's producer id at the next epoch, fencing every older instance (whose
+//! open transaction is aborted first). It needs WRITE on the TransactionalId.
+//! An empty transactional id is INVALID_REQUEST, as in Kafka.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
@@ -33,7 +31,20 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: InitP
         None => {}
         // As Kafka's transaction coordinator.
         Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
-        Some(_) => return refused(ResponseError::TransactionalIdAuthorizationFailed),
+        Some(id) => {
+            let id = id.0.as_str();
+            if !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id) {
+                return refused(ResponseError::TransactionalIdAuthorizationFailed);
+            }
+            let expected = (version >= 3 && request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+            return match broker.txns.init_producer_id(id, request.transaction_timeout_ms, expected).await {
+                Ok((producer_id, epoch)) => InitProducerIdResponse::default().with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch),
+                Err(e) => {
+                    tracing::info!(transactional_id = id, error = %e, "InitProducerId refused");
+                    refused(crate::errors::fenced_for_version(crate::errors::txn_error(&e), version, 4))
+                }
+            };
+        }
     }
     // An idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE
     // on some topic (KIP-679 made the latter enough).

@@ -1,14 +1,18 @@
 //! ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets.
 //!
 //! Special timestamps, as Kafka defines them: -1 latest (the high
-//! watermark), -2 earliest (the log start offset), -3 the record with the
+//! watermark; the last stable offset at READ_COMMITTED, v2+), -2 earliest (the log start offset), -3 the record with the
 //! largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
 //! the log start offset). Any other value finds the first record whose
-//! timestamp is at least that, through the time index.
+//! timestamp is at least that, through the time index; as in Kafka, a
+//! record found at or above the last fetchable offset (the high watermark,
+//! or the last stable offset at READ_COMMITTED) is not answered (offset -1).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use floe_storage::IsolationLevel;
 
 use super::metadata::LEADER_EPOCH;
 use crate::authorizer::acl::{AclOperation, ResourceType};
@@ -23,6 +27,7 @@ const EARLIEST_LOCAL: i64 = -4;
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(request.topics.len());
+    let isolation = if version >= 2 { IsolationLevel::from_wire(request.isolation_level) } else { IsolationLevel::ReadUncommitted };
     for topic in request.topics {
         let name = topic.name.0.as_str().to_string();
         let authorized = broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name);
@@ -43,15 +48,22 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
                 if let Err(e) = log.check_online() {
                     return base.with_error_code(kafka_error(&e).code());
                 }
+                let last_fetchable = match isolation {
+                    IsolationLevel::ReadCommitted => log.last_stable_offset(),
+                    IsolationLevel::ReadUncommitted => log.high_watermark(),
+                };
+                let fetchable = |m: Option<floe_storage::TimestampAndOffset>| {
+                    m.filter(|t| t.offset < last_fetchable).map(|t| (t.offset, t.timestamp))
+                };
                 let found: Result<Option<(i64, i64)>, _> = match p.timestamp {
-                    LATEST => Ok(Some((log.high_watermark(), -1))),
+                    LATEST => Ok(Some((last_fetchable, -1))),
                     EARLIEST => Ok(Some((log.log_start_offset(), -1))),
                     EARLIEST_LOCAL if version >= 8 => Ok(Some((log.log_start_offset(), -1))),
-                    MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(|m| m.map(|t| (t.offset, t.timestamp))),
+                    MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(fetchable),
                     ts if ts < 0 => {
                         return base.with_error_code(ResponseError::InvalidRequest.code());
                     }
-                    ts => log.offset_for_timestamp(ts).map(|m| m.map(|t| (t.offset, t.timestamp))),
+                    ts => log.offset_for_timestamp(ts).map(fetchable),
                 };
                 match found {
                     Ok(Some((offset, timestamp))) => {

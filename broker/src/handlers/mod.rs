@@ -20,6 +20,7 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_producers;
 mod fetch;
 mod find_coordinator;
 mod group_admin;
@@ -31,6 +32,7 @@ mod offsets;
 mod produce;
 mod sasl;
 mod scram_credentials;
+mod transactions;
 #[cfg(test)]
 mod version_tests;
 
@@ -44,6 +46,12 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 use crate::broker::Broker;
 use crate::session::Session;
+
+/// Whether `topic` is one of the coordinators' internal topics (`__consumer_offsets`,
+/// `__transaction_state`): hidden from listings, closed to clients' produce and delete.
+pub fn is_internal_topic(topic: &str) -> bool {
+    metadata::is_internal(topic)
+}
 
 /// What to write back for one request.
 #[derive(Debug)]
@@ -139,6 +147,13 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeAcls => "DescribeAcls",
         ApiKey::CreateAcls => "CreateAcls",
         ApiKey::DeleteAcls => "DeleteAcls",
+        ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+        ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+        ApiKey::EndTxn => "EndTxn",
+        ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
+        ApiKey::DescribeTransactions => "DescribeTransactions",
+        ApiKey::ListTransactions => "ListTransactions",
+        ApiKey::DescribeProducers => "DescribeProducers",
         _ => "Other",
     }
 }
@@ -308,6 +323,34 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
         ApiKey::DeleteAcls => {
             let req = decode(api_key, body, version)?;
             frame(api_key, correlation_id, version, &acls::handle_delete(broker, ctx, req).await)
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &transactions::handle_add_partitions(broker, ctx, req, version).await)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &transactions::handle_add_offsets(broker, ctx, req, version).await)
+        }
+        ApiKey::EndTxn => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &transactions::handle_end_txn(broker, ctx, req, version).await)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &offsets::handle_txn_commit(broker, ctx, req, version).await)
+        }
+        ApiKey::DescribeTransactions => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &transactions::handle_describe(broker, ctx, req))
+        }
+        ApiKey::ListTransactions => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &transactions::handle_list(broker, ctx, req, version))
+        }
+        ApiKey::DescribeProducers => {
+            let req = decode(api_key, body, version)?;
+            frame(api_key, correlation_id, version, &describe_producers::handle(broker, ctx, req))
         }
         other => Err(Reject::Unsupported { api: other, version, correlation_id }),
     }

@@ -148,10 +148,12 @@ pub(super) fn handle_fetch(broker: &Broker, ctx: &RequestContext, request: Offse
                         return group.with_error_code(e.code());
                     }
                 }
-                match broker.groups.fetch_offsets(g.group_id.as_str(), topics) {
+                let group_id = g.group_id.as_str();
+                let unstable = |t: &str, p: i32| request.require_stable && broker.groups.has_pending_txn_offset(group_id, t, p);
+                match broker.groups.fetch_offsets(group_id, topics) {
                     Err(e) => group.with_error_code(e.code()),
                     Ok(found) => group.with_topics(
-                        authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| group_topic(t, version, e)).collect(),
+                        authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| group_topic(t, version, e, &unstable)).collect(),
                     ),
                 }
             })
@@ -167,27 +169,46 @@ pub(super) fn handle_fetch(broker: &Broker, ctx: &RequestContext, request: Offse
             return OffsetFetchResponse::default().with_error_code(e.code());
         }
         let asked = topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()));
-        return OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e))).collect());
+        return OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e), &|_, _| false)).collect());
     }
     let by_name = topics.is_some();
-    match broker.groups.fetch_offsets(request.group_id.as_str(), topics.clone()) {
+    let group_id = request.group_id.as_str();
+    let unstable = |t: &str, p: i32| version >= 7 && request.require_stable && broker.groups.has_pending_txn_offset(group_id, t, p);
+    let never = |_: &str, _: i32| false;
+    match broker.groups.fetch_offsets(group_id, topics.clone()) {
         Ok(found) => OffsetFetchResponse::default().with_topics(
-            authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| single_topic(t, version, e)).collect(),
+            authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| single_topic(t, version, e, &unstable)).collect(),
         ),
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {
             // v1: errors only per partition.
             let asked = topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()));
-            OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e))).collect())
+            OffsetFetchResponse::default().with_topics(asked.map(|t| single_topic(t, version, Some(e), &never)).collect())
         }
     }
 }
 
-fn single_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>) -> OffsetFetchResponseTopic {
+/// KIP-447: with `require_stable`, a partition whose offset was committed in a
+/// transaction that has not ended answers UNSTABLE_OFFSET_COMMIT (retriable)
+/// and no offset, so a new consumer does not start from an offset that may be aborted.
+fn stable_or_not(
+    topic: &str,
+    found: &Found,
+    version: i16,
+    error: Option<ResponseError>,
+    unstable: &dyn Fn(&str, i32) -> bool,
+) -> (Option<ResponseError>, (i64, i32, Option<StrBytes>)) {
+    if error.is_none() && unstable(topic, found.0) {
+        return (Some(ResponseError::UnstableOffsetCommit), (-1, -1, Some(StrBytes::default())));
+    }
+    (error, committed(found, version))
+}
+
+fn single_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>, unstable: &dyn Fn(&str, i32) -> bool) -> OffsetFetchResponseTopic {
     let partitions = parts
         .iter()
         .map(|found| {
-            let (offset, epoch, metadata) = committed(found, version);
+            let (error, (offset, epoch, metadata)) = stable_or_not(&name, found, version, error, unstable);
             let p = OffsetFetchResponsePartition::default()
                 .with_partition_index(found.0)
                 .with_committed_offset(offset)
@@ -203,11 +224,11 @@ fn single_topic((name, parts): TopicOffsets, version: i16, error: Option<Respons
     OffsetFetchResponseTopic::default().with_name(TopicName(StrBytes::from_string(name))).with_partitions(partitions)
 }
 
-fn group_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>) -> OffsetFetchResponseTopics {
+fn group_topic((name, parts): TopicOffsets, version: i16, error: Option<ResponseError>, unstable: &dyn Fn(&str, i32) -> bool) -> OffsetFetchResponseTopics {
     let partitions = parts
         .iter()
         .map(|found| {
-            let (offset, epoch, metadata) = committed(found, version);
+            let (error, (offset, epoch, metadata)) = stable_or_not(&name, found, version, error, unstable);
             OffsetFetchResponsePartitions::default()
                 .with_partition_index(found.0)
                 .with_committed_offset(offset)
@@ -269,4 +290,82 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
         })
         .collect();
     OffsetDeleteResponse::default().with_topics(topics)
+}
+
+/// TxnOffsetCommit: offsets committed inside a transaction (a consumer's
+/// position sent with `send_offsets_to_transaction`). They are durable when
+/// this answers and visible to OffsetFetch only once the transaction commits.
+///
+/// The producer must own the transaction and have added the group's offsets
+/// partition with AddOffsetsToTxn (KIP-890 part 1: otherwise
+/// INVALID_TXN_STATE); a member id and generation, when given, are checked as
+/// for OffsetCommit (KIP-447).
+pub(super) async fn handle_txn_commit(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: kafka_protocol::messages::TxnOffsetCommitRequest,
+    version: i16,
+) -> kafka_protocol::messages::TxnOffsetCommitResponse {
+    use kafka_protocol::messages::txn_offset_commit_response::{TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic};
+    let now = wall_ms();
+    let txn_id = request.transactional_id.0.as_str();
+    let group_id = request.group_id.0.as_str();
+    let (producer_id, epoch) = (request.producer_id.0, request.producer_epoch);
+    let request_error = if !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, txn_id) {
+        Some(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group_id) {
+        Some(ResponseError::GroupAuthorizationFailed)
+    } else {
+        let partition = super::transactions::offsets_partition(group_id);
+        broker.txns.verify_and_append(txn_id, producer_id, epoch, &partition, || ()).err().map(|e| {
+            tracing::info!(transactional_id = txn_id, group = group_id, producer_id, epoch, error = %e, "TxnOffsetCommit refused");
+            crate::errors::fenced_for_version(crate::errors::txn_error(&e), version, 3)
+        })
+    };
+    let mut verdicts: Vec<(TopicName, Vec<Verdict>)> = Vec::with_capacity(request.topics.len());
+    let mut to_commit = Vec::new();
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        let topic_denied = request_error.is_none() && !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, &name);
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            let verdict = if let Some(e) = request_error {
+                Some(e)
+            } else if topic_denied {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if !partition_exists(broker, &name, p.partition_index) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                let leader_epoch = if version >= 2 { p.committed_leader_epoch } else { -1 };
+                to_commit.push((name.clone(), p.partition_index, OffsetAndMetadata { offset: p.committed_offset, leader_epoch, metadata, commit_timestamp: now }));
+                None
+            };
+            parts.push((p.partition_index, verdict));
+        }
+        verdicts.push((t.name.clone(), parts));
+    }
+    let group_error = if request_error.is_some() {
+        None
+    } else {
+        let (member, instance, generation) = if version >= 3 {
+            (request.member_id.as_str(), request.group_instance_id.as_ref().map(|i| i.as_str()), request.generation_id)
+        } else {
+            ("", None, -1)
+        };
+        broker.groups.txn_commit_offsets(group_id, (producer_id, epoch), member, instance, generation, to_commit).await.err()
+    };
+    let topics = verdicts
+        .into_iter()
+        .map(|(name, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(p, v)| TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(v.or(group_error).map_or(0, |e| e.code())))
+                .collect();
+            TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect();
+    kafka_protocol::messages::TxnOffsetCommitResponse::default().with_topics(topics)
 }

@@ -12,6 +12,12 @@
 //! does, with no error and the original base offset (nothing is appended
 //! again); a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch
 //! INVALID_PRODUCER_EPOCH (see [`crate::errors`]).
+//!
+//! Transactional producers: a request with a transactional id needs WRITE on
+//! it; its batches must be transactional and their partition added to the
+//! producer's open transaction (KIP-890 part 1, checked with the transaction
+//! coordinator, else INVALID_TXN_STATE). Control batches (transaction markers)
+//! are the coordinator's alone: a client's is INVALID_RECORD.
 
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -34,7 +40,11 @@ use crate::errors::kafka_error;
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, _version: i16, peer: SocketAddr) -> ProduceResponse {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1 | 0 | 1);
-    let transactional = request.transactional_id.is_some();
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
+    // Kafka checks WRITE on the TransactionalId once, for the whole request.
+    let txn_denied = transactional_id
+        .as_deref()
+        .is_some_and(|id| !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id));
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
@@ -47,10 +57,10 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
                 Err((ResponseError::TopicAuthorizationFailed, format!("{} may not WRITE to {name}", ctx.principal)))
             } else if super::metadata::is_internal(&name) {
                 Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
-            } else if transactional {
-                Err((ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet".into()))
+            } else if txn_denied {
+                Err((ResponseError::TransactionalIdAuthorizationFailed, format!("{} may not WRITE to its transactional id", ctx.principal)))
             } else {
-                append(broker, &name, data.index, data.records.as_deref())
+                append(broker, &name, data.index, data.records.as_deref(), transactional_id.as_deref())
             };
             let response = match result {
                 Ok(info) => PartitionProduceResponse::default()
@@ -88,6 +98,7 @@ fn append(
     topic: &str,
     partition: i32,
     records: Option<&[u8]>,
+    transactional_id: Option<&str>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let log = broker
         .logs
@@ -104,9 +115,43 @@ fn append(
         };
         (code, e.to_string())
     })?;
-    if validated.has_transactional || validated.has_control {
-        return Err((ResponseError::InvalidRecord, "transactional and control batches are not supported yet".into()));
+    if validated.has_control {
+        return Err((ResponseError::InvalidRecord, "clients may not write control batches (transaction markers)".into()));
     }
+    match (transactional_id, validated.has_transactional) {
+        (Some(id), true) => {
+            // KIP-890 part 1: the partition must be in the producer's open transaction;
+            // the check holds the transaction still until the batch is in the log.
+            let tp = (topic.to_string(), partition);
+            let (producer_id, epoch) = (validated.producer_id, validated.producer_epoch);
+            broker
+                .txns
+                .verify_and_append(id, producer_id, epoch, &tp, || store(broker, &log, records, &validated, topic, partition))
+                .map_err(|e| {
+                    let code = match crate::errors::txn_error(&e) {
+                        // Produce predates PRODUCER_FENCED: a zombie gets INVALID_PRODUCER_EPOCH.
+                        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+                        code => code,
+                    };
+                    (code, e.to_string())
+                })?
+        }
+        (None, true) => Err((ResponseError::InvalidRecord, "transactional batches need the producer's transactional id in the request".into())),
+        (Some(id), false) => Err((ResponseError::InvalidRecord, format!("transactional producer {id} sent a non-transactional batch"))),
+        (None, false) => store(broker, &log, records, &validated, topic, partition),
+    }
+}
+
+/// Appends validated batches and counts them.
+fn store(
+    broker: &Broker,
+    log: &floe_storage::PartitionLog,
+    records: &[u8],
+    validated: &record_batch::ValidatedBatches,
+    topic: &str,
+    partition: i32,
+) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
+    let config = log.config();
     // One copy: the request's bytes are shared with the frame buffer, and the
     // offsets must be written into them.
     let mut owned = BytesMut::from(records);
@@ -133,7 +178,7 @@ fn append(
             Ok(info)
         }
         // The producer's own mistake (or a zombie): logged by the caller as a refusal.
-        Err(e @ (StorageError::OutOfOrderSequence { .. } | StorageError::InvalidProducerEpoch { .. })) => {
+        Err(e @ (StorageError::OutOfOrderSequence { .. } | StorageError::InvalidProducerEpoch { .. } | StorageError::InvalidTxnState { .. })) => {
             Err((kafka_error(&e), e.to_string()))
         }
         // Said once, loudly, when the directory went offline; not again per request.
@@ -238,7 +283,7 @@ mod tests {
         assert_eq!(produce(&broker, first).await, (0, 1), "the retry gets the original base offset");
         let log = broker.logs.partition("t", 0).expect("t-0");
         assert_eq!(log.log_end_offset(), 3, "stored once");
-        let stored = log.read(0, 1 << 20, true).expect("read").region.expect("region").read_to_vec().expect("bytes");
+        let stored = log.read(0, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read").region.expect("region").read_to_vec().expect("bytes");
         let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&stored).map(|b| b.expect("batch").header).collect();
         assert_eq!(batches.len(), 2);
         assert_eq!((batches[1].producer_id, batches[1].base_sequence, batches[1].base_offset), (pid, 0, 1));

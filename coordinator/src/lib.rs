@@ -1,0 +1,16 @@
+//! Coordinators that keep their state in Floe's own internal topics.
+//!
+//! Kafka keeps its coordinators apart from the request layer: a coordinator
+//! owns a state machine and the internal topic that makes it durable, and the
+//! broker's handlers only translate requests into calls on it. This crate
+//! holds them so that nothing here knows about connections or wire formats
+//! beyond the records it writes.
+//!
+//! # Layout
+//! - [`transaction`]: the transaction coordinator (KIP-98): transactional ids,
+//!   producer epochs and fencing, the `__transaction_state` log, two-phase
+//!   commit through transaction markers written by a [`transaction::TxnMarkerWriter`].
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod transaction;

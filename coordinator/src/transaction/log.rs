@@ -1,0 +1,164 @@
+//! `TransactionLog`: the `__transaction_state` topic — creating it,
+//! appending a transactional id's new state durably, and replaying it at
+//! startup into the last state of every id.
+//!
+//! # Durability
+//! [`TransactionLog::append`] returns after the record is appended **and
+//! fsynced**: the coordinator changes its memory, and answers the client,
+//! only after that. So a decision it announced (a commit, an epoch bump)
+//! survives a crash, and a replay rebuilds exactly what it had answered.
+//!
+//! One partition, as Floe's `__consumer_offsets`: Floe is one broker.
+//! Blocking: call it off the request runtime's workers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use floe_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use floe_protocol::record_batch::BatchIter;
+use floe_storage::{LogManager, PartitionLog, StorageError};
+
+use super::metadata::TransactionMetadata;
+use super::records;
+
+/// The internal topic's name, as in Kafka.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// Topic settings of the internal topic (Kafka's: compacted, large messages).
+const TOPIC_CONFIG: &[(&str, &str)] = &[
+    ("cleanup.policy", "compact"),
+    ("retention.ms", "-1"),
+    ("retention.bytes", "-1"),
+    ("segment.bytes", "104857600"),
+    ("max.message.bytes", "10485760"),
+    ("min.insync.replicas", "1"),
+];
+
+/// Why `__transaction_state` could not be written or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxnLogError {
+    /// The storage layer failed.
+    #[error("__transaction_state: {0}")]
+    Storage(String),
+    /// A record could not be encoded or a batch decoded.
+    #[error("__transaction_state: {0}")]
+    Format(String),
+}
+
+impl From<StorageError> for TxnLogError {
+    fn from(e: StorageError) -> Self {
+        TxnLogError::Storage(e.to_string())
+    }
+}
+
+/// The log of every transactional id's state.
+#[derive(Debug, Clone)]
+pub struct TransactionLog {
+    log: Arc<PartitionLog>,
+}
+
+impl TransactionLog {
+    /// Opens the topic, creating it first if it does not exist. Blocking.
+    ///
+    /// # Errors
+    /// [`TxnLogError::Storage`] if it can be neither found nor created.
+    pub fn open(logs: &LogManager) -> Result<Self, TxnLogError> {
+        if logs.topic(TRANSACTION_STATE_TOPIC).is_none() {
+            let mut config: BTreeMap<String, String> = TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            if logs.default_config().with_overrides(&config).is_err() {
+                // A storage layer without log compaction keeps the log whole instead.
+                config.remove("cleanup.policy");
+            }
+            logs.create_topic(TRANSACTION_STATE_TOPIC, 1, config)?;
+            tracing::info!("created {TRANSACTION_STATE_TOPIC}");
+        }
+        let log = logs
+            .partition(TRANSACTION_STATE_TOPIC, 0)
+            .ok_or_else(|| TxnLogError::Storage("partition 0 is missing".into()))?;
+        Ok(Self { log })
+    }
+
+    /// Appends the state of `m` (or, for `None`, a tombstone for
+    /// `transactional_id`) and fsyncs. Blocking.
+    ///
+    /// # Errors
+    /// [`TxnLogError`] if the record cannot be encoded, appended or synced;
+    /// nothing may then be assumed about it.
+    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64) -> Result<(), TxnLogError> {
+        let record = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: now_ms,
+            key: Some(records::key(transactional_id)),
+            value: m.map(records::value),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, std::iter::once(&record), &RecordEncodeOptions { version: 2, compression: Compression::None })
+            .map_err(|e| TxnLogError::Format(e.to_string()))?;
+        self.log.append(&mut buf, now_ms)?;
+        self.log.flush()?;
+        Ok(())
+    }
+
+    /// Replays the log: the last state of every transactional id (ids whose
+    /// last record is a tombstone are absent). Blocking.
+    ///
+    /// # Errors
+    /// [`TxnLogError`] if the log cannot be read or holds no whole batch where one must be.
+    pub fn replay(&self) -> Result<HashMap<String, TransactionMetadata>, TxnLogError> {
+        let log = &self.log;
+        let mut state = HashMap::new();
+        let mut offset = log.log_start_offset();
+        let end = log.high_watermark();
+        while offset < end {
+            let info = log.read(offset, 8 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)?;
+            let Some(region) = info.region else { break };
+            let buf = Bytes::from(region.read_to_vec().map_err(|e| TxnLogError::Storage(e.to_string()))?);
+            let mut progressed = false;
+            for b in BatchIter::new(&buf) {
+                let Ok(b) = b else { break };
+                let mut batch = buf.slice(b.position..b.end());
+                let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| TxnLogError::Format(e.to_string()))?;
+                for r in set.records {
+                    if r.offset < offset || r.control {
+                        continue;
+                    }
+                    let Some(key) = r.key.as_ref() else { continue };
+                    let id = match records::decode_key(key) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            tracing::warn!(offset = r.offset, error = %e, "skipping __transaction_state record");
+                            continue;
+                        }
+                    };
+                    match r.value.as_ref().map(|v| records::decode_value(&id, v)) {
+                        None => {
+                            state.remove(&id);
+                        }
+                        Some(Ok(m)) => {
+                            state.insert(id, m);
+                        }
+                        Some(Err(e)) => tracing::warn!(offset = r.offset, transactional_id = %id, error = %e, "skipping __transaction_state record"),
+                    }
+                }
+                offset = b.header.next_offset();
+                progressed = true;
+            }
+            if !progressed {
+                return Err(TxnLogError::Format(format!("no whole batch at offset {offset}")));
+            }
+        }
+        Ok(state)
+    }
+}
