@@ -822,6 +822,10 @@ class TxnWorkload(Workload):
             return False
         if failed is None and rng.random() >= self.abort_probability:
             return self._commit(p, t)
+        if failed is None:
+            # Deliver before aborting: abort_transaction purges what is still queued, and an
+            # aborted transaction is only worth checking if its records are in the log.
+            p.flush(10)
         return self._abort(p, t)
 
     def _retry(self, call, what: str, t: Txn):
