@@ -846,6 +846,7 @@ async fn every_served_version_of_every_api_answers() {
                     let r: DescribeProducersResponse = roundtrip(&broker, range.key, v, &DescribeProducersRequest::default().with_topics(vec![t])).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
                     assert_eq!(r.topics[0].partitions[1].error_code, ResponseError::UnknownTopicOrPartition.code(), "v{v}");
+                }
                 ApiKey::OffsetForLeaderEpoch => {
                     let leo = broker.logs.partition("t", 0).expect("t-0").log_end_offset();
                     let part = |epoch: i32, current: i32| {
