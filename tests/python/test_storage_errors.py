@@ -114,12 +114,13 @@ def test_full_disk_refuses_the_append_but_stays_online(floe_factory):
 
 
 def test_failed_checkpoint_rename_takes_the_log_dir_offline(floe_factory):
-    """The maintenance thread's checkpoint rename fails (its 7th checkpoint
-    write: 2 at startup, 2 at topic creation, then 2 per 200 ms tick): the
+    """The maintenance thread's checkpoint rename fails (its 9th checkpoint
+    write: 2 for each internal topic created at startup, `__transaction_state`
+    and `__consumer_offsets`, 2 at topic creation, then 2 per 200 ms tick): the
     directory goes offline although no request failed, and produce is refused
     from then on; a restart recovers every acknowledged record."""
     floe = floe_factory("floe", overrides={"log.flush.scheduler.interval.ms": "200"},
-                        env={"FAILPOINTS": "log.checkpoint.write=6*off->1*return->off"})
+                        env={"FAILPOINTS": "log.checkpoint.write=8*off->1*return->off"})
     assert_failpoints_armed(floe)
     topic = create_topic(floe.bootstrap, unique_topic("rename"))
     h = History()
