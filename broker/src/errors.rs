@@ -22,6 +22,7 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
+        StorageError::InvalidRecord { .. } => ResponseError::InvalidRecord,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     }
