@@ -556,3 +556,215 @@ fn group_by_size<'a>(
     }
     groups
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use floe_protocol::kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::test_util::{config, decode_keyed, keyed_batch};
+
+    type Row = (i64, String, Option<String>);
+
+    const COMPACT: &[(&str, &str)] = &[("cleanup.policy", "compact"), ("segment.bytes", "700"), ("delete.retention.ms", "1000")];
+
+    fn open(dir: &Path) -> PartitionLog {
+        PartitionLog::open(dir, "t", 0, config(COMPACT), None, None).unwrap()
+    }
+
+    /// Every record below the high watermark, walking the log with reads.
+    fn read_all(log: &PartitionLog) -> Vec<Row> {
+        let mut rows = Vec::new();
+        let mut offset = log.log_start_offset();
+        while offset < log.high_watermark() {
+            let Some(region) = log.read(offset, 1 << 20, true).unwrap().region else { break };
+            let bytes = region.read_to_vec().unwrap();
+            let mut end = 0;
+            for b in floe_protocol::record_batch::BatchIter::new(&bytes).map_while(std::result::Result::ok) {
+                end = b.end();
+                offset = offset.max(b.header.next_offset());
+            }
+            rows.extend(decode_keyed(&bytes[..end]).into_iter().filter(|r| r.0 >= log.log_start_offset()));
+        }
+        rows
+    }
+
+    /// 3 keys' worth of updates over many batches and segments, compressed
+    /// and not, with a tombstone for `k1`; then one more batch in the active segment.
+    fn fill(log: &PartitionLog, ts: i64) {
+        for i in 0..30 {
+            let v0 = format!("a{i}");
+            let v1 = format!("b{i}");
+            let compression = if i % 2 == 0 { Compression::None } else { Compression::Zstd };
+            let k1 = if i == 29 { None } else { Some(v1.as_str()) };
+            log.append(&mut keyed_batch(&[("k0", Some(&v0)), ("k1", k1), (&format!("u{i}"), Some("once"))], ts, compression), ts).unwrap();
+        }
+        log.roll_now().unwrap();
+        log.append(&mut keyed_batch(&[("k0", Some("active"))], ts, Compression::None), ts).unwrap();
+    }
+
+    /// What compaction must leave of `rows`: each key's latest record, tombstones
+    /// kept (`drop_tombstones` false) or gone, records of the active segment all.
+    fn expected(rows: &[Row], active_base: i64, drop_tombstones: bool) -> Vec<Row> {
+        let mut latest: BTreeMap<&str, i64> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.0 < active_base) {
+            latest.insert(&r.1, r.0);
+        }
+        rows.iter()
+            .filter(|r| r.0 >= active_base || (latest[r.1.as_str()] == r.0 && (r.2.is_some() || !drop_tombstones)))
+            .cloned()
+            .collect()
+    }
+
+    /// Failpoints are process-wide: the tests that clean take turns.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn clean(log: &PartitionLog, now: i64) -> (i64, CleanStats) {
+        let stop = AtomicBool::new(false);
+        let mut throttler = Throttler::new(f64::INFINITY);
+        let view = log.cleaner_view().unwrap();
+        let range = DirtyRange::of(&view, None, now);
+        Cleaner { map_memory: 1 << 20, stop: &stop, throttler: &mut throttler }.clean(log, &view, &range, now).unwrap()
+    }
+
+    /// Lets one group take every sealed segment (written at 700 bytes each).
+    fn one_group(log: &PartitionLog) {
+        log.set_config(config(&[("cleanup.policy", "compact"), ("segment.bytes", "100000"), ("delete.retention.ms", "1000")]));
+    }
+
+    fn stray_files(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap") || n.ends_with(".deleted"))
+            .collect()
+    }
+
+    #[test]
+    fn keeps_each_keys_latest_record_at_its_offset_and_shrinks_the_log() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        fill(&log, 1_000);
+        let before = read_all(&log);
+        assert_eq!(before.len(), 91);
+        let active_base = log.cleaner_view().unwrap().active_base_offset;
+        let (segments, size) = (log.segment_count(), log.size_bytes());
+        assert!(segments > 4, "{segments} segments");
+        let view = log.cleaner_view().unwrap();
+        let range = DirtyRange::of(&view, None, 2_000);
+        assert!(range.is_due(0.5) && range.dirty_ratio() == 1.0, "{range:?}");
+        one_group(&log);
+        let (end, stats) = clean(&log, 2_000);
+        assert_eq!(end, active_base);
+        assert!(stats.segments_swapped >= 1 && stats.bytes_written < stats.bytes_read, "{stats:?}");
+        let after = read_all(&log);
+        assert_eq!(after, expected(&before, active_base, false));
+        assert!(after.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(log.size_bytes() < size && log.segment_count() < segments);
+        assert_eq!((log.log_end_offset(), log.high_watermark()), (91, 91));
+        assert!(stray_files(dir.path()).is_empty(), "{:?}", stray_files(dir.path()));
+        // The cleaned range is clean now; appends go on at the log end.
+        let view = log.cleaner_view().unwrap();
+        assert_eq!(DirtyRange::of(&view, Some(end), 2_000).dirty_bytes, 0);
+        assert_eq!(log.append(&mut keyed_batch(&[("k9", Some("z"))], 3_000, Compression::None), 3_000).unwrap().first_offset, 91);
+        // Reopened, recovery finds the same log.
+        let want = read_all(&log);
+        drop(log);
+        let log = open(dir.path());
+        assert_eq!(read_all(&log), want);
+        let log_no_checkpoints = PartitionLog::open(dir.path(), "t", 0, config(COMPACT), Some(0), Some(0));
+        drop(log);
+        assert_eq!(read_all(&log_no_checkpoints.unwrap()), want);
+    }
+
+    #[test]
+    fn tombstones_go_only_after_the_delete_horizon() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        fill(&log, 1_000);
+        let before = read_all(&log);
+        let active_base = log.cleaner_view().unwrap().active_base_offset;
+        clean(&log, 2_000);
+        assert!(read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()), "first clean stamps a horizon of 3000");
+        // More dirty data, so there is something to clean again.
+        let more = |log: &PartitionLog| {
+            log.roll_now().unwrap();
+            log.append(&mut keyed_batch(&[("x", Some("y"))], 1_000, Compression::None), 1_000).unwrap();
+        };
+        more(&log);
+        clean(&log, 2_999);
+        assert!(read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()), "before the horizon");
+        more(&log);
+        clean(&log, 3_001);
+        let after = read_all(&log);
+        assert!(!after.iter().any(|r| r.1 == "k1"), "after the horizon");
+        // Everything else: each key's latest record (k0's is now the one that was active).
+        let mut want: Vec<Row> = expected(&before, active_base, true).into_iter().filter(|r| r.1 != "k0").collect();
+        want.push((active_base, "k0".into(), Some("active".into())));
+        want.sort();
+        let mut got: Vec<Row> = after.into_iter().filter(|r| r.1 != "x").collect();
+        got.sort();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_compacted_only_log_ignores_time_and_size_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        fill(&log, 1_000);
+        log.set_config(config(&[("cleanup.policy", "compact"), ("segment.bytes", "700"), ("retention.ms", "1"), ("retention.bytes", "1")]));
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 0);
+        log.set_config(config(&[("cleanup.policy", "compact,delete"), ("segment.bytes", "700"), ("retention.ms", "1")]));
+        assert!(log.apply_retention(1_000_000).unwrap() > 0);
+    }
+
+    /// A crash (a panic at the failpoint, the log then abandoned without a
+    /// flush or close) at every durable step of the swap: reopening finds the
+    /// old segments or the cleaned ones, never a mix, every offset where it was.
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn a_crash_at_every_swap_step_leaves_the_old_or_the_new_log() {
+        let _serial = serial();
+        let points = [
+            ("cleaner.cleaned.written", false),
+            ("cleaner.swap.index_renamed", false),
+            ("cleaner.swap.renamed", true),
+            ("cleaner.old.deleted", true),
+            ("cleaner.swap.done", true),
+        ];
+        for (point, decided) in points {
+            let dir = tempfile::tempdir().unwrap();
+            let log = open(dir.path());
+            fill(&log, 1_000);
+            log.flush().unwrap();
+            let before = read_all(&log);
+            let active_base = log.cleaner_view().unwrap().active_base_offset;
+            let after = expected(&before, active_base, false);
+            one_group(&log);
+            crate::failpoint::arm(&format!("{point}=1*panic->off")).unwrap();
+            let log = Arc::new(log);
+            let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clean(&log, 2_000)));
+            assert!(crashed.is_err(), "{point} fired");
+            crate::failpoint::arm(&format!("{point}=off")).unwrap();
+            std::mem::forget(log);
+            let log = open(dir.path());
+            let found = read_all(&log);
+            let want = if decided { &after } else { &before };
+            assert_eq!(&found, want, "after a crash at {point}");
+            assert_eq!(log.log_end_offset(), 91, "{point}");
+            assert!(stray_files(dir.path()).is_empty(), "{point}: {:?}", stray_files(dir.path()));
+            // And the next clean finishes the job.
+            clean(&log, 2_000);
+            assert_eq!(read_all(&log), after, "{point}: cleaned after recovery");
+        }
+    }
+}

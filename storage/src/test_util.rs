@@ -95,3 +95,38 @@ pub(crate) fn config(kv: &[(&str, &str)]) -> Arc<LogConfig> {
         .collect();
     Arc::new(LogConfig::default().with_overrides(&map).expect("config"))
 }
+
+/// One batch of keyed records (key, value; `None` value = tombstone) stamped `ts`.
+pub(crate) fn keyed_batch(records: &[(&str, Option<&str>)], ts: i64, compression: Compression) -> Vec<u8> {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: ts,
+            key: Some(Bytes::copy_from_slice(k.as_bytes())),
+            value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+            headers: IndexMap::new(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).expect("encode");
+    buf.to_vec()
+}
+
+/// (offset, key, value) of every record in the whole batches of `bytes`.
+pub(crate) fn decode_keyed(bytes: &[u8]) -> Vec<(i64, String, Option<String>)> {
+    let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(bytes)).expect("decode");
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    sets.iter()
+        .flat_map(|s| s.records.iter().map(|r| (r.offset, r.key.as_ref().map(text).unwrap_or_default(), r.value.as_ref().map(text))))
+        .collect()
+}
