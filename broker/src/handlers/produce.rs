@@ -107,6 +107,20 @@ fn append(
     if validated.has_transactional || validated.has_control {
         return Err((ResponseError::InvalidRecord, "transactional and control batches are not supported yet".into()));
     }
+    if config.cleanup_policy.compact {
+        // Kafka's LogValidator: a compacted topic needs a key on every record.
+        // Only compacted topics pay for decoding the records.
+        match floe_storage::keyless_record_index(records) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err((
+                    ResponseError::InvalidRecord,
+                    format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}."),
+                ))
+            }
+            Err(reason) => return Err((ResponseError::CorruptMessage, reason)),
+        }
+    }
     // One copy: the request's bytes are shared with the frame buffer, and the
     // offsets must be written into them.
     let mut owned = BytesMut::from(records);
