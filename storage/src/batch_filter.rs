@@ -68,6 +68,9 @@ pub(crate) struct Filtered {
     pub(crate) bytes_written: usize,
     /// Largest timestamp of the written batch (-1 when dropped).
     pub(crate) max_timestamp: i64,
+    /// The delete horizon of the written batch when it holds tombstones: a
+    /// later clean past it has tombstones to remove.
+    pub(crate) delete_horizon: Option<i64>,
 }
 
 fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, String> {
@@ -253,7 +256,15 @@ pub(crate) fn filter_batch(
         records_kept: kept.len(),
         bytes_written: 0,
         max_timestamp: -1,
+        delete_horizon: None,
     };
+    if kept.iter().any(|r| !r.has_value) {
+        filtered.delete_horizon = Some(if stamp_horizon {
+            new_horizon
+        } else {
+            header.base_timestamp
+        });
+    }
     let start = out.len();
     if kept.len() == records.len() && !stamp_horizon {
         out.extend_from_slice(batch);

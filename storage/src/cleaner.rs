@@ -71,6 +71,9 @@ pub struct CleanStats {
     pub segments_swapped: u64,
     /// Share of the offset map used.
     pub map_utilization: f64,
+    /// The latest delete horizon of the tombstones kept: once it has passed,
+    /// a clean of the whole log removes them (KIP-534), dirty or not.
+    pub max_delete_horizon: Option<i64>,
 }
 
 /// The offsets that bound a clean (Kafka's `LogToClean`).
@@ -487,6 +490,10 @@ impl Cleaner<'_> {
                         .map_err(|e| corrupt(seg, position, e))?;
                         stats.records_read += f.records_read as u64;
                         stats.records_kept += f.records_kept as u64;
+                        if let Some(h) = f.delete_horizon {
+                            stats.max_delete_horizon =
+                                Some(stats.max_delete_horizon.map_or(h, |m| m.max(h)));
+                        }
                         if f.bytes_written != size || out[at..] != *batch {
                             changed = true;
                         }
@@ -570,7 +577,11 @@ mod tests {
 
     type Row = (i64, String, Option<String>);
 
-    const COMPACT: &[(&str, &str)] = &[("cleanup.policy", "compact"), ("segment.bytes", "700"), ("delete.retention.ms", "1000")];
+    const COMPACT: &[(&str, &str)] = &[
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "700"),
+        ("delete.retention.ms", "1000"),
+    ];
 
     fn open(dir: &Path) -> PartitionLog {
         PartitionLog::open(dir, "t", 0, config(COMPACT), None, None).unwrap()
@@ -581,14 +592,18 @@ mod tests {
         let mut rows = Vec::new();
         let mut offset = log.log_start_offset();
         while offset < log.high_watermark() {
-            let Some(region) = log.read(offset, 1 << 20, true).unwrap().region else { break };
+            let Some(region) = log.read(offset, 1 << 20, true).unwrap().region else {
+                break;
+            };
             let bytes = region.read_to_vec().unwrap();
-            let mut end = 0;
-            for b in floe_protocol::record_batch::BatchIter::new(&bytes).map_while(std::result::Result::ok) {
-                end = b.end();
-                offset = offset.max(b.header.next_offset());
-            }
-            rows.extend(decode_keyed(&bytes[..end]).into_iter().filter(|r| r.0 >= log.log_start_offset()));
+            let (next, end) = crate::test_util::stored_batches_end(&bytes);
+            assert!(next > offset, "a read at {offset} returns whole batches");
+            offset = next;
+            rows.extend(
+                decode_keyed(&bytes[..end])
+                    .into_iter()
+                    .filter(|r| r.0 >= log.log_start_offset()),
+            );
         }
         rows
     }
@@ -599,12 +614,32 @@ mod tests {
         for i in 0..30 {
             let v0 = format!("a{i}");
             let v1 = format!("b{i}");
-            let compression = if i % 2 == 0 { Compression::None } else { Compression::Zstd };
+            let compression = if i % 2 == 0 {
+                Compression::None
+            } else {
+                Compression::Zstd
+            };
             let k1 = if i == 29 { None } else { Some(v1.as_str()) };
-            log.append(&mut keyed_batch(&[("k0", Some(&v0)), ("k1", k1), (&format!("u{i}"), Some("once"))], ts, compression), ts).unwrap();
+            log.append(
+                &mut keyed_batch(
+                    &[
+                        ("k0", Some(&v0)),
+                        ("k1", k1),
+                        (&format!("u{i}"), Some("once")),
+                    ],
+                    ts,
+                    compression,
+                ),
+                ts,
+            )
+            .unwrap();
         }
         log.roll_now().unwrap();
-        log.append(&mut keyed_batch(&[("k0", Some("active"))], ts, Compression::None), ts).unwrap();
+        log.append(
+            &mut keyed_batch(&[("k0", Some("active"))], ts, Compression::None),
+            ts,
+        )
+        .unwrap();
     }
 
     /// What compaction must leave of `rows`: each key's latest record, tombstones
@@ -615,7 +650,10 @@ mod tests {
             latest.insert(&r.1, r.0);
         }
         rows.iter()
-            .filter(|r| r.0 >= active_base || (latest[r.1.as_str()] == r.0 && (r.2.is_some() || !drop_tombstones)))
+            .filter(|r| {
+                r.0 >= active_base
+                    || (latest[r.1.as_str()] == r.0 && (r.2.is_some() || !drop_tombstones))
+            })
             .cloned()
             .collect()
     }
@@ -623,7 +661,8 @@ mod tests {
     /// Failpoints are process-wide: the tests that clean take turns.
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn clean(log: &PartitionLog, now: i64) -> (i64, CleanStats) {
@@ -631,12 +670,22 @@ mod tests {
         let mut throttler = Throttler::new(f64::INFINITY);
         let view = log.cleaner_view().unwrap();
         let range = DirtyRange::of(&view, None, now);
-        Cleaner { map_memory: 1 << 20, stop: &stop, throttler: &mut throttler }.clean(log, &view, &range, now).unwrap()
+        Cleaner {
+            map_memory: 1 << 20,
+            stop: &stop,
+            throttler: &mut throttler,
+        }
+        .clean(log, &view, &range, now)
+        .unwrap()
     }
 
     /// Lets one group take every sealed segment (written at 700 bytes each).
     fn one_group(log: &PartitionLog) {
-        log.set_config(config(&[("cleanup.policy", "compact"), ("segment.bytes", "100000"), ("delete.retention.ms", "1000")]));
+        log.set_config(config(&[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "100000"),
+            ("delete.retention.ms", "1000"),
+        ]));
     }
 
     fn stray_files(dir: &Path) -> Vec<String> {
@@ -664,23 +713,39 @@ mod tests {
         one_group(&log);
         let (end, stats) = clean(&log, 2_000);
         assert_eq!(end, active_base);
-        assert!(stats.segments_swapped >= 1 && stats.bytes_written < stats.bytes_read, "{stats:?}");
+        assert!(
+            stats.segments_swapped >= 1 && stats.bytes_written < stats.bytes_read,
+            "{stats:?}"
+        );
         let after = read_all(&log);
         assert_eq!(after, expected(&before, active_base, false));
         assert!(after.windows(2).all(|w| w[0].0 < w[1].0));
         assert!(log.size_bytes() < size && log.segment_count() < segments);
         assert_eq!((log.log_end_offset(), log.high_watermark()), (91, 91));
-        assert!(stray_files(dir.path()).is_empty(), "{:?}", stray_files(dir.path()));
+        assert!(
+            stray_files(dir.path()).is_empty(),
+            "{:?}",
+            stray_files(dir.path())
+        );
         // The cleaned range is clean now; appends go on at the log end.
         let view = log.cleaner_view().unwrap();
         assert_eq!(DirtyRange::of(&view, Some(end), 2_000).dirty_bytes, 0);
-        assert_eq!(log.append(&mut keyed_batch(&[("k9", Some("z"))], 3_000, Compression::None), 3_000).unwrap().first_offset, 91);
+        assert_eq!(
+            log.append(
+                &mut keyed_batch(&[("k9", Some("z"))], 3_000, Compression::None),
+                3_000
+            )
+            .unwrap()
+            .first_offset,
+            91
+        );
         // Reopened, recovery finds the same log.
         let want = read_all(&log);
         drop(log);
         let log = open(dir.path());
         assert_eq!(read_all(&log), want);
-        let log_no_checkpoints = PartitionLog::open(dir.path(), "t", 0, config(COMPACT), Some(0), Some(0));
+        let log_no_checkpoints =
+            PartitionLog::open(dir.path(), "t", 0, config(COMPACT), Some(0), Some(0));
         drop(log);
         assert_eq!(read_all(&log_no_checkpoints.unwrap()), want);
     }
@@ -694,21 +759,34 @@ mod tests {
         let before = read_all(&log);
         let active_base = log.cleaner_view().unwrap().active_base_offset;
         clean(&log, 2_000);
-        assert!(read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()), "first clean stamps a horizon of 3000");
+        assert!(
+            read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()),
+            "first clean stamps a horizon of 3000"
+        );
         // More dirty data, so there is something to clean again.
         let more = |log: &PartitionLog| {
             log.roll_now().unwrap();
-            log.append(&mut keyed_batch(&[("x", Some("y"))], 1_000, Compression::None), 1_000).unwrap();
+            log.append(
+                &mut keyed_batch(&[("x", Some("y"))], 1_000, Compression::None),
+                1_000,
+            )
+            .unwrap();
         };
         more(&log);
         clean(&log, 2_999);
-        assert!(read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()), "before the horizon");
+        assert!(
+            read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()),
+            "before the horizon"
+        );
         more(&log);
         clean(&log, 3_001);
         let after = read_all(&log);
         assert!(!after.iter().any(|r| r.1 == "k1"), "after the horizon");
         // Everything else: each key's latest record (k0's is now the one that was active).
-        let mut want: Vec<Row> = expected(&before, active_base, true).into_iter().filter(|r| r.1 != "k0").collect();
+        let mut want: Vec<Row> = expected(&before, active_base, true)
+            .into_iter()
+            .filter(|r| r.1 != "k0")
+            .collect();
         want.push((active_base, "k0".into(), Some("active".into())));
         want.sort();
         let mut got: Vec<Row> = after.into_iter().filter(|r| r.1 != "x").collect();
@@ -721,9 +799,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path());
         fill(&log, 1_000);
-        log.set_config(config(&[("cleanup.policy", "compact"), ("segment.bytes", "700"), ("retention.ms", "1"), ("retention.bytes", "1")]));
+        log.set_config(config(&[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "700"),
+            ("retention.ms", "1"),
+            ("retention.bytes", "1"),
+        ]));
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 0);
-        log.set_config(config(&[("cleanup.policy", "compact,delete"), ("segment.bytes", "700"), ("retention.ms", "1")]));
+        log.set_config(config(&[
+            ("cleanup.policy", "compact,delete"),
+            ("segment.bytes", "700"),
+            ("retention.ms", "1"),
+        ]));
         assert!(log.apply_retention(1_000_000).unwrap() > 0);
     }
 
@@ -752,7 +839,8 @@ mod tests {
             one_group(&log);
             crate::failpoint::arm(&format!("{point}=1*panic->off")).unwrap();
             let log = Arc::new(log);
-            let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clean(&log, 2_000)));
+            let crashed =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clean(&log, 2_000)));
             assert!(crashed.is_err(), "{point} fired");
             crate::failpoint::arm(&format!("{point}=off")).unwrap();
             std::mem::forget(log);
@@ -761,7 +849,11 @@ mod tests {
             let want = if decided { &after } else { &before };
             assert_eq!(&found, want, "after a crash at {point}");
             assert_eq!(log.log_end_offset(), 91, "{point}");
-            assert!(stray_files(dir.path()).is_empty(), "{point}: {:?}", stray_files(dir.path()));
+            assert!(
+                stray_files(dir.path()).is_empty(),
+                "{point}: {:?}",
+                stray_files(dir.path())
+            );
             // And the next clean finishes the job.
             clean(&log, 2_000);
             assert_eq!(read_all(&log), after, "{point}: cleaned after recovery");

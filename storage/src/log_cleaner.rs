@@ -14,6 +14,11 @@
 //! runtime. All of them share one throttle budget,
 //! `log.cleaner.io.max.bytes.per.second`, split evenly.
 //!
+//! A log whose last clean kept tombstones is cleaned again, whole, once
+//! their delete horizon has passed (Kafka's `latestDeleteHorizon`), so
+//! tombstones go without waiting for new dirty data. The horizons are kept in
+//! memory: after a restart they are learnt again at the next clean.
+//!
 //! The checkpoint (`<data dir>/cleaner-offset-checkpoint`, Kafka's offset
 //! checkpoint format) maps each cleaned partition to its first dirty offset.
 //! A missing or stale entry (outside the log) only means re-cleaning from the
@@ -134,6 +139,9 @@ struct Shared {
     in_progress: Mutex<BTreeSet<(String, i32)>>,
     /// First dirty offsets; written to the checkpoint file after every clean.
     checkpoint: Mutex<CheckpointEntries>,
+    /// The latest delete horizon of the tombstones each log's last clean kept
+    /// (Kafka's `latestDeleteHorizon`): once passed, the whole log is cleaned again.
+    delete_horizons: Mutex<BTreeMap<(String, i32), i64>>,
 }
 
 /// The running cleaner threads. [`LogCleaner::stop`] stops them (a clean in
@@ -170,6 +178,7 @@ impl LogCleaner {
             stats: Arc::default(),
             in_progress: Mutex::default(),
             checkpoint: Mutex::new(checkpoint),
+            delete_horizons: Mutex::default(),
         });
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
@@ -284,9 +293,18 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
             let range = DirtyRange::of(&view, checkpoint, now);
             let ratio = range.dirty_ratio();
             seen.insert(key.clone(), ratio);
-            if !range.is_due(view.config.min_cleanable_dirty_ratio)
-                || lock(&shared.in_progress).contains(&key)
-            {
+            let horizon_passed = lock(&shared.delete_horizons)
+                .get(&key)
+                .is_some_and(|&h| h <= now);
+            let min_ratio = view.config.min_cleanable_dirty_ratio;
+            let range = if horizon_passed && !range.is_due(min_ratio) {
+                // Tombstones are due to go: the whole log is cleaned again.
+                DirtyRange::of(&view, None, now)
+            } else {
+                range
+            };
+            let due = range.is_due(min_ratio) || (horizon_passed && range.dirty_bytes > 0);
+            if !due || lock(&shared.in_progress).contains(&key) {
                 continue;
             }
             let priority = if range.past_max_lag {
@@ -350,6 +368,10 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
             state.dirty_ratio = DirtyRange::of(&v, Some(end_offset), now).dirty_ratio();
         }
     }
+    match stats.max_delete_horizon {
+        Some(h) => lock(&shared.delete_horizons).insert(key.clone(), h),
+        None => lock(&shared.delete_horizons).remove(&key),
+    };
     write_checkpoint(shared, key, end_offset);
     Ok(true)
 }
@@ -362,5 +384,95 @@ fn write_checkpoint(shared: &Shared, key: (String, i32), end_offset: i64) {
     entries.retain(|(topic, partition), _| shared.logs.partition(topic, *partition).is_some());
     if let Err(e) = checkpoint_file(&shared.logs).write(&entries) {
         warn!(error = %e, "cannot write the cleaner checkpoint; the next start cleans from further back");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use floe_protocol::kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::config::LogConfig;
+    use crate::test_util::{decode_keyed, keyed_batch};
+
+    fn keys_in(log: &PartitionLog) -> Vec<(i64, String, Option<String>)> {
+        let mut rows = Vec::new();
+        let mut offset = log.log_start_offset();
+        while offset < log.high_watermark() {
+            let Some(region) = log.read(offset, 1 << 24, true).unwrap().region else {
+                break;
+            };
+            let b = region.read_to_vec().unwrap();
+            let (next, end) = crate::test_util::stored_batches_end(&b);
+            assert!(next > offset, "a read at {offset} returns whole batches");
+            offset = next;
+            rows.extend(decode_keyed(&b[..end]));
+        }
+        rows
+    }
+
+    #[test]
+    fn cleans_the_dirtiest_compacted_log_checkpoints_and_drops_tombstones_after_their_horizon() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = Arc::new(LogManager::open(dir.path(), LogConfig::default()).unwrap());
+        let compact: BTreeMap<String, String> = [
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "2000"),
+            ("delete.retention.ms", "0"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        logs.create_topic("c", 1, compact).unwrap();
+        logs.create_topic("d", 1, BTreeMap::new()).unwrap();
+        let log = logs.partition("c", 0).unwrap();
+        for i in 0..40 {
+            let v = format!("v{i}");
+            let tomb = if i == 39 { None } else { Some("x") };
+            log.append(
+                &mut keyed_batch(&[("k", Some(&v)), ("t", tomb)], 1, Compression::None),
+                1,
+            )
+            .unwrap();
+        }
+        log.roll_now().unwrap();
+        logs.partition("d", 0)
+            .unwrap()
+            .append(
+                &mut keyed_batch(&[("k", Some("v"))], 1, Compression::None),
+                1,
+            )
+            .unwrap();
+        let cleaner = LogCleaner::start(
+            logs.clone(),
+            CleanerConfig {
+                enable: false,
+                ..CleanerConfig::default()
+            },
+        )
+        .unwrap();
+        assert!(cleaner.clean_once().unwrap());
+        assert_eq!(
+            keys_in(&log),
+            vec![(78, "k".into(), Some("v39".into())), (79, "t".into(), None)]
+        );
+        let stats = cleaner.stats();
+        assert_eq!(stats.runs(), 1);
+        assert!(stats.bytes_written() > 0 && stats.bytes_written() < stats.bytes_read());
+        let parts = stats.partitions();
+        assert_eq!(parts.len(), 1, "only the compacted topic: {parts:?}");
+        assert_eq!(parts[0].0, ("c".to_string(), 0));
+        assert!(parts[0].1.last_clean_ms.is_some());
+        let cp = checkpoint_file(&logs).read().unwrap();
+        assert_eq!(cp.get(&("c".to_string(), 0)), Some(&80));
+        // Nothing dirty, but the tombstone's horizon (now + 0) has passed: cleaned again, whole.
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(cleaner.clean_once().unwrap());
+        assert_eq!(keys_in(&log), vec![(78, "k".into(), Some("v39".into()))]);
+        assert!(!cleaner.clean_once().unwrap(), "nothing left to do");
+        assert_eq!(log.log_end_offset(), 80);
+        cleaner.stop();
     }
 }

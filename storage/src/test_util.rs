@@ -97,7 +97,11 @@ pub(crate) fn config(kv: &[(&str, &str)]) -> Arc<LogConfig> {
 }
 
 /// One batch of keyed records (key, value; `None` value = tombstone) stamped `ts`.
-pub(crate) fn keyed_batch(records: &[(&str, Option<&str>)], ts: i64, compression: Compression) -> Vec<u8> {
+pub(crate) fn keyed_batch(
+    records: &[(&str, Option<&str>)],
+    ts: i64,
+    compression: Compression,
+) -> Vec<u8> {
     let records: Vec<Record> = records
         .iter()
         .enumerate()
@@ -118,7 +122,15 @@ pub(crate) fn keyed_batch(records: &[(&str, Option<&str>)], ts: i64, compression
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).expect("encode");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
     buf.to_vec()
 }
 
@@ -127,6 +139,29 @@ pub(crate) fn decode_keyed(bytes: &[u8]) -> Vec<(i64, String, Option<String>)> {
     let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(bytes)).expect("decode");
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
     sets.iter()
-        .flat_map(|s| s.records.iter().map(|r| (r.offset, r.key.as_ref().map(text).unwrap_or_default(), r.value.as_ref().map(text))))
+        .flat_map(|s| {
+            s.records.iter().map(|r| {
+                (
+                    r.offset,
+                    r.key.as_ref().map(text).unwrap_or_default(),
+                    r.value.as_ref().map(text),
+                )
+            })
+        })
         .collect()
+}
+
+/// The offset after the last whole batch of `bytes` (batches as a log stores
+/// them: compaction may have removed records), and the bytes those batches take.
+pub(crate) fn stored_batches_end(bytes: &[u8]) -> (i64, usize) {
+    use floe_protocol::record_batch::RecordBatchHeader;
+    let (mut next, mut pos) = (-1, 0);
+    while let Ok(h) = RecordBatchHeader::parse(&bytes[pos..]) {
+        if h.check_sanity_in_log(pos).is_err() || pos + h.total_size() > bytes.len() {
+            break;
+        }
+        next = h.next_offset();
+        pos += h.total_size();
+    }
+    (next, pos)
 }
