@@ -5,8 +5,11 @@
 //! # What is cleaned
 //! The *dirty range* is `[first dirty offset, first uncleanable offset)`:
 //! from the cleaner checkpoint (or the log start offset) up to the first of
-//! the active segment, the high watermark, and the first segment with records
-//! newer than `min.compaction.lag.ms`; whole sealed segments only. The map of
+//! the active segment, the high watermark, the first segment with records
+//! newer than `min.compaction.lag.ms`, and (for a topic tiered to Iceberg with
+//! its retention guard) the first offset not yet tiered, so the table receives
+//! every version as it was sealed and compaction never rewrites the table;
+//! whole sealed segments only. The map of
 //! key → latest offset is built over as many dirty segments as
 //! `log.cleaner.dedupe.buffer.size` holds. Then every sealed segment from the
 //! log start up to the end of the mapped range is rewritten, in groups of
@@ -112,6 +115,9 @@ impl DirtyRange {
             .filter(|&c| c >= view.log_start_offset && c <= view.active_base_offset)
             .unwrap_or(view.log_start_offset);
         let mut first_uncleanable = view.active_base_offset.min(view.high_watermark);
+        if let Some(floor) = view.tiering_floor {
+            first_uncleanable = first_uncleanable.min(floor);
+        }
         if config.min_compaction_lag_ms > 0 {
             let young = view.segments.iter().find(|s| {
                 s.next_offset > first_dirty
@@ -792,6 +798,32 @@ mod tests {
         let mut got: Vec<Row> = after.into_iter().filter(|r| r.1 != "x").collect();
         got.sort();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_tiered_topic_is_cleaned_only_below_what_tiering_has_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        fill(&log, 1_000);
+        log.set_config(config(&[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "700"),
+            ("floe.iceberg.enabled", "true"),
+        ]));
+        let range = |log: &PartitionLog| DirtyRange::of(&log.cleaner_view().unwrap(), None, 2_000);
+        assert_eq!(
+            range(&log).dirty_bytes,
+            0,
+            "nothing tiered yet: nothing to clean"
+        );
+        let second = log.sealed_segments()[1].clone();
+        log.set_retention_floor(Some(second.next_offset));
+        assert_eq!(range(&log).first_uncleanable_offset, second.next_offset);
+        log.set_retention_floor(Some(1_000));
+        assert_eq!(
+            range(&log).first_uncleanable_offset,
+            log.cleaner_view().unwrap().active_base_offset
+        );
     }
 
     #[test]

@@ -108,6 +108,10 @@ pub(crate) struct CleanerView {
     pub(crate) log_start_offset: i64,
     pub(crate) high_watermark: i64,
     pub(crate) active_base_offset: i64,
+    /// For a topic tiered to Iceberg with its retention guard on: the first
+    /// offset not yet tiered. The cleaner leaves it and what follows alone, so
+    /// the table gets every version of every key, as sealed.
+    pub(crate) tiering_floor: Option<i64>,
     pub(crate) config: Arc<LogConfig>,
     /// All segments but the active one, oldest first.
     pub(crate) segments: Vec<SealedSegment>,
@@ -1062,6 +1066,10 @@ impl PartitionLog {
             log_start_offset: st.log_start_offset,
             high_watermark: st.high_watermark,
             active_base_offset: st.active().base_offset,
+            tiering_floor: st
+                .config
+                .retention_held_for_tiering()
+                .then(|| st.retention_floor.unwrap_or(st.log_start_offset)),
             config: st.config.clone(),
             segments,
             producers: st.producers.clone(),
