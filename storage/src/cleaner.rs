@@ -826,6 +826,50 @@ mod tests {
         );
     }
 
+    /// Not a test: prints the cleaner's rate on 1 KiB records, 10 versions of
+    /// each key (`cargo test --release -p floe-storage cleaner_throughput -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn cleaner_throughput() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(
+            dir.path(),
+            "t",
+            0,
+            config(&[("cleanup.policy", "compact"), ("segment.bytes", "16777216")]),
+            None,
+            None,
+        )
+        .unwrap();
+        let value = "v".repeat(1000);
+        for round in 0..10 {
+            for chunk in 0..1000 {
+                let keys: Vec<String> = (0..10)
+                    .map(|i| format!("key-{:06}", chunk * 10 + i))
+                    .collect();
+                let records: Vec<(&str, Option<&str>)> = keys
+                    .iter()
+                    .map(|k| (k.as_str(), Some(value.as_str())))
+                    .collect();
+                log.append(&mut keyed_batch(&records, round, Compression::None), round)
+                    .unwrap();
+            }
+        }
+        log.roll_now().unwrap();
+        let size = log.size_bytes();
+        let started = std::time::Instant::now();
+        let (_, stats) = clean(&log, 1_000);
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "cleaned {:.1} MB ({} records) into {:.1} MB in {:.3} s: {:.0} MB/s read",
+            size as f64 / 1e6,
+            stats.records_read,
+            log.size_bytes() as f64 / 1e6,
+            secs,
+            stats.bytes_read as f64 / 1e6 / secs
+        );
+    }
+
     #[test]
     fn a_compacted_only_log_ignores_time_and_size_retention() {
         let dir = tempfile::tempdir().unwrap();
