@@ -146,10 +146,18 @@ run_stage() { # name cmd...
     fi
 }
 
-run_stage "cargo test --workspace" cargo test --workspace "${FEATURES[@]}"
+# Each suite's output is also kept under $TARGET_DIR/test-logs/, so the summary can name what failed.
+LOG_DIR="$TARGET_DIR/test-logs"
+mkdir -p "$LOG_DIR"
+logged() { # logfile cmd...: runs cmd, its output to the terminal and to logfile; cmd's exit status
+    local log="$1"; shift
+    "$@" 2>&1 | tee "$log"
+    return "${PIPESTATUS[0]}"
+}
+run_stage "cargo test --workspace" logged "$LOG_DIR/cargo-test.log" cargo test --workspace "${FEATURES[@]}"
 # shellcheck disable=SC2086
-run_stage "pytest tests/python" "$ROOT/.venv/bin/python" -m pytest tests/python -p no:cacheprovider \
-    -ra --timeout=180 ${PYTEST_ARGS:-}
+run_stage "pytest tests/python" logged "$LOG_DIR/pytest.log" "$ROOT/.venv/bin/python" -m pytest tests/python \
+    -p no:cacheprovider -ra --timeout=180 ${PYTEST_ARGS:-}
 run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
 
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
@@ -194,6 +202,9 @@ printf '== summary (%ds total)\n' "$((SECONDS - RUN_START))"
 for line in "${STAGE_REPORT[@]}"; do printf '   %s\n' "$line"; done
 if [ ${#FAILED_STAGES[@]} -ne 0 ]; then
     printf 'FAILED STAGES: %s\n' "${FAILED_STAGES[*]}"
+    # The failing tests by name (the logs above are long; CI may show only this tail).
+    grep -h -E '^test .* FAILED$|^---- .* stdout ----$' "$LOG_DIR/cargo-test.log" 2>/dev/null | head -20 | sed 's/^/   cargo: /'
+    grep -h -E '^(FAILED|ERROR) ' "$LOG_DIR/pytest.log" 2>/dev/null | head -20 | cut -c1-300 | sed 's/^/   pytest: /'
 fi
 # The plain closing line CI reads: test stages passed and failed.
 printf 'stages: %d passed, %d failed\n' "$((TEST_STAGES - ${#FAILED_STAGES[@]}))" "${#FAILED_STAGES[@]}"

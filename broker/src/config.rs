@@ -105,8 +105,17 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("log.flush.interval.ms", "9223372036854775807", "Default `flush.ms`: fsync when data has been unflushed this long."),
     s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` is checked."),
     s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
-    s("log.cleanup.policy", "delete", "Default `cleanup.policy`; only `delete` is supported."),
+    s("log.cleanup.policy", "delete", "Default `cleanup.policy`: `delete`, `compact` or `compact,delete`."),
     s("producer.id.expiration.ms", "86400000", "Forget a producer id (its sequences, for idempotence) once its last batch is this old and it has no ongoing transaction."),
+    s("log.cleaner.enable", "true", "Run the log cleaner (compaction of `cleanup.policy=compact` topics)."),
+    s("log.cleaner.threads", "1", "Cleaner threads (OS threads, off the request path)."),
+    s("log.cleaner.io.max.bytes.per.second", "1.7976931348623157E308", "Read + write rate of all cleaner threads together."),
+    s("log.cleaner.dedupe.buffer.size", "134217728", "Memory of the cleaners' offset maps, shared by the threads."),
+    s("log.cleaner.backoff.ms", "15000", "How long a cleaner sleeps when no log is due."),
+    s("log.cleaner.min.cleanable.ratio", "0.5", "Default `min.cleanable.dirty.ratio`."),
+    s("log.cleaner.min.compaction.lag.ms", "0", "Default `min.compaction.lag.ms`."),
+    s("log.cleaner.max.compaction.lag.ms", "9223372036854775807", "Default `max.compaction.lag.ms`."),
+    s("log.cleaner.delete.retention.ms", "86400000", "Default `delete.retention.ms`."),
     s("shutdown.timeout.ms", "10000", "How long a clean shutdown waits for in-flight requests."),
     s("group.initial.rebalance.delay.ms", "3000", "How long the first rebalance of an empty group waits for more members (extended while they keep arriving, up to the rebalance timeout)."),
     s("group.min.session.timeout.ms", "6000", "Smallest `session.timeout.ms` a group member may ask for."),
@@ -197,6 +206,8 @@ pub struct BrokerConfig {
     pub shutdown_timeout_ms: u64,
     /// Defaults for every topic's log.
     pub log_defaults: LogConfig,
+    /// `log.cleaner.*`: the log cleaner threads.
+    pub cleaner: floe_storage::CleanerConfig,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
     /// `group.min.session.timeout.ms`.
@@ -348,6 +359,13 @@ impl ConfigBuilder {
             flush_scheduler_interval_ms: parse_positive(r, "log.flush.scheduler.interval.ms")?,
             shutdown_timeout_ms: parse(r, "shutdown.timeout.ms")?,
             log_defaults,
+            cleaner: floe_storage::CleanerConfig {
+                enable: parse(r, "log.cleaner.enable")?,
+                threads: parse_positive(r, "log.cleaner.threads")?,
+                io_max_bytes_per_second: parse_positive(r, "log.cleaner.io.max.bytes.per.second")?,
+                dedupe_buffer_size: parse_positive(r, "log.cleaner.dedupe.buffer.size")?,
+                backoff_ms: parse_positive(r, "log.cleaner.backoff.ms")?,
+            },
             group_initial_rebalance_delay_ms: parse(r, "group.initial.rebalance.delay.ms")?,
             group_min_session_timeout_ms: parse_positive(r, "group.min.session.timeout.ms")?,
             group_max_session_timeout_ms: parse_positive(r, "group.max.session.timeout.ms")?,
@@ -472,6 +490,10 @@ pub const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
     ("log.flush.interval.ms", "flush.ms"),
     ("log.message.timestamp.type", "message.timestamp.type"),
     ("log.cleanup.policy", "cleanup.policy"),
+    ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"),
+    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+    ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
     ("message.max.bytes", "max.message.bytes"),
     // Topic-level view of the tiering defaults, so storage's retention hold sees them.
     ("floe.iceberg.enabled", "floe.iceberg.enabled"),

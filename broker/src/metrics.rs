@@ -11,7 +11,8 @@ use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
 use hyper::{Request, Response, StatusCode};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 use tokio::net::TcpListener;
 
@@ -53,6 +54,75 @@ pub struct Metrics {
     pub log_dir_offline: IntGaugeVec,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
+    /// The log cleaner (compaction), read from its statistics at every scrape.
+    pub cleaner: CleanerMetrics,
+}
+
+/// Log cleaner metrics (Kafka's `kafka.log:type=LogCleaner*`, in Prometheus form).
+#[derive(Debug, Clone)]
+pub struct CleanerMetrics {
+    /// Completed cleans of a log.
+    pub runs: IntCounter,
+    /// Bytes read by cleans.
+    pub bytes_read: IntCounter,
+    /// Bytes written by cleans.
+    pub bytes_written: IntCounter,
+    /// Seconds since any log was last cleaned (-1 before the first clean).
+    pub seconds_since_last_run: Gauge,
+    /// Dirty bytes over cleanable bytes, by topic and partition (compacted topics).
+    pub dirty_ratio: GaugeVec,
+    /// Seconds since the partition was last cleaned (-1 before its first clean).
+    pub seconds_since_last_clean: GaugeVec,
+    stats: Arc<std::sync::OnceLock<Arc<floe_storage::CleanerStats>>>,
+}
+
+impl CleanerMetrics {
+    fn new() -> Self {
+        Self {
+            runs: IntCounter::new("floe_log_cleaner_runs_total", "Completed cleans (compactions) of a log").expect("metric"),
+            bytes_read: IntCounter::new("floe_log_cleaner_read_bytes_total", "Bytes the log cleaner read").expect("metric"),
+            bytes_written: IntCounter::new("floe_log_cleaner_written_bytes_total", "Bytes the log cleaner wrote").expect("metric"),
+            seconds_since_last_run: Gauge::new("floe_log_cleaner_seconds_since_last_run", "Seconds since any log was last cleaned; -1 before the first clean").expect("metric"),
+            dirty_ratio: GaugeVec::new(Opts::new("floe_log_cleaner_dirty_ratio", "Dirty bytes over cleanable bytes of a compacted partition, as the cleaner last saw it"), &["topic", "partition"]).expect("metric"),
+            seconds_since_last_clean: GaugeVec::new(Opts::new("floe_log_cleaner_seconds_since_last_clean", "Seconds since the partition was last cleaned; -1 before its first clean"), &["topic", "partition"]).expect("metric"),
+            stats: Arc::default(),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.runs.clone()),
+            Box::new(self.bytes_read.clone()),
+            Box::new(self.bytes_written.clone()),
+            Box::new(self.seconds_since_last_run.clone()),
+            Box::new(self.dirty_ratio.clone()),
+            Box::new(self.seconds_since_last_clean.clone()),
+        ]
+    }
+
+    /// Reads the cleaner's statistics at every scrape from now on.
+    pub fn observe(&self, stats: Arc<floe_storage::CleanerStats>) {
+        let _ = self.stats.set(stats);
+    }
+
+    /// Brings the metrics up to the cleaner's statistics.
+    fn refresh(&self) {
+        let Some(stats) = self.stats.get() else { return };
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        for (counter, total) in [(&self.runs, stats.runs()), (&self.bytes_read, stats.bytes_read()), (&self.bytes_written, stats.bytes_written())] {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+        let since = |ms: i64| if ms > 0 { (now_ms - ms).max(0) as f64 / 1000.0 } else { -1.0 };
+        self.seconds_since_last_run.set(since(stats.last_run_ms()));
+        self.dirty_ratio.reset();
+        self.seconds_since_last_clean.reset();
+        for ((topic, partition), state) in stats.partitions() {
+            let partition = partition.to_string();
+            let labels = [topic.as_str(), partition.as_str()];
+            self.dirty_ratio.with_label_values(&labels).set(state.dirty_ratio);
+            self.seconds_since_last_clean.with_label_values(&labels).set(state.last_clean_ms.map_or(-1.0, since));
+        }
+    }
 }
 
 /// Iceberg tiering metrics; `topic` is the table's name, `partition` the Kafka partition.
@@ -198,6 +268,7 @@ impl Metrics {
         )
         .expect("metric");
         let iceberg = IcebergMetrics::new();
+        let cleaner = CleanerMetrics::new();
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -215,6 +286,7 @@ impl Metrics {
         ]
         .into_iter()
         .chain(iceberg.collectors())
+        .chain(cleaner.collectors())
         {
             registry.register(c).expect("unique metric names");
         }
@@ -241,11 +313,13 @@ impl Metrics {
             log_corrupt_ranges,
             log_dir_offline,
             iceberg,
+            cleaner,
         }
     }
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        self.cleaner.refresh();
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail for well-formed metrics.
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {

@@ -1,7 +1,7 @@
 //! Startup and orderly shutdown.
 //!
 //! Startup: open (and recover) the logs, bind the listeners (Kafka, metrics,
-//! Iceberg REST), start the maintenance and tiering threads. Shutdown on SIGTERM or SIGINT: stop accepting, let
+//! Iceberg REST), start the maintenance, log cleaner and tiering threads. Shutdown on SIGTERM or SIGINT: stop accepting, let
 //! in-flight requests finish, stop maintenance, flush every log and write
 //! the checkpoints, so the next start has nothing to recover.
 
@@ -188,6 +188,9 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let tick = Duration::from_millis(config.flush_scheduler_interval_ms.min(config.retention_check_interval_ms));
     let maintenance = Maintenance::start(logs.clone(), tick)
         .map_err(|e| RunError::Task(e.to_string()))?;
+    let cleaner = floe_storage::LogCleaner::start(logs.clone(), config.cleaner.clone())
+        .map_err(|e| RunError::Task(e.to_string()))?;
+    metrics.cleaner.observe(cleaner.stats());
 
     let groups = Arc::new(
         crate::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
@@ -268,6 +271,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
             server.stop();
         }
         tiering.stop();
+        cleaner.stop();
         maintenance.stop();
         logs.shutdown()
     })

@@ -16,7 +16,10 @@
 //!     21     2  attributes            i16   bits 0-2 compression (0 none, 1 gzip,
 //!                                           2 snappy, 3 lz4, 4 zstd), bit 3
 //!                                           timestampType (1 = LogAppendTime),
-//!                                           bit 4 transactional, bit 5 control
+//!                                           bit 4 transactional, bit 5 control,
+//!                                           bit 6 delete horizon (KIP-534: the
+//!                                           baseTimestamp is the time the cleaner
+//!                                           may drop its tombstones)
 //!     23     4  lastOffsetDelta       i32
 //!     27     8  baseTimestamp         i64
 //!     35     8  maxTimestamp          i64
@@ -56,6 +59,8 @@ const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;
+/// Attributes bit 6 (KIP-534): `baseTimestamp` is the batch's delete horizon.
+pub const DELETE_HORIZON_BIT: i16 = 0x40;
 
 /// Smallest legal `batchLength`: a header with no records.
 const MIN_BATCH_LENGTH: i32 = (RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) as i32;
@@ -140,7 +145,9 @@ pub enum BatchError {
         limit: usize,
     },
     /// The stored CRC does not match the bytes (Kafka's CORRUPT_MESSAGE).
-    #[error("batch at byte {position} fails its CRC: stored {stored:#010x}, computed {computed:#010x}")]
+    #[error(
+        "batch at byte {position} fails its CRC: stored {stored:#010x}, computed {computed:#010x}"
+    )]
     CrcMismatch {
         /// Byte offset of the batch.
         position: usize,
@@ -307,7 +314,8 @@ impl RecordBatchHeader {
 
     /// Offset of the last record: `base_offset + last_offset_delta`.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.wrapping_add(i64::from(self.last_offset_delta))
+        self.base_offset
+            .wrapping_add(i64::from(self.last_offset_delta))
     }
 
     /// Offset after the last record.
@@ -328,10 +336,16 @@ impl RecordBatchHeader {
     /// The first violated rule.
     pub fn check_sanity(&self, position: usize) -> Result<(), BatchError> {
         if self.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic { position, magic: self.magic });
+            return Err(BatchError::InvalidMagic {
+                position,
+                magic: self.magic,
+            });
         }
         if self.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength { position, batch_length: self.batch_length });
+            return Err(BatchError::InvalidLength {
+                position,
+                batch_length: self.batch_length,
+            });
         }
         if self.compression().is_none() {
             return Err(BatchError::UnknownCompression {
@@ -351,6 +365,52 @@ impl RecordBatchHeader {
         }
         Ok(())
     }
+
+    /// [`RecordBatchHeader::check_sanity`] for a batch already in a log: log
+    /// compaction removes records but keeps a batch's offset range (Kafka's
+    /// `MemoryRecords.filterTo` preserves `lastOffsetDelta`, and may keep a
+    /// batch with no records at all), so `0 <= recordsCount <= lastOffsetDelta + 1`.
+    ///
+    /// # Errors
+    /// The first violated rule.
+    pub fn check_sanity_in_log(&self, position: usize) -> Result<(), BatchError> {
+        if self.magic != MAGIC_V2 {
+            return Err(BatchError::InvalidMagic {
+                position,
+                magic: self.magic,
+            });
+        }
+        if self.batch_length < MIN_BATCH_LENGTH {
+            return Err(BatchError::InvalidLength {
+                position,
+                batch_length: self.batch_length,
+            });
+        }
+        if self.compression().is_none() {
+            return Err(BatchError::UnknownCompression {
+                position,
+                codec: (self.attributes & COMPRESSION_MASK) as u8,
+            });
+        }
+        if self.records_count < 0
+            || self.last_offset_delta < 0
+            || i64::from(self.records_count) > i64::from(self.last_offset_delta) + 1
+        {
+            return Err(BatchError::InvalidRecordCount {
+                position,
+                records_count: self.records_count,
+                last_offset_delta: self.last_offset_delta,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the batch carries a KIP-534 delete horizon (attributes bit 6):
+    /// then `base_timestamp` is the time after which the cleaner may remove its
+    /// tombstones (or, for a control batch, the marker).
+    pub fn has_delete_horizon(&self) -> bool {
+        self.attributes & DELETE_HORIZON_BIT != 0
+    }
 }
 
 /// Checks the CRC-32C of one whole batch (`batch.len()` must be its total size).
@@ -369,7 +429,11 @@ pub fn verify_crc(batch: &[u8], position: usize) -> Result<(), BatchError> {
     let stored = be_i32(batch, CRC_OFFSET) as u32;
     let computed = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     if stored != computed {
-        return Err(BatchError::CrcMismatch { position, stored, computed });
+        return Err(BatchError::CrcMismatch {
+            position,
+            stored,
+            computed,
+        });
     }
     Ok(())
 }
@@ -448,7 +512,12 @@ struct RecordWalk {
 
 impl RecordWalk {
     fn new(count: i32) -> Self {
-        Self { pos: 0, seen: 0, count, error: None }
+        Self {
+            pos: 0,
+            seen: 0,
+            count,
+            error: None,
+        }
     }
 
     /// Walks the records of `records` that start before `limit` (≤ `records.len()`).
@@ -509,7 +578,10 @@ impl RecordWalk {
             return Err(BatchError::MalformedRecords { position, reason });
         }
         if self.seen != self.count {
-            return Err(BatchError::MalformedRecords { position, reason: "fewer records than recordsCount" });
+            return Err(BatchError::MalformedRecords {
+                position,
+                reason: "fewer records than recordsCount",
+            });
         }
         Ok(())
     }
@@ -560,7 +632,10 @@ fn crc_and_walk(batch: &[u8], walk: Option<&mut RecordWalk>) -> u32 {
 /// # Errors
 /// The first problem found, with the byte position of its batch. A partial
 /// trailing batch is [`BatchError::Truncated`]: producers never send one.
-pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<ValidatedBatches, BatchError> {
+pub fn validate_batches(
+    buf: &[u8],
+    max_batch_bytes: usize,
+) -> Result<ValidatedBatches, BatchError> {
     let mut out = ValidatedBatches {
         batch_count: 0,
         record_count: 0,
@@ -583,17 +658,31 @@ pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<ValidatedB
             available: rest.len(),
         })?;
         if header.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic { position: pos, magic: header.magic });
+            return Err(BatchError::InvalidMagic {
+                position: pos,
+                magic: header.magic,
+            });
         }
         if header.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength { position: pos, batch_length: header.batch_length });
+            return Err(BatchError::InvalidLength {
+                position: pos,
+                batch_length: header.batch_length,
+            });
         }
         let size = header.total_size();
         if size > max_batch_bytes {
-            return Err(BatchError::MessageTooLarge { position: pos, size, limit: max_batch_bytes });
+            return Err(BatchError::MessageTooLarge {
+                position: pos,
+                size,
+                limit: max_batch_bytes,
+            });
         }
         if size > rest.len() {
-            return Err(BatchError::Truncated { position: pos, needed: size, available: rest.len() });
+            return Err(BatchError::Truncated {
+                position: pos,
+                needed: size,
+                available: rest.len(),
+            });
         }
         let batch = &rest[..size];
         // The CRC is checked first, then the header, then the records walked
@@ -603,7 +692,11 @@ pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<ValidatedB
             .then(|| RecordWalk::new(header.records_count));
         let computed = crc_and_walk(batch, walk.as_mut());
         if header.crc != computed {
-            return Err(BatchError::CrcMismatch { position: pos, stored: header.crc, computed });
+            return Err(BatchError::CrcMismatch {
+                position: pos,
+                stored: header.crc,
+                computed,
+            });
         }
         header.check_sanity(pos)?;
         if let Some(walk) = walk {
@@ -664,7 +757,11 @@ pub struct BatchIter<'a> {
 impl<'a> BatchIter<'a> {
     /// Starts at the beginning of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        Self { buf, pos: 0, failed: false }
+        Self {
+            buf,
+            pos: 0,
+            failed: false,
+        }
     }
 
     /// Byte offset of the next batch (the end of the last good one).
@@ -691,9 +788,16 @@ impl Iterator for BatchIter<'_> {
                 header.check_sanity(self.pos)?;
                 let size = header.total_size();
                 if size > rest.len() {
-                    return Err(BatchError::Truncated { position: self.pos, needed: size, available: rest.len() });
+                    return Err(BatchError::Truncated {
+                        position: self.pos,
+                        needed: size,
+                        available: rest.len(),
+                    });
                 }
-                Ok(BatchPosition { position: self.pos, header })
+                Ok(BatchPosition {
+                    position: self.pos,
+                    header,
+                })
             });
         match &result {
             Ok(b) => self.pos = b.end(),
@@ -709,7 +813,9 @@ fn for_each_batch_mut(buf: &mut [u8], mut f: impl FnMut(&mut [u8])) {
     let mut pos = 0usize;
     while buf.len() - pos >= RECORD_BATCH_OVERHEAD {
         let len = be_i32(buf, pos + BATCH_LENGTH_OFFSET);
-        let Ok(len) = usize::try_from(len) else { return };
+        let Ok(len) = usize::try_from(len) else {
+            return;
+        };
         let size = len + LOG_OVERHEAD;
         if size < RECORD_BATCH_OVERHEAD || size > buf.len() - pos {
             return;
@@ -740,7 +846,8 @@ pub fn set_log_append_time(buf: &mut [u8], now_ms: i64) {
     for_each_batch_mut(buf, |batch| {
         let attributes = be_i16(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_BIT;
         batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&now_ms.to_be_bytes());
+        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+            .copy_from_slice(&now_ms.to_be_bytes());
         let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
         batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     });
@@ -786,8 +893,15 @@ mod tests {
 
     fn encode(recs: &[Record], compression: Compression) -> Vec<u8> {
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression })
-            .expect("encode");
+        RecordBatchEncoder::encode(
+            &mut buf,
+            recs.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .expect("encode");
         buf.to_vec()
     }
 
@@ -815,7 +929,13 @@ mod tests {
 
     #[test]
     fn validates_every_codec() {
-        for c in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let mut buf = batch(20, c);
             buf.extend(encode(&records(3, 5_000), c));
             let v = validate_batches(&buf, 1 << 20).unwrap_or_else(|e| panic!("{c:?}: {e}"));
@@ -846,7 +966,10 @@ mod tests {
             let mut bad = b.clone();
             bad[at] ^= 0x40;
             let err = validate_batches(&bad, 1 << 20).unwrap_err();
-            assert!(matches!(err, BatchError::CrcMismatch { position: 0, .. }), "byte {at}: {err}");
+            assert!(
+                matches!(err, BatchError::CrcMismatch { position: 0, .. }),
+                "byte {at}: {err}"
+            );
         }
         // base offset and leader epoch are outside the CRC.
         let mut ok = b.clone();
@@ -862,7 +985,10 @@ mod tests {
         buf.extend(batch(4, Compression::Gzip));
         for cut in [first + 10, first + 61, buf.len() - 1] {
             let err = validate_batches(&buf[..cut], 1 << 20).unwrap_err();
-            assert!(matches!(err, BatchError::Truncated { position, .. } if position == first), "{err}");
+            assert!(
+                matches!(err, BatchError::Truncated { position, .. } if position == first),
+                "{err}"
+            );
         }
     }
 
@@ -870,7 +996,10 @@ mod tests {
     fn wrong_magic_rejected() {
         let mut b = batch(2, Compression::None);
         b[16] = 1;
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidMagic { magic: 1, .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidMagic { magic: 1, .. })
+        ));
     }
 
     #[test]
@@ -892,13 +1021,19 @@ mod tests {
         let mut b = batch(5, Compression::None);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidRecordCount { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidRecordCount { .. })
+        ));
         // Both agree but the records say otherwise (uncompressed walk).
         let mut b = batch(5, Compression::None);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
         b[23..27].copy_from_slice(&3i32.to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::MalformedRecords { .. })
+        ));
         // A compressed batch is not walked.
         let mut b = batch(5, Compression::Gzip);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
@@ -910,7 +1045,10 @@ mod tests {
         b[57..61].copy_from_slice(&0i32.to_be_bytes());
         b[23..27].copy_from_slice(&(-1i32).to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::InvalidRecordCount { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::InvalidRecordCount { .. })
+        ));
     }
 
     #[test]
@@ -919,7 +1057,10 @@ mod tests {
         let mut b = batch(3, Compression::None);
         b[61] = b[61].wrapping_add(2);
         rewrite_crc(&mut b);
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(BatchError::MalformedRecords { .. })
+        ));
     }
 
     #[test]
@@ -931,9 +1072,14 @@ mod tests {
         assert_eq!(next, 108);
         validate_batches(&buf, 1 << 20).unwrap();
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf.clone())).unwrap();
-        let offsets: Vec<i64> = sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
+        let offsets: Vec<i64> = sets
+            .iter()
+            .flat_map(|s| s.records.iter().map(|r| r.offset))
+            .collect();
         assert_eq!(offsets, (100..108).collect::<Vec<_>>());
-        let bases: Vec<i64> = BatchIter::new(&buf).map(|b| b.unwrap().header.base_offset).collect();
+        let bases: Vec<i64> = BatchIter::new(&buf)
+            .map(|b| b.unwrap().header.base_offset)
+            .collect();
         assert_eq!(bases, vec![100, 103, 107]);
     }
 
@@ -951,7 +1097,10 @@ mod tests {
             assert_eq!(h.partition_leader_epoch, 12);
         }
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf)).unwrap();
-        assert!(sets.iter().all(|s| s.records.iter().all(|r| r.timestamp_type == KTimestampType::LogAppend)));
+        assert!(sets.iter().all(|s| s
+            .records
+            .iter()
+            .all(|r| r.timestamp_type == KTimestampType::LogAppend)));
     }
 
     #[test]
@@ -961,7 +1110,9 @@ mod tests {
         buf.extend(batch(3, Compression::None));
         let mut it = BatchIter::new(&buf[..buf.len() - 5]);
         assert_eq!(it.next().unwrap().unwrap().position, 0);
-        assert!(matches!(it.next(), Some(Err(BatchError::Truncated { position, .. })) if position == first));
+        assert!(
+            matches!(it.next(), Some(Err(BatchError::Truncated { position, .. })) if position == first)
+        );
         assert!(it.next().is_none());
         assert_eq!(it.position(), first);
     }
@@ -972,23 +1123,38 @@ mod tests {
         let mut seen: i32 = 0;
         while pos < records.len() {
             let Some(len) = read_zigzag_varint(records, &mut pos) else {
-                return Err(BatchError::MalformedRecords { position, reason: "bad record length varint" });
+                return Err(BatchError::MalformedRecords {
+                    position,
+                    reason: "bad record length varint",
+                });
             };
             // attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers count
             if len < 6 {
-                return Err(BatchError::MalformedRecords { position, reason: "record length too small" });
+                return Err(BatchError::MalformedRecords {
+                    position,
+                    reason: "record length too small",
+                });
             }
             pos += len as usize;
             if pos > records.len() {
-                return Err(BatchError::MalformedRecords { position, reason: "record overruns its batch" });
+                return Err(BatchError::MalformedRecords {
+                    position,
+                    reason: "record overruns its batch",
+                });
             }
             seen += 1;
             if seen > count {
-                return Err(BatchError::MalformedRecords { position, reason: "more records than recordsCount" });
+                return Err(BatchError::MalformedRecords {
+                    position,
+                    reason: "more records than recordsCount",
+                });
             }
         }
         if seen != count {
-            return Err(BatchError::MalformedRecords { position, reason: "fewer records than recordsCount" });
+            return Err(BatchError::MalformedRecords {
+                position,
+                reason: "fewer records than recordsCount",
+            });
         }
         Ok(())
     }
@@ -1014,7 +1180,11 @@ mod tests {
                         stepped.advance(&bad, limit);
                     }
                     assert_eq!(whole.finish(0), stepped.finish(0), "byte {at} ^ {delta:#x}");
-                    assert_eq!(whole.finish(0), reference_tiling(&bad, count, 0), "byte {at} ^ {delta:#x}");
+                    assert_eq!(
+                        whole.finish(0),
+                        reference_tiling(&bad, count, 0),
+                        "byte {at} ^ {delta:#x}"
+                    );
                 }
             }
         }
@@ -1027,7 +1197,10 @@ mod tests {
         p = 0;
         assert_eq!(read_zigzag_varint(&[0xac, 0x02], &mut p), Some(150));
         p = 0;
-        assert_eq!(read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p), None);
+        assert_eq!(
+            read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p),
+            None
+        );
         p = 0;
         assert_eq!(read_zigzag_varint(&[0x80], &mut p), None);
     }

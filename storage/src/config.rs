@@ -27,6 +27,14 @@ pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
 /// `cleanup.policy`
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// `min.cleanable.dirty.ratio`
+pub const MIN_CLEANABLE_DIRTY_RATIO: &str = "min.cleanable.dirty.ratio";
+/// `min.compaction.lag.ms`
+pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
+/// `max.compaction.lag.ms`
+pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
+/// `delete.retention.ms`
+pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
 /// `file.delete.delay.ms` (accepted; deletion is immediate, see `PartitionLog::apply_retention`)
 pub const FILE_DELETE_DELAY_MS: &str = "file.delete.delay.ms";
 /// `min.insync.replicas` (accepted; Floe has one replica)
@@ -35,25 +43,21 @@ pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 pub const FLOE_PREFIX: &str = "floe.";
 
 /// Kafka topic keys that Floe accepts, stores and reports, but whose
-/// behaviour does not apply to a single-replica log that never recompresses
-/// or compacts: (key, Kafka's default). Clients and tools set them routinely
+/// behaviour does not apply to a single-replica log that never recompresses:
+/// (key, Kafka's default). Clients and tools set them routinely
 /// (`compression.type` above all), so refusing them would break topic
 /// creation for no gain. `compression.type` is validated: batches are always
 /// stored as the producer compressed them, which is Kafka's `producer`.
 pub const ACCEPTED_NOT_APPLIED: &[(&str, &str)] = &[
     ("compression.type", "producer"),
-    ("delete.retention.ms", "86400000"),
     ("follower.replication.throttled.replicas", ""),
     ("leader.replication.throttled.replicas", ""),
     ("local.retention.bytes", "-2"),
     ("local.retention.ms", "-2"),
-    ("max.compaction.lag.ms", "9223372036854775807"),
     ("message.downconversion.enable", "true"),
     ("message.timestamp.after.max.ms", "9223372036854775807"),
     ("message.timestamp.before.max.ms", "9223372036854775807"),
     ("message.timestamp.difference.max.ms", "9223372036854775807"),
-    ("min.cleanable.dirty.ratio", "0.5"),
-    ("min.compaction.lag.ms", "0"),
     ("preallocate", "false"),
     ("remote.storage.enable", "false"),
     ("segment.index.bytes", "10485760"),
@@ -73,12 +77,16 @@ const COMPRESSION_TYPES: &[&str] = &[
 /// The keys [`LogConfig`] understands, in the order DescribeConfigs lists them.
 pub const KNOWN_KEYS: &[&str] = &[
     CLEANUP_POLICY,
+    DELETE_RETENTION_MS,
     FILE_DELETE_DELAY_MS,
     FLUSH_MESSAGES,
     FLUSH_MS,
     INDEX_INTERVAL_BYTES,
+    MAX_COMPACTION_LAG_MS,
     MAX_MESSAGE_BYTES,
     MESSAGE_TIMESTAMP_TYPE,
+    MIN_CLEANABLE_DIRTY_RATIO,
+    MIN_COMPACTION_LAG_MS,
     MIN_INSYNC_REPLICAS,
     RETENTION_BYTES,
     RETENTION_MS,
@@ -96,6 +104,41 @@ pub enum MessageTimestampType {
     LogAppendTime,
 }
 
+/// `cleanup.policy`: which of Kafka's two policies apply to a topic's old segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `delete`: `retention.ms` and `retention.bytes` delete whole old segments.
+    pub delete: bool,
+    /// `compact`: the log cleaner keeps only the latest record of each key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// Parses Kafka's comma-separated list (`delete`, `compact`, `compact,delete`).
+    fn parse(value: &str) -> Option<Self> {
+        let mut policy = Self {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',').map(str::trim) {
+            match item {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                _ => return None,
+            }
+        }
+        (policy.delete || policy.compact).then_some(policy)
+    }
+
+    fn render(self) -> &'static str {
+        match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        }
+    }
+}
+
 /// One row of DescribeConfigs: a key, its effective value, and whether it is the default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigEntry {
@@ -111,8 +154,18 @@ pub struct ConfigEntry {
 ///
 /// Built from broker defaults ([`LogConfig::default`] or the broker's own
 /// settings) with topic overrides applied by [`LogConfig::with_overrides`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
+    /// `delete`, `compact` or both.
+    pub cleanup_policy: CleanupPolicy,
+    /// A compacted log is cleaned once dirty bytes / all cleanable bytes reach this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// Records younger than this are never compacted.
+    pub min_compaction_lag_ms: i64,
+    /// A log whose oldest dirty record is older than this is cleaned whatever its dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// How long the cleaner keeps tombstones after the clean that first saw them (KIP-534 delete horizon).
+    pub delete_retention_ms: i64,
     /// Roll a segment before it would exceed this many bytes.
     pub segment_bytes: u64,
     /// Roll a segment this long after its first append.
@@ -150,6 +203,14 @@ impl Default for LogConfig {
     /// Kafka's broker defaults.
     fn default() -> Self {
         Self {
+            cleanup_policy: CleanupPolicy {
+                delete: true,
+                compact: false,
+            },
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
             segment_bytes: 1_073_741_824,
             segment_ms: 604_800_000,
             segment_jitter_ms: 0,
@@ -237,16 +298,31 @@ impl LogConfig {
                     }
                 }
             }
-            CLEANUP_POLICY => match value.trim() {
-                "delete" => {}
-                "compact" | "compact,delete" | "delete,compact" => {
-                    return Err(invalid(
+            CLEANUP_POLICY => {
+                self.cleanup_policy = CleanupPolicy::parse(value).ok_or_else(|| {
+                    invalid(
                         key,
-                        "compaction is not supported; only \"delete\" is",
-                    ))
+                        format!("{value:?} is not a list of cleanup policies (delete, compact)"),
+                    )
+                })?
+            }
+            MIN_CLEANABLE_DIRTY_RATIO => {
+                let ratio: f64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| invalid(key, format!("{value:?} is not a number")))?;
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(invalid(key, format!("{value} is not in [0, 1]")));
                 }
-                _ => return Err(invalid(key, format!("{value:?} is not a cleanup policy"))),
-            },
+                self.min_cleanable_dirty_ratio = ratio;
+            }
+            MIN_COMPACTION_LAG_MS => {
+                self.min_compaction_lag_ms = parse_int(key, value, 0, i64::MAX)?
+            }
+            MAX_COMPACTION_LAG_MS => {
+                self.max_compaction_lag_ms = parse_int(key, value, 1, i64::MAX)?
+            }
+            DELETE_RETENTION_MS => self.delete_retention_ms = parse_int(key, value, 0, i64::MAX)?,
             FILE_DELETE_DELAY_MS => self.file_delete_delay_ms = parse_int(key, value, 0, i64::MAX)?,
             MIN_INSYNC_REPLICAS => self.min_insync_replicas = parse_int(key, value, 1, i32::MAX)?,
             _ if key.starts_with(FLOE_PREFIX) && key.len() > FLOE_PREFIX.len() => {
@@ -292,7 +368,11 @@ impl LogConfig {
                 MessageTimestampType::CreateTime => "CreateTime".to_string(),
                 MessageTimestampType::LogAppendTime => "LogAppendTime".to_string(),
             },
-            CLEANUP_POLICY => "delete".to_string(),
+            CLEANUP_POLICY => self.cleanup_policy.render().to_string(),
+            MIN_CLEANABLE_DIRTY_RATIO => self.min_cleanable_dirty_ratio.to_string(),
+            MIN_COMPACTION_LAG_MS => self.min_compaction_lag_ms.to_string(),
+            MAX_COMPACTION_LAG_MS => self.max_compaction_lag_ms.to_string(),
+            DELETE_RETENTION_MS => self.delete_retention_ms.to_string(),
             FILE_DELETE_DELAY_MS => self.file_delete_delay_ms.to_string(),
             MIN_INSYNC_REPLICAS => self.min_insync_replicas.to_string(),
             _ => {
@@ -386,13 +466,49 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policies_and_compaction_settings() {
+        let c = LogConfig::default();
+        assert_eq!(
+            (c.cleanup_policy.delete, c.cleanup_policy.compact),
+            (true, false)
+        );
+        assert_eq!(c.get("cleanup.policy").as_deref(), Some("delete"));
+        assert_eq!(c.get("min.cleanable.dirty.ratio").as_deref(), Some("0.5"));
+        assert_eq!(c.get("delete.retention.ms").as_deref(), Some("86400000"));
+        assert_eq!(
+            c.get("max.compaction.lag.ms").as_deref(),
+            Some("9223372036854775807")
+        );
+        for (value, compact, delete) in [
+            ("compact", true, false),
+            ("delete, compact", true, true),
+            ("compact,delete", true, true),
+        ] {
+            let c = LogConfig::default()
+                .with_overrides(&map(&[
+                    ("cleanup.policy", value),
+                    ("min.cleanable.dirty.ratio", "0.01"),
+                ]))
+                .unwrap();
+            assert_eq!(
+                (c.cleanup_policy.compact, c.cleanup_policy.delete),
+                (compact, delete),
+                "{value}"
+            );
+            assert_eq!(c.min_cleanable_dirty_ratio, 0.01);
+        }
+    }
+
+    #[test]
     fn bad_keys_and_values_name_the_key() {
         for (k, v) in [
             ("no.such.key", "1"),
             ("segment.bytes", "abc"),
             ("segment.bytes", "10"),
             ("retention.ms", "-2"),
-            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "shred"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("max.compaction.lag.ms", "0"),
             ("message.timestamp.type", "Now"),
             ("floe.", "x"),
         ] {

@@ -137,6 +137,22 @@ pub enum StorageError {
         /// The producer id.
         producer_id: i64,
     },
+    /// A record the topic's rules refuse (INVALID_RECORD), e.g. a keyless
+    /// record in a compacted topic.
+    #[error("{reason}")]
+    InvalidRecord {
+        /// Kafka's message for it.
+        reason: String,
+    },
+    /// The log cleaner was stopped (shutdown) in the middle of cleaning a log;
+    /// nothing was changed.
+    #[error("cleaning of {topic}-{partition} was aborted")]
+    CleaningAborted {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// An I/O error on a log directory (KAFKA_STORAGE_ERROR): loud, not retried.
     #[error("{context} {}: {source}", path.display())]
     Io {

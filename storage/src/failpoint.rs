@@ -82,8 +82,9 @@ pub fn arm_from_env() -> Result<Vec<String>, String> {
     }
 }
 
+/// Arms the failpoints of `spec` (the `FAILPOINTS` syntax); for tests.
 #[cfg(feature = "failpoints")]
-fn arm(spec: &str) -> Result<Vec<String>, String> {
+pub(crate) fn arm(spec: &str) -> Result<Vec<String>, String> {
     let mut parsed = Vec::new();
     for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, actions) = entry

@@ -1,6 +1,7 @@
 //! Every file and directory name the storage layer uses, built and parsed in
 //! one place: segment files (`<20-digit base offset>.log/.index/.timeindex/.txnindex`),
-//! producer state snapshots (`<20-digit offset>.snapshot`), the `.deleted` suffix, partition directories (`<topic>-<partition>`) and the
+//! producer state snapshots (`<20-digit offset>.snapshot`), the `.deleted` suffix,
+//! the cleaner's `.cleaned` and `.swap` suffixes, partition directories (`<topic>-<partition>`) and the
 //! `-delete` suffix of directories being removed, topic metadata files,
 //! checkpoints, `meta.properties` and the producer id block.
 
@@ -18,6 +19,12 @@ pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
 pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 /// Added to a segment file scheduled for deletion.
 pub const DELETED_SUFFIX: &str = ".deleted";
+/// Added to a segment file the cleaner is writing (Kafka's `CleanedFileSuffix`):
+/// never trusted; recovery deletes it.
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// Added to a cleaned segment file once it is complete and durable (Kafka's
+/// `SwapFileSuffix`): the swap is decided; recovery completes it.
+pub const SWAP_SUFFIX: &str = ".swap";
 /// Added to the temporary file of an atomic write.
 pub const TMP_SUFFIX: &str = ".tmp";
 /// Ends the name of a partition directory being removed.
@@ -28,6 +35,8 @@ pub const TOPICS_DIR: &str = "topics";
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 /// Checkpoint of each partition's log start offset.
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+/// Checkpoint of each compacted partition's first dirty offset (Kafka's name).
+pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 /// Cluster id and node id of this data directory.
 pub const META_PROPERTIES: &str = "meta.properties";
 /// The end of the last block of producer ids handed out (Kafka's `ProducerIdManager`).
@@ -118,6 +127,13 @@ pub fn parse_snapshot_file_name(name: &str) -> Option<i64> {
 pub fn deleted_file(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(DELETED_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// `path` with `suffix` appended (`.cleaned`, `.swap`).
+pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
     PathBuf::from(name)
 }
 

@@ -50,7 +50,12 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path) -> Result<Self> {
         let file = open_rw(path, true)?;
-        Ok(Self { path: path.to_path_buf(), file: Arc::new(file), entries: Vec::new(), persisted: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            entries: Vec::new(),
+            persisted: 0,
+        })
     }
 
     /// Loads the index at `path`. `Ok(Err(reason))` when the file is missing,
@@ -61,11 +66,17 @@ impl<E: IndexEntry> IndexFile<E> {
     ) -> Result<std::result::Result<Self, String>> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err("the file is missing".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err("the file is missing".into()))
+            }
             Err(e) => return Err(e).ctx("read", path),
         };
         if bytes.len() % E::SIZE != 0 {
-            return Ok(Err(format!("size {} is not a multiple of {}", bytes.len(), E::SIZE)));
+            return Ok(Err(format!(
+                "size {} is not a multiple of {}",
+                bytes.len(),
+                E::SIZE
+            )));
         }
         let mut entries: Vec<E> = Vec::with_capacity(bytes.len() / E::SIZE);
         for chunk in bytes.chunks_exact(E::SIZE) {
@@ -77,7 +88,12 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         let file = open_rw(path, false)?;
         let persisted = entries.len();
-        Ok(Ok(Self { path: path.to_path_buf(), file: Arc::new(file), entries, persisted }))
+        Ok(Ok(Self {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            entries,
+            persisted,
+        }))
     }
 
     /// The entries, in order.
@@ -100,7 +116,9 @@ impl<E: IndexEntry> IndexFile<E> {
             e.encode(&mut buf);
         }
         let at = (self.persisted * E::SIZE) as u64;
-        self.file.write_all_at(&buf, at).ctx("append to index", &self.path)?;
+        self.file
+            .write_all_at(&buf, at)
+            .ctx("append to index", &self.path)?;
         self.persisted = self.entries.len();
         Ok(())
     }
@@ -113,5 +131,10 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Where the index lives.
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Names the file by `path` from now on (after a rename).
+    pub(crate) fn set_path(&mut self, path: &Path) {
+        self.path = path.to_path_buf();
     }
 }

@@ -22,7 +22,12 @@
 //! - [`error`]: `StorageError`, the one error type of this crate.
 //! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
-//! - `loader`: `LogLoader`, recovery of a partition directory at open.
+//! - `loader`: `LogLoader`, recovery of a partition directory at open (finishing interrupted cleaner swaps).
+//! - [`log_cleaner`]: `LogCleaner`, the compaction threads, their choice of log, checkpoint and statistics.
+//! - [`cleaner`]: `Cleaner`, one compaction of one log and its crash-safe segment swap.
+//! - `batch_filter`: rebuilding a record batch without the records compaction removes (offsets kept).
+//! - `offset_map`: `OffsetMap`, key hash → latest offset, the cleaner's dedupe buffer.
+//! - `throttler`: `Throttler`, the cleaner's I/O rate limit.
 //! - [`verify`]: CRC-32C verification of segment files, resynchronising past damage (`floe verify`, recovery).
 //! - [`log_dir_failure`]: `LogDirFailureChannel`, the data directory's offline state after an I/O error.
 //! - [`failpoint`]: named failpoints (`failpoints` feature), armed from `FAILPOINTS`.
@@ -32,7 +37,10 @@
 
 mod atomic_file;
 pub use atomic_file::write_atomically;
+mod batch_filter;
+mod cleaned_txns;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod error;
 pub mod failpoint;
@@ -40,14 +48,17 @@ pub mod file_names;
 mod index_file;
 mod loader;
 pub mod log;
+pub mod log_cleaner;
 pub mod log_dir_failure;
 pub mod log_manager;
 mod offset_index;
+mod offset_map;
 pub mod producer_id_manager;
 pub mod producer_state;
 mod segment;
 #[cfg(test)]
 mod test_util;
+mod throttler;
 mod time_index;
 pub mod topic;
 pub mod transaction;
@@ -56,11 +67,14 @@ mod transaction_tests;
 mod txn_index;
 pub mod verify;
 
+pub use batch_filter::keyless_record_index;
 pub use checkpoint::OffsetCheckpointFile;
+pub use cleaner::CleanStats;
 pub use config::{ConfigEntry, LogConfig, MessageTimestampType};
 pub use error::{Result, StorageError};
-pub use log_dir_failure::LogDirFailureChannel;
 pub use log::{FetchDataInfo, LogAppendInfo, PartitionLog, TimestampAndOffset};
+pub use log_cleaner::{CleanerConfig, CleanerStats, LogCleaner, PartitionCleanState};
+pub use log_dir_failure::LogDirFailureChannel;
 pub use log_manager::{LogManager, MaintenanceReport};
 pub use producer_id_manager::ProducerIdManager;
 pub use producer_state::ProducerStateManager;

@@ -20,6 +20,11 @@
 //!   consumers see an offset gap, as on a compacted topic, and the partition's
 //!   `corrupt_ranges` feed a metric. `floe verify` finds the same ranges offline.
 //!
+//! Before anything is read, what a crash left of a log cleaner swap is
+//! finished or discarded (`.swap` files complete it, `.cleaned` files are
+//! deleted), so the directory holds either the old segments or the cleaned
+//! one, never both.
+//!
 //! Then the producer state is rebuilt: from the latest valid `.snapshot` at
 //! or below the recovered log end offset, plus the batch headers of the log
 //! after it (headers only: nothing is decompressed, but a control batch's one
@@ -45,16 +50,24 @@ use crate::atomic_file::sync_dir;
 use crate::error::{IoContext, Result};
 use crate::file_names::{
     index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
-    time_index_file, txn_index_file, SegmentFileKind, DELETED_SUFFIX, TMP_SUFFIX,
+    time_index_file, txn_index_file, SegmentFileKind, CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX,
 };
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
-use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned};
+use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned, SegmentPaths};
 use crate::time_index::TimeIndex;
 use crate::transaction::{parse_control_batch, AbortedTxn};
 use crate::txn_index::TransactionIndex;
 use crate::verify::{find_next_valid_batch, CorruptRange};
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).ctx("remove file", path),
+    }
+}
 
 /// A loaded partition directory.
 #[derive(Debug)]
@@ -89,6 +102,7 @@ impl LogLoader<'_> {
     pub(crate) fn load(self) -> Result<LoadedLog> {
         let dir = self.dir;
         fs::create_dir_all(dir).ctx("create partition directory", dir)?;
+        self.finish_cleaner_swaps()?;
         let (bases, snapshots) = self.list_and_clean()?;
         let recovery_point = self.recovery_point.unwrap_or(0);
         let mut segments = BTreeMap::new();
@@ -311,6 +325,99 @@ impl LogLoader<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// Finishes or discards what a crash left of the log cleaner's swap
+    /// (Kafka's `.cleaned` → `.swap` protocol, see [`crate::cleaner`]):
+    /// - `.cleaned` files were never complete: deleted (the old segments stay);
+    /// - a `<base>.log.swap` is a complete, durable cleaned segment whose swap
+    ///   was decided: every segment based in `[base, its next offset)` is one
+    ///   it replaces and is deleted, then the `.swap` files take their final
+    ///   names. An index `.swap` without its `.log.swap` is left from a swap
+    ///   cut short before the decision (or after the log was renamed): deleted,
+    ///   and a missing index is rebuilt from the log.
+    fn finish_cleaner_swaps(&self) -> Result<()> {
+        let dir = self.dir;
+        let mut log_swaps = Vec::new();
+        let mut index_swaps = Vec::new();
+        let mut segments: Vec<(i64, PathBuf)> = Vec::new();
+        let mut changed = false;
+        for entry in fs::read_dir(dir).ctx("list partition directory", dir)? {
+            let entry = entry.ctx("list partition directory", dir)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = entry.path();
+            if name.ends_with(CLEANED_SUFFIX) {
+                info!(file = %path.display(), "removing an unfinished cleaned segment file");
+                fs::remove_file(&path).ctx("remove cleaned file", &path)?;
+                changed = true;
+            } else if let Some(stem) = name.strip_suffix(SWAP_SUFFIX) {
+                match parse_segment_file_name(stem) {
+                    Some((base, SegmentFileKind::Log)) => log_swaps.push(base),
+                    Some(_) => index_swaps.push(path),
+                    None => {}
+                }
+            } else if let Some((base, _)) = parse_segment_file_name(name) {
+                segments.push((base, path));
+            }
+        }
+        log_swaps.sort_unstable();
+        for base in &log_swaps {
+            let swap = SegmentPaths::of(dir, *base, SWAP_SUFFIX);
+            let file = open_rw(&swap.log, false)?;
+            let size = file.metadata().ctx("stat swap segment", &swap.log)?.len();
+            let mut scanner = FileBatchScanner::new(&file, &swap.log, 0, size);
+            let mut next_offset = *base;
+            loop {
+                match scanner.next_batch(true)? {
+                    Scanned::Batch { header, .. } => next_offset = header.next_offset(),
+                    Scanned::End => break,
+                    Scanned::Invalid { position, reason } => {
+                        // It was fsynced before its rename: this is damage, not a torn write.
+                        warn!(file = %swap.log.display(), position, %reason, "damaged batch in a swap segment; keeping what precedes it");
+                        break;
+                    }
+                }
+            }
+            if next_offset == *base {
+                warn!(file = %swap.log.display(), "swap segment holds no batch; discarding it");
+                for p in swap.indexes_then_log() {
+                    remove_if_exists(p)?;
+                }
+                continue;
+            }
+            for (seg_base, path) in &segments {
+                if *seg_base >= *base && *seg_base < next_offset {
+                    info!(file = %path.display(), "removing a segment replaced by a cleaned one");
+                    remove_if_exists(path)?;
+                }
+            }
+            let finals = SegmentPaths::of(dir, *base, "");
+            for (from, to) in swap
+                .indexes_then_log()
+                .into_iter()
+                .zip(finals.indexes_then_log())
+            {
+                match fs::rename(from, to) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e).ctx("rename swap file", from),
+                }
+            }
+            info!(segment = %finals.log.display(), next_offset, "completed an interrupted swap of a cleaned segment");
+            changed = true;
+        }
+        for path in index_swaps {
+            if path.exists() {
+                info!(file = %path.display(), "removing an index swap file without its log");
+                remove_if_exists(&path)?;
+                changed = true;
+            }
+        }
+        if changed {
+            sync_dir(dir)?;
+        }
+        Ok(())
     }
 
     /// Lists segment base offsets and snapshot offsets (sorted), deleting

@@ -789,7 +789,7 @@ mod tests {
             Err(StorageError::InvalidPartitions { .. })
         ));
         assert!(matches!(
-            m.create_topic("b", 1, map(&[("cleanup.policy", "compact")])),
+            m.create_topic("b", 1, map(&[("cleanup.policy", "shred")])),
             Err(StorageError::InvalidConfig { key, .. }) if key == "cleanup.policy"
         ));
         assert!(m.topic("b").is_none());

@@ -31,7 +31,10 @@ impl IndexEntry for (u32, u32) {
     const SIZE: usize = OFFSET_INDEX_ENTRY_SIZE;
 
     fn decode(b: &[u8]) -> Self {
-        (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
+        (
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+        )
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -50,16 +53,25 @@ pub(crate) struct OffsetIndex {
 impl OffsetIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        Ok(Self { index: IndexFile::create(path)?, base_offset })
+        Ok(Self {
+            index: IndexFile::create(path)?,
+            base_offset,
+        })
     }
 
     /// Loads the index at `path` for a log of `log_size` bytes. `Ok(Err(reason))`
     /// when the file is missing or fails the sanity checks (and must be rebuilt).
-    pub(crate) fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Result<Self, String>> {
+    pub(crate) fn load(
+        path: &Path,
+        base_offset: i64,
+        log_size: u64,
+    ) -> Result<Result<Self, String>> {
         let loaded = IndexFile::load(path, |prev: Option<&(u32, u32)>, &(rel, pos)| {
             if let Some(&(prev_rel, prev_pos)) = prev {
                 if rel <= prev_rel || pos <= prev_pos {
-                    return Err(format!("({rel}, {pos}) is not after ({prev_rel}, {prev_pos})"));
+                    return Err(format!(
+                        "({rel}, {pos}) is not after ({prev_rel}, {prev_pos})"
+                    ));
                 }
             }
             if u64::from(pos) >= log_size {
@@ -67,13 +79,18 @@ impl OffsetIndex {
             }
             Ok(())
         })?;
-        Ok(loaded.map(|index| Self { index, base_offset }).map_err(|r| format!("offset index: {r}")))
+        Ok(loaded
+            .map(|index| Self { index, base_offset })
+            .map_err(|r| format!("offset index: {r}")))
     }
 
     /// Adds an entry in memory if it is representable and after the last one;
     /// [`OffsetIndex::persist`] writes it.
     pub(crate) fn append(&mut self, offset: i64, position: u64) {
-        let (Ok(rel), Ok(pos)) = (u32::try_from(offset - self.base_offset), u32::try_from(position)) else {
+        let (Ok(rel), Ok(pos)) = (
+            u32::try_from(offset - self.base_offset),
+            u32::try_from(position),
+        ) else {
             return;
         };
         if let Some(&(last_rel, last_pos)) = self.index.entries().last() {
@@ -107,7 +124,11 @@ impl OffsetIndex {
 
     /// The last entry.
     pub(crate) fn last_entry(&self) -> Option<(i64, u64)> {
-        self.index.entries().len().checked_sub(1).map(|i| self.entry(i))
+        self.index
+            .entries()
+            .len()
+            .checked_sub(1)
+            .map(|i| self.entry(i))
     }
 
     fn entry(&self, i: usize) -> (i64, u64) {
@@ -129,6 +150,11 @@ impl OffsetIndex {
     /// Where the index lives.
     pub(crate) fn path(&self) -> &Path {
         self.index.path()
+    }
+
+    /// Names the file by `path` from now on (after a rename).
+    pub(crate) fn set_path(&mut self, path: &Path) {
+        self.index.set_path(path);
     }
 }
 

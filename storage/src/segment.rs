@@ -16,7 +16,7 @@ use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OV
 
 use crate::error::{IoContext, Result};
 use crate::failpoint;
-use crate::file_names::{deleted_file, index_file, log_file, time_index_file, txn_index_file};
+use crate::file_names::{deleted_file, index_file, log_file, time_index_file, txn_index_file, with_suffix};
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::time_index::TimeIndex;
@@ -71,6 +71,35 @@ pub(crate) struct AppendedBatch {
     pub(crate) max_timestamp: i64,
 }
 
+/// The three files of a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentPaths {
+    pub(crate) log: PathBuf,
+    pub(crate) index: PathBuf,
+    pub(crate) time_index: PathBuf,
+    /// Exists only when the segment has aborted transactions.
+    pub(crate) txn_index: PathBuf,
+}
+
+impl SegmentPaths {
+    /// The files of the segment based at `base_offset` in `dir`, with `suffix`
+    /// (`""`, `.cleaned`, `.swap`) after their usual names.
+    pub(crate) fn of(dir: &Path, base_offset: i64, suffix: &str) -> Self {
+        Self {
+            log: with_suffix(&log_file(dir, base_offset), suffix),
+            index: with_suffix(&index_file(dir, base_offset), suffix),
+            time_index: with_suffix(&time_index_file(dir, base_offset), suffix),
+            txn_index: with_suffix(&txn_index_file(dir, base_offset), suffix),
+        }
+    }
+
+    /// The four paths, indexes first (the order the swap renames them in);
+    /// the `.txnindex` may not exist.
+    pub(crate) fn indexes_then_log(&self) -> [&Path; 4] {
+        [&self.index, &self.time_index, &self.txn_index, &self.log]
+    }
+}
+
 /// A segment of a partition log. Not synchronised: `PartitionLog` owns its segments under its lock.
 #[derive(Debug)]
 pub(crate) struct LogSegment {
@@ -117,6 +146,34 @@ impl LogSegment {
             time_index,
             txn_index,
         ))
+    }
+
+    /// Creates a new empty segment whose files are at the given paths (the
+    /// cleaner's `.cleaned` files), truncating (or for the `.txnindex`,
+    /// removing) any files there.
+    pub(crate) fn create_at(base_offset: i64, paths: &SegmentPaths) -> Result<Self> {
+        let log = open_rw(&paths.log, true)?;
+        let offset_index = OffsetIndex::create(&paths.index, base_offset)?;
+        let time_index = TimeIndex::create(&paths.time_index, base_offset)?;
+        let txn_index = TransactionIndex::create(&paths.txn_index)?;
+        Ok(Self::assemble(
+            base_offset,
+            paths.log.clone(),
+            log,
+            0,
+            offset_index,
+            time_index,
+            txn_index,
+        ))
+    }
+
+    /// Names the segment's files by `paths` from now on (after they were
+    /// renamed: the open descriptors stay valid).
+    pub(crate) fn set_paths(&mut self, paths: &SegmentPaths) {
+        self.log_path = Arc::from(paths.log.as_path());
+        self.offset_index.set_path(&paths.index);
+        self.time_index.set_path(&paths.time_index);
+        self.txn_index.set_path(&paths.txn_index);
     }
 
     /// Puts a segment together from opened parts; offsets and timestamps start empty.
@@ -413,6 +470,12 @@ impl<'a> FileBatchScanner<'a> {
         &self.buf[at..at + len]
     }
 
+    /// The bytes of the batch [`FileBatchScanner::next_batch`] just returned
+    /// (at `position`, `size` bytes long): still in the scanner's buffer.
+    pub(crate) fn batch_bytes(&self, position: u64, size: usize) -> &[u8] {
+        self.slice(position, size)
+    }
+
     /// The next batch, checking header sanity and, if `verify`, its CRC.
     /// After `Invalid` or `End` the scanner stays where it is.
     pub(crate) fn next_batch(&mut self, verify: bool) -> Result<Scanned> {
@@ -439,7 +502,7 @@ impl<'a> FileBatchScanner<'a> {
                 })
             }
         };
-        if let Err(e) = header.check_sanity(0) {
+        if let Err(e) = header.check_sanity_in_log(0) {
             return Ok(Scanned::Invalid {
                 position,
                 reason: e.to_string(),

@@ -52,24 +52,38 @@ pub(crate) struct TimeIndex {
 impl TimeIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        Ok(Self { index: IndexFile::create(path)?, base_offset })
+        Ok(Self {
+            index: IndexFile::create(path)?,
+            base_offset,
+        })
     }
 
     /// Loads the index for a segment whose offsets end before `next_offset`.
     /// `Ok(Err(reason))` when missing or failing the sanity checks.
-    pub(crate) fn load(path: &Path, base_offset: i64, next_offset: i64) -> Result<Result<Self, String>> {
+    pub(crate) fn load(
+        path: &Path,
+        base_offset: i64,
+        next_offset: i64,
+    ) -> Result<Result<Self, String>> {
         let loaded = IndexFile::load(path, |prev: Option<&(i64, u32)>, &(ts, rel)| {
             if let Some(&(prev_ts, prev_rel)) = prev {
                 if ts <= prev_ts || rel <= prev_rel {
-                    return Err(format!("({ts}, {rel}) is not after ({prev_ts}, {prev_rel})"));
+                    return Err(format!(
+                        "({ts}, {rel}) is not after ({prev_ts}, {prev_rel})"
+                    ));
                 }
             }
             if base_offset + i64::from(rel) >= next_offset {
-                return Err(format!("names offset {}, past the segment's end", base_offset + i64::from(rel)));
+                return Err(format!(
+                    "names offset {}, past the segment's end",
+                    base_offset + i64::from(rel)
+                ));
             }
             Ok(())
         })?;
-        Ok(loaded.map(|index| Self { index, base_offset }).map_err(|r| format!("time index: {r}")))
+        Ok(loaded
+            .map(|index| Self { index, base_offset })
+            .map_err(|r| format!("time index: {r}")))
     }
 
     /// Adds `(timestamp, offset)` in memory if representable and after the last entry.
@@ -95,7 +109,8 @@ impl TimeIndex {
     pub(crate) fn lookup(&self, target: i64) -> Option<i64> {
         let entries = self.index.entries();
         let idx = entries.partition_point(|&(ts, _)| ts < target);
-        idx.checked_sub(1).map(|i| self.base_offset + i64::from(entries[i].1))
+        idx.checked_sub(1)
+            .map(|i| self.base_offset + i64::from(entries[i].1))
     }
 
     /// The largest timestamp recorded, if any.
@@ -117,6 +132,11 @@ impl TimeIndex {
     /// Where the index lives.
     pub(crate) fn path(&self) -> &Path {
         self.index.path()
+    }
+
+    /// Names the file by `path` from now on (after a rename).
+    pub(crate) fn set_path(&mut self, path: &Path) {
+        self.index.set_path(path);
     }
 }
 

@@ -179,6 +179,12 @@ impl TransactionIndex {
         self.file.clone().map(|f| (f, self.path.clone()))
     }
 
+    /// Names the file `path` from now on (after it was renamed; the open
+    /// descriptor stays valid).
+    pub(crate) fn set_path(&mut self, path: &Path) {
+        self.path = path.to_path_buf();
+    }
+
     /// The file's path.
     pub(crate) fn path(&self) -> &Path {
         &self.path

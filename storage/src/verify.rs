@@ -112,7 +112,7 @@ pub(crate) fn find_next_valid_batch(
             };
             let position = window_start + at as u64;
             let size = header.total_size() as u64;
-            if header.check_sanity(0).is_err()
+            if header.check_sanity_in_log(0).is_err()
                 || header.base_offset < min_offset
                 || header.last_offset() > max_offset
                 || position + size > end

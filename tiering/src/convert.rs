@@ -86,7 +86,7 @@ impl SegmentReader {
         let mut head = [0u8; RECORD_BATCH_OVERHEAD];
         self.read_exact_at(&mut head, self.position)?;
         let header = RecordBatchHeader::parse(&head).expect("a whole header was read");
-        if let Err(e) = header.check_sanity(self.position as usize) {
+        if let Err(e) = header.check_sanity_in_log(self.position as usize) {
             return corrupt(self.position, e.to_string());
         }
         let size = header.total_size() as u64;

@@ -118,6 +118,20 @@ fn append(
     if validated.has_control {
         return Err((ResponseError::InvalidRecord, "clients may not write control batches (transaction markers)".into()));
     }
+    if config.cleanup_policy.compact {
+        // Kafka's LogValidator: a compacted topic needs a key on every record.
+        // Only compacted topics pay for decoding the records.
+        match floe_storage::keyless_record_index(records) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err((
+                    ResponseError::InvalidRecord,
+                    format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}."),
+                ))
+            }
+            Err(reason) => return Err((ResponseError::CorruptMessage, reason)),
+        }
+    }
     match (transactional_id, validated.has_transactional) {
         (Some(id), true) => {
             // KIP-890 part 1: the partition must be in the producer's open transaction;
