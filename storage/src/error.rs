@@ -137,13 +137,6 @@ pub enum StorageError {
         /// The producer id.
         producer_id: i64,
     },
-    /// A record the topic's rules refuse (INVALID_RECORD), e.g. a keyless
-    /// record in a compacted topic.
-    #[error("{reason}")]
-    InvalidRecord {
-        /// Kafka's message for it.
-        reason: String,
-    },
     /// The log cleaner was stopped (shutdown) in the middle of cleaning a log;
     /// nothing was changed.
     #[error("cleaning of {topic}-{partition} was aborted")]

@@ -470,12 +470,6 @@ impl<'a> FileBatchScanner<'a> {
         &self.buf[at..at + len]
     }
 
-    /// The bytes of the batch [`FileBatchScanner::next_batch`] just returned
-    /// (at `position`, `size` bytes long): still in the scanner's buffer.
-    pub(crate) fn batch_bytes(&self, position: u64, size: usize) -> &[u8] {
-        self.slice(position, size)
-    }
-
     /// The next batch, checking header sanity and, if `verify`, its CRC.
     /// After `Invalid` or `End` the scanner stays where it is.
     pub(crate) fn next_batch(&mut self, verify: bool) -> Result<Scanned> {
