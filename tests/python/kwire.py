@@ -5,8 +5,11 @@ tests can send exact bytes (good and bad) and compare responses byte for byte.
 
 Frames: `size:int32 | header | body`. Request header v1:
 `api_key:int16 api_version:int16 correlation_id:int32 client_id:nullable string`.
-Response header v0: `correlation_id:int32`. Only non-flexible versions are used:
-ApiVersions v0, Metadata v1, Produce v3, Fetch v4, ListOffsets v1.
+Response header v0: `correlation_id:int32`. Mostly non-flexible versions are used:
+ApiVersions v0, Metadata v1, Produce v3, Fetch v4, ListOffsets v1, InitProducerId v1,
+AddPartitionsToTxn v0-2, EndTxn v0-2. Flexible ones (request header v2 = v1 + tagged
+fields; response header v1 = correlation id + tagged fields, except ApiVersions whose
+response header stays v0): ApiVersions v3, Fetch v12, AddPartitionsToTxn v3.
 
 Record batch v2 (magic 2):
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
@@ -29,10 +32,25 @@ API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
 API_API_VERSIONS = 18
+API_INIT_PRODUCER_ID = 22
+API_ADD_PARTITIONS_TO_TXN = 24
+API_END_TXN = 26
 
 ERR_NONE = 0
 ERR_CORRUPT_MESSAGE = 2
+ERR_MESSAGE_TOO_LARGE = 10
 ERR_UNSUPPORTED_VERSION = 35
+ERR_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+ERR_INVALID_PRODUCER_EPOCH = 47
+ERR_INVALID_TXN_STATE = 48
+ERR_INVALID_PRODUCER_ID_MAPPING = 49
+ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+ERR_INVALID_RECORD = 87
+ERR_PRODUCER_FENCED = 90
+
+# Record batch attributes (v2).
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
 
 # ---------------------------------------------------------------- CRC-32C
 
@@ -179,12 +197,16 @@ def encode_record(offset_delta: int, r: Record) -> bytes:
 
 
 def record_batch(records: list[Record], base_timestamp: int = 1_700_000_000_000,
-                 base_offset: int = 0, corrupt_crc: bool = False) -> bytes:
-    """An uncompressed v2 batch (CreateTime, no producer id)."""
+                 base_offset: int = 0, corrupt_crc: bool = False, producer_id: int = -1,
+                 producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False) -> bytes:
+    """An uncompressed v2 batch (CreateTime); by default without a producer id.
+    `transactional` sets attribute bit 4 (a batch of a transactional producer)."""
     recs = b"".join(encode_record(i, r) for i, r in enumerate(records))
     max_ts = base_timestamp + max((r.timestamp_delta for r in records), default=0)
-    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, base_timestamp, max_ts,
-                            -1, -1, -1, len(records)) + recs
+    attributes = ATTR_TRANSACTIONAL if transactional else 0
+    after_crc = struct.pack(">hiqqqhii", attributes, len(records) - 1, base_timestamp, max_ts,
+                            producer_id, producer_epoch, base_sequence, len(records)) + recs
     crc = crc32c(after_crc)
     if corrupt_crc:
         crc ^= 0xDEADBEEF
@@ -321,8 +343,9 @@ def metadata_v1(topics: list[str] | None) -> bytes:
 
 
 def produce_v3(topic: str, partition: int, records: bytes, acks: int = -1,
-               timeout_ms: int = 10_000) -> bytes:
-    return (string(None) + struct.pack(">hi", acks, timeout_ms)
+               timeout_ms: int = 10_000, transactional_id: str | None = None) -> bytes:
+    """Produce v3: transactional_id (nullable string) | acks | timeout | topics."""
+    return (string(transactional_id) + struct.pack(">hi", acks, timeout_ms)
             + array([string(topic) + array([struct.pack(">i", partition) + nbytes(records)])]))
 
 
@@ -364,6 +387,40 @@ def list_offsets_v2(topic: str, partition: int, timestamp: int, isolation_level:
 
 def parse_list_offsets_v2(body: bytes):
     return parse_list_offsets_v1(body[4:])
+
+
+def init_producer_id_v1(transactional_id: str | None, transaction_timeout_ms: int = 60_000) -> bytes:
+    """InitProducerId v0/v1 (non-flexible): transactional_id nullable string | timeout int32."""
+    return string(transactional_id) + struct.pack(">i", transaction_timeout_ms)
+
+
+def add_partitions_to_txn_v2(transactional_id: str, producer_id: int, producer_epoch: int,
+                             topics: dict[str, list[int]]) -> bytes:
+    """AddPartitionsToTxn v0-v2 (non-flexible; v2 only adds PRODUCER_FENCED to the answers):
+    transactional_id string | producer_id int64 | producer_epoch int16 |
+    topics [name string | partitions [int32]]."""
+    return (string(transactional_id) + struct.pack(">qh", producer_id, producer_epoch)
+            + array([string(t) + array([struct.pack(">i", p) for p in ps]) for t, ps in topics.items()]))
+
+
+def compact_array(items: list[bytes]) -> bytes:
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+def add_partitions_to_txn_v3(transactional_id: str, producer_id: int, producer_epoch: int,
+                             topics: dict[str, list[int]]) -> bytes:
+    """AddPartitionsToTxn v3: v2's fields, flexible (compact strings and arrays, tagged fields
+    after every struct). Send with `flexible_header=True`."""
+    topic_items = [compact_string(t) + compact_array([struct.pack(">i", p) for p in ps]) + b"\x00"
+                   for t, ps in topics.items()]
+    return (compact_string(transactional_id) + struct.pack(">qh", producer_id, producer_epoch)
+            + compact_array(topic_items) + b"\x00")
+
+
+def end_txn_v1(transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> bytes:
+    """EndTxn v0-v2 (non-flexible; v2 only adds PRODUCER_FENCED to the answers):
+    transactional_id string | producer_id int64 | producer_epoch int16 | committed bool."""
+    return string(transactional_id) + struct.pack(">qhb", producer_id, producer_epoch, 1 if committed else 0)
 
 # ---------------------------------------------------------------- responses
 
@@ -417,6 +474,77 @@ def parse_list_offsets_v1(body: bytes):
     r = Reader(body)
     topics = r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), r.i16(), r.i64(), r.i64()))))
     return {(t, p): (err, ts, off) for t, parts in topics for p, err, ts, off in parts}
+
+
+def parse_init_producer_id_v1(body: bytes) -> tuple[int, int, int]:
+    """(error_code, producer_id, producer_epoch)."""
+    r = Reader(body)
+    r.i32()  # throttle_time_ms
+    out = (r.i16(), r.i64(), r.i16())
+    assert r.done(), "trailing bytes in InitProducerId v1 response"
+    return out
+
+
+def parse_add_partitions_to_txn_v2(body: bytes) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v0-v2 response: {(topic, partition): error_code}."""
+    r = Reader(body)
+    r.i32()  # throttle_time_ms
+    topics = r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), r.i16()))))
+    assert r.done(), "trailing bytes in AddPartitionsToTxn v2 response"
+    return {(t, p): err for t, parts in topics for p, err in parts}
+
+
+class FlexReader(Reader):
+    """Reader for flexible versions: compact strings and arrays, tagged fields."""
+
+    def uvarint(self) -> int:
+        n, self.pos = read_uvarint(self.buf, self.pos)
+        return n
+
+    def compact_string(self):
+        n = self.uvarint()
+        return None if n == 0 else self.take(n - 1).decode()
+
+    def compact_array(self, item):
+        n = self.uvarint()
+        return None if n == 0 else [item(self) for _ in range(n - 1)]
+
+    def skip_tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+
+def parse_add_partitions_to_txn_v3(body: bytes) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v3 response body (after response header v1):
+    {(topic, partition): error_code}."""
+    r = FlexReader(body)
+    r.i32()  # throttle_time_ms
+
+    def partition(r):
+        p, err = r.i32(), r.i16()
+        r.skip_tags()
+        return p, err
+
+    def topic(r):
+        name = r.compact_string()
+        parts = r.compact_array(partition)
+        r.skip_tags()
+        return name, parts
+
+    topics = r.compact_array(topic)
+    r.skip_tags()
+    assert r.done(), "trailing bytes in AddPartitionsToTxn v3 response"
+    return {(t, p): err for t, parts in topics for p, err in parts}
+
+
+def parse_end_txn_v1(body: bytes) -> int:
+    """EndTxn v0-v2 response: the error code."""
+    r = Reader(body)
+    r.i32()  # throttle_time_ms
+    err = r.i16()
+    assert r.done(), "trailing bytes in EndTxn v1 response"
+    return err
 
 
 def parse_metadata_v1(body: bytes):
@@ -495,6 +623,14 @@ class KafkaConn:
     def call(self, api_key: int, version: int, body: bytes, flexible_header: bool = False) -> bytes:
         """Send one request; return the response body (after the v0 response header)."""
         return self.call_raw(api_key, version, body, flexible_header)[4:]
+
+    def call_flexible(self, api_key: int, version: int, body: bytes) -> bytes:
+        """A flexible request (header v2); return the body after response header v1
+        (correlation id, tagged fields). Not for ApiVersions, whose response header is v0."""
+        resp = self.call_raw(api_key, version, body, flexible_header=True)
+        r = FlexReader(resp[4:])
+        r.skip_tags()
+        return resp[4 + r.pos:]
 
     def closed_by_peer(self, timeout: float = 10.0) -> bool:
         """True if the broker closes the connection (EOF or reset) within `timeout`,
