@@ -116,6 +116,20 @@ else
 fi
 "$ROOT/.venv/bin/python" -c 'import confluent_kafka, kafka, aiokafka, pytest; print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0], "| kafka-python", kafka.__version__, "| aiokafka", aiokafka.__version__)' \
     || die "python clients do not import"
+# Quix Streams (test_stream_framework.py) pins an older confluent-kafka: its own venv.
+QUIX_REQS="$ROOT/tests/python/requirements-quix.txt"
+QUIX_STAMP="$ROOT/.venv-quix/.floe-requirements.sha256"
+QUIX_WANT="$(sha256sum "$QUIX_REQS" | cut -d' ' -f1)"
+if [ ! -x "$ROOT/.venv-quix/bin/python" ] || [ "$(cat "$QUIX_STAMP" 2>/dev/null)" != "$QUIX_WANT" ]; then
+    rm -rf "$ROOT/.venv-quix"
+    python3 -m venv "$ROOT/.venv-quix" || die "python3 -m venv .venv-quix failed"
+    "$ROOT/.venv-quix/bin/python" -m pip install -q --disable-pip-version-check -r "$QUIX_REQS" \
+        || die "pip install -r tests/python/requirements-quix.txt failed"
+    echo "$QUIX_WANT" >"$QUIX_STAMP"
+fi
+export FLOE_QUIX_PYTHON="${FLOE_QUIX_PYTHON:-$ROOT/.venv-quix/bin/python}"
+"$FLOE_QUIX_PYTHON" -c 'import quixstreams; print("quixstreams", quixstreams.__version__)' \
+    || die "quixstreams does not import"
 stage_done "setup-python" ok
 
 banner "setup: kafkajs (tests/js, npm ci)"

@@ -241,15 +241,9 @@ test('kafkajs transactions: sendOffsets to a group without members: offsets appl
   });
 });
 
-// SKIPPED: Floe bug. kafkajs 2.2.4 sends TxnOffsetCommit v1 (its highest version), which has no
-// member_id / generation_id fields. Floe's group coordinator (GroupCoordinator::txn_commit_offsets
-// -> Group::validate_commit in broker/src/group/group.rs) treats such a commit like a plain
-// OffsetCommit from outside the group and answers UNKNOWN_MEMBER_ID (25) as soon as the group has
-// members; here the group's only member is this test's own consumer. Kafka's GroupCoordinator
-// exempts transactional commits from that check ("older versions of this protocol do not require
-// memberId and generationId") and accepts them. kafkajs then rejoins the group and the loop never
-// commits. Remove the `.skip` once Floe accepts TxnOffsetCommit v0-v2 for a non-empty group.
-test.skip('kafkajs transactions: consume-transform-produce commits the group offsets with the output (sendOffsets)', async () => {
+// kafkajs 2.2.4 sends TxnOffsetCommit v1 (its highest), which names no member or generation:
+// accepted for a group with members, as Kafka's validateOffsetCommit accepts it.
+test('kafkajs transactions: consume-transform-produce commits the group offsets with the output (sendOffsets)', async () => {
   await withFloe({ overrides: OVERRIDES }, async (floe) => {
     const kafka = kafkaFor(floe);
     const input = unique('kjs-ctp-in');

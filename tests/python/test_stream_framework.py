@@ -5,14 +5,12 @@ whose changelog topic is compacted). The app is killed -9 and its local state is
 wiped before each restart, so the counts must come back from the changelog topic;
 the committed output must hold every input exactly once with the exact count.
 
-Needs, and skips without:
-- an interpreter with quixstreams: FLOE_QUIX_PYTHON, else this one. quixstreams
-  3.28 pins confluent-kafka < 2.13 while tests/python/requirements.txt has a newer
-  one, so it lives in its own venv:
-      python3 -m venv .venv-quix && .venv-quix/bin/pip install quixstreams==3.28.1
-      FLOE_QUIX_PYTHON=.venv-quix/bin/python pytest tests/python/test_stream_framework.py
-- transactions (init_transactions) and compacted topics (cleanup.policy=compact)
-  on the broker: probed at the start of the test.
+Needs, and skips without, an interpreter with quixstreams: FLOE_QUIX_PYTHON, else
+this one. quixstreams 3.28 pins confluent-kafka < 2.13 while
+tests/python/requirements.txt has a newer one, so it lives in its own venv, which
+tests/run-all.sh makes (.venv-quix) and passes in FLOE_QUIX_PYTHON:
+    python3 -m venv .venv-quix && .venv-quix/bin/pip install quixstreams==3.28.1
+    FLOE_QUIX_PYTHON=.venv-quix/bin/python pytest tests/python/test_stream_framework.py
 """
 
 from __future__ import annotations
@@ -49,18 +47,6 @@ pytestmark = pytest.mark.skipif(_quix_version() is None,
                                 reason=f"no quixstreams for {QUIX_PYTHON} (set FLOE_QUIX_PYTHON; see the module doc)")
 
 
-def _require_broker_features(bootstrap: str):
-    try:
-        create_topic(bootstrap, unique_topic("compact-probe"), config={"cleanup.policy": "compact"})
-    except KafkaException as e:
-        pytest.skip(f"floe refuses cleanup.policy=compact ({e.args[0].name()}): changelog topics need compaction")
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "quix-probe"})
-    try:
-        p.init_transactions(10)
-    except KafkaException as e:
-        pytest.skip(f"floe refuses init_transactions ({e.args[0].name()}): exactly-once needs transactions")
-
-
 def _group_position(bootstrap: str, group: str, topic: str, partitions: int) -> int | None:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted"})
     try:
@@ -74,7 +60,6 @@ def _group_position(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 def test_quix_streams_stateful_exactly_once_with_state_restored_from_the_changelog(floe_factory, tmp_path):
     floe = floe_factory("floe", overrides={"group.initial.rebalance.delay.ms": "0"})
-    _require_broker_features(floe.bootstrap)
     rng = random.Random()
     partitions, n, keys = 2, 600, 6
     source = create_topic(floe.bootstrap, unique_topic("quix-in"), partitions=partitions)

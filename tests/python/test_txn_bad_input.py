@@ -21,10 +21,9 @@ AddPartitionsToTxnManager.scala, ReplicaManager.scala, storage/.../ProducerAppen
   OUT_OF_ORDER_SEQUENCE_NUMBER; a bad CRC CORRUPT_MESSAGE; a batch over max.message.bytes
   MESSAGE_TOO_LARGE.
 - A transactional batch in a Produce request without a transactional id: KafkaApis answers
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request (Floe: INVALID_RECORD; xfail).
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request.
 - A non-transactional batch from a producer whose transaction is open in the partition:
-  ProducerAppendInfo.appendDataBatch throws InvalidTxnStateException, INVALID_TXN_STATE
-  (Floe: INVALID_RECORD; xfail).
+  ProducerAppendInfo.appendDataBatch throws InvalidTxnStateException, INVALID_TXN_STATE.
 
 AddPartitionsToTxn refusals are logged at debug (as Kafka's coordinator does), so the broker
 runs with debug on for the transaction handlers.
@@ -40,11 +39,6 @@ from floe_process import wait_until
 
 # AddPartitionsToTxn refusals are debug lines (floe_broker::handlers::transactions).
 TXN_DEBUG = {"RUST_LOG": "info,floe_broker::handlers::transactions=debug"}
-
-
-class KafkaDifference(AssertionError):
-    """Floe's answer differs from Kafka's: what the xfail tests expect to raise (and nothing
-    else, so a regression elsewhere in them still fails the run)."""
 
 
 @pytest.fixture
@@ -326,29 +320,18 @@ def test_corrupt_and_oversized_transactional_batches(broker):
         assert_log_end(conn, topic, 0, 2, "record and marker")
 
 
-@pytest.mark.xfail(strict=True, raises=KafkaDifference, reason=(
-    "Kafka (KafkaApis.handleProduceRequest) answers a Produce holding transactional batches but "
-    "no transactional id with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for the whole request; "
-    "Floe answers INVALID_RECORD (87)"))
 def test_transactional_batch_without_a_transactional_id(broker):
     topic, conn, p, log = setup(broker, "no-txn-id")
     with conn:
         p.init()
         assert p.add({topic: [0]}) == {(topic, 0): 0}
         log.set_mark()
-        err, base = p.produce(topic, 0, 0, [b"x"], txn_id=None)
-        assert err != 0 and base == -1, (err, base)
-        log.expect("produce refused", topic)
+        # KafkaApis.handleProduceRequest: transactional records need a transactional id.
+        assert p.produce(topic, 0, 0, [b"x"], txn_id=None) == (kwire.ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        log.expect("produce refused", topic, "without a transactional id")
         assert_log_end(conn, topic, 0, 0, "refused batch")
-        if err != kwire.ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            raise KafkaDifference(f"error {err}, Kafka answers {kwire.ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED}")
 
 
-@pytest.mark.xfail(strict=True, raises=KafkaDifference, reason=(
-    "Kafka (ProducerAppendInfo.appendDataBatch) answers a non-transactional batch from a producer "
-    "whose transaction is open in the partition with INVALID_TXN_STATE (48); Floe's produce "
-    "handler refuses every non-transactional batch in a request with a transactional id, with "
-    "INVALID_RECORD (87)"))
 def test_non_transactional_batch_during_the_producers_transaction(broker):
     topic, conn, p, log = setup(broker, "non-txn")
     with conn:
@@ -356,9 +339,7 @@ def test_non_transactional_batch_during_the_producers_transaction(broker):
         assert p.add({topic: [0]}) == {(topic, 0): 0}
         assert p.produce(topic, 0, 0, [b"in-txn"]) == (0, 0)
         log.set_mark()
-        err, base = p.produce(topic, 0, 1, [b"plain"], transactional=False)
-        assert err != 0 and base == -1, (err, base)
-        log.expect("produce refused", topic)
+        # ProducerAppendInfo.appendDataBatch: "Expected transactional write from producer".
+        assert p.produce(topic, 0, 1, [b"plain"], transactional=False) == (kwire.ERR_INVALID_TXN_STATE, -1)
+        log.expect("produce refused", topic, "non-transactional batch")
         assert_log_end(conn, topic, 0, 1, "refused batch")
-        if err != kwire.ERR_INVALID_TXN_STATE:
-            raise KafkaDifference(f"error {err}, Kafka answers {kwire.ERR_INVALID_TXN_STATE}")

@@ -213,6 +213,29 @@ impl GroupCoordinator {
         self.groups_read().get(id).cloned()
     }
 
+    /// The group an (transactional) offset commit goes to, once the member
+    /// may commit: created for a commit that names no member.
+    fn group_for_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        transactional: bool,
+    ) -> Result<GroupRef, ResponseError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let g = if member_id.is_empty() && generation < 0 {
+            self.group_or_create(group_id)
+        } else {
+            self.group(group_id).ok_or(ResponseError::IllegalGeneration)?
+        };
+        lock(&g).validate_commit(member_id, instance_id, generation, transactional)?;
+        Ok(g)
+    }
+
     fn group_or_create(&self, id: &str) -> GroupRef {
         if let Some(g) = self.group(id) {
             return g;
@@ -336,16 +359,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<(String, i32, OffsetAndMetadata)>,
     ) -> Result<(), ResponseError> {
-        self.check_active()?;
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
-        let g = if member_id.is_empty() && generation < 0 {
-            self.group_or_create(group_id)
-        } else {
-            self.group(group_id).ok_or(ResponseError::IllegalGeneration)?
-        };
-        lock(&g).validate_commit(member_id, instance_id, generation)?;
+        let g = self.group_for_commit(group_id, member_id, instance_id, generation, false)?;
         if offsets.is_empty() {
             return Ok(());
         }
@@ -387,16 +401,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<(String, i32, OffsetAndMetadata)>,
     ) -> Result<(), ResponseError> {
-        self.check_active()?;
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
-        let g = if member_id.is_empty() && generation < 0 {
-            self.group_or_create(group_id)
-        } else {
-            self.group(group_id).ok_or(ResponseError::IllegalGeneration)?
-        };
-        lock(&g).validate_commit(member_id, instance_id, generation)?;
+        let g = self.group_for_commit(group_id, member_id, instance_id, generation, true)?;
         if offsets.is_empty() {
             return Ok(());
         }

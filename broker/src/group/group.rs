@@ -837,8 +837,20 @@ impl Group {
 
     // ---- offsets and administration ---------------------------------------
 
-    /// May this member commit offsets now?
-    pub fn validate_commit(&self, member_id: &str, instance_id: Option<&str>, generation: i32) -> Result<(), ResponseError> {
+    /// May this member commit offsets now? (Kafka's `validateOffsetCommit`.)
+    /// A transactional commit that names no member, generation or instance
+    /// (TxnOffsetCommit before v3, as kafkajs sends it) is accepted whatever
+    /// the group's members: those versions cannot name one.
+    pub fn validate_commit(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        transactional: bool,
+    ) -> Result<(), ResponseError> {
+        if transactional && member_id.is_empty() && generation < 0 && instance_id.is_none() {
+            return Ok(());
+        }
         if let Some(c) = &self.consumer {
             return c.validate_offset_request(member_id, generation);
         }

@@ -192,7 +192,7 @@ fn a_static_member_rejoins_without_a_rebalance() {
     assert_eq!(s.assignment, Bytes::from_static(b"mine"));
     // The old member id is fenced.
     assert_eq!(g.heartbeat(&old, Some("instance-1"), 1, t0), Some(ResponseError::FencedInstanceId));
-    assert_eq!(g.validate_commit(&old, Some("instance-1"), 1), Err(ResponseError::FencedInstanceId));
+    assert_eq!(g.validate_commit(&old, Some("instance-1"), 1, false), Err(ResponseError::FencedInstanceId));
 
     // New metadata: a rebalance.
     let o = g.join(JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"changed")]) }, &c, t0);
@@ -207,10 +207,12 @@ fn wrong_generations_are_illegal() {
     let generation = g.generation();
     assert_eq!(g.heartbeat(&ids[0], None, generation - 1, t0), Some(ResponseError::IllegalGeneration));
     assert_eq!(now_result(g.sync(&ids[0], None, generation + 1, None, None, Vec::new(), t0)).error, Some(ResponseError::IllegalGeneration));
-    assert_eq!(g.validate_commit(&ids[0], None, generation - 1), Err(ResponseError::IllegalGeneration));
-    assert_eq!(g.validate_commit(&ids[0], None, generation), Ok(()));
-    assert_eq!(g.validate_commit("", None, -1), Err(ResponseError::UnknownMemberId), "simple commits only to empty groups");
-    assert_eq!(g.validate_commit("stranger", None, generation), Err(ResponseError::UnknownMemberId));
+    assert_eq!(g.validate_commit(&ids[0], None, generation - 1, false), Err(ResponseError::IllegalGeneration));
+    assert_eq!(g.validate_commit(&ids[0], None, generation, false), Ok(()));
+    assert_eq!(g.validate_commit("", None, -1, false), Err(ResponseError::UnknownMemberId), "simple commits only to empty groups");
+    assert_eq!(g.validate_commit("", None, -1, true), Ok(()), "TxnOffsetCommit v0-2 names no member");
+    assert_eq!(g.validate_commit("stranger", None, generation, true), Err(ResponseError::UnknownMemberId));
+    assert_eq!(g.validate_commit("stranger", None, generation, false), Err(ResponseError::UnknownMemberId));
 }
 
 #[test]

@@ -13,10 +13,12 @@
 //! again); a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch
 //! INVALID_PRODUCER_EPOCH (see [`crate::errors`]).
 //!
-//! Transactional producers: a request with a transactional id needs WRITE on
-//! it; its batches must be transactional and their partition added to the
+//! Transactional producers: a request with transactional batches needs a
+//! transactional id with WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+//! for the whole request); each transactional batch's partition must be in the
 //! producer's open transaction (KIP-890 part 1, checked with the transaction
-//! coordinator, else INVALID_TXN_STATE). Control batches (transaction markers)
+//! coordinator, else INVALID_TXN_STATE); a non-transactional batch of a
+//! producer with a transaction open in the partition is INVALID_TXN_STATE. Control batches (transaction markers)
 //! are the coordinator's alone: a client's is INVALID_RECORD.
 
 use std::net::SocketAddr;
@@ -41,10 +43,13 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
     let acks = request.acks;
     let valid_acks = matches!(acks, -1 | 0 | 1);
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
-    // Kafka checks WRITE on the TransactionalId once, for the whole request.
-    let txn_denied = transactional_id
-        .as_deref()
-        .is_some_and(|id| !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id));
+    // Kafka's KafkaApis: a request carrying transactional batches needs a
+    // transactional id with WRITE on it, checked once for the whole request;
+    // without either, every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    let txn_denied = has_transactional_batches(&request)
+        && transactional_id
+            .as_deref()
+            .is_none_or(|id| !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id));
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
@@ -58,7 +63,11 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
             } else if super::metadata::is_internal(&name) {
                 Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if txn_denied {
-                Err((ResponseError::TransactionalIdAuthorizationFailed, format!("{} may not WRITE to its transactional id", ctx.principal)))
+                let reason = match &transactional_id {
+                    Some(id) => format!("{} may not WRITE to transactional id {id}", ctx.principal),
+                    None => "transactional batches in a request without a transactional id".to_string(),
+                };
+                Err((ResponseError::TransactionalIdAuthorizationFailed, reason))
             } else {
                 append(broker, &name, data.index, data.records.as_deref(), transactional_id.as_deref())
             };
@@ -91,6 +100,24 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
         );
     }
     ProduceResponse::default().with_responses(responses)
+}
+
+/// Whether any batch of the request has the transactional bit (a header
+/// walk; batches that do not parse are left to validation).
+fn has_transactional_batches(request: &ProduceRequest) -> bool {
+    request.topic_data.iter().flat_map(|t| &t.partition_data).any(|p| {
+        let mut rest = p.records.as_deref().unwrap_or_default();
+        while let Ok(header) = record_batch::RecordBatchHeader::parse(rest) {
+            if header.is_transactional() {
+                return true;
+            }
+            match rest.get(header.total_size()..) {
+                Some(next) if header.total_size() > 0 => rest = next,
+                _ => break,
+            }
+        }
+        false
+    })
 }
 
 fn append(
@@ -150,9 +177,11 @@ fn append(
                     (code, e.to_string())
                 })?
         }
-        (None, true) => Err((ResponseError::InvalidRecord, "transactional batches need the producer's transactional id in the request".into())),
-        (Some(id), false) => Err((ResponseError::InvalidRecord, format!("transactional producer {id} sent a non-transactional batch"))),
-        (None, false) => store(broker, &log, records, &validated, topic, partition),
+        // Refused for the whole request above; kept for safety.
+        (None, true) => Err((ResponseError::TransactionalIdAuthorizationFailed, "transactional batches need the producer's transactional id in the request".into())),
+        // As Kafka: accepted unless the producer has a transaction open in the
+        // partition (storage answers INVALID_TXN_STATE then).
+        (_, false) => store(broker, &log, records, &validated, topic, partition),
     }
 }
 

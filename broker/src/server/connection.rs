@@ -75,10 +75,21 @@ impl Connection {
     /// is announced (checked between requests, so in-flight ones finish).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         self.broker.metrics.connections.inc();
-        let closed = match self.open().await {
-            Ok(mut stream) => self.serve(&mut stream, &mut shutdown).await,
-            Err(closed) => closed,
-        };
+        match self.open().await {
+            Ok(mut stream) => {
+                let closed = self.serve(&mut stream, &mut shutdown).await;
+                // Counted before the socket closes: a client that sees the close
+                // and then reads /metrics finds it there.
+                self.account(closed);
+                drop(stream);
+            }
+            Err(closed) => self.account(closed),
+        }
+    }
+
+    /// Logs why the connection ends and counts it closed (and, for the closes
+    /// Floe chose, why).
+    fn account(&self, closed: Closed) {
         self.broker.metrics.connections.dec();
         match closed {
             Closed::ByPeer | Closed::Shutdown => tracing::debug!(peer = %self.peer, ?closed, "connection closed"),
