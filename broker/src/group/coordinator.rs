@@ -401,7 +401,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<(String, i32, OffsetAndMetadata)>,
     ) -> Result<(), ResponseError> {
-        let g = self.group_for_commit(group_id, member_id, instance_id, generation, true)?;
+        self.group_for_commit(group_id, member_id, instance_id, generation, true)?;
         if offsets.is_empty() {
             return Ok(());
         }
