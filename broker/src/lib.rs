@@ -39,6 +39,7 @@ pub mod iceberg_rest;
 pub mod maintenance;
 pub mod metrics;
 pub mod quota;
+pub mod raw_config;
 pub mod run;
 pub mod security;
 pub mod server;

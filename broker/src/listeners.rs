@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::config::ConfigError;
+use crate::raw_config::ConfigError;
 
 /// How a listener's connections are secured (Kafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

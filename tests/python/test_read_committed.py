@@ -48,7 +48,12 @@ def test_client_markers_are_refused(floe):
     batch[43:53] = (7).to_bytes(8, "big") + (0).to_bytes(2, "big")
     batch[17:21] = kwire.crc32c(bytes(batch[21:])).to_bytes(4, "big")
     with kwire.KafkaConn(floe.host, floe.port) as conn:
+        # Without a transactional id Kafka refuses the request before looking at the batch
+        # (transactional records need one); with one, LogValidator refuses the control batch.
         resp = kwire.parse_produce_v3(conn.call(kwire.API_PRODUCE, 3, kwire.produce_v3(topic, 0, bytes(batch))))
+        assert resp[(topic, 0)][0] == kwire.ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        resp = kwire.parse_produce_v3(conn.call(kwire.API_PRODUCE, 3, kwire.produce_v3(
+            topic, 0, bytes(batch), transactional_id="rc-marker-writer")))
         assert resp[(topic, 0)][0] == ERR_INVALID_RECORD
         (p,) = kwire.parse_fetch_v4(conn.call(kwire.API_FETCH, 4, kwire.fetch_v4([(topic, 0, 0, 1 << 20)])))
         assert p.high_watermark == 0, "nothing written"

@@ -27,7 +27,7 @@ use std::time::Duration;
 use acl::{AclOperation, PatternType, PermissionType, ResourceType, CLUSTER_NAME, WILDCARD};
 use store::AclStore;
 
-use crate::config::ConfigError;
+use crate::raw_config::ConfigError;
 use crate::server::limits::LogLimiter;
 
 /// The `authorizer.class.name` values that turn authorization on: Kafka's
@@ -60,7 +60,7 @@ impl AuthorizerSettings {
     /// [`ConfigError::InvalidValue`] for an unknown authorizer class, a
     /// super user not of the form `User:NAME`, or a non-boolean.
     pub fn from_raw(raw: &std::collections::BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        let class = crate::config::get(raw, "authorizer.class.name").trim();
+        let class = crate::raw_config::get(raw, "authorizer.class.name").trim();
         let enabled = match class {
             "" => false,
             c if AUTHORIZER_NAMES.contains(&c) => true,
@@ -74,7 +74,7 @@ impl AuthorizerSettings {
         };
         let mut super_users = BTreeSet::new();
         // Kafka separates super users with semicolons (a DN may contain commas).
-        for user in crate::config::get(raw, "super.users").split(';').map(str::trim).filter(|u| !u.is_empty()) {
+        for user in crate::raw_config::get(raw, "super.users").split(';').map(str::trim).filter(|u| !u.is_empty()) {
             if !user.split_once(':').is_some_and(|(kind, name)| !kind.is_empty() && !name.is_empty()) {
                 return Err(ConfigError::InvalidValue {
                     key: "super.users".into(),
@@ -87,7 +87,7 @@ impl AuthorizerSettings {
         Ok(AuthorizerSettings {
             enabled,
             super_users,
-            allow_everyone_if_no_acl_found: crate::config::parse(raw, "allow.everyone.if.no.acl.found")?,
+            allow_everyone_if_no_acl_found: crate::raw_config::parse(raw, "allow.everyone.if.no.acl.found")?,
         })
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::scram::ScramMechanism;
-use crate::config::{get, parse, ConfigError};
+use crate::raw_config::{get, parse, ConfigError};
 use crate::listeners::ListenerSpec;
 
 /// A SASL mechanism Floe serves.

@@ -21,7 +21,7 @@ use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
 
 use super::ktls::KtlsMode;
-use crate::config::{get, parse, ConfigError};
+use crate::raw_config::{get, parse, ConfigError};
 
 /// Whether TLS clients must present a certificate (Kafka's `ssl.client.auth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
