@@ -19,12 +19,17 @@
 //! - [`plot`]: SVG plots (latency CDFs, throughput over time).
 //! - [`tiering`]: what the broker's Iceberg tiering did (its metrics, its thread's CPU).
 //! - [`freshness`]: produce acknowledgement → row visible in the Iceberg table.
+//! - [`transactions`]: idempotent and transactional producers flat out, catch-up reads
+//!   with an `isolation.level`, for `transactions`.
+//! - [`compaction`]: what the broker's log cleaner did (its metrics, its threads' CPU), a
+//!   keyed backlog, a fixed-rate producer whose latency can be cut to any window.
 //! - [`scenario`]: the scenarios (`zero-copy`, `tls`, `max-throughput`, `coupling`,
-//!   `tiering-cost`, `freshness`).
+//!   `tiering-cost`, `freshness`, `transactions`, `compaction`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod broker;
 pub mod ceiling;
+pub mod compaction;
 pub mod fetch_client;
 pub mod freshness;
 pub mod load;
@@ -33,4 +38,5 @@ pub mod procstat;
 pub mod report;
 pub mod scenario;
 pub mod tiering;
+pub mod transactions;
 pub mod workload;

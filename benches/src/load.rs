@@ -168,7 +168,7 @@ impl ProducerContext for Ctx {
     }
 }
 
-fn client_config(bootstrap: &str) -> ClientConfig {
+pub(crate) fn client_config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap).set("log_level", "3");
     c
@@ -247,7 +247,7 @@ pub fn alter_topic_config(bootstrap: &str, topic: &str, config: &[(String, Strin
 }
 
 /// Payload templates: a few distinct payloads with the workload's share of random bytes.
-fn payloads(w: &Workload) -> Vec<Vec<u8>> {
+pub(crate) fn payloads(w: &Workload) -> Vec<Vec<u8>> {
     let random = ((w.message_size as f64) * w.random_payload_share) as usize;
     (0..64)
         .map(|_| {

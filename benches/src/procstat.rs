@@ -47,9 +47,18 @@ pub fn read(pid: u32) -> io::Result<ProcStats> {
 /// # Errors
 /// The process does not exist or `/proc` is unreadable.
 pub fn thread_cpu_seconds(pid: u32, prefix: &str) -> io::Result<f64> {
+    named_threads_cpu(pid, prefix).map(|(_, s)| s)
+}
+
+/// How many live threads of `pid` have a name starting with `prefix`, and their CPU
+/// seconds together (0 threads: none found, as distinct from threads that used no CPU).
+///
+/// # Errors
+/// The process does not exist or `/proc` is unreadable.
+pub fn named_threads_cpu(pid: u32, prefix: &str) -> io::Result<(usize, f64)> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut ticks = 0u64;
+    let (mut ticks, mut found) = (0u64, 0usize);
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         // A thread may exit between the listing and the read: skip it.
         let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else { continue };
@@ -58,11 +67,12 @@ pub fn thread_cpu_seconds(pid: u32, prefix: &str) -> io::Result<f64> {
         if !name.starts_with(prefix) {
             continue;
         }
+        found += 1;
         let fields: Vec<&str> = rest.split_whitespace().collect();
         ticks += fields.get(11).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0)
             + fields.get(12).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     }
-    Ok(ticks as f64 / hz)
+    Ok((found, ticks as f64 / hz))
 }
 
 /// Resets `pid`'s peak RSS to its current RSS (`echo 5 > /proc/PID/clear_refs`), so a
@@ -109,5 +119,6 @@ mod tests {
         spin.join().unwrap();
         assert!(cpu >= 0.05, "the spinning thread's CPU was not found: {cpu}");
         assert_eq!(super::thread_cpu_seconds(pid, "no-such-thread").unwrap(), 0.0);
+        assert_eq!(super::named_threads_cpu(pid, "no-such-thread").unwrap().0, 0);
     }
 }

@@ -54,7 +54,7 @@ pub struct Report {
 impl Report {
     /// Starts the report of `scenario`, recording the command line and the machine.
     pub fn new(scenario: &str, quick: bool, machine: &Machine) -> Report {
-        let command = std::env::args().map(|a| shell_quote(&a)).collect::<Vec<_>>().join(" ");
+        let command = std::env::args().map(|a| shell_quote(&relative_arg(&a))).collect::<Vec<_>>().join(" ");
         let mut r = Report { title: format!("floe-bench: {scenario}{}", if quick { " (--quick)" } else { "" }), markdown: String::new(), json: Map::new() };
         r.set("scenario", scenario);
         r.set("quick", quick);
@@ -115,6 +115,53 @@ impl Report {
     }
 }
 
+/// `p` for a report: relative to the current directory when it is inside it, else to
+/// the source tree floe-bench was built from (`benches/..`) when inside that, else
+/// relative to the current directory through `..` — never an absolute path, which
+/// would only describe this machine.
+pub fn display_path(p: &Path) -> String {
+    if !p.is_absolute() {
+        return p.display().to_string();
+    }
+    let cwd = std::env::current_dir().ok();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf);
+    for base in [&cwd, &repo].into_iter().flatten() {
+        if let Ok(rest) = p.strip_prefix(base) {
+            return if rest.as_os_str().is_empty() { ".".into() } else { rest.display().to_string() };
+        }
+    }
+    match cwd {
+        Some(cwd) => relative_to(p, &cwd).display().to_string(),
+        None => p.file_name().map_or_else(|| ".".into(), |n| n.to_string_lossy().into_owned()),
+    }
+}
+
+/// `p` (absolute) relative to the directory `base` (absolute), through `..` as needed.
+fn relative_to(p: &Path, base: &Path) -> PathBuf {
+    let (pc, bc): (Vec<_>, Vec<_>) = (p.components().collect(), base.components().collect());
+    let common = pc.iter().zip(&bc).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..bc.len() {
+        out.push("..");
+    }
+    for c in &pc[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+/// A command-line argument with any absolute path in it (`/x/y`, `--out=/x/y`) made
+/// relative by [`display_path`].
+fn relative_arg(a: &str) -> String {
+    if a.starts_with('/') {
+        return display_path(Path::new(a));
+    }
+    match a.split_once("=/") {
+        Some((k, v)) if k.starts_with('-') => format!("{k}={}", display_path(&Path::new("/").join(v))),
+        _ => a.to_string(),
+    }
+}
+
 fn shell_quote(a: &str) -> String {
     if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c)) {
         a.to_string()
@@ -136,4 +183,20 @@ pub fn f2(x: Option<f64>) -> String {
 /// `x` as a percentage, or "–".
 pub fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "–".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn paths_in_reports_are_relative() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(super::display_path(&cwd.join("out/report.md")), "out/report.md");
+        assert_eq!(super::display_path(Path::new("rel/x")), "rel/x");
+        let outside = super::display_path(Path::new("/nonexistent-floe-bench-dir/x"));
+        assert!(!outside.starts_with('/') && outside.ends_with("nonexistent-floe-bench-dir/x"), "{outside}");
+        assert_eq!(super::relative_arg("--quick"), "--quick");
+        assert!(!super::relative_arg("--out=/nonexistent-floe-bench-dir/x").contains("=/"));
+    }
 }

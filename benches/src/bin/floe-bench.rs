@@ -19,7 +19,7 @@ struct Cli {
 enum Cmd {
     /// Runs one scenario and writes report.md, results.json and SVG plots.
     Run {
-        /// zero-copy, tls, max-throughput, coupling, tiering-cost or freshness.
+        /// zero-copy, tls, max-throughput, coupling, tiering-cost, freshness, transactions or compaction.
         scenario: String,
         /// A few seconds per scenario (CI): short runs, small backlogs.
         #[arg(long)]
@@ -42,10 +42,12 @@ enum Cmd {
         /// An extra broker setting of the tiering-on arm of `coupling`, e.g. `floe.iceberg.tick-ms=1000`.
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
-        /// `coupling`: the fixed rate in messages/s (default: half the probed maximum).
+        /// `coupling`: the fixed rate in messages/s (default: half the probed maximum); `compaction`: the
+        /// rate of the latency producer (default 5000, 2000 with --quick).
         #[arg(long, value_name = "MSG_PER_S")]
         rate: Option<u64>,
-        /// `tiering-cost` and `tls`: the backlog in MB (default: the workload's; 8 (tiering-cost) or 32 (tls) with --quick).
+        /// `tiering-cost`, `tls` and `compaction`: the backlog in MB (default: the workload's, 512 for compaction;
+        /// 8 (tiering-cost, compaction) or 32 (tls) with --quick).
         #[arg(long, value_name = "MB")]
         backlog_mb: Option<u64>,
         /// `freshness`: a target lag to measure (repeat; default 1000 and 5000, 300 and 1000 with --quick).
