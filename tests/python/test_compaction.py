@@ -8,11 +8,13 @@ producer's acknowledgement gave it, no superseded value, offsets strictly
 increasing, and the log far smaller than what was written; tombstoned keys
 vanish once `delete.retention.ms` has passed. A keyless record is refused with
 INVALID_RECORD. A broker aborted (the honest kill -9) at a step of the segment
-swap comes back with a consistent log, which the next clean finishes.
+swap comes back with a consistent log, which the next clean finishes; so does one
+whose power is cut (the FUSE rig of test_power_loss.py) while the cleaner works.
 """
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 
@@ -22,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from failpoints import assert_failpoints_armed
 from floe_process import FloeStartError, wait_until
+from test_power_loss import powerloss_fs  # noqa: F401 - the fixture
 
 KEYS = 60
 ROUNDS = 12
@@ -195,4 +198,39 @@ def test_an_abort_during_the_swap_leaves_a_consistent_log(floe_factory, point):
         keys = [k for _, k, _ in rows]
         return rows if len(keys) == len(set(keys)) else None
     rows = wait_until(compacted, timeout=20, interval=0.3, what="compacted after restart")
+    assert_latest_at_acked_offsets(rows, acked, tombstones_gone=False)
+
+
+def test_power_cuts_while_cleaning_keep_every_acknowledged_latest_value(floe_factory, powerloss_fs):
+    """The power-loss rig (test_power_loss.py): with `flush.messages=1` every acknowledged
+    record is durable, so however a kill -9 and a power cut (some of them torn) fall on
+    the cleaner's work (offset map, cleaned files, the swap's renames, the checkpoint),
+    the restarted broker must serve every key's latest acknowledged value at its offset,
+    and leave no cleaner file behind."""
+    from test_power_loss import _seed, _start_on
+
+    rng = random.Random(_seed())
+    floe = _start_on(floe_factory, powerloss_fs, BROKER)
+    topic = "compacted"
+    create_topic(floe, topic, {**TOPIC, "flush.messages": "1"})
+    acked: dict = {}
+    runs = 0
+    for cycle in range(4):
+        fresh, _ = produce(floe, topic, updates(rounds=4))
+        acked.update(fresh)  # later offsets than anything acknowledged before
+        time.sleep(rng.uniform(0.0, 0.8))  # the cleaner (backoff 100 ms) is at the new segments
+        runs += floe.metric("floe_log_cleaner_runs_total")
+        floe.kill9()
+        dropped = powerloss_fs.cut(rng.randrange(1, 1 << 62) if cycle % 2 else None)
+        print(f"cycle {cycle}: cleaner runs so far {runs}, cut dropped {dropped}")
+        floe.start()
+        assert_latest_at_acked_offsets(consume_all(floe, topic), acked, tombstones_gone=False)
+        assert not [p for p in floe.partition_dir(topic).iterdir() if p.suffix in (".cleaned", ".swap")]
+    assert runs >= 1, "the cleaner never ran before a cut"
+
+    def compacted():
+        rows = consume_all(floe, topic)
+        keys = [k for _, k, _ in rows]
+        return rows if len(keys) == len(set(keys)) else None
+    rows = wait_until(compacted, timeout=30, interval=0.3, what="compacted after the last cut")
     assert_latest_at_acked_offsets(rows, acked, tombstones_gone=False)
