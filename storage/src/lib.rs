@@ -80,5 +80,5 @@ pub use producer_id_manager::ProducerIdManager;
 pub use producer_state::ProducerStateManager;
 pub use segment::SegmentInfo;
 pub use topic::Topic;
-pub use transaction::{AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary};
+pub use transaction::{AbortedTxn, AppendOrigin, ControlRecordType, IsolationLevel, ProducerSummary};
 pub use verify::CorruptRange;

@@ -47,7 +47,7 @@ use crate::segment::{
     SegmentPaths,
 };
 use crate::transaction::{
-    control_batch, AbortedTxn, ControlRecordType, IsolationLevel, ProducerSummary,
+    control_batch, AbortedTxn, AppendOrigin, ControlRecordType, IsolationLevel, ProducerSummary,
 };
 use crate::verify::CorruptRange;
 
@@ -482,7 +482,15 @@ impl PartitionLog {
     /// from the producer state (nothing is appended);
     /// [`StorageError::InvalidRecord`] for a control batch or a transactional one without a producer id; [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
-        let (info, flush_due) = self.write_batches(records, now_ms)?;
+        self.append_as(records, now_ms, AppendOrigin::Client)
+    }
+
+    /// [`PartitionLog::append`] for a writer other than a client (see [`AppendOrigin`]).
+    ///
+    /// # Errors
+    /// As [`PartitionLog::append`].
+    pub fn append_as(&self, records: &mut [u8], now_ms: i64, origin: AppendOrigin) -> Result<LogAppendInfo> {
+        let (info, flush_due) = self.write_batches(records, now_ms, origin)?;
         if flush_due {
             // `flush` moves the high watermark past this append when it returns.
             self.flush()?;
@@ -496,7 +504,7 @@ impl PartitionLog {
     /// The first half of [`PartitionLog::append`]: writes the batches under
     /// the lock and says whether `flush.messages` asks for an fsync before
     /// the append is complete (until then the high watermark stays below it).
-    fn write_batches(&self, records: &mut [u8], now_ms: i64) -> Result<(LogAppendInfo, bool)> {
+    fn write_batches(&self, records: &mut [u8], now_ms: i64, origin: AppendOrigin) -> Result<(LogAppendInfo, bool)> {
         self.check_live()?;
         let mut batches = Vec::new();
         // (index into `batches`, producer fields) of the idempotent batches.
@@ -564,7 +572,7 @@ impl PartitionLog {
             config.message_timestamp_type == MessageTimestampType::LogAppendTime;
         if !producer_batches.is_empty() {
             let pbs: Vec<ProducerBatch> = producer_batches.iter().map(|&(_, pb)| pb).collect();
-            if let AppendCheck::Duplicate(original) = st.producers.check(&pbs)? {
+            if let AppendCheck::Duplicate(original) = st.producers.check(&pbs, origin)? {
                 debug!(topic = %self.topic, partition = self.partition, producer_id = pbs[0].producer_id,
                     first_offset = original.first_offset, "duplicate batch not appended");
                 // If the original append's fsync has not returned yet, the
@@ -1990,7 +1998,7 @@ mod tests {
         assert_eq!((log.log_end_offset(), log.high_watermark()), (2, 2));
 
         // Written, its fsync not yet run: not readable, not tiered, not "latest".
-        let (info, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0).unwrap();
+        let (info, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
         assert!(flush_due);
         assert_eq!(info.first_offset, 2);
         assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
@@ -2024,7 +2032,7 @@ mod tests {
         let log = open(dir.path(), config(&[("flush.messages", "1")]));
         let mut first = idempotent_batch((7, 0, 0), 2, 5);
         let mut retry = first.clone();
-        let (_, flush_due) = log.write_batches(&mut first, 0).unwrap();
+        let (_, flush_due) = log.write_batches(&mut first, 0, AppendOrigin::Client).unwrap();
         assert!(flush_due);
         assert_eq!(log.high_watermark(), 0);
         let info = log.append(&mut retry, 0).unwrap();

@@ -66,7 +66,7 @@ use floe_protocol::record_batch::RecordBatchHeader;
 use crate::error::{IoContext, Result, StorageError};
 use crate::failpoint;
 use crate::file_names::{snapshot_file, tmp_file};
-use crate::transaction::{ControlRecordType, ProducerSummary};
+use crate::transaction::{AppendOrigin, ControlRecordType, ProducerSummary};
 
 /// Batches remembered per producer for duplicate detection (Kafka's `NUM_BATCHES_TO_RETAIN`;
 /// also librdkafka's and the Java client's cap on in-flight requests for idempotence).
@@ -218,7 +218,7 @@ impl ProducerStateManager {
     ///
     /// # Errors
     /// [`StorageError::InvalidProducerEpoch`], [`StorageError::OutOfOrderSequence`].
-    pub(crate) fn check(&self, batches: &[ProducerBatch]) -> Result<AppendCheck> {
+    pub(crate) fn check(&self, batches: &[ProducerBatch], origin: AppendOrigin) -> Result<AppendCheck> {
         // (producer id, epoch, last sequence) after the earlier batches of this append.
         let mut pending: Vec<(i64, i16, i32)> = Vec::new();
         for b in batches {
@@ -254,8 +254,8 @@ impl ProducerStateManager {
                 let expected = match last_seq {
                     // A coordinator's own transactional batch (TxnOffsetCommit in
                     // `__consumer_offsets`) has no sequence: Kafka's coordinator-origin
-                    // append checks its epoch only.
-                    _ if b.first_seq == NO_SEQUENCE => None,
+                    // append checks its epoch only. A client's batch without one is out of order.
+                    _ if b.first_seq == NO_SEQUENCE && origin == AppendOrigin::Coordinator => None,
                     _ if b.epoch != epoch => Some(0),
                     Some(last) if !in_sequence(last, b.first_seq) => {
                         Some(increment_sequence(last, 1))
@@ -643,9 +643,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn only_a_coordinator_may_append_without_a_sequence() {
+        let mut s = ProducerStateManager::default();
+        append(&mut s, pb(1, 0, 0, 2), 0).unwrap();
+        let unsequenced = pb(1, 0, NO_SEQUENCE, 1);
+        assert!(matches!(
+            s.check(&[unsequenced], AppendOrigin::Client),
+            Err(StorageError::OutOfOrderSequence { expected: 2, .. })
+        ));
+        assert_eq!(s.check(&[unsequenced], AppendOrigin::Coordinator).unwrap(), AppendCheck::Append);
+        assert!(matches!(
+            s.check(&[pb(1, -1, NO_SEQUENCE, 1)], AppendOrigin::Coordinator),
+            Err(StorageError::InvalidProducerEpoch { .. })
+        ));
+    }
+
     /// Checks and records `b` at `offset`, as an append would.
     fn append(s: &mut ProducerStateManager, b: ProducerBatch, offset: i64) -> Result<AppendCheck> {
-        let c = s.check(&[b])?;
+        let c = s.check(&[b], AppendOrigin::Client)?;
         if c == AppendCheck::Append {
             let n = i64::from(b.last_seq.wrapping_sub(b.first_seq)) + 1;
             s.update(&b, offset, offset + n - 1, 1000 + offset);
@@ -759,11 +775,11 @@ mod tests {
         let mut s = ProducerStateManager::default();
         append(&mut s, pb(1, 0, 0, 2), 0).unwrap();
         assert_eq!(
-            s.check(&[pb(1, 0, 2, 2), pb(1, 0, 4, 1)]).unwrap(),
+            s.check(&[pb(1, 0, 2, 2), pb(1, 0, 4, 1)], AppendOrigin::Client).unwrap(),
             AppendCheck::Append
         );
-        assert!(s.check(&[pb(1, 0, 2, 2), pb(1, 0, 5, 1)]).is_err());
-        assert!(s.check(&[pb(2, 0, 9, 2), pb(2, 0, 10, 1)]).is_err());
+        assert!(s.check(&[pb(1, 0, 2, 2), pb(1, 0, 5, 1)], AppendOrigin::Client).is_err());
+        assert!(s.check(&[pb(2, 0, 9, 2), pb(2, 0, 10, 1)], AppendOrigin::Client).is_err());
     }
 
     #[test]

@@ -106,6 +106,17 @@ impl ControlRecordType {
     }
 }
 
+/// Who writes a batch (Kafka's `AppendOrigin`): a client's batches get every
+/// producer check; a coordinator's own transactional batches (TxnOffsetCommit
+/// in `__consumer_offsets`) carry no sequence and are checked by epoch only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    /// A producer, through Produce.
+    Client,
+    /// A coordinator writing its own internal topic.
+    Coordinator,
+}
+
 /// What the partition knows of one producer (DescribeProducers' `ProducerState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerSummary {

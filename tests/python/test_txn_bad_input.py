@@ -264,7 +264,9 @@ def test_out_of_order_sequence_in_a_transaction(broker):
         assert p.add({topic: [0]}) == {(topic, 0): 0}
         assert p.produce(topic, 0, 0, [b"a", b"b", b"c"]) == (0, 0)
         log.set_mark()
-        for seq in (5, 2, 1):  # a gap, then sequences already passed but not a retry of the batch
+        # A gap, sequences already passed (not a retry of the batch), and none at all
+        # (NO_SEQUENCE: only a coordinator's own batches go without one).
+        for seq in (5, 2, 1, -1):
             assert p.produce(topic, 0, seq, [b"x"]) == (kwire.ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, -1), f"seq {seq}"
         line = log.expect("produce refused", topic, "sequence 5 where 3 was expected")
         assert "OutOfOrderSequenceNumber" in line, line

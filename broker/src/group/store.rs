@@ -400,7 +400,7 @@ fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Opt
     if buf.is_empty() {
         return Ok(());
     }
-    log.append(&mut buf, now)?;
+    log.append_as(&mut buf, now, floe_storage::AppendOrigin::Coordinator)?;
     // Appended, not yet fsynced nor acknowledged: a crash here must cost nothing acknowledged.
     if let Err(source) = floe_storage::failpoint::check("group.offsets.write") {
         let e = StorageError::Io { context: "fsync group offsets", path: log.dir().to_path_buf(), source };
