@@ -198,17 +198,20 @@ pub(crate) fn retain_batch(
     } else {
         can_discard
     };
-    let last_of_producer = header.producer_id >= 0
-        && producers
-            .last_batch(header.producer_id)
-            .is_some_and(|(epoch, b)| {
-                if control {
-                    // The producer's latest entry is this marker: it carries the epoch that fences.
-                    header.producer_epoch == epoch && b.last_offset < header.base_offset
-                } else {
-                    b.last_offset == header.last_offset()
-                }
-            });
+    let pid = header.producer_id;
+    let last_of_producer = pid >= 0
+        && if control {
+            // The producer's latest entry is this marker (after its last data batch, or
+            // the abort of an epoch bump with no data since): it carries the epoch that fences.
+            producers.epoch(pid) == Some(header.producer_epoch)
+                && producers
+                    .last_batch(pid)
+                    .is_none_or(|(_, b)| b.last_offset < header.base_offset)
+        } else {
+            producers
+                .last_batch(pid)
+                .is_some_and(|(_, b)| b.last_offset == header.last_offset())
+        };
     BatchRetention {
         retain_empty: last_of_producer || header.next_offset() == group_next_offset,
         discard_records,
@@ -919,12 +922,14 @@ mod tests {
         log.append_txn_marker(10, 0, ControlRecordType::Commit, 0, 1_000).unwrap(); // 9
         log.append_txn_marker(20, 0, ControlRecordType::Commit, 0, 1_000).unwrap(); // 10
         plain(&[("k1", Some("d"))]); // 11: the committed k1=c is outdated
+        txn(&[("k6", Some("v"))], (30, 0, 0)); // 12, aborted by an epoch bump:
+        log.append_txn_marker(30, 1, ControlRecordType::Abort, 0, 1_000).unwrap(); // 13
         for i in 0..20 {
             plain(&[("k9", Some(&format!("v{i}")))]);
         }
         one_group(&log);
         let aborted = |log: &PartitionLog| log.cleaner_view().unwrap().aborted_txns;
-        assert_eq!(aborted(&log).len(), 1);
+        assert_eq!(aborted(&log).len(), 2);
         let has = |log: &PartitionLog, offset: i64| {
             stored_batches(log).into_iter().find(|b| b.0 == offset)
         };
@@ -938,12 +943,12 @@ mod tests {
         // the ABORT is in the cleaned segment's .txnindex.
         assert_eq!(has(&log, 5), Some((5, true, 1, false)));
         assert_eq!(has(&log, 6), Some((6, true, 1, false)));
-        assert_eq!(aborted(&log).len(), 1, "{:?}", aborted(&log));
+        assert_eq!(aborted(&log).len(), 2, "{:?}", aborted(&log));
         let log = {
             drop(log);
             open(dir.path())
         };
-        assert_eq!(aborted(&log).len(), 1, "the cleaned .txnindex is on disk");
+        assert_eq!(aborted(&log).len(), 2, "the cleaned .txnindex is on disk");
         assert_eq!(log.last_stable_offset(), log.high_watermark());
 
         // Next clean: nothing of either transaction is left, so the markers
@@ -957,7 +962,10 @@ mod tests {
         assert!(has(&log, 5).is_some() && has(&log, 6).is_some());
         clean(&log, 4_001);
         assert_eq!((has(&log, 5), has(&log, 6)), (None, None), "{:?}", stored_batches(&log));
-        // The markers of the producers' last transactions stay: their data does.
+        // The markers of the producers' last transactions stay: their data does. The
+        // epoch bump's abort is producer 30's latest entry: it stays, emptied (Kafka's
+        // RETAIN_EMPTY), for the epoch it carries.
+        assert_eq!(has(&log, 13), Some((13, true, 0, false)));
         assert_eq!(has(&log, 9), Some((9, true, 1, false)));
         assert_eq!(has(&log, 10), Some((10, true, 1, false)));
         let offsets: Vec<i64> = read_all(&log).iter().map(|r| r.0).filter(|&o| o < 12).collect();

@@ -454,6 +454,11 @@ impl ProducerStateManager {
         self.producers.len()
     }
 
+    /// A producer's current epoch, if known.
+    pub fn epoch(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
     /// A producer's epoch and its last batch, if known.
     pub fn last_batch(&self, producer_id: i64) -> Option<(i16, BatchMetadata)> {
         let e = self.producers.get(&producer_id)?;
