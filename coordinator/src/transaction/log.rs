@@ -54,6 +54,17 @@ impl From<StorageError> for TxnLogError {
     }
 }
 
+/// Whether [`TransactionLog::append`] fsyncs before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// Durable when `append` returns: every decision and every transition a
+    /// later step relies on.
+    Fsync,
+    /// Durable with the next fsync of the log: a record whose loss only means
+    /// redoing work (a transaction's completion after its markers are durable).
+    Deferred,
+}
+
 /// The log of every transactional id's state.
 #[derive(Debug, Clone)]
 pub struct TransactionLog {
@@ -82,12 +93,12 @@ impl TransactionLog {
     }
 
     /// Appends the state of `m` (or, for `None`, a tombstone for
-    /// `transactional_id`) and fsyncs. Blocking.
+    /// `transactional_id`), fsynced before it returns with [`Sync::Fsync`]. Blocking.
     ///
     /// # Errors
     /// [`TxnLogError`] if the record cannot be encoded, appended or synced;
     /// nothing may then be assumed about it.
-    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64) -> Result<(), TxnLogError> {
+    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64, sync: Sync) -> Result<(), TxnLogError> {
         let record = Record {
             transactional: false,
             control: false,
@@ -107,7 +118,9 @@ impl TransactionLog {
         RecordBatchEncoder::encode(&mut buf, std::iter::once(&record), &RecordEncodeOptions { version: 2, compression: Compression::None })
             .map_err(|e| TxnLogError::Format(e.to_string()))?;
         self.log.append(&mut buf, now_ms)?;
-        self.log.flush()?;
+        if sync == Sync::Fsync {
+            self.log.flush()?;
+        }
         Ok(())
     }
 
