@@ -1081,8 +1081,14 @@ const RECORDS_PER_TXN: usize = 100;
 /// The throughput ratio transactional ÷ idempotent the scenario checks against.
 const TXN_THROUGHPUT_TARGET: f64 = 0.8;
 
+/// Producers of the concurrent arms: an application with several transactional
+/// producers (a stream processor's tasks) against as many idempotent ones.
+const TXN_CONCURRENT_PRODUCERS: usize = 8;
+
 #[derive(Debug, Serialize)]
 struct TxnArm {
+    /// `idempotent`, `transactional`, `idempotent ×8`, …
+    label: String,
     topic: String,
     #[serde(flatten)]
     result: txn::ProduceResult,
@@ -1151,16 +1157,22 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     let txn_topic = format!("floe-bench-transactions-{tag}-transactional");
     load::create_topics(&b.bootstrap, &[idem_topic.clone(), txn_topic.clone()], partitions)?;
 
-    // 1. The two producers, one after the other on the same broker, each on its topic.
+    // 1. The producer arms, one after the other on the same broker: one idempotent and
+    // one transactional producer, then as many of each as an application with several
+    // tasks runs. Idempotent arms write one topic, transactional arms the other.
+    let txn_mode = |n: usize| txn::Mode::Transactional { id: format!("floe-bench-{tag}-{n}"), records_per_txn: RECORDS_PER_TXN };
     let modes = [
-        (idem_topic.clone(), txn::Mode::Idempotent),
-        (txn_topic.clone(), txn::Mode::Transactional { id: format!("floe-bench-{tag}"), records_per_txn: RECORDS_PER_TXN }),
+        (idem_topic.clone(), txn::Mode::Idempotent, 1),
+        (txn_topic.clone(), txn_mode(1), 1),
+        (idem_topic.clone(), txn::Mode::Idempotent, TXN_CONCURRENT_PRODUCERS),
+        (txn_topic.clone(), txn_mode(TXN_CONCURRENT_PRODUCERS), TXN_CONCURRENT_PRODUCERS),
     ];
     let mut arms = Vec::new();
-    for (topic, mode) in modes {
-        let name = if matches!(mode, txn::Mode::Idempotent) { "idempotent" } else { "transactional" };
+    for (topic, mode, producers) in modes {
+        let kind = if matches!(mode, txn::Mode::Idempotent) { "idempotent" } else { "transactional" };
+        let name = if producers == 1 { kind.to_string() } else { format!("{kind} ×{producers}") };
         let pb = bar(&format!("{name} producer"), false);
-        let spec = txn::ProduceSpec { bootstrap: b.bootstrap.clone(), topic: topic.clone(), workload: w.clone(), mode };
+        let spec = txn::ProduceSpec { bootstrap: b.bootstrap.clone(), topic: topic.clone(), workload: w.clone(), mode, producers };
         let meter = CostMeter::start(&b);
         let requests_before = request_times(&b);
         let result = txn::produce(&spec, &pb)?;
@@ -1169,18 +1181,20 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
         anyhow::ensure!(result.published_messages > 0, "transactions: the {name} producer delivered nothing (see floe-transactions.log in {})", ctx.opts.out.display());
         let gb = result.total_messages as f64 * w.message_size as f64 / 1e9;
-        arms.push(TxnArm { topic, broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb), result, cost, broker_requests });
+        arms.push(TxnArm { label: name, topic, broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb), result, cost, broker_requests });
     }
-    let (idem, tx) = (&arms[0], &arms[1]);
+    let (idem, tx, idem_n, tx_n) = (&arms[0], &arms[1], &arms[2], &arms[3]);
 
     // Every transaction wrote one marker (an offset no consumer sees) to each partition it touched.
     let txn_log_end: i64 = load::end_offsets(&b.bootstrap, &txn_topic, partitions)?.iter().sum();
-    let markers = (txn_log_end - tx.result.total_messages as i64).max(0);
-    let partitions_per_txn = markers as f64 / tx.result.total_transactions.max(1) as f64;
+    let txn_records = tx.result.total_messages + tx_n.result.total_messages;
+    let txn_count = tx.result.total_transactions + tx_n.result.total_transactions;
+    let markers = (txn_log_end - txn_records as i64).max(0);
+    let partitions_per_txn = markers as f64 / txn_count.max(1) as f64;
 
     // 2. Catch-up reads of the transactional topic, read_committed and read_uncommitted alternating.
     let rounds = if ctx.opts.quick { 1 } else { 3 };
-    let expected = tx.result.total_messages;
+    let expected = txn_records;
     let mut reads = Vec::new();
     for round in 1..=rounds {
         for committed in [true, false] {
@@ -1208,12 +1222,15 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // The report.
     let ratio = tx.result.publish_msg_per_s / idem.result.publish_msg_per_s;
+    let ratio_n = tx_n.result.publish_msg_per_s / idem_n.result.publish_msg_per_s;
     ctx.report.heading(&format!("Transactions: idempotent vs transactional producer, flat out (workload `{}`)", w.name));
     ctx.report.para(&format!(
-        "One broker, two topics of {partitions} partitions. Each arm is one librdkafka producer flat out for {:.0} s \
+        "One broker, two topics of {partitions} partitions. Each arm runs flat out for {:.0} s \
          (+{:.0} s warm-up), {}-byte messages ({:.0}% random), acks=all, compression={}, batch.size={}, linger.ms={}: \
          **idempotent** (`enable.idempotence=true`) and **transactional** (`transactional.id`, `init_transactions`, then \
-         `begin_transaction`, {RECORDS_PER_TXN} records, `commit_transaction`, in a loop). Publish latency is per record, \
+         `begin_transaction`, {RECORDS_PER_TXN} records, `commit_transaction`, in a loop), first with one librdkafka \
+         producer, then with {TXN_CONCURRENT_PRODUCERS} at once (each on its own thread, transactional ones each with \
+         its own `transactional.id`, as the tasks of a stream processor). Publish latency is per record, \
          `send` → delivery report. Before each commit the harness flushes (waits for the delivery of the transaction's last \
          records: it watches librdkafka's queue length every 0.2 ms, since the `rdkafka` crate's own `flush` waits in \
          100 ms steps on a threaded producer), then `commit_transaction` (EndTxn and the markers): *commit* is the \
@@ -1226,7 +1243,7 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         .map(|a| {
             let r = &a.result;
             vec![
-                r.mode.clone(),
+                a.label.clone(),
                 format!("{:.0}", r.publish_msg_per_s),
                 format!("{:.1}", r.publish_mb_per_s),
                 pct(ctx.of_ceiling(r.publish_mb_per_s)),
@@ -1248,23 +1265,30 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         &rows,
     );
     ctx.report.para(&format!(
-        "**Transactional ÷ idempotent throughput: {ratio:.2}×** (target ≥ {TXN_THROUGHPUT_TARGET}×: {}). \
-         {:.0} transactions/s of {RECORDS_PER_TXN} records; commit p50/p99 {} / {} ms.",
+        "**Transactional ÷ idempotent throughput, one producer each: {ratio:.2}×** (target ≥ {TXN_THROUGHPUT_TARGET}×: {}); \
+         {:.0} transactions/s of {RECORDS_PER_TXN} records, commit p50/p99 {} / {} ms. \
+         **{TXN_CONCURRENT_PRODUCERS} producers each: {ratio_n:.2}×** ({}); {:.0} transactions/s, commit p50/p99 {} / {} ms.",
         met(ratio >= TXN_THROUGHPUT_TARGET),
         tx.result.transactions_per_s,
         lat(tx.result.commit_latency.as_ref(), |l| l.p50_ms),
         lat(tx.result.commit_latency.as_ref(), |l| l.p99_ms),
+        met(ratio_n >= TXN_THROUGHPUT_TARGET),
+        tx_n.result.transactions_per_s,
+        lat(tx_n.result.commit_latency.as_ref(), |l| l.p50_ms),
+        lat(tx_n.result.commit_latency.as_ref(), |l| l.p99_ms),
     ));
     let mut lrows = Vec::new();
-    for (name, l) in [
-        ("idempotent: publish", Some(&idem.result.publish_latency)),
-        ("transactional: publish", Some(&tx.result.publish_latency)),
-        ("transactional: commit", tx.result.commit_latency.as_ref()),
-        ("transactional: flush + commit", tx.result.flush_commit_latency.as_ref()),
-    ] {
+    let lat_rows = arms.iter().flat_map(|a| {
+        [
+            (format!("{}: publish", a.label), Some(&a.result.publish_latency)),
+            (format!("{}: commit", a.label), a.result.commit_latency.as_ref()),
+            (format!("{}: flush + commit", a.label), a.result.flush_commit_latency.as_ref()),
+        ]
+    });
+    for (name, l) in lat_rows {
         if let Some(l) = l {
             lrows.push(vec![
-                name.to_string(),
+                name,
                 l.count.to_string(),
                 format!("{:.2}", l.p50_ms),
                 format!("{:.2}", l.p95_ms),
@@ -1278,13 +1302,17 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     let apis: std::collections::BTreeSet<&String> = arms.iter().flat_map(|a| a.broker_requests.keys()).collect();
     if !apis.is_empty() {
         let cell = |a: &TxnArm, api: &str| a.broker_requests.get(api).map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"));
-        let rows: Vec<Vec<String>> = apis.iter().map(|api| vec![format!("`{api}`"), cell(idem, api), cell(tx, api)]).collect();
+        let rows: Vec<Vec<String>> =
+            apis.iter().map(|api| std::iter::once(format!("`{api}`")).chain(arms.iter().map(|a| cell(a, api))).collect()).collect();
         ctx.report.para(
             "Requests the broker handled during each arm (warm-up included) and their mean time inside the broker, from \
              decoded request to response written (`floe_request_duration_seconds`): what of the latencies above is the \
              broker's.",
         );
-        ctx.report.table(&["API", "idempotent arm: requests × mean", "transactional arm: requests × mean"], &rows);
+        let headers: Vec<String> =
+            std::iter::once("API".to_string()).chain(arms.iter().map(|a| format!("{}: requests × mean", a.label))).collect();
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        ctx.report.table(&headers, &rows);
     }
     // Where a transaction's time goes: the broker's share is the time it spent in the
     // transaction's coordinator requests (per committed transaction, whole arm).
@@ -1306,13 +1334,13 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             text.push_str(&format!(
                 " Inside the broker, per transaction: {ams:.1} ms of `AddPartitionsToTxn` ({an:.1} request(s)) and {ems:.1} ms \
                  of `EndTxn` ({en:.1}), {:.1} ms together. A transaction touched {partitions_per_txn:.1} partition(s) on \
-                 average ({markers} markers in the topic: log end offsets − records). Floe's coordinator makes every step \
-                 durable before it answers, one fsync after the other: `AddPartitionsToTxn` appends and fsyncs \
-                 `__transaction_state` (`coordinator/src/transaction/log.rs`); `EndTxn` fsyncs PrepareCommit there, then \
-                 appends each partition's marker and fsyncs that partition's log (`broker/src/txn_markers.rs`), then \
-                 fsyncs CompleteCommit — {:.1} fsyncs per transaction on the producer's path.",
+                 average ({markers} markers in the topic: log end offsets − records). The coordinator appends each \
+                 step before it answers, fsynced only as `flush.messages` says (here the default: none), as Kafka does: \
+                 `AddPartitionsToTxn` one record to `__transaction_state` (`coordinator/src/transaction/log.rs`), \
+                 `EndTxn` the decision there, a marker to each partition (`broker/src/txn_markers.rs`), then the \
+                 completion. The rest of a transaction's time is the client's: the round trips of AddPartitionsToTxn, \
+                 the produce (after `linger.ms`) and EndTxn, one after the other.",
                 ams + ems,
-                3.0 + partitions_per_txn
             ));
         }
         ctx.report.para(&text);
@@ -1329,10 +1357,11 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             ("transactional: publish", &tx.result.publish_hist),
             ("transactional: commit", &tx.result.commit_hist),
             ("transactional: flush + commit", &tx.result.flush_commit_hist),
+            (&format!("transactional ×{TXN_CONCURRENT_PRODUCERS}: commit"), &tx_n.result.commit_hist),
         ],
     )?;
     let tl: Vec<(&str, Vec<(f64, f64)>)> =
-        arms.iter().map(|a| (a.result.mode.as_str(), a.result.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
+        arms.iter().map(|a| (a.label.as_str(), a.result.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
     plot::timeline(&ctx.plot_path("throughput.svg"), "publish rate over time", "msg/s", &tl)?;
     ctx.report.image("latency-cdf.svg", "latency CDF");
     ctx.report.image("throughput.svg", "publish rate over time");
@@ -1404,6 +1433,12 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             "throughput_ratio_transactional_over_idempotent": ratio,
             "throughput_ratio_target": TXN_THROUGHPUT_TARGET,
             "throughput_ratio_target_met": ratio >= TXN_THROUGHPUT_TARGET,
+            "concurrent_producers": TXN_CONCURRENT_PRODUCERS,
+            "idempotent_concurrent_msg_per_s": idem_n.result.publish_msg_per_s,
+            "transactional_concurrent_msg_per_s": tx_n.result.publish_msg_per_s,
+            "transactional_concurrent_txn_per_s": tx_n.result.transactions_per_s,
+            "throughput_ratio_concurrent": ratio_n,
+            "throughput_ratio_concurrent_target_met": ratio_n >= TXN_THROUGHPUT_TARGET,
             "transactional_commit_p50_ms": tx.result.commit_latency.as_ref().map(|l| l.p50_ms),
             "transactional_commit_p99_ms": tx.result.commit_latency.as_ref().map(|l| l.p99_ms),
             "transactional_flush_commit_p99_ms": tx.result.flush_commit_latency.as_ref().map(|l| l.p99_ms),

@@ -1,7 +1,8 @@
-//! Load for the `transactions` scenario: one librdkafka producer flat out, either
-//! idempotent (`enable.idempotence=true`) or transactional (`transactional.id`,
-//! `init_transactions`, then `begin_transaction`, N records, `commit_transaction` in a
-//! loop), and a catch-up consumer with a chosen `isolation.level`.
+//! Load for the `transactions` scenario: one or several librdkafka producers flat
+//! out, either idempotent (`enable.idempotence=true`) or transactional (each its own
+//! `transactional.id`, `init_transactions`, then `begin_transaction`, N records,
+//! `commit_transaction` in a loop), and a catch-up consumer with a chosen
+//! `isolation.level`.
 //!
 //! Latencies: per record, `send` to delivery report (as `load`); per transaction, the
 //! wait for its last records' delivery (a flush) and the `commit_transaction` after it
@@ -57,6 +58,8 @@ pub struct ProduceSpec {
     pub workload: Workload,
     /// Idempotent or transactional.
     pub mode: Mode,
+    /// Producers running at once, each on its own thread (transactional: ids `ID-0`, `ID-1`, …).
+    pub producers: usize,
 }
 
 /// What one producer arm measured (over the measured window, after warm-up).
@@ -66,6 +69,8 @@ pub struct ProduceResult {
     pub mode: String,
     /// Records per transaction (transactional arm).
     pub records_per_txn: Option<usize>,
+    /// Producers that ran at once.
+    pub producers: usize,
     /// Seconds measured.
     pub seconds: f64,
     /// Records acknowledged in the window.
@@ -150,7 +155,7 @@ impl ProducerContext for Ctx {
     }
 }
 
-fn producer(spec: &ProduceSpec, shared: &Arc<Shared>) -> anyhow::Result<ThreadedProducer<Ctx>> {
+fn producer(spec: &ProduceSpec, index: usize, shared: &Arc<Shared>) -> anyhow::Result<ThreadedProducer<Ctx>> {
     let w = &spec.workload;
     let mut c = client_config(&spec.bootstrap);
     c.set("acks", "all")
@@ -161,7 +166,7 @@ fn producer(spec: &ProduceSpec, shared: &Arc<Shared>) -> anyhow::Result<Threaded
         .set("message.max.bytes", (w.batch_size.max(w.message_size) + 65536).to_string())
         .set("queue.buffering.max.kbytes", "262144");
     if let Mode::Transactional { id, .. } = &spec.mode {
-        c.set("transactional.id", id).set("transaction.timeout.ms", "60000");
+        c.set("transactional.id", format!("{id}-{index}")).set("transaction.timeout.ms", "60000");
     }
     let ctx = Ctx { shared: Arc::clone(shared), hist: Mutex::new(new_histogram()) };
     c.create_with_context(ctx).context("producer")
@@ -268,19 +273,26 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
         committed: AtomicU64::new(0),
         aborted: AtomicU64::new(0),
     });
-    let p = producer(spec, &shared)?;
-    let mut hists = TxnHists { commit: new_histogram(), flush_commit: new_histogram() };
+    let ps = (0..spec.producers.max(1)).map(|i| producer(spec, i, &shared)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut hists: Vec<TxnHists> = ps.iter().map(|_| TxnHists { commit: new_histogram(), flush_commit: new_histogram() }).collect();
     let tick = Duration::from_millis(if w.duration_s <= 5.0 { 250 } else { 1000 });
     let end = Duration::from_secs_f64(w.warmup_s + w.duration_s);
     bar.set_length(end.as_millis() as u64);
     let mut timeline = Vec::new();
     let (window, window_end) = std::thread::scope(|s| -> anyhow::Result<_> {
-        let (pr, sh, hs) = (&p, &shared, &mut hists);
-        let worker = s.spawn(move || {
-            let r = produce_loop(pr, spec, sh, hs);
-            sh.stop.store(true, Ordering::Relaxed);
-            r
-        });
+        let sh = &shared;
+        let workers: Vec<_> = ps
+            .iter()
+            .zip(hists.iter_mut())
+            .map(|(pr, hs)| {
+                s.spawn(move || {
+                    let r = produce_loop(pr, spec, sh, hs);
+                    // One producer failing ends the arm: the others finish their transaction and stop.
+                    sh.stop.store(true, Ordering::Relaxed);
+                    r
+                })
+            })
+            .collect();
         let start = Instant::now();
         let mut last = (start, 0u64, 0u64);
         let counters = |sh: &Shared| (sh.acked.load(Ordering::Relaxed), sh.acked_bytes.load(Ordering::Relaxed), sh.committed.load(Ordering::Relaxed));
@@ -289,7 +301,7 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
             window = Some((start, 0, 0, 0));
             shared.recording.store(true, Ordering::Relaxed);
         }
-        while !worker.is_finished() {
+        while !workers.iter().any(|w| w.is_finished()) {
             std::thread::sleep(tick);
             let now = Instant::now();
             let (a, ab, c) = counters(&shared);
@@ -314,13 +326,22 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
         }
         let window_end = (Instant::now(), counters(&shared));
         shared.stop.store(true, Ordering::Relaxed);
-        worker.join().map_err(|_| anyhow::anyhow!("producer thread panicked"))??;
+        for worker in workers {
+            worker.join().map_err(|_| anyhow::anyhow!("producer thread panicked"))??;
+        }
         Ok((window, window_end))
     })?;
     let (ws, wa, wab, wc) = window.context("the producer stopped during the warm-up (see the broker's log)")?;
     let (we, (a, ab, c)) = window_end;
     let secs = (we - ws).as_secs_f64();
-    let publish_hist = std::mem::replace(&mut *p.context().hist.lock().unwrap(), new_histogram());
+    let mut publish_hist = new_histogram();
+    let mut commit_hist = new_histogram();
+    let mut flush_commit_hist = new_histogram();
+    for (p, h) in ps.iter().zip(&hists) {
+        publish_hist.add(&*p.context().hist.lock().unwrap()).context("merge histograms")?;
+        commit_hist.add(&h.commit).context("merge histograms")?;
+        flush_commit_hist.add(&h.flush_commit).context("merge histograms")?;
+    }
     let transactional = matches!(spec.mode, Mode::Transactional { .. });
     Ok(ProduceResult {
         mode: if transactional { "transactional" } else { "idempotent" }.into(),
@@ -328,6 +349,7 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
             Mode::Transactional { records_per_txn, .. } => Some(*records_per_txn),
             Mode::Idempotent => None,
         },
+        producers: ps.len(),
         seconds: secs,
         published_messages: a - wa,
         publish_msg_per_s: (a - wa) as f64 / secs,
@@ -339,12 +361,12 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
         errors: shared.errors.load(Ordering::Relaxed),
         total_messages: shared.acked.load(Ordering::Relaxed),
         publish_latency: LatencySummary::of(&publish_hist),
-        commit_latency: transactional.then(|| LatencySummary::of(&hists.commit)),
-        flush_commit_latency: transactional.then(|| LatencySummary::of(&hists.flush_commit)),
+        commit_latency: transactional.then(|| LatencySummary::of(&commit_hist)),
+        flush_commit_latency: transactional.then(|| LatencySummary::of(&flush_commit_hist)),
         timeline,
         publish_hist,
-        commit_hist: hists.commit,
-        flush_commit_hist: hists.flush_commit,
+        commit_hist,
+        flush_commit_hist,
     })
 }
 

@@ -1,10 +1,13 @@
 //! `LocalMarkerWriter`: how the transaction coordinator's markers reach the
 //! partitions of this broker (Kafka's WriteTxnMarkers, done in process).
 //!
-//! A partition of a user topic gets a control batch appended to its log and
-//! fsynced before the coordinator records the transaction complete: after a
-//! power cut the completion record must never outlive a marker, or the
-//! partition's last stable offset would stay behind the transaction forever.
+//! A partition of a user topic gets a control batch appended to its log
+//! before the coordinator records the transaction complete. The append
+//! honours the partition's `flush.messages` as any other does: with
+//! `flush.messages=1` the marker is fsynced before the completion record is
+//! written, so after a power cut the completion never outlives a marker (the
+//! partition's last stable offset would otherwise stay behind the
+//! transaction); with the default, neither is fsynced, as in Kafka.
 //! The `__consumer_offsets` partition goes through the group coordinator,
 //! which writes the marker in order with its other writes and makes the
 //! transaction's offsets the group's committed ones.
@@ -44,7 +47,6 @@ impl TxnMarkerWriter for LocalMarkerWriter {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let marker = if m.commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
         log.append_txn_marker(m.producer_id, m.producer_epoch, marker, m.coordinator_epoch, now_ms).map_err(|e| e.to_string())?;
-        log.flush().map_err(|e| e.to_string())?;
         Ok(())
     }
 }

@@ -24,7 +24,8 @@
 //!   written. That closes the "hanging transaction" race KIP-890 closes.
 //!
 //! # Durability and crashes
-//! Memory changes only after the new state is fsynced in the log. A crash
+//! Memory changes only after the new state is in the log (fsynced as the
+//! topic's `flush.messages` says: see [`super::log`]). A crash
 //! after PrepareCommit/PrepareAbort is durable, before its completion, is
 //! finished at the next start by [`TransactionCoordinator::complete_prepared`]:
 //! the markers are written again (a second marker for a producer with no open
@@ -36,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use floe_storage::LogManager;
 
-use super::log::{Sync, TransactionLog, TxnLogError};
+use super::log::{TransactionLog, TxnLogError};
 use super::markers::{TxnMarker, TxnMarkerWriter};
 use super::metadata::{TopicPartition, TransactionMetadata};
 use super::state::TransactionState;
@@ -212,13 +213,9 @@ impl TransactionCoordinator {
 
     /// Makes `next` durable, then current.
     async fn persist(&self, entry: &TxnEntry, next: TransactionMetadata) -> Result<TransactionMetadata, TxnError> {
-        self.persist_as(entry, next, Sync::Fsync).await
-    }
-
-    async fn persist_as(&self, entry: &TxnEntry, next: TransactionMetadata, sync: Sync) -> Result<TransactionMetadata, TxnError> {
         let log = self.log.clone();
         let record = next.clone();
-        blocking(move || log.append(&record.transactional_id, Some(&record), record.txn_last_update_timestamp, sync)).await??;
+        blocking(move || log.append(&record.transactional_id, Some(&record), record.txn_last_update_timestamp)).await??;
         *entry.meta() = Some(next.clone());
         Ok(next)
     }
@@ -393,10 +390,9 @@ impl TransactionCoordinator {
             return Ok(prepared);
         }
         crash_point("txn.end.before_complete");
-        // Not fsynced: the completion only saves work. Lost (a power cut before the
-        // next fsync of the log), the transaction loads as prepared and its markers
-        // are written again, which is harmless; every marker is durable already.
-        let done = self.persist_as(entry, prepared.prepare_complete(wall_ms()), Sync::Deferred).await?;
+        // The completion only saves work: lost, the transaction loads as prepared
+        // and its markers are written again, which is harmless.
+        let done = self.persist(entry, prepared.prepare_complete(wall_ms())).await?;
         tracing::debug!(transactional_id = %done.transactional_id, producer_id = done.producer_id, state = done.state.name(), "transaction completed");
         Ok(done)
     }
@@ -488,7 +484,7 @@ impl TransactionCoordinator {
             }
             let log = self.log.clone();
             let tombstone_id = id.clone();
-            match blocking(move || log.append(&tombstone_id, None, now_ms, Sync::Fsync)).await.and_then(|r| r.map_err(TxnError::from)) {
+            match blocking(move || log.append(&tombstone_id, None, now_ms)).await.and_then(|r| r.map_err(TxnError::from)) {
                 Ok(()) => {
                     *entry.meta() = None;
                     self.txns().remove(&id);

@@ -3,10 +3,21 @@
 //! startup into the last state of every id.
 //!
 //! # Durability
-//! [`TransactionLog::append`] returns after the record is appended **and
-//! fsynced**: the coordinator changes its memory, and answers the client,
-//! only after that. So a decision it announced (a commit, an epoch bump)
-//! survives a crash, and a replay rebuilds exactly what it had answered.
+//! [`TransactionLog::append`] returns after the record is appended, and
+//! fsynced when the topic's `flush.messages`/`flush.ms` say so, exactly as
+//! for every other log (Kafka does the same: its coordinator's writes are
+//! made durable by replication, not by an fsync of its own). The coordinator
+//! changes its memory, and answers the client, only after that. So a
+//! decision it announced (a commit, an epoch bump) survives a crash of the
+//! process (the page cache keeps it), and a replay rebuilds exactly what it
+//! had answered. Across a power cut that holds with `flush.messages=1`, the
+//! setting under which no acknowledged record of any topic is lost: then
+//! every record is fsynced before `append` returns, and every step a later
+//! step relies on (the partitions added before their data, the decision
+//! before its markers, each marker before the completion) is durable in
+//! order. With the default (no fsync) a power cut may lose the tail of this
+//! log as of any other: a transaction can come back undecided, and is then
+//! aborted by its timeout.
 //!
 //! One partition, as Floe's `__consumer_offsets`: Floe is one broker.
 //! Blocking: call it off the request runtime's workers.
@@ -54,17 +65,6 @@ impl From<StorageError> for TxnLogError {
     }
 }
 
-/// Whether [`TransactionLog::append`] fsyncs before it returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sync {
-    /// Durable when `append` returns: every decision and every transition a
-    /// later step relies on.
-    Fsync,
-    /// Durable with the next fsync of the log: a record whose loss only means
-    /// redoing work (a transaction's completion after its markers are durable).
-    Deferred,
-}
-
 /// The log of every transactional id's state.
 #[derive(Debug, Clone)]
 pub struct TransactionLog {
@@ -93,12 +93,13 @@ impl TransactionLog {
     }
 
     /// Appends the state of `m` (or, for `None`, a tombstone for
-    /// `transactional_id`), fsynced before it returns with [`Sync::Fsync`]. Blocking.
+    /// `transactional_id`), fsynced before it returns if the topic's
+    /// `flush.messages` asks for it. Blocking.
     ///
     /// # Errors
     /// [`TxnLogError`] if the record cannot be encoded, appended or synced;
     /// nothing may then be assumed about it.
-    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64, sync: Sync) -> Result<(), TxnLogError> {
+    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64) -> Result<(), TxnLogError> {
         let record = Record {
             transactional: false,
             control: false,
@@ -118,9 +119,6 @@ impl TransactionLog {
         RecordBatchEncoder::encode(&mut buf, std::iter::once(&record), &RecordEncodeOptions { version: 2, compression: Compression::None })
             .map_err(|e| TxnLogError::Format(e.to_string()))?;
         self.log.append(&mut buf, now_ms)?;
-        if sync == Sync::Fsync {
-            self.log.flush()?;
-        }
         Ok(())
     }
 

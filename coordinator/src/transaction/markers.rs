@@ -25,7 +25,8 @@ pub struct TxnMarker {
 
 /// Writes transaction markers. Blocking: the coordinator calls it off the request workers.
 pub trait TxnMarkerWriter: Send + Sync + std::fmt::Debug {
-    /// Writes `marker` to its partition and returns once it is durable. A
+    /// Writes `marker` to its partition and returns once it is in the log
+    /// (fsynced if the partition's `flush.messages` asks for it). A
     /// partition that no longer exists is not an error (its data went with it).
     ///
     /// # Errors

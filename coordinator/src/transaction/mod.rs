@@ -5,7 +5,7 @@
 //! - [`state`]: `TransactionState`, Kafka's states and their allowed order.
 //! - [`metadata`]: `TransactionMetadata`, one id's state, and its pure transitions.
 //! - [`records`]: the key/value bytes of `__transaction_state` (Kafka's layout).
-//! - [`log`]: `TransactionLog`, appending to (fsynced) and replaying `__transaction_state`.
+//! - [`log`]: `TransactionLog`, appending to and replaying `__transaction_state`.
 //! - [`markers`]: `TxnMarkerWriter`, the seam to the partitions' logs (WriteTxnMarkers).
 //! - [`coordinator`]: `TransactionCoordinator`, the requests, timeouts and expiry.
 
