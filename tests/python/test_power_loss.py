@@ -25,10 +25,12 @@ import os
 import random
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
 from clients import CLIENT_TIMEOUT_S, admin, create_topic, produce_all, unique_topic
@@ -366,3 +368,119 @@ def test_flushing_off_torn_power_cuts_never_serve_garbage(floe_factory, powerlos
     assert not verdict.duplicate, f"records at two offsets: {verdict.duplicate[:5]}"
     assert not verdict.nonmonotonic, verdict.nonmonotonic[:5]
     assert verdict.lost, "flushing off, yet no power cut lost an acknowledged record"
+
+
+def _last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The high watermark a read_committed consumer is told."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)[1]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("cut", ["all-unsynced-lost", "torn"])
+def test_flush_messages_1_power_cuts_keep_every_transaction_whole(floe_factory, powerloss_fs, cut):
+    """With `log.flush.interval.messages=1` the transaction coordinator's records and the
+    markers are fsynced step by step (README, Durability): a transactional producer
+    writing to two partitions runs while the broker is SIGKILLed and the power cut. At
+    the end a read_committed consumer must reach every partition's high watermark (no
+    last stable offset left stuck), see every transaction whose commit was acknowledged,
+    none whose abort was, and every transaction it sees whole on both partitions."""
+    rng = random.Random(_seed())
+    fs = powerloss_fs
+    floe = _start_on(floe_factory, fs, {"log.flush.interval.messages": "1"})
+    topic = create_topic(floe.bootstrap, unique_topic("powerloss-txn"), partitions=2)
+    per_partition = 4
+    outcome: dict[str, str] = {}  # transaction label -> committed | aborted (acknowledged outcomes only)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def run():
+        n = 0
+        p = None
+        while not stop.is_set():
+            label = f"t{n}"
+            n += 1
+            try:
+                if p is None:
+                    p = Producer({"bootstrap.servers": floe.bootstrap, "transactional.id": "powercut",
+                                  "linger.ms": 2, "message.timeout.ms": 10000, "transaction.timeout.ms": 15000})
+                    # A new instance: fences the last one and aborts what it left open.
+                    p.init_transactions(30)
+                p.begin_transaction()
+                for part in (0, 1):
+                    for i in range(per_partition):
+                        p.produce(topic, key=f"{label}-{part}-{i}".encode(), value=label.encode(), partition=part)
+                if n % 4 == 0:
+                    p.abort_transaction(30)
+                    outcome[label] = "aborted"
+                else:
+                    p.commit_transaction(30)
+                    outcome[label] = "committed"
+            except KafkaException as e:
+                # The outcome of `label` is unknown; start over with a new instance.
+                errors.append(f"{label}: {e}")
+                p = None
+                time.sleep(0.2)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: len(outcome) >= 3, timeout=60, what="first transactions")
+        for cycle in range(3):
+            time.sleep(rng.uniform(0.2, 1.5))
+            floe.kill9()
+            dropped = fs.cut(rng.randrange(1, 1 << 62) if cut == "torn" else None)
+            print(f"cycle {cycle}: cut dropped {dropped}")
+            floe.start()
+            before = len(outcome)
+            wait_until(lambda: len(outcome) > before + 3, timeout=90, what=f"transactions after power cut {cycle}")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; producer errors: {errors[-5:]}") from e
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+    assert not worker.is_alive(), "the producer thread did not stop"
+
+    # Every partition's last stable offset must reach its high watermark: nothing hangs.
+    c = Consumer({"bootstrap.servers": floe.bootstrap, "group.id": "powercut-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 100})
+    seen: dict[str, dict[int, int]] = {}
+    try:
+        hw = {}
+        for part in (0, 1):
+            hw[part] = high = c.get_watermark_offsets(TopicPartition(topic, part), timeout=30, cached=False)[1]
+            wait_until(lambda: _last_stable_offset(floe.bootstrap, topic, part) >= high, timeout=60,
+                       what=f"partition {part}'s last stable offset to reach its high watermark {high}")
+        c.assign([TopicPartition(topic, part, 0) for part in (0, 1)])
+        at_eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        while at_eof != {0, 1} and time.monotonic() < deadline:
+            for m in c.consume(num_messages=500, timeout=0.2):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= hw[m.partition()]:
+                            at_eof.add(m.partition())
+                        continue
+                    raise KafkaException(m.error())
+                label = m.value().decode()
+                counts = seen.setdefault(label, {0: 0, 1: 0})
+                counts[m.partition()] += 1
+        assert at_eof == {0, 1}, f"read_committed did not reach the end of both partitions: {at_eof}"
+    finally:
+        c.close()
+    committed = {t for t, o in outcome.items() if o == "committed"}
+    aborted = {t for t, o in outcome.items() if o == "aborted"}
+    print(f"{len(committed)} committed, {len(aborted)} aborted acknowledged; {len(seen)} transactions read; "
+          f"{len(errors)} unknown outcomes: {errors[:5]}")
+    assert len(committed) > 10, outcome
+    missing = sorted(committed - set(seen))
+    assert not missing, f"acknowledged commits missing after power cuts: {missing}"
+    resurrected = sorted(aborted & set(seen))
+    assert not resurrected, f"acknowledged aborts visible to read_committed: {resurrected}"
+    # A transaction's records appear on both partitions or on neither (duplicates would
+    # show as counts above `per_partition`).
+    split = {t: c for t, c in seen.items() if c != {0: per_partition, 1: per_partition}}
+    assert not split, f"transactions not whole after power cuts: {split}"
