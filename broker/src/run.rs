@@ -193,7 +193,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     metrics.cleaner.observe(cleaner.stats());
 
     let groups = Arc::new(
-        crate::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
+        floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
     );
     let txns = {
         let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));

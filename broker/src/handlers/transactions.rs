@@ -29,7 +29,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::{fenced_for_version, txn_error};
-use crate::group::OFFSETS_TOPIC;
+use floe_coordinator::group::OFFSETS_TOPIC;
 
 /// The `__consumer_offsets` partition that holds `group`'s offsets (Floe's has one).
 pub(super) fn offsets_partition(_group: &str) -> TopicPartition {

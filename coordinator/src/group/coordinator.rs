@@ -676,7 +676,7 @@ impl GroupCoordinator {
         self.logs
             .topics()
             .into_iter()
-            .filter(|t| t.name() != store::OFFSETS_TOPIC && t.name() != floe_coordinator::transaction::TRANSACTION_STATE_TOPIC)
+            .filter(|t| t.name() != store::OFFSETS_TOPIC && t.name() != crate::transaction::TRANSACTION_STATE_TOPIC)
             .map(|t| (t.name().to_string(), t.partition_count()))
             .collect()
     }

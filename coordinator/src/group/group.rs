@@ -211,7 +211,7 @@ pub struct GroupSummary {
 }
 
 /// Wall-clock milliseconds, for persisted state timestamps and offset expiry.
-pub(crate) fn wall_ms() -> i64 {
+pub fn wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
