@@ -333,9 +333,9 @@ fn transaction_timer(
         expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = abort.tick() => txns.tick(floe_coordinator::transaction::coordinator::wall_ms()).await,
+                _ = abort.tick() => txns.tick(floe_coordinator::clock::wall_ms()).await,
                 _ = expire.tick() => {
-                    txns.remove_expired(floe_coordinator::transaction::coordinator::wall_ms()).await;
+                    txns.remove_expired(floe_coordinator::clock::wall_ms()).await;
                 }
                 _ = shutdown.changed() => break,
             }

@@ -7,6 +7,7 @@
 //! beyond the records it writes.
 //!
 //! # Layout
+//! - [`clock`]: the wall clock both stamp their records with.
 //! - [`group`]: the group coordinator: consumer groups, classic and KIP-848,
 //!   their rebalances, and the `__consumer_offsets` log of committed offsets
 //!   and group metadata.
@@ -16,5 +17,6 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod clock;
 pub mod group;
 pub mod transaction;

@@ -19,7 +19,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use floe_coordinator::group::coordinator::TopicOffsets;
-use floe_coordinator::group::group::wall_ms;
+use floe_coordinator::clock::wall_ms;
 use floe_coordinator::group::records::OffsetAndMetadata;
 
 /// Kafka's `offset.metadata.max.bytes` default.

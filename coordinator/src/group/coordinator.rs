@@ -24,9 +24,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::consumer_group::{ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatResult};
-use super::group::{wall_ms, Group, GroupConfig, GroupState, GroupSummary, JoinRequest, JoinResult, Outcome, SyncResult};
+use super::group::{Group, GroupConfig, JoinRequest};
+use super::outcome::{JoinResult, Outcome, SyncResult};
 use super::records::{self, LogEntry, OffsetAndMetadata};
+use super::state::GroupState;
 use super::store::{self, Compacted, CompactionConfig, LiveRecords, LogRecord, OffsetStore, StoreError};
+use super::summary::GroupSummary;
+use crate::clock::wall_ms;
 
 const LOADING: u8 = 0;
 const ACTIVE: u8 = 1;

@@ -58,8 +58,8 @@ use floe_protocol::record_batch::BatchIter;
 use floe_storage::{ControlRecordType, IsolationLevel, LogManager, PartitionLog, StorageError};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
-use super::group::wall_ms;
 use super::records::{self, GroupMetadata, LogEntry, OffsetAndMetadata};
+use crate::clock::wall_ms;
 
 /// The internal topic's name, as in Kafka.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
