@@ -8,7 +8,10 @@
 //! (states, answers, summaries) sit in leaf modules below all of them.
 //!
 //! # Layout
-//! - [`coordinator`]: the map of groups, the timers, offsets, administration.
+//! - [`coordinator`]: the map of groups, the timers, administration; its
+//!   child module `offsets` (`coordinator/offsets.rs`) the committed offsets:
+//!   OffsetCommit, TxnOffsetCommit and their pending offsets, OffsetFetch,
+//!   OffsetDelete, expiry.
 //! - [`consumer_group`]: a group of the consumer group protocol (KIP-848):
 //!   epochs, target assignment, incremental reconciliation.
 //! - [`assignor`]: its server-side assignors, `uniform` and `range`.
