@@ -5,7 +5,7 @@ use std::sync::Arc;
 use floe_storage::LogManager;
 
 use crate::config::BrokerConfig;
-use crate::group::GroupCoordinator;
+use floe_coordinator::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
 /// Everything a request handler needs, shared by all connections.

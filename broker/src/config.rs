@@ -385,10 +385,10 @@ impl ConfigBuilder {
 
 impl BrokerConfig {
     /// The group coordinator's settings.
-    pub fn coordinator_config(&self) -> crate::group::CoordinatorConfig {
+    pub fn coordinator_config(&self) -> floe_coordinator::group::CoordinatorConfig {
         use std::time::Duration;
-        crate::group::CoordinatorConfig {
-            group: crate::group::group::GroupConfig {
+        floe_coordinator::group::CoordinatorConfig {
+            group: floe_coordinator::group::group::GroupConfig {
                 initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
                 min_session_timeout_ms: self.group_min_session_timeout_ms,
                 max_session_timeout_ms: self.group_max_session_timeout_ms,
@@ -396,7 +396,7 @@ impl BrokerConfig {
             offsets_retention: Duration::from_secs(self.offsets_retention_minutes.saturating_mul(60)),
             offsets_retention_check_interval: Duration::from_millis(self.offsets_retention_check_interval_ms),
             compaction: Default::default(),
-            consumer: crate::group::consumer_group::ConsumerGroupConfig {
+            consumer: floe_coordinator::group::consumer_group::ConsumerGroupConfig {
                 session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
                 heartbeat_interval: Duration::from_millis(self.group_consumer_heartbeat_interval_ms),
                 max_size: self.group_consumer_max_size as usize,

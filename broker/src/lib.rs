@@ -17,7 +17,6 @@
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
 //! - [`handlers`]: one module per Kafka API, one dispatch table.
 //! - [`quota`]: client quotas (byte rates, request time): their store and enforcement.
-//! - [`group`]: the consumer-group coordinator and the `__consumer_offsets` log.
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
@@ -32,7 +31,6 @@ pub mod broker;
 pub mod config;
 pub mod dynamic_config;
 pub mod errors;
-pub mod group;
 pub mod handlers;
 pub mod listeners;
 pub mod iceberg_rest;

@@ -193,7 +193,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     metrics.cleaner.observe(cleaner.stats());
 
     let groups = Arc::new(
-        crate::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
+        floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
     );
     let txns = {
         let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
@@ -333,9 +333,9 @@ fn transaction_timer(
         expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = abort.tick() => txns.tick(floe_coordinator::transaction::coordinator::wall_ms()).await,
+                _ = abort.tick() => txns.tick(floe_coordinator::clock::wall_ms()).await,
                 _ = expire.tick() => {
-                    txns.remove_expired(floe_coordinator::transaction::coordinator::wall_ms()).await;
+                    txns.remove_expired(floe_coordinator::clock::wall_ms()).await;
                 }
                 _ = shutdown.changed() => break,
             }

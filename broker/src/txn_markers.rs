@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use floe_coordinator::transaction::{TxnMarker, TxnMarkerWriter};
 use floe_storage::{ControlRecordType, LogManager};
 
-use crate::group::{GroupCoordinator, OFFSETS_TOPIC};
+use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
 
 /// Writes markers into this broker's logs.
 #[derive(Debug)]

@@ -7,10 +7,16 @@
 //! beyond the records it writes.
 //!
 //! # Layout
+//! - [`clock`]: the wall clock both stamp their records with.
+//! - [`group`]: the group coordinator: consumer groups, classic and KIP-848,
+//!   their rebalances, and the `__consumer_offsets` log of committed offsets
+//!   and group metadata.
 //! - [`transaction`]: the transaction coordinator (KIP-98): transactional ids,
 //!   producer epochs and fencing, the `__transaction_state` log, two-phase
 //!   commit through transaction markers written by a [`transaction::TxnMarkerWriter`].
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod clock;
+pub mod group;
 pub mod transaction;

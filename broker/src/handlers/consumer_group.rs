@@ -1,5 +1,5 @@
 //! ConsumerGroupHeartbeat and ConsumerGroupDescribe: the consumer group
-//! protocol (KIP-848), answered by [`crate::group::consumer_group`] through
+//! protocol (KIP-848), answered by [`floe_coordinator::group::consumer_group`] through
 //! the coordinator. Assignments travel by topic id; the group keeps names.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,8 +19,8 @@ use super::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
-use crate::group::assignor::Assignment;
-use crate::group::consumer_group::Heartbeat;
+use floe_coordinator::group::assignor::Assignment;
+use floe_coordinator::group::consumer_group::Heartbeat;
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())

@@ -14,7 +14,7 @@ use super::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
-use crate::group::group::GroupState;
+use floe_coordinator::group::state::GroupState;
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())

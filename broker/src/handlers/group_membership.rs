@@ -1,5 +1,5 @@
 //! JoinGroup, SyncGroup, Heartbeat and LeaveGroup: the classic group
-//! membership protocol, answered by the [`crate::group::GroupCoordinator`].
+//! membership protocol, answered by the [`floe_coordinator::group::GroupCoordinator`].
 //!
 //! JoinGroup and SyncGroup answers are deferred until the rebalance phase
 //! completes: the handler awaits it. A connection handles one request at a
@@ -19,7 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
-use crate::group::group::JoinRequest;
+use floe_coordinator::group::group::JoinRequest;
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())

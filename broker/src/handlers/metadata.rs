@@ -150,7 +150,7 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
 
 /// Topics the broker owns (`__consumer_offsets`): hidden from listings, closed to clients' produce and delete.
 pub(crate) fn is_internal(topic: &str) -> bool {
-    topic == crate::group::OFFSETS_TOPIC || topic == floe_coordinator::transaction::TRANSACTION_STATE_TOPIC
+    topic == floe_coordinator::group::OFFSETS_TOPIC || topic == floe_coordinator::transaction::TRANSACTION_STATE_TOPIC
 }
 
 fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataResponseTopic {

@@ -1,5 +1,5 @@
 //! OffsetCommit, OffsetFetch and OffsetDelete: committed offsets, kept by
-//! the [`crate::group::GroupCoordinator`] and made durable in
+//! the [`floe_coordinator::group::GroupCoordinator`] and made durable in
 //! `__consumer_offsets` before OffsetCommit answers.
 
 use kafka_protocol::error::ResponseError;
@@ -18,9 +18,9 @@ use kafka_protocol::protocol::StrBytes;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
-use crate::group::coordinator::TopicOffsets;
-use crate::group::group::wall_ms;
-use crate::group::records::OffsetAndMetadata;
+use floe_coordinator::group::coordinator::TopicOffsets;
+use floe_coordinator::clock::wall_ms;
+use floe_coordinator::group::records::OffsetAndMetadata;
 
 /// Kafka's `offset.metadata.max.bytes` default.
 const OFFSET_METADATA_MAX_BYTES: usize = 4096;

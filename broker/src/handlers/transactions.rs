@@ -29,7 +29,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::{fenced_for_version, txn_error};
-use crate::group::OFFSETS_TOPIC;
+use floe_coordinator::group::OFFSETS_TOPIC;
 
 /// The `__consumer_offsets` partition that holds `group`'s offsets (Floe's has one).
 pub(super) fn offsets_partition(_group: &str) -> TopicPartition {
@@ -221,7 +221,7 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListTr
     let producer_ids: BTreeSet<i64> = request.producer_id_filters.iter().map(|p| p.0).collect();
     // v1 (KIP-994): only transactions running longer than this many ms.
     let min_duration = if version >= 1 { request.duration_filter } else { -1 };
-    let now = floe_coordinator::transaction::coordinator::wall_ms();
+    let now = floe_coordinator::clock::wall_ms();
     let listed = broker
         .txns
         .list(&states, &producer_ids)

@@ -22,9 +22,9 @@ use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEnc
 use super::{dispatch, Reply};
 use crate::broker::Broker;
 use crate::config::{ConfigBuilder, Layer};
-use crate::group::group::JoinRequest;
-use crate::group::records::OffsetAndMetadata;
-use crate::group::GroupCoordinator;
+use floe_coordinator::group::group::JoinRequest;
+use floe_coordinator::group::records::OffsetAndMetadata;
+use floe_coordinator::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
 pub(super) async fn broker(dir: &std::path::Path) -> Broker {
@@ -609,7 +609,7 @@ async fn every_served_version_of_every_api_answers() {
                 }
                 ApiKey::ConsumerGroupDescribe => {
                     let group = format!("cd{v}");
-                    let hb = crate::group::consumer_group::Heartbeat {
+                    let hb = floe_coordinator::group::consumer_group::Heartbeat {
                         member_id: "m".into(),
                         rebalance_timeout_ms: 30_000,
                         subscribed_topic_names: Some(vec!["t".into()]),
@@ -805,7 +805,7 @@ async fn every_served_version_of_every_api_answers() {
                     let id = format!("toc-v{v}");
                     let group = format!("toc-group-v{v}");
                     let (pid, epoch) = txn_init(&broker, &id).await;
-                    broker.txns.add_partitions(&id, pid, epoch, &[(crate::group::OFFSETS_TOPIC.to_string(), 0)], false).await.expect("add offsets");
+                    broker.txns.add_partitions(&id, pid, epoch, &[(floe_coordinator::group::OFFSETS_TOPIC.to_string(), 0)], false).await.expect("add offsets");
                     let p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(2);
                     let t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![p]);
                     let req = TxnOffsetCommitRequest::default()

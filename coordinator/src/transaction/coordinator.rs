@@ -33,7 +33,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use floe_storage::LogManager;
 
@@ -41,6 +41,7 @@ use super::log::{TransactionLog, TxnLogError};
 use super::markers::{TxnMarker, TxnMarkerWriter};
 use super::metadata::{TopicPartition, TransactionMetadata};
 use super::state::TransactionState;
+use crate::clock::wall_ms;
 
 /// The coordinator epoch markers carry: Floe's one coordinator never moves.
 pub const COORDINATOR_EPOCH: i32 = 0;
@@ -155,11 +156,6 @@ pub struct TransactionCoordinator {
     logs: Arc<LogManager>,
     markers: Arc<dyn TxnMarkerWriter>,
     txns: Mutex<HashMap<String, Arc<TxnEntry>>>,
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn fenced(m: &TransactionMetadata, epoch: i16) -> TxnError {

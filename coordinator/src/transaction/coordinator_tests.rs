@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use floe_storage::{LogConfig, LogManager};
 
-use super::coordinator::wall_ms;
+use crate::clock::wall_ms;
 use super::*;
 
 #[derive(Debug, Default)]

@@ -58,8 +58,8 @@ use floe_protocol::record_batch::BatchIter;
 use floe_storage::{ControlRecordType, IsolationLevel, LogManager, PartitionLog, StorageError};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
-use super::group::wall_ms;
 use super::records::{self, GroupMetadata, LogEntry, OffsetAndMetadata};
+use crate::clock::wall_ms;
 
 /// The internal topic's name, as in Kafka.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -353,7 +353,7 @@ fn write_all(logs: &LogManager, jobs: Vec<WriteJob>, mut live: Option<&mut LiveR
 fn write_marker(logs: &LogManager, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     let marker = if commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
-    log.append_txn_marker(producer_id, producer_epoch, marker, floe_coordinator::transaction::COORDINATOR_EPOCH, wall_ms())?;
+    log.append_txn_marker(producer_id, producer_epoch, marker, crate::transaction::COORDINATOR_EPOCH, wall_ms())?;
     log.flush()?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::group::{JoinResult, SyncResult};
+use super::outcome::{JoinResult, SyncResult};
 
 /// A member of a classic group, owned by its [`super::group::Group`].
 #[derive(Debug)]

@@ -25,6 +25,8 @@ use kafka_protocol::error::ResponseError;
 use tokio::time::Instant;
 
 use super::assignor::{self, Assignment, AssignorMember, ASSIGNORS, DEFAULT_ASSIGNOR};
+use super::state::GroupState;
+use super::summary::{GroupSummary, MemberSummary};
 
 /// Member epoch of a heartbeat that leaves the group.
 pub const LEAVE_EPOCH: i32 = -1;
@@ -528,7 +530,7 @@ impl ConsumerGroup {
     /// DescribeGroups of a consumer group: protocol type "consumer", each
     /// member's subscription and assignment in the classic consumer
     /// protocol's layouts (v0), so classic tools can read them.
-    pub fn summary(&self) -> super::group::GroupSummary {
+    pub fn summary(&self) -> GroupSummary {
         use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
         use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName};
         use kafka_protocol::protocol::{Encodable, StrBytes};
@@ -551,7 +553,7 @@ impl ConsumerGroup {
                     .iter()
                     .map(|(t, ps)| TopicPartition::default().with_topic(TopicName(StrBytes::from_string(t.clone()))).with_partitions(ps.iter().copied().collect()))
                     .collect();
-                super::group::MemberSummary {
+                MemberSummary {
                     member_id: m.member_id.clone(),
                     instance_id: m.instance_id.clone(),
                     client_id: m.client_id.clone(),
@@ -561,8 +563,8 @@ impl ConsumerGroup {
                 }
             })
             .collect();
-        super::group::GroupSummary {
-            state: if self.members.is_empty() { super::group::GroupState::Empty } else { super::group::GroupState::Stable },
+        GroupSummary {
+            state: if self.members.is_empty() { GroupState::Empty } else { GroupState::Stable },
             state_name: self.state_name(),
             protocol_type: "consumer".into(),
             protocol: self.assignor().to_string(),

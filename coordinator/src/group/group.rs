@@ -18,7 +18,7 @@
 #![allow(clippy::module_inception)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -27,35 +27,11 @@ use tokio::time::Instant;
 
 use super::consumer_group::ConsumerGroup;
 use super::member::Member;
+use super::outcome::{JoinResult, JoinedMember, Outcome, SyncResult};
 use super::records::{GroupMetadata, OffsetAndMetadata};
-
-/// Kafka's classic group states, by Kafka's names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupState {
-    /// No members; may still hold committed offsets.
-    Empty,
-    /// Waiting for members to (re)join.
-    PreparingRebalance,
-    /// Joined; waiting for the leader's assignment.
-    CompletingRebalance,
-    /// Every member has its assignment.
-    Stable,
-    /// Deleted.
-    Dead,
-}
-
-impl GroupState {
-    /// The name DescribeGroups and ListGroups report.
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupState::Empty => "Empty",
-            GroupState::PreparingRebalance => "PreparingRebalance",
-            GroupState::CompletingRebalance => "CompletingRebalance",
-            GroupState::Stable => "Stable",
-            GroupState::Dead => "Dead",
-        }
-    }
-}
+use super::state::GroupState;
+use super::summary::{GroupSummary, MemberSummary};
+use crate::clock::wall_ms;
 
 /// The broker settings the state machine obeys.
 #[derive(Debug, Clone)]
@@ -101,119 +77,6 @@ pub struct JoinRequest {
     pub require_known_member_id: bool,
 }
 
-/// A member as the leader sees it in the JoinGroup response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinedMember {
-    /// Member id.
-    pub member_id: String,
-    /// `group.instance.id`.
-    pub instance_id: Option<String>,
-    /// Its metadata for the selected protocol.
-    pub metadata: Bytes,
-}
-
-/// A JoinGroup answer.
-#[derive(Debug, Clone)]
-pub struct JoinResult {
-    /// `None` for success.
-    pub error: Option<ResponseError>,
-    /// The generation joined.
-    pub generation: i32,
-    /// The group's protocol type.
-    pub protocol_type: Option<String>,
-    /// The selected protocol.
-    pub protocol_name: Option<String>,
-    /// The leader's member id.
-    pub leader: String,
-    /// The member's id (generated on a first join).
-    pub member_id: String,
-    /// Every member with its metadata, for the leader only.
-    pub members: Vec<JoinedMember>,
-    /// The leader already has an assignment (a static leader rejoined, v9+).
-    pub skip_assignment: bool,
-}
-
-impl JoinResult {
-    /// An error answer.
-    pub fn error(error: ResponseError, member_id: &str) -> Self {
-        Self {
-            error: Some(error),
-            generation: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            member_id: member_id.to_string(),
-            members: Vec::new(),
-            skip_assignment: false,
-        }
-    }
-}
-
-/// A SyncGroup answer.
-#[derive(Debug, Clone)]
-pub struct SyncResult {
-    /// `None` for success.
-    pub error: Option<ResponseError>,
-    /// The group's protocol type.
-    pub protocol_type: Option<String>,
-    /// The selected protocol.
-    pub protocol_name: Option<String>,
-    /// This member's assignment, byte for byte as the leader sent it.
-    pub assignment: Bytes,
-}
-
-impl SyncResult {
-    /// An error answer.
-    pub fn error(error: ResponseError) -> Self {
-        Self { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
-    }
-}
-
-/// An answer now, or one to await.
-#[derive(Debug)]
-pub enum Outcome<T> {
-    /// Ready.
-    Now(T),
-    /// Sent when the rebalance phase completes.
-    Wait(oneshot::Receiver<T>),
-}
-
-/// One member in a DescribeGroups answer.
-#[derive(Debug, Clone)]
-pub struct MemberSummary {
-    /// Member id.
-    pub member_id: String,
-    /// `group.instance.id`.
-    pub instance_id: Option<String>,
-    /// Client id.
-    pub client_id: String,
-    /// Client address.
-    pub client_host: String,
-    /// Metadata of the selected protocol (Stable groups only).
-    pub metadata: Bytes,
-    /// Assignment (Stable groups only).
-    pub assignment: Bytes,
-}
-
-/// What DescribeGroups reports.
-#[derive(Debug, Clone)]
-pub struct GroupSummary {
-    /// State (of a consumer group: Empty, or Stable while it has members).
-    pub state: GroupState,
-    /// The state's name (a consumer group's own: Empty, Assigning, Reconciling, Stable).
-    pub state_name: &'static str,
-    /// Protocol type, or empty.
-    pub protocol_type: String,
-    /// Selected protocol (Stable groups only), or empty.
-    pub protocol: String,
-    /// Members.
-    pub members: Vec<MemberSummary>,
-}
-
-/// Wall-clock milliseconds, for persisted state timestamps and offset expiry.
-pub(crate) fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 /// One classic group: members, generation, protocol, committed offsets.
 ///
