@@ -251,16 +251,74 @@ async fn a_crash_during_compaction_replays_to_the_same_state() {
     }
 }
 
+/// The writer compacts the log itself only when the topic is not compacted by
+/// the log cleaner (an operator set `cleanup.policy=delete`).
 #[tokio::test]
 async fn the_writer_compacts_on_its_own_when_the_log_outgrows_the_live_state() {
+    for policy in ["compact", "delete"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (logs, _) = open(dir.path());
+        let config = CoordinatorConfig { compaction: CompactionConfig { min_bytes: 64 << 10, dirty_ratio: 2 }, ..Default::default() };
+        let c = Arc::new(GroupCoordinator::new(config, logs.clone()).expect("coordinator"));
+        c.load().await.expect("load");
+        let mut overrides = logs.topic(store::OFFSETS_TOPIC).expect("topic").overrides();
+        assert_eq!(overrides.get("cleanup.policy").map(String::as_str), Some("compact"), "created compacted, as Kafka's");
+        overrides.insert("cleanup.policy".into(), policy.into());
+        logs.alter_topic_config(store::OFFSETS_TOPIC, overrides).expect("alter");
+        commit_many(&c, "a", 10_000).await;
+        let log = offsets_log(&logs);
+        if policy == "delete" {
+            assert!(log.log_start_offset() > 0, "never compacted");
+            assert!(log.size_bytes() < 200 << 10, "{} bytes", log.size_bytes());
+        } else {
+            assert_eq!(log.log_start_offset(), 0, "the log cleaner's job, not the writer's");
+        }
+        assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(10_000));
+    }
+}
+
+/// `__consumer_offsets` on the log cleaner: the latest commit of every offset
+/// and group stays, the log shrinks, and once the tombstones are cleaned away
+/// (`delete.retention.ms` passed) a deleted group's offsets and a deleted
+/// offset do not come back on reload: every removal tombstoned its own key.
+#[tokio::test]
+async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_deleted() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (logs, _) = open(dir.path());
-    let config = CoordinatorConfig { compaction: CompactionConfig { min_bytes: 64 << 10, dirty_ratio: 2 }, ..Default::default() };
-    let c = Arc::new(GroupCoordinator::new(config, logs.clone()).expect("coordinator"));
-    c.load().await.expect("load");
-    commit_many(&c, "a", 10_000).await;
+    let before = written_and_reloaded(dir.path()).await;
+    assert_eq!(before.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"]);
+    {
+        let (logs, c) = open(dir.path());
+        c.load().await.expect("load");
+        let mut overrides = logs.topic(store::OFFSETS_TOPIC).expect("topic").overrides();
+        overrides.insert("delete.retention.ms".into(), "0".into());
+        logs.alter_topic_config(store::OFFSETS_TOPIC, overrides).expect("alter");
+        let log = offsets_log(&logs);
+        // Seal the segment: the cleaner never touches the active one.
+        log.roll_now().expect("roll");
+        let size = log.size_bytes();
+        let cleaner = floe_storage::LogCleaner::start(logs.clone(), floe_storage::CleanerConfig { enable: false, ..Default::default() })
+            .expect("cleaner");
+        // The first pass keeps tombstones and gives them their delete horizon; a later pass drops them.
+        assert!(cleaner.clean_once().expect("clean"), "the offsets log was due");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        log.roll_now().expect("roll");
+        while cleaner.clean_once().expect("clean again") {}
+        cleaner.stop();
+        assert!(log.size_bytes() < size / 50, "{} bytes left of {size}", log.size_bytes());
+        assert_eq!(snapshot(&c), before);
+        logs.shutdown().expect("shutdown");
+    }
+    let (logs, c) = open(dir.path());
+    c.load().await.expect("reload");
+    assert_eq!(snapshot(&c), before, "the cleaned log replays to the same state");
+    // The tombstones themselves are gone: only live records and markers remain.
     let log = offsets_log(&logs);
-    assert!(log.log_start_offset() > 0, "never compacted");
-    assert!(log.size_bytes() < 200 << 10, "{} bytes", log.size_bytes());
-    assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(10_000));
+    let mut tombstones = 0;
+    store::replay(&log, |e| {
+        if matches!(e, records::LogEntry::Offset { value: None, .. } | records::LogEntry::Group { value: None, .. }) {
+            tombstones += 1;
+        }
+    })
+    .expect("replay");
+    assert_eq!(tombstones, 0, "tombstones past delete.retention.ms were cleaned away");
 }

@@ -17,14 +17,27 @@
 //! producer's transactional records aside and applies them at its COMMIT
 //! marker (drops them at ABORT), so after a restart offsets of an open
 //! transaction are pending again and committed ones are where the commit put
-//! them. While any transaction is open the log is not compacted: the
-//! re-append below would leave its records behind, in segments about to be deleted.
+//! them. While any transaction is open the writer never compacts the log
+//! itself (below): the re-append would leave its records behind, in
+//! segments about to be deleted.
 //!
 //! # Compaction
-//! The log is created with `retention.ms=-1` so that time retention cannot
-//! drop live offsets, and Floe has no general log cleaner; instead the
-//! writer thread keeps [`LiveRecords`] — what a replay of the log rebuilds —
-//! and when the log holds much more than that (more than
+//! The topic is compacted (`cleanup.policy=compact`, as in Kafka): the log
+//! cleaner keeps the latest record of every key, so an offset's older
+//! commits and a group's older metadata go, and so do tombstones once
+//! `delete.retention.ms` has passed. That is safe because every removal is
+//! written as a tombstone of its own key: DeleteGroups and OffsetDelete,
+//! and offset expiry, tombstone each offset, not just the group, so no
+//! offset of a deleted group can come back when the group's tombstone is
+//! cleaned away. A data directory from before the cleaner gets the policy
+//! set when the log is opened.
+//!
+//! Before Floe had a log cleaner the writer thread compacted the log
+//! itself, and it still does if the topic is not compacted (a storage layer
+//! without compaction, or an operator who set `cleanup.policy=delete`). The
+//! topic keeps `retention.ms=-1` so that time retention cannot drop live
+//! offsets. The writer thread keeps [`LiveRecords`] — what a replay of the
+//! log rebuilds — and when the log holds much more than that (more than
 //! [`CompactionConfig::min_bytes`] and more than
 //! [`CompactionConfig::dirty_ratio`] times as many records as are live) it
 //! compacts it in three steps:
@@ -66,6 +79,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Topic settings of the internal topic.
 const OFFSETS_TOPIC_CONFIG: &[(&str, &str)] = &[
+    ("cleanup.policy", "compact"),
     ("retention.ms", "-1"),
     ("retention.bytes", "-1"),
     ("segment.bytes", "104857600"),
@@ -413,6 +427,9 @@ fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Opt
 
 fn maybe_compact(logs: &LogManager, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
+    if log.config().cleanup_policy.compact {
+        return Ok(()); // the log cleaner's job
+    }
     let records = (log.log_end_offset() - log.log_start_offset()).max(0) as u64;
     if log.size_bytes() <= cfg.min_bytes || records <= cfg.dirty_ratio.saturating_mul(live.len() as u64) {
         return Ok(());
@@ -451,10 +468,25 @@ pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Re
 /// # Errors
 /// [`StoreError::Storage`].
 pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
-    if logs.topic(OFFSETS_TOPIC).is_none() {
-        let config: BTreeMap<String, String> = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        logs.create_topic(OFFSETS_TOPIC, 1, config)?;
-        tracing::info!("created {OFFSETS_TOPIC}");
+    let mut config: BTreeMap<String, String> = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    if logs.default_config().with_overrides(&config).is_err() {
+        // A storage layer without log compaction: the writer thread compacts instead.
+        config.remove("cleanup.policy");
+    }
+    match logs.topic(OFFSETS_TOPIC) {
+        None => {
+            logs.create_topic(OFFSETS_TOPIC, 1, config)?;
+            tracing::info!("created {OFFSETS_TOPIC}");
+        }
+        Some(topic) => {
+            let mut overrides = topic.overrides();
+            if config.contains_key("cleanup.policy") && !overrides.contains_key("cleanup.policy") {
+                // Created before Floe had a log cleaner: hand the topic to it, as Kafka's is.
+                overrides.insert("cleanup.policy".into(), "compact".into());
+                logs.alter_topic_config(OFFSETS_TOPIC, overrides)?;
+                tracing::info!("{OFFSETS_TOPIC} is now compacted by the log cleaner (cleanup.policy=compact)");
+            }
+        }
     }
     logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("partition 0 is missing".into()))
 }
