@@ -8,9 +8,10 @@
 //! - `storage_read`: `PartitionLog::read` from offset 0 to the end in 1 MiB
 //!   regions, each `pread` into memory: the broker's copying fetch path, the
 //!   floor of anything that looks at the bytes.
-//! - `segment_reader`: `floe-tiering`'s `SegmentReader`, batch by batch (header
-//!   parse, one `pread` per batch): the I/O half of tiering.
-//! - `to_arrow`: `SegmentReader` + `ArrowConverter` (decompress, decode records,
+//! - `segment_reader`: `floe-storage`'s `SegmentBatchReader`, batch by batch
+//!   (header checks, 256 KiB buffered reads, each batch copied out as tiering
+//!   does): the I/O half of tiering.
+//! - `to_arrow`: `SegmentBatchReader` + `ArrowConverter` (decompress, decode records,
 //!   build Arrow arrays, 8192-row batches): what the tiering thread does before
 //!   Parquet.
 //!
@@ -32,8 +33,8 @@ use floe_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use floe_protocol::record_batch::{RecordBatchHeader, RECORD_BATCH_OVERHEAD};
-use floe_storage::{LogConfig, PartitionLog};
-use floe_tiering::convert::{ArrowConverter, Pushed, SegmentReader};
+use floe_storage::{LogConfig, PartitionLog, ScannedBatch, SegmentBatchReader};
+use floe_tiering::convert::{ArrowConverter, Pushed};
 
 /// Uncompressed record bytes per batch, as a producer with a 64 KiB batch.size sends.
 const BATCH_BYTES: usize = 64 * 1024;
@@ -104,12 +105,21 @@ fn storage_read(log: &PartitionLog) -> u64 {
     bytes
 }
 
+/// The next batch's header (its bytes in `reader`), `None` at the end; as tiering, without the CRC.
+fn next_batch(reader: &mut SegmentBatchReader<'_>) -> Option<RecordBatchHeader> {
+    match reader.next_batch(false).expect("read") {
+        ScannedBatch::Batch { header, .. } => Some(header),
+        ScannedBatch::End => None,
+        ScannedBatch::Invalid { position, reason } => panic!("insane batch at {position}: {reason}"),
+    }
+}
+
 fn segment_reader(log: &PartitionLog) -> u64 {
     let mut bytes = 0u64;
     for seg in log.sealed_segments() {
-        let mut reader = SegmentReader::open(&seg.path, seg.size_bytes).expect("open segment");
-        while let Some(batch) = reader.next_batch().expect("read") {
-            let (_, b) = batch.expect("sane batch");
+        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
+        while next_batch(&mut reader).is_some() {
+            let b = Bytes::copy_from_slice(reader.batch_bytes().expect("read"));
             bytes += b.len() as u64;
             black_box(&b);
         }
@@ -121,9 +131,9 @@ fn to_arrow(log: &PartitionLog) -> (u64, usize) {
     let mut conv = ArrowConverter::new(0, 8192, 8 << 20);
     let (mut rows, mut bytes) = (0usize, 0u64);
     for seg in log.sealed_segments() {
-        let mut reader = SegmentReader::open(&seg.path, seg.size_bytes).expect("open segment");
-        while let Some(batch) = reader.next_batch().expect("read") {
-            let (header, b) = batch.expect("sane batch");
+        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
+        while let Some(header) = next_batch(&mut reader) {
+            let b = Bytes::copy_from_slice(reader.batch_bytes().expect("read"));
             bytes += b.len() as u64;
             match conv.push(&header, b, 0) {
                 Pushed::Rows(_) => {}

@@ -52,6 +52,7 @@ use tracing::{debug, info};
 
 use crate::atomic_file::sync_dir;
 use crate::batch_filter::{filter_batch, RecordView};
+use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::cleaned_txns::CleanedTxns;
 use crate::error::{IoContext, Result, StorageError};
 use crate::failpoint;
@@ -59,7 +60,7 @@ use crate::file_names::{CLEANED_SUFFIX, SWAP_SUFFIX};
 use crate::log::{CleanerView, PartitionLog, SealedSegment};
 use crate::offset_map::OffsetMap;
 use crate::producer_state::ProducerStateManager;
-use crate::segment::{AppendedBatch, FileBatchScanner, LogSegment, Scanned, SegmentPaths};
+use crate::segment::{AppendedBatch, LogSegment, SegmentPaths};
 use crate::throttler::Throttler;
 use crate::transaction::{parse_control_batch, ControlRecordType};
 
@@ -351,21 +352,21 @@ impl Cleaner<'_> {
         txns: &mut CleanedTxns,
         stats: &mut CleanStats,
     ) -> Result<()> {
-        let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, 0, seg.size)
+        let mut scanner = SegmentBatchReader::new(&seg.log, &seg.log_path, 0, seg.size)
             .with_holes(seg.holes.clone());
         loop {
             self.check_stop(log)?;
             let (position, header) = match scanner.next_batch(true)? {
-                Scanned::Batch { position, header } => (position, header),
-                Scanned::End => return Ok(()),
-                Scanned::Invalid { position, reason } => {
+                ScannedBatch::Batch { position, header } => (position, header),
+                ScannedBatch::End => return Ok(()),
+                ScannedBatch::Invalid { position, reason } => {
                     return Err(corrupt(seg, position, reason))
                 }
             };
             let size = header.total_size();
             stats.bytes_read += size as u64;
             self.throttler.maybe_throttle(size as u64);
-            let batch = scanner.batch_bytes(position, size);
+            let batch = scanner.batch_bytes()?;
             if header.is_control() {
                 txns.on_control_batch(&header, parse_control_batch(batch).map(|(m, _)| m));
                 continue;
@@ -505,7 +506,7 @@ impl Cleaner<'_> {
         let mut out = Vec::with_capacity(WRITE_BUFFER + 64 * 1024);
         let mut batches: Vec<AppendedBatch> = Vec::new();
         for seg in group {
-            let mut scanner = FileBatchScanner::new(&seg.log, &seg.log_path, 0, seg.size)
+            let mut scanner = SegmentBatchReader::new(&seg.log, &seg.log_path, 0, seg.size)
                 .with_holes(seg.holes.clone());
             if !seg.holes.is_empty() {
                 // Damaged ranges are not carried over: the cleaned segment is whole.
@@ -514,16 +515,16 @@ impl Cleaner<'_> {
             loop {
                 self.check_stop(log)?;
                 let (position, header) = match scanner.next_batch(true)? {
-                    Scanned::Batch { position, header } => (position, header),
-                    Scanned::End => break,
-                    Scanned::Invalid { position, reason } => {
+                    ScannedBatch::Batch { position, header } => (position, header),
+                    ScannedBatch::End => break,
+                    ScannedBatch::Invalid { position, reason } => {
                         return Err(corrupt(seg, position, reason))
                     }
                 };
                 let size = header.total_size();
                 stats.bytes_read += size as u64;
                 self.throttler.maybe_throttle(size as u64);
-                let batch = scanner.batch_bytes(position, size);
+                let batch = scanner.batch_bytes()?;
                 let at = out.len();
                 let marker = header
                     .is_control()

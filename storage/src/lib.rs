@@ -20,7 +20,8 @@
 //! - [`checkpoint`]: Kafka's offset checkpoint file format.
 //! - [`file_names`]: every file and directory name, built and parsed in one place.
 //! - [`error`]: `StorageError`, the one error type of this crate.
-//! - `segment`: `LogSegment`, a `.log` and its indexes; batch scanning over files.
+//! - `segment`: `LogSegment`, a `.log` and its indexes.
+//! - [`batch_reader`]: `SegmentBatchReader`, the one walk over a `.log`'s batches, stepping over damage.
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
 //! - `loader`: `LogLoader`, recovery of a partition directory at open (finishing interrupted cleaner swaps).
 //! - [`log_cleaner`]: `LogCleaner`, the compaction threads, their choice of log, checkpoint and statistics.
@@ -38,6 +39,7 @@
 mod atomic_file;
 pub use atomic_file::write_atomically;
 mod batch_filter;
+pub mod batch_reader;
 mod cleaned_txns;
 pub mod checkpoint;
 pub mod cleaner;
@@ -68,6 +70,7 @@ mod txn_index;
 pub mod verify;
 
 pub use batch_filter::keyless_record_index;
+pub use batch_reader::{ScannedBatch, SegmentBatchReader};
 pub use checkpoint::OffsetCheckpointFile;
 pub use cleaner::CleanStats;
 pub use config::{ConfigEntry, LogConfig, MessageTimestampType};

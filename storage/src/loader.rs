@@ -47,6 +47,7 @@ use std::path::{Path, PathBuf};
 use tracing::{debug, error, info, warn};
 
 use crate::atomic_file::sync_dir;
+use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::error::{IoContext, Result};
 use crate::file_names::{
     index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
@@ -55,7 +56,7 @@ use crate::file_names::{
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::producer_state::{delete_snapshot, read_snapshot, ProducerStateManager};
-use crate::segment::{read_header_at, FileBatchScanner, LogSegment, Scanned, SegmentPaths};
+use crate::segment::{LogSegment, SegmentPaths};
 use crate::time_index::TimeIndex;
 use crate::transaction::{parse_control_batch, AbortedTxn};
 use crate::txn_index::TransactionIndex;
@@ -256,10 +257,10 @@ impl LogLoader<'_> {
             };
             let (log, path) = (seg.log.clone(), seg.log_path.clone());
             let mut scanner =
-                FileBatchScanner::new(&log, &path, position, seg.size).with_holes(seg.holes());
+                SegmentBatchReader::new(&log, &path, position, seg.size).with_holes(seg.holes());
             loop {
                 match scanner.next_batch(false)? {
-                    Scanned::Batch { header, position } => {
+                    ScannedBatch::Batch { header, .. } => {
                         if header.last_offset() < start {
                             continue;
                         }
@@ -272,8 +273,7 @@ impl LogLoader<'_> {
                             }
                         }
                         let marker = if header.is_control() {
-                            let bytes = scanner.batch_bytes(position, header.total_size());
-                            parse_control_batch(bytes)
+                            parse_control_batch(scanner.batch_bytes()?)
                         } else {
                             None
                         };
@@ -289,8 +289,8 @@ impl LogLoader<'_> {
                         }
                         batches += 1;
                     }
-                    Scanned::End => break,
-                    Scanned::Invalid { position, reason } => {
+                    ScannedBatch::End => break,
+                    ScannedBatch::Invalid { position, reason } => {
                         // Recovery left whole batches only; this would be a bug.
                         warn!(segment = %seg.log_path.display(), position, %reason, "unexpected invalid batch while rebuilding producer state");
                         break;
@@ -366,13 +366,13 @@ impl LogLoader<'_> {
             let swap = SegmentPaths::of(dir, *base, SWAP_SUFFIX);
             let file = open_rw(&swap.log, false)?;
             let size = file.metadata().ctx("stat swap segment", &swap.log)?.len();
-            let mut scanner = FileBatchScanner::new(&file, &swap.log, 0, size);
+            let mut scanner = SegmentBatchReader::new(&file, &swap.log, 0, size);
             let mut next_offset = *base;
             loop {
                 match scanner.next_batch(true)? {
-                    Scanned::Batch { header, .. } => next_offset = header.next_offset(),
-                    Scanned::End => break,
-                    Scanned::Invalid { position, reason } => {
+                    ScannedBatch::Batch { header, .. } => next_offset = header.next_offset(),
+                    ScannedBatch::End => break,
+                    ScannedBatch::Invalid { position, reason } => {
                         // It was fsynced before its rename: this is damage, not a torn write.
                         warn!(file = %swap.log.display(), position, %reason, "damaged batch in a swap segment; keeping what precedes it");
                         break;
@@ -472,10 +472,11 @@ impl LogLoader<'_> {
         let mut tail_max = (-1i64, None);
         let mut first_max_ts = None;
         {
-            let mut scanner = FileBatchScanner::new(&log, &log_path, start, size);
+            let mut scanner = SegmentBatchReader::new(&log, &log_path, start, size);
             loop {
-                match scanner.next_batch(false)? {
-                    Scanned::Batch { position, header } => {
+                // Headers only: a trusted segment's bodies are not read at open.
+                match scanner.next_header()? {
+                    ScannedBatch::Batch { position, header } => {
                         if header.base_offset < next_offset
                             || (position == start && start > 0 && header.base_offset != next_offset)
                         {
@@ -488,15 +489,22 @@ impl LogLoader<'_> {
                         }
                         next_offset = header.next_offset();
                     }
-                    Scanned::End => break,
-                    Scanned::Invalid { position, reason } => {
+                    ScannedBatch::End => break,
+                    ScannedBatch::Invalid { position, reason } => {
                         return Ok(Outcome::Recover(format!("batch at {position}: {reason}")))
                     }
                 }
             }
         }
         if size > 0 {
-            first_max_ts = Some(read_header_at(&log, &log_path, 0)?.max_timestamp);
+            // The first batch sets the segment's rolling time (segment.ms).
+            match SegmentBatchReader::new(&log, &log_path, 0, size).next_header()? {
+                ScannedBatch::Batch { header, .. } => first_max_ts = Some(header.max_timestamp),
+                ScannedBatch::End => {}
+                ScannedBatch::Invalid { position, reason } => {
+                    return Ok(Outcome::Recover(format!("batch at {position}: {reason}")))
+                }
+            }
         }
         let time_index = match TimeIndex::load(&time_index_file(dir, base), base, next_offset)? {
             Ok(i) => i,
@@ -567,10 +575,10 @@ impl LogLoader<'_> {
             .min(base + i64::from(u32::MAX));
         let mut start = 0;
         let valid_end = 'segment: loop {
-            let mut scanner = FileBatchScanner::new(&log, &log_path, start, file_len);
+            let mut scanner = SegmentBatchReader::new(&log, &log_path, start, file_len);
             let (position, reason) = loop {
                 match scanner.next_batch(true)? {
-                    Scanned::Batch { position, header } => {
+                    ScannedBatch::Batch { position, header } => {
                         if header.base_offset < seg.next_offset || header.last_offset() > max_offset
                         {
                             let reason = format!(
@@ -591,8 +599,8 @@ impl LogLoader<'_> {
                         );
                         seg.next_offset = header.next_offset();
                     }
-                    Scanned::End => break 'segment None,
-                    Scanned::Invalid { position, reason } => break (position, reason),
+                    ScannedBatch::End => break 'segment None,
+                    ScannedBatch::Invalid { position, reason } => break (position, reason),
                 }
             };
             let next = find_next_valid_batch(

@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::atomic_file::sync_dir;
+use crate::batch_reader::{readable_end, ScannedBatch, SegmentBatchReader};
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::error::{IoContext, Result, StorageError};
 use crate::failpoint;
@@ -42,10 +43,7 @@ use crate::log_dir_failure::LogDirFailureChannel;
 use crate::producer_state::{
     delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
 };
-use crate::segment::{
-    read_header_at, readable_end, step_over_holes, AppendedBatch, LogSegment, SegmentInfo,
-    SegmentPaths,
-};
+use crate::segment::{AppendedBatch, LogSegment, SegmentInfo, SegmentPaths};
 use crate::transaction::{
     control_batch, AbortedTxn, AppendOrigin, ControlRecordType, IsolationLevel, ProducerSummary,
 };
@@ -934,7 +932,7 @@ impl PartitionLog {
     ) -> Result<FetchDataInfo> {
         self.check_live()?;
         let committed = isolation == IsolationLevel::ReadCommitted;
-        let (file, path, mut position, mut end, lso_scan_from, holes, mut info) = {
+        let (file, path, start, end, lso_scan_from, holes, mut info) = {
             let st = self.state();
             let (hw, log_start) = (st.high_watermark, st.log_start_offset);
             // As Kafka: out of range only past the log end offset; between
@@ -985,54 +983,51 @@ impl PartitionLog {
                 info,
             )
         };
-        let mut lso_scan = lso_scan_from;
-        loop {
-            // Damaged ranges are stepped over: consumers see an offset gap.
-            position = step_over_holes(&holes, position);
-            if position >= end {
-                break;
-            }
-            let header = read_header_at(&file, &path, position)?;
-            let size = header.total_size() as u64;
-            if size == 0 {
-                return Err(StorageError::Corrupt {
-                    path: path.to_path_buf(),
-                    reason: format!("batch at {position} has length {}", header.batch_length),
-                });
-            }
-            if header.last_offset() >= fetch_offset {
-                if let Some((from, lso)) = lso_scan.take() {
-                    end = self.batch_start_at_or_after(
-                        &file,
-                        &path,
-                        &holes,
-                        from.max(position),
-                        end,
-                        lso,
-                    )?;
+        // Headers only, from the offset index's position: damaged ranges are
+        // stepped over (consumers see an offset gap); a batch that cannot be
+        // read is corruption, never served.
+        let mut batches =
+            SegmentBatchReader::new(&file, &path, start, end).with_holes(holes.clone());
+        let (position, header) = loop {
+            match batches.next_header()? {
+                ScannedBatch::Batch { position, header } if header.last_offset() >= fetch_offset => {
+                    break (position, header)
                 }
-                let available = readable_end(&holes, position, end).saturating_sub(position);
-                if available == 0 {
-                    return Ok(info);
+                ScannedBatch::Batch { .. } => {}
+                ScannedBatch::End => return Ok(info),
+                ScannedBatch::Invalid { position, reason } => {
+                    return Err(StorageError::Corrupt {
+                        path: path.to_path_buf(),
+                        reason: format!("batch at {position}: {reason}"),
+                    })
                 }
-                let len = if size > u64::from(max_bytes) {
-                    if !min_one_batch {
-                        return Ok(info);
-                    }
-                    size.min(available)
-                } else {
-                    u64::from(max_bytes).min(available)
-                };
-                let len = u32::try_from(len).unwrap_or(u32::MAX);
-                info.region = Some(FileRegion {
-                    file,
-                    position,
-                    len,
-                });
+            }
+        };
+        let size = header.total_size() as u64;
+        let end = match lso_scan_from {
+            Some((from, lso)) => {
+                self.batch_start_at_or_after(&file, &path, &holes, from.max(position), end, lso)?
+            }
+            None => end,
+        };
+        let available = readable_end(&holes, position, end).saturating_sub(position);
+        if available == 0 {
+            return Ok(info);
+        }
+        let len = if size > u64::from(max_bytes) {
+            if !min_one_batch {
                 return Ok(info);
             }
-            position += size;
-        }
+            size.min(available)
+        } else {
+            u64::from(max_bytes).min(available)
+        };
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        info.region = Some(FileRegion {
+            file,
+            position,
+            len,
+        });
         Ok(info)
     }
 
@@ -1047,17 +1042,17 @@ impl PartitionLog {
         end: u64,
         offset: i64,
     ) -> Result<u64> {
-        let mut position = from;
+        let mut batches = SegmentBatchReader::new(file, path, from, end).with_holes(holes.to_vec());
         loop {
-            position = step_over_holes(holes, position);
-            if position >= end {
-                return Ok(end);
+            match batches.next_header()? {
+                ScannedBatch::Batch { position, header } if header.base_offset >= offset => {
+                    return Ok(position)
+                }
+                ScannedBatch::Batch { .. } => {}
+                ScannedBatch::End => return Ok(end),
+                // The region stops before what cannot be read.
+                ScannedBatch::Invalid { position, .. } => return Ok(position),
             }
-            let header = read_header_at(file, path, position)?;
-            if header.base_offset >= offset || header.total_size() == 0 {
-                return Ok(position);
-            }
-            position += header.total_size() as u64;
         }
     }
 
@@ -1092,26 +1087,20 @@ impl PartitionLog {
                 .collect();
             (c, st.log_start_offset)
         };
-        for (file, path, mut position, end, holes) in candidates {
-            loop {
-                position = step_over_holes(&holes, position);
-                if position >= end {
-                    break;
-                }
-                let header = read_header_at(&file, &path, position)?;
-                let size = header.total_size() as u64;
-                if size == 0 {
-                    break;
-                }
+        for (file, path, position, end, holes) in candidates {
+            let mut batches =
+                SegmentBatchReader::new(&file, &path, position, end).with_holes(holes);
+            // A batch that cannot be read ends the segment's search.
+            while let ScannedBatch::Batch { position, header } = batches.next_header()? {
                 if header.max_timestamp >= timestamp && header.last_offset() >= lso {
-                    let found = find_record(&file, &path, position, end, &header, |offset, ts| {
+                    let batch = batches.batch_bytes()?;
+                    let found = find_record(&path, position, batch, &header, |offset, ts| {
                         offset >= lso && ts >= timestamp
                     })?;
                     if found.is_some() {
                         return Ok(found);
                     }
                 }
-                position += size;
             }
         }
         Ok(None)
@@ -1147,28 +1136,20 @@ impl PartitionLog {
                 seg.holes(),
             )
         };
-        let mut position = 0u64;
-        loop {
-            position = step_over_holes(&holes, position);
-            if position >= end {
-                break;
-            }
-            let header = read_header_at(&file, &path, position)?;
-            let size = header.total_size() as u64;
-            if size == 0 {
-                break;
-            }
+        let mut batches = SegmentBatchReader::new(&file, &path, 0, end).with_holes(holes);
+        // A batch that cannot be read ends the search.
+        while let ScannedBatch::Batch { position, header } = batches.next_header()? {
             let candidate = known.map_or(header.max_timestamp == max_ts, |base| {
                 header.base_offset == base
             });
             if candidate && header.last_offset() >= lso {
-                if let Some(found) = find_record(&file, &path, position, end, &header, |o, ts| {
-                    o >= lso && ts >= max_ts
-                })? {
+                let batch = batches.batch_bytes()?;
+                if let Some(found) =
+                    find_record(&path, position, batch, &header, |o, ts| o >= lso && ts >= max_ts)?
+                {
                     return Ok(Some(found));
                 }
             }
-            position += size;
         }
         Ok(None)
     }
@@ -1606,30 +1587,18 @@ impl Drop for PartitionLog {
     }
 }
 
-/// Decodes the batch at `position` and returns the first record (offset, timestamp)
-/// accepted by `want`. LogAppendTime records all carry the batch's max timestamp.
+/// Decodes `batch` (the whole batch at `position` of `path`, as
+/// [`SegmentBatchReader::batch_bytes`] gives it) and returns the first record
+/// (offset, timestamp) accepted by `want`. LogAppendTime records all carry the
+/// batch's max timestamp.
 fn find_record(
-    file: &File,
     path: &Path,
     position: u64,
-    end: u64,
+    batch: &[u8],
     header: &RecordBatchHeader,
     want: impl Fn(i64, i64) -> bool,
 ) -> Result<Option<TimestampAndOffset>> {
-    use std::os::unix::fs::FileExt;
-    if header.total_size() as u64 > end.saturating_sub(position) {
-        return Err(StorageError::Corrupt {
-            path: path.to_path_buf(),
-            reason: format!(
-                "batch at {position} of {} bytes passes the segment's end {end}",
-                header.total_size()
-            ),
-        });
-    }
-    let mut buf = vec![0u8; header.total_size()];
-    file.read_exact_at(&mut buf, position)
-        .ctx("read batch", path)?;
-    let mut bytes = bytes::Bytes::from(buf);
+    let mut bytes = bytes::Bytes::copy_from_slice(batch);
     let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| StorageError::Corrupt {
         path: path.to_path_buf(),
         reason: format!("batch at {position}: {e}"),

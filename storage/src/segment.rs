@@ -1,6 +1,6 @@
 //! `LogSegment`: one `.log` file of record batches plus its `.index`,
-//! `.timeindex` and `.txnindex`, named by the segment's base offset; and the batch-header
-//! scanning over segment files that reads, recovery and index rebuilds share.
+//! `.timeindex` and `.txnindex`, named by the segment's base offset. Walks
+//! over its batches go through [`crate::SegmentBatchReader`].
 //!
 //! A segment is append-only: batches are written at its end with positioned
 //! writes, never rewritten. Only recovery truncates one, before the log is
@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OVERHEAD};
+use floe_protocol::record_batch::RecordBatchHeader;
 
 use crate::error::{IoContext, Result};
 use crate::failpoint;
@@ -358,169 +358,5 @@ impl LogSegment {
             std::fs::remove_file(&deleted).ctx("delete", &deleted)?;
         }
         Ok(())
-    }
-}
-
-/// Reads the 61-byte header of the batch at `position`.
-pub(crate) fn read_header_at(file: &File, path: &Path, position: u64) -> Result<RecordBatchHeader> {
-    let mut buf = [0u8; RECORD_BATCH_OVERHEAD];
-    file.read_exact_at(&mut buf, position)
-        .ctx("read batch header", path)?;
-    RecordBatchHeader::parse(&buf).map_err(|e| crate::StorageError::Corrupt {
-        path: path.to_path_buf(),
-        reason: format!("batch header at {position}: {e}"),
-    })
-}
-
-/// What [`FileBatchScanner::next_batch`] found.
-#[derive(Debug)]
-pub(crate) enum Scanned {
-    /// A whole, sane (and, if asked, CRC-checked) batch.
-    Batch {
-        position: u64,
-        header: RecordBatchHeader,
-    },
-    /// The clean end of the scanned range.
-    End,
-    /// A torn or corrupt batch at `position`: recovery truncates here.
-    Invalid { position: u64, reason: String },
-}
-
-const SCAN_CHUNK: usize = 256 * 1024;
-
-/// Walks the batches of a `.log` range with large buffered reads.
-#[derive(Debug)]
-pub(crate) struct FileBatchScanner<'a> {
-    file: &'a File,
-    path: &'a Path,
-    end: u64,
-    pos: u64,
-    buf: Vec<u8>,
-    buf_start: u64,
-    /// Damaged `(start, end)` byte ranges to step over.
-    holes: Vec<(u64, u64)>,
-}
-
-/// Where a walk at `position` continues: the end of the damaged range
-/// `position` falls in, or `position` itself.
-pub(crate) fn step_over_holes(holes: &[(u64, u64)], position: u64) -> u64 {
-    holes
-        .iter()
-        .find(|&&(start, end)| start <= position && position < end)
-        .map_or(position, |&(_, end)| end)
-}
-
-/// Where the readable bytes from `position` stop: the next damaged range, or `end`.
-pub(crate) fn readable_end(holes: &[(u64, u64)], position: u64, end: u64) -> u64 {
-    holes
-        .iter()
-        .filter(|&&(start, _)| start > position)
-        .map(|&(start, _)| start)
-        .min()
-        .map_or(end, |s| s.min(end))
-}
-
-impl<'a> FileBatchScanner<'a> {
-    /// Scans `[start, end)` of `file`.
-    pub(crate) fn new(file: &'a File, path: &'a Path, start: u64, end: u64) -> Self {
-        Self {
-            file,
-            path,
-            end,
-            pos: start,
-            buf: Vec::new(),
-            buf_start: start,
-            holes: Vec::new(),
-        }
-    }
-
-    /// Steps over these damaged `(start, end)` byte ranges instead of reporting them.
-    pub(crate) fn with_holes(mut self, holes: Vec<(u64, u64)>) -> Self {
-        self.holes = holes;
-        self
-    }
-
-    /// Makes `[pos, pos + len)` available in the buffer; `false` if the range
-    /// passes the end of the scanned range.
-    fn fill(&mut self, pos: u64, len: usize) -> Result<bool> {
-        if pos + len as u64 > self.end {
-            return Ok(false);
-        }
-        let have =
-            pos >= self.buf_start && pos + len as u64 <= self.buf_start + self.buf.len() as u64;
-        if !have {
-            let want = (len.max(SCAN_CHUNK) as u64).min(self.end - pos) as usize;
-            self.buf.resize(want, 0);
-            self.file
-                .read_exact_at(&mut self.buf, pos)
-                .ctx("read segment", self.path)?;
-            self.buf_start = pos;
-        }
-        Ok(true)
-    }
-
-    /// The bytes of the batch [`FileBatchScanner::next_batch`] just returned
-    /// (`position` and `size` from its header): still in the buffer.
-    pub(crate) fn batch_bytes(&self, position: u64, size: usize) -> &[u8] {
-        self.slice(position, size)
-    }
-
-    fn slice(&self, pos: u64, len: usize) -> &[u8] {
-        let at = (pos - self.buf_start) as usize;
-        &self.buf[at..at + len]
-    }
-
-    /// The next batch, checking header sanity and, if `verify`, its CRC.
-    /// After `Invalid` or `End` the scanner stays where it is.
-    pub(crate) fn next_batch(&mut self, verify: bool) -> Result<Scanned> {
-        self.pos = step_over_holes(&self.holes, self.pos);
-        let position = self.pos;
-        if position >= self.end {
-            return Ok(Scanned::End);
-        }
-        if !self.fill(position, RECORD_BATCH_OVERHEAD)? {
-            return Ok(Scanned::Invalid {
-                position,
-                reason: format!(
-                    "{} trailing bytes are shorter than a batch header",
-                    self.end - position
-                ),
-            });
-        }
-        let header = match RecordBatchHeader::parse(self.slice(position, RECORD_BATCH_OVERHEAD)) {
-            Ok(h) => h,
-            Err(e) => {
-                return Ok(Scanned::Invalid {
-                    position,
-                    reason: e.to_string(),
-                })
-            }
-        };
-        if let Err(e) = header.check_sanity_in_log(0) {
-            return Ok(Scanned::Invalid {
-                position,
-                reason: e.to_string(),
-            });
-        }
-        let size = header.total_size();
-        if !self.fill(position, size)? {
-            return Ok(Scanned::Invalid {
-                position,
-                reason: format!(
-                    "batch of {size} bytes is torn: only {} bytes remain",
-                    self.end - position
-                ),
-            });
-        }
-        if verify {
-            if let Err(e) = verify_crc(self.slice(position, size), 0) {
-                return Ok(Scanned::Invalid {
-                    position,
-                    reason: e.to_string(),
-                });
-            }
-        }
-        self.pos = position + size as u64;
-        Ok(Scanned::Batch { position, header })
     }
 }

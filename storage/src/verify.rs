@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use floe_protocol::record_batch::{verify_crc, RecordBatchHeader, RECORD_BATCH_OVERHEAD};
 
+use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::error::{IoContext, Result};
 use crate::file_names::{parse_partition_dir_name, parse_segment_file_name, SegmentFileKind};
-use crate::segment::{FileBatchScanner, Scanned};
 
 /// A damaged byte range of a segment: no valid batch starts inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,12 +158,12 @@ pub fn verify_segment(
     };
     let mut start = 0;
     'segment: loop {
-        let mut scanner = FileBatchScanner::new(&file, path, start, size);
+        let mut scanner = SegmentBatchReader::new(&file, path, start, size);
         let (position, reason) = loop {
             match scanner.next_batch(true)? {
-                Scanned::End => break 'segment,
-                Scanned::Invalid { position, reason } => break (position, reason),
-                Scanned::Batch { position, header } => {
+                ScannedBatch::End => break 'segment,
+                ScannedBatch::Invalid { position, reason } => break (position, reason),
+                ScannedBatch::Batch { position, header } => {
                     if header.base_offset < report.next_offset || header.last_offset() > max_offset
                     {
                         let reason = format!(

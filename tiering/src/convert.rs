@@ -1,10 +1,13 @@
-//! Sealed segment → Arrow: [`SegmentReader`] reads a `.log` file one record
-//! batch at a time, [`ArrowConverter`] decodes batches (decompressing with
-//! `kafka_protocol`'s `RecordBatchDecoder`) into rows of the table layout
-//! ([`crate::schema`]) and hands out Arrow record batches of bounded size.
+//! Sealed segment → Arrow: [`ArrowConverter`] decodes record batches
+//! (decompressing with `kafka_protocol`'s `RecordBatchDecoder`) into rows of
+//! the table layout ([`crate::schema`]) and hands out Arrow record batches of
+//! bounded size. Segments are read batch by batch with storage's
+//! [`floe_storage::SegmentBatchReader`], which steps over the damaged ranges
+//! recovery kept, like every other reader of a segment.
 //!
-//! Memory is bounded by one Kafka batch plus one Arrow batch
-//! ([`ArrowConverter::is_full`]): nothing reads a whole segment.
+//! Memory is bounded by the reader's buffer (256 KiB, or one Kafka batch if
+//! larger), one Kafka batch and one Arrow batch ([`ArrowConverter::is_full`]):
+//! nothing reads a whole segment.
 //!
 //! Control batches (transaction markers) are skipped. A batch that cannot be
 //! decoded is reported to the caller with its offset range ([`Pushed::Undecodable`]),
@@ -12,9 +15,6 @@
 //! record with the same header key twice keeps one value (the last) — a
 //! known limitation of the decoder.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{LargeBinaryBuilder, StringBuilder};
@@ -25,91 +25,9 @@ use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
 use floe_protocol::kafka_protocol::records::RecordBatchDecoder;
-use floe_protocol::record_batch::{CompressionType, RecordBatchHeader, TimestampType, RECORD_BATCH_OVERHEAD};
+use floe_protocol::record_batch::{CompressionType, RecordBatchHeader, TimestampType};
 
-use crate::error::{Result, TieringError};
-
-/// Reads a segment's batches in order, one `pread` for the header and one for the batch.
-#[derive(Debug)]
-pub struct SegmentReader {
-    file: File,
-    path: PathBuf,
-    position: u64,
-    end: u64,
-    /// Damaged `(start, end)` byte ranges recovery kept: stepped over.
-    holes: Vec<(u64, u64)>,
-}
-
-/// Where a segment stopped making sense: the bytes from `position` on cannot be read as batches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CorruptTail {
-    /// Byte position of the bad header.
-    pub position: u64,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl SegmentReader {
-    /// Opens `path`, reading `size` bytes (the sealed segment's size).
-    ///
-    /// # Errors
-    /// [`TieringError::SegmentIo`] if the file cannot be opened.
-    pub fn open(path: &Path, size: u64) -> Result<Self> {
-        let file = File::open(path).map_err(|source| TieringError::SegmentIo { path: path.to_path_buf(), source })?;
-        Ok(Self { file, path: path.to_path_buf(), position: 0, end: size, holes: Vec::new() })
-    }
-
-    /// Steps over these damaged byte ranges (`SegmentInfo::corrupt`) instead of stopping at them.
-    pub fn skipping(mut self, holes: impl IntoIterator<Item = (u64, u64)>) -> Self {
-        self.holes = holes.into_iter().collect();
-        self
-    }
-
-    /// The next batch: its header and its bytes; `Ok(None)` at the end;
-    /// `Ok(Some(Err(tail)))` when a header is insane (the rest of the segment is unreadable).
-    ///
-    /// # Errors
-    /// [`TieringError::SegmentIo`] on a read error.
-    #[allow(clippy::type_complexity)]
-    pub fn next_batch(&mut self) -> Result<Option<Result<(RecordBatchHeader, Bytes), CorruptTail>>> {
-        if let Some(&(_, end)) = self.holes.iter().find(|&&(s, e)| s <= self.position && self.position < e) {
-            self.position = end;
-        }
-        if self.position >= self.end {
-            return Ok(None);
-        }
-        let remaining = self.end - self.position;
-        let corrupt = |position, reason: String| Ok(Some(Err(CorruptTail { position, reason })));
-        if remaining < RECORD_BATCH_OVERHEAD as u64 {
-            return corrupt(self.position, format!("{remaining} trailing bytes are shorter than a batch header"));
-        }
-        let mut head = [0u8; RECORD_BATCH_OVERHEAD];
-        self.read_exact_at(&mut head, self.position)?;
-        let header = RecordBatchHeader::parse(&head).expect("a whole header was read");
-        if let Err(e) = header.check_sanity_in_log(self.position as usize) {
-            return corrupt(self.position, e.to_string());
-        }
-        let size = header.total_size() as u64;
-        if size > remaining {
-            return corrupt(self.position, format!("batch of {size} bytes overruns the segment end"));
-        }
-        let mut buf = vec![0u8; size as usize];
-        self.read_exact_at(&mut buf, self.position)?;
-        self.position += size;
-        Ok(Some(Ok((header, Bytes::from(buf)))))
-    }
-
-    /// Byte position of the next batch.
-    pub fn position(&self) -> u64 {
-        self.position
-    }
-
-    fn read_exact_at(&self, buf: &mut [u8], position: u64) -> Result<()> {
-        self.file
-            .read_exact_at(buf, position)
-            .map_err(|source| TieringError::SegmentIo { path: self.path.clone(), source })
-    }
-}
+use crate::error::Result;
 
 /// What [`ArrowConverter::push`] did with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,6 +227,8 @@ mod tests {
     use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType};
     use arrow_array::Array;
 
+    use floe_storage::{ScannedBatch, SegmentBatchReader};
+
     use super::*;
     use crate::test_util::*;
 
@@ -318,9 +238,14 @@ mod tests {
         let mut out = Vec::new();
         let mut control = 0;
         for seg in log.sealed_segments() {
-            let mut reader = SegmentReader::open(&seg.path, seg.size_bytes).unwrap();
-            while let Some(b) = reader.next_batch().unwrap() {
-                let (header, bytes) = b.unwrap();
+            let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).unwrap();
+            loop {
+                let header = match reader.next_batch(true).unwrap() {
+                    ScannedBatch::Batch { header, .. } => header,
+                    ScannedBatch::End => break,
+                    other => panic!("{other:?}"),
+                };
+                let bytes = Bytes::copy_from_slice(reader.batch_bytes().unwrap());
                 match conv.push(&header, bytes, from) {
                     Pushed::Rows(_) => {}
                     Pushed::Control => control += 1,

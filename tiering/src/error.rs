@@ -15,6 +15,10 @@ pub enum TieringError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A segment could not be read (opening it, or a read error; damage is
+    /// not an error but skipped batches).
+    #[error("cannot read segment: {0}")]
+    Segment(#[from] floe_storage::StorageError),
     /// The catalog or the table's files failed (catalog down, I/O, bad metadata).
     #[error("iceberg {operation} failed for {table}: {source}")]
     Iceberg {
@@ -79,7 +83,7 @@ impl TieringError {
     /// A short label for metrics: `segment_io`, `iceberg_<operation>`, `stale_snapshot`, `config`, `arrow`.
     pub fn kind(&self) -> String {
         match self {
-            Self::SegmentIo { .. } => "segment_io".into(),
+            Self::SegmentIo { .. } | Self::Segment(_) => "segment_io".into(),
             Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
             Self::InvalidPartitionSpec { .. } => "config".into(),

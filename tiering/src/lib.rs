@@ -8,7 +8,7 @@
 //!
 //! # Layout
 //! - [`schema`]: the table layout (every column), partition spec parsing.
-//! - [`convert`]: segment reader and records → Arrow conversion.
+//! - [`convert`]: records → Arrow conversion (segments are read with `floe_storage::SegmentBatchReader`).
 //! - [`offsets`]: tiered offset ranges in snapshot summaries, read back from the ancestry.
 //! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.

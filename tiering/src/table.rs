@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use bytes::Bytes;
 use floe_protocol::record_batch::verify_crc;
-use floe_storage::PartitionLog;
+use floe_storage::{PartitionLog, ScannedBatch, SegmentBatchReader};
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
 use iceberg::table::Table;
@@ -46,7 +47,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use tracing::{debug, error, info, warn};
 
-use crate::convert::{ArrowConverter, Pushed, SegmentReader};
+use crate::convert::{ArrowConverter, Pushed};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
 use crate::offsets::{committed_next_offsets, summary_properties};
@@ -276,21 +277,22 @@ impl TopicTable {
                         last_offset = s.last_offset, reason = %s.reason, "skipping a damaged range of a segment");
                     outcome.skipped.push(s);
                 }
-                let mut reader = SegmentReader::open(&seg.path, seg.size_bytes)?
-                    .skipping(seg.corrupt.iter().map(|c| (c.position, c.end_position)));
+                let holes = seg.corrupt.iter().map(|c| (c.position, c.end_position)).collect();
+                let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes)?.with_holes(holes);
                 loop {
                     if stop.load(Ordering::Relaxed) {
                         // Commit what is converted so far (whole batches), promptly.
                         stopped = true;
                         break;
                     }
-                    let (header, bytes) = match reader.next_batch()? {
-                        None => break,
-                        Some(Ok(b)) => b,
-                        Some(Err(tail)) => {
+                    // The CRC is checked below: a bad one skips one batch, not the rest of the segment.
+                    let (position, header) = match reader.next_batch(false)? {
+                        ScannedBatch::End => break,
+                        ScannedBatch::Batch { position, header } => (position, header),
+                        ScannedBatch::Invalid { position, reason } => {
                             let first = last_covered.map_or(from, |l| l + 1).max(seg.base_offset);
                             let s = SkippedBatch { partition: p, first_offset: first, last_offset: seg.next_offset - 1,
-                                reason: format!("unreadable segment tail at byte {}: {}", tail.position, tail.reason) };
+                                reason: format!("unreadable segment tail at byte {position}: {reason}") };
                             error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                                 last_offset = s.last_offset, reason = %s.reason, "skipping records that cannot be read");
                             outcome.skipped.push(s);
@@ -301,10 +303,11 @@ impl TopicTable {
                     if header.last_offset() < from {
                         continue;
                     }
-                    if let Err(e) = verify_crc(&bytes, 0) {
+                    let bytes = reader.batch_bytes()?;
+                    if let Err(e) = verify_crc(bytes, 0) {
                         // Bit rot in a segment recovery trusted (below the recovery point): never tier garbage.
                         let s = SkippedBatch { partition: p, first_offset: header.base_offset,
-                            last_offset: header.last_offset(), reason: format!("{} at byte {}: {e}", seg.path.display(), reader.position() - bytes.len() as u64) };
+                            last_offset: header.last_offset(), reason: format!("{} at byte {position}: {e}", seg.path.display()) };
                         error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                             last_offset = s.last_offset, reason = %s.reason, "skipping a record batch whose CRC does not match");
                         outcome.skipped.push(s);
@@ -316,7 +319,7 @@ impl TopicTable {
                         last_covered = Some(header.last_offset());
                         continue;
                     }
-                    match conv.push(&header, bytes, from) {
+                    match conv.push(&header, Bytes::copy_from_slice(bytes), from) {
                         Pushed::Rows(_) | Pushed::Control => {}
                         Pushed::Undecodable { base_offset, last_offset, reason } => {
                             error!(table = %self.ident, partition = p, first_offset = base_offset, last_offset,
