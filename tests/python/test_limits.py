@@ -166,7 +166,9 @@ def connect_many(floe, n: int, batch: int = 100) -> list[socket.socket]:
     listen backlog (128 here) is full is established on the client side only,
     and an idle client never finds out."""
     socks: list[socket.socket] = []
-    base = open_connections(floe)
+    # Counted by accepts, not by open connections: a client that closes meanwhile
+    # (the admin client of create_topic) must not make the count fall short.
+    base = floe.metric("floe_connections_accepted_total")
     while len(socks) < n:
         for _ in range(min(batch, n - len(socks))):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -174,8 +176,8 @@ def connect_many(floe, n: int, batch: int = 100) -> list[socket.socket]:
             s.connect_ex((floe.host, floe.port))
             socks.append(s)
         want = base + len(socks)
-        wait_until(lambda: open_connections(floe) >= want, timeout=30, interval=0.1,
-                   what=f"{want} connections accepted")
+        wait_until(lambda: floe.metric("floe_connections_accepted_total") >= want, timeout=30, interval=0.1,
+                   what=f"{want:.0f} connections accepted")
     return socks
 
 
