@@ -181,6 +181,7 @@ async fn written_and_reloaded(dir: &std::path::Path) -> Vec<(String, Vec<TopicOf
     c.load().await.expect("reload");
     let state = snapshot(&c);
     logs.shutdown().expect("shutdown");
+    assert_eq!(state.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"], "gone was deleted");
     state
 }
 
@@ -194,7 +195,6 @@ fn snapshot(c: &GroupCoordinator) -> Vec<(String, Vec<TopicOffsets>)> {
 async fn compaction_shrinks_the_log_and_keeps_the_live_state() {
     let dir = tempfile::tempdir().expect("tempdir");
     let before = written_and_reloaded(dir.path()).await;
-    assert_eq!(before.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"]);
     {
         let (logs, c) = open(dir.path());
         c.load().await.expect("load");
@@ -285,7 +285,6 @@ async fn the_writer_compacts_on_its_own_when_the_log_outgrows_the_live_state() {
 async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_deleted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let before = written_and_reloaded(dir.path()).await;
-    assert_eq!(before.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"]);
     {
         let (logs, c) = open(dir.path());
         c.load().await.expect("load");

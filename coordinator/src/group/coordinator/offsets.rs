@@ -97,10 +97,7 @@ impl GroupCoordinator {
         if offsets.is_empty() {
             return Ok(());
         }
-        let records: Vec<LogRecord> = offsets
-            .iter()
-            .map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o))))
-            .collect();
+        let records = offset_records(group_id, &offsets);
         let (tx, rx) = oneshot::channel();
         let target = g.clone();
         self.store.append(
@@ -139,10 +136,7 @@ impl GroupCoordinator {
         if offsets.is_empty() {
             return Ok(());
         }
-        let records: Vec<LogRecord> = offsets
-            .iter()
-            .map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o))))
-            .collect();
+        let records = offset_records(group_id, &offsets);
         let (tx, rx) = oneshot::channel();
         self.store.append_transactional(
             records,
@@ -336,4 +330,9 @@ impl GroupCoordinator {
             }
         }
     }
+}
+
+/// The `__consumer_offsets` records committing `offsets` for `group_id`.
+fn offset_records(group_id: &str, offsets: &[(String, i32, OffsetAndMetadata)]) -> Vec<LogRecord> {
+    offsets.iter().map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o)))).collect()
 }
