@@ -13,12 +13,11 @@
 //! transaction's offsets the group's committed ones.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use floe_coordinator::clock::wall_ms;
+use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
 use floe_coordinator::transaction::{TxnMarker, TxnMarkerWriter};
 use floe_storage::{ControlRecordType, LogManager};
-
-use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
 
 /// Writes markers into this broker's logs.
 #[derive(Debug)]
@@ -44,9 +43,8 @@ impl TxnMarkerWriter for LocalMarkerWriter {
             tracing::info!(topic, partition, producer_id = m.producer_id, "no marker for a partition that no longer exists");
             return Ok(());
         };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let marker = if m.commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
-        log.append_txn_marker(m.producer_id, m.producer_epoch, marker, m.coordinator_epoch, now_ms).map_err(|e| e.to_string())?;
+        log.append_txn_marker(m.producer_id, m.producer_epoch, marker, m.coordinator_epoch, wall_ms()).map_err(|e| e.to_string())?;
         Ok(())
     }
 }

@@ -112,6 +112,23 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
         c.close()
 
 
+def committed_watermark(bootstrap: str, topic: str, partition: int) -> int:
+    """The high watermark a read_committed consumer is told: the last stable offset."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
+    finally:
+        c.close()
+
+
+def uncommitted_watermark(bootstrap: str, topic: str, partition: int) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
+    finally:
+        c.close()
+
+
 def consume_all(bootstrap: str, topic: str, partition: int = 0) -> list:
     """Everything from the low to the high watermark."""
     lo, hi = watermarks(bootstrap, topic, partition)

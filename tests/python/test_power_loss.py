@@ -33,7 +33,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
-from clients import CLIENT_TIMEOUT_S, admin, create_topic, produce_all, unique_topic
+from clients import CLIENT_TIMEOUT_S, admin, committed_watermark, create_topic, produce_all, unique_topic
 from floe_process import REPO_ROOT, floe_bin, wait_until
 from history import Workload, check
 
@@ -370,15 +370,6 @@ def test_flushing_off_torn_power_cuts_never_serve_garbage(floe_factory, powerlos
     assert verdict.lost, "flushing off, yet no power cut lost an acknowledged record"
 
 
-def _last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
-    """The high watermark a read_committed consumer is told."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)[1]
-    finally:
-        c.close()
-
-
 @pytest.mark.parametrize("cut", ["all-unsynced-lost", "torn"])
 def test_flush_messages_1_power_cuts_keep_every_transaction_whole(floe_factory, powerloss_fs, cut):
     """With `log.flush.interval.messages=1` the transaction coordinator's records and the
@@ -452,7 +443,7 @@ def test_flush_messages_1_power_cuts_keep_every_transaction_whole(floe_factory, 
         hw = {}
         for part in (0, 1):
             hw[part] = high = c.get_watermark_offsets(TopicPartition(topic, part), timeout=30, cached=False)[1]
-            wait_until(lambda: _last_stable_offset(floe.bootstrap, topic, part) >= high, timeout=60,
+            wait_until(lambda: committed_watermark(floe.bootstrap, topic, part) >= high, timeout=60,
                        what=f"partition {part}'s last stable offset to reach its high watermark {high}")
         c.assign([TopicPartition(topic, part, 0) for part in (0, 1)])
         at_eof: set[int] = set()

@@ -25,7 +25,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from clients import CLIENT_TIMEOUT_S, committed_watermark, create_topic, uncommitted_watermark, unique_topic
 from failpoints import assert_failpoints_armed
 from floe_process import wait_until
 
@@ -85,23 +85,6 @@ def read(bootstrap: str, topic: str, partitions: int, isolation: str, expect: in
 
 def values(msgs) -> list[str]:
     return sorted(m.value().decode() for m in msgs)
-
-
-def committed_watermark(bootstrap: str, topic: str, partition: int) -> int:
-    """The high watermark a read_committed consumer is told: the last stable offset."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
-    finally:
-        c.close()
-
-
-def uncommitted_watermark(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
-    finally:
-        c.close()
 
 
 def produce_txn(p: Producer, topic: str, partitions: int, label: str, n: int):

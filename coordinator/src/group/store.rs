@@ -33,8 +33,7 @@
 //! set when the log is opened.
 //!
 //! Before Floe had a log cleaner the writer thread compacted the log
-//! itself, and it still does if the topic is not compacted (a storage layer
-//! without compaction, or an operator who set `cleanup.policy=delete`). The
+//! itself, and it still does if an operator set `cleanup.policy=delete`. The
 //! topic keeps `retention.ms=-1` so that time retention cannot drop live
 //! offsets. The writer thread keeps [`LiveRecords`] — what a replay of the
 //! log rebuilds — and when the log holds much more than that (more than
@@ -468,19 +467,15 @@ pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Re
 /// # Errors
 /// [`StoreError::Storage`].
 pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
-    let mut config: BTreeMap<String, String> = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    if logs.default_config().with_overrides(&config).is_err() {
-        // A storage layer without log compaction: the writer thread compacts instead.
-        config.remove("cleanup.policy");
-    }
     match logs.topic(OFFSETS_TOPIC) {
         None => {
+            let config: BTreeMap<String, String> = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             logs.create_topic(OFFSETS_TOPIC, 1, config)?;
             tracing::info!("created {OFFSETS_TOPIC}");
         }
         Some(topic) => {
             let mut overrides = topic.overrides();
-            if config.contains_key("cleanup.policy") && !overrides.contains_key("cleanup.policy") {
+            if !overrides.contains_key("cleanup.policy") {
                 // Created before Floe had a log cleaner: hand the topic to it, as Kafka's is.
                 overrides.insert("cleanup.policy".into(), "compact".into());
                 logs.alter_topic_config(OFFSETS_TOPIC, overrides)?;

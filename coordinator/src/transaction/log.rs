@@ -78,11 +78,7 @@ impl TransactionLog {
     /// [`TxnLogError::Storage`] if it can be neither found nor created.
     pub fn open(logs: &LogManager) -> Result<Self, TxnLogError> {
         if logs.topic(TRANSACTION_STATE_TOPIC).is_none() {
-            let mut config: BTreeMap<String, String> = TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            if logs.default_config().with_overrides(&config).is_err() {
-                // A storage layer without log compaction keeps the log whole instead.
-                config.remove("cleanup.policy");
-            }
+            let config: BTreeMap<String, String> = TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             logs.create_topic(TRANSACTION_STATE_TOPIC, 1, config)?;
             tracing::info!("created {TRANSACTION_STATE_TOPIC}");
         }

@@ -19,6 +19,7 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::oneshot;
 
 use super::{lock, GroupCoordinator, GroupRef};
+use crate::group::group::Group;
 use crate::group::records::{self, LogEntry, OffsetAndMetadata};
 use crate::group::state::GroupState;
 use crate::group::store::{LogRecord, PendingTxnOffsets, StoreError};
@@ -98,24 +99,12 @@ impl GroupCoordinator {
             return Ok(());
         }
         let records = offset_records(group_id, &offsets);
-        let (tx, rx) = oneshot::channel();
-        let target = g.clone();
-        self.store.append(
-            records,
-            Box::new(move |result| {
-                if result.is_ok() {
-                    let mut g = lock(&target);
-                    for (t, p, o) in offsets {
-                        g.offsets.insert((t, p), o);
-                    }
-                }
-                let _ = tx.send(result);
-            }),
-        );
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(ResponseError::UnknownServerError),
-        }
+        self.write_then_apply(&g, records, move |g| {
+            for (t, p, o) in offsets {
+                g.offsets.insert((t, p), o);
+            }
+        })
+        .await
     }
 
     /// TxnOffsetCommit of already-validated partitions: written to the log
@@ -262,16 +251,30 @@ impl GroupCoordinator {
         if group_too {
             records.push((records::group_key(group_id), None));
         }
+        self.write_then_apply(g, records, move |g| {
+            for k in offsets {
+                g.offsets.remove(&k);
+            }
+        })
+        .await
+    }
+
+    /// Appends `records` to `__consumer_offsets` and, once they are durable,
+    /// applies `apply` to group `g` on the writer thread (in log order, so
+    /// memory always matches what a replay rebuilds); waits for both.
+    async fn write_then_apply(
+        &self,
+        g: &GroupRef,
+        records: Vec<LogRecord>,
+        apply: impl FnOnce(&mut Group) + Send + 'static,
+    ) -> Result<(), ResponseError> {
         let (tx, rx) = oneshot::channel();
         let target = g.clone();
         self.store.append(
             records,
             Box::new(move |result| {
                 if result.is_ok() {
-                    let mut g = lock(&target);
-                    for k in offsets {
-                        g.offsets.remove(&k);
-                    }
+                    apply(&mut lock(&target));
                 }
                 let _ = tx.send(result);
             }),
