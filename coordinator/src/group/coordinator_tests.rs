@@ -321,3 +321,24 @@ async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_delet
     .expect("replay");
     assert_eq!(tombstones, 0, "tombstones past delete.retention.ms were cleaned away");
 }
+
+/// A data directory from before the log cleaner: `__consumer_offsets` exists
+/// without `cleanup.policy`; opening it hands it to the cleaner, and an
+/// operator's explicit `cleanup.policy=delete` is left alone.
+#[tokio::test]
+async fn an_offsets_topic_from_before_the_cleaner_becomes_compacted() {
+    for (old, now) in [(None, "compact"), (Some("delete"), "delete")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = Arc::new(LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("open logs"));
+        let mut config = std::collections::BTreeMap::from([("retention.ms".to_string(), "-1".to_string())]);
+        if let Some(policy) = old {
+            config.insert("cleanup.policy".into(), policy.into());
+        }
+        logs.create_topic(store::OFFSETS_TOPIC, 1, config).expect("old topic");
+        let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+        c.load().await.expect("load");
+        let overrides = logs.topic(store::OFFSETS_TOPIC).expect("topic").overrides();
+        assert_eq!(overrides.get("cleanup.policy").map(String::as_str), Some(now), "was {old:?}");
+        assert_eq!(overrides.get("retention.ms").map(String::as_str), Some("-1"), "other settings kept");
+    }
+}
