@@ -1,7 +1,7 @@
 """A consume-transform-produce application with exactly-once semantics, run as a
 subprocess by test_transactions_history.py (which kills it -9 at random moments).
 
-    python ctp_app.py BOOTSTRAP INPUT OUTPUT GROUP TXN_ID INSTANCE LOG [MAX_BATCH]
+    python ctp_app.py BOOTSTRAP INPUT OUTPUT GROUP TXN_ID INSTANCE LOG [MAX_BATCH [WORK_MS]]
 
 It is what a Kafka user writes with confluent-kafka: a group consumer at
 read_committed (static membership, so a restarted instance takes its
@@ -9,7 +9,10 @@ predecessor's partitions at once) and a transactional producer with a fixed
 `transactional.id` (its init_transactions fences the killed instance and aborts
 what it left open). Each transaction turns a batch of input records into output
 records `<input value>|<transaction>` on the same partition and commits the
-batch's next offsets with them (send_offsets_to_transaction).
+batch's next offsets with them (send_offsets_to_transaction). WORK_MS is the
+time "transforming" one record takes, spent inside the transaction: it makes a
+run last as long as its input needs, however fast the broker is, so the test's
+kills land mid-run and often mid-transaction.
 
 It appends what it does to LOG as JSON lines, written before the act (a line
 for a send that never happened is harmless; an unlogged send would be a
@@ -31,6 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 def main() -> int:
     bootstrap, source, sink, group, txn_id, instance, log_path = sys.argv[1:8]
     max_batch = int(sys.argv[8]) if len(sys.argv) > 8 else 20
+    work_s = int(sys.argv[9]) / 1000 if len(sys.argv) > 9 else 0.0
     log = open(log_path, "a", buffering=1)  # line-buffered: a killed app keeps every line it wrote
 
     def note(ev: str, **kw):
@@ -63,6 +67,7 @@ def main() -> int:
             p.begin_transaction()
             offsets: dict[int, int] = {}
             for m in msgs:
+                time.sleep(work_s)
                 out = f"{m.value().decode()}|{txn}"
                 note("send", txn=txn, p=m.partition(), v=out)
                 p.produce(sink, value=out.encode(), key=m.key(), partition=m.partition(), on_delivery=on_delivery)

@@ -141,12 +141,13 @@ def test_the_checker_finds_aborted_reads_of_a_consumer_at_read_uncommitted(floe_
 class App:
     """The ctp_app.py subprocess: started, killed -9 and restarted by the test."""
 
-    def __init__(self, floe, source: str, sink: str, log: Path, stderr: Path, max_batch: int):
+    def __init__(self, floe, source: str, sink: str, log: Path, stderr: Path, max_batch: int, work_ms: int):
         self.floe = floe
         self.args = [source, sink, f"{source}-app", f"{source}-app-txn"]
         self.log = log
         self.stderr = stderr
         self.max_batch = max_batch
+        self.work_ms = work_ms
         self.proc: subprocess.Popen | None = None
         self.instances = 0
         self.exits: list[int] = []  # exit codes of instances that stopped by themselves
@@ -159,7 +160,8 @@ class App:
         self.instances += 1
         with open(self.stderr, "ab") as err:
             self.proc = subprocess.Popen([sys.executable, str(CTP_APP), self.floe.bootstrap, *self.args,
-                                          f"a{self.instances}", str(self.log), str(self.max_batch)],
+                                          f"a{self.instances}", str(self.log), str(self.max_batch),
+                                          str(self.work_ms)],
                                          stdin=subprocess.DEVNULL, stdout=err, stderr=err)
 
     def kill9(self):
@@ -225,7 +227,9 @@ def _run_ctp(floe, tmp_path: Path, rng: random.Random, app_kills: int, broker_ki
         p.produce(source, key=v.encode(), value=v.encode(), partition=i % partitions)
     assert p.flush(CLIENT_TIMEOUT_S) == 0
 
-    app = App(floe, source, sink, tmp_path / "ctp-app.log", tmp_path / "ctp-app.stderr", max_batch=10)
+    # 5 ms of work per record: at least 10 s of processing for the 2,000 inputs, however fast the
+    # broker commits, so that every planned kill lands before the app is done.
+    app = App(floe, source, sink, tmp_path / "ctp-app.log", tmp_path / "ctp-app.stderr", max_batch=10, work_ms=5)
     app.start()
     kills = broker_kills = 0
     position = 0
@@ -237,6 +241,8 @@ def _run_ctp(floe, tmp_path: Path, rng: random.Random, app_kills: int, broker_ki
 
     try:
         for k in range(app_kills):
+            if position >= n:
+                break
             # Kill at a random moment after this instance committed something.
             position = wait_until(progressed, timeout=90, interval=0.1, what=f"the app to commit (kill {k + 1})")
             if position >= n:
