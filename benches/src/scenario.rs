@@ -1231,10 +1231,9 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
          `begin_transaction`, {RECORDS_PER_TXN} records, `commit_transaction`, in a loop), first with one librdkafka \
          producer, then with {TXN_CONCURRENT_PRODUCERS} at once (each on its own thread, transactional ones each with \
          its own `transactional.id`, as the tasks of a stream processor). Publish latency is per record, \
-         `send` → delivery report. Before each commit the harness flushes (waits for the delivery of the transaction's last \
-         records: it watches librdkafka's queue length every 0.2 ms, since the `rdkafka` crate's own `flush` waits in \
-         100 ms steps on a threaded producer), then `commit_transaction` (EndTxn and the markers): *commit* is the \
-         latter, *flush + commit* both, which is what `commit_transaction` alone takes (it flushes first).",
+         `send` → delivery report. *Commit* is `commit_transaction` as an application calls it: librdkafka flushes the \
+         transaction's records (the last batch goes at once, without waiting for `linger.ms`), then sends EndTxn, which \
+         the broker answers once the markers are written.",
         w.duration_s, w.warmup_s, w.message_size, w.random_payload_share * 100.0, w.compression, w.batch_size, w.linger_ms,
     ));
     let lat = |l: Option<&LatencySummary>, f: fn(&LatencySummary) -> f64| l.map_or("–".into(), |l| format!("{:.2}", f(l)));
@@ -1252,8 +1251,6 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
                 format!("{:.2}", r.publish_latency.p99_ms),
                 lat(r.commit_latency.as_ref(), |l| l.p50_ms),
                 lat(r.commit_latency.as_ref(), |l| l.p99_ms),
-                lat(r.flush_commit_latency.as_ref(), |l| l.p50_ms),
-                lat(r.flush_commit_latency.as_ref(), |l| l.p99_ms),
                 format!("{} / {}", r.errors, r.aborted_transactions),
                 f2(a.broker_cpu_s_per_gb),
             ]
@@ -1261,7 +1258,7 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         .collect();
     ctx.report.table(
         &["producer", "msg/s", "MB/s", "of ceiling", "txn/s", "publish p50 ms", "publish p99 ms", "commit p50 ms", "commit p99 ms",
-          "flush+commit p50 ms", "flush+commit p99 ms", "errors / aborted txns", "broker CPU s/GB"],
+          "errors / aborted txns", "broker CPU s/GB"],
         &rows,
     );
     ctx.report.para(&format!(
@@ -1282,7 +1279,6 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         [
             (format!("{}: publish", a.label), Some(&a.result.publish_latency)),
             (format!("{}: commit", a.label), a.result.commit_latency.as_ref()),
-            (format!("{}: flush + commit", a.label), a.result.flush_commit_latency.as_ref()),
         ]
     });
     for (name, l) in lat_rows {
@@ -1324,10 +1320,9 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     if tx.result.transactions_per_s > 0.0 {
         let mut text = format!(
             "**Where a transaction's time goes**: {:.1} ms per transaction (1 ÷ {:.0} txn/s): sending its {RECORDS_PER_TXN} \
-             records, waiting for their delivery, committing (p50s above: flush + commit {}, commit {} ms).",
+             records, committing them (commit p50 {} ms: the flush of the last batch and EndTxn).",
             1000.0 / tx.result.transactions_per_s,
             tx.result.transactions_per_s,
-            lat(tx.result.flush_commit_latency.as_ref(), |l| l.p50_ms),
             lat(tx.result.commit_latency.as_ref(), |l| l.p50_ms),
         );
         if let (Some((an, ams)), Some((en, ems))) = (per_txn("AddPartitionsToTxn"), per_txn("EndTxn")) {
@@ -1339,7 +1334,7 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
                  `AddPartitionsToTxn` one record to `__transaction_state` (`coordinator/src/transaction/log.rs`), \
                  `EndTxn` the decision there, a marker to each partition (`broker/src/txn_markers.rs`), then the \
                  completion. The rest of a transaction's time is the client's: the round trips of AddPartitionsToTxn, \
-                 the produce (after `linger.ms`) and EndTxn, one after the other.",
+                 the produce and EndTxn, one after the other.",
                 ams + ems,
             ));
         }
@@ -1356,7 +1351,6 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             ("idempotent: publish", &idem.result.publish_hist),
             ("transactional: publish", &tx.result.publish_hist),
             ("transactional: commit", &tx.result.commit_hist),
-            ("transactional: flush + commit", &tx.result.flush_commit_hist),
             (&format!("transactional ×{TXN_CONCURRENT_PRODUCERS}: commit"), &tx_n.result.commit_hist),
         ],
     )?;
@@ -1441,7 +1435,6 @@ fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             "throughput_ratio_concurrent_target_met": ratio_n >= TXN_THROUGHPUT_TARGET,
             "transactional_commit_p50_ms": tx.result.commit_latency.as_ref().map(|l| l.p50_ms),
             "transactional_commit_p99_ms": tx.result.commit_latency.as_ref().map(|l| l.p99_ms),
-            "transactional_flush_commit_p99_ms": tx.result.flush_commit_latency.as_ref().map(|l| l.p99_ms),
             "read_committed_mb_per_s": rc,
             "read_uncommitted_mb_per_s": ru,
             "read_ratio_committed_over_uncommitted": rc.zip(ru).map(|(a, b)| a / b),
