@@ -76,7 +76,7 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------- setup
-banner "setup: system packages (kcat, python3-venv, node, openssl)"
+banner "setup: system packages (kcat, python3-venv, node, openssl, protoc, etcd)"
 command -v kcat >/dev/null 2>&1 || apt_install kcat
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
 # floe-bench's `tls` scenario makes its throwaway CA and broker certificate with the openssl CLI.
@@ -85,6 +85,10 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     apt_install nodejs npm
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found (install the Rust toolchain first)"
+# The cluster crate's etcd client (etcd-client) compiles etcd's protobufs with protoc at build
+# time; the cluster tests start Debian's etcd themselves, on loopback ports of their own.
+command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler
+command -v etcd >/dev/null 2>&1 || apt_install etcd-server
 # librdkafka (bundled by the rdkafka crate) builds with a C compiler, make and perl; aws-lc-sys
 # (rustls' aws-lc-rs provider, which OpenDAL's S3 client requires) needs only the C compiler.
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! command -v perl >/dev/null 2>&1; then

@@ -35,6 +35,8 @@ pub struct Broker {
     pub quotas: Arc<crate::quota::ClientQuotas>,
     /// Whether fetches on TLS connections may use kernel TLS (decided at startup).
     pub ktls: bool,
+    /// This broker's cluster membership: the live brokers and the controller.
+    pub cluster: floe_cluster::Membership,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -45,6 +47,40 @@ impl Broker {
     pub fn node_id(&self) -> i32 {
         self.config.node_id
     }
+
+    /// The live brokers as clients of `endpoint`'s listener reach them, and the
+    /// controller's id (-1 while none is known). Kafka answers with each broker's
+    /// endpoint on the listener the request came in on and leaves out brokers that
+    /// have no such listener; this broker is always listed, at the endpoint the client used.
+    pub fn cluster_brokers(&self, endpoint: &crate::server::endpoint::Endpoint) -> (Vec<ClusterBroker>, i32) {
+        let view = self.cluster.view();
+        let mut brokers: Vec<ClusterBroker> = view
+            .brokers
+            .values()
+            .filter(|b| b.node_id != self.node_id())
+            .filter_map(|b| {
+                let e = b.endpoint(&endpoint.name)?;
+                Some(ClusterBroker { node_id: b.node_id, host: e.host.clone(), port: e.port, rack: b.rack.clone() })
+            })
+            .collect();
+        brokers.push(ClusterBroker {
+            node_id: self.node_id(),
+            host: endpoint.advertised_host.clone(),
+            port: endpoint.advertised_port,
+            rack: self.config.broker_rack.clone(),
+        });
+        brokers.sort_by_key(|b| b.node_id);
+        (brokers, view.controller_id.unwrap_or(-1))
+    }
+}
+
+/// A live broker as a client of one listener reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterBroker {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
 }
 
 impl Broker {

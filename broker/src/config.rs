@@ -54,7 +54,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("allow.everyone.if.no.acl.found", "false", "With an authorizer on: whether a resource that has no ACL binding at all is open to everyone."),
     s("metrics.listen", "127.0.0.1:9644", "Address of the Prometheus endpoint (`GET /metrics`); empty disables it."),
     s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints."),
-    s("node.id", "1", "This broker's id, as reported in Metadata."),
+    s("node.id", "1", "This broker's id, as reported in Metadata; unique in a cluster."),
+    s("floe.metadata.store", "local", "Where the cluster's metadata lives: `local` (this broker alone) or `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` (a cluster: brokers register in etcd and elect a controller there)."),
+    s("broker.rack", "", "This broker's rack, reported in Metadata (rack-aware replica placement uses it)."),
+    s("broker.session.timeout.ms", "9000", "With an etcd metadata store: how long etcd keeps this broker registered (and its controller role held) after it last heard from it. Whole seconds count."),
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor reported for topics; Floe is a single replica."),
@@ -151,6 +154,12 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// This broker's node id.
     pub node_id: i32,
+    /// `floe.metadata.store`.
+    pub metadata_store: floe_cluster::MetadataStoreUrl,
+    /// `broker.rack`, if set.
+    pub broker_rack: Option<String>,
+    /// `broker.session.timeout.ms`.
+    pub broker_session_timeout_ms: u64,
     /// Partitions of a topic created without a count.
     pub num_partitions: i32,
     /// Whether Metadata creates unknown topics.
@@ -317,6 +326,9 @@ impl ConfigBuilder {
             metrics_listen,
             data_dir: PathBuf::from(get(r, "log.dirs")),
             node_id: parse(r, "node.id")?,
+            metadata_store: parse(r, "floe.metadata.store")?,
+            broker_rack: Some(get(r, "broker.rack").trim()).filter(|v| !v.is_empty()).map(str::to_string),
+            broker_session_timeout_ms: parse_positive(r, "broker.session.timeout.ms")?,
             num_partitions: parse_positive(r, "num.partitions")?,
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
             socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,

@@ -29,6 +29,13 @@ struct Cli {
     /// Read-only Iceberg REST catalog address (`floe.iceberg.rest-listen`); empty disables it.
     #[arg(long, value_name = "HOST:PORT")]
     iceberg_rest_listen: Option<String>,
+    /// This broker's id (`node.id`), unique in a cluster.
+    #[arg(long, value_name = "ID")]
+    node_id: Option<i32>,
+    /// Where the cluster's metadata lives (`floe.metadata.store`): `local`, or
+    /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` to join a cluster.
+    #[arg(long, value_name = "URL")]
+    metadata_store: Option<String>,
     /// TOML file of settings.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -100,6 +107,8 @@ fn main() -> anyhow::Result<()> {
         ("advertised.listeners", cli.advertised_listener),
         ("metrics.listen", cli.metrics_listen),
         ("floe.iceberg.rest-listen", cli.iceberg_rest_listen),
+        ("node.id", cli.node_id.map(|id| id.to_string())),
+        ("floe.metadata.store", cli.metadata_store),
     ];
     for (key, value) in flags {
         if let Some(v) = value {

@@ -52,6 +52,12 @@ pub struct Metrics {
     /// 1 once a log directory went offline after an I/O error (Kafka's
     /// `OfflineLogDirectoryCount`, per directory); only a restart clears it.
     pub log_dir_offline: IntGaugeVec,
+    /// Live brokers in the cluster view (1 for a broker alone).
+    pub cluster_live_brokers: IntGauge,
+    /// 1 on the controller, 0 elsewhere (Kafka's `ActiveControllerCount`).
+    pub active_controller_count: IntGauge,
+    /// The controller's node id as this broker last saw it (-1: none known).
+    pub cluster_controller_id: IntGauge,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
     /// The log cleaner (compaction), read from its statistics at every scrape.
@@ -267,6 +273,12 @@ impl Metrics {
             &["dir"],
         )
         .expect("metric");
+        let cluster_live_brokers =
+            IntGauge::new("floe_cluster_live_brokers", "Brokers registered in the cluster (1 when the metadata store is local)").expect("metric");
+        let active_controller_count =
+            IntGauge::new("floe_active_controller_count", "1 when this broker is the cluster's controller (Kafka's ActiveControllerCount)").expect("metric");
+        let cluster_controller_id =
+            IntGauge::new("floe_cluster_controller_id", "The controller's node id as this broker last saw it; -1 while none is known").expect("metric");
         let iceberg = IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
         for c in [
@@ -283,6 +295,9 @@ impl Metrics {
             Box::new(authorization_denied.clone()),
             Box::new(log_corrupt_ranges.clone()),
             Box::new(log_dir_offline.clone()),
+            Box::new(cluster_live_brokers.clone()),
+            Box::new(active_controller_count.clone()),
+            Box::new(cluster_controller_id.clone()),
         ]
         .into_iter()
         .chain(iceberg.collectors())
@@ -312,6 +327,9 @@ impl Metrics {
             authorization_denied,
             log_corrupt_ranges,
             log_dir_offline,
+            cluster_live_brokers,
+            active_controller_count,
+            cluster_controller_id,
             iceberg,
             cleaner,
         }

@@ -55,6 +55,9 @@ pub enum RunError {
     /// A background task or thread could not be started or joined.
     #[error("{0}")]
     Task(String),
+    /// The broker could not join its cluster (`floe.metadata.store`).
+    #[error("cluster: {0}")]
+    Cluster(#[from] floe_cluster::ClusterError),
 }
 
 /// Runs the broker until SIGTERM or SIGINT.
@@ -143,6 +146,8 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         endpoints.push((listener, Arc::new(endpoint)));
     }
 
+    let cluster = join_cluster(&config, &endpoints).await?;
+
     let metrics = Arc::new(Metrics::new());
     for topic in logs.topics() {
         for log in topic.partitions() {
@@ -154,6 +159,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         }
     }
     metrics.ktls_enabled.set(i64::from(ktls));
+    tokio::spawn(publish_cluster_view(cluster.subscribe(), config.node_id, metrics.clone()));
     {
         let failure = logs.log_dir_failure();
         let dir = failure.dir().display().to_string();
@@ -241,6 +247,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         quotas: Arc::new(quotas),
         dynamic_config: Arc::new(dynamic_config),
         ktls,
+        cluster,
         shutdown: shutdown.clone(),
     });
     if let Some(tls) = &tls {
@@ -263,6 +270,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         .into_iter()
         .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));
     futures_util::future::join_all(accept_loops).await;
+    broker.cluster.leave().await;
     let _ = sweeper.await;
     let _ = txn_timer.await;
 
@@ -280,6 +288,48 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     .map_err(RunError::Shutdown)?;
     tracing::info!("floe stopped cleanly");
     Ok(())
+}
+
+/// Registers this broker in its cluster (at once for `local`), advertising every
+/// listener's endpoint, so that any broker can answer Metadata for it.
+async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endpoint>)]) -> Result<floe_cluster::Membership, RunError> {
+    let registration = floe_cluster::BrokerRegistration {
+        node_id: config.node_id,
+        rack: config.broker_rack.clone(),
+        endpoints: endpoints
+            .iter()
+            .map(|(_, e)| floe_cluster::BrokerEndpoint {
+                listener: e.name.clone(),
+                host: e.advertised_host.clone(),
+                port: e.advertised_port,
+                security_protocol: e.protocol.to_string(),
+            })
+            .collect(),
+    };
+    let settings = floe_cluster::MembershipSettings {
+        store: config.metadata_store.clone(),
+        registration,
+        session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+    };
+    if config.metadata_store != floe_cluster::MetadataStoreUrl::Local {
+        tracing::info!(store = %config.metadata_store, node_id = config.node_id, "joining the cluster");
+    }
+    Ok(floe_cluster::Membership::join(settings).await?)
+}
+
+/// Keeps the cluster gauges on the membership's view until the membership ends.
+async fn publish_cluster_view(mut view: watch::Receiver<floe_cluster::ClusterView>, node_id: i32, metrics: Arc<Metrics>) {
+    loop {
+        {
+            let v = view.borrow_and_update();
+            metrics.cluster_live_brokers.set(v.brokers.len() as i64);
+            metrics.cluster_controller_id.set(i64::from(v.controller_id.unwrap_or(-1)));
+            metrics.active_controller_count.set(i64::from(v.controller_id == Some(node_id)));
+        }
+        if view.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Probes the kernel for kTLS once and applies `floe.ssl.ktls`.

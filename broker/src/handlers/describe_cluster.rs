@@ -1,4 +1,4 @@
-//! DescribeCluster: this one broker, which is also the controller.
+//! DescribeCluster: the live brokers and the controller, from the cluster view.
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
@@ -15,14 +15,21 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
             .with_error_code(kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code())
             .with_error_message(super::message("DESCRIBE on the cluster is needed"));
     }
-    let node = BrokerId(broker.node_id());
+    let (brokers, controller_id) = broker.cluster_brokers(&session.endpoint);
+    let brokers = brokers
+        .into_iter()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(broker.logs.cluster_id().to_string()))
-        .with_controller_id(node)
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(node)
-            .with_host(StrBytes::from_string(session.endpoint.advertised_host.clone()))
-            .with_port(session.endpoint.advertised_port)]);
+        .with_controller_id(BrokerId(controller_id))
+        .with_brokers(brokers);
     if version >= 1 {
         response.endpoint_type = request.endpoint_type;
     }

@@ -81,11 +81,16 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
             }
         }
     }
+    // Only this broker, and it the controller, even in an etcd cluster: partitions are
+    // not yet cluster state (each broker serves the topics in its own data directory),
+    // and clients route produce, fetch and admin requests by this answer. The live
+    // brokers and the elected controller are in DescribeCluster and /metrics.
     let mut response = MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(broker.node_id()))
             .with_host(StrBytes::from_string(session.endpoint.advertised_host.clone()))
-            .with_port(session.endpoint.advertised_port)])
+            .with_port(session.endpoint.advertised_port)
+            .with_rack(broker.config.broker_rack.clone().map(StrBytes::from_string))])
         .with_controller_id(BrokerId(broker.node_id()))
         .with_topics(topics);
     if version >= 2 {

@@ -58,7 +58,27 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     let limits = crate::server::limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
     let dynamic_config =
         Arc::new(crate::dynamic_config::DynamicBrokerConfig::open(dir, config.effective.clone(), logs.clone(), limits).expect("dynamic config"));
-    Broker { config, logs, metrics: Arc::new(Metrics::new()), groups, txns, credentials, authorizer, quotas, dynamic_config, ktls: false, shutdown: tokio::sync::watch::channel(false).1 }
+    let cluster = floe_cluster::Membership::join(floe_cluster::MembershipSettings {
+        store: floe_cluster::MetadataStoreUrl::Local,
+        registration: floe_cluster::BrokerRegistration { node_id: config.node_id, rack: None, endpoints: Vec::new() },
+        session_timeout: std::time::Duration::from_secs(9),
+    })
+    .await
+    .expect("local membership");
+    Broker {
+        config,
+        logs,
+        metrics: Arc::new(Metrics::new()),
+        groups,
+        txns,
+        credentials,
+        authorizer,
+        quotas,
+        dynamic_config,
+        ktls: false,
+        cluster,
+        shutdown: tokio::sync::watch::channel(false).1,
+    }
 }
 
 /// A member of `group` (generation 1), joined through the coordinator directly.

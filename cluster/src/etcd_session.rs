@@ -1,0 +1,313 @@
+//! The broker's session with etcd: registration under a lease, the lease's
+//! keep-alive, the controller campaign, and the watches that keep the
+//! [`ClusterView`] current.
+//!
+//! Keys, under the cluster's prefix (default `/floe`):
+//! - `<prefix>/brokers/<node.id>`: a [`BrokerRegistration`] (JSON), bound to the
+//!   broker's lease, so it vanishes when etcd stops hearing from the broker;
+//! - `<prefix>/controller`: etcd's election of that name; the winner's campaign key
+//!   (bound to its lease) holds its node id, and its create revision is the
+//!   controller epoch.
+//!
+//! A session lasts until any of its streams fails or the lease expires. The view
+//! keeps its last state meanwhile (a broker that cannot reach etcd goes on with what
+//! it saw) and a new session (new lease, registration, campaign) starts as soon as
+//! etcd answers again.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
+};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::{BrokerRegistration, ClusterError, ClusterView};
+
+/// What to join, and as whom.
+pub(crate) struct EtcdTarget {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub registration: BrokerRegistration,
+    pub session_timeout: Duration,
+}
+
+impl EtcdTarget {
+    fn brokers_prefix(&self) -> String {
+        format!("{}/brokers/", self.prefix)
+    }
+
+    fn broker_key(&self) -> String {
+        format!("{}{}", self.brokers_prefix(), self.registration.node_id)
+    }
+
+    fn election(&self) -> String {
+        format!("{}/controller", self.prefix)
+    }
+
+    /// The lease TTL: etcd counts whole seconds.
+    fn lease_ttl_s(&self) -> i64 {
+        (self.session_timeout.as_millis().div_ceil(1000) as i64).max(1)
+    }
+
+    /// The bound on one etcd request that should answer at once.
+    fn request_timeout(&self) -> Duration {
+        self.session_timeout.max(Duration::from_secs(3))
+    }
+}
+
+/// Connects, registers this broker (failing if its node id is held by another live
+/// broker), and starts the session supervisor.
+pub(crate) async fn start(
+    target: EtcdTarget,
+) -> Result<(watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+        .with_keep_alive_while_idle(true);
+    let client = bounded(&target, "connect", Client::connect(target.endpoints.clone(), Some(options))).await?;
+    let lease = register(client.clone(), &target).await?;
+    // Until the first listing arrives, the cluster this broker knows is itself.
+    let me = target.registration.clone();
+    let (view_tx, view_rx) = watch::channel(ClusterView { brokers: [(me.node_id, me)].into_iter().collect(), ..ClusterView::default() });
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let task = tokio::spawn(supervise(client, target, view_tx, lease, stop_rx));
+    Ok((view_rx, stop_tx, task))
+}
+
+/// Runs sessions until told to stop; then revokes the lease so the others see this
+/// broker leave at once.
+async fn supervise(client: Client, target: EtcdTarget, view: watch::Sender<ClusterView>, mut lease: i64, mut stop: oneshot::Receiver<()>) {
+    loop {
+        let ended = tokio::select! {
+            _ = &mut stop => break,
+            e = run_session(client.clone(), &target, &view, lease) => e,
+        };
+        warn!(node_id = target.registration.node_id, error = %ended,
+              "etcd session ended; keeping the last cluster view until a new session starts");
+        let mut backoff = Duration::from_millis(250);
+        lease = loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            match register(client.clone(), &target).await {
+                Ok(lease) => break lease,
+                Err(e) => {
+                    warn!(node_id = target.registration.node_id, error = %e, "cannot register with etcd yet; retrying");
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+    }
+    let mut c = client;
+    match tokio::time::timeout(Duration::from_secs(3), c.lease_revoke(lease)).await {
+        Ok(Ok(_)) => info!(node_id = target.registration.node_id, "left the cluster (registration revoked)"),
+        Ok(Err(e)) => warn!(error = %e, "could not revoke this broker's lease; it expires after broker.session.timeout.ms"),
+        Err(_) => warn!("etcd did not answer the lease revoke; the registration expires after broker.session.timeout.ms"),
+    }
+}
+
+/// One session: ends (with why) when the lease, the watch, the campaign or the
+/// controller observation fails.
+async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, lease: i64) -> ClusterError {
+    let result = tokio::select! {
+        r = keep_alive(client.clone(), target, lease) => r,
+        r = watch_brokers(client.clone(), target, view) => r,
+        r = campaign(client.clone(), target, lease) => r,
+        r = observe_controller(client.clone(), target, view) => r,
+    };
+    match result {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+/// Grants a lease and writes this broker's registration under it, if no other live
+/// broker holds the node id. An earlier incarnation of this broker (same endpoints:
+/// it was killed, or this process lost its previous session) is replaced at once, its
+/// lease revoked so a controller role it held is released too. Another broker's is
+/// waited out for one session timeout, then refused.
+async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterError> {
+    let me = &target.registration;
+    let key = target.broker_key();
+    let value = serde_json::to_vec(me).map_err(|e| ClusterError::BadRegistration { key: key.clone(), reason: e.to_string() })?;
+    let lease = bounded(target, "lease grant", c.lease_grant(target.lease_ttl_s(), None)).await?.id();
+    let give_up_at = Instant::now() + target.session_timeout + Duration::from_secs(2);
+    let mut waiting_logged = false;
+    loop {
+        let txn = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease)))])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let resp = bounded(target, "registration", c.txn(txn)).await?;
+        if resp.succeeded() {
+            info!(node_id = me.node_id, endpoints = %me.describe_endpoints(), lease, key = %key, "registered in etcd");
+            return Ok(lease);
+        }
+        let holder = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        let Some(holder) = holder else { continue }; // gone between the compare and the get
+        let theirs = parse_registration(&holder);
+        if theirs.as_ref().is_ok_and(|r| r.endpoints == me.endpoints) {
+            info!(node_id = me.node_id, old_lease = holder.lease(), "replacing the registration of an earlier incarnation of this broker");
+            drop_registration(&mut c, target, &key, &holder).await?;
+            continue;
+        }
+        let holder_desc = theirs.map_or_else(|e| e.to_string(), |r| r.describe_endpoints());
+        if Instant::now() >= give_up_at {
+            let _ = c.lease_revoke(lease).await;
+            return Err(ClusterError::NodeIdInUse { node_id: me.node_id, holder: holder_desc });
+        }
+        if !waiting_logged {
+            warn!(node_id = me.node_id, holder = %holder_desc,
+                  "node.id is registered by another broker; waiting for that registration to expire");
+            waiting_logged = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Removes a stale registration: revokes its lease (which also ends a controller
+/// role held under it), or deletes the key if it has none; either only if the key is
+/// still the one seen.
+async fn drop_registration(c: &mut Client, target: &EtcdTarget, key: &str, stale: &KeyValue) -> Result<(), ClusterError> {
+    if stale.lease() != 0 {
+        match bounded(target, "lease revoke", c.lease_revoke(stale.lease())).await {
+            Ok(_) | Err(ClusterError::Etcd(_)) => return Ok(()), // revoked, or expired meanwhile
+            Err(e) => return Err(e),
+        }
+    }
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key, CompareOp::Equal, stale.mod_revision())])
+        .and_then([TxnOp::delete(key, None)]);
+    bounded(target, "stale registration delete", c.txn(txn)).await?;
+    Ok(())
+}
+
+async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<Infallible, ClusterError> {
+    let (mut keeper, mut stream) = bounded(target, "lease keep-alive", c.lease_keep_alive(lease)).await?;
+    let mut tick = tokio::time::interval((target.session_timeout / 3).max(Duration::from_millis(100)));
+    loop {
+        tick.tick().await;
+        keeper.keep_alive().await?;
+        let resp = bounded(target, "lease keep-alive", stream.message()).await?.ok_or(ClusterError::StreamEnded("lease keep-alive"))?;
+        if resp.ttl() <= 0 {
+            return Err(ClusterError::LeaseExpired);
+        }
+    }
+}
+
+/// Keeps `view.brokers` equal to the registrations in etcd: a listing, then a watch
+/// from the revision after it.
+async fn watch_brokers(mut c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
+    let prefix = target.brokers_prefix();
+    let listing = bounded(target, "broker listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
+    let revision = listing.header().map_or(0, |h| h.revision());
+    let mut brokers = BTreeMap::new();
+    for kv in listing.kvs() {
+        match parse_registration(kv) {
+            Ok(r) => {
+                brokers.insert(r.node_id, r);
+            }
+            Err(e) => warn!(error = %e, "ignoring a broker registration"),
+        }
+    }
+    publish_brokers(view, brokers.clone());
+    let mut stream = c.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await?;
+    while let Some(resp) = stream.message().await? {
+        if resp.canceled() {
+            return Err(ClusterError::StreamEnded("broker watch"));
+        }
+        for event in resp.events() {
+            let Some(kv) = event.kv() else { continue };
+            match event.event_type() {
+                EventType::Put => match parse_registration(kv) {
+                    Ok(r) => {
+                        brokers.insert(r.node_id, r);
+                    }
+                    Err(e) => warn!(error = %e, "ignoring a broker registration"),
+                },
+                EventType::Delete => {
+                    let id = kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)).and_then(|id| id.parse::<i32>().ok());
+                    if let Some(id) = id {
+                        brokers.remove(&id);
+                    }
+                }
+            }
+        }
+        publish_brokers(view, brokers.clone());
+    }
+    Err(ClusterError::StreamEnded("broker watch"))
+}
+
+fn publish_brokers(view: &watch::Sender<ClusterView>, brokers: BTreeMap<i32, BrokerRegistration>) {
+    view.send_if_modified(|v| {
+        if v.brokers == brokers {
+            return false;
+        }
+        let ids: Vec<i32> = brokers.keys().copied().collect();
+        info!(brokers = ?ids, "live brokers changed");
+        v.brokers = brokers;
+        true
+    });
+}
+
+/// Campaigns for the controller role under this session's lease; once won, holds it
+/// for as long as the lease lives.
+async fn campaign(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<Infallible, ClusterError> {
+    let node_id = target.registration.node_id;
+    let won = c.campaign(target.election(), node_id.to_string(), lease).await?;
+    let epoch = won.leader().map_or(0, |l| l.rev());
+    info!(node_id, controller_epoch = epoch, "this broker is now the controller");
+    std::future::pending().await
+}
+
+/// Keeps `view.controller_id` on the election's winner.
+async fn observe_controller(mut c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
+    let mut stream = c.observe(target.election()).await?;
+    while let Some(resp) = stream.message().await? {
+        let Some(kv) = resp.kv() else { continue };
+        let Some(id) = kv.value_str().ok().and_then(|v| v.parse::<i32>().ok()) else {
+            warn!(value = ?kv.value(), "the controller election holds a value that is not a node id");
+            continue;
+        };
+        let epoch = kv.create_revision();
+        view.send_if_modified(|v| {
+            if v.controller_id == Some(id) && v.controller_epoch == epoch {
+                return false;
+            }
+            info!(controller_id = id, controller_epoch = epoch, "controller changed");
+            v.controller_id = Some(id);
+            v.controller_epoch = epoch;
+            true
+        });
+    }
+    Err(ClusterError::StreamEnded("controller observe"))
+}
+
+fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError> {
+    serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadRegistration {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// `fut`, or a timeout error after the target's request timeout.
+async fn bounded<T>(
+    target: &EtcdTarget,
+    what: &'static str,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ClusterError> {
+    let timeout = target.request_timeout();
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(ClusterError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }),
+    }
+}

@@ -1,0 +1,26 @@
+//! Cluster membership: who the brokers are, which one is the controller, and where
+//! that is decided.
+//!
+//! A broker runs either alone (`floe.metadata.store=local`, the default: the cluster
+//! is this broker and it is its own controller) or as a member of a cluster whose
+//! metadata lives in etcd (`etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`). In etcd each
+//! broker registers itself under a lease (it vanishes when the broker stops renewing
+//! it) and campaigns in an etcd election for the controller role: consensus is
+//! etcd's, never Floe's own.
+//!
+//! What the rest of the broker sees is a [`ClusterView`], kept current by a
+//! [`Membership`]: the live brokers with their endpoints, and the controller. When
+//! etcd cannot be reached the view keeps the last state seen.
+
+mod error;
+mod etcd_session;
+mod membership;
+mod registration;
+mod store_url;
+mod view;
+
+pub use error::ClusterError;
+pub use membership::{Membership, MembershipSettings};
+pub use registration::{BrokerEndpoint, BrokerRegistration};
+pub use store_url::MetadataStoreUrl;
+pub use view::ClusterView;

@@ -1,0 +1,221 @@
+"""Cluster membership in etcd: brokers register under leases and elect a controller.
+
+Every process is real and started here: one etcd (Debian's etcd-server) and Floe
+brokers started with `--node-id N --metadata-store etcd://...`. What a broker knows of
+its cluster is read from its /metrics (`floe_cluster_live_brokers`,
+`floe_active_controller_count`, `floe_cluster_controller_id`) and from DescribeCluster,
+sent by kafka-python's wire client.
+
+Partitions are not cluster state yet (each broker serves its own data directory), so
+Metadata still answers with the broker alone; this file checks the membership:
+registration, the lease, the election, fencing of duplicate node ids, and riding out
+an etcd outage.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+
+import pytest
+from clients import create_topic, produce_all, consume_range, unique_topic
+from etcd_process import EtcdProcess
+from floe_process import FloeStartError, parse_metric, wait_until
+
+# Short leases so that a dead broker is noticed within seconds.
+SESSION_TIMEOUT_MS = 2000
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    e = EtcdProcess(tmp_path / "etcd-data", tmp_path / "etcd.log").start()
+    yield e
+    e.kill9()
+
+
+def _start_cluster(floe_factory, etcd, n: int, prefix: str | None = None):
+    prefix = prefix or f"floe-{uuid.uuid4().hex[:8]}"
+    brokers = []
+    for node_id in range(1, n + 1):
+        b = floe_factory(f"floe{node_id}", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
+        b.command_extra = ["--node-id", str(node_id), "--metadata-store", etcd.store_url(prefix)]
+        b.start()
+        brokers.append(b)
+    return brokers, prefix
+
+
+def _view(b) -> tuple[int, int, int]:
+    """(live brokers, controller id, 1 if it is the controller) from the broker's /metrics."""
+    text = b.metrics_text()
+    return (int(parse_metric(text, "floe_cluster_live_brokers")), int(parse_metric(text, "floe_cluster_controller_id")),
+            int(parse_metric(text, "floe_active_controller_count")))
+
+
+def _agreed_view(brokers, live: int):
+    """Waits until every broker in `brokers` sees `live` brokers and the same controller,
+    which is one of them and the only one that says it is; returns the controller's id."""
+    ids = {int(b.command_extra[1]): b for b in brokers}
+
+    def agreed():
+        views = [_view(b) for b in brokers]
+        controllers = {v[1] for v in views}
+        if any(v[0] != live for v in views) or len(controllers) != 1:
+            return None
+        (cid,) = controllers
+        if cid not in ids or sum(v[2] for v in views) != 1 or _view(ids[cid])[2] != 1:
+            return None
+        return cid
+
+    return wait_until(agreed, timeout=30, interval=0.2, what=f"{len(brokers)} brokers to agree on {live} live and one controller")
+
+
+def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int]:
+    """DescribeCluster v0 over a raw socket: ({(node id, port)}, controller id)."""
+    host, port = bootstrap.rsplit(":", 1)
+    client_id = b"cluster-test"
+    # header v2: api key 60, version 0, correlation id, client id (string), tagged fields
+    body = struct.pack(">hhih", 60, 0, 7, len(client_id)) + client_id + b"\x00"
+    # DescribeClusterRequest v0 (flexible): include_cluster_authorized_operations, tagged fields
+    body += b"\x00" + b"\x00"
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read(s, 4))[0]
+        data = _read(s, size)
+    r = _Reader(data)
+    assert r.i32() == 7
+    r.tags()
+    r.i32()  # throttle
+    assert r.i16() == 0, "DescribeCluster error"
+    r.compact_str()  # error message
+    r.compact_str()  # cluster id
+    controller = r.i32()
+    brokers = set()
+    for _ in range(r.uvarint() - 1):
+        node, _host, port = r.i32(), r.compact_str(), r.i32()
+        r.compact_str()  # rack
+        r.tags()
+        brokers.add((node, port))
+    return brokers, controller
+
+
+def _read(s, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, n):
+        v = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return v
+
+    def i16(self):
+        return struct.unpack(">h", self.take(2))[0]
+
+    def i32(self):
+        return struct.unpack(">i", self.take(4))[0]
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def compact_str(self):
+        n = self.uvarint()
+        return None if n == 0 else self.take(n - 1).decode()
+
+    def tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+def test_three_brokers_register_and_agree_on_one_controller(floe_factory, etcd):
+    brokers, _ = _start_cluster(floe_factory, etcd, 3)
+    controller = _agreed_view(brokers, live=3)
+    expected = {(i + 1, b.port) for i, b in enumerate(brokers)}
+    for b in brokers:
+        listed, cid = _describe_cluster(b.bootstrap)
+        assert listed == expected, f"{b.name} lists {listed}"
+        assert cid == controller
+
+
+def test_a_killed_controller_is_replaced_and_a_restarted_broker_rejoins(floe_factory, etcd):
+    brokers, _ = _start_cluster(floe_factory, etcd, 3)
+    first = _agreed_view(brokers, live=3)
+    dead = brokers[first - 1]
+    dead.kill9()
+    survivors = [b for b in brokers if b is not dead]
+    second = _agreed_view(survivors, live=2)  # once the lease expired
+    assert second != first
+    dead.start()
+    assert _agreed_view(brokers, live=3) == second, "a returning broker must not take the controller role back"
+
+    # Killed and restarted before its lease expires: it replaces its own stale
+    # registration (revoking the old lease) instead of waiting it out.
+    other = next(b for b in survivors if int(b.command_extra[1]) != second)
+    other.kill9()
+    other.start()
+    assert "replacing the registration of an earlier incarnation" in other.stderr_text()
+    assert _agreed_view(brokers, live=3) == second
+
+    # A clean stop revokes the lease: the others see the broker leave at once.
+    assert other.stop() == 0
+    assert "left the cluster" in other.stderr_text()
+    assert _agreed_view([b for b in brokers if b is not other], live=2) == second
+
+
+def test_a_second_broker_with_a_live_node_id_is_refused(floe_factory, etcd):
+    brokers, prefix = _start_cluster(floe_factory, etcd, 1)
+    dup = floe_factory("floe-dup", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
+    dup.command_extra = ["--node-id", "1", "--metadata-store", etcd.store_url(prefix)]
+    # Its port is bound before it registers, so it may accept TCP for a moment: wait for
+    # it to give up (after one session timeout) and exit.
+    try:
+        dup.start()
+    except FloeStartError:
+        pass
+    if dup.proc.poll() is None:
+        dup.proc.wait(timeout=30)
+    assert dup.kill9() not in (0, None)
+    assert "node.id 1 is registered by another live broker" in dup.stderr_text(), dup.stderr_text()[-3000:]
+    assert _view(brokers[0])[0] == 1 and brokers[0].running
+
+
+def test_brokers_serve_through_an_etcd_outage_and_rejoin_after_it(floe_factory, etcd):
+    brokers, _ = _start_cluster(floe_factory, etcd, 2)
+    controller = _agreed_view(brokers, live=2)
+    b = brokers[0]
+    topic = unique_topic("etcd-down")
+    create_topic(b.bootstrap, topic)
+    produce_all(b.bootstrap, topic, [{"value": f"before-{i}".encode()} for i in range(50)])
+    etcd.kill9()
+    # Longer than the session timeout: the brokers' sessions end, serving does not.
+    wait_until(lambda: "etcd session ended" in b.stderr_text(), timeout=30, interval=0.2, what="the session to end")
+    produce_all(b.bootstrap, topic, [{"value": f"during-{i}".encode()} for i in range(50)])
+    got = consume_range(b.bootstrap, topic, 0, 100)
+    assert [m.value().decode() for m in got] == [f"before-{i}" for i in range(50)] + [f"during-{i}" for i in range(50)]
+    assert _view(b)[0] == 2, "the last view is kept while etcd is away"
+    etcd.start()
+    # Each broker starts a new session: registered again (replacing the registration its
+    # old lease still holds), and the cluster agrees on a controller again.
+    for x in brokers:
+        wait_until(lambda: x.stderr_text().count("registered in etcd") >= 2, timeout=30, interval=0.2,
+                   what=f"{x.name} to register again")
+    again = _agreed_view(brokers, live=2)
+    assert {again, controller} <= {1, 2}
+    # The view is live again: a broker that stops is seen to leave.
+    assert brokers[1].stop() == 0
+    assert _agreed_view([b], live=1) == 1
