@@ -632,6 +632,7 @@ fn group_by_size<'a>(
 mod tests {
     use std::collections::BTreeMap;
     use std::path::Path;
+    #[cfg(feature = "failpoints")]
     use std::sync::Arc;
 
     use floe_protocol::kafka_protocol::records::Compression;
