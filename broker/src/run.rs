@@ -82,7 +82,8 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     let dir = config.data_dir.clone();
     let defaults = config.log_defaults.clone();
     let node_id = config.node_id;
-    let opened = tokio::task::spawn_blocking(move || LogManager::open_with_node_id(&dir, Some(node_id), defaults))
+    let cluster_id = cluster_id_of(&config).await?;
+    let opened = tokio::task::spawn_blocking(move || LogManager::open_in_cluster(&dir, Some(node_id), cluster_id.as_deref(), defaults))
         .await
         .map_err(|e| RunError::Task(e.to_string()))?;
     let logs = Arc::new(opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?);
@@ -288,6 +289,21 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     .map_err(RunError::Shutdown)?;
     tracing::info!("floe stopped cleanly");
     Ok(())
+}
+
+/// In a cluster, the id every broker must share (etcd's, or this data directory's
+/// if this broker is the first); alone, `None`: the data directory's own.
+async fn cluster_id_of(config: &BrokerConfig) -> Result<Option<String>, RunError> {
+    if config.metadata_store == floe_cluster::MetadataStoreUrl::Local {
+        return Ok(None);
+    }
+    let stored = LogManager::stored_cluster_id(&config.data_dir)
+        .map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?;
+    let proposed = stored.unwrap_or_else(floe_storage::log_manager::new_cluster_id);
+    let timeout = Duration::from_millis(config.broker_session_timeout_ms).max(Duration::from_secs(10));
+    let id = floe_cluster::agree_cluster_id(&config.metadata_store, &proposed, timeout).await?;
+    tracing::info!(cluster_id = %id, store = %config.metadata_store, "cluster id agreed with the metadata store");
+    Ok(Some(id))
 }
 
 /// Registers this broker in its cluster (at once for `local`), advertising every

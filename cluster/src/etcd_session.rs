@@ -60,16 +60,40 @@ impl EtcdTarget {
     }
 }
 
+/// The cluster id stored at `<prefix>/cluster_id`, which `proposed` becomes if none is.
+pub(crate) async fn agree_cluster_id(endpoints: &[String], prefix: &str, proposed: &str, timeout: Duration) -> Result<String, ClusterError> {
+    let timed_out = |what: &'static str| ClusterError::Timeout { what, timeout_ms: timeout.as_millis() as u64 };
+    let mut c = tokio::time::timeout(timeout, Client::connect(endpoints, Some(connect_options()))).await.map_err(|_| timed_out("connect"))??;
+    let key = format!("{prefix}/cluster_id");
+    let txn = Txn::new()
+        .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), proposed, None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let resp = tokio::time::timeout(timeout, c.txn(txn)).await.map_err(|_| timed_out("cluster id"))??;
+    if resp.succeeded() {
+        info!(cluster_id = proposed, key = %key, "created the cluster id in etcd");
+        return Ok(proposed.to_string());
+    }
+    let stored = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        _ => None,
+    });
+    stored.filter(|id| !id.is_empty()).ok_or(ClusterError::BadRegistration { key, reason: "empty cluster id".into() })
+}
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+        .with_keep_alive_while_idle(true)
+}
+
 /// Connects, registers this broker (failing if its node id is held by another live
 /// broker), and starts the session supervisor.
 pub(crate) async fn start(
     target: EtcdTarget,
 ) -> Result<(watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
-        .with_keep_alive_while_idle(true);
-    let client = bounded(&target, "connect", Client::connect(target.endpoints.clone(), Some(options))).await?;
+    let client = bounded(&target, "connect", Client::connect(target.endpoints.clone(), Some(connect_options()))).await?;
     let lease = register(client.clone(), &target).await?;
     // Until the first listing arrives, the cluster this broker knows is itself.
     let me = target.registration.clone();

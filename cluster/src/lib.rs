@@ -20,7 +20,7 @@ mod store_url;
 mod view;
 
 pub use error::ClusterError;
-pub use membership::{Membership, MembershipSettings};
+pub use membership::{agree_cluster_id, Membership, MembershipSettings};
 pub use registration::{BrokerEndpoint, BrokerRegistration};
 pub use store_url::MetadataStoreUrl;
 pub use view::ClusterView;

@@ -31,6 +31,20 @@ struct EtcdMember {
     task: JoinHandle<()>,
 }
 
+/// The id of the cluster `store` names: `proposed` (this broker's own) for a broker
+/// alone; with etcd, the id stored there, which `proposed` becomes if this broker is
+/// the first. Every broker of a cluster reports the same id, and refuses a data
+/// directory of another cluster.
+///
+/// # Errors
+/// etcd unreachable or answering nonsense.
+pub async fn agree_cluster_id(store: &MetadataStoreUrl, proposed: &str, timeout: Duration) -> Result<String, ClusterError> {
+    match store {
+        MetadataStoreUrl::Local => Ok(proposed.to_string()),
+        MetadataStoreUrl::Etcd { endpoints, prefix } => etcd_session::agree_cluster_id(endpoints, prefix, proposed, timeout).await,
+    }
+}
+
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Membership").field("node_id", &self.node_id).field("view", &*self.view.borrow()).finish()

@@ -73,7 +73,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// 22 characters of URL-safe base64 (no padding) of a random UUID, like Kafka's cluster ids.
-fn new_cluster_id() -> String {
+pub fn new_cluster_id() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = Uuid::new_v4().into_bytes();
     let mut out = String::with_capacity(22);
@@ -127,9 +127,26 @@ impl LogManager {
         node_id: Option<i32>,
         default_config: LogConfig,
     ) -> Result<Self> {
+        Self::open_in_cluster(data_dir, node_id, None, default_config)
+    }
+
+    /// As [`LogManager::open_with_node_id`], for a directory that must belong to
+    /// `cluster_id` (the id a cluster's metadata store holds): a new directory takes
+    /// it, one of another cluster is refused (Kafka's `InconsistentClusterIdException`),
+    /// so that a broker cannot bring one cluster's data into another.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] (key `cluster.id`) for a directory of another
+    /// cluster; otherwise as [`LogManager::open_with_node_id`].
+    pub fn open_in_cluster(
+        data_dir: impl AsRef<Path>,
+        node_id: Option<i32>,
+        cluster_id: Option<&str>,
+        default_config: LogConfig,
+    ) -> Result<Self> {
         let data_dir = data_dir.as_ref().to_path_buf();
         fs::create_dir_all(topics_dir(&data_dir)).ctx("create data directory", &data_dir)?;
-        let cluster_id = Self::load_meta(&data_dir, node_id)?;
+        let cluster_id = Self::load_meta(&data_dir, node_id, cluster_id)?;
         let recovery_points =
             OffsetCheckpointFile::new(data_dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
         let log_starts =
@@ -222,13 +239,37 @@ impl LogManager {
         Ok(manager)
     }
 
-    fn load_meta(data_dir: &Path, node_id: Option<i32>) -> Result<String> {
+    /// The cluster id in `data_dir`'s `meta.properties`, if it has one; nothing is created.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the file exists but cannot be read.
+    pub fn stored_cluster_id(data_dir: &Path) -> Result<Option<String>> {
+        let path = data_dir.join(META_PROPERTIES);
+        match fs::read_to_string(&path) {
+            Ok(t) => Ok(parse_properties(&t).get("cluster.id").filter(|id| !id.is_empty()).cloned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).ctx("read", &path),
+        }
+    }
+
+    fn load_meta(data_dir: &Path, node_id: Option<i32>, required: Option<&str>) -> Result<String> {
         let path = data_dir.join(META_PROPERTIES);
         let existing = match fs::read_to_string(&path) {
             Ok(t) => Some(parse_properties(&t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).ctx("read", &path),
         };
+        if let (Some(want), Some(have)) = (required, existing.as_ref().and_then(|p| p.get("cluster.id")).filter(|id| !id.is_empty())) {
+            if have != want {
+                return Err(StorageError::InvalidConfig {
+                    key: "cluster.id".into(),
+                    reason: format!(
+                        "{} holds the data of cluster {have}, but the metadata store's cluster is {want}",
+                        data_dir.display()
+                    ),
+                });
+            }
+        }
         if let Some(props) = &existing {
             if let (Some(want), Some(have)) = (node_id, props.get("node.id")) {
                 if have != &want.to_string() {
@@ -250,6 +291,7 @@ impl LogManager {
         let cluster_id = existing
             .as_ref()
             .and_then(|p| p.get("cluster.id").filter(|id| !id.is_empty()).cloned())
+            .or_else(|| required.map(str::to_string))
             .unwrap_or_else(new_cluster_id);
         let mut text = format!("# Written by Floe\nversion=1\ncluster.id={cluster_id}\n");
         if let Some(n) = node_id {
@@ -748,6 +790,20 @@ mod tests {
             LogManager::open_with_node_id(dir.path(), Some(2), LogConfig::default()),
             Err(StorageError::InvalidConfig { key, .. }) if key == "node.id"
         ));
+    }
+
+    #[test]
+    fn a_cluster_id_is_taken_by_a_new_directory_and_enforced_on_an_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(LogManager::stored_cluster_id(dir.path()).unwrap(), None);
+        let m = LogManager::open_in_cluster(dir.path(), Some(1), Some("ClusterA"), LogConfig::default()).unwrap();
+        assert_eq!(m.cluster_id(), "ClusterA");
+        drop(m);
+        assert_eq!(LogManager::stored_cluster_id(dir.path()).unwrap().as_deref(), Some("ClusterA"));
+        let refused = LogManager::open_in_cluster(dir.path(), Some(1), Some("ClusterB"), LogConfig::default());
+        assert!(matches!(refused, Err(StorageError::InvalidConfig { key, .. }) if key == "cluster.id"));
+        let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
+        assert_eq!(m.cluster_id(), "ClusterA", "alone, a broker keeps the id it has");
     }
 
     #[test]

@@ -38,7 +38,7 @@ def _start_cluster(floe_factory, etcd, n: int, prefix: str | None = None):
     prefix = prefix or f"floe-{uuid.uuid4().hex[:8]}"
     brokers = []
     for node_id in range(1, n + 1):
-        b = floe_factory(f"floe{node_id}", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
+        b = floe_factory(f"{prefix}-floe{node_id}", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
         b.command_extra = ["--node-id", str(node_id), "--metadata-store", etcd.store_url(prefix)]
         b.start()
         brokers.append(b)
@@ -70,8 +70,8 @@ def _agreed_view(brokers, live: int):
     return wait_until(agreed, timeout=30, interval=0.2, what=f"{len(brokers)} brokers to agree on {live} live and one controller")
 
 
-def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int]:
-    """DescribeCluster v0 over a raw socket: ({(node id, port)}, controller id)."""
+def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int, str]:
+    """DescribeCluster v0 over a raw socket: ({(node id, port)}, controller id, cluster id)."""
     host, port = bootstrap.rsplit(":", 1)
     client_id = b"cluster-test"
     # header v2: api key 60, version 0, correlation id, client id (string), tagged fields
@@ -88,7 +88,7 @@ def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int]:
     r.i32()  # throttle
     assert r.i16() == 0, "DescribeCluster error"
     r.compact_str()  # error message
-    r.compact_str()  # cluster id
+    cluster_id = r.compact_str()
     controller = r.i32()
     brokers = set()
     for _ in range(r.uvarint() - 1):
@@ -96,7 +96,7 @@ def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int]:
         r.compact_str()  # rack
         r.tags()
         brokers.add((node, port))
-    return brokers, controller
+    return brokers, controller, cluster_id
 
 
 def _read(s, n: int) -> bytes:
@@ -146,10 +146,34 @@ def test_three_brokers_register_and_agree_on_one_controller(floe_factory, etcd):
     brokers, _ = _start_cluster(floe_factory, etcd, 3)
     controller = _agreed_view(brokers, live=3)
     expected = {(i + 1, b.port) for i, b in enumerate(brokers)}
+    cluster_ids = set()
     for b in brokers:
-        listed, cid = _describe_cluster(b.bootstrap)
+        listed, cid, cluster_id = _describe_cluster(b.bootstrap)
         assert listed == expected, f"{b.name} lists {listed}"
         assert cid == controller
+        cluster_ids.add(cluster_id)
+    assert len(cluster_ids) == 1, f"one cluster, one id: {cluster_ids}"
+    (cluster_id,) = cluster_ids
+    for b in brokers:
+        assert f"cluster.id={cluster_id}" in (b.data_dir / "meta.properties").read_text()
+
+
+def test_a_data_directory_of_another_cluster_is_refused(floe_factory, etcd):
+    (a,), _ = _start_cluster(floe_factory, etcd, 1, prefix="cluster-a")
+    (b,), _ = _start_cluster(floe_factory, etcd, 1, prefix="cluster-b")
+    id_a, id_b = _describe_cluster(a.bootstrap)[2], _describe_cluster(b.bootstrap)[2]
+    assert id_a != id_b
+    assert a.stop() == 0
+    # Broker a's data directory, started as a member of cluster b.
+    a.command_extra = ["--node-id", "1", "--metadata-store", etcd.store_url("cluster-b")]
+    try:
+        a.start()
+    except FloeStartError:
+        pass
+    if a.proc.poll() is None:
+        a.proc.wait(timeout=30)
+    assert a.kill9() not in (0, None)
+    assert f"holds the data of cluster {id_a}, but the metadata store's cluster is {id_b}" in a.stderr_text()
 
 
 def test_a_killed_controller_is_replaced_and_a_restarted_broker_rejoins(floe_factory, etcd):
