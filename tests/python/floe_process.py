@@ -34,11 +34,20 @@ def floe_bin() -> str:
     return str(Path(target) / "debug" / "floe")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind 0, read, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that was free a moment ago (bind 0, read, close), and never one this
+    process handed out before: the kernel may offer a just-closed port again, and a
+    broker given the same port for --listen and --metrics-listen fails to start."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_until(cond, timeout: float, interval: float = 0.05, what: str = "condition"):
