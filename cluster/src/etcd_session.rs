@@ -62,23 +62,36 @@ impl EtcdTarget {
 
 /// The cluster id stored at `<prefix>/cluster_id`, which `proposed` becomes if none is.
 pub(crate) async fn agree_cluster_id(endpoints: &[String], prefix: &str, proposed: &str, timeout: Duration) -> Result<String, ClusterError> {
-    let timed_out = |what: &'static str| ClusterError::Timeout { what, timeout_ms: timeout.as_millis() as u64 };
-    let mut c = tokio::time::timeout(timeout, Client::connect(endpoints, Some(connect_options()))).await.map_err(|_| timed_out("connect"))??;
+    let mut c = bounded(timeout, "connect", Client::connect(endpoints, Some(connect_options()))).await?;
     let key = format!("{prefix}/cluster_id");
-    let txn = Txn::new()
-        .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key.clone(), proposed, None)])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let resp = tokio::time::timeout(timeout, c.txn(txn)).await.map_err(|_| timed_out("cluster id"))??;
-    if resp.succeeded() {
-        info!(cluster_id = proposed, key = %key, "created the cluster id in etcd");
-        return Ok(proposed.to_string());
+    match create_or_get(&mut c, timeout, &key, proposed.as_bytes(), None).await? {
+        None => {
+            info!(cluster_id = proposed, key = %key, "created the cluster id in etcd");
+            Ok(proposed.to_string())
+        }
+        Some(stored) => Some(String::from_utf8_lossy(stored.value()).into_owned())
+            .filter(|id| !id.is_empty())
+            .ok_or(ClusterError::BadRegistration { key, reason: "empty cluster id".into() }),
     }
-    let stored = resp.op_responses().into_iter().find_map(|r| match r {
-        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+}
+
+/// Writes `key` = `value` (under `lease`, if given) only if the key does not exist:
+/// `None` when written, else the key as it is (read in the same transaction).
+async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, value: &[u8], lease: Option<i64>) -> Result<Option<KeyValue>, ClusterError> {
+    let put_options = lease.map(|id| PutOptions::new().with_lease(id));
+    let txn = Txn::new()
+        .when([Compare::version(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value, put_options)])
+        .or_else([TxnOp::get(key, None)]);
+    let resp = bounded(timeout, "create-if-absent", c.txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(None);
+    }
+    let existing = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
         _ => None,
     });
-    stored.filter(|id| !id.is_empty()).ok_or(ClusterError::BadRegistration { key, reason: "empty cluster id".into() })
+    existing.map(Some).ok_or(ClusterError::BadRegistration { key: key.into(), reason: "exists, yet read back empty".into() })
 }
 
 fn connect_options() -> ConnectOptions {
@@ -93,7 +106,7 @@ fn connect_options() -> ConnectOptions {
 pub(crate) async fn start(
     target: EtcdTarget,
 ) -> Result<(watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
-    let client = bounded(&target, "connect", Client::connect(target.endpoints.clone(), Some(connect_options()))).await?;
+    let client = bounded(target.request_timeout(), "connect", Client::connect(target.endpoints.clone(), Some(connect_options()))).await?;
     let lease = register(client.clone(), &target).await?;
     // Until the first listing arrives, the cluster this broker knows is itself.
     let me = target.registration.clone();
@@ -160,24 +173,17 @@ async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterErro
     let me = &target.registration;
     let key = target.broker_key();
     let value = serde_json::to_vec(me).map_err(|e| ClusterError::BadRegistration { key: key.clone(), reason: e.to_string() })?;
-    let lease = bounded(target, "lease grant", c.lease_grant(target.lease_ttl_s(), None)).await?.id();
+    let lease = bounded(target.request_timeout(), "lease grant", c.lease_grant(target.lease_ttl_s(), None)).await?.id();
     let give_up_at = Instant::now() + target.session_timeout + Duration::from_secs(2);
     let mut waiting_logged = false;
     loop {
-        let txn = Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease)))])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let resp = bounded(target, "registration", c.txn(txn)).await?;
-        if resp.succeeded() {
-            info!(node_id = me.node_id, endpoints = %me.describe_endpoints(), lease, key = %key, "registered in etcd");
-            return Ok(lease);
-        }
-        let holder = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-            _ => None,
-        });
-        let Some(holder) = holder else { continue }; // gone between the compare and the get
+        let holder = match create_or_get(&mut c, target.request_timeout(), &key, &value, Some(lease)).await? {
+            None => {
+                info!(node_id = me.node_id, endpoints = %me.describe_endpoints(), lease, key = %key, "registered in etcd");
+                return Ok(lease);
+            }
+            Some(holder) => holder,
+        };
         let theirs = parse_registration(&holder);
         if theirs.as_ref().is_ok_and(|r| r.endpoints == me.endpoints) {
             info!(node_id = me.node_id, old_lease = holder.lease(), "replacing the registration of an earlier incarnation of this broker");
@@ -203,7 +209,7 @@ async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterErro
 /// still the one seen.
 async fn drop_registration(c: &mut Client, target: &EtcdTarget, key: &str, stale: &KeyValue) -> Result<(), ClusterError> {
     if stale.lease() != 0 {
-        match bounded(target, "lease revoke", c.lease_revoke(stale.lease())).await {
+        match bounded(target.request_timeout(), "lease revoke", c.lease_revoke(stale.lease())).await {
             Ok(_) | Err(ClusterError::Etcd(_)) => return Ok(()), // revoked, or expired meanwhile
             Err(e) => return Err(e),
         }
@@ -211,17 +217,17 @@ async fn drop_registration(c: &mut Client, target: &EtcdTarget, key: &str, stale
     let txn = Txn::new()
         .when([Compare::mod_revision(key, CompareOp::Equal, stale.mod_revision())])
         .and_then([TxnOp::delete(key, None)]);
-    bounded(target, "stale registration delete", c.txn(txn)).await?;
+    bounded(target.request_timeout(), "stale registration delete", c.txn(txn)).await?;
     Ok(())
 }
 
 async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<Infallible, ClusterError> {
-    let (mut keeper, mut stream) = bounded(target, "lease keep-alive", c.lease_keep_alive(lease)).await?;
+    let (mut keeper, mut stream) = bounded(target.request_timeout(), "lease keep-alive", c.lease_keep_alive(lease)).await?;
     let mut tick = tokio::time::interval((target.session_timeout / 3).max(Duration::from_millis(100)));
     loop {
         tick.tick().await;
         keeper.keep_alive().await?;
-        let resp = bounded(target, "lease keep-alive", stream.message()).await?.ok_or(ClusterError::StreamEnded("lease keep-alive"))?;
+        let resp = bounded(target.request_timeout(), "lease keep-alive", stream.message()).await?.ok_or(ClusterError::StreamEnded("lease keep-alive"))?;
         if resp.ttl() <= 0 {
             return Err(ClusterError::LeaseExpired);
         }
@@ -232,7 +238,7 @@ async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<In
 /// from the revision after it.
 async fn watch_brokers(mut c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
     let prefix = target.brokers_prefix();
-    let listing = bounded(target, "broker listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
+    let listing = bounded(target.request_timeout(), "broker listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
     let revision = listing.header().map_or(0, |h| h.revision());
     let mut brokers = BTreeMap::new();
     for kv in listing.kvs() {
@@ -323,13 +329,12 @@ fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError>
     })
 }
 
-/// `fut`, or a timeout error after the target's request timeout.
+/// `fut`, or a timeout error after `timeout`.
 async fn bounded<T>(
-    target: &EtcdTarget,
+    timeout: Duration,
     what: &'static str,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, ClusterError> {
-    let timeout = target.request_timeout();
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(ClusterError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }),

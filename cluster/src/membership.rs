@@ -88,16 +88,6 @@ impl Membership {
         self.view.clone()
     }
 
-    /// This broker's node id.
-    pub fn node_id(&self) -> i32 {
-        self.node_id
-    }
-
-    /// Whether this broker is the controller, as last seen.
-    pub fn is_controller(&self) -> bool {
-        self.view.borrow().controller_id == Some(self.node_id)
-    }
-
     /// Leaves the cluster at once: revokes this broker's lease, so the others see it
     /// gone (and elect another controller) without waiting for the session timeout.
     /// Later calls do nothing.

@@ -112,21 +112,22 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
         c.close()
 
 
-def committed_watermark(bootstrap: str, topic: str, partition: int) -> int:
-    """The high watermark a read_committed consumer is told: the last stable offset."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+def _end_offset_seen_at(bootstrap: str, topic: str, partition: int, isolation: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": isolation, "isolation.level": isolation})
     try:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
     finally:
         c.close()
+
+
+def committed_watermark(bootstrap: str, topic: str, partition: int) -> int:
+    """The high watermark a read_committed consumer is told: the last stable offset."""
+    return _end_offset_seen_at(bootstrap, topic, partition, "read_committed")
 
 
 def uncommitted_watermark(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S, cached=False)[1]
-    finally:
-        c.close()
+    """The high watermark a read_uncommitted consumer is told."""
+    return _end_offset_seen_at(bootstrap, topic, partition, "read_uncommitted")
 
 
 def consume_all(bootstrap: str, topic: str, partition: int = 0) -> list:

@@ -35,6 +35,7 @@ API_API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
 API_ADD_PARTITIONS_TO_TXN = 24
 API_END_TXN = 26
+API_DESCRIBE_CLUSTER = 60
 
 ERR_NONE = 0
 ERR_CORRUPT_MESSAGE = 2
@@ -556,6 +557,33 @@ def parse_metadata_v1(body: bytes):
                                                    r.array(lambda r: r.i32()),
                                                    r.array(lambda r: r.i32())))))
     return brokers, {name: (err, parts) for err, name, _internal, parts in topics}
+
+def describe_cluster_v0(include_cluster_authorized_operations: bool = False) -> bytes:
+    """DescribeCluster v0 (flexible): the flag, then empty tagged fields."""
+    return bytes([int(include_cluster_authorized_operations)]) + b"\x00"
+
+
+def parse_describe_cluster_v0(body: bytes):
+    """DescribeCluster v0 response body (after response header v1):
+    (error_code, cluster_id, controller_id, [(node_id, host, port, rack)])."""
+    r = FlexReader(body)
+    r.i32()  # throttle_time_ms
+    error = r.i16()
+    r.compact_string()  # error message
+    cluster_id = r.compact_string()
+    controller = r.i32()
+
+    def broker(r):
+        b = (r.i32(), r.compact_string(), r.i32(), r.compact_string())
+        r.skip_tags()
+        return b
+
+    brokers = r.compact_array(broker)
+    r.i32()  # cluster_authorized_operations
+    r.skip_tags()
+    assert r.done(), "trailing bytes in DescribeCluster v0 response"
+    return error, cluster_id, controller, brokers
+
 
 # ---------------------------------------------------------------- connection
 

@@ -4,7 +4,7 @@ Every process is real and started here: one etcd (Debian's etcd-server) and Floe
 brokers started with `--node-id N --metadata-store etcd://...`. What a broker knows of
 its cluster is read from its /metrics (`floe_cluster_live_brokers`,
 `floe_active_controller_count`, `floe_cluster_controller_id`) and from DescribeCluster,
-sent by kafka-python's wire client.
+sent over a raw socket (kwire).
 
 Partitions are not cluster state yet (each broker serves its own data directory), so
 Metadata still answers with the broker alone; this file checks the membership:
@@ -14,11 +14,10 @@ an etcd outage.
 
 from __future__ import annotations
 
-import socket
-import struct
 import uuid
 
 import pytest
+import kwire
 from clients import create_topic, produce_all, consume_range, unique_topic
 from etcd_process import EtcdProcess
 from floe_process import FloeStartError, parse_metric, wait_until
@@ -73,73 +72,23 @@ def _agreed_view(brokers, live: int):
 def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int, str]:
     """DescribeCluster v0 over a raw socket: ({(node id, port)}, controller id, cluster id)."""
     host, port = bootstrap.rsplit(":", 1)
-    client_id = b"cluster-test"
-    # header v2: api key 60, version 0, correlation id, client id (string), tagged fields
-    body = struct.pack(">hhih", 60, 0, 7, len(client_id)) + client_id + b"\x00"
-    # DescribeClusterRequest v0 (flexible): include_cluster_authorized_operations, tagged fields
-    body += b"\x00" + b"\x00"
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _read(s, 4))[0]
-        data = _read(s, size)
-    r = _Reader(data)
-    assert r.i32() == 7
-    r.tags()
-    r.i32()  # throttle
-    assert r.i16() == 0, "DescribeCluster error"
-    r.compact_str()  # error message
-    cluster_id = r.compact_str()
-    controller = r.i32()
-    brokers = set()
-    for _ in range(r.uvarint() - 1):
-        node, _host, port = r.i32(), r.compact_str(), r.i32()
-        r.compact_str()  # rack
-        r.tags()
-        brokers.add((node, port))
-    return brokers, controller, cluster_id
+    with kwire.KafkaConn(host, int(port)) as conn:
+        body = conn.call_flexible(kwire.API_DESCRIBE_CLUSTER, 0, kwire.describe_cluster_v0())
+    error, cluster_id, controller, brokers = kwire.parse_describe_cluster_v0(body)
+    assert error == 0, f"DescribeCluster error {error}"
+    return {(node, port) for node, _host, port, _rack in brokers}, controller, cluster_id
 
 
-def _read(s, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "connection closed"
-        out += chunk
-    return out
-
-
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
-
-    def take(self, n):
-        v = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return v
-
-    def i16(self):
-        return struct.unpack(">h", self.take(2))[0]
-
-    def i32(self):
-        return struct.unpack(">i", self.take(4))[0]
-
-    def uvarint(self):
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def compact_str(self):
-        n = self.uvarint()
-        return None if n == 0 else self.take(n - 1).decode()
-
-    def tags(self):
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
+def _wait_refused(b) -> None:
+    """Starts `b`, which must refuse to join: its port is bound before it talks to etcd,
+    so it may accept TCP for a moment; waits for it to exit with an error."""
+    try:
+        b.start()
+    except FloeStartError:
+        pass
+    if b.proc.poll() is None:
+        b.proc.wait(timeout=30)
+    assert b.kill9() not in (0, None)
 
 
 def test_three_brokers_register_and_agree_on_one_controller(floe_factory, etcd):
@@ -166,13 +115,7 @@ def test_a_data_directory_of_another_cluster_is_refused(floe_factory, etcd):
     assert a.stop() == 0
     # Broker a's data directory, started as a member of cluster b.
     a.command_extra = ["--node-id", "1", "--metadata-store", etcd.store_url("cluster-b")]
-    try:
-        a.start()
-    except FloeStartError:
-        pass
-    if a.proc.poll() is None:
-        a.proc.wait(timeout=30)
-    assert a.kill9() not in (0, None)
+    _wait_refused(a)
     assert f"holds the data of cluster {id_a}, but the metadata store's cluster is {id_b}" in a.stderr_text()
 
 
@@ -205,15 +148,7 @@ def test_a_second_broker_with_a_live_node_id_is_refused(floe_factory, etcd):
     brokers, prefix = _start_cluster(floe_factory, etcd, 1)
     dup = floe_factory("floe-dup", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
     dup.command_extra = ["--node-id", "1", "--metadata-store", etcd.store_url(prefix)]
-    # Its port is bound before it registers, so it may accept TCP for a moment: wait for
-    # it to give up (after one session timeout) and exit.
-    try:
-        dup.start()
-    except FloeStartError:
-        pass
-    if dup.proc.poll() is None:
-        dup.proc.wait(timeout=30)
-    assert dup.kill9() not in (0, None)
+    _wait_refused(dup)  # after waiting one session timeout for the holder to go
     assert "node.id 1 is registered by another live broker" in dup.stderr_text(), dup.stderr_text()[-3000:]
     assert _view(brokers[0])[0] == 1 and brokers[0].running
 
