@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use floe_storage::LogManager;
+use floe_storage::{LogManager, PartitionLog};
+use kafka_protocol::error::ResponseError;
 
 use crate::config::BrokerConfig;
 use floe_coordinator::group::GroupCoordinator;
@@ -71,6 +72,79 @@ impl Broker {
         });
         brokers.sort_by_key(|b| b.node_id);
         (brokers, view.controller_id.unwrap_or(-1))
+    }
+}
+
+impl Broker {
+    /// Whether this broker is part of an etcd cluster (rather than alone).
+    pub fn is_clustered(&self) -> bool {
+        self.cluster.is_clustered()
+    }
+
+    /// The log of `topic`-`partition`, if this broker may write and serve it: in a
+    /// cluster, only while it is the partition's leader (Kafka's
+    /// `getPartitionOrException` with its leader check). The coordinators' internal
+    /// topics are each broker's own for now, so they are always local.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster (or, alone, this broker)
+    /// does not have; NOT_LEADER_OR_FOLLOWER when another broker leads it, or none does
+    /// (clients refresh their metadata and retry); with a reason for the log.
+    pub fn leader_log(&self, topic: &str, partition: i32) -> Result<Arc<PartitionLog>, (ResponseError, String)> {
+        let unknown = || (ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
+        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+            let leader = self.cluster.with_view(|v| v.partition(topic, partition).map(|s| s.leader));
+            match leader {
+                None => return Err(unknown()),
+                Some(l) if l != self.node_id() => {
+                    let why = if l == floe_cluster::NO_LEADER { "has no leader (offline)".to_string() } else { format!("is led by broker {l}") };
+                    return Err((ResponseError::NotLeaderOrFollower, format!("{topic}-{partition} {why}, not by this broker ({})", self.node_id())));
+                }
+                Some(_) => {}
+            }
+            // Led here, but the local log not created yet: retriable.
+            return self
+                .logs
+                .partition(topic, partition)
+                .ok_or_else(|| (ResponseError::NotLeaderOrFollower, format!("{topic}-{partition}: this broker's log is not open yet")));
+        }
+        self.logs.partition(topic, partition).ok_or_else(unknown)
+    }
+}
+
+impl Broker {
+    /// Whether `topic`-`partition` exists: in the cluster's metadata, or (alone, and for
+    /// the internal topics) in this broker's data directory.
+    pub fn partition_exists(&self, topic: &str, partition: i32) -> bool {
+        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+            return self.cluster.with_view(|v| v.partition(topic, partition).is_some());
+        }
+        self.logs.partition(topic, partition).is_some()
+    }
+
+    /// The leader epoch of `topic`-`partition`: the cluster's (it grows with every
+    /// leader change), or 0 for a broker alone and the internal topics.
+    pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
+        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+            return self.cluster.with_view(|v| v.partition(topic, partition).map_or(crate::handlers::LEADER_EPOCH, |s| s.leader_epoch));
+        }
+        crate::handlers::LEADER_EPOCH
+    }
+
+    /// Kafka's `checkCurrentLeaderEpoch` (KIP-320): a request that names the leader
+    /// epoch it expects gets FENCED_LEADER_EPOCH when that epoch is older than the
+    /// leader's (its metadata is stale), UNKNOWN_LEADER_EPOCH when newer (this broker's
+    /// is); -1 skips the check.
+    pub fn check_current_leader_epoch(&self, topic: &str, partition: i32, current: i32) -> Option<ResponseError> {
+        if current == -1 {
+            return None;
+        }
+        let epoch = self.leader_epoch(topic, partition);
+        match current.cmp(&epoch) {
+            std::cmp::Ordering::Less => Some(ResponseError::FencedLeaderEpoch),
+            std::cmp::Ordering::Greater => Some(ResponseError::UnknownLeaderEpoch),
+            std::cmp::Ordering::Equal => None,
+        }
     }
 }
 

@@ -60,7 +60,8 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("broker.session.timeout.ms", "9000", "With an etcd metadata store: how long etcd keeps this broker registered (and its controller role held) after it last heard from it. Whole seconds count."),
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
-    s("default.replication.factor", "1", "Replication factor reported for topics; Floe is a single replica."),
+    s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
+    s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
     s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
     s("max.connections", "10000", "Most client connections open at once; a connection beyond it is accepted and closed at once. Each takes a file descriptor: the broker raises its soft `RLIMIT_NOFILE` to the hard limit at startup."),
@@ -164,6 +165,10 @@ pub struct BrokerConfig {
     pub num_partitions: i32,
     /// Whether Metadata creates unknown topics.
     pub auto_create_topics: bool,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i32,
+    /// `unclean.leader.election.enable`.
+    pub unclean_leader_election: bool,
     /// Largest request frame.
     pub socket_request_max_bytes: usize,
     /// Idle connection timeout.
@@ -331,6 +336,8 @@ impl ConfigBuilder {
             broker_session_timeout_ms: parse_positive(r, "broker.session.timeout.ms")?,
             num_partitions: parse_positive(r, "num.partitions")?,
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
+            default_replication_factor: parse_positive(r, "default.replication.factor")?,
+            unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
             socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,
             connections_max_idle_ms: parse_positive(r, "connections.max.idle.ms")?,
             max_connections: parse_positive(r, "max.connections")?,

@@ -28,6 +28,8 @@
 
 pub mod authorizer;
 pub mod broker;
+pub mod cluster_admin;
+pub mod cluster_topics;
 pub mod config;
 pub mod dynamic_config;
 pub mod errors;

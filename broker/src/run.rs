@@ -161,6 +161,9 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     }
     metrics.ktls_enabled.set(i64::from(ktls));
     tokio::spawn(publish_cluster_view(cluster.subscribe(), config.node_id, metrics.clone()));
+    if cluster.is_clustered() {
+        tokio::spawn(crate::cluster_topics::run(logs.clone(), cluster.subscribe()));
+    }
     {
         let failure = logs.log_dir_failure();
         let dir = failure.dir().display().to_string();
@@ -326,6 +329,7 @@ async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endp
         store: config.metadata_store.clone(),
         registration,
         session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+        unclean_leader_election: config.unclean_leader_election,
     };
     if config.metadata_store != floe_cluster::MetadataStoreUrl::Local {
         tracing::info!(store = %config.metadata_store, node_id = config.node_id, "joining the cluster");

@@ -19,9 +19,24 @@ pub enum ClusterError {
     /// from the broker within `broker.session.timeout.ms`).
     #[error("the etcd lease of this broker's registration expired")]
     LeaseExpired,
-    /// A registration stored in etcd does not parse.
-    #[error("registration at {key} does not parse: {reason}")]
-    BadRegistration { key: String, reason: String },
+    /// A value stored in etcd does not parse (or cannot be written).
+    #[error("etcd key {key}: {reason}")]
+    BadValue { key: String, reason: String },
+    /// CreateTopics for a name that exists (Kafka's TOPIC_ALREADY_EXISTS).
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    /// A topic or partition that is not in the cluster's metadata.
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    /// Replicas cannot be placed as asked.
+    #[error("{0}")]
+    Assignment(#[from] crate::AssignmentError),
+    /// An operation that needs the metadata store, on a broker alone.
+    #[error("this broker is not in a cluster (floe.metadata.store=local)")]
+    NotInCluster,
+    /// This broker's controller role ended: another won the election.
+    #[error("no longer the controller (controller epoch {0} is over)")]
+    ControllerFenced(i64),
     /// An etcd stream (watch, observe, keep-alive) ended.
     #[error("etcd {0} stream ended")]
     StreamEnded(&'static str),

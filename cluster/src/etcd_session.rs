@@ -7,7 +7,10 @@
 //!   broker's lease, so it vanishes when etcd stops hearing from the broker;
 //! - `<prefix>/controller`: etcd's election of that name; the winner's campaign key
 //!   (bound to its lease) holds its node id, and its create revision is the
-//!   controller epoch.
+//!   controller epoch;
+//! - `<prefix>/topics/<name>`: a [`TopicAssignment`] (JSON);
+//! - `<prefix>/partitions/<topic>/<p>`: a [`PartitionState`] (JSON), whose
+//!   `mod_revision` is the partition epoch.
 //!
 //! A session lasts until any of its streams fails or the lease expires. The view
 //! keeps its last state meanwhile (a broker that cannot reach etcd goes on with what
@@ -16,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -26,7 +30,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::{BrokerRegistration, ClusterError, ClusterView};
+use crate::controller::{self, ControllerContext};
+use crate::{BrokerRegistration, ClusterError, ClusterView, PartitionState, TopicAssignment, TopicPartition};
 
 /// What to join, and as whom.
 pub(crate) struct EtcdTarget {
@@ -34,6 +39,8 @@ pub(crate) struct EtcdTarget {
     pub prefix: String,
     pub registration: BrokerRegistration,
     pub session_timeout: Duration,
+    /// `unclean.leader.election.enable`, applied when this broker is the controller.
+    pub unclean_leader_election: bool,
 }
 
 impl EtcdTarget {
@@ -49,6 +56,14 @@ impl EtcdTarget {
         format!("{}/controller", self.prefix)
     }
 
+    fn topics_prefix(&self) -> String {
+        topics_prefix(&self.prefix)
+    }
+
+    fn partitions_prefix(&self) -> String {
+        partitions_prefix(&self.prefix)
+    }
+
     /// The lease TTL: etcd counts whole seconds.
     fn lease_ttl_s(&self) -> i64 {
         (self.session_timeout.as_millis().div_ceil(1000) as i64).max(1)
@@ -58,6 +73,24 @@ impl EtcdTarget {
     fn request_timeout(&self) -> Duration {
         self.session_timeout.max(Duration::from_secs(3))
     }
+}
+
+pub(crate) fn topics_prefix(prefix: &str) -> String {
+    format!("{prefix}/topics/")
+}
+
+pub(crate) fn partitions_prefix(prefix: &str) -> String {
+    format!("{prefix}/partitions/")
+}
+
+/// The key of one topic's assignment.
+pub(crate) fn topic_key(prefix: &str, topic: &str) -> String {
+    format!("{}{topic}", topics_prefix(prefix))
+}
+
+/// The key of one partition's state.
+pub(crate) fn partition_key(prefix: &str, tp: &TopicPartition) -> String {
+    format!("{}{}/{}", partitions_prefix(prefix), tp.topic, tp.partition)
 }
 
 /// The cluster id stored at `<prefix>/cluster_id`, which `proposed` becomes if none is.
@@ -71,13 +104,13 @@ pub(crate) async fn agree_cluster_id(endpoints: &[String], prefix: &str, propose
         }
         Some(stored) => Some(String::from_utf8_lossy(stored.value()).into_owned())
             .filter(|id| !id.is_empty())
-            .ok_or(ClusterError::BadRegistration { key, reason: "empty cluster id".into() }),
+            .ok_or(ClusterError::BadValue { key, reason: "empty cluster id".into() }),
     }
 }
 
 /// Writes `key` = `value` (under `lease`, if given) only if the key does not exist:
 /// `None` when written, else the key as it is (read in the same transaction).
-async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, value: &[u8], lease: Option<i64>) -> Result<Option<KeyValue>, ClusterError> {
+pub(crate) async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, value: &[u8], lease: Option<i64>) -> Result<Option<KeyValue>, ClusterError> {
     let put_options = lease.map(|id| PutOptions::new().with_lease(id));
     let txn = Txn::new()
         .when([Compare::version(key, CompareOp::Equal, 0)])
@@ -91,7 +124,7 @@ async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, value: &[u8
         TxnOpResponse::Get(g) => g.kvs().first().cloned(),
         _ => None,
     });
-    existing.map(Some).ok_or(ClusterError::BadRegistration { key: key.into(), reason: "exists, yet read back empty".into() })
+    existing.map(Some).ok_or(ClusterError::BadValue { key: key.into(), reason: "exists, yet read back empty".into() })
 }
 
 fn connect_options() -> ConnectOptions {
@@ -105,15 +138,15 @@ fn connect_options() -> ConnectOptions {
 /// broker), and starts the session supervisor.
 pub(crate) async fn start(
     target: EtcdTarget,
-) -> Result<(watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
+) -> Result<(Client, watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
     let client = bounded(target.request_timeout(), "connect", Client::connect(target.endpoints.clone(), Some(connect_options()))).await?;
     let lease = register(client.clone(), &target).await?;
     // Until the first listing arrives, the cluster this broker knows is itself.
     let me = target.registration.clone();
     let (view_tx, view_rx) = watch::channel(ClusterView { brokers: [(me.node_id, me)].into_iter().collect(), ..ClusterView::default() });
     let (stop_tx, stop_rx) = oneshot::channel();
-    let task = tokio::spawn(supervise(client, target, view_tx, lease, stop_rx));
-    Ok((view_rx, stop_tx, task))
+    let task = tokio::spawn(supervise(client.clone(), target, view_tx, lease, stop_rx));
+    Ok((client, view_rx, stop_tx, task))
 }
 
 /// Runs sessions until told to stop; then revokes the lease so the others see this
@@ -152,16 +185,31 @@ async fn supervise(client: Client, target: EtcdTarget, view: watch::Sender<Clust
 /// One session: ends (with why) when the lease, the watch, the campaign or the
 /// controller observation fails.
 async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, lease: i64) -> ClusterError {
+    // How many of the three listings (brokers, topics, partitions) this session has
+    // loaded: the controller acts only on a view its own session has read in full.
+    let (loaded_tx, loaded_rx) = watch::channel(0u8);
+    let loaded = || loaded_tx.send_modify(|n| *n += 1);
+    let loaded_for_campaign = loaded_rx.clone();
     let result = tokio::select! {
         r = keep_alive(client.clone(), target, lease) => r,
-        r = watch_brokers(client.clone(), target, view) => r,
-        r = campaign(client.clone(), target, lease) => r,
+        r = watch_brokers(client.clone(), target, view, loaded) => r,
+        r = watch_topics(client.clone(), target, view, loaded) => r,
+        r = watch_partitions(client.clone(), target, view, loaded) => r,
+        r = campaign(client.clone(), target, lease, view.subscribe(), loaded_for_campaign) => r,
         r = observe_controller(client.clone(), target, view) => r,
+        r = mark_synced(loaded_rx, view) => r,
     };
     match result {
         Ok(never) => match never {},
         Err(e) => e,
     }
+}
+
+/// Marks the view synced once this session has loaded every listing.
+async fn mark_synced(mut loaded: watch::Receiver<u8>, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
+    loaded.wait_for(|n| *n >= 3).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
+    view.send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
+    std::future::pending().await
 }
 
 /// Grants a lease and writes this broker's registration under it, if no other live
@@ -172,7 +220,7 @@ async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<C
 async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterError> {
     let me = &target.registration;
     let key = target.broker_key();
-    let value = serde_json::to_vec(me).map_err(|e| ClusterError::BadRegistration { key: key.clone(), reason: e.to_string() })?;
+    let value = serde_json::to_vec(me).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
     let lease = bounded(target.request_timeout(), "lease grant", c.lease_grant(target.lease_ttl_s(), None)).await?.id();
     let give_up_at = Instant::now() + target.session_timeout + Duration::from_secs(2);
     let mut waiting_logged = false;
@@ -234,47 +282,109 @@ async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<In
     }
 }
 
-/// Keeps `view.brokers` equal to the registrations in etcd: a listing, then a watch
-/// from the revision after it.
-async fn watch_brokers(mut c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
-    let prefix = target.brokers_prefix();
-    let listing = bounded(target.request_timeout(), "broker listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
+/// Keeps `publish` fed with every key under `prefix` (by the rest of its name after
+/// the prefix), parsed by `parse`: a listing, then a watch from the revision after it.
+/// `loaded` is called once the listing is published. Keys that do not parse are
+/// logged and left out.
+async fn mirror_prefix<T>(
+    mut c: Client,
+    timeout: Duration,
+    prefix: String,
+    parse: impl Fn(&KeyValue) -> Result<T, ClusterError>,
+    mut publish: impl FnMut(&BTreeMap<String, T>),
+    loaded: impl FnOnce(),
+) -> Result<Infallible, ClusterError> {
+    let suffix = |kv: &KeyValue| kv.key_str().ok().and_then(|k| k.strip_prefix(prefix.as_str())).map(str::to_string);
+    let listing = bounded(timeout, "listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
     let revision = listing.header().map_or(0, |h| h.revision());
-    let mut brokers = BTreeMap::new();
+    let mut entries = BTreeMap::new();
     for kv in listing.kvs() {
-        match parse_registration(kv) {
-            Ok(r) => {
-                brokers.insert(r.node_id, r);
+        match (suffix(kv), parse(kv)) {
+            (Some(name), Ok(v)) => {
+                entries.insert(name, v);
             }
-            Err(e) => warn!(error = %e, "ignoring a broker registration"),
+            (_, Err(e)) => warn!(error = %e, "ignoring a key in etcd"),
+            (None, _) => {}
         }
     }
-    publish_brokers(view, brokers.clone());
+    publish(&entries);
+    loaded();
     let mut stream = c.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await?;
     while let Some(resp) = stream.message().await? {
         if resp.canceled() {
-            return Err(ClusterError::StreamEnded("broker watch"));
+            return Err(ClusterError::StreamEnded("watch"));
         }
         for event in resp.events() {
             let Some(kv) = event.kv() else { continue };
+            let Some(name) = suffix(kv) else { continue };
             match event.event_type() {
-                EventType::Put => match parse_registration(kv) {
-                    Ok(r) => {
-                        brokers.insert(r.node_id, r);
+                EventType::Put => match parse(kv) {
+                    Ok(v) => {
+                        entries.insert(name, v);
                     }
-                    Err(e) => warn!(error = %e, "ignoring a broker registration"),
+                    Err(e) => warn!(error = %e, "ignoring a key in etcd"),
                 },
                 EventType::Delete => {
-                    let id = kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)).and_then(|id| id.parse::<i32>().ok());
-                    if let Some(id) = id {
-                        brokers.remove(&id);
-                    }
+                    entries.remove(&name);
                 }
             }
         }
-        publish_brokers(view, brokers.clone());
+        publish(&entries);
     }
-    Err(ClusterError::StreamEnded("broker watch"))
+    Err(ClusterError::StreamEnded("watch"))
+}
+
+/// Keeps `view.brokers` equal to the registrations in etcd.
+async fn watch_brokers(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+    let publish = |entries: &BTreeMap<String, BrokerRegistration>| {
+        publish_brokers(view, entries.values().map(|r| (r.node_id, r.clone())).collect());
+    };
+    mirror_prefix(c, target.request_timeout(), target.brokers_prefix(), parse_registration, publish, loaded).await
+}
+
+/// Keeps `view.topics` equal to the topics in etcd.
+async fn watch_topics(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+    let publish = |entries: &BTreeMap<String, TopicAssignment>| {
+        view.send_if_modified(|v| {
+            if *v.topics == *entries {
+                return false;
+            }
+            v.topics = Arc::new(entries.clone());
+            true
+        });
+    };
+    let parse = |kv: &KeyValue| {
+        let mut topic = parse_json::<TopicAssignment>(kv)?;
+        topic.create_revision = kv.create_revision();
+        Ok(topic)
+    };
+    mirror_prefix(c, target.request_timeout(), target.topics_prefix(), parse, publish, loaded).await
+}
+
+/// Keeps `view.partitions` equal to the partition states in etcd.
+async fn watch_partitions(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+    let parse = |kv: &KeyValue| {
+        let mut state = parse_json::<PartitionState>(kv)?;
+        state.partition_epoch = kv.mod_revision();
+        Ok(state)
+    };
+    let publish = |entries: &BTreeMap<String, PartitionState>| {
+        let parsed: BTreeMap<TopicPartition, PartitionState> = entries
+            .iter()
+            .filter_map(|(name, state)| {
+                let (topic, p) = name.rsplit_once('/')?;
+                Some((TopicPartition::new(topic, p.parse().ok()?), state.clone()))
+            })
+            .collect();
+        view.send_if_modified(|v| {
+            if *v.partitions == parsed {
+                return false;
+            }
+            v.partitions = Arc::new(parsed);
+            true
+        });
+    };
+    mirror_prefix(c, target.request_timeout(), target.partitions_prefix(), parse, publish, loaded).await
 }
 
 fn publish_brokers(view: &watch::Sender<ClusterView>, brokers: BTreeMap<i32, BrokerRegistration>) {
@@ -291,12 +401,28 @@ fn publish_brokers(view: &watch::Sender<ClusterView>, brokers: BTreeMap<i32, Bro
 
 /// Campaigns for the controller role under this session's lease; once won, holds it
 /// for as long as the lease lives.
-async fn campaign(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<Infallible, ClusterError> {
+async fn campaign(
+    mut c: Client,
+    target: &EtcdTarget,
+    lease: i64,
+    view: watch::Receiver<ClusterView>,
+    mut loaded: watch::Receiver<u8>,
+) -> Result<Infallible, ClusterError> {
     let node_id = target.registration.node_id;
     let won = c.campaign(target.election(), node_id.to_string(), lease).await?;
-    let epoch = won.leader().map_or(0, |l| l.rev());
+    let leader = won.leader().ok_or(ClusterError::StreamEnded("campaign"))?;
+    let epoch = leader.rev();
     info!(node_id, controller_epoch = epoch, "this broker is now the controller");
-    std::future::pending().await
+    loaded.wait_for(|n| *n >= 3).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
+    let ctx = ControllerContext {
+        client: c,
+        prefix: target.prefix.clone(),
+        leader_key: leader.key().to_vec(),
+        controller_epoch: epoch,
+        unclean_leader_election: target.unclean_leader_election,
+        timeout: target.request_timeout(),
+    };
+    controller::run(ctx, view).await
 }
 
 /// Keeps `view.controller_id` on the election's winner.
@@ -323,14 +449,18 @@ async fn observe_controller(mut c: Client, target: &EtcdTarget, view: &watch::Se
 }
 
 fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError> {
-    serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadRegistration {
+    parse_json(kv)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
+    serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadValue {
         key: String::from_utf8_lossy(kv.key()).into_owned(),
         reason: e.to_string(),
     })
 }
 
 /// `fut`, or a timeout error after `timeout`.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     what: &'static str,
     fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,

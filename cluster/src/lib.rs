@@ -9,18 +9,29 @@
 //! etcd's, never Floe's own.
 //!
 //! What the rest of the broker sees is a [`ClusterView`], kept current by a
-//! [`Membership`]: the live brokers with their endpoints, and the controller. When
-//! etcd cannot be reached the view keeps the last state seen.
+//! [`Membership`]: the live brokers with their endpoints, the controller, and every
+//! topic's replica placement and partition's leader and ISR. When etcd cannot be
+//! reached the view keeps the last state seen.
+//!
+//! The controller (the election's winner) moves partition leadership when brokers
+//! come and go ([`controller`]); each of its writes is fenced by its controller
+//! epoch and the partition's own epoch, so a deposed controller changes nothing.
 
+mod controller;
 mod error;
 mod etcd_session;
 mod membership;
+mod partition;
 mod registration;
 mod store_url;
+mod topics;
 mod view;
 
 pub use error::ClusterError;
 pub use membership::{agree_cluster_id, Membership, MembershipSettings};
+pub use partition::{
+    assign_replicas, initial_partition_state, next_partition_state, AssignmentError, PartitionState, TopicAssignment, TopicPartition, NO_LEADER,
+};
 pub use registration::{BrokerEndpoint, BrokerRegistration};
 pub use store_url::MetadataStoreUrl;
 pub use view::ClusterView;

@@ -5,8 +5,10 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use etcd_client::Client;
+
 use crate::etcd_session::{self, EtcdTarget};
-use crate::{BrokerRegistration, ClusterError, ClusterView, MetadataStoreUrl};
+use crate::{topics, BrokerRegistration, ClusterError, ClusterView, MetadataStoreUrl, TopicAssignment};
 
 /// How this broker joins its cluster.
 #[derive(Clone, Debug)]
@@ -16,6 +18,9 @@ pub struct MembershipSettings {
     /// `broker.session.timeout.ms`: how long etcd keeps a broker registered (and its
     /// controller role held) after it last heard from it.
     pub session_timeout: Duration,
+    /// `unclean.leader.election.enable`: whether the controller (when this broker is
+    /// it) may elect an out-of-sync replica rather than leave a partition offline.
+    pub unclean_leader_election: bool,
 }
 
 /// A broker's membership: alone, or registered in etcd until [`Membership::leave`]
@@ -24,11 +29,20 @@ pub struct Membership {
     view: watch::Receiver<ClusterView>,
     node_id: i32,
     etcd: std::sync::Mutex<Option<EtcdMember>>,
+    writer: Option<EtcdWriter>,
 }
 
 struct EtcdMember {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+}
+
+/// What the metadata writes of admin requests need.
+#[derive(Clone)]
+struct EtcdWriter {
+    client: Client,
+    prefix: String,
+    timeout: Duration,
 }
 
 /// The id of the cluster `store` names: `proposed` (this broker's own) for a broker
@@ -66,14 +80,30 @@ impl Membership {
                     brokers: [(node_id, settings.registration)].into_iter().collect(),
                     controller_id: Some(node_id),
                     controller_epoch: 1,
+                    synced: true,
+                    ..ClusterView::default()
                 };
                 let (_tx, rx) = watch::channel(view);
-                Ok(Self { view: rx, node_id, etcd: std::sync::Mutex::new(None) })
+                Ok(Self { view: rx, node_id, etcd: std::sync::Mutex::new(None), writer: None })
             }
             MetadataStoreUrl::Etcd { endpoints, prefix } => {
-                let target = EtcdTarget { endpoints, prefix, registration: settings.registration, session_timeout: settings.session_timeout };
-                let (view, stop, task) = etcd_session::start(target).await?;
-                Ok(Self { view, node_id, etcd: std::sync::Mutex::new(Some(EtcdMember { stop, task })) })
+                let timeout = settings.session_timeout.max(Duration::from_secs(3));
+                let target = EtcdTarget {
+                    endpoints,
+                    prefix: prefix.clone(),
+                    registration: settings.registration,
+                    session_timeout: settings.session_timeout,
+                    unclean_leader_election: settings.unclean_leader_election,
+                };
+                let (client, mut view, stop, task) = etcd_session::start(target).await?;
+                // The broker acts on its topics only once it has read them all.
+                let synced = tokio::time::timeout(timeout, async { view.wait_for(|v| v.synced).await.is_ok() }).await;
+                if synced != Ok(true) {
+                    let _ = stop.send(());
+                    return Err(ClusterError::Timeout { what: "the first listing of the cluster's metadata", timeout_ms: timeout.as_millis() as u64 });
+                }
+                let writer = EtcdWriter { client, prefix, timeout };
+                Ok(Self { view, node_id, etcd: std::sync::Mutex::new(Some(EtcdMember { stop, task })), writer: Some(writer) })
             }
         }
     }
@@ -83,9 +113,48 @@ impl Membership {
         self.view.borrow().clone()
     }
 
+    /// Runs `f` on the current view without copying it (keep `f` short: the view
+    /// cannot change while it runs).
+    pub fn with_view<R>(&self, f: impl FnOnce(&ClusterView) -> R) -> R {
+        f(&self.view.borrow())
+    }
+
     /// A receiver that sees every change of the view.
     pub fn subscribe(&self) -> watch::Receiver<ClusterView> {
         self.view.clone()
+    }
+
+    /// Whether this broker's metadata is the cluster's (etcd) rather than its own.
+    pub fn is_clustered(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Creates topic `name` with `assignment` in the cluster's metadata. Every broker
+    /// (this one included) learns of it through its view.
+    ///
+    /// # Errors
+    /// [`ClusterError::TopicExists`]; [`ClusterError::NotInCluster`] for a broker alone;
+    /// etcd errors.
+    pub async fn create_topic(&self, name: &str, assignment: &TopicAssignment) -> Result<(), ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::create_topic(&mut w.client, &w.prefix, w.timeout, name, assignment).await
+    }
+
+    /// Deletes topic `name` from the cluster's metadata.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`]; [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::delete_topic(&mut w.client, &w.prefix, w.timeout, name).await
+    }
+
+    /// Waits until the view satisfies `ready` (e.g. shows a topic just created), for
+    /// at most `timeout`; returns whether it does.
+    pub async fn wait_for_view(&self, timeout: Duration, ready: impl Fn(&ClusterView) -> bool) -> bool {
+        let mut rx = self.view.clone();
+        let waited = tokio::time::timeout(timeout, async { rx.wait_for(|v| ready(v)).await.is_ok() }).await;
+        waited.unwrap_or(false)
     }
 
     /// Leaves the cluster at once: revokes this broker's lease, so the others see it

@@ -461,12 +461,27 @@ impl LogManager {
         partitions: i32,
         overrides: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>> {
+        self.create_topic_with_id(name, Uuid::new_v4(), partitions, overrides)
+    }
+
+    /// [`LogManager::create_topic`] with the topic id given: a broker of a cluster
+    /// creates its copy of a topic under the id the cluster's metadata holds.
+    ///
+    /// # Errors
+    /// As [`LogManager::create_topic`].
+    pub fn create_topic_with_id(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>> {
         let _admin = lock(&self.admin);
         let config = Arc::new(self.validate_create_topic(name, partitions, &overrides)?);
         let logs = self.open_new_partitions(name, 0..partitions, &config)?;
         let topic = Arc::new(Topic::new(
             name.to_string(),
-            Uuid::new_v4(),
+            id,
             logs,
             overrides,
             config,

@@ -7,6 +7,7 @@ again keep the data dir, as a crashed and restarted etcd would.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -71,6 +72,16 @@ class EtcdProcess:
                 return json.loads(r.read()).get("health") == "true"
         except (OSError, ValueError):
             return False
+
+    def get_json(self, key: str):
+        """The JSON value at `key`, read through etcd's own HTTP gateway (`/v3/kv/range`),
+        or None if the key does not exist: the cluster's state as etcd holds it, read
+        independently of any broker."""
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+        req = urllib.request.Request(f"http://{self.endpoint}/v3/kv/range", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            kvs = json.loads(r.read()).get("kvs") or []
+        return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
 
     def kill9(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -6,67 +6,17 @@ its cluster is read from its /metrics (`floe_cluster_live_brokers`,
 `floe_active_controller_count`, `floe_cluster_controller_id`) and from DescribeCluster,
 sent over a raw socket (kwire).
 
-Partitions are not cluster state yet (each broker serves its own data directory), so
-Metadata still answers with the broker alone; this file checks the membership:
-registration, the lease, the election, fencing of duplicate node ids, and riding out
-an etcd outage.
+This file checks the membership: registration, the lease, the election, fencing of
+duplicate node ids, and riding out an etcd outage. Topics and partition leadership
+as cluster state are in test_cluster_partitions.py.
 """
 
 from __future__ import annotations
 
-import uuid
-
-import pytest
 import kwire
 from clients import create_topic, produce_all, consume_range, unique_topic
-from etcd_process import EtcdProcess
-from floe_process import FloeStartError, parse_metric, wait_until
-
-# Short leases so that a dead broker is noticed within seconds.
-SESSION_TIMEOUT_MS = 2000
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    e = EtcdProcess(tmp_path / "etcd-data", tmp_path / "etcd.log").start()
-    yield e
-    e.kill9()
-
-
-def _start_cluster(floe_factory, etcd, n: int, prefix: str | None = None):
-    prefix = prefix or f"floe-{uuid.uuid4().hex[:8]}"
-    brokers = []
-    for node_id in range(1, n + 1):
-        b = floe_factory(f"{prefix}-floe{node_id}", start=False, overrides={"broker.session.timeout.ms": SESSION_TIMEOUT_MS})
-        b.command_extra = ["--node-id", str(node_id), "--metadata-store", etcd.store_url(prefix)]
-        b.start()
-        brokers.append(b)
-    return brokers, prefix
-
-
-def _view(b) -> tuple[int, int, int]:
-    """(live brokers, controller id, 1 if it is the controller) from the broker's /metrics."""
-    text = b.metrics_text()
-    return (int(parse_metric(text, "floe_cluster_live_brokers")), int(parse_metric(text, "floe_cluster_controller_id")),
-            int(parse_metric(text, "floe_active_controller_count")))
-
-
-def _agreed_view(brokers, live: int):
-    """Waits until every broker in `brokers` sees `live` brokers and the same controller,
-    which is one of them and the only one that says it is; returns the controller's id."""
-    ids = {int(b.command_extra[1]): b for b in brokers}
-
-    def agreed():
-        views = [_view(b) for b in brokers]
-        controllers = {v[1] for v in views}
-        if any(v[0] != live for v in views) or len(controllers) != 1:
-            return None
-        (cid,) = controllers
-        if cid not in ids or sum(v[2] for v in views) != 1 or _view(ids[cid])[2] != 1:
-            return None
-        return cid
-
-    return wait_until(agreed, timeout=30, interval=0.2, what=f"{len(brokers)} brokers to agree on {live} live and one controller")
+from cluster_rig import SESSION_TIMEOUT_MS, agreed_view as _agreed_view, etcd, start_cluster as _start_cluster, view as _view  # noqa: F401 (fixture)
+from floe_process import FloeStartError, wait_until
 
 
 def _describe_cluster(bootstrap: str) -> tuple[set[tuple[int, int]], int, str]:

@@ -24,9 +24,12 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Delet
                 partitions.push(result.with_low_watermark(-1).with_error_code(ResponseError::TopicAuthorizationFailed.code()));
                 continue;
             }
-            let Some(log) = broker.logs.partition(&name, p.partition_index) else {
-                partitions.push(result.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()));
-                continue;
+            let log = match broker.leader_log(&name, p.partition_index) {
+                Ok(log) => log,
+                Err((code, _)) => {
+                    partitions.push(result.with_low_watermark(-1).with_error_code(code.code()));
+                    continue;
+                }
             };
             let offset = if p.offset == -1 { log.high_watermark() } else { p.offset };
             let deleted = tokio::task::spawn_blocking(move || log.delete_records_before(offset)).await;

@@ -31,6 +31,10 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Delet
                 continue;
             }
         }
+        if broker.is_clustered() && !name.as_deref().is_some_and(super::metadata::is_internal) {
+            responses.push(delete_in_cluster(broker, ctx, name, id, version).await);
+            continue;
+        }
         let topic = match &name {
             Some(n) => broker.logs.topic(n),
             None => broker.logs.topic_by_id(id),
@@ -71,4 +75,36 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Delet
         }
     }
     DeleteTopicsResponse::default().with_responses(responses)
+}
+
+/// One topic of DeleteTopics in a cluster: removed from the metadata store (every
+/// broker then deletes its logs of it).
+async fn delete_in_cluster(broker: &Broker, ctx: &RequestContext, name: Option<String>, id: uuid::Uuid, version: i16) -> DeletableTopicResult {
+    let wanted_id = id.hyphenated().to_string();
+    let found = broker.cluster.with_view(|v| match &name {
+        Some(n) => v.topics.get(n).map(|t| (n.clone(), t.topic_id.clone())),
+        None => v.topics.iter().find(|(_, t)| t.topic_id == wanted_id).map(|(n, t)| (n.clone(), t.topic_id.clone())),
+    });
+    let result = DeletableTopicResult::default().with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n)))).with_topic_id(id);
+    let Some((topic_name, topic_id)) = found else {
+        let code = if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
+        return result.with_error_code(code.code());
+    };
+    let result = if version >= 6 {
+        result
+            .with_name(Some(TopicName(StrBytes::from_string(topic_name.clone()))))
+            .with_topic_id(uuid::Uuid::parse_str(&topic_id).unwrap_or_default())
+    } else {
+        result
+    };
+    if name.is_none() && !broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Topic, &topic_name) {
+        return result.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+    }
+    match crate::cluster_admin::delete_topic(broker, &topic_name).await {
+        Ok(()) => {
+            tracing::info!(topic = %topic_name, "deleted topic from the cluster");
+            result
+        }
+        Err((code, reason)) => result.with_error_code(code.code()).with_error_message(if version >= 5 { message(reason) } else { None }),
+    }
 }

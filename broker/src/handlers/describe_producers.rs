@@ -27,10 +27,9 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribePro
                     if !allowed {
                         return response.with_error_code(ResponseError::TopicAuthorizationFailed.code());
                     }
-                    let Some(log) = broker.logs.partition(name, p) else {
-                        return response
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                            .with_error_message(message(format!("{name}-{p} does not exist")));
+                    let log = match broker.leader_log(name, p) {
+                        Ok(log) => log,
+                        Err((code, reason)) => return response.with_error_code(code.code()).with_error_message(message(reason)),
                     };
                     let producers = log
                         .active_producers()

@@ -14,8 +14,8 @@
 //! not in the list, or whose partition is negative, is INVALID_REQUEST for
 //! every topic (Kafka's error response).
 //!
-//! Every partition has one replica, this broker, which leads it at
-//! [`LEADER_EPOCH`]; the eligible leader replicas (KIP-966's ELR) are empty.
+//! Partitions are described as Metadata describes them (leaders, epochs, replicas,
+//! ISR, offline replicas); the eligible leader replicas (KIP-966's ELR) are empty.
 
 use std::collections::BTreeSet;
 
@@ -23,10 +23,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
-use kafka_protocol::messages::{BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName};
+use kafka_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::metadata::{is_internal, LEADER_EPOCH};
+use super::metadata::is_internal;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::{RequestContext, TOPIC_OPERATIONS};
 use crate::broker::Broker;
@@ -38,7 +38,7 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
     let fetch_all = request.topics.is_empty();
     let cursor_topic = request.cursor.as_ref().map(|c| c.topic_name.as_str().to_string()).unwrap_or_default();
     let names: BTreeSet<String> = if fetch_all {
-        broker.logs.topics().iter().map(|t| t.name().to_string()).filter(|n| *n >= cursor_topic).collect()
+        super::metadata::topic_names(broker).into_iter().filter(|n| *n >= cursor_topic).collect()
     } else {
         request.topics.iter().map(|t| t.name.as_str().to_string()).filter(|n| *n >= cursor_topic).collect()
     };
@@ -77,7 +77,7 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
             response.next_cursor = Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(0));
             break;
         }
-        let Some(topic) = broker.logs.topic(&name) else {
+        let Some(described) = super::metadata::describe_by_name(broker, &name) else {
             if !fetch_all {
                 let code = if floe_storage::topic::validate_topic_name(&name).is_ok() {
                     ResponseError::UnknownTopicOrPartition
@@ -88,18 +88,23 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
             }
             continue;
         };
-        let count = topic.partition_count();
+        // The same partitions Metadata describes, paged.
+        let count = described.partitions.len() as i32;
         let start = start_of(&name);
         let end = count.min(start.saturating_add(remaining));
-        let node = BrokerId(broker.node_id());
-        let partitions: Vec<_> = (start..end)
+        let partitions: Vec<_> = described
+            .partitions
+            .into_iter()
+            .filter(|p| (start..end).contains(&p.partition_index))
             .map(|p| {
                 DescribeTopicPartitionsResponsePartition::default()
-                    .with_partition_index(p)
-                    .with_leader_id(node)
-                    .with_leader_epoch(LEADER_EPOCH)
-                    .with_replica_nodes(vec![node])
-                    .with_isr_nodes(vec![node])
+                    .with_error_code(p.error_code)
+                    .with_partition_index(p.partition_index)
+                    .with_leader_id(p.leader_id)
+                    .with_leader_epoch(p.leader_epoch)
+                    .with_replica_nodes(p.replica_nodes)
+                    .with_isr_nodes(p.isr_nodes)
+                    .with_offline_replicas(p.offline_replicas)
                     .with_eligible_leader_replicas(Some(Vec::new()))
                     .with_last_known_elr(Some(Vec::new()))
             })
@@ -108,7 +113,7 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
         response.topics.push(
             DescribeTopicPartitionsResponseTopic::default()
                 .with_name(Some(topic_name(&name)))
-                .with_topic_id(topic.id())
+                .with_topic_id(described.topic_id)
                 .with_is_internal(is_internal(&name))
                 .with_partitions(partitions)
                 .with_topic_authorized_operations(broker.authorizer.authorized_operations(ctx, ResourceType::Topic, &name, TOPIC_OPERATIONS)),

@@ -25,7 +25,6 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
-use super::metadata::LEADER_EPOCH;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
@@ -72,7 +71,6 @@ struct Target {
     topic_id: uuid::Uuid,
     partition: i32,
     fetch_offset: i64,
-    current_leader_epoch: i32,
     partition_max_bytes: u64,
     log: Option<std::sync::Arc<floe_storage::PartitionLog>>,
     unknown: ResponseError,
@@ -102,16 +100,25 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
             found
         };
         for p in &topic.partitions {
-            let log = found.as_ref().and_then(|t| t.partition(p.partition));
+            // A partition of a known topic: readable here only on its leader.
+            let (log, partition_error) = match &found {
+                Some(t) => match broker.leader_log(t.name(), p.partition) {
+                    Ok(log) => match broker.check_current_leader_epoch(t.name(), p.partition, p.current_leader_epoch) {
+                        None => (Some(log), ResponseError::UnknownTopicOrPartition),
+                        Some(fenced) => (None, fenced),
+                    },
+                    Err((code, _)) => (None, code),
+                },
+                None => (None, unknown),
+            };
             targets.push(Target {
                 topic_name: found.as_ref().map(|t| t.name().to_string()).unwrap_or_else(|| topic.topic.0.to_string()),
                 topic_id: topic.topic_id,
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
-                current_leader_epoch: p.current_leader_epoch,
                 partition_max_bytes: p.partition_max_bytes.max(0) as u64,
                 log,
-                unknown: if found.is_some() { ResponseError::UnknownTopicOrPartition } else { unknown },
+                unknown: partition_error,
                 topic_slot: slot,
             });
         }
@@ -160,9 +167,6 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
     let Some(log) = &t.log else {
         return failed(t.unknown, -1, -1);
     };
-    if t.current_leader_epoch > LEADER_EPOCH {
-        return failed(ResponseError::UnknownLeaderEpoch, -1, -1);
-    }
     if let Err(e) = log.check_online() {
         return failed(kafka_error(&e), -1, -1);
     }

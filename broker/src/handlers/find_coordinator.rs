@@ -1,5 +1,10 @@
-//! FindCoordinator: this broker coordinates every group (and transactional
-//! id), being the only node. v4+ batches keys in `coordinator_keys`.
+//! FindCoordinator: which broker coordinates a group (or transactional id). v4+
+//! batches keys in `coordinator_keys`.
+//!
+//! A broker alone coordinates everything. In a cluster, until the coordinators follow
+//! the leadership of their internal topics' partitions, one broker coordinates every
+//! group and transactional id: the controller, so that every client of a group is sent
+//! to the same place. COORDINATOR_NOT_AVAILABLE while no controller is known.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -32,10 +37,8 @@ fn denied_error(key_type: i8) -> ResponseError {
 }
 
 pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let node = BrokerId(broker.node_id());
-    let host = StrBytes::from_string(session.endpoint.advertised_host.clone());
-    let port = session.endpoint.advertised_port;
-    let error = (!known_key_type(request.key_type)).then_some(ResponseError::InvalidRequest);
+    let (node, host, port, unavailable) = coordinator(broker, session);
+    let error = (!known_key_type(request.key_type)).then_some(ResponseError::InvalidRequest).or(unavailable);
     if version >= 4 {
         let coordinators = request
             .coordinator_keys
@@ -54,7 +57,11 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
                     .with_host(StrBytes::default())
                     .with_port(-1)
                     .with_error_code(e.code())
-                    .with_error_message(message(format!("unknown key type {}", request.key_type))),
+                    .with_error_message(message(if e == ResponseError::InvalidRequest {
+                        format!("unknown key type {}", request.key_type)
+                    } else {
+                        "no controller is known yet".to_string()
+                    })),
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
@@ -68,4 +75,18 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
         return response.with_error_message(message(format!("unknown key type {}", request.key_type)));
     }
     response
+}
+
+/// The coordinating broker as this client's listener reaches it, or
+/// COORDINATOR_NOT_AVAILABLE.
+fn coordinator(broker: &Broker, session: &Session) -> (BrokerId, StrBytes, i32, Option<ResponseError>) {
+    let here = (BrokerId(broker.node_id()), StrBytes::from_string(session.endpoint.advertised_host.clone()), session.endpoint.advertised_port, None);
+    if !broker.is_clustered() {
+        return here;
+    }
+    let (brokers, controller) = broker.cluster_brokers(&session.endpoint);
+    match brokers.into_iter().find(|b| b.node_id == controller) {
+        Some(b) => (BrokerId(b.node_id), StrBytes::from_string(b.host), b.port, None),
+        None => (BrokerId(-1), StrBytes::default(), -1, Some(ResponseError::CoordinatorNotAvailable)),
+    }
 }

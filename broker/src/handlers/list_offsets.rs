@@ -14,7 +14,6 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use floe_storage::IsolationLevel;
 
-use super::metadata::LEADER_EPOCH;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
@@ -39,11 +38,12 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
                 if !authorized {
                     return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
                 }
-                let Some(log) = broker.logs.partition(&name, p.partition_index) else {
-                    return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                let log = match broker.leader_log(&name, p.partition_index) {
+                    Ok(log) => log,
+                    Err((code, _)) => return base.with_error_code(code.code()),
                 };
-                if p.current_leader_epoch > LEADER_EPOCH {
-                    return base.with_error_code(ResponseError::UnknownLeaderEpoch.code());
+                if let Some(e) = broker.check_current_leader_epoch(&name, p.partition_index, p.current_leader_epoch) {
+                    return base.with_error_code(e.code());
                 }
                 if let Err(e) = log.check_online() {
                     return base.with_error_code(kafka_error(&e).code());
@@ -70,7 +70,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
                         let found = base.with_offset(offset).with_timestamp(timestamp);
                         // The leader epoch field exists from v4 on.
                         if version >= 4 {
-                            found.with_leader_epoch(LEADER_EPOCH)
+                            found.with_leader_epoch(broker.leader_epoch(&name, p.partition_index))
                         } else {
                             found
                         }

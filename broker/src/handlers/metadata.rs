@@ -1,7 +1,9 @@
-//! Metadata: brokers, topics and partitions, with this broker leading every partition.
+//! Metadata: brokers, topics and partitions.
 //!
-//! Floe is a single-node cluster: every partition has one replica, this
-//! broker, at leader epoch 0. Unknown topics are created here when both the
+//! A broker alone leads every partition, its only replica, at leader epoch 0. In a
+//! cluster the brokers, leaders, epochs, replicas and ISRs come from the cluster's
+//! metadata (every broker answers the same); the coordinators' internal topics are
+//! still each broker's own. Unknown topics are created here when both the
 //! broker (`auto.create.topics.enable`) and the request (v4+) allow it, and
 //! the client may CREATE it.
 //!
@@ -43,26 +45,26 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
 
     let topics = match wanted {
         // Internal topics are listed only when asked for by name, as Kafka's clients expect.
-        None => broker
-            .logs
-            .topics()
-            .iter()
-            .filter(|t| !is_internal(t.name()))
-            .filter(|t| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, t.name()))
-            .map(|t| describe_topic(broker, t))
+        None => topic_names(broker)
+            .into_iter()
+            .filter(|name| !is_internal(name))
+            .filter(|name| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, name))
+            .filter_map(|name| describe_by_name(broker, &name))
             .collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for w in wanted {
                 out.push(match w {
                     MetadataNameOrId::Name(name) => topic_by_name(broker, ctx, name, allow_create).await,
-                    MetadataNameOrId::Id(id) => match broker.logs.topic_by_id(id) {
-                        Some(t) if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, t.name()) => {
+                    MetadataNameOrId::Id(id) => match topic_name_by_id(broker, id) {
+                        Some(name) if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name) => {
                             MetadataResponseTopic::default()
                                 .with_topic_id(id)
                                 .with_error_code(ResponseError::TopicAuthorizationFailed.code())
                         }
-                        Some(t) => describe_topic(broker, &t),
+                        Some(name) => describe_by_name(broker, &name).unwrap_or_else(|| {
+                            MetadataResponseTopic::default().with_topic_id(id).with_error_code(ResponseError::UnknownTopicId.code())
+                        }),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(id)
                             .with_error_code(ResponseError::UnknownTopicId.code()),
@@ -81,18 +83,19 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
             }
         }
     }
-    // Only this broker, and it the controller, even in an etcd cluster: partitions are
-    // not yet cluster state (each broker serves the topics in its own data directory),
-    // and clients route produce, fetch and admin requests by this answer. The live
-    // brokers and the elected controller are in DescribeCluster and /metrics.
-    let mut response = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(broker.node_id()))
-            .with_host(StrBytes::from_string(session.endpoint.advertised_host.clone()))
-            .with_port(session.endpoint.advertised_port)
-            .with_rack(broker.config.broker_rack.clone().map(StrBytes::from_string))])
-        .with_controller_id(BrokerId(broker.node_id()))
-        .with_topics(topics);
+    // Every live broker, at its endpoint on the listener this request came in on.
+    let (brokers, controller_id) = broker.cluster_brokers(&session.endpoint);
+    let brokers = brokers
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
+    let mut response = MetadataResponse::default().with_brokers(brokers).with_controller_id(BrokerId(controller_id)).with_topics(topics);
     if version >= 2 {
         response.cluster_id = Some(StrBytes::from_string(broker.logs.cluster_id().to_string()));
     }
@@ -117,8 +120,8 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
     if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name) {
         return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
     }
-    if let Some(topic) = broker.logs.topic(&name) {
-        return describe_topic(broker, &topic);
+    if let Some(described) = describe_by_name(broker, &name) {
+        return described;
     }
     if !allow_create {
         return unknown();
@@ -129,6 +132,21 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
         return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
     }
     let partitions = broker.config.num_partitions;
+    if broker.is_clustered() && !is_internal(&name) {
+        let rf = broker.config.default_replication_factor;
+        return match crate::cluster_admin::create_topic(broker, &name, partitions, rf, &[], BTreeMap::new()).await {
+            Ok(_) => {
+                tracing::info!(topic = %name, partitions, "auto-created topic in the cluster");
+                describe_by_name(broker, &name).unwrap_or_else(|| unknown().with_error_code(ResponseError::LeaderNotAvailable.code()))
+            }
+            // A concurrent auto-create of the same name is fine.
+            Err(_) if describe_by_name(broker, &name).is_some() => describe_by_name(broker, &name).unwrap_or_else(unknown),
+            Err((code, reason)) => {
+                tracing::info!(topic = %name, %reason, "cannot auto-create topic");
+                unknown().with_error_code(code.code())
+            }
+        };
+    }
     let create_name = name.clone();
     let created = broker
         .blocking(move |logs| logs.create_topic(&create_name, partitions, BTreeMap::new()))
@@ -143,8 +161,8 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
         Some(Err(e)) => {
             let code = crate::errors::kafka_error(&e);
             // A concurrent auto-create of the same name is fine.
-            if let Some(topic) = broker.logs.topic(&name) {
-                return describe_topic(broker, &topic);
+            if let Some(described) = describe_by_name(broker, &name) {
+                return described;
             }
             tracing::info!(topic = %name, error = %e, "cannot auto-create topic");
             unknown().with_error_code(code.code())
@@ -156,6 +174,67 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
 /// Topics the broker owns (`__consumer_offsets`): hidden from listings, closed to clients' produce and delete.
 pub(crate) fn is_internal(topic: &str) -> bool {
     topic == floe_coordinator::group::OFFSETS_TOPIC || topic == floe_coordinator::transaction::TRANSACTION_STATE_TOPIC
+}
+
+/// Every topic's name: the cluster's, or (alone) this data directory's.
+pub(crate) fn topic_names(broker: &Broker) -> Vec<String> {
+    if broker.is_clustered() {
+        return broker.cluster.with_view(|v| v.topics.keys().cloned().collect());
+    }
+    broker.logs.topics().iter().map(|t| t.name().to_string()).collect()
+}
+
+fn topic_name_by_id(broker: &Broker, id: uuid::Uuid) -> Option<String> {
+    if broker.is_clustered() {
+        let wanted = id.hyphenated().to_string();
+        let found = broker.cluster.with_view(|v| v.topics.iter().find(|(_, t)| t.topic_id == wanted).map(|(n, _)| n.clone()));
+        if found.is_some() {
+            return found;
+        }
+    }
+    broker.logs.topic_by_id(id).map(|t| t.name().to_string())
+}
+
+/// A topic's Metadata: from the cluster's metadata, or (alone, and for the internal
+/// topics) from this broker's data directory. `None` if there is no such topic.
+pub(crate) fn describe_by_name(broker: &Broker, name: &str) -> Option<MetadataResponseTopic> {
+    if broker.is_clustered() && !is_internal(name) {
+        return broker.cluster.with_view(|v| v.topics.get(name).map(|t| describe_cluster_topic(v, name, t)));
+    }
+    broker.logs.topic(name).map(|t| describe_topic(broker, &t))
+}
+
+/// A cluster topic: per partition its leader and epoch, replicas, ISR, and the
+/// replicas that are not alive. A partition without a leader answers
+/// LEADER_NOT_AVAILABLE, as Kafka does.
+fn describe_cluster_topic(view: &floe_cluster::ClusterView, name: &str, topic: &floe_cluster::TopicAssignment) -> MetadataResponseTopic {
+    let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|(&p, replicas)| {
+            let offline: Vec<i32> = replicas.iter().copied().filter(|r| !view.is_alive(*r)).collect();
+            let base = MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_replica_nodes(ids(replicas))
+                .with_offline_replicas(ids(&offline));
+            match view.partition(name, p) {
+                Some(s) if s.leader != floe_cluster::NO_LEADER => {
+                    base.with_leader_id(BrokerId(s.leader)).with_leader_epoch(s.leader_epoch).with_isr_nodes(ids(&s.isr))
+                }
+                state => base
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(state.map_or(-1, |s| s.leader_epoch))
+                    .with_isr_nodes(state.map(|s| ids(&s.isr)).unwrap_or_default()),
+            }
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+        .with_topic_id(uuid::Uuid::parse_str(&topic.topic_id).unwrap_or_default())
+        .with_is_internal(false)
+        .with_partitions(partitions)
 }
 
 fn describe_topic(broker: &Broker, topic: &floe_storage::Topic) -> MetadataResponseTopic {

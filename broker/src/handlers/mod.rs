@@ -62,6 +62,9 @@ pub fn is_internal_topic(topic: &str) -> bool {
     metadata::is_internal(topic)
 }
 
+/// The leader epoch of a broker alone (and of the internal topics): never re-elected.
+pub(crate) use metadata::LEADER_EPOCH;
+
 /// What to write back for one request.
 #[derive(Debug)]
 pub enum Reply {

@@ -45,21 +45,18 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: OffsetForLe
                     if !authorized {
                         return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
                     }
-                    let Some(log) = broker.logs.partition(name, p.partition) else {
-                        return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    let log = match broker.leader_log(name, p.partition) {
+                        Ok(log) => log,
+                        Err((code, _)) => return base.with_error_code(code.code()),
                     };
-                    if p.current_leader_epoch != UNDEFINED {
-                        if p.current_leader_epoch < LEADER_EPOCH {
-                            return base.with_error_code(ResponseError::FencedLeaderEpoch.code());
-                        }
-                        if p.current_leader_epoch > LEADER_EPOCH {
-                            return base.with_error_code(ResponseError::UnknownLeaderEpoch.code());
-                        }
+                    if let Some(e) = broker.check_current_leader_epoch(name, p.partition, p.current_leader_epoch) {
+                        return base.with_error_code(e.code());
                     }
                     if let Err(e) = log.check_online() {
                         return base.with_error_code(kafka_error(&e).code());
                     }
-                    match end_offset_for(p.leader_epoch, log.log_start_offset(), log.log_end_offset()) {
+                    let current = broker.leader_epoch(name, p.partition);
+                    match end_offset_for(p.leader_epoch, current, log.log_start_offset(), log.log_end_offset()) {
                         Some((epoch, offset)) => base.with_leader_epoch(epoch).with_end_offset(offset),
                         None => base,
                     }
@@ -72,11 +69,18 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: OffsetForLe
 }
 
 /// Kafka's `endOffsetFor` over a cache holding the one epoch
-/// [`LEADER_EPOCH`], starting at `log_start_offset`: `None` is UNDEFINED.
-fn end_offset_for(requested: i32, log_start_offset: i64, log_end_offset: i64) -> Option<(i32, i64)> {
-    if requested == UNDEFINED || requested > LEADER_EPOCH {
+/// the `current` epoch, starting at `log_start_offset`: `None` is UNDEFINED.
+///
+/// In a cluster a partition's epoch grows with every leader change, and an epoch
+/// between the log's first and the current one ends where the next began. Until the
+/// log keeps its leader-epoch checkpoint, such an epoch is answered as ending at the
+/// log end offset. With one replica per partition (all a cluster allows until
+/// replication exists) no log ever diverges, so that answer never makes a consumer
+/// see a truncation that did not happen, nor miss one.
+fn end_offset_for(requested: i32, current: i32, log_start_offset: i64, log_end_offset: i64) -> Option<(i32, i64)> {
+    if requested == UNDEFINED || requested > current {
         None
-    } else if requested == LEADER_EPOCH {
+    } else if requested >= LEADER_EPOCH {
         Some((requested, log_end_offset))
     } else {
         Some((requested, log_start_offset))
@@ -89,9 +93,11 @@ mod tests {
 
     #[test]
     fn end_offsets_follow_kafkas_epoch_cache() {
-        assert_eq!(end_offset_for(LEADER_EPOCH, 5, 42), Some((LEADER_EPOCH, 42)));
-        assert_eq!(end_offset_for(LEADER_EPOCH + 1, 5, 42), None);
-        assert_eq!(end_offset_for(UNDEFINED, 5, 42), None);
-        assert_eq!(end_offset_for(-7, 5, 42), Some((-7, 5)));
+        assert_eq!(end_offset_for(LEADER_EPOCH, LEADER_EPOCH, 5, 42), Some((LEADER_EPOCH, 42)));
+        assert_eq!(end_offset_for(LEADER_EPOCH + 1, LEADER_EPOCH, 5, 42), None);
+        assert_eq!(end_offset_for(UNDEFINED, LEADER_EPOCH, 5, 42), None);
+        assert_eq!(end_offset_for(-7, LEADER_EPOCH, 5, 42), Some((-7, 5)));
+        assert_eq!(end_offset_for(2, 3, 5, 42), Some((2, 42)));
+        assert_eq!(end_offset_for(4, 3, 5, 42), None);
     }
 }

@@ -26,7 +26,7 @@ use floe_coordinator::group::records::OffsetAndMetadata;
 const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
 fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
-    broker.logs.partition(topic, partition).is_some()
+    broker.partition_exists(topic, partition)
 }
 
 /// A partition and the error it gets before committing (`None`: committed).

@@ -33,7 +33,6 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::message;
-use super::metadata::LEADER_EPOCH;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
@@ -127,10 +126,7 @@ fn append(
     records: Option<&[u8]>,
     transactional_id: Option<&str>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
-    let log = broker
-        .logs
-        .partition(topic, partition)
-        .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")))?;
+    let log = broker.leader_log(topic, partition)?;
     let records = records.ok_or((ResponseError::CorruptMessage, "null records".to_string()))?;
     let config = log.config();
     let validated = record_batch::validate_batches(records, config.max_message_bytes as usize).map_err(|e| {
@@ -198,7 +194,7 @@ fn store(
     // One copy: the request's bytes are shared with the frame buffer, and the
     // offsets must be written into them.
     let mut owned = BytesMut::from(records);
-    record_batch::set_partition_leader_epoch(&mut owned, LEADER_EPOCH);
+    record_batch::set_partition_leader_epoch(&mut owned, broker.leader_epoch(topic, partition));
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     let fsyncs = config.flush_messages < i64::MAX;
     let appended = if fsyncs {

@@ -65,8 +65,15 @@ async fn add_partitions(
             } else if super::metadata::is_internal(&name) {
                 // Offsets join a transaction through AddOffsetsToTxn only.
                 Some(ResponseError::TopicAuthorizationFailed)
-            } else if broker.logs.partition(&name, p).is_none() {
+            } else if !broker.partition_exists(&name, p) {
                 Some(ResponseError::UnknownTopicOrPartition)
+            } else if let Err((_, reason)) = broker.leader_log(&name, p) {
+                // In a cluster this coordinator writes the markers to its own logs only,
+                // so a transaction may span only partitions it leads (until markers are
+                // sent to other brokers, issue #14). Refused rather than left unmarked.
+                tracing::warn!(transactional_id, partition = %format!("{name}-{p}"), %reason,
+                               "a transaction may only hold partitions led by its coordinator for now");
+                Some(ResponseError::UnknownServerError)
             } else {
                 None
             };

@@ -62,6 +62,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
         store: floe_cluster::MetadataStoreUrl::Local,
         registration: floe_cluster::BrokerRegistration { node_id: config.node_id, rack: None, endpoints: Vec::new() },
         session_timeout: std::time::Duration::from_secs(9),
+        unclean_leader_election: false,
     })
     .await
     .expect("local membership");

@@ -1,0 +1,128 @@
+//! The controller: while this broker holds the election, it keeps every partition led
+//! by a live in-sync replica ([`next_partition_state`]) and gives a state to every
+//! partition of a topic that lacks one.
+//!
+//! Every write is an etcd transaction that compares
+//! - the controller's own campaign key at its create revision (the controller
+//!   epoch): a deposed controller's write fails, however late it arrives;
+//! - the partition key at the `mod_revision` the decision was made from (the
+//!   partition epoch): a decision on stale state fails, and is made again from the
+//!   new state when the watch brings it;
+//! - the topic key at its `create_revision`: a state is never written for a topic
+//!   deleted meanwhile (nor for an earlier topic of the same name).
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::etcd_session::{bounded, partition_key, topic_key};
+use crate::{initial_partition_state, next_partition_state, ClusterError, ClusterView, PartitionState, TopicPartition};
+
+/// How often the controller re-checks every partition even without a change in view
+/// (a write that failed on a moved partition is retried from the newer state anyway).
+const RECHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What the controller needs for its fenced writes.
+pub(crate) struct ControllerContext {
+    pub client: Client,
+    pub prefix: String,
+    /// This broker's campaign key in the election, and its create revision.
+    pub leader_key: Vec<u8>,
+    pub controller_epoch: i64,
+    pub unclean_leader_election: bool,
+    pub timeout: Duration,
+}
+
+/// Runs the controller until its role ends (a fenced write, or etcd failing).
+pub(crate) async fn run(mut ctx: ControllerContext, mut view: watch::Receiver<ClusterView>) -> Result<Infallible, ClusterError> {
+    loop {
+        let v = view.borrow_and_update().clone();
+        reconcile(&mut ctx, &v).await?;
+        tokio::select! {
+            changed = view.changed() => changed.map_err(|_| ClusterError::StreamEnded("cluster view"))?,
+            _ = tokio::time::sleep(RECHECK_INTERVAL) => {}
+        }
+    }
+}
+
+/// One pass over every partition of `view`.
+async fn reconcile(ctx: &mut ControllerContext, view: &ClusterView) -> Result<(), ClusterError> {
+    let live: BTreeSet<i32> = view.brokers.keys().copied().collect();
+    for (topic, assignment) in view.topics.iter() {
+        for (&partition, replicas) in &assignment.partitions {
+            let tp = TopicPartition::new(topic.clone(), partition);
+            match view.partitions.get(&tp) {
+                None => {
+                    let state = initial_partition_state(replicas);
+                    let next = next_partition_state(&state, replicas, &live, ctx.unclean_leader_election).unwrap_or(state);
+                    write(ctx, &tp, assignment.create_revision, None, &next).await?;
+                }
+                Some(current) => {
+                    if let Some(next) = next_partition_state(current, replicas, &live, ctx.unclean_leader_election) {
+                        write(ctx, &tp, assignment.create_revision, Some(current), &next).await?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `next` for `tp` if this broker is still the controller, the topic is still
+/// the one seen (created at `topic_revision`: not deleted, nor deleted and created
+/// again) and the partition is still at `current` (absent for `None`). A moved
+/// partition is left for the next pass; a lost controller role ends the controller.
+async fn write(
+    ctx: &mut ControllerContext,
+    tp: &TopicPartition,
+    topic_revision: i64,
+    current: Option<&PartitionState>,
+    next: &PartitionState,
+) -> Result<(), ClusterError> {
+    let key = partition_key(&ctx.prefix, tp);
+    let topic_compare = Compare::create_revision(topic_key(&ctx.prefix, &tp.topic), CompareOp::Equal, topic_revision);
+    let value = serde_json::to_vec(next).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let partition_compare = match current {
+        Some(c) => Compare::mod_revision(key.as_str(), CompareOp::Equal, c.partition_epoch),
+        None => Compare::version(key.as_str(), CompareOp::Equal, 0),
+    };
+    let txn = Txn::new()
+        .when([Compare::create_revision(ctx.leader_key.clone(), CompareOp::Equal, ctx.controller_epoch), topic_compare, partition_compare])
+        .and_then([TxnOp::put(key.as_str(), value, None)])
+        .or_else([TxnOp::get(ctx.leader_key.clone(), None)]);
+    let resp = bounded(ctx.timeout, "partition state write", ctx.client.txn(txn)).await?;
+    if resp.succeeded() {
+        log_decision(tp, current, next);
+        return Ok(());
+    }
+    let still_controller = resp.op_responses().into_iter().any(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.create_revision() == ctx.controller_epoch),
+        _ => false,
+    });
+    if !still_controller {
+        warn!(controller_epoch = ctx.controller_epoch, partition = %tp, "a partition state write was refused: this broker is no longer the controller");
+        return Err(ClusterError::ControllerFenced(ctx.controller_epoch));
+    }
+    debug!(partition = %tp, "partition state moved under the controller; deciding again from the new state");
+    Ok(())
+}
+
+fn log_decision(tp: &TopicPartition, current: Option<&PartitionState>, next: &PartitionState) {
+    match current {
+        None => info!(partition = %tp, leader = next.leader, isr = ?next.isr, "partition state created"),
+        Some(c) if c.leader != next.leader => {
+            if next.leader == crate::NO_LEADER {
+                warn!(partition = %tp, old_leader = c.leader, leader_epoch = next.leader_epoch, isr = ?next.isr,
+                      "partition offline: no in-sync replica is alive");
+            } else {
+                info!(partition = %tp, old_leader = c.leader, leader = next.leader, leader_epoch = next.leader_epoch, isr = ?next.isr,
+                      "partition leader elected");
+            }
+        }
+        Some(c) => info!(partition = %tp, leader = next.leader, old_isr = ?c.isr, isr = ?next.isr, "ISR shrunk: replicas left the cluster"),
+    }
+}

@@ -1,0 +1,286 @@
+//! Topics and partitions as cluster state: which brokers hold a partition's replicas
+//! ([`TopicAssignment`]), who leads it and which replicas are in sync
+//! ([`PartitionState`]), and the two decisions made on them: placing replicas on
+//! brokers ([`assign_replicas`]) and electing a leader ([`next_partition_state`]).
+//!
+//! The decisions are pure functions of what the caller saw, so that the controller
+//! can write their result to etcd conditional on exactly that state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// Kafka's "no leader" node id (`LeaderAndIsr.NoLeader`).
+pub const NO_LEADER: i32 = -1;
+
+/// A topic's identity and replica placement, stored as JSON at `<prefix>/topics/<name>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicAssignment {
+    /// The topic id (Kafka's topic UUID, hyphenated).
+    pub topic_id: String,
+    /// Partition index → replica node ids; the first is the preferred leader.
+    pub partitions: BTreeMap<i32, Vec<i32>>,
+    /// Topic config overrides given at creation.
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+    /// The key's etcd `create_revision`: tells this topic from an earlier one of the
+    /// same name. Not stored; filled in when read.
+    #[serde(skip)]
+    pub create_revision: i64,
+}
+
+impl TopicAssignment {
+    /// The replicas of `partition`, if it exists.
+    pub fn replicas(&self, partition: i32) -> Option<&[i32]> {
+        self.partitions.get(&partition).map(Vec::as_slice)
+    }
+}
+
+/// A partition's leadership, stored as JSON at `<prefix>/partitions/<topic>/<p>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// The leader's node id, or [`NO_LEADER`] while no eligible replica is alive.
+    pub leader: i32,
+    /// Grows with every change of leader (KIP-101's leader epoch).
+    pub leader_epoch: i32,
+    /// The in-sync replicas, the leader among them.
+    pub isr: Vec<i32>,
+    /// The key's etcd `mod_revision`: grows with every change of this state (Kafka's
+    /// partition epoch). Not stored; filled in when read, and compared on write.
+    #[serde(skip)]
+    pub partition_epoch: i64,
+}
+
+/// A partition of a topic.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Why replicas cannot be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignmentError {
+    /// More replicas asked for than brokers are alive (Kafka's INVALID_REPLICATION_FACTOR).
+    #[error("replication factor {replication_factor} is larger than the {live} live brokers")]
+    NotEnoughBrokers { replication_factor: i32, live: usize },
+    /// A replication factor or partition count below 1.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Places `replication_factor` replicas of partitions `first_partition..first_partition+count`
+/// on the live `brokers` (node id → rack), as Kafka does: brokers are ordered so that
+/// racks alternate, each partition's replicas are consecutive brokers of that order,
+/// and the starting broker moves by one per partition (so leaders spread). `seed`
+/// (e.g. a hash of the topic name) picks where a topic starts, so that the leaders of
+/// many small topics do not all land on the same broker.
+///
+/// # Errors
+/// [`AssignmentError`] when there are fewer live brokers than replicas.
+pub fn assign_replicas(
+    brokers: &BTreeMap<i32, Option<String>>,
+    first_partition: i32,
+    count: i32,
+    replication_factor: i32,
+    seed: u64,
+) -> Result<BTreeMap<i32, Vec<i32>>, AssignmentError> {
+    if replication_factor < 1 {
+        return Err(AssignmentError::Invalid(format!("replication factor must be at least 1, not {replication_factor}")));
+    }
+    if count < 1 {
+        return Err(AssignmentError::Invalid(format!("partition count must be at least 1, not {count}")));
+    }
+    if replication_factor as usize > brokers.len() {
+        return Err(AssignmentError::NotEnoughBrokers { replication_factor, live: brokers.len() });
+    }
+    let order = rack_alternated(brokers);
+    let n = order.len();
+    let start = (seed % n as u64) as usize;
+    let mut out = BTreeMap::new();
+    for p in first_partition..first_partition + count {
+        let first = (start + p as usize) % n;
+        let replicas = (0..replication_factor as usize).map(|j| order[(first + j) % n]).collect();
+        out.insert(p, replicas);
+    }
+    Ok(out)
+}
+
+/// The brokers in an order where consecutive ones are on different racks as long as
+/// racks remain: one broker of each rack in turn (Kafka's `getRackAlternatedBrokerList`).
+/// Brokers without a rack form one rack of their own.
+fn rack_alternated(brokers: &BTreeMap<i32, Option<String>>) -> Vec<i32> {
+    let mut by_rack: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (id, rack) in brokers {
+        by_rack.entry(rack.as_deref().unwrap_or("")).or_default().push(*id);
+    }
+    let mut out = Vec::with_capacity(brokers.len());
+    let mut round = 0;
+    while out.len() < brokers.len() {
+        for ids in by_rack.values() {
+            if let Some(id) = ids.get(round) {
+                out.push(*id);
+            }
+        }
+        round += 1;
+    }
+    out
+}
+
+/// The state a new partition starts in: its first replica leads, all are in sync.
+pub fn initial_partition_state(replicas: &[i32]) -> PartitionState {
+    PartitionState { leader: replicas.first().copied().unwrap_or(NO_LEADER), leader_epoch: 0, isr: replicas.to_vec(), partition_epoch: 0 }
+}
+
+/// What the controller makes of a partition given the live brokers: `None` when
+/// nothing is to change, else the state to write.
+///
+/// - Replicas that are not alive leave the ISR (as Kafka's controller does when a
+///   broker is fenced), except the last one: an ISR is never emptied, so that the
+///   last in-sync replica can lead again when it returns (a clean election).
+/// - A leader that is not alive is replaced by the first live ISR member in
+///   assignment order; with none, the partition goes offline ([`NO_LEADER`]) —
+///   unless `unclean` (`unclean.leader.election.enable`), when the first live
+///   replica leads with an ISR of itself, accepting the loss of what it lacks.
+/// - An offline partition whose ISR member is back is led by it again.
+/// - Every change of leader bumps the leader epoch.
+pub fn next_partition_state(current: &PartitionState, replicas: &[i32], live: &BTreeSet<i32>, unclean: bool) -> Option<PartitionState> {
+    let leader_alive = current.leader != NO_LEADER && live.contains(&current.leader);
+    let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| live.contains(r)).collect();
+    let mut next = current.clone();
+    if leader_alive {
+        if !live_isr.is_empty() {
+            next.isr = live_isr;
+        }
+    } else {
+        let in_order = replicas.iter().copied().filter(|r| live_isr.contains(r));
+        let leader = in_order.chain(live_isr.iter().copied()).next();
+        match leader {
+            Some(leader) => {
+                next.leader = leader;
+                next.isr = live_isr;
+            }
+            None if unclean => match replicas.iter().copied().find(|r| live.contains(r)) {
+                Some(leader) => {
+                    next.leader = leader;
+                    next.isr = vec![leader];
+                }
+                None => next.leader = NO_LEADER,
+            },
+            None => next.leader = NO_LEADER,
+        }
+        if next.leader != current.leader {
+            next.leader_epoch = current.leader_epoch + 1;
+        }
+    }
+    (next != *current).then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brokers(racks: &[(i32, Option<&str>)]) -> BTreeMap<i32, Option<String>> {
+        racks.iter().map(|(id, r)| (*id, r.map(str::to_string))).collect()
+    }
+
+    fn live(ids: &[i32]) -> BTreeSet<i32> {
+        ids.iter().copied().collect()
+    }
+
+    fn state(leader: i32, epoch: i32, isr: &[i32]) -> PartitionState {
+        PartitionState { leader, leader_epoch: epoch, isr: isr.to_vec(), partition_epoch: 7 }
+    }
+
+    #[test]
+    fn replicas_spread_leaders_and_never_repeat_a_broker() {
+        let b = brokers(&[(1, None), (2, None), (3, None)]);
+        let a = assign_replicas(&b, 0, 6, 3, 0).unwrap();
+        let mut leaders = BTreeMap::new();
+        for replicas in a.values() {
+            let distinct: BTreeSet<_> = replicas.iter().collect();
+            assert_eq!(distinct.len(), 3, "{replicas:?}");
+            *leaders.entry(replicas[0]).or_insert(0) += 1;
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{a:?}");
+    }
+
+    #[test]
+    fn replicas_go_to_different_racks_first() {
+        let b = brokers(&[(1, Some("a")), (2, Some("a")), (3, Some("b")), (4, Some("b"))]);
+        let a = assign_replicas(&b, 0, 8, 2, 3).unwrap();
+        for replicas in a.values() {
+            let racks: BTreeSet<_> = replicas.iter().map(|r| b[r].clone()).collect();
+            assert_eq!(racks.len(), 2, "{replicas:?} share a rack");
+        }
+    }
+
+    #[test]
+    fn too_few_brokers_is_refused() {
+        let b = brokers(&[(1, None), (2, None)]);
+        assert_eq!(assign_replicas(&b, 0, 1, 3, 0), Err(AssignmentError::NotEnoughBrokers { replication_factor: 3, live: 2 }));
+        assert!(matches!(assign_replicas(&b, 0, 1, 0, 0), Err(AssignmentError::Invalid(_))));
+        assert!(matches!(assign_replicas(&b, 0, 0, 1, 0), Err(AssignmentError::Invalid(_))));
+    }
+
+    #[test]
+    fn added_partitions_continue_the_rotation() {
+        let b = brokers(&[(1, None), (2, None), (3, None)]);
+        let all = assign_replicas(&b, 0, 5, 2, 9).unwrap();
+        let tail = assign_replicas(&b, 3, 2, 2, 9).unwrap();
+        assert_eq!(tail[&3], all[&3]);
+        assert_eq!(tail[&4], all[&4]);
+    }
+
+    #[test]
+    fn a_healthy_partition_is_left_alone() {
+        assert_eq!(next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 2, 3]), false), None);
+    }
+
+    #[test]
+    fn a_dead_follower_leaves_the_isr_without_an_epoch_bump() {
+        let next = next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 3]), false).unwrap();
+        assert_eq!((next.leader, next.leader_epoch, next.isr), (1, 4, vec![1, 3]));
+    }
+
+    #[test]
+    fn a_dead_leader_is_replaced_by_the_first_live_isr_member_in_assignment_order() {
+        let next = next_partition_state(&state(1, 4, &[3, 1, 2]), &[1, 2, 3], &live(&[2, 3]), false).unwrap();
+        assert_eq!((next.leader, next.leader_epoch, next.isr), (2, 5, vec![3, 2]));
+    }
+
+    #[test]
+    fn an_out_of_sync_replica_never_leads_unless_unclean() {
+        // Broker 1 led alone (2 and 3 had fallen out of the ISR), then died.
+        let offline = next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), false).unwrap();
+        assert_eq!((offline.leader, offline.leader_epoch, offline.isr.clone()), (NO_LEADER, 5, vec![1]));
+        // Nothing more to do while 1 stays away.
+        assert_eq!(next_partition_state(&offline, &[1, 2, 3], &live(&[2, 3]), false), None);
+        // 1 returns: it leads again, cleanly.
+        let back = next_partition_state(&offline, &[1, 2, 3], &live(&[1, 2, 3]), false).unwrap();
+        assert_eq!((back.leader, back.leader_epoch, back.isr), (1, 6, vec![1]));
+        // Unclean: 2 takes over with an ISR of itself.
+        let unclean = next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), true).unwrap();
+        assert_eq!((unclean.leader, unclean.leader_epoch, unclean.isr), (2, 5, vec![2]));
+    }
+
+    #[test]
+    fn state_json_leaves_the_partition_epoch_out() {
+        let json = serde_json::to_string(&state(2, 3, &[2, 1])).unwrap();
+        assert_eq!(json, r#"{"leader":2,"leader_epoch":3,"isr":[2,1]}"#);
+        let back: PartitionState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.partition_epoch, 0);
+    }
+}

@@ -1,0 +1,72 @@
+//! Topic writes any broker makes on behalf of an admin request: creating a topic
+//! (its assignment and its partitions' first states) and deleting one.
+//!
+//! Creation needs no controller: "create if absent" is one etcd transaction, so of two
+//! brokers creating the same name at once exactly one succeeds. etcd caps a
+//! transaction at 128 operations (`--max-txn-ops`), so a topic with more partitions
+//! gets its remaining states in further transactions; should the creating broker die
+//! between them, the controller gives the missing partitions their first state.
+
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use tracing::info;
+
+use crate::etcd_session::{bounded, partition_key, partitions_prefix, topic_key};
+use crate::{initial_partition_state, ClusterError, TopicAssignment, TopicPartition};
+
+/// etcd's default `--max-txn-ops`.
+const MAX_TXN_OPS: usize = 128;
+
+/// Stores `assignment` as topic `name` and its partitions' first states.
+///
+/// # Errors
+/// [`ClusterError::TopicExists`] if the name is taken; etcd errors.
+pub(crate) async fn create_topic(client: &mut Client, prefix: &str, timeout: Duration, name: &str, assignment: &TopicAssignment) -> Result<(), ClusterError> {
+    let topic_key = topic_key(prefix, name);
+    let value = serde_json::to_vec(assignment).map_err(|e| ClusterError::BadValue { key: topic_key.clone(), reason: e.to_string() })?;
+    let mut states = Vec::with_capacity(assignment.partitions.len());
+    for (&p, replicas) in &assignment.partitions {
+        let key = partition_key(prefix, &TopicPartition::new(name, p));
+        let state = serde_json::to_vec(&initial_partition_state(replicas)).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+        states.push((key, state));
+    }
+    // The topic and its first partitions: one transaction, conditional on the name
+    // being free. Every transaction stays within the cap, puts and compares alike.
+    let (first, rest) = states.split_at(states.len().min(MAX_TXN_OPS - 1));
+    let mut ops = vec![TxnOp::put(topic_key.as_str(), value, None)];
+    ops.extend(first.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)));
+    let txn = Txn::new().when([Compare::version(topic_key.as_str(), CompareOp::Equal, 0)]).and_then(ops);
+    let created = bounded(timeout, "topic create", client.txn(txn)).await?;
+    if !created.succeeded() {
+        return Err(ClusterError::TopicExists(name.to_string()));
+    }
+    let topic_revision = created.header().map_or(0, |h| h.revision());
+    for chunk in rest.chunks(MAX_TXN_OPS - 1) {
+        // Only while the topic is this one, and where the controller has not filled
+        // the state in meanwhile.
+        let mut compares = vec![Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic_revision)];
+        compares.extend(chunk.iter().map(|(k, _)| Compare::version(k.as_str(), CompareOp::Equal, 0)));
+        let ops: Vec<TxnOp> = chunk.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)).collect();
+        bounded(timeout, "partition states create", client.txn(Txn::new().when(compares).and_then(ops))).await?;
+    }
+    info!(topic = name, topic_id = %assignment.topic_id, partitions = assignment.partitions.len(), "topic created in the cluster metadata");
+    Ok(())
+}
+
+/// Removes topic `name` and every partition state under it, in one transaction.
+///
+/// # Errors
+/// [`ClusterError::UnknownTopic`] if there is no such topic; etcd errors.
+pub(crate) async fn delete_topic(client: &mut Client, prefix: &str, timeout: Duration, name: &str) -> Result<(), ClusterError> {
+    let topic_key = topic_key(prefix, name);
+    let partitions = format!("{}{name}/", partitions_prefix(prefix));
+    let txn = Txn::new()
+        .when([Compare::version(topic_key.as_str(), CompareOp::Greater, 0)])
+        .and_then([TxnOp::delete(topic_key.as_str(), None), TxnOp::delete(partitions, Some(DeleteOptions::new().with_prefix()))]);
+    if !bounded(timeout, "topic delete", client.txn(txn)).await?.succeeded() {
+        return Err(ClusterError::UnknownTopic(name.to_string()));
+    }
+    info!(topic = name, "topic deleted from the cluster metadata");
+    Ok(())
+}
