@@ -108,13 +108,18 @@ impl ControlRecordType {
 
 /// Who writes a batch (Kafka's `AppendOrigin`): a client's batches get every
 /// producer check; a coordinator's own transactional batches (TxnOffsetCommit
-/// in `__consumer_offsets`) carry no sequence and are checked by epoch only.
+/// in `__consumer_offsets`) carry no sequence and are checked by epoch only;
+/// a follower's copies of its leader's batches are not checked at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOrigin {
     /// A producer, through Produce.
     Client,
     /// A coordinator writing its own internal topic.
     Coordinator,
+    /// A follower copying its leader's log: the leader checked the batches,
+    /// so producer state is recorded, never refused. Only
+    /// [`crate::PartitionLog::append_as_follower`] appends with it.
+    Replication,
 }
 
 /// What the partition knows of one producer (DescribeProducers' `ProducerState`).
