@@ -32,6 +32,7 @@
 
 mod epochs;
 mod replica;
+mod truncation;
 
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -284,3 +284,236 @@ fn a_transaction_is_stable_once_the_high_watermark_passes_its_marker() {
     log.update_high_watermark(marker + 1).unwrap();
     assert_eq!(log.last_stable_offset(), marker + 1);
 }
+
+/// 30 batches of 2 records (offsets 0-59) over several segments.
+fn sixty(log: &PartitionLog) {
+    for i in 0..30 {
+        log.append(&mut batch(2, 100 + i, 30), 0).unwrap();
+    }
+}
+
+fn offsets_from(log: &PartitionLog, offset: i64) -> Vec<i64> {
+    decode(&read_bytes(log, offset)).iter().map(|r| r.0).collect()
+}
+
+/// Truncating tests run one at a time: the crash test arms the truncation
+/// failpoints, which are process-wide.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".deleted") || n.ends_with(".tmp"))
+        .collect()
+}
+
+#[test]
+fn truncation_inside_a_segment_and_across_segments_then_appending_again() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    sixty(&log);
+    let segments = log.segment_count();
+    assert!(!log.truncate_to(60).unwrap(), "nothing at or past the log end");
+    assert!(log.truncate_to(55).unwrap());
+    assert_eq!(log.log_end_offset(), 54, "the batch 54-55 straddles 55: it goes whole");
+    assert_eq!((log.high_watermark(), log.last_stable_offset()), (54, 54));
+    assert_eq!(offsets_from(&log, 0), (0..54).collect::<Vec<_>>());
+    assert_eq!(log.append(&mut batch(2, 1, 30), 0).unwrap().first_offset, 54);
+    assert!(log.truncate_to(20).unwrap());
+    assert!(log.segment_count() < segments);
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (20, 20));
+    assert!(log.recovery_point() <= 20);
+    assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+    assert_eq!(offsets_from(&log, 0), (0..20).collect::<Vec<_>>());
+    assert_eq!(log.offset_for_timestamp(109).unwrap().map(|t| t.offset), Some(18));
+    assert_eq!(log.offset_for_timestamp(110).unwrap(), None, "later timestamps went with their batches");
+    assert_eq!(log.max_timestamp_and_offset().unwrap().map(|t| t.offset), Some(18));
+    for _ in 0..20 {
+        log.append(&mut batch(2, 7, 30), 0).unwrap();
+    }
+    assert_eq!(offsets_from(&log, 0), (0..60).collect::<Vec<_>>());
+    log.close().unwrap();
+    drop(log);
+    let log = PartitionLog::open(dir.path(), "t", 0, segmented(), Some(60), None).unwrap();
+    assert_eq!(offsets_from(&log, 0), (0..60).collect::<Vec<_>>());
+}
+
+#[test]
+fn truncation_rebuilds_producer_state_as_of_the_new_end() {
+    let _serial = serial();
+    use crate::test_util::{idempotent_batch, txn_batch};
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    for seq in [0, 3, 6] {
+        log.append(&mut idempotent_batch((5, 0, seq), 3, 1), 0).unwrap();
+    }
+    log.append(&mut txn_batch((7, 0, 0), 2, 1), 0).unwrap(); // 9-10
+    log.append_txn_marker(7, 0, crate::ControlRecordType::Abort, 0, 0).unwrap(); // 11
+    assert_eq!(log.last_stable_offset(), 12);
+    log.truncate_to(11).unwrap();
+    assert_eq!(log.last_stable_offset(), 9, "the cut marker's transaction is ongoing again");
+    assert!(log.producer_state().has_ongoing_txn(7));
+    log.truncate_to(6).unwrap();
+    assert!(!log.producer_state().has_ongoing_txn(7), "a transaction begun above the new end is forgotten");
+    assert_eq!(log.last_stable_offset(), 6);
+    // Producer 5's next sequence is 6 again: its retry is a new batch, not a duplicate.
+    let info = log.append(&mut idempotent_batch((5, 0, 6), 3, 1), 0).unwrap();
+    assert_eq!((info.first_offset, info.duplicate), (6, false));
+    assert!(matches!(
+        log.append(&mut idempotent_batch((5, 0, 12), 1, 1), 0),
+        Err(StorageError::OutOfOrderSequence { expected: 9, .. })
+    ));
+    assert_eq!(log.producer_state().last_batch(5).map(|(_, b)| b.last_seq), Some(8));
+}
+
+#[test]
+fn truncation_drops_later_epochs() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    for epoch in [0, 1, 3] {
+        if epoch > 0 {
+            log.become_leader(epoch).unwrap();
+        }
+        for _ in 0..5 {
+            log.append(&mut batch(2, 1, 30), 0).unwrap();
+        }
+    }
+    assert_eq!(epochs(&log), vec![(0, 0), (1, 10), (3, 20)]);
+    log.truncate_to(16).unwrap();
+    assert_eq!(epochs(&log), vec![(0, 0), (1, 10)]);
+    assert_eq!(log.end_offset_for_epoch(1), (1, 16));
+    assert_eq!(log.end_offset_for_epoch(3), (-1, -1));
+    // A leader that began epoch 4 and wrote nothing: its entry sits at the log end.
+    log.become_leader(4).unwrap();
+    assert!(!log.truncate_to(16).unwrap());
+    assert_eq!(log.latest_epoch(), Some(1), "an epoch with nothing in the log goes, as in Kafka");
+    drop(log);
+    assert_eq!(epochs(&open(dir.path(), segmented())), vec![(0, 0), (1, 10)]);
+}
+
+#[test]
+fn a_replicated_high_watermark_comes_down_with_a_truncation() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), config(&[]));
+    log.set_replicated(true);
+    sixty(&log);
+    log.update_high_watermark(40).unwrap();
+    log.truncate_to(50).unwrap();
+    assert_eq!(log.high_watermark(), 40);
+    log.truncate_to(30).unwrap();
+    assert_eq!(log.high_watermark(), 30, "an unclean truncation below the high watermark");
+    log.append(&mut batch(2, 1, 30), 0).unwrap();
+    assert!(log.update_high_watermark(32).unwrap());
+    assert_eq!(offsets_from(&log, 28), vec![28, 29, 30, 31]);
+}
+
+#[test]
+fn truncating_fully_starts_an_empty_log_at_the_offset() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    sixty(&log);
+    log.append(&mut crate::test_util::txn_batch((7, 0, 0), 2, 1), 0).unwrap();
+    log.truncate_fully_and_start_at(500).unwrap();
+    assert_eq!(
+        (log.log_start_offset(), log.log_end_offset(), log.high_watermark(), log.recovery_point(), log.last_stable_offset()),
+        (500, 500, 500, 500, 500)
+    );
+    assert_eq!(log.segment_count(), 1);
+    assert!(log.active_producers().is_empty() && log.epoch_entries().is_empty());
+    assert!(leftovers(dir.path()).is_empty());
+    log.append_as_follower(&batch_at(500, 3), 0).unwrap();
+    assert_eq!(offsets_from(&log, 500), vec![500, 501, 502]);
+    assert!(log.truncate_to(100).unwrap(), "below the first segment: a full truncation");
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 100));
+    drop(log);
+    let log = PartitionLog::open(dir.path(), "t", 0, segmented(), None, Some(100)).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 100));
+}
+
+/// Offsets 0-23 producer 5 (idempotent), 24-25 producer 7's transaction,
+/// 26-27 plain, 28 its ABORT, then epoch 2: 29-31 producer 5, 32-41 plain.
+#[cfg(feature = "failpoints")]
+fn crash_scenario(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
+    use crate::test_util::{idempotent_batch, txn_batch};
+    let log = open(dir, cfg);
+    for i in 0..8 {
+        log.append(&mut idempotent_batch((5, 0, 3 * i), 3, 1), 0).unwrap();
+    }
+    log.append(&mut txn_batch((7, 0, 0), 2, 1), 0).unwrap();
+    log.append(&mut batch(2, 1, 30), 0).unwrap();
+    log.append_txn_marker(7, 0, crate::ControlRecordType::Abort, 0, 0).unwrap();
+    log.become_leader(2).unwrap();
+    log.append(&mut idempotent_batch((5, 0, 24), 3, 1), 0).unwrap();
+    for _ in 0..5 {
+        log.append(&mut batch(2, 1, 30), 0).unwrap();
+    }
+    assert_eq!(log.log_end_offset(), 42);
+    log.close().unwrap();
+    log
+}
+
+/// What a truncated log shows of itself: offsets, producers, epochs, last
+/// stable offset, aborted transactions.
+#[cfg(feature = "failpoints")]
+type Observed = (Vec<i64>, Vec<crate::ProducerSummary>, Vec<(i32, i64)>, i64, Option<Vec<crate::AbortedTxn>>);
+
+#[cfg(feature = "failpoints")]
+fn observed(log: &PartitionLog) -> Observed {
+    let aborted = log.read(0, 1 << 20, true, IsolationLevel::ReadCommitted).unwrap().aborted_transactions;
+    (offsets_from(log, 0), log.active_producers(), epochs(log), log.last_stable_offset(), aborted)
+}
+
+/// A crash (a panic at the failpoint, the log then abandoned without a flush
+/// or close) after every durable step of a truncation: the reopened log is
+/// the old one or a prefix of it down to the truncation point, every index
+/// and cache agreeing with it, even when the recovery point checkpoint still
+/// says the old end; truncating again gives what an uninterrupted truncation gives.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_at_every_truncation_step_leaves_a_consistent_log() {
+    let _serial = serial();
+    const POINTS: [&str; 4] = ["log.truncate.segments_deleted", "log.truncate.log_cut", "log.truncate.indexes_cut", "log.truncate.done"];
+    for cfg in [config(&[("index.interval.bytes", "100")]), config(&[("segment.bytes", "400"), ("index.interval.bytes", "100")])] {
+        let reference_dir = tempfile::tempdir().unwrap();
+        let reference = crash_scenario(reference_dir.path(), cfg.clone());
+        reference.truncate_to(26).unwrap();
+        let want = observed(&reference);
+        assert_eq!(want.3, 24, "producer 7's transaction is ongoing again");
+        assert_eq!(want.2, vec![(0, 0)]);
+        for point in POINTS {
+            for recovery_point in [Some(42), None] {
+                let dir = tempfile::tempdir().unwrap();
+                let log = crash_scenario(dir.path(), cfg.clone());
+                crate::failpoint::arm(&format!("{point}=1*panic->off")).unwrap();
+                let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.truncate_to(26)));
+                crate::failpoint::arm(&format!("{point}=off")).unwrap();
+                assert!(crashed.is_err(), "{point} fired");
+                std::mem::forget(log);
+                let log = PartitionLog::open(dir.path(), "t", 0, cfg.clone(), recovery_point, None).unwrap();
+                let end = log.log_end_offset();
+                let case = format!("{point}, recovery point {recovery_point:?}, end {end}");
+                assert!((26..=42).contains(&end), "{case}");
+                assert_eq!(offsets_from(&log, 0), (0..end).collect::<Vec<_>>(), "{case}");
+                assert!(epochs(&log).iter().all(|&(_, start)| start < end), "{case}: {:?}", epochs(&log));
+                let (_, _, _, _, aborted) = observed(&log);
+                assert!(aborted.unwrap().iter().all(|a| a.last_offset < end), "{case}");
+                if end == 26 {
+                    assert_eq!(observed(&log), want, "{case}");
+                }
+                log.truncate_to(26).unwrap();
+                assert_eq!(observed(&log), want, "{case}: truncated again");
+                let info = log.append(&mut crate::test_util::idempotent_batch((5, 0, 24), 3, 1), 0).unwrap();
+                assert_eq!((info.first_offset, info.duplicate), (26, false), "{case}");
+                assert!(leftovers(dir.path()).is_empty(), "{case}");
+            }
+        }
+    }
+}
