@@ -20,8 +20,8 @@
 //!
 //! Leader epochs: each log has a [`LeaderEpochCache`] (`leader-epoch-checkpoint`).
 //! Leader appends (clients, coordinators, markers) stamp every batch's
-//! `partition_leader_epoch` with the log's leader epoch (0 until
-//! [`PartitionLog::become_leader`] says otherwise: the single broker's epoch);
+//! `partition_leader_epoch` with the log's leader epoch (the latest in the
+//! log, 0 for a new one, until [`PartitionLog::become_leader`] says otherwise);
 //! follower appends keep the leader's stamp. Every append records where each
 //! epoch began, so OffsetForLeaderEpoch can be answered
 //! ([`PartitionLog::end_offset_for_epoch`]).
@@ -374,8 +374,10 @@ impl PartitionLog {
             producers: loaded.producers,
             snapshots: loaded.snapshots,
             unreplicated: BTreeMap::new(),
+            // Until told otherwise, appends go on in the latest epoch written:
+            // a default below it would wipe the epochs above it from the cache.
+            leader_epoch: epochs.latest_epoch().unwrap_or(0),
             epochs,
-            leader_epoch: 0,
         };
         state.high_watermark_position = state.log_end_position();
         state.completed_position = state.high_watermark_position;
@@ -845,8 +847,9 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// The epoch leader appends stamp into their batches (0 unless
-    /// [`PartitionLog::become_leader`] set another).
+    /// The epoch leader appends stamp into their batches: the one
+    /// [`PartitionLog::become_leader`] set, else the latest in the log
+    /// when it was opened (0 for a new log: the single broker's epoch).
     pub fn leader_epoch(&self) -> i32 {
         self.state().leader_epoch
     }
@@ -2140,6 +2143,29 @@ mod tests {
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5);
         assert_eq!(read_all(&log, 0).len(), 5);
+    }
+
+    /// A replicated log: the leader's high watermark never passes an append
+    /// still waiting for its `flush.messages` fsync; it follows when the fsync returns.
+    #[test]
+    fn a_replicated_high_watermark_waits_for_the_flush_messages_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "1")]));
+        log.set_replicated(true);
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        assert!(flush_due);
+        assert_eq!(log.high_watermark(), 0, "replicated: appends do not move it");
+        assert!(log.update_high_watermark(5).unwrap());
+        assert_eq!(log.high_watermark(), 2, "held at what is durable");
+        log.flush().unwrap();
+        assert_eq!(log.high_watermark(), 5, "the asked-for high watermark once the fsync returned");
+        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        assert!(flush_due);
+        log.update_high_watermark(6).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.high_watermark(), 6, "no further than asked");
+        assert_eq!(read_all(&log, 0).len(), 5, "the batch 5-7 is not wholly below 6");
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn leader_appends_stamp_the_leader_epoch_and_record_where_it_began() {
     drop(log);
     let log = open(dir.path(), config(&[]));
     assert_eq!(epochs(&log), vec![(0, 0), (3, 2)]);
-    assert_eq!(log.leader_epoch(), 0, "the stamp is not persisted: the controller says it again");
+    assert_eq!(log.leader_epoch(), 3, "appends go on in the latest epoch until told otherwise");
 }
 
 #[test]

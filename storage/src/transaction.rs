@@ -15,7 +15,7 @@
 //! offset  size  field
 //!      0     8  baseOffset            i64  assigned at append
 //!      8     4  batchLength           i32  = 66
-//!     12     4  partitionLeaderEpoch  i32  = 0 (Floe's one leader epoch)
+//!     12     4  partitionLeaderEpoch  i32  the log's leader epoch, stamped at append
 //!     16     1  magic                 i8   = 2
 //!     17     4  crc                   u32  CRC-32C of bytes 21..78
 //!     21     2  attributes            i16  = 0x30 (transactional | control), uncompressed, CreateTime
