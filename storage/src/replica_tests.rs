@@ -272,6 +272,25 @@ fn a_replicated_high_watermark_moves_only_when_told() {
 }
 
 #[test]
+fn a_restarted_replica_takes_its_checkpointed_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), config(&[]));
+    assert!(matches!(log.reset_high_watermark(0), Err(StorageError::InvalidConfig { .. })));
+    log.set_replicated(true);
+    for _ in 0..5 {
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+    }
+    log.update_high_watermark(6).unwrap();
+    drop(log);
+    let log = open(dir.path(), config(&[]));
+    assert_eq!(log.high_watermark(), 10, "a log opens with its high watermark at its end");
+    log.set_replicated(true);
+    assert_eq!(log.reset_high_watermark(6).unwrap(), 6, "down to the checkpoint");
+    assert_eq!(offsets_from(&log, 0), (0..6).collect::<Vec<_>>());
+    assert_eq!(log.reset_high_watermark(50).unwrap(), 10, "never past the log end");
+}
+
+#[test]
 fn a_transaction_is_stable_once_the_high_watermark_passes_its_marker() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), config(&[]));

@@ -273,6 +273,41 @@ impl PartitionLog {
         Ok(moved)
     }
 
+    /// Sets the high watermark of a replicated log to `high_watermark`, down
+    /// as well as up (Kafka's `updateHighWatermark`), clamped to the log start
+    /// offset and to the complete appends; returns the value set. For the
+    /// replica manager at startup, with the high watermark it checkpointed:
+    /// a log opens with its high watermark at its recovered log end, which
+    /// for a replica may hold records no ISR has acknowledged. Wakes long
+    /// polls if it moved up.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] if the log is not replicated (its high
+    /// watermark is its own); as [`PartitionLog::update_high_watermark`].
+    pub fn reset_high_watermark(&self, high_watermark: i64) -> Result<i64> {
+        self.check_live()?;
+        let (hw, up) = {
+            let mut st = self.state();
+            if !st.replicated {
+                return Err(StorageError::InvalidConfig {
+                    key: "high watermark".into(),
+                    reason: "only a replicated log's high watermark is set from outside".into(),
+                });
+            }
+            let hw = high_watermark.clamp(st.log_start_offset, st.completed_end);
+            let position = Self::position_of(&st, hw)?;
+            let up = hw > st.high_watermark;
+            st.high_watermark = hw;
+            st.high_watermark_position = position;
+            st.high_watermark_target = hw;
+            (hw, up)
+        };
+        if up {
+            self.append_notify.notify_waiters();
+        }
+        Ok(hw)
+    }
+
     /// Moves the high watermark to the target as far as complete appends
     /// allow; after a flush, failures are logged (the next update retries).
     pub(super) fn follow_high_watermark_target(&self, st: &mut LogState) {
