@@ -131,6 +131,38 @@ pub enum StorageError {
         /// What is wrong.
         reason: String,
     },
+    /// A follower append whose first batch starts below the log end offset
+    /// (Kafka's `UnexpectedAppendOffsetException`): the replica's log and the
+    /// fetch disagree. Kafka's fetcher recovers from one case: an empty log
+    /// (log end = log start) fetching from a leader whose log start lies inside
+    /// a batch; it calls `truncate_fully_and_start_at(first_offset)` and retries.
+    #[error("follower append starts at offset {first_offset} (last {last_offset}), below the log end offset {expected}")]
+    UnexpectedAppendOffset {
+        /// The log end offset: where the append had to start at the earliest.
+        expected: i64,
+        /// The first batch's base offset.
+        first_offset: i64,
+        /// The append's last offset.
+        last_offset: i64,
+    },
+    /// A follower append whose batches overlap one another (Kafka's
+    /// `OffsetsOutOfOrderException`): a batch starts before the previous one ended.
+    #[error("follower append: a batch starts at offset {got}, before the previous batch's end {expected}")]
+    OffsetOutOfOrder {
+        /// The offset after the previous batch.
+        expected: i64,
+        /// The batch's base offset.
+        got: i64,
+    },
+    /// A leader epoch older than the latest one the log has recorded
+    /// (FENCED_LEADER_EPOCH): a stale leadership change.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    FencedLeaderEpoch {
+        /// The epoch asked for.
+        epoch: i32,
+        /// The latest epoch recorded.
+        latest: i32,
+    },
     /// InitProducerId named a producer id this node never handed out (INVALID_PRODUCER_ID_MAPPING).
     #[error("producer id {producer_id} was never allocated")]
     InvalidProducerIdMapping {

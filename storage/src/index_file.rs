@@ -123,6 +123,21 @@ impl<E: IndexEntry> IndexFile<E> {
         Ok(())
     }
 
+    /// Keeps the first `keep` entries, in memory and in the file (truncation).
+    ///
+    /// # Errors
+    /// [`crate::StorageError::Io`] if the file cannot be cut.
+    pub(crate) fn truncate(&mut self, keep: usize) -> Result<()> {
+        if keep >= self.entries.len() {
+            return Ok(());
+        }
+        self.entries.truncate(keep);
+        self.persisted = self.persisted.min(keep);
+        self.file
+            .set_len((keep * E::SIZE) as u64)
+            .ctx("truncate index", &self.path)
+    }
+
     /// The open file (for fsync outside the log's lock).
     pub(crate) fn file(&self) -> &Arc<File> {
         &self.file

@@ -11,7 +11,10 @@
 //! # Layout
 //! - [`log_manager`]: the data directory, topic administration, checkpoints, maintenance.
 //! - [`topic`]: a topic's name, id, partitions and config; name validation.
-//! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush.
+//! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush;
+//!   its submodules `replica` (follower appends, the replicated high watermark),
+//!   `truncation` (truncateTo, truncateFullyAndStartAt) and `epochs` (the epoch cache at open).
+//! - [`leader_epoch_cache`]: `LeaderEpochCache`, where each leader epoch began (`leader-epoch-checkpoint`).
 //! - [`producer_state`]: `ProducerStateManager`, idempotent producers' sequences per partition; `.snapshot` files.
 //! - [`transaction`]: isolation levels, aborted transactions, control batches (transaction markers).
 //! - `txn_index`: `TransactionIndex`, a segment's `.txnindex` of aborted transactions.
@@ -58,6 +61,8 @@ mod offset_index;
 mod offset_map;
 pub mod producer_id_manager;
 pub mod producer_state;
+#[cfg(test)]
+mod replica_tests;
 mod segment;
 #[cfg(test)]
 mod test_util;

@@ -222,7 +222,7 @@ impl LogLoader<'_> {
     /// `log_end_offset`, then the headers of the batches from its offset on;
     /// and the `.txnindex` of the `rebuilt` segments (see the module docs).
     /// Deletes stray and invalid snapshots; returns the state and the snapshots kept.
-    fn load_producer_state(
+    pub(crate) fn load_producer_state(
         &self,
         segments: &mut BTreeMap<i64, LogSegment>,
         log_end_offset: i64,

@@ -17,6 +17,23 @@
 //! updated under the log's lock by every append (duplicates are answered
 //! with their original offsets, not appended again), saved to
 //! `<offset>.snapshot` at every roll and at close (the last two are kept).
+//!
+//! Leader epochs: each log has a [`LeaderEpochCache`] (`leader-epoch-checkpoint`).
+//! Leader appends (clients, coordinators, markers) stamp every batch's
+//! `partition_leader_epoch` with the log's leader epoch (the latest in the
+//! log, 0 for a new one, until [`PartitionLog::become_leader`] says otherwise);
+//! follower appends keep the leader's stamp. Every append records where each
+//! epoch began, so OffsetForLeaderEpoch can be answered
+//! ([`PartitionLog::end_offset_for_epoch`]).
+//!
+//! Replication lives in submodules: `replica` (follower appends and the
+//! externally driven high watermark), `truncation` (Kafka's `truncateTo` and
+//! `truncateFullyAndStartAt`), `epochs` (loading the epoch cache at open).
+
+mod epochs;
+mod replica;
+mod truncation;
+
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -26,7 +43,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use floe_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType as KTimestampType};
 use floe_protocol::record_batch::{
-    assign_offsets, set_log_append_time, BatchIter, RecordBatchHeader, TimestampType,
+    assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter, RecordBatchHeader,
+    TimestampType,
 };
 use floe_protocol::FileRegion;
 use tokio::sync::Notify;
@@ -38,6 +56,7 @@ use crate::config::{LogConfig, MessageTimestampType};
 use crate::error::{IoContext, Result, StorageError};
 use crate::failpoint;
 use crate::file_names::{deleted_file, snapshot_file};
+use crate::leader_epoch_cache::LeaderEpochCache;
 use crate::loader::LogLoader;
 use crate::log_dir_failure::LogDirFailureChannel;
 use crate::producer_state::{
@@ -139,6 +158,16 @@ struct LogState {
     high_watermark: i64,
     /// Where the high watermark sits in the files: reads stop there.
     high_watermark_position: SegmentPosition,
+    /// Appends are complete up to here: written, and fsynced where
+    /// `flush.messages` asked. Without replication the high watermark is this.
+    completed_end: i64,
+    /// Where `completed_end` sits in the files.
+    completed_position: SegmentPosition,
+    /// Replicated: only [`PartitionLog::update_high_watermark`] moves the high watermark.
+    replicated: bool,
+    /// Replicated: the high watermark last asked for; the high watermark
+    /// follows it as far as `completed_end` allows.
+    high_watermark_target: i64,
     recovery_point: i64,
     unflushed_messages: i64,
     last_flush_ms: Option<i64>,
@@ -153,6 +182,10 @@ struct LogState {
     /// watermark (Kafka's unreplicated transactions): first offset → marker
     /// offset. They hold the last stable offset until the high watermark passes the marker.
     unreplicated: BTreeMap<i64, i64>,
+    /// Where each leader epoch began in this log.
+    epochs: LeaderEpochCache,
+    /// The epoch leader appends stamp into their batches (0: the single broker's).
+    leader_epoch: i32,
 }
 
 /// A byte position in one segment's log file.
@@ -180,6 +213,18 @@ impl LogState {
             self.high_watermark_position = position;
             let hw = self.high_watermark;
             self.unreplicated.retain(|_, &mut marker| marker >= hw);
+        }
+    }
+
+    /// An append (or a flush) completed the log up to `offset`, at `position`:
+    /// without replication the high watermark follows at once.
+    fn complete_to(&mut self, offset: i64, position: SegmentPosition) {
+        if offset > self.completed_end {
+            self.completed_end = offset;
+            self.completed_position = position;
+        }
+        if !self.replicated {
+            self.advance_high_watermark(offset, position);
         }
     }
 
@@ -293,6 +338,7 @@ impl PartitionLog {
             log_start_offset,
         }
         .load()?;
+        let epochs = epochs::load(dir, &loaded)?;
         debug!(
             topic,
             partition,
@@ -313,6 +359,13 @@ impl PartitionLog {
                 segment_base_offset: 0,
                 position: 0,
             },
+            completed_end: loaded.log_end_offset,
+            completed_position: SegmentPosition {
+                segment_base_offset: 0,
+                position: 0,
+            },
+            replicated: false,
+            high_watermark_target: loaded.log_end_offset,
             recovery_point: loaded.recovery_point,
             unflushed_messages: 0,
             last_flush_ms: None,
@@ -321,8 +374,13 @@ impl PartitionLog {
             producers: loaded.producers,
             snapshots: loaded.snapshots,
             unreplicated: BTreeMap::new(),
+            // Until told otherwise, appends go on in the latest epoch written:
+            // a default below it would wipe the epochs above it from the cache.
+            leader_epoch: epochs.latest_epoch().unwrap_or(0),
+            epochs,
         };
         state.high_watermark_position = state.log_end_position();
+        state.completed_position = state.high_watermark_position;
         Ok(Self {
             topic: topic.to_string(),
             partition,
@@ -424,7 +482,8 @@ impl PartitionLog {
     }
 
     /// Offsets below it are readable by consumers: the log end offset, once
-    /// the fsync that `flush.messages` asked of the last append has returned.
+    /// the fsync that `flush.messages` asked of the last append has returned;
+    /// for a replicated log, what [`PartitionLog::update_high_watermark`] set.
     pub fn high_watermark(&self) -> i64 {
         self.state().high_watermark
     }
@@ -504,6 +563,11 @@ impl PartitionLog {
     /// the append is complete (until then the high watermark stays below it).
     fn write_batches(&self, records: &mut [u8], now_ms: i64, origin: AppendOrigin) -> Result<(LogAppendInfo, bool)> {
         self.check_live()?;
+        if origin == AppendOrigin::Replication {
+            return Err(StorageError::InvalidRecord {
+                reason: "a leader's batches are appended by append_as_follower, offsets kept".into(),
+            });
+        }
         let mut batches = Vec::new();
         // (index into `batches`, producer fields) of the idempotent batches.
         let mut producer_batches = Vec::new();
@@ -575,7 +639,7 @@ impl PartitionLog {
                     first_offset = original.first_offset, "duplicate batch not appended");
                 // If the original append's fsync has not returned yet, the
                 // retry is acknowledged only once the batch is durable.
-                let flush_due = original.last_offset >= st.high_watermark;
+                let flush_due = original.last_offset >= st.completed_end;
                 let info = LogAppendInfo {
                     first_offset: original.first_offset,
                     last_offset: original.last_offset,
@@ -638,6 +702,11 @@ impl PartitionLog {
         let last_offset = first_offset + record_count - 1;
         let rolled = self.maybe_roll(st, records.len() as u64, last_offset, now_ms);
         self.refuse_or_go_offline(rolled)?;
+        // The leader's stamp (not covered by the CRC): followers learn epochs from it.
+        set_partition_leader_epoch(records, st.leader_epoch);
+        let epoch = st.leader_epoch;
+        let assigned = st.epochs.assign(epoch, first_offset).map(drop);
+        self.offline_on_io_error(assigned)?;
         let next = assign_offsets(records, first_offset);
         for b in batches.iter_mut() {
             b.base_offset += first_offset;
@@ -654,12 +723,13 @@ impl PartitionLog {
     }
 
     /// Ends an append under the lock: without an fsync to wait for, the
-    /// append is complete now and the high watermark passes it.
+    /// append is complete now and (unless the log is replicated) the high
+    /// watermark passes it.
     fn complete_append(st: &mut LogState, flush_due: bool) {
         if !flush_due {
             let end = st.log_end_position();
             let next = st.log_end_offset;
-            st.advance_high_watermark(next, end);
+            st.complete_to(next, end);
         }
     }
 
@@ -753,6 +823,57 @@ impl PartitionLog {
         Ok(offset)
     }
 
+    /// Makes this log's leader appends stamp `epoch` (the partition's leader
+    /// epoch, from the controller) and records that it begins at the log end
+    /// offset, as Kafka's `Partition.makeLeader` does before any append: a
+    /// follower asking OffsetForLeaderEpoch for an older epoch then learns
+    /// where it ended even if nothing is written in the new one yet.
+    ///
+    /// # Errors
+    /// [`StorageError::FencedLeaderEpoch`] for an epoch older than the latest
+    /// recorded; [`StorageError::InvalidConfig`] for a negative epoch;
+    /// [`StorageError::Io`] if the epoch checkpoint cannot be written (the
+    /// directory goes offline).
+    pub fn become_leader(&self, epoch: i32) -> Result<()> {
+        self.check_live()?;
+        let mut st = self.state();
+        if let Some(latest) = st.epochs.latest_epoch().filter(|&l| epoch < l) {
+            return Err(StorageError::FencedLeaderEpoch { epoch, latest });
+        }
+        let end = st.log_end_offset;
+        let assigned = st.epochs.assign(epoch, end).map(drop);
+        self.offline_on_io_error(assigned)?;
+        st.leader_epoch = epoch;
+        Ok(())
+    }
+
+    /// The epoch leader appends stamp into their batches: the one
+    /// [`PartitionLog::become_leader`] set, else the latest in the log
+    /// when it was opened (0 for a new log: the single broker's epoch).
+    pub fn leader_epoch(&self) -> i32 {
+        self.state().leader_epoch
+    }
+
+    /// OffsetForLeaderEpoch's answer for `epoch` (Kafka's `endOffsetForEpoch`):
+    /// the largest known epoch at or below it and the offset where it ended
+    /// (the log end offset for the latest epoch); `(-1, -1)` when unknown. A
+    /// follower truncates to the answer before fetching from its new leader.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let st = self.state();
+        st.epochs.end_offset_for(epoch, st.log_end_offset)
+    }
+
+    /// The latest leader epoch written in this log, if any: what a follower
+    /// sends in OffsetForLeaderEpoch, and a fetch's `last_fetched_epoch`.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.state().epochs.latest_epoch()
+    }
+
+    /// Every leader epoch of the log and where it began, oldest first.
+    pub fn epoch_entries(&self) -> Vec<crate::EpochEntry> {
+        self.state().epochs.entries()
+    }
+
     /// Kafka's last stable offset: the first offset of the oldest transaction
     /// not yet complete (ongoing, or its marker still above the high
     /// watermark), never below the log start offset, capped by the high watermark.
@@ -794,27 +915,41 @@ impl PartitionLog {
     /// segment would pass `segment.bytes`, is older than `segment.ms`, or could not
     /// index `last_offset` relative to its base.
     fn maybe_roll(&self, st: &mut LogState, len: u64, last_offset: i64, now_ms: i64) -> Result<()> {
+        match Self::roll_reason(st, len, last_offset, now_ms) {
+            Some(reason) => self.roll(st, reason),
+            None => Ok(()),
+        }
+    }
+
+    /// Why an append of `len` bytes ending at `last_offset` must go to a new
+    /// segment, if it must (see [`Self::maybe_roll`]).
+    fn roll_reason(st: &LogState, len: u64, last_offset: i64, now_ms: i64) -> Option<&'static str> {
         let active = st.active();
         if active.is_empty() {
-            return Ok(());
-        }
-        let reason = if active.size + len > st.config.segment_bytes {
-            "segment.bytes"
+            None
+        } else if active.size + len > st.config.segment_bytes {
+            Some("segment.bytes")
         } else if active
             .rolling_timestamp_ms
             .is_some_and(|t| now_ms.saturating_sub(t) > st.config.segment_ms)
         {
-            "segment.ms"
+            Some("segment.ms")
         } else if last_offset - active.base_offset > i64::from(u32::MAX) {
-            "relative offset overflow"
+            Some("relative offset overflow")
         } else {
-            return Ok(());
-        };
-        self.roll(st, reason)
+            None
+        }
     }
 
     fn roll(&self, st: &mut LogState, reason: &str) -> Result<()> {
         let base = st.log_end_offset;
+        self.roll_at(st, base, reason)
+    }
+
+    /// Rolls to a new segment based at `base` (the log end offset, or for a
+    /// follower the base offset of the next batch: the leader's log may have
+    /// a gap there, left by compaction).
+    fn roll_at(&self, st: &mut LogState, base: i64, reason: &str) -> Result<()> {
         if st.segments.contains_key(&base) {
             return Ok(());
         }
@@ -1174,6 +1309,9 @@ impl PartitionLog {
             st.log_start_offset = st.log_start_offset.max(offset);
             let removed = Self::take_segments(&mut st, |_, _| false);
             let snapshots = Self::take_snapshots_below_log_start(&mut st);
+            let start = st.log_start_offset;
+            let epochs = st.epochs.truncate_from_start(start);
+            self.offline_on_io_error(epochs)?;
             (removed, snapshots, st.log_start_offset)
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
@@ -1269,6 +1407,9 @@ impl PartitionLog {
                     false
                 }
             });
+            let start = st.log_start_offset;
+            let epochs = st.epochs.truncate_from_start(start);
+            self.offline_on_io_error(epochs)?;
             (removed, Self::take_snapshots_below_log_start(&mut st))
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
@@ -1413,12 +1554,18 @@ impl PartitionLog {
             // Reads stop at the high watermark's position: if it pointed into
             // a replaced segment, it now points at the end of the cleaned one
             // (the high watermark is never inside a cleaned range).
-            let hw = st.high_watermark_position;
-            if hw.segment_base_offset >= base && hw.segment_base_offset < group_end.max(base + 1) {
-                st.high_watermark_position = SegmentPosition {
-                    segment_base_offset: base,
-                    position: size,
-                };
+            let replaced = |p: &SegmentPosition| {
+                p.segment_base_offset >= base && p.segment_base_offset < group_end.max(base + 1)
+            };
+            let cleaned_end = SegmentPosition {
+                segment_base_offset: base,
+                position: size,
+            };
+            if replaced(&st.high_watermark_position) {
+                st.high_watermark_position = cleaned_end;
+            }
+            if replaced(&st.completed_position) {
+                st.completed_position = cleaned_end;
             }
             deleted
         };
@@ -1528,7 +1675,10 @@ impl PartitionLog {
         st.unflushed_messages = (st.unflushed_messages - unflushed).max(0);
         // Everything written before the fsyncs began is durable: appends
         // waiting on `flush.messages` are complete up to there.
-        st.advance_high_watermark(target, target_position);
+        st.complete_to(target, target_position);
+        if st.replicated {
+            self.follow_high_watermark_target(&mut st);
+        }
         Ok(())
     }
 
@@ -1993,6 +2143,29 @@ mod tests {
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5);
         assert_eq!(read_all(&log, 0).len(), 5);
+    }
+
+    /// A replicated log: the leader's high watermark never passes an append
+    /// still waiting for its `flush.messages` fsync; it follows when the fsync returns.
+    #[test]
+    fn a_replicated_high_watermark_waits_for_the_flush_messages_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), config(&[("flush.messages", "1")]));
+        log.set_replicated(true);
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        assert!(flush_due);
+        assert_eq!(log.high_watermark(), 0, "replicated: appends do not move it");
+        assert!(log.update_high_watermark(5).unwrap());
+        assert_eq!(log.high_watermark(), 2, "held at what is durable");
+        log.flush().unwrap();
+        assert_eq!(log.high_watermark(), 5, "the asked-for high watermark once the fsync returned");
+        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        assert!(flush_due);
+        log.update_high_watermark(6).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.high_watermark(), 6, "no further than asked");
+        assert_eq!(read_all(&log, 0).len(), 5, "the batch 5-7 is not wholly below 6");
     }
 
     #[test]

@@ -101,6 +101,15 @@ impl OffsetIndex {
         self.index.push((rel, pos));
     }
 
+    /// Drops the entries pointing at or past `position` (the log was cut there).
+    ///
+    /// # Errors
+    /// [`crate::StorageError::Io`] if the file cannot be cut.
+    pub(crate) fn truncate_to_position(&mut self, position: u64) -> Result<()> {
+        let keep = self.index.entries().partition_point(|&(_, p)| u64::from(p) < position);
+        self.index.truncate(keep)
+    }
+
     /// Writes the entries added since the last call, with one `write`.
     pub(crate) fn persist(&mut self) -> Result<()> {
         self.index.persist()

@@ -219,6 +219,10 @@ impl ProducerStateManager {
     /// # Errors
     /// [`StorageError::InvalidProducerEpoch`], [`StorageError::OutOfOrderSequence`].
     pub(crate) fn check(&self, batches: &[ProducerBatch], origin: AppendOrigin) -> Result<AppendCheck> {
+        if origin == AppendOrigin::Replication {
+            // The leader judged these batches; a follower only records them.
+            return Ok(AppendCheck::Append);
+        }
         // (producer id, epoch, last sequence) after the earlier batches of this append.
         let mut pending: Vec<(i64, i16, i32)> = Vec::new();
         for b in batches {

@@ -4,8 +4,11 @@
 //!
 //! A segment is append-only: batches are written at its end with positioned
 //! writes, never rewritten. Only recovery truncates one, before the log is
-//! shared. Readers therefore may `pread` any range below a size they observed
-//! without holding the log's lock.
+//! shared, and a replica's truncation (`PartitionLog::truncate_to`), which
+//! normally cuts only above the high watermark, where no read goes. Readers
+//! therefore may `pread` any range below a size they observed without holding
+//! the log's lock; a read in flight while a truncation cuts below the high
+//! watermark (an unclean leader change) may come up short and fail, as in Kafka.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -358,5 +361,30 @@ impl LogSegment {
             std::fs::remove_file(&deleted).ctx("delete", &deleted)?;
         }
         Ok(())
+    }
+
+    /// The first half of [`LogSegment::delete_files`]: renames the files to
+    /// `*.deleted` and returns those names, to be removed once the log's lock
+    /// is released. The `.log` goes first: a crash after it leaves indexes
+    /// without a log, which recovery removes, so the segment vanishes in one
+    /// step. Recovery also removes the `.deleted` files a crash left.
+    pub(crate) fn rename_for_deletion(self) -> Result<Vec<PathBuf>> {
+        let paths = [
+            self.log_path.to_path_buf(),
+            self.offset_index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
+            self.txn_index.path().to_path_buf(),
+        ];
+        drop(self);
+        let mut renamed = Vec::with_capacity(paths.len());
+        for path in paths {
+            let deleted = deleted_file(&path);
+            match std::fs::rename(&path, &deleted) {
+                Ok(()) => renamed.push(deleted),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).ctx("rename for deletion", &path),
+            }
+        }
+        Ok(renamed)
     }
 }

@@ -99,6 +99,16 @@ impl TimeIndex {
         self.index.push((timestamp, rel));
     }
 
+    /// Drops the entries naming offsets at or past `offset` (the log was cut there).
+    ///
+    /// # Errors
+    /// [`crate::StorageError::Io`] if the file cannot be cut.
+    pub(crate) fn truncate_to_offset(&mut self, offset: i64) -> Result<()> {
+        let base = self.base_offset;
+        let keep = self.index.entries().partition_point(|&(_, rel)| base + i64::from(rel) < offset);
+        self.index.truncate(keep)
+    }
+
     /// Writes the entries added since the last call, with one `write`.
     pub(crate) fn persist(&mut self) -> Result<()> {
         self.index.persist()

@@ -15,7 +15,7 @@
 //! offset  size  field
 //!      0     8  baseOffset            i64  assigned at append
 //!      8     4  batchLength           i32  = 66
-//!     12     4  partitionLeaderEpoch  i32  = 0 (Floe's one leader epoch)
+//!     12     4  partitionLeaderEpoch  i32  the log's leader epoch, stamped at append
 //!     16     1  magic                 i8   = 2
 //!     17     4  crc                   u32  CRC-32C of bytes 21..78
 //!     21     2  attributes            i16  = 0x30 (transactional | control), uncompressed, CreateTime
@@ -108,13 +108,18 @@ impl ControlRecordType {
 
 /// Who writes a batch (Kafka's `AppendOrigin`): a client's batches get every
 /// producer check; a coordinator's own transactional batches (TxnOffsetCommit
-/// in `__consumer_offsets`) carry no sequence and are checked by epoch only.
+/// in `__consumer_offsets`) carry no sequence and are checked by epoch only;
+/// a follower's copies of its leader's batches are not checked at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOrigin {
     /// A producer, through Produce.
     Client,
     /// A coordinator writing its own internal topic.
     Coordinator,
+    /// A follower copying its leader's log: the leader checked the batches,
+    /// so producer state is recorded, never refused. Only
+    /// [`crate::PartitionLog::append_as_follower`] appends with it.
+    Replication,
 }
 
 /// What the partition knows of one producer (DescribeProducers' `ProducerState`).

@@ -148,6 +148,24 @@ impl TransactionIndex {
         file_write(&file, &encode(&entry), position, &self.path)
     }
 
+    /// Drops the entries whose marker is at or past `offset` (the log was cut there).
+    ///
+    /// # Errors
+    /// [`crate::StorageError::Io`] if the file cannot be cut.
+    pub(crate) fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        let keep = self.entries.partition_point(|e| e.last_offset < offset);
+        if keep == self.entries.len() {
+            return Ok(());
+        }
+        self.entries.truncate(keep);
+        match &self.file {
+            Some(f) => f
+                .set_len((keep * ENTRY_SIZE) as u64)
+                .ctx("truncate transaction index", &self.path),
+            None => Ok(()),
+        }
+    }
+
     /// The entries, in marker order.
     pub(crate) fn entries(&self) -> &[AbortedTxn] {
         &self.entries
