@@ -1065,6 +1065,28 @@ impl PartitionLog {
         min_one_batch: bool,
         isolation: IsolationLevel,
     ) -> Result<FetchDataInfo> {
+        self.read_bounded(fetch_offset, max_bytes, min_one_batch, isolation, false)
+    }
+
+    /// [`PartitionLog::read`] for a follower replica's fetch (Kafka's
+    /// `FetchIsolation.LOG_END`): up to the log end offset, past the high
+    /// watermark, since the high watermark moves only once followers have fetched
+    /// what lies above it.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::read`].
+    pub fn read_for_replica(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FetchDataInfo> {
+        self.read_bounded(fetch_offset, max_bytes, min_one_batch, IsolationLevel::ReadUncommitted, true)
+    }
+
+    fn read_bounded(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+        isolation: IsolationLevel,
+        to_log_end: bool,
+    ) -> Result<FetchDataInfo> {
         self.check_live()?;
         let committed = isolation == IsolationLevel::ReadCommitted;
         let (file, path, start, end, lso_scan_from, holes, mut info) = {
@@ -1087,14 +1109,21 @@ impl PartitionLog {
                 last_stable_offset: last_stable,
                 aborted_transactions: committed.then(Vec::new),
             };
-            let limit = if committed { last_stable } else { hw };
+            let limit = if to_log_end {
+                st.log_end_offset
+            } else if committed {
+                last_stable
+            } else {
+                hw
+            };
             if fetch_offset >= limit {
                 return Ok(info);
             }
             let Some(seg) = st.segment_for(fetch_offset) else {
                 return Ok(info);
             };
-            let Some(end) = st.high_watermark_end(seg.base_offset, seg.size) else {
+            let end = if to_log_end { Some(seg.size) } else { st.high_watermark_end(seg.base_offset, seg.size) };
+            let Some(end) = end else {
                 return Ok(info);
             };
             // Where to look for the batch starting at the LSO, if it lies in this segment below the high watermark.

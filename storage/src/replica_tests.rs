@@ -536,3 +536,21 @@ fn a_crash_at_every_truncation_step_leaves_a_consistent_log() {
         }
     }
 }
+
+#[test]
+fn a_replica_fetch_reads_past_the_high_watermark_up_to_the_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), config(&[]));
+    log.set_replicated(true);
+    for _ in 0..3 {
+        log.append(&mut batch(2, 1, 10), 0).unwrap();
+    }
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (6, 0));
+    assert!(log.read(0, 1 << 20, true, UNCOMMITTED).unwrap().region.is_none(), "consumers see nothing yet");
+    let info = log.read_for_replica(0, 1 << 20, true).unwrap();
+    assert_eq!(info.high_watermark, 0);
+    let bytes = info.region.unwrap().read_to_vec().unwrap();
+    assert_eq!(decode(&bytes).len(), 6, "a follower gets every record up to the log end");
+    assert!(log.read_for_replica(6, 1 << 20, true).unwrap().region.is_none());
+    assert!(matches!(log.read_for_replica(7, 1 << 20, true), Err(crate::StorageError::OffsetOutOfRange { .. })));
+}
