@@ -40,6 +40,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod quota;
 pub mod raw_config;
+pub mod replication;
 pub mod run;
 pub mod security;
 pub mod server;

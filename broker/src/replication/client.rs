@@ -1,0 +1,1 @@
+//! An outbound Kafka connection (placeholder until written).

@@ -1,0 +1,1 @@
+//! A follower's replica fetchers (placeholder until written).
