@@ -38,6 +38,8 @@ pub struct Broker {
     pub ktls: bool,
     /// This broker's cluster membership: the live brokers and the controller.
     pub cluster: floe_cluster::Membership,
+    /// This broker's role per partition of the cluster, and as leader its followers.
+    pub replicas: Arc<crate::replication::ReplicaManager>,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -76,6 +78,13 @@ impl Broker {
 }
 
 impl Broker {
+    /// Hands the partitions this broker follows to its replica fetchers.
+    pub fn fetchers_follow(&self, following: Vec<crate::replication::replica_manager::Following>, brokers: &std::collections::BTreeMap<i32, floe_cluster::BrokerRegistration>) {
+        // The fetchers arrive with the follower side of replication; until then a
+        // cluster refuses replication factors above 1, so nothing is followed.
+        let _ = (following, brokers);
+    }
+
     /// Whether this broker is part of an etcd cluster (rather than alone).
     pub fn is_clustered(&self) -> bool {
         self.cluster.is_clustered()
@@ -102,11 +111,14 @@ impl Broker {
                 }
                 Some(_) => {}
             }
-            // Led here, but the local log not created yet: retriable.
+            // Given the leadership, but not taken it yet (log not open, epoch not
+            // recorded): retriable.
+            let taken = self.replicas.is_leader(&floe_cluster::TopicPartition::new(topic, partition));
             return self
                 .logs
                 .partition(topic, partition)
-                .ok_or_else(|| (ResponseError::NotLeaderOrFollower, format!("{topic}-{partition}: this broker's log is not open yet")));
+                .filter(|_| taken)
+                .ok_or_else(|| (ResponseError::NotLeaderOrFollower, format!("{topic}-{partition}: this broker is becoming its leader")));
         }
         self.logs.partition(topic, partition).ok_or_else(unknown)
     }

@@ -10,9 +10,10 @@
 //!   name of a topic the metadata lists under another id is deleted, as Kafka deletes a
 //!   replica whose topic id does not match.
 //!
-//! Until replication between brokers exists, every broker keeps logs for every
-//! partition of every topic, and only a partition's leader writes to or serves its
-//! log; the other brokers' logs of it stay empty.
+//! Every broker keeps logs for every partition of every topic; only a partition's
+//! replicas fill theirs. After applying the topics, the same task hands the view to
+//! the [`crate::replication::ReplicaManager`] (roles) and the fetchers, on every change
+//! and on a short tick (logs opened late, ISR checks).
 //!
 //! The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`)
 //! are still each broker's own and are left alone here.
@@ -20,35 +21,58 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use floe_cluster::{ClusterView, TopicAssignment};
+use floe_cluster::TopicAssignment;
 use floe_storage::LogManager;
-use tokio::sync::watch;
 use tracing::{info, warn};
+
+use crate::broker::Broker;
 
 use crate::handlers::is_internal_topic;
 
-/// Keeps the data directory's topics on the cluster's until `view` closes.
-pub async fn run(logs: Arc<LogManager>, mut view: watch::Receiver<ClusterView>) {
+/// How often roles are re-applied and ISRs checked without a change of view (logs
+/// opened late, followers falling behind).
+const TICK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Keeps the data directory's topics on the cluster's, and this broker's roles on the
+/// view's, until the membership ends.
+pub async fn run(broker: Arc<Broker>) {
+    let mut view = broker.cluster.subscribe();
     let mut known: BTreeSet<String> = BTreeSet::new();
     let mut strays_reported = false;
+    let mut tick = tokio::time::interval(TICK);
+    // Whether the view changed since the topics were last applied.
+    let mut changed = true;
     loop {
-        let topics = {
+        let snapshot = {
             let v = view.borrow_and_update();
-            v.synced.then(|| v.topics.clone())
+            v.synced.then(|| v.clone())
         };
-        if let Some(topics) = topics {
-            let logs = logs.clone();
-            let previous = std::mem::take(&mut known);
-            let report_strays = !strays_reported;
-            let applied = tokio::task::spawn_blocking(move || apply(&logs, &topics, &previous, report_strays)).await;
-            match applied {
-                Ok(now_known) => known = now_known,
-                Err(e) => tracing::error!(error = %e, "applying the cluster's topics failed"),
+        if let Some(v) = snapshot {
+            if std::mem::take(&mut changed) {
+                let logs = broker.logs.clone();
+                let previous = std::mem::take(&mut known);
+                let report_strays = !strays_reported;
+                let topics = v.topics.clone();
+                let applied = tokio::task::spawn_blocking(move || apply(&logs, &topics, &previous, report_strays)).await;
+                match applied {
+                    Ok(now_known) => known = now_known,
+                    Err(e) => tracing::error!(error = %e, "applying the cluster's topics failed"),
+                }
+                strays_reported = true;
             }
-            strays_reported = true;
+            let following = broker.replicas.apply(&v, &broker.logs);
+            broker.replicas.shrink_isrs();
+            broker.metrics.replication.max_follower_lag.set(broker.replicas.max_follower_lag());
+            broker.fetchers_follow(following, &v.brokers);
         }
-        if view.changed().await.is_err() {
-            return;
+        tokio::select! {
+            closed = view.changed() => {
+                if closed.is_err() {
+                    return;
+                }
+                changed = true;
+            }
+            _ = tick.tick() => {}
         }
     }
 }

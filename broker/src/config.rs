@@ -61,6 +61,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
+    s("replica.lag.time.max.ms", "30000", "In a cluster: a follower that has not caught up with its leader for this long leaves the ISR (and rejoins once it reaches the high watermark)."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
     s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
@@ -169,6 +170,8 @@ pub struct BrokerConfig {
     pub default_replication_factor: i32,
     /// `unclean.leader.election.enable`.
     pub unclean_leader_election: bool,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: u64,
     /// Largest request frame.
     pub socket_request_max_bytes: usize,
     /// Idle connection timeout.
@@ -338,6 +341,7 @@ impl ConfigBuilder {
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
+            replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
             socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,
             connections_max_idle_ms: parse_positive(r, "connections.max.idle.ms")?,
             max_connections: parse_positive(r, "max.connections")?,

@@ -58,6 +58,8 @@ pub struct Metrics {
     pub active_controller_count: IntGauge,
     /// The controller's node id as this broker last saw it (-1: none known).
     pub cluster_controller_id: IntGauge,
+    /// Replication: leaders, ISR changes, follower lag.
+    pub replication: ReplicationMetrics,
     /// Iceberg tiering, per table.
     pub iceberg: IcebergMetrics,
     /// The log cleaner (compaction), read from its statistics at every scrape.
@@ -210,6 +212,47 @@ impl IcebergMetrics {
     }
 }
 
+/// Replication as the leader sees it (Kafka's `ReplicaManager` metrics).
+#[derive(Debug, Clone)]
+pub struct ReplicationMetrics {
+    /// Partitions this broker leads.
+    pub leader_partitions: IntGauge,
+    /// Partitions this broker leads whose ISR is smaller than their replica set.
+    pub under_replicated_partitions: IntGauge,
+    /// ISR shrinks this broker (as leader) wrote.
+    pub isr_shrinks: IntCounter,
+    /// ISR expansions this broker (as leader) wrote.
+    pub isr_expands: IntCounter,
+    /// The largest lag in records of an in-sync follower behind this broker's log end.
+    pub max_follower_lag: IntGauge,
+}
+
+impl ReplicationMetrics {
+    fn new() -> Self {
+        Self {
+            leader_partitions: IntGauge::new("floe_leader_partitions", "Partitions this broker leads (Kafka's LeaderCount)").expect("metric"),
+            under_replicated_partitions: IntGauge::new(
+                "floe_under_replicated_partitions",
+                "Partitions this broker leads whose ISR is smaller than their replica set (Kafka's UnderReplicatedPartitions)",
+            )
+            .expect("metric"),
+            isr_shrinks: IntCounter::new("floe_isr_shrinks_total", "ISR shrinks written by this broker as leader").expect("metric"),
+            isr_expands: IntCounter::new("floe_isr_expands_total", "ISR expansions written by this broker as leader").expect("metric"),
+            max_follower_lag: IntGauge::new("floe_replica_max_lag", "Largest lag, in records, of an in-sync follower behind this leader").expect("metric"),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.leader_partitions.clone()),
+            Box::new(self.under_replicated_partitions.clone()),
+            Box::new(self.isr_shrinks.clone()),
+            Box::new(self.isr_expands.clone()),
+            Box::new(self.max_follower_lag.clone()),
+        ]
+    }
+}
+
 impl Metrics {
     /// Registers every metric in a fresh registry.
     ///
@@ -279,6 +322,7 @@ impl Metrics {
             IntGauge::new("floe_active_controller_count", "1 when this broker is the cluster's controller (Kafka's ActiveControllerCount)").expect("metric");
         let cluster_controller_id =
             IntGauge::new("floe_cluster_controller_id", "The controller's node id as this broker last saw it; -1 while none is known").expect("metric");
+        let replication = ReplicationMetrics::new();
         let iceberg = IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
         for c in [
@@ -300,6 +344,7 @@ impl Metrics {
             Box::new(cluster_controller_id.clone()),
         ]
         .into_iter()
+        .chain(replication.collectors())
         .chain(iceberg.collectors())
         .chain(cleaner.collectors())
         {
@@ -330,6 +375,7 @@ impl Metrics {
             cluster_live_brokers,
             active_controller_count,
             cluster_controller_id,
+            replication,
             iceberg,
             cleaner,
         }

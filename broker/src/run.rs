@@ -161,9 +161,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     }
     metrics.ktls_enabled.set(i64::from(ktls));
     tokio::spawn(publish_cluster_view(cluster.subscribe(), config.node_id, metrics.clone()));
-    if cluster.is_clustered() {
-        tokio::spawn(crate::cluster_topics::run(logs.clone(), cluster.subscribe()));
-    }
+
     {
         let failure = logs.log_dir_failure();
         let dir = failure.dir().display().to_string();
@@ -240,6 +238,8 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
     };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
+    let (replicas, isr_requests) =
+        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), metrics.clone());
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),
@@ -252,8 +252,13 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         dynamic_config: Arc::new(dynamic_config),
         ktls,
         cluster,
+        replicas: Arc::new(replicas),
         shutdown: shutdown.clone(),
     });
+    if broker.cluster.is_clustered() {
+        tokio::spawn(crate::cluster_topics::run(broker.clone()));
+        tokio::spawn(crate::replication::replica_manager::run_isr_writer(broker.clone(), isr_requests));
+    }
     if let Some(tls) = &tls {
         tokio::spawn(crate::security::tls::reload_on_signal(tls.clone(), shutdown.clone()));
     }

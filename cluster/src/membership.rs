@@ -149,6 +149,16 @@ impl Membership {
         topics::delete_topic(&mut w.client, &w.prefix, w.timeout, name).await
     }
 
+    /// Changes the ISR of a partition this broker leads, if its state is still
+    /// `expected` (see Kafka's AlterPartition): `Ok(false)` when it moved meanwhile.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn alter_isr(&self, tp: &crate::TopicPartition, expected: &crate::PartitionState, isr: Vec<i32>) -> Result<bool, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::alter_isr(&mut w.client, &w.prefix, w.timeout, tp, expected, isr).await
+    }
+
     /// Waits until the view satisfies `ready` (e.g. shows a topic just created), for
     /// at most `timeout`; returns whether it does.
     pub async fn wait_for_view(&self, timeout: Duration, ready: impl Fn(&ClusterView) -> bool) -> bool {

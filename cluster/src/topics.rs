@@ -1,5 +1,6 @@
-//! Topic writes any broker makes on behalf of an admin request: creating a topic
-//! (its assignment and its partitions' first states) and deleting one.
+//! Writes any broker makes outside the controller: creating a topic (its assignment
+//! and its partitions' first states) and deleting one, on behalf of admin requests;
+//! and a partition leader's change of its ISR.
 //!
 //! Creation needs no controller: "create if absent" is one etcd transaction, so of two
 //! brokers creating the same name at once exactly one succeeds. etcd caps a
@@ -13,7 +14,7 @@ use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use tracing::info;
 
 use crate::etcd_session::{bounded, partition_key, partitions_prefix, topic_key};
-use crate::{initial_partition_state, ClusterError, TopicAssignment, TopicPartition};
+use crate::{initial_partition_state, ClusterError, PartitionState, TopicAssignment, TopicPartition};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;
@@ -69,4 +70,25 @@ pub(crate) async fn delete_topic(client: &mut Client, prefix: &str, timeout: Dur
     }
     info!(topic = name, "topic deleted from the cluster metadata");
     Ok(())
+}
+
+/// A leader's change of its partition's ISR (Kafka's AlterPartition): written only if
+/// the partition is still exactly as `expected` (its `mod_revision`, the partition epoch)
+/// and `expected` names this broker as leader. `Ok(false)` when the state moved: the
+/// leader re-reads it from its view and decides again.
+///
+/// # Errors
+/// etcd errors.
+pub(crate) async fn alter_isr(client: &mut Client, prefix: &str, timeout: Duration, tp: &TopicPartition, expected: &PartitionState, isr: Vec<i32>) -> Result<bool, ClusterError> {
+    let key = partition_key(prefix, tp);
+    let next = PartitionState { isr, ..expected.clone() };
+    let value = serde_json::to_vec(&next).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, expected.partition_epoch)])
+        .and_then([TxnOp::put(key.as_str(), value, None)]);
+    let written = bounded(timeout, "ISR change", client.txn(txn)).await?.succeeded();
+    if written {
+        info!(partition = %tp, leader = expected.leader, leader_epoch = expected.leader_epoch, old_isr = ?expected.isr, isr = ?next.isr, "ISR changed");
+    }
+    Ok(written)
 }

@@ -8,6 +8,11 @@
 //! answered session-less (session id 0): clients then keep sending full
 //! fetch requests, which is always correct.
 //!
+//! A follower replica's fetch (`replica_id` ≥ 0) reads up to the log end offset rather
+//! than the high watermark, needs CLUSTER_ACTION rather than READ, and tells the
+//! leader the follower's log end offset (the fetch offset), which moves the high
+//! watermark. It is served by the same sendfile path as consumers.
+//!
 //! READ_COMMITTED (`isolation_level` 1) reads stop at the last stable offset
 //! and carry the aborted transactions of the range; the records are sent as
 //! stored (sendfile), and consumers drop the aborted ones, as with Kafka. A
@@ -31,7 +36,14 @@ use crate::broker::Broker;
 use crate::errors::kafka_error;
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
-    let targets = resolve(broker, ctx, &request, version);
+    let replica = follower_id(&request, version);
+    let targets = resolve(broker, ctx, &request, version, replica);
+    if let Some(follower) = replica {
+        // The fetch offset is the follower's log end offset: the high watermark may move.
+        for t in targets.iter().filter(|t| t.log.is_some()) {
+            broker.replicas.record_follower_fetch(&floe_cluster::TopicPartition::new(t.topic_name.clone(), t.partition), follower, t.fetch_offset);
+        }
+    }
     // isolation_level exists from v4; before it every read is READ_UNCOMMITTED.
     let isolation = if version >= 4 { IsolationLevel::from_wire(request.isolation_level) } else { IsolationLevel::ReadUncommitted };
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64);
@@ -46,7 +58,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Fetch
         for w in waits.iter_mut() {
             w.as_mut().enable();
         }
-        let (response, bytes, has_error) = read_all(&targets, max_bytes, isolation);
+        let (response, bytes, has_error) = read_all(&targets, max_bytes, isolation, replica.is_some());
         if bytes >= min_bytes || has_error || waits.is_empty() || Instant::now() >= deadline {
             return response;
         }
@@ -56,11 +68,11 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Fetch
             woken = tokio::time::timeout_at(deadline, any_append) => {
                 if woken.is_err() {
                     // Deadline reached: answer with whatever there is now.
-                    return read_all(&targets, max_bytes, isolation).0;
+                    return read_all(&targets, max_bytes, isolation, replica.is_some()).0;
                 }
             }
             // Shutdown: answer now rather than hold it back for the full wait.
-            _ = shutdown.wait_for(|down| *down) => return read_all(&targets, max_bytes, isolation).0,
+            _ = shutdown.wait_for(|down| *down) => return read_all(&targets, max_bytes, isolation, replica.is_some()).0,
         }
     }
 }
@@ -78,7 +90,18 @@ struct Target {
     topic_slot: usize,
 }
 
-fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, version: i16) -> Vec<Target> {
+/// The node id of the follower replica sending this fetch (`replica_id`, in
+/// `replica_state` from v15), or `None` for a consumer (-1).
+fn follower_id(request: &FetchRequest, version: i16) -> Option<i32> {
+    let id = if version >= 15 { request.replica_state.replica_id.0 } else { request.replica_id.0 };
+    (id >= 0).then_some(id)
+}
+
+fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, version: i16, replica: Option<i32>) -> Vec<Target> {
+    // A follower's fetch needs CLUSTER_ACTION on the cluster (as Kafka's); refused, every
+    // partition answers TOPIC_AUTHORIZATION_FAILED.
+    let follower_denied = replica.is_some()
+        && !broker.authorizer.authorize(ctx, AclOperation::ClusterAction, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
     let mut targets = Vec::new();
     for (slot, topic) in request.topics.iter().enumerate() {
         let by_id = version >= 13;
@@ -92,7 +115,8 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
         // refused client cannot tell which topics exist. A topic id nobody
         // knows has no name to check.
         let checked_name = found.as_ref().map(|t| t.name()).or_else(|| (!by_id).then(|| topic.topic.0.as_str()));
-        let denied = checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name));
+        let denied = follower_denied
+            || (replica.is_none() && checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name)));
         let found = if denied {
             unknown = ResponseError::TopicAuthorizationFailed;
             None
@@ -128,7 +152,7 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
 
 /// Reads every target once. Returns the response, the record bytes in it,
 /// and whether any partition carries an error (which ends long polling).
-fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel) -> (FetchResponseData, u64, bool) {
+fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel, for_replica: bool) -> (FetchResponseData, u64, bool) {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
     let mut last_slot = usize::MAX;
     let mut total = 0u64;
@@ -140,7 +164,7 @@ fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel) -> (F
         }
         let remaining = max_bytes.saturating_sub(total);
         let limit = t.partition_max_bytes.min(remaining);
-        let partition = read_one(t, limit, total == 0, isolation);
+        let partition = read_one(t, limit, total == 0, isolation, for_replica);
         if partition.error_code != 0 {
             has_error = true;
         }
@@ -154,7 +178,7 @@ fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel) -> (F
     (FetchResponseData { topics, ..FetchResponseData::default() }, total, has_error)
 }
 
-fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
+fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationLevel, for_replica: bool) -> FetchPartitionResponse {
     let failed = |code: ResponseError, hw: i64, start: i64| FetchPartitionResponse {
         partition_index: t.partition,
         error_code: code.code(),
@@ -184,7 +208,10 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
             ..FetchPartitionResponse::default()
         };
     }
-    match log.read(t.fetch_offset, limit.min(u64::from(u32::MAX)) as u32, min_one, isolation) {
+    let max_bytes = limit.min(u64::from(u32::MAX)) as u32;
+    // A follower reads up to the log end: the high watermark waits for it.
+    let read = if for_replica { log.read_for_replica(t.fetch_offset, max_bytes, min_one) } else { log.read(t.fetch_offset, max_bytes, min_one, isolation) };
+    match read {
         Ok(info) => FetchPartitionResponse {
             partition_index: t.partition,
             high_watermark: info.high_watermark,

@@ -50,6 +50,9 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
             .as_deref()
             .is_none_or(|id| !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id));
     let mut responses = Vec::with_capacity(request.topic_data.len());
+    // acks=all appends to wait for: (topic slot, partition slot, topic, partition, offset to pass).
+    let mut waits: Vec<(usize, usize, String, i32, i64)> = Vec::new();
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
         let authorized = broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
@@ -68,8 +71,13 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
                 };
                 Err((ResponseError::TransactionalIdAuthorizationFailed, reason))
             } else {
-                append(broker, &name, data.index, data.records.as_deref(), transactional_id.as_deref())
+                append(broker, &name, data.index, data.records.as_deref(), transactional_id.as_deref(), acks)
             };
+            if let Ok(info) = &result {
+                if acks == -1 && broker.is_clustered() && info.last_offset >= 0 {
+                    waits.push((responses.len(), partitions.len(), name.clone(), data.index, info.last_offset + 1));
+                }
+            }
             let response = match result {
                 Ok(info) => PartitionProduceResponse::default()
                     .with_index(data.index)
@@ -98,7 +106,42 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
                 .with_partition_responses(partitions),
         );
     }
+    if !waits.is_empty() {
+        wait_for_replication(broker, &mut responses, waits, timeout, peer).await;
+    }
     ProduceResponse::default().with_responses(responses)
+}
+
+/// `acks=all` in a cluster: each appended partition's answer waits until its ISR has
+/// the records (Kafka's DelayedProduce), or gets the error that ended the wait.
+async fn wait_for_replication(
+    broker: &Broker,
+    responses: &mut [TopicProduceResponse],
+    waits: Vec<(usize, usize, String, i32, i64)>,
+    timeout: std::time::Duration,
+    peer: SocketAddr,
+) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let outcomes = futures_util::future::join_all(waits.iter().map(|(_, _, topic, partition, required)| async move {
+        let tp = floe_cluster::TopicPartition::new(topic.clone(), *partition);
+        let log = broker.leader_log(topic, *partition)?;
+        let min_isr = log.config().min_insync_replicas;
+        broker.replicas.wait_for_replication(&tp, &log, *required, min_isr, deadline).await
+    }))
+    .await;
+    for ((topic_slot, slot, topic, partition, _), outcome) in waits.into_iter().zip(outcomes) {
+        let Err((code, reason)) = outcome else { continue };
+        tracing::info!(%peer, topic = %topic, partition, error = ?code, %reason, "acks=all produce not replicated");
+        if let Some(r) = responses.get_mut(topic_slot).and_then(|t| t.partition_responses.get_mut(slot)) {
+            *r = PartitionProduceResponse::default()
+                .with_index(partition)
+                .with_error_code(code.code())
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1)
+                .with_error_message(message(reason));
+        }
+    }
 }
 
 /// Whether any batch of the request has the transactional bit (a header
@@ -125,9 +168,30 @@ fn append(
     partition: i32,
     records: Option<&[u8]>,
     transactional_id: Option<&str>,
+    acks: i16,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let log = broker.leader_log(topic, partition)?;
     let records = records.ok_or((ResponseError::CorruptMessage, "null records".to_string()))?;
+    let config = log.config();
+    let tp = floe_cluster::TopicPartition::new(topic, partition);
+    if acks == -1 {
+        // Kafka's Partition.appendRecordsToLeader: too small an ISR refuses acks=all at once.
+        broker.replicas.check_min_isr(&tp, config.min_insync_replicas)?;
+    }
+    let appended = append_checked(broker, &log, topic, partition, records, transactional_id)?;
+    broker.replicas.on_leader_append(&tp);
+    Ok(appended)
+}
+
+fn append_checked(
+    broker: &Broker,
+    log: &std::sync::Arc<floe_storage::PartitionLog>,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+    transactional_id: Option<&str>,
+) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
+    let log = log.clone();
     let config = log.config();
     let validated = record_batch::validate_batches(records, config.max_message_bytes as usize).map_err(|e| {
         // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or

@@ -66,10 +66,13 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     })
     .await
     .expect("local membership");
+    let metrics = Arc::new(Metrics::new());
+    let replicas = Arc::new(crate::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), metrics.clone()).0);
     Broker {
         config,
         logs,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
+        replicas,
         groups,
         txns,
         credentials,

@@ -1,0 +1,332 @@
+//! `ReplicaManager`: this broker's role for every partition of the cluster, and the
+//! leader's bookkeeping of its followers (Kafka's `ReplicaManager` and `Partition`).
+//!
+//! On every change of the cluster view, [`ReplicaManager::apply`] makes this broker
+//! the leader of the partitions the controller gave it (`become_leader` with the
+//! leader epoch, so appends are stamped with it and OffsetForLeaderEpoch knows where
+//! it began) and a follower of those it replicates (the fetchers truncate, then copy
+//! the leader's log).
+//!
+//! As leader it learns each follower's log end offset from its fetches, moves the high
+//! watermark to the lowest log end in the ISR, and asks etcd to change the ISR: a
+//! follower behind for `replica.lag.time.max.ms` leaves it, one that reached the high
+//! watermark joins it. An ISR change is written conditional on the partition state
+//! the leader saw (partition epoch); while it is in flight the high watermark counts
+//! the larger of the two ISRs (Kafka's "maximal ISR"), so it never passes a replica
+//! that may still be in sync.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use floe_cluster::{ClusterView, PartitionState, TopicPartition};
+use floe_storage::{LogManager, PartitionLog};
+use kafka_protocol::error::ResponseError;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::isr::{self, FollowerState};
+
+/// A partition this broker leads.
+#[derive(Debug)]
+struct LeaderPartition {
+    log: Arc<PartitionLog>,
+    /// The partition's state as last seen in the view (leader epoch, ISR, partition epoch).
+    state: PartitionState,
+    replicas: Vec<i32>,
+    followers: HashMap<i32, FollowerState>,
+    /// An ISR change sent to etcd and not yet seen back.
+    pending_isr: Option<Vec<i32>>,
+}
+
+impl LeaderPartition {
+    /// The ISR the high watermark waits for: the current one, with the members of a
+    /// pending change added (a shrink not yet written must still be waited for).
+    fn maximal_isr(&self) -> Vec<i32> {
+        let mut isr = self.state.isr.clone();
+        for r in self.pending_isr.iter().flatten() {
+            if !isr.contains(r) {
+                isr.push(*r);
+            }
+        }
+        isr
+    }
+
+    /// Moves the high watermark to the lowest log end offset of the maximal ISR.
+    fn update_high_watermark(&self, node_id: i32) {
+        let isr = self.maximal_isr();
+        let followers = isr.iter().filter(|&&r| r != node_id).map(|r| self.followers.get(r));
+        let hw = isr::high_watermark(self.log.log_end_offset(), followers);
+        if let Err(e) = self.log.update_high_watermark(hw) {
+            warn!(topic = self.log.topic(), partition = self.log.partition(), error = %e, "cannot move the high watermark");
+        }
+    }
+}
+
+/// An ISR change for the writer task.
+#[derive(Debug)]
+pub struct IsrRequest {
+    pub tp: TopicPartition,
+    pub expected: PartitionState,
+    pub isr: Vec<i32>,
+}
+
+/// A partition this broker follows: its leader, at which epoch, and the local log.
+#[derive(Debug, Clone)]
+pub struct Following {
+    pub tp: TopicPartition,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub log: Arc<PartitionLog>,
+}
+
+/// This broker's replicas of the cluster's partitions.
+#[derive(Debug)]
+pub struct ReplicaManager {
+    node_id: i32,
+    lag_max_ms: i64,
+    leaders: Mutex<HashMap<TopicPartition, LeaderPartition>>,
+    isr_requests: mpsc::UnboundedSender<IsrRequest>,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl ReplicaManager {
+    /// A manager with no partitions yet, and the receiving end of its ISR changes
+    /// (for [`run_isr_writer`]).
+    pub fn new(node_id: i32, lag_max: Duration, metrics: Arc<crate::metrics::Metrics>) -> (Self, mpsc::UnboundedReceiver<IsrRequest>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let manager = Self { node_id, lag_max_ms: lag_max.as_millis() as i64, leaders: Mutex::new(HashMap::new()), isr_requests: tx, metrics };
+        (manager, rx)
+    }
+
+    /// Takes the roles `view` gives this broker: leads what it leads (at the view's
+    /// epoch), and returns what it follows, for the fetchers. Partitions whose logs
+    /// are not open yet are left for the next call.
+    pub fn apply(&self, view: &ClusterView, logs: &LogManager) -> Vec<Following> {
+        let now = now_ms();
+        let mut following = Vec::new();
+        let mut leaders = lock(&self.leaders);
+        let mut still_leading = std::collections::HashSet::new();
+        for (topic, assignment) in view.topics.iter() {
+            for (&p, replicas) in &assignment.partitions {
+                if !replicas.contains(&self.node_id) {
+                    continue;
+                }
+                let tp = TopicPartition::new(topic.clone(), p);
+                let (Some(state), Some(log)) = (view.partitions.get(&tp), logs.partition(topic, p)) else { continue };
+                log.set_replicated(replicas.len() > 1);
+                if state.leader == self.node_id {
+                    still_leading.insert(tp.clone());
+                    self.lead(&mut leaders, tp, state, replicas, log, now);
+                } else if state.leader != floe_cluster::NO_LEADER {
+                    following.push(Following { tp, leader: state.leader, leader_epoch: state.leader_epoch, log });
+                }
+            }
+        }
+        leaders.retain(|tp, lp| {
+            let keep = still_leading.contains(tp);
+            if !keep {
+                info!(partition = %tp, leader_epoch = lp.state.leader_epoch, "no longer the leader");
+            }
+            keep
+        });
+        let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len()).count();
+        self.metrics.replication.under_replicated_partitions.set(under as i64);
+        self.metrics.replication.leader_partitions.set(leaders.len() as i64);
+        following
+    }
+
+    /// Becomes (or stays) the leader of `tp` at `state`'s epoch.
+    fn lead(&self, leaders: &mut HashMap<TopicPartition, LeaderPartition>, tp: TopicPartition, state: &PartitionState, replicas: &[i32], log: Arc<PartitionLog>, now: i64) {
+        match leaders.get_mut(&tp) {
+            Some(lp) if lp.state.leader_epoch == state.leader_epoch => {
+                if lp.state.partition_epoch != state.partition_epoch {
+                    lp.pending_isr = None;
+                }
+                lp.state = state.clone();
+                lp.replicas = replicas.to_vec();
+                lp.update_high_watermark(self.node_id);
+            }
+            _ => {
+                if let Err(e) = log.become_leader(state.leader_epoch) {
+                    warn!(partition = %tp, leader_epoch = state.leader_epoch, error = %e, "cannot become the leader");
+                    leaders.remove(&tp);
+                    return;
+                }
+                info!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, log_end_offset = log.log_end_offset(),
+                      "became the leader");
+                let followers = replicas.iter().filter(|&&r| r != self.node_id).map(|&r| (r, FollowerState::new(now))).collect();
+                let lp = LeaderPartition { log, state: state.clone(), replicas: replicas.to_vec(), followers, pending_isr: None };
+                lp.update_high_watermark(self.node_id);
+                leaders.insert(tp, lp);
+            }
+        }
+    }
+
+    /// Whether this broker leads `tp` (has taken the role, not only been given it).
+    pub fn is_leader(&self, tp: &TopicPartition) -> bool {
+        lock(&self.leaders).contains_key(tp)
+    }
+
+    /// The size of `tp`'s ISR, if this broker leads it.
+    pub fn isr_size(&self, tp: &TopicPartition) -> Option<usize> {
+        lock(&self.leaders).get(tp).map(|lp| lp.state.isr.len())
+    }
+
+    /// A follower fetched `tp` from `fetch_offset`: its log end offset. Moves the high
+    /// watermark, and asks for the follower to join the ISR once it qualifies.
+    /// Returns false if this broker does not lead `tp` or `follower` is not a replica.
+    pub fn record_follower_fetch(&self, tp: &TopicPartition, follower: i32, fetch_offset: i64) -> bool {
+        let now = now_ms();
+        let mut leaders = lock(&self.leaders);
+        let Some(lp) = leaders.get_mut(tp) else { return false };
+        let leader_end = lp.log.log_end_offset();
+        let Some(state) = lp.followers.get_mut(&follower) else { return false };
+        state.record_fetch(fetch_offset, leader_end, now);
+        let state = *state;
+        lp.update_high_watermark(self.node_id);
+        if !lp.state.isr.contains(&follower) && lp.pending_isr.is_none() {
+            let epoch_start = lp.log.epoch_entries().last().map_or(0, |e| e.start_offset);
+            if isr::may_join_isr(&state, lp.log.high_watermark(), epoch_start) {
+                let mut isr = lp.state.isr.clone();
+                isr.push(follower);
+                self.request_isr(tp, lp, isr);
+            }
+        }
+        true
+    }
+
+    /// A leader append on `tp`: with no other replica in the ISR, it is committed at once.
+    pub fn on_leader_append(&self, tp: &TopicPartition) {
+        if let Some(lp) = lock(&self.leaders).get(tp) {
+            lp.update_high_watermark(self.node_id);
+        }
+    }
+
+    /// Drops followers that have not caught up for `replica.lag.time.max.ms` from the
+    /// ISR of every partition this broker leads. Run periodically.
+    pub fn shrink_isrs(&self) {
+        let now = now_ms();
+        let mut leaders = lock(&self.leaders);
+        for (tp, lp) in leaders.iter_mut() {
+            if lp.pending_isr.is_some() || lp.state.isr.len() <= 1 {
+                continue;
+            }
+            let end = lp.log.log_end_offset();
+            let shrunk = isr::shrunk_isr(&lp.state.isr, self.node_id, |r| lp.followers.get(&r).copied(), end, now, self.lag_max_ms);
+            if shrunk != lp.state.isr {
+                warn!(partition = %tp, isr = ?lp.state.isr, shrunk = ?shrunk, lag_max_ms = self.lag_max_ms,
+                      "followers fell behind for replica.lag.time.max.ms; shrinking the ISR");
+                self.request_isr(tp, lp, shrunk);
+            }
+        }
+    }
+
+    fn request_isr(&self, tp: &TopicPartition, lp: &mut LeaderPartition, isr: Vec<i32>) {
+        lp.pending_isr = Some(isr.clone());
+        let _ = self.isr_requests.send(IsrRequest { tp: tp.clone(), expected: lp.state.clone(), isr });
+    }
+
+    /// An ISR change was refused or failed: allow another once the view has the truth.
+    pub fn isr_change_failed(&self, tp: &TopicPartition, partition_epoch: i64) {
+        if let Some(lp) = lock(&self.leaders).get_mut(tp) {
+            if lp.state.partition_epoch == partition_epoch {
+                lp.pending_isr = None;
+                lp.update_high_watermark(self.node_id);
+            }
+        }
+    }
+
+    /// Checks, before an `acks=all` append to `tp`, that its ISR has at least
+    /// `min.insync.replicas` members (NOT_ENOUGH_REPLICAS otherwise).
+    pub fn check_min_isr(&self, tp: &TopicPartition, min_isr: i32) -> Result<(), (ResponseError, String)> {
+        match self.isr_size(tp) {
+            Some(n) if (n as i32) < min_isr => Err((
+                ResponseError::NotEnoughReplicas,
+                format!("{tp}: {n} in-sync replicas, fewer than min.insync.replicas={min_isr}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until every in-sync replica of `tp` has the records below
+    /// `required_offset` (the high watermark passed them): Kafka's `DelayedProduce`
+    /// for `acks=all`.
+    ///
+    /// # Errors
+    /// REQUEST_TIMED_OUT at `deadline`; NOT_LEADER_OR_FOLLOWER if this broker stops
+    /// leading `tp` meanwhile; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the records were
+    /// replicated while the ISR was smaller than `min_isr`.
+    pub async fn wait_for_replication(&self, tp: &TopicPartition, log: &PartitionLog, required_offset: i64, min_isr: i32, deadline: Instant) -> Result<(), (ResponseError, String)> {
+        loop {
+            let notified = log.append_notify().notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let Some(isr) = self.isr_size(tp) else {
+                return Err((ResponseError::NotLeaderOrFollower, format!("{tp}: leadership moved before the records were replicated")));
+            };
+            if log.high_watermark() >= required_offset {
+                if (isr as i32) < min_isr {
+                    return Err((
+                        ResponseError::NotEnoughReplicasAfterAppend,
+                        format!("{tp}: replicated to an ISR of {isr}, fewer than min.insync.replicas={min_isr}"),
+                    ));
+                }
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err((ResponseError::RequestTimedOut, format!("{tp}: the in-sync replicas did not fetch the records in time")));
+            }
+            // A bounded wait: leadership can move without an append to wake us.
+            let nap = deadline.min(Instant::now() + Duration::from_millis(200));
+            let _ = tokio::time::timeout_at(nap, notified).await;
+        }
+    }
+
+    /// Every partition this broker leads, with its follower log end offsets (for the
+    /// replica lag metric).
+    pub fn max_follower_lag(&self) -> i64 {
+        let leaders = lock(&self.leaders);
+        leaders
+            .values()
+            .flat_map(|lp| {
+                let end = lp.log.log_end_offset();
+                lp.state.isr.iter().filter_map(|r| lp.followers.get(r)).map(move |f| (end - f.log_end_offset.max(0)).max(0)).collect::<Vec<_>>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Leader partitions by topic-partition with their ISR (tests and diagnostics).
+    pub fn leader_isrs(&self) -> BTreeMap<TopicPartition, Vec<i32>> {
+        lock(&self.leaders).iter().map(|(tp, lp)| (tp.clone(), lp.state.isr.clone())).collect()
+    }
+}
+
+/// Writes the ISR changes the leader asks for, one at a time, until the channel closes.
+pub async fn run_isr_writer(broker: Arc<crate::broker::Broker>, mut requests: mpsc::UnboundedReceiver<IsrRequest>) {
+    while let Some(r) = requests.recv().await {
+        let written = broker.cluster.alter_isr(&r.tp, &r.expected, r.isr.clone()).await;
+        match written {
+            Ok(true) if r.isr.len() > r.expected.isr.len() => broker.metrics.replication.isr_expands.inc(),
+            Ok(true) => broker.metrics.replication.isr_shrinks.inc(),
+            Ok(false) => {
+                info!(partition = %r.tp, isr = ?r.isr, "ISR change refused: the partition state moved; deciding again from the new state");
+                broker.replicas.isr_change_failed(&r.tp, r.expected.partition_epoch);
+            }
+            Err(e) => {
+                warn!(partition = %r.tp, isr = ?r.isr, error = %e, "cannot write the ISR change; retrying later");
+                broker.replicas.isr_change_failed(&r.tp, r.expected.partition_epoch);
+            }
+        }
+    }
+}
