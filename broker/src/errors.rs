@@ -25,6 +25,8 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
         StorageError::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
         StorageError::InvalidRecord { .. } => ResponseError::InvalidRecord,
+        StorageError::ProducerIdBlock { .. } => ResponseError::CoordinatorNotAvailable,
+        StorageError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     }

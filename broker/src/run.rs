@@ -256,6 +256,13 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         shutdown: shutdown.clone(),
     });
     if broker.cluster.is_clustered() {
+        // Producer ids unique in the cluster: blocks come from etcd (called on the
+        // blocking pool by InitProducerId, hence block_on).
+        let (weak, handle) = (Arc::downgrade(&broker), tokio::runtime::Handle::current());
+        broker.logs.producer_ids().set_block_source(Box::new(move |size| {
+            let broker = weak.upgrade().ok_or("the broker is stopping")?;
+            handle.block_on(broker.cluster.reserve_producer_ids(size)).map_err(|e| e.to_string())
+        }));
         tokio::spawn(crate::cluster_topics::run(broker.clone()));
         tokio::spawn(crate::replication::replica_manager::run_isr_writer(broker.clone(), isr_requests));
     }

@@ -159,6 +159,16 @@ impl Membership {
         topics::alter_isr(&mut w.client, &w.prefix, w.timeout, tp, expected, isr).await
     }
 
+    /// Reserves `size` producer ids unique in the cluster (see
+    /// `floe_storage::producer_id_manager`); returns the first.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn reserve_producer_ids(&self, size: i64) -> Result<i64, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::reserve_producer_ids(&mut w.client, &w.prefix, w.timeout, size).await
+    }
+
     /// Waits until the view satisfies `ready` (e.g. shows a topic just created), for
     /// at most `timeout`; returns whether it does.
     pub async fn wait_for_view(&self, timeout: Duration, ready: impl Fn(&ClusterView) -> bool) -> bool {

@@ -1,6 +1,6 @@
 //! Writes any broker makes outside the controller: creating a topic (its assignment
 //! and its partitions' first states) and deleting one, on behalf of admin requests;
-//! and a partition leader's change of its ISR.
+//! a partition leader's change of its ISR; and blocks of producer ids.
 //!
 //! Creation needs no controller: "create if absent" is one etcd transaction, so of two
 //! brokers creating the same name at once exactly one succeeds. etcd caps a
@@ -91,4 +91,36 @@ pub(crate) async fn alter_isr(client: &mut Client, prefix: &str, timeout: Durati
         info!(partition = %tp, leader = expected.leader, leader_epoch = expected.leader_epoch, old_isr = ?expected.isr, isr = ?next.isr, "ISR changed");
     }
     Ok(written)
+}
+
+/// Reserves `size` producer ids for this broker (Kafka's controller-allocated blocks,
+/// KIP-730): `<prefix>/producer_id_block` holds the next free id, moved by
+/// compare-and-swap, so no two brokers ever get the same block. Returns the first id.
+///
+/// # Errors
+/// etcd errors, or a stored value that does not parse.
+pub(crate) async fn reserve_producer_ids(client: &mut Client, prefix: &str, timeout: Duration, size: i64) -> Result<i64, ClusterError> {
+    let key = format!("{prefix}/producer_id_block");
+    loop {
+        let current = bounded(timeout, "producer id block read", client.get(key.as_str(), None)).await?;
+        let (start, compare) = match current.kvs().first() {
+            None => (0, Compare::version(key.as_str(), CompareOp::Equal, 0)),
+            Some(kv) => {
+                let start = kv
+                    .value_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .filter(|v| *v >= 0)
+                    .ok_or_else(|| ClusterError::BadValue { key: key.clone(), reason: "not a producer id".into() })?;
+                (start, Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision()))
+            }
+        };
+        let next = (start + size).to_string();
+        let txn = Txn::new().when([compare]).and_then([TxnOp::put(key.as_str(), next, None)]);
+        if bounded(timeout, "producer id block reserve", client.txn(txn)).await?.succeeded() {
+            info!(first = start, size, "reserved a block of producer ids in the cluster metadata");
+            return Ok(start);
+        }
+        // Another broker reserved one meanwhile: read again.
+    }
 }

@@ -19,6 +19,13 @@ pub enum StorageError {
         /// The partition, if one was named.
         partition: Option<i32>,
     },
+    /// No producer id block could be reserved in the cluster's metadata store
+    /// (COORDINATOR_NOT_AVAILABLE: the client retries).
+    #[error("cannot reserve producer ids in the cluster: {reason}")]
+    ProducerIdBlock {
+        /// Why.
+        reason: String,
+    },
     /// A topic of that name exists (TOPIC_ALREADY_EXISTS).
     #[error("topic {topic} already exists")]
     TopicAlreadyExists {

@@ -15,6 +15,11 @@
 //! ```
 //! `block.end`: every id below it may have been handed out.
 //!
+//! In a cluster, ids must be unique across brokers: [`ProducerIdManager::set_block_source`]
+//! makes blocks come from the cluster's metadata store instead of the file (Kafka's
+//! controller-allocated blocks, KIP-730). An id this broker did not hand out is then
+//! answered with a new id, as Kafka answers every idempotent InitProducerId.
+//!
 //! # Thread-safety
 //! `Send + Sync`: a `std::sync::Mutex` guards the counter. The block write
 //! (an fsynced file replacement, once per 1000 ids) happens under it, so call
@@ -40,13 +45,25 @@ struct IdState {
     block_end: i64,
     /// Epochs handed out since start by epoch bumps: producer id → (current, previous).
     epochs: HashMap<i64, (i16, i16)>,
+    /// In a cluster: the blocks this broker took from the source since start.
+    own_blocks: Vec<(i64, i64)>,
 }
 
+/// Reserves `size` producer ids cluster-wide and returns the first (blocking: called
+/// off the async workers), or says why it could not.
+pub type ProducerIdBlockSource = Box<dyn Fn(i64) -> std::result::Result<i64, String> + Send + Sync>;
+
 /// The producer id allocator of one data directory.
-#[derive(Debug)]
 pub struct ProducerIdManager {
     path: PathBuf,
     state: Mutex<IdState>,
+    source: std::sync::OnceLock<ProducerIdBlockSource>,
+}
+
+impl std::fmt::Debug for ProducerIdManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerIdManager").field("path", &self.path).field("clustered", &self.source.get().is_some()).finish()
+    }
 }
 
 impl ProducerIdManager {
@@ -75,12 +92,30 @@ impl ProducerIdManager {
                 next: block_end,
                 block_end,
                 epochs: HashMap::new(),
+                own_blocks: Vec::new(),
             }),
+            source: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Takes blocks from `source` (the cluster's metadata store) from now on, instead
+    /// of the data directory's file. Set once, at startup; later calls are ignored.
+    pub fn set_block_source(&self, source: ProducerIdBlockSource) {
+        let _ = self.source.set(source);
+        // Whatever was reserved locally is not the cluster's: start a new block.
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.block_end = st.next;
     }
 
     fn generate(&self, st: &mut IdState) -> Result<i64> {
         if st.next >= st.block_end {
+            if let Some(source) = self.source.get() {
+                let start = source(PRODUCER_ID_BLOCK_SIZE).map_err(|reason| StorageError::ProducerIdBlock { reason })?;
+                st.next = start;
+                st.block_end = start + PRODUCER_ID_BLOCK_SIZE;
+                st.own_blocks.push((start, st.block_end));
+                return self.generate(st);
+            }
             let end = st.next + PRODUCER_ID_BLOCK_SIZE;
             let text = format!("# Written by Floe\nversion=1\nblock.end={end}\n");
             write_atomically(&self.path, text.as_bytes())?;
@@ -104,6 +139,11 @@ impl ProducerIdManager {
     pub fn init_producer_id(&self, producer_id: i64, epoch: i16) -> Result<(i64, i16)> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if producer_id < 0 {
+            return Ok((self.generate(&mut st)?, 0));
+        }
+        let own = st.own_blocks.iter().any(|&(start, end)| (start..end).contains(&producer_id));
+        if self.source.get().is_some() && !own {
+            // An id another broker may have handed out: a new one, as Kafka does.
             return Ok((self.generate(&mut st)?, 0));
         }
         if producer_id >= st.next || epoch < 0 {
@@ -133,6 +173,27 @@ impl ProducerIdManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_blocks_come_from_the_source_and_foreign_ids_get_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = ProducerIdManager::open(dir.path()).unwrap();
+        assert_eq!(m.init_producer_id(-1, -1).unwrap(), (0, 0));
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(5_000));
+        let counter = next.clone();
+        m.set_block_source(Box::new(move |n| Ok(counter.fetch_add(n, std::sync::atomic::Ordering::SeqCst))));
+        assert_eq!(m.init_producer_id(-1, -1).unwrap(), (5_000, 0));
+        assert_eq!(m.init_producer_id(5_000, 0).unwrap(), (5_000, 1), "its own ids bump");
+        assert_eq!(m.init_producer_id(7_777, 3).unwrap(), (5_001, 0), "a foreign id: a new one");
+        for _ in 0..1_000 {
+            m.init_producer_id(-1, -1).unwrap();
+        }
+        assert_eq!(m.init_producer_id(-1, -1).unwrap().0, 6_002, "the next block from the source");
+        assert!(!fs::read_to_string(dir.path().join(PRODUCER_ID_BLOCK)).unwrap().contains("block.end=6"), "no local file block");
+        let failing = ProducerIdManager::open(tempfile::tempdir().unwrap().path()).unwrap();
+        failing.set_block_source(Box::new(|_| Err("etcd unreachable".into())));
+        assert!(matches!(failing.init_producer_id(-1, -1), Err(StorageError::ProducerIdBlock { .. })));
+    }
 
     #[test]
     fn ids_are_unique_across_reopen_and_epochs_bump() {

@@ -207,3 +207,26 @@ def test_replication_factor_above_one_is_refused_until_replication_exists(floe_f
     fs = a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=-1, replica_assignment=[[3], [2]])], request_timeout=10)
     fs[topic].result(timeout=15)
     assert etcd.get_json(f"/{prefix}/topics/{topic}")["partitions"] == {"0": [3], "1": [2]}
+
+
+def test_producer_ids_are_unique_across_the_cluster(floe_factory, etcd):
+    """Each broker hands out idempotent producer ids from blocks reserved in etcd, so two
+    producers bootstrapped at different brokers never share an id (which would mix their
+    sequence numbers in a partition)."""
+    brokers, prefix = start_cluster(floe_factory, etcd, 3)
+    agreed_view(brokers, live=3)
+    ids = []
+    for b in brokers * 2:
+        with kwire.KafkaConn(b.host, b.port) as conn:
+            error, producer_id, epoch = kwire.parse_init_producer_id_v1(
+                conn.call(kwire.API_INIT_PRODUCER_ID, 1, kwire.init_producer_id_v1(None)))
+        assert (error, epoch) == (0, 0)
+        ids.append(producer_id)
+    assert len(set(ids)) == 6, ids
+    assert etcd.get_json(f"/{prefix}/producer_id_block") == 3000, "three blocks of 1000 reserved"
+    # A broker restarted takes a new block: its earlier ids are never handed out again.
+    brokers[0].kill9()
+    brokers[0].start()
+    with kwire.KafkaConn(brokers[0].host, brokers[0].port) as conn:
+        _, again, _ = kwire.parse_init_producer_id_v1(conn.call(kwire.API_INIT_PRODUCER_ID, 1, kwire.init_producer_id_v1(None)))
+    assert again >= 3000 and again not in ids
