@@ -74,11 +74,15 @@ pub async fn run(config: BrokerConfig) -> Result<(), RunError> {
     serve(config, shutdown_rx).await
 }
 
-/// Runs the broker until `shutdown` turns true.
+/// Runs the broker until `requested` turns true. In a cluster, a controlled shutdown
+/// comes first: leadership moves to other in-sync replicas while this broker still
+/// serves, then it stops.
 ///
 /// # Errors
 /// See [`RunError`].
-pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Result<(), RunError> {
+pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Result<(), RunError> {
+    // What the broker's parts stop on: `requested`, after the controlled shutdown.
+    let (stop, shutdown) = watch::channel(false);
     let dir = config.data_dir.clone();
     let defaults = config.log_defaults.clone();
     let node_id = config.node_id;
@@ -255,6 +259,7 @@ pub async fn serve(config: BrokerConfig, shutdown: watch::Receiver<bool>) -> Res
         replicas: Arc::new(replicas),
         shutdown: shutdown.clone(),
     });
+    tokio::spawn(stop_after_controlled_shutdown(broker.clone(), requested, stop));
     if broker.cluster.is_clustered() {
         // Producer ids unique in the cluster: blocks come from etcd (called on the
         // blocking pool by InitProducerId, hence block_on).
@@ -336,6 +341,7 @@ async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endp
                 security_protocol: e.protocol.to_string(),
             })
             .collect(),
+        shutting_down: false,
     };
     let settings = floe_cluster::MembershipSettings {
         store: config.metadata_store.clone(),
@@ -347,6 +353,41 @@ async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endp
         tracing::info!(store = %config.metadata_store, node_id = config.node_id, "joining the cluster");
     }
     Ok(floe_cluster::Membership::join(settings).await?)
+}
+
+/// How long a controlled shutdown waits for the controller to move this broker's
+/// leaderships away (Kafka retries its ControlledShutdown for a similar while).
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Waits for a stop request, then (in a cluster) hands this broker's leaderships to
+/// other in-sync replicas before telling the broker's parts to stop: a rolling
+/// restart then loses nothing acknowledged and clients only see leaders move.
+async fn stop_after_controlled_shutdown(broker: Arc<Broker>, mut requested: watch::Receiver<bool>, stop: watch::Sender<bool>) {
+    if requested.wait_for(|r| *r).await.is_err() {
+        // The requester is gone: nothing will ask to stop; the broker runs on.
+        std::future::pending::<()>().await;
+    }
+    if broker.cluster.is_clustered() {
+        let me = broker.node_id();
+        // Partitions whose ISR has another member can move; a sole replica cannot.
+        let movable = move |v: &floe_cluster::ClusterView| v.partitions.values().filter(|s| s.leader == me && s.isr.iter().any(|r| *r != me)).count();
+        let before = broker.cluster.with_view(movable);
+        tracing::info!(node_id = me, leaderships = before, "controlled shutdown: asking the controller to move leadership away");
+        match broker.cluster.announce_shutdown().await {
+            Ok(()) => {
+                let moved = broker.cluster.wait_for_view(CONTROLLED_SHUTDOWN_TIMEOUT, |v| movable(v) == 0).await;
+                let left = broker.cluster.with_view(movable);
+                if moved {
+                    tracing::info!(node_id = me, "controlled shutdown: leadership moved; stopping");
+                } else {
+                    tracing::warn!(node_id = me, still_leading = left, timeout_s = CONTROLLED_SHUTDOWN_TIMEOUT.as_secs(),
+                                   "controlled shutdown: leadership did not all move in time; stopping anyway");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "controlled shutdown: cannot reach the metadata store; stopping without moving leadership"),
+        }
+    }
+    let _ = stop.send(true);
 }
 
 /// Keeps the cluster gauges on the membership's view until the membership ends.

@@ -51,7 +51,8 @@ pub(crate) async fn run(mut ctx: ControllerContext, mut view: watch::Receiver<Cl
 
 /// One pass over every partition of `view`.
 async fn reconcile(ctx: &mut ControllerContext, view: &ClusterView) -> Result<(), ClusterError> {
-    let live: BTreeSet<i32> = view.brokers.keys().copied().collect();
+    // Brokers in controlled shutdown lead nothing and leave the ISRs, as if gone.
+    let live: BTreeSet<i32> = view.brokers.values().filter(|b| !b.shutting_down).map(|b| b.node_id).collect();
     for (topic, assignment) in view.topics.iter() {
         for (&partition, replicas) in &assignment.partitions {
             let tp = TopicPartition::new(topic.clone(), partition);

@@ -169,6 +169,18 @@ impl Membership {
         topics::reserve_producer_ids(&mut w.client, &w.prefix, w.timeout, size).await
     }
 
+    /// Starts a controlled shutdown: marks this broker's registration so the
+    /// controller moves its leaderships to other in-sync replicas and takes it out of
+    /// the ISRs, while it goes on serving (see [`Membership::wait_for_view`] to wait).
+    ///
+    /// # Errors
+    /// [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn announce_shutdown(&self) -> Result<(), ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        let me = self.with_view(|v| v.brokers.get(&self.node_id).cloned()).ok_or(ClusterError::NotInCluster)?;
+        topics::announce_shutdown(&mut w.client, &w.prefix, w.timeout, &me).await
+    }
+
     /// Waits until the view satisfies `ready` (e.g. shows a topic just created), for
     /// at most `timeout`; returns whether it does.
     pub async fn wait_for_view(&self, timeout: Duration, ready: impl Fn(&ClusterView) -> bool) -> bool {

@@ -23,6 +23,10 @@ pub struct BrokerRegistration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
     pub endpoints: Vec<BrokerEndpoint>,
+    /// Set by a broker in controlled shutdown: the controller moves its leaderships
+    /// away and takes it out of every ISR, as if it were gone, while it still serves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shutting_down: bool,
 }
 
 impl BrokerRegistration {

@@ -124,3 +124,21 @@ pub(crate) async fn reserve_producer_ids(client: &mut Client, prefix: &str, time
         // Another broker reserved one meanwhile: read again.
     }
 }
+
+/// Marks this broker's registration as shutting down, keeping it under its lease.
+///
+/// # Errors
+/// [`ClusterError::BadValue`] if this broker is not registered; etcd errors.
+pub(crate) async fn announce_shutdown(client: &mut Client, prefix: &str, timeout: Duration, registration: &crate::BrokerRegistration) -> Result<(), ClusterError> {
+    let key = format!("{prefix}/brokers/{}", registration.node_id);
+    let marked = crate::BrokerRegistration { shutting_down: true, ..registration.clone() };
+    let value = serde_json::to_vec(&marked).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let txn = Txn::new()
+        .when([Compare::version(key.as_str(), CompareOp::Greater, 0)])
+        .and_then([TxnOp::put(key.as_str(), value, Some(etcd_client::PutOptions::new().with_ignore_lease()))]);
+    if !bounded(timeout, "shutdown announcement", client.txn(txn)).await?.succeeded() {
+        return Err(ClusterError::BadValue { key, reason: "not registered".into() });
+    }
+    info!(node_id = registration.node_id, "announced controlled shutdown: the controller moves this broker's leaderships away");
+    Ok(())
+}
