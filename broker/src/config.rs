@@ -62,6 +62,11 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
     s("replica.lag.time.max.ms", "30000", "In a cluster: a follower that has not caught up with its leader for this long leaves the ISR (and rejoins once it reaches the high watermark)."),
+    s("replica.fetch.max.bytes", "1048576", "A follower's fetch: record bytes asked per partition (the first batch comes whole even when larger)."),
+    s("replica.fetch.response.max.bytes", "10485760", "A follower's fetch: record bytes asked for the whole response (the first batch comes whole even when larger)."),
+    s("replica.fetch.wait.max.ms", "500", "A follower's fetch: how long the leader may hold it waiting for `replica.fetch.min.bytes`."),
+    s("replica.fetch.min.bytes", "1", "A follower's fetch: record bytes the leader waits for before answering (up to `replica.fetch.wait.max.ms`)."),
+    s("replica.fetch.backoff.ms", "1000", "How long a follower waits before fetching again a partition whose fetch failed, or before reconnecting to its leader."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
     s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
@@ -172,6 +177,16 @@ pub struct BrokerConfig {
     pub unclean_leader_election: bool,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.max.bytes`.
+    pub replica_fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`.
+    pub replica_fetch_response_max_bytes: i32,
+    /// `replica.fetch.wait.max.ms`.
+    pub replica_fetch_wait_max_ms: u32,
+    /// `replica.fetch.min.bytes`.
+    pub replica_fetch_min_bytes: i32,
+    /// `replica.fetch.backoff.ms`.
+    pub replica_fetch_backoff_ms: u64,
     /// Largest request frame.
     pub socket_request_max_bytes: usize,
     /// Idle connection timeout.
@@ -342,6 +357,11 @@ impl ConfigBuilder {
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
+            replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,
+            replica_fetch_response_max_bytes: parse_positive(r, "replica.fetch.response.max.bytes")?,
+            replica_fetch_wait_max_ms: parse(r, "replica.fetch.wait.max.ms")?,
+            replica_fetch_min_bytes: parse_positive(r, "replica.fetch.min.bytes")?,
+            replica_fetch_backoff_ms: parse(r, "replica.fetch.backoff.ms")?,
             socket_request_max_bytes: parse_positive(r, "socket.request.max.bytes")?,
             connections_max_idle_ms: parse_positive(r, "connections.max.idle.ms")?,
             max_connections: parse_positive(r, "max.connections")?,

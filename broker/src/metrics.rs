@@ -64,6 +64,15 @@ pub struct Metrics {
     pub iceberg: IcebergMetrics,
     /// The log cleaner (compaction), read from its statistics at every scrape.
     pub cleaner: CleanerMetrics,
+    // --- Follower replication (broker/src/replication/fetcher.rs) ---
+    /// `floe_replica_fetch_bytes_total`: record batch bytes followers appended from their leaders.
+    pub replica_fetch_bytes: IntCounter,
+    /// `floe_replica_fetch_requests_total`: Fetch requests followers sent to their leaders.
+    pub replica_fetch_requests: IntCounter,
+    /// `floe_replica_fetch_errors_total{error}`: follower fetch failures, by Kafka
+    /// error name (`OFFSET_OUT_OF_RANGE`, `FENCED_LEADER_EPOCH`...) or local cause
+    /// (`connection`, `storage`).
+    pub replica_fetch_errors: IntCounterVec,
 }
 
 /// Log cleaner metrics (Kafka's `kafka.log:type=LogCleaner*`, in Prometheus form).
@@ -325,6 +334,16 @@ impl Metrics {
         let replication = ReplicationMetrics::new();
         let iceberg = IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
+        // --- Follower replication ---
+        let replica_fetch_bytes =
+            IntCounter::new("floe_replica_fetch_bytes_total", "Record batch bytes followers appended from their leaders").expect("metric");
+        let replica_fetch_requests =
+            IntCounter::new("floe_replica_fetch_requests_total", "Fetch requests followers sent to their leaders").expect("metric");
+        let replica_fetch_errors = IntCounterVec::new(
+            Opts::new("floe_replica_fetch_errors_total", "Follower fetch failures, by Kafka error name or local cause (connection, storage)"),
+            &["error"],
+        )
+        .expect("metric");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -342,6 +361,9 @@ impl Metrics {
             Box::new(cluster_live_brokers.clone()),
             Box::new(active_controller_count.clone()),
             Box::new(cluster_controller_id.clone()),
+            Box::new(replica_fetch_bytes.clone()),
+            Box::new(replica_fetch_requests.clone()),
+            Box::new(replica_fetch_errors.clone()),
         ]
         .into_iter()
         .chain(replication.collectors())
@@ -378,6 +400,9 @@ impl Metrics {
             replication,
             iceberg,
             cleaner,
+            replica_fetch_bytes,
+            replica_fetch_requests,
+            replica_fetch_errors,
         }
     }
 

@@ -1,14 +1,20 @@
 //! OffsetForLeaderEpoch: the end offset of a leader epoch (KIP-101, KIP-320).
 //!
 //! Consumers call it after a leader change to check that the offset they
-//! will fetch from was not truncated away. Floe has one leader epoch per
-//! partition, [`LEADER_EPOCH`], which starts at the log start offset, so
-//! Kafka's `LeaderEpochFileCache.endOffsetFor` reduces to:
-//! - the current epoch: (epoch, log end offset);
+//! will fetch from was not truncated away; followers call it to find where
+//! their log diverges from the leader's. The answer is the log's leader-epoch
+//! cache's (Kafka's `LeaderEpochFileCache.endOffsetFor`,
+//! `PartitionLog::end_offset_for_epoch`):
+//! - the latest epoch: (epoch, log end offset);
+//! - an older epoch: the largest known epoch at or below it, ending where
+//!   the next known epoch began;
 //! - an epoch below every known one: (requested epoch, start offset of the
-//!   first epoch), which is the log start offset;
-//! - no epoch (-1) or one above the current: UNDEFINED, leader epoch -1 and
-//!   end offset -1, with no error.
+//!   first epoch);
+//! - no epoch (-1) or one above every known one: UNDEFINED, leader epoch -1
+//!   and end offset -1, with no error.
+//!
+//! A log never written to has no epoch yet; it answers as one epoch,
+//! [`LEADER_EPOCH`], starting at the log start offset ([`end_offset_for`]).
 //!
 //! `current_leader_epoch` is checked as `Partition.checkCurrentLeaderEpoch`:
 //! older than the leader's is FENCED_LEADER_EPOCH, newer is
@@ -56,7 +62,13 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: OffsetForLe
                         return base.with_error_code(kafka_error(&e).code());
                     }
                     let current = broker.leader_epoch(name, p.partition);
-                    match end_offset_for(p.leader_epoch, current, log.log_start_offset(), log.log_end_offset()) {
+                    let answer = match log.latest_epoch() {
+                        // The log's leader-epoch cache: Kafka's `endOffsetFor`, which a follower truncates by.
+                        Some(_) => Some(log.end_offset_for_epoch(p.leader_epoch)).filter(|&(_, offset)| offset != UNDEFINED_OFFSET),
+                        // A log never written to has no epoch yet.
+                        None => end_offset_for(p.leader_epoch, current, log.log_start_offset(), log.log_end_offset()),
+                    };
+                    match answer {
                         Some((epoch, offset)) => base.with_leader_epoch(epoch).with_end_offset(offset),
                         None => base,
                     }
@@ -68,15 +80,9 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: OffsetForLe
     OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
 
-/// Kafka's `endOffsetFor` over a cache holding the one epoch
-/// the `current` epoch, starting at `log_start_offset`: `None` is UNDEFINED.
-///
-/// In a cluster a partition's epoch grows with every leader change, and an epoch
-/// between the log's first and the current one ends where the next began. Until the
-/// log keeps its leader-epoch checkpoint, such an epoch is answered as ending at the
-/// log end offset. With one replica per partition (all a cluster allows until
-/// replication exists) no log ever diverges, so that answer never makes a consumer
-/// see a truncation that did not happen, nor miss one.
+/// The answer of a log with no epoch recorded yet (nothing was ever written
+/// to it): Kafka's `endOffsetFor` over a cache holding the `current` epoch,
+/// starting at `log_start_offset`. `None` is UNDEFINED.
 fn end_offset_for(requested: i32, current: i32, log_start_offset: i64, log_end_offset: i64) -> Option<(i32, i64)> {
     if requested == UNDEFINED || requested > current {
         None

@@ -1,1 +1,242 @@
-//! An outbound Kafka connection (placeholder until written).
+//! An outbound Kafka connection from this broker to another: what a
+//! follower's fetcher speaks to its leader (Kafka's `BlockingSend` /
+//! `NetworkClient` for inter-broker requests).
+//!
+//! PLAINTEXT only for now: no TLS, no SASL. A broker whose inter-broker
+//! listener asks for either cannot be followed yet (the fetcher refuses the
+//! endpoint rather than connecting in the clear).
+//!
+//! # Wire layout
+//! Each request and response is a size-prefixed frame, as for clients:
+//! ```text
+//! request   i32 size | request header (v1, or v2 for flexible versions) | body
+//! response  i32 size | response header (v0, or v1 for flexible versions) | body
+//! ```
+//! Header versions come from the message's `HeaderVersion`, the API key from
+//! its `Request::KEY`. One request is in flight at a time; every response's
+//! correlation id must be the one sent.
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The largest response frame accepted: a size prefix above it is taken as
+/// garbage rather than allocated (a follower's fetch asks for
+/// `replica.fetch.response.max.bytes`, 10 MiB by default, plus at most one
+/// oversized first batch).
+pub const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
+/// What went wrong on a [`BrokerConnection`]. After any error but
+/// [`ClientError::Encode`] the connection is broken (a response may be
+/// half-read or still coming): calls fail with [`ClientError::Broken`] and
+/// the caller connects again.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TCP connection could not be opened.
+    #[error("cannot connect to broker at {addr}: {source}")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Connecting, sending or waiting for the response took longer than allowed.
+    #[error("{during} broker at {addr} timed out after {timeout:?}")]
+    Timeout {
+        /// `host:port`.
+        addr: String,
+        /// What was under way (`connecting to`, `waiting for ApiKey 1 from`...).
+        during: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// Reading or writing the socket failed.
+    #[error("I/O error with broker at {addr}: {source}")]
+    Io {
+        /// `host:port`.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The peer closed the connection.
+    #[error("broker at {addr} closed the connection")]
+    Closed {
+        /// `host:port`.
+        addr: String,
+    },
+    /// The request could not be encoded at that version (a field the version lacks).
+    #[error("cannot encode request (api key {api_key}, v{version}): {reason}")]
+    Encode {
+        /// The API key.
+        api_key: i16,
+        /// The version asked for.
+        version: i16,
+        /// The encoder's complaint.
+        reason: String,
+    },
+    /// The response frame has an impossible size prefix.
+    #[error("response frame of {size} bytes from broker at {addr} (at most {MAX_RESPONSE_BYTES})")]
+    FrameSize {
+        /// `host:port`.
+        addr: String,
+        /// The size prefix read.
+        size: i32,
+    },
+    /// The response could not be decoded at the request's version.
+    #[error("cannot decode the response (api key {api_key}, v{version}) from broker at {addr}: {reason}")]
+    Decode {
+        /// `host:port`.
+        addr: String,
+        /// The API key.
+        api_key: i16,
+        /// The version.
+        version: i16,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The response answers another request.
+    #[error("response from broker at {addr} has correlation id {got}, expected {expected}")]
+    CorrelationId {
+        /// `host:port`.
+        addr: String,
+        /// The id sent.
+        expected: i32,
+        /// The id received.
+        got: i32,
+    },
+    /// An earlier error left the connection unusable.
+    #[error("connection to broker at {addr} is broken by an earlier error")]
+    Broken {
+        /// `host:port`.
+        addr: String,
+    },
+}
+
+/// An outbound PLAINTEXT connection to another broker, one request at a time.
+///
+/// Not `Clone`: one owner sends and reads. Every call is bounded by the
+/// connection's timeout, which must exceed any time the peer is allowed to
+/// hold a request (a fetch's `max_wait_ms`).
+#[derive(Debug)]
+pub struct BrokerConnection {
+    stream: TcpStream,
+    addr: String,
+    client_id: StrBytes,
+    timeout: Duration,
+    next_correlation_id: i32,
+    broken: bool,
+}
+
+impl BrokerConnection {
+    /// Connects to `host:port` within `timeout`, which also bounds every
+    /// later call. `client_id` goes into every request header.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`], [`ClientError::Timeout`].
+    pub async fn connect(host: &str, port: u16, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let addr = format!("{host}:{port}");
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect((host, port))).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
+            Err(_) => return Err(ClientError::Timeout { addr, during: "connecting to".into(), timeout }),
+        };
+        // Requests are small and answered one at a time: do not let Nagle hold them.
+        stream.set_nodelay(true).map_err(|source| ClientError::Io { addr: addr.clone(), source })?;
+        Ok(Self {
+            stream,
+            addr,
+            client_id: StrBytes::from_string(client_id.to_string()),
+            timeout,
+            next_correlation_id: 0,
+            broken: false,
+        })
+    }
+
+    /// `host:port` of the peer.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `request` at `version` and waits for its response, within the
+    /// connection's timeout.
+    ///
+    /// # Errors
+    /// Any [`ClientError`]; all but [`ClientError::Encode`] break the connection.
+    pub async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
+        if self.broken {
+            return Err(ClientError::Broken { addr: self.addr.clone() });
+        }
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let frame = self.encode(version, correlation_id, request)?;
+        // Broken until the exchange completes: a cancelled or failed call leaves
+        // the stream mid-frame.
+        self.broken = true;
+        let timeout = self.timeout;
+        let exchange = async {
+            self.stream.write_all(&frame).await.map_err(|e| self.io_error(e))?;
+            self.read_frame().await
+        };
+        let mut body = match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(ClientError::Timeout { addr: self.addr.clone(), during: format!("waiting for api key {} from", Req::KEY), timeout })
+            }
+        };
+        let decode_error = |reason: String| ClientError::Decode { addr: self.addr.clone(), api_key: Req::KEY, version, reason };
+        let header = ResponseHeader::decode(&mut body, Req::Response::header_version(version)).map_err(|e| decode_error(e.to_string()))?;
+        if header.correlation_id != correlation_id {
+            return Err(ClientError::CorrelationId { addr: self.addr.clone(), expected: correlation_id, got: header.correlation_id });
+        }
+        let response = Req::Response::decode(&mut body, version).map_err(|e| decode_error(e.to_string()))?;
+        self.broken = false;
+        Ok(response)
+    }
+
+    /// The size-prefixed request frame.
+    fn encode<Req: Request>(&self, version: i16, correlation_id: i32, request: &Req) -> Result<Bytes, ClientError> {
+        let encode_error = |e: anyhow::Error| ClientError::Encode { api_key: Req::KEY, version, reason: e.to_string() };
+        let header = RequestHeader::default()
+            .with_request_api_key(Req::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, Req::header_version(version)).map_err(encode_error)?;
+        request.encode(&mut buf, version).map_err(encode_error)?;
+        let size = i32::try_from(buf.len() - 4).map_err(|_| ClientError::Encode { api_key: Req::KEY, version, reason: "request larger than 2 GiB".into() })?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf.freeze())
+    }
+
+    /// Reads one size-prefixed frame; returns its body.
+    async fn read_frame(&mut self) -> Result<Bytes, ClientError> {
+        let mut prefix = [0u8; 4];
+        self.read_exact(&mut prefix).await?;
+        let size = (&prefix[..]).get_i32();
+        let len = usize::try_from(size).ok().filter(|&n| n <= MAX_RESPONSE_BYTES);
+        let Some(len) = len else {
+            return Err(ClientError::FrameSize { addr: self.addr.clone(), size });
+        };
+        let mut body = vec![0u8; len];
+        self.read_exact(&mut body).await?;
+        Ok(Bytes::from(body))
+    }
+
+    async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ClientError> {
+        match self.stream.read_exact(buf).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ClientError::Closed { addr: self.addr.clone() }),
+            Err(e) => Err(self.io_error(e)),
+        }
+    }
+
+    fn io_error(&self, source: std::io::Error) -> ClientError {
+        ClientError::Io { addr: self.addr.clone(), source }
+    }
+}
