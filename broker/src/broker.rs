@@ -78,13 +78,6 @@ impl Broker {
 }
 
 impl Broker {
-    /// Hands the partitions this broker follows to its replica fetchers.
-    pub fn fetchers_follow(&self, following: Vec<crate::replication::replica_manager::Following>, brokers: &std::collections::BTreeMap<i32, floe_cluster::BrokerRegistration>) {
-        // The fetchers arrive with the follower side of replication; until then a
-        // cluster refuses replication factors above 1, so nothing is followed.
-        let _ = (following, brokers);
-    }
-
     /// Whether this broker is part of an etcd cluster (rather than alone).
     pub fn is_clustered(&self) -> bool {
         self.cluster.is_clustered()

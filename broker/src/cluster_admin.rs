@@ -44,7 +44,6 @@ pub fn plan_topic(broker: &Broker, name: &str, partitions: i32, replication_fact
     } else {
         check_assignment(assignments, &live)?
     };
-    refuse_unreplicated_copies(&planned)?;
     Ok(planned)
 }
 
@@ -69,19 +68,6 @@ fn check_assignment(assignments: &[(i32, Vec<i32>)], live: &BTreeMap<i32, Option
         }
     }
     Ok(planned)
-}
-
-/// Replication between brokers is not built yet (issue #14): a second replica would
-/// stay empty while counted in sync, and its election would lose every record. Until
-/// followers fetch, a cluster topic has one replica per partition.
-fn refuse_unreplicated_copies(planned: &BTreeMap<i32, Vec<i32>>) -> Result<(), Refusal> {
-    match planned.values().map(Vec::len).max() {
-        Some(rf) if rf > 1 => Err((
-            ResponseError::InvalidReplicationFactor,
-            format!("replication factor {rf}: replication between Floe brokers is not available yet, so each partition has one replica (use 1)"),
-        )),
-        _ => Ok(()),
-    }
 }
 
 /// Creates topic `name` in the cluster and this broker's logs of it. Returns the

@@ -60,10 +60,9 @@ pub async fn run(broker: Arc<Broker>) {
                 }
                 strays_reported = true;
             }
-            let following = broker.replicas.apply(&v, &broker.logs);
+            broker.replicas.apply(&v, &broker.logs);
             broker.replicas.shrink_isrs();
             broker.metrics.replication.max_follower_lag.set(broker.replicas.max_follower_lag());
-            broker.fetchers_follow(following, &v.brokers);
         }
         tokio::select! {
             closed = view.changed() => {

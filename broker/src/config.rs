@@ -61,6 +61,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
+    s("inter.broker.listener.name", "", "In a cluster: the listener followers fetch from (its endpoint in each broker's registration); empty is the first listener. PLAINTEXT only, for now."),
     s("replica.lag.time.max.ms", "30000", "In a cluster: a follower that has not caught up with its leader for this long leaves the ISR (and rejoins once it reaches the high watermark)."),
     s("replica.fetch.max.bytes", "1048576", "A follower's fetch: record bytes asked per partition (the first batch comes whole even when larger)."),
     s("replica.fetch.response.max.bytes", "10485760", "A follower's fetch: record bytes asked for the whole response (the first batch comes whole even when larger)."),
@@ -177,6 +178,8 @@ pub struct BrokerConfig {
     pub unclean_leader_election: bool,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// `inter.broker.listener.name` (empty: the first listener).
+    pub inter_broker_listener: String,
     /// `replica.fetch.max.bytes`.
     pub replica_fetch_max_bytes: i32,
     /// `replica.fetch.response.max.bytes`.
@@ -357,6 +360,7 @@ impl ConfigBuilder {
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
+            inter_broker_listener: get(r, "inter.broker.listener.name").trim().to_string(),
             replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,
             replica_fetch_response_max_bytes: parse_positive(r, "replica.fetch.response.max.bytes")?,
             replica_fetch_wait_max_ms: parse(r, "replica.fetch.wait.max.ms")?,

@@ -242,8 +242,18 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
+    let inter_broker_listener = Some(config.inter_broker_listener.clone())
+        .filter(|name| !name.is_empty())
+        .or_else(|| config.listeners.first().map(|l| l.name.clone()))
+        .unwrap_or_default();
+    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
+        config.node_id,
+        inter_broker_listener,
+        crate::replication::fetcher::FetcherSettings::from_config(&config),
+        metrics.clone(),
+    );
     let (replicas, isr_requests) =
-        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), metrics.clone());
+        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), fetchers, metrics.clone());
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),
@@ -291,6 +301,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         .into_iter()
         .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));
     futures_util::future::join_all(accept_loops).await;
+    broker.replicas.shutdown().await;
     broker.cluster.leave().await;
     let _ = sweeper.await;
     let _ = txn_timer.await;

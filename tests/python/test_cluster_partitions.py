@@ -9,8 +9,8 @@ LEADER_NOT_AVAILABLE) rather than to a replica without its data, and returns, wi
 new leader epoch, when that replica does.
 
 The state is also read straight from etcd (its HTTP gateway), not only through the
-brokers. Until replication between brokers exists a partition has one replica, and a
-replication factor above 1 is refused.
+brokers. Replication itself (factors above 1) is in test_cluster_replication.py; these
+topics have one replica per partition, so that leadership alone is what is tested.
 """
 
 from __future__ import annotations
@@ -190,17 +190,18 @@ def test_a_group_consumes_from_every_broker_with_one_coordinator(floe_factory, e
     assert controller in {1, 2, 3}
 
 
-def test_replication_factor_above_one_is_refused_until_replication_exists(floe_factory, etcd):
+def test_replication_factors_beyond_the_live_brokers_are_refused(floe_factory, etcd):
     brokers, prefix = start_cluster(floe_factory, etcd, 3)
     agreed_view(brokers, live=3)
-    topic = unique_topic("rf3")
+    topic = unique_topic("rf4")
     a = admin(brokers[0].bootstrap)
-    fs = a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)], request_timeout=10)
+    fs = a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=4)], request_timeout=10)
     with pytest.raises(KafkaException) as refused:
         fs[topic].result(timeout=15)
-    assert "INVALID_REPLICATION_FACTOR" in str(refused.value) and "replication between Floe brokers" in str(refused.value)
-    fs = a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=4)], request_timeout=10)
-    with pytest.raises(KafkaException, match="INVALID_REPLICATION_FACTOR"):
+    assert "INVALID_REPLICATION_FACTOR" in str(refused.value) and "larger than the 3 live brokers" in str(refused.value)
+    fs = a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=-1, replica_assignment=[[1, 1], [2, 3]])],
+                         request_timeout=10)
+    with pytest.raises(KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
         fs[topic].result(timeout=15)
     assert etcd.get_json(f"/{prefix}/topics/{topic}") is None
     # A manual assignment on a broker of the cluster is honoured.

@@ -67,7 +67,13 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     .await
     .expect("local membership");
     let metrics = Arc::new(Metrics::new());
-    let replicas = Arc::new(crate::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), metrics.clone()).0);
+    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
+        config.node_id,
+        "PLAINTEXT".into(),
+        crate::replication::fetcher::FetcherSettings::from_config(&config),
+        metrics.clone(),
+    );
+    let replicas = Arc::new(crate::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), fetchers, metrics.clone()).0);
     Broker {
         config,
         logs,

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::fetcher::{FollowedPartition, ReplicaFetcherManager};
 use super::isr::{self, FollowerState};
 
 /// A partition this broker leads.
@@ -72,19 +73,15 @@ pub struct IsrRequest {
     pub isr: Vec<i32>,
 }
 
-/// A partition this broker follows: its leader, at which epoch, and the local log.
-#[derive(Debug, Clone)]
-pub struct Following {
-    pub tp: TopicPartition,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub log: Arc<PartitionLog>,
-}
-
 /// This broker's replicas of the cluster's partitions.
 #[derive(Debug)]
 pub struct ReplicaManager {
     node_id: i32,
+    fetchers: ReplicaFetcherManager,
+    /// Logs this process has followed: on the first time, their high watermark (the
+    /// recovered log end after a restart, possibly past what was committed) is reset
+    /// to the log start, and learnt again from the leader.
+    followed_once: Mutex<std::collections::HashSet<TopicPartition>>,
     lag_max_ms: i64,
     leaders: Mutex<HashMap<TopicPartition, LeaderPartition>>,
     isr_requests: mpsc::UnboundedSender<IsrRequest>,
@@ -102,20 +99,38 @@ pub(crate) fn now_ms() -> i64 {
 impl ReplicaManager {
     /// A manager with no partitions yet, and the receiving end of its ISR changes
     /// (for [`run_isr_writer`]).
-    pub fn new(node_id: i32, lag_max: Duration, metrics: Arc<crate::metrics::Metrics>) -> (Self, mpsc::UnboundedReceiver<IsrRequest>) {
+    pub fn new(
+        node_id: i32,
+        lag_max: Duration,
+        fetchers: ReplicaFetcherManager,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> (Self, mpsc::UnboundedReceiver<IsrRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let manager = Self { node_id, lag_max_ms: lag_max.as_millis() as i64, leaders: Mutex::new(HashMap::new()), isr_requests: tx, metrics };
+        let manager = Self {
+            node_id,
+            fetchers,
+            followed_once: Mutex::new(std::collections::HashSet::new()),
+            lag_max_ms: lag_max.as_millis() as i64,
+            leaders: Mutex::new(HashMap::new()),
+            isr_requests: tx,
+            metrics,
+        };
         (manager, rx)
     }
 
-    /// Takes the roles `view` gives this broker: leads what it leads (at the view's
-    /// epoch), and returns what it follows, for the fetchers. Partitions whose logs
-    /// are not open yet are left for the next call.
-    pub fn apply(&self, view: &ClusterView, logs: &LogManager) -> Vec<Following> {
+    /// Stops the fetchers (before the logs close).
+    pub async fn shutdown(&self) {
+        self.fetchers.shutdown().await;
+    }
+
+    /// Takes the roles `view` gives this broker: the fetchers follow what it follows
+    /// (handing over, first, the partitions it is to lead), then it leads what it leads
+    /// at the view's epoch. Partitions whose logs are not open yet are left for the
+    /// next call.
+    pub fn apply(&self, view: &ClusterView, logs: &LogManager) {
         let now = now_ms();
         let mut following = Vec::new();
-        let mut leaders = lock(&self.leaders);
-        let mut still_leading = std::collections::HashSet::new();
+        let mut leading = Vec::new();
         for (topic, assignment) in view.topics.iter() {
             for (&p, replicas) in &assignment.partitions {
                 if !replicas.contains(&self.node_id) {
@@ -123,14 +138,22 @@ impl ReplicaManager {
                 }
                 let tp = TopicPartition::new(topic.clone(), p);
                 let (Some(state), Some(log)) = (view.partitions.get(&tp), logs.partition(topic, p)) else { continue };
-                log.set_replicated(replicas.len() > 1);
                 if state.leader == self.node_id {
-                    still_leading.insert(tp.clone());
-                    self.lead(&mut leaders, tp, state, replicas, log, now);
+                    log.set_replicated(replicas.len() > 1);
+                    leading.push((tp, state, replicas, log));
                 } else if state.leader != floe_cluster::NO_LEADER {
-                    following.push(Following { tp, leader: state.leader, leader_epoch: state.leader_epoch, log });
+                    self.first_follow(&tp, &log);
+                    following.push(FollowedPartition { tp, leader: state.leader, leader_epoch: state.leader_epoch, log });
                 }
             }
+        }
+        // The fetchers let go of the partitions to lead before this broker writes to them.
+        self.fetchers.follow(following, &view.brokers);
+        let mut leaders = lock(&self.leaders);
+        let mut still_leading = std::collections::HashSet::new();
+        for (tp, state, replicas, log) in leading {
+            still_leading.insert(tp.clone());
+            self.lead(&mut leaders, tp, state, replicas, log, now);
         }
         leaders.retain(|tp, lp| {
             let keep = still_leading.contains(tp);
@@ -142,7 +165,17 @@ impl ReplicaManager {
         let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len()).count();
         self.metrics.replication.under_replicated_partitions.set(under as i64);
         self.metrics.replication.leader_partitions.set(leaders.len() as i64);
-        following
+    }
+
+    /// The first time this process follows `log`: its high watermark comes from the
+    /// leader, not from its own recovered end.
+    fn first_follow(&self, tp: &TopicPartition, log: &PartitionLog) {
+        if lock(&self.followed_once).insert(tp.clone()) {
+            log.set_replicated(true);
+            if let Err(e) = log.reset_high_watermark(log.log_start_offset()) {
+                warn!(partition = %tp, error = %e, "cannot reset the high watermark of a followed log");
+            }
+        }
     }
 
     /// Becomes (or stays) the leader of `tp` at `state`'s epoch.
