@@ -31,7 +31,7 @@ from clients import admin, consume_range, produce_all, unique_topic
 from cluster_rig import agreed_view, etcd, node_id, start_cluster  # noqa: F401 (fixture)
 from confluent_kafka.admin import NewTopic
 from floe_process import wait_until
-from history import Workload, check
+from history import History, Workload, check, drain_partition
 
 KILLS = int(os.environ.get("FLOE_CLUSTER_KILLS", "3"))
 NOT_ENOUGH_REPLICAS = 19
@@ -244,3 +244,46 @@ def test_a_rolling_restart_under_load_loses_nothing(floe_factory, etcd):
     verdict = check(wl.drain())
     assert verdict.ok, verdict.summary()
     _wait_converged(etcd, prefix, brokers, topic, partitions)
+
+
+def test_negative_control_unclean_election_with_min_isr_1_loses_acknowledged_records(floe_factory, etcd):
+    """The same checker, on a configuration that must lose data: min.insync.replicas=1
+    lets the leader acknowledge alone once its followers fell out of the ISR, and
+    unclean.leader.election.enable=true lets an out-of-sync follower take over after
+    the leader dies. The checker must report the acknowledged records that vanished,
+    so that its silence in the tests above means something."""
+    brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides={
+        "unclean.leader.election.enable": "true", "replica.lag.time.max.ms": "1000",
+        "broker.session.timeout.ms": "6000"})
+    agreed_view(brokers, live=3)
+    topic = _create(brokers[0].bootstrap, unique_topic("unclean"), partitions=1, rf=3, min_isr=1)
+    history = History()
+    plain = {"enable.idempotence": False, "retries": 0}
+
+    def produce(values: list[bytes]):
+        offsets = produce_all(_bootstrap(brokers), topic, [{"value": v} for v in values], **plain)
+        for v, off in zip(values, offsets):
+            history.record_send("p", 0, v)
+            history.record_ack("p", 0, off, v)
+
+    produce([f"in-sync-{i}".encode() for i in range(100)])
+    leader = _by_id(brokers, _state(etcd, prefix, topic, 0)["leader"])
+    followers = [b for b in brokers if b is not leader]
+    for f in followers:
+        f.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: _state(etcd, prefix, topic, 0)["isr"] == [node_id(leader)], timeout=20, interval=0.1,
+                   what="the leader alone in the ISR")
+        produce([f"leader-alone-{i}".encode() for i in range(100)])  # acks=all, ISR of 1 >= min 1
+        leader.kill9()
+    finally:
+        for f in followers:
+            f.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: _state(etcd, prefix, topic, 0)["leader"] in {node_id(f) for f in followers}, timeout=30,
+               what="an unclean election")
+    lo, hi, drained = drain_partition(_bootstrap(followers), topic, 0, "read_uncommitted")
+    history.drain_bounds[0] = (lo, hi)
+    history.drain.extend(drained)
+    verdict = check(history)
+    print(verdict.summary())
+    assert not verdict.ok and len(verdict.lost) == 100, f"the checker must see the loss: {verdict.summary()}"
