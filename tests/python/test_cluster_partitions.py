@@ -109,8 +109,10 @@ def test_a_dead_leaders_partitions_go_offline_and_return_with_a_new_epoch(floe_f
     controller = agreed_view(brokers, live=3)
     topic = unique_topic("failover")
     create_topic(brokers[0].bootstrap, topic, partitions=3)
-    leaders = wait_until(lambda: (ls := _leaders(brokers[0].bootstrap, topic)) if all(l[0] != -1 for l in ls.values()) else None,
-                         timeout=10, what="leaders")
+    def led():
+        ls = _leaders(brokers[0].bootstrap, topic)
+        return ls if all(leader != -1 for leader, *_rest in ls.values()) else None
+    leaders = wait_until(led, timeout=10, what="leaders")
     for p in range(3):
         produce_all(brokers[0].bootstrap, topic, [{"value": f"p{p}-{i}".encode()} for i in range(10)], partition=p)
 
