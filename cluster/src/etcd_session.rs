@@ -56,10 +56,6 @@ impl EtcdTarget {
         format!("{}/controller", self.prefix)
     }
 
-    fn topics_prefix(&self) -> String {
-        topics_prefix(&self.prefix)
-    }
-
     fn partitions_prefix(&self) -> String {
         partitions_prefix(&self.prefix)
     }
@@ -185,7 +181,7 @@ async fn supervise(client: Client, target: EtcdTarget, view: watch::Sender<Clust
 /// One session: ends (with why) when the lease, the watch, the campaign or the
 /// controller observation fails.
 async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, lease: i64) -> ClusterError {
-    // How many of the three listings (brokers, topics, partitions) this session has
+    // How many of the two listings (brokers; topics and partitions) this session has
     // loaded: the controller acts only on a view its own session has read in full.
     let (loaded_tx, loaded_rx) = watch::channel(0u8);
     let loaded = || loaded_tx.send_modify(|n| *n += 1);
@@ -193,8 +189,7 @@ async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<C
     let result = tokio::select! {
         r = keep_alive(client.clone(), target, lease) => r,
         r = watch_brokers(client.clone(), target, view, loaded) => r,
-        r = watch_topics(client.clone(), target, view, loaded) => r,
-        r = watch_partitions(client.clone(), target, view, loaded) => r,
+        r = watch_topics_and_partitions(client.clone(), target, view, loaded) => r,
         r = campaign(client.clone(), target, lease, view.subscribe(), loaded_for_campaign) => r,
         r = observe_controller(client.clone(), target, view) => r,
         r = mark_synced(loaded_rx, view) => r,
@@ -205,9 +200,12 @@ async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<C
     }
 }
 
+/// The listings a session loads: brokers; topics with partitions.
+const LISTINGS: u8 = 2;
+
 /// Marks the view synced once this session has loaded every listing.
 async fn mark_synced(mut loaded: watch::Receiver<u8>, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
-    loaded.wait_for(|n| *n >= 3).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
+    loaded.wait_for(|n| *n >= LISTINGS).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
     view.send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
     std::future::pending().await
 }
@@ -287,15 +285,42 @@ async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<In
 /// `loaded` is called once the listing is published. Keys that do not parse are
 /// logged and left out.
 async fn mirror_prefix<T>(
-    mut c: Client,
+    c: Client,
     timeout: Duration,
     prefix: String,
+    parse: impl Fn(&KeyValue) -> Result<T, ClusterError>,
+    publish: impl FnMut(&BTreeMap<String, T>),
+    loaded: impl FnOnce(),
+) -> Result<Infallible, ClusterError> {
+    let range = KeyRange { start: prefix.clone(), end: None, strip: prefix };
+    mirror_range(c, timeout, range, parse, publish, loaded).await
+}
+
+/// Keys from `start` up to `end` (exclusive; `None`: every key starting with `start`),
+/// named by what follows `strip`.
+struct KeyRange {
+    start: String,
+    end: Option<String>,
+    strip: String,
+}
+
+/// [`mirror_prefix`] over a key range: one listing and one watch, so that the keys of
+/// one etcd transaction reach `publish` together.
+async fn mirror_range<T>(
+    mut c: Client,
+    timeout: Duration,
+    range: KeyRange,
     parse: impl Fn(&KeyValue) -> Result<T, ClusterError>,
     mut publish: impl FnMut(&BTreeMap<String, T>),
     loaded: impl FnOnce(),
 ) -> Result<Infallible, ClusterError> {
-    let suffix = |kv: &KeyValue| kv.key_str().ok().and_then(|k| k.strip_prefix(prefix.as_str())).map(str::to_string);
-    let listing = bounded(timeout, "listing", c.get(prefix.clone(), Some(GetOptions::new().with_prefix()))).await?;
+    let KeyRange { start, end, strip } = range;
+    let suffix = |kv: &KeyValue| kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).map(str::to_string);
+    let get_options = match &end {
+        Some(end) => GetOptions::new().with_range(end.as_str()),
+        None => GetOptions::new().with_prefix(),
+    };
+    let listing = bounded(timeout, "listing", c.get(start.clone(), Some(get_options))).await?;
     let revision = listing.header().map_or(0, |h| h.revision());
     let mut entries = BTreeMap::new();
     for kv in listing.kvs() {
@@ -309,7 +334,11 @@ async fn mirror_prefix<T>(
     }
     publish(&entries);
     loaded();
-    let mut stream = c.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await?;
+    let watch_options = match &end {
+        Some(end) => WatchOptions::new().with_range(end.as_str()),
+        None => WatchOptions::new().with_prefix(),
+    };
+    let mut stream = c.watch(start.clone(), Some(watch_options.with_start_revision(revision + 1))).await?;
     while let Some(resp) = stream.message().await? {
         if resp.canceled() {
             return Err(ClusterError::StreamEnded("watch"));
@@ -342,49 +371,62 @@ async fn watch_brokers(c: Client, target: &EtcdTarget, view: &watch::Sender<Clus
     mirror_prefix(c, target.request_timeout(), target.brokers_prefix(), parse_registration, publish, loaded).await
 }
 
-/// Keeps `view.topics` equal to the topics in etcd.
-async fn watch_topics(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
-    let publish = |entries: &BTreeMap<String, TopicAssignment>| {
-        view.send_if_modified(|v| {
-            if *v.topics == *entries {
-                return false;
-            }
-            v.topics = Arc::new(entries.clone());
-            true
-        });
-    };
-    let parse = |kv: &KeyValue| {
-        let mut topic = parse_json::<TopicAssignment>(kv)?;
-        topic.create_revision = kv.create_revision();
-        Ok(topic)
-    };
-    mirror_prefix(c, target.request_timeout(), target.topics_prefix(), parse, publish, loaded).await
+/// A key of the topics-and-partitions range.
+enum TopicsEntry {
+    Topic(String, TopicAssignment),
+    Partition(TopicPartition, PartitionState),
+    /// Another key in the range (`producer_id_block` sorts between the two prefixes).
+    Other,
 }
 
-/// Keeps `view.partitions` equal to the partition states in etcd.
-async fn watch_partitions(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+/// Keeps `view.topics` and `view.partitions` equal to etcd's, through one watch over
+/// the range from `partitions/` to the end of `topics/`: a topic created (or deleted)
+/// with its partitions in one transaction appears (or goes) in one view change, never
+/// a topic without its partitions.
+async fn watch_topics_and_partitions(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+    let strip = format!("{}/", target.prefix);
     let parse = |kv: &KeyValue| {
-        let mut state = parse_json::<PartitionState>(kv)?;
-        state.partition_epoch = kv.mod_revision();
-        Ok(state)
+        let name = kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).unwrap_or_default();
+        if let Some(topic) = name.strip_prefix("topics/") {
+            let mut t = parse_json::<TopicAssignment>(kv)?;
+            t.create_revision = kv.create_revision();
+            return Ok(TopicsEntry::Topic(topic.to_string(), t));
+        }
+        if let Some((topic, p)) = name.strip_prefix("partitions/").and_then(|rest| rest.rsplit_once('/')) {
+            let mut state = parse_json::<PartitionState>(kv)?;
+            state.partition_epoch = kv.mod_revision();
+            if let Ok(p) = p.parse() {
+                return Ok(TopicsEntry::Partition(TopicPartition::new(topic, p), state));
+            }
+        }
+        Ok(TopicsEntry::Other)
     };
-    let publish = |entries: &BTreeMap<String, PartitionState>| {
-        let parsed: BTreeMap<TopicPartition, PartitionState> = entries
-            .iter()
-            .filter_map(|(name, state)| {
-                let (topic, p) = name.rsplit_once('/')?;
-                Some((TopicPartition::new(topic, p.parse().ok()?), state.clone()))
-            })
-            .collect();
+    let publish = |entries: &BTreeMap<String, TopicsEntry>| {
+        let mut topics = BTreeMap::new();
+        let mut partitions = BTreeMap::new();
+        for entry in entries.values() {
+            match entry {
+                TopicsEntry::Topic(name, t) => {
+                    topics.insert(name.clone(), t.clone());
+                }
+                TopicsEntry::Partition(tp, s) => {
+                    partitions.insert(tp.clone(), s.clone());
+                }
+                TopicsEntry::Other => {}
+            }
+        }
         view.send_if_modified(|v| {
-            if *v.partitions == parsed {
+            if *v.topics == topics && *v.partitions == partitions {
                 return false;
             }
-            v.partitions = Arc::new(parsed);
+            v.topics = Arc::new(topics);
+            v.partitions = Arc::new(partitions);
             true
         });
     };
-    mirror_prefix(c, target.request_timeout(), target.partitions_prefix(), parse, publish, loaded).await
+    // `topics0` is the first key after every `topics/...` ('0' follows '/').
+    let range = KeyRange { start: target.partitions_prefix(), end: Some(format!("{}/topics0", target.prefix)), strip: strip.clone() };
+    mirror_range(c, target.request_timeout(), range, parse, publish, loaded).await
 }
 
 fn publish_brokers(view: &watch::Sender<ClusterView>, brokers: BTreeMap<i32, BrokerRegistration>) {
@@ -413,7 +455,7 @@ async fn campaign(
     let leader = won.leader().ok_or(ClusterError::StreamEnded("campaign"))?;
     let epoch = leader.rev();
     info!(node_id, controller_epoch = epoch, "this broker is now the controller");
-    loaded.wait_for(|n| *n >= 3).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
+    loaded.wait_for(|n| *n >= LISTINGS).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
     let ctx = ControllerContext {
         client: c,
         prefix: target.prefix.clone(),
