@@ -29,13 +29,6 @@ pub struct TopicAssignment {
     pub create_revision: i64,
 }
 
-impl TopicAssignment {
-    /// The replicas of `partition`, if it exists.
-    pub fn replicas(&self, partition: i32) -> Option<&[i32]> {
-        self.partitions.get(&partition).map(Vec::as_slice)
-    }
-}
-
 /// A partition's leadership, stored as JSON at `<prefix>/partitions/<topic>/<p>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {

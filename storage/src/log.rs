@@ -86,6 +86,13 @@ pub struct LogAppendInfo {
     pub duplicate: bool,
 }
 
+impl LogAppendInfo {
+    /// The answer to an append of nothing (offsets -1, as Kafka answers).
+    fn empty(log_start_offset: i64) -> Self {
+        Self { first_offset: -1, last_offset: -1, log_append_time: -1, log_start_offset, record_count: 0, duplicate: false }
+    }
+}
+
 /// A record's timestamp and offset (Kafka's `TimestampAndOffset`), as ListOffsets answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimestampAndOffset {
@@ -607,15 +614,7 @@ impl PartitionLog {
 
         let mut st = self.state();
         if batches.is_empty() {
-            let info = LogAppendInfo {
-                first_offset: -1,
-                last_offset: -1,
-                log_append_time: -1,
-                log_start_offset: st.log_start_offset,
-                record_count: 0,
-                duplicate: false,
-            };
-            return Ok((info, false));
+            return Ok((LogAppendInfo::empty(st.log_start_offset), false));
         }
         let config = st.config.clone();
         if max_batch > config.max_message_bytes {

@@ -340,15 +340,20 @@ impl LogSegment {
         }
     }
 
-    /// Renames the segment's files to `*.deleted`, then removes them. Open
-    /// descriptors (in-flight fetches) keep the data readable until dropped.
-    pub(crate) fn delete_files(self) -> Result<()> {
-        let paths = [
+    /// The segment's files, the `.log` first.
+    fn file_paths(&self) -> [PathBuf; 4] {
+        [
             self.log_path.to_path_buf(),
             self.offset_index.path().to_path_buf(),
             self.time_index.path().to_path_buf(),
             self.txn_index.path().to_path_buf(),
-        ];
+        ]
+    }
+
+    /// Renames the segment's files to `*.deleted`, then removes them. Open
+    /// descriptors (in-flight fetches) keep the data readable until dropped.
+    pub(crate) fn delete_files(self) -> Result<()> {
+        let paths = self.file_paths();
         drop(self);
         for path in paths {
             let deleted = deleted_file(&path);
@@ -369,12 +374,7 @@ impl LogSegment {
     /// without a log, which recovery removes, so the segment vanishes in one
     /// step. Recovery also removes the `.deleted` files a crash left.
     pub(crate) fn rename_for_deletion(self) -> Result<Vec<PathBuf>> {
-        let paths = [
-            self.log_path.to_path_buf(),
-            self.offset_index.path().to_path_buf(),
-            self.time_index.path().to_path_buf(),
-            self.txn_index.path().to_path_buf(),
-        ];
+        let paths = self.file_paths();
         drop(self);
         let mut renamed = Vec::with_capacity(paths.len());
         for path in paths {

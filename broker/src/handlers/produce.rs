@@ -173,6 +173,9 @@ fn append(
     let log = broker.leader_log(topic, partition)?;
     let records = records.ok_or((ResponseError::CorruptMessage, "null records".to_string()))?;
     let config = log.config();
+    if !broker.is_clustered() {
+        return append_checked(broker, &log, topic, partition, records, transactional_id);
+    }
     let tp = floe_cluster::TopicPartition::new(topic, partition);
     if acks == -1 {
         // Kafka's Partition.appendRecordsToLeader: too small an ISR refuses acks=all at once.
@@ -191,7 +194,6 @@ fn append_checked(
     records: &[u8],
     transactional_id: Option<&str>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
-    let log = log.clone();
     let config = log.config();
     let validated = record_batch::validate_batches(records, config.max_message_bytes as usize).map_err(|e| {
         // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or
@@ -258,7 +260,6 @@ fn store(
     // One copy: the request's bytes are shared with the frame buffer, and the
     // offsets must be written into them.
     let mut owned = BytesMut::from(records);
-    record_batch::set_partition_leader_epoch(&mut owned, broker.leader_epoch(topic, partition));
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     let fsyncs = config.flush_messages < i64::MAX;
     let appended = if fsyncs {

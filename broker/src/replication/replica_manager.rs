@@ -15,7 +15,7 @@
 //! the larger of the two ISRs (Kafka's "maximal ISR"), so it never passes a replica
 //! that may still be in sync.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -325,8 +325,8 @@ impl ReplicaManager {
         }
     }
 
-    /// Every partition this broker leads, with its follower log end offsets (for the
-    /// replica lag metric).
+    /// The largest lag, in records, of an in-sync follower behind this broker's log end
+    /// over the partitions it leads (the `floe_replica_max_lag` metric).
     pub fn max_follower_lag(&self) -> i64 {
         let leaders = lock(&self.leaders);
         leaders
@@ -337,11 +337,6 @@ impl ReplicaManager {
             })
             .max()
             .unwrap_or(0)
-    }
-
-    /// Leader partitions by topic-partition with their ISR (tests and diagnostics).
-    pub fn leader_isrs(&self) -> BTreeMap<TopicPartition, Vec<i32>> {
-        lock(&self.leaders).iter().map(|(tp, lp)| (tp.clone(), lp.state.isr.clone())).collect()
     }
 }
 

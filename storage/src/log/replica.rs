@@ -68,14 +68,7 @@ impl PartitionLog {
         let (info, flush_due) = {
             let mut st = self.state();
             let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
-                return Ok(LogAppendInfo {
-                    first_offset: -1,
-                    last_offset: -1,
-                    log_append_time: -1,
-                    log_start_offset: st.log_start_offset,
-                    record_count: 0,
-                    duplicate: false,
-                });
+                return Ok(LogAppendInfo::empty(st.log_start_offset));
             };
             if first.header.base_offset < st.log_end_offset {
                 return Err(StorageError::UnexpectedAppendOffset {
