@@ -85,8 +85,8 @@ impl Broker {
 
     /// The log of `topic`-`partition`, if this broker may write and serve it: in a
     /// cluster, only while it is the partition's leader (Kafka's
-    /// `getPartitionOrException` with its leader check). The coordinators' internal
-    /// topics are each broker's own for now, so they are always local.
+    /// `getPartitionOrException` with its leader check), the coordinators' internal
+    /// topics included.
     ///
     /// # Errors
     /// UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster (or, alone, this broker)
@@ -94,7 +94,7 @@ impl Broker {
     /// (clients refresh their metadata and retry); with a reason for the log.
     pub fn leader_log(&self, topic: &str, partition: i32) -> Result<Arc<PartitionLog>, (ResponseError, String)> {
         let unknown = || (ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
-        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+        if self.is_clustered() {
             let leader = self.cluster.with_view(|v| v.partition(topic, partition).map(|s| s.leader));
             match leader {
                 None => return Err(unknown()),
@@ -118,19 +118,19 @@ impl Broker {
 }
 
 impl Broker {
-    /// Whether `topic`-`partition` exists: in the cluster's metadata, or (alone, and for
-    /// the internal topics) in this broker's data directory.
+    /// Whether `topic`-`partition` exists: in the cluster's metadata, or (alone) in this
+    /// broker's data directory.
     pub fn partition_exists(&self, topic: &str, partition: i32) -> bool {
-        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+        if self.is_clustered() {
             return self.cluster.with_view(|v| v.partition(topic, partition).is_some());
         }
         self.logs.partition(topic, partition).is_some()
     }
 
     /// The leader epoch of `topic`-`partition`: the cluster's (it grows with every
-    /// leader change), or 0 for a broker alone and the internal topics.
+    /// leader change), or 0 for a broker alone.
     pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
-        if self.is_clustered() && !crate::handlers::is_internal_topic(topic) {
+        if self.is_clustered() {
             return self.cluster.with_view(|v| v.partition(topic, partition).map_or(crate::handlers::LEADER_EPOCH, |s| s.leader_epoch));
         }
         crate::handlers::LEADER_EPOCH

@@ -16,7 +16,9 @@
 //! and on a short tick (logs opened late, ISR checks).
 //!
 //! The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`)
-//! are still each broker's own and are left alone here.
+//! are cluster topics like the others once the first FindCoordinator created them;
+//! after each change of roles the coordinators follow their leadership
+//! ([`crate::coordinator_terms`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -42,6 +44,7 @@ pub async fn run(broker: Arc<Broker>) {
     let mut tick = tokio::time::interval(TICK);
     // Whether the view changed since the topics were last applied.
     let mut changed = true;
+    let terms = crate::coordinator_terms::CoordinatorTerms::start(broker.clone());
     loop {
         let snapshot = {
             let v = view.borrow_and_update();
@@ -61,6 +64,7 @@ pub async fn run(broker: Arc<Broker>) {
                 strays_reported = true;
             }
             broker.replicas.apply(&v, &broker.logs);
+            terms.follow();
             broker.replicas.shrink_isrs();
             broker.metrics.replication.max_follower_lag.set(broker.replicas.max_follower_lag());
         }
@@ -80,9 +84,6 @@ pub async fn run(broker: Arc<Broker>) {
 /// names now known from the metadata.
 fn apply(logs: &LogManager, topics: &BTreeMap<String, TopicAssignment>, previous: &BTreeSet<String>, report_strays: bool) -> BTreeSet<String> {
     for (name, assignment) in topics {
-        if is_internal_topic(name) {
-            continue;
-        }
         if let Err(e) = ensure_local(logs, name, assignment) {
             warn!(topic = %name, error = %e, "cannot create this broker's logs of a cluster topic; retrying at the next change");
         }

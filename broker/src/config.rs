@@ -68,6 +68,12 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("replica.fetch.wait.max.ms", "500", "A follower's fetch: how long the leader may hold it waiting for `replica.fetch.min.bytes`."),
     s("replica.fetch.min.bytes", "1", "A follower's fetch: record bytes the leader waits for before answering (up to `replica.fetch.wait.max.ms`)."),
     s("replica.fetch.backoff.ms", "1000", "How long a follower waits before fetching again a partition whose fetch failed, or before reconnecting to its leader."),
+    s("offsets.topic.replication.factor", "3", "In a cluster: replicas of `__consumer_offsets`, created on the first FindCoordinator for a group; until that many brokers are live, group lookups answer COORDINATOR_NOT_AVAILABLE."),
+    s("offsets.topic.num.partitions", "1", "Partitions of `__consumer_offsets`. Floe's group coordinator owns one partition (one broker coordinates every group at a time): only 1 is accepted."),
+    s("offsets.commit.timeout.ms", "5000", "In a cluster: how long an offset commit (or any coordinator write) waits for the in-sync replicas of its internal topic before failing with COORDINATOR_NOT_AVAILABLE."),
+    s("transaction.state.log.replication.factor", "3", "In a cluster: replicas of `__transaction_state`, created on the first FindCoordinator for a transactional id (COORDINATOR_NOT_AVAILABLE until that many brokers are live)."),
+    s("transaction.state.log.min.isr", "2", "In a cluster: `min.insync.replicas` of `__transaction_state` (capped at its replication factor)."),
+    s("transaction.state.log.num.partitions", "1", "Partitions of `__transaction_state`. Floe's transaction coordinator owns one partition: only 1 is accepted."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
     s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
@@ -176,6 +182,14 @@ pub struct BrokerConfig {
     pub default_replication_factor: i32,
     /// `unclean.leader.election.enable`.
     pub unclean_leader_election: bool,
+    /// `offsets.topic.replication.factor`.
+    pub offsets_topic_replication_factor: i32,
+    /// `offsets.commit.timeout.ms`.
+    pub offsets_commit_timeout_ms: u64,
+    /// `transaction.state.log.replication.factor`.
+    pub transaction_state_log_replication_factor: i32,
+    /// `transaction.state.log.min.isr`.
+    pub transaction_state_log_min_isr: i32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
     /// `inter.broker.listener.name` (empty: the first listener).
@@ -344,6 +358,15 @@ impl ConfigBuilder {
             ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
         })?;
         log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
+        for key in ["offsets.topic.num.partitions", "transaction.state.log.num.partitions"] {
+            if parse_positive::<i32>(r, key)? != 1 {
+                return Err(ConfigError::InvalidValue {
+                    key: key.into(),
+                    value: get(r, key).into(),
+                    reason: "Floe's coordinators each own one partition of their internal topic; only 1 is supported".into(),
+                });
+            }
+        }
         Ok(BrokerConfig {
             listeners,
             tls,
@@ -359,6 +382,10 @@ impl ConfigBuilder {
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
+            offsets_topic_replication_factor: parse_positive(r, "offsets.topic.replication.factor")?,
+            offsets_commit_timeout_ms: parse_positive(r, "offsets.commit.timeout.ms")?,
+            transaction_state_log_replication_factor: parse_positive(r, "transaction.state.log.replication.factor")?,
+            transaction_state_log_min_isr: parse_positive(r, "transaction.state.log.min.isr")?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
             inter_broker_listener: get(r, "inter.broker.listener.name").trim().to_string(),
             replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,

@@ -36,14 +36,16 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
 /// PRODUCER_FENCED is sent as such; handlers of request versions older than
 /// KIP-588 turn it into INVALID_PRODUCER_EPOCH with [`fenced_for_version`].
 pub fn txn_error(error: &floe_coordinator::transaction::TxnError) -> ResponseError {
-    use floe_coordinator::transaction::TxnError;
+    use floe_coordinator::transaction::{TxnError, TxnLogError};
     match error {
         TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
         TxnError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
         TxnError::ProducerFenced { .. } => ResponseError::ProducerFenced,
         TxnError::ConcurrentTransactions(_) => ResponseError::ConcurrentTransactions,
         TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
-        TxnError::Log(_) | TxnError::ProducerIdAllocation(_) => ResponseError::CoordinatorNotAvailable,
+        TxnError::NotCoordinator | TxnError::Log(TxnLogError::NotCoordinator(_)) => ResponseError::NotCoordinator,
+        TxnError::LoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        TxnError::Log(_) | TxnError::ProducerIdAllocation(_) | TxnError::NotAvailable => ResponseError::CoordinatorNotAvailable,
     }
 }
 

@@ -19,6 +19,7 @@
 //! - [`quota`]: client quotas (byte rates, request time): their store and enforcement.
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
 //! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
@@ -31,6 +32,7 @@ pub mod broker;
 pub mod cluster_admin;
 pub mod cluster_topics;
 pub mod config;
+pub mod coordinator_terms;
 pub mod dynamic_config;
 pub mod errors;
 pub mod handlers;

@@ -204,28 +204,60 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         .map_err(|e| RunError::Task(e.to_string()))?;
     metrics.cleaner.observe(cleaner.stats());
 
-    let groups = Arc::new(
-        floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
+    let inter_broker_listener = Some(config.inter_broker_listener.clone())
+        .filter(|name| !name.is_empty())
+        .or_else(|| config.listeners.first().map(|l| l.name.clone()))
+        .unwrap_or_default();
+    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
+        config.node_id,
+        inter_broker_listener,
+        crate::replication::fetcher::FetcherSettings::from_config(&config),
+        metrics.clone(),
     );
-    let txns = {
+    let (replicas, isr_requests) =
+        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), fetchers, metrics.clone());
+    let replicas = Arc::new(replicas);
+
+    let (groups, txns) = if cluster.is_clustered() {
+        // Coordinators follow the leadership of their internal topics (crate::coordinator_terms):
+        // nothing to load until this broker leads one.
+        let gate: Arc<dyn floe_coordinator::replicated::ReplicatedWrites> = Arc::new(crate::coordinator_terms::ReplicaGate::new(
+            replicas.clone(),
+            tokio::runtime::Handle::current(),
+            Duration::from_millis(config.offsets_commit_timeout_ms),
+        ));
+        let groups = Arc::new(
+            floe_coordinator::group::GroupCoordinator::replicated(config.coordinator_config(), logs.clone(), gate.clone())
+                .map_err(|e| RunError::Task(e.to_string()))?,
+        );
         let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
-        let (txn_config, txn_logs) = (config.transactions.clone(), logs.clone());
-        let opened = tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinator::open(txn_config, txn_logs, markers))
-            .await
-            .map_err(|e| RunError::Task(e.to_string()))?;
-        Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
+        let txns = floe_coordinator::transaction::TransactionCoordinator::replicated(config.transactions.clone(), logs.clone(), markers, gate);
+        (groups, Arc::new(txns))
+    } else {
+        let groups = Arc::new(
+            floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
+        );
+        let txns = {
+            let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+            let (txn_config, txn_logs) = (config.transactions.clone(), logs.clone());
+            let opened = tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinator::open(txn_config, txn_logs, markers))
+                .await
+                .map_err(|e| RunError::Task(e.to_string()))?;
+            Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
+        };
+        {
+            // Offsets load in the background; group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+            // Transactions a crash left decided but incomplete are finished once the offsets are
+            // loaded (their markers may go to __consumer_offsets through the group coordinator).
+            let (groups, txns) = (groups.clone(), txns.clone());
+            tokio::spawn(async move {
+                if groups.load().await.is_ok() {
+                    txns.complete_prepared().await;
+                }
+            });
+        }
+        (groups, txns)
     };
-    {
-        // Offsets load in the background; group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
-        // Transactions a crash left decided but incomplete are finished once the offsets are
-        // loaded (their markers may go to __consumer_offsets through the group coordinator).
-        let (groups, txns) = (groups.clone(), txns.clone());
-        tokio::spawn(async move {
-            if groups.load().await.is_ok() {
-                txns.complete_prepared().await;
-            }
-        });
-    }
     let sweeper = groups.start(shutdown.clone());
     let txn_timer = transaction_timer(txns.clone(), shutdown.clone());
 
@@ -242,18 +274,6 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
-    let inter_broker_listener = Some(config.inter_broker_listener.clone())
-        .filter(|name| !name.is_empty())
-        .or_else(|| config.listeners.first().map(|l| l.name.clone()))
-        .unwrap_or_default();
-    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
-        config.node_id,
-        inter_broker_listener,
-        crate::replication::fetcher::FetcherSettings::from_config(&config),
-        metrics.clone(),
-    );
-    let (replicas, isr_requests) =
-        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), fetchers, metrics.clone());
     let broker = Arc::new(Broker {
         config,
         logs: logs.clone(),
@@ -266,7 +286,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         dynamic_config: Arc::new(dynamic_config),
         ktls,
         cluster,
-        replicas: Arc::new(replicas),
+        replicas,
         shutdown: shutdown.clone(),
     });
     tokio::spawn(stop_after_controlled_shutdown(broker.clone(), requested, stop));

@@ -37,7 +37,7 @@ impl TxnMarkerWriter for LocalMarkerWriter {
     fn write_marker(&self, m: &TxnMarker) -> Result<(), String> {
         let (topic, partition) = (&m.partition.0, m.partition.1);
         if topic == OFFSETS_TOPIC {
-            return self.groups.complete_txn(m.producer_id, m.producer_epoch, m.commit).map_err(|e| e.to_string());
+            return self.groups.complete_txn_at(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch).map_err(|e| e.to_string());
         }
         let Some(log) = self.logs.partition(topic, partition) else {
             tracing::info!(topic, partition, producer_id = m.producer_id, "no marker for a partition that no longer exists");

@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`clock`]: the wall clock both stamp their records with.
+//! - [`replicated`]: a coordinator's term (the leadership of its internal
+//!   topic's partition, in a cluster) and the gate its writes pass.
 //! - [`group`]: the group coordinator: consumer groups, classic and KIP-848,
 //!   their rebalances, and the `__consumer_offsets` log of committed offsets
 //!   and group metadata.
@@ -19,4 +21,5 @@
 
 pub mod clock;
 pub mod group;
+pub mod replicated;
 pub mod transaction;

@@ -31,6 +31,7 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
+API_FIND_COORDINATOR = 10
 API_API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
 API_ADD_PARTITIONS_TO_TXN = 24
@@ -395,6 +396,11 @@ def init_producer_id_v1(transactional_id: str | None, transaction_timeout_ms: in
     return string(transactional_id) + struct.pack(">i", transaction_timeout_ms)
 
 
+def find_coordinator_v1(key: str, key_type: int) -> bytes:
+    """FindCoordinator v1 (non-flexible): key string | key_type int8 (0 group, 1 transaction)."""
+    return string(key) + struct.pack(">b", key_type)
+
+
 def add_partitions_to_txn_v2(transactional_id: str, producer_id: int, producer_epoch: int,
                              topics: dict[str, list[int]]) -> bytes:
     """AddPartitionsToTxn v0-v2 (non-flexible; v2 only adds PRODUCER_FENCED to the answers):
@@ -483,6 +489,15 @@ def parse_init_producer_id_v1(body: bytes) -> tuple[int, int, int]:
     r.i32()  # throttle_time_ms
     out = (r.i16(), r.i64(), r.i16())
     assert r.done(), "trailing bytes in InitProducerId v1 response"
+    return out
+
+
+def parse_find_coordinator_v1(body: bytes) -> tuple[int, str | None, int, str, int]:
+    """(error_code, error_message, node_id, host, port)."""
+    r = Reader(body)
+    r.i32()  # throttle_time_ms
+    out = (r.i16(), r.string(), r.i32(), r.string(), r.i32())
+    assert r.done(), "trailing bytes in FindCoordinator v1 response"
     return out
 
 

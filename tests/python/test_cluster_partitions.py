@@ -171,7 +171,7 @@ def test_a_group_consumes_from_every_broker_with_one_coordinator(floe_factory, e
     for p in range(6):
         produce_all(brokers[1].bootstrap, topic, [{"value": f"{p}-{i}".encode()} for i in range(5)], partition=p)
     group = unique_topic("g")
-    # Two members bootstrapped at different brokers: one coordinator (the controller).
+    # Two members bootstrapped at different brokers: one coordinator (the leader of __consumer_offsets).
     members = [consumer(b.bootstrap, **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
                for b in (brokers[0], brokers[2])]
     for m in members:

@@ -1,15 +1,22 @@
 //! FindCoordinator: which broker coordinates a group (or transactional id). v4+
 //! batches keys in `coordinator_keys`.
 //!
-//! A broker alone coordinates everything. In a cluster, until the coordinators follow
-//! the leadership of their internal topics' partitions, one broker coordinates every
-//! group and transactional id: the controller, so that every client of a group is sent
-//! to the same place. COORDINATOR_NOT_AVAILABLE while no controller is known.
+//! A broker alone coordinates everything. In a cluster the coordinator of a group is
+//! the leader of `__consumer_offsets`, that of a transactional id the leader of
+//! `__transaction_state` (each has one partition in Floe, so every key of a type maps
+//! to partition 0). The first lookup creates the internal topic in the cluster, with
+//! `offsets.topic.replication.factor` / `transaction.state.log.replication.factor`
+//! replicas, as Kafka does; while it cannot be created (fewer live brokers than the
+//! factor) or has no leader, the answer is COORDINATOR_NOT_AVAILABLE and the client
+//! retries.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
+
+use floe_coordinator::group::OFFSETS_TOPIC;
+use floe_coordinator::transaction::TRANSACTION_STATE_TOPIC;
 
 use super::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
@@ -36,8 +43,14 @@ fn denied_error(key_type: i8) -> ResponseError {
     }
 }
 
-pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let (node, host, port, unavailable) = coordinator(broker, session);
+pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let (node, host, port, unavailable) = if known_key_type(request.key_type) {
+        coordinator(broker, session, request.key_type).await
+    } else {
+        (BrokerId(-1), StrBytes::default(), -1, None)
+    };
+    let why = unavailable.as_ref().map(|(_, why)| why.clone()).unwrap_or_default();
+    let unavailable = unavailable.map(|(e, _)| e);
     let error = (!known_key_type(request.key_type)).then_some(ResponseError::InvalidRequest).or(unavailable);
     if version >= 4 {
         let coordinators = request
@@ -60,7 +73,7 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
                     .with_error_message(message(if e == ResponseError::InvalidRequest {
                         format!("unknown key type {}", request.key_type)
                     } else {
-                        "no controller is known yet".to_string()
+                        why.clone()
                     })),
             })
             .collect();
@@ -74,19 +87,68 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
     if version >= 1 && error == Some(ResponseError::InvalidRequest) {
         return response.with_error_message(message(format!("unknown key type {}", request.key_type)));
     }
+    if version >= 1 && error == Some(ResponseError::CoordinatorNotAvailable) {
+        return response.with_error_message(message(why));
+    }
     response
 }
 
-/// The coordinating broker as this client's listener reaches it, or
-/// COORDINATOR_NOT_AVAILABLE.
-fn coordinator(broker: &Broker, session: &Session) -> (BrokerId, StrBytes, i32, Option<ResponseError>) {
+/// The coordinating broker of keys of `key_type` as this client's listener reaches
+/// it, or COORDINATOR_NOT_AVAILABLE and why.
+async fn coordinator(broker: &Broker, session: &Session, key_type: i8) -> (BrokerId, StrBytes, i32, Option<(ResponseError, String)>) {
     let here = (BrokerId(broker.node_id()), StrBytes::from_string(session.endpoint.advertised_host.clone()), session.endpoint.advertised_port, None);
     if !broker.is_clustered() {
         return here;
     }
-    let (brokers, controller) = broker.cluster_brokers(&session.endpoint);
-    match brokers.into_iter().find(|b| b.node_id == controller) {
+    let topic = if key_type == 1 { TRANSACTION_STATE_TOPIC } else { OFFSETS_TOPIC };
+    let unavailable = |why: String| (BrokerId(-1), StrBytes::default(), -1, Some((ResponseError::CoordinatorNotAvailable, why)));
+    let tp = floe_cluster::TopicPartition::new(topic.to_string(), 0);
+    let known = broker.cluster.with_view(|v| v.topics.contains_key(topic).then(|| v.partitions.get(&tp).map(|s| s.leader)));
+    let leader = match known {
+        Some(leader) => leader,
+        None => {
+            if let Err(why) = create_internal_topic(broker, topic).await {
+                return unavailable(why);
+            }
+            broker.cluster.with_view(|v| v.partitions.get(&tp).map(|s| s.leader))
+        }
+    };
+    let Some(leader) = leader.filter(|&l| l != floe_cluster::NO_LEADER) else {
+        return unavailable(format!("{topic} has no leader now"));
+    };
+    let (brokers, _) = broker.cluster_brokers(&session.endpoint);
+    match brokers.into_iter().find(|b| b.node_id == leader) {
         Some(b) => (BrokerId(b.node_id), StrBytes::from_string(b.host), b.port, None),
-        None => (BrokerId(-1), StrBytes::default(), -1, Some(ResponseError::CoordinatorNotAvailable)),
+        None => unavailable(format!("the leader of {topic}, broker {leader}, has no listener {} registered", session.endpoint.name)),
+    }
+}
+
+/// Creates `topic` (an internal one) in the cluster: one partition, Kafka's settings for
+/// it, and the replication factor configured for it. Already created meanwhile is fine.
+async fn create_internal_topic(broker: &Broker, topic: &str) -> Result<(), String> {
+    let (rf, mut configs) = if topic == OFFSETS_TOPIC {
+        (broker.config.offsets_topic_replication_factor, floe_coordinator::group::offsets_topic_config())
+    } else {
+        let mut c = floe_coordinator::transaction::transaction_state_topic_config();
+        c.insert("min.insync.replicas".into(), broker.config.transaction_state_log_min_isr.min(broker.config.transaction_state_log_replication_factor).to_string());
+        (broker.config.transaction_state_log_replication_factor, c)
+    };
+    let live = broker.cluster.with_view(|v| v.brokers.len()) as i32;
+    if live < rf {
+        return Err(format!(
+            "{topic} needs {rf} live brokers (its replication factor setting) and the cluster has {live}; it is created once enough brokers are up"
+        ));
+    }
+    configs.entry("min.insync.replicas".into()).or_insert_with(|| "1".into());
+    match crate::cluster_admin::create_topic(broker, topic, 1, rf, &[], configs).await {
+        Ok(a) => {
+            tracing::info!(topic, replicas = ?a.partitions.get(&0), "created the internal topic in the cluster");
+            Ok(())
+        }
+        Err((ResponseError::TopicAlreadyExists, _)) => Ok(()),
+        Err((code, why)) => {
+            tracing::warn!(topic, ?code, error = %why, "cannot create the internal topic in the cluster");
+            Err(format!("cannot create {topic}: {why}"))
+        }
     }
 }

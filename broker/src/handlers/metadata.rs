@@ -132,7 +132,11 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
         return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
     }
     let partitions = broker.config.num_partitions;
-    if broker.is_clustered() && !is_internal(&name) {
+    if broker.is_clustered() && is_internal(&name) {
+        // Created by the first FindCoordinator, with its own replication factor: not here.
+        return unknown();
+    }
+    if broker.is_clustered() {
         let rf = broker.config.default_replication_factor;
         return match crate::cluster_admin::create_topic(broker, &name, partitions, rf, &[], BTreeMap::new()).await {
             Ok(_) => {
@@ -195,10 +199,10 @@ fn topic_name_by_id(broker: &Broker, id: uuid::Uuid) -> Option<String> {
     broker.logs.topic_by_id(id).map(|t| t.name().to_string())
 }
 
-/// A topic's Metadata: from the cluster's metadata, or (alone, and for the internal
-/// topics) from this broker's data directory. `None` if there is no such topic.
+/// A topic's Metadata: from the cluster's metadata, or (alone) from this broker's data
+/// directory. `None` if there is no such topic.
 pub(crate) fn describe_by_name(broker: &Broker, name: &str) -> Option<MetadataResponseTopic> {
-    if broker.is_clustered() && !is_internal(name) {
+    if broker.is_clustered() {
         return broker.cluster.with_view(|v| v.topics.get(name).map(|t| describe_cluster_topic(v, name, t)));
     }
     broker.logs.topic(name).map(|t| describe_topic(broker, &t))
@@ -233,7 +237,7 @@ fn describe_cluster_topic(view: &floe_cluster::ClusterView, name: &str, topic: &
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
         .with_topic_id(uuid::Uuid::parse_str(&topic.topic_id).unwrap_or_default())
-        .with_is_internal(false)
+        .with_is_internal(is_internal(name))
         .with_partitions(partitions)
 }
 

@@ -297,7 +297,7 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         }
         ApiKey::FindCoordinator => {
             let req = decode(api_key, body, version)?;
-            out.frame(find_coordinator::handle(broker, session, ctx, req, version))
+            out.frame(find_coordinator::handle(broker, session, ctx, req, version).await)
         }
         ApiKey::JoinGroup => {
             let req = decode(api_key, body, version)?;

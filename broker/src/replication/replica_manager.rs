@@ -210,6 +210,11 @@ impl ReplicaManager {
         lock(&self.leaders).contains_key(tp)
     }
 
+    /// The leader epoch at which this broker leads `tp`, if it does.
+    pub fn leader_epoch_of(&self, tp: &TopicPartition) -> Option<i32> {
+        lock(&self.leaders).get(tp).map(|lp| lp.state.leader_epoch)
+    }
+
     /// The size of `tp`'s ISR, if this broker leads it.
     pub fn isr_size(&self, tp: &TopicPartition) -> Option<usize> {
         lock(&self.leaders).get(tp).map(|lp| lp.state.isr.len())

@@ -1,7 +1,15 @@
-//! `GroupCoordinator`: every group of this broker (the coordinator of all of
-//! them, as Floe is one node), the timers that drive them, administration
-//! (list, describe, delete) and the group metadata it persists through the
-//! [`OffsetStore`].
+//! `GroupCoordinator`: every group of this broker, the timers that drive them,
+//! administration (list, describe, delete) and the group metadata it persists
+//! through the [`OffsetStore`].
+//!
+//! A single broker coordinates every group from startup ([`GroupCoordinator::load`]).
+//! In a cluster a broker coordinates while it leads `__consumer_offsets` (Floe's
+//! has one partition, so one broker coordinates all groups at a time): the broker
+//! calls [`GroupCoordinator::elect`] when it becomes the leader, which reloads the
+//! groups from the replicated log, and [`GroupCoordinator::resign`] when it stops;
+//! between terms every group request gets NOT_COORDINATOR, and a client looks the
+//! coordinator up again. Writes carry the term they were made in and are
+//! acknowledged once the in-sync replicas have them (see [`crate::replicated`]).
 //!
 //! Committed offsets — OffsetCommit, TxnOffsetCommit and the offsets pending
 //! in open transactions, OffsetFetch, OffsetDelete, expiry — are in the child
@@ -40,6 +48,7 @@ use super::state::GroupState;
 use super::store::{self, Compacted, CompactionConfig, LiveRecords, OffsetStore, StoreError};
 use super::summary::GroupSummary;
 use crate::clock::wall_ms;
+use crate::replicated::{CoordinatorTerm, ReplicatedWrites};
 
 mod offsets;
 
@@ -49,6 +58,8 @@ use offsets::PendingTxnOffset;
 const LOADING: u8 = 0;
 const ACTIVE: u8 = 1;
 const FAILED: u8 = 2;
+/// A cluster broker between terms: not the coordinator.
+const INACTIVE: u8 = 3;
 
 /// How often session, join and sync deadlines are checked.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -112,6 +123,10 @@ pub struct GroupCoordinator {
     /// Offsets committed in open transactions (TxnOffsetCommit), by producer
     /// id: durable in the log, applied to their groups at the COMMIT marker.
     pending_txn: Mutex<HashMap<i64, Vec<PendingTxnOffset>>>,
+    /// The term this broker coordinates in (always 0 on a single broker).
+    term: Arc<CoordinatorTerm>,
+    /// Serializes elections and resignations (a load runs under it).
+    terms: tokio::sync::Mutex<()>,
 }
 
 impl GroupCoordinator {
@@ -120,15 +135,114 @@ impl GroupCoordinator {
     /// # Errors
     /// If the log writer thread cannot be started.
     pub fn new(config: CoordinatorConfig, logs: Arc<LogManager>) -> std::io::Result<Self> {
-        let store = OffsetStore::start(logs.clone(), config.compaction)?;
+        Self::with_term(config, logs, CoordinatorTerm::single(), LOADING)
+    }
+
+    /// A cluster broker's coordinator: NOT_COORDINATOR until [`GroupCoordinator::elect`];
+    /// its writes pass `writes` (leadership check, then the wait for the in-sync replicas).
+    ///
+    /// # Errors
+    /// If the log writer thread cannot be started.
+    pub fn replicated(config: CoordinatorConfig, logs: Arc<LogManager>, writes: Arc<dyn ReplicatedWrites>) -> std::io::Result<Self> {
+        Self::with_term(config, logs, CoordinatorTerm::replicated(writes), INACTIVE)
+    }
+
+    fn with_term(config: CoordinatorConfig, logs: Arc<LogManager>, term: CoordinatorTerm, status: u8) -> std::io::Result<Self> {
+        let term = Arc::new(term);
+        let store = OffsetStore::start(logs.clone(), config.compaction, term.clone())?;
         Ok(Self {
             config,
             groups: RwLock::new(HashMap::new()),
-            status: AtomicU8::new(LOADING),
+            status: AtomicU8::new(status),
             logs,
             store,
             pending_txn: Mutex::new(HashMap::new()),
+            term,
+            terms: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The leader epoch of the current term: 0 on a single broker, -1 between terms.
+    pub fn term_epoch(&self) -> i32 {
+        self.term.epoch()
+    }
+
+    /// Becomes the coordinator for the term of `leader_epoch` (this broker now leads
+    /// `__consumer_offsets`): forgets what it held, replays the replicated log to its
+    /// end, then answers. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS. A term
+    /// that ends during the load is left inactive.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the log is missing or cannot be read (requests then get
+    /// COORDINATOR_NOT_AVAILABLE until the next election).
+    pub async fn elect(self: &Arc<Self>, leader_epoch: i32) -> Result<(), StoreError> {
+        let _serial = self.terms.lock().await;
+        self.term.begin(leader_epoch);
+        self.status.store(LOADING, Ordering::Release);
+        self.unload(ResponseError::NotCoordinator);
+        let this = self.clone();
+        let started = std::time::Instant::now();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let log = this.logs.partition(store::OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("this broker has no log of partition 0".into()))?;
+            let mut live = LiveRecords::default();
+            let (count, pending) = store::replay(&log, |entry| {
+                live.apply(&entry);
+                this.apply_loaded(entry);
+            })?;
+            this.restore_pending_txn(&pending);
+            this.store.loaded(live, pending);
+            Ok(count)
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))));
+        if self.term.epoch() != leader_epoch {
+            tracing::info!(leader_epoch, "the coordinator's term ended while it loaded");
+            return Ok(());
+        }
+        match loaded {
+            Ok(records) => {
+                self.status.store(ACTIVE, Ordering::Release);
+                tracing::info!(leader_epoch, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                    "became the group coordinator: __consumer_offsets loaded");
+                Ok(())
+            }
+            Err(e) => {
+                self.status.store(FAILED, Ordering::Release);
+                tracing::error!(leader_epoch, error = %e, "cannot load __consumer_offsets: group requests will fail until the next election");
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops answering at once (NOT_COORDINATOR): leadership is gone. Cheap; callable
+    /// from anywhere. [`GroupCoordinator::resign`] then drops the state.
+    pub fn fence(&self) {
+        if self.term.is_replicated() {
+            self.term.end();
+            self.status.store(INACTIVE, Ordering::Release);
+        }
+    }
+
+    /// Ends the term: NOT_COORDINATOR from now on, waiting joins and syncs answered
+    /// so, the groups forgotten (the next coordinator loads them from the log).
+    pub async fn resign(&self) {
+        let _serial = self.terms.lock().await;
+        if !self.term.is_replicated() {
+            return;
+        }
+        let groups = self.groups_read().len();
+        self.fence();
+        self.unload(ResponseError::NotCoordinator);
+        tracing::info!(groups, "no longer the group coordinator");
+    }
+
+    /// Answers every waiting request with `error` and forgets every group.
+    fn unload(&self, error: ResponseError) {
+        let groups: Vec<GroupRef> = std::mem::take(&mut *self.groups_write()).into_values().collect();
+        for g in groups {
+            lock(&g).fail_waiters(error);
+        }
+        self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// Creates `__consumer_offsets` if needed and replays it (on a blocking
@@ -207,11 +321,12 @@ impl GroupCoordinator {
         self.groups_write().entry(id.to_string()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id)))).clone()
     }
 
-    /// `Err` while loading or after a failed load.
+    /// `Err` while loading or after a failed load, and between terms (NOT_COORDINATOR).
     pub fn check_active(&self) -> Result<(), ResponseError> {
         match self.status.load(Ordering::Acquire) {
-            ACTIVE => Ok(()),
+            ACTIVE if self.term.epoch() != crate::replicated::NO_TERM => Ok(()),
             LOADING => Err(ResponseError::CoordinatorLoadInProgress),
+            ACTIVE | INACTIVE => Err(ResponseError::NotCoordinator),
             _ => Err(ResponseError::CoordinatorNotAvailable),
         }
     }

@@ -37,4 +37,4 @@ pub mod store;
 pub mod summary;
 
 pub use coordinator::{CoordinatorConfig, GroupCoordinator};
-pub use store::OFFSETS_TOPIC;
+pub use store::{offsets_topic_config, OFFSETS_TOPIC};

@@ -67,11 +67,12 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use floe_protocol::record_batch::BatchIter;
-use floe_storage::{ControlRecordType, IsolationLevel, LogManager, PartitionLog, StorageError};
+use floe_storage::{ControlRecordType, LogManager, PartitionLog, StorageError};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 use super::records::{self, GroupMetadata, LogEntry, OffsetAndMetadata};
 use crate::clock::wall_ms;
+use crate::replicated::{CoordinatorTerm, ReplicationError};
 
 /// The internal topic's name, as in Kafka.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -85,6 +86,11 @@ const OFFSETS_TOPIC_CONFIG: &[(&str, &str)] = &[
     ("max.message.bytes", "10485760"),
 ];
 
+/// The internal topic's settings, for creating it (in a cluster, through the cluster's metadata).
+pub fn offsets_topic_config() -> BTreeMap<String, String> {
+    OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
 /// Records per batch when the live state is re-appended (well below `max.message.bytes`).
 const COMPACTION_BATCH_RECORDS: usize = 2000;
 
@@ -97,6 +103,33 @@ pub enum StoreError {
     /// A record could not be encoded or a batch decoded.
     #[error("__consumer_offsets: {0}")]
     Format(String),
+    /// This broker does not coordinate (any more) for the partition: NOT_COORDINATOR.
+    #[error("__consumer_offsets: {0}")]
+    NotCoordinator(String),
+    /// The in-sync replicas did not take the write: COORDINATOR_NOT_AVAILABLE.
+    #[error("__consumer_offsets: {0}")]
+    NotReplicated(String),
+}
+
+impl From<ReplicationError> for StoreError {
+    fn from(e: ReplicationError) -> Self {
+        match e {
+            ReplicationError::NotLeader(m) => StoreError::NotCoordinator(m),
+            ReplicationError::NotReplicated(m) => StoreError::NotReplicated(m),
+        }
+    }
+}
+
+impl StoreError {
+    /// The Kafka error a client gets for a write that failed so.
+    pub fn response_error(&self) -> kafka_protocol::error::ResponseError {
+        use kafka_protocol::error::ResponseError;
+        match self {
+            StoreError::NotCoordinator(_) => ResponseError::NotCoordinator,
+            StoreError::NotReplicated(_) => ResponseError::CoordinatorNotAvailable,
+            StoreError::Storage(_) | StoreError::Format(_) => ResponseError::UnknownServerError,
+        }
+    }
 }
 
 impl From<StorageError> for StoreError {
@@ -203,9 +236,11 @@ impl LiveRecords {
 
 enum Job {
     /// Records to append; `producer` makes them a transactional batch of that producer id and epoch (TxnOffsetCommit).
-    Write { records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback },
+    /// `term` is the coordinator's term (leader epoch) the write was made in.
+    Write { records: Vec<LogRecord>, producer: Option<(i64, i16)>, term: i32, done: WriteCallback },
     /// A transaction marker for a producer's pending offsets: COMMIT makes them live.
-    Marker { producer_id: i64, producer_epoch: i16, commit: bool, done: WriteCallback },
+    /// `coordinator_epoch` is the transaction coordinator's, fencing an older one's markers.
+    Marker { producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32, term: i32, done: WriteCallback },
     /// The replay finished: the live state to start from, and the offsets of
     /// transactions still open; compaction may run from now on.
     Loaded(LiveRecords, PendingTxnOffsets),
@@ -215,12 +250,13 @@ enum Job {
 /// Offsets committed inside transactions that have no marker yet, by producer id, in log order.
 pub type PendingTxnOffsets = HashMap<i64, Vec<LogEntry>>;
 
-/// What one queued write is: its records, its producer (transactional), its callback.
-type WriteJob = (Vec<LogRecord>, Option<(i64, i16)>, WriteCallback);
+/// What one queued write is: its records, its producer (transactional), its term, its callback.
+type WriteJob = (Vec<LogRecord>, Option<(i64, i16)>, i32, WriteCallback);
 
 /// The writer side of the log: a queue feeding one thread.
 pub struct OffsetStore {
     tx: std::sync::Mutex<mpsc::Sender<Job>>,
+    term: Arc<CoordinatorTerm>,
 }
 
 impl std::fmt::Debug for OffsetStore {
@@ -234,8 +270,9 @@ impl OffsetStore {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, compaction: CompactionConfig) -> std::io::Result<Self> {
+    pub fn start(logs: Arc<LogManager>, compaction: CompactionConfig, term: Arc<CoordinatorTerm>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let gate = term.clone();
         std::thread::Builder::new().name("floe-group-log".into()).spawn(move || {
             let mut live: Option<LiveRecords> = None;
             // Offsets of open transactions: they become live at a COMMIT marker. While any
@@ -246,15 +283,15 @@ impl OffsetStore {
                 let mut next = Some(first);
                 while let Some(job) = next.take() {
                     match job {
-                        Job::Write { records, producer, done } => jobs.push((records, producer, done)),
+                        Job::Write { records, producer, term, done } => jobs.push((records, producer, term, done)),
                         Job::Loaded(state, open) => {
                             live = Some(state);
                             pending = open;
                         }
-                        Job::Marker { producer_id, producer_epoch, commit, done } => {
+                        Job::Marker { producer_id, producer_epoch, commit, coordinator_epoch, term, done } => {
                             // Writes queued before the marker go first.
-                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
-                            let result = write_marker(&logs, producer_id, producer_epoch, commit);
+                            write_all(&logs, &gate, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
+                            let result = write_marker(&logs, &gate, term, producer_id, producer_epoch, commit, coordinator_epoch);
                             if result.is_ok() {
                                 let entries = pending.remove(&producer_id).unwrap_or_default();
                                 if let (true, Some(live)) = (commit, live.as_mut()) {
@@ -265,9 +302,9 @@ impl OffsetStore {
                         }
                         Job::Compact(done) => {
                             // Writes queued before the request go first.
-                            write_all(&logs, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
+                            write_all(&logs, &gate, std::mem::take(&mut jobs), live.as_mut(), &mut pending);
                             done(match &live {
-                                Some(l) if pending.is_empty() => compact(&logs, l, true).map(Some),
+                                Some(l) if pending.is_empty() => compact(&logs, &gate, l, true).map(Some),
                                 _ => Ok(None),
                             });
                         }
@@ -276,15 +313,15 @@ impl OffsetStore {
                         next = rx.try_recv().ok();
                     }
                 }
-                write_all(&logs, jobs, live.as_mut(), &mut pending);
+                write_all(&logs, &gate, jobs, live.as_mut(), &mut pending);
                 if let (Some(l), true) = (&live, pending.is_empty()) {
-                    if let Err(e) = maybe_compact(&logs, l, compaction) {
+                    if let Err(e) = maybe_compact(&logs, &gate, l, compaction) {
                         tracing::error!(error = %e, "compacting __consumer_offsets failed");
                     }
                 }
             }
         })?;
-        Ok(Self { tx: std::sync::Mutex::new(tx) })
+        Ok(Self { tx: std::sync::Mutex::new(tx), term })
     }
 
     fn send(&self, job: Job) -> Result<(), Job> {
@@ -305,15 +342,18 @@ impl OffsetStore {
     }
 
     fn append_as(&self, records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback) {
-        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, producer, done }) {
+        let term = self.term.epoch();
+        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, producer, term, done }) {
             done(Err(StoreError::Storage("the writer thread is gone".into())));
         }
     }
 
     /// Queues a transaction marker for `producer_id`'s pending offsets; `done`
     /// runs once it is durable (after the writes queued before it).
-    pub fn marker(&self, producer_id: i64, producer_epoch: i16, commit: bool, done: WriteCallback) {
-        if let Err(Job::Marker { done, .. }) = self.send(Job::Marker { producer_id, producer_epoch, commit, done }) {
+    pub fn marker(&self, producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32, done: WriteCallback) {
+        let term = self.term.epoch();
+        let job = Job::Marker { producer_id, producer_epoch, commit, coordinator_epoch, term, done };
+        if let Err(Job::Marker { done, .. }) = self.send(job) {
             done(Err(StoreError::Storage("the writer thread is gone".into())));
         }
     }
@@ -333,16 +373,26 @@ impl OffsetStore {
     }
 }
 
-/// Writes the jobs (one append, one fsync), updates `live`, runs the callbacks.
-fn write_all(logs: &LogManager, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
+/// Writes the jobs (one append, one fsync, and in a cluster one wait for the
+/// in-sync replicas), updates `live`, runs the callbacks. Jobs of an older term
+/// fail without being written.
+fn write_all(logs: &LogManager, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
     if jobs.is_empty() {
         return;
     }
-    let result = write(logs, jobs.iter().map(|(r, producer, _)| (r.as_slice(), *producer)));
+    let term = gate.epoch();
+    let (jobs, stale): (Vec<WriteJob>, Vec<WriteJob>) = jobs.into_iter().partition(|(_, _, t, _)| *t == term);
+    for (_, _, t, done) in stale {
+        done(Err(StoreError::NotCoordinator(format!("a write of the coordinator's term {t} reached term {term}"))));
+    }
+    if jobs.is_empty() {
+        return;
+    }
+    let result = write(logs, gate, term, jobs.iter().map(|(r, producer, _, _)| (r.as_slice(), *producer)));
     match &result {
         Err(e) => tracing::error!(error = %e, "writing __consumer_offsets failed"),
         Ok(()) => {
-            for (records, producer, _) in &jobs {
+            for (records, producer, _, _) in &jobs {
                 for (key, value) in records {
                     let Ok(entry) = records::decode(Some(key), value.as_ref()) else { continue };
                     match producer {
@@ -357,17 +407,28 @@ fn write_all(logs: &LogManager, jobs: Vec<WriteJob>, mut live: Option<&mut LiveR
             }
         }
     }
-    for (_, _, done) in jobs {
+    for (_, _, _, done) in jobs {
         done(result.clone());
     }
 }
 
-/// Appends a COMMIT or ABORT marker for `producer_id` and fsyncs.
-fn write_marker(logs: &LogManager, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
+/// Appends a COMMIT or ABORT marker for `producer_id` and fsyncs (and waits for the
+/// in-sync replicas).
+fn write_marker(
+    logs: &LogManager,
+    gate: &CoordinatorTerm,
+    term: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
+    gate.before_append(&log, term)?;
     let marker = if commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
-    log.append_txn_marker(producer_id, producer_epoch, marker, crate::transaction::COORDINATOR_EPOCH, wall_ms())?;
+    let offset = log.append_txn_marker(producer_id, producer_epoch, marker, coordinator_epoch, wall_ms())?;
     log.flush()?;
+    gate.after_append(&log, offset + 1)?;
     Ok(())
 }
 
@@ -400,9 +461,10 @@ fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: O
         .map_err(|e| StoreError::Format(e.to_string()))
 }
 
-/// Appends one batch per job, then fsyncs.
-fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
+/// Appends one batch per job, then fsyncs (then, in a cluster, waits for the in-sync replicas).
+fn write<'a>(logs: &LogManager, gate: &CoordinatorTerm, term: i32, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
+    gate.before_append(&log, term)?;
     let now = wall_ms();
     let mut buf = BytesMut::new();
     for (records, producer) in jobs {
@@ -413,7 +475,7 @@ fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Opt
     if buf.is_empty() {
         return Ok(());
     }
-    log.append_as(&mut buf, now, floe_storage::AppendOrigin::Coordinator)?;
+    let appended = log.append_as(&mut buf, now, floe_storage::AppendOrigin::Coordinator)?;
     // Appended, not yet fsynced nor acknowledged: a crash here must cost nothing acknowledged.
     if let Err(source) = floe_storage::failpoint::check("group.offsets.write") {
         let e = StorageError::Io { context: "fsync group offsets", path: log.dir().to_path_buf(), source };
@@ -421,10 +483,11 @@ fn write<'a>(logs: &LogManager, jobs: impl Iterator<Item = (&'a [LogRecord], Opt
         return Err(e.into());
     }
     log.flush()?;
+    gate.after_append(&log, appended.last_offset + 1)?;
     Ok(())
 }
 
-fn maybe_compact(logs: &LogManager, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
+fn maybe_compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     if log.config().cleanup_policy.compact {
         return Ok(()); // the log cleaner's job
@@ -433,14 +496,15 @@ fn maybe_compact(logs: &LogManager, live: &LiveRecords, cfg: CompactionConfig) -
     if log.size_bytes() <= cfg.min_bytes || records <= cfg.dirty_ratio.saturating_mul(live.len() as u64) {
         return Ok(());
     }
-    compact(logs, live, true).map(|_| ())
+    compact(logs, gate, live, true).map(|_| ())
 }
 
 /// Rolls, re-appends `live` and fsyncs; then, if `delete`, moves the log
 /// start offset past everything before the re-append (see the module doc).
 /// `delete: false` stops where a crash between the steps would.
-pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
+pub(crate) fn compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
     let log = offsets_log(logs)?;
+    gate.before_append(&log, gate.epoch())?;
     let started = std::time::Instant::now();
     let bytes_before = log.size_bytes();
     log.roll_now()?;
@@ -453,6 +517,7 @@ pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Re
         log.append(&mut buf, now)?;
     }
     log.flush()?;
+    gate.after_append(&log, log.log_end_offset())?;
     if delete {
         log.delete_records_before(first)?;
     }
@@ -469,8 +534,7 @@ pub(crate) fn compact(logs: &LogManager, live: &LiveRecords, delete: bool) -> Re
 pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
     match logs.topic(OFFSETS_TOPIC) {
         None => {
-            let config: BTreeMap<String, String> = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            logs.create_topic(OFFSETS_TOPIC, 1, config)?;
+            logs.create_topic(OFFSETS_TOPIC, 1, offsets_topic_config())?;
             tracing::info!("created {OFFSETS_TOPIC}");
         }
         Some(topic) => {
@@ -492,13 +556,15 @@ pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
 /// # Errors
 /// [`StoreError`] if the log cannot be read or a batch does not decode.
 pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u64, PendingTxnOffsets), StoreError> {
+    // To the log end, past the high watermark: a new leader's tail is the partition's
+    // history from now on (its followers truncate to it), as Kafka's loader reads it.
     let mut offset = log.log_start_offset();
-    let end = log.high_watermark();
+    let end = log.log_end_offset();
     let mut count = 0u64;
     // Offsets of transactions (TxnOffsetCommit) apply at their COMMIT marker, in marker order.
     let mut pending = PendingTxnOffsets::new();
     while offset < end {
-        let info = log.read(offset, 8 << 20, true, IsolationLevel::ReadUncommitted)?;
+        let info = log.read_for_replica(offset, 8 << 20, true)?;
         let Some(region) = info.region else { break };
         let buf = Bytes::from(region.read_to_vec().map_err(|e| StoreError::Storage(e.to_string()))?);
         let mut progressed = false;

@@ -1,5 +1,5 @@
 //! `TransactionCoordinator`: the transaction coordinator of this broker
-//! (of every transactional id: Floe is one node). It hands out producer ids
+//! (of every transactional id: `__transaction_state` has one partition). It hands out producer ids
 //! and epochs for transactional ids, fences zombies, records which
 //! partitions each transaction touches, and drives the two-phase commit:
 //! decision durable in `__transaction_state`, then a marker in every
@@ -30,9 +30,21 @@
 //! finished at the next start by [`TransactionCoordinator::complete_prepared`]:
 //! the markers are written again (a second marker for a producer with no open
 //! transaction in a partition is harmless) and the completion recorded.
+//!
+//! # In a cluster
+//! A broker coordinates while it leads `__transaction_state`: the broker calls
+//! [`TransactionCoordinator::elect`] with the partition's leader epoch when it
+//! becomes the leader (the state is replayed from the replicated log, and what a
+//! crash or the previous coordinator left prepared is completed), and
+//! [`TransactionCoordinator::resign`] when it stops. The leader epoch is the
+//! coordinator epoch its markers carry, so a partition refuses the markers of a
+//! deposed coordinator (TRANSACTION_COORDINATOR_FENCED). Every entry remembers
+//! the term it was loaded or created in, and its writes are refused in any other
+//! (see [`crate::replicated`]).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use floe_storage::LogManager;
@@ -42,9 +54,16 @@ use super::markers::{TxnMarker, TxnMarkerWriter};
 use super::metadata::{TopicPartition, TransactionMetadata};
 use super::state::TransactionState;
 use crate::clock::wall_ms;
+use crate::replicated::{CoordinatorTerm, ReplicatedWrites, NO_TERM};
 
-/// The coordinator epoch markers carry: Floe's one coordinator never moves.
+/// The coordinator epoch a single broker's markers carry: its coordinator never moves.
 pub const COORDINATOR_EPOCH: i32 = 0;
+
+const LOADING: u8 = 0;
+const ACTIVE: u8 = 1;
+const FAILED: u8 = 2;
+/// A cluster broker between terms: not the coordinator.
+const INACTIVE: u8 = 3;
 
 /// Settings, with Kafka's names and defaults.
 #[derive(Debug, Clone)]
@@ -118,16 +137,32 @@ pub enum TxnError {
     /// No producer id could be allocated.
     #[error("allocating a producer id: {0}")]
     ProducerIdAllocation(String),
+    /// This broker is not the transaction coordinator now (a cluster broker that
+    /// does not lead `__transaction_state`).
+    #[error("this broker is not the transaction coordinator")]
+    NotCoordinator,
+    /// The coordinator is replaying `__transaction_state`.
+    #[error("the transaction coordinator is loading")]
+    LoadInProgress,
+    /// The coordinator could not load its log.
+    #[error("the transaction coordinator failed to load its log")]
+    NotAvailable,
 }
 
-/// One transactional id: the op lock and its current metadata (see the module doc).
-#[derive(Debug, Default)]
+/// One transactional id: the op lock, its current metadata (see the module doc), and
+/// the coordinator's term it belongs to.
+#[derive(Debug)]
 struct TxnEntry {
     op: tokio::sync::Mutex<()>,
     meta: Mutex<Option<TransactionMetadata>>,
+    term: i32,
 }
 
 impl TxnEntry {
+    fn new(term: i32, meta: Option<TransactionMetadata>) -> Self {
+        Self { op: Default::default(), meta: Mutex::new(meta), term }
+    }
+
     fn meta(&self) -> MutexGuard<'_, Option<TransactionMetadata>> {
         self.meta.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -152,10 +187,15 @@ pub struct ListedTransaction {
 #[derive(Debug)]
 pub struct TransactionCoordinator {
     config: TransactionConfig,
-    log: TransactionLog,
+    /// `None` between terms.
+    log: RwLock<Option<TransactionLog>>,
     logs: Arc<LogManager>,
     markers: Arc<dyn TxnMarkerWriter>,
     txns: Mutex<HashMap<String, Arc<TxnEntry>>>,
+    term: Arc<CoordinatorTerm>,
+    status: AtomicU8,
+    /// Serializes elections and resignations.
+    terms: tokio::sync::Mutex<()>,
 }
 
 fn fenced(m: &TransactionMetadata, epoch: i16) -> TxnError {
@@ -180,14 +220,135 @@ impl TransactionCoordinator {
     pub fn open(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>) -> Result<Self, TxnLogError> {
         let log = TransactionLog::open(&logs)?;
         let loaded = log.replay()?;
-        let mut txns = HashMap::with_capacity(loaded.len());
-        let mut states: HashMap<&'static str, usize> = HashMap::new();
-        for (id, m) in loaded {
-            *states.entry(m.state.name()).or_default() += 1;
-            txns.insert(id, Arc::new(TxnEntry { op: Default::default(), meta: Mutex::new(Some(m)) }));
+        let txns = Self::entries(loaded, COORDINATOR_EPOCH);
+        tracing::info!(transactional_ids = txns.len(), "transaction coordinator loaded");
+        Ok(Self {
+            config,
+            log: RwLock::new(Some(log)),
+            logs,
+            markers,
+            txns: Mutex::new(txns),
+            term: Arc::new(CoordinatorTerm::single()),
+            status: AtomicU8::new(ACTIVE),
+            terms: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// A cluster broker's coordinator: NOT_COORDINATOR until
+    /// [`TransactionCoordinator::elect`]; its writes pass `writes`.
+    pub fn replicated(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, writes: Arc<dyn ReplicatedWrites>) -> Self {
+        Self {
+            config,
+            log: RwLock::new(None),
+            logs,
+            markers,
+            txns: Mutex::new(HashMap::new()),
+            term: Arc::new(CoordinatorTerm::replicated(writes)),
+            status: AtomicU8::new(INACTIVE),
+            terms: tokio::sync::Mutex::new(()),
         }
-        tracing::info!(transactional_ids = txns.len(), ?states, "transaction coordinator loaded");
-        Ok(Self { config, log, logs, markers, txns: Mutex::new(txns) })
+    }
+
+    fn entries(loaded: HashMap<String, TransactionMetadata>, term: i32) -> HashMap<String, Arc<TxnEntry>> {
+        let mut states: HashMap<&'static str, usize> = HashMap::new();
+        let txns: HashMap<String, Arc<TxnEntry>> = loaded
+            .into_iter()
+            .map(|(id, m)| {
+                *states.entry(m.state.name()).or_default() += 1;
+                (id, Arc::new(TxnEntry::new(term, Some(m))))
+            })
+            .collect();
+        tracing::debug!(?states, "transactional ids by state");
+        txns
+    }
+
+    /// `Err` unless this broker coordinates transactions now.
+    ///
+    /// # Errors
+    /// [`TxnError::NotCoordinator`], [`TxnError::LoadInProgress`], [`TxnError::NotAvailable`].
+    pub fn check_active(&self) -> Result<(), TxnError> {
+        match self.status.load(Ordering::Acquire) {
+            ACTIVE if self.term.epoch() != NO_TERM => Ok(()),
+            LOADING => Err(TxnError::LoadInProgress),
+            FAILED => Err(TxnError::NotAvailable),
+            _ => Err(TxnError::NotCoordinator),
+        }
+    }
+
+    /// The coordinator epoch of the current term (its markers carry it): 0 on a single
+    /// broker, the leader epoch of `__transaction_state` in a cluster, -1 between terms.
+    pub fn coordinator_epoch(&self) -> i32 {
+        self.term.epoch()
+    }
+
+    /// Becomes the transaction coordinator for the term of `leader_epoch` (this
+    /// broker now leads `__transaction_state`): replays the log to its end, answers,
+    /// then completes what was left prepared.
+    ///
+    /// # Errors
+    /// [`TxnLogError`] if the log is missing or cannot be read.
+    pub async fn elect(&self, leader_epoch: i32) -> Result<(), TxnLogError> {
+        {
+            let _serial = self.terms.lock().await;
+            self.term.begin(leader_epoch);
+            self.status.store(LOADING, Ordering::Release);
+            self.txns().clear();
+            *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
+            let logs = self.logs.clone();
+            let started = std::time::Instant::now();
+            let loaded = tokio::task::spawn_blocking(move || {
+                let log = TransactionLog::open_existing(&logs)?;
+                let state = log.replay()?;
+                Ok::<_, TxnLogError>((log, state))
+            })
+            .await
+            .unwrap_or_else(|e| Err(TxnLogError::Storage(format!("load task failed: {e}"))));
+            if self.term.epoch() != leader_epoch {
+                tracing::info!(leader_epoch, "the transaction coordinator's term ended while it loaded");
+                return Ok(());
+            }
+            match loaded {
+                Ok((log, state)) => {
+                    *self.log.write().unwrap_or_else(PoisonError::into_inner) = Some(log);
+                    *self.txns() = Self::entries(state, leader_epoch);
+                    self.status.store(ACTIVE, Ordering::Release);
+                    tracing::info!(leader_epoch, transactional_ids = self.txns().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                        "became the transaction coordinator: __transaction_state loaded");
+                }
+                Err(e) => {
+                    self.status.store(FAILED, Ordering::Release);
+                    tracing::error!(leader_epoch, error = %e, "cannot load __transaction_state: transactions fail until the next election");
+                    return Err(e);
+                }
+            }
+        }
+        self.complete_prepared().await;
+        Ok(())
+    }
+
+    /// Stops answering at once (NOT_COORDINATOR): leadership is gone. Cheap.
+    pub fn fence(&self) {
+        if self.term.is_replicated() {
+            self.term.end();
+            self.status.store(INACTIVE, Ordering::Release);
+        }
+    }
+
+    /// Ends the term: NOT_COORDINATOR from now on, the state forgotten (the next
+    /// coordinator loads it from the log).
+    pub async fn resign(&self) {
+        let _serial = self.terms.lock().await;
+        if !self.term.is_replicated() {
+            return;
+        }
+        self.fence();
+        let ids = std::mem::take(&mut *self.txns()).len();
+        *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
+        tracing::info!(transactional_ids = ids, "no longer the transaction coordinator");
+    }
+
+    fn log(&self) -> Result<TransactionLog, TxnError> {
+        self.log.read().unwrap_or_else(PoisonError::into_inner).clone().ok_or(TxnError::NotCoordinator)
     }
 
     /// The settings in force.
@@ -204,14 +365,15 @@ impl TransactionCoordinator {
     }
 
     fn entry_or_create(&self, transactional_id: &str) -> Arc<TxnEntry> {
-        self.txns().entry(transactional_id.to_string()).or_default().clone()
+        let term = self.term.epoch();
+        self.txns().entry(transactional_id.to_string()).or_insert_with(|| Arc::new(TxnEntry::new(term, None))).clone()
     }
 
-    /// Makes `next` durable, then current.
+    /// Makes `next` durable (in the entry's term), then current.
     async fn persist(&self, entry: &TxnEntry, next: TransactionMetadata) -> Result<TransactionMetadata, TxnError> {
-        let log = self.log.clone();
+        let (log, gate, term) = (self.log()?, self.term.clone(), entry.term);
         let record = next.clone();
-        blocking(move || log.append(&record.transactional_id, Some(&record), record.txn_last_update_timestamp)).await??;
+        blocking(move || log.append(&gate, term, &record.transactional_id, Some(&record), record.txn_last_update_timestamp)).await??;
         *entry.meta() = Some(next.clone());
         Ok(next)
     }
@@ -226,6 +388,7 @@ impl TransactionCoordinator {
     /// (`expected` is not the current or previous instance),
     /// [`TxnError::ConcurrentTransactions`], [`TxnError::Log`].
     pub async fn init_producer_id(&self, transactional_id: &str, timeout_ms: i32, expected: Option<(i64, i16)>) -> Result<(i64, i16), TxnError> {
+        self.check_active()?;
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
             return Err(TxnError::InvalidTransactionTimeout { timeout_ms, max_ms: self.config.max_timeout_ms });
         }
@@ -294,6 +457,7 @@ impl TransactionCoordinator {
     /// [`TxnError::ConcurrentTransactions`] while a commit or abort completes,
     /// [`TxnError::InvalidTxnState`], [`TxnError::Log`].
     pub async fn add_partitions(&self, transactional_id: &str, producer_id: i64, epoch: i16, partitions: &[TopicPartition], verify_only: bool) -> Result<(), TxnError> {
+        self.check_active()?;
         let entry = self.entry(transactional_id);
         let _op = match &entry {
             Some(e) => Some(e.op.lock().await),
@@ -328,6 +492,7 @@ impl TransactionCoordinator {
     /// [`TxnError::InvalidTxnState`] (nothing open, or the other decision),
     /// [`TxnError::ConcurrentTransactions`], [`TxnError::Log`].
     pub async fn end_txn(&self, transactional_id: &str, producer_id: i64, epoch: i16, commit: bool) -> Result<(), TxnError> {
+        self.check_active()?;
         let entry = self.entry(transactional_id);
         let _op = match &entry {
             Some(e) => Some(e.op.lock().await),
@@ -365,7 +530,7 @@ impl TransactionCoordinator {
                 partition: p.clone(),
                 producer_id: prepared.producer_id,
                 producer_epoch: prepared.producer_epoch,
-                coordinator_epoch: COORDINATOR_EPOCH,
+                coordinator_epoch: entry.term,
                 commit,
             })
             .collect();
@@ -401,6 +566,7 @@ impl TransactionCoordinator {
     /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`],
     /// [`TxnError::InvalidTxnState`] (not Ongoing, or the partition was not added).
     pub fn verify_and_append<T>(&self, transactional_id: &str, producer_id: i64, epoch: i16, partition: &TopicPartition, append: impl FnOnce() -> T) -> Result<T, TxnError> {
+        self.check_active()?;
         let mapping = || TxnError::InvalidProducerIdMapping { transactional_id: transactional_id.to_string(), producer_id };
         let entry = self.entry(transactional_id).ok_or_else(mapping)?;
         let meta = entry.meta();
@@ -478,9 +644,9 @@ impl TransactionCoordinator {
             if !entry.current().as_ref().is_some_and(expired) {
                 continue;
             }
-            let log = self.log.clone();
-            let tombstone_id = id.clone();
-            match blocking(move || log.append(&tombstone_id, None, now_ms)).await.and_then(|r| r.map_err(TxnError::from)) {
+            let Ok(log) = self.log() else { break };
+            let (gate, term, tombstone_id) = (self.term.clone(), entry.term, id.clone());
+            match blocking(move || log.append(&gate, term, &tombstone_id, None, now_ms)).await.and_then(|r| r.map_err(TxnError::from)) {
                 Ok(()) => {
                     *entry.meta() = None;
                     self.txns().remove(&id);
@@ -497,6 +663,9 @@ impl TransactionCoordinator {
 
     /// The periodic work: abort timed-out transactions, retry prepared ones.
     pub async fn tick(&self, now_ms: i64) {
+        if self.check_active().is_err() {
+            return;
+        }
         self.abort_timed_out(now_ms).await;
         self.complete_prepared().await;
     }

@@ -19,7 +19,11 @@
 //! log as of any other: a transaction can come back undecided, and is then
 //! aborted by its timeout.
 //!
-//! One partition, as Floe's `__consumer_offsets`: Floe is one broker.
+//! One partition, as Floe's `__consumer_offsets`. In a cluster the topic is
+//! replicated like any other and created in the cluster's metadata (not here):
+//! an append then passes the coordinator's [`CoordinatorTerm`] gate, so it is
+//! written only by the partition's leader in the term it was decided in and
+//! returns once the in-sync replicas have it.
 //! Blocking: call it off the request runtime's workers.
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +38,7 @@ use floe_storage::{LogManager, PartitionLog, StorageError};
 
 use super::metadata::TransactionMetadata;
 use super::records;
+use crate::replicated::{CoordinatorTerm, ReplicationError};
 
 /// The internal topic's name, as in Kafka.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
@@ -48,6 +53,11 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
     ("min.insync.replicas", "1"),
 ];
 
+/// The internal topic's settings, for creating it (in a cluster, through the cluster's metadata).
+pub fn transaction_state_topic_config() -> BTreeMap<String, String> {
+    TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
 /// Why `__transaction_state` could not be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnLogError {
@@ -57,6 +67,21 @@ pub enum TxnLogError {
     /// A record could not be encoded or a batch decoded.
     #[error("__transaction_state: {0}")]
     Format(String),
+    /// This broker does not coordinate (any more) for the partition: NOT_COORDINATOR.
+    #[error("__transaction_state: {0}")]
+    NotCoordinator(String),
+    /// The in-sync replicas did not take the write: COORDINATOR_NOT_AVAILABLE.
+    #[error("__transaction_state: {0}")]
+    NotReplicated(String),
+}
+
+impl From<ReplicationError> for TxnLogError {
+    fn from(e: ReplicationError) -> Self {
+        match e {
+            ReplicationError::NotLeader(m) => TxnLogError::NotCoordinator(m),
+            ReplicationError::NotReplicated(m) => TxnLogError::NotReplicated(m),
+        }
+    }
 }
 
 impl From<StorageError> for TxnLogError {
@@ -78,10 +103,18 @@ impl TransactionLog {
     /// [`TxnLogError::Storage`] if it can be neither found nor created.
     pub fn open(logs: &LogManager) -> Result<Self, TxnLogError> {
         if logs.topic(TRANSACTION_STATE_TOPIC).is_none() {
-            let config: BTreeMap<String, String> = TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            logs.create_topic(TRANSACTION_STATE_TOPIC, 1, config)?;
+            logs.create_topic(TRANSACTION_STATE_TOPIC, 1, transaction_state_topic_config())?;
             tracing::info!("created {TRANSACTION_STATE_TOPIC}");
         }
+        Self::open_existing(logs)
+    }
+
+    /// Opens the topic's partition 0, which must exist (a cluster broker's: created
+    /// through the cluster's metadata). Blocking.
+    ///
+    /// # Errors
+    /// [`TxnLogError::Storage`] if this broker has no log of it.
+    pub fn open_existing(logs: &LogManager) -> Result<Self, TxnLogError> {
         let log = logs
             .partition(TRANSACTION_STATE_TOPIC, 0)
             .ok_or_else(|| TxnLogError::Storage("partition 0 is missing".into()))?;
@@ -89,13 +122,22 @@ impl TransactionLog {
     }
 
     /// Appends the state of `m` (or, for `None`, a tombstone for
-    /// `transactional_id`), fsynced before it returns if the topic's
-    /// `flush.messages` asks for it. Blocking.
+    /// `transactional_id`), decided in the coordinator's term `term`: refused
+    /// unless that term is current (and, in a cluster, this broker leads the
+    /// partition); fsynced before it returns if the topic's `flush.messages` asks
+    /// for it; in a cluster, returns once the in-sync replicas have it. Blocking.
     ///
     /// # Errors
     /// [`TxnLogError`] if the record cannot be encoded, appended or synced;
     /// nothing may then be assumed about it.
-    pub fn append(&self, transactional_id: &str, m: Option<&TransactionMetadata>, now_ms: i64) -> Result<(), TxnLogError> {
+    pub fn append(
+        &self,
+        gate: &CoordinatorTerm,
+        term: i32,
+        transactional_id: &str,
+        m: Option<&TransactionMetadata>,
+        now_ms: i64,
+    ) -> Result<(), TxnLogError> {
         let record = Record {
             transactional: false,
             control: false,
@@ -114,7 +156,9 @@ impl TransactionLog {
         let mut buf = BytesMut::new();
         RecordBatchEncoder::encode(&mut buf, std::iter::once(&record), &RecordEncodeOptions { version: 2, compression: Compression::None })
             .map_err(|e| TxnLogError::Format(e.to_string()))?;
-        self.log.append(&mut buf, now_ms)?;
+        gate.before_append(&self.log, term)?;
+        let appended = self.log.append(&mut buf, now_ms)?;
+        gate.after_append(&self.log, appended.last_offset + 1)?;
         Ok(())
     }
 
@@ -126,10 +170,11 @@ impl TransactionLog {
     pub fn replay(&self) -> Result<HashMap<String, TransactionMetadata>, TxnLogError> {
         let log = &self.log;
         let mut state = HashMap::new();
+        // To the log end (see the group coordinator's replay: a new leader's tail is history).
         let mut offset = log.log_start_offset();
-        let end = log.high_watermark();
+        let end = log.log_end_offset();
         while offset < end {
-            let info = log.read(offset, 8 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)?;
+            let info = log.read_for_replica(offset, 8 << 20, true)?;
             let Some(region) = info.region else { break };
             let buf = Bytes::from(region.read_to_vec().map_err(|e| TxnLogError::Storage(e.to_string()))?);
             let mut progressed = false;

@@ -17,7 +17,7 @@ pub mod records;
 pub mod state;
 
 pub use coordinator::{ListedTransaction, TransactionConfig, TransactionCoordinator, TxnError, COORDINATOR_EPOCH};
-pub use log::{TransactionLog, TxnLogError, TRANSACTION_STATE_TOPIC};
+pub use log::{transaction_state_topic_config, TransactionLog, TxnLogError, TRANSACTION_STATE_TOPIC};
 pub use markers::{TxnMarker, TxnMarkerWriter};
 pub use metadata::{TopicPartition, TransactionMetadata};
 pub use state::TransactionState;

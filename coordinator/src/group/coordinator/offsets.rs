@@ -146,7 +146,8 @@ impl GroupCoordinator {
                 }));
                 Ok(())
             }
-            _ => Err(ResponseError::UnknownServerError),
+            Ok(Err(e)) => Err(e.response_error()),
+            Err(_) => Err(ResponseError::UnknownServerError),
         }
     }
 
@@ -158,11 +159,29 @@ impl GroupCoordinator {
     /// # Errors
     /// What the log write reported.
     pub fn complete_txn(&self, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
+        self.complete_txn_at(producer_id, producer_epoch, commit, crate::transaction::COORDINATOR_EPOCH)
+    }
+
+    /// [`GroupCoordinator::complete_txn`] for a marker of the transaction
+    /// coordinator at `coordinator_epoch` (in a cluster, the leader epoch of its
+    /// `__transaction_state` partition; an older coordinator's markers are fenced).
+    ///
+    /// # Errors
+    /// NOT_COORDINATOR-like [`StoreError::NotCoordinator`] when this broker does not
+    /// coordinate groups; what the log write reported.
+    pub fn complete_txn_at(&self, producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32) -> Result<(), StoreError> {
+        if let Err(e) = self.check_active() {
+            return Err(match e {
+                ResponseError::NotCoordinator => StoreError::NotCoordinator("this broker does not coordinate groups now".into()),
+                e => StoreError::NotReplicated(format!("the group coordinator is not ready: {e:?}")),
+            });
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         self.store.marker(
             producer_id,
             producer_epoch,
             commit,
+            coordinator_epoch,
             Box::new(move |result| {
                 let _ = tx.send(result);
             }),
@@ -281,7 +300,8 @@ impl GroupCoordinator {
         );
         match rx.await {
             Ok(Ok(())) => Ok(()),
-            _ => Err(ResponseError::UnknownServerError),
+            Ok(Err(e)) => Err(e.response_error()),
+            Err(_) => Err(ResponseError::UnknownServerError),
         }
     }
 

@@ -1,0 +1,177 @@
+"""Coordinators in a cluster: the group coordinator is the leader of `__consumer_offsets`,
+the transaction coordinator the leader of `__transaction_state`, and both move with
+that leadership, loading their state from the replicated log.
+
+What is checked, on three real brokers and one etcd:
+- the first FindCoordinator creates the internal topic in the cluster with
+  `offsets.topic.replication.factor` replicas; every broker names the same coordinator,
+  the partition's leader, and the others answer NOT_COORDINATOR;
+- committed offsets survive kill -9 of the group coordinator: the new leader serves
+  them, and a consumer of the group resumes exactly where the group had committed;
+- a transactional id survives kill -9 of the transaction coordinator: InitProducerId on
+  the new coordinator bumps the same producer id's epoch (the state came from the
+  replicated log), and the old epoch is fenced there.
+"""
+
+from __future__ import annotations
+
+import time
+
+import kwire
+from clients import admin, consumer, produce_all, unique_topic
+from cluster_rig import agreed_view, etcd, node_id, start_cluster  # noqa: F401 (fixture)
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from floe_process import wait_until
+from test_cluster_replication import _bootstrap, _by_id, _create, _state
+
+NOT_COORDINATOR = 16
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+
+
+def _find_coordinator(b, key: str, key_type: int) -> tuple[int, int]:
+    """(error code, node id) of FindCoordinator v1 asked of broker `b`."""
+    with kwire.KafkaConn(b.host, b.port, timeout=30) as conn:
+        err, _msg, node, _host, _port = kwire.parse_find_coordinator_v1(
+            conn.call(kwire.API_FIND_COORDINATOR, 1, kwire.find_coordinator_v1(key, key_type)))
+    return err, node
+
+
+def _coordinator(brokers, key: str, key_type: int, timeout: float = 60) -> int:
+    """Waits until every live broker in `brokers` names the same coordinator; returns its id."""
+    def agreed():
+        answers = {_find_coordinator(b, key, key_type) for b in brokers}
+        if len(answers) != 1:
+            return None
+        ((err, node),) = answers
+        return node if err == 0 else None
+    return wait_until(agreed, timeout=timeout, interval=0.3, what=f"one coordinator for {key!r}")
+
+
+def _committed(bootstrap: str, group: str, timeout: float = 60) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, retried while the coordinator moves or loads."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            a = admin(bootstrap)  # alive until the future resolves
+            res = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
+            return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions}
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise
+            print(f"list_consumer_group_offsets: {e}; retrying")
+            time.sleep(0.5)
+
+
+def _new_leader(etcd, prefix: str, topic: str, old: int) -> int:
+    return wait_until(lambda: (s := _state(etcd, prefix, topic, 0)) and s["leader"] not in (-1, old) and s["leader"],
+                      timeout=30, what=f"a new leader of {topic}-0")
+
+
+def test_group_offsets_move_with_the_leadership_of_consumer_offsets(floe_factory, etcd):
+    brokers, prefix = start_cluster(floe_factory, etcd, 3)
+    agreed_view(brokers, live=3)
+    topic = _create(brokers[0].bootstrap, unique_topic("coord"), partitions=3)
+    for p in range(3):
+        produce_all(brokers[0].bootstrap, topic, [{"value": f"{p}-{i}".encode()} for i in range(20)], partition=p)
+    group = unique_topic("g")
+
+    # The first lookup creates __consumer_offsets in the cluster, replicated three ways.
+    coordinator = _coordinator(brokers, group, 0)
+    assignment = etcd.get_json(f"/{prefix}/topics/__consumer_offsets")
+    assert sorted(assignment["partitions"]["0"]) == [1, 2, 3], assignment
+    assert _state(etcd, prefix, "__consumer_offsets", 0)["leader"] == coordinator
+
+    # A member commits half of every partition.
+    c = consumer(_bootstrap(brokers), **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while sum(seen.values()) < 30:
+        assert time.monotonic() < deadline, f"consumed {seen}"
+        msg = c.poll(0.2)
+        if msg is None or msg.error() is not None or seen.get(msg.partition(), 0) >= 10:
+            continue
+        seen[msg.partition()] = seen.get(msg.partition(), 0) + 1
+        if seen[msg.partition()] == 10:
+            c.commit(offsets=[TopicPartition(topic, msg.partition(), msg.offset() + 1)], asynchronous=False)
+    c.close()
+    expected = {(topic, p): 10 for p in range(3)}
+    assert _committed(_bootstrap(brokers), group) == expected
+
+    # kill -9 the coordinator: the new leader of __consumer_offsets serves the same offsets.
+    victim = _by_id(brokers, coordinator)
+    victim.kill9()
+    survivors = [b for b in brokers if b is not victim]
+    new = _new_leader(etcd, prefix, "__consumer_offsets", coordinator)
+    assert _coordinator(survivors, group, 0) == new
+    assert _committed(_bootstrap(survivors), group) == expected
+
+    # A new member resumes exactly at the committed offsets.
+    c = consumer(_bootstrap(survivors), **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    rest: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in rest.values()) < 30:
+        assert time.monotonic() < deadline, f"consumed {rest}"
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            rest.setdefault(msg.partition(), []).append(msg.offset())
+    c.commit(offsets=[TopicPartition(topic, p, 20) for p in range(3)], asynchronous=False)
+    c.close()
+    assert rest == {p: list(range(10, 20)) for p in range(3)}, rest
+
+    # The ex-coordinator returns as a follower; every broker agrees on where the group is.
+    victim.start()
+    agreed_view(brokers, live=3)
+    wait_until(lambda: sorted(_state(etcd, prefix, "__consumer_offsets", 0)["isr"]) == [1, 2, 3],
+               timeout=60, what="__consumer_offsets back in full ISR")
+    assert _committed(victim.bootstrap, group) == {(topic, p): 20 for p in range(3)}
+
+
+def _init_producer_id(b, txn_id: str, timeout: float = 60) -> tuple[int, int]:
+    """InitProducerId v1 on `b`, retried while it loads; (producer id, epoch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with kwire.KafkaConn(b.host, b.port, timeout=30) as conn:
+            err, pid, epoch = kwire.parse_init_producer_id_v1(conn.call(kwire.API_INIT_PRODUCER_ID, 1, kwire.init_producer_id_v1(txn_id)))
+        if err == 0:
+            return pid, epoch
+        assert err in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), err
+        assert time.monotonic() < deadline, f"InitProducerId kept failing with {err}"
+        time.sleep(0.3)
+
+
+def test_a_transactional_id_survives_the_loss_of_its_coordinator(floe_factory, etcd):
+    brokers, prefix = start_cluster(floe_factory, etcd, 3)
+    agreed_view(brokers, live=3)
+    txn_id = unique_topic("txn")
+    coordinator = _coordinator(brokers, txn_id, 1)
+    assignment = etcd.get_json(f"/{prefix}/topics/__transaction_state")
+    assert sorted(assignment["partitions"]["0"]) == [1, 2, 3], assignment
+    assert assignment["configs"]["min.insync.replicas"] == "2", assignment
+    here = _by_id(brokers, coordinator)
+    pid, epoch = _init_producer_id(here, txn_id)
+    # Only the coordinator answers for the id.
+    for b in brokers:
+        if b is not here:
+            with kwire.KafkaConn(b.host, b.port) as conn:
+                err, *_ = kwire.parse_init_producer_id_v1(conn.call(kwire.API_INIT_PRODUCER_ID, 1, kwire.init_producer_id_v1(txn_id)))
+            assert err == NOT_COORDINATOR, err
+    pid2, epoch2 = _init_producer_id(here, txn_id)
+    assert (pid2, epoch2) == (pid, epoch + 1)
+
+    here.kill9()
+    survivors = [b for b in brokers if b is not here]
+    new = _new_leader(etcd, prefix, "__transaction_state", coordinator)
+    assert _coordinator(survivors, txn_id, 1) == new
+    pid3, epoch3 = _init_producer_id(_by_id(brokers, new), txn_id)
+    # The same producer id, its epoch bumped once more: the state was replicated.
+    assert (pid3, epoch3) == (pid, epoch + 2)
+    with kwire.KafkaConn(_by_id(brokers, new).host, _by_id(brokers, new).port) as conn:
+        answer = conn.call(kwire.API_END_TXN, 1, kwire.end_txn_v1(txn_id, pid, epoch2, True))
+    err = kwire.Reader(answer)
+    err.i32()
+    assert err.i16() in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
