@@ -494,7 +494,7 @@ fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError>
     parse_json(kv)
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
     serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadValue {
         key: String::from_utf8_lossy(kv.key()).into_owned(),
         reason: e.to_string(),

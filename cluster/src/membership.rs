@@ -149,6 +149,41 @@ impl Membership {
         topics::delete_topic(&mut w.client, &w.prefix, w.timeout, name).await
     }
 
+    /// Adds partitions to topic `name`: `plan` gets the topic as stored and returns the
+    /// added partitions' replicas; they are written with their first states, unless
+    /// `validate_only`, conditional on the topic not having changed since it was read
+    /// (else `plan` runs again on the newer topic). Returns the grown assignment.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`]; what `plan` returns; [`ClusterError::NotInCluster`];
+    /// etcd errors.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        validate_only: bool,
+        plan: impl FnMut(&TopicAssignment) -> Result<std::collections::BTreeMap<i32, Vec<i32>>, ClusterError>,
+    ) -> Result<TopicAssignment, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::create_partitions(&mut w.client, &w.prefix, w.timeout, name, validate_only, plan).await
+    }
+
+    /// Elects a leader of `tp` on request: `decide` gets its replicas and its state as
+    /// stored and returns the new state, written conditional on the partition epoch it
+    /// was decided from (else decided again from the newer state). Returns the state
+    /// written, its partition epoch filled in.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`], [`ClusterError::UnknownPartition`]; what `decide`
+    /// returns; [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn change_leader(
+        &self,
+        tp: &crate::TopicPartition,
+        decide: impl FnMut(&[i32], &crate::PartitionState) -> Result<crate::PartitionState, ClusterError>,
+    ) -> Result<crate::PartitionState, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::change_leader(&mut w.client, &w.prefix, w.timeout, tp, decide).await
+    }
+
     /// Changes the ISR of a partition this broker leads, if its state is still
     /// `expected` (see Kafka's AlterPartition): `Ok(false)` when it moved meanwhile.
     ///
