@@ -21,6 +21,7 @@ etcd itself (its HTTP gateway) as well as through the brokers.
 from __future__ import annotations
 
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import kwire
 from clients import admin, consume_range, produce_all, unique_topic
@@ -180,6 +181,14 @@ def test_create_partitions_grows_a_topic_on_every_broker(floe_factory, etcd):
     for b in brokers:
         for p in range(3, 8):
             assert b.partition_dir(topic, p).exists(), f"{b.name} has no log of {topic}-{p}"
+
+    # Two brokers asked at once for the same growth: one writes it, the other, whose
+    # conditional write fails or comes second, checks again and refuses.
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = sorted(pool.map(lambda b: _raw_create_partitions(b, topic, 12, None) or "", brokers[1:]))
+    assert outcomes == ["", "INVALID_PARTITIONS"], outcomes
+    assert len(etcd.get_json(f"/{prefix}/topics/{topic}")["partitions"]) == 12
+    _wait_full(brokers, topic, 12)
 
 
 def test_preferred_election_moves_leadership_back_after_a_restart(floe_factory, etcd):
