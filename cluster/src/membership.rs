@@ -21,6 +21,19 @@ pub struct MembershipSettings {
     /// `unclean.leader.election.enable`: whether the controller (when this broker is
     /// it) may elect an out-of-sync replica rather than leave a partition offline.
     pub unclean_leader_election: bool,
+    /// `auto.leader.rebalance.enable` and its settings (`None`: disabled): how the
+    /// controller moves leadership back to preferred replicas by itself.
+    pub leader_rebalance: Option<LeaderRebalance>,
+}
+
+/// Kafka's automatic preferred-leader rebalance, run by the controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    /// `leader.imbalance.check.interval.seconds`: how often the controller looks.
+    pub interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`: the share of a broker's preferred
+    /// partitions led elsewhere above which they are moved back.
+    pub imbalance_percentage: u32,
 }
 
 /// A broker's membership: alone, or registered in etcd until [`Membership::leave`]
@@ -94,6 +107,7 @@ impl Membership {
                     registration: settings.registration,
                     session_timeout: settings.session_timeout,
                     unclean_leader_election: settings.unclean_leader_election,
+                    leader_rebalance: settings.leader_rebalance,
                 };
                 let (client, mut view, stop, task) = etcd_session::start(target).await?;
                 // The broker acts on its topics only once it has read them all.

@@ -3,7 +3,8 @@
 //! ([`PartitionState`]), and the decisions made on them: placing replicas on brokers
 //! ([`assign_replicas`], and for partitions added to a topic
 //! [`assign_added_partitions`]), keeping a leader ([`next_partition_state`], the
-//! controller's) and electing one on request ([`elect_leader`], ElectLeaders').
+//! controller's) and electing one on request ([`elect_leader`], ElectLeaders', and the
+//! controller's automatic rebalance, [`imbalanced_partitions`]).
 //!
 //! The decisions are pure functions of what the caller saw, so that their result can
 //! be written to etcd conditional on exactly that state.
@@ -347,6 +348,31 @@ pub fn elect_leader(current: &PartitionState, replicas: &[i32], live: &BTreeSet<
     Ok(PartitionState { leader, leader_epoch: current.leader_epoch + 1, ..current.clone() })
 }
 
+/// Kafka's automatic leader rebalance (`auto.leader.rebalance.enable`): for each broker,
+/// the share of the partitions it is the preferred leader of (first replica) that it
+/// does not lead. Returns the partitions not led by their preferred replica, of every
+/// broker whose share is above `imbalance_percentage` (Kafka's
+/// `leader.imbalance.per.broker.percentage`), for the controller to move back with a
+/// preferred election ([`elect_leader`], which declines where the preferred replica is
+/// away or out of sync).
+pub fn imbalanced_partitions<'a>(partitions: impl IntoIterator<Item = (&'a TopicPartition, &'a [i32], &'a PartitionState)>, imbalance_percentage: u32) -> Vec<TopicPartition> {
+    // preferred broker → (partitions it is preferred for, those it does not lead)
+    let mut by_broker: BTreeMap<i32, (usize, Vec<TopicPartition>)> = BTreeMap::new();
+    for (tp, replicas, state) in partitions {
+        let Some(&preferred) = replicas.first() else { continue };
+        let entry = by_broker.entry(preferred).or_default();
+        entry.0 += 1;
+        if state.leader != preferred {
+            entry.1.push(tp.clone());
+        }
+    }
+    by_broker
+        .into_values()
+        .filter(|(total, off)| off.len() * 100 > *total * imbalance_percentage as usize)
+        .flat_map(|(_, off)| off)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,6 +538,23 @@ mod tests {
         let next = elect_leader(&state(NO_LEADER, 5, &[3]), &[1, 2, 3], &live(&[2, 3]), u).unwrap();
         assert_eq!((next.leader, next.leader_epoch, next.isr), (3, 6, vec![3]));
         assert_eq!(elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2], &live(&[3]), u), Err(ElectionError::EligibleLeadersNotAvailable));
+    }
+
+    #[test]
+    fn only_brokers_past_the_imbalance_threshold_get_their_leadership_back() {
+        // Broker 1 is preferred for 10 partitions and leads 9; broker 2 for 2, leads 1.
+        let mut parts = Vec::new();
+        for p in 0..10 {
+            parts.push((TopicPartition::new("a", p), vec![1, 2], state(if p == 0 { 2 } else { 1 }, 1, &[1, 2])));
+        }
+        for p in 0..2 {
+            parts.push((TopicPartition::new("b", p), vec![2, 1], state(if p == 0 { 1 } else { 2 }, 1, &[1, 2])));
+        }
+        let view = || parts.iter().map(|(tp, r, s)| (tp, r.as_slice(), s));
+        // 1 of 10 is 10%: not above 10%. 1 of 2 is 50%.
+        assert_eq!(imbalanced_partitions(view(), 10), vec![TopicPartition::new("b", 0)]);
+        assert_eq!(imbalanced_partitions(view(), 5), vec![TopicPartition::new("a", 0), TopicPartition::new("b", 0)]);
+        assert_eq!(imbalanced_partitions(view(), 50), Vec::<TopicPartition>::new());
     }
 
     #[test]

@@ -12,6 +12,8 @@ brokers and one etcd, through confluent-kafka's AdminClient over real sockets.
   epoch, and answers ELECTION_NOT_NEEDED where it leads already and
   PREFERRED_LEADER_NOT_AVAILABLE while it is away. UNCLEAN gives an offline partition
   (its last in-sync replica gone) a leader outside the ISR.
+- With `auto.leader.rebalance.enable`, the controller makes the same preferred election
+  by itself every `leader.imbalance.check.interval.seconds`.
 
 librdkafka sends both requests to the controller; raw requests (kwire) send them to
 other brokers too, since any broker may handle them. The partition state is read from
@@ -192,7 +194,7 @@ def test_create_partitions_grows_a_topic_on_every_broker(floe_factory, etcd):
 
 
 def test_preferred_election_moves_leadership_back_after_a_restart(floe_factory, etcd):
-    brokers, prefix = start_cluster(floe_factory, etcd, 3)
+    brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides={"auto.leader.rebalance.enable": "false"})
     controller = agreed_view(brokers, live=3)
     topic = _create(brokers[0].bootstrap, unique_topic("prefer"), partitions=3)
     placed = _wait_full(brokers, topic, 3)
@@ -222,7 +224,7 @@ def test_preferred_election_moves_leadership_back_after_a_restart(floe_factory, 
     assert _elect(others[0].bootstrap, ElectionType.PREFERRED, [TopicPartition(topic, p)]) == {(topic, p): "PREFERRED_LEADER_NOT_AVAILABLE"}
     produce_all(",".join(b.bootstrap for b in others), topic, [{"value": f"during-{i}".encode()} for i in range(10)], partition=p)
 
-    # Back and in sync again, it does not lead by itself (no automatic rebalance) ...
+    # Back and in sync again, it does not lead by itself (automatic rebalance is off) ...
     victim.start()
     agreed_view(brokers, live=3)
     wait_until(lambda: len(_state(etcd, prefix, topic, p)["isr"]) == 3, timeout=30, interval=0.2,
@@ -280,3 +282,22 @@ def test_unclean_election_gives_an_offline_partition_a_leader(floe_factory, etcd
     s = _state(etcd, prefix, topic, 0)
     assert (s["leader"], s["isr"], s["leader_epoch"]) == (b, [b], offline["leader_epoch"] + 1), s
     produce_all(_by_id(brokers, b).bootstrap, topic, [{"value": b"after"}], acks=1)
+
+
+def test_the_controller_moves_leadership_back_by_itself(floe_factory, etcd):
+    brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides={"leader.imbalance.check.interval.seconds": "1"})
+    controller = agreed_view(brokers, live=3)
+    topic = _create(brokers[0].bootstrap, unique_topic("rebalance"), partitions=3)
+    placed = _wait_full(brokers, topic, 3)
+    victim_id = next(n for n in (1, 2, 3) if n != controller)
+    p = next(q for q, (leader, _r, _i) in placed.items() if leader == victim_id)
+    victim = _by_id(brokers, victim_id)
+    victim.kill9()
+    moved = wait_until(lambda: s if (s := _state(etcd, prefix, topic, p))["leader"] not in (-1, victim_id) else None,
+                       timeout=20, interval=0.2, what=f"{topic}-{p} to move off broker {victim_id}")
+    victim.start()
+    # Back in sync, it leads its preferred partition again without any request.
+    back = wait_until(lambda: s if (s := _state(etcd, prefix, topic, p))["leader"] == victim_id else None,
+                      timeout=30, interval=0.2, what=f"broker {victim_id} to lead {topic}-{p} again")
+    assert back["leader_epoch"] == moved["leader_epoch"] + 1 and sorted(back["isr"]) == [1, 2, 3], back
+    assert _elect(brokers[0].bootstrap, ElectionType.PREFERRED, None) == {}
