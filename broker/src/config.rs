@@ -75,6 +75,9 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("transaction.state.log.min.isr", "2", "In a cluster: `min.insync.replicas` of `__transaction_state` (capped at its replication factor)."),
     s("transaction.state.log.num.partitions", "1", "Partitions of `__transaction_state`. Floe's transaction coordinator owns one partition: only 1 is accepted."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
+    s("auto.leader.rebalance.enable", "true", "In a cluster: the controller moves leadership back to preferred replicas (each partition's first replica, once alive and in sync) for brokers that lead too few of the partitions they are preferred for."),
+    s("leader.imbalance.check.interval.seconds", "300", "In a cluster: how often the controller checks leadership balance (`auto.leader.rebalance.enable`)."),
+    s("leader.imbalance.per.broker.percentage", "10", "In a cluster: the share of a broker's preferred partitions led elsewhere above which the controller moves them back."),
     s("socket.request.max.bytes", "104857600", "Largest request frame accepted; a larger one closes the connection."),
     s("connections.max.idle.ms", "600000", "A connection with no request begun for this long is closed."),
     s("max.connections", "10000", "Most client connections open at once; a connection beyond it is accepted and closed at once. Each takes a file descriptor: the broker raises its soft `RLIMIT_NOFILE` to the hard limit at startup."),
@@ -190,6 +193,12 @@ pub struct BrokerConfig {
     pub transaction_state_log_replication_factor: i32,
     /// `transaction.state.log.min.isr`.
     pub transaction_state_log_min_isr: i32,
+    /// `auto.leader.rebalance.enable`.
+    pub auto_leader_rebalance: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_s: u64,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub leader_imbalance_per_broker_percentage: u32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
     /// `inter.broker.listener.name` (empty: the first listener).
@@ -386,6 +395,9 @@ impl ConfigBuilder {
             offsets_commit_timeout_ms: parse_positive(r, "offsets.commit.timeout.ms")?,
             transaction_state_log_replication_factor: parse_positive(r, "transaction.state.log.replication.factor")?,
             transaction_state_log_min_isr: parse_positive(r, "transaction.state.log.min.isr")?,
+            auto_leader_rebalance: parse(r, "auto.leader.rebalance.enable")?,
+            leader_imbalance_check_interval_s: parse_positive(r, "leader.imbalance.check.interval.seconds")?,
+            leader_imbalance_per_broker_percentage: parse(r, "leader.imbalance.per.broker.percentage")?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
             inter_broker_listener: get(r, "inter.broker.listener.name").trim().to_string(),
             replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,

@@ -379,6 +379,10 @@ async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endp
         registration,
         session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
         unclean_leader_election: config.unclean_leader_election,
+        leader_rebalance: config.auto_leader_rebalance.then(|| floe_cluster::LeaderRebalance {
+            interval: Duration::from_secs(config.leader_imbalance_check_interval_s),
+            imbalance_percentage: config.leader_imbalance_per_broker_percentage,
+        }),
     };
     if config.metadata_store != floe_cluster::MetadataStoreUrl::Local {
         tracing::info!(store = %config.metadata_store, node_id = config.node_id, "joining the cluster");

@@ -1,6 +1,8 @@
 //! The controller: while this broker holds the election, it keeps every partition led
 //! by a live in-sync replica ([`next_partition_state`]) and gives a state to every
-//! partition of a topic that lacks one.
+//! partition of a topic that lacks one. With `auto.leader.rebalance.enable`, it also
+//! moves leadership back to preferred replicas every
+//! `leader.imbalance.check.interval.seconds` ([`imbalanced_partitions`]).
 //!
 //! Every write is an etcd transaction that compares
 //! - the controller's own campaign key at its create revision (the controller
@@ -20,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::etcd_session::{bounded, partition_key, topic_key};
-use crate::{initial_partition_state, next_partition_state, ClusterError, ClusterView, PartitionState, TopicPartition};
+use crate::{elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, ClusterError, ClusterView, ElectionType, PartitionState, TopicPartition};
 
 /// How often the controller re-checks every partition even without a change in view
 /// (a write that failed on a moved partition is retried from the newer state anyway).
@@ -34,6 +36,10 @@ pub(crate) struct ControllerContext {
     pub leader_key: Vec<u8>,
     pub controller_epoch: i64,
     pub unclean_leader_election: bool,
+    pub leader_rebalance: Option<crate::LeaderRebalance>,
+    /// When the last automatic rebalance ran (the first waits one interval, so that
+    /// brokers starting together have time to register).
+    pub last_rebalance: tokio::time::Instant,
     pub timeout: Duration,
 }
 
@@ -42,9 +48,16 @@ pub(crate) async fn run(mut ctx: ControllerContext, mut view: watch::Receiver<Cl
     loop {
         let v = view.borrow_and_update().clone();
         reconcile(&mut ctx, &v).await?;
+        if let Some(rebalance) = ctx.leader_rebalance {
+            if ctx.last_rebalance.elapsed() >= rebalance.interval {
+                ctx.last_rebalance = tokio::time::Instant::now();
+                rebalance_leaders(&mut ctx, &v, rebalance.imbalance_percentage).await?;
+            }
+        }
+        let wake = ctx.leader_rebalance.map_or(RECHECK_INTERVAL, |r| r.interval.min(RECHECK_INTERVAL));
         tokio::select! {
             changed = view.changed() => changed.map_err(|_| ClusterError::StreamEnded("cluster view"))?,
-            _ = tokio::time::sleep(RECHECK_INTERVAL) => {}
+            _ = tokio::time::sleep(wake) => {}
         }
     }
 }
@@ -68,6 +81,28 @@ async fn reconcile(ctx: &mut ControllerContext, view: &ClusterView) -> Result<()
                     }
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's automatic leader rebalance: preferred elections for the partitions of
+/// brokers that lead too few of those they are preferred for. A partition whose
+/// preferred replica is away or out of sync is left as it is.
+async fn rebalance_leaders(ctx: &mut ControllerContext, view: &ClusterView, imbalance_percentage: u32) -> Result<(), ClusterError> {
+    let live: BTreeSet<i32> = view.brokers.values().filter(|b| !b.shutting_down).map(|b| b.node_id).collect();
+    let partitions = view.topics.iter().flat_map(|(topic, assignment)| {
+        assignment.partitions.iter().filter_map(move |(&p, replicas)| {
+            let (tp, state) = view.partitions.get_key_value(&TopicPartition::new(topic.clone(), p))?;
+            Some((tp, replicas.as_slice(), state))
+        })
+    });
+    for tp in imbalanced_partitions(partitions, imbalance_percentage) {
+        let (Some(assignment), Some(current)) = (view.topics.get(&tp.topic), view.partitions.get(&tp)) else { continue };
+        let Some(replicas) = assignment.partitions.get(&tp.partition) else { continue };
+        if let Ok(next) = elect_leader(current, replicas, &live, ElectionType::Preferred) {
+            info!(partition = %tp, "automatic leader rebalance: moving leadership back to the preferred replica");
+            write(ctx, &tp, assignment.create_revision, Some(current), &next).await?;
         }
     }
     Ok(())

@@ -28,6 +28,12 @@ pub enum ClusterError {
     /// A topic or partition that is not in the cluster's metadata.
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
+    /// A partition the topic does not have.
+    #[error("topic '{topic}' has no partition {partition}")]
+    UnknownPartition { topic: String, partition: i32 },
+    /// ElectLeaders changes nothing for a partition.
+    #[error("{0}")]
+    Election(#[from] crate::ElectionError),
     /// Replicas cannot be placed as asked.
     #[error("{0}")]
     Assignment(#[from] crate::AssignmentError),

@@ -41,6 +41,8 @@ pub(crate) struct EtcdTarget {
     pub session_timeout: Duration,
     /// `unclean.leader.election.enable`, applied when this broker is the controller.
     pub unclean_leader_election: bool,
+    /// `auto.leader.rebalance.enable` and its settings, applied when this broker is the controller.
+    pub leader_rebalance: Option<crate::LeaderRebalance>,
 }
 
 impl EtcdTarget {
@@ -462,6 +464,8 @@ async fn campaign(
         leader_key: leader.key().to_vec(),
         controller_epoch: epoch,
         unclean_leader_election: target.unclean_leader_election,
+        leader_rebalance: target.leader_rebalance,
+        last_rebalance: tokio::time::Instant::now(),
         timeout: target.request_timeout(),
     };
     controller::run(ctx, view).await
@@ -494,7 +498,7 @@ fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError>
     parse_json(kv)
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
     serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadValue {
         key: String::from_utf8_lossy(kv.key()).into_owned(),
         reason: e.to_string(),

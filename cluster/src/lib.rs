@@ -28,9 +28,10 @@ mod topics;
 mod view;
 
 pub use error::ClusterError;
-pub use membership::{agree_cluster_id, Membership, MembershipSettings};
+pub use membership::{agree_cluster_id, LeaderRebalance, Membership, MembershipSettings};
 pub use partition::{
-    assign_replicas, initial_partition_state, next_partition_state, AssignmentError, PartitionState, TopicAssignment, TopicPartition, NO_LEADER,
+    assign_added_partitions, assign_replicas, elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, AssignmentError, ElectionError,
+    ElectionType, PartitionState, TopicAssignment, TopicPartition, NO_LEADER,
 };
 pub use registration::{BrokerEndpoint, BrokerRegistration};
 pub use store_url::MetadataStoreUrl;

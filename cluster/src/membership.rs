@@ -21,6 +21,19 @@ pub struct MembershipSettings {
     /// `unclean.leader.election.enable`: whether the controller (when this broker is
     /// it) may elect an out-of-sync replica rather than leave a partition offline.
     pub unclean_leader_election: bool,
+    /// `auto.leader.rebalance.enable` and its settings (`None`: disabled): how the
+    /// controller moves leadership back to preferred replicas by itself.
+    pub leader_rebalance: Option<LeaderRebalance>,
+}
+
+/// Kafka's automatic preferred-leader rebalance, run by the controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    /// `leader.imbalance.check.interval.seconds`: how often the controller looks.
+    pub interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`: the share of a broker's preferred
+    /// partitions led elsewhere above which they are moved back.
+    pub imbalance_percentage: u32,
 }
 
 /// A broker's membership: alone, or registered in etcd until [`Membership::leave`]
@@ -94,6 +107,7 @@ impl Membership {
                     registration: settings.registration,
                     session_timeout: settings.session_timeout,
                     unclean_leader_election: settings.unclean_leader_election,
+                    leader_rebalance: settings.leader_rebalance,
                 };
                 let (client, mut view, stop, task) = etcd_session::start(target).await?;
                 // The broker acts on its topics only once it has read them all.
@@ -147,6 +161,41 @@ impl Membership {
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
         topics::delete_topic(&mut w.client, &w.prefix, w.timeout, name).await
+    }
+
+    /// Adds partitions to topic `name`: `plan` gets the topic as stored and returns the
+    /// added partitions' replicas; they are written with their first states, unless
+    /// `validate_only`, conditional on the topic not having changed since it was read
+    /// (else `plan` runs again on the newer topic). Returns the grown assignment.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`]; what `plan` returns; [`ClusterError::NotInCluster`];
+    /// etcd errors.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        validate_only: bool,
+        plan: impl FnMut(&TopicAssignment) -> Result<std::collections::BTreeMap<i32, Vec<i32>>, ClusterError>,
+    ) -> Result<TopicAssignment, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::create_partitions(&mut w.client, &w.prefix, w.timeout, name, validate_only, plan).await
+    }
+
+    /// Elects a leader of `tp` on request: `decide` gets its replicas and its state as
+    /// stored and returns the new state, written conditional on the partition epoch it
+    /// was decided from (else decided again from the newer state). Returns the state
+    /// written, its partition epoch filled in.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`], [`ClusterError::UnknownPartition`]; what `decide`
+    /// returns; [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn change_leader(
+        &self,
+        tp: &crate::TopicPartition,
+        decide: impl FnMut(&[i32], &crate::PartitionState) -> Result<crate::PartitionState, ClusterError>,
+    ) -> Result<crate::PartitionState, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::change_leader(&mut w.client, &w.prefix, w.timeout, tp, decide).await
     }
 
     /// Changes the ISR of a partition this broker leads, if its state is still

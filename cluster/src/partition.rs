@@ -1,10 +1,13 @@
 //! Topics and partitions as cluster state: which brokers hold a partition's replicas
 //! ([`TopicAssignment`]), who leads it and which replicas are in sync
-//! ([`PartitionState`]), and the two decisions made on them: placing replicas on
-//! brokers ([`assign_replicas`]) and electing a leader ([`next_partition_state`]).
+//! ([`PartitionState`]), and the decisions made on them: placing replicas on brokers
+//! ([`assign_replicas`], and for partitions added to a topic
+//! [`assign_added_partitions`]), keeping a leader ([`next_partition_state`], the
+//! controller's) and electing one on request ([`elect_leader`], ElectLeaders', and the
+//! controller's automatic rebalance, [`imbalanced_partitions`]).
 //!
-//! The decisions are pure functions of what the caller saw, so that the controller
-//! can write their result to etcd conditional on exactly that state.
+//! The decisions are pure functions of what the caller saw, so that their result can
+//! be written to etcd conditional on exactly that state.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +75,13 @@ pub enum AssignmentError {
     /// A replication factor or partition count below 1.
     #[error("{0}")]
     Invalid(String),
+    /// A partition count that does not grow the topic (Kafka's INVALID_PARTITIONS).
+    #[error("{0}")]
+    InvalidPartitions(String),
+    /// A manual assignment naming unknown or repeated brokers, or the wrong number of
+    /// replicas (Kafka's INVALID_REPLICA_ASSIGNMENT).
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
 }
 
 /// Places `replication_factor` replicas of partitions `first_partition..first_partition+count`
@@ -100,15 +110,105 @@ pub fn assign_replicas(
         return Err(AssignmentError::NotEnoughBrokers { replication_factor, live: brokers.len() });
     }
     let order = rack_alternated(brokers);
+    let start = (seed % order.len() as u64) as usize;
+    Ok(place(&order, start, first_partition, count, replication_factor))
+}
+
+/// Partition `p`'s replicas are `replication_factor` consecutive brokers of `order`,
+/// from position `start + p`.
+fn place(order: &[i32], start: usize, first_partition: i32, count: i32, replication_factor: i32) -> BTreeMap<i32, Vec<i32>> {
     let n = order.len();
-    let start = (seed % n as u64) as usize;
-    let mut out = BTreeMap::new();
-    for p in first_partition..first_partition + count {
-        let first = (start + p as usize) % n;
-        let replicas = (0..replication_factor as usize).map(|j| order[(first + j) % n]).collect();
-        out.insert(p, replicas);
+    (first_partition..first_partition + count)
+        .map(|p| {
+            let first = (start + p as usize) % n;
+            (p, (0..replication_factor as usize).map(|j| order[(first + j) % n]).collect())
+        })
+        .collect()
+}
+
+/// The replicas of the partitions CreatePartitions adds to a topic placed as
+/// `current` (partition → replicas), growing it to `new_count` partitions. With
+/// `manual` (one replica list per added partition, in order) they are checked: each
+/// names distinct live brokers, as many as the topic's replication factor. Without,
+/// they are placed over the live `brokers` as [`assign_replicas`] does, continuing the
+/// topic's rotation from where its partition 0 starts (so that, over the same
+/// brokers, the topic looks as if created with `new_count` partitions; `seed` decides
+/// where it starts when partition 0's first replica is gone). Returns only the added
+/// partitions.
+///
+/// # Errors
+/// [`AssignmentError::InvalidPartitions`] when `new_count` is not larger;
+/// [`AssignmentError::InvalidReplicaAssignment`] for a bad manual assignment;
+/// [`AssignmentError::NotEnoughBrokers`] when fewer brokers are alive than the
+/// topic has replicas per partition.
+pub fn assign_added_partitions(
+    current: &BTreeMap<i32, Vec<i32>>,
+    brokers: &BTreeMap<i32, Option<String>>,
+    new_count: i32,
+    manual: Option<&[Vec<i32>]>,
+    seed: u64,
+) -> Result<BTreeMap<i32, Vec<i32>>, AssignmentError> {
+    let existing = current.len() as i32;
+    if new_count == existing {
+        return Err(AssignmentError::InvalidPartitions(format!("the topic already has {existing} partition(s)")));
     }
-    Ok(out)
+    if new_count < existing {
+        return Err(AssignmentError::InvalidPartitions(format!(
+            "the topic has {existing} partition(s); {new_count} would not be an increase"
+        )));
+    }
+    let added = new_count - existing;
+    // A topic keeps one replication factor: its first partition's.
+    let replication_factor = current.values().next().map_or(0, Vec::len);
+    if replication_factor == 0 {
+        return Err(AssignmentError::Invalid("the topic has no partitions to take a replication factor from".into()));
+    }
+    if let Some(manual) = manual {
+        if manual.len() != added as usize {
+            return Err(AssignmentError::InvalidReplicaAssignment(format!(
+                "{added} partition(s) are added, but {} assignment(s) were given",
+                manual.len()
+            )));
+        }
+        let mut out = BTreeMap::new();
+        for (p, replicas) in (existing..).zip(manual) {
+            check_manual_replicas(p, replicas, replication_factor, brokers)?;
+            out.insert(p, replicas.clone());
+        }
+        return Ok(out);
+    }
+    let rf = replication_factor as i32;
+    if replication_factor > brokers.len() {
+        return Err(AssignmentError::NotEnoughBrokers { replication_factor: rf, live: brokers.len() });
+    }
+    let order = rack_alternated(brokers);
+    let start = current
+        .get(&0)
+        .and_then(|r| r.first())
+        .and_then(|first| order.iter().position(|b| b == first))
+        .unwrap_or((seed % order.len() as u64) as usize);
+    Ok(place(&order, start, existing, added, rf))
+}
+
+/// One partition of a manual assignment: `replication_factor` distinct live brokers.
+fn check_manual_replicas(p: i32, replicas: &[i32], replication_factor: usize, brokers: &BTreeMap<i32, Option<String>>) -> Result<(), AssignmentError> {
+    let bad = |reason: String| Err(AssignmentError::InvalidReplicaAssignment(format!("partition {p}: {reason}")));
+    if replicas.is_empty() {
+        return bad("the replica list is empty".into());
+    }
+    let mut seen = BTreeSet::new();
+    for r in replicas {
+        if !brokers.contains_key(r) {
+            return bad(format!("broker {r} is not a live broker of this cluster"));
+        }
+        if !seen.insert(*r) {
+            return bad(format!("broker {r} appears more than once in {replicas:?}"));
+        }
+    }
+    if replicas.len() != replication_factor {
+        return bad(format!("{} replica(s) given, but the topic's partitions have {replication_factor}", replicas.len()));
+    }
+    Ok(())
 }
 
 /// The brokers in an order where consecutive ones are on different racks as long as
@@ -179,6 +279,98 @@ pub fn next_partition_state(current: &PartitionState, replicas: &[i32], live: &B
         }
     }
     (next != *current).then_some(next)
+}
+
+/// The two kinds of ElectLeaders (Kafka's `ElectionType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectionType {
+    /// Move leadership back to the first replica of the assignment.
+    Preferred,
+    /// Give a partition without a leader one, even a replica outside the ISR.
+    Unclean,
+}
+
+/// Why ElectLeaders changes nothing for a partition (Kafka's error codes of the same names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ElectionError {
+    /// The preferred replica already leads (preferred), or a leader exists (unclean).
+    #[error("the partition already has the leader this election would give it")]
+    NotNeeded,
+    /// The preferred replica is not alive, or not in the ISR.
+    #[error("the preferred replica is not alive or not in sync")]
+    PreferredLeaderNotAvailable,
+    /// No replica of the partition is alive.
+    #[error("no replica of the partition is alive")]
+    EligibleLeadersNotAvailable,
+}
+
+/// What ElectLeaders makes of a partition (Kafka's `ReplicationControlManager.electLeader`),
+/// given the live brokers (those registered and not shutting down):
+///
+/// - [`ElectionType::Preferred`]: the first replica of the assignment leads, if it is
+///   alive and in the ISR. The ISR is kept: the new leader is in it, so nothing
+///   acknowledged is lost.
+/// - [`ElectionType::Unclean`]: only for a partition without a leader. A live ISR
+///   member leads if there is one (a clean election after all); else the first live
+///   replica, with an ISR of itself, accepting the loss of what it lacks.
+///
+/// Either bumps the leader epoch. The result does not undo itself: the controller's
+/// [`next_partition_state`] keeps a live leader where it is.
+///
+/// # Errors
+/// [`ElectionError`] when there is nothing to do or no one to elect.
+pub fn elect_leader(current: &PartitionState, replicas: &[i32], live: &BTreeSet<i32>, election: ElectionType) -> Result<PartitionState, ElectionError> {
+    let leader = match election {
+        ElectionType::Preferred => {
+            let preferred = replicas.first().copied().ok_or(ElectionError::PreferredLeaderNotAvailable)?;
+            if current.leader == preferred {
+                return Err(ElectionError::NotNeeded);
+            }
+            if !live.contains(&preferred) || !current.isr.contains(&preferred) {
+                return Err(ElectionError::PreferredLeaderNotAvailable);
+            }
+            preferred
+        }
+        ElectionType::Unclean => {
+            if current.leader != NO_LEADER {
+                return Err(ElectionError::NotNeeded);
+            }
+            let clean = replicas.iter().copied().find(|r| live.contains(r) && current.isr.contains(r));
+            match clean {
+                Some(leader) => leader,
+                None => {
+                    let leader = replicas.iter().copied().find(|r| live.contains(r)).ok_or(ElectionError::EligibleLeadersNotAvailable)?;
+                    return Ok(PartitionState { leader, leader_epoch: current.leader_epoch + 1, isr: vec![leader], ..current.clone() });
+                }
+            }
+        }
+    };
+    Ok(PartitionState { leader, leader_epoch: current.leader_epoch + 1, ..current.clone() })
+}
+
+/// Kafka's automatic leader rebalance (`auto.leader.rebalance.enable`): for each broker,
+/// the share of the partitions it is the preferred leader of (first replica) that it
+/// does not lead. Returns the partitions not led by their preferred replica, of every
+/// broker whose share is above `imbalance_percentage` (Kafka's
+/// `leader.imbalance.per.broker.percentage`), for the controller to move back with a
+/// preferred election ([`elect_leader`], which declines where the preferred replica is
+/// away or out of sync).
+pub fn imbalanced_partitions<'a>(partitions: impl IntoIterator<Item = (&'a TopicPartition, &'a [i32], &'a PartitionState)>, imbalance_percentage: u32) -> Vec<TopicPartition> {
+    // preferred broker → (partitions it is preferred for, those it does not lead)
+    let mut by_broker: BTreeMap<i32, (usize, Vec<TopicPartition>)> = BTreeMap::new();
+    for (tp, replicas, state) in partitions {
+        let Some(&preferred) = replicas.first() else { continue };
+        let entry = by_broker.entry(preferred).or_default();
+        entry.0 += 1;
+        if state.leader != preferred {
+            entry.1.push(tp.clone());
+        }
+    }
+    by_broker
+        .into_values()
+        .filter(|(total, off)| off.len() * 100 > *total * imbalance_percentage as usize)
+        .flat_map(|(_, off)| off)
+        .collect()
 }
 
 #[cfg(test)]
@@ -267,6 +459,102 @@ mod tests {
         // Unclean: 2 takes over with an ISR of itself.
         let unclean = next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), true).unwrap();
         assert_eq!((unclean.leader, unclean.leader_epoch, unclean.isr), (2, 5, vec![2]));
+    }
+
+    #[test]
+    fn added_partitions_continue_the_topics_rotation() {
+        let b = brokers(&[(1, None), (2, None), (3, None)]);
+        let all = assign_replicas(&b, 0, 7, 2, 4).unwrap();
+        let first: BTreeMap<i32, Vec<i32>> = all.range(0..3).map(|(p, r)| (*p, r.clone())).collect();
+        // The seed is unused while partition 0's first replica is alive.
+        let added = assign_added_partitions(&first, &b, 7, None, 99).unwrap();
+        assert_eq!(added.keys().copied().collect::<Vec<_>>(), vec![3, 4, 5, 6]);
+        for (p, r) in &added {
+            assert_eq!(r, &all[p], "partition {p}");
+        }
+        // Partition 0's first replica gone: placed over the live brokers from the seed.
+        let fewer = brokers(&[(2, None), (3, None), (4, None)]);
+        let gone = BTreeMap::from([(0, vec![1, 2])]);
+        let added = assign_added_partitions(&gone, &fewer, 3, None, 0).unwrap();
+        assert_eq!(added, assign_replicas(&fewer, 1, 2, 2, 0).unwrap());
+    }
+
+    #[test]
+    fn partition_counts_must_grow() {
+        let b = brokers(&[(1, None), (2, None)]);
+        let current = BTreeMap::from([(0, vec![1, 2]), (1, vec![2, 1])]);
+        assert!(matches!(assign_added_partitions(&current, &b, 2, None, 0), Err(AssignmentError::InvalidPartitions(_))));
+        assert!(matches!(assign_added_partitions(&current, &b, 1, None, 0), Err(AssignmentError::InvalidPartitions(_))));
+        let one = brokers(&[(1, None)]);
+        assert_eq!(assign_added_partitions(&current, &one, 3, None, 0), Err(AssignmentError::NotEnoughBrokers { replication_factor: 2, live: 1 }));
+    }
+
+    #[test]
+    fn manual_assignments_of_added_partitions_are_checked() {
+        let b = brokers(&[(1, None), (2, None), (3, None)]);
+        let current = BTreeMap::from([(0, vec![1, 2])]);
+        let ok = assign_added_partitions(&current, &b, 3, Some(&[vec![3, 1], vec![2, 3]]), 0).unwrap();
+        assert_eq!(ok, BTreeMap::from([(1, vec![3, 1]), (2, vec![2, 3])]));
+        for bad in [
+            vec![vec![3, 1]],                   // one assignment for two partitions
+            vec![vec![3, 1], vec![2, 2]],       // a broker twice
+            vec![vec![3, 1], vec![2, 9]],       // no broker 9
+            vec![vec![3, 1], vec![2, 3, 1]],    // three replicas where the topic has two
+            vec![vec![3, 1], vec![]],           // none
+        ] {
+            assert!(
+                matches!(assign_added_partitions(&current, &b, 3, Some(&bad), 0), Err(AssignmentError::InvalidReplicaAssignment(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_preferred_election_moves_leadership_to_the_first_replica_in_sync() {
+        let next = elect_leader(&state(2, 4, &[2, 3, 1]), &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred).unwrap();
+        assert_eq!((next.leader, next.leader_epoch, next.isr.clone(), next.partition_epoch), (1, 5, vec![2, 3, 1], 7));
+        // The controller keeps it.
+        assert_eq!(next_partition_state(&next, &[1, 2, 3], &live(&[1, 2, 3]), false), None);
+        // Nothing to do when it leads; nothing possible when it is dead or out of sync.
+        assert_eq!(elect_leader(&next, &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred), Err(ElectionError::NotNeeded));
+        assert_eq!(
+            elect_leader(&state(2, 4, &[2, 3]), &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred),
+            Err(ElectionError::PreferredLeaderNotAvailable)
+        );
+        assert_eq!(
+            elect_leader(&state(2, 4, &[2, 3, 1]), &[1, 2, 3], &live(&[2, 3]), ElectionType::Preferred),
+            Err(ElectionError::PreferredLeaderNotAvailable)
+        );
+    }
+
+    #[test]
+    fn an_unclean_election_only_fills_a_missing_leader() {
+        let u = ElectionType::Unclean;
+        assert_eq!(elect_leader(&state(2, 4, &[2]), &[1, 2, 3], &live(&[1, 2, 3]), u), Err(ElectionError::NotNeeded));
+        // Broker 1 was the last in sync and is gone: 2 leads alone.
+        let next = elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2, 3], &live(&[2, 3]), u).unwrap();
+        assert_eq!((next.leader, next.leader_epoch, next.isr), (2, 6, vec![2]));
+        // An ISR member alive is preferred, and keeps the ISR.
+        let next = elect_leader(&state(NO_LEADER, 5, &[3]), &[1, 2, 3], &live(&[2, 3]), u).unwrap();
+        assert_eq!((next.leader, next.leader_epoch, next.isr), (3, 6, vec![3]));
+        assert_eq!(elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2], &live(&[3]), u), Err(ElectionError::EligibleLeadersNotAvailable));
+    }
+
+    #[test]
+    fn only_brokers_past_the_imbalance_threshold_get_their_leadership_back() {
+        // Broker 1 is preferred for 10 partitions and leads 9; broker 2 for 2, leads 1.
+        let mut parts = Vec::new();
+        for p in 0..10 {
+            parts.push((TopicPartition::new("a", p), vec![1, 2], state(if p == 0 { 2 } else { 1 }, 1, &[1, 2])));
+        }
+        for p in 0..2 {
+            parts.push((TopicPartition::new("b", p), vec![2, 1], state(if p == 0 { 1 } else { 2 }, 1, &[1, 2])));
+        }
+        let view = || parts.iter().map(|(tp, r, s)| (tp, r.as_slice(), s));
+        // 1 of 10 is 10%: not above 10%. 1 of 2 is 50%.
+        assert_eq!(imbalanced_partitions(view(), 10), vec![TopicPartition::new("b", 0)]);
+        assert_eq!(imbalanced_partitions(view(), 5), vec![TopicPartition::new("a", 0), TopicPartition::new("b", 0)]);
+        assert_eq!(imbalanced_partitions(view(), 50), Vec::<TopicPartition>::new());
     }
 
     #[test]

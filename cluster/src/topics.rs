@@ -1,19 +1,24 @@
 //! Writes any broker makes outside the controller: creating a topic (its assignment
-//! and its partitions' first states) and deleting one, on behalf of admin requests;
-//! a partition leader's change of its ISR; and blocks of producer ids.
+//! and its partitions' first states), adding partitions to it and deleting it, and
+//! electing leaders, on behalf of admin requests; a partition leader's change of its
+//! ISR; and blocks of producer ids.
 //!
-//! Creation needs no controller: "create if absent" is one etcd transaction, so of two
-//! brokers creating the same name at once exactly one succeeds. etcd caps a
-//! transaction at 128 operations (`--max-txn-ops`), so a topic with more partitions
-//! gets its remaining states in further transactions; should the creating broker die
-//! between them, the controller gives the missing partitions their first state.
+//! None of them needs the controller: each is one etcd transaction conditional on
+//! the state it was decided from ("create if absent"; "the topic key is still at the
+//! revision read"; "the partition is still at the partition epoch read"), so of two
+//! brokers acting at once exactly one succeeds, and the other decides again from what
+//! the winner wrote. etcd caps a transaction at 128 operations (`--max-txn-ops`), so
+//! a topic with more new partitions gets their remaining states in further
+//! transactions; should the writing broker die between them, the controller gives
+//! the missing partitions their first state.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp};
-use tracing::info;
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse};
+use tracing::{debug, info};
 
-use crate::etcd_session::{bounded, partition_key, partitions_prefix, topic_key};
+use crate::etcd_session::{bounded, parse_json, partition_key, partitions_prefix, topic_key};
 use crate::{initial_partition_state, ClusterError, PartitionState, TopicAssignment, TopicPartition};
 
 /// etcd's default `--max-txn-ops`.
@@ -43,16 +48,136 @@ pub(crate) async fn create_topic(client: &mut Client, prefix: &str, timeout: Dur
         return Err(ClusterError::TopicExists(name.to_string()));
     }
     let topic_revision = created.header().map_or(0, |h| h.revision());
+    write_remaining_states(client, timeout, &topic_key, topic_revision, rest).await?;
+    info!(topic = name, topic_id = %assignment.topic_id, partitions = assignment.partitions.len(), "topic created in the cluster metadata");
+    Ok(())
+}
+
+/// The partition states that did not fit in a topic's first transaction, `MAX_TXN_OPS - 1`
+/// at a time: each only while the topic is the one created at `topic_revision`, and
+/// where the controller has not filled the state in meanwhile.
+async fn write_remaining_states(client: &mut Client, timeout: Duration, topic_key: &str, topic_revision: i64, rest: &[(String, Vec<u8>)]) -> Result<(), ClusterError> {
     for chunk in rest.chunks(MAX_TXN_OPS - 1) {
-        // Only while the topic is this one, and where the controller has not filled
-        // the state in meanwhile.
-        let mut compares = vec![Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic_revision)];
+        let mut compares = vec![Compare::create_revision(topic_key, CompareOp::Equal, topic_revision)];
         compares.extend(chunk.iter().map(|(k, _)| Compare::version(k.as_str(), CompareOp::Equal, 0)));
         let ops: Vec<TxnOp> = chunk.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)).collect();
         bounded(timeout, "partition states create", client.txn(Txn::new().when(compares).and_then(ops))).await?;
     }
-    info!(topic = name, topic_id = %assignment.topic_id, partitions = assignment.partitions.len(), "topic created in the cluster metadata");
     Ok(())
+}
+
+/// Adds partitions to topic `name` (CreatePartitions): reads the topic as stored,
+/// asks `plan` for the added partitions' replicas (partition → replicas, partitions
+/// following the existing ones), and writes the grown assignment with the new
+/// partitions' first states in one transaction conditional on the topic key's
+/// `mod_revision` being the one read. A concurrent CreatePartitions or DeleteTopics
+/// therefore cannot interleave: when the compare fails, the topic is read again and
+/// `plan` decides again (and refuses, say, a count another request reached first).
+/// With `validate_only`, nothing is written. Returns the grown assignment.
+///
+/// # Errors
+/// [`ClusterError::UnknownTopic`]; what `plan` returns; etcd errors.
+pub(crate) async fn create_partitions(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    name: &str,
+    validate_only: bool,
+    mut plan: impl FnMut(&TopicAssignment) -> Result<BTreeMap<i32, Vec<i32>>, ClusterError>,
+) -> Result<TopicAssignment, ClusterError> {
+    let topic_key = topic_key(prefix, name);
+    loop {
+        let read = bounded(timeout, "topic read", client.get(topic_key.as_str(), None)).await?;
+        let kv = read.kvs().first().ok_or_else(|| ClusterError::UnknownTopic(name.to_string()))?;
+        let mut grown: TopicAssignment = parse_json(kv)?;
+        grown.create_revision = kv.create_revision();
+        let read_at = kv.mod_revision();
+        let added = plan(&grown)?;
+        if let Some(p) = added.keys().find(|p| grown.partitions.contains_key(p)) {
+            return Err(ClusterError::BadValue { key: topic_key, reason: format!("partition {p} is planned, but exists") });
+        }
+        if validate_only {
+            grown.partitions.extend(added);
+            return Ok(grown);
+        }
+        let mut states = Vec::with_capacity(added.len());
+        for (&p, replicas) in &added {
+            let key = partition_key(prefix, &TopicPartition::new(name, p));
+            states.push((key.clone(), to_json(&key, &initial_partition_state(replicas))?));
+        }
+        grown.partitions.extend(added);
+        let value = to_json(&topic_key, &grown)?;
+        let (first, rest) = states.split_at(states.len().min(MAX_TXN_OPS - 1));
+        let mut ops = vec![TxnOp::put(topic_key.as_str(), value, None)];
+        ops.extend(first.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)));
+        let txn = Txn::new().when([Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, read_at)]).and_then(ops);
+        if !bounded(timeout, "partitions create", client.txn(txn)).await?.succeeded() {
+            debug!(topic = name, "the topic changed while partitions were planned; planning again");
+            continue;
+        }
+        write_remaining_states(client, timeout, &topic_key, grown.create_revision, rest).await?;
+        info!(topic = name, topic_id = %grown.topic_id, partitions = grown.partitions.len(), added = states.len(), "partitions added to a topic in the cluster metadata");
+        return Ok(grown);
+    }
+}
+
+/// Changes the leader of `tp` on request (ElectLeaders): reads the topic and the
+/// partition as stored (one consistent read), asks `decide` for the new state from the
+/// replicas and the current state, and writes it conditional on the topic's
+/// `create_revision` and the partition's `mod_revision` (the partition epoch) being
+/// the ones read, as the controller's own writes are. A refused write means the
+/// partition moved (the controller, a leader's ISR change, another election): it is
+/// read and decided again. Returns the state written.
+///
+/// # Errors
+/// [`ClusterError::UnknownTopic`], [`ClusterError::UnknownPartition`]; what `decide`
+/// returns (e.g. [`ClusterError::Election`]); etcd errors.
+pub(crate) async fn change_leader(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    tp: &TopicPartition,
+    mut decide: impl FnMut(&[i32], &PartitionState) -> Result<PartitionState, ClusterError>,
+) -> Result<PartitionState, ClusterError> {
+    let topic_key = topic_key(prefix, &tp.topic);
+    let key = partition_key(prefix, tp);
+    loop {
+        let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
+        let read = bounded(timeout, "partition read", client.txn(read)).await?;
+        let mut got = read.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        let (topic, partition) = (got.next().flatten(), got.next().flatten());
+        let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
+        let assignment: TopicAssignment = parse_json(&topic)?;
+        let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
+        let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?;
+        // A partition of the assignment without a state yet is about to get its first
+        // one (from its creator or the controller): nothing to elect from.
+        let partition = partition.ok_or_else(unknown)?;
+        let mut current: PartitionState = parse_json(&partition)?;
+        current.partition_epoch = partition.mod_revision();
+        let next = decide(replicas, &current)?;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic.create_revision()),
+                Compare::mod_revision(key.as_str(), CompareOp::Equal, current.partition_epoch),
+            ])
+            .and_then([TxnOp::put(key.as_str(), to_json(&key, &next)?, None)]);
+        let resp = bounded(timeout, "leader election", client.txn(txn)).await?;
+        if resp.succeeded() {
+            info!(partition = %tp, old_leader = current.leader, leader = next.leader, leader_epoch = next.leader_epoch, isr = ?next.isr,
+                  "partition leader elected on request");
+            let partition_epoch = resp.header().map_or(0, |h| h.revision());
+            return Ok(PartitionState { partition_epoch, ..next });
+        }
+        debug!(partition = %tp, "the partition moved while its election was decided; deciding again");
+    }
+}
+
+fn to_json<T: serde::Serialize>(key: &str, value: &T) -> Result<Vec<u8>, ClusterError> {
+    serde_json::to_vec(value).map_err(|e| ClusterError::BadValue { key: key.to_string(), reason: e.to_string() })
 }
 
 /// Removes topic `name` and every partition state under it, in one transaction.

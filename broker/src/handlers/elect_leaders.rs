@@ -1,21 +1,28 @@
-//! ElectLeaders: preferred or unclean leader election, for a cluster of one.
+//! ElectLeaders: preferred or unclean leader election.
 //!
-//! Every partition has one replica, this broker, which is both its
-//! preferred leader and its leader, so no election is ever needed. As
-//! Kafka's controller (`ReplicationControlManager.electLeaders`): a named
-//! partition answers ELECTION_NOT_NEEDED for PREFERRED (the preferred
-//! leader leads) and UNCLEAN (a leader exists); a partition or topic that
-//! does not exist answers UNKNOWN_TOPIC_OR_PARTITION. A null topic list asks
-//! for every partition, and partitions that need no election are left out
-//! of the answer, so every topic is listed with no partitions. An election
-//! type other than 0 (PREFERRED) or 1 (UNCLEAN) is INVALID_REQUEST.
-//! Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED
-//! for the request and every partition in it.
+//! As Kafka's controller (`ReplicationControlManager.electLeaders`): PREFERRED
+//! moves leadership to a partition's first replica if it is alive and in sync
+//! (ELECTION_NOT_NEEDED if it leads, PREFERRED_LEADER_NOT_AVAILABLE if it
+//! cannot); UNCLEAN gives a partition without a leader one, out of sync if
+//! need be (ELECTION_NOT_NEEDED if it has one, ELIGIBLE_LEADERS_NOT_AVAILABLE
+//! if no replica is alive); a partition or topic that does not exist answers
+//! UNKNOWN_TOPIC_OR_PARTITION. A null topic list asks for every partition,
+//! and partitions that need no election are left out of the answer (every
+//! topic is listed). An election type other than 0 (PREFERRED) or 1 (UNCLEAN)
+//! is INVALID_REQUEST. Authorization: ALTER on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED for the request and every partition in it.
+//!
+//! In a cluster the elections are written to the metadata store
+//! ([`crate::cluster_admin::elect_leaders`]). A broker alone has one replica
+//! of every partition, itself, both preferred leader and leader: no election
+//! is ever needed.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+
+use floe_cluster::ElectionType;
 
 use super::message;
 use crate::authorizer::acl::AclOperation;
@@ -25,12 +32,17 @@ use crate::broker::Broker;
 const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;
 
-pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: ElectLeadersRequest, _version: i16) -> ElectLeadersResponse {
+pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ElectLeadersRequest, _version: i16) -> ElectLeadersResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
         return refused(&request, ResponseError::ClusterAuthorizationFailed, "ALTER on the cluster is needed");
     }
-    if !matches!(request.election_type, PREFERRED | UNCLEAN) {
-        return refused(&request, ResponseError::InvalidRequest, &format!("unknown election type {}", request.election_type));
+    let election = match request.election_type {
+        PREFERRED => ElectionType::Preferred,
+        UNCLEAN => ElectionType::Unclean,
+        other => return refused(&request, ResponseError::InvalidRequest, &format!("unknown election type {other}")),
+    };
+    if broker.is_clustered() {
+        return in_cluster(broker, request, election).await;
     }
     let results = match &request.topic_partitions {
         // Every partition needs no election, and such partitions are not listed.
@@ -66,6 +78,33 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: ElectLeader
             })
             .collect(),
     };
+    ElectLeadersResponse::default().with_replica_election_results(results)
+}
+
+/// ElectLeaders in a cluster: every named partition (or every partition) elected
+/// through the metadata store.
+async fn in_cluster(broker: &Broker, request: ElectLeadersRequest, election: ElectionType) -> ElectLeadersResponse {
+    let named = request.topic_partitions.map(|topics| topics.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
+    let results = crate::cluster_admin::elect_leaders(broker, election, named, timeout)
+        .await
+        .into_iter()
+        .map(|(topic, outcomes)| {
+            let partitions = outcomes
+                .into_iter()
+                .map(|(p, outcome)| {
+                    let result = PartitionResult::default().with_partition_id(p);
+                    match outcome {
+                        Ok(()) => result,
+                        // Kafka answers this one without a message.
+                        Err((ResponseError::ElectionNotNeeded, _)) => result.with_error_code(ResponseError::ElectionNotNeeded.code()),
+                        Err((code, reason)) => result.with_error_code(code.code()).with_error_message(message(reason)),
+                    }
+                })
+                .collect();
+            ReplicaElectionResult::default().with_topic(TopicName(StrBytes::from_string(topic))).with_partition_result(partitions)
+        })
+        .collect();
     ElectLeadersResponse::default().with_replica_election_results(results)
 }
 

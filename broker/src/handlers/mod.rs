@@ -391,7 +391,7 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         }
         ApiKey::ElectLeaders => {
             let req = decode(api_key, body, version)?;
-            out.frame(elect_leaders::handle(broker, ctx, req, version))
+            out.frame(elect_leaders::handle(broker, ctx, req, version).await)
         }
         ApiKey::DescribeClientQuotas => {
             let req = decode(api_key, body, version)?;

@@ -63,6 +63,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
         registration: floe_cluster::BrokerRegistration { node_id: config.node_id, rack: None, endpoints: Vec::new(), shutting_down: false },
         session_timeout: std::time::Duration::from_secs(9),
         unclean_leader_election: false,
+        leader_rebalance: None,
     })
     .await
     .expect("local membership");
