@@ -43,7 +43,8 @@ enum Cmd {
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         /// `coupling`: the fixed rate in messages/s (default: half the probed maximum); `compaction`: the
-        /// rate of the latency producer (default 5000, 2000 with --quick).
+        /// rate of the latency producer (default 5000, 2000 with --quick); `replication`: the rate of the
+        /// latency arms (default: a quarter of RF=3's flat-out rate).
         #[arg(long, value_name = "MSG_PER_S")]
         rate: Option<u64>,
         /// `tiering-cost`, `tls` and `compaction`: the backlog in MB (default: the workload's, 512 for compaction;

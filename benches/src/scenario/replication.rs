@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::{bar, kv, met, spinner, Ctx};
+use super::{bar, kv, met, request_delta, request_times, spinner, Ctx};
 use crate::cluster::{Cluster, PartitionState, SESSION_TIMEOUT_MS};
 use crate::load::{self, LatencySummary, LoadResult, RunSpec};
 use crate::plot;
@@ -93,14 +93,21 @@ struct Arm {
     replication_factor: i32,
     /// Messages/s asked for; 0 = flat out.
     target_rate: u64,
+    message_size: usize,
     topic: String,
     result: LoadResult,
     /// CPU seconds of the three brokers together over the arm.
     brokers_cpu_s: Option<f64>,
+    /// Payload bytes in the topic after the arm (its log end offsets × the message size):
+    /// the warm-up and the final flush included, as in `brokers_cpu_s`.
+    payload_bytes_written: u64,
     brokers_cpu_s_per_gb: Option<f64>,
     harness_cpu_s: f64,
     /// Per broker, the fetch counters' change over the arm.
     fetch: BTreeMap<i32, FetchCounters>,
+    /// Requests the three brokers handled during the arm, by API: (count, mean ms inside
+    /// the broker, decoded request → response written; a Fetch's includes its long poll).
+    requests: BTreeMap<String, (f64, f64)>,
 }
 
 fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workload, rf: i32) -> anyhow::Result<Arm> {
@@ -110,6 +117,7 @@ fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workloa
     load::create_replicated_topics(&cluster.bootstrap(), std::slice::from_ref(&topic), w.partitions_per_topic, rf, &config)?;
     cluster.wait_full_isr(&topic, w.partitions_per_topic as i32, rf as usize, Duration::from_secs(60))?;
     let before = snapshot(cluster);
+    let requests_before: BTreeMap<i32, _> = cluster.brokers().map(|(id, b)| (id, request_times(b))).collect();
     let harness_before = crate::procstat::read(0).unwrap_or_default();
     let pb = bar(label, false);
     // No consumers: what the brokers fetch is replication alone (see the module doc).
@@ -117,6 +125,18 @@ fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workloa
     let result = load::run(&spec, &pb)?;
     pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
     let after = snapshot(cluster);
+    // Summed over the brokers: (count, total ms), then the mean.
+    let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (id, b) in cluster.brokers() {
+        for (api, (n, ms)) in request_delta(requests_before.get(&id).unwrap_or(&None), &request_times(b)) {
+            let t = totals.entry(api).or_default();
+            t.0 += n;
+            t.1 += n * ms;
+        }
+    }
+    let requests = totals.into_iter().map(|(api, (n, total))| (api, (n, total / n.max(1.0)))).collect();
+    let records: i64 = load::end_offsets(&cluster.bootstrap(), &topic, w.partitions_per_topic)?.iter().sum();
+    let payload_bytes_written = records.max(0) as u64 * w.message_size as u64;
     let harness_cpu_s = crate::procstat::read(0).unwrap_or_default().cpu_seconds - harness_before.cpu_seconds;
     cluster.check_running()?;
     let cpu: Option<f64> = before
@@ -127,17 +147,20 @@ fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workloa
         .iter()
         .filter_map(|(id, (_, f0))| Some((*id, f0.as_ref()?.delta(after.get(id)?.1.as_ref()?))))
         .collect();
-    let gb = result.publish_mb_per_s * result.seconds / 1e3;
+    let gb = payload_bytes_written as f64 / 1e9;
     anyhow::ensure!(result.published_messages > 0, "replication: the {label} arm acknowledged nothing (broker logs in {})", ctx.opts.out.display());
     Ok(Arm {
         label: label.to_string(),
         replication_factor: rf,
         target_rate: w.producer_rate,
+        message_size: w.message_size,
         topic,
         brokers_cpu_s: cpu,
+        payload_bytes_written,
         brokers_cpu_s_per_gb: cpu.filter(|_| gb > 0.0).map(|c| c / gb),
         harness_cpu_s,
         fetch,
+        requests,
         result,
     })
 }
@@ -213,6 +236,13 @@ fn failover(ctx: &Ctx, cluster: &mut Cluster, tag: &str, kills: usize) -> anyhow
         };
         let (elected_us, state) = elected.context("set in the loop")?;
         let failover_s = (ack_us - kill_us) as f64 / 1e6;
+        // The victim must have left the ISR before it restarts, or a full ISR seen after the
+        // restart could be the state from before the kill rather than its return.
+        let left = Instant::now();
+        while cluster.partition_state(&topic, 0)?.is_some_and(|s| s.isr.contains(&victim)) {
+            anyhow::ensure!(left.elapsed() < Duration::from_secs(30), "replication: killed broker {victim} stayed in the ISR of {topic}-0 for 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let restart = Instant::now();
         cluster.restart(victim)?;
         cluster.wait_full_isr(&topic, 1, BROKERS as usize, Duration::from_secs(120)).with_context(|| {
@@ -254,10 +284,11 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     sp.finish_with_message(format!("up: {}", cluster.bootstrap()));
     let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
 
-    // 1. Flat out, then at a fixed rate both can sustain: half of RF=3's maximum.
+    // 1. Flat out, then at a fixed rate both can sustain: a quarter of RF=3's maximum
+    // (at half, RF=3 of debug brokers fell behind in a trial run: its latency was queueing).
     let rf1 = run_arm(ctx, &mut cluster, &tag, "RF=1 flat out", &w, 1)?;
     let rf3 = run_arm(ctx, &mut cluster, &tag, "RF=3 flat out", &w, BROKERS)?;
-    let rate = ((rf3.result.publish_msg_per_s / 2.0) as u64).max(100);
+    let rate = ctx.opts.rate.unwrap_or_else(|| ((rf3.result.publish_msg_per_s / 4.0) as u64).max(100));
     let mut fixed = w.clone();
     fixed.producer_rate = rate;
     let rf1_fixed = run_arm(ctx, &mut cluster, &tag, &format!("RF=1 at {rate} msg/s"), &fixed, 1)?;
@@ -276,9 +307,10 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
          Per arm a new topic of {} partitions: **RF=1**, or **RF=3** with `min.insync.replicas={MIN_INSYNC}`; leaders spread \
          over the three brokers in both. One librdkafka producer (bootstrap: all three brokers), {}-byte messages ({:.0}% random), \
          acks=all, compression={}, batch.size={}, linger.ms={}, {:.0} s (+{:.0} s warm-up), no consumers. First both \
-         flat out (throughput), then both at **{rate} msg/s** (half of RF=3's flat-out rate) for latency that is the \
+         flat out (throughput), then both at **{rate} msg/s** ({}) for latency that is the \
          brokers' rather than the producer's queue.",
         w.partitions_per_topic, w.message_size, w.random_payload_share * 100.0, w.compression, w.batch_size, w.linger_ms, w.duration_s, w.warmup_s,
+        if ctx.opts.rate.is_some() { "`--rate`" } else { "a quarter of RF=3's flat-out rate" },
     ));
     let arms = [&rf1, &rf3, &rf1_fixed, &rf3_fixed];
     let rows: Vec<Vec<String>> = arms
@@ -309,14 +341,35 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     };
     ctx.report.para(&format!(
         "**RF=3 ÷ RF=1 publish throughput, flat out: {ratio:.2}×** (target ≥ {THROUGHPUT_RATIO_TARGET}×: {}). At {rate} msg/s, \
-         RF=3's publish latency is {} RF=1's at p50, {} at p99, {} at p99.9. *brokers CPU* is the three brokers' together, \
-         over the whole arm (warm-up and the final flush included) per GB acknowledged in the window. Flat out, publish \
+         RF=3's publish latency is {} RF=1's at p50, {} at p99, {} at p99.9. *brokers CPU* is the three brokers' together \
+         over the whole arm (warm-up and the producer's final flush included), per GB of payload the arm left in its topic \
+         (log end offsets × message size). Flat out, publish \
          latency is mostly time queued in librdkafka (up to 256 MiB), as in `max-throughput`.",
         met(ratio >= THROUGHPUT_RATIO_TARGET),
         lat_ratio(|l| l.p50_ms),
         lat_ratio(|l| l.p99_ms),
         lat_ratio(|l| l.p999_ms),
     ));
+    let cell = |a: &Arm, api: &str| a.requests.get(api).map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"));
+    let rows: Vec<Vec<String>> = arms
+        .iter()
+        .map(|a| {
+            let produce_n = a.requests.get("Produce").map_or(0.0, |r| r.0);
+            vec![
+                a.label.clone(),
+                cell(a, "Produce"),
+                if produce_n > 0.0 { format!("{:.0}", a.payload_bytes_written as f64 / a.message_size.max(1) as f64 / produce_n) } else { "–".into() },
+                cell(a, "Fetch"),
+            ]
+        })
+        .collect();
+    ctx.report.para(
+        "Requests the three brokers handled during each arm (warm-up and flush included) and their mean time inside the \
+         broker, decoded request → response written (`floe_request_duration_seconds`). An acks=all Produce is answered \
+         once the followers' next fetches have moved the high watermark past it, so on RF=3 its time is the replication \
+         round trip. Fetches here are the followers' (no consumers); their time includes the long poll.",
+    );
+    ctx.report.table(&["arm", "Produce: requests × mean", "records per Produce", "Fetch: requests × mean"], &rows);
     plot::latency_cdf(
         &ctx.plot_path("latency-cdf.svg"),
         &format!("publish latency at {rate} msg/s, acks=all"),
@@ -352,7 +405,8 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
             e.appended_as_follower += f.appended_as_follower;
         }
     }
-    let paths: Vec<String> = per_broker.values().flat_map(|f| f.served_by_path.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut paths: Vec<String> = per_broker.values().flat_map(|f| f.served_by_path.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    paths.sort_by_key(|p| (!p.starts_with("sendfile"), p.clone()));
     let mb = |v: f64| format!("{:.1}", v / 1e6);
     let mut rows: Vec<Vec<String>> = per_broker
         .iter()
