@@ -81,7 +81,8 @@ pub struct Options {
     pub floe_args: Vec<String>,
     /// Extra broker settings of the tiering-on arm (`coupling`).
     pub overrides: Vec<(String, String)>,
-    /// Fixed rate of `coupling`, messages/s (instead of half the probed maximum).
+    /// Fixed rate of `coupling` (instead of half the probed maximum), of `compaction`'s
+    /// latency producer, and of `replication`'s latency arms; messages/s.
     pub rate: Option<u64>,
     /// Backlog of `tiering-cost`, MB (instead of the workload's).
     pub backlog_mb: Option<u64>,
