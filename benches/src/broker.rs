@@ -43,7 +43,17 @@ impl FloeLauncher {
     /// # Errors
     /// The binary does not start, exits, or does not listen within 30 s.
     pub fn start(&self, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
-        self.start_on(free_port()?, label, data_dir, overrides)
+        self.start_on(free_port()?, free_port()?, label, data_dir, overrides, &[])
+    }
+
+    /// [`Self::start`] on given ports (Kafka, metrics) with `args` before the
+    /// `--floe-arg`s: a cluster member (`--node-id`, `--metadata-store`) that comes back
+    /// after a kill on the endpoints it registered before, as a restarted broker does.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_node(&self, label: &str, data_dir: &Path, overrides: &[(String, String)], ports: (u16, u16), args: &[String]) -> anyhow::Result<Broker> {
+        self.start_on(ports.0, ports.1, label, data_dir, overrides, args)
     }
 
     /// [`Self::start`] with a second listener, SSL, using the PEM `cert` and
@@ -68,12 +78,19 @@ impl FloeLauncher {
             ("ssl.certificate.location".to_string(), cert.display().to_string()),
             ("ssl.key.location".to_string(), key.display().to_string()),
         ]);
-        let broker = self.start_on(port, label, data_dir, &all)?;
+        let broker = self.start_on(port, free_port()?, label, data_dir, &all, &[])?;
         Ok((broker, format!("127.0.0.1:{ssl_port}")))
     }
 
-    fn start_on(&self, port: u16, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
-        let metrics_port = free_port()?;
+    fn start_on(
+        &self,
+        port: u16,
+        metrics_port: u16,
+        label: &str,
+        data_dir: &Path,
+        overrides: &[(String, String)],
+        args: &[String],
+    ) -> anyhow::Result<Broker> {
         let listen = format!("127.0.0.1:{port}");
         let log_path = self.log_dir.join(format!("floe-{label}.log"));
         let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
@@ -87,10 +104,12 @@ impl FloeLauncher {
         for (k, v) in overrides {
             cmd.args(["--override", &format!("{k}={v}")]);
         }
+        cmd.args(args);
         cmd.args(&self.extra_args);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");
         }
+        die_with_parent(&mut cmd);
         let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -189,10 +208,26 @@ impl Broker {
         }
     }
 
-    fn log_tail(&self) -> String {
-        let text = self.log_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+    /// The last 30 lines of its log (brokers we started), for error messages.
+    pub fn log_tail(&self) -> String {
+        self.log_path.as_deref().map(|p| file_tail(p, 30)).unwrap_or_default()
+    }
+
+    /// Whether a broker we started has exited (external brokers: never known).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGKILL to a broker we started, and reaps it: a crash, no clean shutdown.
+    ///
+    /// # Errors
+    /// Signalling or waiting failed.
+    pub fn kill9(mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
     }
 
     /// Stops a broker we started: SIGTERM (a clean shutdown flushes logs and writes
@@ -254,8 +289,36 @@ pub(crate) fn parse_samples(text: &str, name: &str) -> Vec<(BTreeMap<String, Str
     out
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A loopback port free at the moment of asking.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The last `lines` lines of a text file ("" when unreadable).
+pub(crate) fn file_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Asks the kernel to SIGKILL the child when floe-bench dies, however it dies: `Drop`
+/// stops children on errors and panics, but not when floe-bench itself is killed (a CI
+/// timeout, Ctrl-C), and a broker or etcd left behind holds ports and disk.
+///
+/// The signal follows the *thread* that spawned the child: spawn from a thread that
+/// lives as long as the child (the scenarios spawn from the main thread).
+pub(crate) fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `prctl(PR_SET_PDEATHSIG)` is async-signal-safe and touches no memory of the
+    // parent, which is all that may run between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,14 @@
 //! What a broker's log cleaner did, read from outside (Floe's `floe_log_cleaner_*`
-//! metrics and the CPU time of its `floe-cleaner-N` threads from `/proc`), a keyed
-//! backlog for a compacted topic, and a fixed-rate producer that keeps every
-//! sample's send time, so latency can be cut to any window afterwards (the window of
-//! the `compaction` scenario is the clean, known only once it is over).
+//! metrics and the CPU time of its `floe-cleaner-N` threads from `/proc`), and a keyed
+//! backlog for a compacted topic. The scenario's latency producer is
+//! [`crate::rated::RatedProducer`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -20,7 +17,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use serde::Serialize;
 
 use crate::broker::{parse_samples, Broker};
-use crate::load::{client_config, new_histogram};
+use crate::load::client_config;
 use crate::procstat;
 
 /// The name prefix of Floe's cleaner threads (`floe-cleaner-{i}`, `storage/src/log_cleaner.rs`).
@@ -203,130 +200,4 @@ pub fn produce_keyed(bootstrap: &str, topic: &str, keys: u64, versions: u32, val
         seconds,
         mb_per_s: value_bytes as f64 / 1e6 / seconds,
     })
-}
-
-/// Per record: send time (µs since the producer's epoch) and publish latency (µs).
-type Samples = Vec<(u64, u64)>;
-
-struct SampleCtx {
-    epoch: Instant,
-    samples: Mutex<Samples>,
-    errors: AtomicU64,
-}
-
-impl ClientContext for SampleCtx {}
-
-impl ProducerContext for SampleCtx {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, sent_us: usize) {
-        match result {
-            Ok(_) => {
-                let now = self.epoch.elapsed().as_micros() as u64;
-                self.samples.lock().unwrap().push((sent_us as u64, now.saturating_sub(sent_us as u64).max(1)));
-            }
-            Err(_) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// A producer sending `rate` messages/s to a topic (round robin over its partitions,
-/// librdkafka's partitioner) on its own thread, keeping every delivery's send time and
-/// latency.
-pub struct RatedProducer {
-    epoch: Instant,
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    handle: JoinHandle<anyhow::Result<(Samples, u64)>>,
-}
-
-impl std::fmt::Debug for RatedProducer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RatedProducer").field("sent", &self.sent.load(Ordering::Relaxed)).finish_non_exhaustive()
-    }
-}
-
-impl RatedProducer {
-    /// Starts sending `message_size`-byte messages (acks=all, linger.ms=1).
-    ///
-    /// # Errors
-    /// The producer cannot be created.
-    pub fn start(bootstrap: &str, topic: &str, rate: u64, message_size: usize) -> anyhow::Result<RatedProducer> {
-        let epoch = Instant::now();
-        let ctx = SampleCtx { epoch, samples: Mutex::new(Vec::new()), errors: AtomicU64::new(0) };
-        let p: ThreadedProducer<SampleCtx> = client_config(bootstrap)
-            .set("acks", "all")
-            .set("enable.idempotence", "false")
-            .set("linger.ms", "1")
-            .set("compression.type", "none")
-            .create_with_context(ctx)
-            .context("rated producer")?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let (stop2, sent2, topic) = (Arc::clone(&stop), Arc::clone(&sent), topic.to_string());
-        let handle = std::thread::Builder::new().name("rated-producer".into()).spawn(move || {
-            let mut payload = vec![0u8; message_size];
-            fastrand::fill(&mut payload[..message_size / 2]);
-            let mut n = 0u64;
-            while !stop2.load(Ordering::Relaxed) {
-                let due = epoch + Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-                let ts = epoch.elapsed().as_micros() as u64;
-                let record = BaseRecord::<(), [u8], usize>::with_opaque_to(&topic, ts as usize).payload(&payload[..]);
-                if p.send(record).is_err() {
-                    p.context().errors.fetch_add(1, Ordering::Relaxed);
-                }
-                n += 1;
-                sent2.store(n, Ordering::Relaxed);
-            }
-            p.flush(Duration::from_secs(30)).context("rated producer: flush")?;
-            let samples = std::mem::take(&mut *p.context().samples.lock().unwrap());
-            Ok((samples, p.context().errors.load(Ordering::Relaxed)))
-        })?;
-        Ok(RatedProducer { epoch, stop, sent, handle })
-    }
-
-    /// Microseconds since the producer's epoch (the clock of its samples).
-    pub fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-
-    /// Stops, flushes, and returns every (send µs, latency µs) and the error count.
-    ///
-    /// # Errors
-    /// The producer thread failed.
-    pub fn finish(self) -> anyhow::Result<(Samples, u64)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().map_err(|_| anyhow::anyhow!("rated producer panicked"))?
-    }
-}
-
-/// The latencies of the records sent in `[from_us, to_us)`.
-pub fn window_histogram(samples: &[(u64, u64)], from_us: u64, to_us: u64) -> Histogram<u64> {
-    let mut h = new_histogram();
-    for &(_, lat) in samples.iter().filter(|(s, _)| (from_us..to_us).contains(s)) {
-        h.saturating_record(lat);
-    }
-    h
-}
-
-/// p99 latency (ms) per `bucket_us` of send time in `[from_us, to_us)`, with x in seconds
-/// relative to `zero_us` (for a timeline plot).
-pub fn p99_timeline(samples: &[(u64, u64)], from_us: u64, to_us: u64, zero_us: u64, bucket_us: u64) -> Vec<(f64, f64)> {
-    let mut buckets: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
-    for &(sent, lat) in samples.iter().filter(|(s, _)| (from_us..to_us).contains(s)) {
-        buckets.entry((sent - from_us) / bucket_us).or_insert_with(new_histogram).saturating_record(lat);
-    }
-    buckets
-        .into_iter()
-        .map(|(i, h)| {
-            let mid = from_us + i * bucket_us + bucket_us / 2;
-            ((mid as f64 - zero_us as f64) / 1e6, h.value_at_quantile(0.99) as f64 / 1000.0)
-        })
-        .collect()
 }

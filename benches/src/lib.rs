@@ -11,30 +11,35 @@
 //! # Layout
 //! - [`workload`]: OMB-style workload files (`benches/workloads/*.toml`).
 //! - [`broker`]: the broker under test: a `floe` child process or an external one.
+//! - [`cluster`]: etcd and N `floe` brokers in cluster mode, partition state from etcd.
 //! - [`procstat`]: CPU seconds and peak RSS of a process from `/proc`.
 //! - [`ceiling`]: the machine's ceiling, `sendfile` of a cached file into loopback.
 //! - [`load`]: producers and consumers (librdkafka), latency histograms, timelines.
 //! - [`fetch_client`]: a fetch-only client over plaintext or TLS (rustls), for `tls`.
 //! - [`report`]: the Markdown report, the JSON file, the machine description.
-//! - [`plot`]: SVG plots (latency CDFs, throughput over time).
+//! - [`plot`]: SVG plots (latency CDFs, throughput over time, values per trial).
 //! - [`tiering`]: what the broker's Iceberg tiering did (its metrics, its thread's CPU).
 //! - [`freshness`]: produce acknowledgement → row visible in the Iceberg table.
 //! - [`transactions`]: idempotent and transactional producers flat out, catch-up reads
 //!   with an `isolation.level`, for `transactions`.
 //! - [`compaction`]: what the broker's log cleaner did (its metrics, its threads' CPU), a
-//!   keyed backlog, a fixed-rate producer whose latency can be cut to any window.
+//!   keyed backlog.
+//! - [`rated`]: a fixed-rate acks=all producer whose latency can be cut to any window, and
+//!   that says when the first record sent after a moment was acknowledged.
 //! - [`scenario`]: the scenarios (`zero-copy`, `tls`, `max-throughput`, `coupling`,
-//!   `tiering-cost`, `freshness`, `transactions`, `compaction`).
+//!   `tiering-cost`, `freshness`, `transactions`, `compaction`, `replication`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod broker;
 pub mod ceiling;
+pub mod cluster;
 pub mod compaction;
 pub mod fetch_client;
 pub mod freshness;
 pub mod load;
 pub mod plot;
 pub mod procstat;
+pub mod rated;
 pub mod report;
 pub mod scenario;
 pub mod tiering;

@@ -188,11 +188,26 @@ pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> any
 /// # Errors
 /// As [`create_topics`].
 pub fn create_topics_with(bootstrap: &str, topics: &[String], partitions: u32, config: &[(String, String)]) -> anyhow::Result<()> {
+    create_replicated_topics(bootstrap, topics, partitions, 1, config)
+}
+
+/// [`create_topics_with`] with `replication_factor` replicas of each partition (a cluster).
+///
+/// # Errors
+/// As [`create_topics`].
+pub fn create_replicated_topics(
+    bootstrap: &str,
+    topics: &[String],
+    partitions: u32,
+    replication_factor: i32,
+    config: &[(String, String)],
+) -> anyhow::Result<()> {
     let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
-            config.iter().fold(NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1)), |n, (k, v)| n.set(k, v))
+            let topic = NewTopic::new(t, partitions as i32, TopicReplication::Fixed(replication_factor));
+            config.iter().fold(topic, |n, (k, v)| n.set(k, v))
         })
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -203,12 +218,18 @@ pub fn create_topics_with(bootstrap: &str, topics: &[String], partitions: u32, c
             anyhow::bail!("cannot create topic {topic}: {code}");
         }
     }
-    // Wait until metadata shows every partition.
+    // Wait until metadata shows every partition with a leader (in a cluster, a broker
+    // may answer LEADER_NOT_AVAILABLE for a moment after creation, as Kafka does).
     let deadline = Instant::now() + Duration::from_secs(30);
     for t in topics {
         loop {
             let md = admin.inner().fetch_metadata(Some(t), Duration::from_secs(5))?;
-            if md.topics().first().is_some_and(|mt| mt.error().is_none() && mt.partitions().len() == partitions as usize) {
+            let ready = md.topics().first().is_some_and(|mt| {
+                mt.error().is_none()
+                    && mt.partitions().len() == partitions as usize
+                    && mt.partitions().iter().all(|p| p.error().is_none() && p.leader() >= 0)
+            });
+            if ready {
                 break;
             }
             anyhow::ensure!(Instant::now() < deadline, "topic {t} did not appear in metadata");

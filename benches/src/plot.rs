@@ -1,4 +1,5 @@
-//! SVG plots (plotters, SVG backend only): latency CDFs and throughput over time.
+//! SVG plots (plotters, SVG backend only): latency CDFs, throughput over time, and one
+//! value per trial (failover times per kill) against a target.
 
 use std::path::Path;
 
@@ -80,6 +81,51 @@ pub fn timeline(path: &Path, title: &str, y_desc: &str, series: &[(&str, Vec<(f6
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One marker per trial: (trial number, value) for each series, and a horizontal line
+/// at `target` (label, value) when given.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn trials(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+    target: Option<(&str, f64)>,
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let xmax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).fold(1.0, f64::max) + 1.0;
+    let ymax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).chain(target.map(|t| t.1)).fold(0.1, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(err)?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(err)?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(points.iter().map(|&(x, y)| Circle::new((x, y), 5, color.filled())))
+            .map_err(err)?
+            .label(*name)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    }
+    if let Some((name, value)) = target {
+        chart
+            .draw_series(LineSeries::new([(0.0, value), (xmax, value)], RED.stroke_width(1)))
+            .map_err(err)?
+            .label(name)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }

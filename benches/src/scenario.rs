@@ -23,6 +23,8 @@
 //!   the cleaner's MB/s per core (its bytes read ÷ its thread's CPU), bytes reclaimed;
 //!   and produce p99 at a fixed rate into another topic while it cleans vs with the
 //!   cleaner off.
+//! - `replication` ([`replication`]): etcd and three brokers; RF=1 vs RF=3 acks=all
+//!   throughput and latency, replica fetch bytes by path, and leader failover times.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,9 +42,12 @@ use crate::tiering::{self, TieringCounters};
 use crate::ceiling::{self, Ceiling};
 use crate::load::{self, CatchUp, LatencySummary, LoadResult, RunSpec};
 use crate::plot;
+use crate::rated;
 use crate::procstat::{self, ProcStats};
 use crate::report::{display_path, f1, f2, pct, Machine, Report};
 use crate::workload::Workload;
+
+mod replication;
 
 /// Every scenario name, in `floe-bench list` order.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -54,6 +59,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("freshness", "produce acknowledgement to row visible in the Iceberg table, p50/p99, two target lags"),
     ("transactions", "idempotent vs transactional producer (100 records/txn) flat out: msg/s, publish and commit p50/p99; read_committed vs read_uncommitted catch-up MB/s"),
     ("compaction", "log cleaner MB/s per core and bytes reclaimed on a keyed backlog; produce p99 at a fixed rate while cleaning vs cleaner off"),
+    ("replication", "etcd + 3 brokers: RF=1 vs RF=3 acks=all throughput and latency, replica fetch bytes by path, kill -9 leader failover p50/p99"),
 ];
 
 /// Options of one `floe-bench run`.
@@ -75,7 +81,8 @@ pub struct Options {
     pub floe_args: Vec<String>,
     /// Extra broker settings of the tiering-on arm (`coupling`).
     pub overrides: Vec<(String, String)>,
-    /// Fixed rate of `coupling`, messages/s (instead of half the probed maximum).
+    /// Fixed rate of `coupling` (instead of half the probed maximum), of `compaction`'s
+    /// latency producer, and of `replication`'s latency arms; messages/s.
     pub rate: Option<u64>,
     /// Backlog of `tiering-cost`, MB (instead of the workload's).
     pub backlog_mb: Option<u64>,
@@ -83,6 +90,8 @@ pub struct Options {
     pub target_lags_ms: Vec<u64>,
     /// A workload file instead of the scenario's built-in one.
     pub workload: Option<PathBuf>,
+    /// Leader kills of `replication` (instead of 20, or 2 with `quick`).
+    pub kills: Option<usize>,
 }
 
 /// Runs a scenario; returns the process exit code.
@@ -101,6 +110,11 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
             "compaction: skipped: it starts its own floe twice (log.cleaner.backoff.ms, log.cleaner.enable=false) and reads \
              the cleaner's /metrics, threads and data dir (drop --bootstrap)"
         );
+        return Ok(0);
+    }
+    if opts.scenario == "replication" && opts.bootstrap.is_some() {
+        // It kills and restarts brokers and reads etcd: only a cluster of its own.
+        println!("replication: skipped: it starts its own etcd and three brokers, and kills their leaders (drop --bootstrap)");
         return Ok(0);
     }
     if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness") && opts.bootstrap.is_some() {
@@ -154,6 +168,7 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         "freshness" => freshness(&mut ctx)?,
         "transactions" => transactions(&mut ctx)?,
         "compaction" => compaction(&mut ctx)?,
+        "replication" => replication::replication(&mut ctx)?,
         _ => unreachable!("checked above"),
     }
     let (md, json) = ctx.report.write(&ctx.opts.out)?;
@@ -1522,7 +1537,7 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
     let dir = data.path().join(format!("{compacted}-0"));
     let (log_bytes_before, log_segments_before) = compaction::log_files(&dir);
 
-    let rated = compaction::RatedProducer::start(&b.bootstrap, &latency_topic, p.rate, p.value_size)?;
+    let rated = rated::RatedProducer::start(&b.bootstrap, &latency_topic, p.rate, p.value_size)?;
     std::thread::sleep(Duration::from_secs_f64(p.warmup_s));
     let meter = CostMeter::start(&b);
     let before = CleanerCounters::read(&b);
@@ -1567,7 +1582,7 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
     sp.finish();
     let (log_bytes_after, log_segments_after) = compaction::log_files(&dir);
     b.stop()?;
-    let hist = compaction::window_histogram(&samples, alter_us, end_us);
+    let hist = rated::window_histogram(&samples, alter_us, end_us);
     anyhow::ensure!(!hist.is_empty(), "compaction: no produce latency sample in the {window:.2} s window of {label}");
     let warm_us = (p.warmup_s * 1e6) as u64;
     Ok(CompactionArm {
@@ -1584,7 +1599,7 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
         cost,
         latency: LatencySummary::of(&hist),
         producer_errors,
-        p99_timeline: compaction::p99_timeline(&samples, alter_us.saturating_sub(warm_us), end_us, alter_us, 250_000),
+        p99_timeline: rated::p99_timeline(&samples, alter_us.saturating_sub(warm_us), end_us, alter_us, 250_000),
         hist,
     })
 }

@@ -19,7 +19,7 @@ struct Cli {
 enum Cmd {
     /// Runs one scenario and writes report.md, results.json and SVG plots.
     Run {
-        /// zero-copy, tls, max-throughput, coupling, tiering-cost, freshness, transactions or compaction.
+        /// zero-copy, tls, max-throughput, coupling, tiering-cost, freshness, transactions, compaction or replication.
         scenario: String,
         /// A few seconds per scenario (CI): short runs, small backlogs.
         #[arg(long)]
@@ -43,7 +43,8 @@ enum Cmd {
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         /// `coupling`: the fixed rate in messages/s (default: half the probed maximum); `compaction`: the
-        /// rate of the latency producer (default 5000, 2000 with --quick).
+        /// rate of the latency producer (default 5000, 2000 with --quick); `replication`: the rate of the
+        /// latency arms (default: a quarter of RF=3's flat-out rate).
         #[arg(long, value_name = "MSG_PER_S")]
         rate: Option<u64>,
         /// `tiering-cost`, `tls` and `compaction`: the backlog in MB (default: the workload's, 512 for compaction;
@@ -56,6 +57,9 @@ enum Cmd {
         /// A workload file instead of the scenario's own (benches/workloads/*.toml).
         #[arg(long, value_name = "FILE")]
         workload: Option<PathBuf>,
+        /// `replication`: leader kills of the failover phase (default 20, 2 with --quick).
+        #[arg(long, value_name = "N")]
+        kills: Option<usize>,
     },
     /// Lists the scenarios.
     List,
@@ -70,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload } => {
+        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills } => {
             let overrides = overrides
                 .iter()
                 .map(|o| o.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("--override `{o}` is not KEY=VALUE")))
@@ -79,7 +83,7 @@ fn main() -> anyhow::Result<()> {
                 let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
                 PathBuf::from("bench-results").join(format!("{scenario}-{t}"))
             });
-            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload })?;
+            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills })?;
             std::process::exit(code);
         }
     }
