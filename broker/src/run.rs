@@ -207,8 +207,13 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let groups = Arc::new(
         floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
     );
+    // In a cluster, markers go to each partition's leader; the writer gets the broker once it exists.
+    let cluster_markers = cluster.is_clustered().then(|| Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current())));
     let txns = {
-        let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+        let markers: Arc<dyn floe_coordinator::transaction::TxnMarkerWriter> = match &cluster_markers {
+            Some(writer) => writer.clone(),
+            None => Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone())),
+        };
         let (txn_config, txn_logs) = (config.transactions.clone(), logs.clone());
         let opened = tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinator::open(txn_config, txn_logs, markers))
             .await
@@ -269,6 +274,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         replicas: Arc::new(replicas),
         shutdown: shutdown.clone(),
     });
+    if let Some(writer) = &cluster_markers {
+        writer.attach(&broker);
+    }
     tokio::spawn(stop_after_controlled_shutdown(broker.clone(), requested, stop));
     if broker.cluster.is_clustered() {
         // Producer ids unique in the cluster: blocks come from etcd (called on the
