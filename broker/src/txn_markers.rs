@@ -253,7 +253,7 @@ impl ClusterMarkerWriter {
 
 impl TxnMarkerWriter for ClusterMarkerWriter {
     fn write_marker(&self, m: &TxnMarker) -> Result<(), String> {
-        let broker = self.broker.get().and_then(Weak::upgrade).ok_or("the broker is starting or stopping")?;
+        let broker = self.broker.get().and_then(|w| w.upgrade()).ok_or("the broker is starting or stopping")?;
         let (topic, partition) = (m.partition.0.as_str(), m.partition.1);
         match route(&broker, topic, partition) {
             Route::Local => self.runtime.block_on(write_as_leader(&broker, m)).map_err(|(code, reason)| {

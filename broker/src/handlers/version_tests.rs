@@ -853,7 +853,7 @@ async fn every_served_version_of_every_api_answers() {
                         .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code)))
                         .collect();
                     let unknown = ResponseError::UnknownTopicOrPartition.code();
-                    assert_eq!(codes, vec![("t".into(), 0, 0), ("t".into(), 7, unknown), ("nope".into(), 0, unknown)], "v{v}");
+                    assert_eq!(codes, vec![("t".to_string(), 0, 0), ("t".to_string(), 7, unknown), ("nope".to_string(), 0, unknown)], "v{v}");
                     assert_eq!(r.markers[0].producer_id.0, pid);
                     assert_eq!(log.log_end_offset(), end_before + 1, "v{v}: one ABORT marker");
                 }
