@@ -28,7 +28,8 @@ from confluent_kafka.admin import NewTopic
 from floe_process import wait_until
 
 PARTITIONS = 3
-OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
+# A marker that fails (a leader still taking over) is retried on the coordinator's tick.
+OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}
 WRITE_TXN_MARKERS = 27
 NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
