@@ -46,7 +46,8 @@ def _by_id(brokers, nid: int):
 def _create_spread(etcd, prefix: str, brokers, topic: str) -> dict[int, int]:
     """Creates `topic` (3 partitions, RF 3) and returns {partition: leader} once every
     partition has a leader, each on a different broker (the placement spreads them)."""
-    fs = admin(brokers[0].bootstrap).create_topics(
+    a = admin(brokers[0].bootstrap)  # alive until the future resolves
+    fs = a.create_topics(
         [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})], request_timeout=15)
     fs[topic].result(timeout=20)
 
@@ -66,7 +67,8 @@ def _create_spread(etcd, prefix: str, brokers, topic: str) -> dict[int, int]:
 
 
 def _metadata_leaders(b, topic: str) -> dict[int, int] | None:
-    md = admin(b.bootstrap).list_topics(topic, timeout=10)
+    a = admin(b.bootstrap)
+    md = a.list_topics(topic, timeout=10)
     t = md.topics.get(topic)
     if t is None or t.error is not None or len(t.partitions) != PARTITIONS:
         return None
