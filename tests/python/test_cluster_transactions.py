@@ -129,6 +129,8 @@ def test_transactions_span_partitions_led_by_every_broker(floe_factory, etcd):
                 everything.append(v)
                 if i % 2 == 0:
                     committed.append(v)
+        # Written before the end either way: abort_transaction would purge what is unsent.
+        assert p.flush(CLIENT_TIMEOUT_S) == 0
         if i % 2 == 0:
             p.commit_transaction(CLIENT_TIMEOUT_S)
         else:
@@ -186,6 +188,7 @@ def test_consume_transform_produce_across_brokers(floe_factory, etcd):
             p.produce(sink, value=b"x" + m.value(), partition=m.partition())
         p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), CLIENT_TIMEOUT_S)
         if not aborted_once:
+            assert p.flush(CLIENT_TIMEOUT_S) == 0, "the aborted output is written, then aborted"
             p.abort_transaction(CLIENT_TIMEOUT_S)
             aborted_once = True
             # Back to the last committed positions (none yet: the start) and do it again.
@@ -257,8 +260,14 @@ def test_write_txn_markers_go_to_the_leader_only(floe_factory, etcd):
     with kwire.KafkaConn(follower.host, follower.port) as conn:
         codes = _parse_write_txn_markers_v1(conn.call_flexible(WRITE_TXN_MARKERS, 1, body))
     assert codes == {(pid, topic, 0): NOT_LEADER_OR_FOLLOWER, (pid, "no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
-    with kwire.KafkaConn(leader.host, leader.port) as conn:
-        codes = _parse_write_txn_markers_v1(conn.call_flexible(WRITE_TXN_MARKERS, 1, body))
+
+    def from_leader():
+        # NOT_LEADER_OR_FOLLOWER (retriable) while the leader is still taking the role.
+        with kwire.KafkaConn(leader.host, leader.port) as conn:
+            codes = _parse_write_txn_markers_v1(conn.call_flexible(WRITE_TXN_MARKERS, 1, body))
+        return None if codes[(pid, topic, 0)] == NOT_LEADER_OR_FOLLOWER else codes
+
+    codes = wait_until(from_leader, timeout=15, interval=0.2, what=f"broker {leaders[0]} to lead {topic}-0")
     assert codes == {(pid, topic, 0): 0, (pid, "no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
     # The ABORT marker is in the leader's log and replicated: the high watermark passed it.
     wait_until(lambda: uncommitted_watermark(_bootstrap(brokers), topic, 0) == 1, timeout=15, what="the marker at offset 0")
