@@ -227,12 +227,21 @@ impl ClusterMarkerWriter {
         let timeout = self.timeout;
         let answered = self.runtime.block_on(async move {
             let mut peer = slot.lock().await;
-            let mut p = match peer.take() {
-                Some(p) if p.host == host && p.port == port => p,
-                // None yet, or the broker moved to another endpoint.
-                _ => Peer { conn: BrokerConnection::connect(&host, port, &client_id, timeout).await?, host, port },
+            // None yet, or the broker moved to another endpoint: a new connection.
+            let cached = peer.take().filter(|p| p.host == host && p.port == port);
+            let reused = cached.is_some();
+            let mut p = match cached {
+                Some(p) => p,
+                None => Peer { conn: BrokerConnection::connect(&host, port, &client_id, timeout).await?, host, port },
             };
-            let answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
+            let mut answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
+            if reused && matches!(answer, Err(ClientError::Closed { .. } | ClientError::Io { .. })) {
+                // The peer closes idle connections (connections.max.idle.ms): once more on a
+                // new one rather than wait for the coordinator's next tick. A marker written
+                // twice is harmless.
+                p.conn = BrokerConnection::connect(&p.host, p.port, &client_id, timeout).await?;
+                answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
+            }
             // Kept only after a clean exchange: an error may leave the stream mid-frame.
             if answer.is_ok() {
                 *peer = Some(p);
