@@ -78,6 +78,15 @@ impl Broker {
 }
 
 impl Broker {
+    /// Whether this broker's transaction coordinator holds the transactional ids now, so
+    /// KIP-890 verification (of transactional produce and TxnOffsetCommit) can ask it:
+    /// alone, always; in a cluster, while it leads `__transaction_state` (every
+    /// transactional id maps to its one partition). Elsewhere the checks are skipped, as
+    /// Kafka does with `transaction.partition.verification.enable=false`.
+    pub fn coordinates_transactions(&self) -> bool {
+        !self.is_clustered() || self.txns.coordinator_epoch() != floe_coordinator::replicated::NO_TERM
+    }
+
     /// Whether this broker is part of an etcd cluster (rather than alone).
     pub fn is_clustered(&self) -> bool {
         self.cluster.is_clustered()

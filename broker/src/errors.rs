@@ -57,3 +57,19 @@ pub fn fenced_for_version(code: ResponseError, version: i16, first_version: i16)
         code
     }
 }
+
+/// The Kafka error for a failed write to `__consumer_offsets` (a transaction
+/// marker there): the log's failure is KAFKA_STORAGE_ERROR, a record that
+/// cannot be encoded UNKNOWN_SERVER_ERROR; in a cluster, NOT_LEADER_OR_FOLLOWER once
+/// the partition's leadership (the coordinator's term) moved, NOT_ENOUGH_REPLICAS when
+/// the in-sync replicas did not take it.
+pub fn offsets_store_error(error: &floe_coordinator::group::store::StoreError) -> ResponseError {
+    use floe_coordinator::group::store::StoreError;
+    match error {
+        StoreError::Storage(_) => ResponseError::KafkaStorageError,
+        StoreError::Format(_) => ResponseError::UnknownServerError,
+        // This broker no longer leads the partition (its group coordinator's term ended).
+        StoreError::NotCoordinator(_) => ResponseError::NotLeaderOrFollower,
+        StoreError::NotReplicated(_) => ResponseError::NotEnoughReplicas,
+    }
+}

@@ -17,6 +17,7 @@
 //! - [`server`]: accept loop, connections, response transmission (zero-copy).
 //! - [`handlers`]: one module per Kafka API, one dispatch table.
 //! - [`quota`]: client quotas (byte rates, request time): their store and enforcement.
+//! - [`txn_markers`]: transaction markers to the partitions' leaders (this broker's logs, or WriteTxnMarkers).
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.

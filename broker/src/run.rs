@@ -218,6 +218,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), fetchers, metrics.clone());
     let replicas = Arc::new(replicas);
 
+    let mut cluster_markers = None;
     let (groups, txns) = if cluster.is_clustered() {
         // Coordinators follow the leadership of their internal topics (crate::coordinator_terms):
         // nothing to load until this broker leads one.
@@ -230,7 +231,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             floe_coordinator::group::GroupCoordinator::replicated(config.coordinator_config(), logs.clone(), gate.clone())
                 .map_err(|e| RunError::Task(e.to_string()))?,
         );
-        let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+        // Markers go to each partition's leader; the writer gets the broker once it exists.
+        let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current()));
+        cluster_markers = Some(markers.clone());
         let txns = floe_coordinator::transaction::TransactionCoordinator::replicated(config.transactions.clone(), logs.clone(), markers, gate);
         (groups, Arc::new(txns))
     } else {
@@ -289,6 +292,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         replicas,
         shutdown: shutdown.clone(),
     });
+    if let Some(writer) = &cluster_markers {
+        writer.attach(&broker);
+    }
     tokio::spawn(stop_after_controlled_shutdown(broker.clone(), requested, stop));
     if broker.cluster.is_clustered() {
         // Producer ids unique in the cluster: blocks come from etcd (called on the

@@ -50,6 +50,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::AddPartitionsToTxn, 0, 4),
     api(ApiKey::AddOffsetsToTxn, 0, 4),
     api(ApiKey::EndTxn, 0, 4),
+    // Broker to broker: a transaction coordinator's markers to a partition's leader.
+    // v1 (flexible) only: Kafka 4 dropped v0, and every 3.x broker speaks v1.
+    api(ApiKey::WriteTxnMarkers, 1, 1),
     api(ApiKey::TxnOffsetCommit, 0, 4),
     api(ApiKey::DescribeAcls, 1, 3),
     api(ApiKey::CreateAcls, 1, 3),

@@ -6,9 +6,10 @@
 //! `__transaction_state` (each has one partition in Floe, so every key of a type maps
 //! to partition 0). The first lookup creates the internal topic in the cluster, with
 //! `offsets.topic.replication.factor` / `transaction.state.log.replication.factor`
-//! replicas, as Kafka does; while it cannot be created (fewer live brokers than the
-//! factor) or has no leader, the answer is COORDINATOR_NOT_AVAILABLE and the client
-//! retries.
+//! replicas, as Kafka does; that lookup, and every one while the topic cannot be created
+//! (fewer live brokers than the factor), has no leader, or its leader (this broker) has
+//! not yet taken the coordinator's term, is answered COORDINATOR_NOT_AVAILABLE, and
+//! the client retries.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -16,6 +17,7 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 
 use floe_coordinator::group::OFFSETS_TOPIC;
+use floe_coordinator::replicated::NO_TERM;
 use floe_coordinator::transaction::TRANSACTION_STATE_TOPIC;
 
 use super::message;
@@ -104,18 +106,22 @@ async fn coordinator(broker: &Broker, session: &Session, key_type: i8) -> (Broke
     let unavailable = |why: String| (BrokerId(-1), StrBytes::default(), -1, Some((ResponseError::CoordinatorNotAvailable, why)));
     let tp = floe_cluster::TopicPartition::new(topic.to_string(), 0);
     let known = broker.cluster.with_view(|v| v.topics.contains_key(topic).then(|| v.partitions.get(&tp).map(|s| s.leader)));
-    let leader = match known {
-        Some(leader) => leader,
-        None => {
-            if let Err(why) = create_internal_topic(broker, topic).await {
-                return unavailable(why);
-            }
-            broker.cluster.with_view(|v| v.partitions.get(&tp).map(|s| s.leader))
-        }
+    let Some(leader) = known else {
+        // As Kafka: the lookup that creates the topic answers COORDINATOR_NOT_AVAILABLE,
+        // and the client asks again once a leader has taken the coordinator's term.
+        return unavailable(match create_internal_topic(broker, topic).await {
+            Ok(()) => format!("{topic} was just created; its leader is taking the coordinator's role"),
+            Err(why) => why,
+        });
     };
     let Some(leader) = leader.filter(|&l| l != floe_cluster::NO_LEADER) else {
         return unavailable(format!("{topic} has no leader now"));
     };
+    let coordinating_here = if key_type == 1 { broker.txns.coordinator_epoch() } else { broker.groups.term_epoch() } != NO_TERM;
+    if leader == broker.node_id() && !coordinating_here {
+        // Given the leadership, not yet the coordinator's term: a moment.
+        return unavailable(format!("this broker leads {topic} and is taking the coordinator's role"));
+    }
     let (brokers, _) = broker.cluster_brokers(&session.endpoint);
     match brokers.into_iter().find(|b| b.node_id == leader) {
         Some(b) => (BrokerId(b.node_id), StrBytes::from_string(b.host), b.port, None),

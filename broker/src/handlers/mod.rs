@@ -41,6 +41,7 @@ mod throttle;
 mod transactions;
 #[cfg(test)]
 mod version_tests;
+mod write_txn_markers;
 
 use bytes::Bytes;
 use floe_protocol::apis::is_supported;
@@ -162,6 +163,7 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
         ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
         ApiKey::EndTxn => "EndTxn",
+        ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
         ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
@@ -412,6 +414,10 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         ApiKey::EndTxn => {
             let req = decode(api_key, body, version)?;
             out.frame(transactions::handle_end_txn(broker, ctx, req, version).await)
+        }
+        ApiKey::WriteTxnMarkers => {
+            let req = decode(api_key, body, version)?;
+            out.frame(write_txn_markers::handle(broker, ctx, req, version).await)
         }
         ApiKey::TxnOffsetCommit => {
             let req = decode(api_key, body, version)?;

@@ -315,6 +315,9 @@ pub(super) async fn handle_txn_commit(
         Some(ResponseError::TransactionalIdAuthorizationFailed)
     } else if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group_id) {
         Some(ResponseError::GroupAuthorizationFailed)
+    } else if !broker.coordinates_transactions() {
+        // The transaction coordinator is another broker: nothing here to verify against.
+        None
     } else {
         let partition = super::transactions::offsets_partition(group_id);
         broker.txns.verify_and_append(txn_id, producer_id, epoch, &partition, || ()).err().map(|e| {

@@ -17,7 +17,9 @@
 //! transactional id with WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 //! for the whole request); each transactional batch's partition must be in the
 //! producer's open transaction (KIP-890 part 1, checked with the transaction
-//! coordinator, else INVALID_TXN_STATE); a non-transactional batch of a
+//! coordinator, else INVALID_TXN_STATE; in a cluster only on the coordinator's
+//! broker, the others append unverified, as Kafka with
+//! `transaction.partition.verification.enable=false`); a non-transactional batch of a
 //! producer with a transaction open in the partition is INVALID_TXN_STATE. Control batches (transaction markers)
 //! are the coordinator's alone: a client's is INVALID_RECORD.
 
@@ -222,6 +224,14 @@ fn append_checked(
         }
     }
     match (transactional_id, validated.has_transactional) {
+        (Some(_), true) if !broker.coordinates_transactions() => {
+            // The transactional id's coordinator is another broker, so there is nothing
+            // here to verify against: appended unverified, as Kafka does with
+            // transaction.partition.verification.enable=false. The producer added the
+            // partition before sending (its client does), and the coordinator's marker
+            // ends whatever it wrote.
+            store(broker, log, records, &validated, topic, partition)
+        }
         (Some(id), true) => {
             // KIP-890 part 1: the partition must be in the producer's open transaction;
             // the check holds the transaction still until the batch is in the log.

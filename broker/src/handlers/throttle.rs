@@ -74,4 +74,5 @@ macro_rules! unthrottled {
     };
 }
 
-unthrottled!(SaslHandshakeResponse, SaslAuthenticateResponse);
+// WriteTxnMarkers has no throttle field: brokers are not throttled.
+unthrottled!(SaslHandshakeResponse, SaslAuthenticateResponse, WriteTxnMarkersResponse);

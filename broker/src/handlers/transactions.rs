@@ -66,14 +66,9 @@ async fn add_partitions(
                 // Offsets join a transaction through AddOffsetsToTxn only.
                 Some(ResponseError::TopicAuthorizationFailed)
             } else if !broker.partition_exists(&name, p) {
+                // The coordinator only records the partition: whichever broker leads it
+                // gets the marker (WriteTxnMarkers), so only existence is checked, as Kafka.
                 Some(ResponseError::UnknownTopicOrPartition)
-            } else if let Err((_, reason)) = broker.leader_log(&name, p) {
-                // In a cluster this coordinator writes the markers to its own logs only,
-                // so a transaction may span only partitions it leads (until markers are
-                // sent to other brokers, issue #14). Refused rather than left unmarked.
-                tracing::warn!(transactional_id, partition = %format!("{name}-{p}"), %reason,
-                               "a transaction may only hold partitions led by its coordinator for now");
-                Some(ResponseError::UnknownServerError)
             } else {
                 None
             };

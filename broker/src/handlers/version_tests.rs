@@ -832,6 +832,32 @@ async fn every_served_version_of_every_api_answers() {
                     let r: EndTxnResponse = roundtrip(&broker, range.key, v, &req.clone().with_committed(false)).await;
                     assert_eq!(r.error_code, ResponseError::InvalidTxnState.code(), "v{v}: abort after commit");
                 }
+                ApiKey::WriteTxnMarkers => {
+                    // A coordinator elsewhere ends a transaction in t-0; an unknown
+                    // partition is answered on its own.
+                    let id = format!("wtm-v{v}");
+                    let (pid, epoch) = txn_open(&broker, &id).await;
+                    let log = broker.logs.partition("t", 0).expect("t-0");
+                    let end_before = log.log_end_offset();
+                    let topic = |t: &str, ps: Vec<i32>| write_txn_markers_request::WritableTxnMarkerTopic::default().with_name(name(t)).with_partition_indexes(ps);
+                    let marker = write_txn_markers_request::WritableTxnMarker::default()
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(epoch)
+                        .with_transaction_result(false)
+                        .with_coordinator_epoch(0)
+                        .with_topics(vec![topic("t", vec![0, 7]), topic("nope", vec![0])]);
+                    let req = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
+                    let r: WriteTxnMarkersResponse = roundtrip(&broker, range.key, v, &req).await;
+                    let codes: Vec<(String, i32, i16)> = r.markers[0]
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code)))
+                        .collect();
+                    let unknown = ResponseError::UnknownTopicOrPartition.code();
+                    assert_eq!(codes, vec![("t".to_string(), 0, 0), ("t".to_string(), 7, unknown), ("nope".to_string(), 0, unknown)], "v{v}");
+                    assert_eq!(r.markers[0].producer_id.0, pid);
+                    assert_eq!(log.log_end_offset(), end_before + 1, "v{v}: one ABORT marker");
+                }
                 ApiKey::TxnOffsetCommit => {
                     let id = format!("toc-v{v}");
                     let group = format!("toc-group-v{v}");
@@ -1054,8 +1080,8 @@ async fn api_versions_at_an_unknown_version_gets_the_kip_511_reply() {
 async fn a_non_advertised_api_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = broker(dir.path()).await;
-    // WriteTxnMarkers is broker-to-broker; one broker writes its markers itself.
-    let header = RequestHeader::default().with_request_api_key(ApiKey::WriteTxnMarkers as i16).with_request_api_version(1);
+    // AlterPartition is KRaft's broker-to-controller call; Floe's controller is etcd.
+    let header = RequestHeader::default().with_request_api_key(ApiKey::AlterPartition as i16).with_request_api_version(2);
     let mut buf = BytesMut::new();
     header.encode(&mut buf, 2).expect("header");
     let frame = parse_request_header(buf.freeze()).expect("parse");
@@ -1096,6 +1122,12 @@ async fn an_anonymous_client_without_acls_is_refused_per_resource() {
         .with_protocol_type(s("consumer"));
     let r: JoinGroupResponse = roundtrip(&broker, ApiKey::JoinGroup, 9, &join).await;
     assert_eq!(r.error_code, ResponseError::GroupAuthorizationFailed.code());
+    // Markers are for brokers (CLUSTER_ACTION): refused for every partition, nothing written.
+    let topic = write_txn_markers_request::WritableTxnMarkerTopic::default().with_name(name("t")).with_partition_indexes(vec![0]);
+    let marker = write_txn_markers_request::WritableTxnMarker::default().with_producer_id(ProducerId(1)).with_producer_epoch(0).with_topics(vec![topic]);
+    let r: WriteTxnMarkersResponse = roundtrip(&broker, ApiKey::WriteTxnMarkers, 1, &WriteTxnMarkersRequest::default().with_markers(vec![marker])).await;
+    assert_eq!(r.markers[0].topics[0].partitions[0].error_code, ResponseError::ClusterAuthorizationFailed.code());
+    assert_eq!(broker.logs.partition("t", 0).expect("t-0").log_end_offset(), 0, "no marker appended");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
