@@ -144,6 +144,21 @@ def _init_producer_id(b, txn_id: str, timeout: float = 60) -> tuple[int, int]:
         time.sleep(0.3)
 
 
+def _describe_transaction(b, txn_id: str) -> tuple[int, int]:
+    """DescribeTransactions v0 (flexible) for one id on `b`: (error code, producer id)."""
+    body = kwire.uvarint(2) + kwire.compact_string(txn_id) + b"\x00"
+    with kwire.KafkaConn(b.host, b.port) as conn:
+        r = kwire.FlexReader(conn.call_flexible(65, 0, body))
+    r.i32()  # throttle_time_ms
+    assert r.uvarint() == 2, "one transaction state"
+    err = r.i16()
+    r.compact_string()  # transactional_id
+    r.compact_string()  # transaction_state
+    r.i32()
+    r.i64()
+    return err, r.i64()
+
+
 def test_a_transactional_id_survives_the_loss_of_its_coordinator(floe_factory, etcd):
     brokers, prefix = start_cluster(floe_factory, etcd, 3)
     agreed_view(brokers, live=3)
@@ -170,6 +185,9 @@ def test_a_transactional_id_survives_the_loss_of_its_coordinator(floe_factory, e
     pid3, epoch3 = _init_producer_id(_by_id(brokers, new), txn_id)
     # The same producer id, its epoch bumped once more: the state was replicated.
     assert (pid3, epoch3) == (pid, epoch + 2)
+    # Only the coordinator describes the id.
+    for b in survivors:
+        assert _describe_transaction(b, txn_id) == ((0, pid) if node_id(b) == new else (NOT_COORDINATOR, -1))
     with kwire.KafkaConn(_by_id(brokers, new).host, _by_id(brokers, new).port) as conn:
         answer = conn.call(kwire.API_END_TXN, 1, kwire.end_txn_v1(txn_id, pid, epoch2, True))
     err = kwire.Reader(answer)

@@ -182,6 +182,10 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::TransactionalId, id.0.as_str()) {
                 return state.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
             }
+            // In a cluster, only the coordinator (the leader of __transaction_state) knows the id.
+            if let Err(e) = broker.txns.check_active() {
+                return state.with_error_code(crate::errors::txn_error(&e).code());
+            }
             let Some(m) = broker.txns.describe(id.0.as_str()) else {
                 return state.with_error_code(ResponseError::TransactionalIdNotFound.code());
             };
