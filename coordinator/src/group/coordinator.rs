@@ -180,21 +180,10 @@ impl GroupCoordinator {
         self.term.begin(leader_epoch);
         self.status.store(LOADING, Ordering::Release);
         self.unload(ResponseError::NotCoordinator);
-        let this = self.clone();
         let started = std::time::Instant::now();
-        let loaded = tokio::task::spawn_blocking(move || {
-            let log = this.logs.partition(store::OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("this broker has no log of partition 0".into()))?;
-            let mut live = LiveRecords::default();
-            let (count, pending) = store::replay(&log, |entry| {
-                live.apply(&entry);
-                this.apply_loaded(entry);
-            })?;
-            this.restore_pending_txn(&pending);
-            this.store.loaded(live, pending);
-            Ok(count)
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))));
+        let loaded = self
+            .replay(|logs| logs.partition(store::OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("this broker has no log of partition 0".into())))
+            .await;
         if self.term.epoch() != leader_epoch {
             tracing::info!(leader_epoch, "the coordinator's term ended while it loaded");
             return Ok(());
@@ -249,21 +238,8 @@ impl GroupCoordinator {
     /// thread), then starts answering. A failure is logged and leaves the
     /// coordinator refusing group requests with COORDINATOR_NOT_AVAILABLE.
     pub async fn load(self: &Arc<Self>) -> Result<(), StoreError> {
-        let this = self.clone();
         let started = std::time::Instant::now();
-        let loaded = tokio::task::spawn_blocking(move || {
-            let log = store::open_log(&this.logs)?;
-            let mut live = LiveRecords::default();
-            let (count, pending) = store::replay(&log, |entry| {
-                live.apply(&entry);
-                this.apply_loaded(entry);
-            })?;
-            this.restore_pending_txn(&pending);
-            this.store.loaded(live, pending);
-            Ok(count)
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))));
+        let loaded = self.replay(store::open_log).await;
         match loaded {
             Ok(records) => {
                 self.status.store(ACTIVE, Ordering::Release);
@@ -277,6 +253,28 @@ impl GroupCoordinator {
                 Err(e)
             }
         }
+    }
+
+    /// Replays the log `open` returns (on a blocking thread) into the groups, the
+    /// pending transactional offsets and the writer's live state; the record count.
+    async fn replay(
+        self: &Arc<Self>,
+        open: impl FnOnce(&LogManager) -> Result<Arc<floe_storage::PartitionLog>, StoreError> + Send + 'static,
+    ) -> Result<u64, StoreError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let log = open(&this.logs)?;
+            let mut live = LiveRecords::default();
+            let (count, pending) = store::replay(&log, |entry| {
+                live.apply(&entry);
+                this.apply_loaded(entry);
+            })?;
+            this.restore_pending_txn(&pending);
+            this.store.loaded(live, pending);
+            Ok(count)
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Storage(format!("load task failed: {e}"))))
     }
 
     fn apply_loaded(&self, entry: LogEntry) {
