@@ -73,6 +73,9 @@ pub struct Metrics {
     /// error name (`OFFSET_OUT_OF_RANGE`, `FENCED_LEADER_EPOCH`...) or local cause
     /// (`connection`, `storage`).
     pub replica_fetch_errors: IntCounterVec,
+    /// `floe_replica_damaged_truncations_total`: damaged ranges (found by recovery) a
+    /// follower cut off to fetch them again from its leader.
+    pub replica_damaged_truncations: IntCounter,
 }
 
 /// Log cleaner metrics (Kafka's `kafka.log:type=LogCleaner*`, in Prometheus form).
@@ -344,6 +347,11 @@ impl Metrics {
             &["error"],
         )
         .expect("metric");
+        let replica_damaged_truncations = IntCounter::new(
+            "floe_replica_damaged_truncations_total",
+            "Damaged ranges (found by recovery) a follower cut off to fetch them again from its leader",
+        )
+        .expect("metric");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -364,6 +372,7 @@ impl Metrics {
             Box::new(replica_fetch_bytes.clone()),
             Box::new(replica_fetch_requests.clone()),
             Box::new(replica_fetch_errors.clone()),
+            Box::new(replica_damaged_truncations.clone()),
         ]
         .into_iter()
         .chain(replication.collectors())
@@ -403,6 +412,7 @@ impl Metrics {
             replica_fetch_bytes,
             replica_fetch_requests,
             replica_fetch_errors,
+            replica_damaged_truncations,
         }
     }
 

@@ -504,7 +504,7 @@ impl PartitionLog {
         damaged.map_or(st.recovery_point, |s| st.recovery_point.min(s.base_offset))
     }
 
-    /// The damaged ranges recovery found and kept (see [`crate::verify`]).
+    /// The damaged ranges recovery found and kept (see [`crate::verify`]), in log order.
     pub fn corrupt_ranges(&self) -> Vec<CorruptRange> {
         let st = self.state();
         st.segments

@@ -457,6 +457,71 @@ fn truncating_fully_starts_an_empty_log_at_the_offset() {
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 100));
 }
 
+/// A replica truncating to the first offset of a damaged range recovery kept
+/// (to fetch it again from its leader) keeps none of the damaged bytes: the
+/// segment is cut where the damage starts, and what it fetches again follows
+/// the last intact batch directly.
+#[test]
+fn truncating_to_a_damaged_range_cuts_where_the_damage_starts() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), config(&[]));
+    for i in 0..10 {
+        log.append_as_follower(&batch_at(i * 3, 3), 0).unwrap();
+    }
+    log.close().unwrap();
+    let path = crate::file_names::log_file(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let damaged = BatchIter::new(&bytes).nth(4).unwrap().unwrap();
+    let position = damaged.position as u64;
+    bytes[damaged.end() - 3] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+
+    // Recovery (from offset 0) keeps the range and steps over it.
+    let log = PartitionLog::open(dir.path(), "t", 0, config(&[]), Some(0), None).unwrap();
+    let ranges = log.corrupt_ranges();
+    assert_eq!(ranges.iter().map(|r| (r.first_offset, r.last_offset)).collect::<Vec<_>>(), vec![(12, Some(14))]);
+    assert_eq!(log.log_end_offset(), 30);
+
+    assert!(log.truncate_to(12).unwrap());
+    assert_eq!(log.log_end_offset(), 12);
+    assert!(log.corrupt_ranges().is_empty(), "the damaged range is gone with the cut");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), position, "cut where the damage started");
+    for i in 4..10 {
+        log.append_as_follower(&batch_at(i * 3, 3), 0).unwrap();
+    }
+    assert_eq!(offsets_from(&log, 0), (0..30).collect::<Vec<_>>());
+    log.close().unwrap();
+    let log = PartitionLog::open(dir.path(), "t", 0, config(&[]), Some(0), None).unwrap();
+    assert!(log.corrupt_ranges().is_empty(), "whole again after a restart");
+    assert_eq!(log.log_end_offset(), 30);
+}
+
+/// Garbage before the first batch (a torn write can leave zeroed pages ahead of
+/// data that did reach the disk) is a damaged range hiding no offset; cutting
+/// to offset 0 removes it too, rather than leaving it in the file.
+#[test]
+fn truncating_below_garbage_that_hides_no_offset_removes_it() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = vec![0u8; 100];
+    for i in 0..3 {
+        bytes.extend_from_slice(&batch_at(i * 2, 2));
+    }
+    std::fs::write(crate::file_names::log_file(dir.path(), 0), &bytes).unwrap();
+    let log = PartitionLog::open(dir.path(), "t", 0, config(&[]), Some(0), None).unwrap();
+    let ranges = log.corrupt_ranges();
+    assert_eq!(ranges.iter().map(|r| (r.position, r.first_offset, r.last_offset)).collect::<Vec<_>>(), vec![(0, 0, Some(-1))]);
+    assert_eq!(log.log_end_offset(), 6);
+    assert!(log.truncate_to(0).unwrap());
+    assert!(log.corrupt_ranges().is_empty());
+    assert_eq!(std::fs::metadata(crate::file_names::log_file(dir.path(), 0)).unwrap().len(), 0);
+    for i in 0..3 {
+        log.append_as_follower(&batch_at(i * 2, 2), 0).unwrap();
+    }
+    assert_eq!(offsets_from(&log, 0), (0..6).collect::<Vec<_>>());
+}
+
 /// Offsets 0-23 producer 5 (idempotent), 24-25 producer 7's transaction,
 /// 26-27 plain, 28 its ABORT, then epoch 2: 29-31 producer 5, 32-41 plain.
 #[cfg(feature = "failpoints")]

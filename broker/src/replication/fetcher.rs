@@ -386,6 +386,9 @@ struct PartitionFetch {
     state: FetchState,
     /// Not fetched (nor truncated) before this instant.
     delayed_until: Option<Instant>,
+    /// Whether this assignment already cut the damaged ranges recovery found
+    /// (once: a range the cut could not remove is stepped over, as alone).
+    damage_cut: bool,
 }
 
 impl PartitionFetch {
@@ -461,7 +464,7 @@ impl FetcherTask {
                 if !a.log.is_replicated() {
                     a.log.set_replicated(true);
                 }
-                PartitionFetch { assignment: a, state: FetchState::Truncating, delayed_until: None }
+                PartitionFetch { assignment: a, state: FetchState::Truncating, delayed_until: None, damage_cut: false }
             });
         }
     }
@@ -537,8 +540,25 @@ impl FetcherTask {
         let mut asked: BTreeMap<TopicPartition, (Arc<Claim>, i32)> = BTreeMap::new();
         let mut topics: BTreeMap<String, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
         for tp in tps {
-            let Some(p) = self.partitions.get(&tp) else { continue };
+            let Some(p) = self.partitions.get_mut(&tp) else { continue };
             let a = p.assignment.clone();
+            let first_damage = if p.damage_cut { None } else { a.log.corrupt_ranges().into_iter().next() };
+            p.damage_cut = true;
+            if let Some(damage) = first_damage {
+                // Recovery kept a damaged range (the single broker's rule: step over it, keep
+                // what follows). A replica has a leader to restore it from, so it takes
+                // Kafka's rule instead: cut the log where the damage starts and fetch the
+                // rest again. The epoch step follows on the shorter log.
+                warn!(topic = %tp.topic, partition = tp.partition, leader = self.leader,
+                    segment = %damage.segment.display(), first_offset = damage.first_offset,
+                    last_offset = ?damage.last_offset, reason = %damage.reason,
+                    "a damaged range in a replica: truncating to its first offset to fetch it again from the leader");
+                self.metrics.replica_damaged_truncations.inc();
+                self.truncate_log(&tp, &a, damage.first_offset, false).await;
+                let left = a.log.corrupt_ranges().len() as i64;
+                self.metrics.log_corrupt_ranges.with_label_values(&[tp.topic.as_str(), &tp.partition.to_string()]).set(left);
+                continue;
+            }
             match a.log.latest_epoch() {
                 Some(epoch) => {
                     topics.entry(tp.topic.clone()).or_default().push(

@@ -226,21 +226,35 @@ impl PartitionLog {
 }
 
 /// Finds where `seg` must be cut to hold nothing at or above `offset`.
+///
+/// A damaged range recovery kept before the cut that does not lie wholly below
+/// the new end goes too (the cut moves back to where it starts, the end to its
+/// first offset), so a replica truncating to a damaged range's first offset (to
+/// fetch it again from its leader) keeps none of its bytes, even of a range
+/// that hides no offset (garbage before a batch).
 fn find_cut(seg: &LogSegment, offset: i64) -> Result<Cut> {
     let start = seg.offset_index.position_for(offset);
     let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, start, seg.size).with_holes(seg.holes());
-    loop {
+    let batch_cut = loop {
         match batches.next_header()? {
             ScannedBatch::Batch { position, header } if header.last_offset() >= offset => {
-                return Ok(Cut { position, end: header.base_offset.min(offset) })
+                break Cut { position, end: header.base_offset.min(offset) }
             }
             ScannedBatch::Batch { .. } => {}
-            ScannedBatch::End => return Ok(Cut { position: seg.size, end: offset }),
+            ScannedBatch::End => break Cut { position: seg.size, end: offset },
             ScannedBatch::Invalid { position, reason } => {
                 return Err(StorageError::Corrupt { path: seg.log_path.to_path_buf(), reason: format!("batch at {position}: {reason}") })
             }
         }
-    }
+    };
+    let damaged_cut = seg
+        .corrupt
+        .iter()
+        .filter(|c| c.position < batch_cut.position)
+        .filter(|c| c.first_offset >= batch_cut.end || c.last_offset.is_none_or(|last| last >= batch_cut.end))
+        .map(|c| Cut { position: c.position, end: c.first_offset.min(batch_cut.end) })
+        .min_by_key(|c| c.position);
+    Ok(damaged_cut.unwrap_or(batch_cut))
 }
 
 /// Cuts the segment's indexes and in-memory accounts at `cut` (its `.log`
