@@ -91,6 +91,11 @@ pub(crate) struct LogLoader<'a> {
     pub(crate) recovery_point: Option<i64>,
     /// From the log-start-offset checkpoint.
     pub(crate) log_start_offset: Option<i64>,
+    /// Whether offsets missing between a recovered segment's last batch and
+    /// the next segment's base are damage (a sealed segment's tail lost in a
+    /// power cut). Not on a compacted log, whose cleaned segments end wherever
+    /// their last kept record does.
+    pub(crate) gaps_are_damage: bool,
 }
 
 enum Outcome {
@@ -642,6 +647,24 @@ impl LogLoader<'_> {
             }
         };
         seg.size = valid_end.unwrap_or(file_len);
+        if let Some(next_base) = next_base.filter(|&n| self.gaps_are_damage && seg.next_offset < n) {
+            // A sealed segment that ends short of the next one lost its tail: a
+            // power cut kept the next segment but not all of this one (only a
+            // replica can restore it; alone, the offsets are reported missing).
+            if !seg.corrupt.last().is_some_and(|c| c.end_position >= seg.size) {
+                let range = CorruptRange {
+                    segment: log_path.clone(),
+                    position: seg.size,
+                    end_position: seg.size,
+                    first_offset: seg.next_offset,
+                    last_offset: Some(next_base - 1),
+                    reason: format!("offsets {}..={} missing before the next segment", seg.next_offset, next_base - 1),
+                };
+                error!(segment = %log_path.display(), first_offset = range.first_offset, last_offset = ?range.last_offset,
+                    position = range.position, "a sealed segment ends before the next one begins: its tail was lost (reported as a damaged range)");
+                seg.corrupt.push(range);
+            }
+        }
         if valid_end.is_some() {
             *modified = true;
             *cut_at = Some(i);

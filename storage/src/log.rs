@@ -343,6 +343,7 @@ impl PartitionLog {
             index_interval_bytes: config.index_interval_bytes,
             recovery_point,
             log_start_offset,
+            gaps_are_damage: !config.cleanup_policy.compact,
         }
         .load()?;
         let epochs = epochs::load(dir, &loaded)?;
@@ -1710,7 +1711,9 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Flushes if there are unflushed messages and the last flush is older than `flush.ms`.
+    /// Flushes if a roll sealed segments not yet flushed (as Kafka flushes after
+    /// each roll), or if there are unflushed messages and the last flush is older
+    /// than `flush.ms`.
     ///
     /// # Errors
     /// As [`PartitionLog::flush`].
@@ -1719,7 +1722,11 @@ impl PartitionLog {
         let due = {
             let mut st = self.state();
             let last = *st.last_flush_ms.get_or_insert(now_ms);
-            st.unflushed_messages > 0 && now_ms.saturating_sub(last) >= st.config.flush_ms
+            // Kafka flushes the segments a roll sealed right after the roll, so a crash
+            // can lose only the active segment's tail, not a sealed segment's middle
+            // of the log while later segments survive.
+            let sealed_unflushed = st.segments.keys().next_back().is_some_and(|&active| st.recovery_point < active);
+            sealed_unflushed || (st.unflushed_messages > 0 && now_ms.saturating_sub(last) >= st.config.flush_ms)
         };
         if due {
             self.flush()?;

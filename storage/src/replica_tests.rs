@@ -522,6 +522,57 @@ fn truncating_below_garbage_that_hides_no_offset_removes_it() {
     assert_eq!(offsets_from(&log, 0), (0..6).collect::<Vec<_>>());
 }
 
+/// A sealed segment that lost its tail while the next segment survived (a power
+/// cut before the segment was flushed) leaves offsets missing in the middle of
+/// the log: recovery reports them as a damaged range (not on a compacted log,
+/// where such gaps are the cleaner's), and a replica cutting there drops the
+/// segments after it, to fetch everything again from its leader.
+#[test]
+fn a_sealed_segment_missing_its_tail_is_a_damaged_range() {
+    let _serial = serial();
+    for compacted in [false, true] {
+        let cfg = || {
+            if compacted {
+                config(&[("segment.bytes", "1000"), ("cleanup.policy", "compact")])
+            } else {
+                segmented()
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), cfg());
+        for i in 0..20 {
+            log.append_as_follower(&batch_at(i * 3, 3), 0).unwrap();
+        }
+        let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_suffix(".log").map(|b| b.parse().unwrap()))
+            .collect();
+        bases.sort_unstable();
+        assert!(bases.len() >= 3, "{bases:?}");
+        log.close().unwrap();
+        // The first segment keeps only its first batch.
+        let first = crate::file_names::log_file(dir.path(), 0);
+        let bytes = std::fs::read(&first).unwrap();
+        let kept = BatchIter::new(&bytes).next().unwrap().unwrap().end();
+        std::fs::write(&first, &bytes[..kept]).unwrap();
+
+        let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(0), None).unwrap();
+        let ranges: Vec<_> = log.corrupt_ranges().iter().map(|r| (r.first_offset, r.last_offset)).collect();
+        if compacted {
+            assert!(ranges.is_empty(), "a compacted log's gaps are the cleaner's: {ranges:?}");
+            continue;
+        }
+        assert_eq!(ranges, vec![(3, Some(bases[1] - 1))]);
+        assert!(log.truncate_to(3).unwrap());
+        assert_eq!((log.log_end_offset(), log.segment_count()), (3, 1));
+        assert!(log.corrupt_ranges().is_empty());
+        for i in 1..20 {
+            log.append_as_follower(&batch_at(i * 3, 3), 0).unwrap();
+        }
+        assert_eq!(offsets_from(&log, 0), (0..60).collect::<Vec<_>>());
+    }
+}
+
 /// Offsets 0-23 producer 5 (idempotent), 24-25 producer 7's transaction,
 /// 26-27 plain, 28 its ABORT, then epoch 2: 29-31 producer 5, 32-41 plain.
 #[cfg(feature = "failpoints")]

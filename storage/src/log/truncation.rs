@@ -215,6 +215,7 @@ impl PartitionLog {
             index_interval_bytes: st.config.index_interval_bytes,
             recovery_point: None,
             log_start_offset: None,
+            gaps_are_damage: !st.config.cleanup_policy.compact,
         };
         let snapshots = std::mem::take(&mut st.snapshots);
         let end = st.log_end_offset;
