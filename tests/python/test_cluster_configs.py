@@ -180,7 +180,7 @@ def test_topic_and_broker_configs_altered_through_one_broker_hold_on_every_broke
     assert etcd.get_json(f"/{prefix}/configs/topics/{topic}")["configs"]["max.message.bytes"] == "1024"
 
     # A client quota set through broker 1 is every broker's.
-    assert alter_client_quota(b1, "slow-client", "producer_byte_rate", 2048.0) == (0, None)
+    assert alter_client_quota(b1, "slow-client", "producer_byte_rate", 2048.0)[0] == 0
     for b in brokers:
         wait_until(lambda b=b: client_quotas(b, "slow-client") == {"producer_byte_rate": 2048.0},
                    timeout=10, interval=0.1, what=f"{b.name} to describe the quota")
@@ -198,7 +198,7 @@ def test_topic_and_broker_configs_altered_through_one_broker_hold_on_every_broke
     for b in brokers:
         assert client_quotas(b, "slow-client") == {"producer_byte_rate": 2048.0}, b.name
     # Removed through broker 2: gone everywhere.
-    assert alter_client_quota(b2, "slow-client", "producer_byte_rate", None) == (0, None)
+    assert alter_client_quota(b2, "slow-client", "producer_byte_rate", None)[0] == 0
     for b in brokers:
         wait_until(lambda b=b: client_quotas(b, "slow-client") == {}, timeout=10, interval=0.1,
                    what=f"{b.name} to drop the quota")
@@ -310,7 +310,8 @@ def test_acls_and_scram_users_created_through_one_broker_are_enforced_by_every_b
     assert produce_as(b3, topic, partition_of[3], "carol", "carol-pw", "SCRAM-SHA-256") == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
     # Granted again; every broker restarted: the ACL and the user are etcd's.
-    for fut in AdminClient(admin_conf).create_acls([allow], request_timeout=TIMEOUT_S).values():
+    a = AdminClient(admin_conf)  # kept alive until its futures resolve
+    for fut in a.create_acls([allow], request_timeout=TIMEOUT_S).values():
         fut.result(timeout=TIMEOUT_S)
     for b in brokers:
         assert b.stop() == 0
