@@ -102,6 +102,10 @@ pub async fn apply_latest(broker: &Broker) {
 /// (its own write), then applies it, so the answer follows the change.
 pub async fn await_applied(broker: &Broker, dir: &str, revision: i64) {
     let Some(shared) = broker.cluster.shared() else { return };
+    // Crash point: the change is in etcd, this broker has neither applied it nor answered.
+    if let Err(e) = floe_storage::failpoint::check("cluster.shared_state.written") {
+        warn!(dir, revision, error = %e, "failpoint after a shared state write");
+    }
     if !shared.wait_for_revision(dir, revision, APPLY_TIMEOUT).await {
         warn!(dir, revision, "this broker's view of the shared state has not reached its own write yet; answering anyway");
     }

@@ -22,11 +22,12 @@ import struct
 
 import kwire
 from clients import admin, unique_topic
-from cluster_rig import SESSION_TIMEOUT_MS, etcd, node_id  # noqa: F401 (fixture)
+from cluster_rig import SESSION_TIMEOUT_MS, agreed_view, etcd, node_id  # noqa: F401 (fixture)
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
+from failpoints import assert_failpoints_armed
 from floe_process import free_port, wait_until
 
 TIMEOUT_S = 20
@@ -131,6 +132,7 @@ def start_brokers(floe_factory, etcd, prefix: str, extra=lambda proc: {}):
         b.command_extra = ["--node-id", str(nid), "--metadata-store", etcd.store_url(prefix)]
         b.start()
         brokers.append(b)
+    agreed_view(brokers, live=3)
     return brokers
 
 
@@ -331,3 +333,42 @@ def test_acls_and_scram_users_created_through_one_broker_are_enforced_by_every_b
         assert produce_as(b, topic, partition_of[node_id(b)], "carol", "carol-pw", "SCRAM-SHA-256") is None, b.name
         assert produce_as(b, topic, partition_of[node_id(b)], "carol", "wrong", "SCRAM-SHA-256") is not None, b.name
         assert produce_as(b, topic, partition_of[node_id(b)], "dave", "dave-pw", "SCRAM-SHA-256") is not None, b.name
+
+
+# ------------------------------------------------------------------ a crash after the write
+
+def test_a_broker_killed_between_its_etcd_write_and_its_answer_leaves_the_change_to_every_broker(floe_factory, etcd):
+    """Crash point `cluster.shared_state.written`: broker 1 aborts once its topic config
+    change is in etcd, before applying or answering it. The client sees the connection
+    drop; brokers 2 and 3 apply the change from their watch, and broker 1 has it when it
+    comes back."""
+    prefix = unique_topic("crash")
+    brokers = start_brokers(floe_factory, etcd, prefix)
+    b1, b2, b3 = (by_id(brokers, i) for i in (1, 2, 3))
+    topic = unique_topic("crashtopic")
+    a = admin(b2.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(timeout=TIMEOUT_S)
+    def knows(b):
+        try:
+            return "max.message.bytes" in describe(b, TOPIC, topic)
+        except AssertionError:  # UNKNOWN_TOPIC_OR_PARTITION until its logs exist there
+            return False
+
+    for b in brokers:
+        wait_until(lambda b=b: knows(b), timeout=30, interval=0.2, what=f"{b.name} to know the topic")
+    assert b1.stop() == 0
+    b1.start(env={"FAILPOINTS": "cluster.shared_state.written=return(abort)"})
+    assert_failpoints_armed(b1)
+    try:
+        incremental_alter(b1, TOPIC, topic, [("retention.ms", SET, "4242")])
+        raise AssertionError("broker 1 answered, though it was to abort after its write")
+    except (ConnectionError, OSError, ValueError, struct.error):
+        pass
+    wait_until(lambda: not b1.running, timeout=10, interval=0.1, what="broker 1 to abort")
+    assert etcd.get_json(f"/{prefix}/configs/topics/{topic}")["configs"] == {"retention.ms": "4242"}
+    for b in (b2, b3):
+        wait_until(lambda b=b: describe(b, TOPIC, topic)["retention.ms"] == ("4242", SOURCE_TOPIC), timeout=10, interval=0.1,
+                   what=f"{b.name} to apply the change broker 1 wrote")
+    b1.start(env={})
+    wait_until(lambda: describe(b1, TOPIC, topic)["retention.ms"] == ("4242", SOURCE_TOPIC), timeout=30, interval=0.2,
+               what="broker 1 to have its own change after its restart")
