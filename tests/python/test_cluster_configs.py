@@ -171,7 +171,8 @@ def test_topic_and_broker_configs_altered_through_one_broker_hold_on_every_broke
     for b in brokers:
         wait_until(lambda b=b: describe(b, BROKER, str(node_id(b)))["log.retention.ms"] == ("7200000", SOURCE_DEFAULT_BROKER),
                    timeout=10, interval=0.1, what=f"{b.name} to show the cluster-wide default")
-    assert describe(b3, BROKER, "3")["log.retention.bytes"] == ("123456789", SOURCE_BROKER)
+    wait_until(lambda: describe(b3, BROKER, "3")["log.retention.bytes"] == ("123456789", SOURCE_BROKER),
+               timeout=10, interval=0.1, what="broker 3 to show its own config, set through broker 1")
     assert describe(b2, BROKER, "2")["log.retention.bytes"][1] != SOURCE_BROKER
     # A read-only setting is refused by the handling broker, as on a broker alone.
     code, msg = incremental_alter(b2, BROKER, "", [("log.dirs", SET, "/elsewhere")])
