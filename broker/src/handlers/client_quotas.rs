@@ -131,7 +131,7 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         };
         checked.push((echo, outcome));
     }
-    let changes: Vec<(QuotaEntity, Vec<(String, Option<f64>)>)> = checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
+    let changes: Vec<QuotaChange> = checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
     let mut write_error = None;
     if !request.validate_only && !changes.is_empty() && broker.cluster.shared().is_some() {
         write_error = alter_in_cluster(broker, &changes).await.err();
@@ -180,7 +180,10 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 
-type Checked = Result<(QuotaEntity, Vec<(String, Option<f64>)>), (ResponseError, String)>;
+/// One entity's checked change: each key set to a value, or removed (`None`).
+type QuotaChange = (QuotaEntity, Vec<(String, Option<f64>)>);
+
+type Checked = Result<QuotaChange, (ResponseError, String)>;
 
 /// Kafka's per-entity validation of one alteration.
 fn check(entry: &kafka_protocol::messages::alter_client_quotas_request::EntryData) -> Checked {
@@ -235,7 +238,7 @@ fn str_bytes(s: &str) -> StrBytes {
 
 /// AlterClientQuotas in a cluster: applies `changes` to the entities stored in etcd,
 /// then waits until this broker enforces them.
-async fn alter_in_cluster(broker: &Broker, changes: &[(QuotaEntity, Vec<(String, Option<f64>)>)]) -> Result<(), (ResponseError, String)> {
+async fn alter_in_cluster(broker: &Broker, changes: &[QuotaChange]) -> Result<(), (ResponseError, String)> {
     use crate::cluster_configs::{quota_key, StoredQuota, CONFIGS_DIR};
     let Some(shared) = broker.cluster.shared() else { return Ok(()) };
     let decide = |stored: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
