@@ -20,6 +20,7 @@
 //! - [`txn_markers`]: transaction markers to the partitions' leaders (this broker's logs, or WriteTxnMarkers).
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`cluster_configs`]: in a cluster, the shared settings in etcd (topic configs, dynamic broker configs, ACLs, SCRAM) applied here.
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
@@ -31,6 +32,7 @@
 pub mod authorizer;
 pub mod broker;
 pub mod cluster_admin;
+pub mod cluster_configs;
 pub mod cluster_topics;
 pub mod config;
 pub mod coordinator_terms;

@@ -305,6 +305,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             handle.block_on(broker.cluster.reserve_producer_ids(size)).map_err(|e| e.to_string())
         }));
         tokio::spawn(crate::cluster_topics::run(broker.clone()));
+        // The cluster's ACLs, SCRAM users and configs are in force before the first request.
+        crate::cluster_configs::apply_latest(&broker).await;
+        tokio::spawn(crate::cluster_configs::run(broker.clone()));
         tokio::spawn(crate::replication::replica_manager::run_isr_writer(broker.clone(), isr_requests));
     }
     if let Some(tls) = &tls {

@@ -13,6 +13,10 @@
 //! topic's replica placement and partition's leader and ISR. When etcd cannot be
 //! reached the view keeps the last state seen.
 //!
+//! The settings every broker enforces alike (topic config changes, dynamic broker
+//! configs, ACLs, SCRAM credentials) are shared state in etcd too: a [`SharedStore`]
+//! mirrors them and writes their changes.
+//!
 //! The controller (the election's winner) moves partition leadership when brokers
 //! come and go ([`controller`]); each of its writes is fenced by its controller
 //! epoch and the partition's own epoch, so a deposed controller changes nothing.
@@ -23,6 +27,7 @@ mod etcd_session;
 mod membership;
 mod partition;
 mod registration;
+mod shared_state;
 mod store_url;
 mod topics;
 mod view;
@@ -34,5 +39,6 @@ pub use partition::{
     ElectionType, PartitionState, TopicAssignment, TopicPartition, NO_LEADER,
 };
 pub use registration::{BrokerEndpoint, BrokerRegistration};
+pub use shared_state::{broker_config_key, topic_config_key, Change, SharedState, SharedStore, StoredTopicConfig, StoredValue, SHARED_DIRS};
 pub use store_url::MetadataStoreUrl;
 pub use view::ClusterView;

@@ -43,6 +43,8 @@ pub struct Membership {
     node_id: i32,
     etcd: std::sync::Mutex<Option<EtcdMember>>,
     writer: Option<EtcdWriter>,
+    /// The cluster's shared settings (configs, ACLs, SCRAM); none for a broker alone.
+    shared: Option<crate::SharedStore>,
 }
 
 struct EtcdMember {
@@ -97,7 +99,7 @@ impl Membership {
                     ..ClusterView::default()
                 };
                 let (_tx, rx) = watch::channel(view);
-                Ok(Self { view: rx, node_id, etcd: std::sync::Mutex::new(None), writer: None })
+                Ok(Self { view: rx, node_id, etcd: std::sync::Mutex::new(None), writer: None, shared: None })
             }
             MetadataStoreUrl::Etcd { endpoints, prefix } => {
                 let timeout = settings.session_timeout.max(Duration::from_secs(3));
@@ -116,8 +118,14 @@ impl Membership {
                     let _ = stop.send(());
                     return Err(ClusterError::Timeout { what: "the first listing of the cluster's metadata", timeout_ms: timeout.as_millis() as u64 });
                 }
+                let shared = crate::SharedStore::start(client.clone(), prefix.clone(), timeout);
+                if !shared.wait_synced(timeout).await {
+                    let _ = stop.send(());
+                    return Err(ClusterError::Timeout { what: "the first listing of the cluster's shared state", timeout_ms: timeout.as_millis() as u64 });
+                }
                 let writer = EtcdWriter { client, prefix, timeout };
-                Ok(Self { view, node_id, etcd: std::sync::Mutex::new(Some(EtcdMember { stop, task })), writer: Some(writer) })
+                let etcd = std::sync::Mutex::new(Some(EtcdMember { stop, task }));
+                Ok(Self { view, node_id, etcd, writer: Some(writer), shared: Some(shared) })
             }
         }
     }
@@ -136,6 +144,12 @@ impl Membership {
     /// A receiver that sees every change of the view.
     pub fn subscribe(&self) -> watch::Receiver<ClusterView> {
         self.view.clone()
+    }
+
+    /// The cluster's shared settings (topic config changes, dynamic broker configs,
+    /// ACLs, SCRAM credentials), or `None` for a broker alone (its files hold them).
+    pub fn shared(&self) -> Option<&crate::SharedStore> {
+        self.shared.as_ref()
     }
 
     /// Whether this broker's metadata is the cluster's (etcd) rather than its own.

@@ -189,7 +189,12 @@ pub(crate) async fn delete_topic(client: &mut Client, prefix: &str, timeout: Dur
     let partitions = format!("{}{name}/", partitions_prefix(prefix));
     let txn = Txn::new()
         .when([Compare::version(topic_key.as_str(), CompareOp::Greater, 0)])
-        .and_then([TxnOp::delete(topic_key.as_str(), None), TxnOp::delete(partitions, Some(DeleteOptions::new().with_prefix()))]);
+        .and_then([
+            TxnOp::delete(topic_key.as_str(), None),
+            TxnOp::delete(partitions, Some(DeleteOptions::new().with_prefix())),
+            // Its altered configs go with it (a later topic of the name starts afresh).
+            TxnOp::delete(format!("{prefix}/{}", crate::topic_config_key(name)), None),
+        ]);
     if !bounded(timeout, "topic delete", client.txn(txn)).await?.succeeded() {
         return Err(ClusterError::UnknownTopic(name.to_string()));
     }

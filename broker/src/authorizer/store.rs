@@ -1,4 +1,6 @@
 //! ACL persistence: every binding in `DATA_DIR/acls.json`, read at startup.
+//! In a cluster the bindings are etcd's ([`crate::cluster_configs`]), and the
+//! file is this broker's copy of the last set it saw.
 //!
 //! A change is written to `acls.json.tmp`, fsynced, renamed over
 //! `acls.json` and the directory fsynced before CreateAcls or DeleteAcls is
@@ -119,6 +121,15 @@ impl AclStore {
             }
             matched
         })
+    }
+
+    /// Replaces every binding with `acls` (in a cluster: the set etcd holds), durably
+    /// in the file, which is then this broker's cache of the cluster's set.
+    ///
+    /// # Errors
+    /// [`AclStoreError::Io`]; nothing changes then.
+    pub fn replace(&self, acls: BTreeSet<AclBinding>) -> Result<(), AclStoreError> {
+        self.change(|set| *set = acls)
     }
 
     fn change<T>(&self, apply: impl FnOnce(&mut BTreeSet<AclBinding>) -> T) -> Result<T, AclStoreError> {

@@ -4,8 +4,14 @@
 //! cluster, as in Kafka. With no authorizer configured the three answer
 //! SECURITY_DISABLED. Changes go to disk on the blocking pool and are
 //! durable before the response (see [`crate::authorizer::store`]).
+//!
+//! In a cluster the bindings are cluster state: a change is decided from etcd's
+//! bindings (`acls/<ResourceType>/<PatternType>/<name>`, one key per resource pattern,
+//! as Kafka's `/kafka-acl/<type>/<name>`), written conditional on every changed key
+//! being as read (decided again otherwise), and answered once this broker enforces
+//! it; the other brokers apply it from their watch ([`crate::cluster_configs`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
@@ -106,6 +112,8 @@ pub(super) async fn handle_create(broker: &Broker, ctx: &RequestContext, request
     let valid: Vec<AclBinding> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let stored = if valid.is_empty() {
         Ok(())
+    } else if broker.cluster.shared().is_some() {
+        create_in_cluster(broker, &valid).await
     } else {
         let authorizer = broker.authorizer.clone();
         let to_store = valid.clone();
@@ -167,11 +175,15 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
         .collect();
     let valid: Vec<AclBindingFilter> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let authorizer = broker.authorizer.clone();
-    let removed = match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.remove(&valid))).await {
-        Ok(Some(Ok(removed))) => Ok(removed),
-        Ok(Some(Err(e))) => Err(e.to_string()),
-        Ok(None) => Err("no authorizer is configured".to_string()),
-        Err(e) => Err(e.to_string()),
+    let removed = if broker.cluster.shared().is_some() {
+        delete_in_cluster(broker, &valid).await
+    } else {
+        match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.remove(&valid))).await {
+            Ok(Some(Ok(removed))) => Ok(removed),
+            Ok(Some(Err(e))) => Err(e.to_string()),
+            Ok(None) => Err("no authorizer is configured".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     };
     let mut removed = match removed {
         Ok(r) => {
@@ -209,4 +221,71 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
         })
         .collect();
     DeleteAclsResponse::default().with_filter_results(results)
+}
+
+/// The cluster's bindings by key, as stored.
+fn stored(current: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, BTreeSet<AclBinding>> {
+    crate::cluster_configs::stored_acls(current.iter().map(|(k, v)| (k.clone(), v.clone())))
+}
+
+/// The writes that turn `before` into `after`: changed keys, an emptied one deleted.
+fn acl_changes(before: &BTreeMap<String, BTreeSet<AclBinding>>, after: &BTreeMap<String, BTreeSet<AclBinding>>) -> Vec<floe_cluster::Change> {
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| {
+            let value = after.get(k).filter(|set| !set.is_empty()).map(|set| serde_json::to_vec(&set.iter().collect::<Vec<_>>()).unwrap_or_default());
+            (k.clone(), value)
+        })
+        .collect()
+}
+
+/// CreateAcls in a cluster: adds `bindings` to etcd's, then waits until this broker enforces them.
+async fn create_in_cluster(broker: &Broker, bindings: &[AclBinding]) -> Result<(), String> {
+    let Some(shared) = broker.cluster.shared() else { return Err("not in a cluster".into()) };
+    let decide = |current: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
+        let before = stored(current);
+        let mut after = before.clone();
+        for b in bindings {
+            after.entry(crate::cluster_configs::acl_key(b)).or_default().insert(b.clone());
+        }
+        Ok(acl_changes(&before, &after))
+    };
+    match shared.update(crate::cluster_configs::ACLS_DIR, decide).await {
+        Ok(Ok(Some(revision))) => {
+            crate::cluster_configs::await_applied(broker, crate::cluster_configs::ACLS_DIR, revision).await;
+            Ok(())
+        }
+        Ok(Ok(None)) => Ok(()),
+        Ok(Err(never)) => match never {},
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// DeleteAcls in a cluster: removes from etcd's bindings those the filters match (each
+/// filter reports its matches in the set before any removal, as on a broker alone),
+/// then waits until this broker enforces the rest.
+async fn delete_in_cluster(broker: &Broker, filters: &[AclBindingFilter]) -> Result<Vec<Vec<AclBinding>>, String> {
+    let Some(shared) = broker.cluster.shared() else { return Err("not in a cluster".into()) };
+    let mut matched: Vec<Vec<AclBinding>> = Vec::new();
+    let decide = |current: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
+        let before = stored(current);
+        matched = filters.iter().map(|f| before.values().flatten().filter(|b| f.matches(b)).cloned().collect()).collect();
+        let mut after = before.clone();
+        for b in matched.iter().flatten() {
+            if let Some(set) = after.get_mut(&crate::cluster_configs::acl_key(b)) {
+                set.remove(b);
+            }
+        }
+        Ok(acl_changes(&before, &after))
+    };
+    match shared.update(crate::cluster_configs::ACLS_DIR, decide).await {
+        Ok(Ok(Some(revision))) => {
+            crate::cluster_configs::await_applied(broker, crate::cluster_configs::ACLS_DIR, revision).await;
+            Ok(matched)
+        }
+        Ok(Ok(None)) => Ok(matched),
+        Ok(Err(never)) => match never {},
+        Err(e) => Err(e.to_string()),
+    }
 }

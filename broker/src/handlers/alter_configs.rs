@@ -11,6 +11,12 @@
 //! setting that cannot change at run time refuses the resource with
 //! INVALID_REQUEST "Cannot update these configs dynamically", as Kafka's
 //! `ConfigAdminManager`; the other resources of the request are unaffected.
+//!
+//! In a cluster both are cluster state ([`crate::cluster_configs`]): the change is
+//! validated here, then written to etcd (`configs/topics/<name>`,
+//! `configs/brokers/<default>` or `configs/brokers/<node.id>`, conditional on what
+//! it was decided from), and answered once this broker has applied it; every other
+//! broker applies it from its watch. A BROKER resource may then name any broker.
 
 use std::collections::BTreeMap;
 
@@ -38,7 +44,7 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
             .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
             .collect();
         let (code, msg) =
-            apply(broker, ctx, resource.resource_type, &resource.resource_name, request.validate_only, |_| Ok(overrides)).await;
+            apply(broker, ctx, resource.resource_type, &resource.resource_name, request.validate_only, move |_| Ok(overrides.clone())).await;
         responses.push(
             AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
@@ -108,8 +114,11 @@ pub(super) async fn handle_incremental(
 /// Changes the dynamic configs of a BROKER resource: `name` is this node's id or "" (the cluster default).
 async fn apply_broker<F>(broker: &Broker, name: &str, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
 where
-    F: FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + 'static,
+    F: Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + Sync + 'static,
 {
+    if broker.cluster.shared().is_some() {
+        return apply_broker_in_cluster(broker, name, validate_only, next).await;
+    }
     let scope = if name.is_empty() {
         Scope::ClusterDefault
     } else if name == broker.node_id().to_string() {
@@ -152,7 +161,7 @@ fn list(value: Option<&String>) -> Vec<String> {
 /// Returns the error code and message for the resource.
 async fn apply<F>(broker: &Broker, ctx: &RequestContext, resource_type: i8, name: &StrBytes, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
 where
-    F: FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + 'static,
+    F: Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + Sync + 'static,
 {
     match resource_type {
         RESOURCE_TOPIC => {
@@ -167,6 +176,9 @@ where
         other => return (ResponseError::InvalidRequest.code(), message(format!("resource type {other} is not supported"))),
     }
     let topic_name = name.to_string();
+    if broker.cluster.shared().is_some() {
+        return alter_topic_in_cluster(broker, topic_name, validate_only, next).await;
+    }
     let Some(topic) = broker.logs.topic(&topic_name) else {
         return (ResponseError::UnknownTopicOrPartition.code(), message(format!("topic {topic_name} does not exist")));
     };
@@ -195,5 +207,101 @@ where
         }
         Some(Err(e)) => (kafka_error(&e).code(), message(e.to_string())),
         None => (ResponseError::UnknownServerError.code(), None),
+    }
+}
+
+/// Why a change decided against the cluster's state is not written.
+enum NotWritten {
+    /// Refused: the error code and message for the resource.
+    Refused(i16, Option<StrBytes>),
+    /// `validate_only`, and valid.
+    Validated,
+}
+
+fn outcome(written: Result<Result<Option<i64>, NotWritten>, floe_cluster::ClusterError>) -> Result<Option<i64>, (i16, Option<StrBytes>)> {
+    match written {
+        Ok(Ok(revision)) => Ok(revision),
+        Ok(Err(NotWritten::Validated)) => Ok(None),
+        Ok(Err(NotWritten::Refused(code, msg))) => Err((code, msg)),
+        Err(floe_cluster::ClusterError::UnknownTopic(t)) => Err((ResponseError::UnknownTopicOrPartition.code(), message(format!("topic {t} does not exist")))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot write configs to the cluster metadata");
+            Err((crate::cluster_configs::error_code(&e).code(), message(e.to_string())))
+        }
+    }
+}
+
+/// A topic's configs in a cluster: decided from (and written to) etcd, validated here.
+async fn alter_topic_in_cluster<F>(broker: &Broker, topic: String, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
+where
+    F: Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + Sync + 'static,
+{
+    let Some(shared) = broker.cluster.shared() else { return (ResponseError::UnknownServerError.code(), None) };
+    let logs = broker.logs.clone();
+    let decide = |_: &floe_cluster::TopicAssignment, current: &BTreeMap<String, String>| -> Result<BTreeMap<String, String>, NotWritten> {
+        let overrides = next(current).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
+        crate::tiering::validate_topic_overrides(&overrides).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
+        logs.validate_topic_config(&topic, &overrides).map_err(|e| NotWritten::Refused(kafka_error(&e).code(), message(e.to_string())))?;
+        if validate_only {
+            return Err(NotWritten::Validated);
+        }
+        Ok(overrides)
+    };
+    let written = shared.alter_topic_config(&topic, decide).await.map(|r| r.map(Some));
+    match outcome(written) {
+        Ok(Some(revision)) => {
+            crate::cluster_configs::await_applied(broker, crate::cluster_configs::CONFIGS_DIR, revision).await;
+            tracing::info!(topic = %topic, "altered topic config in the cluster");
+            (0, None)
+        }
+        Ok(None) => (0, None),
+        Err(refused) => refused,
+    }
+}
+
+/// A BROKER resource in a cluster: `name` is "" (every broker) or any node id; the
+/// layer is decided from (and written to) etcd, validated here.
+async fn apply_broker_in_cluster<F>(broker: &Broker, name: &str, validate_only: bool, next: F) -> (i16, Option<StrBytes>)
+where
+    F: Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> + Send + Sync + 'static,
+{
+    let Some(shared) = broker.cluster.shared() else { return (ResponseError::UnknownServerError.code(), None) };
+    let (scope, node) = if name.is_empty() {
+        (Scope::ClusterDefault, None)
+    } else {
+        match name.parse::<i32>() {
+            Ok(id) if id >= 0 => (Scope::Broker, Some(id)),
+            _ => return (ResponseError::InvalidRequest.code(), message(format!("broker resource name {name:?} is not a node id"))),
+        }
+    };
+    let key = floe_cluster::broker_config_key(node);
+    let Some(name_in_dir) = key.strip_prefix(crate::cluster_configs::CONFIGS_DIR).map(str::to_string) else {
+        return (ResponseError::UnknownServerError.code(), None);
+    };
+    let dynamic = broker.dynamic_config.clone();
+    let decide = |stored: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, NotWritten> {
+        let current: BTreeMap<String, String> = stored.get(&name_in_dir).and_then(|v| serde_json::from_slice(v).ok()).unwrap_or_default();
+        let layer = next(&current).map_err(|reason| NotWritten::Refused(ResponseError::InvalidRequest.code(), message(reason)))?;
+        dynamic.validate(scope, &layer).map_err(|e| NotWritten::Refused(ResponseError::InvalidRequest.code(), message(e.to_string())))?;
+        if validate_only {
+            return Err(NotWritten::Validated);
+        }
+        if layer == current {
+            return Ok(Vec::new());
+        }
+        let value = if layer.is_empty() { None } else { Some(serde_json::to_vec(&layer).unwrap_or_default()) };
+        Ok(vec![(name_in_dir.clone(), value)])
+    };
+    match outcome(shared.update(crate::cluster_configs::CONFIGS_DIR, decide).await) {
+        Ok(Some(revision)) => {
+            crate::cluster_configs::await_applied(broker, crate::cluster_configs::CONFIGS_DIR, revision).await;
+            tracing::info!(?scope, node, "altered dynamic broker configs in the cluster");
+            (0, None)
+        }
+        Ok(None) => (0, None),
+        Err(refused) => {
+            tracing::info!(?scope, node, code = refused.0, "dynamic broker config change refused");
+            refused
+        }
     }
 }

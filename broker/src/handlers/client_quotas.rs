@@ -11,6 +11,12 @@
 //! `controller_mutation_rate` are refused as INVALID_REQUEST: Floe does not
 //! enforce them. Authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the
 //! cluster.
+//!
+//! In a cluster the quotas are cluster state (`configs/quotas/...` in etcd, one key per
+//! entity as Kafka's `/config/users/<u>/clients/<c>`): the checked changes are applied
+//! to the stored entities, written conditional on them being as read, and answered
+//! once this broker enforces them; the others apply them from their watch
+//! ([`crate::cluster_configs`]).
 
 use std::collections::BTreeMap;
 
@@ -125,9 +131,11 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         };
         checked.push((echo, outcome));
     }
-    let changes: Vec<(QuotaEntity, Vec<(String, Option<f64>)>)> = checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
+    let changes: Vec<QuotaChange> = checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
     let mut write_error = None;
-    if !request.validate_only && !changes.is_empty() {
+    if !request.validate_only && !changes.is_empty() && broker.cluster.shared().is_some() {
+        write_error = alter_in_cluster(broker, &changes).await.err();
+    } else if !request.validate_only && !changes.is_empty() {
         let quotas = broker.quotas.clone();
         let written = tokio::task::spawn_blocking(move || {
             quotas.change(|set| {
@@ -172,7 +180,10 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 
-type Checked = Result<(QuotaEntity, Vec<(String, Option<f64>)>), (ResponseError, String)>;
+/// One entity's checked change: each key set to a value, or removed (`None`).
+type QuotaChange = (QuotaEntity, Vec<(String, Option<f64>)>);
+
+type Checked = Result<QuotaChange, (ResponseError, String)>;
 
 /// Kafka's per-entity validation of one alteration.
 fn check(entry: &kafka_protocol::messages::alter_client_quotas_request::EntryData) -> Checked {
@@ -223,4 +234,50 @@ fn check(entry: &kafka_protocol::messages::alter_client_quotas_request::EntryDat
 
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
+}
+
+/// AlterClientQuotas in a cluster: applies `changes` to the entities stored in etcd,
+/// then waits until this broker enforces them.
+async fn alter_in_cluster(broker: &Broker, changes: &[QuotaChange]) -> Result<(), (ResponseError, String)> {
+    use crate::cluster_configs::{quota_key, StoredQuota, CONFIGS_DIR};
+    let Some(shared) = broker.cluster.shared() else { return Ok(()) };
+    let decide = |stored: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
+        let mut next: BTreeMap<String, StoredQuota> = BTreeMap::new();
+        for (entity, ops) in changes {
+            let key = quota_key(entity);
+            let q = next.entry(key.clone()).or_insert_with(|| {
+                stored
+                    .get(&key)
+                    .and_then(|v| serde_json::from_slice::<StoredQuota>(v).ok())
+                    .unwrap_or(StoredQuota { entity: entity.clone(), values: BTreeMap::new() })
+            });
+            for (k, value) in ops {
+                match value {
+                    Some(v) => q.values.insert(k.clone(), *v),
+                    None => q.values.remove(k),
+                };
+            }
+        }
+        Ok(next
+            .into_iter()
+            .filter(|(key, q)| match stored.get(key) {
+                None => !q.values.is_empty(),
+                Some(v) => serde_json::from_slice::<StoredQuota>(v).ok().as_ref() != Some(q),
+            })
+            .map(|(key, q)| (key, (!q.values.is_empty()).then(|| serde_json::to_vec(&q).unwrap_or_default())))
+            .collect())
+    };
+    match shared.update(CONFIGS_DIR, decide).await {
+        Ok(Ok(Some(revision))) => {
+            crate::cluster_configs::await_applied(broker, CONFIGS_DIR, revision).await;
+            tracing::info!(entities = changes.len(), "altered client quotas in the cluster");
+            Ok(())
+        }
+        Ok(Ok(None)) => Ok(()),
+        Ok(Err(never)) => match never {},
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot write client quotas to the cluster metadata");
+            Err((crate::cluster_configs::error_code(&e), e.to_string()))
+        }
+    }
 }

@@ -6,6 +6,11 @@
 //! request gets DUPLICATE_RESOURCE, bad mechanisms UNSUPPORTED_SASL_MECHANISM,
 //! iterations outside 4096..=16384 UNACCEPTABLE_CREDENTIAL, deleting a
 //! credential that does not exist RESOURCE_NOT_FOUND.
+//!
+//! In a cluster the credentials are cluster state (`scram/<user>` in etcd, one key per
+//! user as Kafka's `/config/users/<u>`): a change is decided from the stored users it
+//! names, written conditional on them being as read, and answered once this broker
+//! authenticates with it; the others apply it from their watch ([`crate::cluster_configs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -134,10 +139,24 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
 
     let store = broker.credentials.clone();
     let deleted_names: Vec<(String, ScramMechanism)> = deletions.clone();
-    let applied = tokio::task::spawn_blocking(move || store.alter(&deletions, upsertions)).await;
+    let applied: Result<Vec<bool>, String> = if broker.cluster.shared().is_some() {
+        alter_in_cluster(broker, &deletions, &upsertions).await.map_err(|e| {
+            tracing::warn!(error = %e, "cannot write SCRAM credentials to the cluster metadata");
+            e.to_string()
+        })
+    } else {
+        match tokio::task::spawn_blocking(move || store.alter(&deletions, upsertions)).await {
+            Ok(Ok(existed)) => Ok(existed),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot store SCRAM credentials");
+                Err(e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    };
     let mut missing: BTreeSet<String> = BTreeSet::new();
     let store_error = match applied {
-        Ok(Ok(existed)) => {
+        Ok(existed) => {
             for ((user, m), was) in deleted_names.iter().zip(existed) {
                 if !was {
                     tracing::debug!(%user, mechanism = m.name(), "deleting a SCRAM credential that does not exist");
@@ -146,11 +165,7 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
             }
             None
         }
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "cannot store SCRAM credentials");
-            Some(e.to_string())
-        }
-        Err(e) => Some(e.to_string()),
+        Err(e) => Some(e),
     };
     let results = users
         .into_iter()
@@ -172,4 +187,46 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         })
         .collect();
     AlterUserScramCredentialsResponse::default().with_results(results)
+}
+
+/// AlterUserScramCredentials in a cluster: applies the deletions and upsertions to the
+/// users stored in etcd, then waits until this broker authenticates with the result.
+/// Returns, per deletion, whether the credential existed.
+async fn alter_in_cluster(
+    broker: &Broker,
+    deletions: &[(String, ScramMechanism)],
+    upsertions: &[(String, ScramMechanism, ScramCredential)],
+) -> Result<Vec<bool>, floe_cluster::ClusterError> {
+    let Some(shared) = broker.cluster.shared() else { return Ok(vec![false; deletions.len()]) };
+    let mut existed = Vec::new();
+    let decide = |current: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
+        let before = crate::cluster_configs::stored_scram(current.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut after = before.clone();
+        existed = deletions
+            .iter()
+            .map(|(user, m)| {
+                let Some(map) = after.get_mut(user) else { return false };
+                let removed = map.remove(m).is_some();
+                if map.is_empty() {
+                    after.remove(user);
+                }
+                removed
+            })
+            .collect();
+        for (user, m, credential) in upsertions {
+            after.entry(user.clone()).or_default().insert(*m, credential.clone());
+        }
+        let users: BTreeSet<&String> = deletions.iter().map(|(u, _)| u).chain(upsertions.iter().map(|(u, _, _)| u)).collect();
+        Ok(users
+            .into_iter()
+            .filter(|u| before.get(*u) != after.get(*u))
+            .map(|u| (u.clone(), after.get(u).map(|m| serde_json::to_vec(m).unwrap_or_default())))
+            .collect())
+    };
+    match shared.update(crate::cluster_configs::SCRAM_DIR, decide).await? {
+        Ok(Some(revision)) => crate::cluster_configs::await_applied(broker, crate::cluster_configs::SCRAM_DIR, revision).await,
+        Ok(None) => {}
+        Err(never) => match never {},
+    }
+    Ok(existed)
 }

@@ -124,6 +124,15 @@ impl ClientQuotas {
         Ok(out)
     }
 
+    /// Replaces every configured quota (in a cluster: with etcd's, see
+    /// [`crate::cluster_configs`]; the file is then this broker's copy). Blocking (fsync).
+    ///
+    /// # Errors
+    /// [`QuotaStoreError::Io`]; nothing changes then.
+    pub fn replace(&self, set: QuotaSet) -> Result<(), QuotaStoreError> {
+        self.change(|current| *current = set)
+    }
+
     /// The quota on `kind` that applies to `user` (the principal's name)
     /// and `client_id`, and the rate it is counted in.
     fn resolve(&self, kind: QuotaType, user: &str, client_id: &str) -> Option<(f64, RateKey)> {

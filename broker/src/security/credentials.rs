@@ -1,6 +1,9 @@
 //! The SCRAM credential store: per user, per mechanism, salted and hashed,
 //! in `DATA_DIR/scram-credentials.json`, plus optional PLAIN users from a file.
 //!
+//! In a cluster the SCRAM users are etcd's (`PREFIX/scram/<user>`, applied by
+//! [`crate::cluster_configs`]) and the file is this broker's copy of them.
+//!
 //! AlterUserScramCredentials changes it; every change is written to a
 //! temporary file, fsynced, renamed over the old one and the directory
 //! fsynced before the request is answered, so an acknowledged change
@@ -47,6 +50,9 @@ struct OnDisk {
     version: u32,
     users: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
 }
+
+/// SCRAM users: user → mechanism → credential.
+pub type ScramUsers = BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>;
 
 /// Users and their credentials. Thread-safe; writes are durable before they return.
 #[derive(Debug)]
@@ -140,6 +146,23 @@ impl CredentialStore {
         self.write(&next)?;
         *users = next;
         Ok(existed)
+    }
+
+    /// Every SCRAM user with its credentials.
+    pub fn users(&self) -> ScramUsers {
+        self.lock().clone()
+    }
+
+    /// Replaces every SCRAM user (in a cluster: with etcd's, see
+    /// [`crate::cluster_configs`]; the file is then this broker's copy). Blocking (fsync).
+    ///
+    /// # Errors
+    /// [`CredentialError::Io`]; nothing changes in memory then.
+    pub fn replace(&self, next: ScramUsers) -> Result<(), CredentialError> {
+        let mut users = self.lock();
+        self.write(&next)?;
+        *users = next;
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>> {
