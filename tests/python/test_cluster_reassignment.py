@@ -1,8 +1,9 @@
 """Partition reassignment (KIP-455): AlterPartitionReassignments and
 ListPartitionReassignments on four brokers and one etcd, through kafka-python's
 KafkaAdminClient over real sockets (confluent-kafka 2.16 has neither call), and raw
-requests (kwire) where a request must go to a given broker or carry what the client
-refuses to send.
+requests (kwire) where a request must go to a given broker, carry what the client
+refuses to send, or avoid a broker that is paused or dead but still registered
+(kafka-python's metadata refresh may pick it and time out).
 
 - A replication-factor-3 partition moved from {1,2,3} to {2,3,4} under idempotent
   acks=all producers: broker 4 catches up and joins the ISR within the leader's epoch
@@ -32,7 +33,7 @@ import struct
 
 import kwire
 import pytest
-from clients import admin, produce_all, unique_topic
+from clients import admin, create_topic, produce_all, unique_topic
 from failpoints import assert_failpoints_armed
 from cluster_rig import agreed_view, etcd, node_id, start_cluster  # noqa: F401 (fixture)
 from confluent_kafka.admin import NewTopic
@@ -43,6 +44,7 @@ from kafka.admin import KafkaAdminClient
 
 TIMEOUT_S = 30
 API_ALTER_PARTITION_REASSIGNMENTS = 45
+API_LIST_PARTITION_REASSIGNMENTS = 46
 ERRORS = {0: None, 3: "UNKNOWN_TOPIC_OR_PARTITION", 39: "INVALID_REPLICA_ASSIGNMENT", 85: "NO_REASSIGNMENT_IN_PROGRESS"}
 
 
@@ -56,7 +58,7 @@ def _by_id(brokers, nid: int):
 
 def _create(bootstrap: str, topic: str, assignment: list[list[int]], min_isr: int = 2) -> str:
     a = admin(bootstrap)
-    fs = a.create_topics([NewTopic(topic, replica_assignment=assignment, config={"min.insync.replicas": str(min_isr)})],
+    fs = a.create_topics([NewTopic(topic, num_partitions=len(assignment), replication_factor=-1, replica_assignment=assignment, config={"min.insync.replicas": str(min_isr)})],
                          request_timeout=15)
     fs[topic].result(timeout=TIMEOUT_S)
     return topic
@@ -128,6 +130,38 @@ def _raw_alter(b, topic: str, p: int, target: list[int] | None) -> str | None:
     return ERRORS[topics[0][1][0][1]]
 
 
+def _raw_list(b, named: list[tuple[str, int]] | None = None) -> list:
+    """ListPartitionReassignments v0 (flexible) for the `named` partitions (None: all),
+    sent straight to broker `b`: [(topic, p, replicas, adding, removing)]."""
+    if named is None:
+        topics = kwire.uvarint(0)
+    else:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in named:
+            by_topic.setdefault(t, []).append(p)
+        topics = kwire.compact_array([kwire.compact_string(t) + kwire.compact_array([struct.pack(">i", p) for p in ps]) + b"\x00"
+                                      for t, ps in by_topic.items()])
+    body = struct.pack(">i", 15000) + topics + b"\x00"
+    with kwire.KafkaConn(b.host, b.port) as conn:
+        r = kwire.FlexReader(conn.call_flexible(API_LIST_PARTITION_REASSIGNMENTS, 0, body))
+    r.i32()  # throttle
+    assert r.i16() == 0
+    r.compact_string()
+    ids = lambda r: r.compact_array(lambda r: r.i32())  # noqa: E731
+
+    def part(r):
+        out = (r.i32(), ids(r), ids(r), ids(r))
+        r.skip_tags()
+        return out
+
+    def top(r):
+        out = (r.compact_string(), r.compact_array(part))
+        r.skip_tags()
+        return out
+
+    return [(t, q, rep, add, rem) for t, ps in r.compact_array(top) for q, rep, add, rem in ps]
+
+
 def _log_bytes(b, topic: str, p: int = 0) -> bytes:
     d = b.partition_dir(topic, p)
     return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
@@ -179,7 +213,7 @@ def test_a_move_under_an_acks_all_producer_loses_nothing(floe_factory, etcd):
     verdict = check(wl.drain())
     print(verdict.summary())
     assert verdict.ok, verdict.summary()
-    assert verdict.counts["acked"] > 1000, verdict.counts
+    assert verdict.counts["acked"] >= 900, verdict.counts  # 600 before the move, 300 after
     assert _list(brokers) == {}
     assert _list(brokers, [(topic, 0)]) == {}
     for b in brokers:
@@ -201,25 +235,27 @@ def test_a_move_is_listed_and_cancelled_before_it_completes(floe_factory, etcd):
     paused = _by_id(brokers, adder)
     paused.proc.send_signal(signal.SIGSTOP)
     try:
-        assert _alter(live, {(topic, 0): target}) == {(topic, 0): None}
+        assert _raw_alter(live[0], topic, 0, target) is None
         union = target + [original[0]]
         moving = _state(etcd, prefix, topic)
         assert (moving["adding_replicas"], moving["removing_replicas"]) == ([adder], [original[0]]), moving
         assert _replicas(etcd, prefix, topic) == union
-        assert _list(live) == {(topic, 0): (union, [adder], [original[0]])}
-        assert _list(live, [(topic, 0), (topic, 7), ("no-such-topic", 0)]) == {(topic, 0): (union, [adder], [original[0]])}
+        assert _raw_list(live[0]) == [(topic, 0, union, [adder], [original[0]])]
+        assert _raw_list(live[1], [(topic, 0), (topic, 7), ("no-such-topic", 0)]) == [(topic, 0, union, [adder], [original[0]])]
         # acks=all goes on with the original ISR; the move waits for the paused broker.
         produce_all(_bootstrap(live), topic, [{"value": f"during-{i}".encode()} for i in range(200)])
         assert _moving(_state(etcd, prefix, topic))
-        assert _alter(live, {(topic, 0): None}) == {(topic, 0): None}
+        assert _raw_alter(live[1], topic, 0, None) is None
         reverted = _state(etcd, prefix, topic)
         assert not _moving(reverted), reverted
-        assert _replicas(etcd, prefix, topic) == original
+        # The union without the adding replica, in the union's order (Kafka's KRaft revert
+        # keeps that order, so the preferred leader may differ; the leader does not).
+        assert _replicas(etcd, prefix, topic) == [r for r in union if r != adder]
         assert sorted(reverted["isr"]) == sorted(original) and reverted["leader"] == original[0]
         # The adding replica left: the epoch grows, so its fetches would be fenced.
         assert reverted["leader_epoch"] > moving["leader_epoch"], (moving, reverted)
-        assert _list(live) == {}
-        assert _alter(live, {(topic, 0): None}) == {(topic, 0): "NO_REASSIGNMENT_IN_PROGRESS"}
+        assert _raw_list(live[2]) == []
+        assert _raw_alter(live[2], topic, 0, None) == "NO_REASSIGNMENT_IN_PROGRESS"
     finally:
         paused.proc.send_signal(signal.SIGCONT)
     produce_all(_bootstrap(live), topic, [{"value": f"after-{i}".encode()} for i in range(200)])
@@ -237,7 +273,7 @@ def test_a_move_waits_for_a_killed_adding_replica(floe_factory, etcd):
     # Paused first, so that it is a registered target that cannot catch up; then killed.
     victim.proc.send_signal(signal.SIGSTOP)
     try:
-        assert _alter(live, {(topic, 0): target}) == {(topic, 0): None}
+        assert _raw_alter(live[0], topic, 0, target) is None
     finally:
         victim.kill9()
     before = _state(etcd, prefix, topic)
@@ -245,7 +281,7 @@ def test_a_move_waits_for_a_killed_adding_replica(floe_factory, etcd):
     produce_all(_bootstrap(live), topic, [{"value": f"while-dead-{i}".encode()} for i in range(300)])
     still = _state(etcd, prefix, topic)
     assert _moving(still) and adder not in still["isr"], still
-    assert _list(live, [(topic, 0)]) == {(topic, 0): (target + [original[0]], [adder], [original[0]])}
+    assert _raw_list(live[0], [(topic, 0)]) == [(topic, 0, target + [original[0]], [adder], [original[0]])]
     victim.start()
     agreed_view(brokers, live=4)
     done = wait_until(lambda: s if not _moving(s := _state(etcd, prefix, topic)) else None,
@@ -270,7 +306,7 @@ def test_a_move_written_by_a_broker_that_dies_before_answering_completes(floe_fa
     produce_all(_bootstrap(brokers), topic, [{"value": f"v{i}".encode()} for i in range(300)])
     with pytest.raises(ConnectionError):  # no answer: the broker aborts at its crash point
         _raw_alter(handler, topic, 0, target)
-    wait_until(lambda: not handler.running(), timeout=10, what="the handling broker to abort")
+    wait_until(lambda: not handler.running, timeout=10, what="the handling broker to abort")
     done = wait_until(lambda: s if not _moving(s := _state(etcd, prefix, topic)) and _replicas(etcd, prefix, topic) == target else None,
                       timeout=60, interval=0.2, what="the move to complete without the broker that wrote it")
     assert done["leader"] in target and sorted(done["isr"]) == sorted(target), done
@@ -321,7 +357,7 @@ def test_refusals_and_moves_that_need_no_copy(floe_factory, etcd):
 
 def test_a_broker_alone_has_nothing_to_move(floe):
     topic = unique_topic("alone")
-    admin(floe.bootstrap).create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=TIMEOUT_S)
+    create_topic(floe.bootstrap, topic)
     me = next(iter(admin(floe.bootstrap).list_topics(timeout=10).brokers))
     assert _alter([floe], {(topic, 0): [me]}) == {(topic, 0): None}
     assert _alter([floe], {(topic, 0): [me + 1], (topic, 1): [me]}) == {
