@@ -100,7 +100,7 @@ pub async fn create_topic(
     let planned = plan_topic(broker, name, partitions, replication_factor, assignments)?;
     let count = planned.len() as i32;
     broker.logs.validate_create_topic(name, count, &overrides).map_err(|e| (kafka_error(&e), e.to_string()))?;
-    let assignment = TopicAssignment { topic_id: uuid::Uuid::new_v4().hyphenated().to_string(), partitions: planned, configs: overrides, create_revision: 0 };
+    let assignment = TopicAssignment { topic_id: uuid::Uuid::new_v4().hyphenated().to_string(), partitions: planned, configs: overrides, create_revision: 0, mod_revision: 0 };
     broker.cluster.create_topic(name, &assignment).await.map_err(refusal)?;
     let shown = broker.cluster.wait_for_view(VIEW_WAIT, |v| v.topics.get(name).is_some_and(|t| t.topic_id == assignment.topic_id)).await;
     if !shown {

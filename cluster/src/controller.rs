@@ -1,6 +1,8 @@
 //! The controller: while this broker holds the election, it keeps every partition led
-//! by a live in-sync replica ([`next_partition_state`]) and gives a state to every
-//! partition of a topic that lacks one. With `auto.leader.rebalance.enable`, it also
+//! by a live in-sync replica ([`next_partition_state`]), gives a state to every
+//! partition of a topic that lacks one, and completes a partition's reassignment once
+//! every target replica is in sync ([`complete_reassignment`]: the topic's assignment
+//! and the partition's state in one write). With `auto.leader.rebalance.enable`, it also
 //! moves leadership back to preferred replicas every
 //! `leader.imbalance.check.interval.seconds` ([`imbalanced_partitions`]).
 //!
@@ -11,7 +13,10 @@
 //!   partition epoch): a decision on stale state fails, and is made again from the
 //!   new state when the watch brings it;
 //! - the topic key at its `create_revision`: a state is never written for a topic
-//!   deleted meanwhile (nor for an earlier topic of the same name).
+//!   deleted meanwhile (nor for an earlier topic of the same name); a completed
+//!   reassignment, which rewrites the topic's assignment, compares its `mod_revision`
+//!   instead (a topic changed meanwhile, by CreatePartitions or another move, is
+//!   decided again from the newer state).
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -22,7 +27,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::etcd_session::{bounded, partition_key, topic_key};
-use crate::{elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, ClusterError, ClusterView, ElectionType, PartitionState, TopicPartition};
+use crate::{complete_reassignment, elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, ClusterError, ClusterView, ElectionType, PartitionState, TopicAssignment, TopicPartition};
 
 /// How often the controller re-checks every partition even without a change in view
 /// (a write that failed on a moved partition is retried from the newer state anyway).
@@ -76,8 +81,12 @@ async fn reconcile(ctx: &mut ControllerContext, view: &ClusterView) -> Result<()
                     write(ctx, &tp, assignment.create_revision, None, &next).await?;
                 }
                 Some(current) => {
+                    // A failure is handled first: a move completes only from an ISR
+                    // without dead replicas, and with a live leader to give it.
                     if let Some(next) = next_partition_state(current, replicas, &live, ctx.unclean_leader_election) {
                         write(ctx, &tp, assignment.create_revision, Some(current), &next).await?;
+                    } else if let Some(done) = complete_reassignment(replicas, current, &live) {
+                        complete(ctx, &tp, assignment, current, done).await?;
                     }
                 }
             }
@@ -126,14 +135,50 @@ async fn write(
         Some(c) => Compare::mod_revision(key.as_str(), CompareOp::Equal, c.partition_epoch),
         None => Compare::version(key.as_str(), CompareOp::Equal, 0),
     };
-    let txn = Txn::new()
-        .when([Compare::create_revision(ctx.leader_key.clone(), CompareOp::Equal, ctx.controller_epoch), topic_compare, partition_compare])
-        .and_then([TxnOp::put(key.as_str(), value, None)])
-        .or_else([TxnOp::get(ctx.leader_key.clone(), None)]);
+    if commit(ctx, tp, [topic_compare, partition_compare], vec![TxnOp::put(key.as_str(), value, None)]).await? {
+        log_decision(tp, current, next);
+    }
+    Ok(())
+}
+
+/// Completes the reassignment of `tp`: the topic's assignment gets the target replicas
+/// and the partition its `done` state, in one write conditional on the controller
+/// epoch, the topic key's `mod_revision` and the partition epoch.
+async fn complete(
+    ctx: &mut ControllerContext,
+    tp: &TopicPartition,
+    assignment: &TopicAssignment,
+    current: &PartitionState,
+    done: crate::ReassignedPartition,
+) -> Result<(), ClusterError> {
+    let topic_key = topic_key(&ctx.prefix, &tp.topic);
+    let key = partition_key(&ctx.prefix, tp);
+    let mut grown = assignment.clone();
+    let old_replicas = grown.partitions.insert(tp.partition, done.replicas.clone()).unwrap_or_default();
+    let topic_value = serde_json::to_vec(&grown).map_err(|e| ClusterError::BadValue { key: topic_key.clone(), reason: e.to_string() })?;
+    let value = serde_json::to_vec(&done.state).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let compares = [
+        Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, assignment.mod_revision),
+        Compare::mod_revision(key.as_str(), CompareOp::Equal, current.partition_epoch),
+    ];
+    let ops = vec![TxnOp::put(topic_key.as_str(), topic_value, None), TxnOp::put(key.as_str(), value, None)];
+    if commit(ctx, tp, compares, ops).await? {
+        info!(partition = %tp, old_replicas = ?old_replicas, replicas = ?done.replicas, old_leader = current.leader, leader = done.state.leader,
+              leader_epoch = done.state.leader_epoch, isr = ?done.state.isr, "partition reassignment completed");
+    }
+    Ok(())
+}
+
+/// Writes `ops` if this broker is still the controller and `compares` hold. `Ok(false)`
+/// when the state moved (left for the next pass); a lost controller role ends the
+/// controller.
+async fn commit(ctx: &mut ControllerContext, tp: &TopicPartition, compares: [Compare; 2], ops: Vec<TxnOp>) -> Result<bool, ClusterError> {
+    let mut when = vec![Compare::create_revision(ctx.leader_key.clone(), CompareOp::Equal, ctx.controller_epoch)];
+    when.extend(compares);
+    let txn = Txn::new().when(when).and_then(ops).or_else([TxnOp::get(ctx.leader_key.clone(), None)]);
     let resp = bounded(ctx.timeout, "partition state write", ctx.client.txn(txn)).await?;
     if resp.succeeded() {
-        log_decision(tp, current, next);
-        return Ok(());
+        return Ok(true);
     }
     let still_controller = resp.op_responses().into_iter().any(|r| match r {
         TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.create_revision() == ctx.controller_epoch),
@@ -144,7 +189,7 @@ async fn write(
         return Err(ClusterError::ControllerFenced(ctx.controller_epoch));
     }
     debug!(partition = %tp, "partition state moved under the controller; deciding again from the new state");
-    Ok(())
+    Ok(false)
 }
 
 fn log_decision(tp: &TopicPartition, current: Option<&PartitionState>, next: &PartitionState) {

@@ -37,6 +37,9 @@ pub enum ClusterError {
     /// Replicas cannot be placed as asked.
     #[error("{0}")]
     Assignment(#[from] crate::AssignmentError),
+    /// AlterPartitionReassignments changes nothing for a partition.
+    #[error("{0}")]
+    Reassignment(#[from] crate::ReassignmentError),
     /// An operation that needs the metadata store, on a broker alone.
     #[error("this broker is not in a cluster (floe.metadata.store=local)")]
     NotInCluster,

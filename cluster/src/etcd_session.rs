@@ -392,6 +392,7 @@ async fn watch_topics_and_partitions(c: Client, target: &EtcdTarget, view: &watc
         if let Some(topic) = name.strip_prefix("topics/") {
             let mut t = parse_json::<TopicAssignment>(kv)?;
             t.create_revision = kv.create_revision();
+            t.mod_revision = kv.mod_revision();
             return Ok(TopicsEntry::Topic(topic.to_string(), t));
         }
         if let Some((topic, p)) = name.strip_prefix("partitions/").and_then(|rest| rest.rsplit_once('/')) {

@@ -35,8 +35,9 @@ mod view;
 pub use error::ClusterError;
 pub use membership::{agree_cluster_id, LeaderRebalance, Membership, MembershipSettings};
 pub use partition::{
-    assign_added_partitions, assign_replicas, elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, AssignmentError, ElectionError,
-    ElectionType, PartitionState, TopicAssignment, TopicPartition, NO_LEADER,
+    assign_added_partitions, assign_replicas, cancel_reassignment, complete_reassignment, elect_leader, imbalanced_partitions, initial_partition_state,
+    next_partition_state, start_reassignment, AssignmentError, ElectionError, ElectionType, PartitionState, ReassignedPartition, ReassignmentError,
+    TopicAssignment, TopicPartition, NO_LEADER,
 };
 pub use registration::{BrokerEndpoint, BrokerRegistration};
 pub use shared_state::{broker_config_key, topic_config_key, Change, SharedState, SharedStore, StoredTopicConfig, StoredValue, SHARED_DIRS};

@@ -212,6 +212,23 @@ impl Membership {
         topics::change_leader(&mut w.client, &w.prefix, w.timeout, tp, decide).await
     }
 
+    /// Starts, changes or cancels the reassignment of `tp`: `decide` gets its replicas
+    /// and its state as stored and returns the new replicas and state (`None`: no
+    /// change), written together conditional on the topic and the partition not having
+    /// changed since they were read (else decided again). Returns the state written.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`], [`ClusterError::UnknownPartition`]; what `decide`
+    /// returns; [`ClusterError::NotInCluster`]; etcd errors.
+    pub async fn reassign_partition(
+        &self,
+        tp: &crate::TopicPartition,
+        decide: impl FnMut(&[i32], &crate::PartitionState) -> Result<Option<crate::ReassignedPartition>, ClusterError>,
+    ) -> Result<Option<crate::PartitionState>, ClusterError> {
+        let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
+        topics::reassign_partition(&mut w.client, &w.prefix, w.timeout, tp, decide).await
+    }
+
     /// Changes the ISR of a partition this broker leads, if its state is still
     /// `expected` (see Kafka's AlterPartition): `Ok(false)` when it moved meanwhile.
     ///

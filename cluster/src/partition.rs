@@ -4,7 +4,9 @@
 //! ([`assign_replicas`], and for partitions added to a topic
 //! [`assign_added_partitions`]), keeping a leader ([`next_partition_state`], the
 //! controller's) and electing one on request ([`elect_leader`], ElectLeaders', and the
-//! controller's automatic rebalance, [`imbalanced_partitions`]).
+//! controller's automatic rebalance, [`imbalanced_partitions`]), and moving a
+//! partition to other brokers (KIP-455: [`start_reassignment`], [`cancel_reassignment`],
+//! and the controller's [`complete_reassignment`]).
 //!
 //! The decisions are pure functions of what the caller saw, so that their result can
 //! be written to etcd conditional on exactly that state.
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub const NO_LEADER: i32 = -1;
 
 /// A topic's identity and replica placement, stored as JSON at `<prefix>/topics/<name>`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicAssignment {
     /// The topic id (Kafka's topic UUID, hyphenated).
     pub topic_id: String,
@@ -30,17 +32,32 @@ pub struct TopicAssignment {
     /// same name. Not stored; filled in when read.
     #[serde(skip)]
     pub create_revision: i64,
+    /// The key's etcd `mod_revision`: grows with every change of the assignment (a
+    /// partition added, a reassignment started or completed). Not stored; filled in
+    /// when read, and compared by the writes that change the assignment.
+    #[serde(skip)]
+    pub mod_revision: i64,
 }
 
 /// A partition's leadership, stored as JSON at `<prefix>/partitions/<topic>/<p>`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {
     /// The leader's node id, or [`NO_LEADER`] while no eligible replica is alive.
     pub leader: i32,
-    /// Grows with every change of leader (KIP-101's leader epoch).
+    /// Grows with every change of leader (KIP-101's leader epoch), and when replicas
+    /// leave the partition (a completed or cancelled reassignment).
     pub leader_epoch: i32,
     /// The in-sync replicas, the leader among them.
     pub isr: Vec<i32>,
+    /// While the partition is being reassigned: the replicas the move adds (in the
+    /// assignment already, catching up). Absent from the JSON otherwise, so states
+    /// written before reassignment existed parse unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// While the partition is being reassigned: the replicas the move removes once
+    /// every target replica is in sync (still in the assignment, after the target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
     /// The key's etcd `mod_revision`: grows with every change of this state (Kafka's
     /// partition epoch). Not stored; filled in when read, and compared on write.
     #[serde(skip)]
@@ -52,6 +69,14 @@ pub struct PartitionState {
 pub struct TopicPartition {
     pub topic: String,
     pub partition: i32,
+}
+
+impl PartitionState {
+    /// Whether a reassignment of this partition is in progress (Kafka's
+    /// `isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
 }
 
 impl TopicPartition {
@@ -234,7 +259,7 @@ fn rack_alternated(brokers: &BTreeMap<i32, Option<String>>) -> Vec<i32> {
 
 /// The state a new partition starts in: its first replica leads, all are in sync.
 pub fn initial_partition_state(replicas: &[i32]) -> PartitionState {
-    PartitionState { leader: replicas.first().copied().unwrap_or(NO_LEADER), leader_epoch: 0, isr: replicas.to_vec(), partition_epoch: 0 }
+    PartitionState { leader: replicas.first().copied().unwrap_or(NO_LEADER), leader_epoch: 0, isr: replicas.to_vec(), ..PartitionState::default() }
 }
 
 /// What the controller makes of a partition given the live brokers: `None` when
@@ -373,6 +398,173 @@ pub fn imbalanced_partitions<'a>(partitions: impl IntoIterator<Item = (&'a Topic
         .collect()
 }
 
+/// Why AlterPartitionReassignments changes nothing for a partition (Kafka's error
+/// codes of the same names).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReassignmentError {
+    /// A target that is empty, repeats a broker or names one not registered; or a
+    /// cancellation that would need an unclean election while that is disabled.
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    /// A cancellation of a partition that is not being moved.
+    #[error("no partition reassignment is in progress")]
+    NoReassignmentInProgress,
+}
+
+/// A partition's replicas (its entry of the topic's assignment) and state after a
+/// reassignment decision: both are written together, in one transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReassignedPartition {
+    pub replicas: Vec<i32>,
+    pub state: PartitionState,
+}
+
+/// Starts (or changes) moving a partition to the `target` replicas, as Kafka's
+/// controller does (`ReplicationControlManager.changePartitionReassignment` with
+/// `PartitionReassignmentReplicas`):
+///
+/// - `target` must be non-empty, name only `registered` brokers, each once
+///   (INVALID_REPLICA_ASSIGNMENT); its length may differ from the current one.
+/// - The move is computed against the partition's current `replicas` (the union, for a
+///   partition already moving): `removing` = current − target, `adding` = target −
+///   current, and the replicas become target then removing, so that no copy is given
+///   up before the target is in sync.
+/// - If the ISR already holds every target replica (a reordering, a shrink) the move
+///   completes at once ([`complete_reassignment`]'s rule).
+/// - A leader that is not in the resulting ISR (or not live) is replaced by the first
+///   replica in it and live; the leader epoch grows when the leader changes or a
+///   replica leaves.
+///
+/// Unlike Kafka's `PartitionChangeBuilder`, a change whose own adding and removing
+/// lists are empty clears the previous move's lists rather than keeping them: the
+/// target given is the whole truth of the new move.
+///
+/// Returns `None` when nothing changes (the target is the current replicas, and no
+/// move is in progress).
+///
+/// # Errors
+/// [`ReassignmentError::InvalidReplicaAssignment`].
+pub fn start_reassignment(
+    replicas: &[i32],
+    current: &PartitionState,
+    target: &[i32],
+    registered: &BTreeSet<i32>,
+    live: &BTreeSet<i32>,
+) -> Result<Option<ReassignedPartition>, ReassignmentError> {
+    let bad = |reason: String| Err(ReassignmentError::InvalidReplicaAssignment(reason));
+    if target.is_empty() {
+        return bad("the target replica list is empty".into());
+    }
+    let mut seen = BTreeSet::new();
+    for r in target {
+        if !registered.contains(r) {
+            return bad(format!("the target includes broker {r}, but no such broker is registered"));
+        }
+        if !seen.insert(*r) {
+            return bad(format!("the target includes broker {r} more than once"));
+        }
+    }
+    let removing: Vec<i32> = replicas.iter().copied().filter(|r| !target.contains(r)).collect::<BTreeSet<_>>().into_iter().collect();
+    let adding: Vec<i32> = target.iter().copied().filter(|r| !replicas.contains(r)).collect::<BTreeSet<_>>().into_iter().collect();
+    let mut union = target.to_vec();
+    union.extend(&removing);
+    if union == replicas && adding.is_empty() && removing.is_empty() && !current.is_reassigning() {
+        return Ok(None);
+    }
+    Ok(Some(change(replicas, current, union, adding, removing, current.isr.clone(), live)))
+}
+
+/// Cancels a partition's move (a null target), as Kafka's
+/// `cancelPartitionReassignment` with `PartitionReassignmentRevert`: the replicas go
+/// back to the union without the adding ones, which also leave the ISR; an adding
+/// replica that led is replaced (leader epoch + 1, as always when replicas leave).
+/// If every in-sync replica was an adding one, only `unclean`
+/// (`unclean.leader.election.enable`) lets the first original replica lead alone.
+///
+/// # Errors
+/// [`ReassignmentError::NoReassignmentInProgress`] for a partition not moving;
+/// [`ReassignmentError::InvalidReplicaAssignment`] when the revert needs an unclean
+/// election that is not enabled.
+pub fn cancel_reassignment(replicas: &[i32], current: &PartitionState, live: &BTreeSet<i32>, unclean: bool) -> Result<ReassignedPartition, ReassignmentError> {
+    if !current.is_reassigning() {
+        return Err(ReassignmentError::NoReassignmentInProgress);
+    }
+    let original: Vec<i32> = replicas.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
+    let mut isr: Vec<i32> = current.isr.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
+    if isr.is_empty() {
+        let Some(&first) = original.first() else {
+            return Err(ReassignmentError::InvalidReplicaAssignment("the reassignment adds every replica: nothing to revert to".into()));
+        };
+        if !unclean {
+            return Err(ReassignmentError::InvalidReplicaAssignment(
+                "reverting would need an unclean leader election: every in-sync replica is one the reassignment adds".into(),
+            ));
+        }
+        isr.push(first);
+    }
+    Ok(change(replicas, current, original, Vec::new(), Vec::new(), isr, live))
+}
+
+/// The controller's step that ends a move (Kafka's `maybeCompleteReassignment`):
+/// once the ISR, without the removing replicas, holds every target replica, the
+/// replicas become the target, the ISR loses the removing ones, the lists are
+/// cleared, and a leader that is leaving is replaced by the first target replica in
+/// the ISR that is live (leader epoch + 1, also when only followers leave, so that a
+/// removed replica's fetches are fenced). `None` while the move must wait: a target
+/// replica still catching up, or no target replica live to lead (Kafka would complete
+/// into an offline partition; Floe waits for one to return).
+pub fn complete_reassignment(replicas: &[i32], current: &PartitionState, live: &BTreeSet<i32>) -> Option<ReassignedPartition> {
+    if !current.is_reassigning() {
+        return None;
+    }
+    let (target, isr) = completed(replicas, &current.removing_replicas, &current.isr)?;
+    let next = change(replicas, current, target, Vec::new(), Vec::new(), isr, live);
+    (next.state.leader != NO_LEADER).then_some(next)
+}
+
+/// The replicas and ISR of a move that can complete with `isr`: both without the
+/// `removing` replicas, the ISR holding every remaining replica and neither empty.
+fn completed(replicas: &[i32], removing: &[i32], isr: &[i32]) -> Option<(Vec<i32>, Vec<i32>)> {
+    let target: Vec<i32> = replicas.iter().copied().filter(|r| !removing.contains(r)).collect();
+    let isr: Vec<i32> = isr.iter().copied().filter(|r| !removing.contains(r)).collect();
+    if target.is_empty() || isr.is_empty() || !target.iter().all(|r| isr.contains(r)) {
+        return None;
+    }
+    Some((target, isr))
+}
+
+/// Kafka's `PartitionChangeBuilder` for a change of replicas: completes the move if
+/// it can, keeps the leader if it is in the new ISR and live (else the first replica
+/// that is, else [`NO_LEADER`]), and bumps the leader epoch when the leader changes or
+/// a replica of `old_replicas` leaves.
+fn change(
+    old_replicas: &[i32],
+    current: &PartitionState,
+    mut replicas: Vec<i32>,
+    mut adding: Vec<i32>,
+    mut removing: Vec<i32>,
+    mut isr: Vec<i32>,
+    live: &BTreeSet<i32>,
+) -> ReassignedPartition {
+    if !adding.is_empty() || !removing.is_empty() {
+        if let Some((target, shrunk)) = completed(&replicas, &removing, &isr) {
+            (replicas, isr) = (target, shrunk);
+            adding.clear();
+            removing.clear();
+        }
+    }
+    let eligible = |r: &i32| isr.contains(r) && live.contains(r) && replicas.contains(r);
+    let leader = if current.leader != NO_LEADER && eligible(&current.leader) {
+        current.leader
+    } else {
+        replicas.iter().copied().find(|r| eligible(r)).unwrap_or(NO_LEADER)
+    };
+    let replica_left = old_replicas.iter().any(|r| !replicas.contains(r));
+    let leader_epoch = if leader != current.leader || replica_left { current.leader_epoch + 1 } else { current.leader_epoch };
+    let state = PartitionState { leader, leader_epoch, isr, adding_replicas: adding, removing_replicas: removing, partition_epoch: current.partition_epoch };
+    ReassignedPartition { replicas, state }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,7 +578,7 @@ mod tests {
     }
 
     fn state(leader: i32, epoch: i32, isr: &[i32]) -> PartitionState {
-        PartitionState { leader, leader_epoch: epoch, isr: isr.to_vec(), partition_epoch: 7 }
+        PartitionState { leader, leader_epoch: epoch, isr: isr.to_vec(), partition_epoch: 7, ..PartitionState::default() }
     }
 
     #[test]
@@ -563,5 +755,108 @@ mod tests {
         assert_eq!(json, r#"{"leader":2,"leader_epoch":3,"isr":[2,1]}"#);
         let back: PartitionState = serde_json::from_str(&json).unwrap();
         assert_eq!(back.partition_epoch, 0);
+    }
+
+    fn moving(leader: i32, epoch: i32, isr: &[i32], adding: &[i32], removing: &[i32]) -> PartitionState {
+        PartitionState { adding_replicas: adding.to_vec(), removing_replicas: removing.to_vec(), ..state(leader, epoch, isr) }
+    }
+
+    #[test]
+    fn a_move_starts_with_the_union_target_first() {
+        let all = live(&[1, 2, 3, 4]);
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3, 4], &all, &all).unwrap().unwrap();
+        assert_eq!(next.replicas, vec![2, 3, 4, 1]);
+        // Nothing leaves yet: same leader, same epoch, same ISR.
+        assert_eq!(next.state, moving(1, 4, &[1, 2, 3], &[4], &[1]));
+        assert!(next.state.is_reassigning());
+    }
+
+    #[test]
+    fn a_bad_target_is_refused() {
+        let all = live(&[1, 2, 3]);
+        let s = state(1, 4, &[1, 2, 3]);
+        for bad in [vec![], vec![2, 2], vec![2, 9]] {
+            assert!(matches!(start_reassignment(&[1, 2, 3], &s, &bad, &all, &all), Err(ReassignmentError::InvalidReplicaAssignment(_))), "{bad:?}");
+        }
+        // The same replicas in the same order: nothing to do.
+        assert_eq!(start_reassignment(&[1, 2, 3], &s, &[1, 2, 3], &all, &all), Ok(None));
+    }
+
+    #[test]
+    fn a_target_already_in_sync_completes_at_once() {
+        let all = live(&[1, 2, 3]);
+        // A reordering: only the assignment changes.
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[3, 1, 2], &all, &all).unwrap().unwrap();
+        assert_eq!((next.replicas, next.state), (vec![3, 1, 2], state(1, 4, &[1, 2, 3])));
+        // A shrink away from the leader: 2 leads, the epoch grows.
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3], &all, &all).unwrap().unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3], state(2, 5, &[2, 3])));
+        // A shrink of a follower: the leader stays, the epoch still grows (3 is fenced).
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[1, 2], &all, &all).unwrap().unwrap();
+        assert_eq!((next.replicas, next.state), (vec![1, 2], state(1, 5, &[1, 2])));
+    }
+
+    #[test]
+    fn a_move_completes_once_every_target_replica_is_in_sync() {
+        let all = live(&[1, 2, 3, 4]);
+        let replicas = [2, 3, 4, 1];
+        // 4 is catching up: wait.
+        assert_eq!(complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3], &[4], &[1]), &all), None);
+        // 4 joined the ISR: 1 leaves, and since it led, 2 (the first target replica in
+        // the ISR) leads at the next epoch.
+        let next = complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &all).unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 4], state(2, 5, &[2, 3, 4])));
+        // A follower leaving: the leader stays, the epoch grows.
+        let next = complete_reassignment(&replicas, &moving(3, 4, &[3, 1, 2, 4], &[4], &[1]), &all).unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 4], state(3, 5, &[3, 2, 4])));
+        // Nothing moving: nothing to complete.
+        assert_eq!(complete_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &all), None);
+        // Every target replica in sync but none alive to lead: wait for one.
+        assert_eq!(complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &live(&[1])), None);
+    }
+
+    #[test]
+    fn a_new_target_for_a_moving_partition_starts_from_its_current_replicas() {
+        let all = live(&[1, 2, 3, 4, 5]);
+        // {1,2,3} → {2,3,4} under way; now {2,3,5}: 4 (never in sync) is removed too.
+        let next = start_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3], &[4], &[1]), &[2, 3, 5], &all, &all).unwrap().unwrap();
+        assert_eq!(next.replicas, vec![2, 3, 5, 1, 4]);
+        assert_eq!(next.state, moving(1, 4, &[1, 2, 3], &[5], &[1, 4]));
+        // The whole union as target: the move is over, nothing leaves.
+        let next = start_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3], &[4], &[1]), &[2, 3, 4, 1], &all, &all).unwrap().unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 4, 1], state(1, 4, &[1, 2, 3])));
+    }
+
+    #[test]
+    fn cancelling_reverts_to_the_original_replicas() {
+        let all = live(&[1, 2, 3, 4]);
+        let next = cancel_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &all, false).unwrap();
+        // 4 leaves the replicas and the ISR; the epoch grows so its fetches are fenced.
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(1, 5, &[1, 2, 3])));
+        // An adding replica that led is replaced by the first original one in sync.
+        let next = cancel_reassignment(&[2, 3, 4, 1], &moving(4, 6, &[4, 3, 1], &[4], &[1]), &all, false).unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(3, 7, &[3, 1])));
+        assert_eq!(cancel_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &all, false), Err(ReassignmentError::NoReassignmentInProgress));
+    }
+
+    #[test]
+    fn a_cancel_that_needs_an_unclean_election_is_refused_unless_enabled() {
+        let all = live(&[1, 2, 3, 4]);
+        // Only 4 (adding) is in sync.
+        let s = moving(4, 6, &[4], &[4], &[1]);
+        assert!(matches!(cancel_reassignment(&[2, 3, 4, 1], &s, &all, false), Err(ReassignmentError::InvalidReplicaAssignment(_))));
+        let next = cancel_reassignment(&[2, 3, 4, 1], &s, &all, true).unwrap();
+        assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(2, 7, &[2])));
+    }
+
+    #[test]
+    fn moving_state_json_round_trips_and_old_states_parse() {
+        let s = moving(1, 4, &[1, 2, 3], &[4], &[1]);
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, r#"{"leader":1,"leader_epoch":4,"isr":[1,2,3],"adding_replicas":[4],"removing_replicas":[1]}"#);
+        let back: PartitionState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, PartitionState { partition_epoch: 0, ..s });
+        let old: PartitionState = serde_json::from_str(r#"{"leader":2,"leader_epoch":3,"isr":[2,1]}"#).unwrap();
+        assert!(!old.is_reassigning());
     }
 }

@@ -1,6 +1,7 @@
 //! Writes any broker makes outside the controller: creating a topic (its assignment
-//! and its partitions' first states), adding partitions to it and deleting it, and
-//! electing leaders, on behalf of admin requests; a partition leader's change of its
+//! and its partitions' first states), adding partitions to it and deleting it,
+//! electing leaders, and starting, changing or cancelling a partition's reassignment,
+//! on behalf of admin requests; a partition leader's change of its
 //! ISR; and blocks of producer ids.
 //!
 //! None of them needs the controller: each is one etcd transaction conditional on
@@ -19,7 +20,7 @@ use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpRe
 use tracing::{debug, info};
 
 use crate::etcd_session::{bounded, parse_json, partition_key, partitions_prefix, topic_key};
-use crate::{initial_partition_state, ClusterError, PartitionState, TopicAssignment, TopicPartition};
+use crate::{initial_partition_state, ClusterError, PartitionState, ReassignedPartition, TopicAssignment, TopicPartition};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;
@@ -173,6 +174,63 @@ pub(crate) async fn change_leader(
             return Ok(PartitionState { partition_epoch, ..next });
         }
         debug!(partition = %tp, "the partition moved while its election was decided; deciding again");
+    }
+}
+
+/// Starts, changes or cancels the reassignment of `tp` (AlterPartitionReassignments):
+/// reads the topic and the partition as stored (one consistent read), asks `decide`
+/// for the partition's new replicas and state from its current replicas and state
+/// (`None`: nothing to change), and writes the topic's assignment and the partition's
+/// state in one transaction, conditional on the topic key's `mod_revision` and the
+/// partition's (the partition epoch) being the ones read. So a move never interleaves
+/// with CreatePartitions, DeleteTopics, an election, an ISR change, the controller's
+/// completion or another move: a refused write is read and decided again. Returns the
+/// state written (its partition epoch filled in), or `None` when nothing changed.
+///
+/// # Errors
+/// [`ClusterError::UnknownTopic`], [`ClusterError::UnknownPartition`]; what `decide`
+/// returns (e.g. [`ClusterError::Reassignment`]); etcd errors.
+pub(crate) async fn reassign_partition(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    tp: &TopicPartition,
+    mut decide: impl FnMut(&[i32], &PartitionState) -> Result<Option<ReassignedPartition>, ClusterError>,
+) -> Result<Option<PartitionState>, ClusterError> {
+    let topic_key = topic_key(prefix, &tp.topic);
+    let key = partition_key(prefix, tp);
+    loop {
+        let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
+        let read = bounded(timeout, "partition read", client.txn(read)).await?;
+        let mut got = read.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        let (topic, partition) = (got.next().flatten(), got.next().flatten());
+        let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
+        let mut assignment: TopicAssignment = parse_json(&topic)?;
+        let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
+        let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?.clone();
+        let partition = partition.ok_or_else(unknown)?;
+        let mut current: PartitionState = parse_json(&partition)?;
+        current.partition_epoch = partition.mod_revision();
+        let Some(next) = decide(&replicas, &current)? else { return Ok(None) };
+        assignment.partitions.insert(tp.partition, next.replicas.clone());
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, topic.mod_revision()),
+                Compare::mod_revision(key.as_str(), CompareOp::Equal, current.partition_epoch),
+            ])
+            .and_then([TxnOp::put(topic_key.as_str(), to_json(&topic_key, &assignment)?, None), TxnOp::put(key.as_str(), to_json(&key, &next.state)?, None)]);
+        let resp = bounded(timeout, "partition reassignment", client.txn(txn)).await?;
+        if resp.succeeded() {
+            info!(partition = %tp, old_replicas = ?replicas, replicas = ?next.replicas, adding = ?next.state.adding_replicas,
+                  removing = ?next.state.removing_replicas, leader = next.state.leader, leader_epoch = next.state.leader_epoch,
+                  isr = ?next.state.isr, "partition reassignment changed");
+            let partition_epoch = resp.header().map_or(0, |h| h.revision());
+            return Ok(Some(PartitionState { partition_epoch, ..next.state }));
+        }
+        debug!(partition = %tp, "the topic or partition moved while its reassignment was decided; deciding again");
     }
 }
 

@@ -65,6 +65,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::AlterPartitionReassignments, 0, 0),
+    api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeClientQuotas, 0, 1),
     api(ApiKey::AlterClientQuotas, 0, 1),

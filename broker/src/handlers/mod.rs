@@ -34,6 +34,7 @@ mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
 mod offsets;
+mod partition_reassignments;
 mod produce;
 mod sasl;
 mod scram_credentials;
@@ -172,6 +173,8 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
         ApiKey::ElectLeaders => "ElectLeaders",
+        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
+        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
         ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         ApiKey::AlterClientQuotas => "AlterClientQuotas",
         _ => "Other",
@@ -394,6 +397,14 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         ApiKey::ElectLeaders => {
             let req = decode(api_key, body, version)?;
             out.frame(elect_leaders::handle(broker, ctx, req, version).await)
+        }
+        ApiKey::AlterPartitionReassignments => {
+            let req = decode(api_key, body, version)?;
+            out.frame(partition_reassignments::handle_alter(broker, ctx, req, version).await)
+        }
+        ApiKey::ListPartitionReassignments => {
+            let req = decode(api_key, body, version)?;
+            out.frame(partition_reassignments::handle_list(broker, ctx, req, version))
         }
         ApiKey::DescribeClientQuotas => {
             let req = decode(api_key, body, version)?;

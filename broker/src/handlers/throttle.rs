@@ -48,6 +48,8 @@ throttled!(
     DeleteGroupsResponse,
     ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsResponse,
     OffsetDeleteResponse,
     DescribeClientQuotasResponse,
     AlterClientQuotasResponse,

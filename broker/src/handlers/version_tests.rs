@@ -1009,6 +1009,35 @@ async fn every_served_version_of_every_api_answers() {
                     assert!(all.replica_election_results.iter().all(|t| t.partition_result.is_empty()));
                     assert!(all.replica_election_results.iter().any(|t| t.topic.as_str() == "t"));
                 }
+                ApiKey::AlterPartitionReassignments => {
+                    // A broker alone: a target of its own id is no move, another broker
+                    // is not registered, a cancellation finds no move, no such partition.
+                    use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+                    let part = |p: i32, r: Option<Vec<i32>>| ReassignablePartition::default().with_partition_index(p).with_replicas(r.map(|r| r.into_iter().map(BrokerId).collect()));
+                    let own = broker.config.node_id;
+                    let t = ReassignableTopic::default().with_name(name("t")).with_partitions(vec![
+                        part(0, Some(vec![own])),
+                        part(0, Some(vec![own + 1])),
+                        part(0, Some(vec![own, own])),
+                        part(0, None),
+                        part(9, Some(vec![own])),
+                    ]);
+                    let ghost = ReassignableTopic::default().with_name(name("ghost")).with_partitions(vec![part(0, Some(vec![own]))]);
+                    let req = AlterPartitionReassignmentsRequest::default().with_topics(vec![t, ghost]);
+                    let r: AlterPartitionReassignmentsResponse = roundtrip(&broker, range.key, v, &req).await;
+                    assert_eq!(r.error_code, 0);
+                    let codes: Vec<Vec<i16>> = r.responses.iter().map(|t| t.partitions.iter().map(|p| p.error_code).collect()).collect();
+                    let (invalid, none, unknown) =
+                        (ResponseError::InvalidReplicaAssignment.code(), ResponseError::NoReassignmentInProgress.code(), ResponseError::UnknownTopicOrPartition.code());
+                    assert_eq!(codes, vec![vec![0, invalid, invalid, none, unknown], vec![unknown]], "v{v}");
+                }
+                ApiKey::ListPartitionReassignments => {
+                    let named = list_partition_reassignments_request::ListPartitionReassignmentsTopics::default().with_name(name("t")).with_partition_indexes(vec![0]);
+                    for topics in [None, Some(vec![named])] {
+                        let r: ListPartitionReassignmentsResponse = roundtrip(&broker, range.key, v, &ListPartitionReassignmentsRequest::default().with_topics(topics)).await;
+                        assert_eq!((r.error_code, r.topics.len()), (0, 0), "v{v}");
+                    }
+                }
                 ApiKey::DescribeClientQuotas => {
                     use crate::quota::entity::{EntityName, QuotaEntity};
                     let alice = QuotaEntity { user: Some(EntityName::Named(format!("alice{v}"))), client_id: Some(EntityName::Default) };
@@ -1128,6 +1157,15 @@ async fn an_anonymous_client_without_acls_is_refused_per_resource() {
     let r: WriteTxnMarkersResponse = roundtrip(&broker, ApiKey::WriteTxnMarkers, 1, &WriteTxnMarkersRequest::default().with_markers(vec![marker])).await;
     assert_eq!(r.markers[0].topics[0].partitions[0].error_code, ResponseError::ClusterAuthorizationFailed.code());
     assert_eq!(broker.logs.partition("t", 0).expect("t-0").log_end_offset(), 0, "no marker appended");
+    // Reassignments need ALTER (alter) and DESCRIBE (list) on the cluster.
+    let part = alter_partition_reassignments_request::ReassignablePartition::default().with_partition_index(0).with_replicas(Some(vec![BrokerId(1)]));
+    let topic = alter_partition_reassignments_request::ReassignableTopic::default().with_name(name("t")).with_partitions(vec![part]);
+    let r: AlterPartitionReassignmentsResponse =
+        roundtrip(&broker, ApiKey::AlterPartitionReassignments, 0, &AlterPartitionReassignmentsRequest::default().with_topics(vec![topic])).await;
+    assert_eq!(r.error_code, ResponseError::ClusterAuthorizationFailed.code());
+    assert_eq!(r.responses[0].partitions[0].error_code, ResponseError::ClusterAuthorizationFailed.code());
+    let r: ListPartitionReassignmentsResponse = roundtrip(&broker, ApiKey::ListPartitionReassignments, 0, &ListPartitionReassignmentsRequest::default()).await;
+    assert_eq!(r.error_code, ResponseError::ClusterAuthorizationFailed.code());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

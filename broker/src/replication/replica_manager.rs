@@ -162,7 +162,9 @@ impl ReplicaManager {
             }
             keep
         });
-        let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len()).count();
+        // As Kafka counts a partition being reassigned: against its replicas without the
+        // ones still being added.
+        let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len().saturating_sub(lp.state.adding_replicas.len())).count();
         self.metrics.replication.under_replicated_partitions.set(under as i64);
         self.metrics.replication.leader_partitions.set(leaders.len() as i64);
     }
@@ -186,7 +188,9 @@ impl ReplicaManager {
                     lp.pending_isr = None;
                 }
                 lp.state = state.clone();
-                lp.replicas = replicas.to_vec();
+                if lp.replicas != replicas {
+                    self.sync_followers(&tp, lp, replicas, now);
+                }
                 lp.update_high_watermark(self.node_id);
             }
             _ => {
@@ -203,6 +207,21 @@ impl ReplicaManager {
                 leaders.insert(tp, lp);
             }
         }
+    }
+
+    /// The replicas of a partition led at one epoch changed (a reassignment started,
+    /// changed or completed without a new leader epoch): replicas added become followers
+    /// whose fetches count (they join the ISR by the usual rule), replicas removed are
+    /// forgotten. Those that stay keep what the leader knows of them.
+    fn sync_followers(&self, tp: &TopicPartition, lp: &mut LeaderPartition, replicas: &[i32], now: i64) {
+        let node_id = self.node_id;
+        lp.followers.retain(|r, _| replicas.contains(r));
+        for &r in replicas.iter().filter(|&&r| r != node_id) {
+            lp.followers.entry(r).or_insert_with(|| FollowerState::new(now));
+        }
+        info!(partition = %tp, leader_epoch = lp.state.leader_epoch, old_replicas = ?lp.replicas, replicas = ?replicas, "the partition's replicas changed");
+        lp.replicas = replicas.to_vec();
+        lp.log.set_replicated(replicas.len() > 1);
     }
 
     /// Whether this broker leads `tp` (has taken the role, not only been given it).
@@ -361,5 +380,63 @@ pub async fn run_isr_writer(broker: Arc<crate::broker::Broker>, mut requests: mp
                 broker.replicas.isr_change_failed(&r.tp, r.expected.partition_epoch);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use floe_cluster::TopicAssignment;
+    use floe_storage::LogConfig;
+
+    use super::*;
+    use crate::replication::fetcher::FetcherSettings;
+
+    fn view(replicas: &[i32], state: PartitionState) -> ClusterView {
+        let assignment = TopicAssignment { topic_id: "id".into(), partitions: BTreeMap::from([(0, replicas.to_vec())]), ..TopicAssignment::default() };
+        ClusterView {
+            topics: Arc::new(BTreeMap::from([("t".to_string(), assignment)])),
+            partitions: Arc::new(BTreeMap::from([(TopicPartition::new("t", 0), state)])),
+            synced: true,
+            ..ClusterView::default()
+        }
+    }
+
+    /// A reassignment changes a partition's replicas within one leader epoch: the leader
+    /// counts the fetches of a replica added (so it can join the ISR) and forgets one
+    /// removed, without becoming leader anew.
+    #[tokio::test]
+    async fn replicas_added_within_an_epoch_become_followers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("logs");
+        logs.create_topic("t", 1, BTreeMap::new()).expect("topic");
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let fetchers = ReplicaFetcherManager::new(1, "PLAINTEXT".into(), FetcherSettings::default(), metrics.clone());
+        let (manager, mut isr_requests) = ReplicaManager::new(1, Duration::from_secs(30), fetchers, metrics);
+        let tp = TopicPartition::new("t", 0);
+        let state = |isr: &[i32], adding: &[i32], removing: &[i32], partition_epoch: i64| PartitionState {
+            leader: 1,
+            leader_epoch: 3,
+            isr: isr.to_vec(),
+            adding_replicas: adding.to_vec(),
+            removing_replicas: removing.to_vec(),
+            partition_epoch,
+        };
+        manager.apply(&view(&[1, 2], state(&[1, 2], &[], &[], 10)), &logs);
+        assert!(manager.is_leader(&tp));
+        assert!(!manager.record_follower_fetch(&tp, 3, 0), "3 is no replica yet");
+        // A move from {1,2} to {1,3} starts: same leader epoch, 3 added.
+        manager.apply(&view(&[1, 3, 2], state(&[1, 2], &[3], &[2], 11)), &logs);
+        assert_eq!(manager.leader_epoch_of(&tp), Some(3));
+        assert!(manager.record_follower_fetch(&tp, 3, 0), "the added replica's fetch counts");
+        // Caught up (the log is empty): it asks to join the ISR.
+        let joined = isr_requests.try_recv().expect("an ISR change for the added replica");
+        assert_eq!((joined.tp, joined.isr), (tp.clone(), vec![1, 2, 3]));
+        // Replicas removed are forgotten.
+        manager.apply(&view(&[1, 3], state(&[1, 2, 3], &[], &[], 12)), &logs);
+        assert!(!manager.record_follower_fetch(&tp, 2, 0), "2 is no replica any more");
+        assert!(manager.record_follower_fetch(&tp, 3, 0));
+        manager.shutdown().await;
     }
 }
