@@ -108,7 +108,7 @@ def _create(bootstrap: str, topic: str, partitions: int = 0, assignment: list[li
             config: dict | None = None) -> str:
     a = admin(bootstrap)
     conf = {"min.insync.replicas": "2", **(config or {})}
-    nt = (NewTopic(topic, replica_assignment=assignment, config=conf) if assignment
+    nt = (NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment, config=conf) if assignment
           else NewTopic(topic, num_partitions=partitions, replication_factor=3, config=conf))
     a.create_topics([nt], request_timeout=15)[topic].result(timeout=20)
     return topic
@@ -175,7 +175,8 @@ def test_only_leaders_tier_and_several_brokers_commit_to_one_table(floe_factory,
     produced = {}
     for p in range(partitions):
         values = [f"p{p}-{i:05d}".encode() + b"x" * 60 for i in range(400)]
-        for o, v in zip(produce_all(_bootstrap(brokers), topic, [{"value": v} for v in values], partition=p), values):
+        acked = produce_all(_bootstrap(brokers), topic, [{"value": v} for v in values], partition=p, **{"batch.size": 2000})
+        for o, v in zip(acked, values):
             produced[(p, o)] = v
     rows = _wait_all_tiered(lake, topic, {p: 400 for p in range(partitions)})
     _assert_exactly_once(rows, produced, partitions)
@@ -274,8 +275,9 @@ def test_followers_hold_retention_until_the_table_has_the_records(floe_factory, 
     control = _create(brokers[0].bootstrap, unique_topic("clplain"), assignment=[[1, 2, 3]], config=retention)
     assert _state(etcd, prefix, tiered, 0)["leader"] == 1
     values = [f"v{i:05d}".encode() + b"x" * 80 for i in range(400)]
-    offsets = produce_all(_bootstrap(brokers), tiered, [{"value": v} for v in values])
-    produce_all(_bootstrap(brokers), control, [{"value": v} for v in values])
+    small = {"batch.size": 1000}  # batches below segment.bytes
+    offsets = produce_all(_bootstrap(brokers), tiered, [{"value": v} for v in values], **small)
+    produce_all(_bootstrap(brokers), control, [{"value": v} for v in values], **small)
     followers = [_by_id(brokers, 2), _by_id(brokers, 3)]
     # Retention runs on the followers: the control topic's old segments go.
     wait_until(lambda: all(_log_start(f, control, 0) > 0 for f in followers), timeout=60, interval=0.3,
