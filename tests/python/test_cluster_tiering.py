@@ -18,6 +18,7 @@ SqlCatalog. What is checked, on real processes and real clients:
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,50 @@ def test_followers_hold_retention_until_the_table_has_the_records(floe_factory, 
     wait_until(lambda: all(_log_start(f, tiered, 0) > 0 for f in followers), timeout=60, interval=0.3,
                what="retention of tiered segments on both live replicas")
     assert all(_log_start(f, tiered, 0) <= 400 for f in followers)
+
+
+def test_a_paused_leader_resumed_after_its_replacement_tiered_adds_nothing_twice(floe_factory, etcd, sql_lake):
+    """The leader is SIGSTOPped while it tiers continuously (wherever its pass is: planning,
+    writing Parquet, committing), replaced, and resumed after the new leader has committed
+    the partition: whatever it had in flight either lands as a valid step or fails."""
+    lake = sql_lake
+    brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides={**lake.settings, "floe.iceberg.target-lag-ms": "200"})
+    agreed_view(brokers, live=3)
+    topic = _create(brokers[0].bootstrap, unique_topic("cltierpause"), 1,
+                    config={"floe.iceberg.enabled": "true", "segment.bytes": "20000"})
+    wl = Workload(_bootstrap(brokers), topic, 1, producers=2, consumers=0, rate_per_producer=300).start()
+    try:
+        first = _state(etcd, prefix, topic, 0)
+        old = _by_id(brokers, first["leader"])
+        wait_until(lambda: sum(1 for b, r in _commits(lake, topic) if b == first["leader"]) >= 2,
+                   timeout=60, interval=0.3, what="commits by the first leader")
+        old.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: _state(etcd, prefix, topic, 0)["leader"] not in (-1, first["leader"]), timeout=30,
+                       what="a new leader while the old one is paused")
+            new_leader = _state(etcd, prefix, topic, 0)["leader"]
+            wait_until(lambda: any(b == new_leader for b, _ in _commits(lake, topic)), timeout=60, interval=0.3,
+                       what=f"a commit by the new leader {new_leader}")
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+        agreed_view(brokers, live=3)
+        wait_until(lambda: sorted(_state(etcd, prefix, topic, 0)["isr"]) == [1, 2, 3], timeout=60, interval=0.3,
+                   what="the old leader back in the ISR")
+        assert not wl.fatal_errors, wl.fatal_errors
+    finally:
+        wl.stop()
+    history = wl.drain()
+    verdict = check(history)
+    assert verdict.ok, verdict.summary()
+    log = {(p, o): v for p, o, v in history.drain}
+    rows = _wait_all_tiered(lake, topic, {0: history.drain_bounds[0][1]})
+    _assert_exactly_once(rows, log, 1)
+    nxt = 0
+    commits = _commits(lake, topic)
+    for _, ranges in commits:
+        lo, hi = ranges[0]
+        assert lo == nxt, f"range {lo}-{hi} after {nxt}"
+        nxt = hi + 1
+    assert "offsets may be duplicated" not in old.stderr_text()
+    stale = old.stderr_text().count("another writer tiered this partition since the plan")
+    print(f"{len(commits)} commits by {[b for b, _ in commits]}; the resumed leader's stale commits refused: {stale}")
