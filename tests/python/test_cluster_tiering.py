@@ -11,6 +11,8 @@ SqlCatalog. What is checked, on real processes and real clients:
   record lands exactly once (offsets per partition contiguous from 0, values as in the log);
 - kill -9 of a partition's leader mid-stream (producers go on, the leader comes back): the
   new leader resumes from the table's committed offsets, nothing tiered twice or skipped;
+- a leader paused while it tiers, replaced, resumed after the new leader committed:
+  whatever it had in flight lands as a valid step or not at all;
 - followers hold retention at the table's committed offsets: with the leader unable to
   commit (failpoint), followers keep every record (a topic without tiering, same retention,
   shows they would otherwise delete); once a new leader has tiered them, they delete.
