@@ -264,8 +264,21 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let sweeper = groups.start(shutdown.clone());
     let txn_timer = transaction_timer(txns.clone(), shutdown.clone());
 
-    let tiering = crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone())
-        .map_err(|e| RunError::Task(e.to_string()))?;
+    // In a cluster only a partition's leader tiers it (see crate::tiering).
+    let tierers = if cluster.is_clustered() {
+        let leaders = replicas.clone();
+        crate::tiering::Tierers {
+            broker_id: Some(config.node_id),
+            leadership: Some(Arc::new(move |topic: &str, partition: i32| {
+                leaders.is_leader(&floe_cluster::TopicPartition::new(topic, partition))
+            })),
+        }
+    } else {
+        crate::tiering::Tierers::default()
+    };
+    let tiering =
+        crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone(), tierers)
+            .map_err(|e| RunError::Task(e.to_string()))?;
 
     let limits = ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
     let dynamic_config = {

@@ -17,8 +17,28 @@
 //!    logged and counted, and the topic backs off (doubling up to 60 s);
 //! 5. every 10 minutes, deletes the table's orphan data files (written by an
 //!    attempt that crashed or was aborted, in no snapshot, older than 30 min).
+//!
+//! # In a cluster
+//! Only a partition's leader tiers it ([`Leadership`]: the partitions this
+//! broker has taken the leadership of), so the brokers leading the partitions
+//! of one topic all commit to its one table, each recording its node id in the
+//! snapshot summary (`floe.broker-id`). Every plan starts from the table's
+//! committed offsets of each partition, and every commit is conditional on
+//! them ([`TopicTable::commit`]): a commit that finds another broker's commit
+//! of *other* partitions under it goes on top; one that finds its own
+//! partitions tiered since the plan (it was deposed, and the new leader went
+//! on) commits nothing. So after a leader change the new leader resumes
+//! exactly where the table says, whatever the old one was doing.
+//!
+//! Followers tier nothing, but hold retention at the table's committed offset
+//! of each partition they follow, read from the catalog every pass (the log
+//! start offset until it is known): a follower can become the leader, and
+//! must still have every record the table does not. Keeping "the floor the
+//! leader would" from the leader's own state would need it sent over (Kafka's
+//! fetch carries only the log start offset); the table is the one authority
+//! both already read, and a floor that is a pass stale only holds more.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -164,6 +184,32 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// Which partitions this broker tiers, asked every pass: in a cluster, the ones
+/// it leads now (`ReplicaManager::is_leader`: the leadership taken, not only
+/// given); alone (`None` in [`TieringTask::start`]), every partition it has.
+pub type Leadership = Arc<dyn Fn(&str, i32) -> bool + Send + Sync>;
+
+/// Who tiers: this broker's node id (recorded in each commit) and its view of leadership.
+#[derive(Clone, Default)]
+pub struct Tierers {
+    /// In a cluster, this broker's node id.
+    pub broker_id: Option<i32>,
+    /// In a cluster, which partitions this broker leads.
+    pub leadership: Option<Leadership>,
+}
+
+impl std::fmt::Debug for Tierers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tierers").field("broker_id", &self.broker_id).field("clustered", &self.leadership.is_some()).finish()
+    }
+}
+
+impl Tierers {
+    fn leads(&self, topic: &str, partition: i32) -> bool {
+        self.leadership.as_ref().is_none_or(|leads| leads(topic, partition))
+    }
+}
+
 /// The running tiering thread; [`TieringTask::stop`] ends it after its current pass.
 #[derive(Debug)]
 pub struct TieringTask {
@@ -181,6 +227,7 @@ impl TieringTask {
         data_dir: PathBuf,
         settings: TieringSettings,
         metrics: Arc<Metrics>,
+        tierers: Tierers,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -197,6 +244,7 @@ impl TieringTask {
                 data_dir,
                 settings,
                 metrics,
+                tierers,
                 catalog: None,
                 catalog_retry: None,
                 topics: HashMap::new(),
@@ -229,6 +277,8 @@ struct TopicState {
     retry_at: Option<Instant>,
     /// When orphan data files were last looked for.
     orphans_checked: Option<Instant>,
+    /// The partitions this broker tiered on the last pass (it led them).
+    led: BTreeSet<i32>,
 }
 
 
@@ -237,6 +287,7 @@ struct Tierer {
     data_dir: PathBuf,
     settings: TieringSettings,
     metrics: Arc<Metrics>,
+    tierers: Tierers,
     catalog: Option<IcebergCatalog>,
     catalog_retry: Option<(Instant, u32)>,
     topics: HashMap<String, TopicState>,
@@ -340,8 +391,18 @@ impl Tierer {
             .get(TARGET_LAG_MS)
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(self.settings.target_lag_ms.max(0) as u64);
+        // The partitions this broker tiers (leads); the others it only holds retention for.
+        let (led, followed): (Vec<Arc<PartitionLog>>, Vec<Arc<PartitionLog>>) =
+            partitions.iter().cloned().partition(|log| self.tierers.leads(&name, log.partition()));
         {
             let state = self.topics.entry(name.clone()).or_default();
+            let now_led: BTreeSet<i32> = led.iter().map(|l| l.partition()).collect();
+            if now_led != state.led {
+                let gained: Vec<i32> = now_led.difference(&state.led).copied().collect();
+                let lost: Vec<i32> = state.led.difference(&now_led).copied().collect();
+                info!(topic = %name, ?gained, ?lost, tiers = ?now_led, "partitions this broker tiers (those it leads) changed");
+                state.led = now_led;
+            }
             if state.retry_at.is_some_and(|at| Instant::now() < at) {
                 return;
             }
@@ -349,9 +410,11 @@ impl Tierer {
         let next = self.topics[&name].next.clone();
         self.guard_retention(&partitions, next.as_ref());
 
-        // Freshness: roll active segments whose untiered records have waited long enough.
+        // Freshness: roll active segments whose untiered records have waited long enough
+        // (on the leader only: a follower's segments are never tiered).
         let state = self.topics.get_mut(&name).expect("inserted above");
-        for log in &partitions {
+        state.active_since.retain(|p, _| state.led.contains(p));
+        for log in &led {
             let sealed_end = log.sealed_segments().last().map_or(log.log_start_offset(), |s| s.next_offset);
             if log.log_end_offset() > sealed_end {
                 let since = *state.active_since.entry(log.partition()).or_insert_with(Instant::now);
@@ -369,19 +432,24 @@ impl Tierer {
         }
 
         let Some(catalog) = self.catalog().await else { return };
-        // Nothing sealed beyond what is committed: no need to ask the catalog.
-        if let Some(next) = &self.topics[&name].next {
-            let pending = partitions.iter().any(|log| {
+        let topic_id = topic.id().to_string();
+        // Nothing sealed beyond what is committed: no need to tier. Followers still
+        // read the table's committed offsets, to hold retention at them.
+        let pending = self.topics[&name].next.as_ref().is_none_or(|next| {
+            led.iter().any(|log| {
                 let done = next.get(&log.partition()).copied().unwrap_or(0).max(log.log_start_offset());
                 log.sealed_segments().last().is_some_and(|s| s.next_offset > done)
-            });
-            if !pending {
+            })
+        });
+        if led.is_empty() || !pending {
+            if !followed.is_empty() && self.settings.retention_guard {
+                self.refresh_committed(&catalog, &name, &topic_id, &spec, &partitions).await;
+            } else if let Some(next) = &self.topics[&name].next {
                 self.update_lag(&name, &partitions, next);
-                return;
             }
+            return;
         }
-        let topic_id = topic.id().to_string();
-        let result = self.tier(&catalog, &name, &topic_id, &spec, &partitions).await;
+        let result = self.tier(&catalog, &name, &topic_id, &spec, &led).await;
         let tick = Duration::from_millis(self.settings.tick_ms);
         let m = &self.metrics.iceberg;
         let state = self.topics.get_mut(&name).expect("inserted above");
@@ -428,6 +496,39 @@ impl Tierer {
         }
     }
 
+    /// Reads the table's committed offsets (for the partitions this broker follows)
+    /// and holds retention at them. A failure keeps the floors where they were.
+    async fn refresh_committed(
+        &mut self,
+        catalog: &IcebergCatalog,
+        name: &str,
+        topic_id: &str,
+        spec: &str,
+        partitions: &[Arc<PartitionLog>],
+    ) {
+        let result = match self.table(catalog, name, topic_id, spec).await {
+            Ok(table) => table.committed_next_offsets().await,
+            Err(e) => Err(e),
+        };
+        let state = self.topics.get_mut(name).expect("inserted by topic_pass");
+        match result {
+            Ok(next) => {
+                state.next = Some(next.clone());
+                self.guard_retention(partitions, Some(&next));
+                self.update_lag(name, partitions, &next);
+            }
+            Err(e) => {
+                state.failures += 1;
+                let wait = backoff(Duration::from_millis(self.settings.tick_ms), state.failures);
+                state.retry_at = Some(Instant::now() + wait);
+                state.table = None;
+                warn!(topic = %name, error = %e, retry_in_ms = wait.as_millis() as u64,
+                    "cannot read the table's committed offsets: follower retention stays held");
+                self.metrics.iceberg.record_error(name, &e.kind(), &e.to_string(), now_secs());
+            }
+        }
+    }
+
     fn update_lag(&self, name: &str, partitions: &[Arc<PartitionLog>], next: &BTreeMap<i32, i64>) {
         let m = &self.metrics.iceberg;
         for log in partitions {
@@ -448,6 +549,18 @@ impl Tierer {
         }
     }
 
+    /// The topic's table, opened (created if missing) once and kept.
+    async fn table(&mut self, catalog: &IcebergCatalog, name: &str, topic_id: &str, spec: &str) -> Result<&TopicTable, TieringError> {
+        if self.topics[name].table.is_none() {
+            let mut table = catalog.topic_table(name, topic_id, spec).await?;
+            if let Some(id) = self.tierers.broker_id {
+                table = table.with_broker_id(id);
+            }
+            self.topics.get_mut(name).expect("present").table = Some(table);
+        }
+        Ok(self.topics[name].table.as_ref().expect("set above"))
+    }
+
     async fn tier(
         &mut self,
         catalog: &IcebergCatalog,
@@ -456,12 +569,9 @@ impl Tierer {
         spec: &str,
         partitions: &[Arc<PartitionLog>],
     ) -> Result<floe_tiering::TierOutcome, TieringError> {
-        if self.topics[name].table.is_none() {
-            let table = catalog.topic_table(name, topic_id, spec).await?;
-            self.topics.get_mut(name).expect("present").table = Some(table);
-        }
-        let table = self.topics[name].table.as_ref().expect("set above");
-        table.tier_until(partitions, &TierLimits::default(), &self.stop).await
+        let stop = self.stop.clone();
+        let table = self.table(catalog, name, topic_id, spec).await?;
+        table.tier_until(partitions, &TierLimits::default(), &stop).await
     }
 }
 

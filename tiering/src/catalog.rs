@@ -157,10 +157,12 @@ impl IcebergCatalog {
         let ns = NamespaceIdent::new(namespace.to_string());
         let exists = catalog.namespace_exists(&ns).await.map_err(TieringError::iceberg("namespace", namespace))?;
         if !exists {
-            catalog
-                .create_namespace(&ns, HashMap::new())
-                .await
-                .map_err(TieringError::iceberg("namespace", namespace))?;
+            if let Err(e) = catalog.create_namespace(&ns, HashMap::new()).await {
+                // Another broker of the cluster may have created it first.
+                if !catalog.namespace_exists(&ns).await.unwrap_or(false) {
+                    return Err(TieringError::iceberg("namespace", namespace)(e));
+                }
+            }
         }
         Ok(Self { catalog, namespace: ns, locks: Arc::default(), config: None })
     }
@@ -193,11 +195,7 @@ impl IcebergCatalog {
         let exists = self.catalog.table_exists(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
         if exists {
             let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
-            if let Some(id) = table.metadata().properties().get(TOPIC_ID_PROPERTY) {
-                if id != topic_id {
-                    return Err(TieringError::TopicMismatch { table: ident.to_string(), table_topic_id: id.clone(), topic_id: topic_id.to_string() });
-                }
-            }
+            Self::check_topic_id(&ident, &table, topic_id)?;
         } else {
             let spec = parse_partition_spec(partition_spec)?;
             let creation = TableCreation::builder()
@@ -209,12 +207,33 @@ impl IcebergCatalog {
                     (TOPIC_ID_PROPERTY.to_string(), topic_id.to_string()),
                 ])
                 .build();
-            self.catalog
-                .create_table(&self.namespace, creation)
-                .await
-                .map_err(TieringError::iceberg("create", &ident))?;
-            info!(table = %ident, partition_spec, "created iceberg table");
+            match self.catalog.create_table(&self.namespace, creation).await {
+                Ok(_) => info!(table = %ident, partition_spec, "created iceberg table"),
+                // Another broker of the cluster created it first (or the catalog refused):
+                // use theirs if it is there, after the same topic id check.
+                Err(e) => {
+                    let exists = self.catalog.table_exists(&ident).await.unwrap_or(false);
+                    if !exists {
+                        return Err(TieringError::iceberg("create", &ident)(e));
+                    }
+                    info!(table = %ident, error = %e, "iceberg table created by another writer meanwhile");
+                    let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+                    Self::check_topic_id(&ident, &table, topic_id)?;
+                }
+            }
         }
         Ok(TopicTable::new(self.catalog.clone(), ident, lock, self.config.clone()))
+    }
+
+    /// A table left by an earlier, deleted topic of the same name is refused.
+    fn check_topic_id(ident: &TableIdent, table: &iceberg::table::Table, topic_id: &str) -> Result<()> {
+        match table.metadata().properties().get(TOPIC_ID_PROPERTY) {
+            Some(id) if id != topic_id => Err(TieringError::TopicMismatch {
+                table: ident.to_string(),
+                table_topic_id: id.clone(),
+                topic_id: topic_id.to_string(),
+            }),
+            _ => Ok(()),
+        }
     }
 }

@@ -38,4 +38,4 @@ pub use catalog_config::{CatalogConfig, CatalogType, S3Settings, Secret};
 pub use iceberg;
 pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};
-pub use table::{TierLimits, TierOutcome, TopicTable};
+pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};

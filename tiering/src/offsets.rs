@@ -77,6 +77,19 @@ pub fn committed_next_offsets(metadata: &TableMetadata) -> BTreeMap<i32, i64> {
     next
 }
 
+/// The first partition of `ranges` (a commit's tiered ranges, planned when the
+/// committed next offsets were `planned`) whose committed next offset is no
+/// longer what the plan saw in `fresh`: another writer tiered it meanwhile, so
+/// committing would tier its offsets twice. `None`: the commit may go on top
+/// of `fresh` (only other partitions moved).
+pub fn conflicting_partition(
+    ranges: &BTreeMap<i32, (i64, i64)>,
+    planned: &BTreeMap<i32, i64>,
+    fresh: &BTreeMap<i32, i64>,
+) -> Option<i32> {
+    ranges.keys().copied().find(|p| planned.get(p) != fresh.get(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +104,17 @@ mod tests {
         assert!(!props.contains_key("floe.offsets.3"));
         assert_eq!(parse_range(&props["floe.offsets.12"]), Some((5, 5)));
         assert_eq!(parse_range("x-1"), None);
+    }
+
+    #[test]
+    fn only_a_move_of_the_commits_own_partitions_conflicts() {
+        let ranges = BTreeMap::from([(0, (100, 199))]);
+        let planned = BTreeMap::from([(0, 100), (1, 50)]);
+        assert_eq!(conflicting_partition(&ranges, &planned, &planned), None);
+        assert_eq!(conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 100), (1, 80), (2, 5)])), None);
+        assert_eq!(conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 150), (1, 50)])), Some(0));
+        // First tiering of a partition: someone else's first commit of it conflicts too.
+        let first = BTreeMap::from([(3, (0, 9))]);
+        assert_eq!(conflicting_partition(&first, &BTreeMap::new(), &BTreeMap::from([(3, 10)])), Some(3));
     }
 }

@@ -8,11 +8,14 @@
 //! which would tier the same offsets twice if two plans raced. Two guards:
 //! one writer per table in this process ([`crate::catalog::IcebergCatalog`]
 //! hands out a per-table `tokio::sync::Mutex` held from plan to commit), and
-//! the table's current snapshot must still be the one the plan was based on —
-//! checked before committing and, through [`crate::guard`], on every load the
-//! commit itself makes, with the catalog's compare-and-swap covering the rest
-//! ([`TieringError::StaleSnapshot`] otherwise: nothing is committed, the next
-//! pass re-plans). Data files of an aborted
+//! the table's committed offsets of the partitions a commit tiers must still
+//! be the ones the plan started from ([`TieringError::StaleSnapshot`]
+//! otherwise: nothing is committed, the next pass re-plans). Other writers
+//! (brokers leading other partitions of the topic) may commit meanwhile: the
+//! commit then goes on top of the fresh snapshot. Each attempt is conditional
+//! on the snapshot it checked, through [`crate::guard`] on every load the
+//! commit itself makes, with the catalog's compare-and-swap covering the rest.
+//! Data files of an aborted
 //! or crashed attempt are in no snapshot, so they are never counted; see
 //! [`crate::orphans`].
 //!
@@ -50,7 +53,7 @@ use tracing::{debug, error, info, warn};
 use crate::convert::{ArrowConverter, Pushed};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
-use crate::offsets::{committed_next_offsets, summary_properties};
+use crate::offsets::{committed_next_offsets, conflicting_partition, summary_properties};
 
 /// Limits of one tiering pass over a table.
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +182,35 @@ impl Writer {
     }
 }
 
+/// How many times [`TopicTable::commit`] tries when other partitions keep being
+/// committed under it (each try re-checks its own partitions' offsets).
+const MAX_COMMIT_ATTEMPTS: u32 = 8;
+
+/// Snapshot summary property: the node id of the broker that made the commit
+/// (in a cluster, the leader of every partition the commit tiers).
+pub const BROKER_ID_PROPERTY: &str = "floe.broker-id";
+
+/// Data files written for one commit, not committed yet ([`TopicTable::prepare`]);
+/// holds this process's writer lock of the table until committed or dropped.
+/// Dropped uncommitted, its files are orphans.
+#[derive(Debug)]
+pub struct PreparedTier {
+    _writer: tokio::sync::OwnedMutexGuard<()>,
+    /// The snapshot the plan was based on.
+    base_snapshot: Option<i64>,
+    /// Per partition, the committed next offset the plan started from.
+    planned: BTreeMap<i32, i64>,
+    outcome: TierOutcome,
+    data_files: Vec<DataFile>,
+}
+
+impl PreparedTier {
+    /// Per partition, the inclusive offset range this commit would tier.
+    pub fn ranges(&self) -> &BTreeMap<i32, (i64, i64)> {
+        &self.outcome.committed
+    }
+}
+
 /// A tiered topic's table in a catalog.
 #[derive(Debug)]
 pub struct TopicTable {
@@ -187,6 +219,8 @@ pub struct TopicTable {
     lock: Arc<tokio::sync::Mutex<()>>,
     /// The catalog's settings (its `s3.*` properties list an S3 table location); `None`: defaults.
     config: Option<Arc<crate::catalog_config::CatalogConfig>>,
+    /// Recorded in every commit's summary ([`BROKER_ID_PROPERTY`]) when set.
+    broker_id: Option<i32>,
 }
 
 impl TopicTable {
@@ -196,7 +230,14 @@ impl TopicTable {
         lock: Arc<tokio::sync::Mutex<()>>,
         config: Option<Arc<crate::catalog_config::CatalogConfig>>,
     ) -> Self {
-        Self { catalog, ident, lock, config }
+        Self { catalog, ident, lock, config, broker_id: None }
+    }
+
+    /// Records `broker_id` as the committer in the summary of every commit this table makes.
+    #[must_use]
+    pub fn with_broker_id(mut self, broker_id: i32) -> Self {
+        self.broker_id = Some(broker_id);
+        self
     }
 
     /// The table's identifier.
@@ -243,11 +284,28 @@ impl TopicTable {
         limits: &TierLimits,
         stop: &AtomicBool,
     ) -> Result<TierOutcome> {
+        let prepared = self.prepare(partitions, limits, stop).await?;
+        self.commit(prepared).await
+    }
+
+    /// The first half of [`TopicTable::tier_until`]: plans from the table's
+    /// committed offsets, converts the sealed segments beyond them and writes
+    /// the data files, committing nothing. The writer lock of this process is
+    /// held until the [`PreparedTier`] is committed or dropped.
+    ///
+    /// # Errors
+    /// [`TieringError::Iceberg`] and [`TieringError::SegmentIo`] (written files are orphans).
+    pub async fn prepare(
+        &self,
+        partitions: &[Arc<PartitionLog>],
+        limits: &TierLimits,
+        stop: &AtomicBool,
+    ) -> Result<PreparedTier> {
         let mut stopped = false;
-        let _writer = self.lock.lock().await;
+        let writer_lock = self.lock.clone().lock_owned().await;
         let table = self.load().await?;
         let base_snapshot = table.metadata().current_snapshot_id();
-        let mut next = committed_next_offsets(table.metadata());
+        let next = committed_next_offsets(table.metadata());
         let mut outcome = TierOutcome::default();
         let mut writer: Option<Writer> = None;
         let commit_id = uuid::Uuid::new_v4();
@@ -345,8 +403,8 @@ impl TopicTable {
             }
         }
         if outcome.committed.is_empty() {
-            outcome.next_offsets = next;
-            return Ok(outcome);
+            outcome.next_offsets = next.clone();
+            return Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files: Vec::new() });
         }
         let data_files = match writer {
             Some(w) => w.close().await.map_err(TieringError::iceberg("write", &self.ident))?,
@@ -356,31 +414,72 @@ impl TopicTable {
         outcome.bytes = data_files.iter().map(DataFile::file_size_in_bytes).sum();
         outcome.rows = data_files.iter().map(DataFile::record_count).sum();
 
-        // Guard: the table must still be at the snapshot the plan was based on.
-        let current = self.load().await?;
-        let now = current.metadata().current_snapshot_id();
-        if now != base_snapshot {
-            warn!(table = %self.ident, files = data_files.len(), "table moved on under the plan: data files left uncommitted");
-            return Err(TieringError::StaleSnapshot { table: self.ident.to_string(), planned: base_snapshot, current: now });
+        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files })
+    }
+
+    /// Commits `prepared` exactly once, or not at all.
+    ///
+    /// The commit is conditional on the table's committed offsets of the
+    /// partitions it tiers: if the table moved on since the plan only by
+    /// commits of *other* partitions (another broker leading them), the same
+    /// data files are committed on top of the fresh snapshot, with the summary
+    /// rebuilt from the fresh offsets (Iceberg's optimistic concurrency, with
+    /// Floe's offsets as the conflict check). If any of its partitions was
+    /// committed by someone else meanwhile (a new leader after this broker
+    /// was deposed), nothing is committed: [`TieringError::StaleSnapshot`].
+    /// Each attempt is itself guarded by [`crate::guard`] and the catalog's
+    /// compare-and-swap, so an attempt never lands on a snapshot it did not check.
+    ///
+    /// # Errors
+    /// [`TieringError::StaleSnapshot`] (nothing committed; the data files are
+    /// orphans); [`TieringError::Iceberg`] if the catalog fails.
+    pub async fn commit(&self, prepared: PreparedTier) -> Result<TierOutcome> {
+        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files } = prepared;
+        if outcome.committed.is_empty() {
+            return Ok(outcome);
         }
-        let tx = Transaction::new(&current);
-        let append = tx
-            .fast_append()
-            .with_check_duplicate(false)
-            .add_data_files(data_files)
-            .set_snapshot_properties(summary_properties(&outcome.committed, &next));
-        let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
-        let guarded =
-            ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
         self.failpoint("tiering.iceberg.commit")?;
-        let committed = match tx.commit(&guarded).await {
-            Ok(t) => t,
-            Err(e) if e.message().starts_with(MOVED) => {
-                warn!(table = %self.ident, error = %e, "table moved on during the commit: data files left uncommitted");
-                let now = self.load().await.ok().and_then(|t| t.metadata().current_snapshot_id());
-                return Err(TieringError::StaleSnapshot { table: self.ident.to_string(), planned: base_snapshot, current: now });
+        let mut base_snapshot = planned_snapshot;
+        let mut next = planned.clone();
+        let mut attempts = 0;
+        let committed = loop {
+            attempts += 1;
+            let current = self.load().await?;
+            let now = current.metadata().current_snapshot_id();
+            if now != base_snapshot {
+                let fresh = committed_next_offsets(current.metadata());
+                let stale = || TieringError::StaleSnapshot { table: self.ident.to_string(), planned: planned_snapshot, current: now };
+                if let Some(p) = conflicting_partition(&outcome.committed, &planned, &fresh) {
+                    warn!(table = %self.ident, partition = p, planned = ?planned.get(&p), committed = ?fresh.get(&p),
+                        files = data_files.len(), "another writer tiered this partition since the plan: data files left uncommitted");
+                    return Err(stale());
+                }
+                if attempts > MAX_COMMIT_ATTEMPTS {
+                    warn!(table = %self.ident, attempts, files = data_files.len(), "table kept moving: data files left uncommitted");
+                    return Err(stale());
+                }
+                debug!(table = %self.ident, ?base_snapshot, ?now, "other partitions were committed since the plan: committing on top");
+                base_snapshot = now;
+                next = fresh;
             }
-            Err(e) => return Err(TieringError::iceberg("commit", &self.ident)(e)),
+            let tx = Transaction::new(&current);
+            let mut properties = summary_properties(&outcome.committed, &next);
+            if let Some(id) = self.broker_id {
+                properties.insert(BROKER_ID_PROPERTY.to_string(), id.to_string());
+            }
+            let append = tx
+                .fast_append()
+                .with_check_duplicate(false)
+                .add_data_files(data_files.clone())
+                .set_snapshot_properties(properties);
+            let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
+            let guarded = ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
+            match tx.commit(&guarded).await {
+                Ok(t) => break t,
+                // Moved between the load above and the commit: look again.
+                Err(e) if e.message().starts_with(MOVED) => debug!(table = %self.ident, error = %e, "table moved during the commit"),
+                Err(e) => return Err(TieringError::iceberg("commit", &self.ident)(e)),
+            }
         };
         // Committed, not yet reported: the next pass must plan from the catalog's offsets.
         self.failpoint("tiering.iceberg.committed")?;
@@ -395,7 +494,7 @@ impl TopicTable {
             next.insert(*p, last + 1);
         }
         outcome.next_offsets = next;
-        debug!(table = %self.ident, ?outcome.committed, rows = outcome.rows, files = outcome.files, "tiered");
+        debug!(table = %self.ident, ?outcome.committed, rows = outcome.rows, files = outcome.files, attempts, "tiered");
         Ok(outcome)
     }
 
@@ -667,6 +766,89 @@ mod tests {
         let offsets = scanned_offsets(&ta).await;
         assert_eq!(offsets.len(), 200, "every offset once");
         assert_eq!(offsets.iter().copied().collect::<BTreeSet<_>>().len(), 100);
+    }
+
+    async fn scanned_partition_offsets(t: &TopicTable) -> Vec<(i32, i64)> {
+        let table = t.load().await.unwrap();
+        let batches: Vec<RecordBatch> = table
+            .scan()
+            .select(["partition", "offset"])
+            .build()
+            .unwrap()
+            .to_arrow()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let mut v: Vec<(i32, i64)> = batches
+            .iter()
+            .flat_map(|b| {
+                let p = b.column(0).as_primitive::<arrow_array::types::Int32Type>().values().to_vec();
+                let o = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+                p.into_iter().zip(o)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Two brokers (two catalogs: two lock maps), each leading one partition of the table.
+    async fn two_writers(dir: &std::path::Path) -> (Vec<Arc<PartitionLog>>, TopicTable, TopicTable) {
+        let logs: Vec<Arc<PartitionLog>> = (0..2)
+            .map(|p| Arc::new(open_log(&dir.join(format!("t-{p}")), p, &[("segment.bytes", "1500")])))
+            .collect();
+        for log in &logs {
+            fill(log, 0, 100);
+            log.roll_now().unwrap();
+        }
+        let (a, b) = (catalog(dir).await, catalog(dir).await);
+        let ta = a.topic_table("t", "id-1", "identity(partition)").await.unwrap().with_broker_id(1);
+        let tb = b.topic_table("t", "id-1", "identity(partition)").await.unwrap().with_broker_id(2);
+        (logs, ta, tb)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_of_another_partition_under_the_plan_is_not_a_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let (logs, ta, tb) = two_writers(dir.path()).await;
+        // A plans partition 0; B commits partition 1 meanwhile; A's commit goes on top of B's.
+        let prepared = ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+        assert_eq!(prepared.ranges()[&0], (0, 99));
+        let b_out = tb.tier(&logs[1..], &TierLimits::default()).await.unwrap();
+        assert_eq!(b_out.committed[&1], (0, 99));
+        let a_out = ta.commit(prepared).await.unwrap();
+        assert_eq!(a_out.committed[&0], (0, 99));
+        assert_eq!(a_out.next_offsets, BTreeMap::from([(0, 100), (1, 100)]), "planned on a stale table, reported from the fresh one");
+        let table = ta.load().await.unwrap();
+        let current = table.metadata().current_snapshot().unwrap();
+        assert_eq!(current.parent_snapshot_id(), b_out.snapshot_id, "on top of B's commit, not over it");
+        let summary = &current.summary().additional_properties;
+        assert_eq!(summary["floe.next-offset.1"], "100", "the summary carries B's offsets");
+        assert_eq!(summary[BROKER_ID_PROPERTY], "1");
+        let want: Vec<(i32, i64)> = (0..2).flat_map(|p| (0..100).map(move |o| (p, o))).collect();
+        assert_eq!(scanned_partition_offsets(&ta).await, want);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deposed_writer_cannot_commit_a_partition_tiered_since_its_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let (logs, ta, tb) = two_writers(dir.path()).await;
+        // A (the old leader of partition 0) plans it and stalls; B (the new leader) tiers it.
+        let stale = ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+        let b_out = tb.tier(&logs[..1], &TierLimits::default()).await.unwrap();
+        assert_eq!(b_out.committed[&0], (0, 99));
+        match ta.commit(stale).await {
+            Err(TieringError::StaleSnapshot { current, .. }) => assert_eq!(current, b_out.snapshot_id),
+            other => panic!("the deposed writer's commit must fail: {other:?}"),
+        }
+        // A's next plan starts where B stopped: nothing left to do for partition 0.
+        let again = ta.tier(&logs[..1], &TierLimits::default()).await.unwrap();
+        assert!(again.committed.is_empty(), "{again:?}");
+        let want: Vec<(i32, i64)> = (0..100).map(|o| (0, o)).collect();
+        assert_eq!(scanned_partition_offsets(&ta).await, want, "every offset once");
+        let summary = ta.load().await.unwrap().metadata().current_snapshot().unwrap().summary().additional_properties.clone();
+        assert_eq!(summary[BROKER_ID_PROPERTY], "2");
     }
 
     /// Whole-path throughput: sealed segments → Arrow → Parquet (zstd) → commit.
