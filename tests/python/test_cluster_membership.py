@@ -70,7 +70,9 @@ def test_a_data_directory_of_another_cluster_is_refused(floe_factory, etcd):
 
 
 def test_a_killed_controller_is_replaced_and_a_restarted_broker_rejoins(floe_factory, etcd):
-    brokers, _ = _start_cluster(floe_factory, etcd, 3)
+    # Leases long enough that a killed broker restarts within its old one (a debug build
+    # on a loaded machine can take more than the rig's 2 s to start).
+    brokers, _ = _start_cluster(floe_factory, etcd, 3, overrides={"broker.session.timeout.ms": "8000"})
     first = _agreed_view(brokers, live=3)
     dead = brokers[first - 1]
     dead.kill9()
