@@ -5,7 +5,7 @@
 // An idempotent acks=all producer sends unique values one at a time while a group consumer reads
 // the topic; every event is one JSON line on stdout:
 //   {"ev":"send","v":...}  {"ev":"ack","p":..,"o":..,"v":...}  {"ev":"read","r":reader,"p":..,"o":..,"v":...}
-//   {"ev":"error","where":"produce"|"consume","name":..,"message":..,"retriable":bool}
+//   {"ev":"error","where":"produce"|"consume","name":..,"message":..,"retriable":bool[,"recovered":bool]}
 //   {"ev":"stopped"}  {"ev":"done","acked":n,"read":n}
 // The test moves leadership around underneath (kill -9, SIGTERM); what kafkajs cannot hide from
 // the application shows up as an "error" line. On "stop" (stdin) the producer ends, the consumer
@@ -40,7 +40,9 @@ let session = 0;
 const consumer = kafka.consumer({ groupId, sessionTimeout: 10000, heartbeatInterval: 1000 });
 // A reader session is the consumer between two joins: within one, offsets only go forward.
 consumer.on(consumer.events.GROUP_JOIN, () => { session += 1; });
-consumer.on(consumer.events.CRASH, ({ payload }) => emit(describe('consume', payload.error)));
+// A crash kafkajs restarts the consumer after (payload.restart) is recovered by the client
+// itself: the application's code sees no exception. It is reported, marked "recovered".
+consumer.on(consumer.events.CRASH, ({ payload }) => emit({ ...describe('consume', payload.error), recovered: Boolean(payload.restart) }));
 await consumer.connect();
 await consumer.subscribe({ topic, fromBeginning: true });
 await consumer.run({

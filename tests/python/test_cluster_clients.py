@@ -147,8 +147,11 @@ def test_a_client_follows_leadership_through_a_kill_and_a_controlled_shutdown(fl
     assert [e for e in app.events if e["ev"] == "done"], f"the application did not finish\n{app.stderr()}"
 
     errors = [e for e in app.events if e["ev"] == "error"]
-    fatal = [e for e in errors if not e["retriable"]]
-    print(f"errors seen by the application: {len(errors)} ({len(fatal)} not retriable): {errors[:5]}")
+    # kafkajs reports a consumer crash it recovers from itself (it restarts the consumer,
+    # the application's code sees no exception) as an event: counted, not fatal.
+    fatal = [e for e in errors if not e["retriable"] and not e.get("recovered")]
+    print(f"errors seen by the application: {len(errors)} ({len(fatal)} neither retriable nor recovered by the "
+          f"client): {errors[:5]}")
     assert not fatal, fatal[:5]
 
     h = History()
