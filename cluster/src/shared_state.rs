@@ -378,6 +378,7 @@ mod tests {
             partitions: BTreeMap::new(),
             configs: [("retention.ms".to_string(), "1000".to_string())].into_iter().collect(),
             create_revision: 0,
+            mod_revision: 0,
         };
         let stored = serde_json::to_vec(&StoredTopicConfig {
             topic_id: "id-1".into(),
