@@ -143,23 +143,8 @@ pub(crate) async fn change_leader(
     let topic_key = topic_key(prefix, &tp.topic);
     let key = partition_key(prefix, tp);
     loop {
-        let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
-        let read = bounded(timeout, "partition read", client.txn(read)).await?;
-        let mut got = read.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-            _ => None,
-        });
-        let (topic, partition) = (got.next().flatten(), got.next().flatten());
-        let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
-        let assignment: TopicAssignment = parse_json(&topic)?;
-        let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
-        let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?;
-        // A partition of the assignment without a state yet is about to get its first
-        // one (from its creator or the controller): nothing to elect from.
-        let partition = partition.ok_or_else(unknown)?;
-        let mut current: PartitionState = parse_json(&partition)?;
-        current.partition_epoch = partition.mod_revision();
-        let next = decide(replicas, &current)?;
+        let StoredPartition { topic, replicas, state: current, .. } = read_partition(client, prefix, timeout, tp).await?;
+        let next = decide(&replicas, &current)?;
         let txn = Txn::new()
             .when([
                 Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic.create_revision()),
@@ -200,20 +185,7 @@ pub(crate) async fn reassign_partition(
     let topic_key = topic_key(prefix, &tp.topic);
     let key = partition_key(prefix, tp);
     loop {
-        let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
-        let read = bounded(timeout, "partition read", client.txn(read)).await?;
-        let mut got = read.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-            _ => None,
-        });
-        let (topic, partition) = (got.next().flatten(), got.next().flatten());
-        let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
-        let mut assignment: TopicAssignment = parse_json(&topic)?;
-        let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
-        let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?.clone();
-        let partition = partition.ok_or_else(unknown)?;
-        let mut current: PartitionState = parse_json(&partition)?;
-        current.partition_epoch = partition.mod_revision();
+        let StoredPartition { topic, mut assignment, replicas, state: current } = read_partition(client, prefix, timeout, tp).await?;
         let Some(next) = decide(&replicas, &current)? else { return Ok(None) };
         assignment.partitions.insert(tp.partition, next.replicas.clone());
         let txn = Txn::new()
@@ -232,6 +204,42 @@ pub(crate) async fn reassign_partition(
         }
         debug!(partition = %tp, "the topic or partition moved while its reassignment was decided; deciding again");
     }
+}
+
+/// A partition as stored, read in one consistent read with its topic.
+struct StoredPartition {
+    /// The topic's key (its revisions fence the write that follows).
+    topic: etcd_client::KeyValue,
+    assignment: TopicAssignment,
+    /// The partition's replicas in the assignment.
+    replicas: Vec<i32>,
+    /// Its state, the partition epoch filled in from the key's `mod_revision`.
+    state: PartitionState,
+}
+
+/// Reads `tp`'s topic and partition state in one transaction.
+///
+/// # Errors
+/// [`ClusterError::UnknownTopic`]; [`ClusterError::UnknownPartition`] also for a
+/// partition of the assignment without a state yet (its creator or the controller is
+/// about to write the first one: nothing to decide from); etcd errors.
+async fn read_partition(client: &mut Client, prefix: &str, timeout: Duration, tp: &TopicPartition) -> Result<StoredPartition, ClusterError> {
+    let (topic_key, key) = (topic_key(prefix, &tp.topic), partition_key(prefix, tp));
+    let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
+    let read = bounded(timeout, "partition read", client.txn(read)).await?;
+    let mut got = read.op_responses().into_iter().map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    });
+    let (topic, partition) = (got.next().flatten(), got.next().flatten());
+    let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
+    let assignment: TopicAssignment = parse_json(&topic)?;
+    let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
+    let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?.clone();
+    let partition = partition.ok_or_else(unknown)?;
+    let mut state: PartitionState = parse_json(&partition)?;
+    state.partition_epoch = partition.mod_revision();
+    Ok(StoredPartition { topic, assignment, replicas, state })
 }
 
 fn to_json<T: serde::Serialize>(key: &str, value: &T) -> Result<Vec<u8>, ClusterError> {
