@@ -29,6 +29,9 @@ pub struct Metrics {
     pub request_duration: HistogramVec,
     /// Record bytes written to fetch responses, by path (see [`FETCH_PATHS`]).
     pub fetch_bytes: IntCounterVec,
+    /// `floe_replication_bytes_out_total{path}`: the part of `fetch_bytes` served to
+    /// follower replicas (Kafka's `ReplicationBytesOutPerSec`).
+    pub replication_bytes_out: IntCounterVec,
     /// 1 when TLS fetches can use kernel TLS, 0 when they take the copying path.
     pub ktls_enabled: IntGauge,
     /// TLS sessions offered to the kernel, by outcome (`offloaded`, `tls12`,
@@ -286,6 +289,14 @@ impl Metrics {
             &["path"],
         )
         .expect("metric");
+        let replication_bytes_out = IntCounterVec::new(
+            Opts::new(
+                "floe_replication_bytes_out_total",
+                "Record bytes served in fetch responses to follower replicas, by path (also counted in floe_fetch_bytes_total)",
+            ),
+            &["path"],
+        )
+        .expect("metric");
         let ktls_enabled =
             IntGauge::new("floe_ktls_enabled", "1 when fetches on TLS listeners can use kernel TLS (sendfile), 0 when they copy")
                 .expect("metric");
@@ -356,6 +367,7 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
             Box::new(fetch_bytes.clone()),
+            Box::new(replication_bytes_out.clone()),
             Box::new(ktls_enabled.clone()),
             Box::new(ktls_sessions.clone()),
             Box::new(connections_accepted.clone()),
@@ -384,6 +396,7 @@ impl Metrics {
         // Every path appears from the start, so a reader sees 0 rather than nothing.
         for path in FETCH_PATHS {
             fetch_bytes.with_label_values(&[path]);
+            replication_bytes_out.with_label_values(&[path]);
         }
         for outcome in ["offloaded", "tls12", "ulp_refused", "failed", "disabled"] {
             ktls_sessions.with_label_values(&[outcome]);
@@ -393,6 +406,7 @@ impl Metrics {
             requests,
             request_duration,
             fetch_bytes,
+            replication_bytes_out,
             ktls_enabled,
             ktls_sessions,
             connections_accepted,

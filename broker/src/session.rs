@@ -49,6 +49,9 @@ pub struct Session {
     /// reads no further request for this long after the response is sent
     /// (Kafka mutes the channel).
     pub throttled_for: Option<std::time::Duration>,
+    /// Set by the Fetch handler when the response goes to a follower replica, so the
+    /// bytes it moves are also counted as replication traffic.
+    pub reply_to_replica: bool,
 }
 
 /// Why a request is not admitted on this connection.
@@ -73,7 +76,7 @@ impl NotAdmitted {
 impl Session {
     /// A fresh, unauthenticated session.
     pub fn new(peer: SocketAddr, endpoint: Arc<Endpoint>) -> Self {
-        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None, throttled_for: None }
+        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None, throttled_for: None, reply_to_replica: false }
     }
 
     /// The principal and host authorization sees, as Kafka's default

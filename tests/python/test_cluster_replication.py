@@ -105,6 +105,18 @@ def test_followers_hold_the_leaders_log_byte_for_byte(floe_factory, etcd):
     # Followers fetched over the replication path, counted by the leaders and followers.
     fetched = sum(b.metric("floe_replica_fetch_bytes_total") for b in brokers)
     assert fetched > 2 * 3 * 3000 * 200, fetched
+    # A consumer's fetches count as fetch bytes, not as replication bytes out; the
+    # leaders' replication bytes out cover what the followers appended, all by sendfile.
+    served_before = sum(b.metric("floe_fetch_bytes_total") for b in brokers)
+    replicated_before = sum(b.metric("floe_replication_bytes_out_total") for b in brokers)
+    for p in range(3):
+        assert len(consume_range(_bootstrap(brokers), topic, 0, 3000, partition=p)) == 3000
+    consumed = sum(b.metric("floe_fetch_bytes_total") for b in brokers) - served_before
+    assert consumed >= 3 * 3000 * 200, consumed
+    replicated = sum(b.metric("floe_replication_bytes_out_total") for b in brokers)
+    assert replicated == replicated_before, "a consumer's fetch counted as replication"
+    assert replicated >= fetched, (replicated, fetched)
+    assert replicated == sum(b.metric("floe_replication_bytes_out_total", path="sendfile-plaintext") for b in brokers)
     assert all(b.metric("floe_under_replicated_partitions") == 0 for b in brokers)
 
 

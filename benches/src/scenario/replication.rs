@@ -4,10 +4,9 @@
 //! 1. RF=1 vs RF=3 (`min.insync.replicas=2`), acks=all, the same workload on the same
 //!    cluster, no consumers: flat out (throughput, and their ratio against the target),
 //!    then both at one fixed rate (latency that is not queueing in the producer).
-//! 2. During the RF=3 arms, the record bytes each broker served to fetches, by path
-//!    (`floe_fetch_bytes_total{path}`). The counter does not tell a follower's fetch from
-//!    a consumer's, so the arms run without consumers: every byte is a replica fetch
-//!    (and `floe_replica_fetch_bytes_total`, counted by the followers, must match).
+//! 2. During the RF=3 arms, the record bytes each broker served to its followers, by path
+//!    (`floe_replication_bytes_out_total{path}`, Kafka's `ReplicationBytesOutPerSec`);
+//!    `floe_replica_fetch_bytes_total`, counted by the followers, must match.
 //! 3. Failover: kill -9 of the leader of a one-partition RF=3 topic while a producer
 //!    sends acks=all records, N times; failover = the kill → the first acknowledgement
 //!    of a record sent after the kill (only a live leader can acknowledge it). The
@@ -46,7 +45,7 @@ const FAILOVER_MESSAGE_SIZE: usize = 256;
 /// Fetch byte counters of one broker at one moment.
 #[derive(Debug, Clone, Default, Serialize)]
 struct FetchCounters {
-    /// `floe_fetch_bytes_total` by `path` label: what this broker served as a leader.
+    /// `floe_replication_bytes_out_total` by `path` label: what this broker served to its followers.
     served_by_path: BTreeMap<String, f64>,
     /// `floe_replica_fetch_bytes_total`: what it appended as a follower.
     appended_as_follower: f64,
@@ -55,7 +54,7 @@ struct FetchCounters {
 impl FetchCounters {
     fn read(b: &crate::broker::Broker) -> Option<FetchCounters> {
         let text = b.metrics_text()?;
-        let served_by_path = crate::broker::parse_samples(&text, "floe_fetch_bytes_total")
+        let served_by_path = crate::broker::parse_samples(&text, "floe_replication_bytes_out_total")
             .into_iter()
             .filter_map(|(labels, v)| Some((labels.get("path")?.clone(), v)))
             .collect();
@@ -390,10 +389,9 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     // 2. Fetch paths during the RF=3 arms.
     ctx.report.heading("Follower fetches by path (RF=3 arms)");
     ctx.report.para(
-        "Per broker, the change of `floe_fetch_bytes_total{path}` (record bytes the broker served as a leader, by how they \
-         left it) and of `floe_replica_fetch_bytes_total` (record bytes it appended as a follower) over the two RF=3 arms. \
-         `floe_fetch_bytes_total` does not tell a follower's fetch from a consumer's, so these arms run **without \
-         consumers**: every byte served is a replica fetch. The followers' appended bytes are the cross-check.",
+        "Per broker, the change of `floe_replication_bytes_out_total{path}` (record bytes the broker served to its \
+         followers as a leader, by how they left it) and of `floe_replica_fetch_bytes_total` (record bytes it appended \
+         as a follower) over the two RF=3 arms. The followers' appended bytes are the cross-check.",
     );
     let mut per_broker: BTreeMap<i32, FetchCounters> = BTreeMap::new();
     for arm in [&rf3, &rf3_fixed] {

@@ -92,7 +92,7 @@ struct Target {
 
 /// The node id of the follower replica sending this fetch (`replica_id`, in
 /// `replica_state` from v15), or `None` for a consumer (-1).
-fn follower_id(request: &FetchRequest, version: i16) -> Option<i32> {
+pub(super) fn follower_id(request: &FetchRequest, version: i16) -> Option<i32> {
     let id = if version >= 15 { request.replica_state.replica_id.0 } else { request.replica_id.0 };
     (id >= 0).then_some(id)
 }

@@ -243,6 +243,7 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         }
         ApiKey::Fetch => {
             let req = decode(api_key, body, version)?;
+            session.reply_to_replica = fetch::follower_id(&req, version).is_some();
             let data = fetch::handle(broker, ctx, req, version).await;
             let encode = |data: &floe_protocol::fetch::FetchResponseData| {
                 floe_protocol::fetch::encode_fetch_response(correlation_id, version, data)

@@ -251,6 +251,9 @@ impl Connection {
                     match transmit::write_parts(stream, &parts, zero_copy).await {
                         Ok(sent) => {
                             self.broker.metrics.fetch_bytes.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                            if std::mem::take(&mut self.session.reply_to_replica) {
+                                self.broker.metrics.replication_bytes_out.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                            }
                             Ok(())
                         }
                         Err(e) => Err(e),
