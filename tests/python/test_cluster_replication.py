@@ -389,3 +389,43 @@ def test_a_followers_damaged_ranges_are_fetched_again_from_the_leader(floe_facto
     assert follower.metric("floe_log_corrupt_ranges", topic=topic, partition="0") == 0
     # A reader of the cluster sees every record, in order.
     assert [m.value() for m in consume_range(_bootstrap(brokers), topic, 0, 2000)] == values
+
+
+def test_pipelined_acks_all_produces_overlap_their_wait_and_are_answered_in_order(floe_factory, etcd):
+    """Two-stage produce: while an acks=all Produce waits for its followers, the leader
+    reads and appends the connection's next Produce requests (in request order), and
+    answers every request in order: the Metadata request sent behind them last."""
+    brokers, prefix = start_cluster(floe_factory, etcd, 3)
+    agreed_view(brokers, live=3)
+    topic = _create(brokers[0].bootstrap, unique_topic("pipelined"), partitions=1)
+    s = _state(etcd, prefix, topic, 0)
+    leader = _by_id(brokers, s["leader"])
+    followers = [b for b in brokers if b is not leader]
+    # The leader has the partition and its followers fetch it.
+    produce_all(leader.bootstrap, topic, [{"value": b"warm"}])
+    with kwire.KafkaConn(leader.host, leader.port, timeout=30) as conn:
+        for f in followers:
+            f.proc.send_signal(signal.SIGSTOP)
+        try:
+            sent = []
+            for i in range(5):
+                frame = conn.request_frame(kwire.API_PRODUCE, 3, kwire.produce_v3(
+                    topic, 0, kwire.record_batch([kwire.Record(key=None, value=f"p{i}".encode())]), acks=-1, timeout_ms=20_000))
+                conn.send_raw(frame)
+                sent.append(conn.correlation)
+            conn.send_raw(conn.request_frame(kwire.API_METADATA, 1, kwire.metadata_v1([topic])))
+            sent.append(conn.correlation)
+            # Nothing can be acknowledged (no follower fetches), yet all five are in the log.
+            wait_until(lambda: len(kwire.decode_batches(_log_bytes(leader, topic, 0))) == 6, timeout=5, interval=0.05,
+                       what="the leader appended every pipelined produce while the first waited")
+        finally:
+            for f in followers:
+                f.proc.send_signal(signal.SIGCONT)
+        answers = []
+        for _ in sent:
+            frame = conn.recv_frame()
+            answers.append((struct.unpack_from(">i", frame, 0)[0], frame[4:]))
+    assert [corr for corr, _ in answers] == sent, "responses in request order"
+    for i, (_, body) in enumerate(answers[:5]):
+        assert kwire.parse_produce_v3(body)[(topic, 0)] == (0, 1 + i), (i, kwire.parse_produce_v3(body))
+    assert consume_range(_bootstrap(brokers), topic, 0, 6)[-1].value() == b"p4"

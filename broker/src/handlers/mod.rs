@@ -76,6 +76,28 @@ pub enum Reply {
     Frame(Bytes),
     /// A Fetch response whose record bytes are still in segment files.
     Parts(EncodedResponse),
+    /// A Produce appended and waiting for its followers: the connection may read and
+    /// append its next Produce meanwhile, and answers both in order.
+    AwaitingReplication(PendingProduce),
+}
+
+/// The second stage of an `acks=all` Produce in a cluster (see [`Reply::AwaitingReplication`]).
+#[derive(Debug)]
+pub struct PendingProduce {
+    appended: produce::Appended,
+    correlation_id: i32,
+    version: i16,
+}
+
+impl PendingProduce {
+    /// Waits for the followers and encodes the response.
+    ///
+    /// # Errors
+    /// [`Reject`] if the response cannot be encoded.
+    pub async fn finish(self, broker: &Broker) -> Result<Reply, Reject> {
+        let response = self.appended.finish(broker).await;
+        frame(ApiKey::Produce, self.correlation_id, self.version, &response)
+    }
 }
 
 /// A request that cannot be answered: the connection is closed.
@@ -231,7 +253,12 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
             if let Some(charge) = charge {
                 charge.bytes(QuotaType::Produce, request_bytes);
             }
-            let response = produce::handle(broker, ctx, req, version, peer).await;
+            let appended = produce::append_all(broker, ctx, req, peer);
+            if acks != 0 && charge.is_none() && appended.awaits_replication() {
+                // No quota to charge the wait to: the second stage may overlap the next request.
+                return Ok(Reply::AwaitingReplication(PendingProduce { appended, correlation_id, version }));
+            }
+            let response = appended.finish(broker).await;
             if acks == 0 {
                 // No response, but the time is counted and a throttle still mutes the connection.
                 if let Some(charge) = charge {

@@ -40,7 +40,37 @@ use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, _version: i16, peer: SocketAddr) -> ProduceResponse {
+/// A Produce whose appends are done, with the `acks=all` partitions still to be
+/// replicated: the second stage, [`Appended::finish`], needs no request state and
+/// may run while the connection reads and appends its next Produce.
+#[derive(Debug)]
+pub struct Appended {
+    responses: Vec<TopicProduceResponse>,
+    /// acks=all appends to wait for: (topic slot, partition slot, topic, partition, offset to pass).
+    waits: Vec<(usize, usize, String, i32, i64)>,
+    timeout: std::time::Duration,
+    peer: SocketAddr,
+}
+
+impl Appended {
+    /// Whether an answer waits for followers (`acks=all` in a cluster, something appended).
+    pub fn awaits_replication(&self) -> bool {
+        !self.waits.is_empty()
+    }
+
+    /// The response: at once without waits, else once every awaited partition's ISR
+    /// has its records (or the error that ended the wait).
+    pub async fn finish(self, broker: &Broker) -> ProduceResponse {
+        let Appended { mut responses, waits, timeout, peer } = self;
+        if !waits.is_empty() {
+            wait_for_replication(broker, &mut responses, waits, timeout, peer).await;
+        }
+        ProduceResponse::default().with_responses(responses)
+    }
+}
+
+/// The first stage: checks and appends every partition's batches, in request order.
+pub(super) fn append_all(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, peer: SocketAddr) -> Appended {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1 | 0 | 1);
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
@@ -108,10 +138,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Produ
                 .with_partition_responses(partitions),
         );
     }
-    if !waits.is_empty() {
-        wait_for_replication(broker, &mut responses, waits, timeout, peer).await;
-    }
-    ProduceResponse::default().with_responses(responses)
+    Appended { responses, waits, timeout, peer }
 }
 
 /// `acks=all` in a cluster: each appended partition's answer waits until its ISR has

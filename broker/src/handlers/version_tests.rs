@@ -209,6 +209,10 @@ where
         Reply::Frame(b) => b,
         Reply::Parts(p) => p.to_contiguous().expect("contiguous"),
         Reply::None => panic!("{api:?} v{version}: no response"),
+        Reply::AwaitingReplication(p) => match p.finish(broker).await.expect("encode") {
+            Reply::Frame(b) => b,
+            other => panic!("{api:?} v{version}: {other:?}"),
+        },
     };
     let size = i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
     assert_eq!(size + 4, bytes.len(), "{api:?} v{version}: size prefix");

@@ -5,6 +5,16 @@
 //! and a long-polling Fetch holds back the requests queued behind it. A
 //! client over one of its quotas is muted the same way for the throttle
 //! time after its response is sent (KIP-219).
+//!
+//! One exception, Redpanda's two-stage produce: an `acks=all` Produce in a
+//! cluster is answered once its followers have the records, and that wait
+//! (Kafka's DelayedProduce) would otherwise cap a connection at one batch per
+//! replication round trip. Once its appends are done, the connection reads
+//! the next request while it waits; a following Produce is appended at once
+//! (after the earlier one's appends, so the log order is the request order, as
+//! when answered one by one), any other request waits until every earlier one
+//! is answered, and the responses go out in request order. At most
+//! [`MAX_AWAITING_PRODUCES`] wait at a time; none do when a quota applies.
 //! On SSL and SASL_SSL listeners the TLS handshake comes first; the loop
 //! then reads and writes through [`ClientStream`] whichever the transport.
 
@@ -16,6 +26,8 @@ use bytes::BytesMut;
 use floe_protocol::frame::{parse_frame, parse_request_header, HeaderError};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use kafka_protocol::messages::ApiKey;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
@@ -40,6 +52,13 @@ pub struct Connection {
     broker: Arc<Broker>,
     session: Session,
 }
+
+/// Produce requests a connection may have appended and not yet answered (librdkafka
+/// sends at most 5 at a time to an idempotent producer's connection).
+const MAX_AWAITING_PRODUCES: usize = 16;
+
+/// The second stage of a Produce: its API name, when it was read, its reply.
+type AwaitedReply = std::pin::Pin<Box<dyn std::future::Future<Output = (&'static str, Instant, Result<Reply, handlers::Reject>)> + Send>>;
 
 /// Why a connection ended.
 #[derive(Debug)]
@@ -184,6 +203,8 @@ impl Connection {
             Duration::from_millis(self.broker.config.connections_max_idle_ms),
             Duration::from_millis(self.broker.config.request_read_timeout_ms),
         );
+        // Produce requests waiting for their followers, oldest first (see the module doc).
+        let mut awaiting: FuturesOrdered<AwaitedReply> = FuturesOrdered::new();
         loop {
             let frame = loop {
                 match parse_frame(&mut self.buffer, max_frame) {
@@ -210,6 +231,11 @@ impl Connection {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Closed::Io(e),
                     },
+                    Some((name, started, reply)) = awaiting.next(), if !awaiting.is_empty() => {
+                        if let Err(closed) = self.answer(stream, name, started, reply).await {
+                            return closed;
+                        }
+                    }
                     _ = shutdown.changed() => return Closed::Shutdown,
                 }
             };
@@ -225,6 +251,15 @@ impl Connection {
                 }
             };
             let api = request.api_key;
+            // Only a Produce may overlap the ones before it; anything else runs once
+            // every earlier request is answered, as on a connection without overlap.
+            if api != ApiKey::Produce || awaiting.len() >= MAX_AWAITING_PRODUCES {
+                while let Some((name, started, reply)) = awaiting.next().await {
+                    if let Err(closed) = self.answer(stream, name, started, reply).await {
+                        return closed;
+                    }
+                }
+            }
             let started = Instant::now();
             if let Err(refused) = self.session.admits(api, started) {
                 tracing::warn!(
@@ -236,35 +271,24 @@ impl Connection {
                 );
                 return Closed::BadInput(refused.label());
             }
-            let reply = match handlers::dispatch(&self.broker, request, &mut self.session).await {
-                Ok(reply) => reply,
-                Err(reject) => {
-                    tracing::warn!(peer = %self.peer, reason = %reject, "closing connection: cannot handle request");
-                    return Closed::BadInput(reject.metric_label());
+            let name = handlers::api_name(api);
+            let reply = handlers::dispatch(&self.broker, request, &mut self.session).await;
+            match reply {
+                Ok(Reply::AwaitingReplication(pending)) => {
+                    let broker = self.broker.clone();
+                    awaiting.push_back(Box::pin(async move { (name, started, pending.finish(&broker).await) }));
+                    continue;
                 }
-            };
-            let written = match reply {
-                Reply::None => Ok(()),
-                Reply::Frame(bytes) => transmit::write_bytes(stream, &bytes).await,
-                Reply::Parts(parts) => {
-                    let zero_copy = self.broker.config.fetch_zero_copy;
-                    match transmit::write_parts(stream, &parts, zero_copy).await {
-                        Ok(sent) => {
-                            self.broker.metrics.fetch_bytes.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
-                            if std::mem::take(&mut self.session.reply_to_replica) {
-                                self.broker.metrics.replication_bytes_out.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
-                            }
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
+                // Behind an earlier Produce still waiting: answered after it.
+                reply if !awaiting.is_empty() => {
+                    awaiting.push_back(Box::pin(std::future::ready((name, started, reply))));
+                    continue;
+                }
+                reply => {
+                    if let Err(closed) = self.answer(stream, name, started, reply).await {
+                        return closed;
                     }
                 }
-            };
-            let name = handlers::api_name(api);
-            self.broker.metrics.requests.with_label_values(&[name]).inc();
-            self.broker.metrics.request_duration.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
-            if let Err(e) = written {
-                return Closed::Io(e);
             }
             if let Some(reason) = self.session.close_after_reply.take() {
                 // Already logged by the handler (failed authentication and the like).
@@ -278,5 +302,40 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Writes one request's reply and counts it.
+    async fn answer(&mut self, stream: &mut ClientStream, name: &'static str, started: Instant, reply: Result<Reply, handlers::Reject>) -> Result<(), Closed> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(reject) => {
+                tracing::warn!(peer = %self.peer, reason = %reject, "closing connection: cannot handle request");
+                return Err(Closed::BadInput(reject.metric_label()));
+            }
+        };
+        let written = match reply {
+            Reply::None => Ok(()),
+            Reply::Frame(bytes) => transmit::write_bytes(stream, &bytes).await,
+            Reply::Parts(parts) => {
+                let zero_copy = self.broker.config.fetch_zero_copy;
+                match transmit::write_parts(stream, &parts, zero_copy).await {
+                    Ok(sent) => {
+                        self.broker.metrics.fetch_bytes.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                        if std::mem::take(&mut self.session.reply_to_replica) {
+                            self.broker.metrics.replication_bytes_out.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Reply::AwaitingReplication(_) => {
+                tracing::error!(peer = %self.peer, "closing connection: a produce's second stage was answered unfinished");
+                return Err(Closed::BadInput("internal_error"));
+            }
+        };
+        self.broker.metrics.requests.with_label_values(&[name]).inc();
+        self.broker.metrics.request_duration.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
+        written.map_err(Closed::Io)
     }
 }
