@@ -60,6 +60,14 @@ const MAX_AWAITING_PRODUCES: usize = 16;
 /// The second stage of a Produce: its API name, when it was read, its reply.
 type AwaitedReply = std::pin::Pin<Box<dyn std::future::Future<Output = (&'static str, Instant, Result<Reply, handlers::Reject>)> + Send>>;
 
+/// What ended a wait for the next request's bytes.
+enum Woke {
+    /// The read finished (`Err(())`: its deadline passed first).
+    Read(Result<std::io::Result<usize>, ()>),
+    /// The oldest waiting Produce is ready to be answered.
+    Answered((&'static str, Instant, Result<Reply, handlers::Reject>)),
+}
+
 /// Why a connection ended.
 #[derive(Debug)]
 enum Closed {
@@ -219,24 +227,32 @@ impl Connection {
                     }
                 }
                 let (deadline, expiry) = clock.next_deadline(self.buffer.len());
-                tokio::select! {
-                    read = tokio::time::timeout_at(deadline, stream.read_buf(&mut self.buffer)) => match read {
-                        Err(_) => return Closed::Expired(expiry),
-                        Ok(Ok(0)) => {
-                            if !self.buffer.is_empty() {
-                                tracing::warn!(peer = %self.peer, bytes = self.buffer.len(), "peer closed the connection mid-request");
-                            }
-                            return Closed::ByPeer;
+                // The select only says what happened; the reply is written after it, so
+                // the read's future is not kept alive beside the write's (every idle
+                // connection carries this state).
+                let woke = tokio::select! {
+                    read = tokio::time::timeout_at(deadline, stream.read_buf(&mut self.buffer)) => Woke::Read(read.map_err(|_| ())),
+                    Some(done) = awaiting.next(), if !awaiting.is_empty() => Woke::Answered(done),
+                    _ = shutdown.changed() => return Closed::Shutdown,
+                };
+                match woke {
+                    Woke::Read(Err(())) => return Closed::Expired(expiry),
+                    Woke::Read(Ok(Ok(0))) => {
+                        if !self.buffer.is_empty() {
+                            tracing::warn!(peer = %self.peer, bytes = self.buffer.len(), "peer closed the connection mid-request");
                         }
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => return Closed::Io(e),
-                    },
-                    Some((name, started, reply)) = awaiting.next(), if !awaiting.is_empty() => {
-                        if let Err(closed) = self.answer(stream, name, started, reply).await {
+                        return Closed::ByPeer;
+                    }
+                    Woke::Read(Ok(Ok(_))) => {}
+                    Woke::Read(Ok(Err(e))) => return Closed::Io(e),
+                    Woke::Answered((name, started, reply)) => {
+                        // Boxed: each inline await point of `answer` would add its state
+                        // to every connection's future, and these run only while
+                        // produces overlap.
+                        if let Err(closed) = Box::pin(self.answer(stream, name, started, reply)).await {
                             return closed;
                         }
                     }
-                    _ = shutdown.changed() => return Closed::Shutdown,
                 }
             };
             let request = match parse_request_header(frame) {
@@ -255,7 +271,7 @@ impl Connection {
             // every earlier request is answered, as on a connection without overlap.
             if api != ApiKey::Produce || awaiting.len() >= MAX_AWAITING_PRODUCES {
                 while let Some((name, started, reply)) = awaiting.next().await {
-                    if let Err(closed) = self.answer(stream, name, started, reply).await {
+                    if let Err(closed) = Box::pin(self.answer(stream, name, started, reply)).await {
                         return closed;
                     }
                 }
