@@ -805,7 +805,7 @@ async fn every_served_version_of_every_api_answers() {
                         r
                     };
                     let _ = r;
-                    assert_eq!(broker.txns.describe(&id).map(|m| m.state.name()), Some("Ongoing"), "v{v}");
+                    assert_eq!(broker.txns.of(&id).describe(&id).map(|m| m.state.name()), Some("Ongoing"), "v{v}");
                 }
                 ApiKey::AddOffsetsToTxn => {
                     let id = format!("aot-v{v}");
@@ -864,7 +864,7 @@ async fn every_served_version_of_every_api_answers() {
                     let id = format!("toc-v{v}");
                     let group = format!("toc-group-v{v}");
                     let (pid, epoch) = txn_init(&broker, &id).await;
-                    broker.txns.add_partitions(&id, pid, epoch, &[(floe_coordinator::group::OFFSETS_TOPIC.to_string(), 0)], false).await.expect("add offsets");
+                    broker.txns.of(&id).add_partitions(&id, pid, epoch, &[(floe_coordinator::group::OFFSETS_TOPIC.to_string(), broker.groups.partition_of(&group))], false).await.expect("add offsets");
                     let p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(2);
                     let t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![p]);
                     let req = TxnOffsetCommitRequest::default()
@@ -876,9 +876,9 @@ async fn every_served_version_of_every_api_answers() {
                         .with_topics(vec![t]);
                     let r: TxnOffsetCommitResponse = roundtrip(&broker, range.key, v, &req).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
-                    assert!(broker.groups.has_pending_txn_offset(&group, "t", 0), "v{v}: pending until the commit");
-                    broker.txns.end_txn(&id, pid, epoch, true).await.expect("commit");
-                    assert!(!broker.groups.has_pending_txn_offset(&group, "t", 0), "v{v}");
+                    assert!(broker.groups.of(&group).has_pending_txn_offset(&group, "t", 0), "v{v}: pending until the commit");
+                    broker.txns.of(&id).end_txn(&id, pid, epoch, true).await.expect("commit");
+                    assert!(!broker.groups.of(&group).has_pending_txn_offset(&group, "t", 0), "v{v}");
                     let found = broker.groups.of(&group).fetch_offsets(&group, Some(vec![("t".into(), vec![0])])).expect("fetch");
                     assert_eq!(found[0].1[0].1.as_ref().map(|o| o.offset), Some(2), "v{v}: committed with the transaction");
                 }
