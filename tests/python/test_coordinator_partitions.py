@@ -14,6 +14,7 @@ With `offsets.topic.num.partitions=4` and `transaction.state.log.num.partitions=
 from __future__ import annotations
 
 import struct
+import time
 
 from clients import admin, create_topic, produce_all, unique_topic
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -80,9 +81,15 @@ def _groups_by_offsets_partition(bootstrap: str) -> dict[str, set[int]]:
         tps = [TopicPartition("__consumer_offsets", p, OFFSET_BEGINNING) for p in range(OFFSETS_PARTITIONS)]
         ends = {p: c.get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=TIMEOUT_S)[1] for p in range(OFFSETS_PARTITIONS)}
         c.assign(tps)
-        done = {p for p, end in ends.items() if end == 0}
-        while len(done) < OFFSETS_PARTITIONS:
-            msg = c.poll(1.0)
+        deadline = time.monotonic() + 60
+
+        def at_end() -> bool:
+            # Positions, not the last record: transaction markers end some partitions.
+            positions = c.position([TopicPartition("__consumer_offsets", p) for p in range(OFFSETS_PARTITIONS)])
+            return all(tp.offset >= ends[tp.partition] for tp in positions)
+        while not at_end():
+            assert time.monotonic() < deadline, f"reading __consumer_offsets to {ends}"
+            msg = c.poll(0.5)
             if msg is None:
                 continue
             assert msg.error() is None, msg.error()
@@ -90,8 +97,6 @@ def _groups_by_offsets_partition(bootstrap: str) -> dict[str, set[int]]:
             # Offset keys (v0/v1) and group metadata keys (v2) both start with the group id.
             (_version, length) = struct.unpack(">hh", key[:4])
             found.setdefault(key[4:4 + length].decode(), set()).add(msg.partition())
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
     finally:
         c.close()
     return found
@@ -175,7 +180,8 @@ def test_groups_and_transactions_over_several_internal_partitions(floe_factory):
     check_state("after the restart")
 
     # The listed groups are every partition's.
-    listed = {g.group_id for g in admin(bootstrap).list_consumer_groups().result(timeout=TIMEOUT_S).valid}
+    a = admin(bootstrap)  # alive until the future resolves
+    listed = {g.group_id for g in a.list_consumer_groups().result(timeout=TIMEOUT_S).valid}
     assert set(expected) <= listed
 
     # The restarted coordinators take the ids' next transactions (each on its partition).
