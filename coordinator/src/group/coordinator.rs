@@ -193,8 +193,8 @@ impl GroupCoordinator {
     }
 
     /// Becomes the coordinator for the term of `leader_epoch` (this broker now leads
-    /// `__consumer_offsets`): forgets what it held, replays the replicated log to its
-    /// end, then answers. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS. A term
+    /// this coordinator's `__consumer_offsets` partition): forgets what it held,
+    /// replays the replicated log to its end, then answers. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS. A term
     /// that ends during the load is left inactive.
     ///
     /// # Errors

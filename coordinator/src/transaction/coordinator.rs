@@ -304,8 +304,8 @@ impl TransactionCoordinator {
     }
 
     /// Becomes the transaction coordinator for the term of `leader_epoch` (this
-    /// broker now leads `__transaction_state`): replays the log to its end, answers,
-    /// then completes what was left prepared.
+    /// broker now leads this coordinator's `__transaction_state` partition): replays
+    /// the log to its end, answers, then completes what was left prepared.
     ///
     /// # Errors
     /// [`TxnLogError`] if the log is missing or cannot be read.
