@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import time
 
+import kwire
+from clients import unique_topic
 from cluster_rig import agreed_view, etcd, start_cluster  # noqa: F401 (fixture)
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from test_cluster_coordinators import _committed, _coordinator, _find_coordinator
 from test_cluster_replication import _bootstrap, _by_id, _create
 from test_coordinator_partitions import kafka_partition
-
-from clients import unique_topic
 
 PARTITIONS = 3
 OVERRIDES = {"offsets.topic.num.partitions": str(PARTITIONS), "transaction.state.log.num.partitions": str(PARTITIONS),
@@ -101,6 +101,11 @@ def test_groups_move_with_their_own_partition(floe_factory, etcd):
     assert victim_id is not None, f"the groups' coordinators {groups}, the transactional ids' {txns}"
     group_a, txn_id = groups[victim_id], txns[victim_id]
     other_id, group_b = next((b, g) for b, g in groups.items() if b != victim_id)
+    # A batched lookup (v4) answers each key with its own partition's leader, on every broker.
+    for b in brokers:
+        with kwire.KafkaConn(b.host, b.port, timeout=30) as conn:
+            body = conn.call_flexible(kwire.API_FIND_COORDINATOR, 4, kwire.find_coordinator_v4(list(groups.values()), 0))
+        assert kwire.parse_find_coordinator_v4(body) == {g: (0, nid) for nid, g in groups.items()}, f"broker {b.name}"
 
     _commit(bootstrap, group_b, {p: 5 for p in range(PARTITIONS)}, source)
     assert _committed(bootstrap, group_b) == {(source, p): 5 for p in range(PARTITIONS)}
