@@ -122,8 +122,15 @@ def test_groups_move_with_their_own_partition(floe_factory, etcd):
     while done < total:
         assert time.monotonic() < deadline, f"{done} of {total} inputs processed"
         if not killed and done >= total // 3:
+            # Between two transactions: kill -9 the coordinator of the group and of the
+            # transactional id.
             victim.kill9()
             killed = True
+            # librdkafka keeps a dead group coordinator cached for send_offsets_to_transaction
+            # and, once the broker leaves the metadata, can wait for it past the call's timeout
+            # (confluentinc/librdkafka#5511, #5456): the application restarts its producer, whose
+            # init_transactions fences the old instance.
+            p = _txn_producer(_bootstrap([b for b in brokers if b is not victim]), txn_id)
         msgs = [m for m in c.consume(num_messages=10, timeout=0.5) if m.error() is None]
         if not msgs:
             continue
