@@ -6,7 +6,7 @@ use floe_storage::{LogManager, PartitionLog};
 use kafka_protocol::error::ResponseError;
 
 use crate::config::BrokerConfig;
-use floe_coordinator::group::GroupCoordinator;
+use floe_coordinator::group::GroupCoordinators;
 use crate::metrics::Metrics;
 
 /// Everything a request handler needs, shared by all connections.
@@ -22,10 +22,10 @@ pub struct Broker {
     pub logs: Arc<LogManager>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// The group coordinator (of every group: Floe is one node).
-    pub groups: Arc<GroupCoordinator>,
-    /// The transaction coordinator (of every transactional id).
-    pub txns: Arc<floe_coordinator::transaction::TransactionCoordinator>,
+    /// The group coordinators, one per `__consumer_offsets` partition.
+    pub groups: Arc<GroupCoordinators>,
+    /// The transaction coordinators, one per `__transaction_state` partition.
+    pub txns: Arc<floe_coordinator::transaction::TransactionCoordinators>,
     /// SCRAM credentials and PLAIN users.
     pub credentials: Arc<crate::security::credentials::CredentialStore>,
     /// ACL authorization (allows everything when `authorizer.class.name` is empty).
@@ -78,13 +78,13 @@ impl Broker {
 }
 
 impl Broker {
-    /// Whether this broker's transaction coordinator holds the transactional ids now, so
+    /// Whether this broker's transaction coordinator holds `transactional_id` now, so
     /// KIP-890 verification (of transactional produce and TxnOffsetCommit) can ask it:
-    /// alone, always; in a cluster, while it leads `__transaction_state` (every
-    /// transactional id maps to its one partition). Elsewhere the checks are skipped, as
-    /// Kafka does with `transaction.partition.verification.enable=false`.
-    pub fn coordinates_transactions(&self) -> bool {
-        !self.is_clustered() || self.txns.coordinator_epoch() != floe_coordinator::replicated::NO_TERM
+    /// alone, always; in a cluster, while it leads the id's `__transaction_state`
+    /// partition. Elsewhere the checks are skipped, as Kafka does with
+    /// `transaction.partition.verification.enable=false`.
+    pub fn coordinates_transactions(&self, transactional_id: &str) -> bool {
+        !self.is_clustered() || self.txns.of(transactional_id).coordinator_epoch() != floe_coordinator::replicated::NO_TERM
     }
 
     /// Whether this broker is part of an etcd cluster (rather than alone).

@@ -69,11 +69,11 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("replica.fetch.min.bytes", "1", "A follower's fetch: record bytes the leader waits for before answering (up to `replica.fetch.wait.max.ms`)."),
     s("replica.fetch.backoff.ms", "1000", "How long a follower waits before fetching again a partition whose fetch failed, or before reconnecting to its leader."),
     s("offsets.topic.replication.factor", "3", "In a cluster: replicas of `__consumer_offsets`, created on the first FindCoordinator for a group; until that many brokers are live, group lookups answer COORDINATOR_NOT_AVAILABLE."),
-    s("offsets.topic.num.partitions", "1", "Partitions of `__consumer_offsets`. Floe's group coordinator owns one partition (one broker coordinates every group at a time): only 1 is accepted."),
+    s("offsets.topic.num.partitions", "1", "Partitions of `__consumer_offsets`, used when the topic is created (an existing topic keeps its own count). A group's coordinator is the leader of partition `abs(groupId.hashCode) % partitions`, as in Kafka, so in a cluster more partitions spread the groups over the brokers. Kafka's default is 50; Floe's is 1 because every partition has its own coordinator state, log and writer thread, and a single broker gains nothing from more: raise it for a cluster with many groups."),
     s("offsets.commit.timeout.ms", "5000", "In a cluster: how long an offset commit (or any coordinator write) waits for the in-sync replicas of its internal topic before failing with COORDINATOR_NOT_AVAILABLE."),
     s("transaction.state.log.replication.factor", "3", "In a cluster: replicas of `__transaction_state`, created on the first FindCoordinator for a transactional id (COORDINATOR_NOT_AVAILABLE until that many brokers are live)."),
     s("transaction.state.log.min.isr", "2", "In a cluster: `min.insync.replicas` of `__transaction_state` (capped at its replication factor)."),
-    s("transaction.state.log.num.partitions", "1", "Partitions of `__transaction_state`. Floe's transaction coordinator owns one partition: only 1 is accepted."),
+    s("transaction.state.log.num.partitions", "1", "Partitions of `__transaction_state`, used when the topic is created (an existing topic keeps its own count). A transactional id's coordinator is the leader of partition `abs(transactionalId.hashCode) % partitions`, as in Kafka. Kafka's default is 50; Floe's is 1 for the same reasons as `offsets.topic.num.partitions`."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("auto.leader.rebalance.enable", "true", "In a cluster: the controller moves leadership back to preferred replicas (each partition's first replica, once alive and in sync) for brokers that lead too few of the partitions they are preferred for."),
     s("leader.imbalance.check.interval.seconds", "300", "In a cluster: how often the controller checks leadership balance (`auto.leader.rebalance.enable`)."),
@@ -187,6 +187,10 @@ pub struct BrokerConfig {
     pub unclean_leader_election: bool,
     /// `offsets.topic.replication.factor`.
     pub offsets_topic_replication_factor: i32,
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when it is created.
+    pub offsets_topic_num_partitions: i32,
+    /// `transaction.state.log.num.partitions`: partitions of `__transaction_state` when it is created.
+    pub transaction_state_log_num_partitions: i32,
     /// `offsets.commit.timeout.ms`.
     pub offsets_commit_timeout_ms: u64,
     /// `transaction.state.log.replication.factor`.
@@ -367,15 +371,6 @@ impl ConfigBuilder {
             ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
         })?;
         log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
-        for key in ["offsets.topic.num.partitions", "transaction.state.log.num.partitions"] {
-            if parse_positive::<i32>(r, key)? != 1 {
-                return Err(ConfigError::InvalidValue {
-                    key: key.into(),
-                    value: get(r, key).into(),
-                    reason: "Floe's coordinators each own one partition of their internal topic; only 1 is supported".into(),
-                });
-            }
-        }
         Ok(BrokerConfig {
             listeners,
             tls,
@@ -392,6 +387,8 @@ impl ConfigBuilder {
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
             offsets_topic_replication_factor: parse_positive(r, "offsets.topic.replication.factor")?,
+            offsets_topic_num_partitions: parse_positive(r, "offsets.topic.num.partitions")?,
+            transaction_state_log_num_partitions: parse_positive(r, "transaction.state.log.num.partitions")?,
             offsets_commit_timeout_ms: parse_positive(r, "offsets.commit.timeout.ms")?,
             transaction_state_log_replication_factor: parse_positive(r, "transaction.state.log.replication.factor")?,
             transaction_state_log_min_isr: parse_positive(r, "transaction.state.log.min.isr")?,

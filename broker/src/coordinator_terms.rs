@@ -1,22 +1,23 @@
-//! The coordinators' terms in a cluster: this broker is the group coordinator while it
-//! leads `__consumer_offsets` and the transaction coordinator while it leads
-//! `__transaction_state` (Kafka's rule), and their writes are acknowledged only once
-//! the partition's in-sync replicas have them.
+//! The coordinators' terms in a cluster: this broker coordinates the groups of a
+//! `__consumer_offsets` partition while it leads that partition, and the transactional
+//! ids of a `__transaction_state` partition while it leads that one (Kafka's rule), and
+//! their writes are acknowledged only once the partition's in-sync replicas have them.
 //!
 //! [`CoordinatorTerms::follow`] runs after every change of roles: a lost leadership
-//! fences the coordinator at once (it answers NOT_COORDINATOR from then on), and one
-//! task per coordinator makes the slower moves in order — `elect` (replay the log) or
+//! fences that partition's coordinator at once (it answers NOT_COORDINATOR from then
+//! on; the other partitions' are untouched), and one task per partition's coordinator
+//! makes the slower moves in order — `elect` (replay the log) or
 //! `resign` (forget the state). [`ReplicaGate`] is the coordinators' view of the
 //! replica manager: whether this broker still leads the partition at the term's epoch,
 //! and the wait for the high watermark, as `acks=all` produce does.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use floe_cluster::TopicPartition;
-use floe_coordinator::group::OFFSETS_TOPIC;
+use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
 use floe_coordinator::replicated::{ReplicatedWrites, ReplicationError};
-use floe_coordinator::transaction::TRANSACTION_STATE_TOPIC;
+use floe_coordinator::transaction::{TransactionCoordinator, TRANSACTION_STATE_TOPIC};
 use floe_storage::PartitionLog;
 use kafka_protocol::error::ResponseError;
 use tokio::sync::watch;
@@ -73,61 +74,117 @@ impl ReplicatedWrites for ReplicaGate {
     }
 }
 
-/// The terms this broker's coordinators should hold, as the replica manager says.
+/// The terms this broker's coordinators should hold, as the replica manager says: one
+/// per partition of each internal topic, each followed on its own.
 #[derive(Debug)]
 pub struct CoordinatorTerms {
     broker: Arc<Broker>,
-    groups: watch::Sender<Option<i32>>,
-    txns: watch::Sender<Option<i32>>,
+    /// Per `__consumer_offsets` partition, the term its driver should hold.
+    groups: Mutex<Vec<watch::Sender<Option<i32>>>>,
+    /// Per `__transaction_state` partition.
+    txns: Mutex<Vec<watch::Sender<Option<i32>>>>,
 }
 
 impl CoordinatorTerms {
-    /// Starts the two tasks that move the coordinators between terms.
+    /// Ready to follow the roles; a partition's driver starts once its topic exists.
     pub fn start(broker: Arc<Broker>) -> Self {
-        let (groups, groups_rx) = watch::channel(None);
-        let (txns, txns_rx) = watch::channel(None);
-        let (g, r) = (broker.groups.clone(), broker.groups.clone());
-        tokio::spawn(drive(
-            groups_rx,
-            move |epoch| {
-                let g = g.clone();
-                async move { g.elect(epoch).await.is_ok() }
-            },
-            move || {
-                let r = r.clone();
-                async move { r.resign().await }
-            },
-        ));
-        let (t, r) = (broker.txns.clone(), broker.txns.clone());
-        tokio::spawn(drive(
-            txns_rx,
-            move |epoch| {
-                let t = t.clone();
-                async move { t.elect(epoch).await.is_ok() }
-            },
-            move || {
-                let r = r.clone();
-                async move { r.resign().await }
-            },
-        ));
-        Self { broker, groups, txns }
+        Self { broker, groups: Mutex::new(Vec::new()), txns: Mutex::new(Vec::new()) }
     }
 
     /// Takes the terms the current roles give: call after every `ReplicaManager::apply`.
+    /// Each partition's term follows that partition's leadership alone, so a lost one
+    /// fences only the groups (or transactional ids) that map to it.
     pub fn follow(&self) {
-        let replicas = &self.broker.replicas;
-        let groups = replicas.leader_epoch_of(&TopicPartition::new(OFFSETS_TOPIC.to_string(), 0));
-        if *self.groups.borrow() != groups {
-            // Stop answering before the driver gets to it: another broker may lead already.
-            self.broker.groups.fence();
-            self.groups.send_replace(groups);
+        let (groups, txns) = (&self.broker.groups, &self.broker.txns);
+        let counts = self.broker.cluster.with_view(|v| {
+            let count = |topic: &str| v.topics.get(topic).map(|t| t.partitions.len() as i32);
+            (count(OFFSETS_TOPIC), count(TRANSACTION_STATE_TOPIC))
+        });
+        if let Some(count) = counts.0 {
+            // The topic's own count, whatever this broker's setting says (Kafka's rule).
+            groups.set_partition_count(count);
+            self.follow_topic(
+                OFFSETS_TOPIC,
+                count,
+                &self.groups,
+                |p| groups.partition(p).map(group_driver),
+                |p| groups.partition(p).iter().for_each(|c| c.fence()),
+            );
         }
-        let txns = replicas.leader_epoch_of(&TopicPartition::new(TRANSACTION_STATE_TOPIC.to_string(), 0));
-        if *self.txns.borrow() != txns {
-            self.broker.txns.fence();
-            self.txns.send_replace(txns);
+        if let Some(count) = counts.1 {
+            txns.set_partition_count(count);
+            self.follow_topic(
+                TRANSACTION_STATE_TOPIC,
+                count,
+                &self.txns,
+                |p| txns.partition(p).map(txn_driver),
+                |p| txns.partition(p).iter().for_each(|c| c.fence()),
+            );
         }
     }
+
+    /// For each of `topic`'s `count` partitions: when this broker's leadership of it
+    /// changed, fences its coordinator and hands the new term to its driver. `start(p)`
+    /// starts partition `p`'s driver (`None`: no coordinator for it).
+    fn follow_topic(
+        &self,
+        topic: &str,
+        count: i32,
+        drivers: &Mutex<Vec<watch::Sender<Option<i32>>>>,
+        start: impl Fn(i32) -> Option<watch::Sender<Option<i32>>>,
+        fence: impl Fn(i32),
+    ) {
+        let mut drivers = drivers.lock().unwrap_or_else(PoisonError::into_inner);
+        while (drivers.len() as i32) < count {
+            let Some(driver) = start(drivers.len() as i32) else { break };
+            drivers.push(driver);
+        }
+        for (p, driver) in drivers.iter().enumerate().take(count.max(0) as usize) {
+            let p = p as i32;
+            let wanted = self.broker.replicas.leader_epoch_of(&TopicPartition::new(topic.to_string(), p));
+            if *driver.borrow() != wanted {
+                // Stop answering before the driver gets to it: another broker may lead already.
+                fence(p);
+                driver.send_replace(wanted);
+            }
+        }
+    }
+}
+
+/// Starts the driver of one `__consumer_offsets` partition's coordinator.
+fn group_driver(c: Arc<GroupCoordinator>) -> watch::Sender<Option<i32>> {
+    let (tx, rx) = watch::channel(None);
+    let (e, r) = (c.clone(), c);
+    tokio::spawn(drive(
+        rx,
+        move |epoch| {
+            let e = e.clone();
+            async move { e.elect(epoch).await.is_ok() }
+        },
+        move || {
+            let r = r.clone();
+            async move { r.resign().await }
+        },
+    ));
+    tx
+}
+
+/// Starts the driver of one `__transaction_state` partition's coordinator.
+fn txn_driver(c: Arc<TransactionCoordinator>) -> watch::Sender<Option<i32>> {
+    let (tx, rx) = watch::channel(None);
+    let (e, r) = (c.clone(), c);
+    tokio::spawn(drive(
+        rx,
+        move |epoch| {
+            let e = e.clone();
+            async move { e.elect(epoch).await.is_ok() }
+        },
+        move || {
+            let r = r.clone();
+            async move { r.resign().await }
+        },
+    ));
+    tx
 }
 
 /// Elects or resigns one coordinator as `want` changes, in order; retries a failed

@@ -227,34 +227,49 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             tokio::runtime::Handle::current(),
             Duration::from_millis(config.offsets_commit_timeout_ms),
         ));
+        // One coordinator per partition of each internal topic; keys map with the
+        // configured counts until the topics exist in the cluster (then with theirs).
         let groups = Arc::new(
-            floe_coordinator::group::GroupCoordinator::replicated(config.coordinator_config(), logs.clone(), gate.clone())
+            floe_coordinator::group::GroupCoordinators::replicated(config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions, gate.clone())
                 .map_err(|e| RunError::Task(e.to_string()))?,
         );
         // Markers go to each partition's leader; the writer gets the broker once it exists.
         let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current()));
         cluster_markers = Some(markers.clone());
-        let txns = floe_coordinator::transaction::TransactionCoordinator::replicated(config.transactions.clone(), logs.clone(), markers, gate);
+        let txns = floe_coordinator::transaction::TransactionCoordinators::replicated(
+            config.transactions.clone(),
+            logs.clone(),
+            markers,
+            config.transaction_state_log_num_partitions,
+            gate,
+        )
+        .map_err(|e| RunError::Task(e.to_string()))?;
         (groups, Arc::new(txns))
     } else {
-        let groups = Arc::new(
-            floe_coordinator::group::GroupCoordinator::new(config.coordinator_config(), logs.clone()).map_err(|e| RunError::Task(e.to_string()))?,
-        );
-        let txns = {
-            let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
-            let (txn_config, txn_logs) = (config.transactions.clone(), logs.clone());
-            let opened = tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinator::open(txn_config, txn_logs, markers))
+        let groups = {
+            // Creates __consumer_offsets with offsets.topic.num.partitions if it does not exist.
+            let (group_config, group_logs, count) = (config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions);
+            let opened = tokio::task::spawn_blocking(move || floe_coordinator::group::GroupCoordinators::single(group_config, group_logs, count))
                 .await
                 .map_err(|e| RunError::Task(e.to_string()))?;
+            Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
+        };
+        let txns = {
+            let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+            let (txn_config, txn_logs, count) = (config.transactions.clone(), logs.clone(), config.transaction_state_log_num_partitions);
+            let opened =
+                tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinators::open(txn_config, txn_logs, markers, count))
+                    .await
+                    .map_err(|e| RunError::Task(e.to_string()))?;
             Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
         };
         {
             // Offsets load in the background; group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
             // Transactions a crash left decided but incomplete are finished once the offsets are
-            // loaded (their markers may go to __consumer_offsets through the group coordinator).
+            // loaded (their markers may go to __consumer_offsets through the group coordinators).
             let (groups, txns) = (groups.clone(), txns.clone());
             tokio::spawn(async move {
-                if groups.load().await.is_ok() {
+                if groups.load_all().await.is_ok() {
                     txns.complete_prepared().await;
                 }
             });
@@ -262,7 +277,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         (groups, txns)
     };
     let sweeper = groups.start(shutdown.clone());
-    let txn_timer = transaction_timer(txns.clone(), shutdown.clone());
+    let txn_timer = transaction_timer(txns.clone(), config.transactions.clone(), shutdown.clone());
 
     // In a cluster only a partition's leader tiers it (see crate::tiering).
     let tierers = if cluster.is_clustered() {
@@ -502,11 +517,11 @@ async fn wait_for_signal() {
 /// prepared ones retried every `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
 /// expired transactional ids removed every `transaction.remove.expired.transaction.cleanup.interval.ms`.
 fn transaction_timer(
-    txns: Arc<floe_coordinator::transaction::TransactionCoordinator>,
+    txns: Arc<floe_coordinator::transaction::TransactionCoordinators>,
+    config: floe_coordinator::transaction::TransactionConfig,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let config = txns.config().clone();
         let mut abort = tokio::time::interval(config.abort_timed_out_interval);
         let mut expire = tokio::time::interval(config.remove_expired_interval);
         abort.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

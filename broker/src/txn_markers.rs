@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use floe_coordinator::clock::wall_ms;
-use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
+use floe_coordinator::group::{GroupCoordinators, OFFSETS_TOPIC};
 use floe_coordinator::transaction::{TxnMarker, TxnMarkerWriter};
 use floe_storage::{ControlRecordType, LogManager};
 use kafka_protocol::error::ResponseError;
@@ -47,12 +47,12 @@ pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 #[derive(Debug)]
 pub struct LocalMarkerWriter {
     logs: Arc<LogManager>,
-    groups: Arc<GroupCoordinator>,
+    groups: Arc<GroupCoordinators>,
 }
 
 impl LocalMarkerWriter {
-    /// A writer over `logs`, with `groups` for the offsets partition.
-    pub fn new(logs: Arc<LogManager>, groups: Arc<GroupCoordinator>) -> Self {
+    /// A writer over `logs`, with `groups` for the offsets partitions.
+    pub fn new(logs: Arc<LogManager>, groups: Arc<GroupCoordinators>) -> Self {
         Self { logs, groups }
     }
 }
@@ -61,7 +61,11 @@ impl TxnMarkerWriter for LocalMarkerWriter {
     fn write_marker(&self, m: &TxnMarker) -> Result<(), String> {
         let (topic, partition) = (&m.partition.0, m.partition.1);
         if topic == OFFSETS_TOPIC {
-            return self.groups.complete_txn_at(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch).map_err(|e| e.to_string());
+            let Some(groups) = self.groups.partition(partition) else {
+                tracing::warn!(topic, partition, producer_id = m.producer_id, "no marker for a partition the topic does not have");
+                return Ok(());
+            };
+            return groups.complete_txn_at(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch).map_err(|e| e.to_string());
         }
         let Some(log) = self.logs.partition(topic, partition) else {
             tracing::info!(topic, partition, producer_id = m.producer_id, "no marker for a partition that no longer exists");
@@ -126,7 +130,9 @@ pub async fn write_as_leader(broker: &Broker, m: &TxnMarker) -> Result<(), (Resp
             Route::Remote(l) => return Err((ResponseError::NotLeaderOrFollower, format!("{topic}-{partition} is led by broker {l}"))),
             Route::Unavailable(why) => return Err((ResponseError::NotLeaderOrFollower, why)),
         }
-        let groups = broker.groups.clone();
+        let Some(groups) = broker.groups.partition(partition) else {
+            return Err((ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
+        };
         let done = tokio::task::spawn_blocking(move || groups.complete_txn_at(producer_id, epoch, commit, coordinator_epoch)).await;
         return match done {
             Ok(Ok(())) => Ok(()),

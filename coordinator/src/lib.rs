@@ -10,6 +10,8 @@
 //! - [`clock`]: the wall clock both stamp their records with.
 //! - [`replicated`]: a coordinator's term (the leadership of its internal
 //!   topic's partition, in a cluster) and the gate its writes pass.
+//! - [`partitioned`]: Kafka's mapping of a group or transactional id to its
+//!   internal topic's partition, and the coordinators of every partition.
 //! - [`group`]: the group coordinator: consumer groups, classic and KIP-848,
 //!   their rebalances, and the `__consumer_offsets` log of committed offsets
 //!   and group metadata.
@@ -21,5 +23,6 @@
 
 pub mod clock;
 pub mod group;
+pub mod partitioned;
 pub mod replicated;
 pub mod transaction;

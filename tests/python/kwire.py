@@ -401,6 +401,28 @@ def find_coordinator_v1(key: str, key_type: int) -> bytes:
     return string(key) + struct.pack(">b", key_type)
 
 
+def find_coordinator_v4(keys: list[str], key_type: int) -> bytes:
+    """FindCoordinator v4 (flexible; send with `call_flexible`): key_type int8 |
+    coordinator_keys compact array of compact strings | tagged fields."""
+    return struct.pack(">b", key_type) + uvarint(len(keys) + 1) + b"".join(compact_string(k) for k in keys) + b"\x00"
+
+
+def parse_find_coordinator_v4(body: bytes) -> dict[str, tuple[int, int]]:
+    """FindCoordinator v4 response body (after response header v1): {key: (error_code, node_id)}."""
+    r = FlexReader(body)
+    r.i32()  # throttle_time_ms
+
+    def coordinator(r):
+        key, node, _host, _port, err, _msg = r.compact_string(), r.i32(), r.compact_string(), r.i32(), r.i16(), r.compact_string()
+        r.skip_tags()
+        return key, (err, node)
+
+    coordinators = r.compact_array(coordinator)
+    r.skip_tags()
+    assert r.done(), "trailing bytes in FindCoordinator v4 response"
+    return dict(coordinators)
+
+
 def add_partitions_to_txn_v2(transactional_id: str, producer_id: int, producer_epoch: int,
                              topics: dict[str, list[int]]) -> bytes:
     """AddPartitionsToTxn v0-v2 (non-flexible; v2 only adds PRODUCER_FENCED to the answers):

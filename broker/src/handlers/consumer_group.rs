@@ -81,7 +81,7 @@ pub(super) fn handle_heartbeat(
         client_id,
         client_host: format!("/{}", peer.ip()),
     };
-    match broker.groups.consumer_heartbeat(request.group_id.as_str(), hb) {
+    match broker.groups.of(request.group_id.as_str()).consumer_heartbeat(request.group_id.as_str(), hb) {
         Err(ResponseError::InvalidRegularExpression) => {
             fail(ResponseError::InvalidRegularExpression, "subscribed_topic_regex is not supported by this broker yet")
         }
@@ -98,7 +98,7 @@ pub(super) fn handle_heartbeat(
             ConsumerGroupHeartbeatResponse::default()
                 .with_member_id(Some(s(r.member_id)))
                 .with_member_epoch(r.member_epoch)
-                .with_heartbeat_interval_ms(broker.groups.consumer_config().heartbeat_interval.as_millis() as i32)
+                .with_heartbeat_interval_ms(broker.groups.of(request.group_id.as_str()).consumer_config().heartbeat_interval.as_millis() as i32)
                 .with_assignment(assignment)
         }
     }
@@ -133,7 +133,7 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: Co
             if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, id.as_str()) {
                 return d.with_error_code(ResponseError::GroupAuthorizationFailed.code());
             }
-            match broker.groups.describe_consumer_group(id.as_str()) {
+            match broker.groups.of(id.as_str()).describe_consumer_group(id.as_str()) {
                 Err(ResponseError::GroupIdNotFound) => d
                     .with_error_code(ResponseError::GroupIdNotFound.code())
                     .with_error_message(message(format!("Group {} not found or not a consumer group.", id.as_str())))

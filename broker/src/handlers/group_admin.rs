@@ -67,7 +67,7 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, id.as_str()) {
                 return d.with_error_code(ResponseError::GroupAuthorizationFailed.code());
             }
-            match broker.groups.describe_group(id.as_str()) {
+            match broker.groups.of(id.as_str()).describe_group(id.as_str()) {
                 Err(e) => d.with_error_code(e.code()),
                 Ok(None) if version >= 6 => d
                     .with_error_code(ResponseError::GroupIdNotFound.code())
@@ -106,7 +106,7 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
     let mut results = Vec::with_capacity(request.groups_names.len());
     for id in request.groups_names {
         let e = if broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Group, id.as_str()) {
-            broker.groups.delete_group(id.as_str()).await.err()
+            broker.groups.of(id.as_str()).delete_group(id.as_str()).await.err()
         } else {
             Some(ResponseError::GroupAuthorizationFailed)
         };

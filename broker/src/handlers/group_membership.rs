@@ -52,7 +52,7 @@ pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: 
         protocols: request.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
         require_known_member_id: version >= 4,
     };
-    let r = broker.groups.join(request.group_id.as_str(), req).await;
+    let r = broker.groups.of(request.group_id.as_str()).join(request.group_id.as_str(), req).await;
     let members = r
         .members
         .into_iter()
@@ -93,6 +93,7 @@ pub(super) async fn handle_sync(broker: &Broker, ctx: &RequestContext, request: 
     let assignments = request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
     let r = broker
         .groups
+        .of(request.group_id.as_str())
         .sync(
             request.group_id.as_str(),
             request.member_id.as_str(),
@@ -115,7 +116,7 @@ pub(super) fn handle_heartbeat(broker: &Broker, ctx: &RequestContext, request: H
     if !group_read(broker, ctx, request.group_id.as_str()) {
         return HeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
-    let e = broker.groups.heartbeat(
+    let e = broker.groups.of(request.group_id.as_str()).heartbeat(
         request.group_id.as_str(),
         request.member_id.as_str(),
         request.group_instance_id.as_ref().map(|i| i.as_str()),
@@ -133,7 +134,7 @@ pub(super) fn handle_leave(broker: &Broker, ctx: &RequestContext, request: Leave
     } else {
         vec![(request.member_id.to_string(), None)]
     };
-    match broker.groups.leave(request.group_id.as_str(), &members) {
+    match broker.groups.of(request.group_id.as_str()).leave(request.group_id.as_str(), &members) {
         Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
         Ok(results) if version < 3 => LeaveGroupResponse::default().with_error_code(code(results.first().copied().flatten())),
         Ok(results) => {

@@ -37,7 +37,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: InitP
                 return refused(ResponseError::TransactionalIdAuthorizationFailed);
             }
             let expected = (version >= 3 && request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
-            return match broker.txns.init_producer_id(id, request.transaction_timeout_ms, expected).await {
+            return match broker.txns.of(id).init_producer_id(id, request.transaction_timeout_ms, expected).await {
                 Ok((producer_id, epoch)) => InitProducerIdResponse::default().with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch),
                 Err(e) => {
                     tracing::info!(transactional_id = id, error = %e, "InitProducerId refused");

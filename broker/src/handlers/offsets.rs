@@ -73,6 +73,7 @@ pub(super) async fn handle_commit(broker: &Broker, ctx: &RequestContext, request
     } else {
         broker
             .groups
+            .of(request.group_id.as_str())
             .commit_offsets(
                 request.group_id.as_str(),
                 request.member_id.as_str(),
@@ -144,13 +145,14 @@ pub(super) fn handle_fetch(broker: &Broker, ctx: &RequestContext, request: Offse
                 }
                 // v9: a consumer group member names itself and its epoch (KIP-848).
                 if let Some(member) = g.member_id.as_ref().filter(|_| version >= 9) {
-                    if let Err(e) = broker.groups.validate_offset_fetch(g.group_id.as_str(), member.as_str(), g.member_epoch) {
+                    if let Err(e) = broker.groups.of(g.group_id.as_str()).validate_offset_fetch(g.group_id.as_str(), member.as_str(), g.member_epoch) {
                         return group.with_error_code(e.code());
                     }
                 }
                 let group_id = g.group_id.as_str();
-                let unstable = |t: &str, p: i32| request.require_stable && broker.groups.has_pending_txn_offset(group_id, t, p);
-                match broker.groups.fetch_offsets(group_id, topics) {
+                let coordinator = broker.groups.of(group_id);
+                let unstable = |t: &str, p: i32| request.require_stable && coordinator.has_pending_txn_offset(group_id, t, p);
+                match coordinator.fetch_offsets(group_id, topics) {
                     Err(e) => group.with_error_code(e.code()),
                     Ok(found) => group.with_topics(
                         authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| group_topic(t, version, e, &unstable)).collect(),
@@ -173,9 +175,10 @@ pub(super) fn handle_fetch(broker: &Broker, ctx: &RequestContext, request: Offse
     }
     let by_name = topics.is_some();
     let group_id = request.group_id.as_str();
-    let unstable = |t: &str, p: i32| version >= 7 && request.require_stable && broker.groups.has_pending_txn_offset(group_id, t, p);
+    let coordinator = broker.groups.of(group_id);
+    let unstable = |t: &str, p: i32| version >= 7 && request.require_stable && coordinator.has_pending_txn_offset(group_id, t, p);
     let never = |_: &str, _: i32| false;
-    match broker.groups.fetch_offsets(group_id, topics.clone()) {
+    match coordinator.fetch_offsets(group_id, topics.clone()) {
         Ok(found) => OffsetFetchResponse::default().with_topics(
             authorized_offsets(broker, ctx, found, by_name).into_iter().map(|(t, e)| single_topic(t, version, e, &unstable)).collect(),
         ),
@@ -260,7 +263,7 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
             }
         }
     }
-    let results = match broker.groups.delete_offsets(request.group_id.as_str(), asked.clone()).await {
+    let results = match broker.groups.of(request.group_id.as_str()).delete_offsets(request.group_id.as_str(), asked.clone()).await {
         Ok(r) => r,
         Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
     };
@@ -315,12 +318,12 @@ pub(super) async fn handle_txn_commit(
         Some(ResponseError::TransactionalIdAuthorizationFailed)
     } else if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group_id) {
         Some(ResponseError::GroupAuthorizationFailed)
-    } else if !broker.coordinates_transactions() {
+    } else if !broker.coordinates_transactions(txn_id) {
         // The transaction coordinator is another broker: nothing here to verify against.
         None
     } else {
-        let partition = super::transactions::offsets_partition(group_id);
-        broker.txns.verify_and_append(txn_id, producer_id, epoch, &partition, || ()).err().map(|e| {
+        let partition = super::transactions::offsets_partition(broker, group_id);
+        broker.txns.of(txn_id).verify_and_append(txn_id, producer_id, epoch, &partition, || ()).err().map(|e| {
             tracing::info!(transactional_id = txn_id, group = group_id, producer_id, epoch, error = %e, "TxnOffsetCommit refused");
             crate::errors::fenced_for_version(crate::errors::txn_error(&e), version, 3)
         })
@@ -358,7 +361,7 @@ pub(super) async fn handle_txn_commit(
         } else {
             ("", None, -1)
         };
-        broker.groups.txn_commit_offsets(group_id, (producer_id, epoch), member, instance, generation, to_commit).await.err()
+        broker.groups.of(group_id).txn_commit_offsets(group_id, (producer_id, epoch), member, instance, generation, to_commit).await.err()
     };
     let topics = verdicts
         .into_iter()

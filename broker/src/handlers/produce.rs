@@ -251,7 +251,7 @@ fn append_checked(
         }
     }
     match (transactional_id, validated.has_transactional) {
-        (Some(_), true) if !broker.coordinates_transactions() => {
+        (Some(id), true) if !broker.coordinates_transactions(id) => {
             // The transactional id's coordinator is another broker, so there is nothing
             // here to verify against: appended unverified, as Kafka does with
             // transaction.partition.verification.enable=false. The producer added the
@@ -266,6 +266,7 @@ fn append_checked(
             let (producer_id, epoch) = (validated.producer_id, validated.producer_epoch);
             broker
                 .txns
+                .of(id)
                 .verify_and_append(id, producer_id, epoch, &tp, || store(broker, &log, records, &validated, topic, partition))
                 .map_err(|e| {
                     let code = match crate::errors::txn_error(&e) {

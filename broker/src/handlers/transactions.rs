@@ -31,9 +31,9 @@ use crate::broker::Broker;
 use crate::errors::{fenced_for_version, txn_error};
 use floe_coordinator::group::OFFSETS_TOPIC;
 
-/// The `__consumer_offsets` partition that holds `group`'s offsets (Floe's has one).
-pub(super) fn offsets_partition(_group: &str) -> TopicPartition {
-    (OFFSETS_TOPIC.to_string(), 0)
+/// The `__consumer_offsets` partition that holds `group`'s offsets (Kafka's hash of the id).
+pub(super) fn offsets_partition(broker: &Broker, group: &str) -> TopicPartition {
+    (OFFSETS_TOPIC.to_string(), broker.groups.partition_of(group))
 }
 
 fn denied_transactional_id(broker: &Broker, ctx: &RequestContext, transactional_id: &str) -> bool {
@@ -82,7 +82,7 @@ async fn add_partitions(
     let outcome: Result<(), ResponseError> = if !refusals.is_empty() {
         Err(ResponseError::OperationNotAttempted)
     } else {
-        broker.txns.add_partitions(transactional_id, producer_id, epoch, &partitions, verify_only).await.map_err(|e| {
+        broker.txns.of(transactional_id).add_partitions(transactional_id, producer_id, epoch, &partitions, verify_only).await.map_err(|e| {
             tracing::debug!(transactional_id, producer_id, epoch, error = %e, "AddPartitionsToTxn refused");
             fenced_for_version(txn_error(&e), version, 2)
         })
@@ -146,7 +146,7 @@ pub(super) async fn handle_add_offsets(broker: &Broker, ctx: &RequestContext, re
     } else if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group) {
         ResponseError::GroupAuthorizationFailed
     } else {
-        match broker.txns.add_partitions(id, request.producer_id.0, request.producer_epoch, &[offsets_partition(group)], false).await {
+        match broker.txns.of(id).add_partitions(id, request.producer_id.0, request.producer_epoch, &[offsets_partition(broker, group)], false).await {
             Ok(()) => return AddOffsetsToTxnResponse::default(),
             Err(e) => {
                 tracing::debug!(transactional_id = id, group, error = %e, "AddOffsetsToTxn refused");
@@ -164,7 +164,7 @@ pub(super) async fn handle_end_txn(broker: &Broker, ctx: &RequestContext, reques
     if denied_transactional_id(broker, ctx, id) {
         return response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
     }
-    match broker.txns.end_txn(id, producer_id, epoch, request.committed).await {
+    match broker.txns.of(id).end_txn(id, producer_id, epoch, request.committed).await {
         Ok(()) => response.with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch),
         Err(e) => {
             tracing::info!(transactional_id = id, producer_id, epoch, commit = request.committed, error = %e, "EndTxn refused");
@@ -182,11 +182,12 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::TransactionalId, id.0.as_str()) {
                 return state.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
             }
-            // In a cluster, only the coordinator (the leader of __transaction_state) knows the id.
-            if let Err(e) = broker.txns.check_active() {
+            // In a cluster, only the coordinator (the leader of the id's __transaction_state partition) knows it.
+            let coordinator = broker.txns.of(id.0.as_str());
+            if let Err(e) = coordinator.check_active() {
                 return state.with_error_code(crate::errors::txn_error(&e).code());
             }
-            let Some(m) = broker.txns.describe(id.0.as_str()) else {
+            let Some(m) = coordinator.describe(id.0.as_str()) else {
                 return state.with_error_code(ResponseError::TransactionalIdNotFound.code());
             };
             let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = std::collections::BTreeMap::new();
@@ -235,7 +236,7 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListTr
         .filter(|t| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::TransactionalId, &t.transactional_id))
         .filter(|t| {
             min_duration < 0
-                || broker.txns.describe(&t.transactional_id).is_some_and(|m| m.txn_start_timestamp >= 0 && now - m.txn_start_timestamp > min_duration)
+                || broker.txns.of(&t.transactional_id).describe(&t.transactional_id).is_some_and(|m| m.txn_start_timestamp >= 0 && now - m.txn_start_timestamp > min_duration)
         })
         .map(|t| {
             list_transactions_response::TransactionState::default()

@@ -24,7 +24,6 @@ use crate::broker::Broker;
 use crate::config::{ConfigBuilder, Layer};
 use floe_coordinator::group::group::JoinRequest;
 use floe_coordinator::group::records::OffsetAndMetadata;
-use floe_coordinator::group::GroupCoordinator;
 use crate::metrics::Metrics;
 
 pub(super) async fn broker(dir: &std::path::Path) -> Broker {
@@ -47,12 +46,15 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     config.data_dir = dir.to_path_buf();
     let credentials = Arc::new(crate::security::credentials::CredentialStore::open(dir, None).expect("credentials"));
     let logs = Arc::new(LogManager::open_with_node_id(dir, Some(config.node_id), LogConfig::default()).expect("open logs"));
-    let groups = Arc::new(GroupCoordinator::new(config.coordinator_config(), logs.clone()).expect("coordinator"));
-    groups.load().await.expect("load offsets");
+    let groups = Arc::new(
+        floe_coordinator::group::GroupCoordinators::single(config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions).expect("coordinator"),
+    );
+    groups.load_all().await.expect("load offsets");
     let authorizer = Arc::new(crate::authorizer::Authorizer::open(config.authorizer.clone(), dir).expect("authorizer"));
     let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
     let txns = Arc::new(
-        floe_coordinator::transaction::TransactionCoordinator::open(config.transactions.clone(), logs.clone(), markers).expect("transaction coordinator"),
+        floe_coordinator::transaction::TransactionCoordinators::open(config.transactions.clone(), logs.clone(), markers, config.transaction_state_log_num_partitions)
+            .expect("transaction coordinator"),
     );
     let quotas = Arc::new(crate::quota::ClientQuotas::open(dir).expect("quotas"));
     let limits = crate::server::limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
@@ -105,7 +107,7 @@ async fn member(broker: &Broker, group: &str) -> (String, i32) {
         protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
         require_known_member_id: false,
     };
-    let r = broker.groups.join(group, req).await;
+    let r = broker.groups.of(group).join(group, req).await;
     assert_eq!(r.error, None);
     (r.member_id, r.generation)
 }
@@ -113,7 +115,7 @@ async fn member(broker: &Broker, group: &str) -> (String, i32) {
 /// Commits `offset` for t-0 as a group without members would.
 async fn commit(broker: &Broker, group: &str, offset: i64) {
     let o = OffsetAndMetadata { offset, leader_epoch: -1, metadata: "m".into(), commit_timestamp: 1 };
-    broker.groups.commit_offsets(group, "", None, -1, vec![("t".into(), 0, o)]).await.expect("commit");
+    broker.groups.of(group).commit_offsets(group, "", None, -1, vec![("t".into(), 0, o)]).await.expect("commit");
 }
 
 fn s(text: &str) -> StrBytes {
@@ -150,13 +152,13 @@ fn name(s: &str) -> TopicName {
 
 /// A transactional id `id` initialised through the coordinator: (producer id, epoch).
 async fn txn_init(broker: &Broker, id: &str) -> (i64, i16) {
-    broker.txns.init_producer_id(id, 60_000, None).await.expect("init transactional id")
+    broker.txns.of(id).init_producer_id(id, 60_000, None).await.expect("init transactional id")
 }
 
 /// `id`'s transaction with t-0 added, as AddPartitionsToTxn would.
 async fn txn_open(broker: &Broker, id: &str) -> (i64, i16) {
     let (pid, epoch) = txn_init(broker, id).await;
-    broker.txns.add_partitions(id, pid, epoch, &[("t".to_string(), 0)], false).await.expect("add t-0");
+    broker.txns.of(id).add_partitions(id, pid, epoch, &[("t".to_string(), 0)], false).await.expect("add t-0");
     (pid, epoch)
 }
 
@@ -522,7 +524,7 @@ async fn every_served_version_of_every_api_answers() {
                     let r: OffsetCommitResponse = roundtrip(&broker, range.key, v, &req).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
                     assert_eq!(r.topics[0].partitions[1].error_code, ResponseError::UnknownTopicOrPartition.code());
-                    let found = broker.groups.fetch_offsets(&group, None).expect("fetch");
+                    let found = broker.groups.of(&group).fetch_offsets(&group, None).expect("fetch");
                     assert_eq!(found[0].1[0].1.as_ref().map(|o| o.offset), Some(2));
                 }
                 ApiKey::OffsetFetch => {
@@ -590,7 +592,7 @@ async fn every_served_version_of_every_api_answers() {
                     let req = OffsetDeleteRequest::default().with_group_id(GroupId(s(&group))).with_topics(vec![t]);
                     let r: OffsetDeleteResponse = roundtrip(&broker, range.key, v, &req).await;
                     assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0));
-                    assert!(broker.groups.fetch_offsets(&group, None).expect("fetch").is_empty());
+                    assert!(broker.groups.of(&group).fetch_offsets(&group, None).expect("fetch").is_empty());
                     let r: OffsetDeleteResponse =
                         roundtrip(&broker, range.key, v, &req.clone().with_group_id(GroupId(s("none")))).await;
                     assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
@@ -651,7 +653,7 @@ async fn every_served_version_of_every_api_answers() {
                         client_id: "c".into(),
                         ..Default::default()
                     };
-                    broker.groups.consumer_heartbeat(&group, hb).expect("join");
+                    broker.groups.of(&group).consumer_heartbeat(&group, hb).expect("join");
                     let req = ConsumerGroupDescribeRequest::default()
                         .with_group_ids(vec![GroupId(s(&group)), GroupId(s("nope"))])
                         .with_include_authorized_operations(true);
@@ -807,7 +809,7 @@ async fn every_served_version_of_every_api_answers() {
                         r
                     };
                     let _ = r;
-                    assert_eq!(broker.txns.describe(&id).map(|m| m.state.name()), Some("Ongoing"), "v{v}");
+                    assert_eq!(broker.txns.of(&id).describe(&id).map(|m| m.state.name()), Some("Ongoing"), "v{v}");
                 }
                 ApiKey::AddOffsetsToTxn => {
                     let id = format!("aot-v{v}");
@@ -866,7 +868,7 @@ async fn every_served_version_of_every_api_answers() {
                     let id = format!("toc-v{v}");
                     let group = format!("toc-group-v{v}");
                     let (pid, epoch) = txn_init(&broker, &id).await;
-                    broker.txns.add_partitions(&id, pid, epoch, &[(floe_coordinator::group::OFFSETS_TOPIC.to_string(), 0)], false).await.expect("add offsets");
+                    broker.txns.of(&id).add_partitions(&id, pid, epoch, &[(floe_coordinator::group::OFFSETS_TOPIC.to_string(), broker.groups.partition_of(&group))], false).await.expect("add offsets");
                     let p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(2);
                     let t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![p]);
                     let req = TxnOffsetCommitRequest::default()
@@ -878,10 +880,10 @@ async fn every_served_version_of_every_api_answers() {
                         .with_topics(vec![t]);
                     let r: TxnOffsetCommitResponse = roundtrip(&broker, range.key, v, &req).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{v}");
-                    assert!(broker.groups.has_pending_txn_offset(&group, "t", 0), "v{v}: pending until the commit");
-                    broker.txns.end_txn(&id, pid, epoch, true).await.expect("commit");
-                    assert!(!broker.groups.has_pending_txn_offset(&group, "t", 0), "v{v}");
-                    let found = broker.groups.fetch_offsets(&group, Some(vec![("t".into(), vec![0])])).expect("fetch");
+                    assert!(broker.groups.of(&group).has_pending_txn_offset(&group, "t", 0), "v{v}: pending until the commit");
+                    broker.txns.of(&id).end_txn(&id, pid, epoch, true).await.expect("commit");
+                    assert!(!broker.groups.of(&group).has_pending_txn_offset(&group, "t", 0), "v{v}");
+                    let found = broker.groups.of(&group).fetch_offsets(&group, Some(vec![("t".into(), vec![0])])).expect("fetch");
                     assert_eq!(found[0].1[0].1.as_ref().map(|o| o.offset), Some(2), "v{v}: committed with the transaction");
                 }
                 ApiKey::DescribeTransactions => {

@@ -2,9 +2,11 @@
 //! administration (list, describe, delete) and the group metadata it persists
 //! through the [`OffsetStore`].
 //!
-//! A single broker coordinates every group from startup ([`GroupCoordinator::load`]).
-//! In a cluster a broker coordinates while it leads `__consumer_offsets` (Floe's
-//! has one partition, so one broker coordinates all groups at a time): the broker
+//! One `GroupCoordinator` owns the groups of one `__consumer_offsets` partition (the
+//! groups whose id hashes to it: see [`crate::partitioned`]); [`GroupCoordinators`]
+//! holds one per partition. A single broker coordinates every partition from startup
+//! ([`GroupCoordinator::load`]). In a cluster a broker coordinates a partition's groups
+//! while it leads that partition: the broker
 //! calls [`GroupCoordinator::elect`] when it becomes the leader, which reloads the
 //! groups from the replicated log, and [`GroupCoordinator::resign`] when it stops;
 //! between terms every group request gets NOT_COORDINATOR, and a client looks the
@@ -48,7 +50,11 @@ use super::state::GroupState;
 use super::store::{self, Compacted, CompactionConfig, LiveRecords, OffsetStore, StoreError};
 use super::summary::GroupSummary;
 use crate::clock::wall_ms;
+use crate::partitioned::Partitioned;
 use crate::replicated::{CoordinatorTerm, ReplicatedWrites};
+
+/// The group coordinators of every `__consumer_offsets` partition.
+pub type GroupCoordinators = Partitioned<GroupCoordinator>;
 
 mod offsets;
 
@@ -116,6 +122,10 @@ fn lock(g: &Mutex<Group>) -> MutexGuard<'_, Group> {
 #[derive(Debug)]
 pub struct GroupCoordinator {
     config: CoordinatorConfig,
+    /// The `__consumer_offsets` partition whose groups this coordinator owns.
+    partition: i32,
+    /// When offsets were last expired (the sweep's own clock).
+    last_expiry: Mutex<Instant>,
     groups: RwLock<HashMap<String, GroupRef>>,
     status: AtomicU8,
     logs: Arc<LogManager>,
@@ -135,7 +145,15 @@ impl GroupCoordinator {
     /// # Errors
     /// If the log writer thread cannot be started.
     pub fn new(config: CoordinatorConfig, logs: Arc<LogManager>) -> std::io::Result<Self> {
-        Self::with_term(config, logs, CoordinatorTerm::single(), LOADING)
+        Self::for_partition(config, logs, 0)
+    }
+
+    /// A single broker's coordinator of `partition`'s groups (see [`GroupCoordinator::new`]).
+    ///
+    /// # Errors
+    /// If the log writer thread cannot be started.
+    pub fn for_partition(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32) -> std::io::Result<Self> {
+        Self::with_term(config, logs, partition, CoordinatorTerm::single(), LOADING)
     }
 
     /// A cluster broker's coordinator: NOT_COORDINATOR until [`GroupCoordinator::elect`];
@@ -143,15 +161,17 @@ impl GroupCoordinator {
     ///
     /// # Errors
     /// If the log writer thread cannot be started.
-    pub fn replicated(config: CoordinatorConfig, logs: Arc<LogManager>, writes: Arc<dyn ReplicatedWrites>) -> std::io::Result<Self> {
-        Self::with_term(config, logs, CoordinatorTerm::replicated(writes), INACTIVE)
+    pub fn replicated(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32, writes: Arc<dyn ReplicatedWrites>) -> std::io::Result<Self> {
+        Self::with_term(config, logs, partition, CoordinatorTerm::replicated(writes), INACTIVE)
     }
 
-    fn with_term(config: CoordinatorConfig, logs: Arc<LogManager>, term: CoordinatorTerm, status: u8) -> std::io::Result<Self> {
+    fn with_term(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32, term: CoordinatorTerm, status: u8) -> std::io::Result<Self> {
         let term = Arc::new(term);
-        let store = OffsetStore::start(logs.clone(), config.compaction, term.clone())?;
+        let store = OffsetStore::start(logs.clone(), partition, config.compaction, term.clone())?;
         Ok(Self {
             config,
+            partition,
+            last_expiry: Mutex::new(Instant::now()),
             groups: RwLock::new(HashMap::new()),
             status: AtomicU8::new(status),
             logs,
@@ -162,14 +182,19 @@ impl GroupCoordinator {
         })
     }
 
+    /// The `__consumer_offsets` partition this coordinator owns.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
     /// The leader epoch of the current term: 0 on a single broker, -1 between terms.
     pub fn term_epoch(&self) -> i32 {
         self.term.epoch()
     }
 
     /// Becomes the coordinator for the term of `leader_epoch` (this broker now leads
-    /// `__consumer_offsets`): forgets what it held, replays the replicated log to its
-    /// end, then answers. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS. A term
+    /// this coordinator's `__consumer_offsets` partition): forgets what it held,
+    /// replays the replicated log to its end, then answers. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS. A term
     /// that ends during the load is left inactive.
     ///
     /// # Errors
@@ -181,23 +206,26 @@ impl GroupCoordinator {
         self.status.store(LOADING, Ordering::Release);
         self.unload(ResponseError::NotCoordinator);
         let started = std::time::Instant::now();
+        let partition = self.partition;
         let loaded = self
-            .replay(|logs| logs.partition(store::OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("this broker has no log of partition 0".into())))
+            .replay(move |logs| {
+                logs.partition(store::OFFSETS_TOPIC, partition).ok_or_else(|| StoreError::Storage(format!("this broker has no log of partition {partition}")))
+            })
             .await;
         if self.term.epoch() != leader_epoch {
-            tracing::info!(leader_epoch, "the coordinator's term ended while it loaded");
+            tracing::info!(partition, leader_epoch, "the coordinator's term ended while it loaded");
             return Ok(());
         }
         match loaded {
             Ok(records) => {
                 self.status.store(ACTIVE, Ordering::Release);
-                tracing::info!(leader_epoch, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
-                    "became the group coordinator: __consumer_offsets loaded");
+                tracing::info!(partition, leader_epoch, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                    "became the group coordinator of the partition: __consumer_offsets loaded");
                 Ok(())
             }
             Err(e) => {
                 self.status.store(FAILED, Ordering::Release);
-                tracing::error!(leader_epoch, error = %e, "cannot load __consumer_offsets: group requests will fail until the next election");
+                tracing::error!(partition, leader_epoch, error = %e, "cannot load __consumer_offsets: the partition's group requests will fail until the next election");
                 Err(e)
             }
         }
@@ -222,7 +250,7 @@ impl GroupCoordinator {
         let groups = self.groups_read().len();
         self.fence();
         self.unload(ResponseError::NotCoordinator);
-        tracing::info!(groups, "no longer the group coordinator");
+        tracing::info!(partition = self.partition, groups, "no longer the group coordinator of the partition");
     }
 
     /// Answers every waiting request with `error` and forgets every group.
@@ -234,22 +262,24 @@ impl GroupCoordinator {
         self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
-    /// Creates `__consumer_offsets` if needed and replays it (on a blocking
-    /// thread), then starts answering. A failure is logged and leaves the
-    /// coordinator refusing group requests with COORDINATOR_NOT_AVAILABLE.
+    /// Creates `__consumer_offsets` if needed (one partition) and replays this
+    /// coordinator's partition (on a blocking thread), then starts answering. A
+    /// failure is logged and leaves the coordinator refusing group requests with
+    /// COORDINATOR_NOT_AVAILABLE.
     pub async fn load(self: &Arc<Self>) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
-        let loaded = self.replay(store::open_log).await;
+        let partition = self.partition;
+        let loaded = self.replay(move |logs| store::open_log(logs, partition)).await;
         match loaded {
             Ok(records) => {
                 self.status.store(ACTIVE, Ordering::Release);
-                tracing::info!(records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                tracing::info!(partition, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
                     "group coordinator loaded");
                 Ok(())
             }
             Err(e) => {
                 self.status.store(FAILED, Ordering::Release);
-                tracing::error!(error = %e, "cannot load __consumer_offsets: group requests will fail");
+                tracing::error!(partition, error = %e, "cannot load __consumer_offsets: the partition's group requests will fail");
                 Err(e)
             }
         }
@@ -505,7 +535,6 @@ impl GroupCoordinator {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_expiry = Instant::now();
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
@@ -514,17 +543,29 @@ impl GroupCoordinator {
                 if *shutdown.borrow() {
                     break;
                 }
-                if this.check_active().is_err() {
-                    continue;
-                }
-                this.tick(Instant::now());
-                if last_expiry.elapsed() >= this.config.offsets_retention_check_interval {
-                    last_expiry = Instant::now();
-                    this.expire_offsets(wall_ms());
-                }
+                this.sweep();
             }
             this.shutdown();
         })
+    }
+
+    /// One sweep while active: the deadlines, and offset expiry when its interval passed.
+    pub fn sweep(&self) {
+        if self.check_active().is_err() {
+            return;
+        }
+        self.tick(Instant::now());
+        let expire = {
+            let mut last = self.last_expiry.lock().unwrap_or_else(PoisonError::into_inner);
+            let due = last.elapsed() >= self.config.offsets_retention_check_interval;
+            if due {
+                *last = Instant::now();
+            }
+            due
+        };
+        if expire {
+            self.expire_offsets(wall_ms());
+        }
     }
 
     /// One pass of the deadlines over every group.

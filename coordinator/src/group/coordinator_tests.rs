@@ -237,7 +237,7 @@ async fn a_crash_during_compaction_replays_to_the_same_state() {
             // Build the live state as a replay would, then stop where the crash happens.
             let mut live = LiveRecords::default();
             store::replay(&offsets_log(&logs), |e| live.apply(&e)).expect("replay");
-            store::compact(&logs, &crate::replicated::CoordinatorTerm::single(), &live, delete).expect("compact");
+            store::compact(&store::Target { logs: logs.clone(), partition: 0 }, &crate::replicated::CoordinatorTerm::single(), &live, delete).expect("compact");
             // No shutdown: no checkpoints are written, as in a crash.
             drop(c);
             drop(logs);

@@ -12,6 +12,8 @@
 //!   child module `offsets` (`coordinator/offsets.rs`) the committed offsets:
 //!   OffsetCommit, TxnOffsetCommit and their pending offsets, OffsetFetch,
 //!   OffsetDelete, expiry.
+//! - [`coordinators`]: one coordinator per `__consumer_offsets` partition behind
+//!   a router (a group's partition is Kafka's hash of its id).
 //! - [`consumer_group`]: a group of the consumer group protocol (KIP-848):
 //!   epochs, target assignment, incremental reconciliation.
 //! - [`assignor`]: its server-side assignors, `uniform` and `range`.
@@ -28,6 +30,7 @@
 pub mod assignor;
 pub mod consumer_group;
 pub mod coordinator;
+pub mod coordinators;
 pub mod group;
 pub(crate) mod member;
 pub mod outcome;
@@ -36,5 +39,5 @@ pub mod state;
 pub mod store;
 pub mod summary;
 
-pub use coordinator::{CoordinatorConfig, GroupCoordinator};
+pub use coordinator::{CoordinatorConfig, GroupCoordinator, GroupCoordinators};
 pub use store::{offsets_topic_config, OFFSETS_TOPIC};

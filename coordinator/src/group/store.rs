@@ -270,10 +270,11 @@ impl OffsetStore {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, compaction: CompactionConfig, term: Arc<CoordinatorTerm>) -> std::io::Result<Self> {
+    pub fn start(logs: Arc<LogManager>, partition: i32, compaction: CompactionConfig, term: Arc<CoordinatorTerm>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let gate = term.clone();
-        std::thread::Builder::new().name("floe-group-log".into()).spawn(move || {
+        std::thread::Builder::new().name(format!("floe-group-log-{partition}")).spawn(move || {
+            let logs = Target { logs, partition };
             let mut live: Option<LiveRecords> = None;
             // Offsets of open transactions: they become live at a COMMIT marker. While any
             // exist the log is not compacted, as the re-append would leave them behind.
@@ -316,7 +317,7 @@ impl OffsetStore {
                 write_all(&logs, &gate, jobs, live.as_mut(), &mut pending);
                 if let (Some(l), true) = (&live, pending.is_empty()) {
                     if let Err(e) = maybe_compact(&logs, &gate, l, compaction) {
-                        tracing::error!(error = %e, "compacting __consumer_offsets failed");
+                        tracing::error!(partition, error = %e, "compacting __consumer_offsets failed");
                     }
                 }
             }
@@ -376,7 +377,7 @@ impl OffsetStore {
 /// Writes the jobs (one append, one fsync, and in a cluster one wait for the
 /// in-sync replicas), updates `live`, runs the callbacks. Jobs of an older term
 /// fail without being written.
-fn write_all(logs: &LogManager, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
+fn write_all(logs: &Target, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
     if jobs.is_empty() {
         return;
     }
@@ -415,7 +416,7 @@ fn write_all(logs: &LogManager, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut
 /// Appends a COMMIT or ABORT marker for `producer_id` and fsyncs (and waits for the
 /// in-sync replicas).
 fn write_marker(
-    logs: &LogManager,
+    logs: &Target,
     gate: &CoordinatorTerm,
     term: i32,
     producer_id: i64,
@@ -432,8 +433,16 @@ fn write_marker(
     Ok(())
 }
 
-fn offsets_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
-    logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("the log does not exist".into()))
+/// One partition of the topic: the log a writer thread writes.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) logs: Arc<LogManager>,
+    pub(crate) partition: i32,
+}
+
+fn offsets_log(logs: &Target) -> Result<Arc<PartitionLog>, StoreError> {
+    let p = logs.partition;
+    logs.logs.partition(OFFSETS_TOPIC, p).ok_or_else(|| StoreError::Storage(format!("the log of partition {p} does not exist")))
 }
 
 fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: Option<(i64, i16)>) -> Result<(), StoreError> {
@@ -462,7 +471,7 @@ fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: O
 }
 
 /// Appends one batch per job, then fsyncs (then, in a cluster, waits for the in-sync replicas).
-fn write<'a>(logs: &LogManager, gate: &CoordinatorTerm, term: i32, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
+fn write<'a>(logs: &Target, gate: &CoordinatorTerm, term: i32, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     gate.before_append(&log, term)?;
     let now = wall_ms();
@@ -479,7 +488,7 @@ fn write<'a>(logs: &LogManager, gate: &CoordinatorTerm, term: i32, jobs: impl It
     // Appended, not yet fsynced nor acknowledged: a crash here must cost nothing acknowledged.
     if let Err(source) = floe_storage::failpoint::check("group.offsets.write") {
         let e = StorageError::Io { context: "fsync group offsets", path: log.dir().to_path_buf(), source };
-        logs.log_dir_failure().mark_offline(&e);
+        logs.logs.log_dir_failure().mark_offline(&e);
         return Err(e.into());
     }
     log.flush()?;
@@ -487,7 +496,7 @@ fn write<'a>(logs: &LogManager, gate: &CoordinatorTerm, term: i32, jobs: impl It
     Ok(())
 }
 
-fn maybe_compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
+fn maybe_compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     if log.config().cleanup_policy.compact {
         return Ok(()); // the log cleaner's job
@@ -502,7 +511,7 @@ fn maybe_compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveRecords, 
 /// Rolls, re-appends `live` and fsyncs; then, if `delete`, moves the log
 /// start offset past everything before the re-append (see the module doc).
 /// `delete: false` stops where a crash between the steps would.
-pub(crate) fn compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
+pub(crate) fn compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
     let log = offsets_log(logs)?;
     gate.before_append(&log, gate.epoch())?;
     let started = std::time::Instant::now();
@@ -527,15 +536,17 @@ pub(crate) fn compact(logs: &LogManager, gate: &CoordinatorTerm, live: &LiveReco
     Ok(done)
 }
 
-/// Creates the internal topic if it does not exist and returns its log.
+/// Creates the internal topic with `partitions` partitions if it does not exist, and
+/// hands an older one to the log cleaner; its partition count.
 ///
 /// # Errors
 /// [`StoreError::Storage`].
-pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
+pub fn create_log(logs: &LogManager, partitions: i32) -> Result<i32, StoreError> {
     match logs.topic(OFFSETS_TOPIC) {
         None => {
-            logs.create_topic(OFFSETS_TOPIC, 1, offsets_topic_config())?;
-            tracing::info!("created {OFFSETS_TOPIC}");
+            logs.create_topic(OFFSETS_TOPIC, partitions, offsets_topic_config())?;
+            tracing::info!(partitions, "created {OFFSETS_TOPIC}");
+            Ok(partitions)
         }
         Some(topic) => {
             let mut overrides = topic.overrides();
@@ -545,9 +556,19 @@ pub fn open_log(logs: &LogManager) -> Result<Arc<PartitionLog>, StoreError> {
                 logs.alter_topic_config(OFFSETS_TOPIC, overrides)?;
                 tracing::info!("{OFFSETS_TOPIC} is now compacted by the log cleaner (cleanup.policy=compact)");
             }
+            Ok(topic.partition_count())
         }
     }
-    logs.partition(OFFSETS_TOPIC, 0).ok_or_else(|| StoreError::Storage("partition 0 is missing".into()))
+}
+
+/// Opens `partition` of the internal topic, creating the topic (with one partition)
+/// if it does not exist.
+///
+/// # Errors
+/// [`StoreError::Storage`].
+pub fn open_log(logs: &LogManager, partition: i32) -> Result<Arc<PartitionLog>, StoreError> {
+    create_log(logs, 1)?;
+    logs.partition(OFFSETS_TOPIC, partition).ok_or_else(|| StoreError::Storage(format!("partition {partition} is missing")))
 }
 
 /// Reads the whole log in order, calling `apply` for every record.

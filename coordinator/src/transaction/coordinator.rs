@@ -1,5 +1,6 @@
-//! `TransactionCoordinator`: the transaction coordinator of this broker
-//! (of every transactional id: `__transaction_state` has one partition). It hands out producer ids
+//! `TransactionCoordinator`: the transaction coordinator of one `__transaction_state`
+//! partition (of the transactional ids that hash to it; [`TransactionCoordinators`]
+//! holds one per partition). It hands out producer ids
 //! and epochs for transactional ids, fences zombies, records which
 //! partitions each transaction touches, and drives the two-phase commit:
 //! decision durable in `__transaction_state`, then a marker in every
@@ -32,7 +33,7 @@
 //! transaction in a partition is harmless) and the completion recorded.
 //!
 //! # In a cluster
-//! A broker coordinates while it leads `__transaction_state`: the broker calls
+//! A broker coordinates a partition's ids while it leads that partition: the broker calls
 //! [`TransactionCoordinator::elect`] with the partition's leader epoch when it
 //! becomes the leader (the state is replayed from the replicated log, and what a
 //! crash or the previous coordinator left prepared is completed), and
@@ -54,7 +55,11 @@ use super::markers::{TxnMarker, TxnMarkerWriter};
 use super::metadata::{TopicPartition, TransactionMetadata};
 use super::state::TransactionState;
 use crate::clock::wall_ms;
+use crate::partitioned::Partitioned;
 use crate::replicated::{CoordinatorTerm, ReplicatedWrites, NO_TERM};
+
+/// The transaction coordinators of every `__transaction_state` partition.
+pub type TransactionCoordinators = Partitioned<TransactionCoordinator>;
 
 /// The coordinator epoch a single broker's markers carry: its coordinator never moves.
 pub const COORDINATOR_EPOCH: i32 = 0;
@@ -187,6 +192,8 @@ pub struct ListedTransaction {
 #[derive(Debug)]
 pub struct TransactionCoordinator {
     config: TransactionConfig,
+    /// The `__transaction_state` partition whose transactional ids this coordinator owns.
+    partition: i32,
     /// `None` between terms.
     log: RwLock<Option<TransactionLog>>,
     logs: Arc<LogManager>,
@@ -218,12 +225,21 @@ impl TransactionCoordinator {
     /// # Errors
     /// [`TxnLogError`] if the log cannot be opened or read.
     pub fn open(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>) -> Result<Self, TxnLogError> {
-        let log = TransactionLog::open(&logs)?;
+        Self::open_partition(config, logs, markers, 0)
+    }
+
+    /// [`TransactionCoordinator::open`] of `partition` (the topic must exist, or have one partition).
+    ///
+    /// # Errors
+    /// [`TxnLogError`] if the log cannot be opened or read.
+    pub fn open_partition(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, partition: i32) -> Result<Self, TxnLogError> {
+        let log = TransactionLog::open(&logs, partition)?;
         let loaded = log.replay()?;
         let txns = Self::entries(loaded, COORDINATOR_EPOCH);
-        tracing::info!(transactional_ids = txns.len(), "transaction coordinator loaded");
+        tracing::info!(partition, transactional_ids = txns.len(), "transaction coordinator loaded");
         Ok(Self {
             config,
+            partition,
             log: RwLock::new(Some(log)),
             logs,
             markers,
@@ -236,9 +252,10 @@ impl TransactionCoordinator {
 
     /// A cluster broker's coordinator: NOT_COORDINATOR until
     /// [`TransactionCoordinator::elect`]; its writes pass `writes`.
-    pub fn replicated(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, writes: Arc<dyn ReplicatedWrites>) -> Self {
+    pub fn replicated(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, partition: i32, writes: Arc<dyn ReplicatedWrites>) -> Self {
         Self {
             config,
+            partition,
             log: RwLock::new(None),
             logs,
             markers,
@@ -275,6 +292,11 @@ impl TransactionCoordinator {
         }
     }
 
+    /// The `__transaction_state` partition this coordinator owns.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
     /// The coordinator epoch of the current term (its markers carry it): 0 on a single
     /// broker, the leader epoch of `__transaction_state` in a cluster, -1 between terms.
     pub fn coordinator_epoch(&self) -> i32 {
@@ -282,8 +304,8 @@ impl TransactionCoordinator {
     }
 
     /// Becomes the transaction coordinator for the term of `leader_epoch` (this
-    /// broker now leads `__transaction_state`): replays the log to its end, answers,
-    /// then completes what was left prepared.
+    /// broker now leads this coordinator's `__transaction_state` partition): replays
+    /// the log to its end, answers, then completes what was left prepared.
     ///
     /// # Errors
     /// [`TxnLogError`] if the log is missing or cannot be read.
@@ -294,17 +316,17 @@ impl TransactionCoordinator {
             self.status.store(LOADING, Ordering::Release);
             self.txns().clear();
             *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
-            let logs = self.logs.clone();
+            let (logs, partition) = (self.logs.clone(), self.partition);
             let started = std::time::Instant::now();
             let loaded = tokio::task::spawn_blocking(move || {
-                let log = TransactionLog::open_existing(&logs)?;
+                let log = TransactionLog::open_existing(&logs, partition)?;
                 let state = log.replay()?;
                 Ok::<_, TxnLogError>((log, state))
             })
             .await
             .unwrap_or_else(|e| Err(TxnLogError::Storage(format!("load task failed: {e}"))));
             if self.term.epoch() != leader_epoch {
-                tracing::info!(leader_epoch, "the transaction coordinator's term ended while it loaded");
+                tracing::info!(partition, leader_epoch, "the transaction coordinator's term ended while it loaded");
                 return Ok(());
             }
             match loaded {
@@ -312,12 +334,12 @@ impl TransactionCoordinator {
                     *self.log.write().unwrap_or_else(PoisonError::into_inner) = Some(log);
                     *self.txns() = Self::entries(state, leader_epoch);
                     self.status.store(ACTIVE, Ordering::Release);
-                    tracing::info!(leader_epoch, transactional_ids = self.txns().len(), elapsed_ms = started.elapsed().as_millis() as u64,
-                        "became the transaction coordinator: __transaction_state loaded");
+                    tracing::info!(partition, leader_epoch, transactional_ids = self.txns().len(), elapsed_ms = started.elapsed().as_millis() as u64,
+                        "became the transaction coordinator of the partition: __transaction_state loaded");
                 }
                 Err(e) => {
                     self.status.store(FAILED, Ordering::Release);
-                    tracing::error!(leader_epoch, error = %e, "cannot load __transaction_state: transactions fail until the next election");
+                    tracing::error!(partition, leader_epoch, error = %e, "cannot load __transaction_state: the partition's transactions fail until the next election");
                     return Err(e);
                 }
             }
@@ -344,7 +366,7 @@ impl TransactionCoordinator {
         self.fence();
         let ids = std::mem::take(&mut *self.txns()).len();
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
-        tracing::info!(transactional_ids = ids, "no longer the transaction coordinator");
+        tracing::info!(partition = self.partition, transactional_ids = ids, "no longer the transaction coordinator of the partition");
     }
 
     fn log(&self) -> Result<TransactionLog, TxnError> {

@@ -19,7 +19,8 @@
 //! log as of any other: a transaction can come back undecided, and is then
 //! aborted by its timeout.
 //!
-//! One partition, as Floe's `__consumer_offsets`. In a cluster the topic is
+//! One `TransactionLog` is one partition of the topic (a transactional id's is
+//! Kafka's hash of the id: see [`crate::partitioned`]). In a cluster the topic is
 //! replicated like any other and created in the cluster's metadata (not here):
 //! an append then passes the coordinator's [`CoordinatorTerm`] gate, so it is
 //! written only by the partition's leader in the term it was decided in and
@@ -97,27 +98,39 @@ pub struct TransactionLog {
 }
 
 impl TransactionLog {
-    /// Opens the topic, creating it first if it does not exist. Blocking.
+    /// Creates the topic with `partitions` partitions if it does not exist; its
+    /// partition count. Blocking.
     ///
     /// # Errors
     /// [`TxnLogError::Storage`] if it can be neither found nor created.
-    pub fn open(logs: &LogManager) -> Result<Self, TxnLogError> {
-        if logs.topic(TRANSACTION_STATE_TOPIC).is_none() {
-            logs.create_topic(TRANSACTION_STATE_TOPIC, 1, transaction_state_topic_config())?;
-            tracing::info!("created {TRANSACTION_STATE_TOPIC}");
+    pub fn create(logs: &LogManager, partitions: i32) -> Result<i32, TxnLogError> {
+        if let Some(topic) = logs.topic(TRANSACTION_STATE_TOPIC) {
+            return Ok(topic.partition_count());
         }
-        Self::open_existing(logs)
+        logs.create_topic(TRANSACTION_STATE_TOPIC, partitions, transaction_state_topic_config())?;
+        tracing::info!(partitions, "created {TRANSACTION_STATE_TOPIC}");
+        Ok(partitions)
     }
 
-    /// Opens the topic's partition 0, which must exist (a cluster broker's: created
+    /// Opens the topic's `partition`, creating the topic (one partition) first if it
+    /// does not exist. Blocking.
+    ///
+    /// # Errors
+    /// [`TxnLogError::Storage`] if it can be neither found nor created.
+    pub fn open(logs: &LogManager, partition: i32) -> Result<Self, TxnLogError> {
+        Self::create(logs, 1)?;
+        Self::open_existing(logs, partition)
+    }
+
+    /// Opens the topic's `partition`, which must exist (a cluster broker's: created
     /// through the cluster's metadata). Blocking.
     ///
     /// # Errors
     /// [`TxnLogError::Storage`] if this broker has no log of it.
-    pub fn open_existing(logs: &LogManager) -> Result<Self, TxnLogError> {
+    pub fn open_existing(logs: &LogManager, partition: i32) -> Result<Self, TxnLogError> {
         let log = logs
-            .partition(TRANSACTION_STATE_TOPIC, 0)
-            .ok_or_else(|| TxnLogError::Storage("partition 0 is missing".into()))?;
+            .partition(TRANSACTION_STATE_TOPIC, partition)
+            .ok_or_else(|| TxnLogError::Storage(format!("partition {partition} is missing")))?;
         Ok(Self { log })
     }
 
