@@ -153,37 +153,26 @@ impl CoordinatorTerms {
 
 /// Starts the driver of one `__consumer_offsets` partition's coordinator.
 fn group_driver(c: Arc<GroupCoordinator>) -> watch::Sender<Option<i32>> {
-    let (tx, rx) = watch::channel(None);
-    let (e, r) = (c.clone(), c);
-    tokio::spawn(drive(
-        rx,
-        move |epoch| {
-            let e = e.clone();
-            async move { e.elect(epoch).await.is_ok() }
-        },
-        move || {
-            let r = r.clone();
-            async move { r.resign().await }
-        },
-    ));
-    tx
+    start_driver(c, |c, epoch| async move { c.elect(epoch).await.is_ok() }, |c| async move { c.resign().await })
 }
 
 /// Starts the driver of one `__transaction_state` partition's coordinator.
 fn txn_driver(c: Arc<TransactionCoordinator>) -> watch::Sender<Option<i32>> {
+    start_driver(c, |c, epoch| async move { c.elect(epoch).await.is_ok() }, |c| async move { c.resign().await })
+}
+
+/// Spawns [`drive`] over coordinator `c`; the sender says which term it should hold.
+fn start_driver<C, E, EF, R, RF>(c: Arc<C>, elect: E, resign: R) -> watch::Sender<Option<i32>>
+where
+    C: Send + Sync + 'static,
+    E: Fn(Arc<C>, i32) -> EF + Send + 'static,
+    EF: std::future::Future<Output = bool> + Send + 'static,
+    R: Fn(Arc<C>) -> RF + Send + 'static,
+    RF: std::future::Future<Output = ()> + Send + 'static,
+{
     let (tx, rx) = watch::channel(None);
-    let (e, r) = (c.clone(), c);
-    tokio::spawn(drive(
-        rx,
-        move |epoch| {
-            let e = e.clone();
-            async move { e.elect(epoch).await.is_ok() }
-        },
-        move || {
-            let r = r.clone();
-            async move { r.resign().await }
-        },
-    ));
+    let r = c.clone();
+    tokio::spawn(drive(rx, move |epoch| elect(c.clone(), epoch), move || resign(r.clone())));
     tx
 }
 

@@ -39,7 +39,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use floe_storage::LogManager;
 use kafka_protocol::error::ResponseError;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::consumer_group::{ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatResult};
@@ -525,29 +525,6 @@ impl GroupCoordinator {
     }
 
     // ---- timers ----------------------------------------------------------------
-
-    /// Starts the sweep (every [`TICK`]: sessions, join and sync deadlines;
-    /// every `offsets.retention.check.interval.ms`: offset expiry). On
-    /// shutdown it answers every waiting JoinGroup/SyncGroup with
-    /// COORDINATOR_NOT_AVAILABLE so that connections can finish.
-    pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(TICK);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.changed() => break,
-                }
-                if *shutdown.borrow() {
-                    break;
-                }
-                this.sweep();
-            }
-            this.shutdown();
-        })
-    }
 
     /// One sweep while active: the deadlines, and offset expiry when its interval passed.
     pub fn sweep(&self) {
