@@ -254,7 +254,7 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
                 charge.bytes(QuotaType::Produce, request_bytes);
             }
             let appended = produce::append_all(broker, ctx, req, peer);
-            if acks != 0 && charge.is_none() && appended.awaits_replication() {
+            if charge.is_none() && appended.awaits_replication() {
                 // No quota to charge the wait to: the second stage may overlap the next request.
                 return Ok(Reply::AwaitingReplication(PendingProduce { appended, correlation_id, version }));
             }

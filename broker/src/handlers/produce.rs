@@ -3,9 +3,11 @@
 //! The batches are stored as the producer sent them; the only bytes Floe
 //! changes are the base offset and partition leader epoch (outside the CRC)
 //! and, for `LogAppendTime` topics, the max timestamp and timestamp-type bit
-//! (the CRC is recomputed then). Floe is the only replica, so `acks=1` and
-//! `acks=all` both answer once the batch is in the log (and fsynced first
-//! when the topic's `flush.messages` says so).
+//! (the CRC is recomputed then). `acks=1` answers once the batch is in the
+//! log (and fsynced first when the topic's `flush.messages` says so), and so
+//! does `acks=all` on a broker alone; in a cluster `acks=all` waits for the
+//! partition's in-sync replicas ([`Appended::finish`]), as a second stage the
+//! connection may overlap with its next Produce.
 //!
 //! Idempotent producers: storage checks each batch's producer id, epoch and
 //! sequence. A retry of a batch already in the log is answered as Kafka

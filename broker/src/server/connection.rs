@@ -227,9 +227,8 @@ impl Connection {
                     }
                 }
                 let (deadline, expiry) = clock.next_deadline(self.buffer.len());
-                // The select only says what happened; the reply is written after it, so
-                // the read's future is not kept alive beside the write's (every idle
-                // connection carries this state).
+                // The select only says what happened; a reply is written after it, once
+                // the read no longer borrows the stream.
                 let woke = tokio::select! {
                     read = tokio::time::timeout_at(deadline, stream.read_buf(&mut self.buffer)) => Woke::Read(read.map_err(|_| ())),
                     Some(done) = awaiting.next(), if !awaiting.is_empty() => Woke::Answered(done),
@@ -246,10 +245,7 @@ impl Connection {
                     Woke::Read(Ok(Ok(_))) => {}
                     Woke::Read(Ok(Err(e))) => return Closed::Io(e),
                     Woke::Answered((name, started, reply)) => {
-                        // Boxed: each inline await point of `answer` would add its state
-                        // to every connection's future, and these run only while
-                        // produces overlap.
-                        if let Err(closed) = Box::pin(self.answer(stream, name, started, reply)).await {
+                        if let Err(closed) = self.answer(stream, name, started, reply).await {
                             return closed;
                         }
                     }
@@ -271,7 +267,7 @@ impl Connection {
             // every earlier request is answered, as on a connection without overlap.
             if api != ApiKey::Produce || awaiting.len() >= MAX_AWAITING_PRODUCES {
                 while let Some((name, started, reply)) = awaiting.next().await {
-                    if let Err(closed) = Box::pin(self.answer(stream, name, started, reply)).await {
+                    if let Err(closed) = self.answer(stream, name, started, reply).await {
                         return closed;
                     }
                 }
