@@ -7,7 +7,8 @@ coordinated by different brokers (FindCoordinator answers differ). kill -9 of on
 group's coordinator:
 - moves only that partition: a group coordinated elsewhere keeps its coordinator and
   keeps committing meanwhile;
-- the killed group's consumer recovers on the new coordinator with its committed offsets;
+- the killed group's consumer recovers on the new coordinator with its committed offsets,
+  and without a rebalance: the new coordinator loads the group's members and generation;
 - a transactional consume-transform-produce of that group, whose transactional id is
   coordinated by the same broker, keeps exactly-once across the kill: read_committed sees
   every input exactly once, and the group's offsets are at the end of the input.
@@ -112,7 +113,8 @@ def test_groups_move_with_their_own_partition(floe_factory, etcd):
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_a, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    c.subscribe([source])
+    assigned: list[list[int]] = []
+    c.subscribe([source], on_assign=lambda _c, ps: assigned.append([tp.partition for tp in ps]))
     p = _txn_producer(bootstrap, txn_id)
     total = PARTITIONS * PER_PARTITION
     done = 0
@@ -158,6 +160,9 @@ def test_groups_move_with_their_own_partition(floe_factory, etcd):
             done = sum(max(o, 0) for o in _committed(bootstrap, group_a).values())
     c.close()
     assert killed
+    # The new coordinator loaded the group with its member and generation from the
+    # replicated log: the member's heartbeats and TxnOffsetCommits went on, no rebalance.
+    assert assigned == [list(range(PARTITIONS))], f"assignments: {assigned}"
 
     survivors = [b for b in brokers if b is not victim]
     # The killed group moved; the other one did not, and commits on.

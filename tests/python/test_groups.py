@@ -237,3 +237,79 @@ def test_static_member_restart_keeps_its_assignment_without_a_rebalance(floe):
     finally:
         for m in members:
             m.kill9()
+
+
+def test_a_stable_group_survives_a_coordinator_restart_without_a_rebalance(floe_factory):
+    """The group's members, generation and assignments are in `__consumer_offsets` (Kafka's
+    GroupMetadataValue with its members): after a kill -9 and restart of the broker the group
+    is Stable again with the same members, whose heartbeats and commits go on in their
+    generation; nobody's partitions are revoked or reassigned."""
+    floe = floe_factory("floe", overrides={"group.initial.rebalance.delay.ms": "0"})
+    topic = create_topic(floe.bootstrap, unique_topic("keep"), partitions=4)
+    group = f"keep-{uuid.uuid4().hex[:8]}"
+    for p in range(4):
+        produce_all(floe.bootstrap, topic, [{"value": f"a-{p}-{i}".encode()} for i in range(5)], partition=p)
+    events: list[tuple[int, str, list[int]]] = []
+
+    def consumer(n: int) -> Consumer:
+        c = Consumer({"bootstrap.servers": floe.bootstrap, "group.id": group, "client.id": f"keeper-{n}",
+                      "session.timeout.ms": 30000, "heartbeat.interval.ms": 300, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "partition.assignment.strategy": "range"})
+        c.subscribe([topic], on_assign=lambda _c, ps: events.append((n, "assign", [p.partition for p in ps])),
+                    on_revoke=lambda _c, ps: events.append((n, "revoke", [p.partition for p in ps])))
+        return c
+
+    consumers = [consumer(0), consumer(1)]
+    seen: list[set[str]] = [set(), set()]
+
+    def poll_all(seconds: float):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for n, c in enumerate(consumers):
+                for m in c.consume(num_messages=50, timeout=0.1):
+                    if m.error() is None:
+                        seen[n].add(m.value().decode())
+
+    def owned(n: int) -> set[int]:
+        parts: set[int] = set()
+        for who, kind, ps in events:
+            if who == n:
+                parts = parts | set(ps) if kind == "assign" else parts - set(ps)
+        return parts
+
+    try:
+        wait_until(lambda: (poll_all(0.3), owned(0) | owned(1) == set(range(4)) and owned(0) and owned(1))[1],
+                   timeout=30, what="both members assigned")
+        wait_until(lambda: (poll_all(0.3), len(seen[0] | seen[1]) == 20)[1], timeout=30, what="the first records")
+        for c in consumers:
+            c.commit(asynchronous=False)
+        before = list(events)
+        member_ids = {c.memberid() for c in consumers}
+        assignment = (owned(0), owned(1))
+
+        floe.kill9()
+        floe.start()
+        # Heartbeats every 300 ms: well past the first ones to reach the reloaded coordinator.
+        poll_all(6)
+        for p in range(4):
+            produce_all(floe.bootstrap, topic, [{"value": f"b-{p}-{i}".encode()} for i in range(5)], partition=p)
+        wait_until(lambda: (poll_all(0.3), len(seen[0] | seen[1]) == 40)[1], timeout=30, what="the records after the restart")
+        # A commit names the member and its generation: the reloaded group must know both.
+        for c in consumers:
+            c.commit(asynchronous=False)
+        poll_all(1)
+        assert events == before, f"a rebalance after the restart: {events[len(before):]}"
+        assert {c.memberid() for c in consumers} == member_ids
+        assert (owned(0), owned(1)) == assignment
+        # Each member read the new records of its own partitions only.
+        for n in range(2):
+            assert {v for v in seen[n] if v.startswith("b-")} == {f"b-{p}-{i}" for p in assignment[n] for i in range(5)}
+    finally:
+        for c in consumers:
+            c.close()
+    check = Consumer({"bootstrap.servers": floe.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = check.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
+    finally:
+        check.close()
+    assert {tp.partition: tp.offset for tp in tps} == {p: 10 for p in range(4)}

@@ -320,7 +320,7 @@ impl GroupCoordinator {
             LogEntry::Group { group, value: Some(meta) } => {
                 let mut groups = self.groups_write();
                 let offsets = groups.remove(&group).map(|g| std::mem::take(&mut lock(&g).offsets)).unwrap_or_default();
-                let mut loaded = Group::loaded(&group, &meta);
+                let mut loaded = Group::loaded(&group, &meta, Instant::now());
                 loaded.offsets = offsets;
                 groups.insert(group, Arc::new(Mutex::new(loaded)));
             }

@@ -61,6 +61,7 @@ async fn transactional_offsets_apply_at_their_commit_marker_and_survive_a_reopen
 async fn offsets_and_groups_survive_a_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let before;
+    let member;
     {
         let (logs, c) = open(dir.path());
         assert_eq!(c.check_active(), Err(ResponseError::CoordinatorLoadInProgress));
@@ -90,9 +91,11 @@ async fn offsets_and_groups_survive_a_reopen() {
         let c0 = Arc::new(GroupCoordinator { config: cfg, ..GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("c") });
         c0.status.store(ACTIVE, Ordering::Release);
         let j = c0.join("s", req).await;
-        let s = c0.sync("s", &j.member_id, None, j.generation, None, None, vec![]).await;
+        let assignment = vec![(j.member_id.clone(), Bytes::from_static(b"t-1"))];
+        let s = c0.sync("s", &j.member_id, None, j.generation, None, None, assignment).await;
         assert_eq!((j.error, s.error), (None, None));
         c0.commit_offsets("s", &j.member_id, None, j.generation, vec![("t".into(), 1, offset(9, now))]).await.expect("member commit");
+        member = (j.member_id.clone(), j.generation);
         drop(c0);
         before = (all(&c, "a"), all(&c, "b"));
         assert_eq!(before.0.len(), 1);
@@ -106,11 +109,20 @@ async fn offsets_and_groups_survive_a_reopen() {
     assert!(all(&c, "gone").is_empty());
     let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
     assert_eq!(listed, vec!["a", "b", "s"]);
+    // The Stable group comes back Stable, with its member and the member's assignment.
     let s = c.describe_group("s").expect("describe").expect("s exists");
-    assert_eq!((s.state, s.protocol_type.as_str()), (GroupState::Empty, "consumer"));
+    assert_eq!((s.state, s.protocol_type.as_str(), s.protocol.as_str()), (GroupState::Stable, "consumer", "range"));
+    assert_eq!(s.members.iter().map(|m| (m.member_id.as_str(), m.client_id.as_str(), m.assignment.clone())).collect::<Vec<_>>(),
+        vec![(member.0.as_str(), "c", Bytes::from_static(b"t-1"))]);
     assert_eq!(all(&c, "s")[0].1[0].1.as_ref().map(|o| o.offset), Some(9));
-    // The group remembers its generation: a member of the old generation must rejoin.
-    assert!(c.heartbeat("s", "old-member", None, 1).is_some());
+    // The member goes on in its generation: heartbeats, SyncGroup and commits, no rebalance.
+    assert_eq!(c.heartbeat("s", &member.0, None, member.1), None);
+    let synced = c.sync("s", &member.0, None, member.1, None, None, vec![]).await;
+    assert_eq!((synced.error, synced.assignment), (None, Bytes::from_static(b"t-1")));
+    c.commit_offsets("s", &member.0, None, member.1, vec![("t".into(), 1, offset(10, wall_ms()))]).await.expect("commit after load");
+    // Anyone else is unknown, and the member's old generation is illegal.
+    assert_eq!(c.heartbeat("s", "old-member", None, member.1), Some(ResponseError::UnknownMemberId));
+    assert_eq!(c.heartbeat("s", &member.0, None, member.1 - 1), Some(ResponseError::IllegalGeneration));
 }
 
 #[tokio::test]

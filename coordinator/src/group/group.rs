@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use super::consumer_group::ConsumerGroup;
 use super::member::Member;
 use super::outcome::{JoinResult, JoinedMember, Outcome, SyncResult};
-use super::records::{GroupMetadata, OffsetAndMetadata};
+use super::records::{GroupMetadata, MemberMetadata, OffsetAndMetadata};
 use super::state::GroupState;
 use super::summary::{GroupSummary, MemberSummary};
 use crate::clock::wall_ms;
@@ -141,12 +141,48 @@ impl Group {
         }
     }
 
-    /// A group rebuilt from the log: Empty, with the generation it had.
-    pub fn loaded(id: &str, meta: &GroupMetadata) -> Self {
+    /// A group rebuilt from the log, as Kafka's `GroupMetadata.loadGroup`
+    /// does: with members it is Stable in the generation it had, each member
+    /// with its assignment and a fresh session (its last heartbeat is `now`,
+    /// the load); without members it is Empty. A member's protocols are the
+    /// one the group selected (the log keeps no others), so a rejoin with
+    /// its full list rebalances, as on Kafka after a load.
+    pub fn loaded(id: &str, meta: &GroupMetadata, now: Instant) -> Self {
         let mut g = Self::new(id);
         g.generation = meta.generation;
         g.protocol_type = (!meta.protocol_type.is_empty()).then(|| meta.protocol_type.clone());
         g.persisted = true;
+        if meta.state_timestamp >= 0 {
+            g.state_since_ms = meta.state_timestamp;
+        }
+        let Some(protocol) = meta.protocol.clone().filter(|_| !meta.members.is_empty()) else {
+            return g;
+        };
+        for m in &meta.members {
+            let session_timeout = Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0));
+            // A v0 value has no rebalance timeout: Kafka then uses the session timeout.
+            let rebalance_ms = if m.rebalance_timeout_ms >= 0 { m.rebalance_timeout_ms } else { m.session_timeout_ms };
+            if let Some(instance) = &m.instance_id {
+                g.static_members.insert(instance.clone(), m.member_id.clone());
+            }
+            g.members.insert(m.member_id.clone(), Member {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout,
+                rebalance_timeout: Duration::from_millis(u64::try_from(rebalance_ms).unwrap_or(0)),
+                protocols: vec![(protocol.clone(), m.subscription.clone())],
+                assignment: m.assignment.clone(),
+                last_heartbeat: now,
+                join_waiter: None,
+                sync_waiter: None,
+                is_new: false,
+            });
+        }
+        g.protocol = Some(protocol);
+        g.leader = meta.leader.clone().filter(|l| g.members.contains_key(l)).or_else(|| g.members.keys().next().cloned());
+        g.state = GroupState::Stable;
         g
     }
 
@@ -180,14 +216,36 @@ impl Group {
         !self.pending_members.is_empty()
     }
 
-    /// What to persist about the group.
+    /// What to persist about the group: its generation, and its members
+    /// with their assignments while it is Stable (Kafka writes the value when
+    /// a generation's assignment is in and when the group turns Empty; Floe
+    /// writes it at the same points).
     pub fn metadata(&self) -> GroupMetadata {
+        let protocol = self.protocol.as_deref().unwrap_or("");
+        let members = if self.state == GroupState::Stable {
+            self.members
+                .values()
+                .map(|m| MemberMetadata {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                    session_timeout_ms: i32::try_from(m.session_timeout.as_millis()).unwrap_or(i32::MAX),
+                    subscription: m.metadata(protocol).cloned().unwrap_or_default(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         GroupMetadata {
             protocol_type: self.protocol_type.clone().unwrap_or_default(),
             generation: self.generation,
             protocol: self.protocol.clone(),
             leader: self.leader.clone(),
             state_timestamp: self.state_since_ms,
+            members,
         }
     }
 
@@ -390,10 +448,13 @@ impl Group {
         }
         self.members.insert(new_id.clone(), member);
         tracing::info!(group = %self.id, old = old_id, new = %new_id, "static member rejoined");
+        // Kafka's rule: only a Stable group keeps its generation. While the
+        // group completes a rebalance the leader may be assigning to the old
+        // id, so the new one would get nothing: rebalance instead.
         match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance if unchanged => {
+            GroupState::Stable if unchanged => {
                 let mut result = self.current_join_result(&new_id);
-                result.skip_assignment = self.state == GroupState::Stable && self.is_leader(&new_id);
+                result.skip_assignment = self.is_leader(&new_id);
                 self.metadata_dirty = true;
                 Outcome::Now(result)
             }

@@ -201,6 +201,62 @@ fn a_static_member_rejoins_without_a_rebalance() {
 }
 
 #[test]
+fn a_static_member_rejoining_while_the_group_completes_a_rebalance_starts_another() {
+    let t0 = Instant::now();
+    let c = cfg(0);
+    let mut g = Group::new("g");
+    let static_req = JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
+    let mut rx = waiting(g.join(static_req.clone(), &c, t0));
+    let old = rx.try_recv().expect("joined").member_id;
+    assert_eq!((g.state(), g.generation()), (GroupState::CompletingRebalance, 1));
+    // The leader may be assigning to `old` right now: Kafka rebalances rather than hand the new id nothing.
+    let mut rx = waiting(g.join(static_req, &c, t0));
+    let r = rx.try_recv().expect("rejoined");
+    assert_ne!(r.member_id, old);
+    assert_eq!((r.error, r.generation), (None, 2));
+    assert_eq!(g.heartbeat(&old, Some("instance-1"), 2, t0), Some(ResponseError::FencedInstanceId));
+}
+
+#[test]
+fn a_loaded_group_is_stable_with_its_members_and_their_assignments() {
+    let t0 = Instant::now();
+    let (before, ids) = stable_group(2, t0);
+    let meta = before.metadata();
+    assert_eq!(meta.members.len(), 2);
+    assert_eq!(meta.leader.as_deref(), Some(ids[0].as_str()));
+    let loaded_at = t0 + Duration::from_secs(60);
+    let mut g = Group::loaded("g", &meta, loaded_at);
+    assert_eq!((g.state(), g.generation(), g.protocol_type()), (GroupState::Stable, before.generation(), "consumer"));
+    assert_eq!(g.metadata(), meta, "what a reload persists again is what was loaded");
+    let c = cfg(0);
+    for id in &ids {
+        assert_eq!(g.heartbeat(id, None, meta.generation, loaded_at), None, "{id}'s session goes on");
+        let s = now_result(g.sync(id, None, meta.generation, Some("consumer"), Some("range"), Vec::new(), loaded_at));
+        assert_eq!((s.error, s.assignment), (None, Bytes::from(format!("for {id}"))));
+        assert_eq!(g.validate_commit(id, None, meta.generation, true), Ok(()));
+    }
+    assert_eq!(g.heartbeat("stranger", None, meta.generation, loaded_at), Some(ResponseError::UnknownMemberId));
+    // Sessions run from the load: the member that keeps heartbeating stays, the other expires.
+    let later = loaded_at + SESSION - Duration::from_millis(1);
+    assert_eq!(g.heartbeat(&ids[0], None, meta.generation, later), None);
+    g.tick(&c, later);
+    assert_eq!(g.member_count(), 2);
+    g.tick(&c, loaded_at + SESSION);
+    assert_eq!((g.member_count(), g.state()), (1, GroupState::PreparingRebalance));
+}
+
+#[test]
+fn a_group_is_persisted_without_members_unless_stable() {
+    let t0 = Instant::now();
+    let (mut g, ids) = stable_group(2, t0);
+    assert_eq!(g.leave(&ids[1], None, &cfg(0), t0), None);
+    assert_eq!(g.state(), GroupState::PreparingRebalance);
+    assert!(g.metadata().members.is_empty());
+    let loaded = Group::loaded("g", &g.metadata(), t0);
+    assert_eq!((loaded.state(), loaded.member_count()), (GroupState::Empty, 0));
+}
+
+#[test]
 fn wrong_generations_are_illegal() {
     let t0 = Instant::now();
     let (mut g, ids) = stable_group(1, t0);
