@@ -91,10 +91,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("log.index.interval.bytes", "4096", "Default `index.interval.bytes`: bytes of log between offset index entries."),
     s("log.retention.ms", "604800000", "Default `retention.ms`; -1 keeps data forever."),
     s("log.retention.bytes", "-1", "Default `retention.bytes` per partition; -1 is unlimited."),
-    s("log.retention.check.interval.ms", "300000", "How often retention and time-based rolling run."),
+    s("log.retention.check.interval.ms", "300000", "How often retention (`retention.ms`, `retention.bytes`) and producer-id expiry run; the first pass comes 30 s after start-up, or sooner when this is shorter."),
     s("log.flush.interval.messages", "9223372036854775807", "Default `flush.messages`: fsync after this many messages; 1 fsyncs every append before the ack."),
     s("log.flush.interval.ms", "9223372036854775807", "Default `flush.ms`: fsync when data has been unflushed this long."),
-    s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` is checked."),
+    s("log.flush.scheduler.interval.ms", "1000", "How often `flush.ms` and time-based rolling (`segment.ms`) are checked and the recovery-point and log-start checkpoints written."),
     s("log.message.timestamp.type", "CreateTime", "Default `message.timestamp.type`: CreateTime or LogAppendTime."),
     s("log.cleanup.policy", "delete", "Default `cleanup.policy`: `delete`, `compact` or `compact,delete`."),
     s("producer.id.expiration.ms", "86400000", "Forget a producer id (its sequences, for idempotence) once its last batch is this old and it has no ongoing transaction."),
@@ -233,7 +233,7 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: i32,
     /// How often retention and rolling run.
     pub retention_check_interval_ms: u64,
-    /// How often `flush.ms` is checked.
+    /// How often `flush.ms` and time-based rolling (`segment.ms`) are checked and the recovery-point and log-start checkpoints written.
     pub flush_scheduler_interval_ms: u64,
     /// How long shutdown waits for connections.
     pub shutdown_timeout_ms: u64,

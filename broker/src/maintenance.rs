@@ -11,6 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_storage::LogManager;
 
+/// Kafka's `InitialTaskDelayMs`: the first retention pass waits this long
+/// after start-up (or less when the retention check interval is shorter).
+const INITIAL_RETENTION_DELAY: Duration = Duration::from_secs(30);
+
 /// A running maintenance thread; dropping it does not stop it, [`Maintenance::stop`] does.
 #[derive(Debug)]
 pub struct Maintenance {
@@ -19,22 +23,31 @@ pub struct Maintenance {
 }
 
 impl Maintenance {
-    /// Starts the thread; it runs a maintenance pass every `tick` (the
-    /// shorter of the retention-check and flush-scheduler intervals).
+    /// Starts the thread; it runs a maintenance pass every `tick`
+    /// (`log.flush.scheduler.interval.ms`: time-based rolling, `flush.ms`,
+    /// checkpoints), and retention with producer expiry only every
+    /// `retention_check` (`log.retention.check.interval.ms`), the first time
+    /// after 30 s or `retention_check` if shorter (Kafka's initial delay).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, tick: Duration) -> std::io::Result<Self> {
+    pub fn start(logs: Arc<LogManager>, tick: Duration, retention_check: Duration) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let tick = tick.min(retention_check);
         let handle = std::thread::Builder::new().name("floe-maintenance".into()).spawn(move || {
+            let mut retention_due = Instant::now() + retention_check.min(INITIAL_RETENTION_DELAY);
             while !flag.load(Ordering::Relaxed) {
                 sleep_unless_stopped(&flag, tick);
                 if flag.load(Ordering::Relaxed) {
                     break;
                 }
+                let retention = Instant::now() >= retention_due;
+                if retention {
+                    retention_due = Instant::now() + retention_check;
+                }
                 let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-                match logs.run_maintenance(now_ms) {
+                match logs.run_maintenance_pass(now_ms, retention) {
                     Ok(report) if report != Default::default() => tracing::debug!(?report, "log maintenance"),
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "log maintenance failed"),

@@ -197,8 +197,11 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 
-    let tick = Duration::from_millis(config.flush_scheduler_interval_ms.min(config.retention_check_interval_ms));
-    let maintenance = Maintenance::start(logs.clone(), tick)
+    let maintenance = Maintenance::start(
+        logs.clone(),
+        Duration::from_millis(config.flush_scheduler_interval_ms),
+        Duration::from_millis(config.retention_check_interval_ms),
+    )
         .map_err(|e| RunError::Task(e.to_string()))?;
     let cleaner = floe_storage::LogCleaner::start(logs.clone(), config.cleaner.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;

@@ -665,13 +665,23 @@ impl LogManager {
     }
 
     /// One maintenance pass over every partition: roll by `segment.ms`, apply
-    /// retention, flush by `flush.ms`; then write the checkpoints. Every
-    /// partition is visited even if one fails; the first error is returned.
-    /// Blocks on the filesystem: run it on a blocking thread.
+    /// retention, expire idle producers, flush by `flush.ms`; then write the
+    /// checkpoints. Every partition is visited even if one fails; the first
+    /// error is returned. Blocks on the filesystem: run it on a blocking thread.
     ///
     /// # Errors
     /// The first [`StorageError`] met.
     pub fn run_maintenance(&self, now_ms: i64) -> Result<MaintenanceReport> {
+        self.run_maintenance_pass(now_ms, true)
+    }
+
+    /// [`Self::run_maintenance`], with retention and producer expiry only
+    /// when `retention` is set: they run every `log.retention.check.interval.ms`,
+    /// the rest every `log.flush.scheduler.interval.ms`.
+    ///
+    /// # Errors
+    /// The first [`StorageError`] met.
+    pub fn run_maintenance_pass(&self, now_ms: i64, retention: bool) -> Result<MaintenanceReport> {
         if self.failure.is_offline() {
             // Nothing more is written to the directory until a restart (said once, loudly, already).
             return Ok(MaintenanceReport::default());
@@ -683,8 +693,10 @@ impl LogManager {
                 if p.roll_if_due(now_ms)? {
                     report.segments_rolled += 1;
                 }
-                report.segments_deleted += p.apply_retention(now_ms)?;
-                report.producers_expired += p.expire_producers(now_ms);
+                if retention {
+                    report.segments_deleted += p.apply_retention(now_ms)?;
+                    report.producers_expired += p.expire_producers(now_ms);
+                }
                 if p.flush_if_due(now_ms)? {
                     report.partitions_flushed += 1;
                 }
@@ -1050,6 +1062,9 @@ mod tests {
         for _ in 0..4 {
             append(&m, "t", 0, 2);
         }
+        let report = m.run_maintenance_pass(10_000, false).unwrap();
+        assert_eq!(report.segments_deleted, 0, "not a retention pass");
+        assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 0);
         let report = m.run_maintenance(10_000).unwrap();
         assert_eq!(report.segments_deleted, 3);
         assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 6);

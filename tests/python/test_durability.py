@@ -155,7 +155,9 @@ def test_garbage_tail_is_truncated_on_recovery(floe, garbage):
 @pytest.mark.parametrize("damage", ["delete", "truncate", "garbage"])
 def test_lost_or_damaged_indexes_are_rebuilt(floe_factory, damage):
     floe = floe_factory()
-    topic = create_topic(floe.bootstrap, unique_topic("idx"), config={"segment.bytes": "30000",
+    # The timestamps are from 2025: without retention.ms=-1 a retention pass would delete
+    # the oldest segments (past the 7-day default) if the test is slow enough to meet one.
+    topic = create_topic(floe.bootstrap, unique_topic("idx"), config={"segment.bytes": "30000", "retention.ms": "-1",
                                                                         "index.interval.bytes": "1000"})
     base_ts = 1_740_000_000_000
     msgs = [{"value": f"v{i}".encode() * 20, "timestamp": base_ts + i * 10} for i in range(1000)]

@@ -43,8 +43,9 @@ pub async fn run(
                     let permit = match limits.admit(peer.ip()) {
                         Ok(permit) => permit,
                         Err(why) => {
-                            drop(stream);
+                            // Counted before the close, so whoever sees the close sees the count.
                             broker.metrics.connections_rejected.with_label_values(&[why.metric_label()]).inc();
+                            drop(stream);
                             if let Some(refused) = REFUSAL_LOG.admit() {
                                 let (reason, limit) = (why.metric_label(), limits.limit(why));
                                 tracing::warn!(%peer, reason, limit, refused, "closing new connections: connection limit reached");
