@@ -265,11 +265,13 @@ impl Connection {
             let api = request.api_key;
             // Only a Produce may overlap the ones before it; anything else runs once
             // every earlier request is answered, as on a connection without overlap.
-            if api != ApiKey::Produce || awaiting.len() >= MAX_AWAITING_PRODUCES {
-                while let Some((name, started, reply)) = awaiting.next().await {
-                    if let Err(closed) = self.answer(stream, name, started, reply).await {
-                        return closed;
-                    }
+            // A Produce beyond the limit waits for the oldest only, so the pipeline
+            // stays full instead of draining to empty.
+            let keep = if api == ApiKey::Produce { MAX_AWAITING_PRODUCES - 1 } else { 0 };
+            while awaiting.len() > keep {
+                let Some((name, started, reply)) = awaiting.next().await else { break };
+                if let Err(closed) = self.answer(stream, name, started, reply).await {
+                    return closed;
                 }
             }
             let started = Instant::now();
