@@ -7,10 +7,13 @@
 //!   once at startup.
 //! - [`sasl`]: SASL settings and mechanism names.
 //! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys.
+//! - [`inter_broker`]: what this broker presents to the others (TLS client
+//!   configuration).
 //! - [`credentials`]: the SCRAM credential store on disk, and PLAIN users.
 //! - [`x500`]: a client certificate's subject as an RFC 2253 name (the SSL principal).
 
 pub mod credentials;
+pub mod inter_broker;
 pub mod ktls;
 pub mod sasl;
 pub mod scram;
