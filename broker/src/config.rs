@@ -61,8 +61,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
-    s("inter.broker.listener.name", "", "In a cluster: the listener brokers connect to each other on (replica fetchers, transaction markers), by its endpoint in each broker's registration; empty is the first listener. PLAINTEXT or SSL (which needs `ssl.truststore.location`); not SASL yet."),
+    s("inter.broker.listener.name", "", "In a cluster: the listener brokers connect to each other on (replica fetchers, transaction markers), by its endpoint in each broker's registration; empty is the first listener. Any protocol: SSL and SASL_SSL need `ssl.truststore.location`, SASL ones `sasl.mechanism.inter.broker.protocol` and a JAAS login."),
     s("ssl.endpoint.identification.algorithm", "https", "Inter-broker TLS: `https` checks that the other broker's certificate names the host connected to (its registered endpoint host); empty checks the chain only."),
+    s("sasl.mechanism.inter.broker.protocol", "PLAIN", "Inter-broker SASL: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (Kafka's default, GSSAPI, is not in Floe)."),
+    s("sasl.jaas.config", "", "Inter-broker SASL login (secret: never shown), Kafka's form `...LoginModule required username=\"U\" password=\"P\";`; `listener.name.LISTENER.MECHANISM.sasl.jaas.config` (lower case) wins over it."),
     s("replica.lag.time.max.ms", "30000", "In a cluster: a follower that has not caught up with its leader for this long leaves the ISR (and rejoins once it reaches the high watermark)."),
     s("replica.fetch.max.bytes", "1048576", "A follower's fetch: record bytes asked per partition (the first batch comes whole even when larger)."),
     s("replica.fetch.response.max.bytes", "10485760", "A follower's fetch: record bytes asked for the whole response (the first batch comes whole even when larger)."),
@@ -145,14 +147,15 @@ pub const SETTINGS: &[SettingSpec] = &[
 
 /// Settings whose values are secrets: DescribeConfigs reports them as sensitive with no value.
 pub const SENSITIVE_SETTINGS: &[&str] =
-    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key"];
+    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key", "sasl.jaas.config"];
 
 /// Settings holding URIs, which may carry `user:password@`: shown with it masked.
 const URI_SETTINGS: &[&str] = &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
 
 /// Whether `key`'s value must never be shown.
 pub fn is_sensitive(key: &str) -> bool {
-    SENSITIVE_SETTINGS.contains(&key)
+    // Per-listener JAAS lines (`listener.name.L.M.sasl.jaas.config`) hold passwords too.
+    SENSITIVE_SETTINGS.contains(&key) || key.ends_with(".sasl.jaas.config")
 }
 
 /// The broker's typed configuration.
@@ -207,7 +210,8 @@ pub struct BrokerConfig {
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
     /// How this broker connects to the others: `inter.broker.listener.name`
-    /// (resolved) and `ssl.endpoint.identification.algorithm`.
+    /// (resolved), `ssl.endpoint.identification.algorithm`,
+    /// `sasl.mechanism.inter.broker.protocol` and its JAAS login.
     pub inter_broker: crate::security::inter_broker::InterBrokerSettings,
     /// `replica.fetch.max.bytes`.
     pub replica_fetch_max_bytes: i32,
@@ -696,6 +700,27 @@ mod tests {
             b.set("floe.iceberg.catalog-uri", uri, Layer::CommandLine).unwrap();
             assert_eq!(b.build().is_ok(), ok, "{uri}");
         }
+    }
+
+    /// The SASL_SSL example of docs/cluster.md ("Securing the inter-broker listener") builds.
+    #[test]
+    fn the_documented_inter_broker_example_builds_and_hides_its_password() {
+        let docs = include_str!("../../docs/cluster.md");
+        let start = docs.find("# broker1.toml").expect("example in docs/cluster.md");
+        let toml = &docs[start..start + docs[start..].find("```").expect("end of example")];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker1.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut b = ConfigBuilder::new();
+        b.load_file(&path).unwrap();
+        b.set("floe.metadata.store", "etcd://127.0.0.1:2379", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        let ib = &c.inter_broker;
+        assert_eq!((ib.listener.as_str(), ib.protocol, ib.verify_hostname), ("SASL_SSL", crate::listeners::SecurityProtocol::SaslSsl, true));
+        assert_eq!(ib.mechanism.name(), "SCRAM-SHA-512");
+        assert_eq!(ib.credentials.as_ref().map(|c| (c.username.as_str(), c.password.as_str())), Some(("broker", "broker-secret")));
+        assert_eq!(c.effective["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"], "****");
+        assert!(!format!("{c:?}").contains("broker-secret"), "the password never prints");
     }
 
     #[test]

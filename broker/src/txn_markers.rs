@@ -185,7 +185,7 @@ pub struct ClusterMarkerWriter {
     peers: Mutex<BTreeMap<i32, Arc<tokio::sync::Mutex<Option<Peer>>>>>,
     /// Bounds connecting and each request; above the leader's replication wait.
     timeout: Duration,
-    /// The TLS client configuration presented to the other brokers.
+    /// The TLS client configuration and SASL login presented to the other brokers.
     security: Arc<InterBrokerClient>,
 }
 

@@ -6,8 +6,9 @@
 //! [`BrokerConnection::connect`] is the one place an inter-broker connection
 //! is opened: it speaks the peer endpoint's security protocol (Kafka's
 //! `inter.broker.listener.name`), TLS with [`InterBrokerClient`]'s `rustls`
-//! configuration for SSL. SASL is not spoken yet: a SASL_PLAINTEXT or
-//! SASL_SSL endpoint is refused.
+//! configuration for SSL and SASL_SSL, then the SASL login
+//! ([`super::sasl_login`]) for SASL_PLAINTEXT and SASL_SSL, before any other
+//! request.
 //!
 //! # Wire layout
 //! Each request and response is a size-prefixed frame, as for clients:
@@ -129,8 +130,19 @@ pub enum ClientError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The peer refused this broker's SASL login. The message is the peer's;
+    /// the password is never in it.
+    #[error("SASL {mechanism} authentication to broker at {addr} failed: {message}")]
+    Authentication {
+        /// `host:port`.
+        addr: String,
+        /// The mechanism used.
+        mechanism: &'static str,
+        /// Why, as the peer (or the SCRAM check of its answer) says.
+        message: String,
+    },
     /// The endpoint's protocol needs what this broker was not configured with
-    /// (TLS on an endpoint while its own inter-broker listener has none), or SASL.
+    /// (TLS or SASL on an endpoint while its own inter-broker listener has neither).
     #[error("cannot connect to broker at {addr}: {reason}")]
     Security {
         /// `host:port`.
@@ -233,14 +245,16 @@ pub struct BrokerConnection {
 
 impl BrokerConnection {
     /// Connects to `endpoint` in its security protocol, within `timeout` for
-    /// the TCP connection and the TLS handshake; the timeout also bounds every
-    /// later call. `client_id` goes into every request header. `security`
-    /// holds the TLS client configuration this broker presents.
+    /// the TCP connection, the TLS handshake and each SASL round trip; the
+    /// timeout also bounds every later call. `client_id` goes into every
+    /// request header. `security` holds the TLS client configuration and SASL
+    /// login this broker presents.
     ///
     /// # Errors
     /// [`ClientError::Connect`], [`ClientError::Timeout`], [`ClientError::Tls`],
-    /// [`ClientError::Security`] (the endpoint needs TLS this broker has no
-    /// settings for, or SASL).
+    /// [`ClientError::Authentication`], [`ClientError::Security`] (the endpoint
+    /// needs TLS or SASL this broker has no settings for), or any error of the
+    /// SASL requests.
     pub async fn connect(endpoint: &Endpoint, client_id: &str, timeout: Duration, security: &InterBrokerClient) -> Result<Self, ClientError> {
         let addr = endpoint.addr();
         let missing = |what: &str| ClientError::Security {
@@ -249,9 +263,7 @@ impl BrokerConnection {
         };
         // Checked before connecting: a missing setting is not worth a socket.
         let tls = if endpoint.protocol.uses_tls() { Some(security.tls().ok_or_else(|| missing("TLS client settings"))?.clone()) } else { None };
-        if endpoint.protocol.uses_sasl() {
-            return Err(ClientError::Security { addr, reason: format!("its endpoint is {}, and SASL between brokers is not spoken yet", endpoint.protocol) });
-        }
+        let sasl = if endpoint.protocol.uses_sasl() { Some(security.sasl().ok_or_else(|| missing("SASL login"))?) } else { None };
         let tcp = match tokio::time::timeout(timeout, TcpStream::connect((endpoint.host.as_str(), endpoint.port))).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
@@ -272,14 +284,18 @@ impl BrokerConnection {
                 }
             }
         };
-        Ok(Self {
+        let mut conn = Self {
             stream,
             addr,
             client_id: StrBytes::from_string(client_id.to_string()),
             timeout,
             next_correlation_id: 0,
             broken: false,
-        })
+        };
+        if let Some((mechanism, credentials)) = sasl {
+            super::sasl_login::login(&mut conn, *mechanism, credentials).await?;
+        }
+        Ok(conn)
     }
 
     /// `host:port` of the peer.

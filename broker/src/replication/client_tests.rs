@@ -15,6 +15,7 @@ use super::{BrokerConnection, ClientError, Endpoint};
 use crate::listeners::SecurityProtocol;
 use crate::security::inter_broker::{InterBrokerClient, InterBrokerSettings};
 use crate::security::ktls::KtlsMode;
+use crate::security::sasl::SaslMechanism;
 use crate::security::tls::{ClientAuth, TlsContext, TlsSettings};
 
 /// A CA and a leaf it signed for `names`, as PEM files in `dir`.
@@ -76,6 +77,8 @@ fn client(p: &Pki, verify_hostname: bool) -> InterBrokerClient {
         listener: "SSL".into(),
         protocol: SecurityProtocol::Ssl,
         verify_hostname,
+        mechanism: SaslMechanism::Plain,
+        credentials: None,
     };
     InterBrokerClient::load(&settings, &tls_settings(p, ClientAuth::None)).expect("client TLS")
 }
@@ -113,6 +116,91 @@ async fn an_endpoint_needing_what_the_broker_lacks_is_refused_before_connecting(
         let e = connect("localhost", 9, protocol, &InterBrokerClient::plaintext()).await.expect_err("no settings");
         assert!(matches!(e, ClientError::Security { .. }), "{protocol}: {e}");
     }
-    let e = connect("localhost", 9, SecurityProtocol::SaslSsl, &client(&ours, true)).await.expect_err("no SASL yet");
-    assert!(e.to_string().contains("SASL between brokers"), "{e}");
+    let e = connect("localhost", 9, SecurityProtocol::SaslSsl, &client(&ours, true)).await.expect_err("no SASL login");
+    assert!(e.to_string().contains("SASL login"), "{e}");
+}
+
+/// A broker alone serving one SASL_PLAINTEXT listener, with `broker:plain-pw`
+/// as a PLAIN user; returns its port, and the sender that stops it.
+async fn sasl_broker(dir: &Path) -> (u16, tokio::sync::watch::Sender<bool>) {
+    use crate::config::{ConfigBuilder, Layer};
+    let users = dir.join("plain-users");
+    std::fs::write(&users, "broker:plain-pw\n").expect("users file");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let mut b = ConfigBuilder::new();
+    for (k, v) in [
+        ("listeners", format!("SASL_PLAINTEXT://127.0.0.1:{port}")),
+        ("log.dirs", dir.join("data").display().to_string()),
+        ("metrics.listen", String::new()),
+        ("floe.iceberg.rest-listen", String::new()),
+        ("floe.sasl.plain.users.file", users.display().to_string()),
+        ("connection.failed.authentication.delay.ms", "0".into()),
+    ] {
+        b.set(k, &v, Layer::CommandLine).expect("setting");
+    }
+    let config = b.build().expect("config");
+    let (shutdown, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move { crate::run::serve(config, rx).await.expect("broker serves") });
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return (port, shutdown);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the broker never listened on {port}");
+}
+
+fn sasl_client(mechanism: SaslMechanism, username: &str, password: &str) -> InterBrokerClient {
+    use crate::security::inter_broker::SaslCredentials;
+    let settings = InterBrokerSettings {
+        listener: "SASL_PLAINTEXT".into(),
+        protocol: SecurityProtocol::SaslPlaintext,
+        verify_hostname: true,
+        mechanism,
+        credentials: Some(SaslCredentials { username: username.into(), password: password.into() }),
+    };
+    let no_tls = TlsSettings { certificate: None, key: None, truststore: None, client_auth: ClientAuth::None, tls12: true, tls13: true, ktls: KtlsMode::Off, reload_interval_ms: 0 };
+    InterBrokerClient::load(&settings, &no_tls).expect("client")
+}
+
+#[tokio::test]
+async fn plain_and_scram_logins_against_a_broker() {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    use kafka_protocol::messages::{AlterUserScramCredentialsRequest, MetadataRequest};
+    use kafka_protocol::protocol::StrBytes;
+
+    use crate::security::scram::ScramMechanism;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, _shutdown) = sasl_broker(dir.path()).await;
+    let sasl = SecurityProtocol::SaslPlaintext;
+
+    // PLAIN, then SCRAM credentials for the same user set over that connection.
+    let mut conn = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "plain-pw")).await.expect("PLAIN login");
+    let upsert = |m: ScramMechanism| {
+        let salt = b"unit-test-salt-1".to_vec();
+        let salted = m.salted_password(b"scram-pw", &salt, std::num::NonZeroU32::new(4096).expect("nonzero"));
+        ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_static_str("broker"))
+            .with_mechanism(m.wire_type())
+            .with_iterations(4096)
+            .with_salt(salt.into())
+            .with_salted_password(salted.into())
+    };
+    let altered = conn
+        .call(0, &AlterUserScramCredentialsRequest::default().with_upsertions(vec![upsert(ScramMechanism::Sha256), upsert(ScramMechanism::Sha512)]))
+        .await
+        .expect("AlterUserScramCredentials");
+    assert!(altered.results.iter().all(|r| r.error_code == 0), "{altered:?}");
+
+    for m in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+        let mut conn = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Scram(m), "broker", "scram-pw")).await.expect("SCRAM login");
+        conn.call(12, &MetadataRequest::default()).await.expect("a request after the login");
+        let e = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Scram(m), "broker", "guessed-pw")).await.expect_err("wrong password");
+        let text = e.to_string();
+        assert!(matches!(e, ClientError::Authentication { .. }) && text.contains(m.name()) && text.contains("SaslAuthenticationFailed"), "{text}");
+        assert!(!text.contains("guessed-pw"), "{text}");
+    }
+    let e = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "guessed-pw")).await.expect_err("wrong PLAIN password");
+    assert!(matches!(e, ClientError::Authentication { mechanism: "PLAIN", .. }), "{e}");
 }

@@ -35,8 +35,9 @@
 //! A lost connection (or a timeout, 30 s as Kafka's `replica.socket.timeout.ms`)
 //! drops it; the fetcher connects again after the backoff. Connections speak
 //! the leader's inter-broker endpoint's security protocol
-//! ([`BrokerConnection::connect`]); a refused TLS handshake is logged as an
-//! error and retried after the same backoff.
+//! ([`BrokerConnection::connect`]); a refused TLS handshake or SASL login is
+//! logged as an error (leader, mechanism, the leader's message) and retried
+//! after the same backoff.
 //!
 //! # Ownership of a log
 //! A followed partition's log is written by one fetcher at a time: each
@@ -104,7 +105,7 @@ pub struct FetcherSettings {
     /// Bounds connecting and every request (Kafka's `replica.socket.timeout.ms`,
     /// 30 s); must exceed `max_wait_ms`.
     pub socket_timeout: Duration,
-    /// The TLS client configuration presented to leaders
+    /// The TLS client configuration and SASL login presented to leaders
     /// (PLAINTEXT only by default).
     pub security: Arc<InterBrokerClient>,
 }
@@ -433,13 +434,16 @@ impl FetcherTask {
                 Ok(step) => step,
                 Err(e) => {
                     match &e {
-                        // The operator must act (a certificate, a truststore): loud, but retried
+                        // The operator must act (a password, a certificate): loud, but retried
                         // after the same backoff, so a fixed setting heals without a restart.
+                        ClientError::Authentication { mechanism, message, .. } => error!(leader = self.leader, addr = %self.endpoint.addr(), mechanism, error = %message,
+                            "replica fetcher cannot authenticate to the leader (SASL authentication failed); retrying after the backoff"),
                         ClientError::Tls { .. } | ClientError::Security { .. } => error!(leader = self.leader, protocol = %self.endpoint.protocol, error = %e,
                             "replica fetcher cannot open a secured connection to the leader; retrying after the backoff"),
                         _ => warn!(leader = self.leader, error = %e, "replica fetcher lost its connection to the leader; reconnecting after the backoff"),
                     }
                     let kind = match e {
+                        ClientError::Authentication { .. } => "authentication",
                         ClientError::Tls { .. } | ClientError::Security { .. } => "tls",
                         _ => "connection",
                     };
