@@ -121,8 +121,9 @@ async fn an_endpoint_needing_what_the_broker_lacks_is_refused_before_connecting(
 }
 
 /// A broker alone serving one SASL_PLAINTEXT listener, with `broker:plain-pw`
-/// as a PLAIN user; returns its port, and the sender that stops it.
-async fn sasl_broker(dir: &Path) -> (u16, tokio::sync::watch::Sender<bool>) {
+/// as a PLAIN user and `connections.max.reauth.ms` = `reauth_ms`; returns its
+/// port, and the sender that stops it.
+async fn sasl_broker(dir: &Path, reauth_ms: u64) -> (u16, tokio::sync::watch::Sender<bool>) {
     use crate::config::{ConfigBuilder, Layer};
     let users = dir.join("plain-users");
     std::fs::write(&users, "broker:plain-pw\n").expect("users file");
@@ -135,6 +136,7 @@ async fn sasl_broker(dir: &Path) -> (u16, tokio::sync::watch::Sender<bool>) {
         ("floe.iceberg.rest-listen", String::new()),
         ("floe.sasl.plain.users.file", users.display().to_string()),
         ("connection.failed.authentication.delay.ms", "0".into()),
+        ("connections.max.reauth.ms", reauth_ms.to_string()),
     ] {
         b.set(k, &v, Layer::CommandLine).expect("setting");
     }
@@ -172,7 +174,7 @@ async fn plain_and_scram_logins_against_a_broker() {
     use crate::security::scram::ScramMechanism;
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let (port, _shutdown) = sasl_broker(dir.path()).await;
+    let (port, _shutdown) = sasl_broker(dir.path(), 0).await;
     let sasl = SecurityProtocol::SaslPlaintext;
 
     // PLAIN, then SCRAM credentials for the same user set over that connection.
@@ -203,4 +205,19 @@ async fn plain_and_scram_logins_against_a_broker() {
     }
     let e = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "guessed-pw")).await.expect_err("wrong PLAIN password");
     assert!(matches!(e, ClientError::Authentication { mechanism: "PLAIN", .. }), "{e}");
+}
+
+#[tokio::test]
+async fn a_session_with_a_lifetime_is_renewed_on_the_same_connection() {
+    use kafka_protocol::messages::MetadataRequest;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The broker closes a connection whose login is older than 600 ms (KIP-368).
+    let (port, _shutdown) = sasl_broker(dir.path(), 600).await;
+    let security = sasl_client(SaslMechanism::Plain, "broker", "plain-pw");
+    let mut conn = connect("127.0.0.1", port, SecurityProtocol::SaslPlaintext, &security).await.expect("login");
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        conn.call(12, &MetadataRequest::default()).await.expect("renewed in time, never closed");
+    }
 }
