@@ -50,9 +50,17 @@ pub(super) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism,
             authenticate(conn, token).await.map_err(|m| m.into_error(conn, mechanism))?
         }
         SaslMechanism::Scram(m) => {
-            let (mut scram, first) = ScramClient::client_first(m, &credentials.username, &credentials.password);
+            let (scram, first) = ScramClient::client_first(m, &credentials.username, &credentials.password);
             let server_first = authenticate(conn, first).await.map_err(|e| e.into_error(conn, mechanism))?;
-            let last = scram.client_final(&server_first.token).map_err(|e| refused(conn, e.to_string()))?;
+            // PBKDF2 of up to 16384 rounds: milliseconds, kept off the runtime's workers.
+            let (scram, last) = tokio::task::spawn_blocking(move || {
+                let mut scram = scram;
+                let last = scram.client_final(&server_first.token);
+                (scram, last)
+            })
+            .await
+            .map_err(|e| refused(conn, format!("the SCRAM proof could not be computed: {e}")))?;
+            let last = last.map_err(|e| refused(conn, e.to_string()))?;
             let server_final = authenticate(conn, last).await.map_err(|e| e.into_error(conn, mechanism))?;
             scram.verify_server_final(&server_final.token).map_err(|e| refused(conn, e.to_string()))?;
             server_final
