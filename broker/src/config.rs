@@ -40,7 +40,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("listener.security.protocol.map", crate::listeners::DEFAULT_PROTOCOL_MAP, "Comma-separated `NAME:PROTOCOL`: each listener's security protocol, `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`."),
     s("ssl.certificate.location", "", "PEM file with the broker's certificate chain (leaf first); required when a listener uses SSL or SASL_SSL."),
     s("ssl.key.location", "", "PEM file with the private key of `ssl.certificate.location` (PKCS#8, PKCS#1 or SEC1; unencrypted)."),
-    s("ssl.truststore.location", "", "PEM file of CA certificates that client certificates must chain to; needed when `ssl.client.auth` is not `none`."),
+    s("ssl.truststore.location", "", "PEM file of CA certificates that client certificates must chain to (needed when `ssl.client.auth` is not `none`) and, in a cluster whose inter-broker listener uses TLS, that other brokers' certificates must chain to (required then: Kafka would fall back to the JVM's default truststore, Floe has none)."),
     s("ssl.client.auth", "none", "Client certificates on TLS listeners: `none`, `requested` (verified if sent) or `required`."),
     s("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions offered: `TLSv1.2`, `TLSv1.3` or both."),
     s("floe.ssl.ktls", "auto", "Kernel TLS for zero-copy fetch over TLS: `auto` uses it when the kernel has it, `off` never, `on` refuses to start without it."),
@@ -61,7 +61,10 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("num.partitions", "1", "Partitions of a topic created without a count (auto-created or count -1)."),
     s("auto.create.topics.enable", "true", "Create a topic when Metadata names one that does not exist."),
     s("default.replication.factor", "1", "Replication factor of topics created without one (auto-created, or -1 in CreateTopics). A broker alone holds one replica."),
-    s("inter.broker.listener.name", "", "In a cluster: the listener followers fetch from (its endpoint in each broker's registration); empty is the first listener. PLAINTEXT only, for now."),
+    s("inter.broker.listener.name", "", "In a cluster: the listener brokers connect to each other on (replica fetchers, transaction markers), by its endpoint in each broker's registration; empty is the first listener. Any protocol: SSL and SASL_SSL need `ssl.truststore.location`, SASL ones `sasl.mechanism.inter.broker.protocol` and a JAAS login."),
+    s("ssl.endpoint.identification.algorithm", "https", "Inter-broker TLS: `https` checks that the other broker's certificate names the host connected to (its registered endpoint host); empty checks the chain only."),
+    s("sasl.mechanism.inter.broker.protocol", "PLAIN", "Inter-broker SASL: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (Kafka's default, GSSAPI, is not in Floe)."),
+    s("sasl.jaas.config", "", "Inter-broker SASL login (secret: never shown), Kafka's form `...LoginModule required username=\"U\" password=\"P\";`; `listener.name.LISTENER.MECHANISM.sasl.jaas.config` (lower case) wins over it."),
     s("replica.lag.time.max.ms", "30000", "In a cluster: a follower that has not caught up with its leader for this long leaves the ISR (and rejoins once it reaches the high watermark)."),
     s("replica.fetch.max.bytes", "1048576", "A follower's fetch: record bytes asked per partition (the first batch comes whole even when larger)."),
     s("replica.fetch.response.max.bytes", "10485760", "A follower's fetch: record bytes asked for the whole response (the first batch comes whole even when larger)."),
@@ -144,14 +147,15 @@ pub const SETTINGS: &[SettingSpec] = &[
 
 /// Settings whose values are secrets: DescribeConfigs reports them as sensitive with no value.
 pub const SENSITIVE_SETTINGS: &[&str] =
-    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key"];
+    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key", "sasl.jaas.config"];
 
 /// Settings holding URIs, which may carry `user:password@`: shown with it masked.
 const URI_SETTINGS: &[&str] = &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
 
 /// Whether `key`'s value must never be shown.
 pub fn is_sensitive(key: &str) -> bool {
-    SENSITIVE_SETTINGS.contains(&key)
+    // Per-listener JAAS lines (`listener.name.L.M.sasl.jaas.config`) hold passwords too.
+    SENSITIVE_SETTINGS.contains(&key) || key.ends_with(".sasl.jaas.config")
 }
 
 /// The broker's typed configuration.
@@ -205,8 +209,10 @@ pub struct BrokerConfig {
     pub leader_imbalance_per_broker_percentage: u32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
-    /// `inter.broker.listener.name` (empty: the first listener).
-    pub inter_broker_listener: String,
+    /// How this broker connects to the others: `inter.broker.listener.name`
+    /// (resolved), `ssl.endpoint.identification.algorithm`,
+    /// `sasl.mechanism.inter.broker.protocol` and its JAAS login.
+    pub inter_broker: crate::security::inter_broker::InterBrokerSettings,
     /// `replica.fetch.max.bytes`.
     pub replica_fetch_max_bytes: i32,
     /// `replica.fetch.response.max.bytes`.
@@ -359,6 +365,9 @@ impl ConfigBuilder {
         let tls = crate::security::tls::TlsSettings::from_raw(r)?;
         let sasl = crate::security::sasl::SaslSettings::from_raw(r, &listeners)?;
         let authorizer = crate::authorizer::AuthorizerSettings::from_raw(r)?;
+        let metadata_store: floe_cluster::MetadataStoreUrl = parse(r, "floe.metadata.store")?;
+        let clustered = !matches!(metadata_store, floe_cluster::MetadataStoreUrl::Local);
+        let inter_broker = crate::security::inter_broker::InterBrokerSettings::from_raw(r, &listeners, clustered)?;
         let iceberg_rest_listen = match get(r, "floe.iceberg.rest-listen").trim() {
             "" => None,
             text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
@@ -379,7 +388,7 @@ impl ConfigBuilder {
             metrics_listen,
             data_dir: PathBuf::from(get(r, "log.dirs")),
             node_id: parse(r, "node.id")?,
-            metadata_store: parse(r, "floe.metadata.store")?,
+            metadata_store,
             broker_rack: Some(get(r, "broker.rack").trim()).filter(|v| !v.is_empty()).map(str::to_string),
             broker_session_timeout_ms: parse_positive(r, "broker.session.timeout.ms")?,
             num_partitions: parse_positive(r, "num.partitions")?,
@@ -396,7 +405,7 @@ impl ConfigBuilder {
             leader_imbalance_check_interval_s: parse_positive(r, "leader.imbalance.check.interval.seconds")?,
             leader_imbalance_per_broker_percentage: parse(r, "leader.imbalance.per.broker.percentage")?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
-            inter_broker_listener: get(r, "inter.broker.listener.name").trim().to_string(),
+            inter_broker,
             replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,
             replica_fetch_response_max_bytes: parse_positive(r, "replica.fetch.response.max.bytes")?,
             replica_fetch_wait_max_ms: parse(r, "replica.fetch.wait.max.ms")?,
@@ -691,6 +700,27 @@ mod tests {
             b.set("floe.iceberg.catalog-uri", uri, Layer::CommandLine).unwrap();
             assert_eq!(b.build().is_ok(), ok, "{uri}");
         }
+    }
+
+    /// The SASL_SSL example of docs/cluster.md ("Securing the inter-broker listener") builds.
+    #[test]
+    fn the_documented_inter_broker_example_builds_and_hides_its_password() {
+        let docs = include_str!("../../docs/cluster.md");
+        let start = docs.find("# broker1.toml").expect("example in docs/cluster.md");
+        let toml = &docs[start..start + docs[start..].find("```").expect("end of example")];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker1.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut b = ConfigBuilder::new();
+        b.load_file(&path).unwrap();
+        b.set("floe.metadata.store", "etcd://127.0.0.1:2379", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        let ib = &c.inter_broker;
+        assert_eq!((ib.listener.as_str(), ib.protocol, ib.verify_hostname), ("SASL_SSL", crate::listeners::SecurityProtocol::SaslSsl, true));
+        assert_eq!(ib.mechanism.name(), "SCRAM-SHA-512");
+        assert_eq!(ib.credentials.as_ref().map(|c| (c.username.as_str(), c.password.as_str())), Some(("broker", "broker-secret")));
+        assert_eq!(c.effective["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"], "****");
+        assert!(!format!("{c:?}").contains("broker-secret"), "the password never prints");
     }
 
     #[test]

@@ -49,7 +49,8 @@ impl SecurityProtocol {
         matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
     }
 
-    fn parse(text: &str) -> Option<Self> {
+    /// From Kafka's name (any case).
+    pub fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_uppercase().as_str() {
             "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
             "SSL" => Some(SecurityProtocol::Ssl),

@@ -74,7 +74,7 @@ pub struct Metrics {
     pub replica_fetch_requests: IntCounter,
     /// `floe_replica_fetch_errors_total{error}`: follower fetch failures, by Kafka
     /// error name (`OFFSET_OUT_OF_RANGE`, `FENCED_LEADER_EPOCH`...) or local cause
-    /// (`connection`, `storage`).
+    /// (`connection`, `authentication`, `tls`, `storage`).
     pub replica_fetch_errors: IntCounterVec,
     /// `floe_replica_damaged_truncations_total`: damaged ranges (found by recovery) a
     /// follower cut off to fetch them again from its leader.
@@ -354,7 +354,7 @@ impl Metrics {
         let replica_fetch_requests =
             IntCounter::new("floe_replica_fetch_requests_total", "Fetch requests followers sent to their leaders").expect("metric");
         let replica_fetch_errors = IntCounterVec::new(
-            Opts::new("floe_replica_fetch_errors_total", "Follower fetch failures, by Kafka error name or local cause (connection, storage)"),
+            Opts::new("floe_replica_fetch_errors_total", "Follower fetch failures, by Kafka error name or local cause (connection, authentication, tls, storage)"),
             &["error"],
         )
         .expect("metric");

@@ -46,6 +46,14 @@ pub enum RunError {
     /// The TLS certificate, key or truststore could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] crate::security::tls::TlsError),
+    /// The TLS client settings of the inter-broker listener could not be loaded.
+    #[error("inter-broker TLS client for listener {listener}: {source}")]
+    InterBrokerTls {
+        /// The inter-broker listener.
+        listener: String,
+        /// What could not be loaded.
+        source: crate::security::tls::TlsError,
+    },
     /// `floe.ssl.ktls=on` on a kernel without kernel TLS.
     #[error("{0}")]
     Ktls(String),
@@ -207,14 +215,16 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         .map_err(|e| RunError::Task(e.to_string()))?;
     metrics.cleaner.observe(cleaner.stats());
 
-    let inter_broker_listener = Some(config.inter_broker_listener.clone())
-        .filter(|name| !name.is_empty())
-        .or_else(|| config.listeners.first().map(|l| l.name.clone()))
-        .unwrap_or_default();
+    // What fetchers and marker senders present to the other brokers: read once,
+    // so a missing truststore or key stops startup rather than every connection.
+    let inter_broker = Arc::new(
+        crate::security::inter_broker::InterBrokerClient::load(&config.inter_broker, &config.tls)
+            .map_err(|source| RunError::InterBrokerTls { listener: config.inter_broker.listener.clone(), source })?,
+    );
     let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
         config.node_id,
-        inter_broker_listener,
-        crate::replication::fetcher::FetcherSettings::from_config(&config),
+        config.inter_broker.listener.clone(),
+        crate::replication::fetcher::FetcherSettings::from_config(&config, inter_broker.clone()),
         metrics.clone(),
     );
     let (replicas, isr_requests) =
@@ -237,7 +247,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
                 .map_err(|e| RunError::Task(e.to_string()))?,
         );
         // Markers go to each partition's leader; the writer gets the broker once it exists.
-        let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current()));
+        let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current(), inter_broker.clone()));
         cluster_markers = Some(markers.clone());
         let txns = floe_coordinator::transaction::TransactionCoordinators::replicated(
             config.transactions.clone(),

@@ -33,7 +33,8 @@ use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, Wr
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
-use crate::replication::client::{BrokerConnection, ClientError};
+use crate::replication::client::{BrokerConnection, ClientError, Endpoint};
+use crate::security::inter_broker::InterBrokerClient;
 
 /// How long a leader waits for its in-sync replicas to have a marker (Kafka
 /// uses `request.timeout.ms`, 30 s, for the same wait).
@@ -166,7 +167,8 @@ pub async fn write_as_leader(broker: &Broker, m: &TxnMarker) -> Result<(), (Resp
 /// Writes markers in a cluster: each to its partition's leader. This broker's
 /// own partitions are written as [`write_as_leader`] does; another leader gets a
 /// WriteTxnMarkers request over one connection per broker, kept open and
-/// opened again after an error.
+/// opened again after an error, in the inter-broker listener's security
+/// protocol (as the replica fetchers': the same [`BrokerConnection::connect`]).
 ///
 /// Built before the [`Broker`] it serves (the transaction coordinator inside
 /// the broker owns it) and [`attach`](Self::attach)ed once the broker exists:
@@ -183,24 +185,27 @@ pub struct ClusterMarkerWriter {
     peers: Mutex<BTreeMap<i32, Arc<tokio::sync::Mutex<Option<Peer>>>>>,
     /// Bounds connecting and each request; above the leader's replication wait.
     timeout: Duration,
+    /// The TLS client configuration and SASL login presented to the other brokers.
+    security: Arc<InterBrokerClient>,
 }
 
 /// An open connection to one broker, and where it was opened to.
 #[derive(Debug)]
 struct Peer {
-    host: String,
-    port: u16,
+    endpoint: Endpoint,
     conn: BrokerConnection,
 }
 
 impl ClusterMarkerWriter {
-    /// A writer whose requests run on `runtime`; [`attach`](Self::attach) it to its broker.
-    pub fn new(runtime: tokio::runtime::Handle) -> Self {
+    /// A writer whose requests run on `runtime`, connecting with `security`;
+    /// [`attach`](Self::attach) it to its broker.
+    pub fn new(runtime: tokio::runtime::Handle, security: Arc<InterBrokerClient>) -> Self {
         Self {
             broker: OnceLock::new(),
             runtime,
             peers: Mutex::new(BTreeMap::new()),
             timeout: MARKER_REPLICATION_TIMEOUT + Duration::from_secs(5),
+            security,
         }
     }
 
@@ -218,7 +223,7 @@ impl ClusterMarkerWriter {
     /// Sends `m` to `leader` and reads its answer for the partition.
     fn send(&self, broker: &Broker, leader: i32, m: &TxnMarker) -> Result<(), String> {
         let (topic, partition) = (m.partition.0.as_str(), m.partition.1);
-        let (host, port) = endpoint_of(broker, leader)?;
+        let endpoint = endpoint_of(broker, leader)?;
         let request = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
             .with_producer_id(ProducerId(m.producer_id))
             .with_producer_epoch(m.producer_epoch)
@@ -230,21 +235,22 @@ impl ClusterMarkerWriter {
         let slot = self.slot(leader);
         let client_id = format!("broker-{}-txn-markers", broker.node_id());
         let timeout = self.timeout;
+        let security = self.security.clone();
         let answered = self.runtime.block_on(async move {
             let mut peer = slot.lock().await;
             // None yet, or the broker moved to another endpoint: a new connection.
-            let cached = peer.take().filter(|p| p.host == host && p.port == port);
+            let cached = peer.take().filter(|p| p.endpoint == endpoint);
             let reused = cached.is_some();
             let mut p = match cached {
                 Some(p) => p,
-                None => Peer { conn: BrokerConnection::connect(&host, port, &client_id, timeout).await?, host, port },
+                None => Peer { conn: BrokerConnection::connect(&endpoint, &client_id, timeout, &security).await?, endpoint },
             };
             let mut answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
             if reused && matches!(answer, Err(ClientError::Closed { .. } | ClientError::Io { .. })) {
                 // The peer closes idle connections (connections.max.idle.ms): once more on a
                 // new one rather than wait for the coordinator's next tick. A marker written
                 // twice is harmless.
-                p.conn = BrokerConnection::connect(&p.host, p.port, &client_id, timeout).await?;
+                p.conn = BrokerConnection::connect(&p.endpoint, &client_id, timeout, &security).await?;
                 answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
             }
             // Kept only after a clean exchange: an error may leave the stream mid-frame.
@@ -283,23 +289,12 @@ impl TxnMarkerWriter for ClusterMarkerWriter {
     }
 }
 
-/// `(host, port)` of `node` on the inter-broker listener (PLAINTEXT only, as the
-/// replica fetchers: [`BrokerConnection`] speaks nothing else yet).
-fn endpoint_of(broker: &Broker, node: i32) -> Result<(String, u16), String> {
-    let config = &broker.config;
-    let listener = Some(config.inter_broker_listener.as_str())
-        .filter(|name| !name.is_empty())
-        .or_else(|| config.listeners.first().map(|l| l.name.as_str()))
-        .unwrap_or_default()
-        .to_string();
+/// Where `node` is reached on the inter-broker listener.
+fn endpoint_of(broker: &Broker, node: i32) -> Result<Endpoint, String> {
+    let listener = &broker.config.inter_broker.listener;
     broker.cluster.with_view(|v| {
         let b = v.brokers.get(&node).ok_or_else(|| format!("broker {node} is not registered"))?;
-        let ep = b.endpoint(&listener).ok_or_else(|| format!("broker {node} has no endpoint on the inter-broker listener {listener}"))?;
-        if !ep.security_protocol.eq_ignore_ascii_case("PLAINTEXT") {
-            return Err(format!("broker {node}'s inter-broker endpoint is {}, and markers are sent over PLAINTEXT only yet", ep.security_protocol));
-        }
-        let port = u16::try_from(ep.port).map_err(|_| format!("broker {node} has an invalid port {}", ep.port))?;
-        Ok((ep.host.clone(), port))
+        Endpoint::of(b, listener)
     })
 }
 

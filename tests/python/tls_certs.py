@@ -1,7 +1,9 @@
 """Certificates for the TLS tests, made at test time with `cryptography`.
 
 `make_pki(dir)` writes a self-signed CA, a server certificate for 127.0.0.1 /
-localhost signed by it, a client certificate, an expired client certificate,
+localhost signed by it, a broker certificate (the same names, good both as
+server and as client certificate: what a broker presents to another), a
+client certificate, an expired client certificate,
 and a second, unrelated CA with its own server certificate (an "untrusted"
 broker certificate). Every file is PEM; keys are unencrypted PKCS#8.
 """
@@ -30,6 +32,7 @@ class Pair:
 class Pki:
     ca: Pair
     server: Pair
+    broker: Pair
     client: Pair
     expired_client: Pair
     rogue_ca: Pair
@@ -67,7 +70,7 @@ def make_ca(path: Path, cn: str) -> tuple[Pair, object, object]:
     return _write(path, cert, key), cert, key
 
 
-def make_leaf(path: Path, cn: str, ca_cert, ca_key, server: bool, expired: bool = False) -> Pair:
+def make_leaf(path: Path, cn: str, ca_cert, ca_key, server: bool, expired: bool = False, client_too: bool = False) -> Pair:
     key = _key()
     now = datetime.datetime.now(datetime.timezone.utc)
     if expired:
@@ -81,7 +84,8 @@ def make_leaf(path: Path, cn: str, ca_cert, ca_key, server: bool, expired: bool 
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_too else [])
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     else:
         builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     return _write(path, builder.sign(ca_key, hashes.SHA256()), key)
@@ -93,6 +97,7 @@ def make_pki(directory: Path) -> Pki:
     return Pki(
         ca=ca,
         server=make_leaf(directory / "server", "127.0.0.1", ca_cert, ca_key, server=True),
+        broker=make_leaf(directory / "broker", "broker", ca_cert, ca_key, server=True, client_too=True),
         client=make_leaf(directory / "client", "alice", ca_cert, ca_key, server=False),
         expired_client=make_leaf(directory / "expired-client", "mallory", ca_cert, ca_key, server=False, expired=True),
         rogue_ca=rogue_ca,

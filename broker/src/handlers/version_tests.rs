@@ -73,7 +73,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
         config.node_id,
         "PLAINTEXT".into(),
-        crate::replication::fetcher::FetcherSettings::from_config(&config),
+        crate::replication::fetcher::FetcherSettings::from_config(&config, Default::default()),
         metrics.clone(),
     );
     let replicas = Arc::new(crate::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), fetchers, metrics.clone()).0);

@@ -1,10 +1,17 @@
 //! An outbound Kafka connection from this broker to another: what a
-//! follower's fetcher speaks to its leader (Kafka's `BlockingSend` /
-//! `NetworkClient` for inter-broker requests).
+//! follower's fetcher speaks to its leader and the transaction coordinator to
+//! a partition's leader (Kafka's `BlockingSend` / `NetworkClient` for
+//! inter-broker requests).
 //!
-//! PLAINTEXT only for now: no TLS, no SASL. A broker whose inter-broker
-//! listener asks for either cannot be followed yet (the fetcher refuses the
-//! endpoint rather than connecting in the clear).
+//! [`BrokerConnection::connect`] is the one place an inter-broker connection
+//! is opened: it speaks the peer endpoint's security protocol (Kafka's
+//! `inter.broker.listener.name`), TLS with [`InterBrokerClient`]'s `rustls`
+//! configuration for SSL and SASL_SSL, then the SASL login
+//! ([`super::sasl_login`]) for SASL_PLAINTEXT and SASL_SSL, before any other
+//! request. When the peer gives the login a lifetime (KIP-368,
+//! `connections.max.reauth.ms`), the connection logs in again on the same
+//! socket before the next request once 90% of it has passed, as Kafka's
+//! clients do, rather than be closed by the peer at expiry.
 //!
 //! # Wire layout
 //! Each request and response is a size-prefixed frame, as for clients:
@@ -16,13 +23,23 @@
 //! its `Request::KEY`. One request is in flight at a time; every response's
 //! correlation id must be the one sent.
 
-use std::time::Duration;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use floe_cluster::BrokerRegistration;
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::listeners::SecurityProtocol;
+use crate::security::inter_broker::{InterBrokerClient, SaslCredentials};
+use crate::security::sasl::SaslMechanism;
 
 /// The largest response frame accepted: a size prefix above it is taken as
 /// garbage rather than allocated (a follower's fetch asks for
@@ -108,6 +125,35 @@ pub enum ClientError {
         /// The id received.
         got: i32,
     },
+    /// The TLS handshake failed (an untrusted or misnamed certificate, a
+    /// refused client certificate, a peer that does not speak TLS).
+    #[error("TLS handshake with broker at {addr} failed: {source}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The peer refused this broker's SASL login. The message is the peer's;
+    /// the password is never in it.
+    #[error("SASL {mechanism} authentication to broker at {addr} failed: {message}")]
+    Authentication {
+        /// `host:port`.
+        addr: String,
+        /// The mechanism used.
+        mechanism: &'static str,
+        /// Why, as the peer (or the SCRAM check of its answer) says.
+        message: String,
+    },
+    /// The endpoint's protocol needs what this broker was not configured with
+    /// (TLS or SASL on an endpoint while its own inter-broker listener has neither).
+    #[error("cannot connect to broker at {addr}: {reason}")]
+    Security {
+        /// `host:port`.
+        addr: String,
+        /// What is missing.
+        reason: String,
+    },
     /// An earlier error left the connection unusable.
     #[error("connection to broker at {addr} is broken by an earlier error")]
     Broken {
@@ -116,44 +162,158 @@ pub enum ClientError {
     },
 }
 
-/// An outbound PLAINTEXT connection to another broker, one request at a time.
+/// Where another broker is reached on the inter-broker listener, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Host, as registered (also the name its TLS certificate must carry).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// The endpoint's security protocol.
+    pub protocol: SecurityProtocol,
+}
+
+impl Endpoint {
+    /// `broker`'s endpoint on `listener`.
+    ///
+    /// # Errors
+    /// Why it has none usable (for a log line).
+    pub fn of(broker: &BrokerRegistration, listener: &str) -> Result<Self, String> {
+        let ep = broker.endpoint(listener).ok_or_else(|| format!("broker {} has no endpoint on the inter-broker listener {listener}", broker.node_id))?;
+        let port = u16::try_from(ep.port).map_err(|_| format!("broker {} has an invalid port {}", broker.node_id, ep.port))?;
+        let protocol = SecurityProtocol::parse(&ep.security_protocol)
+            .ok_or_else(|| format!("broker {} registered an unknown security protocol {}", broker.node_id, ep.security_protocol))?;
+        Ok(Endpoint { host: ep.host.clone(), port, protocol })
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// The socket under a [`BrokerConnection`]: plain TCP or TLS over it.
+#[derive(Debug)]
+enum BrokerStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for BrokerStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BrokerStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// An outbound connection to another broker, one request at a time, in the
+/// endpoint's security protocol.
 ///
 /// Not `Clone`: one owner sends and reads. Every call is bounded by the
 /// connection's timeout, which must exceed any time the peer is allowed to
 /// hold a request (a fetch's `max_wait_ms`).
 #[derive(Debug)]
 pub struct BrokerConnection {
-    stream: TcpStream,
+    stream: BrokerStream,
     addr: String,
     client_id: StrBytes,
     timeout: Duration,
     next_correlation_id: i32,
     broken: bool,
+    /// The SASL login, kept to log in again before the session expires.
+    login: Option<(SaslMechanism, SaslCredentials)>,
+    /// When to log in again (KIP-368); `None` when the session does not expire.
+    reauthenticate_at: Option<Instant>,
 }
 
 impl BrokerConnection {
-    /// Connects to `host:port` within `timeout`, which also bounds every
-    /// later call. `client_id` goes into every request header.
+    /// Connects to `endpoint` in its security protocol, within `timeout` for
+    /// the TCP connection, the TLS handshake and each SASL round trip; the
+    /// timeout also bounds every later call. `client_id` goes into every
+    /// request header. `security` holds the TLS client configuration and SASL
+    /// login this broker presents.
     ///
     /// # Errors
-    /// [`ClientError::Connect`], [`ClientError::Timeout`].
-    pub async fn connect(host: &str, port: u16, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let addr = format!("{host}:{port}");
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect((host, port))).await {
+    /// [`ClientError::Connect`], [`ClientError::Timeout`], [`ClientError::Tls`],
+    /// [`ClientError::Authentication`], [`ClientError::Security`] (the endpoint
+    /// needs TLS or SASL this broker has no settings for), or any error of the
+    /// SASL requests.
+    pub async fn connect(endpoint: &Endpoint, client_id: &str, timeout: Duration, security: &InterBrokerClient) -> Result<Self, ClientError> {
+        let addr = endpoint.addr();
+        let missing = |what: &str| ClientError::Security {
+            addr: addr.clone(),
+            reason: format!("its endpoint is {} and this broker has no {what} for the inter-broker listener (is its inter.broker.listener.name the same protocol?)", endpoint.protocol),
+        };
+        // Checked before connecting: a missing setting is not worth a socket.
+        let tls = if endpoint.protocol.uses_tls() { Some(security.tls().ok_or_else(|| missing("TLS client settings"))?.clone()) } else { None };
+        let sasl = if endpoint.protocol.uses_sasl() { Some(security.sasl().ok_or_else(|| missing("SASL login"))?) } else { None };
+        let tcp = match tokio::time::timeout(timeout, TcpStream::connect((endpoint.host.as_str(), endpoint.port))).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
             Err(_) => return Err(ClientError::Timeout { addr, during: "connecting to".into(), timeout }),
         };
         // Requests are small and answered one at a time: do not let Nagle hold them.
-        stream.set_nodelay(true).map_err(|source| ClientError::Io { addr: addr.clone(), source })?;
-        Ok(Self {
+        tcp.set_nodelay(true).map_err(|source| ClientError::Io { addr: addr.clone(), source })?;
+        let stream = match tls {
+            None => BrokerStream::Plain(tcp),
+            Some(config) => {
+                // The registered host is what the certificate must name (an IP address or a DNS name).
+                let name = ServerName::try_from(endpoint.host.clone())
+                    .map_err(|e| ClientError::Security { addr: addr.clone(), reason: format!("host is not a valid TLS server name: {e}") })?;
+                match tokio::time::timeout(timeout, TlsConnector::from(config).connect(name, tcp)).await {
+                    Ok(Ok(stream)) => BrokerStream::Tls(Box::new(stream)),
+                    Ok(Err(source)) => return Err(ClientError::Tls { addr, source }),
+                    Err(_) => return Err(ClientError::Timeout { addr, during: "TLS handshake with".into(), timeout }),
+                }
+            }
+        };
+        let mut conn = Self {
             stream,
             addr,
             client_id: StrBytes::from_string(client_id.to_string()),
             timeout,
             next_correlation_id: 0,
             broken: false,
-        })
+            login: sasl.cloned(),
+            reauthenticate_at: None,
+        };
+        conn.authenticate().await?;
+        Ok(conn)
+    }
+
+    /// Logs in (again) with the connection's SASL login, if it has one, and
+    /// notes when the session must be renewed.
+    async fn authenticate(&mut self) -> Result<(), ClientError> {
+        let Some((mechanism, credentials)) = self.login.clone() else { return Ok(()) };
+        let lifetime = super::sasl_login::login(self, mechanism, &credentials).await?;
+        // Kafka's clients renew at 85-95% of the lifetime; the middle of that is enough here.
+        self.reauthenticate_at = lifetime.map(|l| Instant::now() + l.mul_f64(0.9));
+        Ok(())
     }
 
     /// `host:port` of the peer.
@@ -162,11 +322,23 @@ impl BrokerConnection {
     }
 
     /// Sends `request` at `version` and waits for its response, within the
-    /// connection's timeout.
+    /// connection's timeout; first logs in again if the SASL session is due
+    /// for renewal.
     ///
     /// # Errors
     /// Any [`ClientError`]; all but [`ClientError::Encode`] break the connection.
     pub async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
+        if self.reauthenticate_at.is_some_and(|at| Instant::now() >= at) && !self.broken {
+            self.authenticate().await?;
+        }
+        self.exchange(version, request).await
+    }
+
+    /// One request and its response, nothing else (the SASL login's own requests).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub(super) async fn exchange<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
         if self.broken {
             return Err(ClientError::Broken { addr: self.addr.clone() });
         }
@@ -240,3 +412,7 @@ impl BrokerConnection {
         ClientError::Io { addr: self.addr.clone(), source }
     }
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod client_tests;

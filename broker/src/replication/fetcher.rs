@@ -33,7 +33,11 @@
 //!    partitions).
 //!
 //! A lost connection (or a timeout, 30 s as Kafka's `replica.socket.timeout.ms`)
-//! drops it; the fetcher connects again after the backoff.
+//! drops it; the fetcher connects again after the backoff. Connections speak
+//! the leader's inter-broker endpoint's security protocol
+//! ([`BrokerConnection::connect`]); a refused TLS handshake or SASL login is
+//! logged as an error (leader, mechanism, the leader's message) and retried
+//! after the same backoff.
 //!
 //! # Ownership of a log
 //! A followed partition's log is written by one fetcher at a time: each
@@ -67,8 +71,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::client::{BrokerConnection, ClientError};
+use super::client::{BrokerConnection, ClientError, Endpoint};
 use crate::config::BrokerConfig;
+use crate::security::inter_broker::InterBrokerClient;
 use crate::metrics::Metrics;
 
 /// Fetch v12: the first flexible version, with topic names, `last_fetched_epoch`
@@ -100,6 +105,9 @@ pub struct FetcherSettings {
     /// Bounds connecting and every request (Kafka's `replica.socket.timeout.ms`,
     /// 30 s); must exceed `max_wait_ms`.
     pub socket_timeout: Duration,
+    /// The TLS client configuration and SASL login presented to leaders
+    /// (PLAINTEXT only by default).
+    pub security: Arc<InterBrokerClient>,
 }
 
 impl Default for FetcherSettings {
@@ -112,13 +120,14 @@ impl Default for FetcherSettings {
             min_bytes: 1,
             backoff: Duration::from_millis(1000),
             socket_timeout: Duration::from_secs(30),
+            security: Arc::new(InterBrokerClient::plaintext()),
         }
     }
 }
 
 impl FetcherSettings {
-    /// The broker's `replica.fetch.*` settings.
-    pub fn from_config(config: &BrokerConfig) -> Self {
+    /// The broker's `replica.fetch.*` settings, and `security` for connecting.
+    pub fn from_config(config: &BrokerConfig, security: Arc<InterBrokerClient>) -> Self {
         let max_wait_ms = i32::try_from(config.replica_fetch_wait_max_ms).unwrap_or(i32::MAX);
         let defaults = Self::default();
         Self {
@@ -129,6 +138,7 @@ impl FetcherSettings {
             backoff: Duration::from_millis(config.replica_fetch_backoff_ms),
             // A long poll must never look like a dead leader.
             socket_timeout: defaults.socket_timeout.max(Duration::from_millis(u64::from(config.replica_fetch_wait_max_ms)) + Duration::from_secs(5)),
+            security,
         }
     }
 }
@@ -175,8 +185,7 @@ struct ManagerState {
 /// A running fetcher task.
 #[derive(Debug)]
 struct FetcherHandle {
-    host: String,
-    port: u16,
+    endpoint: Endpoint,
     /// Dropping it stops the task.
     partitions: watch::Sender<Assignments>,
     task: JoinHandle<()>,
@@ -223,7 +232,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl ReplicaFetcherManager {
     /// A manager with no fetcher yet. `listener` names the listener whose
     /// endpoint ([`BrokerRegistration::endpoint`]) fetchers connect to (Kafka's
-    /// `inter.broker.listener.name`); it must be PLAINTEXT for now.
+    /// `inter.broker.listener.name`), in that endpoint's security protocol.
     pub fn new(node_id: i32, listener: String, settings: FetcherSettings, metrics: Arc<Metrics>) -> Self {
         Self { node_id, listener, settings, metrics, state: Mutex::new(ManagerState::default()) }
     }
@@ -232,8 +241,8 @@ impl ReplicaFetcherManager {
     /// leaders are): fetchers for leaders no longer needed stop; partitions
     /// whose leader, leader epoch or log changed restart with truncation;
     /// the others carry on where they are. A partition whose leader is not in
-    /// `brokers`, has no endpoint on the listener, or one that is not
-    /// PLAINTEXT is not followed (warned) until a later call can.
+    /// `brokers` or has no endpoint on the listener is not followed (warned)
+    /// until a later call can.
     ///
     /// Returns once no fetcher writes a partition it no longer owns, which may
     /// wait for an append or truncation in progress on such a partition.
@@ -252,20 +261,20 @@ impl ReplicaFetcherManager {
             by_leader.entry(p.leader).or_default().push(p);
         }
         // Where each needed leader is reached, if it can be.
-        let mut reachable: BTreeMap<i32, (String, u16)> = BTreeMap::new();
+        let mut reachable: BTreeMap<i32, Endpoint> = BTreeMap::new();
         for &leader in by_leader.keys() {
             match self.endpoint_of(leader, brokers) {
                 Ok(addr) => {
                     reachable.insert(leader, addr);
                 }
-                Err(why) => warn!(leader, listener = %self.listener, why, "cannot follow partitions of this leader yet"),
+                Err(why) => warn!(leader, listener = %self.listener, %why, "cannot follow partitions of this leader yet"),
             }
         }
         // 1. Retire the fetchers no longer needed (or whose leader moved), revoking their claims.
         let retire: Vec<i32> = st
             .fetchers
             .iter()
-            .filter(|(id, f)| reachable.get(id).is_none_or(|(host, port)| *host != f.host || *port != f.port))
+            .filter(|(id, f)| reachable.get(id).is_none_or(|ep| *ep != f.endpoint))
             .map(|(&id, _)| id)
             .collect();
         for id in retire {
@@ -315,22 +324,22 @@ impl ReplicaFetcherManager {
                 f.partitions.send_replace(set);
                 continue;
             }
-            let Some((host, port)) = reachable.get(&leader).cloned() else { continue };
+            let Some(endpoint) = reachable.get(&leader).cloned() else { continue };
             let (tx, rx) = watch::channel(set);
             let task = FetcherTask {
                 node_id: self.node_id,
                 leader,
-                host: host.clone(),
-                port,
+                endpoint: endpoint.clone(),
                 settings: self.settings.clone(),
                 metrics: self.metrics.clone(),
                 assignments: rx,
                 partitions: BTreeMap::new(),
                 conn: None,
+                reconnect_at: None,
             };
-            info!(leader, addr = %format!("{host}:{port}"), "starting replica fetcher");
+            info!(leader, addr = %endpoint.addr(), protocol = %endpoint.protocol, "starting replica fetcher");
             let task = tokio::spawn(task.run());
-            st.fetchers.insert(leader, FetcherHandle { host, port, partitions: tx, task });
+            st.fetchers.insert(leader, FetcherHandle { endpoint, partitions: tx, task });
         }
     }
 
@@ -358,15 +367,10 @@ impl ReplicaFetcherManager {
         }
     }
 
-    /// `(host, port)` of `leader` on the fetchers' listener.
-    fn endpoint_of(&self, leader: i32, brokers: &BTreeMap<i32, BrokerRegistration>) -> Result<(String, u16), &'static str> {
+    /// Where `leader` is reached on the fetchers' listener.
+    fn endpoint_of(&self, leader: i32, brokers: &BTreeMap<i32, BrokerRegistration>) -> Result<Endpoint, String> {
         let broker = brokers.get(&leader).ok_or("the leader is not a registered broker")?;
-        let ep = broker.endpoint(&self.listener).ok_or("the leader has no endpoint on the inter-broker listener")?;
-        if !ep.security_protocol.eq_ignore_ascii_case("PLAINTEXT") {
-            return Err("the leader's inter-broker endpoint is not PLAINTEXT, which is all fetchers speak yet");
-        }
-        let port = u16::try_from(ep.port).map_err(|_| "the leader's inter-broker endpoint has an invalid port")?;
-        Ok((ep.host.clone(), port))
+        Endpoint::of(broker, &self.listener)
     }
 }
 
@@ -408,13 +412,15 @@ enum Step {
 struct FetcherTask {
     node_id: i32,
     leader: i32,
-    host: String,
-    port: u16,
+    endpoint: Endpoint,
     settings: FetcherSettings,
     metrics: Arc<Metrics>,
     assignments: watch::Receiver<Assignments>,
     partitions: BTreeMap<TopicPartition, PartitionFetch>,
     conn: Option<BrokerConnection>,
+    /// After a failed or lost connection: not connecting again before this,
+    /// even when an assignment change wakes the task (no reconnect storm).
+    reconnect_at: Option<Instant>,
 }
 
 impl FetcherTask {
@@ -427,9 +433,23 @@ impl FetcherTask {
             let step = match self.step().await {
                 Ok(step) => step,
                 Err(e) => {
-                    warn!(leader = self.leader, error = %e, "replica fetcher lost its connection to the leader; reconnecting after the backoff");
-                    self.metrics.replica_fetch_errors.with_label_values(&["connection"]).inc();
+                    match &e {
+                        // The operator must act (a password, a certificate): loud, but retried
+                        // after the same backoff, so a fixed setting heals without a restart.
+                        ClientError::Authentication { mechanism, message, .. } => error!(leader = self.leader, addr = %self.endpoint.addr(), mechanism, error = %message,
+                            "replica fetcher cannot authenticate to the leader (SASL authentication failed); retrying after the backoff"),
+                        ClientError::Tls { .. } | ClientError::Security { .. } => error!(leader = self.leader, protocol = %self.endpoint.protocol, error = %e,
+                            "replica fetcher cannot open a secured connection to the leader; retrying after the backoff"),
+                        _ => warn!(leader = self.leader, error = %e, "replica fetcher lost its connection to the leader; reconnecting after the backoff"),
+                    }
+                    let kind = match e {
+                        ClientError::Authentication { .. } => "authentication",
+                        ClientError::Tls { .. } | ClientError::Security { .. } => "tls",
+                        _ => "connection",
+                    };
+                    self.metrics.replica_fetch_errors.with_label_values(&[kind]).inc();
                     self.conn = None;
+                    self.reconnect_at = Some(Instant::now() + self.settings.backoff);
                     Step::Wait(self.settings.backoff)
                 }
             };
@@ -475,9 +495,12 @@ impl FetcherTask {
             return Ok(Step::Wait(Duration::from_secs(3600)));
         }
         if self.conn.is_none() {
+            if let Some(at) = self.reconnect_at.filter(|&at| at > Instant::now()) {
+                return Ok(Step::Wait(at.saturating_duration_since(Instant::now())));
+            }
             let client_id = format!("broker-{}-fetcher-{}", self.node_id, self.leader);
-            let conn = BrokerConnection::connect(&self.host, self.port, &client_id, self.settings.socket_timeout).await?;
-            info!(leader = self.leader, addr = %conn.addr(), "replica fetcher connected to the leader");
+            let conn = BrokerConnection::connect(&self.endpoint, &client_id, self.settings.socket_timeout, &self.settings.security).await?;
+            info!(leader = self.leader, addr = %conn.addr(), protocol = %self.endpoint.protocol, "replica fetcher connected to the leader");
             self.conn = Some(conn);
         }
         let now = Instant::now();
@@ -509,7 +532,7 @@ impl FetcherTask {
     /// Sends `request` on the connection; `None` if the task is stopped meanwhile.
     async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Option<Req::Response>, ClientError> {
         let Some(conn) = self.conn.as_mut() else {
-            return Err(ClientError::Broken { addr: format!("{}:{}", self.host, self.port) });
+            return Err(ClientError::Broken { addr: self.endpoint.addr() });
         };
         let call = conn.call(version, request);
         tokio::pin!(call);

@@ -25,7 +25,9 @@ use tokio::sync::watch;
 use super::{FetcherSettings, FollowedPartition, ReplicaFetcherManager};
 use crate::config::{ConfigBuilder, Layer};
 use crate::metrics::Metrics;
-use crate::replication::client::BrokerConnection;
+use crate::listeners::SecurityProtocol;
+use crate::replication::client::{BrokerConnection, Endpoint};
+use crate::security::inter_broker::InterBrokerClient;
 
 const TOPIC: &str = "replicated";
 const LEADER: i32 = 1;
@@ -71,7 +73,8 @@ impl Leader {
     }
 
     async fn connect(&self) -> BrokerConnection {
-        BrokerConnection::connect("127.0.0.1", self.port, "test-client", Duration::from_secs(10)).await.expect("connect")
+        let endpoint = Endpoint { host: "127.0.0.1".into(), port: self.port, protocol: SecurityProtocol::Plaintext };
+        BrokerConnection::connect(&endpoint, "test-client", Duration::from_secs(10), &InterBrokerClient::plaintext()).await.expect("connect")
     }
 
     fn registration(&self) -> BTreeMap<i32, BrokerRegistration> {

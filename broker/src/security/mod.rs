@@ -7,12 +7,17 @@
 //!   once at startup.
 //! - [`sasl`]: SASL settings and mechanism names.
 //! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys.
+//! - [`scram_client`]: the client's side of SCRAM, for broker-to-broker logins.
+//! - [`inter_broker`]: what this broker presents to the others (TLS client
+//!   configuration, SASL mechanism and credentials).
 //! - [`credentials`]: the SCRAM credential store on disk, and PLAIN users.
 //! - [`x500`]: a client certificate's subject as an RFC 2253 name (the SSL principal).
 
 pub mod credentials;
+pub mod inter_broker;
 pub mod ktls;
 pub mod sasl;
 pub mod scram;
+pub mod scram_client;
 pub mod tls;
 pub mod x500;

@@ -1,4 +1,5 @@
-//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), server side.
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), server side (the
+//! client side, which a broker speaks to another, is [`super::scram_client`]).
 //!
 //! What is stored per user and mechanism is a [`ScramCredential`]: salt,
 //! iteration count, `StoredKey = H(HMAC(SaltedPassword, "Client Key"))` and
@@ -90,11 +91,11 @@ impl ScramMechanism {
         }
     }
 
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub(crate) fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         hmac::sign(&hmac::Key::new(self.hmac_algorithm(), key), data).as_ref().to_vec()
     }
 
-    fn hash(self, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn hash(self, data: &[u8]) -> Vec<u8> {
         digest::digest(self.digest_algorithm(), data).as_ref().to_vec()
     }
 
@@ -211,7 +212,7 @@ pub fn client_first(
     let user = user.ok_or(ScramError::Malformed("no user name"))?;
     let client_nonce = client_nonce.filter(|n| !n.is_empty()).ok_or(ScramError::Malformed("no nonce"))?;
     let credential = lookup(&user).ok_or_else(|| ScramError::UnknownUser(user.clone()))?;
-    let nonce = format!("{client_nonce}{}", server_nonce());
+    let nonce = format!("{client_nonce}{}", random_nonce());
     let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
     let exchange = ScramExchange {
         mechanism,
@@ -268,6 +269,11 @@ impl ScramExchange {
     }
 }
 
+/// `,` is `=2C` and `=` is `=3D` in a SCRAM user name.
+pub(crate) fn encode_sasl_name(name: &str) -> String {
+    name.replace('=', "=3D").replace(',', "=2C")
+}
+
 /// `=2C` is `,` and `=3D` is `=` in a SCRAM user name.
 fn decode_sasl_name(name: &str) -> Result<String, ScramError> {
     let mut out = String::with_capacity(name.len());
@@ -285,7 +291,8 @@ fn decode_sasl_name(name: &str) -> Result<String, ScramError> {
     Ok(out)
 }
 
-fn server_nonce() -> String {
+/// A fresh random nonce (24 bytes, base64): the server's half, or a client's.
+pub(crate) fn random_nonce() -> String {
     let mut bytes = [0u8; 24];
     // The system RNG failing is not something to limp along with; an all-zero
     // nonce would still be unique per client nonce, and the failure is logged.
