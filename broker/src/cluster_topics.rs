@@ -46,6 +46,12 @@ pub async fn run(broker: Arc<Broker>) {
     let mut changed = true;
     let terms = crate::coordinator_terms::CoordinatorTerms::start(broker.clone());
     loop {
+        // A change that arrived while the last pass ran, with the tick due as well, can
+        // be consumed by the `borrow_and_update` below without `view.changed()` ever
+        // firing for it: ask the channel, so no topic creation waits for the next change.
+        if view.has_changed().unwrap_or(false) {
+            changed = true;
+        }
         let snapshot = {
             let v = view.borrow_and_update();
             v.synced.then(|| v.clone())
