@@ -13,17 +13,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme, SupportedProtocolVersion};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::sasl::SaslMechanism;
-use super::tls::{TlsError, TlsSettings};
+use super::tls::{protocol_versions, read_certificates, read_private_key, TlsError, TlsSettings};
 use crate::listeners::{ListenerSpec, SecurityProtocol};
 use crate::raw_config::{get, ConfigError};
 
@@ -213,16 +211,6 @@ impl InterBrokerClient {
     }
 }
 
-fn read_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |e: &dyn fmt::Display| TlsError::Pem { what, path: path.to_path_buf(), reason: e.to_string() };
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(path).map_err(|e| pem_error(&e))?.collect::<Result<_, _>>().map_err(|e| pem_error(&e))?;
-    if certs.is_empty() {
-        return Err(pem_error(&"no CERTIFICATE section"));
-    }
-    Ok(certs)
-}
-
 /// The `rustls` client configuration: the truststore's CAs, this broker's
 /// certificate as client certificate, the enabled TLS versions.
 fn client_config(settings: &TlsSettings, verify_hostname: bool) -> Result<ClientConfig, TlsError> {
@@ -232,14 +220,7 @@ fn client_config(settings: &TlsSettings, verify_hostname: bool) -> Result<Client
         roots.add(cert).map_err(|e| TlsError::Pem { what: "CA certificates", path: ca_path.to_path_buf(), reason: e.to_string() })?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
-    if settings.tls13 {
-        versions.push(&rustls::version::TLS13);
-    }
-    if settings.tls12 {
-        versions.push(&rustls::version::TLS12);
-    }
-    let builder = ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
+    let builder = ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings))?;
     let builder = if verify_hostname {
         builder.with_root_certificates(roots)
     } else {
@@ -252,8 +233,7 @@ fn client_config(settings: &TlsSettings, verify_hostname: bool) -> Result<Client
     match (settings.certificate.as_deref(), settings.key.as_deref()) {
         (Some(cert_path), Some(key_path)) => {
             let chain = read_certificates("certificate chain", cert_path)?;
-            let key = PrivateKeyDer::from_pem_file(key_path)
-                .map_err(|e| TlsError::Pem { what: "private key", path: key_path.to_path_buf(), reason: e.to_string() })?;
+            let key = read_private_key(key_path)?;
             Ok(builder.with_client_auth_cert(chain, key)?)
         }
         _ => Ok(builder.with_no_client_auth()),

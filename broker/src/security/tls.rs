@@ -201,21 +201,25 @@ fn pem_error(what: &'static str, path: &Path, e: impl std::fmt::Display) -> TlsE
     TlsError::Pem { what, path: path.to_path_buf(), reason: e.to_string() }
 }
 
-fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
-    // Read the times first: a file replaced while we read it is then seen as changed again.
-    let modified = modification_times(settings);
-    let cert_path = settings.certificate.as_deref().ok_or(TlsError::Missing("ssl.certificate.location"))?;
-    let key_path = settings.key.as_deref().ok_or(TlsError::Missing("ssl.key.location"))?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_path)
-        .map_err(|e| pem_error("certificate chain", cert_path, e))?
+/// The certificates of the PEM file at `path` (`what` names them in errors); at least one.
+pub(crate) fn read_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| pem_error(what, path, e))?
         .collect::<Result<_, _>>()
-        .map_err(|e| pem_error("certificate chain", cert_path, e))?;
-    if chain.is_empty() {
-        return Err(pem_error("certificate chain", cert_path, "no CERTIFICATE section"));
+        .map_err(|e| pem_error(what, path, e))?;
+    if certs.is_empty() {
+        return Err(pem_error(what, path, "no CERTIFICATE section"));
     }
-    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| pem_error("private key", key_path, e))?;
+    Ok(certs)
+}
 
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+/// The private key of the PEM file at `path`.
+pub(crate) fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_error("private key", path, e))
+}
+
+/// The TLS versions `ssl.enabled.protocols` allows, newest first.
+pub(crate) fn protocol_versions(settings: &TlsSettings) -> Vec<&'static SupportedProtocolVersion> {
     let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
     if settings.tls13 {
         versions.push(&rustls::version::TLS13);
@@ -223,7 +227,19 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     if settings.tls12 {
         versions.push(&rustls::version::TLS12);
     }
-    let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
+    versions
+}
+
+fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
+    // Read the times first: a file replaced while we read it is then seen as changed again.
+    let modified = modification_times(settings);
+    let cert_path = settings.certificate.as_deref().ok_or(TlsError::Missing("ssl.certificate.location"))?;
+    let key_path = settings.key.as_deref().ok_or(TlsError::Missing("ssl.key.location"))?;
+    let chain = read_certificates("certificate chain", cert_path)?;
+    let key = read_private_key(key_path)?;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings))?;
     let builder = match settings.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         mode => {
