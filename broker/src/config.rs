@@ -77,6 +77,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("transaction.state.log.replication.factor", "3", "In a cluster: replicas of `__transaction_state`, created on the first FindCoordinator for a transactional id (COORDINATOR_NOT_AVAILABLE until that many brokers are live)."),
     s("transaction.state.log.min.isr", "2", "In a cluster: `min.insync.replicas` of `__transaction_state` (capped at its replication factor)."),
     s("transaction.state.log.num.partitions", "1", "Partitions of `__transaction_state`, used when the topic is created (an existing topic keeps its own count). A transactional id's coordinator is the leader of partition `abs(transactionalId.hashCode) % partitions`, as in Kafka. Kafka's default is 50; Floe's is 1 for the same reasons as `offsets.topic.num.partitions`."),
+    s("min.insync.replicas", "1", "Default `min.insync.replicas` of topics (also of `__consumer_offsets`): an acks=all write is refused with NOT_ENOUGH_REPLICAS while fewer replicas are in sync. Changeable at run time, for one broker or cluster-wide, as in Kafka."),
     s("unclean.leader.election.enable", "false", "In a cluster: when no in-sync replica of a partition is alive, let the controller elect an out-of-sync one (losing what it lacks) rather than leave the partition offline."),
     s("auto.leader.rebalance.enable", "true", "In a cluster: the controller moves leadership back to preferred replicas (each partition's first replica, once alive and in sync) for brokers that lead too few of the partitions they are preferred for."),
     s("leader.imbalance.check.interval.seconds", "300", "In a cluster: how often the controller checks leadership balance (`auto.leader.rebalance.enable`)."),
@@ -558,6 +559,7 @@ pub const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
     ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
     ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
     ("message.max.bytes", "max.message.bytes"),
+    ("min.insync.replicas", "min.insync.replicas"),
     // Topic-level view of the tiering defaults, so storage's retention hold sees them.
     ("floe.iceberg.enabled", "floe.iceberg.enabled"),
     ("floe.iceberg.retention-guard", "floe.iceberg.retention-guard"),

@@ -10,7 +10,7 @@
 //! (Kafka's precedence and DescribeConfigs sources).
 //!
 //! What can change ([`DYNAMIC_SETTINGS`]): the topic defaults (`log.*`,
-//! `message.max.bytes`), applied at once to every topic without an
+//! `message.max.bytes`, `min.insync.replicas`), applied at once to every topic without an
 //! override of the key; `max.connections` and `max.connections.per.ip`,
 //! applied to the next connection accepted. Every other setting is
 //! read-only: altering it is refused for the resource with Kafka's
@@ -49,6 +49,7 @@ pub const DYNAMIC_SETTINGS: &[&str] = &[
     "log.message.timestamp.type",
     "log.cleanup.policy",
     "message.max.bytes",
+    "min.insync.replicas",
     "max.connections",
     "max.connections.per.ip",
 ];

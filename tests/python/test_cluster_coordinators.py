@@ -10,20 +10,29 @@ What is checked, on three real brokers and one etcd:
   them, and a consumer of the group resumes exactly where the group had committed;
 - a transactional id survives kill -9 of the transaction coordinator: InitProducerId on
   the new coordinator bumps the same producer id's epoch (the state came from the
-  replicated log), and the old epoch is fenced there.
+  replicated log), and the old epoch is fenced there;
+- SyncGroup hands out an assignment only once the group record holding it is
+  replicated: with the coordinator's followers paused the leader's SyncGroup gets
+  COORDINATOR_NOT_AVAILABLE and the group rebalances; once they are back the
+  member rejoins and gets its assignment.
 """
 
 from __future__ import annotations
 
+import signal
+import struct
 import time
 
 import kwire
 from clients import admin, consumer, produce_all, unique_topic
 from cluster_rig import agreed_view, etcd, node_id, start_cluster  # noqa: F401 (fixture)
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource
 from floe_process import wait_until
 from test_cluster_replication import _bootstrap, _by_id, _create, _state
 
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
 NOT_COORDINATOR = 16
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
@@ -193,3 +202,74 @@ def test_a_transactional_id_survives_the_loss_of_its_coordinator(floe_factory, e
     err = kwire.Reader(answer)
     err.i32()
     assert err.i16() in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
+
+
+def _join_group_v0(conn, group: str, member_id: str) -> tuple[int, int, str, str]:
+    """JoinGroup v0 of a `consumer` member with one protocol: (error, generation, leader, member id)."""
+    body = (kwire.string(group) + struct.pack(">i", 10_000) + kwire.string(member_id) + kwire.string("consumer")
+            + kwire.array([kwire.string("range") + kwire.nbytes(b"subscription")]))
+    r = kwire.Reader(conn.call(11, 0, body))
+    err, generation = r.i16(), r.i32()
+    r.string()  # protocol name
+    leader, member = r.string(), r.string()
+    r.array(lambda r: (r.string(), r.bytes_()))
+    return err, generation, leader, member
+
+
+def _sync_group_v0(conn, group: str, generation: int, member_id: str, assignment: bytes) -> tuple[int, bytes]:
+    """SyncGroup v0 of the leader assigning `assignment` to itself: (error, its assignment)."""
+    body = (kwire.string(group) + struct.pack(">i", generation) + kwire.string(member_id)
+            + kwire.array([kwire.string(member_id) + kwire.nbytes(assignment)]))
+    r = kwire.Reader(conn.call(14, 0, body))
+    return r.i16(), r.bytes_()
+
+
+def test_sync_group_answers_once_the_assignment_is_replicated(floe_factory, etcd):
+    # Kafka answers the leader's SyncGroup from the callback of the group record's write:
+    # an assignment a new coordinator would not load is never handed out.
+    brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides={
+        "offsets.topic.num.partitions": "1", "min.insync.replicas": "2", "replica.lag.time.max.ms": "2000",
+        "broker.session.timeout.ms": "60000", "group.initial.rebalance.delay.ms": "0"})
+    agreed_view(brokers, live=3)
+    group = unique_topic("sync")
+    coordinator = _by_id(brokers, _coordinator(brokers, group, 0))
+    followers = [b for b in brokers if b is not coordinator]
+    wait_until(lambda: sorted(_state(etcd, prefix, "__consumer_offsets", 0)["isr"]) == [1, 2, 3],
+               timeout=60, what="__consumer_offsets in full ISR")
+    # The internal topic follows the broker's min.insync.replicas, as in Kafka.
+    a = admin(_bootstrap(brokers))  # alive until the future resolves
+    (described,) = a.describe_configs([ConfigResource("topic", "__consumer_offsets")]).values()
+    assert described.result(timeout=30)["min.insync.replicas"].value == "2"
+
+    with kwire.KafkaConn(coordinator.host, coordinator.port, timeout=30) as conn:
+        for f in followers:
+            f.proc.send_signal(signal.SIGSTOP)
+        try:
+            err, generation, leader, member = _join_group_v0(conn, group, "")
+            assert (err, leader) == (0, member), (err, leader, member)
+            err, assignment = _sync_group_v0(conn, group, generation, member, b"partitions-of-" + member.encode())
+            assert (err, assignment) == (COORDINATOR_NOT_AVAILABLE, b""), \
+                f"SyncGroup answered {err} with {len(assignment)} bytes while the group record could not be replicated"
+        finally:
+            for f in followers:
+                f.proc.send_signal(signal.SIGCONT)
+
+        # The failed write started a new rebalance; with the followers back the member
+        # rejoins in a new generation and gets its assignment.
+        wanted = b"partitions-of-" + member.encode()
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the member never got its assignment back"
+            err, new_generation, _leader, joined = _join_group_v0(conn, group, member)
+            if err == UNKNOWN_MEMBER_ID:  # its session ran out meanwhile: join afresh
+                member = ""
+                continue
+            assert err == 0, err
+            member, wanted = joined, b"partitions-of-" + joined.encode()
+            err, assignment = _sync_group_v0(conn, group, new_generation, member, wanted)
+            if err == 0:
+                break
+            assert err in (COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS), err
+            time.sleep(0.5)
+        assert new_generation > generation
+        assert assignment == wanted

@@ -136,7 +136,7 @@ async fn coordinator(broker: &Broker, session: &Session, key_type: i8, key: &str
 /// replication factor configured for it, and Kafka's settings for it. Already created
 /// meanwhile is fine.
 async fn create_internal_topic(broker: &Broker, topic: &str) -> Result<(), String> {
-    let (partitions, rf, mut configs) = if topic == OFFSETS_TOPIC {
+    let (partitions, rf, configs) = if topic == OFFSETS_TOPIC {
         (broker.config.offsets_topic_num_partitions, broker.config.offsets_topic_replication_factor, floe_coordinator::group::offsets_topic_config())
     } else {
         let mut c = floe_coordinator::transaction::transaction_state_topic_config();
@@ -149,7 +149,6 @@ async fn create_internal_topic(broker: &Broker, topic: &str) -> Result<(), Strin
             "{topic} needs {rf} live brokers (its replication factor setting) and the cluster has {live}; it is created once enough brokers are up"
         ));
     }
-    configs.entry("min.insync.replicas".into()).or_insert_with(|| "1".into());
     match crate::cluster_admin::create_topic(broker, topic, partitions, rf, &[], configs).await {
         Ok(a) => {
             tracing::info!(topic, partitions, replicas = ?a.partitions, "created the internal topic in the cluster");

@@ -370,11 +370,31 @@ impl GroupCoordinator {
         self.store.append(vec![record], Box::new(|_| {}));
     }
 
-    /// Runs `f` on the group under its lock, then persists its metadata if `f` changed it.
+    /// Queues the group record of a step that waits for it (the leader's
+    /// assignment, a static member's new id); once it is written or has
+    /// failed, the writer thread hands the result back to the group, which
+    /// answers the waiting requests. Called under the group's lock.
+    fn write_pending(&self, g: &GroupRef, guard: &mut Group) {
+        let Some((meta, pending)) = guard.take_pending_write() else { return };
+        guard.persisted = true;
+        let record = (records::group_key(guard.id()), Some(records::group_value(&meta)));
+        let (target, cfg) = (g.clone(), self.config.group.clone());
+        self.store.append(
+            vec![record],
+            Box::new(move |result| {
+                let result = result.map_err(|e| e.response_error());
+                lock(&target).write_done(pending, result, &cfg, Instant::now());
+            }),
+        );
+    }
+
+    /// Runs `f` on the group under its lock, then persists its metadata if `f`
+    /// changed it, and queues the write of a step that waits for its record.
     fn with_group<T>(&self, g: &GroupRef, f: impl FnOnce(&mut Group) -> T) -> T {
         let mut guard = lock(g);
         let out = f(&mut guard);
         self.persist_if_dirty(&mut guard);
+        self.write_pending(g, &mut guard);
         out
     }
 

@@ -14,6 +14,15 @@
 //! machine is tested without a runtime. Deferred JoinGroup and SyncGroup
 //! responses are `oneshot` senders kept on the members; the methods that
 //! complete a phase send on them.
+//!
+//! Two steps wait for the log, as in Kafka: the leader's SyncGroup, whose
+//! assignment becomes the Stable generation only once the group record
+//! holding it is written (replicated, in a cluster), and a static member's
+//! rejoin under a new member id. The group leaves a [`PendingWrite`] for the
+//! coordinator ([`Group::take_pending_write`]), which appends the record and
+//! hands the result back ([`Group::write_done`]): the step completes, or is
+//! undone and its requests get the write's error. So a member is never told
+//! an assignment or a member id that a new coordinator would not load.
 
 #![allow(clippy::module_inception)]
 
@@ -113,6 +122,28 @@ pub struct Group {
     /// `Some` while the group id is a consumer group (KIP-848): then it has no
     /// classic members, and while it has consumer members no classic member can join.
     pub(crate) consumer: Option<ConsumerGroup>,
+    /// A step that needs its group record written, not yet taken by the coordinator.
+    pending_write: Option<PendingWrite>,
+    /// The generation whose leader assignment is being written (a second
+    /// SyncGroup of the leader meanwhile only waits).
+    assignment_in_flight: Option<i32>,
+}
+
+/// A step of the state machine that completes once the group record it
+/// implies is in the log (see the module doc).
+#[derive(Debug)]
+pub struct PendingWrite {
+    generation: i32,
+    step: PendingStep,
+}
+
+#[derive(Debug)]
+enum PendingStep {
+    /// The leader's assignment, by member id: the group turns Stable with it.
+    Assignment(HashMap<String, Bytes>),
+    /// A static member took `old_id`'s place as `new_id` in a Stable group;
+    /// its JoinGroup is answered on `reply`.
+    StaticRejoin { old_id: String, new_id: String, old_client: (String, String), reply: oneshot::Sender<JoinResult> },
 }
 
 impl Group {
@@ -138,6 +169,8 @@ impl Group {
             metadata_dirty: false,
             persisted: false,
             consumer: None,
+            pending_write: None,
+            assignment_in_flight: None,
         }
     }
 
@@ -221,32 +254,118 @@ impl Group {
     /// a generation's assignment is in and when the group turns Empty; Floe
     /// writes it at the same points).
     pub fn metadata(&self) -> GroupMetadata {
-        let protocol = self.protocol.as_deref().unwrap_or("");
-        let members = if self.state == GroupState::Stable {
-            self.members
-                .values()
-                .map(|m| MemberMetadata {
-                    member_id: m.member_id.clone(),
-                    instance_id: m.instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
-                    session_timeout_ms: i32::try_from(m.session_timeout.as_millis()).unwrap_or(i32::MAX),
-                    subscription: m.metadata(protocol).cloned().unwrap_or_default(),
-                    assignment: m.assignment.clone(),
-                })
-                .collect()
+        if self.state == GroupState::Stable {
+            self.metadata_with_members(|m| m.assignment.clone())
         } else {
-            Vec::new()
-        };
+            self.metadata_without_members()
+        }
+    }
+
+    fn metadata_without_members(&self) -> GroupMetadata {
         GroupMetadata {
             protocol_type: self.protocol_type.clone().unwrap_or_default(),
             generation: self.generation,
             protocol: self.protocol.clone(),
             leader: self.leader.clone(),
             state_timestamp: self.state_since_ms,
-            members,
+            members: Vec::new(),
         }
+    }
+
+    /// The metadata of the generation with every member, each assigned `assignment(member)`.
+    fn metadata_with_members(&self, assignment: impl Fn(&Member) -> Bytes) -> GroupMetadata {
+        let protocol = self.protocol.as_deref().unwrap_or("");
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                session_timeout_ms: i32::try_from(m.session_timeout.as_millis()).unwrap_or(i32::MAX),
+                subscription: m.metadata(protocol).cloned().unwrap_or_default(),
+                assignment: assignment(m),
+            })
+            .collect();
+        GroupMetadata { members, ..self.metadata_without_members() }
+    }
+
+    /// The step waiting for its group record, with the record's value to
+    /// write; the coordinator appends it and calls [`Group::write_done`].
+    pub fn take_pending_write(&mut self) -> Option<(GroupMetadata, PendingWrite)> {
+        let w = self.pending_write.take()?;
+        let meta = match &w.step {
+            PendingStep::Assignment(by_member) => {
+                self.metadata_with_members(|m| by_member.get(&m.member_id).cloned().unwrap_or_default())
+            }
+            PendingStep::StaticRejoin { .. } => self.metadata(),
+        };
+        Some((meta, w))
+    }
+
+    /// The group record of `w` was written (`Ok`) or not (the error its
+    /// requests get). A step the group moved past meanwhile (a rebalance
+    /// began, the generation changed) is left alone, as Kafka does.
+    pub fn write_done(&mut self, w: PendingWrite, result: Result<(), ResponseError>, cfg: &GroupConfig, now: Instant) {
+        match w.step {
+            PendingStep::Assignment(by_member) => {
+                if self.assignment_in_flight == Some(w.generation) {
+                    self.assignment_in_flight = None;
+                }
+                if self.state != GroupState::CompletingRebalance || self.generation != w.generation {
+                    return;
+                }
+                match result {
+                    Ok(()) => self.complete_sync(by_member),
+                    Err(e) => {
+                        tracing::warn!(group = %self.id, generation = w.generation, error = ?e,
+                            "rebalance: the assignment could not be written; rebalancing again");
+                        for m in self.members.values_mut() {
+                            m.assignment = Bytes::new();
+                            if let Some(tx) = m.sync_waiter.take() {
+                                let _ = tx.send(SyncResult::error(e));
+                            }
+                        }
+                        self.maybe_prepare_rebalance(cfg, now);
+                    }
+                }
+            }
+            PendingStep::StaticRejoin { old_id, new_id, old_client, reply } => match result {
+                Ok(()) => {
+                    let mut r = self.current_join_result(&new_id);
+                    r.skip_assignment = self.is_leader(&new_id);
+                    let _ = reply.send(r);
+                }
+                Err(e) => {
+                    tracing::warn!(group = %self.id, old = %old_id, new = %new_id, error = ?e,
+                        "static member's new id could not be written; it keeps the old one");
+                    self.revert_static_rejoin(&old_id, &new_id, old_client, now);
+                    let _ = reply.send(JoinResult::error(e, ""));
+                }
+            },
+        }
+    }
+
+    /// Gives a static member its old member id back (Kafka's revert after a failed write).
+    fn revert_static_rejoin(&mut self, old_id: &str, new_id: &str, old_client: (String, String), now: Instant) {
+        let Some(mut member) = self.members.remove(new_id) else { return };
+        member.member_id = old_id.to_string();
+        (member.client_id, member.client_host) = old_client;
+        member.last_heartbeat = now;
+        if let Some(instance) = &member.instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(new_id) {
+                self.static_members.insert(instance.clone(), old_id.to_string());
+            }
+        }
+        if self.is_leader(new_id) {
+            self.leader = Some(old_id.to_string());
+        }
+        if self.pending_sync.remove(new_id) {
+            self.pending_sync.insert(old_id.to_string());
+        }
+        self.members.insert(old_id.to_string(), member);
     }
 
     fn transition(&mut self, to: GroupState) {
@@ -433,6 +552,7 @@ impl Group {
             let _ = tx.send(SyncResult::error(ResponseError::FencedInstanceId));
         }
         let unchanged = member.matches(&req.protocols);
+        let old_client = (member.client_id.clone(), member.client_host.clone());
         member.member_id = new_id.clone();
         member.client_id = req.client_id.clone();
         member.client_host = req.client_host.clone();
@@ -453,10 +573,10 @@ impl Group {
         // id, so the new one would get nothing: rebalance instead.
         match self.state {
             GroupState::Stable if unchanged => {
-                let mut result = self.current_join_result(&new_id);
-                result.skip_assignment = self.is_leader(&new_id);
-                self.metadata_dirty = true;
-                Outcome::Now(result)
+                let (reply, rx) = oneshot::channel();
+                let step = PendingStep::StaticRejoin { old_id: old_id.to_string(), new_id, old_client, reply };
+                self.pending_write = Some(PendingWrite { generation: self.generation, step });
+                Outcome::Wait(rx)
             }
             _ => {
                 let req = JoinRequest { member_id: new_id, ..req };
@@ -634,27 +754,12 @@ impl Group {
                     m.last_heartbeat = now;
                     m.sync_waiter = Some(tx);
                 }
-                if self.is_leader(member_id) {
-                    let mut by_member: HashMap<String, Bytes> = assignments.into_iter().collect();
-                    for m in self.members.values_mut() {
-                        m.assignment = by_member.remove(&m.member_id).unwrap_or_default();
-                    }
+                if self.is_leader(member_id) && self.assignment_in_flight != Some(self.generation) {
+                    let by_member: HashMap<String, Bytes> = assignments.into_iter().collect();
                     self.sync_deadline = None;
                     self.pending_sync.clear();
-                    self.transition(GroupState::Stable);
-                    self.metadata_dirty = true;
-                    tracing::info!(group = %self.id, generation = self.generation, "rebalance: group stable");
-                    let (pt, pn) = (self.protocol_type.clone(), self.protocol.clone());
-                    for m in self.members.values_mut() {
-                        if let Some(tx) = m.sync_waiter.take() {
-                            let _ = tx.send(SyncResult {
-                                error: None,
-                                protocol_type: pt.clone(),
-                                protocol_name: pn.clone(),
-                                assignment: m.assignment.clone(),
-                            });
-                        }
-                    }
+                    self.assignment_in_flight = Some(self.generation);
+                    self.pending_write = Some(PendingWrite { generation: self.generation, step: PendingStep::Assignment(by_member) });
                 }
                 Outcome::Wait(rx)
             }
@@ -667,6 +772,27 @@ impl Group {
                     protocol_name: self.protocol.clone(),
                     assignment: m.assignment.clone(),
                 })
+            }
+        }
+    }
+
+    /// The leader's assignment is written: the generation is Stable and every
+    /// member waiting in SyncGroup gets its part.
+    fn complete_sync(&mut self, mut by_member: HashMap<String, Bytes>) {
+        for m in self.members.values_mut() {
+            m.assignment = by_member.remove(&m.member_id).unwrap_or_default();
+        }
+        self.transition(GroupState::Stable);
+        tracing::info!(group = %self.id, generation = self.generation, "rebalance: group stable");
+        let (pt, pn) = (self.protocol_type.clone(), self.protocol.clone());
+        for m in self.members.values_mut() {
+            if let Some(tx) = m.sync_waiter.take() {
+                let _ = tx.send(SyncResult {
+                    error: None,
+                    protocol_type: pt.clone(),
+                    protocol_name: pn.clone(),
+                    assignment: m.assignment.clone(),
+                });
             }
         }
     }

@@ -40,6 +40,12 @@ fn waiting<T>(o: Outcome<T>) -> oneshot::Receiver<T> {
     }
 }
 
+/// Writes the group record the group waits for (as the coordinator does), with `result`.
+fn write(g: &mut Group, result: Result<(), ResponseError>, now: Instant) {
+    let (_, w) = g.take_pending_write().expect("a write is pending");
+    g.write_done(w, result, &cfg(0), now);
+}
+
 /// KIP-394: a first join gets MEMBER_ID_REQUIRED and an id; the rejoin with it waits.
 fn join_with_id(g: &mut Group, c: &GroupConfig, r: JoinRequest, now: Instant) -> (String, oneshot::Receiver<JoinResult>) {
     let first = now_result(g.join(r.clone(), c, now));
@@ -78,6 +84,10 @@ fn stable_group(n: usize, t0: Instant) -> (Group, Vec<String>) {
             (id.clone(), g.sync(id, None, generation, None, None, assignments, t0))
         })
         .collect();
+    assert_eq!(g.state(), GroupState::CompletingRebalance, "stable only once the assignment is written");
+    let (meta, w) = g.take_pending_write().expect("the assignment is written");
+    assert_eq!(meta.members.len(), n, "the record holds the new assignment");
+    g.write_done(w, Ok(()), &cfg(0), t0);
     assert_eq!(g.state(), GroupState::Stable);
     for (id, o) in syncs {
         let r = match o {
@@ -108,9 +118,9 @@ fn join_sync_stable_with_the_initial_delay() {
     assert_eq!(r.members.len(), 1);
     assert_eq!(g.state(), GroupState::CompletingRebalance);
     let mut rx = waiting(g.sync(&id, None, 1, Some("consumer"), Some("range"), vec![(id.clone(), Bytes::from_static(b"a"))], t0));
+    write(&mut g, Ok(()), t0);
     assert_eq!(rx.try_recv().expect("synced").assignment, Bytes::from_static(b"a"));
     assert_eq!(g.state(), GroupState::Stable);
-    assert!(g.metadata_dirty);
     assert_eq!(g.heartbeat(&id, None, 1, t0), None);
 }
 
@@ -179,11 +189,16 @@ fn a_static_member_rejoins_without_a_rebalance() {
     let joined = rx.try_recv().expect("joined");
     let old = joined.member_id.clone();
     let mut rx = waiting(g.sync(&old, Some("instance-1"), 1, None, None, vec![(old.clone(), Bytes::from_static(b"mine"))], t0));
+    write(&mut g, Ok(()), t0);
     assert_eq!(rx.try_recv().expect("synced").assignment, Bytes::from_static(b"mine"));
     assert_eq!(g.state(), GroupState::Stable);
 
     // The process restarts: same instance id, no member id, same metadata.
-    let r = now_result(g.join(static_req(""), &c, t0 + Duration::from_secs(1)));
+    // The answer waits for the record naming the new member id.
+    let mut rx = waiting(g.join(static_req(""), &c, t0 + Duration::from_secs(1)));
+    assert!(rx.try_recv().is_err());
+    write(&mut g, Ok(()), t0);
+    let r = rx.try_recv().expect("rejoined");
     assert_eq!(r.error, None);
     assert_ne!(r.member_id, old);
     assert_eq!((r.generation, g.generation(), g.state()), (1, 1, GroupState::Stable));
@@ -322,4 +337,75 @@ fn a_pending_member_id_expires() {
         now_result(g.join(JoinRequest { member_id: first.member_id, ..range() }, &c, t0 + SESSION)).error,
         Some(ResponseError::UnknownMemberId)
     );
+}
+
+#[test]
+fn a_failed_assignment_write_answers_the_error_and_rebalances() {
+    let t0 = Instant::now();
+    let (c, delayed) = (cfg(0), cfg(3000));
+    let mut g = Group::new("g");
+    let (a, mut ja) = join_with_id(&mut g, &delayed, range(), t0);
+    let (b, mut jb) = join_with_id(&mut g, &delayed, range(), t0);
+    g.tick(&delayed, t0 + Duration::from_millis(3000));
+    g.tick(&delayed, t0 + Duration::from_millis(6000));
+    let (ra, rb) = (ja.try_recv().expect("joined"), jb.try_recv().expect("joined"));
+    let leader = if ra.members.is_empty() { b.clone() } else { a.clone() };
+    let follower = if leader == a { b.clone() } else { a.clone() };
+    let generation = g.generation();
+    assert_eq!(generation, rb.generation);
+    let mut follower_rx = waiting(g.sync(&follower, None, generation, None, None, Vec::new(), t0));
+    let assignment = vec![(a.clone(), Bytes::from_static(b"x")), (b.clone(), Bytes::from_static(b"y"))];
+    let mut leader_rx = waiting(g.sync(&leader, None, generation, None, None, assignment.clone(), t0));
+    // A second SyncGroup of the leader while the write is out does not write again.
+    let mut again_rx = waiting(g.sync(&leader, None, generation, None, None, assignment, t0));
+    let (_, w) = g.take_pending_write().expect("the assignment is written");
+    assert!(g.take_pending_write().is_none(), "one write per generation");
+    assert!(follower_rx.try_recv().is_err() && again_rx.try_recv().is_err(), "nobody is answered before the write");
+    assert_eq!(g.validate_commit(&follower, None, generation, false), Err(ResponseError::RebalanceInProgress));
+    g.write_done(w, Err(ResponseError::NotCoordinator), &c, t0);
+    assert_eq!(follower_rx.try_recv().expect("answered").error, Some(ResponseError::NotCoordinator));
+    assert_eq!(again_rx.try_recv().expect("answered").error, Some(ResponseError::NotCoordinator));
+    assert!(leader_rx.try_recv().is_err(), "the leader's first SyncGroup was replaced by its second");
+    assert_eq!(g.state(), GroupState::PreparingRebalance, "Kafka rebalances after a failed write");
+    assert!(g.metadata().members.is_empty());
+}
+
+#[test]
+fn an_assignment_written_after_the_group_moved_on_is_ignored() {
+    let t0 = Instant::now();
+    let c = cfg(0);
+    let mut g = Group::new("g");
+    let (a, mut ja) = join_with_id(&mut g, &c, range(), t0);
+    g.tick(&c, t0);
+    assert!(ja.try_recv().is_ok());
+    let mut rx = waiting(g.sync(&a, None, 1, None, None, vec![(a.clone(), Bytes::from_static(b"x"))], t0));
+    let (_, w) = g.take_pending_write().expect("pending");
+    // The member leaves before the write is done: the group empties.
+    assert_eq!(g.leave(&a, None, &c, t0), None);
+    assert_eq!(rx.try_recv().expect("answered").error, Some(ResponseError::UnknownMemberId));
+    g.write_done(w, Ok(()), &c, t0);
+    assert_eq!((g.state(), g.generation()), (GroupState::Empty, 2));
+}
+
+#[test]
+fn a_static_member_whose_new_id_cannot_be_written_keeps_the_old_one() {
+    let t0 = Instant::now();
+    let c = cfg(0);
+    let mut g = Group::new("g");
+    let static_req = JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
+    let old = waiting(g.join(static_req.clone(), &c, t0)).try_recv().expect("joined").member_id;
+    let _rx = waiting(g.sync(&old, Some("instance-1"), 1, None, None, vec![(old.clone(), Bytes::from_static(b"mine"))], t0));
+    write(&mut g, Ok(()), t0);
+    let mut rx = waiting(g.join(static_req, &c, t0));
+    let (meta, w) = g.take_pending_write().expect("the new id is written");
+    let new_id = meta.members[0].member_id.clone();
+    assert_ne!(new_id, old);
+    g.write_done(w, Err(ResponseError::CoordinatorNotAvailable), &c, t0);
+    let r = rx.try_recv().expect("answered");
+    assert_eq!((r.error, r.member_id.as_str()), (Some(ResponseError::CoordinatorNotAvailable), ""));
+    assert_eq!(g.heartbeat(&old, Some("instance-1"), 1, t0), None, "the old id is the member again");
+    assert_eq!(g.heartbeat(&new_id, Some("instance-1"), 1, t0), Some(ResponseError::FencedInstanceId));
+    assert_eq!(g.metadata().members[0].member_id, old);
+    assert_eq!(g.metadata().leader.as_deref(), Some(old.as_str()));
+    assert_eq!(g.state(), GroupState::Stable);
 }

@@ -144,6 +144,17 @@ pub type LogRecord = (Bytes, Option<Bytes>);
 /// Runs on the writer thread after the write, in log order.
 pub type WriteCallback = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
+/// Fails a write the gone writer thread will never run, on a thread of its
+/// own: the caller may hold a lock `done` takes (this happens at shutdown only).
+fn fail_elsewhere(done: WriteCallback) {
+    let fail = move || done(Err(StoreError::Storage("the writer thread is gone".into())));
+    if let Err(e) = std::thread::Builder::new().name("offsets-write-failed".into()).spawn(fail) {
+        // No thread to run it on: the callback is lost with the closure, and
+        // its waiter sees a closed channel (an error) instead.
+        tracing::warn!(error = %e, "__consumer_offsets: could not fail a write on a thread of its own");
+    }
+}
+
 /// Runs on the writer thread after a requested compaction.
 pub type CompactCallback = Box<dyn FnOnce(Result<Option<Compacted>, StoreError>) + Send>;
 
@@ -331,7 +342,8 @@ impl OffsetStore {
     }
 
     /// Queues `records`; `done` runs on the writer thread once they are durable (or failed).
-    /// Never blocks: safe to call under a group's lock.
+    /// Never blocks, and `done` never runs on the caller's thread: safe to call under a
+    /// lock that `done` takes.
     pub fn append(&self, records: Vec<LogRecord>, done: WriteCallback) {
         self.append_as(records, None, done);
     }
@@ -345,7 +357,7 @@ impl OffsetStore {
     fn append_as(&self, records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback) {
         let term = self.term.epoch();
         if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, producer, term, done }) {
-            done(Err(StoreError::Storage("the writer thread is gone".into())));
+            fail_elsewhere(done);
         }
     }
 
@@ -355,7 +367,7 @@ impl OffsetStore {
         let term = self.term.epoch();
         let job = Job::Marker { producer_id, producer_epoch, commit, coordinator_epoch, term, done };
         if let Err(Job::Marker { done, .. }) = self.send(job) {
-            done(Err(StoreError::Storage("the writer thread is gone".into())));
+            fail_elsewhere(done);
         }
     }
 
