@@ -395,9 +395,20 @@ impl BrokerConnection {
         let Some(len) = len else {
             return Err(ClientError::FrameSize { addr: self.addr.clone(), size });
         };
-        let mut body = vec![0u8; len];
-        self.read_exact(&mut body).await?;
-        Ok(Bytes::from(body))
+        // Read into spare capacity rather than a zeroed buffer: a follower's fetch
+        // response is up to `replica.fetch.response.max.bytes`, and zeroing it first
+        // cost a memset of every replicated byte.
+        let mut body = BytesMut::with_capacity(len);
+        while body.len() < len {
+            let missing = len - body.len();
+            let mut rest = (&mut body).limit(missing);
+            match self.stream.read_buf(&mut rest).await {
+                Ok(0) => return Err(ClientError::Closed { addr: self.addr.clone() }),
+                Ok(_) => {}
+                Err(e) => return Err(self.io_error(e)),
+            }
+        }
+        Ok(body.freeze())
     }
 
     async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ClientError> {
