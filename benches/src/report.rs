@@ -54,7 +54,12 @@ pub struct Report {
 impl Report {
     /// Starts the report of `scenario`, recording the command line and the machine.
     pub fn new(scenario: &str, quick: bool, machine: &Machine) -> Report {
-        let command = std::env::args().map(|a| shell_quote(&relative_arg(&a))).collect::<Vec<_>>().join(" ");
+        let mut command = std::env::args().map(|a| shell_quote(&relative_arg(&a))).collect::<Vec<_>>().join(" ");
+        // Where the brokers' data dirs went (they are temporary directories) changes
+        // what a run measures, e.g. tmpfs against the disk: keep it with the command.
+        if let Some(dir) = std::env::var_os("TMPDIR").filter(|d| !d.is_empty()) {
+            command = format!("TMPDIR={} {command}", shell_quote(&dir.to_string_lossy()));
+        }
         let mut r = Report { title: format!("floe-bench: {scenario}{}", if quick { " (--quick)" } else { "" }), markdown: String::new(), json: Map::new() };
         r.set("scenario", scenario);
         r.set("quick", quick);
