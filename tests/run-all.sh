@@ -175,7 +175,7 @@ logged() { # logfile cmd...: runs cmd, its output to the terminal and to logfile
 run_stage "cargo test --workspace" logged "$LOG_DIR/cargo-test.log" cargo test --workspace "${FEATURES[@]}"
 # shellcheck disable=SC2086
 run_stage "pytest tests/python" logged "$LOG_DIR/pytest.log" "$ROOT/.venv/bin/python" -m pytest tests/python \
-    -p no:cacheprovider -ra --timeout=180 ${PYTEST_ARGS:-}
+    -p no:cacheprovider -ra --timeout=180 --durations=25 ${PYTEST_ARGS:-}
 run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
 
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/

@@ -1,0 +1,37 @@
+//! Floe's Schema Registry: the model behind the Confluent Schema Registry's REST
+//! API, so that the serializers of confluent-kafka, kafkajs and Kafka Connect work
+//! against Floe unchanged.
+//!
+//! The registry's state is a fold of records, as Confluent's is: every change
+//! (a schema registered under a subject, a version soft- or permanently deleted, a
+//! compatibility level or a mode set) is a key/value record of the compacted
+//! `_schemas` topic, in Confluent's own JSON layouts ([`records`]). A write is
+//! *planned* against the current state ([`Registry::register`] and the other
+//! planners return the records and the answer), appended to the topic by the
+//! caller, and only then *applied* ([`Registry::apply`]); a restart replays the
+//! topic through the same [`Registry::apply`]. The caller serialises writes (plan,
+//! append, apply under one lock), so a plan never races another write, and what a
+//! client was answered is what the log holds.
+//!
+//! What a schema *means* (parsing, canonical form, reader/writer compatibility) is
+//! the job of a [`SchemaFormat`] per schema type (Avro, JSON Schema, Protobuf);
+//! this crate's rules (which versions a new one is checked against, ids shared by
+//! equal schemas, soft deletion) are the same for all of them.
+//!
+//! # Layout
+//! - [`registry`]: `Registry`, the subjects, versions and schemas, its planners and `apply`.
+//! - [`compatibility`]: compatibility levels, modes, and the `SchemaFormat` trait.
+//! - [`records`]: the `_schemas` key and value layouts.
+//! - [`error`]: `RegistryError`, with Confluent's error codes and HTTP statuses.
+
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod compatibility;
+pub mod error;
+pub mod records;
+pub mod registry;
+
+pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
+pub use error::RegistryError;
+pub use records::{Record, SchemaReference};
+pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion};
