@@ -163,8 +163,11 @@ impl Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedSchema {
     /// The form two equal schemas share, however they were written (whitespace,
-    /// key order, defaults spelled out): the registry gives them one id.
+    /// key order): the registry gives them one id. It must keep everything that
+    /// changes what the schema reads (defaults, for one).
     pub canonical: String,
+    /// The texts of the schemas it references, in order, for parsing `canonical` again.
+    pub dependencies: Vec<String>,
 }
 
 /// One schema type's rules: how to parse a schema and when one can read another.

@@ -21,16 +21,19 @@
 //! # Layout
 //! - [`registry`]: `Registry`, the subjects, versions and schemas, its planners and `apply`.
 //! - [`compatibility`]: compatibility levels, modes, and the `SchemaFormat` trait.
+//! - [`avro`]: `AvroFormat`, Avro's parsing and resolution rules.
 //! - [`records`]: the `_schemas` key and value layouts.
 //! - [`error`]: `RegistryError`, with Confluent's error codes and HTTP statuses.
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod avro;
 pub mod compatibility;
 pub mod error;
 pub mod records;
 pub mod registry;
 
+pub use avro::AvroFormat;
 pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
 pub use error::RegistryError;
 pub use records::{Record, SchemaReference};

@@ -545,7 +545,8 @@ impl Registry {
                 continue;
             }
             let Ok(format) = self.format(schema_type) else { continue };
-            let old_parsed = ParsedSchema { canonical: old.canonical.clone() };
+            let dependencies = self.resolve_references(&old.registered.references).unwrap_or_default().into_iter().map(|(_, t)| t).collect();
+            let old_parsed = ParsedSchema { canonical: old.canonical.clone(), dependencies };
             if backward {
                 reasons.extend(format.incompatibilities(new, &old_parsed).into_iter().map(|r| format!("{r} (reading version {version}'s data)")));
             }

@@ -24,7 +24,7 @@ impl SchemaFormat for Fields {
             return Err(format!("bad field list {text:?}"));
         }
         fields.sort_unstable();
-        Ok(ParsedSchema { canonical: fields.join(",") })
+        Ok(ParsedSchema { canonical: fields.join(","), dependencies: Vec::new() })
     }
 
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String> {
@@ -230,4 +230,23 @@ fn versions_parse_as_the_api_accepts_them() {
 fn an_unsupported_schema_type_is_an_invalid_schema() {
     let r = Registry::new(vec![Arc::new(Fields(SchemaType::Avro))]);
     assert_eq!(r.register("s", SchemaType::Protobuf, "a", &[]).map_err(|e| e.error_code()), Err(42201));
+}
+
+#[test]
+fn avro_schemas_evolve_under_backward_compatibility() {
+    let (mut r, mut log) = (Registry::new(vec![Arc::new(crate::AvroFormat)]), Vec::new());
+    let v1 = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}"#;
+    let v2 = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}"#;
+    let v3 = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"qty","type":"int"}]}"#;
+    assert_eq!(register(&mut r, "orders-value", v1, &mut log), 1);
+    assert_eq!(register(&mut r, "orders-value", v2, &mut log), 2);
+    match r.register("orders-value", SchemaType::Avro, v3, &[]) {
+        Err(e @ RegistryError::Incompatible { .. }) => assert_eq!(e.error_code(), 409, "{e}"),
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // The stored text is what was registered; the id is found from any spelling.
+    assert_eq!(r.schema_by_id(1).expect("stored").schema, v1);
+    let spaced = v1.replace(',', ", ");
+    assert_eq!(r.lookup("orders-value", SchemaType::Avro, &spaced, &[], false).expect("found").version, 1);
+    assert_eq!(r.register("orders-value", SchemaType::Avro, "{not json", &[]).map_err(|e| e.error_code()), Err(42201));
 }
