@@ -144,19 +144,11 @@ impl Registry {
             }
             Entry::Config { subject, level } => {
                 let level = level.as_deref().and_then(CompatibilityLevel::parse);
-                match (subject, level) {
-                    (None, level) => self.compatibility = level,
-                    (Some(s), Some(level)) => drop(self.subject_compatibility.insert(s, level)),
-                    (Some(s), None) => drop(self.subject_compatibility.remove(&s)),
-                }
+                set_scoped(&mut self.compatibility, &mut self.subject_compatibility, subject, level);
             }
             Entry::Mode { subject, mode } => {
                 let mode = mode.as_deref().and_then(Mode::parse);
-                match (subject, mode) {
-                    (None, mode) => self.mode = mode,
-                    (Some(s), Some(mode)) => drop(self.subject_mode.insert(s, mode)),
-                    (Some(s), None) => drop(self.subject_mode.remove(&s)),
-                }
+                set_scoped(&mut self.mode, &mut self.subject_mode, subject, mode);
             }
             Entry::DeleteSubject { subject, version } => {
                 for (_, e) in self.subjects.get_mut(&subject).into_iter().flatten().filter(|(v, _)| **v <= version) {
@@ -234,13 +226,9 @@ impl Registry {
         if self.live(subject, include_deleted).next().is_none() {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
         }
-        let found = match spec {
-            VersionSpec::Latest => self.live(subject, include_deleted).last(),
-            VersionSpec::Number(n) => self.live(subject, include_deleted).find(|(v, _)| *v == n),
-        };
-        let n = match spec {
-            VersionSpec::Latest => -1,
-            VersionSpec::Number(n) => n,
+        let (found, n) = match spec {
+            VersionSpec::Latest => (self.live(subject, include_deleted).last(), -1),
+            VersionSpec::Number(n) => (self.live(subject, include_deleted).find(|(v, _)| *v == n), n),
         };
         found.ok_or_else(|| RegistryError::VersionNotFound(subject.to_string(), n))
     }
@@ -575,6 +563,15 @@ impl Registry {
             deleted: true,
         };
         records::schema_record(subject, version, Some(&value))
+    }
+}
+
+/// Sets (`Some`) or unsets (`None`) a setting of the registry (no subject) or of one subject.
+fn set_scoped<T>(global: &mut Option<T>, by_subject: &mut HashMap<String, T>, subject: Option<String>, value: Option<T>) {
+    match (subject, value) {
+        (None, value) => *global = value,
+        (Some(s), Some(value)) => drop(by_subject.insert(s, value)),
+        (Some(s), None) => drop(by_subject.remove(&s)),
     }
 }
 
