@@ -132,6 +132,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
     s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
     s("floe.iceberg.rest-listen", "127.0.0.1:8181", "Address of the read-only Iceberg REST catalog over the tiered tables (`http://HOST:PORT`, routes under `/v1/`); empty disables it."),
+    s("floe.schema.registry.listen", "127.0.0.1:8081", "Address of the built-in Schema Registry (Confluent's REST API, `http://HOST:PORT`), its schemas kept in the compacted topic `_schemas`; empty disables it."),
     s("floe.iceberg.orphan-check-interval-ms", "600000", "How often each tiered table is checked for orphan data files (of crashed or aborted attempts; local and S3 warehouses)."),
     s("floe.iceberg.orphan-min-age-ms", "1800000", "Orphan data files younger than this are left alone (an attempt may still be writing them); older ones are deleted."),
     s("floe.iceberg.catalog-type", "sql", "`sql`: the embedded SQLite catalog (or the SQLite database at `floe.iceberg.catalog-uri`); `rest`: an external Iceberg REST catalog at `floe.iceberg.catalog-uri`."),
@@ -270,6 +271,8 @@ pub struct BrokerConfig {
     pub tiering: crate::tiering::TieringSettings,
     /// The read-only Iceberg REST catalog endpoint, if enabled (`floe.iceberg.rest-listen`).
     pub iceberg_rest_listen: Option<SocketAddr>,
+    /// The built-in Schema Registry's endpoint, if enabled (`floe.schema.registry.listen`).
+    pub schema_registry_listen: Option<SocketAddr>,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -373,6 +376,10 @@ impl ConfigBuilder {
             "" => None,
             text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
         };
+        let schema_registry_listen = match get(r, "floe.schema.registry.listen").trim() {
+            "" => None,
+            text => Some(crate::listeners::resolve("floe.schema.registry.listen", strip_scheme(text))?),
+        };
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
@@ -457,6 +464,7 @@ impl ConfigBuilder {
                 catalog: tiering_catalog(r)?,
             },
             iceberg_rest_listen,
+            schema_registry_listen,
             // Secrets are masked here, so nothing that shows the configuration can leak them.
             effective: self
                 .raw
@@ -623,6 +631,7 @@ mod tests {
         assert!(c.fetch_zero_copy);
         assert_eq!(c.num_partitions, 1);
         assert_eq!(c.iceberg_rest_listen, Some("127.0.0.1:8181".parse().unwrap()));
+        assert_eq!(c.schema_registry_listen, Some("127.0.0.1:8081".parse().unwrap()));
     }
 
     #[test]

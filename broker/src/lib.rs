@@ -25,6 +25,7 @@
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
 //! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
+//! - [`schema_registry`]: the built-in Schema Registry (Confluent's REST API over `_schemas`; its own thread).
 //! - [`run`]: startup and orderly shutdown.
 
 #![warn(missing_debug_implementations)]
@@ -47,6 +48,7 @@ pub mod quota;
 pub mod raw_config;
 pub mod replication;
 pub mod run;
+pub mod schema_registry;
 pub mod security;
 pub mod server;
 pub mod session;

@@ -29,6 +29,9 @@ struct Cli {
     /// Read-only Iceberg REST catalog address (`floe.iceberg.rest-listen`); empty disables it.
     #[arg(long, value_name = "HOST:PORT")]
     iceberg_rest_listen: Option<String>,
+    /// Built-in Schema Registry address (`floe.schema.registry.listen`); empty disables it.
+    #[arg(long, value_name = "HOST:PORT")]
+    schema_registry_listen: Option<String>,
     /// This broker's id (`node.id`), unique in a cluster.
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
@@ -107,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         ("advertised.listeners", cli.advertised_listener),
         ("metrics.listen", cli.metrics_listen),
         ("floe.iceberg.rest-listen", cli.iceberg_rest_listen),
+        ("floe.schema.registry.listen", cli.schema_registry_listen),
         ("node.id", cli.node_id.map(|id| id.to_string())),
         ("floe.metadata.store", cli.metadata_store),
     ];

@@ -67,6 +67,8 @@ pub struct Metrics {
     pub iceberg: IcebergMetrics,
     /// The log cleaner (compaction), read from its statistics at every scrape.
     pub cleaner: CleanerMetrics,
+    /// `floe_schema_registry_requests_total{route,status}`: Schema Registry requests.
+    pub schema_registry_requests: IntCounterVec,
     // --- Follower replication (broker/src/replication/fetcher.rs) ---
     /// `floe_replica_fetch_bytes_total`: record batch bytes followers appended from their leaders.
     pub replica_fetch_bytes: IntCounter,
@@ -348,6 +350,11 @@ impl Metrics {
         let replication = ReplicationMetrics::new();
         let iceberg = IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
+        let schema_registry_requests = IntCounterVec::new(
+            Opts::new("floe_schema_registry_requests_total", "Schema Registry requests, by route and HTTP status"),
+            &["route", "status"],
+        )
+        .expect("metric");
         // --- Follower replication ---
         let replica_fetch_bytes =
             IntCounter::new("floe_replica_fetch_bytes_total", "Record batch bytes followers appended from their leaders").expect("metric");
@@ -385,6 +392,7 @@ impl Metrics {
             Box::new(replica_fetch_requests.clone()),
             Box::new(replica_fetch_errors.clone()),
             Box::new(replica_damaged_truncations.clone()),
+            Box::new(schema_registry_requests.clone()),
         ]
         .into_iter()
         .chain(replication.collectors())
@@ -423,6 +431,7 @@ impl Metrics {
             replication,
             iceberg,
             cleaner,
+            schema_registry_requests,
             replica_fetch_bytes,
             replica_fetch_requests,
             replica_fetch_errors,

@@ -205,6 +205,24 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 
+    let mut schema_registry = None;
+    match config.schema_registry_listen {
+        // One writer of `_schemas` per cluster needs the registry to follow that
+        // partition's leadership (and forward writes to it): not there yet.
+        Some(addr) if cluster.is_clustered() => {
+            tracing::warn!(%addr, "the built-in Schema Registry runs on a single broker only for now; it is off in this cluster");
+        }
+        Some(addr) => {
+            let server = crate::schema_registry::SchemaRegistryServer::start(addr, &logs, metrics.clone()).map_err(|e| match e {
+                crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
+                other => RunError::Task(other.to_string()),
+            })?;
+            schema_registry = Some(server);
+        }
+        None => {}
+    }
+    let schema_registry_addr = schema_registry.as_ref().map(|s| s.local_addr());
+
     let maintenance = Maintenance::start(
         logs.clone(),
         Duration::from_millis(config.flush_scheduler_interval_ms),
@@ -362,6 +380,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         listeners = %described.join(", "),
         metrics = ?metrics_addr,
         iceberg_rest = ?iceberg_rest_addr,
+        schema_registry = ?schema_registry_addr,
         data_dir = %broker.config.data_dir.display(),
         zero_copy = broker.config.fetch_zero_copy,
         "floe is ready"
@@ -378,6 +397,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     tokio::task::spawn_blocking(move || {
         if let Some(server) = iceberg_rest {
+            server.stop();
+        }
+        if let Some(server) = schema_registry {
             server.stop();
         }
         tiering.stop();

@@ -7,6 +7,9 @@
 //! - Compatibility: Avro's schema resolution (`SchemaCompatibility::can_read`):
 //!   fields matched by name, a reader field missing from the writer needs a
 //!   default, numeric promotions, enum symbols, union branches, named types.
+//!   Logical types are compared by their underlying types, as Java's Avro (and
+//!   so Confluent's registry) resolves them: a `decimal` in bytes reads a
+//!   `decimal` in bytes whatever its scale, as it reads the bytes.
 //! - References name other subjects' schemas that define named types the schema
 //!   uses; they are parsed together with it.
 
@@ -42,7 +45,11 @@ impl SchemaFormat for AvroFormat {
     }
 
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String> {
-        let (reader, writer) = match (parse_with(&reader.canonical, &reader.dependencies), parse_with(&writer.canonical, &writer.dependencies)) {
+        let underlying = |p: &ParsedSchema| -> Result<Schema, String> {
+            let dependencies: Vec<String> = p.dependencies.iter().map(|d| without_logical_types(d)).collect::<Result<_, _>>()?;
+            parse_with(&without_logical_types(&p.canonical)?, &dependencies)
+        };
+        let (reader, writer) = match (underlying(reader), underlying(writer)) {
             (Ok(r), Ok(w)) => (r, w),
             (Err(e), _) | (_, Err(e)) => return vec![format!("a stored schema no longer parses: {e}")],
         };
@@ -51,6 +58,23 @@ impl SchemaFormat for AvroFormat {
             Err(e) => vec![e.to_string()],
         }
     }
+}
+
+/// The schema's JSON with every `logicalType` annotation removed: its underlying types.
+fn without_logical_types(text: &str) -> Result<String, String> {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                map.remove("logicalType");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("a stored schema is not JSON: {e}"))?;
+    strip(&mut value);
+    Ok(value.to_string())
 }
 
 #[cfg(test)]
@@ -82,6 +106,24 @@ mod tests {
         assert!(!AvroFormat.incompatibilities(&parsed(without_default), &parsed(V1)).is_empty(), "qty has no default");
         assert!(AvroFormat.incompatibilities(&parsed(promoted), &parsed(V1)).is_empty(), "long promotes to double");
         assert!(!AvroFormat.incompatibilities(&parsed(V1), &parsed(promoted)).is_empty(), "double does not narrow to long");
+    }
+
+    #[test]
+    fn logical_types_resolve_by_their_underlying_types() {
+        let order = |extra: &str| {
+            format!(
+                r#"{{"type":"record","name":"O","fields":[{{"name":"total","type":{{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}}}},
+                {{"name":"at","type":{{"type":"long","logicalType":"timestamp-millis"}}}},{{"name":"u","type":{{"type":"string","logicalType":"uuid"}}}}{extra}]}}"#
+            )
+        };
+        let v1 = parsed(&order(""));
+        let v2 = parsed(&order(r#",{"name":"n","type":"int","default":0}"#));
+        assert!(AvroFormat.incompatibilities(&v2, &v1).is_empty(), "{:?}", AvroFormat.incompatibilities(&v2, &v1));
+        assert!(AvroFormat.incompatibilities(&v1, &v2).is_empty());
+        let as_int = parsed(r#"{"type":"record","name":"O","fields":[{"name":"at","type":"int"}]}"#);
+        let as_ts = parsed(r#"{"type":"record","name":"O","fields":[{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#);
+        assert!(AvroFormat.incompatibilities(&as_ts, &as_int).is_empty(), "int promotes to long");
+        assert!(!AvroFormat.incompatibilities(&as_int, &as_ts).is_empty(), "long does not narrow to int");
     }
 
     #[test]

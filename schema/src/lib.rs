@@ -37,4 +37,4 @@ pub use avro::AvroFormat;
 pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
 pub use error::RegistryError;
 pub use records::{Record, SchemaReference};
-pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion};
+pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion, VersionSpec};

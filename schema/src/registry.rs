@@ -545,6 +545,26 @@ impl Registry {
         reasons
     }
 
+    /// GET /subjects/{subject}/versions/{version}/referencedby: the ids of the
+    /// live schemas that reference this version, ascending.
+    ///
+    /// # Errors
+    /// [`RegistryError::SubjectNotFound`], [`RegistryError::VersionNotFound`].
+    pub fn referenced_by(&self, subject: &str, spec: VersionSpec) -> Result<Vec<i32>, RegistryError> {
+        let (version, _) = self.find_version(subject, spec, false)?;
+        let mut ids: Vec<i32> = self
+            .subjects
+            .values()
+            .flat_map(|vs| vs.values())
+            .filter(|e| !e.deleted)
+            .filter(|e| self.schemas.get(&e.id).is_some_and(|s| s.registered.references.iter().any(|r| r.subject == subject && r.version == version)))
+            .map(|e| e.id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     fn is_referenced(&self, subject: &str, version: i32) -> bool {
         self.subjects.values().flat_map(|vs| vs.values()).filter(|e| !e.deleted).any(|e| {
             self.schemas.get(&e.id).is_some_and(|s| s.registered.references.iter().any(|r| r.subject == subject && r.version == version))

@@ -46,7 +46,7 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort } = 
   const metricsPort = await freePort();
   const bootstrap = `127.0.0.1:${port}`;
   const args = ['--data-dir', path.join(dir, 'data'), '--listen', bootstrap, '--advertised-listener', bootstrap,
-    '--metrics-listen', `127.0.0.1:${metricsPort}`, '--iceberg-rest-listen', ''];
+    '--metrics-listen', `127.0.0.1:${metricsPort}`, '--iceberg-rest-listen', '', '--schema-registry-listen', ''];
   for (const [k, v] of Object.entries(overrides)) args.push('--override', `${k}=${v}`);
   const logPath = path.join(dir, 'floe-stderr.log');
   const log = fs.openSync(logPath, 'a');

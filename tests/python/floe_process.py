@@ -77,6 +77,7 @@ class FloeProcess:
         self.port = free_port()
         self.metrics_port = free_port()
         self.iceberg_rest_port = free_port()
+        self.schema_registry_port = None
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})
         self.command_extra: list[str] = []  # more CLI arguments, e.g. ["--config", path]
@@ -102,6 +103,11 @@ class FloeProcess:
         """Base URL of the read-only Iceberg REST catalog (routes under /v1/)."""
         return f"http://127.0.0.1:{self.iceberg_rest_port}"
 
+    @property
+    def schema_registry_url(self) -> str:
+        """Base URL of the built-in Schema Registry (set `schema_registry_port` to turn it on)."""
+        return f"http://127.0.0.1:{self.schema_registry_port}"
+
     # -- lifecycle ---------------------------------------------------------
     def command(self) -> list[str]:
         cmd = [
@@ -112,6 +118,8 @@ class FloeProcess:
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
             # iceberg_rest_port = None disables the REST catalog (an empty address).
             "--iceberg-rest-listen", f"127.0.0.1:{self.iceberg_rest_port}" if self.iceberg_rest_port else "",
+            # schema_registry_port = None (the default) disables the Schema Registry.
+            "--schema-registry-listen", f"127.0.0.1:{self.schema_registry_port}" if self.schema_registry_port else "",
         ]
         cmd += self.command_extra
         for k, v in self.overrides.items():

@@ -134,6 +134,7 @@ async fn sasl_broker(dir: &Path, reauth_ms: u64) -> (u16, tokio::sync::watch::Se
         ("log.dirs", dir.join("data").display().to_string()),
         ("metrics.listen", String::new()),
         ("floe.iceberg.rest-listen", String::new()),
+        ("floe.schema.registry.listen", String::new()),
         ("floe.sasl.plain.users.file", users.display().to_string()),
         ("connection.failed.authentication.delay.ms", "0".into()),
         ("connections.max.reauth.ms", reauth_ms.to_string()),

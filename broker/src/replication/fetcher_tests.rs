@@ -56,6 +56,7 @@ impl Leader {
             ("node.id", LEADER.to_string()),
             ("metrics.listen", String::new()),
             ("floe.iceberg.rest-listen", String::new()),
+            ("floe.schema.registry.listen", String::new()),
             ("group.initial.rebalance.delay.ms", "0".into()),
         ] {
             b.set(k, &v, Layer::CommandLine).expect("setting");

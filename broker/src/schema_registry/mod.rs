@@ -1,0 +1,205 @@
+//! The built-in Schema Registry: the Confluent Schema Registry's REST API on
+//! `floe.schema.registry.listen`, so the serializers of confluent-kafka, kafkajs
+//! and Kafka Connect register and fetch schemas against Floe unchanged.
+//!
+//! # Layout
+//! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
+//! - [`service`]: a route and its body → status + JSON, in Confluent's shapes.
+//! - [`store`]: the registry (`floe-schema`) as a fold of the `_schemas` topic.
+//!
+//! The server runs on its own OS thread with a current-thread tokio runtime, like
+//! the Iceberg REST catalog: a registration appends to `_schemas` and fsyncs, which
+//! must not stall the Kafka request workers. Each request's store work runs on the
+//! runtime's blocking pool; the store's lock orders them. Requests are counted in
+//! `floe_schema_registry_requests_total{route,status}`.
+
+pub(crate) mod routes;
+pub(crate) mod service;
+pub(crate) mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use floe_schema::{AvroFormat, Registry, SchemaFormat};
+use floe_storage::LogManager;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes as HttpBytes;
+use hyper::{Request, Response};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Semaphore};
+use tracing::{debug, error, info, warn};
+
+use crate::metrics::Metrics;
+pub use store::SCHEMAS_TOPIC;
+use store::SchemaStore;
+
+/// Most connections served at once; more wait in the accept queue.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The largest request body taken: a schema of 16 MiB is far past any real one
+/// (Confluent's own default request limit is of this order) and bounds memory.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Confluent's content type, which its clients send and accept.
+const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// The schema types this broker's registry understands.
+fn formats() -> Vec<Arc<dyn SchemaFormat>> {
+    vec![Arc::new(AvroFormat)]
+}
+
+/// The running server. Dropping it without [`SchemaRegistryServer::stop`] leaves the thread running.
+#[derive(Debug)]
+pub struct SchemaRegistryServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Why the registry could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The address could not be bound (or the thread not started).
+    #[error("schema registry on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `_schemas` could not be created or replayed.
+    #[error("schema registry: {0}")]
+    Store(floe_schema::RegistryError),
+}
+
+impl SchemaRegistryServer {
+    /// Binds `addr`, loads the registry from `_schemas` (creating the topic on
+    /// first use) and starts serving on a thread of its own.
+    ///
+    /// # Errors
+    /// [`StartError`].
+    pub fn start(addr: SocketAddr, logs: &LogManager, metrics: Arc<Metrics>) -> Result<Self, StartError> {
+        let bind_error = |source| StartError::Bind { addr, source };
+        // Bound first, so a taken port fails the broker's startup at once.
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        let store = Arc::new(SchemaStore::open(logs, Registry::new(formats())).map_err(StartError::Store)?);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(bind_error)?;
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let handle = std::thread::Builder::new()
+            .name("floe-schema-registry".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            error!(error = %e, "schema registry listener cannot join the runtime; the registry is off");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        _ = accept_loop(listener, store, metrics) => {}
+                        _ = stop_rx => {}
+                    }
+                });
+            })
+            .map_err(bind_error)?;
+        info!(url = %format!("http://{addr}"), "schema registry listening");
+        Ok(Self { addr, stop: Some(stop_tx), handle: Some(handle) })
+    }
+
+    /// The bound address (the port is real even when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, drops open connections and joins the thread.
+    pub fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            if h.join().is_err() {
+                error!("schema registry thread panicked");
+            }
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, store: Arc<SchemaStore>, metrics: Arc<Metrics>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let (stream, peer) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                warn!(error = %e, "schema registry accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let store = store.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let store = store.clone();
+                let metrics = metrics.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(req, store, &metrics, peer).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                debug!(%peer, error = %e, "schema registry connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn handle(req: Request<hyper::body::Incoming>, store: Arc<SchemaStore>, metrics: &Metrics, peer: SocketAddr) -> Response<Full<HttpBytes>> {
+    let route = routes::route(req.method(), req.uri().path(), req.uri().query());
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let reply = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+        Ok(body) => {
+            let body = body.to_bytes();
+            let answering = route.clone();
+            match tokio::task::spawn_blocking(move || service::answer(&store, &answering, &body)).await {
+                Ok(reply) => reply,
+                Err(e) => service_error(format!("the request's task failed: {e}")),
+            }
+        }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            too_large(format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
+        }
+        Err(e) => service_error(format!("cannot read the request body: {e}")),
+    };
+    metrics.schema_registry_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
+    if let Some(problem) = &reply.problem {
+        match reply.status.as_u16() {
+            404 => debug!(%peer, %method, %uri, problem, "schema registry: not found"),
+            500.. => error!(%peer, %method, %uri, problem, "schema registry: request failed"),
+            _ => warn!(%peer, %method, %uri, problem, "schema registry: request refused"),
+        }
+    }
+    let mut response = Response::new(Full::new(HttpBytes::from(reply.body)));
+    *response.status_mut() = reply.status;
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(CONTENT_TYPE));
+    response
+}
+
+fn service_error(message: String) -> service::Reply {
+    service::Reply {
+        status: hyper::StatusCode::INTERNAL_SERVER_ERROR,
+        body: serde_json::json!({ "error_code": 50001, "message": message }).to_string().into_bytes(),
+        problem: Some(message),
+    }
+}
+
+fn too_large(message: String) -> service::Reply {
+    service::Reply {
+        status: hyper::StatusCode::PAYLOAD_TOO_LARGE,
+        body: serde_json::json!({ "error_code": 413, "message": message }).to_string().into_bytes(),
+        problem: Some(message),
+    }
+}
