@@ -38,15 +38,18 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Start floe; resolves once its Kafka port accepts TCP connections.
  * `port` fixes the PLAINTEXT port (for tests that list more listeners in `overrides`). */
-export async function startFloe({ overrides = {}, env = {}, port: fixedPort } = {}) {
+export async function startFloe({ overrides = {}, env = {}, port: fixedPort, schemaRegistry = false } = {}) {
   const bin = floeBin();
   if (!fs.existsSync(bin)) throw new Error(`floe binary not found: ${bin} (cargo build --workspace, or set FLOE_BIN)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'floe-js-'));
   const port = fixedPort ?? await freePort();
   const metricsPort = await freePort();
+  // The built-in Schema Registry only when asked for: brokers run side by side.
+  const registryPort = schemaRegistry ? await freePort() : null;
   const bootstrap = `127.0.0.1:${port}`;
   const args = ['--data-dir', path.join(dir, 'data'), '--listen', bootstrap, '--advertised-listener', bootstrap,
-    '--metrics-listen', `127.0.0.1:${metricsPort}`, '--iceberg-rest-listen', '', '--schema-registry-listen', ''];
+    '--metrics-listen', `127.0.0.1:${metricsPort}`, '--iceberg-rest-listen', '',
+    '--schema-registry-listen', registryPort ? `127.0.0.1:${registryPort}` : ''];
   for (const [k, v] of Object.entries(overrides)) args.push('--override', `${k}=${v}`);
   const logPath = path.join(dir, 'floe-stderr.log');
   const log = fs.openSync(logPath, 'a');
@@ -57,7 +60,7 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort } = 
   const deadline = Date.now() + 30000;
   for (;;) {
     if (exited) throw new Error(`floe exited during startup (${JSON.stringify(exited)})\n--- floe stderr ---\n${stderr()}`);
-    if (await canConnect(port)) break;
+    if (await canConnect(port) && (!registryPort || await canConnect(registryPort))) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`floe did not listen on ${bootstrap} within 30s\n--- floe stderr ---\n${stderr()}`);
@@ -66,6 +69,7 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort } = 
   }
   return {
     bootstrap, port, metricsPort, dir, stderr,
+    registryUrl: registryPort ? `http://127.0.0.1:${registryPort}` : null,
     async stop() {
       if (exited) return exited;
       const done = new Promise((r) => child.once('exit', (code, signal) => r({ code, signal })));
