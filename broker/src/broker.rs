@@ -40,6 +40,8 @@ pub struct Broker {
     pub cluster: floe_cluster::Membership,
     /// This broker's role per partition of the cluster, and as leader its followers.
     pub replicas: Arc<crate::replication::ReplicaManager>,
+    /// The built-in Schema Registry's state, when it runs (for `confluent.*.schema.validation`).
+    pub schemas: Option<Arc<crate::schema_registry::SchemaStore>>,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
     pub shutdown: tokio::sync::watch::Receiver<bool>,

@@ -206,6 +206,8 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 
     let mut schema_registry = None;
+    // The registry's state, for the produce path's schema validation too.
+    let mut schemas = None;
     match config.schema_registry_listen {
         // One writer of `_schemas` per cluster needs the registry to follow that
         // partition's leadership (and forward writes to it): not there yet.
@@ -213,10 +215,13 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             tracing::warn!(%addr, "the built-in Schema Registry runs on a single broker only for now; it is off in this cluster");
         }
         Some(addr) => {
-            let server = crate::schema_registry::SchemaRegistryServer::start(addr, &logs, metrics.clone()).map_err(|e| match e {
+            let start_error = |e| match e {
                 crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
                 other => RunError::Task(other.to_string()),
-            })?;
+            };
+            let store = crate::schema_registry::open_store(&logs).map_err(start_error)?;
+            let server = crate::schema_registry::SchemaRegistryServer::start(addr, store.clone(), metrics.clone()).map_err(start_error)?;
+            schemas = Some(store);
             schema_registry = Some(server);
         }
         None => {}
@@ -349,6 +354,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         ktls,
         cluster,
         replicas,
+        schemas,
         shutdown: shutdown.clone(),
     });
     if let Some(writer) = &cluster_markers {

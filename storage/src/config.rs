@@ -42,6 +42,20 @@ pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// Prefix of Floe's own keys, stored and reported but not interpreted here.
 pub const FLOE_PREFIX: &str = "floe.";
 
+/// Confluent Server's broker-side schema validation keys, by their names, so the
+/// same topic configs work against Floe: stored and reported with the `floe.*`
+/// keys, interpreted by the broker's produce path. The validation keys take
+/// `true`/`false`; the strategy keys a subject name strategy (short or Java class name).
+pub const SCHEMA_VALIDATION_KEYS: &[&str] = &[
+    "confluent.key.schema.validation",
+    "confluent.value.schema.validation",
+    "confluent.key.subject.name.strategy",
+    "confluent.value.subject.name.strategy",
+];
+
+/// The subject name strategies a `confluent.*.subject.name.strategy` may name.
+const SUBJECT_NAME_STRATEGIES: &[&str] = &["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"];
+
 /// Kafka topic keys that Floe accepts, stores and reports, but whose
 /// behaviour does not apply to a single-replica log that never recompresses:
 /// (key, Kafka's default). Clients and tools set them routinely
@@ -193,7 +207,7 @@ pub struct LogConfig {
     /// Forget a producer id idle this long with no ongoing transaction
     /// (the broker's `producer.id.expiration.ms`; not a topic key).
     pub producer_id_expiration_ms: i64,
-    /// `floe.*` keys, stored and reported verbatim.
+    /// `floe.*` keys and [`SCHEMA_VALIDATION_KEYS`], stored and reported verbatim.
     pub floe: BTreeMap<String, String>,
     /// Values of [`ACCEPTED_NOT_APPLIED`] keys that were set.
     pub accepted: BTreeMap<String, String>,
@@ -327,6 +341,19 @@ impl LogConfig {
             MIN_INSYNC_REPLICAS => self.min_insync_replicas = parse_int(key, value, 1, i32::MAX)?,
             _ if key.starts_with(FLOE_PREFIX) && key.len() > FLOE_PREFIX.len() => {
                 self.floe.insert(key.to_string(), value.to_string());
+            }
+            _ if SCHEMA_VALIDATION_KEYS.contains(&key) => {
+                let v = value.trim();
+                let ok = if key.ends_with(".validation") {
+                    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false")
+                } else {
+                    SUBJECT_NAME_STRATEGIES.contains(&v.rsplit('.').next().unwrap_or(v))
+                };
+                if !ok {
+                    let expected = if key.ends_with(".validation") { "true or false".to_string() } else { SUBJECT_NAME_STRATEGIES.join(", ") };
+                    return Err(invalid(key, format!("{value:?} is not one of {expected}")));
+                }
+                self.floe.insert(key.to_string(), v.to_string());
             }
             "compression.type" if !COMPRESSION_TYPES.contains(&value.trim()) => {
                 return Err(invalid(

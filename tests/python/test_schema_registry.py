@@ -295,3 +295,42 @@ def test_bad_input_gets_4xx_and_the_broker_stays_up(registry):
     assert status == 413 and body["error_code"] == 413
     assert http(url + "/subjects")[0] == 200
     assert registry.running
+
+
+def test_broker_side_schema_validation_refuses_records_the_registry_does_not_know(registry):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": registry.bootstrap})
+    topic = "validated"
+    futures = admin.create_topics([NewTopic(topic, 1, 1, config={"confluent.value.schema.validation": "true"})])
+    futures[topic].result(30)
+    bad = admin.create_topics([NewTopic("bad-setting", 1, 1, config={"confluent.value.schema.validation": "maybe"})])
+    with pytest.raises(Exception) as refused:
+        bad["bad-setting"].result(30)
+    assert "INVALID_CONFIG" in str(refused.value) or "maybe" in str(refused.value)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    entries = list(described.values())[0].result(30)
+    assert entries["confluent.value.schema.validation"].value == "true"
+
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    good = AvroSerializer(client, json.dumps(ORDER_V1))
+    other_id = client.register_schema("elsewhere-value", Schema('"string"', "AVRO"))
+
+    def send(value, key=None):
+        """The delivery error code (None: acknowledged) of one record, sent alone."""
+        p = Producer({"bootstrap.servers": registry.bootstrap, "retries": 0, "linger.ms": 0})
+        result = []
+        p.produce(topic, value=value, key=key, on_delivery=lambda err, msg: result.append(err))
+        p.flush(30)
+        assert len(result) == 1
+        return None if result[0] is None else result[0].code()
+
+    order = {"id": 1, "customer": {"name": "c", "tags": []}, "lines": {}, "note": None,
+             "total": Decimal("1.00"), "placed": datetime(2026, 12, 3, tzinfo=timezone.utc)}
+    assert send(good(order, SerializationContext(topic, MessageField.VALUE))) is None
+    assert send(b"plain bytes, no schema") == KafkaError.INVALID_RECORD
+    assert send(b"\x00" + (99999).to_bytes(4, "big") + b"payload") == KafkaError.INVALID_RECORD
+    assert send(b"\x00" + other_id.to_bytes(4, "big") + b"\x02a") == KafkaError.INVALID_RECORD, "registered, but not under validated-value"
+    assert send(None, key=b"k") is None, "a tombstone carries no schema"
+    assert "is not registered under subject validated-value" in registry.stderr_text()

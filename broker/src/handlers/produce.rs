@@ -252,6 +252,9 @@ fn append_checked(
             Err(reason) => return Err((ResponseError::CorruptMessage, reason)),
         }
     }
+    if crate::schema_registry::validation::is_on(&config) {
+        crate::schema_registry::validation::check(broker.schemas.as_deref(), &config, topic, records)?;
+    }
     match (transactional_id, validated.has_transactional) {
         (Some(id), true) if !broker.coordinates_transactions(id) => {
             // The transactional id's coordinator is another broker, so there is nothing

@@ -90,6 +90,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
         dynamic_config,
         ktls: false,
         cluster,
+        schemas: None,
         shutdown: tokio::sync::watch::channel(false).1,
     }
 }

@@ -6,6 +6,7 @@
 //! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
 //! - [`service`]: a route and its body → status + JSON, in Confluent's shapes.
 //! - [`store`]: the registry (`floe-schema`) as a fold of the `_schemas` topic.
+//! - [`validation`]: Confluent Server's broker-side schema validation of produced records.
 //!
 //! The server runs on its own OS thread with a current-thread tokio runtime, like
 //! the Iceberg REST catalog: a registration appends to `_schemas` and fsyncs, which
@@ -15,7 +16,8 @@
 
 pub(crate) mod routes;
 pub(crate) mod service;
-pub(crate) mod store;
+pub mod store;
+pub(crate) mod validation;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,8 +33,7 @@ use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
 
 use crate::metrics::Metrics;
-pub use store::SCHEMAS_TOPIC;
-use store::SchemaStore;
+pub use store::{SchemaStore, SCHEMAS_TOPIC};
 
 /// Most connections served at once; more wait in the accept queue.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -47,6 +48,14 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// The schema types this broker's registry understands.
 fn formats() -> Vec<Arc<dyn SchemaFormat>> {
     vec![Arc::new(AvroFormat)]
+}
+
+/// Opens `_schemas` (creating it on first use) and loads the registry from it.
+///
+/// # Errors
+/// [`StartError::Store`].
+pub fn open_store(logs: &LogManager) -> Result<Arc<SchemaStore>, StartError> {
+    Ok(Arc::new(SchemaStore::open(logs, Registry::new(formats())).map_err(StartError::Store)?))
 }
 
 /// The running server. Dropping it without [`SchemaRegistryServer::stop`] leaves the thread running.
@@ -74,18 +83,16 @@ pub enum StartError {
 }
 
 impl SchemaRegistryServer {
-    /// Binds `addr`, loads the registry from `_schemas` (creating the topic on
-    /// first use) and starts serving on a thread of its own.
+    /// Binds `addr` and starts serving `store` (see [`open_store`]) on a thread of its own.
     ///
     /// # Errors
-    /// [`StartError`].
-    pub fn start(addr: SocketAddr, logs: &LogManager, metrics: Arc<Metrics>) -> Result<Self, StartError> {
+    /// [`StartError::Bind`].
+    pub fn start(addr: SocketAddr, store: Arc<SchemaStore>, metrics: Arc<Metrics>) -> Result<Self, StartError> {
         let bind_error = |source| StartError::Bind { addr, source };
         // Bound first, so a taken port fails the broker's startup at once.
         let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
         listener.set_nonblocking(true).map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
-        let store = Arc::new(SchemaStore::open(logs, Registry::new(formats())).map_err(StartError::Store)?);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(bind_error)?;
         let (stop_tx, stop_rx) = oneshot::channel();
         let handle = std::thread::Builder::new()

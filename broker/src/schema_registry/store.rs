@@ -47,7 +47,7 @@ struct State {
 
 /// See the module doc.
 #[derive(Debug)]
-pub(crate) struct SchemaStore {
+pub struct SchemaStore {
     log: Arc<PartitionLog>,
     // std Mutex: the work under it is blocking (reads, fsync) and runs on the
     // registry's own thread; no `.await` happens while it is held.
