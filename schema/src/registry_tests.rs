@@ -289,3 +289,23 @@ fn json_schema_references_are_resolved_by_name_for_stored_versions_too() {
         other => panic!("expected 409, got {other:?}"),
     }
 }
+
+#[test]
+fn protobuf_schemas_evolve_under_backward_compatibility() {
+    let (mut r, mut log) = (Registry::new(vec![Arc::new(crate::ProtobufFormat)]), Vec::new());
+    let v1 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  int64 id = 1;\n}\n";
+    let v2 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  int64 id = 1;\n  string note = 2;\n}\n";
+    let v3 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  string id = 1;\n  string note = 2;\n}\n";
+    assert_eq!(commit(&mut r, |r| r.register("orders-value", SchemaType::Protobuf, v1, &[]), &mut log), 1);
+    assert_eq!(commit(&mut r, |r| r.register("orders-value", SchemaType::Protobuf, v2, &[]), &mut log), 2);
+    match r.register("orders-value", SchemaType::Protobuf, v3, &[]) {
+        Err(RegistryError::Incompatible { reasons, .. }) => {
+            assert!(reasons.iter().any(|p| p.starts_with("message shop.Order: field 1 (id) type changed from int64 to string")), "{reasons:?}")
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // Comments and layout do not make another schema.
+    let commented = "// orders\nsyntax=\"proto3\"; package shop; message Order { int64 id = 1; /* the key */ }";
+    assert_eq!(r.lookup("orders-value", SchemaType::Protobuf, commented, &[], false).expect("found").version, 1);
+    assert_eq!(r.register("orders-value", SchemaType::Protobuf, "message {", &[]).map_err(|e| e.error_code()), Err(42201));
+}
