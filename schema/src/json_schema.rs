@@ -33,6 +33,8 @@ pub const MAX_REF_HOPS: usize = 32;
 /// Nested schemas compared before the comparison gives up on a branch (refs can
 /// nest a recursive schema arbitrarily deep).
 pub const MAX_COMPARE_DEPTH: usize = 128;
+/// Schemas compared in one check (trials of `anyOf` branches included) before it gives up.
+pub const MAX_COMPARE_STEPS: usize = 200_000;
 /// Nesting walked while validating (serde_json already stops at 128).
 const MAX_WALK_DEPTH: usize = 256;
 
@@ -199,13 +201,14 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-fn parse_document(text: &str) -> Result<Value, InvalidJsonSchema> {
+/// A schema document, checked, with its `(path, $ref)`s.
+fn parse_document(text: &str) -> Result<(Value, Vec<(String, String)>), InvalidJsonSchema> {
     let value: Value = serde_json::from_str(text)?;
     match value {
         Value::Object(_) | Value::Bool(_) => {
             let mut refs = Vec::new();
             validate(&value, "#", 0, &mut refs)?;
-            Ok(value)
+            Ok((value, refs))
         }
         other => Err(InvalidJsonSchema::NotASchema(kind_of(&other))),
     }
@@ -296,10 +299,10 @@ fn validate_type(v: &Value, path: &str) -> Result<(), InvalidJsonSchema> {
     Ok(())
 }
 
-/// Every `$ref` of the root document resolves, and no chain of them loops.
-fn check_refs(documents: &Documents) -> Result<(), InvalidJsonSchema> {
-    let mut refs = Vec::new();
-    validate(&documents.root, "#", 0, &mut refs)?;
+/// Every `$ref` of the root document resolves, and no chain of them loops. (A
+/// reference's own `$ref`s may name schemas the registry does not pass along: they
+/// are checked when it is registered, and reported if a comparison cannot follow them.)
+fn check_refs(documents: &Documents, refs: Vec<(String, String)>) -> Result<(), InvalidJsonSchema> {
     for (path, reference) in refs {
         let unresolved = |why: String| InvalidJsonSchema::UnresolvedRef { path: path.clone(), reference: reference.clone(), why };
         let target = documents.resolve(None, &reference).map_err(unresolved)?;
@@ -311,16 +314,16 @@ fn check_refs(documents: &Documents) -> Result<(), InvalidJsonSchema> {
 /// The parsed schema and references; `dependencies` hold each reference as
 /// `{"name": …, "schema": …}`, since `$ref`s name them.
 fn parse_all(text: &str, references: &[(SchemaReference, String)]) -> Result<(Documents, Vec<String>), InvalidJsonSchema> {
-    let root = parse_document(text)?;
+    let (root, refs) = parse_document(text)?;
     let mut named = Vec::with_capacity(references.len());
     let mut dependencies = Vec::with_capacity(references.len());
     for (reference, text) in references {
-        let schema = parse_document(text).map_err(|e| InvalidJsonSchema::Reference { name: reference.name.clone(), source: Box::new(e) })?;
+        let (schema, _) = parse_document(text).map_err(|e| InvalidJsonSchema::Reference { name: reference.name.clone(), source: Box::new(e) })?;
         dependencies.push(serde_json::json!({ "name": reference.name, "schema": schema }).to_string());
         named.push((reference.name.clone(), schema));
     }
     let documents = Documents { root, named };
-    check_refs(&documents)?;
+    check_refs(&documents, refs)?;
     Ok((documents, dependencies))
 }
 
@@ -377,8 +380,11 @@ impl SchemaFormat for JsonSchemaFormat {
             (Ok(r), Ok(w)) => (r, w),
             (Err(e), _) | (_, Err(e)) => return vec![format!("a stored schema no longer parses: {e}")],
         };
-        let mut compare = Compare { reader: &reader, writer: &writer, seen: HashSet::new(), problems: Vec::new() };
+        let mut compare = Compare { reader: &reader, writer: &writer, seen: HashSet::new(), added: None, steps: 0, problems: Vec::new() };
         compare.schema("#", At { doc: None, schema: &reader.root }, At { doc: None, schema: &writer.root }, 0);
+        if compare.steps > MAX_COMPARE_STEPS {
+            compare.problems.push(format!("#: more than {MAX_COMPARE_STEPS} comparisons needed, so not compatible as far as known"));
+        }
         compare.problems
     }
 }
@@ -391,6 +397,12 @@ struct Compare<'a> {
     writer: &'a Documents,
     /// (reader schema, writer schema) addresses already compared: recursion stops there.
     seen: HashSet<(usize, usize)>,
+    /// In a trial ([`Compare::reads`]): the pairs it added to `seen`, taken out
+    /// again after it, since a failed trial's assumptions do not hold.
+    added: Option<Vec<(usize, usize)>>,
+    /// Schemas compared so far, trials included, against [`MAX_COMPARE_STEPS`]
+    /// (nested `anyOf`s try every branch, which multiplies).
+    steps: usize,
     problems: Vec<String>,
 }
 
@@ -437,20 +449,38 @@ impl<'a> Compare<'a> {
 
     /// Whether `reader` reads everything `writer` allows, without recording problems.
     fn reads(&mut self, path: &str, reader: At<'a>, writer: At<'a>, depth: usize) -> bool {
-        let mut trial = Compare { reader: self.reader, writer: self.writer, seen: self.seen.clone(), problems: Vec::new() };
+        let seen = std::mem::take(&mut self.seen);
+        let mut trial = Compare { reader: self.reader, writer: self.writer, seen, added: Some(Vec::new()), steps: self.steps, problems: Vec::new() };
         trial.schema(path, reader, writer, depth);
-        trial.problems.is_empty()
+        for pair in trial.added.iter().flatten() {
+            trial.seen.remove(pair);
+        }
+        (self.seen, self.steps) = (trial.seen, trial.steps);
+        trial.problems.is_empty() && self.steps <= MAX_COMPARE_STEPS
+    }
+
+    /// Marks a pair compared; false if it was already.
+    fn first_visit(&mut self, pair: (usize, usize)) -> bool {
+        let new = self.seen.insert(pair);
+        if let (true, Some(added)) = (new, self.added.as_mut()) {
+            added.push(pair);
+        }
+        new
     }
 
     fn schema(&mut self, path: &str, reader: At<'a>, writer: At<'a>, depth: usize) {
         if depth > MAX_COMPARE_DEPTH {
             return self.problem(path, format!("nested deeper than {MAX_COMPARE_DEPTH} levels, not compared"));
         }
+        self.steps += 1;
+        if self.steps > MAX_COMPARE_STEPS {
+            return; // reported once, by `incompatibilities`
+        }
         let (r, w) = match (self.reader.follow(reader), self.writer.follow(writer)) {
             (Ok(r), Ok(w)) => (r, w),
             (Err(e), _) | (_, Err(e)) => return self.problem(path, format!("cannot follow a $ref: {e}")),
         };
-        if !self.seen.insert((address(r.schema), address(w.schema))) || accepts_anything(r.schema) || w.schema == &Value::Bool(false) {
+        if !self.first_visit((address(r.schema), address(w.schema))) || accepts_anything(r.schema) || w.schema == &Value::Bool(false) {
             return;
         }
         let (Some(rm), Some(wm)) = (r.schema.as_object(), w.schema.as_object()) else {
@@ -756,6 +786,24 @@ mod tests {
         assert!(problems(self_ref, self_ref).is_empty());
         parsed(r##"{"$ref":"#/definitions/x%20y","definitions":{"x y":{"type":"string"}}}"##);
         parsed(r##"{"definitions":{"s":{"$anchor":"street","type":"string"}},"properties":{"a":{"$ref":"#street"}}}"##);
+        // Cycles of coprime lengths make ever new (reader, writer) pairs: the depth cap ends them.
+        let cycle = |n: usize| {
+            let defs: Vec<String> = (0..n).map(|i| format!(r##""d{i}":{{"type":"object","properties":{{"next":{{"$ref":"#/$defs/d{}"}}}}}}"##, (i + 1) % n)).collect();
+            format!(r##"{{"$ref":"#/$defs/d0","$defs":{{{}}}}}"##, defs.join(","))
+        };
+        let found = problems(&cycle(97), &cycle(89));
+        assert!(found.iter().any(|p| p.contains("nested deeper than 128 levels")), "{found:?}");
+        // Nested unions try every branch at every level: a budget bounds the work.
+        let levels: Vec<String> = (1..40)
+            .map(|i| {
+                let inner = format!(r##"{{"$ref":"#/$defs/l{}"}}"##, i - 1);
+                format!(r#""l{i}":{{"anyOf":[{{"type":"integer","minimum":{i}}},{{"type":"object","properties":{{"a":{inner}}}}},{{"type":"object","properties":{{"b":{inner}}}}}]}}"#)
+            })
+            .collect();
+        let union = format!(r##"{{"$ref":"#/$defs/l39","$defs":{{"l0":{{"type":"string"}},{}}}}}"##, levels.join(","));
+        let start = std::time::Instant::now();
+        let found = problems(&union.replace("string", "number"), &union);
+        assert!(!found.is_empty() && start.elapsed() < std::time::Duration::from_secs(20), "{:?} {found:?}", start.elapsed());
         // A deeply nested schema within serde_json's limit compares without overflowing.
         let deep = format!("{}{{\"type\":\"string\"}}{}", r#"{"type":"array","items":"#.repeat(60), "}".repeat(60));
         assert!(problems(&deep, &deep).is_empty());
