@@ -21,7 +21,7 @@
 //! [`MAX_COMPARE_DEPTH`] and never compares one (reader, writer) pair twice, so
 //! recursive schemas (`"items": {"$ref": "#"}`) terminate.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -94,6 +94,8 @@ struct Documents {
     root: Value,
     /// `(reference name, its schema)`, in the order of the references.
     named: Vec<(String, Value)>,
+    /// Per document (`None`: the root), the JSON pointer of each anchor.
+    anchors: HashMap<Option<usize>, HashMap<String, String>>,
 }
 
 /// A schema inside [`Documents`]: which document (`None`: the root) local refs resolve in.
@@ -104,6 +106,18 @@ struct At<'a> {
 }
 
 impl Documents {
+    fn new(root: Value, named: Vec<(String, Value)>) -> Self {
+        let mut anchors = HashMap::new();
+        for (doc, value) in std::iter::once((None, &root)).chain(named.iter().enumerate().map(|(i, (_, v))| (Some(i), v))) {
+            let mut by_name = HashMap::new();
+            index_anchors(value, "", 0, &mut by_name);
+            if !by_name.is_empty() {
+                anchors.insert(doc, by_name);
+            }
+        }
+        Self { root, named, anchors }
+    }
+
     fn document(&self, doc: Option<usize>) -> &Value {
         doc.and_then(|i| self.named.get(i)).map_or(&self.root, |(_, v)| v)
     }
@@ -118,7 +132,7 @@ impl Documents {
         } else if fragment.starts_with('/') {
             document.pointer(&percent_decode(fragment))
         } else {
-            find_anchor(document, fragment, 0)
+            self.anchors.get(&doc).and_then(|a| a.get(fragment)).and_then(|pointer| document.pointer(pointer))
         };
         schema.map(|schema| At { doc, schema }).ok_or_else(|| format!("points at nothing (no {fragment:?} in {})", base_name(base)))
     }
@@ -170,21 +184,25 @@ fn percent_decode(fragment: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|_| fragment.to_string())
 }
 
-/// The subschema whose `$anchor` is `name` (or, in draft-07, whose `$id` is `#name`).
-fn find_anchor<'a>(value: &'a Value, name: &str, depth: usize) -> Option<&'a Value> {
+/// JSON pointers of the subschemas of `value` with an `$anchor` (or, in draft-07, an
+/// `$id` of `#name`), by name, into `out`. Indexed once so that following an
+/// anchor `$ref` does not walk the document at every comparison step.
+fn index_anchors(value: &Value, pointer: &str, depth: usize, out: &mut HashMap<String, String>) {
     if depth > MAX_WALK_DEPTH {
-        return None;
+        return;
     }
     match value {
         Value::Object(map) => {
-            let id_matches = map.get("$id").and_then(Value::as_str).and_then(|id| id.strip_prefix('#')) == Some(name);
-            if map.get("$anchor").and_then(Value::as_str) == Some(name) || id_matches {
-                return Some(value);
+            let id = map.get("$id").and_then(Value::as_str).and_then(|id| id.strip_prefix('#'));
+            for name in map.get("$anchor").and_then(Value::as_str).into_iter().chain(id) {
+                out.entry(name.to_string()).or_insert_with(|| pointer.to_string());
             }
-            map.iter().filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default" | "examples")).find_map(|(_, v)| find_anchor(v, name, depth + 1))
+            for (k, v) in map.iter().filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default" | "examples")) {
+                index_anchors(v, &format!("{pointer}/{}", token(k)), depth + 1, out);
+            }
         }
-        Value::Array(items) => items.iter().find_map(|v| find_anchor(v, name, depth + 1)),
-        _ => None,
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| index_anchors(v, &format!("{pointer}/{i}"), depth + 1, out)),
+        _ => {}
     }
 }
 
@@ -322,7 +340,7 @@ fn parse_all(text: &str, references: &[(SchemaReference, String)]) -> Result<(Do
         dependencies.push(serde_json::json!({ "name": reference.name, "schema": schema }).to_string());
         named.push((reference.name.clone(), schema));
     }
-    let documents = Documents { root, named };
+    let documents = Documents::new(root, named);
     check_refs(&documents, refs)?;
     Ok((documents, dependencies))
 }
@@ -339,7 +357,7 @@ fn documents_of(parsed: &ParsedSchema) -> Result<Documents, String> {
             Ok((name, entry.get_mut("schema").map(Value::take).unwrap_or(Value::Bool(true))))
         })
         .collect::<Result<_, String>>()?;
-    Ok(Documents { root, named })
+    Ok(Documents::new(root, named))
 }
 
 impl SchemaFormat for JsonSchemaFormat {
@@ -762,6 +780,7 @@ mod tests {
             (r#"{"items":[1]}"#, "#/items/0: a subschema must be"),
             (r#"{"anyOf":[]}"#, "anyOf must be a non-empty array"),
             (r##"{"$ref":"#/definitions/missing"}"##, "points at nothing"),
+            (r##"{"$ref":"#nowhere","definitions":{"s":{"$anchor":"somewhere"}}}"##, "points at nothing"),
             (r#"{"$ref":"address.json"}"#, "which no reference provides"),
             (r##"{"$ref":"#/definitions/a","definitions":{"a":{"$ref":"#/definitions/b"},"b":{"$ref":"#/definitions/a"}}}"##, "a loop"),
         ] {
