@@ -16,7 +16,10 @@
 //!   it, and `xxd -r -p | protoc --decode=google.protobuf.FileDescriptorSet
 //!   google/protobuf/descriptor.proto` shows it. Field types in it are fully
 //!   qualified, so the comparison needs no referenced file; `dependencies` keep the
-//!   referenced texts, as Avro's.
+//!   referenced texts, as Avro's. One known hole: a custom option whose value is a
+//!   message with a map field of several entries is encoded by prost-reflect in
+//!   `HashMap` order, so such a schema may get another canonical form (and id) when
+//!   registered again after a restart.
 //! - Compatibility: Confluent's Protobuf rules, see [`ProtobufFormat::incompatibilities`].
 //!   Messages are compared by full name, field types by name, never by following a
 //!   type, so recursive messages need no special care.
