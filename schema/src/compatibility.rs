@@ -166,7 +166,11 @@ pub struct ParsedSchema {
     /// key order): the registry gives them one id. It must keep everything that
     /// changes what the schema reads (defaults, for one).
     pub canonical: String,
-    /// The texts of the schemas it references, in order, for parsing `canonical` again.
+    /// What the format needs besides `canonical` to read the schema again: the
+    /// schemas it references, in order, in a form the format chooses (Avro and
+    /// Protobuf keep their texts; JSON Schema keeps each one's name with it, since
+    /// `$ref`s name them). The registry gets a stored version's `ParsedSchema` from
+    /// the format's `parse`, so only the format reads this.
     pub dependencies: Vec<String>,
 }
 

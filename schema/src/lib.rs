@@ -22,6 +22,8 @@
 //! - [`registry`]: `Registry`, the subjects, versions and schemas, its planners and `apply`.
 //! - [`compatibility`]: compatibility levels, modes, and the `SchemaFormat` trait.
 //! - [`avro`]: `AvroFormat`, Avro's parsing and resolution rules.
+//! - [`json_schema`]: `JsonSchemaFormat`, JSON Schema's keywords, `$ref`s and Confluent's compatibility rules.
+//! - [`protobuf`]: `ProtobufFormat`, .proto files compiled by protox, and Confluent's Protobuf rules.
 //! - [`records`]: the `_schemas` key and value layouts.
 //! - [`error`]: `RegistryError`, with Confluent's error codes and HTTP statuses.
 
@@ -30,11 +32,15 @@
 pub mod avro;
 pub mod compatibility;
 pub mod error;
+pub mod json_schema;
+pub mod protobuf;
 pub mod records;
 pub mod registry;
 
 pub use avro::AvroFormat;
 pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
 pub use error::RegistryError;
+pub use json_schema::JsonSchemaFormat;
+pub use protobuf::ProtobufFormat;
 pub use records::{Record, SchemaReference};
 pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion, VersionSpec};

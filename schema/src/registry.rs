@@ -533,8 +533,7 @@ impl Registry {
                 continue;
             }
             let Ok(format) = self.format(schema_type) else { continue };
-            let dependencies = self.resolve_references(&old.registered.references).unwrap_or_default().into_iter().map(|(_, t)| t).collect();
-            let old_parsed = ParsedSchema { canonical: old.canonical.clone(), dependencies };
+            let old_parsed = self.parsed_again(format.as_ref(), old);
             if backward {
                 reasons.extend(format.incompatibilities(new, &old_parsed).into_iter().map(|r| format!("{r} (reading version {version}'s data)")));
             }
@@ -563,6 +562,19 @@ impl Registry {
         ids.sort_unstable();
         ids.dedup();
         Ok(ids)
+    }
+
+    /// A stored schema as its format parsed it when it was registered: parsed again
+    /// from its text with its references, so that the format gets back the
+    /// `dependencies` it made (JSON Schema keeps the references' names there, which
+    /// its `$ref`s use). If it no longer parses: its canonical form and the
+    /// referenced texts, for the format to report.
+    fn parsed_again(&self, format: &dyn SchemaFormat, old: &StoredSchema) -> ParsedSchema {
+        let resolved = self.resolve_references(&old.registered.references).unwrap_or_default();
+        format.parse(&old.registered.schema, &resolved).unwrap_or_else(|_| ParsedSchema {
+            canonical: old.canonical.clone(),
+            dependencies: resolved.into_iter().map(|(_, t)| t).collect(),
+        })
     }
 
     fn is_referenced(&self, subject: &str, version: i32) -> bool {

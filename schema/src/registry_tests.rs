@@ -250,3 +250,62 @@ fn avro_schemas_evolve_under_backward_compatibility() {
     assert_eq!(r.lookup("orders-value", SchemaType::Avro, &spaced, &[], false).expect("found").version, 1);
     assert_eq!(r.register("orders-value", SchemaType::Avro, "{not json", &[]).map_err(|e| e.error_code()), Err(42201));
 }
+
+#[test]
+fn json_schemas_evolve_under_backward_compatibility() {
+    let (mut r, mut log) = (Registry::new(vec![Arc::new(crate::JsonSchemaFormat)]), Vec::new());
+    let mut register_json = |r: &mut Registry, text: &str| commit(r, |r| r.register("orders-value", SchemaType::Json, text, &[]), &mut log);
+    let v1 = r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],"additionalProperties":false}"#;
+    // A closed model: the old data never held "note", so an optional one can be added.
+    let v2 = r#"{"type":"object","properties":{"id":{"type":"integer"},"note":{"type":"string"}},"required":["id"],"additionalProperties":false}"#;
+    let v3 = r#"{"type":"object","properties":{"id":{"type":"string"},"note":{"type":"string"}},"required":["id"],"additionalProperties":false}"#;
+    assert_eq!(register_json(&mut r, v1), 1);
+    assert_eq!(register_json(&mut r, v2), 2);
+    match r.register("orders-value", SchemaType::Json, v3, &[]) {
+        Err(RegistryError::Incompatible { reasons, .. }) => {
+            assert!(reasons.iter().any(|p| p.starts_with("#/properties/id: type changed from integer to string")), "{reasons:?}")
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    let reordered = r#"{ "additionalProperties": false, "required": ["id"], "properties": { "id": { "type": "integer" } }, "type": "object" }"#;
+    assert_eq!(r.lookup("orders-value", SchemaType::Json, reordered, &[], false).expect("found").version, 1);
+}
+
+#[test]
+fn json_schema_references_are_resolved_by_name_for_stored_versions_too() {
+    let (mut r, mut log) = (Registry::new(vec![Arc::new(crate::JsonSchemaFormat)]), Vec::new());
+    let address = r#"{"type":"object","properties":{"street":{"type":"string"}}}"#;
+    commit(&mut r, |r| r.register("address", SchemaType::Json, address, &[]), &mut log);
+    let reference = SchemaReference { name: "address.json".into(), subject: "address".into(), version: 1 };
+    let order = r#"{"type":"object","properties":{"ship_to":{"$ref":"address.json"}}}"#;
+    let refs = std::slice::from_ref(&reference);
+    assert_eq!(commit(&mut r, |r| r.register("orders-value", SchemaType::Json, order, refs), &mut log), 2);
+    // The stored version's $ref is followed (by the reference's name) when a new one is checked against it.
+    let street_number = r#"{"type":"object","properties":{"ship_to":{"type":"object","properties":{"street":{"type":"integer"}}}}}"#;
+    match r.register("orders-value", SchemaType::Json, street_number, &[]) {
+        Err(RegistryError::Incompatible { reasons, .. }) => {
+            assert!(reasons.iter().any(|p| p.starts_with("#/properties/ship_to/properties/street: type changed from string to integer")), "{reasons:?}")
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+}
+
+#[test]
+fn protobuf_schemas_evolve_under_backward_compatibility() {
+    let (mut r, mut log) = (Registry::new(vec![Arc::new(crate::ProtobufFormat)]), Vec::new());
+    let v1 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  int64 id = 1;\n}\n";
+    let v2 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  int64 id = 1;\n  string note = 2;\n}\n";
+    let v3 = "syntax = \"proto3\";\npackage shop;\nmessage Order {\n  string id = 1;\n  string note = 2;\n}\n";
+    assert_eq!(commit(&mut r, |r| r.register("orders-value", SchemaType::Protobuf, v1, &[]), &mut log), 1);
+    assert_eq!(commit(&mut r, |r| r.register("orders-value", SchemaType::Protobuf, v2, &[]), &mut log), 2);
+    match r.register("orders-value", SchemaType::Protobuf, v3, &[]) {
+        Err(RegistryError::Incompatible { reasons, .. }) => {
+            assert!(reasons.iter().any(|p| p.starts_with("message shop.Order: field 1 (id) type changed from int64 to string")), "{reasons:?}")
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    // Comments and layout do not make another schema.
+    let commented = "// orders\nsyntax=\"proto3\"; package shop; message Order { int64 id = 1; /* the key */ }";
+    assert_eq!(r.lookup("orders-value", SchemaType::Protobuf, commented, &[], false).expect("found").version, 1);
+    assert_eq!(r.register("orders-value", SchemaType::Protobuf, "message {", &[]).map_err(|e| e.error_code()), Err(42201));
+}

@@ -293,6 +293,17 @@ def test_bad_input_gets_4xx_and_the_broker_stays_up(registry):
     assert (status, body["error_code"]) == (422, 42201) and "max.message.bytes" in body["message"], body
     status, body = http(reg, "POST", raw=b" " * (17 << 20), timeout=120)
     assert status == 413 and body["error_code"] == 413
+    loop = {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": "#/definitions/a"}}}
+    assert http(reg, "POST", {"schemaType": "JSON", "schema": json.dumps(loop)})[1]["error_code"] == 42201
+    recursive = 'syntax = "proto3"; message Node { string name = 1; repeated Node children = 2; }'
+    assert http(reg.replace("bad-value", "tree-value"), "POST", {"schemaType": "PROTOBUF", "schema": recursive})[0] == 200
+    deep_proto = "message M { option (o) = " + "{a: " * 20000 + "1" + "}" * 20000 + "; }"
+    assert http(reg, "POST", {"schemaType": "PROTOBUF", "schema": deep_proto})[1]["error_code"] == 42201
+    # A flood of registrations: every one answered, ids distinct.
+    flood = [http(url + f"/subjects/flood-{i}/versions", "POST", {"schema": json.dumps({"type": "fixed", "name": f"F{i}", "size": i + 1})})
+             for i in range(200)]
+    assert all(status == 200 for status, _ in flood)
+    assert len({body["id"] for _, body in flood}) == 200
     assert http(url + "/subjects")[0] == 200
     assert registry.running
 
@@ -334,3 +345,157 @@ def test_broker_side_schema_validation_refuses_records_the_registry_does_not_kno
     assert send(b"\x00" + other_id.to_bytes(4, "big") + b"\x02a") == KafkaError.INVALID_RECORD, "registered, but not under validated-value"
     assert send(None, key=b"k") is None, "a tombstone carries no schema"
     assert "is not registered under subject validated-value" in registry.stderr_text()
+
+
+ORDER_PROTO = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Customer { string name = 1; repeated string tags = 2; }
+message Order {
+  int64 id = 1;
+  Customer customer = 2;
+  map<string, int32> lines = 3;
+  optional string note = 4;
+  google.protobuf.Timestamp placed = 5;
+  double total = 6;
+  %s
+}
+"""
+
+
+def proto_message_class(tmp_path, text: str, name: str = "shop.Order"):
+    """The message class of `text`, compiled by protoc to a descriptor set (no generated code)."""
+    import subprocess
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    # The well-known import comes from the Python runtime's own descriptor (Debian's
+    # protoc ships without google/protobuf/*.proto).
+    well_known = descriptor_pb2.FileDescriptorSet()
+    well_known.file.add().MergeFromString(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    (tmp_path / "wkt.desc").write_bytes(well_known.SerializeToString())
+    (tmp_path / "order.proto").write_text(text)
+    out = tmp_path / "order.desc"
+    done = subprocess.run(["protoc", f"-I{tmp_path}", f"--descriptor_set_in={tmp_path / 'wkt.desc'}",
+                           f"--descriptor_set_out={out}", "order.proto"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(well_known.file[0])
+    for f in descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+
+def test_protobuf_serializer_round_trips_and_evolves(registry, tmp_path):
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    (tmp_path / "v1").mkdir()
+    Order = proto_message_class(tmp_path / "v1", ORDER_PROTO % "")
+    serializer = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
+    deserializer = ProtobufDeserializer(Order, {"use.deprecated.format": False})
+    topic = "proto-orders"
+    sent = []
+    for i in range(20):
+        o = Order(id=i, total=i * 1.5)
+        o.customer.name = f"c{i}"
+        o.customer.tags.extend(["a", "b"][: i % 3])
+        o.lines["sku"] = i
+        if i % 2:
+            o.note = f"n{i}"
+        o.placed.FromSeconds(1_764_000_000 + i)
+        sent.append(o)
+    producer = Producer({"bootstrap.servers": registry.bootstrap})
+    for o in sent:
+        producer.produce(topic, value=serializer(o, SerializationContext(topic, MessageField.VALUE)))
+    assert producer.flush(30) == 0
+
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF" and latest.version == 1
+    consumer = Consumer({"bootstrap.servers": registry.bootstrap, "group.id": "proto", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        m = consumer.poll(1.0)
+        if m is not None and not m.error():
+            assert int.from_bytes(m.value()[1:5], "big") == latest.schema_id
+            got.append(deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)))
+    consumer.close()
+    assert got == sent
+    assert [o.HasField("note") for o in got] == [bool(i % 2) for i in range(20)], "optional presence survives"
+
+    # A new field is compatible; a field's type changed across wire groups is not (409).
+    (tmp_path / "v2").mkdir()
+    V2 = proto_message_class(tmp_path / "v2", ORDER_PROTO % "string channel = 7;")
+    v2_serializer = ProtobufSerializer(V2, client, {"use.deprecated.format": False})
+    v2_serializer(V2(id=1, channel="web"), SerializationContext(topic, MessageField.VALUE))
+    assert client.get_versions(f"{topic}-value") == [1, 2]
+    (tmp_path / "bad").mkdir()
+    Bad = proto_message_class(tmp_path / "bad", ORDER_PROTO.replace("double total = 6;", "string total = 6;") % "")
+    with pytest.raises(SchemaRegistryError) as refused:
+        ProtobufSerializer(Bad, client, {"use.deprecated.format": False})(Bad(id=1), SerializationContext(topic, MessageField.VALUE))
+    assert refused.value.http_status_code == 409
+
+    # .proto text registers too, and a syntax error is a 42201.
+    status, body = http(registry.schema_registry_url + "/subjects/text-proto/versions", "POST",
+                        {"schemaType": "PROTOBUF", "schema": ORDER_PROTO % ""})
+    assert status == 200 and body["id"] >= 1
+    status, body = http(registry.schema_registry_url + "/subjects/text-proto/versions", "POST",
+                        {"schemaType": "PROTOBUF", "schema": "message { nope"})
+    assert (status, body["error_code"]) == (422, 42201)
+
+
+ORDER_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Order", "type": "object", "additionalProperties": False,
+    "properties": {
+        "id": {"type": "integer"},
+        "customer": {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}},
+        "lines": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "note": {"type": ["string", "null"]},
+        "total": {"type": "number"},
+    },
+    "required": ["id", "customer"],
+}
+
+
+def test_json_schema_serializer_round_trips_and_evolves(registry):
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    serializer = JSONSerializer(json.dumps(ORDER_JSON), client)
+    deserializer = JSONDeserializer(json.dumps(ORDER_JSON))
+    topic = "json-orders"
+    sent = [{"id": i, "customer": {"name": f"c{i}", "tags": ["x"] * (i % 3)}, "lines": {"sku": i},
+             "note": None if i % 2 else f"n{i}", "total": i * 0.25} for i in range(20)]
+    producer = Producer({"bootstrap.servers": registry.bootstrap})
+    for o in sent:
+        producer.produce(topic, value=serializer(o, SerializationContext(topic, MessageField.VALUE)))
+    assert producer.flush(30) == 0
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "JSON"
+    consumer = Consumer({"bootstrap.servers": registry.bootstrap, "group.id": "json", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        m = consumer.poll(1.0)
+        if m is not None and not m.error():
+            got.append(deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)))
+    consumer.close()
+    assert got == sent
+
+    # Closed content model: an optional new property is compatible; a type change is not.
+    v2 = json.loads(json.dumps(ORDER_JSON))
+    v2["properties"]["channel"] = {"type": "string"}
+    assert client.register_schema(f"{topic}-value", Schema(json.dumps(v2), "JSON")) != latest.schema_id
+    bad = json.loads(json.dumps(ORDER_JSON))
+    bad["properties"]["id"] = {"type": "string"}
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(f"{topic}-value", Schema(json.dumps(bad), "JSON"))
+    assert refused.value.http_status_code == 409
+    status, body = http(registry.schema_registry_url + "/subjects/j/versions", "POST",
+                        {"schemaType": "JSON", "schema": json.dumps({"type": 5})})
+    assert (status, body["error_code"]) == (422, 42201)

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use floe_schema::{AvroFormat, Registry, SchemaFormat};
+use floe_schema::{AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat};
 use floe_storage::LogManager;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes as HttpBytes;
@@ -47,7 +47,7 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 /// The schema types this broker's registry understands.
 fn formats() -> Vec<Arc<dyn SchemaFormat>> {
-    vec![Arc::new(AvroFormat)]
+    vec![Arc::new(AvroFormat), Arc::new(JsonSchemaFormat), Arc::new(ProtobufFormat)]
 }
 
 /// Opens `_schemas` (creating it on first use) and loads the registry from it.
