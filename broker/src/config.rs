@@ -132,7 +132,7 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
     s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
     s("floe.iceberg.rest-listen", "127.0.0.1:8181", "Address of the read-only Iceberg REST catalog over the tiered tables (`http://HOST:PORT`, routes under `/v1/`); empty disables it."),
-    s("floe.schema.registry.listen", "127.0.0.1:8081", "Address of the built-in Schema Registry (Confluent's REST API, `http://HOST:PORT`), its schemas kept in the compacted topic `_schemas`; empty disables it."),
+    s("floe.schema.registry.listen", "127.0.0.1:8081", "Address of the built-in Schema Registry (Confluent's REST API): `HOST:PORT` or `http://HOST:PORT`, or `https://HOST:PORT` to serve it with the broker's TLS certificate (`ssl.*`); its schemas are kept in the compacted topic `_schemas`; empty disables it. With a SASL listener it asks for HTTP basic auth; with the authorizer on it applies the broker's ACLs."),
     s("floe.iceberg.orphan-check-interval-ms", "600000", "How often each tiered table is checked for orphan data files (of crashed or aborted attempts; local and S3 warehouses)."),
     s("floe.iceberg.orphan-min-age-ms", "1800000", "Orphan data files younger than this are left alone (an attempt may still be writing them); older ones are deleted."),
     s("floe.iceberg.catalog-type", "sql", "`sql`: the embedded SQLite catalog (or the SQLite database at `floe.iceberg.catalog-uri`); `rest`: an external Iceberg REST catalog at `floe.iceberg.catalog-uri`."),
@@ -273,6 +273,8 @@ pub struct BrokerConfig {
     pub iceberg_rest_listen: Option<SocketAddr>,
     /// The built-in Schema Registry's endpoint, if enabled (`floe.schema.registry.listen`).
     pub schema_registry_listen: Option<SocketAddr>,
+    /// The registry serves HTTPS with the broker's certificate (`https://` in its address).
+    pub schema_registry_tls: bool,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -376,6 +378,7 @@ impl ConfigBuilder {
             "" => None,
             text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
         };
+        let schema_registry_tls = get(r, "floe.schema.registry.listen").trim().to_ascii_lowercase().starts_with("https://");
         let schema_registry_listen = match get(r, "floe.schema.registry.listen").trim() {
             "" => None,
             text => Some(crate::listeners::resolve("floe.schema.registry.listen", strip_scheme(text))?),
@@ -465,6 +468,7 @@ impl ConfigBuilder {
             },
             iceberg_rest_listen,
             schema_registry_listen,
+            schema_registry_tls,
             // Secrets are masked here, so nothing that shows the configuration can leak them.
             effective: self
                 .raw

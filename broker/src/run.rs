@@ -100,7 +100,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         .map_err(|e| RunError::Task(e.to_string()))?;
     let logs = Arc::new(opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?);
 
-    let needs_tls = config.listeners.iter().any(|l| l.protocol.uses_tls());
+    let needs_tls = config.listeners.iter().any(|l| l.protocol.uses_tls()) || config.schema_registry_tls;
     let tls = if needs_tls {
         let settings = config.tls.clone();
         let loaded = tokio::task::spawn_blocking(move || TlsContext::load(settings))
@@ -205,9 +205,14 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 
-    let mut schema_registry = None;
-    // The registry's state, for the produce path's schema validation too.
+    // The registry: bound and loaded here, served once the broker's users and ACLs
+    // exist (below). Its state is the produce path's too (schema validation).
+    let mut registry_listener = None;
     let mut schemas = None;
+    let registry_error = |e| match e {
+        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
+        other => RunError::Task(other.to_string()),
+    };
     match config.schema_registry_listen {
         // One writer of `_schemas` per cluster needs the registry to follow that
         // partition's leadership (and forward writes to it): not there yet.
@@ -215,18 +220,11 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             tracing::warn!(%addr, "the built-in Schema Registry runs on a single broker only for now; it is off in this cluster");
         }
         Some(addr) => {
-            let start_error = |e| match e {
-                crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
-                other => RunError::Task(other.to_string()),
-            };
-            let store = crate::schema_registry::open_store(&logs).map_err(start_error)?;
-            let server = crate::schema_registry::SchemaRegistryServer::start(addr, store.clone(), metrics.clone()).map_err(start_error)?;
-            schemas = Some(store);
-            schema_registry = Some(server);
+            registry_listener = Some(crate::schema_registry::SchemaRegistryServer::bind(addr).map_err(registry_error)?);
+            schemas = Some(crate::schema_registry::open_store(&logs).map_err(registry_error)?);
         }
         None => {}
     }
-    let schema_registry_addr = schema_registry.as_ref().map(|s| s.local_addr());
 
     let maintenance = Maintenance::start(
         logs.clone(),
@@ -360,6 +358,16 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     if let Some(writer) = &cluster_markers {
         writer.attach(&broker);
     }
+    let mut schema_registry = None;
+    if let (Some(listener), Some(store)) = (registry_listener, broker.schemas.clone()) {
+        let sasl = broker.config.listeners.iter().any(|l| l.protocol.uses_sasl());
+        let access = crate::schema_registry::Access::new(sasl.then(|| broker.credentials.clone()), broker.authorizer.clone());
+        let registry_tls = if broker.config.schema_registry_tls { tls.clone() } else { None };
+        let server = crate::schema_registry::SchemaRegistryServer::start(listener, store, access, registry_tls, broker.metrics.clone())
+            .map_err(registry_error)?;
+        schema_registry = Some(server);
+    }
+    let schema_registry_addr = schema_registry.as_ref().map(|s| s.local_addr());
     tokio::spawn(stop_after_controlled_shutdown(broker.clone(), requested, stop));
     if broker.cluster.is_clustered() {
         // Producer ids unique in the cluster: blocks come from etcd (called on the

@@ -78,6 +78,7 @@ class FloeProcess:
         self.metrics_port = free_port()
         self.iceberg_rest_port = free_port()
         self.schema_registry_port = None
+        self.schema_registry_scheme = "http"  # "https": served with the broker's certificate (ssl.*)
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})
         self.command_extra: list[str] = []  # more CLI arguments, e.g. ["--config", path]
@@ -106,7 +107,7 @@ class FloeProcess:
     @property
     def schema_registry_url(self) -> str:
         """Base URL of the built-in Schema Registry (set `schema_registry_port` to turn it on)."""
-        return f"http://127.0.0.1:{self.schema_registry_port}"
+        return f"{self.schema_registry_scheme}://127.0.0.1:{self.schema_registry_port}"
 
     # -- lifecycle ---------------------------------------------------------
     def command(self) -> list[str]:
@@ -119,7 +120,8 @@ class FloeProcess:
             # iceberg_rest_port = None disables the REST catalog (an empty address).
             "--iceberg-rest-listen", f"127.0.0.1:{self.iceberg_rest_port}" if self.iceberg_rest_port else "",
             # schema_registry_port = None (the default) disables the Schema Registry.
-            "--schema-registry-listen", f"127.0.0.1:{self.schema_registry_port}" if self.schema_registry_port else "",
+            "--schema-registry-listen",
+            f"{self.schema_registry_scheme}://127.0.0.1:{self.schema_registry_port}" if self.schema_registry_port else "",
         ]
         cmd += self.command_extra
         for k, v in self.overrides.items():

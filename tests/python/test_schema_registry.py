@@ -499,3 +499,88 @@ def test_json_schema_serializer_round_trips_and_evolves(registry):
     status, body = http(registry.schema_registry_url + "/subjects/j/versions", "POST",
                         {"schemaType": "JSON", "schema": json.dumps({"type": 5})})
     assert (status, body["error_code"]) == (422, 42201)
+
+
+def test_basic_auth_acls_and_tls_follow_the_brokers_users_and_acls(floe_factory, tmp_path):
+    """SASL_PLAINTEXT broker, PLAIN users, the authorizer on (admin a super user),
+    the registry on https:// with the broker's certificate."""
+    import base64
+    import ssl
+
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
+
+    from tls_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    users = {"admin": "admin-pw", "alice": "alice-pw"}
+    (tmp_path / "users").write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
+    broker = floe_factory("floe-sr-secure", start=False)
+    broker.schema_registry_port = free_port()
+    listener = f"SASL_PLAINTEXT://127.0.0.1:{broker.port}"
+    broker.overrides = {
+        "listeners": listener, "advertised.listeners": listener,
+        "floe.sasl.plain.users.file": str(tmp_path / "users"), "sasl.enabled.mechanisms": "PLAIN",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin", "allow.everyone.if.no.acl.found": "false",
+        "ssl.certificate.location": str(pki.server.cert), "ssl.key.location": str(pki.server.key),
+    }
+    broker.schema_registry_scheme = "https"
+    broker.start()
+    url = broker.schema_registry_url
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+
+    def call(path, user=None, password=None, method="GET", body=None):
+        headers = {"Content-Type": CONTENT_TYPE}
+        if user:
+            token = base64.b64encode(f"{user}:{password or users[user]}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        req = urllib.request.Request(url + path, method=method, headers=headers,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=20) as resp:
+                return resp.status, json.loads(resp.read()), resp.headers
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read()), e.headers
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            call("/")
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the registry did not answer over TLS"
+            time.sleep(0.1)
+
+    status, body, headers = call("/subjects")
+    assert (status, body["error_code"]) == (401, 40101) and headers["WWW-Authenticate"].startswith("Basic")
+    assert call("/subjects", "alice", "wrong")[0] == 401
+    schema = {"schema": '"string"'}
+    status, body, _ = call("/subjects/orders-value/versions", "admin", method="POST", body=schema)
+    assert status == 200, body
+    schema_id = body["id"]
+
+    # alice, without ACLs: sees no subject, may not read or register it, may read schemas by id.
+    assert call("/subjects", "alice")[:2] == (200, [])
+    status, body, _ = call("/subjects/orders-value/versions", "alice")
+    assert (status, body["error_code"]) == (403, 40301), body
+    assert call("/subjects/orders-value/versions", "alice", method="POST", body=schema)[0] == 403
+    assert call(f"/schemas/ids/{schema_id}", "alice")[:2] == (200, {"schema": '"string"'})
+    assert call("/config", "alice", method="PUT", body={"compatibility": "NONE"})[0] == 403
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": users["admin"]})
+    grant = lambda op: AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*", op,  # noqa: E731
+                                  AclPermissionType.ALLOW)
+    for f in admin.create_acls([grant(AclOperation.READ)]).values():
+        f.result(20)
+    assert call("/subjects", "alice")[:2] == (200, ["orders-value"])
+    assert call("/subjects/orders-value/versions", "alice")[:2] == (200, [1])
+    assert call("/subjects/orders-value/versions", "alice", method="POST", body={"schema": '"bytes"'})[0] == 403
+    for f in admin.create_acls([grant(AclOperation.WRITE)]).values():
+        f.result(20)
+
+    # confluent-kafka's client with basic auth over TLS, as alice.
+    client = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"alice:{users['alice']}",
+                                   "ssl.ca.location": str(pki.ca.cert)})
+    assert client.register_schema("orders-value", Schema('"bytes"', "AVRO")) > schema_id
+    assert client.get_versions("orders-value") == [1, 2]

@@ -3,6 +3,7 @@
 //! and Kafka Connect register and fetch schemas against Floe unchanged.
 //!
 //! # Layout
+//! - [`access`]: basic auth with the broker's users, the broker's ACLs on subjects.
 //! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
 //! - [`service`]: a route and its body → status + JSON, in Confluent's shapes.
 //! - [`store`]: the registry (`floe-schema`) as a fold of the `_schemas` topic.
@@ -14,6 +15,7 @@
 //! runtime's blocking pool; the store's lock orders them. Requests are counted in
 //! `floe_schema_registry_requests_total{route,status}`.
 
+pub mod access;
 pub(crate) mod routes;
 pub(crate) mod service;
 pub mod store;
@@ -33,6 +35,8 @@ use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
 
 use crate::metrics::Metrics;
+use crate::security::tls::TlsContext;
+pub use access::Access;
 pub use store::{SchemaStore, SCHEMAS_TOPIC};
 
 /// Most connections served at once; more wait in the accept queue.
@@ -41,6 +45,9 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// The largest request body taken: a schema of 16 MiB is far past any real one
 /// (Confluent's own default request limit is of this order) and bounds memory.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Confluent's content type, which its clients send and accept.
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -83,16 +90,34 @@ pub enum StartError {
 }
 
 impl SchemaRegistryServer {
-    /// Binds `addr` and starts serving `store` (see [`open_store`]) on a thread of its own.
+    /// Binds `addr`: done first at startup, so a taken port fails it at once.
     ///
     /// # Errors
     /// [`StartError::Bind`].
-    pub fn start(addr: SocketAddr, store: Arc<SchemaStore>, metrics: Arc<Metrics>) -> Result<Self, StartError> {
+    pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
         let bind_error = |source| StartError::Bind { addr, source };
-        // Bound first, so a taken port fails the broker's startup at once.
         let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
         listener.set_nonblocking(true).map_err(bind_error)?;
-        let addr = listener.local_addr().map_err(bind_error)?;
+        Ok(listener)
+    }
+
+    /// Starts serving `store` (see [`open_store`]) on `listener` (see [`Self::bind`]),
+    /// on a thread of its own, to the users `access` lets in; over TLS when `tls` is given.
+    ///
+    /// # Errors
+    /// [`StartError::Bind`] if the thread or its runtime cannot start.
+    pub fn start(
+        listener: std::net::TcpListener,
+        store: Arc<SchemaStore>,
+        access: Access,
+        tls: Option<Arc<TlsContext>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StartError> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let served = Arc::new(Served { store, access, metrics });
+        let local = listener.local_addr();
+        let addr = local.as_ref().map_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)), |a| *a);
+        let bind_error = |source| StartError::Bind { addr, source };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(bind_error)?;
         let (stop_tx, stop_rx) = oneshot::channel();
         let handle = std::thread::Builder::new()
@@ -107,13 +132,13 @@ impl SchemaRegistryServer {
                         }
                     };
                     tokio::select! {
-                        _ = accept_loop(listener, store, metrics) => {}
+                        _ = accept_loop(listener, served, tls) => {}
                         _ = stop_rx => {}
                     }
                 });
             })
             .map_err(bind_error)?;
-        info!(url = %format!("http://{addr}"), "schema registry listening");
+        info!(url = %format!("{scheme}://{addr}"), "schema registry listening");
         Ok(Self { addr, stop: Some(stop_tx), handle: Some(handle) })
     }
 
@@ -135,7 +160,15 @@ impl SchemaRegistryServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, store: Arc<SchemaStore>, metrics: Arc<Metrics>) {
+/// What every connection serves.
+#[derive(Debug)]
+struct Served {
+    store: Arc<SchemaStore>,
+    access: Access,
+    metrics: Arc<Metrics>,
+}
+
+async fn accept_loop(listener: TcpListener, served: Arc<Served>, tls: Option<Arc<TlsContext>>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
@@ -147,16 +180,30 @@ async fn accept_loop(listener: TcpListener, store: Arc<SchemaStore>, metrics: Ar
                 continue;
             }
         };
-        let store = store.clone();
-        let metrics = metrics.clone();
+        let served = served.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let store = store.clone();
-                let metrics = metrics.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(req, store, &metrics, peer).await) }
+                let served = served.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(req, served, peer).await) }
             });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+            let result = match tls {
+                Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service).await
+                    }
+                    Ok(Err(e)) => {
+                        warn!(%peer, error = %e, "schema registry TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        warn!(%peer, "schema registry TLS handshake timed out");
+                        return;
+                    }
+                },
+                None => hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service).await,
+            };
+            if let Err(e) = result {
                 debug!(%peer, error = %e, "schema registry connection ended with an error");
             }
             drop(permit);
@@ -164,14 +211,15 @@ async fn accept_loop(listener: TcpListener, store: Arc<SchemaStore>, metrics: Ar
     }
 }
 
-async fn handle(req: Request<hyper::body::Incoming>, store: Arc<SchemaStore>, metrics: &Metrics, peer: SocketAddr) -> Response<Full<HttpBytes>> {
+async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: SocketAddr) -> Response<Full<HttpBytes>> {
     let route = routes::route(req.method(), req.uri().path(), req.uri().query());
     let (method, uri) = (req.method().clone(), req.uri().clone());
+    let authorization = req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec());
     let reply = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
         Ok(body) => {
             let body = body.to_bytes();
-            let answering = route.clone();
-            match tokio::task::spawn_blocking(move || service::answer(&store, &answering, &body)).await {
+            let (answering, s) = (route.clone(), served.clone());
+            match tokio::task::spawn_blocking(move || answer(&s, &answering, authorization.as_deref(), peer.ip(), &body)).await {
                 Ok(reply) => reply,
                 Err(e) => service_error(format!("the request's task failed: {e}")),
             }
@@ -181,7 +229,7 @@ async fn handle(req: Request<hyper::body::Incoming>, store: Arc<SchemaStore>, me
         }
         Err(e) => service_error(format!("cannot read the request body: {e}")),
     };
-    metrics.schema_registry_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
+    served.metrics.schema_registry_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
     if let Some(problem) = &reply.problem {
         match reply.status.as_u16() {
             404 => debug!(%peer, %method, %uri, problem, "schema registry: not found"),
@@ -189,10 +237,38 @@ async fn handle(req: Request<hyper::body::Incoming>, store: Arc<SchemaStore>, me
             _ => warn!(%peer, %method, %uri, problem, "schema registry: request refused"),
         }
     }
+    let unauthorized = reply.status == hyper::StatusCode::UNAUTHORIZED;
     let mut response = Response::new(Full::new(HttpBytes::from(reply.body)));
     *response.status_mut() = reply.status;
     response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(CONTENT_TYPE));
+    if unauthorized {
+        response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Basic realm=\"floe\""));
+    }
     response
+}
+
+/// Authenticates, authorizes and answers one request (blocking).
+fn answer(served: &Served, route: &routes::Route, authorization: Option<&[u8]>, host: std::net::IpAddr, body: &[u8]) -> service::Reply {
+    let denied = |status: u16, code: i32, message: String| service::Reply {
+        status: hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::FORBIDDEN),
+        body: serde_json::json!({ "error_code": code, "message": message }).to_string().into_bytes(),
+        problem: Some(message),
+    };
+    let principal = match served.access.authenticate(authorization) {
+        Ok(p) => p,
+        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return denied(401, 40101, why),
+    };
+    if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, host, route) {
+        return denied(403, 40301, why);
+    }
+    let mut reply = service::answer(&served.store, route, body);
+    if matches!(route, routes::Route::Subjects { .. }) && served.access.filters_listings() && reply.status.is_success() {
+        if let Ok(subjects) = serde_json::from_slice::<Vec<String>>(&reply.body) {
+            let visible: Vec<String> = subjects.into_iter().filter(|s| served.access.may_see(&principal, host, s)).collect();
+            reply.body = serde_json::to_vec(&visible).unwrap_or_default();
+        }
+    }
+    reply
 }
 
 fn service_error(message: String) -> service::Reply {
