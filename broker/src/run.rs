@@ -159,7 +159,26 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         endpoints.push((listener, Arc::new(endpoint)));
     }
 
-    let cluster = join_cluster(&config, &endpoints).await?;
+    // The registry's port is bound before the broker registers, as its URL is in the registration.
+    let registry_error = |e| match e {
+        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
+        other => RunError::Task(other.to_string()),
+    };
+    let registry_listener = match config.schema_registry_listen {
+        Some(addr) => Some(crate::schema_registry::SchemaRegistryServer::bind(addr).map_err(registry_error)?),
+        None => None,
+    };
+    let registry_url = registry_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|bound| {
+        let scheme = if config.schema_registry_tls { "https" } else { "http" };
+        // An unspecified bind address is reached at the host the broker advertises.
+        let host = if bound.ip().is_unspecified() {
+            endpoints.first().map_or_else(|| "127.0.0.1".to_string(), |(_, e)| e.advertised_host.clone())
+        } else {
+            bound.ip().to_string()
+        };
+        format!("{scheme}://{host}:{}", bound.port())
+    });
+    let cluster = join_cluster(&config, &endpoints, registry_url).await?;
 
     let metrics = Arc::new(Metrics::new());
     for topic in logs.topics() {
@@ -205,26 +224,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let iceberg_rest_addr = iceberg_rest.as_ref().map(|s| s.local_addr());
 
-    // The registry: bound and loaded here, served once the broker's users and ACLs
-    // exist (below). Its state is the produce path's too (schema validation).
-    let mut registry_listener = None;
-    let mut schemas = None;
-    let registry_error = |e| match e {
-        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
-        other => RunError::Task(other.to_string()),
+    // The registry's state, for the produce path's schema validation too; served
+    // once the broker's users and ACLs exist (below).
+    let schemas = match &registry_listener {
+        Some(_) => Some(crate::schema_registry::open_store(logs.clone(), cluster.is_clustered()).map_err(registry_error)?),
+        None => None,
     };
-    match config.schema_registry_listen {
-        // One writer of `_schemas` per cluster needs the registry to follow that
-        // partition's leadership (and forward writes to it): not there yet.
-        Some(addr) if cluster.is_clustered() => {
-            tracing::warn!(%addr, "the built-in Schema Registry runs on a single broker only for now; it is off in this cluster");
-        }
-        Some(addr) => {
-            registry_listener = Some(crate::schema_registry::SchemaRegistryServer::bind(addr).map_err(registry_error)?);
-            schemas = Some(crate::schema_registry::open_store(&logs).map_err(registry_error)?);
-        }
-        None => {}
-    }
 
     let maintenance = Maintenance::start(
         logs.clone(),
@@ -360,6 +365,11 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let mut schema_registry = None;
     if let (Some(listener), Some(store)) = (registry_listener, broker.schemas.clone()) {
+        if broker.cluster.is_clustered() {
+            let side = Arc::new(crate::schema_registry::cluster::BrokerCluster::new(&broker, tokio::runtime::Handle::current()));
+            store.attach(side.clone());
+            tokio::spawn(crate::schema_registry::cluster::create_topic_when_possible(side, shutdown.clone()));
+        }
         let sasl = broker.config.listeners.iter().any(|l| l.protocol.uses_sasl());
         let access = crate::schema_registry::Access::new(sasl.then(|| broker.credentials.clone()), broker.authorizer.clone());
         let registry_tls = if broker.config.schema_registry_tls { tls.clone() } else { None };
@@ -445,7 +455,11 @@ async fn cluster_id_of(config: &BrokerConfig) -> Result<Option<String>, RunError
 
 /// Registers this broker in its cluster (at once for `local`), advertising every
 /// listener's endpoint, so that any broker can answer Metadata for it.
-async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endpoint>)]) -> Result<floe_cluster::Membership, RunError> {
+async fn join_cluster(
+    config: &BrokerConfig,
+    endpoints: &[(TcpListener, Arc<Endpoint>)],
+    schema_registry: Option<String>,
+) -> Result<floe_cluster::Membership, RunError> {
     let registration = floe_cluster::BrokerRegistration {
         node_id: config.node_id,
         rack: config.broker_rack.clone(),
@@ -459,6 +473,7 @@ async fn join_cluster(config: &BrokerConfig, endpoints: &[(TcpListener, Arc<Endp
             })
             .collect(),
         shutting_down: false,
+        schema_registry,
     };
     let settings = floe_cluster::MembershipSettings {
         store: config.metadata_store.clone(),

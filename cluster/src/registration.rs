@@ -27,6 +27,10 @@ pub struct BrokerRegistration {
     /// away and takes it out of every ISR, as if it were gone, while it still serves.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shutting_down: bool,
+    /// The base URL of this broker's Schema Registry, if it runs one: where the
+    /// other brokers' registries forward writes while this broker leads `_schemas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_registry: Option<String>,
 }
 
 impl BrokerRegistration {

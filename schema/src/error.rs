@@ -62,6 +62,12 @@ pub enum RegistryError {
     /// The `_schemas` topic could not be written or read.
     #[error("Error while storing the schema: {0}")]
     Store(String),
+    /// A write could not be forwarded to the registry that leads `_schemas`.
+    #[error("Error while forwarding the request to the primary: {0}")]
+    Forwarding(String),
+    /// No registry leads `_schemas` now (a leader election, the topic being created): retriable.
+    #[error("Unknown primary: {0}")]
+    UnknownLeader(String),
 }
 
 impl RegistryError {
@@ -85,6 +91,8 @@ impl RegistryError {
             RegistryError::OperationNotPermitted(_) => 42205,
             RegistryError::ReferenceExists(..) => 42206,
             RegistryError::Store(_) => 50001,
+            RegistryError::Forwarding(_) => 50003,
+            RegistryError::UnknownLeader(_) => 50004,
         }
     }
 

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from etcd_process import EtcdProcess
-from floe_process import parse_metric, wait_until
+from floe_process import free_port, parse_metric, wait_until
 
 SESSION_TIMEOUT_MS = 2000
 
@@ -23,13 +23,17 @@ def etcd(tmp_path):
     e.kill9()
 
 
-def start_cluster(floe_factory, etcd, n: int, prefix: str | None = None, overrides: dict | None = None):
-    """Starts brokers 1..n of a cluster under `prefix` (a fresh one by default)."""
+def start_cluster(floe_factory, etcd, n: int, prefix: str | None = None, overrides: dict | None = None,
+                  schema_registry: bool = False):
+    """Starts brokers 1..n of a cluster under `prefix` (a fresh one by default);
+    with `schema_registry`, each runs its Schema Registry on a port of its own."""
     prefix = prefix or f"floe-{uuid.uuid4().hex[:8]}"
     brokers = []
     for node_id in range(1, n + 1):
         settings = {"broker.session.timeout.ms": SESSION_TIMEOUT_MS, **(overrides or {})}
         b = floe_factory(f"{prefix}-floe{node_id}", start=False, overrides=settings)
+        if schema_registry:
+            b.schema_registry_port = free_port()
         b.command_extra = ["--node-id", str(node_id), "--metadata-store", etcd.store_url(prefix)]
         b.start()
         brokers.append(b)

@@ -62,7 +62,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
         Arc::new(crate::dynamic_config::DynamicBrokerConfig::open(dir, config.effective.clone(), logs.clone(), limits).expect("dynamic config"));
     let cluster = floe_cluster::Membership::join(floe_cluster::MembershipSettings {
         store: floe_cluster::MetadataStoreUrl::Local,
-        registration: floe_cluster::BrokerRegistration { node_id: config.node_id, rack: None, endpoints: Vec::new(), shutting_down: false },
+        registration: floe_cluster::BrokerRegistration { node_id: config.node_id, rack: None, endpoints: Vec::new(), shutting_down: false, schema_registry: None },
         session_timeout: std::time::Duration::from_secs(9),
         unclean_leader_election: false,
         leader_rebalance: None,

@@ -80,7 +80,7 @@ impl Leader {
 
     fn registration(&self) -> BTreeMap<i32, BrokerRegistration> {
         let endpoint = BrokerEndpoint { listener: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: i32::from(self.port), security_protocol: "PLAINTEXT".into() };
-        BTreeMap::from([(LEADER, BrokerRegistration { node_id: LEADER, rack: None, endpoints: vec![endpoint], shutting_down: false })])
+        BTreeMap::from([(LEADER, BrokerRegistration { node_id: LEADER, rack: None, endpoints: vec![endpoint], shutting_down: false, schema_registry: None })])
     }
 
     fn log_dir(&self) -> std::path::PathBuf {

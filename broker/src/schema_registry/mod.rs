@@ -3,6 +3,8 @@
 //! and Kafka Connect register and fetch schemas against Floe unchanged.
 //!
 //! # Layout
+//! - [`cluster`]: in a cluster, `_schemas` through the controller and the leader's registry.
+//! - [`forward`]: writes forwarded to the registry of the broker leading `_schemas`.
 //! - [`access`]: basic auth with the broker's users, the broker's ACLs on subjects.
 //! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
 //! - [`service`]: a route and its body → status + JSON, in Confluent's shapes.
@@ -16,6 +18,8 @@
 //! `floe_schema_registry_requests_total{route,status}`.
 
 pub mod access;
+pub mod cluster;
+pub(crate) mod forward;
 pub(crate) mod routes;
 pub(crate) mod service;
 pub mod store;
@@ -50,19 +54,21 @@ pub const MAX_BODY_BYTES: usize = 16 << 20;
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Confluent's content type, which its clients send and accept.
-const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+pub(crate) const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 /// The schema types this broker's registry understands.
 fn formats() -> Vec<Arc<dyn SchemaFormat>> {
     vec![Arc::new(AvroFormat), Arc::new(JsonSchemaFormat), Arc::new(ProtobufFormat)]
 }
 
-/// Opens `_schemas` (creating it on first use) and loads the registry from it.
+/// The registry's state over `_schemas`: loaded now on a single broker; in a
+/// cluster (`clustered`) read from this broker's replica once the topic exists,
+/// after [`SchemaStore::attach`].
 ///
 /// # Errors
 /// [`StartError::Store`].
-pub fn open_store(logs: &LogManager) -> Result<Arc<SchemaStore>, StartError> {
-    Ok(Arc::new(SchemaStore::open(logs, Registry::new(formats())).map_err(StartError::Store)?))
+pub fn open_store(logs: Arc<LogManager>, clustered: bool) -> Result<Arc<SchemaStore>, StartError> {
+    Ok(Arc::new(SchemaStore::open(logs, || Registry::new(formats()), clustered).map_err(StartError::Store)?))
 }
 
 /// The running server. Dropping it without [`SchemaRegistryServer::stop`] leaves the thread running.
@@ -214,12 +220,18 @@ async fn accept_loop(listener: TcpListener, served: Arc<Served>, tls: Option<Arc
 async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: SocketAddr) -> Response<Full<HttpBytes>> {
     let route = routes::route(req.method(), req.uri().path(), req.uri().query());
     let (method, uri) = (req.method().clone(), req.uri().clone());
-    let authorization = req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec());
+    let incoming = Incoming {
+        method: method.clone(),
+        path_and_query: uri.path_and_query().map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string()),
+        authorization: req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec()),
+        forwarded: req.headers().contains_key(forward::FORWARDED),
+        host: peer.ip(),
+    };
     let reply = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
         Ok(body) => {
             let body = body.to_bytes();
             let (answering, s) = (route.clone(), served.clone());
-            match tokio::task::spawn_blocking(move || answer(&s, &answering, authorization.as_deref(), peer.ip(), &body)).await {
+            match tokio::task::spawn_blocking(move || answer(&s, &answering, &incoming, body)).await {
                 Ok(reply) => reply,
                 Err(e) => service_error(format!("the request's task failed: {e}")),
             }
@@ -241,34 +253,101 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
     let mut response = Response::new(Full::new(HttpBytes::from(reply.body)));
     *response.status_mut() = reply.status;
     response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(CONTENT_TYPE));
+    if route.is_write() && served.store.is_clustered() {
+        // Where `_schemas` ends after this write, for a forwarding follower to wait for.
+        response.headers_mut().insert(forward::SCHEMAS_OFFSET, hyper::header::HeaderValue::from(served.store.high_watermark()));
+    }
     if unauthorized {
         response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Basic realm=\"floe\""));
     }
     response
 }
 
-/// Authenticates, authorizes and answers one request (blocking).
-fn answer(served: &Served, route: &routes::Route, authorization: Option<&[u8]>, host: std::net::IpAddr, body: &[u8]) -> service::Reply {
-    let denied = |status: u16, code: i32, message: String| service::Reply {
-        status: hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::FORBIDDEN),
+/// What the handler keeps of a request besides its route and body.
+#[derive(Debug)]
+struct Incoming {
+    method: hyper::Method,
+    path_and_query: String,
+    authorization: Option<Vec<u8>>,
+    /// Sent by another broker's registry: answered here or refused, never forwarded again.
+    forwarded: bool,
+    host: std::net::IpAddr,
+}
+
+/// How long a follower waits for its replica to hold a write it forwarded.
+const READ_YOUR_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn error_reply(status: u16, code: i32, message: String) -> service::Reply {
+    service::Reply {
+        status: hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR),
         body: serde_json::json!({ "error_code": code, "message": message }).to_string().into_bytes(),
         problem: Some(message),
-    };
-    let principal = match served.access.authenticate(authorization) {
-        Ok(p) => p,
-        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return denied(401, 40101, why),
-    };
-    if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, host, route) {
-        return denied(403, 40301, why);
     }
-    let mut reply = service::answer(&served.store, route, body);
+}
+
+/// Authenticates, authorizes and answers one request (blocking): from the store,
+/// or, for a write in a cluster on a broker that does not lead `_schemas`, by the
+/// leader's registry.
+fn answer(served: &Served, route: &routes::Route, incoming: &Incoming, body: HttpBytes) -> service::Reply {
+    let principal = match served.access.authenticate(incoming.authorization.as_deref()) {
+        Ok(p) => p,
+        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return error_reply(401, 40101, why),
+    };
+    if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, incoming.host, route) {
+        return error_reply(403, 40301, why);
+    }
+    if route.is_write() && served.store.is_clustered() && !served.store.leads() {
+        return forward_write(served, incoming, body);
+    }
+    let mut reply = service::answer(&served.store, route, &body);
     if matches!(route, routes::Route::Subjects { .. }) && served.access.filters_listings() && reply.status.is_success() {
         if let Ok(subjects) = serde_json::from_slice::<Vec<String>>(&reply.body) {
-            let visible: Vec<String> = subjects.into_iter().filter(|s| served.access.may_see(&principal, host, s)).collect();
+            let visible: Vec<String> = subjects.into_iter().filter(|s| served.access.may_see(&principal, incoming.host, s)).collect();
             reply.body = serde_json::to_vec(&visible).unwrap_or_default();
         }
     }
     reply
+}
+
+/// A write this broker cannot make: the leader's registry makes it; then this
+/// broker's replica is awaited, so the client reads its write back here.
+fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> service::Reply {
+    let unknown = |why: String| {
+        let e = floe_schema::RegistryError::UnknownLeader(why);
+        error_reply(e.http_status(), e.error_code(), e.to_string())
+    };
+    if incoming.forwarded {
+        return unknown("a forwarded write reached a broker that does not lead _schemas (leadership moved): retry".into());
+    }
+    let Some(leader) = served.store.leader_url() else {
+        return unknown("no broker with a Schema Registry leads _schemas now: retry".into());
+    };
+    let sent = tokio::runtime::Handle::current().block_on(forward::forward(
+        &leader,
+        &incoming.method,
+        &incoming.path_and_query,
+        body,
+        incoming.authorization.as_deref(),
+    ));
+    match sent {
+        Ok(answer) => {
+            if let Some(offset) = answer.schemas_offset {
+                let deadline = std::time::Instant::now() + READ_YOUR_WRITE_WAIT;
+                while served.store.high_watermark() < offset && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            service::Reply {
+                status: hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY),
+                body: answer.body,
+                problem: (answer.status >= 400).then(|| format!("the leading registry {leader} answered {}", answer.status)),
+            }
+        }
+        Err(why) => {
+            let e = floe_schema::RegistryError::Forwarding(why);
+            error_reply(e.http_status(), e.error_code(), e.to_string())
+        }
+    }
 }
 
 fn service_error(message: String) -> service::Reply {
