@@ -77,14 +77,6 @@ impl<O: Copy + TryFrom<usize> + Into<i64>> Bytes<O> {
         Ok(())
     }
 
-    /// Appends the bytes `write` puts at the end of the buffer, as one value.
-    pub(crate) fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), String> {
-        write(&mut self.bytes);
-        self.offsets.push(offset(self.bytes.len()).map_err(|e| e.to_string())?);
-        self.valid.push(true);
-        Ok(())
-    }
-
     fn push_null(&mut self) {
         let last = self.offsets[self.offsets.len() - 1];
         self.offsets.push(last);
@@ -331,8 +323,8 @@ impl Column {
 
     // ---- helpers for the list, map and struct layouts ------------------------
 
-    /// Starts a list or map row: the decoder then writes its items to
-    /// [`Column::items`] (or keys and values), and calls [`Column::end_entries`].
+    /// Ends a list or map row whose items (or keys and values) the decoder has
+    /// just written to the child columns.
     pub(crate) fn end_entries(&mut self) -> Result<(), String> {
         match self {
             Column::List { offsets, valid, items, .. } => {
@@ -346,17 +338,6 @@ impl Column {
                 Ok(())
             }
             _ => Err(mismatch("list or map", self)),
-        }
-    }
-
-    /// Marks a struct row valid; its children were written by the caller.
-    pub(crate) fn push_struct_valid(&mut self) -> Result<(), String> {
-        match self {
-            Column::Struct { valid, .. } => {
-                valid.push(true);
-                Ok(())
-            }
-            _ => Err(mismatch("struct", self)),
         }
     }
 }
