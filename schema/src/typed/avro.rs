@@ -74,8 +74,9 @@ impl AvroDecoder {
         } else {
             Schema::parse_str_with_list(&text, &references).map_err(|e| invalid(e.to_string()))?
         };
-        let mut all = vec![&schema];
-        all.extend(dependencies.iter());
+        // Dependencies first: resolving a schema needs the named types it refers to.
+        let mut all: Vec<&Schema> = dependencies.iter().collect();
+        all.push(&schema);
         let resolved = ResolvedSchema::try_from(all).map_err(|e| invalid(e.to_string()))?;
         let mut compiler = Compiler { names: resolved.get_names(), records_open: Vec::new() };
         let top = compiler.resolve(&schema, "")?;

@@ -5,6 +5,8 @@
 
 use arrow_schema::ArrowError;
 
+use crate::error::RegistryError;
+
 /// Why a schema has no typed decoder (or, rarely, why a batch could not be built).
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -33,6 +35,9 @@ pub enum DecodeError {
     /// A batch's variable-length column outgrew Arrow's 32-bit offsets.
     #[error("a batch column outgrew its offsets; decode fewer records at once")]
     TooLarge,
+    /// The registry has no such schema, or not its references.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
     /// A bug: a mapping made a type no column handles.
     #[error("internal: {0}")]
     Internal(String),

@@ -91,7 +91,7 @@ use arrow_schema::{DataType, Schema, SchemaRef};
 
 use crate::compatibility::SchemaType;
 use crate::records::SchemaReference;
-use crate::registry::RegisteredSchema;
+use crate::registry::{RegisteredSchema, Registry};
 
 pub use error::DecodeError;
 
@@ -138,6 +138,16 @@ impl TypedDecoder {
     /// The schema does not parse or cannot be typed (see the module doc).
     pub fn new(schema: &RegisteredSchema, references: &[(SchemaReference, String)]) -> Result<Self, DecodeError> {
         Self::for_message(schema, references, &[0])
+    }
+
+    /// A decoder for the schema `id` of `registry`, its references resolved there.
+    ///
+    /// # Errors
+    /// No such schema (or reference), or as [`TypedDecoder::new`].
+    pub fn from_registry(registry: &Registry, id: i32) -> Result<Self, DecodeError> {
+        let schema = registry.schema_by_id(id)?;
+        let references = registry.referenced_texts(schema)?;
+        Self::new(schema, &references)
     }
 
     /// As [`TypedDecoder::new`], for the Protobuf message at `message_indexes` (as

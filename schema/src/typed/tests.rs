@@ -73,3 +73,48 @@ pub(super) fn assert_iceberg_types(decoder: &TypedDecoder) {
         assert!(f.is_nullable(), "{} is required", f.name());
     }
 }
+
+fn register(registry: &mut crate::Registry, subject: &str, text: &str, references: &[crate::SchemaReference]) -> i32 {
+    let planned = registry.register(subject, SchemaType::Avro, text, references).expect("registers");
+    for record in &planned.records {
+        registry.apply(&record.key, record.value.as_deref()).expect("applies");
+    }
+    planned.answer
+}
+
+#[test]
+fn a_decoder_from_the_registry_resolves_references() {
+    use apache_avro::types::Value;
+    let mut registry = crate::Registry::new(vec![std::sync::Arc::new(crate::AvroFormat)]);
+    let money = r#"{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":"long"}]}"#;
+    let order = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"total","type":"shop.Money"}]}"#;
+    register(&mut registry, "money", money, &[]);
+    let reference = crate::SchemaReference { name: "shop.Money".into(), subject: "money".into(), version: 1 };
+    let id = register(&mut registry, "orders-value", order, &[reference]);
+    let d = TypedDecoder::from_registry(&registry, id).expect("decoder");
+    assert_eq!(d.schema_id(), id);
+    let schemata = apache_avro::Schema::parse_list([money, order]).expect("schemas");
+    let value = Value::Record(vec![("total".into(), Value::Record(vec![("cents".into(), Value::Long(250))]))]);
+    let payload = apache_avro::to_avro_datum_schemata(&schemata[1], schemata.iter().collect(), value).expect("encodes");
+    let out = decode(&d, &[Some(framed(id, false, &payload))]);
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    let total = column(&out.batch, "total").as_struct();
+    assert_eq!(total.column(0).as_primitive::<arrow_array::types::Int64Type>().value(0), 250);
+    assert!(TypedDecoder::from_registry(&registry, 99).is_err(), "no such id");
+}
+
+#[test]
+fn decoders_are_shared_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<TypedDecoder>();
+}
+
+#[test]
+fn an_empty_batch_and_a_batch_of_only_rejections_are_empty_batches() {
+    let d = decoder(1, SchemaType::Avro, r#"{"type":"record","name":"R","fields":[{"name":"n","type":"int"}]}"#);
+    let out = decode(&d, &[]);
+    assert_eq!(out.batch.num_rows(), 0);
+    let out = decode(&d, &[Some(vec![1, 2, 3])]);
+    assert_eq!((out.batch.num_rows(), out.rejected.len()), (0, 1));
+    assert_eq!(out.batch.schema(), *d.arrow_schema());
+}
