@@ -365,6 +365,10 @@ fn decimal(raw: &[u8], bound: i128) -> Result<i128, String> {
     let tail = &raw[significant..];
     buf[16 - tail.len()..].copy_from_slice(tail);
     let value = i128::from_be_bytes(buf);
+    // The 16 bytes kept must still carry the sign the dropped ones extended.
+    if (value < 0) != negative {
+        return Err("decimal beyond 128 bits".to_string());
+    }
     if value >= bound || value <= -bound {
         return Err(format!("decimal {value} (unscaled) has more digits than its precision"));
     }

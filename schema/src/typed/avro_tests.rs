@@ -179,6 +179,22 @@ fn out_of_range_values_are_rejected() {
 }
 
 #[test]
+fn decimals_wider_than_16_bytes_must_be_sign_extensions() {
+    let bound = crate::typed::arrow_types::decimal_bound(38);
+    let mut wide = vec![0u8; 17];
+    wide[16] = 5;
+    assert_eq!(super::decimal(&wide, bound), Ok(5));
+    let mut negative = vec![0xffu8; 17];
+    negative[16] = 0xfb;
+    assert_eq!(super::decimal(&negative, bound), Ok(-5));
+    wide[1] = 0x80; // the kept bytes read as negative, the dropped byte said positive
+    assert!(super::decimal(&wide, bound).is_err());
+    wide[0] = 1;
+    assert!(super::decimal(&wide, bound).is_err());
+    assert_eq!(super::decimal(&[], bound), Ok(0));
+}
+
+#[test]
 fn schemas_without_an_iceberg_type_are_refused() {
     let recursive = r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#;
     let err = super::super::TypedDecoder::new(&super::super::tests::registered(1, SchemaType::Avro, recursive), &[]).expect_err("recursive");
@@ -221,7 +237,12 @@ fn a_non_record_schema_is_one_value_column() {
 #[ignore]
 fn avro_throughput() {
     let d = decoder(7, SchemaType::Avro, ORDER);
-    let one = framed(7, false, &encoded(ORDER, order(1, true)));
+    // About 1 KiB: the order with a long note.
+    let mut value = order(1, true);
+    if let Value::Record(fields) = &mut value {
+        fields[4].1 = Value::Union(1, Box::new(Value::String("n".repeat(900))));
+    }
+    let one = framed(7, false, &encoded(ORDER, value));
     let values: Vec<Option<&[u8]>> = (0..20_000).map(|_| Some(one.as_slice())).collect();
     let start = std::time::Instant::now();
     let out = d.decode(&values).expect("decodes");

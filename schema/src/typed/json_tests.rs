@@ -138,3 +138,12 @@ fn dates_and_times() {
     assert_eq!(parse_date_time("1969-12-31T23:59:59.999999999Z"), Ok(-1));
     assert!(parse_date_time("1970-01-01T00:00:00").is_err(), "an offset is required");
 }
+
+#[test]
+fn a_deeply_nested_payload_is_rejected_without_overflow() {
+    let d = decoder(1, SchemaType::Json, r#"{"type":"object","properties":{"any":{}}}"#);
+    let deep = format!(r#"{{"any":{}1{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+    let out = decode(&d, &[Some(framed(1, false, deep.as_bytes())), Some(framed(1, false, br#"{"any":[[1]]}"#))]);
+    assert_eq!(out.rows, vec![1], "serde_json's recursion limit");
+    assert_eq!(strings(column(&out.batch, "any")), vec![Some("[[1]]".into())]);
+}

@@ -228,3 +228,31 @@ fn recursive_and_deep_messages_are_refused() {
     let err = TypedDecoder::new(&registered(1, SchemaType::Protobuf, &text), &[]).expect_err("too deep");
     assert!(matches!(err, super::super::DecodeError::TooDeep { .. }), "{err}");
 }
+
+#[test]
+fn a_deeply_nested_struct_value_is_rejected_without_overflow() {
+    let schema = r#"syntax = "proto3"; import "google/protobuf/struct.proto"; message M { google.protobuf.Value v = 1; }"#;
+    let d = decoder(1, SchemaType::Protobuf, schema);
+    let length_delimited = |tag: u8, inner: Vec<u8>| {
+        let mut out = vec![tag];
+        let mut len = inner.len();
+        while len >= 0x80 {
+            out.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend(inner);
+        out
+    };
+    let nest = |depth: usize| {
+        let mut value = vec![0x08, 0x00]; // Value { null_value: NULL_VALUE }
+        for _ in 0..depth {
+            let list = length_delimited(0x0a, value); // ListValue { values: [value] }
+            value = length_delimited(0x32, list); // Value { list_value }
+        }
+        length_delimited(0x0a, value) // M { v }
+    };
+    let out = decode(&d, &[Some(framed(1, true, &nest(3))), Some(framed(1, true, &nest(5_000)))]);
+    assert_eq!(strings(column(&out.batch, "v")), vec![Some("[[[null]]]".into())]);
+    assert_eq!(out.rejected.len(), 1, "prost's recursion limit");
+}
