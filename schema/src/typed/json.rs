@@ -135,6 +135,10 @@ impl<'d> Mapper<'d> {
                 let Some(Value::Object(properties)) = schema.get("properties") else { return Ok(text) };
                 let mut nodes = Vec::with_capacity(properties.len());
                 let mut fields = Vec::with_capacity(properties.len());
+                // By name, whatever order serde_json keeps (its `preserve_order`
+                // feature may be on in one build and off in another).
+                let mut properties: Vec<(&String, &'d Value)> = properties.iter().collect();
+                properties.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 for (name, property) in properties {
                     let (node, data_type) = self.map(property, document, &child_path(path, name), depth + 1)?;
                     nodes.push((name.clone(), node));

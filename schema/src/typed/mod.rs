@@ -35,9 +35,17 @@
 //!   default (0, "", false, the first enum value) when absent on the wire, not
 //!   null; fields with presence (`optional`, oneof members, messages, wrappers)
 //!   are null when absent.
-//! - Refused schemas (a [`DecodeError`]): recursive types, nesting deeper than
-//!   [`MAX_DEPTH`], Avro big-decimal, decimals beyond 38 digits, arrays and maps of
-//!   null, Protobuf messages without fields other than as a field (they are left out).
+//! - Refused schemas (a [`DecodeError`]): recursive Avro records and Protobuf
+//!   messages (JSON Schema's recursive `$ref`s become JSON text instead), nesting
+//!   deeper than [`MAX_DEPTH`], Avro big-decimal, decimals beyond 38 digits,
+//!   arrays, maps and unions of `null` or of records/messages without fields.
+//!   A field that carries no data (Avro `null`, an empty record, Protobuf
+//!   `Empty`) has no column (Parquet cannot write an empty group).
+//! - Values are checked as they are read, and a record is rejected (not clamped)
+//!   when one does not fit: a decimal with more digits than its precision, a
+//!   timestamp beyond i64 microseconds, an enum index or union branch out of
+//!   range, invalid UTF-8, bytes left over after an Avro value, a JSON value of
+//!   another type than its schema's.
 //!
 //! # Type mapping
 //! | Avro | Protobuf | JSON Schema | Arrow |
