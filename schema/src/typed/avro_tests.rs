@@ -250,3 +250,18 @@ fn avro_throughput() {
     let mib = (one.len() * values.len()) as f64 / (1024.0 * 1024.0);
     println!("{} records of {} bytes: {:.1} MiB/s", out.batch.num_rows(), one.len(), mib / elapsed.as_secs_f64());
 }
+
+#[test]
+fn negative_block_counts_and_fixed_uuids() {
+    // Writers may give a block's byte size after a negative count: -2 items, 2 bytes, 1, 2, end.
+    let d = decoder(3, SchemaType::Avro, r#"{"type":"array","items":"long"}"#);
+    let out = decode(&d, &[Some(framed(3, false, &[3, 4, 2, 4, 0]))]);
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    assert_eq!(column(&out.batch, "value").as_list::<i32>().value(0).as_primitive::<Int64Type>().values().to_vec(), vec![1, 2]);
+
+    let schema = r#"{"type":"record","name":"R","fields":[{"name":"u","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}}]}"#;
+    let d = decoder(4, SchemaType::Avro, schema);
+    assert_eq!(d.arrow_schema().field(0).data_type(), &DataType::FixedSizeBinary(16), "a uuid on fixed is its 16 bytes");
+    let out = decode(&d, &[Some(framed(4, false, &[7u8; 16]))]);
+    assert_eq!(column(&out.batch, "u").as_fixed_size_binary().value(0), &[7u8; 16]);
+}

@@ -256,3 +256,10 @@ fn a_deeply_nested_struct_value_is_rejected_without_overflow() {
     assert_eq!(strings(column(&out.batch, "v")), vec![Some("[[[null]]]".into())]);
     assert_eq!(out.rejected.len(), 1, "prost's recursion limit");
 }
+
+#[test]
+fn an_enum_number_without_a_name_is_its_number() {
+    let d = decoder(1, SchemaType::Protobuf, r#"syntax = "proto3"; message M { E e = 1; } enum E { A = 0; B = 1; }"#);
+    let out = decode(&d, &[Some(framed(1, true, &[0x08, 0x07])), Some(framed(1, true, &[0x08, 0x01]))]);
+    assert_eq!(strings(column(&out.batch, "e")), vec![Some("7".into()), Some("B".into())]);
+}
