@@ -259,7 +259,12 @@ impl<'s> Compiler<'s> {
                 branches.push(None);
                 continue;
             }
-            let name = branch_name(self.resolve(variant, path)?);
+            let resolved = self.resolve(variant, path)?;
+            let mut name = branch_name(resolved);
+            if fields.iter().any(|f: &arrow_schema::Field| f.name() == &name) {
+                // Two named types of one simple name in different namespaces.
+                name = full_branch_name(resolved).unwrap_or_else(|| format!("{name}_{}", fields.len()));
+            }
             let (node, data_type) = self.compile(variant, &child_path(path, &name), depth + 1)?;
             let data_type = data_type.ok_or_else(|| DecodeError::unsupported(path, format!("union branch {name} has no Iceberg type")))?;
             fields.push(field(&name, data_type));
@@ -270,6 +275,17 @@ impl<'s> Compiler<'s> {
         }
         Ok((Node::Union(branches), Some(DataType::Struct(Fields::from(fields)))))
     }
+}
+
+/// A named type's full name with `_` for `.` (for branches whose simple names clash).
+fn full_branch_name(schema: &Schema) -> Option<String> {
+    let name = match schema {
+        Schema::Record(r) => &r.name,
+        Schema::Enum(e) => &e.name,
+        Schema::Fixed(f) => &f.name,
+        _ => return None,
+    };
+    Some(name.fullname(None).replace('.', "_"))
 }
 
 /// A union branch's struct field name: the type's name (a named type's simple name).

@@ -265,3 +265,17 @@ fn negative_block_counts_and_fixed_uuids() {
     let out = decode(&d, &[Some(framed(4, false, &[7u8; 16]))]);
     assert_eq!(column(&out.batch, "u").as_fixed_size_binary().value(0), &[7u8; 16]);
 }
+
+#[test]
+fn union_branches_with_one_simple_name_get_distinct_columns() {
+    let schema = r#"{"type":"record","name":"R","fields":[{"name":"u","type":[
+        {"type":"record","name":"Id","namespace":"a","fields":[{"name":"n","type":"int"}]},
+        {"type":"record","name":"Id","namespace":"b","fields":[{"name":"s","type":"string"}]}]}]}"#;
+    let d = decoder(1, SchemaType::Avro, schema);
+    let DataType::Struct(branches) = d.arrow_schema().field(0).data_type() else { panic!("a struct") };
+    assert_eq!(branches.iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["Id", "b_Id"]);
+    let out = decode(&d, &[Some(framed(1, false, &[2, 2, b'x']))]);
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    let b_id = column(&out.batch, "u").as_struct().column(1).as_struct().column(0).clone();
+    assert_eq!(strings(b_id.as_ref()), vec![Some("x".into())]);
+}
