@@ -18,6 +18,9 @@
 //! this crate's rules (which versions a new one is checked against, ids shared by
 //! equal schemas, soft deletion) are the same for all of them.
 //!
+//! Beside the registry, [`typed`] decodes record values framed with a schema id
+//! into Arrow batches typed from that schema, for typed Iceberg tables.
+//!
 //! # Layout
 //! - [`registry`]: `Registry`, the subjects, versions and schemas, its planners and `apply`.
 //! - [`compatibility`]: compatibility levels, modes, and the `SchemaFormat` trait.
@@ -25,6 +28,7 @@
 //! - [`json_schema`]: `JsonSchemaFormat`, JSON Schema's keywords, `$ref`s and Confluent's compatibility rules.
 //! - [`protobuf`]: `ProtobufFormat`, .proto files compiled by protox, and Confluent's Protobuf rules.
 //! - [`records`]: the `_schemas` key and value layouts.
+//! - [`typed`]: `TypedDecoder`, wire-format record values to Arrow batches typed from their schemas.
 //! - [`error`]: `RegistryError`, with Confluent's error codes and HTTP statuses.
 
 #![warn(missing_docs, missing_debug_implementations)]
@@ -36,6 +40,7 @@ pub mod json_schema;
 pub mod protobuf;
 pub mod records;
 pub mod registry;
+pub mod typed;
 
 pub use avro::AvroFormat;
 pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
@@ -44,3 +49,4 @@ pub use json_schema::JsonSchemaFormat;
 pub use protobuf::ProtobufFormat;
 pub use records::{Record, SchemaReference};
 pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion, VersionSpec};
+pub use typed::{DecodeError, Decoded, TypedDecoder};

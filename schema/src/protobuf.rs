@@ -118,6 +118,40 @@ fn compile(text: &str, references: &[(SchemaReference, String)]) -> Result<Vec<u
     Ok(compiler.encode_file_descriptor_set())
 }
 
+/// Every message type of `text` (.proto text or a base64 `FileDescriptorProto`, as
+/// [`ProtobufFormat::parse`] takes them) and of its imports, for reading values
+/// ([`crate::typed`]). The schema's own file is named [`SCHEMA_FILE`] in it.
+///
+/// # Errors
+/// The compiler's or the pool's message.
+pub(crate) fn descriptor_pool(text: &str, references: &[(SchemaReference, String)]) -> Result<prost_reflect::DescriptorPool, String> {
+    let mut files: HashMap<String, String> = references.iter().map(|(r, text)| (r.name.clone(), text.clone())).collect();
+    let serialized = serialized_descriptor(text);
+    if serialized.is_none() {
+        check_nesting(SCHEMA_FILE, text)?;
+        files.insert(SCHEMA_FILE.to_string(), text.to_string());
+    }
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(InMemoryFiles(files));
+    resolver.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true).include_source_info(false);
+    let Some(descriptor_set) = serialized else {
+        compiler.open_file(SCHEMA_FILE).map_err(|e| shortened(e.to_string()))?;
+        return Ok(compiler.descriptor_pool());
+    };
+    // A compiled descriptor: compile what it imports, then add it.
+    let set = FileDescriptorSet::decode(descriptor_set.as_slice()).map_err(|e| e.to_string())?;
+    for file in &set.file {
+        for dependency in &file.dependency {
+            compiler.open_file(dependency).map_err(|e| shortened(e.to_string()))?;
+        }
+    }
+    let mut pool = compiler.descriptor_pool();
+    pool.add_file_descriptor_set(set).map_err(|e| shortened(e.to_string()))?;
+    Ok(pool)
+}
+
 fn to_hex(bytes: &[u8]) -> String {
     let mut hex = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -490,6 +490,15 @@ impl Registry {
         self.formats.get(&schema_type).ok_or_else(|| RegistryError::InvalidSchema(format!("schema type {schema_type} is not supported")))
     }
 
+    /// The texts of the schemas `schema` references, in order, as
+    /// [`SchemaFormat::parse`] and [`crate::typed::TypedDecoder::new`] take them.
+    ///
+    /// # Errors
+    /// A reference to a version that no longer exists.
+    pub fn referenced_texts(&self, schema: &RegisteredSchema) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
+        self.resolve_references(&schema.references)
+    }
+
     /// The referenced schemas' texts, in order.
     fn resolve_references(&self, references: &[SchemaReference]) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
         references
