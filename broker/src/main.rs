@@ -83,6 +83,23 @@ enum IcebergCommand {
         #[arg(long)]
         namespace: Option<String>,
     },
+    /// Expires old snapshots of the tiered tables now, as the tiering thread does
+    /// every `floe.iceberg.maintenance-interval-ms`, and deletes the files only they
+    /// reached. Safe while the broker runs.
+    Maintain {
+        /// Data directory of the broker (the embedded catalog is DIR/iceberg/catalog.db).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Only this table (its topic's name).
+        #[arg(long)]
+        table: Option<String>,
+        /// Snapshots older than this expire (default `floe.iceberg.snapshot.max-age-ms`).
+        #[arg(long, value_name = "MS")]
+        max_age_ms: Option<i64>,
+        /// Keep at least this many recent snapshots (default `floe.iceberg.snapshot.min-to-keep`).
+        #[arg(long, value_name = "N")]
+        min_to_keep: Option<usize>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -122,6 +139,22 @@ fn main() -> anyhow::Result<()> {
     for o in &cli.overrides {
         let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
         builder.set(k, v, Layer::CommandLine)?;
+    }
+    if let Some(Command::Iceberg { command: IcebergCommand::Maintain { data_dir, table, max_age_ms, min_to_keep } }) = &cli.command {
+        if let Some(dir) = data_dir {
+            builder.set("log.dirs", dir.display().to_string(), Layer::CommandLine)?;
+        }
+        let config = builder.build()?;
+        let tiering = &config.tiering;
+        let catalog = tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name);
+        let policy = floe_tiering::ExpiryPolicy {
+            max_age_ms: max_age_ms.unwrap_or(tiering.snapshot_max_age_ms),
+            min_to_keep: min_to_keep.unwrap_or(tiering.snapshot_min_to_keep).max(1),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
+        let text = runtime.block_on(floe_broker::tiering::maintain(&catalog, &tiering.namespace, policy, table.as_deref()))?;
+        print!("{text}");
+        return Ok(());
     }
     if let Some(Command::Iceberg { command: IcebergCommand::Status { data_dir, catalog_name, namespace } }) = &cli.command {
         let status_flags = [

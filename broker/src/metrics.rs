@@ -175,6 +175,10 @@ pub struct IcebergMetrics {
     pub last_error: IntGaugeVec,
     /// Requests to the Iceberg REST catalog, by route and HTTP status.
     pub rest_requests: IntCounterVec,
+    /// Snapshots expired, by topic.
+    pub expired_snapshots: IntCounterVec,
+    /// Snapshots in the table after its last expiry, by topic.
+    pub snapshots: IntGaugeVec,
     last_messages: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
@@ -195,6 +199,8 @@ impl IcebergMetrics {
             last_error_time: gauge("floe_iceberg_last_error_timestamp_seconds", "Unix time of the last failed tiering pass", &["topic"]),
             last_error: gauge("floe_iceberg_last_error", "1 for the last tiering error, its message in the `error` label", &["topic", "error"]),
             rest_requests: counter("floe_iceberg_rest_requests_total", "Iceberg REST catalog requests, by route and HTTP status", &["route", "status"]),
+            expired_snapshots: counter("floe_iceberg_expired_snapshots_total", "Snapshots removed from the table by expiry", &["topic"]),
+            snapshots: gauge("floe_iceberg_snapshots", "Snapshots in the table after its last expiry", &["topic"]),
             last_messages: Arc::default(),
         }
     }
@@ -212,6 +218,8 @@ impl IcebergMetrics {
             Box::new(self.last_error_time.clone()),
             Box::new(self.last_error.clone()),
             Box::new(self.rest_requests.clone()),
+            Box::new(self.expired_snapshots.clone()),
+            Box::new(self.snapshots.clone()),
         ]
     }
 

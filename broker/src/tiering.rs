@@ -73,6 +73,12 @@ pub struct TieringSettings {
     /// `floe.iceberg.orphan-min-age-ms`: an unreferenced data file younger than this is left alone
     /// (it may belong to an attempt still in flight).
     pub orphan_min_age_ms: u64,
+    /// `floe.iceberg.maintenance-interval-ms`: how often a table's snapshots are expired.
+    pub maintenance_interval_ms: u64,
+    /// Default of the topic setting `floe.iceberg.snapshot.max-age-ms`.
+    pub snapshot_max_age_ms: i64,
+    /// Default of the topic setting `floe.iceberg.snapshot.min-to-keep`.
+    pub snapshot_min_to_keep: usize,
     /// The catalog and warehouse (`floe.iceberg.catalog-type`, `-uri`, `warehouse`, `s3.*`, `rest.*`).
     pub catalog: CatalogSettings,
 }
@@ -156,6 +162,10 @@ pub const ENABLED: &str = "floe.iceberg.enabled";
 pub const PARTITION_SPEC: &str = "floe.iceberg.partition-spec";
 /// Topic setting: how long the oldest untiered record may wait in the active segment.
 pub const TARGET_LAG_MS: &str = "floe.iceberg.target-lag-ms";
+/// Topic setting: snapshots older than this expire (the most recent `min-to-keep` stay).
+pub const SNAPSHOT_MAX_AGE_MS: &str = "floe.iceberg.snapshot.max-age-ms";
+/// Topic setting: how many of the most recent snapshots expiry keeps (at least 1).
+pub const SNAPSHOT_MIN_TO_KEEP: &str = "floe.iceberg.snapshot.min-to-keep";
 
 /// Checks the `floe.iceberg.*` topic settings in `overrides`, so CreateTopics and
 /// (Incremental)AlterConfigs refuse a bad value (INVALID_CONFIG) instead of the
@@ -172,6 +182,12 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
             }
             PARTITION_SPEC => {
                 floe_tiering::schema::parse_partition_spec(v).map_err(|e| e.to_string())?;
+            }
+            SNAPSHOT_MAX_AGE_MS if v.parse::<u64>().is_err() => {
+                return Err(format!("{key}: {value:?} is not a non-negative integer"));
+            }
+            SNAPSHOT_MIN_TO_KEEP if v.parse::<u64>().map_or(true, |n| n == 0) => {
+                return Err(format!("{key}: {value:?} is not a positive integer"));
             }
             TARGET_LAG_MS if v.parse::<u64>().is_err() => {
                 return Err(format!("{key}: {value:?} is not a non-negative integer"));
@@ -277,6 +293,8 @@ struct TopicState {
     retry_at: Option<Instant>,
     /// When orphan data files were last looked for.
     orphans_checked: Option<Instant>,
+    /// When snapshots were last expired.
+    maintained: Option<Instant>,
     /// The partitions this broker tiered on the last pass (it led them).
     led: BTreeSet<i32>,
 }
@@ -472,12 +490,19 @@ impl Tierer {
                 if check_orphans {
                     state.orphans_checked = Some(Instant::now());
                 }
+                let maintain = state.maintained.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.settings.maintenance_interval_ms));
+                if maintain {
+                    state.maintained = Some(Instant::now());
+                }
                 self.guard_retention(&partitions, next.as_ref());
                 if let Some(next) = &next {
                     self.update_lag(&name, &partitions, next);
                 }
                 if check_orphans {
                     self.clean_orphans(&name).await;
+                }
+                if maintain {
+                    self.expire_snapshots(&name, &config).await;
                 }
             }
             Err(e) => {
@@ -536,6 +561,25 @@ impl Tierer {
             let p = log.partition().to_string();
             m.committed_offset.with_label_values(&[name, &p]).set(next);
             m.lag_records.with_label_values(&[name, &p]).set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
+        }
+    }
+
+    /// Expires the table's old snapshots (`floe.iceberg.snapshot.*`) and deletes what only they reached.
+    async fn expire_snapshots(&self, name: &str, config: &floe_storage::LogConfig) {
+        let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
+        let setting = |key: &str| config.floe.get(key).and_then(|v| v.trim().parse::<u64>().ok());
+        let policy = floe_tiering::ExpiryPolicy {
+            max_age_ms: setting(SNAPSHOT_MAX_AGE_MS).map_or(self.settings.snapshot_max_age_ms, |v| v.min(i64::MAX as u64) as i64),
+            min_to_keep: setting(SNAPSHOT_MIN_TO_KEEP).map_or(self.settings.snapshot_min_to_keep, |v| v as usize).max(1),
+        };
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        match table.expire_snapshots(policy, now_ms).await {
+            Ok(report) => {
+                let m = &self.metrics.iceberg;
+                m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64);
+                m.snapshots.with_label_values(&[name]).set(report.snapshots_left as i64);
+            }
+            Err(e) => warn!(topic = %name, error = %e, "cannot expire snapshots"),
         }
     }
 
@@ -631,6 +675,47 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
         for (p, next) in floe_tiering::offsets::committed_next_offsets(metadata) {
             let _ = writeln!(out, "  partition {p}: committed offset {next} (next to tier)");
         }
+    }
+    Ok(out)
+}
+
+/// `floe iceberg maintain`: expires the snapshots of every tiered table in
+/// `namespace` (or of `only`) by `policy`, as the tiering thread does, and says
+/// what it did. Safe beside a running broker: the expiry commits only on the
+/// snapshot it planned on, and deletes only files no remaining snapshot reaches.
+///
+/// # Errors
+/// [`TieringError`] if the catalog cannot be opened or listed; a table that fails
+/// is reported in the text and the others go on.
+pub async fn maintain(config: &CatalogConfig, namespace: &str, policy: floe_tiering::ExpiryPolicy, only: Option<&str>) -> Result<String, TieringError> {
+    use std::fmt::Write;
+    let catalog = IcebergCatalog::open(config, namespace).await?;
+    let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
+    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
+        operation: "list",
+        table: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let mut out = String::new();
+    for ident in tables.into_iter().filter(|t| only.is_none_or(|o| t.name() == o)) {
+        let name = ident.name().to_string();
+        let result = async {
+            let loaded = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
+                operation: "load",
+                table: ident.to_string(),
+                source: Box::new(source),
+            })?;
+            let topic_id = loaded.metadata().properties().get(floe_tiering::catalog::TOPIC_ID_PROPERTY).cloned().unwrap_or_default();
+            let table = catalog.topic_table(&name, &topic_id, "").await?;
+            table.expire_snapshots(policy, now_ms).await
+        }
+        .await;
+        let _ = match result {
+            Ok(r) => writeln!(out, "table {ident}: expired {} snapshot(s), {} left, deleted {} file(s) and {} metadata file(s)",
+                r.expired, r.snapshots_left, r.deleted_files, r.deleted_metadata_files),
+            Err(e) => writeln!(out, "table {ident}: failed: {e}"),
+        };
     }
     Ok(out)
 }

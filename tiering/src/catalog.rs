@@ -205,6 +205,9 @@ impl IcebergCatalog {
                 .properties([
                     ("write.parquet.compression-codec".to_string(), "zstd".to_string()),
                     (TOPIC_ID_PROPERTY.to_string(), topic_id.to_string()),
+                    // A metadata file per commit: keep the last 100, delete the ones before (Iceberg's names).
+                    (crate::maintenance::METADATA_DELETE_AFTER_COMMIT.to_string(), "true".to_string()),
+                    (crate::maintenance::METADATA_PREVIOUS_VERSIONS_MAX.to_string(), "100".to_string()),
                 ])
                 .build();
             match self.catalog.create_table(&self.namespace, creation).await {

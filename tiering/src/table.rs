@@ -442,7 +442,7 @@ impl TopicTable {
         let mut base_snapshot = planned_snapshot;
         let mut next = planned.clone();
         let mut attempts = 0;
-        let committed = loop {
+        let (previous, committed) = loop {
             attempts += 1;
             let current = self.load().await?;
             let now = current.metadata().current_snapshot_id();
@@ -475,7 +475,7 @@ impl TopicTable {
             let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
             let guarded = ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
             match tx.commit(&guarded).await {
-                Ok(t) => break t,
+                Ok(t) => break (current, t),
                 // Moved between the load above and the commit: look again.
                 Err(e) if e.message().starts_with(MOVED) => debug!(table = %self.ident, error = %e, "table moved during the commit"),
                 Err(e) => return Err(TieringError::iceberg("commit", &self.ident)(e)),
@@ -483,6 +483,8 @@ impl TopicTable {
         };
         // Committed, not yet reported: the next pass must plan from the catalog's offsets.
         self.failpoint("tiering.iceberg.committed")?;
+        // The metadata file that fell out of the log with this commit (previous-versions-max).
+        self.delete_dropped_metadata(&previous, &committed).await;
         let snapshot = committed.metadata().current_snapshot();
         outcome.snapshot_id = snapshot.map(|s| s.snapshot_id());
         if snapshot.and_then(|s| s.parent_snapshot_id()) != base_snapshot {
@@ -498,8 +500,18 @@ impl TopicTable {
         Ok(outcome)
     }
 
+    /// This process's writer lock of the table: no attempt of ours writes while it is held.
+    pub(crate) async fn writer_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.lock.lock().await
+    }
+
+    /// The catalog the table is in.
+    pub(crate) fn catalog(&self) -> Arc<dyn Catalog> {
+        self.catalog.clone()
+    }
+
     /// The failpoint `name` (see `floe_storage::failpoint`), its injected error as a commit failure.
-    fn failpoint(&self, name: &str) -> Result<()> {
+    pub(crate) fn failpoint(&self, name: &str) -> Result<()> {
         floe_storage::failpoint::check(name).map_err(|e| {
             TieringError::iceberg("commit", &self.ident)(iceberg::Error::new(
                 iceberg::ErrorKind::Unexpected,
