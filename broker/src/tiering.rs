@@ -572,7 +572,7 @@ impl Tierer {
             max_age_ms: setting(SNAPSHOT_MAX_AGE_MS).map_or(self.settings.snapshot_max_age_ms, |v| v.min(i64::MAX as u64) as i64),
             min_to_keep: setting(SNAPSHOT_MIN_TO_KEEP).map_or(self.settings.snapshot_min_to_keep, |v| v as usize).max(1),
         };
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now_ms = floe_coordinator::clock::wall_ms();
         match table.expire_snapshots(policy, now_ms).await {
             Ok(report) => {
                 let m = &self.metrics.iceberg;
@@ -619,22 +619,6 @@ impl Tierer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_settings_are_validated() {
-        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
-        assert!(validate_topic_overrides(&o(ENABLED, "true")).is_ok());
-        assert!(validate_topic_overrides(&o(ENABLED, "yes")).is_err());
-        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(timestamp),identity(partition)")).is_ok());
-        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(nope)")).is_err());
-        assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
-        assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
-    }
-}
-
 /// `floe iceberg status`: what the configured catalog holds, per table: the
 /// committed (next) offset of each partition and the totals of the current
 /// snapshot. Reads the catalog only; safe while the broker runs.
@@ -644,13 +628,7 @@ mod tests {
 pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, TieringError> {
     use std::fmt::Write;
     let catalog_name = &config.name;
-    let catalog = IcebergCatalog::open(config, namespace).await?;
-    let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
-    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
-        operation: "list",
-        table: namespace.to_string(),
-        source: Box::new(source),
-    })?;
+    let (catalog, tables) = open_and_list(config, namespace).await?;
     let mut out = String::new();
     let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", config.describe(), tables.len());
     for ident in tables {
@@ -679,6 +657,18 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
     Ok(out)
 }
 
+/// The catalog and the tables of `namespace` in it (for the `floe iceberg` tools).
+async fn open_and_list(config: &CatalogConfig, namespace: &str) -> Result<(IcebergCatalog, Vec<floe_tiering::iceberg::TableIdent>), TieringError> {
+    let catalog = IcebergCatalog::open(config, namespace).await?;
+    let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
+    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
+        operation: "list",
+        table: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok((catalog, tables))
+}
+
 /// `floe iceberg maintain`: expires the snapshots of every tiered table in
 /// `namespace` (or of `only`) by `policy`, as the tiering thread does, and says
 /// what it did. Safe beside a running broker: the expiry commits only on the
@@ -689,14 +679,8 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
 /// is reported in the text and the others go on.
 pub async fn maintain(config: &CatalogConfig, namespace: &str, policy: floe_tiering::ExpiryPolicy, only: Option<&str>) -> Result<String, TieringError> {
     use std::fmt::Write;
-    let catalog = IcebergCatalog::open(config, namespace).await?;
-    let ns = floe_tiering::iceberg::NamespaceIdent::new(namespace.to_string());
-    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
-        operation: "list",
-        table: namespace.to_string(),
-        source: Box::new(source),
-    })?;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let (catalog, tables) = open_and_list(config, namespace).await?;
+    let now_ms = floe_coordinator::clock::wall_ms();
     let mut out = String::new();
     for ident in tables.into_iter().filter(|t| only.is_none_or(|o| t.name() == o)) {
         let name = ident.name().to_string();
@@ -718,4 +702,20 @@ pub async fn maintain(config: &CatalogConfig, namespace: &str, policy: floe_tier
         };
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_settings_are_validated() {
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate_topic_overrides(&o(ENABLED, "true")).is_ok());
+        assert!(validate_topic_overrides(&o(ENABLED, "yes")).is_err());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(timestamp),identity(partition)")).is_ok());
+        assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(nope)")).is_err());
+        assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
+        assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
+    }
 }

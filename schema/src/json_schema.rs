@@ -208,7 +208,8 @@ fn index_anchors(value: &Value, pointer: &str, depth: usize, out: &mut HashMap<S
 
 // ---- parsing -------------------------------------------------------------------
 
-fn kind_of(value: &Value) -> &'static str {
+/// How a JSON value is named in error messages ("a string", "an array").
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -237,7 +237,7 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
             }
         }
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            too_large(format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
+            service::Reply::error(413, 413, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
         }
         Err(e) => service_error(format!("cannot read the request body: {e}")),
     };
@@ -277,24 +277,16 @@ struct Incoming {
 /// How long a follower waits for its replica to hold a write it forwarded.
 const READ_YOUR_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn error_reply(status: u16, code: i32, message: String) -> service::Reply {
-    service::Reply {
-        status: hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR),
-        body: serde_json::json!({ "error_code": code, "message": message }).to_string().into_bytes(),
-        problem: Some(message),
-    }
-}
-
 /// Authenticates, authorizes and answers one request (blocking): from the store,
 /// or, for a write in a cluster on a broker that does not lead `_schemas`, by the
 /// leader's registry.
 fn answer(served: &Served, route: &routes::Route, incoming: &Incoming, body: HttpBytes) -> service::Reply {
     let principal = match served.access.authenticate(incoming.authorization.as_deref()) {
         Ok(p) => p,
-        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return error_reply(401, 40101, why),
+        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return service::Reply::error(401, 40101, why),
     };
     if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, incoming.host, route) {
-        return error_reply(403, 40301, why);
+        return service::Reply::error(403, 40301, why);
     }
     if route.is_write() && served.store.is_clustered() && !served.store.leads() {
         return forward_write(served, incoming, body);
@@ -312,10 +304,7 @@ fn answer(served: &Served, route: &routes::Route, incoming: &Incoming, body: Htt
 /// A write this broker cannot make: the leader's registry makes it; then this
 /// broker's replica is awaited, so the client reads its write back here.
 fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> service::Reply {
-    let unknown = |why: String| {
-        let e = floe_schema::RegistryError::UnknownLeader(why);
-        error_reply(e.http_status(), e.error_code(), e.to_string())
-    };
+    let unknown = |why: String| service::Reply::registry_error(&floe_schema::RegistryError::UnknownLeader(why));
     if incoming.forwarded {
         return unknown("a forwarded write reached a broker that does not lead _schemas (leadership moved): retry".into());
     }
@@ -343,25 +332,10 @@ fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> servi
                 problem: (answer.status >= 400).then(|| format!("the leading registry {leader} answered {}", answer.status)),
             }
         }
-        Err(why) => {
-            let e = floe_schema::RegistryError::Forwarding(why);
-            error_reply(e.http_status(), e.error_code(), e.to_string())
-        }
+        Err(why) => service::Reply::registry_error(&floe_schema::RegistryError::Forwarding(why)),
     }
 }
 
 fn service_error(message: String) -> service::Reply {
-    service::Reply {
-        status: hyper::StatusCode::INTERNAL_SERVER_ERROR,
-        body: serde_json::json!({ "error_code": 50001, "message": message }).to_string().into_bytes(),
-        problem: Some(message),
-    }
-}
-
-fn too_large(message: String) -> service::Reply {
-    service::Reply {
-        status: hyper::StatusCode::PAYLOAD_TOO_LARGE,
-        body: serde_json::json!({ "error_code": 413, "message": message }).to_string().into_bytes(),
-        problem: Some(message),
-    }
+    service::Reply::error(500, 50001, message)
 }

@@ -37,12 +37,14 @@ impl Reply {
         Self { status: StatusCode::OK, body: text.into_bytes(), problem: None }
     }
 
-    fn error(status: u16, code: i32, message: String) -> Self {
+    /// Confluent's error body with `status`.
+    pub(crate) fn error(status: u16, code: i32, message: String) -> Self {
         let body = json!({ "error_code": code, "message": message }).to_string().into_bytes();
         Self { status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body, problem: Some(message) }
     }
 
-    fn registry_error(e: &RegistryError) -> Self {
+    /// A registry error, with its own status and code.
+    pub(crate) fn registry_error(e: &RegistryError) -> Self {
         Self::error(e.http_status(), e.error_code(), e.to_string())
     }
 }

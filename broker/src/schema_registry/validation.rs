@@ -9,7 +9,6 @@
 //! Only topics with validation on pay for it: their batches are decoded (and
 //! decompressed) once more here, before the append.
 
-use bytes::Bytes;
 use floe_protocol::record_batch::BatchIter;
 use floe_schema::Registry;
 use floe_storage::LogConfig;
@@ -77,11 +76,11 @@ pub(crate) fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str
             format!("{topic} has schema validation on, but this broker's Schema Registry is off (floe.schema.registry.listen)"),
         ));
     };
-    let buf = Bytes::copy_from_slice(records);
     let mut decoded = Vec::new();
-    for (index, b) in BatchIter::new(&buf).enumerate() {
+    for (index, b) in BatchIter::new(records).enumerate() {
         let b = b.map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
-        let mut bytes = buf.slice(b.position..b.end());
+        // Decoded from the request's own bytes: no copy of the batch.
+        let mut bytes = &records[b.position..b.end()];
         let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         decoded.push((index, set.records));
     }

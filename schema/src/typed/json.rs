@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use arrow_schema::{DataType, Fields};
 use serde_json::Value;
 
+use crate::json_schema::kind_of;
 use super::arrow_types::{self, field, list_of};
 use super::columns::{mismatch, Column};
 use super::error::{child_path, DecodeError};
@@ -197,7 +198,7 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
     }
     match (node, column) {
         (Node::Object(props), Column::Struct { valid, children, .. }) => {
-            let Value::Object(object) = value else { return Err(format!("{} where an object belongs", kind(value))) };
+            let Value::Object(object) = value else { return Err(format!("{} where an object belongs", kind_of(value))) };
             for ((name, node), child) in props.iter().zip(children.iter_mut()) {
                 match object.get(name) {
                     Some(v) => write(node, v, child).map_err(|e| format!("{name}: {e}"))?,
@@ -207,7 +208,7 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
             valid.push(true);
         }
         (Node::Array(item), column @ Column::List { .. }) => {
-            let Value::Array(items) = value else { return Err(format!("{} where an array belongs", kind(value))) };
+            let Value::Array(items) = value else { return Err(format!("{} where an array belongs", kind_of(value))) };
             let Column::List { items: out, .. } = column else { unreachable!("matched above") };
             for v in items {
                 write(item, v, out)?;
@@ -218,9 +219,9 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
             let n = value.as_i64().or_else(|| value.as_f64().filter(|x| x.fract() == 0.0 && x.abs() < 9.2e18).map(|x| x as i64));
             c.push(n.ok_or_else(|| format!("{value} is not an integer within 64 bits"))?);
         }
-        (Node::Number, Column::Float64(c)) => c.push(value.as_f64().ok_or_else(|| format!("{} where a number belongs", kind(value)))?),
+        (Node::Number, Column::Float64(c)) => c.push(value.as_f64().ok_or_else(|| format!("{} where a number belongs", kind_of(value)))?),
         (Node::Boolean, Column::Boolean { values, valid }) => {
-            values.push(value.as_bool().ok_or_else(|| format!("{} where a boolean belongs", kind(value)))?);
+            values.push(value.as_bool().ok_or_else(|| format!("{} where a boolean belongs", kind_of(value)))?);
             valid.push(true);
         }
         (Node::String, Column::Utf8(c)) => c.push(string(value)?.as_bytes())?,
@@ -233,19 +234,9 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
 }
 
 fn string(value: &Value) -> Result<&str, String> {
-    value.as_str().ok_or_else(|| format!("{} where a string belongs", kind(value)))
+    value.as_str().ok_or_else(|| format!("{} where a string belongs", kind_of(value)))
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 // ---- dates and times (RFC 3339) --------------------------------------------------
 
