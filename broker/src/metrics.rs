@@ -167,6 +167,8 @@ pub struct IcebergMetrics {
     pub files: IntCounterVec,
     /// Record batches skipped because they could not be decoded, by topic.
     pub skipped_batches: IntCounterVec,
+    /// Records of typed tables written to their dead-letter tables.
+    pub dead_letters: IntCounterVec,
     /// Failed tiering passes, by topic and error kind (catalog down, I/O, stale plan...).
     pub errors: IntCounterVec,
     /// Unix time of the last failed pass, by topic.
@@ -195,6 +197,7 @@ impl IcebergMetrics {
             bytes: counter("floe_iceberg_committed_bytes_total", "Bytes of Parquet data files committed", &["topic"]),
             files: counter("floe_iceberg_committed_files_total", "Parquet data files committed", &["topic"]),
             skipped_batches: counter("floe_iceberg_skipped_batches_total", "Record batches that could not be decoded and were skipped", &["topic"]),
+            dead_letters: counter("floe_iceberg_dead_letters_total", "Records of a typed table written to its dead-letter table instead", &["topic"]),
             errors: counter("floe_iceberg_errors_total", "Failed tiering passes, by error kind", &["topic", "kind"]),
             last_error_time: gauge("floe_iceberg_last_error_timestamp_seconds", "Unix time of the last failed tiering pass", &["topic"]),
             last_error: gauge("floe_iceberg_last_error", "1 for the last tiering error, its message in the `error` label", &["topic", "error"]),
@@ -214,6 +217,7 @@ impl IcebergMetrics {
             Box::new(self.bytes.clone()),
             Box::new(self.files.clone()),
             Box::new(self.skipped_batches.clone()),
+            Box::new(self.dead_letters.clone()),
             Box::new(self.errors.clone()),
             Box::new(self.last_error_time.clone()),
             Box::new(self.last_error.clone()),

@@ -326,9 +326,15 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             leadership: Some(Arc::new(move |topic: &str, partition: i32| {
                 leaders.is_leader(&floe_cluster::TopicPartition::new(topic, partition))
             })),
+            schemas: None,
         }
     } else {
         crate::tiering::Tierers::default()
+    };
+    // Typed tables read their schemas from this broker's registry.
+    let tierers = crate::tiering::Tierers {
+        schemas: schemas.clone().map(|s| s as Arc<dyn floe_tiering::SchemaSource>),
+        ..tierers
     };
     let tiering =
         crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone(), tierers)

@@ -46,7 +46,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_storage::{LogManager, PartitionLog, Topic};
-use floe_tiering::{CatalogConfig, CatalogType, IcebergCatalog, S3Settings, Secret, TierLimits, TieringError, TopicTable};
+use floe_tiering::{
+    CatalogConfig, CatalogType, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable, ValueFormat,
+};
 use tracing::{error, info, warn};
 
 use crate::metrics::Metrics;
@@ -162,6 +164,10 @@ pub const ENABLED: &str = "floe.iceberg.enabled";
 pub const PARTITION_SPEC: &str = "floe.iceberg.partition-spec";
 /// Topic setting: how long the oldest untiered record may wait in the active segment.
 pub const TARGET_LAG_MS: &str = "floe.iceberg.target-lag-ms";
+/// Topic setting: what the values are (`raw`, `schema-registry`), so what the table's columns are.
+pub const VALUE_FORMAT: &str = "floe.iceberg.value.format";
+/// Topic setting: a typed table keeps the value bytes in a binary `value` column too (at creation).
+pub const KEEP_RAW: &str = "floe.iceberg.keep-raw";
 /// Topic setting: snapshots older than this expire (the most recent `min-to-keep` stay).
 pub const SNAPSHOT_MAX_AGE_MS: &str = "floe.iceberg.snapshot.max-age-ms";
 /// Topic setting: how many of the most recent snapshots expiry keeps (at least 1).
@@ -177,8 +183,11 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
     for (key, value) in overrides {
         let v = value.trim();
         match key.as_str() {
-            ENABLED | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
+            ENABLED | KEEP_RAW | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
                 return Err(format!("{key}: {value:?} is not true or false"));
+            }
+            VALUE_FORMAT => {
+                ValueFormat::parse(v).map_err(|e| format!("{key}: {e}"))?;
             }
             PARTITION_SPEC => {
                 floe_tiering::schema::parse_partition_spec(v).map_err(|e| e.to_string())?;
@@ -212,11 +221,18 @@ pub struct Tierers {
     pub broker_id: Option<i32>,
     /// In a cluster, which partitions this broker leads.
     pub leadership: Option<Leadership>,
+    /// The Schema Registry's schemas, for typed tables (`floe.iceberg.value.format=schema-registry`);
+    /// `None` when the registry is off.
+    pub schemas: Option<Arc<dyn SchemaSource>>,
 }
 
 impl std::fmt::Debug for Tierers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tierers").field("broker_id", &self.broker_id).field("clustered", &self.leadership.is_some()).finish()
+        f.debug_struct("Tierers")
+            .field("broker_id", &self.broker_id)
+            .field("clustered", &self.leadership.is_some())
+            .field("schemas", &self.schemas.is_some())
+            .finish()
     }
 }
 
@@ -282,9 +298,14 @@ impl TieringTask {
     }
 }
 
+/// How a topic's table is laid out: its value format and, typed, whether it keeps the raw value.
+type Layout = (ValueFormat, bool);
+
 #[derive(Default)]
 struct TopicState {
     table: Option<TopicTable>,
+    /// The layout `table` was opened with; a changed setting re-opens it.
+    layout: Layout,
     /// Next offset to tier per partition, once known from the table.
     next: Option<BTreeMap<i32, i64>>,
     /// When this thread first saw untiered records in a partition's active segment.
@@ -404,6 +425,10 @@ impl Tierer {
         let partitions = topic.partitions();
         let config = topic.config();
         let spec = config.floe.get(PARTITION_SPEC).cloned().unwrap_or_else(|| self.settings.partition_spec.clone());
+        let layout: Layout = (
+            config.floe.get(VALUE_FORMAT).and_then(|v| ValueFormat::parse(v).ok()).unwrap_or_default(),
+            config.floe.get(KEEP_RAW).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        );
         let target_lag = config
             .floe
             .get(TARGET_LAG_MS)
@@ -414,6 +439,10 @@ impl Tierer {
             partitions.iter().cloned().partition(|log| self.tierers.leads(&name, log.partition()));
         {
             let state = self.topics.entry(name.clone()).or_default();
+            if state.layout != layout {
+                state.layout = layout;
+                state.table = None;
+            }
             let now_led: BTreeSet<i32> = led.iter().map(|l| l.partition()).collect();
             if now_led != state.led {
                 let gained: Vec<i32> = now_led.difference(&state.led).copied().collect();
@@ -480,6 +509,7 @@ impl Tierer {
                     m.rows.with_label_values(&[&name]).inc_by(outcome.rows);
                     m.bytes.with_label_values(&[&name]).inc_by(outcome.bytes);
                     m.files.with_label_values(&[&name]).inc_by(outcome.files);
+                    m.dead_letters.with_label_values(&[&name]).inc_by(outcome.dead_letters);
                     info!(topic = %name, ranges = ?outcome.committed, rows = outcome.rows, files = outcome.files,
                         snapshot = ?outcome.snapshot_id, "tiered to iceberg");
                 }
@@ -596,7 +626,17 @@ impl Tierer {
     /// The topic's table, opened (created if missing) once and kept.
     async fn table(&mut self, catalog: &IcebergCatalog, name: &str, topic_id: &str, spec: &str) -> Result<&TopicTable, TieringError> {
         if self.topics[name].table.is_none() {
-            let mut table = catalog.topic_table(name, topic_id, spec).await?;
+            let mut table = match self.topics[name].layout {
+                (ValueFormat::Raw, _) => catalog.topic_table(name, topic_id, spec).await?,
+                (ValueFormat::SchemaRegistry, keep_raw) => {
+                    let schemas = self.tierers.schemas.clone().ok_or_else(|| {
+                        TieringError::SchemaRegistry(format!(
+                            "{VALUE_FORMAT}=schema-registry needs the Schema Registry, which is off (floe.schema.registry.listen is empty)"
+                        ))
+                    })?;
+                    catalog.typed_topic_table(name, topic_id, spec, keep_raw, schemas).await?
+                }
+            };
             if let Some(id) = self.tierers.broker_id {
                 table = table.with_broker_id(id);
             }
@@ -716,6 +756,9 @@ mod tests {
         assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(timestamp),identity(partition)")).is_ok());
         assert!(validate_topic_overrides(&o(PARTITION_SPEC, "hour(nope)")).is_err());
         assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
+        assert!(validate_topic_overrides(&o(VALUE_FORMAT, "schema-registry")).is_ok());
+        assert!(validate_topic_overrides(&o(VALUE_FORMAT, "avro")).is_err());
+        assert!(validate_topic_overrides(&o(KEEP_RAW, "maybe")).is_err());
         assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
     }
 }

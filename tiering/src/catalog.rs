@@ -21,7 +21,7 @@ use tracing::info;
 
 use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
-use crate::schema::{iceberg_schema, parse_partition_spec};
+use crate::schema::{dlq_iceberg_schema, iceberg_schema, parse_partition_spec, typed_iceberg_schema};
 use crate::table::TopicTable;
 
 /// Table property naming the Kafka topic id the table was created for.
@@ -187,6 +187,31 @@ impl IcebergCatalog {
     /// [`TieringError::InvalidPartitionSpec`]; [`TieringError::TopicMismatch`];
     /// [`TieringError::Iceberg`] if the catalog fails.
     pub async fn topic_table(&self, topic: &str, topic_id: &str, partition_spec: &str) -> Result<TopicTable> {
+        self.open_table(topic, topic_id, partition_spec, iceberg_schema()).await
+    }
+
+    /// As [`IcebergCatalog::topic_table`], for a topic whose values are in the
+    /// Confluent wire format (`floe.iceberg.value.format=schema-registry`): a new
+    /// table starts with the Kafka columns (and the raw `value` if `keep_raw`), its
+    /// value columns added as schemas are seen; values that cannot be typed go to the
+    /// dead-letter table `<topic>__dlq`, opened here too. `schemas` gives the decoders.
+    ///
+    /// # Errors
+    /// As [`IcebergCatalog::topic_table`], for either table.
+    pub async fn typed_topic_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+        keep_raw: bool,
+        schemas: Arc<dyn crate::typed::SchemaSource>,
+    ) -> Result<TopicTable> {
+        let dlq = self.open_table(&dead_letter_table_name(topic), topic_id, partition_spec, dlq_iceberg_schema()).await?;
+        let table = self.open_table(topic, topic_id, partition_spec, typed_iceberg_schema(keep_raw)).await?;
+        Ok(table.with_typed_values(schemas, dlq))
+    }
+
+    async fn open_table(&self, topic: &str, topic_id: &str, partition_spec: &str, schema: iceberg::spec::Schema) -> Result<TopicTable> {
         let ident = self.ident(topic);
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -200,7 +225,7 @@ impl IcebergCatalog {
             let spec = parse_partition_spec(partition_spec)?;
             let creation = TableCreation::builder()
                 .name(topic.to_string())
-                .schema(iceberg_schema())
+                .schema(schema)
                 .partition_spec(spec)
                 .properties([
                     ("write.parquet.compression-codec".to_string(), "zstd".to_string()),
@@ -239,4 +264,9 @@ impl IcebergCatalog {
             _ => Ok(()),
         }
     }
+}
+
+/// The dead-letter table of a typed topic's table: `<topic>__dlq`.
+pub fn dead_letter_table_name(topic: &str) -> String {
+    format!("{topic}__dlq")
 }

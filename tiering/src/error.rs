@@ -69,6 +69,9 @@ pub enum TieringError {
     /// The REST catalog's HTTP client could not be built (TLS roots, settings).
     #[error("cannot build the REST catalog's HTTP client: {0}")]
     HttpClient(#[source] reqwest::Error),
+    /// The Schema Registry cannot answer now (a typed table's schemas): nothing was written; retried.
+    #[error("schema registry unavailable: {0}")]
+    SchemaRegistry(String),
     /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -80,7 +83,7 @@ impl TieringError {
         move |source| Self::Iceberg { operation, table, source: Box::new(source) }
     }
 
-    /// A short label for metrics: `segment_io`, `iceberg_<operation>`, `stale_snapshot`, `config`, `arrow`.
+    /// A short label for metrics: `segment_io`, `iceberg_<operation>`, `stale_snapshot`, `config`, `arrow`, `schema_registry`.
     pub fn kind(&self) -> String {
         match self {
             Self::SegmentIo { .. } | Self::Segment(_) => "segment_io".into(),
@@ -91,6 +94,7 @@ impl TieringError {
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),
             Self::Arrow(_) => "arrow".into(),
+            Self::SchemaRegistry(_) => "schema_registry".into(),
         }
     }
 }

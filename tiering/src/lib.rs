@@ -13,6 +13,8 @@
 //! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.
 //! - [`table`]: one topic's table: plan, write Parquet, guarded commit.
+//! - `sink`: one commit's Parquet writers (and a typed table's split into typed rows and dead letters).
+//! - [`typed`]: typed tables from Schema Registry schemas: evolution, projection, the dead-letter table.
 //! - [`catalog_config`]: which catalog (SQL or REST), the warehouse (local or S3), secrets.
 //! - [`catalog`]: opens the catalog, one table per topic, writer locks.
 //! - [`reader`]: a read-only view of the catalog (namespaces, tables, current metadata) for serving it.
@@ -30,7 +32,9 @@ pub mod offsets;
 pub mod orphans;
 pub mod reader;
 pub mod schema;
+mod sink;
 pub mod table;
+pub mod typed;
 #[cfg(test)]
 mod test_util;
 
@@ -41,3 +45,4 @@ pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
+pub use typed::{SchemaLookupError, SchemaSource, ValueFormat};

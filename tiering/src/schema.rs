@@ -56,6 +56,9 @@ pub mod field_id {
     pub const HEADER_VALUE: i32 = 17;
 }
 
+/// The dead-letter table's column holding why a record is there.
+pub const DLQ_ERROR_COLUMN: &str = "error";
+
 /// The default partition spec of a tiered topic's table.
 pub const DEFAULT_PARTITION_SPEC: &str = "day(timestamp)";
 
@@ -88,6 +91,36 @@ pub fn iceberg_schema() -> Schema {
         ])
         .build()
         .expect("the table schema is well formed (a unit test builds it)")
+}
+
+/// The schema a typed table starts with (`floe.iceberg.value.format=schema-registry`):
+/// the Kafka columns, without the binary `value` unless `keep_raw`. The value's
+/// columns are added as its schemas are seen ([`crate::typed::evolve`]).
+pub fn typed_iceberg_schema(keep_raw: bool) -> Schema {
+    let all = iceberg_schema();
+    let fields = all
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| keep_raw || f.id != field_id::VALUE)
+        .cloned()
+        .collect::<Vec<_>>();
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("a subset of the table schema is well formed (a unit test builds it)")
+}
+
+/// The dead-letter table's schema: the raw layout and an `error` column (id 18).
+pub fn dlq_iceberg_schema() -> Schema {
+    let mut fields = iceberg_schema().as_struct().fields().to_vec();
+    fields.push(NestedField::required(18, DLQ_ERROR_COLUMN, Type::Primitive(PrimitiveType::String)).into());
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("the dead-letter schema is well formed (a unit test builds it)")
 }
 
 /// The Arrow schema matching [`iceberg_schema`], field ids in the metadata (as the Parquet writer needs).
@@ -146,6 +179,13 @@ mod tests {
             a.field_with_name("timestamp").unwrap().data_type(),
             &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into()))
         );
+    }
+
+    #[test]
+    fn typed_and_dead_letter_schemas_build() {
+        assert!(typed_iceberg_schema(false).field_by_name("value").is_none());
+        assert!(typed_iceberg_schema(true).field_by_name("value").is_some());
+        assert_eq!(dlq_iceberg_schema().field_by_name(DLQ_ERROR_COLUMN).unwrap().id, 18);
     }
 
     #[test]

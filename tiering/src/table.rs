@@ -30,30 +30,21 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use bytes::Bytes;
 use floe_protocol::record_batch::verify_crc;
 use floe_storage::{PartitionLog, ScannedBatch, SegmentBatchReader};
-use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{DefaultLocationGenerator, FileNameGenerator};
-use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
-use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
-use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::{Catalog, TableIdent};
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 use tracing::{debug, error, info, warn};
 
 use crate::convert::{ArrowConverter, Pushed};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
 use crate::offsets::{committed_next_offsets, conflicting_partition, summary_properties};
+use crate::sink::{DeadLetters, Sink};
+use crate::typed::{CachedSchemas, SchemaSource};
 
 /// Limits of one tiering pass over a table.
 #[derive(Debug, Clone, Copy)]
@@ -109,77 +100,8 @@ pub struct TierOutcome {
     pub snapshot_id: Option<i64>,
     /// Batches skipped because they could not be decoded.
     pub skipped: Vec<SkippedBatch>,
-}
-
-/// File names that cannot collide across runs or processes: `<prefix>-<uuid v4>.parquet`.
-#[derive(Debug, Clone)]
-struct UuidFileNames {
-    prefix: String,
-}
-
-impl FileNameGenerator for UuidFileNames {
-    fn generate_file_name(&self) -> String {
-        format!("{}-{}.parquet", self.prefix, uuid::Uuid::new_v4())
-    }
-}
-
-type DataWriterBuilder = DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, UuidFileNames>;
-
-/// The writer for one commit: fan-out by partition key, or a single writer when unpartitioned.
-enum Writer {
-    Partitioned(Box<(RecordBatchPartitionSplitter, FanoutWriter<DataWriterBuilder>)>),
-    Unpartitioned(Box<UnpartitionedWriter<DataWriterBuilder>>),
-}
-
-impl Writer {
-    fn new(table: &Table, limits: &TierLimits, prefix: String) -> Result<Self> {
-        let ident = table.identifier().to_string();
-        let metadata = table.metadata();
-        let schema: SchemaRef = metadata.current_schema().clone();
-        let spec: PartitionSpecRef = metadata.default_partition_spec().clone();
-        // The table's compression property is not applied by the crate: set it here.
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_row_count(Some(64 * 1024))
-            .build();
-        let parquet = ParquetWriterBuilder::new(props, schema.clone());
-        let location = DefaultLocationGenerator::new(metadata).map_err(TieringError::iceberg("write", &ident))?;
-        let rolling = RollingFileWriterBuilder::new(
-            parquet,
-            limits.target_file_size,
-            table.file_io().clone(),
-            location,
-            UuidFileNames { prefix },
-        );
-        let builder = DataFileWriterBuilder::new(rolling);
-        Ok(if spec.is_unpartitioned() {
-            Self::Unpartitioned(Box::new(UnpartitionedWriter::new(builder)))
-        } else {
-            let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)
-                .map_err(TieringError::iceberg("write", &ident))?;
-            Self::Partitioned(Box::new((splitter, FanoutWriter::new(builder))))
-        })
-    }
-
-    async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
-        match self {
-            Self::Partitioned(pw) => {
-                let (splitter, w) = &mut **pw;
-                for (key, part) in splitter.split(&batch)? {
-                    w.write(key, part).await?;
-                }
-                Ok(())
-            }
-            Self::Unpartitioned(w) => w.write(batch).await,
-        }
-    }
-
-    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
-        match self {
-            Self::Partitioned(pw) => pw.1.close().await,
-            Self::Unpartitioned(w) => (*w).close().await,
-        }
-    }
+    /// Records written to the dead-letter table (typed tables).
+    pub dead_letters: u64,
 }
 
 /// How many times [`TopicTable::commit`] tries when other partitions keep being
@@ -202,6 +124,8 @@ pub struct PreparedTier {
     planned: BTreeMap<i32, i64>,
     outcome: TierOutcome,
     data_files: Vec<DataFile>,
+    /// A typed table's dead letters of the same offsets, committed first.
+    dead_letters: Option<Box<PreparedTier>>,
 }
 
 impl PreparedTier {
@@ -221,6 +145,15 @@ pub struct TopicTable {
     config: Option<Arc<crate::catalog_config::CatalogConfig>>,
     /// Recorded in every commit's summary ([`BROKER_ID_PROPERTY`]) when set.
     broker_id: Option<i32>,
+    /// A typed table's schemas and dead-letter table ([`crate::typed`]).
+    typed: Option<TypedValues>,
+}
+
+/// What a typed table has beyond a raw one.
+#[derive(Debug)]
+struct TypedValues {
+    schemas: Arc<dyn SchemaSource>,
+    dead_letters: Box<TopicTable>,
 }
 
 impl TopicTable {
@@ -230,13 +163,31 @@ impl TopicTable {
         lock: Arc<tokio::sync::Mutex<()>>,
         config: Option<Arc<crate::catalog_config::CatalogConfig>>,
     ) -> Self {
-        Self { catalog, ident, lock, config, broker_id: None }
+        Self { catalog, ident, lock, config, broker_id: None, typed: None }
+    }
+
+    /// Makes this a typed table: values decoded with `schemas`' decoders, the ones that
+    /// cannot be typed written to `dead_letters` ([`crate::typed`]).
+    #[must_use]
+    pub(crate) fn with_typed_values(mut self, schemas: Arc<dyn SchemaSource>, dead_letters: TopicTable) -> Self {
+        let schemas: Arc<dyn SchemaSource> = Arc::new(CachedSchemas::new(schemas));
+        self.typed = Some(TypedValues { schemas, dead_letters: Box::new(dead_letters) });
+        self
+    }
+
+    /// A typed table's dead-letter table.
+    pub fn dead_letter_table(&self) -> Option<&TopicTable> {
+        self.typed.as_ref().map(|t| &*t.dead_letters)
     }
 
     /// Records `broker_id` as the committer in the summary of every commit this table makes.
     #[must_use]
     pub fn with_broker_id(mut self, broker_id: i32) -> Self {
         self.broker_id = Some(broker_id);
+        if let Some(t) = self.typed.take() {
+            let dead_letters = Box::new((*t.dead_letters).with_broker_id(broker_id));
+            self.typed = Some(TypedValues { schemas: t.schemas, dead_letters });
+        }
         self
     }
 
@@ -307,8 +258,16 @@ impl TopicTable {
         let base_snapshot = table.metadata().current_snapshot_id();
         let next = committed_next_offsets(table.metadata());
         let mut outcome = TierOutcome::default();
-        let mut writer: Option<Writer> = None;
         let commit_id = uuid::Uuid::new_v4();
+        // A typed table's dead-letter table is planned with it, under its own writer lock (taken second).
+        let (dead_lock, dead) = match &self.typed {
+            Some(t) => {
+                let lock = t.dead_letters.lock.clone().lock_owned().await;
+                (Some(lock), Some(DeadLetters::new(t.schemas.clone(), t.dead_letters.load().await?)?))
+            }
+            None => (None, None),
+        };
+        let mut sink = Sink::new(table, limits, format!("floe-{commit_id}"), dead)?;
 
         for log in partitions {
             let p = log.partition();
@@ -387,7 +346,7 @@ impl TopicTable {
                     }
                     last_covered = Some(header.last_offset());
                     if conv.is_full() {
-                        self.write(&mut writer, &table, limits, commit_id, &mut conv).await?;
+                        self.write(&mut sink, &mut conv, p).await?;
                     }
                 }
                 if !stopped {
@@ -395,26 +354,53 @@ impl TopicTable {
                     last_covered = Some(last_covered.unwrap_or(seg.next_offset - 1).max(seg.next_offset - 1));
                 }
             }
-            self.write(&mut writer, &table, limits, commit_id, &mut conv).await?;
+            self.write(&mut sink, &mut conv, p).await?;
             if let Some(last) = last_covered {
                 if last >= from {
                     outcome.committed.insert(p, (from, last));
                 }
             }
         }
+        let (data_files, dead) = sink.finish().await?;
         if outcome.committed.is_empty() {
             outcome.next_offsets = next.clone();
-            return Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files: Vec::new() });
+            return Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files: Vec::new(), dead_letters: None });
         }
-        let data_files = match writer {
-            Some(w) => w.close().await.map_err(TieringError::iceberg("write", &self.ident))?,
-            None => Vec::new(),
-        };
         outcome.files = data_files.len() as u64;
         outcome.bytes = data_files.iter().map(DataFile::file_size_in_bytes).sum();
         outcome.rows = data_files.iter().map(DataFile::record_count).sum();
-
-        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files })
+        let dead_letters = match (dead, dead_lock) {
+            (Some((files, dead)), Some(lock)) if !files.is_empty() => {
+                // The dead letters' ranges: the pass's, from where the dead-letter table stands.
+                let committed: BTreeMap<i32, (i64, i64)> = dead
+                    .rows
+                    .keys()
+                    .filter_map(|p| {
+                        let (first, last) = *outcome.committed.get(p)?;
+                        let first = first.max(dead.next.get(p).copied().unwrap_or(0));
+                        (first <= last).then_some((*p, (first, last)))
+                    })
+                    .collect();
+                outcome.dead_letters = files.iter().map(DataFile::record_count).sum();
+                let dead_outcome = TierOutcome {
+                    committed,
+                    rows: outcome.dead_letters,
+                    files: files.len() as u64,
+                    bytes: files.iter().map(DataFile::file_size_in_bytes).sum(),
+                    ..TierOutcome::default()
+                };
+                Some(Box::new(PreparedTier {
+                    _writer: lock,
+                    base_snapshot: dead.table().metadata().current_snapshot_id(),
+                    planned: dead.next.clone(),
+                    outcome: dead_outcome,
+                    data_files: files,
+                    dead_letters: None,
+                }))
+            }
+            _ => None,
+        };
+        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files, dead_letters })
     }
 
     /// Commits `prepared` exactly once, or not at all.
@@ -433,8 +419,26 @@ impl TopicTable {
     /// # Errors
     /// [`TieringError::StaleSnapshot`] (nothing committed; the data files are
     /// orphans); [`TieringError::Iceberg`] if the catalog fails.
-    pub async fn commit(&self, prepared: PreparedTier) -> Result<TierOutcome> {
-        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files } = prepared;
+    pub async fn commit(&self, mut prepared: PreparedTier) -> Result<TierOutcome> {
+        if let (Some(dead), Some(typed)) = (prepared.dead_letters.take(), &self.typed) {
+            // Dead letters first: a crash before the typed commit re-converts the same
+            // records, and leaves out the dead letters committed here ([`crate::typed`]).
+            let out = typed.dead_letters.commit_one(*dead).await?;
+            debug!(table = %typed.dead_letters.ident, ?out.committed, rows = out.rows, "dead letters committed");
+            self.failpoint("tiering.dlq.committed")?;
+        }
+        self.commit_one(prepared).await
+    }
+
+    /// A crash between the two commits of a typed table: its dead letters committed, nothing else.
+    #[cfg(test)]
+    pub(crate) async fn commit_dead_letters_only(&self, mut prepared: PreparedTier) -> Result<()> {
+        let dead = prepared.dead_letters.take().expect("the pass has dead letters");
+        self.typed.as_ref().expect("a typed table").dead_letters.commit_one(*dead).await.map(drop)
+    }
+
+    async fn commit_one(&self, prepared: PreparedTier) -> Result<TierOutcome> {
+        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files, dead_letters: _ } = prepared;
         if outcome.committed.is_empty() {
             return Ok(outcome);
         }
@@ -565,24 +569,11 @@ impl TopicTable {
         Ok(orphans)
     }
 
-    async fn write(
-        &self,
-        writer: &mut Option<Writer>,
-        table: &Table,
-        limits: &TierLimits,
-        commit_id: uuid::Uuid,
-        conv: &mut ArrowConverter,
-    ) -> Result<()> {
-        let Some(batch) = conv.finish()? else { return Ok(()) };
-        if writer.is_none() {
-            *writer = Some(Writer::new(table, limits, format!("floe-{commit_id}"))?);
+    async fn write(&self, sink: &mut Sink, conv: &mut ArrowConverter, partition: i32) -> Result<()> {
+        match conv.finish()? {
+            Some(batch) => sink.write(self, batch, partition).await,
+            None => Ok(()),
         }
-        writer
-            .as_mut()
-            .expect("just set")
-            .write(batch)
-            .await
-            .map_err(TieringError::iceberg("write", &self.ident))
     }
 }
 
@@ -592,6 +583,7 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
+    use arrow_array::RecordBatch;
     use futures::TryStreamExt;
 
     use super::*;

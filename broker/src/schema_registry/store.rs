@@ -296,3 +296,24 @@ impl SchemaStore {
         Ok(applied)
     }
 }
+
+/// Typed Iceberg tables decode values with the registry's schemas (see `floe_tiering::typed`).
+impl floe_tiering::SchemaSource for SchemaStore {
+    fn is_protobuf(&self, id: i32) -> Result<bool, floe_tiering::SchemaLookupError> {
+        use floe_tiering::SchemaLookupError::{Missing, Unavailable};
+        match self.read(|registry| Ok(registry.schema_by_id(id).map(|s| s.schema_type == floe_schema::SchemaType::Protobuf))) {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(e)) => Err(Missing(e.to_string())),
+            Err(e) => Err(Unavailable(e.to_string())),
+        }
+    }
+
+    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<floe_schema::TypedDecoder>, floe_tiering::SchemaLookupError> {
+        use floe_tiering::SchemaLookupError::{Missing, Unavailable};
+        match self.read(|registry| Ok(floe_schema::TypedDecoder::from_registry_for_message(registry, id, message_indexes))) {
+            Ok(Ok(decoder)) => Ok(Arc::new(decoder)),
+            Ok(Err(e)) => Err(Missing(e.to_string())),
+            Err(e) => Err(Unavailable(e.to_string())),
+        }
+    }
+}

@@ -158,6 +158,17 @@ impl TypedDecoder {
         Self::new(schema, &references)
     }
 
+    /// A decoder for the schema `id` of `registry` and, for Protobuf, the message at
+    /// `message_indexes` (as the wire format numbers them).
+    ///
+    /// # Errors
+    /// As [`TypedDecoder::from_registry`] and [`TypedDecoder::for_message`].
+    pub fn from_registry_for_message(registry: &Registry, id: i32, message_indexes: &[i32]) -> Result<Self, DecodeError> {
+        let schema = registry.schema_by_id(id)?;
+        let references = registry.referenced_texts(schema)?;
+        Self::for_message(schema, &references, message_indexes)
+    }
+
     /// As [`TypedDecoder::new`], for the Protobuf message at `message_indexes` (as
     /// the wire format numbers them: a top-level message's index, then nested
     /// ones'). Ignored for Avro and JSON Schema.

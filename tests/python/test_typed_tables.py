@@ -1,0 +1,193 @@
+"""Typed Iceberg tables (`floe.iceberg.value.format=schema-registry`) end to end.
+
+- confluent-kafka's `AvroSerializer` and `ProtobufSerializer` register with Floe's
+  Schema Registry and produce; the tiered table has typed columns (nested records,
+  arrays, maps, nullable fields, decimals, timestamps) whose values pyiceberg and
+  DuckDB read back equal to what was produced, field by field.
+- Evolution: a second, compatible version adds a column; rows of the first read
+  null there; nothing goes to the dead-letter table for them. An incompatible
+  register is refused with 409.
+- Records that cannot be typed (no magic byte, a bogus schema id, bytes that are
+  not the schema's) land in `<topic>__dlq` with their offset, raw bytes and error,
+  and the typed table still gets every other record, once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from clients import create_topic
+from floe_process import free_port
+from test_schema_registry import ORDER_PROTO, ORDER_V1, proto_message_class, wait_registry, with_field
+from test_tiering import catalog
+
+BROKER = {"floe.iceberg.tick-ms": "100"}
+TYPED = {"floe.iceberg.enabled": "true", "floe.iceberg.target-lag-ms": "0",
+         "floe.iceberg.value.format": "schema-registry"}
+# Version 2: a new top-level field, and a new field inside the `customer` record.
+ORDER_V2 = with_field({**ORDER_V1, "fields": [
+    {**f, "type": {**f["type"], "fields": f["type"]["fields"] + [{"name": "email", "type": ["null", "string"], "default": None}]}}
+    if f["name"] == "customer" else f for f in ORDER_V1["fields"]]},
+    {"name": "channel", "type": ["null", "string"], "default": None})
+ORDER_BAD = with_field(ORDER_V1, {"name": "warehouse", "type": "string"})  # no default: not BACKWARD
+
+
+@pytest.fixture
+def registry(floe_factory):
+    broker = floe_factory("floe", start=False, overrides=BROKER)
+    broker.schema_registry_port = free_port()
+    broker.start()
+    wait_registry(broker.schema_registry_url)
+    return broker
+
+
+def rows_of(data_dir, table: str, expected: int, timeout: float = 60.0) -> list[dict]:
+    """The rows of `kafka.<table>` once it has `expected` of them, by offset; never more."""
+    deadline = time.monotonic() + timeout
+    rows: list[dict] = []
+    while time.monotonic() < deadline:
+        if (data_dir / "iceberg" / "catalog.db").exists():
+            try:
+                rows = catalog(data_dir).load_table(("kafka", table)).scan().to_arrow().to_pylist()
+            except Exception:  # noqa: BLE001 - not created yet
+                rows = []
+        assert len(rows) <= expected, f"{table}: {len(rows)} rows, expected {expected}"
+        if len(rows) == expected:
+            return sorted(rows, key=lambda r: (r["partition"], r["offset"]))
+        time.sleep(0.3)
+    raise AssertionError(f"{table}: {len(rows)} rows after {timeout}s, expected {expected}")
+
+
+def order(i: int, v2: bool = False) -> dict:
+    o = {"id": i, "customer": {"name": f"c{i % 4}", "tags": ["a", "b", "c"][: i % 4]},
+         "lines": {"sku-1": i, "sku-2": 2 * i}, "note": None if i % 2 else f"note {i}",
+         "total": Decimal(f"{i}.{i % 100:02d}"), "placed": datetime(2026, 12, 3, 12, i % 60, tzinfo=timezone.utc)}
+    if v2:
+        o["channel"] = None if i % 3 == 0 else f"ch{i % 3}"
+        o["customer"]["email"] = f"c{i}@example.com"
+    return o
+
+
+def test_avro_values_become_typed_columns_that_evolve_with_dead_letters(registry, tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+
+    topic = create_topic(registry.bootstrap, "orders", partitions=1, config=TYPED)
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1 = AvroSerializer(client, json.dumps(ORDER_V1))
+    producer = Producer({"bootstrap.servers": registry.bootstrap, "linger.ms": 5})
+    sent: list[tuple[dict | None, bytes | None]] = []  # by offset: (order, raw bytes for dead letters)
+
+    def send(value: bytes | None, expect: dict | None):
+        producer.produce(topic, value=value, key=f"k{len(sent)}".encode())
+        sent.append((expect, value))
+
+    for i in range(30):
+        send(v1(order(i), ctx), order(i))
+    assert producer.flush(30) == 0
+    # Version 2 adds an optional field: compatible, a new column.
+    v2 = AvroSerializer(client, json.dumps(ORDER_V2))
+    for i in range(30, 50):
+        send(v2(order(i, v2=True), ctx), order(i, v2=True))
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(f"{topic}-value", Schema(json.dumps(ORDER_BAD), "AVRO"))
+    assert refused.value.http_status_code == 409
+    # Dead letters: not framed, a bogus schema id, bytes that are not an Order.
+    v1_id = client.get_version(f"{topic}-value", 1).schema_id
+    dead = [b"plain text, no magic byte", b"\x00\x00\x01\x86\xa0garbage", b"\x00" + v1_id.to_bytes(4, "big") + b"\xff\xff"]
+    for raw in dead:
+        send(raw, None)
+    send(None, {})  # a tombstone: a typed row, all value columns null
+    for i in range(50, 55):
+        send(v1(order(i), ctx), order(i))  # version 1 again, after version 2
+    assert producer.flush(30) == 0
+
+    typed_expected = [(o, e) for o, (e, _) in enumerate(sent) if e is not None]
+    dead_expected = [(o, raw) for o, (e, raw) in enumerate(sent) if e is None]
+    rows = rows_of(registry.data_dir, topic, len(typed_expected))
+    letters = rows_of(registry.data_dir, f"{topic}__dlq", len(dead_expected))
+
+    assert [r["offset"] for r in rows] == [o for o, _ in typed_expected]
+    assert "value" not in rows[0], "typed columns replace the binary value"
+    for r, (offset, want) in zip(rows, typed_expected):
+        assert r["key"] == f"k{offset}".encode()
+        if not want:
+            assert all(r[c] is None for c in ("id", "customer", "lines", "total", "channel")), r
+            continue
+        got = {"id": r["id"], "customer": dict(r["customer"]), "lines": dict(r["lines"]), "note": r["note"],
+               "total": r["total"], "placed": r["placed"]}
+        if "channel" in want:
+            got["channel"] = r["channel"]
+        else:
+            assert r["channel"] is None and got["customer"].pop("email") is None, "a version-1 row has no channel, no email"
+        assert got == want, offset
+
+    assert [r["offset"] for r in letters] == [o for o, _ in dead_expected]
+    assert [r["value"] for r in letters] == [raw for _, raw in dead_expected], "dead letters keep their bytes"
+    errors = [r["error"] for r in letters]
+    assert "magic byte" in errors[0], errors
+    assert "100000" in errors[1], errors
+    assert errors[2].startswith(f"schema id {v1_id}:"), errors
+    assert registry.metric("floe_iceberg_dead_letters_total", topic=topic) == len(dead_expected)
+
+    # The table's schema: v2's column after v1's, as Iceberg schema evolution.
+    table = catalog(registry.data_dir).load_table(("kafka", topic))
+    names = [f.name for f in table.schema().fields]
+    assert names.index("placed") < names.index("channel")
+    assert len(table.schemas()) >= 2, "evolved, not re-created"
+
+    # DuckDB reads the same table through Floe's REST catalog: an aggregate over typed columns.
+    con = duckdb.connect()
+    for ext in ("iceberg", "avro", "httpfs"):
+        import_extension(ext, con=con)
+    con.execute("LOAD iceberg")
+    con.execute(f"ATTACH 'floe' AS f (TYPE iceberg, ENDPOINT '{registry.iceberg_rest_url}', AUTHORIZATION_TYPE 'none')")
+    got = dict(con.execute(
+        f"select customer.name, sum(total) from f.kafka.{topic} where id is not null group by 1").fetchall())
+    want: dict[str, Decimal] = {}
+    for _, o in typed_expected:
+        if o:
+            want[o["customer"]["name"]] = want.get(o["customer"]["name"], Decimal(0)) + o["total"]
+    assert got == want
+
+
+def test_protobuf_values_become_typed_columns(registry, tmp_path):
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    Order = proto_message_class(tmp_path, ORDER_PROTO % "")
+    topic = create_topic(registry.bootstrap, "proto-orders", partitions=2, config=TYPED)
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    serializer = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": registry.bootstrap})
+    sent = {}
+    for i in range(40):
+        o = Order(id=i, total=i * 1.5)
+        o.customer.name = f"c{i}"
+        o.customer.tags.extend(["a", "b"][: i % 3])
+        o.lines["sku"] = i
+        if i % 2:
+            o.note = f"n{i}"
+        o.placed.FromSeconds(1_764_000_000 + i)
+        producer.produce(topic, value=serializer(o, ctx), partition=i % 2, key=str(i).encode())
+        sent[str(i).encode()] = o
+    assert producer.flush(30) == 0
+    rows = rows_of(registry.data_dir, topic, len(sent))
+    for r in rows:
+        o = sent[r["key"]]
+        assert (r["id"], r["total"], r["customer"]["name"], r["customer"]["tags"]) == (o.id, o.total, o.customer.name, list(o.customer.tags))
+        assert dict(r["lines"]) == dict(o.lines)
+        assert r["note"] == (o.note if o.HasField("note") else None), "optional presence: null when absent"
+        assert r["placed"] == datetime.fromtimestamp(o.placed.seconds, tz=timezone.utc)
+    assert rows_of(registry.data_dir, f"{topic}__dlq", 0) == []

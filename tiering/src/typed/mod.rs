@@ -1,0 +1,127 @@
+//! Typed tables: record values in the Confluent wire format become typed
+//! columns, typed from their Schema Registry schemas (issue #15).
+//!
+//! With the topic setting `floe.iceberg.value.format=schema-registry`, each
+//! value's schema id picks a `floe_schema::TypedDecoder` (from a
+//! [`SchemaSource`]: the broker's registry), and the value's top-level fields
+//! become top-level columns beside Floe's Kafka columns (a field named like a
+//! Kafka column is written as `value_<name>`). The table's schema follows the
+//! schema versions by name ([`evolve`]): a new field is a new optional column
+//! with a fresh field id, a field a later version dropped stays and gets nulls.
+//!
+//! A record that cannot be written typed goes to the dead-letter table
+//! `<topic>__dlq` (the raw layout plus an `error` column): a value not in the
+//! wire format, an unknown schema id, bytes that do not match the schema, or a
+//! schema the table cannot take. It is never dropped and never stops the
+//! topic's tiering.
+//!
+//! # Exactly once across the two tables
+//! One pass commits the dead-letter rows first, then the typed rows, each table
+//! with the pass's offset ranges in its snapshot summary. A crash between the two
+//! commits re-plans from the typed table's offsets and converts the same records
+//! again; dead-letter rows below the dead-letter table's own committed offsets
+//! are left out that time, so every offset lands in exactly one of the tables,
+//! once. (`tiering.dlq.committed` is the failpoint between the commits.)
+//!
+//! # Layout
+//! - [`evolve`]: which columns a value schema needs added; which schemas cannot be written.
+//! - [`project`]: a decoded column rewritten in the table's shape.
+//! - `rows`: a converted batch split into typed rows and dead letters.
+
+pub mod evolve;
+pub mod project;
+pub(crate) mod rows;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use floe_schema::TypedDecoder;
+
+/// What a topic's values are, for its table (`floe.iceberg.value.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueFormat {
+    /// The value bytes as they are, in the binary `value` column.
+    #[default]
+    Raw,
+    /// Confluent's wire format (magic byte, schema id, payload): typed columns.
+    SchemaRegistry,
+}
+
+impl ValueFormat {
+    /// The setting's value: `raw` or `schema-registry`.
+    ///
+    /// # Errors
+    /// Any other value, with the ones accepted.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim() {
+            "" | "raw" => Ok(Self::Raw),
+            "schema-registry" => Ok(Self::SchemaRegistry),
+            other => Err(format!("{other:?} is not a value format: raw or schema-registry")),
+        }
+    }
+}
+
+/// Why a [`SchemaSource`] has no decoder for a schema id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaLookupError {
+    /// No such id, or its schema cannot be typed: its records are dead letters.
+    Missing(String),
+    /// The registry cannot answer now (its topic is unreadable, not yet replicated):
+    /// the pass fails and is retried; nothing is written.
+    Unavailable(String),
+}
+
+/// Where the tiering thread gets the schemas of schema ids: the broker's registry.
+pub trait SchemaSource: Send + Sync + std::fmt::Debug {
+    /// Whether schema `id` is a Protobuf schema (its values carry message indexes).
+    ///
+    /// # Errors
+    /// See [`SchemaLookupError`].
+    fn is_protobuf(&self, id: i32) -> Result<bool, SchemaLookupError>;
+
+    /// The typed decoder of schema `id`; for Protobuf, of the message at
+    /// `message_indexes` (as the wire format numbers them; ignored otherwise).
+    ///
+    /// # Errors
+    /// See [`SchemaLookupError`].
+    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError>;
+}
+
+/// A [`SchemaSource`] whose answers are kept once made: a schema id's schema
+/// never changes, so neither does its decoder.
+#[derive(Debug)]
+pub struct CachedSchemas {
+    source: Arc<dyn SchemaSource>,
+    kinds: Mutex<HashMap<i32, bool>>,
+    decoders: Mutex<HashMap<(i32, Vec<i32>), Arc<TypedDecoder>>>,
+}
+
+impl CachedSchemas {
+    /// Answers from `source`, each asked once.
+    pub fn new(source: Arc<dyn SchemaSource>) -> Self {
+        Self { source, kinds: Mutex::new(HashMap::new()), decoders: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl SchemaSource for CachedSchemas {
+    fn is_protobuf(&self, id: i32) -> Result<bool, SchemaLookupError> {
+        if let Some(p) = self.kinds.lock().unwrap_or_else(PoisonError::into_inner).get(&id) {
+            return Ok(*p);
+        }
+        let p = self.source.is_protobuf(id)?;
+        self.kinds.lock().unwrap_or_else(PoisonError::into_inner).insert(id, p);
+        Ok(p)
+    }
+
+    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
+        let key = (id, message_indexes.to_vec());
+        if let Some(d) = self.decoders.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return Ok(d.clone());
+        }
+        let d = self.source.decoder(id, message_indexes)?;
+        self.decoders.lock().unwrap_or_else(PoisonError::into_inner).insert(key, d.clone());
+        Ok(d)
+    }
+}
