@@ -10,6 +10,9 @@
 - Records that cannot be typed (no magic byte, a bogus schema id, bytes that are
   not the schema's) land in `<topic>__dlq` with their offset, raw bytes and error,
   and the typed table still gets every other record, once.
+- A kill -9 between the dead letters' commit and the typed rows' (failpoint
+  `tiering.dlq.committed`) leaves every offset in exactly one table, once.
+- JSON Schema values (`JSONSerializer`) too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from clients import create_topic
+from failpoints import assert_failpoints_armed
 from floe_process import free_port
 from test_schema_registry import ORDER_PROTO, ORDER_V1, proto_message_class, wait_registry, with_field
 from test_tiering import catalog
@@ -191,3 +195,67 @@ def test_protobuf_values_become_typed_columns(registry, tmp_path):
         assert r["note"] == (o.note if o.HasField("note") else None), "optional presence: null when absent"
         assert r["placed"] == datetime.fromtimestamp(o.placed.seconds, tz=timezone.utc)
     assert rows_of(registry.data_dir, f"{topic}__dlq", 0) == []
+
+
+def test_a_kill_between_the_dead_letter_and_the_typed_commit_keeps_each_record_once(floe_factory):
+    """Failpoint `tiering.dlq.committed` aborts the broker after the dead letters'
+    commit, before the typed rows'; after the restart every offset is in exactly
+    one of the two tables, once."""
+    broker = floe_factory("floe", start=False, overrides=BROKER,
+                          env={"FAILPOINTS": "tiering.dlq.committed=return(abort)"})
+    broker.schema_registry_port = free_port()
+    broker.start()
+    wait_registry(broker.schema_registry_url)
+    assert_failpoints_armed(broker)
+    topic = create_topic(broker.bootstrap, "kill-orders", partitions=1, config=TYPED)
+    client = SchemaRegistryClient({"url": broker.schema_registry_url})
+    ser = AvroSerializer(client, json.dumps(ORDER_V1))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    values = [ser(order(i), SerializationContext(topic, MessageField.VALUE)) for i in range(10)]
+    values[4] = b"not framed"
+    for v in values:
+        producer.produce(topic, value=v)
+    assert producer.flush(30) == 0
+    broker.proc.wait(timeout=60)
+    assert broker.proc.returncode != 0, "the failpoint aborted the broker"
+    assert rows_of(broker.data_dir, f"{topic}__dlq", 1)[0]["offset"] == 4, "the dead letters were committed"
+    broker.start(env={})
+    wait_registry(broker.schema_registry_url)
+    rows = rows_of(broker.data_dir, topic, 9)
+    assert [r["offset"] for r in rows] == [o for o in range(10) if o != 4]
+    assert [r["id"] for r in rows] == [o for o in range(10) if o != 4]
+    time.sleep(1.0)  # a few more passes: still one dead letter, not two
+    assert [r["offset"] for r in rows_of(broker.data_dir, f"{topic}__dlq", 1)] == [4]
+
+
+ORDER_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Order", "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "customer": {"type": "object", "properties": {"name": {"type": "string"},
+                                                      "tags": {"type": "array", "items": {"type": "string"}}}},
+        "note": {"type": ["string", "null"]},
+        "total": {"type": "number"},
+        "placed": {"type": "string", "format": "date-time"},
+    },
+    "required": ["id", "customer"],
+}
+
+
+def test_json_schema_values_become_typed_columns(registry):
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    topic = create_topic(registry.bootstrap, "json-orders", partitions=1, config=TYPED)
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    ser = JSONSerializer(json.dumps(ORDER_JSON), client)
+    producer = Producer({"bootstrap.servers": registry.bootstrap})
+    sent = [{"id": i, "customer": {"name": f"c{i}", "tags": ["x"] * (i % 3)}, "note": None if i % 2 else f"n{i}",
+             "total": i * 0.25, "placed": f"2026-12-03T12:{i:02d}:00Z"} for i in range(20)]
+    for o in sent:
+        producer.produce(topic, value=ser(o, SerializationContext(topic, MessageField.VALUE)))
+    assert producer.flush(30) == 0
+    rows = rows_of(registry.data_dir, topic, len(sent))
+    for r, o in zip(rows, sent):
+        assert (r["id"], r["customer"], r["note"], r["total"]) == (o["id"], o["customer"], o["note"], o["total"])
+        assert r["placed"] == datetime.fromisoformat(o["placed"].replace("Z", "+00:00"))
