@@ -259,3 +259,37 @@ def test_json_schema_values_become_typed_columns(registry):
     for r, o in zip(rows, sent):
         assert (r["id"], r["customer"], r["note"], r["total"]) == (o["id"], o["customer"], o["note"], o["total"])
         assert r["placed"] == datetime.fromisoformat(o["placed"].replace("Z", "+00:00"))
+
+
+LINE_V1 = {"type": "record", "name": "Line", "fields": [
+    {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "float"}]}
+LINE_V2 = {"type": "record", "name": "Line", "fields": [
+    {"name": "sku", "type": "string"}, {"name": "qty", "type": "long"}, {"name": "price", "type": "double"}]}
+
+
+def test_a_widened_field_is_promoted_in_place(registry):
+    """int → long and float → double between two registered versions (Avro's
+    BACKWARD allows both) are Iceberg type promotions: same columns, same field
+    ids, wider types; rows written before read widened."""
+    topic = create_topic(registry.bootstrap, "lines", partitions=1, config=TYPED)
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": registry.bootstrap})
+    narrow = [{"sku": f"s{i}", "qty": i, "price": 0.5 * i} for i in range(5)]
+    ser = AvroSerializer(client, json.dumps(LINE_V1))
+    for line in narrow:
+        producer.produce(topic, value=ser(line, ctx))
+    assert producer.flush(30) == 0
+    rows_of(registry.data_dir, topic, 5)
+    ids = {f.name: f.field_id for f in catalog(registry.data_dir).load_table(("kafka", topic)).schema().fields}
+    wide = [{"sku": f"w{i}", "qty": 2**40 + i, "price": 1e300} for i in range(5)]
+    ser = AvroSerializer(client, json.dumps(LINE_V2))
+    for line in wide:
+        producer.produce(topic, value=ser(line, ctx))
+    assert producer.flush(30) == 0
+    rows = rows_of(registry.data_dir, topic, 10)
+    assert [{k: r[k] for k in ("sku", "qty", "price")} for r in rows] == narrow + wide
+    schema = catalog(registry.data_dir).load_table(("kafka", topic)).schema()
+    assert str(schema.find_field("qty").field_type) == "long" and str(schema.find_field("price").field_type) == "double"
+    assert {f.name: f.field_id for f in schema.fields} == ids, "promoted in place: no new columns, the same ids"
+    assert rows_of(registry.data_dir, f"{topic}__dlq", 0) == []

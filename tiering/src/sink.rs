@@ -18,7 +18,7 @@ use arrow_schema::SchemaRef as ArrowSchemaRef;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
 use iceberg::table::Table;
-use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{DefaultLocationGenerator, FileNameGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
@@ -32,7 +32,8 @@ use tracing::{info, warn};
 
 use crate::error::{Result, TieringError};
 use crate::table::{TierLimits, TopicTable};
-use crate::typed::evolve::plan_columns;
+use crate::typed::evolve::{plan_columns, Evolution};
+use crate::typed::promote::commit_promotions;
 use crate::typed::{rows, SchemaLookupError, SchemaSource};
 
 /// File names that cannot collide across runs or processes: `<prefix>-<uuid v4>.parquet`.
@@ -244,7 +245,12 @@ impl Sink {
                 dead.extend(of_id.iter().map(|&r| (r, format!("schema id {id} cannot be written to the table: {why}"))));
                 return Ok(());
             }
-            Ok(adds) if !adds.is_empty() => self.evolve(owner, id, adds).await?,
+            Ok(ev) if !ev.promotions.is_empty() && owner.sqlite_catalog().is_none() => {
+                let why = format!("schema id {id} widens columns {:?} (an Iceberg type promotion), which Floe makes on its SQL catalog only, not yet on a REST catalog", ev.promotions);
+                dead.extend(of_id.iter().map(|&r| (r, why.clone())));
+                return Ok(());
+            }
+            Ok(ev) if !ev.is_empty() => self.evolve(owner, id, ev).await?,
             Ok(_) => {}
         }
         let values = rows::values(raw, &of_id);
@@ -300,19 +306,35 @@ impl Sink {
         Ok(())
     }
 
-    /// Adds the columns schema `id` needs (a metadata-only commit, no snapshot), then
-    /// writes on with the new schema: files written so far are closed as they are.
-    async fn evolve(&mut self, owner: &TopicTable, id: i32, adds: Vec<AddColumn>) -> Result<()> {
+    /// Promotes the columns schema `id` widens and adds the ones it needs (metadata-only
+    /// commits, no snapshot), then writes on with the new schema: files written so far
+    /// are closed as they are.
+    async fn evolve(&mut self, owner: &TopicTable, id: i32, ev: Evolution) -> Result<()> {
         let ident = self.table.identifier().to_string();
-        let count = adds.len();
-        let before = owner.load().await?;
-        let tx = Transaction::new(&before);
-        let action = adds.into_iter().fold(tx.update_schema(), |action, add| action.add_column(add));
-        let tx = action.apply(tx).map_err(TieringError::iceberg("evolve", &ident))?;
-        let after = tx.commit(owner.catalog().as_ref()).await.map_err(TieringError::iceberg("evolve", &ident))?;
-        owner.delete_dropped_metadata(&before, &after).await;
-        info!(table = %ident, schema_id = id, columns_added = count,
-            table_schema = after.metadata().current_schema_id(), "table schema evolved for a new value schema");
+        let failed = |why: String| TieringError::iceberg("evolve", &ident)(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why));
+        let mut before = owner.load().await?;
+        if !ev.promotions.is_empty() {
+            let (db, catalog_name) = owner.sqlite_catalog().ok_or_else(|| failed("promotions need the SQL catalog".into()))?;
+            commit_promotions(&before, &ev.promotions, &db, &catalog_name).await.map_err(failed)?;
+            let promoted = owner.load().await?;
+            owner.delete_dropped_metadata(&before, &promoted).await;
+            info!(table = %ident, schema_id = id, promotions = ?ev.promotions,
+                table_schema = promoted.metadata().current_schema_id(), "column types promoted for a new value schema");
+            before = promoted;
+        }
+        let after = if ev.adds.is_empty() {
+            before
+        } else {
+            let count = ev.adds.len();
+            let tx = Transaction::new(&before);
+            let action = ev.adds.into_iter().fold(tx.update_schema(), |action, add| action.add_column(add));
+            let tx = action.apply(tx).map_err(TieringError::iceberg("evolve", &ident))?;
+            let after = tx.commit(owner.catalog().as_ref()).await.map_err(TieringError::iceberg("evolve", &ident))?;
+            owner.delete_dropped_metadata(&before, &after).await;
+            info!(table = %ident, schema_id = id, columns_added = count,
+                table_schema = after.metadata().current_schema_id(), "columns added for a new value schema");
+            after
+        };
         if let Some(w) = self.writer.take() {
             self.closed.extend(w.close().await.map_err(TieringError::iceberg("write", &ident))?);
         }

@@ -175,6 +175,13 @@ impl TopicTable {
         self
     }
 
+    /// The SQLite database and catalog name, when the table is in Floe's SQL catalog
+    /// (type promotions are committed there directly: [`crate::typed::promote`]).
+    pub(crate) fn sqlite_catalog(&self) -> Option<(std::path::PathBuf, String)> {
+        let config = self.config.as_ref()?;
+        Some((config.sqlite_path()?, config.name.clone()))
+    }
+
     /// A typed table's dead-letter table.
     pub fn dead_letter_table(&self) -> Option<&TopicTable> {
         self.typed.as_ref().map(|t| &*t.dead_letters)

@@ -9,14 +9,15 @@
 //!
 //! A value type may be *narrower* than its column (int data in a `long` column,
 //! `float` in `double`, a decimal of lower precision and the same scale): the
-//! writer widens it. A value type *wider* than its column would need Iceberg
-//! type promotion, which this version does not apply yet; such a schema, and a
-//! change across type families, is refused (its records go to the dead-letter
-//! table with the reason).
+//! writer widens it. A value type *wider* than its column is an Iceberg type
+//! promotion of the column ([`super::promote`]). A change across type families
+//! is refused (its records go to the dead-letter table with the reason).
 
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use iceberg::spec::{ListType, MapType, NestedField, PrimitiveType, Schema, StructType, Type};
 use iceberg::transaction::AddColumn;
+
+use super::promote::Promotion;
 
 /// The names of Floe's Kafka columns ([`crate::schema`]); a value field of one of
 /// these names is written as `value_<name>`.
@@ -46,14 +47,36 @@ pub fn column_name(name: &str) -> String {
     }
 }
 
-/// The columns to add so that the value fields `fields` can be written to a table
-/// of `schema`; empty when it already can.
+/// What a table's schema needs before a value schema's rows are written to it.
+#[derive(Default)]
+pub struct Evolution {
+    /// Columns to add (new optional columns, nested ones under their parent).
+    pub adds: Vec<AddColumn>,
+    /// Columns whose type widens (Iceberg type promotion), by field id.
+    pub promotions: Vec<Promotion>,
+}
+
+impl std::fmt::Debug for Evolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evolution").field("adds", &self.adds.len()).field("promotions", &self.promotions).finish()
+    }
+}
+
+impl Evolution {
+    /// Nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.adds.is_empty() && self.promotions.is_empty()
+    }
+}
+
+/// What the table of `schema` needs so that the value fields `fields` can be
+/// written to it; empty when it already can.
 ///
 /// # Errors
 /// Why the value schema cannot be written to the table: a field whose type is
-/// not the column's (or narrower), two value fields written as one column.
-pub fn plan_columns(schema: &Schema, fields: &Fields) -> Result<Vec<AddColumn>, String> {
-    let mut adds = Vec::new();
+/// not the column's and not a promotion of it, two value fields written as one column.
+pub fn plan_columns(schema: &Schema, fields: &Fields) -> Result<Evolution, String> {
+    let mut ev = Evolution::default();
     let mut seen = std::collections::HashSet::new();
     for f in fields {
         let name = column_name(f.name());
@@ -61,20 +84,20 @@ pub fn plan_columns(schema: &Schema, fields: &Fields) -> Result<Vec<AddColumn>, 
             return Err(format!("two value fields are both written as column `{name}`"));
         }
         match schema.as_struct().field_by_name(&name) {
-            Some(column) => compare(&name, &column.field_type, f.data_type(), &mut adds)?,
-            None => adds.push(AddColumn::optional(name, iceberg_type(f.data_type())?)),
+            Some(column) => compare(&name, column, f.data_type(), &mut ev)?,
+            None => ev.adds.push(AddColumn::optional(name, iceberg_type(f.data_type())?)),
         }
     }
-    Ok(adds)
+    Ok(ev)
 }
 
-fn compare(path: &str, column: &Type, data: &DataType, adds: &mut Vec<AddColumn>) -> Result<(), String> {
-    match (column, data) {
+fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut Evolution) -> Result<(), String> {
+    match (field.field_type.as_ref(), data) {
         (Type::Struct(st), DataType::Struct(fields)) => {
             for f in fields {
                 match st.field_by_name(f.name()) {
-                    Some(c) => compare(&format!("{path}.{}", f.name()), &c.field_type, f.data_type(), adds)?,
-                    None => adds.push(
+                    Some(c) => compare(&format!("{path}.{}", f.name()), c, f.data_type(), ev)?,
+                    None => ev.adds.push(
                         AddColumn::builder()
                             .parent(path.to_string())
                             .name(f.name().to_string())
@@ -85,7 +108,7 @@ fn compare(path: &str, column: &Type, data: &DataType, adds: &mut Vec<AddColumn>
             }
             Ok(())
         }
-        (Type::List(l), DataType::List(item)) => compare(&format!("{path}.element"), &l.element_field.field_type, item.data_type(), adds),
+        (Type::List(l), DataType::List(item)) => compare(&format!("{path}.element"), &l.element_field, item.data_type(), ev),
         (Type::Map(m), DataType::Map(entries, _)) => {
             let DataType::Struct(kv) = entries.data_type() else { return Err(format!("`{path}`: a map without entries")) };
             let (Some(k), Some(v)) = (kv.first(), kv.get(1)) else { return Err(format!("`{path}`: a map without key and value")) };
@@ -93,7 +116,7 @@ fn compare(path: &str, column: &Type, data: &DataType, adds: &mut Vec<AddColumn>
             if *m.key_field.field_type != key {
                 return Err(format!("`{path}`: map keys are {} in the table, {key} in the schema", m.key_field.field_type));
             }
-            compare(&format!("{path}.value"), &m.value_field.field_type, v.data_type(), adds)
+            compare(&format!("{path}.value"), &m.value_field, v.data_type(), ev)
         }
         (Type::Primitive(p), data) => {
             let want = iceberg_type(data)?;
@@ -103,7 +126,8 @@ fn compare(path: &str, column: &Type, data: &DataType, adds: &mut Vec<AddColumn>
             if d == p || widens_into(d, p) {
                 Ok(())
             } else if widens_into(p, d) {
-                Err(format!("`{path}`: the table has {p}, the schema {d}: a type promotion Floe does not apply yet"))
+                ev.promotions.push((field.id, d.clone()));
+                Ok(())
             } else {
                 Err(format!("`{path}`: the table has {p}, the schema {d}: a change Iceberg cannot express"))
             }
@@ -188,34 +212,35 @@ mod tests {
     fn new_fields_become_columns_and_kafka_names_are_prefixed() {
         let schema = crate::schema::typed_iceberg_schema(false);
         let fields = Fields::from(vec![f("id", DataType::Int64), f("offset", DataType::Utf8)]);
-        let adds = plan_columns(&schema, &fields).unwrap();
-        assert_eq!(adds.len(), 2);
+        let ev = plan_columns(&schema, &fields).unwrap();
+        assert_eq!(ev.adds.len(), 2);
         assert_eq!(column_name("offset"), "value_offset");
         assert_eq!(column_name("id"), "id");
     }
 
     #[test]
-    fn narrower_data_is_written_wider_data_is_refused() {
-        let int = Type::Primitive(PrimitiveType::Int);
-        let long = Type::Primitive(PrimitiveType::Long);
-        let mut adds = Vec::new();
-        assert!(compare("a", &long, &DataType::Int32, &mut adds).is_ok());
-        let e = compare("a", &int, &DataType::Int64, &mut adds).unwrap_err();
-        assert!(e.contains("promotion"), "{e}");
-        let e = compare("a", &int, &DataType::Utf8, &mut adds).unwrap_err();
+    fn narrower_data_is_written_wider_data_is_a_promotion_other_types_are_refused() {
+        let int = NestedField::optional(7, "a", Type::Primitive(PrimitiveType::Int));
+        let long = NestedField::optional(8, "a", Type::Primitive(PrimitiveType::Long));
+        let mut ev = Evolution::default();
+        assert!(compare("a", &long, &DataType::Int32, &mut ev).is_ok());
+        assert!(ev.is_empty());
+        compare("a", &int, &DataType::Int64, &mut ev).unwrap();
+        assert_eq!(ev.promotions, [(7, PrimitiveType::Long)]);
+        let e = compare("a", &int, &DataType::Utf8, &mut ev).unwrap_err();
         assert!(e.contains("cannot express"), "{e}");
-        assert!(adds.is_empty());
+        assert!(ev.adds.is_empty());
     }
 
     #[test]
     fn nested_fields_are_added_under_their_parent() {
         let inner = Fields::from(vec![f("x", DataType::Int32)]);
-        let column = iceberg_type(&DataType::List(Arc::new(f("element", DataType::Struct(inner)))))
-            .unwrap();
+        let column = iceberg_type(&DataType::List(Arc::new(f("element", DataType::Struct(inner))))).unwrap();
+        let column = NestedField::optional(20, "items", column);
         let wider = Fields::from(vec![f("x", DataType::Int32), f("y", DataType::Utf8)]);
         let data = DataType::List(Arc::new(f("element", DataType::Struct(wider))));
-        let mut adds = Vec::new();
-        compare("items", &column, &data, &mut adds).unwrap();
-        assert_eq!(adds.len(), 1);
+        let mut ev = Evolution::default();
+        compare("items", &column, &data, &mut ev).unwrap();
+        assert_eq!((ev.adds.len(), ev.promotions.len()), (1, 0));
     }
 }

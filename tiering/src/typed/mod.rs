@@ -7,7 +7,9 @@
 //! become top-level columns beside Floe's Kafka columns (a field named like a
 //! Kafka column is written as `value_<name>`). The table's schema follows the
 //! schema versions by name ([`evolve`]): a new field is a new optional column
-//! with a fresh field id, a field a later version dropped stays and gets nulls.
+//! with a fresh field id, a widened field (`int` → `long`, `float` → `double`,
+//! decimal precision) an Iceberg type promotion, a field a later version dropped
+//! stays and gets nulls.
 //!
 //! A record that cannot be written typed goes to the dead-letter table
 //! `<topic>__dlq` (the raw layout plus an `error` column): a value not in the
@@ -26,10 +28,12 @@
 //! # Layout
 //! - [`evolve`]: which columns a value schema needs added; which schemas cannot be written.
 //! - [`project`]: a decoded column rewritten in the table's shape.
+//! - [`promote`]: Iceberg type promotion, committed to the SQL catalog directly.
 //! - `rows`: a converted batch split into typed rows and dead letters.
 
 pub mod evolve;
 pub mod project;
+pub mod promote;
 pub(crate) mod rows;
 #[cfg(test)]
 mod tests;

@@ -47,13 +47,17 @@ impl SchemaSource for Schemas {
     }
 }
 
-fn schemas() -> Arc<dyn SchemaSource> {
+fn avro_schemas(schemas: &[(i32, &str)]) -> Arc<dyn SchemaSource> {
     let mut m = HashMap::new();
-    for (id, text) in [(1, V1), (2, V2), (3, BROKEN)] {
-        let s = RegisteredSchema { id, schema_type: SchemaType::Avro, schema: text.into(), references: vec![] };
-        m.insert(id, Arc::new(TypedDecoder::new(&s, &[]).unwrap()));
+    for (id, text) in schemas {
+        let s = RegisteredSchema { id: *id, schema_type: SchemaType::Avro, schema: text.to_string(), references: vec![] };
+        m.insert(*id, Arc::new(TypedDecoder::new(&s, &[]).unwrap()));
     }
     Arc::new(Schemas(m))
+}
+
+fn schemas() -> Arc<dyn SchemaSource> {
+    avro_schemas(&[(1, V1), (2, V2), (3, BROKEN)])
 }
 
 fn framed(id: i32, payload: Vec<u8>) -> Vec<u8> {
@@ -205,4 +209,129 @@ async fn a_crash_between_the_dead_letter_and_the_typed_commit_duplicates_nothing
     // keep-raw: the typed table has the value bytes too.
     let typed = scan(&t).await;
     assert!(typed.column_by_name("value").unwrap().as_binary::<i64>().value(0).starts_with(&[0, 0, 0, 0, 1]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_widened_field_is_an_iceberg_type_promotion() {
+    const NARROW: &str = r#"{"type":"record","name":"M","fields":[{"name":"n","type":"int"},{"name":"x","type":"float"}]}"#;
+    const WIDE: &str = r#"{"type":"record","name":"M","fields":[{"name":"n","type":"long"},{"name":"x","type":"double"}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("m-0"), 0, &[]));
+    let value = |text: &str, id: i32, fields: Vec<(String, Value)>| {
+        framed(id, to_avro_datum(&AvroSchema::parse_str(text).unwrap(), Value::Record(fields)).unwrap())
+    };
+    let mut recs: Vec<TestRecord> = (0..3)
+        .map(|i| value_record(Some(value(NARROW, 10, vec![("n".into(), Value::Int(i)), ("x".into(), Value::Float(0.5))])), i.into()))
+        .collect();
+    recs.extend((3..6).map(|i| {
+        let n = (1i64 << 40) + i;
+        value_record(Some(value(WIDE, 11, vec![("n".into(), Value::Long(n)), ("x".into(), Value::Double(1e300))])), i)
+    }));
+    log.append(&mut encode(&recs[..3], floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+    log.roll_now().unwrap();
+    let cat = catalog(dir.path()).await;
+    let t = cat.typed_topic_table("m", "id-1", "", false, avro_schemas(&[(10, NARROW), (11, WIDE)])).await.unwrap();
+    t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    let int_schema = t.load().await.unwrap().metadata().current_schema().clone();
+    assert_eq!(*int_schema.field_by_name("n").unwrap().field_type, iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Int));
+    log.append(&mut encode(&recs[3..], floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+    log.roll_now().unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (3, 0));
+    let table = t.load().await.unwrap();
+    let schema = table.metadata().current_schema();
+    let n = schema.field_by_name("n").unwrap();
+    assert_eq!(*n.field_type, iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Long));
+    assert_eq!(n.id, int_schema.field_by_name("n").unwrap().id, "promoted in place: the same field id");
+    assert_eq!(*schema.field_by_name("x").unwrap().field_type, iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Double));
+    // Old files read widened.
+    let rows = scan(&t).await;
+    let n = rows.column_by_name("n").unwrap().as_primitive::<Int64Type>();
+    assert_eq!(n.values().to_vec(), [0, 1, 2, (1 << 40) + 3, (1 << 40) + 4, (1 << 40) + 5]);
+    let x = rows.column_by_name("x").unwrap().as_primitive::<Float64Type>();
+    assert_eq!((x.value(0), x.value(5)), (0.5, 1e300));
+    // A later narrow value is written widened, without another promotion.
+    log.append(&mut encode(&recs[..1], floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+    log.roll_now().unwrap();
+    t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!(t.load().await.unwrap().metadata().current_schema_id(), schema.schema_id());
+}
+
+/// Typed against raw tiering of the same sealed segments (1 KiB Avro values, lz4
+/// batches of 5), one run, so the ratio is what to quote:
+/// `cargo test -p floe-tiering -- --ignored --nocapture typed_tier_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn typed_tier_throughput() {
+    const EVENT: &str = r#"{"type":"record","name":"Event","fields":[
+      {"name":"id","type":"long"},
+      {"name":"user","type":"string"},
+      {"name":"kind","type":{"type":"enum","name":"Kind","symbols":["VIEW","CLICK","BUY"]}},
+      {"name":"amount","type":"double"},
+      {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+      {"name":"tags","type":{"type":"array","items":"string"}},
+      {"name":"attributes","type":{"type":"map","values":"string"}},
+      {"name":"note","type":["null","string"],"default":null},
+      {"name":"body","type":"string"}]}"#;
+    let schema = AvroSchema::parse_str(EVENT).unwrap();
+    let registered = RegisteredSchema { id: 1, schema_type: SchemaType::Avro, schema: EVENT.into(), references: vec![] };
+    let source: Arc<dyn SchemaSource> = Arc::new(Schemas(HashMap::from([(1, Arc::new(TypedDecoder::new(&registered, &[]).unwrap()))])));
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("events-0"), 0, &[("segment.bytes", "16777216")]));
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let alphabet: Vec<char> = ('a'..='z').chain('0'..='9').collect();
+    let records = 40_000usize;
+    let mut value_bytes = 0usize;
+    for b in 0..records / 5 {
+        let recs: Vec<TestRecord> = (0..5)
+            .map(|i| {
+                let n = (b * 5 + i) as i64;
+                let body: String = (0..820).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+                let event = Value::Record(vec![
+                    ("id".into(), Value::Long(n)),
+                    ("user".into(), Value::String(format!("user-{}", next() % 5000))),
+                    ("kind".into(), Value::Enum((n % 3) as u32, ["VIEW", "CLICK", "BUY"][(n % 3) as usize].into())),
+                    ("amount".into(), Value::Double((next() % 100_000) as f64 / 100.0)),
+                    ("at".into(), Value::TimestampMillis(1_764_000_000_000 + n)),
+                    ("tags".into(), Value::Array((0..3).map(|t| Value::String(format!("tag{}", (n + t) % 40))).collect())),
+                    ("attributes".into(), Value::Map((0..4).map(|a| (format!("k{a}"), Value::String(format!("v{}", next() % 100)))).collect())),
+                    ("note".into(), Value::Union(0, Box::new(Value::Null))),
+                    ("body".into(), Value::String(body)),
+                ]);
+                let value = framed(1, to_avro_datum(&schema, event).unwrap());
+                value_bytes += value.len();
+                value_record(Some(value), n)
+            })
+            .collect();
+        log.append(&mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4), 0).unwrap();
+    }
+    log.roll_now().unwrap();
+    let segment_bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();
+    let cat = catalog(dir.path()).await;
+    let limits = TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() };
+    let mut seconds = Vec::new();
+    for typed in [false, true, false, true] {
+        let name = format!("events_{}_{}", if typed { "typed" } else { "raw" }, seconds.len());
+        let t = if typed {
+            cat.typed_topic_table(&name, "id-1", "day(timestamp)", false, source.clone()).await.unwrap()
+        } else {
+            cat.topic_table(&name, "id-1", "day(timestamp)").await.unwrap()
+        };
+        let start = std::time::Instant::now();
+        let out = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
+        let took = start.elapsed().as_secs_f64();
+        assert_eq!((out.rows, out.dead_letters), (records as u64, 0));
+        println!("{name}: {took:.3} s, {:.1} MiB/s of segment, {:.1} MiB/s of values, {} Parquet bytes",
+            segment_bytes as f64 / took / 1048576.0, value_bytes as f64 / took / 1048576.0, out.bytes);
+        seconds.push(took);
+    }
+    let (raw, typed) = (seconds[0].min(seconds[2]), seconds[1].min(seconds[3]));
+    println!("{records} records, {:.0} value bytes each, {segment_bytes} segment bytes: typed takes {:.2}× the time of raw",
+        value_bytes as f64 / records as f64, typed / raw);
 }

@@ -1,0 +1,93 @@
+//! Iceberg type promotion: `int` → `long`, `float` → `double`, a decimal's precision
+//! widened at the same scale, when a schema version widens a field.
+//!
+//! The iceberg crate (0.10) can add and delete columns but not promote one, and a
+//! catalog commit can only be built through its own actions. So a promotion is
+//! committed the way its SQL catalog commits anything: the table's metadata with a
+//! new current schema (same field ids, wider types) is written as the next metadata
+//! file, then the catalog's row is swapped from the metadata it was built on to the
+//! new one, only if it still points there (compare-and-swap). Data files written
+//! before keep their narrower types; every Iceberg reader widens them on read. On a
+//! REST catalog promotions are not made yet: those records go to the dead-letter table.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use iceberg::spec::{ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, TableMetadataBuilder, Type};
+use iceberg::table::Table;
+use iceberg::MetadataLocation;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+/// A field whose type widens: its id, and the type it becomes.
+pub type Promotion = (i32, PrimitiveType);
+
+/// `schema` with the promoted fields' types widened, ids and everything else kept.
+///
+/// # Errors
+/// The schema does not build (a bug: only primitive types change).
+pub fn promoted_schema(schema: &Schema, promotions: &[Promotion]) -> iceberg::Result<Schema> {
+    let fields = schema.as_struct().fields().iter().map(|f| retype(f, promotions)).collect::<Vec<_>>();
+    Schema::builder()
+        .with_fields(fields)
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .build()
+}
+
+fn retype(field: &NestedFieldRef, promotions: &[Promotion]) -> NestedFieldRef {
+    let field_type = match field.field_type.as_ref() {
+        Type::Primitive(p) => Type::Primitive(
+            promotions.iter().find(|(id, _)| *id == field.id).map_or_else(|| p.clone(), |(_, to)| to.clone()),
+        ),
+        Type::Struct(s) => Type::Struct(StructType::new(s.fields().iter().map(|f| retype(f, promotions)).collect())),
+        Type::List(l) => Type::List(ListType::new(retype(&l.element_field, promotions))),
+        Type::Map(m) => Type::Map(MapType::new(retype(&m.key_field, promotions), retype(&m.value_field, promotions))),
+    };
+    NestedField { field_type: Box::new(field_type), ..NestedField::clone(field) }.into()
+}
+
+/// Commits `promotions` to `table`, whose catalog is the SQLite database `sqlite`
+/// named `catalog_name`.
+///
+/// # Errors
+/// A message: the metadata cannot be built or written, the database cannot be
+/// reached, or the table moved since it was loaded (nothing committed; the
+/// metadata file written is never referenced).
+pub async fn commit_promotions(table: &Table, promotions: &[Promotion], sqlite: &Path, catalog_name: &str) -> Result<(), String> {
+    let current = table.metadata_location().ok_or("the table has no metadata location")?.to_string();
+    let schema = promoted_schema(table.metadata().current_schema(), promotions).map_err(|e| e.to_string())?;
+    let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), Some(current.clone()))
+        .add_current_schema(schema)
+        .and_then(TableMetadataBuilder::build)
+        .map_err(|e| format!("cannot build the promoted metadata: {e}"))?
+        .metadata;
+    let next = MetadataLocation::from_str(&current).map_err(|e| e.to_string())?.with_next_version();
+    metadata.write_to(table.file_io(), &next).await.map_err(|e| format!("cannot write {next}: {e}"))?;
+    let next = next.to_string();
+    let mut db = SqliteConnectOptions::new()
+        .filename(sqlite)
+        .connect()
+        .await
+        .map_err(|e| format!("cannot open the catalog database {}: {e}", sqlite.display()))?;
+    let ident = table.identifier();
+    let swapped = sqlx::query(
+        "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+         WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ? \
+         AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
+    )
+    .bind(&next)
+    .bind(&current)
+    .bind(catalog_name)
+    .bind(ident.namespace().join("."))
+    .bind(ident.name())
+    .bind(&current)
+    .execute(&mut db)
+    .await
+    .map_err(|e| format!("cannot update the catalog: {e}"))?
+    .rows_affected();
+    let _ = db.close().await;
+    if swapped != 1 {
+        return Err(format!("{ident} changed while its types were being promoted; retried on the next pass"));
+    }
+    Ok(())
+}
