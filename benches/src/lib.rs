@@ -44,4 +44,5 @@ pub mod report;
 pub mod scenario;
 pub mod tiering;
 pub mod transactions;
+pub mod typed_payload;
 pub mod workload;

@@ -45,6 +45,7 @@ use crate::plot;
 use crate::rated;
 use crate::procstat::{self, ProcStats};
 use crate::report::{display_path, f1, f2, pct, Machine, Report};
+use crate::typed_payload::{self, ValueKind};
 use crate::workload::Workload;
 
 mod replication;
@@ -868,12 +869,45 @@ struct TieringCost {
     peak_rss_delta_mib: Option<f64>,
 }
 
+/// `tiering-cost`: the raw arm (the value's bytes in a binary column), then the typed
+/// arms (`floe.iceberg.value.format=schema-registry`: Avro and Protobuf events of the
+/// same size, decoded into typed columns), each on a fresh broker; a summary compares them.
 fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut w = ctx.workload("tiering-1kb")?;
     // Every payload's random share is fresh, so Parquet's dictionary and zstd cannot
     // exploit the load generator's repeated templates: the size ratio is honest.
     w.fresh_random = true;
     let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick { 8 } else { w.consumer_backlog_mb.max(1) });
+    let mut rows = Vec::new();
+    let mut raw_rate = None;
+    for arm in [None, Some(ValueKind::Avro), Some(ValueKind::Protobuf)] {
+        let c = tiering_cost_arm(ctx, &w, backlog_mb, arm)?;
+        let name = arm.map_or("raw", ValueKind::name);
+        if arm.is_none() {
+            raw_rate = c.log_mib_per_cpu_s;
+        }
+        rows.push(vec![
+            format!("`{name}`"),
+            f1(c.log_mib_per_cpu_s),
+            f2(c.cpu_s_per_gb),
+            format!("{:.3}", c.parquet_over_log),
+            c.log_mib_per_cpu_s.zip(raw_rate).map_or("–".into(), |(t, r)| format!("{:.2}", t / r)),
+        ]);
+    }
+    ctx.report.heading("Tiering cost by value format (one run)");
+    ctx.report.para(
+        "The same scenario per arm: `raw` stores the value's bytes; `avro` and `protobuf` produce events of the \
+         same size in the Confluent wire format (schema registered with Floe's registry) to a topic with \
+         `floe.iceberg.value.format=schema-registry`, so tiering decodes every value into typed columns \
+         (numbers, strings, an enum, a timestamp, a list, a map, a nullable field and a text body). \
+         The ratio is typed ÷ raw throughput per broker CPU-second, measured in this run.",
+    );
+    ctx.report.table(&["arm", "log MiB per broker CPU-s", "broker CPU-s per GB", "Parquet ÷ log", "÷ raw"], &rows);
+    Ok(())
+}
+
+fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<ValueKind>) -> anyhow::Result<TieringCost> {
+    let arm_name = arm.map_or("raw", ValueKind::name);
     let backlog = backlog_mb * 1_000_000;
     let partitions = w.partitions_per_topic.max(1);
     // One segment per partition holds the whole backlog (Kafka caps segment.bytes at 2 GiB),
@@ -881,15 +915,30 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
     let segment_bytes = (backlog / u64::from(partitions) * 11 / 10 + (16 << 20)).min(i32::MAX as u64);
     let tick_ms = if ctx.opts.quick { 100 } else { 200 };
     let data = temp_data_dir()?;
-    let b = ctx.broker("tiering-cost", data.path(), &[kv("floe.iceberg.tick-ms", tick_ms)])?;
-    let topics = ctx.topics(&w);
+    let registry = format!("127.0.0.1:{}", crate::broker::free_port()?);
+    let mut overrides = vec![kv("floe.iceberg.tick-ms", tick_ms)];
+    if arm.is_some() {
+        overrides.push(kv("floe.schema.registry.listen", &registry));
+    }
+    let b = ctx.broker(&format!("tiering-cost-{arm_name}"), data.path(), &overrides)?;
+    let topics = ctx.topics(w);
     let topic = topics[0].clone();
     load::create_topics_with(&b.bootstrap, &topics[..1], partitions, &[kv("segment.bytes", segment_bytes)])?;
 
     // 1. The backlog, tiering off.
-    let pb = bar("backlog: produce (tiering off)", true);
-    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics[..1].to_vec(), consume: false, produce_bytes: Some(backlog) };
-    let produced = load::run(&spec, &pb)?;
+    let pb = bar(&format!("backlog ({arm_name}): produce (tiering off)"), true);
+    let (produced_mb_per_s, produced_json) = match arm {
+        None => {
+            let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics[..1].to_vec(), consume: false, produce_bytes: Some(backlog) };
+            let produced = load::run(&spec, &pb)?;
+            (produced.publish_mb_per_s, serde_json::to_value(&produced)?)
+        }
+        Some(kind) => {
+            let id = typed_payload::register(&registry, &format!("{topic}-value"), kind)?;
+            let produced = typed_payload::produce(&b.bootstrap, &topic, partitions, kind, id, w.message_size, backlog, &w.compression)?;
+            (produced.bytes as f64 / 1e6 / produced.seconds, serde_json::json!({"records": produced.records, "bytes": produced.bytes, "seconds": produced.seconds}))
+        }
+    };
     pb.finish();
     let end_offsets = load::end_offsets(&b.bootstrap, &topic, partitions)?;
     let records: i64 = end_offsets.iter().sum();
@@ -907,12 +956,16 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
     let meter = CostMeter::start(&b);
     let counters_before = TieringCounters::read(&b, &topics);
     let started = std::time::Instant::now();
-    load::alter_topic_config(&b.bootstrap, &topic, &[
+    let mut settings = vec![
         kv("segment.bytes", segment_bytes),
         kv("floe.iceberg.enabled", "true"),
         kv("floe.iceberg.target-lag-ms", 0),
-    ])?;
-    let pb = bar("tiering the backlog", false);
+    ];
+    if arm.is_some() {
+        settings.push(kv("floe.iceberg.value.format", "schema-registry"));
+    }
+    load::alter_topic_config(&b.bootstrap, &topic, &settings)?;
+    let pb = bar(&format!("tiering the backlog ({arm_name})"), false);
     pb.set_length(records.max(0) as u64);
     let timeout = Duration::from_secs(if ctx.opts.quick { 60 } else { 900 });
     loop {
@@ -924,7 +977,7 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
         }
         anyhow::ensure!(
             started.elapsed() < timeout,
-            "tiering-cost: {done} of {records} records committed after {timeout:?} (see floe-tiering-cost.log in {})",
+            "tiering-cost: {done} of {records} records committed after {timeout:?} (see floe-tiering-cost-{arm_name}.log in {})",
             ctx.opts.out.display()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -957,7 +1010,7 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
         peak_rss_mib: cost.broker_peak_rss_mib,
         peak_rss_delta_mib: cost.broker_peak_rss_mib.zip(rss_before_mib).map(|(p, b)| p - b),
     };
-    ctx.report.heading(&format!("Tiering cost: a {backlog_mb} MB backlog to Iceberg (workload `{}`)", w.name));
+    ctx.report.heading(&format!("Tiering cost ({arm_name}): a {backlog_mb} MB backlog to Iceberg (workload `{}`)", w.name));
     ctx.report.para(&format!(
         "Backlog: {} records of {} bytes ({:.0}% random) in {partitions} partition(s), written with tiering off at \
          {:.0} MB/s (acks={}, compression={}); {:.1} MiB of log, largest segment {:.1} MiB (topic `segment.bytes={segment_bytes}`, \
@@ -965,7 +1018,7 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
          `floe.iceberg.target-lag-ms=0` (broker `floe.iceberg.tick-ms={tick_ms}`), and the harness polls \
          `floe_iceberg_committed_offset` until every partition's committed offset reaches its log end. Nothing else \
          loads the broker meanwhile, so its CPU is the tiering's (the tiering thread's own share is shown).",
-        records, w.message_size, w.random_payload_share * 100.0, produced.publish_mb_per_s, w.acks, w.compression,
+        records, w.message_size, w.random_payload_share * 100.0, produced_mb_per_s, w.acks, w.compression,
         log_mib, largest_segment_bytes as f64 / MIB,
     ));
     ctx.report.table(
@@ -991,12 +1044,14 @@ fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
          bounded by the Arrow batch and Parquet row-group buffers, not by the segment size. The log is in the \
          page cache (just written), so this is CPU cost, not disk reads.",
     );
-    ctx.report.set("workload", &w);
-    ctx.report.set("backlog", &produced);
-    ctx.report.set("tiering_cost", &c);
+    // The raw arm keeps the report's original keys; typed arms are suffixed.
+    let suffix = arm.map_or(String::new(), |k| format!("_{}", k.name()));
+    ctx.report.set("workload", w);
+    ctx.report.set(&format!("backlog{suffix}"), &produced_json);
+    ctx.report.set(&format!("tiering_cost{suffix}"), &c);
     ctx.report.set("segment_bytes", segment_bytes);
     ctx.report.set("tick_ms", tick_ms);
-    Ok(())
+    Ok(c)
 }
 
 // ------------------------------------------------------------------ freshness

@@ -611,15 +611,25 @@ impl Tierer {
             }
             Err(e) => warn!(topic = %name, error = %e, "cannot expire snapshots"),
         }
+        // A typed table's dead-letter table gets a commit per pass with dead letters: the same policy.
+        if let Some(dead) = table.dead_letter_table() {
+            if let Err(e) = dead.expire_snapshots(policy, now_ms).await {
+                warn!(topic = %name, table = %dead.ident(), error = %e, "cannot expire snapshots");
+            }
+        }
     }
 
     /// Deletes data files of crashed or aborted attempts (in no snapshot, older than `floe.iceberg.orphan-min-age-ms`).
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
-        match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
-            Ok(removed) if !removed.is_empty() => info!(topic = %name, files = removed.len(), "removed orphan data files"),
-            Ok(_) => {}
-            Err(e) => warn!(topic = %name, error = %e, "cannot look for orphan data files"),
+        for table in std::iter::once(table).chain(table.dead_letter_table()) {
+            match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
+                Ok(removed) if !removed.is_empty() => {
+                    info!(topic = %name, table = %table.ident(), files = removed.len(), "removed orphan data files");
+                }
+                Ok(_) => {}
+                Err(e) => warn!(topic = %name, table = %table.ident(), error = %e, "cannot look for orphan data files"),
+            }
         }
     }
 
