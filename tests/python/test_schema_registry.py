@@ -387,6 +387,18 @@ def proto_message_class(tmp_path, text: str, name: str = "shop.Order"):
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
+def proto_order(Order, i: int):
+    """Order `i` of ORDER_PROTO: a nested message, a repeated field, a map, `note` set on odd i only."""
+    o = Order(id=i, total=i * 1.5)
+    o.customer.name = f"c{i}"
+    o.customer.tags.extend(["a", "b"][: i % 3])
+    o.lines["sku"] = i
+    if i % 2:
+        o.note = f"n{i}"
+    o.placed.FromSeconds(1_764_000_000 + i)
+    return o
+
+
 def test_protobuf_serializer_round_trips_and_evolves(registry, tmp_path):
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 
@@ -396,16 +408,7 @@ def test_protobuf_serializer_round_trips_and_evolves(registry, tmp_path):
     serializer = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
     deserializer = ProtobufDeserializer(Order, {"use.deprecated.format": False})
     topic = "proto-orders"
-    sent = []
-    for i in range(20):
-        o = Order(id=i, total=i * 1.5)
-        o.customer.name = f"c{i}"
-        o.customer.tags.extend(["a", "b"][: i % 3])
-        o.lines["sku"] = i
-        if i % 2:
-            o.note = f"n{i}"
-        o.placed.FromSeconds(1_764_000_000 + i)
-        sent.append(o)
+    sent = [proto_order(Order, i) for i in range(20)]
     producer = Producer({"bootstrap.servers": registry.bootstrap})
     for o in sent:
         producer.produce(topic, value=serializer(o, SerializationContext(topic, MessageField.VALUE)))

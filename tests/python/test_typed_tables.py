@@ -32,7 +32,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from clients import create_topic
 from failpoints import assert_failpoints_armed
 from floe_process import free_port
-from test_schema_registry import ORDER_PROTO, ORDER_V1, proto_message_class, wait_registry, with_field
+from test_schema_registry import ORDER_PROTO, ORDER_V1, proto_message_class, proto_order, wait_registry, with_field
 from test_tiering import catalog
 
 BROKER = {"floe.iceberg.tick-ms": "100"}
@@ -177,13 +177,7 @@ def test_protobuf_values_become_typed_columns(registry, tmp_path):
     producer = Producer({"bootstrap.servers": registry.bootstrap})
     sent = {}
     for i in range(40):
-        o = Order(id=i, total=i * 1.5)
-        o.customer.name = f"c{i}"
-        o.customer.tags.extend(["a", "b"][: i % 3])
-        o.lines["sku"] = i
-        if i % 2:
-            o.note = f"n{i}"
-        o.placed.FromSeconds(1_764_000_000 + i)
+        o = proto_order(Order, i)
         producer.produce(topic, value=serializer(o, ctx), partition=i % 2, key=str(i).encode())
         sent[str(i).encode()] = o
     assert producer.flush(30) == 0
