@@ -209,6 +209,13 @@ mod tests {
     }
 
     #[test]
+    fn the_kafka_column_names_are_the_table_layouts() {
+        let schema = crate::schema::iceberg_schema();
+        let names: Vec<&str> = schema.as_struct().fields().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, KAFKA_COLUMNS);
+    }
+
+    #[test]
     fn new_fields_become_columns_and_kafka_names_are_prefixed() {
         let schema = crate::schema::typed_iceberg_schema(false);
         let fields = Fields::from(vec![f("id", DataType::Int64), f("offset", DataType::Utf8)]);
