@@ -83,9 +83,14 @@ enum IcebergCommand {
         #[arg(long)]
         namespace: Option<String>,
     },
-    /// Expires old snapshots of the tiered tables now, as the tiering thread does
-    /// every `floe.iceberg.maintenance-interval-ms`, and deletes the files only they
-    /// reached. Safe while the broker runs.
+    /// Maintains the tiered tables now, as the tiering thread does every
+    /// `floe.iceberg.maintenance-interval-ms`: expires old snapshots and deletes the
+    /// files only they reached, then rewrites each partition's small data files into
+    /// files of the target size (a `replace` snapshot), then expires again so the
+    /// replaced files go too. Safe while the broker runs: each step commits only on
+    /// the snapshot it planned on.
+    ///
+    /// Example: `floe iceberg maintain --data-dir ./floe-data --table orders --max-age-ms 0`
     Maintain {
         /// Data directory of the broker (the embedded catalog is DIR/iceberg/catalog.db).
         #[arg(long, value_name = "DIR")]
@@ -99,6 +104,13 @@ enum IcebergCommand {
         /// Keep at least this many recent snapshots (default `floe.iceberg.snapshot.min-to-keep`).
         #[arg(long, value_name = "N")]
         min_to_keep: Option<usize>,
+        /// Size compaction writes files at (default: the table's `write.target-file-size-bytes`,
+        /// else `floe.iceberg.target-file-size-bytes`).
+        #[arg(long, value_name = "BYTES")]
+        target_file_size_bytes: Option<u64>,
+        /// Expire snapshots only; leave small files alone.
+        #[arg(long)]
+        no_compact: bool,
     },
 }
 
@@ -140,7 +152,7 @@ fn main() -> anyhow::Result<()> {
         let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
         builder.set(k, v, Layer::CommandLine)?;
     }
-    if let Some(Command::Iceberg { command: IcebergCommand::Maintain { data_dir, table, max_age_ms, min_to_keep } }) = &cli.command {
+    if let Some(Command::Iceberg { command: IcebergCommand::Maintain { data_dir, table, max_age_ms, min_to_keep, target_file_size_bytes, no_compact } }) = &cli.command {
         if let Some(dir) = data_dir {
             builder.set("log.dirs", dir.display().to_string(), Layer::CommandLine)?;
         }
@@ -152,7 +164,13 @@ fn main() -> anyhow::Result<()> {
             min_to_keep: min_to_keep.unwrap_or(tiering.snapshot_min_to_keep).max(1),
         };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
-        let text = runtime.block_on(floe_broker::tiering::maintain(&catalog, &tiering.namespace, policy, table.as_deref()))?;
+        let compaction = (!no_compact).then(|| floe_broker::tiering::CompactionRequest {
+            target_file_size: *target_file_size_bytes,
+            default_target_file_size: tiering.target_file_size,
+            min_input_files: tiering.compaction_min_input_files,
+            max_bytes_per_run: tiering.compaction_max_bytes_per_run,
+        });
+        let text = runtime.block_on(floe_broker::tiering::maintain(&catalog, &tiering.namespace, policy, compaction, table.as_deref()))?;
         print!("{text}");
         return Ok(());
     }

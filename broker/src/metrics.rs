@@ -181,6 +181,14 @@ pub struct IcebergMetrics {
     pub expired_snapshots: IntCounterVec,
     /// Snapshots in the table after its last expiry, by topic.
     pub snapshots: IntGaugeVec,
+    /// Live data files in the table's current snapshot (after its last maintenance), by topic.
+    pub data_files: IntGaugeVec,
+    /// Bytes of the table's metadata a reader opens (metadata file, manifest list, manifests), by topic.
+    pub metadata_bytes: IntGaugeVec,
+    /// Compactions committed, by topic.
+    pub compactions: IntCounterVec,
+    /// Small data files replaced by compaction, by topic.
+    pub compacted_files: IntCounterVec,
     last_messages: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
@@ -204,6 +212,10 @@ impl IcebergMetrics {
             rest_requests: counter("floe_iceberg_rest_requests_total", "Iceberg REST catalog requests, by route and HTTP status", &["route", "status"]),
             expired_snapshots: counter("floe_iceberg_expired_snapshots_total", "Snapshots removed from the table by expiry", &["topic"]),
             snapshots: gauge("floe_iceberg_snapshots", "Snapshots in the table after its last expiry", &["topic"]),
+            data_files: gauge("floe_iceberg_data_files", "Live data files in the table's current snapshot, after its last maintenance", &["topic"]),
+            metadata_bytes: gauge("floe_iceberg_metadata_bytes", "Bytes of table metadata a reader opens: the metadata file, manifest list and manifests", &["topic"]),
+            compactions: counter("floe_iceberg_compactions_total", "Compactions (replace snapshots) committed", &["topic"]),
+            compacted_files: counter("floe_iceberg_compacted_files_total", "Small data files replaced by compaction", &["topic"]),
             last_messages: Arc::default(),
         }
     }
@@ -224,6 +236,10 @@ impl IcebergMetrics {
             Box::new(self.rest_requests.clone()),
             Box::new(self.expired_snapshots.clone()),
             Box::new(self.snapshots.clone()),
+            Box::new(self.data_files.clone()),
+            Box::new(self.metadata_bytes.clone()),
+            Box::new(self.compactions.clone()),
+            Box::new(self.compacted_files.clone()),
         ]
     }
 

@@ -49,7 +49,7 @@ use floe_storage::{LogManager, PartitionLog, Topic};
 use floe_tiering::{
     CatalogConfig, CatalogType, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable, ValueFormat,
 };
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::metrics::Metrics;
 
@@ -81,6 +81,14 @@ pub struct TieringSettings {
     pub snapshot_max_age_ms: i64,
     /// Default of the topic setting `floe.iceberg.snapshot.min-to-keep`.
     pub snapshot_min_to_keep: usize,
+    /// Default of the topic setting `floe.iceberg.target-file-size-bytes`.
+    pub target_file_size: u64,
+    /// Default of the topic setting `floe.iceberg.compaction.enabled`.
+    pub compaction_enabled: bool,
+    /// Default of the topic setting `floe.iceberg.compaction.min-input-files`.
+    pub compaction_min_input_files: usize,
+    /// `floe.iceberg.compaction.max-bytes-per-run`: the compaction throttle.
+    pub compaction_max_bytes_per_run: u64,
     /// The catalog and warehouse (`floe.iceberg.catalog-type`, `-uri`, `warehouse`, `s3.*`, `rest.*`).
     pub catalog: CatalogSettings,
 }
@@ -172,6 +180,12 @@ pub const KEEP_RAW: &str = "floe.iceberg.keep-raw";
 pub const SNAPSHOT_MAX_AGE_MS: &str = "floe.iceberg.snapshot.max-age-ms";
 /// Topic setting: how many of the most recent snapshots expiry keeps (at least 1).
 pub const SNAPSHOT_MIN_TO_KEEP: &str = "floe.iceberg.snapshot.min-to-keep";
+/// Topic setting: the data files' target size (Iceberg's `write.target-file-size-bytes`).
+pub const TARGET_FILE_SIZE: &str = "floe.iceberg.target-file-size-bytes";
+/// Topic setting: whether maintenance compacts small data files.
+pub const COMPACTION_ENABLED: &str = "floe.iceberg.compaction.enabled";
+/// Topic setting: how many small files of a partition make a compaction.
+pub const COMPACTION_MIN_INPUT_FILES: &str = "floe.iceberg.compaction.min-input-files";
 
 /// Checks the `floe.iceberg.*` topic settings in `overrides`, so CreateTopics and
 /// (Incremental)AlterConfigs refuse a bad value (INVALID_CONFIG) instead of the
@@ -183,7 +197,7 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
     for (key, value) in overrides {
         let v = value.trim();
         match key.as_str() {
-            ENABLED | KEEP_RAW | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
+            ENABLED | KEEP_RAW | COMPACTION_ENABLED | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
                 return Err(format!("{key}: {value:?} is not true or false"));
             }
             VALUE_FORMAT => {
@@ -200,6 +214,9 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
             }
             TARGET_LAG_MS if v.parse::<u64>().is_err() => {
                 return Err(format!("{key}: {value:?} is not a non-negative integer"));
+            }
+            TARGET_FILE_SIZE | COMPACTION_MIN_INPUT_FILES if v.parse::<u64>().map_or(true, |n| n == 0) => {
+                return Err(format!("{key}: {value:?} is not a positive integer"));
             }
             _ => {}
         }
@@ -496,7 +513,16 @@ impl Tierer {
             }
             return;
         }
-        let result = self.tier(&catalog, &name, &topic_id, &spec, &led).await;
+        let limits = TierLimits {
+            target_file_size: config
+                .floe
+                .get(TARGET_FILE_SIZE)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(self.settings.target_file_size)
+                .clamp(1, usize::MAX as u64) as usize,
+            ..TierLimits::default()
+        };
+        let result = self.tier(&catalog, &name, &topic_id, &spec, &led, &limits).await;
         let tick = Duration::from_millis(self.settings.tick_ms);
         let m = &self.metrics.iceberg;
         let state = self.topics.get_mut(&name).expect("inserted above");
@@ -532,7 +558,7 @@ impl Tierer {
                     self.clean_orphans(&name).await;
                 }
                 if maintain {
-                    self.expire_snapshots(&name, &config).await;
+                    self.maintain(&name, &config).await;
                 }
             }
             Err(e) => {
@@ -594,8 +620,11 @@ impl Tierer {
         }
     }
 
-    /// Expires the table's old snapshots (`floe.iceberg.snapshot.*`) and deletes what only they reached.
-    async fn expire_snapshots(&self, name: &str, config: &floe_storage::LogConfig) {
+    /// Table maintenance after a commit: expires the table's old snapshots
+    /// (`floe.iceberg.snapshot.*`) and deletes what only they reached, compacts small
+    /// data files (`floe.iceberg.compaction.*`; in a cluster, the broker leading
+    /// partition 0 does), and records the table's size in the metrics.
+    async fn maintain(&self, name: &str, config: &floe_storage::LogConfig) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
         let setting = |key: &str| config.floe.get(key).and_then(|v| v.trim().parse::<u64>().ok());
         let policy = floe_tiering::ExpiryPolicy {
@@ -603,12 +632,9 @@ impl Tierer {
             min_to_keep: setting(SNAPSHOT_MIN_TO_KEEP).map_or(self.settings.snapshot_min_to_keep, |v| v as usize).max(1),
         };
         let now_ms = floe_coordinator::clock::wall_ms();
+        let m = &self.metrics.iceberg;
         match table.expire_snapshots(policy, now_ms).await {
-            Ok(report) => {
-                let m = &self.metrics.iceberg;
-                m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64);
-                m.snapshots.with_label_values(&[name]).set(report.snapshots_left as i64);
-            }
+            Ok(report) => m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64),
             Err(e) => warn!(topic = %name, error = %e, "cannot expire snapshots"),
         }
         // A typed table's dead-letter table gets a commit per pass with dead letters: the same policy.
@@ -616,6 +642,40 @@ impl Tierer {
             if let Err(e) = dead.expire_snapshots(policy, now_ms).await {
                 warn!(topic = %name, table = %dead.ident(), error = %e, "cannot expire snapshots");
             }
+        }
+        let compaction = config
+            .floe
+            .get(COMPACTION_ENABLED)
+            .map_or(self.settings.compaction_enabled, |v| v.trim().eq_ignore_ascii_case("true"));
+        if compaction && self.tierers.leads(name, 0) {
+            let target = match setting(TARGET_FILE_SIZE) {
+                Some(t) => t,
+                None => table.target_file_size_property().await.ok().flatten().unwrap_or(self.settings.target_file_size),
+            };
+            let policy = floe_tiering::CompactionPolicy {
+                min_input_files: setting(COMPACTION_MIN_INPUT_FILES).map_or(self.settings.compaction_min_input_files, |v| v as usize).max(2),
+                ..floe_tiering::CompactionPolicy::for_target(target, self.settings.compaction_max_bytes_per_run)
+            };
+            for table in std::iter::once(table).chain(table.dead_letter_table()) {
+                match table.compact(&policy).await {
+                    Ok(r) if r.snapshot_id.is_some() => {
+                        m.compactions.with_label_values(&[name]).inc();
+                        m.compacted_files.with_label_values(&[name]).inc_by(r.rewritten_files as u64);
+                    }
+                    Ok(_) => {}
+                    // Tiering committed first (another broker's partitions): the next run re-plans.
+                    Err(e @ TieringError::StaleSnapshot { .. }) => debug!(topic = %name, table = %table.ident(), error = %e, "compaction lost its race"),
+                    Err(e) => warn!(topic = %name, table = %table.ident(), error = %e, "cannot compact small data files"),
+                }
+            }
+        }
+        match table.stats().await {
+            Ok(stats) => {
+                m.snapshots.with_label_values(&[name]).set(stats.snapshots as i64);
+                m.data_files.with_label_values(&[name]).set(stats.data_files as i64);
+                m.metadata_bytes.with_label_values(&[name]).set(stats.metadata_bytes as i64);
+            }
+            Err(e) => debug!(topic = %name, error = %e, "cannot read the table's size"),
         }
     }
 
@@ -662,10 +722,11 @@ impl Tierer {
         topic_id: &str,
         spec: &str,
         partitions: &[Arc<PartitionLog>],
+        limits: &TierLimits,
     ) -> Result<floe_tiering::TierOutcome, TieringError> {
         let stop = self.stop.clone();
         let table = self.table(catalog, name, topic_id, spec).await?;
-        table.tier_until(partitions, &TierLimits::default(), &stop).await
+        table.tier_until(partitions, limits, &stop).await
     }
 }
 
@@ -719,15 +780,36 @@ async fn open_and_list(config: &CatalogConfig, namespace: &str) -> Result<(Icebe
     Ok((catalog, tables))
 }
 
+/// What `floe iceberg maintain` compacts with.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionRequest {
+    /// `--target-file-size-bytes`; `None`: the table's property, else the default.
+    pub target_file_size: Option<u64>,
+    /// `floe.iceberg.target-file-size-bytes`.
+    pub default_target_file_size: u64,
+    /// `floe.iceberg.compaction.min-input-files`.
+    pub min_input_files: usize,
+    /// `floe.iceberg.compaction.max-bytes-per-run`.
+    pub max_bytes_per_run: u64,
+}
+
 /// `floe iceberg maintain`: expires the snapshots of every tiered table in
-/// `namespace` (or of `only`) by `policy`, as the tiering thread does, and says
-/// what it did. Safe beside a running broker: the expiry commits only on the
-/// snapshot it planned on, and deletes only files no remaining snapshot reaches.
+/// `namespace` (or of `only`) by `policy`, as the tiering thread does; with
+/// `compaction`, compacts small data files and expires again (so the replaced
+/// files are deleted when the policy lets their snapshots go); says what it did.
+/// Safe beside a running broker: every step commits only on the snapshot it
+/// planned on, and deletes only files no remaining snapshot reaches.
 ///
 /// # Errors
 /// [`TieringError`] if the catalog cannot be opened or listed; a table that fails
 /// is reported in the text and the others go on.
-pub async fn maintain(config: &CatalogConfig, namespace: &str, policy: floe_tiering::ExpiryPolicy, only: Option<&str>) -> Result<String, TieringError> {
+pub async fn maintain(
+    config: &CatalogConfig,
+    namespace: &str,
+    policy: floe_tiering::ExpiryPolicy,
+    compaction: Option<CompactionRequest>,
+    only: Option<&str>,
+) -> Result<String, TieringError> {
     use std::fmt::Write;
     let (catalog, tables) = open_and_list(config, namespace).await?;
     let now_ms = floe_coordinator::clock::wall_ms();
@@ -742,12 +824,44 @@ pub async fn maintain(config: &CatalogConfig, namespace: &str, policy: floe_tier
             })?;
             let topic_id = loaded.metadata().properties().get(floe_tiering::catalog::TOPIC_ID_PROPERTY).cloned().unwrap_or_default();
             let table = catalog.topic_table(&name, &topic_id, "").await?;
-            table.expire_snapshots(policy, now_ms).await
+            let mut expired = table.expire_snapshots(policy, now_ms).await?;
+            let mut compacted = None;
+            if let Some(c) = compaction {
+                let target = match c.target_file_size {
+                    Some(t) => t,
+                    None => table.target_file_size_property().await?.unwrap_or(c.default_target_file_size),
+                };
+                let compaction_policy = floe_tiering::CompactionPolicy {
+                    min_input_files: c.min_input_files.max(2),
+                    ..floe_tiering::CompactionPolicy::for_target(target, c.max_bytes_per_run)
+                };
+                let report = table.compact(&compaction_policy).await?;
+                if report.snapshot_id.is_some() {
+                    // The replaced files' snapshots may already be past the max age: let them go now.
+                    let again = table.expire_snapshots(policy, floe_coordinator::clock::wall_ms()).await?;
+                    expired.expired += again.expired;
+                    expired.snapshots_left = again.snapshots_left;
+                    expired.deleted_files += again.deleted_files;
+                    expired.deleted_metadata_files += again.deleted_metadata_files;
+                }
+                compacted = Some(report);
+            }
+            let stats = table.stats().await?;
+            Ok::<_, TieringError>((expired, compacted, stats))
         }
         .await;
         let _ = match result {
-            Ok(r) => writeln!(out, "table {ident}: expired {} snapshot(s), {} left, deleted {} file(s) and {} metadata file(s)",
-                r.expired, r.snapshots_left, r.deleted_files, r.deleted_metadata_files),
+            Ok((r, c, stats)) => {
+                let _ = writeln!(out, "table {ident}: expired {} snapshot(s), {} left, deleted {} file(s) and {} metadata file(s)",
+                    r.expired, r.snapshots_left, r.deleted_files, r.deleted_metadata_files);
+                if let Some(c) = c {
+                    let _ = writeln!(out, "table {ident}: compacted {} small data file(s) ({} bytes) of {} partition(s) into {} ({} bytes); {} manifest(s) merged",
+                        c.rewritten_files, c.rewritten_bytes, c.groups, c.added_files, c.added_bytes,
+                        if c.snapshot_id.is_some() { c.merged_manifests } else { 0 });
+                }
+                writeln!(out, "table {ident}: {} snapshot(s), {} data file(s), {} metadata bytes",
+                    stats.snapshots, stats.data_files, stats.metadata_bytes)
+            }
             Err(e) => writeln!(out, "table {ident}: failed: {e}"),
         };
     }

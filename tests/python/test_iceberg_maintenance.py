@@ -150,3 +150,135 @@ def test_a_kill_after_the_expiry_commit_leaves_an_exact_table(floe_factory):
     exact(floe, topic, produced)
     produce_rounds(floe, topic, 2, produced)
     exact(floe, topic, produced)
+
+
+# ---------------------------------------------------------------- compaction
+
+TARGET = 32 * 1024
+MIN_INPUT_FILES = 5
+COMPACT_BROKER = {"floe.iceberg.tick-ms": "20", "floe.iceberg.maintenance-interval-ms": "300"}
+
+
+def compact_config(max_age_ms: int = 1000) -> dict:
+    return {**topic_config(), "floe.iceberg.snapshot.max-age-ms": str(max_age_ms),
+            "floe.iceberg.target-file-size-bytes": str(TARGET),
+            "floe.iceberg.compaction.min-input-files": str(MIN_INPUT_FILES)}
+
+
+def commit_rounds(floe, topic: str, commits: int, produced: dict, per_round: int = 4):
+    """Produces a few records at a time, each round waiting for the next tiering commit,
+    until the topic has had `commits` commits (one small data file or two each)."""
+    from clients import producer
+
+    p = producer(floe.bootstrap, **{"linger.ms": 0})
+    i = 0
+    start = time.monotonic()
+    while (done := floe.metric("floe_iceberg_commits_total", topic=topic)) < commits:
+        part = i % 2
+        offsets: dict = {}
+        msgs = messages(part, per_round, value_bytes=120)
+        for k, m in enumerate(msgs):
+            p.produce(topic, partition=part, key=m.get("key"), value=m["value"], headers=m.get("headers"),
+                      on_delivery=lambda err, msg, k=k: offsets.__setitem__(k, (err, msg.offset())))
+        p.flush(30)
+        for k, m in enumerate(msgs):
+            err, off = offsets[k]
+            assert err is None, err
+            produced[(part, off)] = m
+        i += 1
+        wait_until(lambda: floe.metric("floe_iceberg_commits_total", topic=topic) > done, timeout=30, interval=0.01,
+                   what=f"tiering commit {done + 1}")
+        assert time.monotonic() - start < 600, f"{done} commits in 10 minutes"
+
+
+def live_files(t) -> list:
+    return [task.file for task in t.scan().plan_files()]
+
+
+def test_500_commits_with_maintenance_keep_the_table_small_and_exact(floe_factory):
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+
+    floe = floe_factory("floe", overrides=COMPACT_BROKER)
+    topic = create_topic(floe.bootstrap, unique_topic("compact"), partitions=2, config=compact_config())
+    produced: dict = {}
+    commit_rounds(floe, topic, 500, produced)
+    # Maintenance runs after a commit once its interval passed: one more commit after a pause.
+    time.sleep(1.5)
+    commit_rounds(floe, topic, floe.metric("floe_iceberg_commits_total", topic=topic) + 1, produced)
+    t = wait_until(lambda: (t := table(floe, topic)) and len(live_files(t)) <= 3 * MIN_INPUT_FILES and t,
+                   timeout=30, interval=0.3, what="small files compacted")
+
+    assert floe.metric("floe_iceberg_compactions_total", topic=topic) >= 10
+    assert floe.metric("floe_iceberg_compacted_files_total", topic=topic) >= 400
+    files = live_files(t)
+    total = sum(f.file_size_in_bytes for f in files)
+    small = [f for f in files if f.file_size_in_bytes < TARGET * 3 // 4]
+    # Whole target-size files, plus what the last compaction left and the commits since.
+    assert len(files) <= total // (TARGET * 3 // 4) + 2 * MIN_INPUT_FILES + 2, [f.file_size_in_bytes for f in files]
+    assert sum(f.file_size_in_bytes for f in small) <= total // 2 or total < 2 * TARGET, [f.file_size_in_bytes for f in files]
+    # Snapshots: only those younger than the max age (plus the ones kept) survive 500 commits.
+    assert len(t.metadata.snapshots) < 100, len(t.metadata.snapshots)
+    # Metadata a reader opens stays bounded: manifests are merged, not one per commit.
+    manifests = t.current_snapshot().manifests(t.io)
+    assert len(manifests) <= 40, len(manifests)
+    metadata_bytes = floe.metric("floe_iceberg_metadata_bytes", topic=topic)
+    assert 0 < metadata_bytes < 2_000_000, metadata_bytes
+    assert floe.metric("floe_iceberg_data_files", topic=topic) > 0
+
+    # Read exactly: every offset once, values equal, by pyiceberg and by DuckDB.
+    exact(floe, topic, produced)
+    metadata = table(floe, topic).metadata_location.removeprefix("file://")
+    con = duckdb.connect()
+    import_extension("iceberg", con=con)
+    import_extension("avro", con=con)
+    con.execute("LOAD iceberg")
+    got = con.execute(f"select partition, \"offset\" from iceberg_scan('{metadata}')").fetchall()
+    assert sorted(got) == sorted(produced), "DuckDB reads every offset once"
+    # The summary offsets survived compaction and expiry: after a restart tiering resumes exactly.
+    floe.restart()
+    produce_rounds(floe, topic, 1, produced)
+    exact(floe, topic, produced)
+
+
+@pytest.mark.parametrize("failpoint", ["tiering.compact.written", "tiering.compact.committed"])
+def test_a_kill_during_compaction_leaves_an_exact_table(floe_factory, failpoint):
+    # Nothing is compacted while the small files pile up (compaction off) ...
+    config = {**compact_config(max_age_ms=86_400_000), "floe.iceberg.compaction.enabled": "false"}
+    floe = floe_factory("floe", overrides=COMPACT_BROKER, env={"FAILPOINTS": f"{failpoint}=return(abort)"})
+    assert_failpoints_armed(floe)
+    topic = create_topic(floe.bootstrap, unique_topic("compactkill"), partitions=2, config=config)
+    produced: dict = {}
+    commit_rounds(floe, topic, 12, produced)
+    files_before = len(live_files(table(floe, topic)))
+    assert files_before >= MIN_INPUT_FILES
+    # ... then it is switched on, and the next commit's maintenance compacts and dies at the failpoint.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from clients import admin
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("floe.iceberg.compaction.enabled", "true", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin(floe.bootstrap).incremental_alter_configs([resource]).values():
+        f.result(30)
+    time.sleep(0.5)
+    for p in range(2):
+        msgs = messages(p, 5)
+        for o, m in zip(produce_all(floe.bootstrap, topic, msgs, partition=p), msgs):
+            produced[(p, o)] = m
+    floe.proc.wait(timeout=60)
+    assert floe.proc.returncode != 0, "the failpoint aborted the broker"
+    t = table(floe, topic)
+    if failpoint == "tiering.compact.committed":
+        assert t.current_snapshot().summary.operation.value == "replace", "the compaction before the kill was committed"
+    else:
+        assert t.current_snapshot().summary.operation.value == "append", "nothing was committed before the kill"
+    # Readable as it is, no duplicate and no missing offset among what was tiered.
+    rows, n = wait_for_rows(floe.data_dir, topic, 0, timeout=0)
+    assert n == len(rows) and set(rows) <= set(produced)
+    floe.start(env={})
+    exact(floe, topic, produced)
+    commit_rounds(floe, topic, floe.metric("floe_iceberg_commits_total", topic=topic) + 2, produced)
+    exact(floe, topic, produced)
+    wait_until(lambda: len(live_files(table(floe, topic))) < files_before, timeout=30, interval=0.3,
+               what="compacted after the restart")
+    exact(floe, topic, produced)

@@ -10,6 +10,8 @@
 //! - [`schema`]: the table layout (every column), partition spec parsing.
 //! - [`convert`]: records → Arrow conversion (segments are read with `floe_storage::SegmentBatchReader`).
 //! - [`offsets`]: tiered offset ranges in snapshot summaries, read back from the ancestry.
+//! - [`compaction`]: small data files rewritten into target-size files, a `replace` snapshot.
+//! - [`metadata_commit`]: committing metadata Floe built itself (SQL catalog compare-and-swap).
 //! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.
 //! - [`table`]: one topic's table: plan, write Parquet, guarded commit.
@@ -24,10 +26,12 @@
 
 pub mod catalog;
 pub mod catalog_config;
+pub mod compaction;
 pub mod convert;
 pub mod error;
 mod guard;
 pub mod maintenance;
+pub mod metadata_commit;
 pub mod offsets;
 pub mod orphans;
 pub mod reader;
@@ -43,6 +47,7 @@ pub use catalog_config::{CatalogConfig, CatalogType, S3Settings, Secret};
 pub use iceberg;
 pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};
+pub use compaction::{CompactionPolicy, CompactionReport};
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
 pub use typed::{SchemaLookupError, SchemaSource, ValueFormat};

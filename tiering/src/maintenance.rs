@@ -10,7 +10,8 @@
 //!
 //! Once committed, the files only the expired snapshots reached are deleted: their
 //! manifest lists, and manifests and data files no remaining snapshot references
-//! (none, for append-only tables, until compaction rewrites files). Metadata files
+//! (for data files: none, until compaction replaces them; a file a remaining
+//! snapshot lists only as `DELETED` is not referenced). Metadata files
 //! that fell out of the table's metadata log (`write.metadata.previous-versions-max`)
 //! are deleted when `write.metadata.delete-after-commit.enabled` is true, as Iceberg
 //! names and does it.
@@ -61,7 +62,7 @@ pub struct ExpiryReport {
     pub deleted_metadata_files: usize,
 }
 
-/// Every file the table's snapshots reach: manifest lists, manifests, data files.
+/// Every file the table's snapshots reach: manifest lists, manifests, live data files.
 async fn reachable_files(table: &Table) -> Result<HashSet<String>> {
     let ident = table.identifier().to_string();
     let mut files = HashSet::new();
@@ -75,7 +76,9 @@ async fn reachable_files(table: &Table) -> Result<HashSet<String>> {
             }
             files.insert(manifest.manifest_path.clone());
             let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
-            files.extend(m.entries().iter().map(|entry| entry.file_path().to_string()));
+            // A DELETED entry (a compaction's replaced file) is not a reference: once the
+            // snapshots that still had the file alive expire, the file goes (as Java's cleanup).
+            files.extend(m.entries().iter().filter(|e| e.is_alive()).map(|entry| entry.file_path().to_string()));
         }
     }
     Ok(files)
@@ -158,5 +161,61 @@ impl TopicTable {
         let dropped: Vec<String> =
             listed_metadata(before.metadata(), before.metadata_location()).into_iter().filter(|f| !still.contains(f)).collect();
         delete_all(after, dropped, "old metadata file").await
+    }
+}
+
+/// How big a table's state is, for the maintenance metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Snapshots in the metadata.
+    pub snapshots: usize,
+    /// Live data files of the current snapshot.
+    pub data_files: u64,
+    /// Bytes a reader opens to plan a scan: the metadata file, the manifest list and its manifests.
+    pub metadata_bytes: u64,
+}
+
+impl TopicTable {
+    /// The table's [`TableStats`] as the catalog has it now.
+    ///
+    /// # Errors
+    /// [`TieringError::Iceberg`] loading the table or reading its manifest list.
+    pub async fn stats(&self) -> Result<TableStats> {
+        let table = self.load().await?;
+        let metadata = table.metadata();
+        let mut stats = TableStats { snapshots: metadata.snapshots().len(), ..TableStats::default() };
+        let size = |path: String| {
+            let io = table.file_io().clone();
+            async move { io.new_input(path).ok()?.metadata().await.ok().map(|m| m.size) }
+        };
+        if let Some(location) = table.metadata_location() {
+            stats.metadata_bytes += size(location.to_string()).await.unwrap_or(0);
+        }
+        if let Some(snapshot) = metadata.current_snapshot() {
+            stats.data_files = snapshot
+                .summary()
+                .additional_properties
+                .get("total-data-files")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            stats.metadata_bytes += size(snapshot.manifest_list().to_string()).await.unwrap_or(0);
+            let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", self.ident()))?;
+            stats.metadata_bytes += list.entries().iter().map(|m| m.manifest_length.max(0) as u64).sum::<u64>();
+        }
+        Ok(stats)
+    }
+
+    /// The table's `write.target-file-size-bytes` property, if it has one.
+    ///
+    /// # Errors
+    /// [`TieringError::Iceberg`] loading the table.
+    pub async fn target_file_size_property(&self) -> Result<Option<u64>> {
+        let table = self.load().await?;
+        Ok(table
+            .metadata()
+            .properties()
+            .get(crate::compaction::TARGET_FILE_SIZE_PROPERTY)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|n| *n > 0))
     }
 }

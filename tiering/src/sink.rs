@@ -67,10 +67,23 @@ impl std::fmt::Debug for Writer {
 
 impl Writer {
     pub(crate) fn new(table: &Table, limits: &TierLimits, prefix: String) -> Result<Self> {
-        let ident = table.identifier().to_string();
         let metadata = table.metadata();
         let schema: SchemaRef = metadata.current_schema().clone();
         let spec: PartitionSpecRef = metadata.default_partition_spec().clone();
+        Self::with_shape(table, schema, spec, limits.target_file_size, prefix)
+    }
+
+    /// A writer of `table`'s files in `schema` and partition `spec` (compaction
+    /// rewrites files in the shape they were committed with), rolling at `target_file_size`.
+    pub(crate) fn with_shape(
+        table: &Table,
+        schema: SchemaRef,
+        spec: PartitionSpecRef,
+        target_file_size: usize,
+        prefix: String,
+    ) -> Result<Self> {
+        let ident = table.identifier().to_string();
+        let metadata = table.metadata();
         // The table's compression property is not applied by the crate: set it here.
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -80,7 +93,7 @@ impl Writer {
         let location = DefaultLocationGenerator::new(metadata).map_err(TieringError::iceberg("write", &ident))?;
         let rolling = RollingFileWriterBuilder::new(
             parquet,
-            limits.target_file_size,
+            target_file_size,
             table.file_io().clone(),
             location,
             UuidFileNames { prefix },

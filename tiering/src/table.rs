@@ -198,6 +198,16 @@ impl TopicTable {
         self
     }
 
+    /// The catalog's settings, when the table was opened from them.
+    pub(crate) fn catalog_config(&self) -> Option<Arc<crate::catalog_config::CatalogConfig>> {
+        self.config.clone()
+    }
+
+    /// The broker id recorded in this table's commits, if any.
+    pub(crate) fn broker_id(&self) -> Option<i32> {
+        self.broker_id
+    }
+
     /// The table's identifier.
     pub fn ident(&self) -> &TableIdent {
         &self.ident

@@ -2,22 +2,18 @@
 //! widened at the same scale, when a schema version widens a field.
 //!
 //! The iceberg crate (0.10) can add and delete columns but not promote one, and a
-//! catalog commit can only be built through its own actions. So a promotion is
-//! committed the way its SQL catalog commits anything: the table's metadata with a
-//! new current schema (same field ids, wider types) is written as the next metadata
-//! file, then the catalog's row is swapped from the metadata it was built on to the
-//! new one, only if it still points there (compare-and-swap). Data files written
+//! catalog commit can only be built through its own actions. So the table's
+//! metadata with a new current schema (same field ids, wider types) is committed
+//! by [`crate::metadata_commit`]. Data files written
 //! before keep their narrower types; every Iceberg reader widens them on read. On a
 //! REST catalog promotions are not made yet: those records go to the dead-letter table.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use iceberg::spec::{ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, TableMetadataBuilder, Type};
 use iceberg::table::Table;
-use iceberg::MetadataLocation;
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions, Connection};
+
+use crate::metadata_commit::{commit_metadata, MetadataCommitError};
 
 /// A field whose type widens: its id, and the type it becomes.
 pub type Promotion = (i32, PrimitiveType);
@@ -47,47 +43,24 @@ fn retype(field: &NestedFieldRef, promotions: &[Promotion]) -> NestedFieldRef {
 }
 
 /// Commits `promotions` to `table`, whose catalog is the SQLite database `sqlite`
-/// named `catalog_name`.
+/// named `catalog_name` ([`crate::metadata_commit`]).
 ///
 /// # Errors
 /// A message: the metadata cannot be built or written, the database cannot be
-/// reached, or the table moved since it was loaded (nothing committed; the
-/// metadata file written is never referenced).
+/// reached, or the table moved since it was loaded (nothing committed).
 pub async fn commit_promotions(table: &Table, promotions: &[Promotion], sqlite: &Path, catalog_name: &str) -> Result<(), String> {
     let current = table.metadata_location().ok_or("the table has no metadata location")?.to_string();
     let schema = promoted_schema(table.metadata().current_schema(), promotions).map_err(|e| e.to_string())?;
-    let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), Some(current.clone()))
+    let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), Some(current))
         .add_current_schema(schema)
         .and_then(TableMetadataBuilder::build)
         .map_err(|e| format!("cannot build the promoted metadata: {e}"))?
         .metadata;
-    let next = MetadataLocation::from_str(&current).map_err(|e| e.to_string())?.with_next_version();
-    metadata.write_to(table.file_io(), &next).await.map_err(|e| format!("cannot write {next}: {e}"))?;
-    let next = next.to_string();
-    let mut db = SqliteConnectOptions::new()
-        .filename(sqlite)
-        .connect()
-        .await
-        .map_err(|e| format!("cannot open the catalog database {}: {e}", sqlite.display()))?;
-    let ident = table.identifier();
-    let swapped = sqlx::query(
-        "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-         WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ? \
-         AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-    )
-    .bind(&next)
-    .bind(&current)
-    .bind(catalog_name)
-    .bind(ident.namespace().join("."))
-    .bind(ident.name())
-    .bind(&current)
-    .execute(&mut db)
-    .await
-    .map_err(|e| format!("cannot update the catalog: {e}"))?
-    .rows_affected();
-    let _ = db.close().await;
-    if swapped != 1 {
-        return Err(format!("{ident} changed while its types were being promoted; retried on the next pass"));
+    match commit_metadata(table, metadata, sqlite, catalog_name).await {
+        Ok(_) => Ok(()),
+        Err(MetadataCommitError::Moved(ident)) => {
+            Err(format!("{ident} changed while its types were being promoted; retried on the next pass"))
+        }
+        Err(MetadataCommitError::Failed(why)) => Err(why),
     }
-    Ok(())
 }
