@@ -238,3 +238,44 @@ def test_compaction_through_the_rest_catalog(floe_factory, rest_catalog):
     assert n == len(produced) and set(rows) == set(produced)
     for k, m in produced.items():
         assert rows[k]["value"] == m["value"], k
+
+
+def test_a_type_promotion_through_the_rest_catalog(floe_factory, rest_catalog):
+    """A typed table's widened field (int → long, float → double) is promoted in place
+    through the REST protocol too (an add-schema + set-current-schema commit that
+    requires the schema it was built on): same field ids, rows before read widened,
+    no dead letters."""
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from test_schema_registry import wait_registry
+    from test_typed_tables import LINE_V1, LINE_V2, TYPED
+
+    broker = floe_factory("floe", start=False, overrides={**rest_settings(rest_catalog.uri), "floe.iceberg.tick-ms": "100"})
+    broker.schema_registry_port = free_port()
+    broker.start()
+    wait_registry(broker.schema_registry_url)
+    topic = create_topic(broker.bootstrap, unique_topic("restpromote"), partitions=1, config=TYPED)
+    client = SchemaRegistryClient({"url": broker.schema_registry_url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    narrow = [{"sku": f"s{i}", "qty": i, "price": 0.5 * i} for i in range(5)]
+    wide = [{"sku": f"w{i}", "qty": 2**40 + i, "price": 1e300} for i in range(5)]
+    for schema, lines in ((LINE_V1, narrow), (LINE_V2, wide)):
+        ser = AvroSerializer(client, json.dumps(schema))
+        for line in lines:
+            producer.produce(topic, value=ser(line, ctx))
+        assert producer.flush(30) == 0
+        rows, _ = wait_for_rest_rows(rest_catalog, topic, len(narrow) if lines is narrow else 10)
+    rows = [rows[k] for k in sorted(rows)]
+    assert [{k: r[k] for k in ("sku", "qty", "price")} for r in rows] == narrow + wide
+    cat = RestCatalog("reader", uri=rest_catalog.uri, credential=CREDENTIAL,
+                      **{"oauth2-server-uri": f"{rest_catalog.uri}/v1/oauth/tokens"}, **rest_catalog.storage_props)
+    schema = cat.load_table(("kafka", topic)).schema()
+    assert str(schema.find_field("qty").field_type) == "long" and str(schema.find_field("price").field_type) == "double"
+    dead, _ = rest_rows(rest_catalog, f"{topic}__dlq")
+    assert dead == {}, "nothing went to the dead-letter table"

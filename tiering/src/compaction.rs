@@ -41,16 +41,14 @@ use arrow_array::{ArrayRef, RecordBatch, StructArray};
 use arrow_schema::{DataType, SchemaRef as ArrowSchemaRef};
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestWriterBuilder,
-    Operation, PartitionSpecRef, SchemaRef, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector,
-    Struct, Summary, TableMetadataBuilder, MAIN_BRANCH,
+    Operation, PartitionSpecRef, SchemaRef, Snapshot, SnapshotSummaryCollector, Struct, Summary,
 };
 use iceberg::table::Table;
-use iceberg::{TableRequirement, TableUpdate};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracing::{debug, info};
 
 use crate::error::{Result, TieringError};
-use crate::metadata_commit::{commit_metadata, commit_rest, MetadataCommitError};
+use crate::metadata_commit::MetadataCommitError;
 use crate::offsets::NEXT_OFFSET_PREFIX;
 use crate::sink::Writer;
 use crate::table::{TopicTable, BROKER_ID_PROPERTY};
@@ -416,56 +414,6 @@ impl TopicTable {
         Ok(snapshot)
     }
 
-    /// How this table's catalog takes a commit Floe built itself.
-    fn direct_committer(&self) -> Option<DirectCommitter> {
-        if let Some((db, name)) = self.sqlite_catalog() {
-            return Some(DirectCommitter::Sql(db, name));
-        }
-        self.catalog_config().filter(|c| c.catalog_type == crate::CatalogType::Rest).map(DirectCommitter::Rest)
-    }
-}
-
-/// A catalog that takes hand-built commits ([`crate::metadata_commit`]).
-#[derive(Debug)]
-pub(crate) enum DirectCommitter {
-    /// Floe's SQL catalog: the SQLite database and the catalog's name.
-    Sql(std::path::PathBuf, String),
-    /// A REST catalog.
-    Rest(Arc<crate::CatalogConfig>),
-}
-
-impl DirectCommitter {
-    /// Makes `snapshot` (built on `table`'s current snapshot) the table's `main`,
-    /// only if `main` is still where `table` has it.
-    async fn commit_snapshot(&self, table: &Table, snapshot: Snapshot) -> std::result::Result<(), MetadataCommitError> {
-        let id = snapshot.snapshot_id();
-        let reference = SnapshotReference::new(id, SnapshotRetention::branch(None, None, None));
-        match self {
-            Self::Sql(db, name) => {
-                let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), table.metadata_location().map(str::to_string))
-                    .add_snapshot(snapshot)
-                    .and_then(|b| b.set_ref(MAIN_BRANCH, reference))
-                    .and_then(|b| b.build())
-                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the metadata: {e}")))?
-                    .metadata;
-                commit_metadata(table, metadata, db, name).await.map(drop)
-            }
-            Self::Rest(config) => {
-                let requirements = vec![
-                    TableRequirement::UuidMatch { uuid: table.metadata().uuid() },
-                    TableRequirement::RefSnapshotIdMatch {
-                        r#ref: MAIN_BRANCH.to_string(),
-                        snapshot_id: table.metadata().current_snapshot_id(),
-                    },
-                ];
-                let updates = vec![
-                    TableUpdate::AddSnapshot { snapshot },
-                    TableUpdate::SetSnapshotRef { ref_name: MAIN_BRANCH.to_string(), reference },
-                ];
-                commit_rest(config, table, requirements, updates).await
-            }
-        }
-    }
 }
 
 /// A replace snapshot's summary: `changes` (what the collector counted: added and

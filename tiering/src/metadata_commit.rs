@@ -7,14 +7,18 @@
 //! commits anything: the new metadata is written as the table's next metadata
 //! file, then the catalog's row is swapped from the metadata it was built on to
 //! the new one, only if the row still points there (compare-and-swap). A lost
-//! swap commits nothing; the metadata file written is never referenced.
+//! swap commits nothing; the metadata file written is never referenced. On a
+//! REST catalog the same changes are sent as Iceberg REST commits (updates and
+//! requirements), which the catalog applies only if the requirements hold.
+//! [`DirectCommitter`] picks the path for a table.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
-use iceberg::spec::TableMetadata;
+use iceberg::spec::{Schema, Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder, MAIN_BRANCH};
 use iceberg::table::Table;
-use iceberg::MetadataLocation;
+use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
@@ -192,4 +196,87 @@ async fn rest_token(config: &crate::CatalogConfig, client: &reqwest::Client, url
         .and_then(|t| t.as_str())
         .map(|t| Some(t.to_string()))
         .ok_or_else(|| failed("the OAuth2 token answer has no access_token".into()))
+}
+
+/// A catalog that takes hand-built commits: Floe's SQL catalog (by
+/// compare-and-swap of its row) or a REST catalog (a conditional REST commit).
+#[derive(Debug, Clone)]
+pub enum DirectCommitter {
+    /// Floe's SQL catalog: the SQLite database and the catalog's name.
+    Sql(PathBuf, String),
+    /// A REST catalog.
+    Rest(Arc<crate::CatalogConfig>),
+}
+
+impl DirectCommitter {
+    /// Makes `snapshot` (built on `table`'s current snapshot) the table's `main`,
+    /// only if `main` is still where `table` has it.
+    ///
+    /// # Errors
+    /// [`MetadataCommitError::Moved`] when the table moved; `Failed` otherwise.
+    pub async fn commit_snapshot(&self, table: &Table, snapshot: Snapshot) -> Result<(), MetadataCommitError> {
+        let reference = SnapshotReference::new(snapshot.snapshot_id(), SnapshotRetention::branch(None, None, None));
+        match self {
+            Self::Sql(db, name) => {
+                let metadata = builder(table)
+                    .add_snapshot(snapshot)
+                    .and_then(|b| b.set_ref(MAIN_BRANCH, reference))
+                    .and_then(TableMetadataBuilder::build)
+                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the metadata: {e}")))?
+                    .metadata;
+                commit_metadata(table, metadata, db, name).await.map(drop)
+            }
+            Self::Rest(config) => {
+                let requirements = vec![
+                    TableRequirement::UuidMatch { uuid: table.metadata().uuid() },
+                    TableRequirement::RefSnapshotIdMatch {
+                        r#ref: MAIN_BRANCH.to_string(),
+                        snapshot_id: table.metadata().current_snapshot_id(),
+                    },
+                ];
+                let updates = vec![
+                    TableUpdate::AddSnapshot { snapshot },
+                    TableUpdate::SetSnapshotRef { ref_name: MAIN_BRANCH.to_string(), reference },
+                ];
+                commit_rest(config, table, requirements, updates).await
+            }
+        }
+    }
+
+    /// Makes `schema` the table's current schema (a type promotion: same field ids),
+    /// only if the current schema is still `table`'s.
+    ///
+    /// # Errors
+    /// [`MetadataCommitError::Moved`] when the table moved; `Failed` otherwise.
+    pub async fn commit_current_schema(&self, table: &Table, schema: Schema) -> Result<(), MetadataCommitError> {
+        match self {
+            Self::Sql(db, name) => {
+                let metadata = builder(table)
+                    .add_current_schema(schema)
+                    .and_then(TableMetadataBuilder::build)
+                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the metadata: {e}")))?
+                    .metadata;
+                commit_metadata(table, metadata, db, name).await.map(drop)
+            }
+            Self::Rest(config) => {
+                let fresh_id = table.metadata().schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1;
+                let schema = schema
+                    .into_builder()
+                    .with_schema_id(fresh_id)
+                    .build()
+                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the schema: {e}")))?;
+                let requirements = vec![
+                    TableRequirement::UuidMatch { uuid: table.metadata().uuid() },
+                    TableRequirement::CurrentSchemaIdMatch { current_schema_id: table.metadata().current_schema_id() },
+                ];
+                // -1: the schema this commit adds.
+                let updates = vec![TableUpdate::AddSchema { schema }, TableUpdate::SetCurrentSchema { schema_id: -1 }];
+                commit_rest(config, table, requirements, updates).await
+            }
+        }
+    }
+}
+
+fn builder(table: &Table) -> TableMetadataBuilder {
+    TableMetadataBuilder::new_from_metadata(table.metadata().clone(), table.metadata_location().map(str::to_string))
 }

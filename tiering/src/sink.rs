@@ -258,8 +258,8 @@ impl Sink {
                 dead.extend(of_id.iter().map(|&r| (r, format!("schema id {id} cannot be written to the table: {why}"))));
                 return Ok(());
             }
-            Ok(ev) if !ev.promotions.is_empty() && owner.sqlite_catalog().is_none() => {
-                let why = format!("schema id {id} widens columns {:?} (an Iceberg type promotion), which Floe makes on its SQL catalog only, not yet on a REST catalog", ev.promotions);
+            Ok(ev) if !ev.promotions.is_empty() && owner.direct_committer().is_none() => {
+                let why = format!("schema id {id} widens columns {:?} (an Iceberg type promotion), which this table's catalog cannot be given", ev.promotions);
                 dead.extend(of_id.iter().map(|&r| (r, why.clone())));
                 return Ok(());
             }
@@ -327,8 +327,8 @@ impl Sink {
         let failed = |why: String| TieringError::iceberg("evolve", &ident)(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why));
         let mut before = owner.load().await?;
         if !ev.promotions.is_empty() {
-            let (db, catalog_name) = owner.sqlite_catalog().ok_or_else(|| failed("promotions need the SQL catalog".into()))?;
-            commit_promotions(&before, &ev.promotions, &db, &catalog_name).await.map_err(failed)?;
+            let committer = owner.direct_committer().ok_or_else(|| failed("this table's catalog takes no type promotion".into()))?;
+            commit_promotions(&before, &ev.promotions, &committer).await.map_err(failed)?;
             let promoted = owner.load().await?;
             owner.delete_dropped_metadata(&before, &promoted).await;
             info!(table = %ident, schema_id = id, promotions = ?ev.promotions,

@@ -175,11 +175,15 @@ impl TopicTable {
         self
     }
 
-    /// The SQLite database and catalog name, when the table is in Floe's SQL catalog
-    /// (type promotions are committed there directly: [`crate::typed::promote`]).
-    pub(crate) fn sqlite_catalog(&self) -> Option<(std::path::PathBuf, String)> {
+    /// How this table's catalog takes a commit Floe built itself (a type promotion,
+    /// a compaction's `replace` snapshot): Floe's SQL catalog or a REST catalog.
+    pub(crate) fn direct_committer(&self) -> Option<crate::metadata_commit::DirectCommitter> {
+        use crate::metadata_commit::DirectCommitter;
         let config = self.config.as_ref()?;
-        Some((config.sqlite_path()?, config.name.clone()))
+        match config.catalog_type {
+            crate::CatalogType::Sql => Some(DirectCommitter::Sql(config.sqlite_path()?, config.name.clone())),
+            crate::CatalogType::Rest => Some(DirectCommitter::Rest(config.clone())),
+        }
     }
 
     /// A typed table's dead-letter table.
@@ -196,11 +200,6 @@ impl TopicTable {
             self.typed = Some(TypedValues { schemas: t.schemas, dead_letters });
         }
         self
-    }
-
-    /// The catalog's settings, when the table was opened from them.
-    pub(crate) fn catalog_config(&self) -> Option<Arc<crate::catalog_config::CatalogConfig>> {
-        self.config.clone()
     }
 
     /// The broker id recorded in this table's commits, if any.

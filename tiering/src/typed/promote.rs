@@ -4,16 +4,14 @@
 //! The iceberg crate (0.10) can add and delete columns but not promote one, and a
 //! catalog commit can only be built through its own actions. So the table's
 //! metadata with a new current schema (same field ids, wider types) is committed
-//! by [`crate::metadata_commit`]. Data files written
-//! before keep their narrower types; every Iceberg reader widens them on read. On a
-//! REST catalog promotions are not made yet: those records go to the dead-letter table.
+//! by [`crate::metadata_commit`] (SQL catalog compare-and-swap, or a REST commit
+//! conditional on the current schema). Data files written before keep their
+//! narrower types; every Iceberg reader widens them on read.
 
-use std::path::Path;
-
-use iceberg::spec::{ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, TableMetadataBuilder, Type};
+use iceberg::spec::{ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 use iceberg::table::Table;
 
-use crate::metadata_commit::{commit_metadata, MetadataCommitError};
+use crate::metadata_commit::{DirectCommitter, MetadataCommitError};
 
 /// A field whose type widens: its id, and the type it becomes.
 pub type Promotion = (i32, PrimitiveType);
@@ -42,22 +40,15 @@ fn retype(field: &NestedFieldRef, promotions: &[Promotion]) -> NestedFieldRef {
     NestedField { field_type: Box::new(field_type), ..NestedField::clone(field) }.into()
 }
 
-/// Commits `promotions` to `table`, whose catalog is the SQLite database `sqlite`
-/// named `catalog_name` ([`crate::metadata_commit`]).
+/// Commits `promotions` to `table` through `committer` ([`crate::metadata_commit`]).
 ///
 /// # Errors
-/// A message: the metadata cannot be built or written, the database cannot be
-/// reached, or the table moved since it was loaded (nothing committed).
-pub async fn commit_promotions(table: &Table, promotions: &[Promotion], sqlite: &Path, catalog_name: &str) -> Result<(), String> {
-    let current = table.metadata_location().ok_or("the table has no metadata location")?.to_string();
+/// A message: the schema cannot be built, the catalog cannot be reached, or the
+/// table's schema moved since it was loaded (nothing committed).
+pub async fn commit_promotions(table: &Table, promotions: &[Promotion], committer: &DirectCommitter) -> Result<(), String> {
     let schema = promoted_schema(table.metadata().current_schema(), promotions).map_err(|e| e.to_string())?;
-    let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), Some(current))
-        .add_current_schema(schema)
-        .and_then(TableMetadataBuilder::build)
-        .map_err(|e| format!("cannot build the promoted metadata: {e}"))?
-        .metadata;
-    match commit_metadata(table, metadata, sqlite, catalog_name).await {
-        Ok(_) => Ok(()),
+    match committer.commit_current_schema(table, schema).await {
+        Ok(()) => Ok(()),
         Err(MetadataCommitError::Moved(ident)) => {
             Err(format!("{ident} changed while its types were being promoted; retried on the next pass"))
         }
