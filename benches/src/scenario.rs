@@ -1370,7 +1370,7 @@ fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
          --table TOPIC --max-age-ms 0 --min-to-keep 1` ({maintain_s:.2} s), and **maintained**: the same query on \
          the new metadata. Both answers must be every record once.",
         made.commits,
-        unmaintained.query.as_ref().map_or("not run".to_string(), |q| format!("DuckDB {}", q.duckdb)),
+        unmaintained.query.as_ref().map_or("not run".to_string(), |q| q.duckdb.clone()),
     ));
     if let Some(why) = unmaintained.skipped.as_ref().or(maintained.skipped.as_ref()) {
         let line = format!("The DuckDB query was **skipped**: {why} (interpreter `{}` from {python_from}). Only the metadata figures below were measured.", python.display());
