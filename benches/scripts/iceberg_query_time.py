@@ -35,7 +35,7 @@ def main() -> int:
         import duckdb
         from duckdb_extensions import import_extension
     except ImportError as e:
-        print(json.dumps({"skipped": f"{sys.executable} cannot import duckdb and duckdb_extensions ({e})"}))
+        print(json.dumps({"skipped": f"it cannot import duckdb and duckdb_extensions ({e})"}))
         return 2
     con = duckdb.connect()
     try:
@@ -70,7 +70,6 @@ def main() -> int:
             pass
     print(json.dumps({
         "duckdb": duckdb.__version__,
-        "python": sys.executable,
         "runs_ms": runs_ms,
         "median_ms": statistics.median(runs_ms),
         "result": [list(r) for r in result],

@@ -81,8 +81,6 @@ impl MetadataFiles {
 pub struct QueryTimes {
     /// DuckDB's version.
     pub duckdb: String,
-    /// The interpreter that ran it.
-    pub python: String,
     /// Each timed run, milliseconds (after one warm-up run).
     pub runs_ms: Vec<f64>,
     /// Their median.
@@ -158,7 +156,7 @@ pub fn measure(python: &Path, metadata: &Path, runs: usize) -> anyhow::Result<Qu
     let out = match Command::new(python).arg(&script).arg("--metadata").arg(metadata).args(["--runs", &runs.to_string()]).output() {
         Ok(o) => o,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(QueryOutcome::Skipped(format!("no Python interpreter `{}` (set FLOE_BENCH_PYTHON)", python.display())));
+            return Ok(QueryOutcome::Skipped("there is no such interpreter (set FLOE_BENCH_PYTHON)".into()));
         }
         Err(e) => return Err(e).with_context(|| format!("cannot run {}", python.display())),
     };

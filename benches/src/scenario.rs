@@ -1373,7 +1373,7 @@ fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
         unmaintained.query.as_ref().map_or("not run".to_string(), |q| q.duckdb.clone()),
     ));
     if let Some(why) = unmaintained.skipped.as_ref().or(maintained.skipped.as_ref()) {
-        let line = format!("The DuckDB query was **skipped**: {why} (interpreter `{}` from {python_from}). Only the metadata figures below were measured.", python.display());
+        let line = format!("The DuckDB query was **skipped**: {why} (interpreter `{}` from {python_from}). Only the metadata figures below were measured.", display_path(&python));
         println!("table-maintenance: {line}");
         ctx.report.para(&line);
     }
