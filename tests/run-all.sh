@@ -180,7 +180,9 @@ run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
 
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
     local s rc=0
-    for s in zero-copy tls max-throughput coupling tiering-cost freshness transactions compaction replication; do
+    # table-maintenance's DuckDB query runs in Python: the venv installed above has duckdb.
+    export FLOE_BENCH_PYTHON="${FLOE_BENCH_PYTHON:-$ROOT/.venv/bin/python}"
+    for s in zero-copy tls max-throughput coupling tiering-cost freshness table-maintenance transactions compaction replication; do
         echo "-- floe-bench run $s --quick"
         "$TARGET_DIR/debug/floe-bench" run "$s" --quick --floe-bin "$FLOE_BIN" \
             --out "$TARGET_DIR/floe-bench-quick/$s" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }

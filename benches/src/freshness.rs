@@ -8,6 +8,12 @@
 //! gauge moves only after the catalog commit; see [`crate::tiering`]), and its
 //! freshness is the poll's time minus its acknowledgement. The figure is an upper
 //! bound by at most one poll interval.
+//!
+//! The values are raw bytes (one random payload, repeated) or typed events
+//! ([`crate::typed_payload`], Avro or Protobuf in the Confluent wire format, each one
+//! fresh) for a topic tiered with `floe.iceberg.value.format=schema-registry`. Setting
+//! up the broker, the registry and the topic is the scenario's; this module only
+//! produces and watches.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +33,22 @@ use serde::Serialize;
 use crate::broker::Broker;
 use crate::load::{new_histogram, LatencySummary};
 use crate::tiering::committed_offsets;
+use crate::typed_payload::{self, ValueKind};
+
+/// What the produced values are.
+#[derive(Debug, Clone, Copy)]
+pub enum Values {
+    /// One random payload of the message size, the same for every record.
+    Raw,
+    /// Typed events of about the message size, each encoded afresh, framed for the
+    /// registered schema `schema_id`.
+    Typed {
+        /// Avro or Protobuf.
+        kind: ValueKind,
+        /// The id the broker's registry gave the schema.
+        schema_id: i32,
+    },
+}
 
 /// What one freshness run asks for.
 #[derive(Debug, Clone)]
@@ -35,8 +57,10 @@ pub struct FreshnessSpec {
     pub topic: String,
     /// Its partitions; messages go round-robin.
     pub partitions: u32,
-    /// Payload bytes per message.
+    /// Payload bytes per message (typed values: about this many).
     pub message_size: usize,
+    /// Raw or typed values.
+    pub values: Values,
     /// Messages per second.
     pub rate: u64,
     /// Seconds of producing.
@@ -120,15 +144,21 @@ pub fn measure(b: &Broker, spec: &FreshnessSpec, bar: &ProgressBar) -> anyhow::R
     bar.set_length(total);
     std::thread::scope(|s| -> anyhow::Result<()> {
         let sender = s.spawn(|| {
-            let payload: Vec<u8> = (0..spec.message_size).map(|_| fastrand::u8(..)).collect();
+            let raw: Vec<u8> = (0..spec.message_size).map(|_| fastrand::u8(..)).collect();
             let start = Instant::now();
             for i in 0..total {
+                // Encoded before the wait, so the send itself happens on time.
+                let typed = match spec.values {
+                    Values::Raw => None,
+                    Values::Typed { kind, schema_id } => Some(typed_payload::encode(kind, schema_id, i, spec.message_size)),
+                };
+                let payload = typed.as_deref().unwrap_or(&raw[..]);
                 let due = start + Duration::from_secs_f64(i as f64 / spec.rate.max(1) as f64);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
                 let partition = (i % u64::from(spec.partitions.max(1))) as i32;
-                let mut record = BaseRecord::<(), [u8], ()>::to(&spec.topic).partition(partition).payload(&payload[..]);
+                let mut record = BaseRecord::<(), [u8], ()>::to(&spec.topic).partition(partition).payload(payload);
                 loop {
                     match producer.send(record) {
                         Ok(()) => break,

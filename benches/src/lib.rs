@@ -20,6 +20,10 @@
 //! - [`plot`]: SVG plots (latency CDFs, throughput over time, values per trial).
 //! - [`tiering`]: what the broker's Iceberg tiering did (its metrics, its thread's CPU).
 //! - [`freshness`]: produce acknowledgement → row visible in the Iceberg table.
+//! - [`typed_payload`]: Avro and Protobuf events in the Confluent wire format, registered
+//!   with the broker's Schema Registry, for the typed arms.
+//! - [`iceberg_query`]: a tiered table's metadata files, and a DuckDB query's time over it
+//!   (a Python script in `benches/scripts/`).
 //! - [`transactions`]: idempotent and transactional producers flat out, catch-up reads
 //!   with an `isolation.level`, for `transactions`.
 //! - [`compaction`]: what the broker's log cleaner did (its metrics, its threads' CPU), a
@@ -27,7 +31,7 @@
 //! - [`rated`]: a fixed-rate acks=all producer whose latency can be cut to any window, and
 //!   that says when the first record sent after a moment was acknowledged.
 //! - [`scenario`]: the scenarios (`zero-copy`, `tls`, `max-throughput`, `coupling`,
-//!   `tiering-cost`, `freshness`, `transactions`, `compaction`, `replication`).
+//!   `tiering-cost`, `freshness`, `table-maintenance`, `transactions`, `compaction`, `replication`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod broker;
@@ -36,6 +40,7 @@ pub mod cluster;
 pub mod compaction;
 pub mod fetch_client;
 pub mod freshness;
+pub mod iceberg_query;
 pub mod load;
 pub mod plot;
 pub mod procstat;

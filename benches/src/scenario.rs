@@ -14,7 +14,11 @@
 //!   (AlterConfigs): time to commit it all, log MiB per broker CPU-second, CPU-s per
 //!   GB, Parquet bytes ÷ log bytes, peak RSS while tiering.
 //! - `freshness`: produce acknowledgement → row visible in the Iceberg table, p50/p99,
-//!   for two `floe.iceberg.target-lag-ms` settings.
+//!   for two `floe.iceberg.target-lag-ms` settings, raw values vs typed (Avro, Protobuf)
+//!   tables, each arm against raw.
+//! - `table-maintenance`: N tiering commits make a table of N snapshots; a DuckDB
+//!   aggregate over it (`iceberg_scan`, Python) is timed before and after
+//!   `floe iceberg maintain`, with the snapshots, data files and metadata bytes of each.
 //! - `transactions`: an idempotent vs a transactional producer (100 records per
 //!   transaction) flat out: msg/s, publish and commit latency, the throughput ratio;
 //!   then read_committed vs read_uncommitted catch-up reads of the transactional topic,
@@ -38,6 +42,7 @@ use crate::broker::{Broker, FloeLauncher};
 use crate::compaction::{self, CleanerCounters};
 use crate::transactions as txn;
 use crate::freshness::{self, Freshness, FreshnessSpec};
+use crate::iceberg_query;
 use crate::tiering::{self, TieringCounters};
 use crate::ceiling::{self, Ceiling};
 use crate::load::{self, CatchUp, LatencySummary, LoadResult, RunSpec};
@@ -57,9 +62,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("max-throughput", "OMB 1-topic-16-partitions-1kb at maximum rate: publish rate, publish and end-to-end latency"),
     ("coupling", "publish p50/p99 and end-to-end p99 at half the maximum rate, Iceberg tiering off vs on"),
     ("tiering-cost", "a backlog tiered to Iceberg: log MiB per CPU-second, CPU-s/GB, Parquet/log bytes, peak RSS"),
-    ("freshness", "produce acknowledgement to row visible in the Iceberg table, p50/p99, two target lags"),
+    ("freshness", "produce acknowledgement to row visible in the Iceberg table, p50/p99, two target lags; raw vs Avro vs Protobuf typed tables"),
     ("transactions", "idempotent vs transactional producer (100 records/txn) flat out: msg/s, publish and commit p50/p99; read_committed vs read_uncommitted catch-up MB/s"),
     ("compaction", "log cleaner MB/s per core and bytes reclaimed on a keyed backlog; produce p99 at a fixed rate while cleaning vs cleaner off"),
+    ("table-maintenance", "DuckDB aggregate query time on a table of N tiering commits, before vs after `floe iceberg maintain`; snapshots, data files, metadata bytes"),
     ("replication", "etcd + 3 brokers: RF=1 vs RF=3 acks=all throughput and latency, replica fetch bytes by path, kill -9 leader failover p50/p99"),
 ];
 
@@ -93,6 +99,8 @@ pub struct Options {
     pub workload: Option<PathBuf>,
     /// Leader kills of `replication` (instead of 20, or 2 with `quick`).
     pub kills: Option<usize>,
+    /// Tiering commits of `table-maintenance` (instead of 200, or 20 with `quick`).
+    pub commits: Option<usize>,
 }
 
 /// Runs a scenario; returns the process exit code.
@@ -118,8 +126,8 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         println!("replication: skipped: it starts its own etcd and three brokers, and kills their leaders (drop --bootstrap)");
         return Ok(0);
     }
-    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness") && opts.bootstrap.is_some() {
-        // Both read Floe's tiering metrics and data dir, which only a broker started here has.
+    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness" | "table-maintenance") && opts.bootstrap.is_some() {
+        // They read Floe's tiering metrics and data dir, which only a broker started here has.
         println!(
             "{}: skipped: it measures Floe's Iceberg tiering through the /metrics and data dir of a broker \
              floe-bench starts (drop --bootstrap)",
@@ -167,6 +175,7 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         "coupling" => coupling(&mut ctx)?,
         "tiering-cost" => tiering_cost(&mut ctx)?,
         "freshness" => freshness(&mut ctx)?,
+        "table-maintenance" => table_maintenance(&mut ctx)?,
         "transactions" => transactions(&mut ctx)?,
         "compaction" => compaction(&mut ctx)?,
         "replication" => replication::replication(&mut ctx)?,
@@ -1056,6 +1065,18 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
 
 // ------------------------------------------------------------------ freshness
 
+/// One freshness measurement: an arm (value format) at one target lag.
+struct FreshnessRun {
+    arm: &'static str,
+    lag_ms: u64,
+    f: Freshness,
+    dead_letters: f64,
+}
+
+/// `freshness`: per arm a fresh broker — `raw` (the value's bytes), then `avro` and
+/// `protobuf` (events of the same size in the Confluent wire format, the schema
+/// registered with Floe's registry, a topic with `floe.iceberg.value.format=schema-registry`)
+/// — and per target lag a topic; a summary gives each typed arm against raw, same run.
 fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
     let quick = ctx.opts.quick;
     let lags: Vec<u64> = if ctx.opts.target_lags_ms.is_empty() {
@@ -1065,73 +1086,123 @@ fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
     };
     let tick_ms: u64 = if quick { 50 } else { 100 };
     let poll = Duration::from_millis(20);
-    let (rate, duration_s, partitions, message_size) = if quick { (200, 3.0, 4, 1024) } else { (1000, 30.0, 4, 1024) };
-    let data = temp_data_dir()?;
-    let b = ctx.broker("freshness", data.path(), &[kv("floe.iceberg.tick-ms", tick_ms)])?;
-    let mut runs: Vec<(u64, Freshness)> = Vec::new();
-    for &lag in &lags {
-        let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
-        let topic = format!("floe-bench-freshness-{tag}-lag{lag}");
-        load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &[
-            kv("floe.iceberg.enabled", "true"),
-            kv("floe.iceberg.target-lag-ms", lag),
-        ])?;
-        let spec = FreshnessSpec {
-            topic,
-            partitions,
-            message_size,
-            rate,
-            duration_s,
-            poll,
-            settle: Duration::from_millis(lag * 3 + tick_ms * 10) + Duration::from_secs(20),
-        };
-        let pb = bar(&format!("freshness, target lag {lag} ms"), false);
-        let f = freshness::measure(&b, &spec, &pb)?;
-        pb.finish_with_message(format!("p50 {:.0} ms p99 {:.0} ms", f.latency.p50_ms, f.latency.p99_ms));
-        anyhow::ensure!(
-            f.acked > 0 && f.visible == f.acked,
-            "freshness: {} of {} acknowledged records became visible in the table (target lag {lag} ms; see floe-freshness.log in {})",
-            f.visible, f.acked, ctx.opts.out.display()
-        );
-        runs.push((lag, f));
+    let (rate, duration_s, partitions, message_size) = if quick { (200, 2.0, 4, 1024) } else { (1000, 30.0, 4, 1024) };
+    let mut runs: Vec<FreshnessRun> = Vec::new();
+    for arm in [None, Some(ValueKind::Avro), Some(ValueKind::Protobuf)] {
+        let arm_name = arm.map_or("raw", ValueKind::name);
+        let label = format!("freshness-{arm_name}");
+        let data = temp_data_dir()?;
+        let registry = format!("127.0.0.1:{}", crate::broker::free_port()?);
+        let mut overrides = vec![kv("floe.iceberg.tick-ms", tick_ms)];
+        if arm.is_some() {
+            overrides.push(kv("floe.schema.registry.listen", &registry));
+        }
+        let b = ctx.broker(&label, data.path(), &overrides)?;
+        for &lag in &lags {
+            let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
+            let topic = format!("floe-bench-freshness-{tag}-{arm_name}-lag{lag}");
+            let mut config = vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag)];
+            let values = match arm {
+                None => freshness::Values::Raw,
+                Some(kind) => {
+                    config.push(kv("floe.iceberg.value.format", "schema-registry"));
+                    let schema_id = typed_payload::register(&registry, &format!("{topic}-value"), kind)?;
+                    freshness::Values::Typed { kind, schema_id }
+                }
+            };
+            load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &config)?;
+            let spec = FreshnessSpec {
+                topic: topic.clone(),
+                partitions,
+                message_size,
+                values,
+                rate,
+                duration_s,
+                poll,
+                settle: Duration::from_millis(lag * 3 + tick_ms * 10) + Duration::from_secs(20),
+            };
+            let pb = bar(&format!("freshness ({arm_name}), target lag {lag} ms"), false);
+            let f = freshness::measure(&b, &spec, &pb)?;
+            pb.finish_with_message(format!("p50 {:.0} ms p99 {:.0} ms", f.latency.p50_ms, f.latency.p99_ms));
+            anyhow::ensure!(
+                f.acked > 0 && f.visible == f.acked,
+                "freshness: {} of {} acknowledged records became visible in the table ({arm_name}, target lag {lag} ms; see floe-{label}.log in {})",
+                f.visible, f.acked, ctx.opts.out.display()
+            );
+            // A typed value that cannot be decoded goes to the dead-letter table and still
+            // moves the committed offset: the arm would then measure the wrong table.
+            let dead_letters = b.metric("floe_iceberg_dead_letters_total", &format!("topic=\"{topic}\"")).unwrap_or(0.0);
+            anyhow::ensure!(dead_letters == 0.0, "freshness ({arm_name}): {dead_letters} records went to {topic}__dlq (see floe-{label}.log in {})", ctx.opts.out.display());
+            runs.push(FreshnessRun { arm: arm_name, lag_ms: lag, f, dead_letters });
+        }
+        b.stop()?;
     }
-    b.stop()?;
     ctx.report.heading("Freshness: produce acknowledgement → row visible in the Iceberg table");
     ctx.report.para(&format!(
-        "One broker (`floe.iceberg.tick-ms={tick_ms}`); per target lag a topic of {partitions} partitions with \
-         `floe.iceberg.enabled=true` and `floe.iceberg.target-lag-ms=LAG`. A librdkafka producer (acks=all, \
-         linger.ms=5) sends {rate} msg/s of {message_size} bytes for {duration_s:.0} s and notes each delivery \
-         report's partition, offset and time. The harness reads `floe_iceberg_committed_offset` every {} ms: a \
-         record below its partition's committed offset is in a committed snapshot (the gauge moves only after \
-         the catalog commit succeeds), so freshness = that read's time − the acknowledgement (an upper bound by \
-         at most one poll interval). Every acknowledged record must become visible or the run fails.",
+        "Three arms, each on a fresh broker (`floe.iceberg.tick-ms={tick_ms}`): `raw` (one random {message_size}-byte \
+         value, stored as bytes), `avro` and `protobuf` (events of about {message_size} bytes in the Confluent wire \
+         format, each encoded afresh, the schema registered with Floe's Schema Registry, the topic tiered with \
+         `floe.iceberg.value.format=schema-registry`, so every value is decoded into typed columns). Per arm and \
+         target lag a topic of {partitions} partitions with `floe.iceberg.enabled=true` and \
+         `floe.iceberg.target-lag-ms=LAG`. A librdkafka producer (acks=all, linger.ms=5) sends {rate} msg/s for \
+         {duration_s:.0} s and notes each delivery report's partition, offset and time. The harness reads \
+         `floe_iceberg_committed_offset` every {} ms: a record below its partition's committed offset is in a \
+         committed snapshot (the gauge moves only after the catalog commit succeeds), so freshness = that read's \
+         time − the acknowledgement (an upper bound by at most one poll interval). Every acknowledged record must \
+         become visible, and no typed record may go to the dead-letter table, or the run fails.",
         poll.as_millis()
     ));
     let rows: Vec<Vec<String>> = runs
         .iter()
-        .map(|(lag, f)| {
-            let l = &f.latency;
+        .map(|r| {
+            let l = &r.f.latency;
             vec![
-                lag.to_string(),
-                format!("{} / {}", f.visible, f.acked),
+                format!("`{}`", r.arm),
+                r.lag_ms.to_string(),
+                format!("{} / {}", r.f.visible, r.f.acked),
                 format!("{:.0}", l.p50_ms),
                 format!("{:.0}", l.p95_ms),
                 format!("{:.0}", l.p99_ms),
                 format!("{:.0}", l.max_ms),
-                format!("{:.2}", l.p50_ms / *lag as f64),
-                format!("{:.2}", l.p99_ms / *lag as f64),
+                format!("{:.2}", l.p50_ms / r.lag_ms as f64),
+                format!("{:.2}", l.p99_ms / r.lag_ms as f64),
             ]
         })
         .collect();
-    ctx.report.table(&["target lag ms", "visible / acked", "p50 ms", "p95 ms", "p99 ms", "max ms", "p50 ÷ lag", "p99 ÷ lag"], &rows);
+    ctx.report.table(&["arm", "target lag ms", "visible / acked", "p50 ms", "p95 ms", "p99 ms", "max ms", "p50 ÷ lag", "p99 ÷ lag"], &rows);
     ctx.report.para(
         "A partition's active segment is rolled once its oldest untiered record has waited the target lag (as \
          seen by the tiering thread, which looks every tick), then converted and committed: a record waits \
          between ~0 and the target lag for the roll, plus up to a tick, plus the conversion and the catalog \
-         commit of the whole topic (one commit covers every partition). What exceeds the lag is that overhead.",
+         commit of the whole topic (one commit covers every partition). What exceeds the lag is that overhead; \
+         typed arms add decoding every value against its schema (and, once per table, creating it from the schema).",
     );
-    let labels: Vec<String> = runs.iter().map(|(lag, _)| format!("target lag {lag} ms")).collect();
-    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> = labels.iter().zip(&runs).map(|(n, (_, f))| (n.as_str(), &f.hist)).collect();
+    // Each arm against raw at the same lag, this run.
+    let raw_of = |lag: u64| runs.iter().find(|r| r.arm == "raw" && r.lag_ms == lag).map(|r| &r.f.latency);
+    let mut summary = Vec::new();
+    let mut srows = Vec::new();
+    for r in &runs {
+        let Some(raw) = raw_of(r.lag_ms) else { continue };
+        let l = &r.f.latency;
+        let (p50_ratio, p99_ratio) = (l.p50_ms / raw.p50_ms, l.p99_ms / raw.p99_ms);
+        srows.push(vec![
+            format!("`{}`", r.arm),
+            r.lag_ms.to_string(),
+            format!("{:.0} / {:.0}", l.p50_ms, l.p99_ms),
+            format!("{p50_ratio:.2}"),
+            format!("{p99_ratio:.2}"),
+            format!("{:+.0} / {:+.0}", l.p50_ms - raw.p50_ms, l.p99_ms - raw.p99_ms),
+        ]);
+        summary.push(serde_json::json!({
+            "arm": r.arm, "target_lag_ms": r.lag_ms, "p50_ms": l.p50_ms, "p99_ms": l.p99_ms,
+            "p50_over_raw": p50_ratio, "p99_over_raw": p99_ratio,
+        }));
+    }
+    ctx.report.heading("Freshness by value format (one run)");
+    ctx.report.para("Each arm's p50 and p99 against `raw` at the same target lag, measured in this run.");
+    ctx.report.table(&["arm", "target lag ms", "p50 / p99 ms", "p50 ÷ raw", "p99 ÷ raw", "p50 / p99 − raw, ms"], &srows);
+    let labels: Vec<String> = runs.iter().map(|r| format!("{}, target lag {} ms", r.arm, r.lag_ms)).collect();
+    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> = labels.iter().zip(&runs).map(|(n, r)| (n.as_str(), &r.f.hist)).collect();
     plot::latency_cdf(&ctx.plot_path("freshness-cdf.svg"), "ack → visible in Iceberg", &series)?;
     ctx.report.image("freshness-cdf.svg", "freshness CDF");
     ctx.report.set("tick_ms", tick_ms);
@@ -1139,7 +1210,249 @@ fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.report.set("rate", rate);
     ctx.report.set("duration_s", duration_s);
     ctx.report.set("partitions", partitions);
-    ctx.report.set("runs", runs.iter().map(|(lag, f)| serde_json::json!({"target_lag_ms": lag, "freshness": f})).collect::<Vec<_>>());
+    ctx.report.set("message_size", message_size);
+    ctx.report.set(
+        "runs",
+        runs.iter()
+            .map(|r| serde_json::json!({"arm": r.arm, "target_lag_ms": r.lag_ms, "freshness": r.f, "dead_letters": r.dead_letters}))
+            .collect::<Vec<_>>(),
+    );
+    ctx.report.set("summary", summary);
+    Ok(())
+}
+
+// ------------------------------------------------------------------ table-maintenance
+
+/// One reading of the table: its metadata files, and the query's times unless skipped.
+#[derive(Debug, Serialize)]
+struct TableReading {
+    metadata: iceberg_query::MetadataFiles,
+    query: Option<iceberg_query::QueryTimes>,
+    skipped: Option<String>,
+}
+
+fn read_table(python: &std::path::Path, metadata_dir: &std::path::Path, runs: usize) -> anyhow::Result<TableReading> {
+    let metadata = iceberg_query::MetadataFiles::read(metadata_dir)?;
+    let (query, skipped) = match iceberg_query::measure(python, &metadata.current, runs)? {
+        iceberg_query::QueryOutcome::Measured(q) => (Some(q), None),
+        iceberg_query::QueryOutcome::Skipped(why) => (None, Some(why)),
+    };
+    Ok(TableReading { metadata, query, skipped })
+}
+
+/// `table-maintenance`: a topic tiered with `target-lag-ms=0`, written in N rounds, each
+/// waited on until committed (so each round is a commit, a snapshot, a manifest and a data
+/// file per partition); the broker stopped; a DuckDB aggregate timed on that unmaintained
+/// table; `floe iceberg maintain` (the broker binary's CLI: snapshot expiry now, small-file
+/// compaction once it lands); the same query on the maintained table.
+///
+/// Its own scenario rather than an arm of `freshness` or `tiering-cost`: it measures a
+/// reader of the table after the broker is done, not the broker's write path, and it runs
+/// a second process (the CLI) and a third (Python) on the broker's data dir.
+fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let quick = ctx.opts.quick;
+    let commits = ctx.opts.commits.unwrap_or(if quick { 20 } else { 200 }).max(1);
+    let (partitions, per_partition, value_size) = (4u32, 25i64, 512usize);
+    let tick_ms: u64 = if quick { 50 } else { 100 };
+    let query_runs = if quick { 5 } else { 15 };
+    let round_timeout = Duration::from_secs(60);
+    let data = temp_data_dir()?;
+    // The broker's own maintenance never runs in the rounds: the table stays unmaintained.
+    let b = ctx.broker(
+        "table-maintenance",
+        data.path(),
+        &[kv("floe.iceberg.tick-ms", tick_ms), kv("floe.iceberg.maintenance-interval-ms", 86_400_000)],
+    )?;
+    let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
+    let topic = format!("floe-bench-table-maintenance-{tag}");
+    load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &[
+        kv("floe.iceberg.enabled", "true"),
+        kv("floe.iceberg.target-lag-ms", 0),
+    ])?;
+    let producer: rdkafka::producer::BaseProducer = load::client_config(&b.bootstrap)
+        .set("acks", "all")
+        .set("linger.ms", "2")
+        .create()
+        .context("producer")?;
+    let topics = [topic.clone()];
+    let before = TieringCounters::read(&b, &topics);
+    let pb = bar(&format!("{commits} tiering commits"), false);
+    pb.set_length(commits as u64);
+    let mut round_ms: Vec<(f64, f64)> = Vec::with_capacity(commits);
+    let value: Vec<u8> = (0..value_size).map(|_| fastrand::u8(..)).collect();
+    for round in 1..=commits {
+        let t = std::time::Instant::now();
+        for i in 0..per_partition * i64::from(partitions) {
+            let partition = (i % i64::from(partitions)) as i32;
+            let mut record = BaseRecord::<(), [u8]>::to(&topic).partition(partition).payload(&value[..]);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        producer.poll(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => anyhow::bail!("table-maintenance: produce: {e}"),
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).context("flush")?;
+        let want = per_partition * round as i64;
+        loop {
+            let committed = tiering::committed_offsets(&b, &topic).unwrap_or_default();
+            if (0..partitions as i32).all(|p| committed.get(&p).copied().unwrap_or(0) >= want) {
+                break;
+            }
+            anyhow::ensure!(
+                t.elapsed() < round_timeout,
+                "table-maintenance: round {round} not committed within {round_timeout:?} (see floe-table-maintenance.log in {})",
+                ctx.opts.out.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        round_ms.push((round as f64, t.elapsed().as_secs_f64() * 1000.0));
+        pb.set_position(round as u64);
+    }
+    let made = before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)).unwrap_or_default();
+    pb.finish_with_message(format!("{:.0} commits", made.commits));
+    b.stop()?;
+
+    let metadata_dir = data.path().join("iceberg").join("warehouse").join("kafka").join(&topic).join("metadata");
+    let (python, python_from) = iceberg_query::find_python();
+    let sp = spinner("DuckDB query on the unmaintained table");
+    let unmaintained = read_table(&python, &metadata_dir, query_runs)?;
+    sp.finish();
+    let sp = spinner("floe iceberg maintain");
+    let started = std::time::Instant::now();
+    let mut cmd = std::process::Command::new(&ctx.launcher.bin);
+    cmd.args(&ctx.launcher.extra_args)
+        .args(["iceberg", "maintain", "--data-dir"])
+        .arg(data.path())
+        .args(["--table", &topic, "--max-age-ms", "0", "--min-to-keep", "1"]);
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "warn");
+    }
+    let out = cmd.output().with_context(|| format!("cannot run {} iceberg maintain", ctx.launcher.bin.display()))?;
+    let maintain_s = started.elapsed().as_secs_f64();
+    let maintain_out = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    anyhow::ensure!(
+        out.status.success() && !maintain_out.contains("failed"),
+        "floe iceberg maintain failed ({}):\n{maintain_out}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sp.finish_with_message(format!("{maintain_s:.2} s"));
+    let sp = spinner("DuckDB query on the maintained table");
+    let maintained = read_table(&python, &metadata_dir, query_runs)?;
+    sp.finish();
+
+    // Both readings must see every produced record, once: per partition the count and the last offset.
+    let records = per_partition * commits as i64;
+    let expected: Vec<(i64, i64, i64)> = (0..i64::from(partitions)).map(|p| (p, records, records - 1)).collect();
+    for (name, r) in [("unmaintained", &unmaintained), ("maintained", &maintained)] {
+        if let Some(q) = &r.query {
+            anyhow::ensure!(q.result == expected, "table-maintenance: the {name} table answered {:?}, expected {expected:?}", q.result);
+        }
+    }
+    anyhow::ensure!(maintained.metadata.snapshots == 1, "table-maintenance: {} snapshots left after maintain --max-age-ms 0 --min-to-keep 1", maintained.metadata.snapshots);
+
+    ctx.report.heading("Table maintenance: a DuckDB query on an unmaintained vs a maintained table");
+    ctx.report.para(&format!(
+        "One broker (`floe.iceberg.tick-ms={tick_ms}`, `floe.iceberg.maintenance-interval-ms=86400000` so its own \
+         maintenance never runs here); a topic of {partitions} partitions with `floe.iceberg.enabled=true`, \
+         `floe.iceberg.target-lag-ms=0`. {commits} rounds, each {per_partition} records of {value_size} bytes per \
+         partition (acks=all), then a wait until `floe_iceberg_committed_offset` reaches them: each round is a \
+         commit ({:.0} commits made), so the table has a snapshot, a manifest and small data files per round. The \
+         broker is stopped. **Unmaintained**: DuckDB ({}) runs `SELECT partition, count(*), max(offset) FROM \
+         iceberg_scan('<metadata.json>') GROUP BY partition` once to warm up and {query_runs} times timed \
+         (`benches/scripts/iceberg_query_time.py`, interpreter from {python_from}). Then `floe iceberg maintain \
+         --table TOPIC --max-age-ms 0 --min-to-keep 1` ({maintain_s:.2} s), and **maintained**: the same query on \
+         the new metadata. Both answers must be every record once.",
+        made.commits,
+        unmaintained.query.as_ref().map_or("not run".to_string(), |q| q.duckdb.clone()),
+    ));
+    if let Some(why) = unmaintained.skipped.as_ref().or(maintained.skipped.as_ref()) {
+        let line = format!("The DuckDB query was **skipped**: {why} (interpreter `{}` from {python_from}). Only the metadata figures below were measured.", display_path(&python));
+        println!("table-maintenance: {line}");
+        ctx.report.para(&line);
+    }
+    let ratio = |a: f64, z: f64| if a > 0.0 { format!("{:.2}", z / a) } else { "–".into() };
+    let q = |r: &TableReading, f: &dyn Fn(&iceberg_query::QueryTimes) -> f64| r.query.as_ref().map(f);
+    let qrow = |name: &str, f: &dyn Fn(&iceberg_query::QueryTimes) -> f64, fmt: &dyn Fn(f64) -> String| -> Vec<String> {
+        let (a, z) = (q(&unmaintained, f), q(&maintained, f));
+        vec![name.into(), a.map_or("–".into(), fmt), z.map_or("–".into(), fmt), a.zip(z).map_or("–".into(), |(a, z)| ratio(a, z))]
+    };
+    let mrow = |name: &str, a: f64, z: f64| vec![name.into(), format!("{a:.0}"), format!("{z:.0}"), ratio(a, z)];
+    let (um, mm) = (&unmaintained.metadata, &maintained.metadata);
+    let runs = |r: &TableReading| r.query.as_ref().map_or("–".into(), |q| q.runs_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "));
+    ctx.report.table(
+        &["figure", "unmaintained", "maintained", "maintained ÷ unmaintained"],
+        &[
+            qrow(&format!("**query time, median of {query_runs}** (ms)"), &|q| q.median_ms, &|v| format!("{v:.1}")),
+            vec!["query runs (ms)".into(), runs(&unmaintained), runs(&maintained), String::new()],
+            mrow("snapshots", um.snapshots as f64, mm.snapshots as f64),
+            mrow("snapshot-log entries", um.snapshot_log as f64, mm.snapshot_log as f64),
+            qrow("manifests of the current snapshot", &|q| q.manifests as f64, &|v| format!("{v:.0}")),
+            qrow("data files", &|q| q.data_files as f64, &|v| format!("{v:.0}")),
+            qrow("data bytes", &|q| q.data_bytes as f64, &|v| format!("{v:.0}")),
+            qrow("rows", &|q| q.rows as f64, &|v| format!("{v:.0}")),
+            mrow("current metadata.json bytes", um.current_bytes as f64, mm.current_bytes as f64),
+            mrow("metadata/ files", um.dir_files as f64, mm.dir_files as f64),
+            mrow("metadata/ bytes (metadata files, manifest lists, manifests)", um.dir_bytes as f64, mm.dir_bytes as f64),
+        ],
+    );
+    ctx.report.para(&format!("`floe iceberg maintain` printed: `{maintain_out}`"));
+    ctx.report.para(
+        "What maintenance does today is snapshot expiry: every snapshot but the current one goes, with the \
+         manifest lists only they reached and the metadata files that fall out of the log. The current snapshot \
+         still reaches every manifest and every small data file of the rounds, so a scan opens as many files as \
+         before; the query's time moves only by the metadata it no longer parses. Small-file compaction is to \
+         come under the same command, and this scenario measures it unchanged once it lands (the data-file and \
+         manifest rows will show it).",
+    );
+    plot::trials(
+        &ctx.plot_path("round-times.svg"),
+        "produce → committed, per round (the table grows by a snapshot a round)",
+        "round",
+        "ms",
+        &[("round", round_ms.clone())],
+        None,
+    )?;
+    ctx.report.image("round-times.svg", "time per tiering round");
+    let series: Vec<(&str, Vec<(f64, f64)>)> = [("unmaintained", &unmaintained), ("maintained", &maintained)]
+        .iter()
+        .filter_map(|(n, r)| r.query.as_ref().map(|q| (*n, q.runs_ms.iter().enumerate().map(|(i, v)| ((i + 1) as f64, *v)).collect())))
+        .collect();
+    if !series.is_empty() {
+        plot::trials(&ctx.plot_path("query-times.svg"), "DuckDB aggregate over iceberg_scan, per run", "run", "ms", &series, None)?;
+        ctx.report.image("query-times.svg", "query time per run");
+    }
+    ctx.report.set("commits_requested", commits);
+    ctx.report.set("commits_made", made.commits);
+    ctx.report.set("partitions", partitions);
+    ctx.report.set("records_per_partition_per_round", per_partition);
+    ctx.report.set("value_size", value_size);
+    ctx.report.set("tick_ms", tick_ms);
+    ctx.report.set("query_runs", query_runs);
+    ctx.report.set("python", serde_json::json!({"path": display_path(&python), "from": python_from}));
+    ctx.report.set("round_ms", round_ms.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+    ctx.report.set("maintain_seconds", maintain_s);
+    ctx.report.set("maintain_output", &maintain_out);
+    ctx.report.set("unmaintained", &unmaintained);
+    ctx.report.set("maintained", &maintained);
+    ctx.report.set(
+        "summary",
+        serde_json::json!({
+            "query_median_ms_unmaintained": unmaintained.query.as_ref().map(|q| q.median_ms),
+            "query_median_ms_maintained": maintained.query.as_ref().map(|q| q.median_ms),
+            "query_ratio_maintained_over_unmaintained": unmaintained.query.as_ref().zip(maintained.query.as_ref()).map(|(a, z)| z.median_ms / a.median_ms),
+            "snapshots": [um.snapshots, mm.snapshots],
+            "data_files": [unmaintained.query.as_ref().map(|q| q.data_files), maintained.query.as_ref().map(|q| q.data_files)],
+            "metadata_dir_bytes": [um.dir_bytes, mm.dir_bytes],
+            "query_skipped": unmaintained.skipped.as_ref().or(maintained.skipped.as_ref()),
+        }),
+    );
     Ok(())
 }
 

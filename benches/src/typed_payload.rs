@@ -1,4 +1,4 @@
-//! Typed payloads for the harness's typed arms (`tiering-cost`): records of about
+//! Typed payloads for the harness's typed arms (`tiering-cost`, `freshness`): records of about
 //! a given size in the Confluent wire format, Avro or Protobuf, of one fixed event
 //! schema, encoded here by hand (the schemas are fixed, so an encoder is a few
 //! lines and the producer spends its CPU on sending, not on a generic library),

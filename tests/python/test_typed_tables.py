@@ -13,14 +13,20 @@
 - A kill -9 between the dead letters' commit and the typed rows' (failpoint
   `tiering.dlq.committed`) leaves every offset in exactly one table, once.
 - JSON Schema values (`JSONSerializer`) too.
+- kafkajs with `@kafkajs/confluent-schema-registry` (tests/js/typed_table_producer.mjs,
+  run with node) registers an Avro schema and produces; pyiceberg and DuckDB read the
+  typed columns equal to what it sent, field by field.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -287,3 +293,61 @@ def test_a_widened_field_is_promoted_in_place(registry):
     assert str(schema.find_field("qty").field_type) == "long" and str(schema.find_field("price").field_type) == "double"
     assert {f.name: f.field_id for f in schema.fields} == ids, "promoted in place: no new columns, the same ids"
     assert rows_of(registry.data_dir, f"{topic}__dlq", 0) == []
+
+
+JS_DIR = Path(__file__).resolve().parents[1] / "js"
+
+
+def test_kafkajs_avro_values_become_typed_columns(registry):
+    """kafkajs + @kafkajs/confluent-schema-registry (avsc, with decimal and timestamp-millis
+    logical types) register an Avro schema in Floe's registry and produce; the typed table's
+    columns read back equal, field by field: a nested record with an array and a boolean,
+    an array of records, a map, a nullable string, a decimal (negative ones too), a
+    timestamp, an enum and a double."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (tests/run-all.sh installs it)")
+    for module in ("kafkajs", "@kafkajs/confluent-schema-registry", "avsc"):
+        if not (JS_DIR / "node_modules" / module).is_dir():
+            pytest.skip(f"tests/js/node_modules/{module} is absent (cd tests/js && npm ci)")
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+
+    topic = create_topic(registry.bootstrap, "js-orders", partitions=1, config=TYPED)
+    out = subprocess.run([node, str(JS_DIR / "typed_table_producer.mjs"), registry.bootstrap,
+                          registry.schema_registry_url, topic, "24"],
+                         cwd=JS_DIR, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    sent = json.loads(out.stdout.strip().splitlines()[-1])["sent"]
+    assert len(sent) == 24
+
+    def expected(o: dict) -> dict:
+        return {**o, "total": Decimal(o["total"]),
+                "placed": datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=o["placed"])}
+
+    rows = rows_of(registry.data_dir, topic, len(sent))
+    assert [r["key"] for r in rows] == [f"k{i}".encode() for i in range(len(sent))]
+    for r, o in zip(rows, sent):
+        got = {"id": r["id"], "customer": r["customer"], "items": r["items"], "attributes": dict(r["attributes"]),
+               "note": r["note"], "total": r["total"], "placed": r["placed"], "kind": r["kind"], "score": r["score"]}
+        assert got == expected(o), r["key"]
+    assert rows_of(registry.data_dir, f"{topic}__dlq", 0) == []
+    schema = catalog(registry.data_dir).load_table(("kafka", topic)).schema()
+    assert str(schema.find_field("total").field_type) == "decimal(10, 2)"
+
+    # DuckDB over the same table's metadata, the same values.
+    metadata = catalog(registry.data_dir).load_table(("kafka", topic)).metadata_location.removeprefix("file://")
+    con = duckdb.connect()
+    for ext in ("iceberg", "avro"):
+        import_extension(ext, con=con)
+    con.execute("LOAD iceberg")
+    got = con.execute(
+        "select id, customer, items, map_entries(attributes), note, total, epoch_ms(placed), kind, score "
+        "from iceberg_scan(?) order by \"offset\"", [metadata]).fetchall()
+    assert len(got) == len(sent)
+    for (id_, customer, items, attributes, note, total, placed_ms, kind, score), o in zip(got, sent):
+        want = expected(o)
+        assert (id_, customer, items, note, total, kind, score) == (
+            want["id"], want["customer"], want["items"], want["note"], want["total"], want["kind"], want["score"]), id_
+        assert {e["key"]: e["value"] for e in attributes} == want["attributes"], id_
+        assert placed_ms == o["placed"], id_

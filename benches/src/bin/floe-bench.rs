@@ -19,7 +19,7 @@ struct Cli {
 enum Cmd {
     /// Runs one scenario and writes report.md, results.json and SVG plots.
     Run {
-        /// zero-copy, tls, max-throughput, coupling, tiering-cost, freshness, transactions, compaction or replication.
+        /// zero-copy, tls, max-throughput, coupling, tiering-cost, freshness, table-maintenance, transactions, compaction or replication.
         scenario: String,
         /// A few seconds per scenario (CI): short runs, small backlogs.
         #[arg(long)]
@@ -60,6 +60,9 @@ enum Cmd {
         /// `replication`: leader kills of the failover phase (default 20, 2 with --quick).
         #[arg(long, value_name = "N")]
         kills: Option<usize>,
+        /// `table-maintenance`: tiering commits (snapshots) before the query (default 200, 20 with --quick).
+        #[arg(long, value_name = "N")]
+        commits: Option<usize>,
     },
     /// Lists the scenarios.
     List,
@@ -74,7 +77,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills } => {
+        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills, commits } => {
             let overrides = overrides
                 .iter()
                 .map(|o| o.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("--override `{o}` is not KEY=VALUE")))
@@ -83,7 +86,7 @@ fn main() -> anyhow::Result<()> {
                 let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
                 PathBuf::from("bench-results").join(format!("{scenario}-{t}"))
             });
-            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills })?;
+            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills, commits })?;
             std::process::exit(code);
         }
     }
