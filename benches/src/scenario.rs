@@ -1243,8 +1243,8 @@ fn read_table(python: &std::path::Path, metadata_dir: &std::path::Path, runs: us
 /// `table-maintenance`: a topic tiered with `target-lag-ms=0`, written in N rounds, each
 /// waited on until committed (so each round is a commit, a snapshot, a manifest and a data
 /// file per partition); the broker stopped; a DuckDB aggregate timed on that unmaintained
-/// table; `floe iceberg maintain` (the broker binary's CLI: snapshot expiry now, small-file
-/// compaction once it lands); the same query on the maintained table.
+/// table; `floe iceberg maintain` (the broker binary's CLI: snapshot expiry, small-file
+/// compaction with merged manifests, expiry again); the same query on the maintained table.
 ///
 /// Its own scenario rather than an arm of `freshness` or `tiering-cost`: it measures a
 /// reader of the table after the broker is done, not the broker's write path, and it runs
@@ -1404,12 +1404,11 @@ fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     ctx.report.para(&format!("`floe iceberg maintain` printed: `{maintain_out}`"));
     ctx.report.para(
-        "What maintenance does today is snapshot expiry: every snapshot but the current one goes, with the \
-         manifest lists only they reached and the metadata files that fall out of the log. The current snapshot \
-         still reaches every manifest and every small data file of the rounds, so a scan opens as many files as \
-         before; the query's time moves only by the metadata it no longer parses. Small-file compaction is to \
-         come under the same command, and this scenario measures it unchanged once it lands (the data-file and \
-         manifest rows will show it).",
+        "What maintenance does: snapshot expiry (every snapshot but the current one goes, with the manifest \
+         lists only they reached and the metadata files that fall out of the log), then small-file compaction \
+         (each partition value's small data files rewritten into files of the target size, one `replace` \
+         snapshot that also merges the manifests), then expiry again, which deletes the replaced files. The \
+         query's time follows the files a scan opens: the data-file and manifest rows.",
     );
     plot::trials(
         &ctx.plot_path("round-times.svg"),
