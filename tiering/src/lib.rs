@@ -45,4 +45,4 @@ pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
-pub use typed::{SchemaLookupError, SchemaSource, ValueFormat};
+pub use typed::{DataFormat, KeyFormat, SchemaLookupError, SchemaSource, TypedLayout, ValueFormat};
