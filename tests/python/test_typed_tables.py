@@ -382,6 +382,6 @@ def test_schemaless_json_gets_inferred_columns_that_widen(floe_factory):
         import_extension(ext, con=con)
     con.execute("LOAD iceberg")
     con.execute(f"ATTACH 'floe' AS f (TYPE iceberg, ENDPOINT '{broker.iceberg_rest_url}', AUTHORIZATION_TYPE 'none')")
-    got = con.execute(f"select n, "user", amount, page.path, referrer from f.kafka.{topic} order by n").fetchall()
+    got = con.execute(f'select n, "user", amount, page.path, referrer from f.kafka.{topic} order by n').fetchall()
     want = [(i, v["user"], v["amount"] + 0.0, v.get("page", {}).get("path"), v.get("referrer")) for i, v in enumerate(first + later)]
     assert got == want
