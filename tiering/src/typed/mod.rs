@@ -11,6 +11,15 @@
 //! decimal precision) an Iceberg type promotion, a field a later version dropped
 //! stays and gets nulls.
 //!
+//! Keys (`floe.iceberg.key.format=schema-registry`) are typed the same way into
+//! one column `key`: a struct of the key schema's fields, or the key's own type
+//! for a primitive key schema (`TypedDecoder::wraps_value`). It replaces the
+//! binary `key` (kept as `key_raw` with `floe.iceberg.keep-raw`), is added when
+//! the first key is seen, and evolves as value columns do ([`evolve::plan_key`]).
+//! Keys are typed first: a record whose key cannot be typed is a dead letter,
+//! its error starting `key: `. Either may instead be schemaless JSON
+//! (`json`), its columns inferred from the data ([`json`]).
+//!
 //! A record that cannot be written typed goes to the dead-letter table
 //! `<topic>__dlq` (the raw layout plus an `error` column): a value not in the
 //! wire format, an unknown schema id, bytes that do not match the schema, or a
