@@ -123,7 +123,7 @@ pub fn typed_table_schema(layout: &crate::typed::TypedLayout) -> Schema {
             field_id::VALUE if layout.value != Raw && !layout.keep_raw => None,
             field_id::KEY if layout.key != Raw && !layout.keep_raw => None,
             field_id::KEY if layout.key != Raw => {
-                Some(NestedField { name: KEY_RAW_COLUMN.to_string(), ..NestedField::clone(f) }.into())
+                Some(Arc::new(NestedField { name: KEY_RAW_COLUMN.to_string(), ..NestedField::clone(f) }))
             }
             _ => Some(f.clone()),
         })

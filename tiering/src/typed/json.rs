@@ -251,23 +251,23 @@ pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, Ar
     };
     Ok(match to {
         DataType::Boolean => {
-            each(&|v| v.is_boolean())?;
+            each(&|v: &Value| v.is_boolean())?;
             Arc::new(values.iter().map(|v| v.and_then(Value::as_bool)).collect::<BooleanArray>())
         }
         DataType::Int64 => {
-            each(&|v| v.is_i64())?;
+            each(&|v: &Value| v.is_i64())?;
             Arc::new(values.iter().map(|v| v.and_then(Value::as_i64)).collect::<Int64Array>())
         }
         DataType::Float64 => {
-            each(&|v| v.is_number())?;
+            each(&|v: &Value| v.is_number())?;
             Arc::new(values.iter().map(|v| v.and_then(Value::as_f64)).collect::<Float64Array>())
         }
         DataType::Utf8 => {
-            each(&|v| v.is_string())?;
+            each(&|v: &Value| v.is_string())?;
             Arc::new(values.iter().map(|v| v.and_then(Value::as_str)).collect::<StringArray>())
         }
         DataType::Struct(fields) => {
-            each(&|v| v.is_object())?;
+            each(&|v: &Value| v.is_object())?;
             let children = fields
                 .iter()
                 .map(|f| {
@@ -284,7 +284,7 @@ pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, Ar
             }
         }
         DataType::List(item) => {
-            each(&|v| v.is_array())?;
+            each(&|v: &Value| v.is_array())?;
             let lengths = values.iter().map(|v| v.and_then(Value::as_array).map_or(0, Vec::len));
             let offsets = OffsetBuffer::<i32>::from_lengths(lengths);
             let elements: Vec<Option<&Value>> =
@@ -295,7 +295,7 @@ pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, Ar
         }
         // A column JSON never makes (the table was typed another way before): nulls only.
         other => {
-            each(&|_| false)?;
+            each(&|_: &Value| false)?;
             new_null_array(other, values.len())
         }
     })
