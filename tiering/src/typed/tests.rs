@@ -528,3 +528,29 @@ async fn json_values_and_keys_get_inferred_columns_that_widen() {
     assert!(errors[4].contains("cannot promote long to double"), "{errors:?}");
     assert!(errors[5].contains("`address` is an object (struct) in the table and a string in this record"), "{errors:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_scalar_key_is_a_column_of_its_type_beside_a_raw_value() {
+    use super::DataFormat::{Json, Raw};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("s-0"), 0, &[]));
+    append(&log, &[
+        json_record(Some(r#""a""#), Some("v0"), 0),
+        json_record(Some("null"), Some("v1"), 1),
+        json_record(Some("7"), Some("v2"), 2),
+        json_record(Some(r#""b""#), None, 3),
+    ]);
+    let cat = catalog(dir.path()).await;
+    let t = cat.typed_table("s", "id-1", "", layout(Json, Raw, true), None).await.unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (3, 1));
+    let typed = scan(&t).await;
+    assert_eq!(offsets(&typed), [0, 1, 3]);
+    assert_eq!(strings(&typed, "key"), [Some("a".into()), None, Some("b".into())], "JSON null: a null key");
+    assert_eq!(typed.column_by_name("key_raw").unwrap().as_binary::<i64>().value(1), b"null");
+    assert_eq!(typed.column_by_name("value").unwrap().as_binary::<i64>().value(0), b"v0");
+    let dead = scan(t.dead_letter_table().unwrap()).await;
+    assert_eq!(offsets(&dead), [2]);
+    let e = &errors(&dead)[0];
+    assert!(e.contains("key: `key` is a string in one record and an integer (long) in another"), "{e}");
+}
