@@ -426,13 +426,18 @@ async fn a_primitive_key_is_a_column_of_its_type_and_keep_raw_keeps_its_bytes() 
         (0..3).map(|i| keyed(Some(avro(KEY_STRING, 23, Value::String(format!("user-{i}")))), Some(vec![i as u8]), i)).collect();
     append(&log, &recs);
     let cat = catalog(dir.path()).await;
-    let t = cat.typed_table("users", "id-1", "", layout(SchemaRegistry, Raw, true), Some(avro_schemas(&[(23, KEY_STRING)]))).await.unwrap();
+    // A partition spec on `key` applies to the raw bytes, `key_raw` (field id 5), with keep-raw.
+    let t = cat.typed_table("users", "id-1", "bucket[4](key)", layout(SchemaRegistry, Raw, true), Some(avro_schemas(&[(23, KEY_STRING)])))
+        .await
+        .unwrap();
     let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
     assert_eq!((out.rows, out.dead_letters), (3, 0));
     let typed = scan(&t).await;
     assert_eq!(strings(&typed, "key"), [Some("user-0".into()), Some("user-1".into()), Some("user-2".into())]);
     assert!(typed.column_by_name("key_raw").unwrap().as_binary::<i64>().value(1).starts_with(&[0, 0, 0, 0, 23]));
     assert_eq!(typed.column_by_name("value").unwrap().as_binary::<i64>().value(2), [2], "a raw value stays binary");
+    let table = t.load().await.unwrap();
+    assert_eq!(table.metadata().default_partition_spec().fields()[0].source_id, crate::schema::field_id::KEY);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
