@@ -47,7 +47,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_storage::{LogManager, PartitionLog, Topic};
 use floe_tiering::{
-    CatalogConfig, CatalogType, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable, ValueFormat,
+    CatalogConfig, CatalogType, DataFormat, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable,
+    TypedLayout,
 };
 use tracing::{debug, error, info, warn};
 
@@ -172,9 +173,12 @@ pub const ENABLED: &str = "floe.iceberg.enabled";
 pub const PARTITION_SPEC: &str = "floe.iceberg.partition-spec";
 /// Topic setting: how long the oldest untiered record may wait in the active segment.
 pub const TARGET_LAG_MS: &str = "floe.iceberg.target-lag-ms";
-/// Topic setting: what the values are (`raw`, `schema-registry`), so what the table's columns are.
+/// Topic setting: what the values are (`raw`, `schema-registry`, `json`), so what the table's columns are.
 pub const VALUE_FORMAT: &str = "floe.iceberg.value.format";
-/// Topic setting: a typed table keeps the value bytes in a binary `value` column too (at creation).
+/// Topic setting: what the keys are (`raw`, `schema-registry`, `json`): the binary `key`, or a typed `key` column.
+pub const KEY_FORMAT: &str = "floe.iceberg.key.format";
+/// Topic setting: a typed table keeps the bytes of typed values in a binary `value` column
+/// too, of typed keys in `key_raw` (at creation).
 pub const KEEP_RAW: &str = "floe.iceberg.keep-raw";
 /// Topic setting: snapshots older than this expire (the most recent `min-to-keep` stay).
 pub const SNAPSHOT_MAX_AGE_MS: &str = "floe.iceberg.snapshot.max-age-ms";
@@ -200,8 +204,8 @@ pub fn validate_topic_overrides(overrides: &BTreeMap<String, String>) -> Result<
             ENABLED | KEEP_RAW | COMPACTION_ENABLED | "floe.iceberg.retention-guard" if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
                 return Err(format!("{key}: {value:?} is not true or false"));
             }
-            VALUE_FORMAT => {
-                ValueFormat::parse(v).map_err(|e| format!("{key}: {e}"))?;
+            VALUE_FORMAT | KEY_FORMAT => {
+                DataFormat::parse(v).map_err(|e| format!("{key}: {e}"))?;
             }
             PARTITION_SPEC => {
                 floe_tiering::schema::parse_partition_spec(v).map_err(|e| e.to_string())?;
@@ -238,7 +242,8 @@ pub struct Tierers {
     pub broker_id: Option<i32>,
     /// In a cluster, which partitions this broker leads.
     pub leadership: Option<Leadership>,
-    /// The Schema Registry's schemas, for typed tables (`floe.iceberg.value.format=schema-registry`);
+    /// The Schema Registry's schemas, for typed tables (`floe.iceberg.value.format` or
+    /// `floe.iceberg.key.format` `=schema-registry`);
     /// `None` when the registry is off.
     pub schemas: Option<Arc<dyn SchemaSource>>,
 }
@@ -315,8 +320,8 @@ impl TieringTask {
     }
 }
 
-/// How a topic's table is laid out: its value format and, typed, whether it keeps the raw value.
-type Layout = (ValueFormat, bool);
+/// How a topic's table is laid out: its key and value formats and, typed, whether it keeps the raw bytes.
+type Layout = TypedLayout;
 
 #[derive(Default)]
 struct TopicState {
@@ -442,10 +447,12 @@ impl Tierer {
         let partitions = topic.partitions();
         let config = topic.config();
         let spec = config.floe.get(PARTITION_SPEC).cloned().unwrap_or_else(|| self.settings.partition_spec.clone());
-        let layout: Layout = (
-            config.floe.get(VALUE_FORMAT).and_then(|v| ValueFormat::parse(v).ok()).unwrap_or_default(),
-            config.floe.get(KEEP_RAW).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
-        );
+        let format = |key: &str| config.floe.get(key).and_then(|v| DataFormat::parse(v).ok()).unwrap_or_default();
+        let layout = Layout {
+            key: format(KEY_FORMAT),
+            value: format(VALUE_FORMAT),
+            keep_raw: config.floe.get(KEEP_RAW).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        };
         let target_lag = config
             .floe
             .get(TARGET_LAG_MS)
@@ -696,16 +703,16 @@ impl Tierer {
     /// The topic's table, opened (created if missing) once and kept.
     async fn table(&mut self, catalog: &IcebergCatalog, name: &str, topic_id: &str, spec: &str) -> Result<&TopicTable, TieringError> {
         if self.topics[name].table.is_none() {
-            let mut table = match self.topics[name].layout {
-                (ValueFormat::Raw, _) => catalog.topic_table(name, topic_id, spec).await?,
-                (ValueFormat::SchemaRegistry, keep_raw) => {
-                    let schemas = self.tierers.schemas.clone().ok_or_else(|| {
-                        TieringError::SchemaRegistry(format!(
-                            "{VALUE_FORMAT}=schema-registry needs the Schema Registry, which is off (floe.schema.registry.listen is empty)"
-                        ))
-                    })?;
-                    catalog.typed_topic_table(name, topic_id, spec, keep_raw, schemas).await?
+            let layout = self.topics[name].layout;
+            let mut table = if !layout.is_typed() {
+                catalog.topic_table(name, topic_id, spec).await?
+            } else {
+                if layout.needs_registry() && self.tierers.schemas.is_none() {
+                    return Err(TieringError::SchemaRegistry(format!(
+                        "{KEY_FORMAT} or {VALUE_FORMAT}=schema-registry needs the Schema Registry, which is off (floe.schema.registry.listen is empty)"
+                    )));
                 }
+                catalog.typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone()).await?
             };
             if let Some(id) = self.tierers.broker_id {
                 table = table.with_broker_id(id);
@@ -882,6 +889,11 @@ mod tests {
         assert!(validate_topic_overrides(&o(TARGET_LAG_MS, "-1")).is_err());
         assert!(validate_topic_overrides(&o(VALUE_FORMAT, "schema-registry")).is_ok());
         assert!(validate_topic_overrides(&o(VALUE_FORMAT, "avro")).is_err());
+        assert!(validate_topic_overrides(&o(VALUE_FORMAT, "json")).is_ok());
+        assert!(validate_topic_overrides(&o(KEY_FORMAT, "schema-registry")).is_ok());
+        assert!(validate_topic_overrides(&o(KEY_FORMAT, "json")).is_ok());
+        let e = validate_topic_overrides(&o(KEY_FORMAT, "avro")).unwrap_err();
+        assert!(e.starts_with(KEY_FORMAT), "{e}");
         assert!(validate_topic_overrides(&o(KEEP_RAW, "maybe")).is_err());
         assert!(validate_topic_overrides(&o("retention.ms", "x")).is_ok(), "not ours");
     }

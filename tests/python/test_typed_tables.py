@@ -16,6 +16,13 @@
 - kafkajs with `@kafkajs/confluent-schema-registry` (tests/js/typed_table_producer.mjs,
   run with node) registers an Avro schema and produces; pyiceberg and DuckDB read the
   typed columns equal to what it sent, field by field.
+- Typed keys (`floe.iceberg.key.format=schema-registry`): an `AvroSerializer` key
+  becomes one `key` struct column whose fields pyiceberg reads back as produced; a
+  key that cannot be typed is a dead letter saying so. A bad key format is
+  refused by CreateTopics (INVALID_CONFIG).
+- Schemaless JSON (`floe.iceberg.value.format=json`, no registry): columns inferred
+  from plain JSON bytes, a field that appears later becomes a column, a field that
+  changes family is a dead letter; pyiceberg and DuckDB read it column by column.
 """
 
 from __future__ import annotations
@@ -351,3 +358,92 @@ def test_kafkajs_avro_values_become_typed_columns(registry):
             want["id"], want["customer"], want["items"], want["note"], want["total"], want["kind"], want["score"]), id_
         assert {e["key"]: e["value"] for e in attributes} == want["attributes"], id_
         assert placed_ms == o["placed"], id_
+ORDER_KEY = {"type": "record", "name": "OrderKey", "fields": [
+    {"name": "region", "type": "string"}, {"name": "id", "type": "long"}]}
+
+
+def test_avro_keys_become_a_key_struct(registry):
+    topic = create_topic(registry.bootstrap, "keyed-orders", partitions=1,
+                         config={**TYPED, "floe.iceberg.key.format": "schema-registry"})
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    key_ser = AvroSerializer(client, json.dumps(ORDER_KEY))
+    value_ser = AvroSerializer(client, json.dumps(ORDER_V1))
+    kctx, vctx = SerializationContext(topic, MessageField.KEY), SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": registry.bootstrap, "linger.ms": 5})
+    keys = [{"region": f"r{i % 3}", "id": 1000 + i} for i in range(20)]
+    for i, k in enumerate(keys):
+        producer.produce(topic, key=key_ser(k, kctx), value=value_ser(order(i), vctx))
+    producer.produce(topic, value=value_ser(order(20), vctx))  # a null key: a null `key`
+    producer.produce(topic, key=b"not framed", value=value_ser(order(21), vctx))  # a dead letter
+    assert producer.flush(30) == 0
+
+    rows = rows_of(registry.data_dir, topic, 21)
+    assert [dict(r["key"]) for r in rows[:20]] == keys, "the key struct's fields are the produced key's"
+    assert [r["id"] for r in rows] == list(range(21)), "values typed beside the key"
+    assert rows[20]["key"] is None
+    assert "key_raw" not in rows[0], "no raw key bytes without keep-raw"
+    key_type = catalog(registry.data_dir).load_table(("kafka", topic)).schema().find_field("key").field_type
+    assert [(f.name, str(f.field_type)) for f in key_type.fields] == [("region", "string"), ("id", "long")]
+    letters = rows_of(registry.data_dir, f"{topic}__dlq", 1)
+    assert letters[0]["offset"] == 21 and letters[0]["key"] == b"not framed"
+    assert letters[0]["error"].startswith("key: ") and "magic byte" in letters[0]["error"], letters[0]["error"]
+
+
+def test_a_bad_key_format_is_invalid_config(registry):
+    from confluent_kafka import KafkaException
+
+    with pytest.raises(KafkaException) as refused:
+        create_topic(registry.bootstrap, "bad-key-format", config={**TYPED, "floe.iceberg.key.format": "avro"})
+    assert refused.value.args[0].name() == "INVALID_CONFIG", refused.value
+    assert "floe.iceberg.key.format" in refused.value.args[0].str()
+
+
+JSON_TOPIC = {"floe.iceberg.enabled": "true", "floe.iceberg.target-lag-ms": "0",
+              "floe.iceberg.value.format": "json", "floe.iceberg.key.format": "json"}
+
+
+def test_schemaless_json_gets_inferred_columns_that_widen(floe_factory):
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+
+    broker = floe_factory("floe", overrides=BROKER)  # no Schema Registry: json needs none
+    topic = create_topic(broker.bootstrap, "clicks", partitions=1, config=JSON_TOPIC)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    first = [{"user": f"u{i}", "n": i, "amount": i + 0.5, "page": {"path": f"/p{i}", "tags": ["a"] * (1 + i % 3)}}
+             for i in range(10)]
+    for i, v in enumerate(first):
+        producer.produce(topic, key=json.dumps({"session": i % 2}).encode(), value=json.dumps(v).encode())
+    assert producer.flush(30) == 0
+    rows_of(broker.data_dir, topic, 10)
+    # Later: a new field, an integer in the double column, a family change and non-JSON (dead letters).
+    later = [{"user": f"u{i}", "n": i, "amount": 7, "referrer": f"r{i}"} for i in range(10, 15)]
+    for v in later:
+        producer.produce(topic, key=b'{"session": 9}', value=json.dumps(v).encode())
+    producer.produce(topic, value=json.dumps({"user": {"id": 1}}).encode())  # offset 15: user was a string
+    producer.produce(topic, value=b"not json")  # offset 16
+    assert producer.flush(30) == 0
+
+    rows = rows_of(broker.data_dir, topic, 15)
+    assert [r["user"] for r in rows] == [v["user"] for v in first + later]
+    assert [r["n"] for r in rows] == list(range(15))
+    assert [r["amount"] for r in rows] == [v["amount"] + 0.0 for v in first + later]
+    assert [r["page"] and r["page"]["path"] for r in rows] == [f"/p{i}" for i in range(10)] + [None] * 5
+    assert [r["page"]["tags"] for r in rows[:10]] == [v["page"]["tags"] for v in first]
+    assert [r["referrer"] for r in rows] == [None] * 10 + [f"r{i}" for i in range(10, 15)], "the field that appeared later"
+    assert [r["key"]["session"] for r in rows] == [i % 2 for i in range(10)] + [9] * 5
+    schema = catalog(broker.data_dir).load_table(("kafka", topic)).schema()
+    assert {n: str(schema.find_field(n).field_type) for n in ("user", "n", "amount", "referrer")} == \
+        {"user": "string", "n": "long", "amount": "double", "referrer": "string"}
+    letters = rows_of(broker.data_dir, f"{topic}__dlq", 2)
+    assert [r["offset"] for r in letters] == [15, 16]
+    assert "`user` is a string in the table and an object (struct) in this record" in letters[0]["error"], letters[0]["error"]
+    assert "not JSON" in letters[1]["error"], letters[1]["error"]
+
+    con = duckdb.connect()
+    for ext in ("iceberg", "avro", "httpfs"):
+        import_extension(ext, con=con)
+    con.execute("LOAD iceberg")
+    con.execute(f"ATTACH 'floe' AS f (TYPE iceberg, ENDPOINT '{broker.iceberg_rest_url}', AUTHORIZATION_TYPE 'none')")
+    got = con.execute(f'select n, "user", amount, page.path, referrer from f.kafka.{topic} order by n').fetchall()
+    want = [(i, v["user"], v["amount"] + 0.0, v.get("page", {}).get("path"), v.get("referrer")) for i, v in enumerate(first + later)]
+    assert got == want

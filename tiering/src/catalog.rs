@@ -21,7 +21,8 @@ use tracing::info;
 
 use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
-use crate::schema::{dlq_iceberg_schema, iceberg_schema, parse_partition_spec, typed_iceberg_schema};
+use crate::schema::{dlq_iceberg_schema, iceberg_schema, parse_partition_spec, typed_table_schema};
+use crate::typed::{DataFormat, TypedLayout};
 use crate::table::TopicTable;
 
 /// Table property naming the Kafka topic id the table was created for.
@@ -206,9 +207,34 @@ impl IcebergCatalog {
         keep_raw: bool,
         schemas: Arc<dyn crate::typed::SchemaSource>,
     ) -> Result<TopicTable> {
+        let layout = TypedLayout { key: DataFormat::Raw, value: DataFormat::SchemaRegistry, keep_raw };
+        self.typed_table(topic, topic_id, partition_spec, layout, Some(schemas)).await
+    }
+
+    /// As [`IcebergCatalog::typed_topic_table`], for any layout with something typed:
+    /// keys and values each raw, in the wire format (typed by `schemas`, which must
+    /// then be there), or schemaless JSON ([`crate::typed::json`]). A new table starts
+    /// with the Kafka columns of [`crate::schema::typed_table_schema`].
+    ///
+    /// # Errors
+    /// As [`IcebergCatalog::topic_table`], for either table; [`TieringError::SchemaRegistry`]
+    /// when the layout needs the registry and `schemas` is `None`.
+    pub async fn typed_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+        layout: TypedLayout,
+        schemas: Option<Arc<dyn crate::typed::SchemaSource>>,
+    ) -> Result<TopicTable> {
+        if layout.needs_registry() && schemas.is_none() {
+            return Err(TieringError::SchemaRegistry(
+                "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
+            ));
+        }
         let dlq = self.open_table(&dead_letter_table_name(topic), topic_id, partition_spec, dlq_iceberg_schema()).await?;
-        let table = self.open_table(topic, topic_id, partition_spec, typed_iceberg_schema(keep_raw)).await?;
-        Ok(table.with_typed_values(schemas, dlq))
+        let table = self.open_table(topic, topic_id, partition_spec, typed_table_schema(&layout)).await?;
+        Ok(table.with_typed_values(schemas, layout, dlq))
     }
 
     async fn open_table(&self, topic: &str, topic_id: &str, partition_spec: &str, schema: iceberg::spec::Schema) -> Result<TopicTable> {

@@ -50,4 +50,4 @@ pub use reader::{CatalogReader, TableState};
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
-pub use typed::{SchemaLookupError, SchemaSource, ValueFormat};
+pub use typed::{DataFormat, KeyFormat, SchemaLookupError, SchemaSource, TypedLayout, ValueFormat};

@@ -93,17 +93,40 @@ pub fn iceberg_schema() -> Schema {
         .expect("the table schema is well formed (a unit test builds it)")
 }
 
-/// The schema a typed table starts with (`floe.iceberg.value.format=schema-registry`):
-/// the Kafka columns, without the binary `value` unless `keep_raw`. The value's
-/// columns are added as its schemas are seen ([`crate::typed::evolve`]).
+/// The dead-letter table's and a typed table's column holding a typed key's
+/// bytes, with `floe.iceberg.keep-raw` (field id 5, the raw layout's `key`).
+pub const KEY_RAW_COLUMN: &str = "key_raw";
+
+/// The schema a typed table starts with (`floe.iceberg.value.format=schema-registry`,
+/// raw keys): the Kafka columns, without the binary `value` unless `keep_raw`.
 pub fn typed_iceberg_schema(keep_raw: bool) -> Schema {
+    typed_table_schema(&crate::typed::TypedLayout {
+        key: crate::typed::DataFormat::Raw,
+        value: crate::typed::DataFormat::SchemaRegistry,
+        keep_raw,
+    })
+}
+
+/// The schema a typed table of `layout` starts with: the Kafka columns, where a
+/// typed value has no binary `value` (unless `keep_raw`) and a typed key no binary
+/// `key` (with `keep_raw`: the bytes stay, as `key_raw`, field id 5). The typed
+/// columns are added as keys and values are seen ([`crate::typed::evolve`]): a
+/// typed key is one column `key` with a field id of its own.
+pub fn typed_table_schema(layout: &crate::typed::TypedLayout) -> Schema {
+    use crate::typed::DataFormat::Raw;
     let all = iceberg_schema();
     let fields = all
         .as_struct()
         .fields()
         .iter()
-        .filter(|f| keep_raw || f.id != field_id::VALUE)
-        .cloned()
+        .filter_map(|f| match f.id {
+            field_id::VALUE if layout.value != Raw && !layout.keep_raw => None,
+            field_id::KEY if layout.key != Raw && !layout.keep_raw => None,
+            field_id::KEY if layout.key != Raw => {
+                Some(Arc::new(NestedField { name: KEY_RAW_COLUMN.to_string(), ..NestedField::clone(f) }))
+            }
+            _ => Some(f.clone()),
+        })
         .collect::<Vec<_>>();
     Schema::builder()
         .with_schema_id(0)
@@ -185,6 +208,13 @@ mod tests {
     fn typed_and_dead_letter_schemas_build() {
         assert!(typed_iceberg_schema(false).field_by_name("value").is_none());
         assert!(typed_iceberg_schema(true).field_by_name("value").is_some());
+        use crate::typed::{DataFormat, TypedLayout};
+        let keys = TypedLayout { key: DataFormat::Json, value: DataFormat::Raw, keep_raw: false };
+        let s = typed_table_schema(&keys);
+        assert!(s.field_by_name("key").is_none() && s.field_by_name(KEY_RAW_COLUMN).is_none());
+        assert_eq!(s.field_by_name("value").unwrap().id, field_id::VALUE, "a raw value stays");
+        let s = typed_table_schema(&TypedLayout { keep_raw: true, ..keys });
+        assert_eq!(s.field_by_name(KEY_RAW_COLUMN).unwrap().id, field_id::KEY);
         assert_eq!(dlq_iceberg_schema().field_by_name(DLQ_ERROR_COLUMN).unwrap().id, 18);
     }
 

@@ -6,14 +6,17 @@
 //! schema evolved (columns added) before a version's first rows are written,
 //! rows that cannot be typed written to the dead-letter table instead. An
 //! evolution closes the open data files (they keep the schema they were written
-//! with, which Iceberg readers project by field id) and opens new ones.
+//! with, which Iceberg readers project by field id) and opens new ones. Typed
+//! keys are typed first, for the whole batch: a record whose key cannot be typed
+//! is a dead letter whatever its value. Schemaless JSON is inferred per batch
+//! ([`crate::typed::json`]), then evolves the table the same way.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef as ArrowSchemaRef;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
@@ -32,9 +35,10 @@ use tracing::{info, warn};
 
 use crate::error::{Result, TieringError};
 use crate::table::{TierLimits, TopicTable};
-use crate::typed::evolve::{plan_columns, Evolution};
+use crate::typed::evolve::{plan_columns, plan_key, Evolution, KAFKA_COLUMNS};
 use crate::typed::promote::commit_promotions;
-use crate::typed::{rows, SchemaLookupError, SchemaSource};
+use crate::typed::rows::{TypedKeys, KEY_COLUMN, VALUE_COLUMN};
+use crate::typed::{json, project::project, rows, DataFormat, SchemaLookupError, SchemaSource, TypedLayout};
 
 /// File names that cannot collide across runs or processes: `<prefix>-<uuid v4>.parquet`.
 #[derive(Debug, Clone)]
@@ -140,7 +144,9 @@ fn arrow_schema_of(table: &Table) -> Result<ArrowSchemaRef> {
 /// A typed table's dead-letter side of a [`Sink`].
 #[derive(Debug)]
 pub(crate) struct DeadLetters {
-    schemas: Arc<dyn SchemaSource>,
+    /// The registry's schemas (`None`: off, and nothing of the layout needs it).
+    schemas: Option<Arc<dyn SchemaSource>>,
+    layout: TypedLayout,
     table: Table,
     arrow: ArrowSchemaRef,
     /// The dead-letter table's committed next offsets at the plan: rows below are there already.
@@ -151,10 +157,10 @@ pub(crate) struct DeadLetters {
 }
 
 impl DeadLetters {
-    pub(crate) fn new(schemas: Arc<dyn SchemaSource>, table: Table) -> Result<Self> {
+    pub(crate) fn new(schemas: Option<Arc<dyn SchemaSource>>, layout: TypedLayout, table: Table) -> Result<Self> {
         let arrow = arrow_schema_of(&table)?;
         let next = crate::offsets::committed_next_offsets(table.metadata());
-        Ok(Self { schemas, table, arrow, next, writer: None, rows: BTreeMap::new() })
+        Ok(Self { schemas, layout, table, arrow, next, writer: None, rows: BTreeMap::new() })
     }
 
     /// The dead-letter table as loaded at the plan.
@@ -199,18 +205,60 @@ impl Sink {
             } else {
                 // A table made typed earlier, tiered raw now: the Kafka columns, nothing typed.
                 let all: Vec<usize> = (0..raw.num_rows()).collect();
-                rows::typed_batch(&raw, &all, None, &self.arrow)?
+                rows::typed_batch(&raw, &all, None, &self.arrow, None)?
             };
             return self.write_rows(batch).await;
         }
-        let grouped = rows::group(&raw);
-        let mut dead = grouped.dead;
+        let layout = self.dead.as_ref().map(|d| d.layout).unwrap_or_default();
+        let all: Vec<usize> = (0..raw.num_rows()).collect();
+        let mut dead = Vec::new();
+        // Keys first, for every row: a record whose key cannot be typed is a dead letter whatever its value.
+        let keys: Option<Option<ArrayRef>> = match layout.key {
+            DataFormat::Raw => None,
+            DataFormat::SchemaRegistry => Some(self.registry_keys(owner, &raw, &mut dead).await?),
+            DataFormat::Json => Some(self.json_keys(owner, &raw, &mut dead).await?),
+        };
+        let keys = keys.as_ref().map(|k| TypedKeys(k.as_ref()));
+        let live: Vec<usize> = if dead.is_empty() {
+            all
+        } else {
+            let gone: std::collections::HashSet<usize> = dead.iter().map(|(r, _)| *r).collect();
+            all.into_iter().filter(|r| !gone.contains(r)).collect()
+        };
+        match layout.value {
+            DataFormat::Raw => {
+                let batch = rows::typed_batch(&raw, &live, None, &self.arrow, keys)?;
+                self.write_rows(batch).await?;
+            }
+            DataFormat::Json => self.json_values(owner, &raw, &live, keys, &mut dead).await?,
+            DataFormat::SchemaRegistry => self.registry_values(owner, &raw, &live, keys, &mut dead).await?,
+        }
+        self.write_dead(&raw, partition, dead).await
+    }
+
+    fn registry(&self) -> Result<Arc<dyn SchemaSource>> {
+        self.dead.as_ref().and_then(|d| d.schemas.clone()).ok_or_else(|| {
+            TieringError::SchemaRegistry("this table's key or value format is schema-registry, and the Schema Registry is off".into())
+        })
+    }
+
+    /// The rows `live` of `raw` whose values are in the wire format, typed by schema id.
+    async fn registry_values(
+        &mut self,
+        owner: &TopicTable,
+        raw: &RecordBatch,
+        live: &[usize],
+        keys: Option<TypedKeys<'_>>,
+        dead: &mut Vec<(usize, String)>,
+    ) -> Result<()> {
+        let grouped = rows::group(raw, VALUE_COLUMN, live);
+        dead.extend(grouped.dead);
+        let schemas = self.registry()?;
         for (id, of_id) in grouped.by_id {
-            let schemas = self.dead.as_ref().map(|d| d.schemas.clone()).expect("typed");
             let messages = match schemas.is_protobuf(id) {
                 Ok(false) => BTreeMap::from([(Vec::new(), of_id)]),
                 Ok(true) => {
-                    let (messages, unreadable) = rows::by_message(&raw, of_id);
+                    let (messages, unreadable) = rows::by_message(raw, VALUE_COLUMN, of_id);
                     dead.extend(unreadable.into_iter().map(|(r, why)| (r, format!("schema id {id}: {why}"))));
                     messages
                 }
@@ -221,15 +269,223 @@ impl Sink {
                 Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
             };
             for (indexes, of_message) in messages {
-                self.write_schema_rows(owner, &raw, id, &indexes, of_message, &mut dead).await?;
+                self.write_schema_rows(owner, raw, id, &indexes, of_message, keys, dead).await?;
             }
         }
         // Tombstones last: with the schema the values just evolved to, not in a file of their own.
         if !grouped.tombstones.is_empty() {
-            let batch = rows::typed_batch(&raw, &grouped.tombstones, None, &self.arrow)?;
+            let batch = rows::typed_batch(raw, &grouped.tombstones, None, &self.arrow, keys)?;
             self.write_rows(batch).await?;
         }
-        self.write_dead(&raw, partition, dead).await
+        Ok(())
+    }
+
+    /// Every row's key of `raw` in the wire format, typed by its schema id into the
+    /// table's `key` column (evolved first if a key schema needs it). Keys that
+    /// cannot be typed make their records dead letters (`dead`), their keys null here.
+    async fn registry_keys(&mut self, owner: &TopicTable, raw: &RecordBatch, dead: &mut Vec<(usize, String)>) -> Result<Option<ArrayRef>> {
+        let all: Vec<usize> = (0..raw.num_rows()).collect();
+        let grouped = rows::group(raw, KEY_COLUMN, &all);
+        let key_dead = |r: usize, why: &str| (r, format!("key: {why}"));
+        dead.extend(grouped.dead.iter().map(|(r, why)| key_dead(*r, why)));
+        if grouped.by_id.is_empty() {
+            return self.keys_of(raw.num_rows(), Vec::new());
+        }
+        let schemas = self.registry()?;
+        // Each key schema's decoded keys (in its own shape) and the rows they are of.
+        let mut parts: Vec<(Vec<usize>, ArrayRef)> = Vec::new();
+        for (id, of_id) in grouped.by_id {
+            let messages = match schemas.is_protobuf(id) {
+                Ok(false) => BTreeMap::from([(Vec::new(), of_id)]),
+                Ok(true) => {
+                    let (messages, unreadable) = rows::by_message(raw, KEY_COLUMN, of_id);
+                    dead.extend(unreadable.into_iter().map(|(r, why)| key_dead(r, &format!("schema id {id}: {why}"))));
+                    messages
+                }
+                Err(SchemaLookupError::Missing(why)) => {
+                    dead.extend(of_id.iter().map(|&r| key_dead(r, &format!("schema id {id}: {why}"))));
+                    continue;
+                }
+                Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+            };
+            for (indexes, of_message) in messages {
+                let decoder = match schemas.decoder(id, &indexes) {
+                    Ok(d) => d,
+                    Err(SchemaLookupError::Missing(why)) => {
+                        dead.extend(of_message.iter().map(|&r| key_dead(r, &format!("schema id {id}: {why}"))));
+                        continue;
+                    }
+                    Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+                };
+                let fields = decoder.arrow_schema().fields();
+                let key_type = match (decoder.wraps_value(), fields.first()) {
+                    (true, Some(f)) => f.data_type().clone(),
+                    _ => arrow_schema::DataType::Struct(fields.clone()),
+                };
+                let why = match plan_key(self.table.metadata().current_schema(), &key_type) {
+                    Err(why) => Some(format!("schema id {id} cannot be written to the table's key column: {why}")),
+                    Ok(ev) if !ev.promotions.is_empty() && owner.direct_committer().is_none() => Some(format!(
+                        "schema id {id} widens key fields {:?} (an Iceberg type promotion), which this table's catalog cannot be given",
+                        ev.promotions
+                    )),
+                    Ok(ev) if !ev.is_empty() => {
+                        self.evolve(owner, &format!("key schema id {id}"), ev).await?;
+                        None
+                    }
+                    Ok(_) => None,
+                };
+                if let Some(why) = why {
+                    dead.extend(of_message.iter().map(|&r| key_dead(r, &why)));
+                    continue;
+                }
+                let decoded = match decoder.decode(&rows::values(raw, KEY_COLUMN, &of_message)) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        dead.extend(of_message.iter().map(|&r| key_dead(r, &format!("schema id {id}: {e}"))));
+                        continue;
+                    }
+                };
+                dead.extend(decoded.rejected.iter().map(|(k, why)| key_dead(of_message[*k], &format!("schema id {id}: {why}"))));
+                if decoded.rows.is_empty() {
+                    continue;
+                }
+                let array: ArrayRef = if decoder.wraps_value() {
+                    decoded.batch.column(0).clone()
+                } else {
+                    Arc::new(arrow_array::StructArray::from(decoded.batch))
+                };
+                parts.push((decoded.rows.iter().map(|&k| of_message[k]).collect(), array));
+            }
+        }
+        self.keys_of(raw.num_rows(), parts)
+    }
+
+    /// One key array of `rows` rows in the table's `key` type, from `parts` (each
+    /// the keys of some rows, in a key schema's shape); rows in none are null.
+    /// `None` when the table has no `key` column yet (no key has told its type).
+    fn keys_of(&self, rows: usize, parts: Vec<(Vec<usize>, ArrayRef)>) -> Result<Option<ArrayRef>> {
+        let Ok(field) = self.arrow.field_with_name(KEY_COLUMN) else { return Ok(None) };
+        let to = field.data_type();
+        let mut arrays: Vec<ArrayRef> = vec![arrow_array::new_null_array(to, 1)];
+        let mut at: Vec<(usize, usize)> = vec![(0, 0); rows];
+        for (of_rows, array) in parts {
+            arrays.push(project(&array, to)?);
+            let part = arrays.len() - 1;
+            for (k, r) in of_rows.into_iter().enumerate() {
+                at[r] = (part, k);
+            }
+        }
+        let refs: Vec<&dyn arrow_array::Array> = arrays.iter().map(|a| a.as_ref()).collect();
+        Ok(Some(arrow_select::interleave::interleave(&refs, &at)?))
+    }
+
+    /// Every row's key of `raw` as schemaless JSON, the table's `key` column evolved to take them.
+    async fn json_keys(&mut self, owner: &TopicTable, raw: &RecordBatch, dead: &mut Vec<(usize, String)>) -> Result<Option<ArrayRef>> {
+        let all: Vec<usize> = (0..raw.num_rows()).collect();
+        let table_type = self.arrow.field_with_name(KEY_COLUMN).ok().map(|f| f.data_type().clone());
+        let mut inference = json::Inference::default();
+        let mut keys: Vec<Option<serde_json::Value>> = Vec::with_capacity(all.len());
+        for (r, bytes) in all.iter().zip(rows::values(raw, KEY_COLUMN, &all)) {
+            let Some(bytes) = bytes else {
+                keys.push(None);
+                continue;
+            };
+            match json::key_value(bytes).and_then(|v| inference.take(KEY_COLUMN, table_type.as_ref(), &v).map(|()| v)) {
+                Ok(v) => keys.push(Some(v)),
+                Err(why) => {
+                    dead.push((*r, format!("key: {why}")));
+                    keys.push(None);
+                }
+            }
+        }
+        if let Some(t) = &inference.merged {
+            match plan_key(self.table.metadata().current_schema(), t) {
+                Ok(ev) if !ev.promotions.is_empty() && owner.direct_committer().is_none() => {
+                    // Only a table typed another way before has int or float columns JSON widens.
+                    let why = format!("key: widens {:?} (an Iceberg type promotion), which this table's catalog cannot be given", ev.promotions);
+                    for (r, k) in keys.iter_mut().enumerate() {
+                        if k.take().is_some() {
+                            dead.push((r, why.clone()));
+                        }
+                    }
+                }
+                Ok(ev) if !ev.is_empty() => self.evolve(owner, "JSON keys", ev).await?,
+                Ok(_) => {}
+                Err(why) => return Err(self.bug(format!("inferred JSON keys do not fit the table: {why}"))),
+            }
+        }
+        let Ok(field) = self.arrow.field_with_name(KEY_COLUMN) else { return Ok(None) };
+        let refs: Vec<Option<&serde_json::Value>> = keys.iter().map(Option::as_ref).collect();
+        Ok(Some(json::to_array(&refs, field.data_type())?))
+    }
+
+    /// The rows `live` of `raw` whose values are schemaless JSON objects: columns
+    /// inferred, the table evolved to take them, then written.
+    async fn json_values(
+        &mut self,
+        owner: &TopicTable,
+        raw: &RecordBatch,
+        live: &[usize],
+        keys: Option<TypedKeys<'_>>,
+        dead: &mut Vec<(usize, String)>,
+    ) -> Result<()> {
+        let value_columns = |arrow: &ArrowSchemaRef| -> arrow_schema::Fields {
+            arrow
+                .fields()
+                .iter()
+                .filter(|f| !KAFKA_COLUMNS.contains(&f.name().as_str()) && f.name() != crate::schema::KEY_RAW_COLUMN)
+                .cloned()
+                .collect()
+        };
+        let table_type = arrow_schema::DataType::Struct(value_columns(&self.arrow));
+        let mut inference = json::Inference::default();
+        let mut tombstones = Vec::new();
+        let mut typed: Vec<(usize, serde_json::Value)> = Vec::new();
+        for (r, bytes) in live.iter().zip(rows::values(raw, VALUE_COLUMN, live)) {
+            let Some(bytes) = bytes else {
+                tombstones.push(*r);
+                continue;
+            };
+            match json::value_object(bytes).and_then(|v| inference.take("", Some(&table_type), &v).map(|()| v)) {
+                Ok(v) => typed.push((*r, v)),
+                Err(why) => dead.push((*r, why)),
+            }
+        }
+        if let Some(arrow_schema::DataType::Struct(fields)) = &inference.merged {
+            match plan_columns(self.table.metadata().current_schema(), fields) {
+                Ok(ev) if !ev.promotions.is_empty() && owner.direct_committer().is_none() => {
+                    let why = format!("the value widens {:?} (an Iceberg type promotion), which this table's catalog cannot be given", ev.promotions);
+                    dead.extend(typed.drain(..).map(|(r, _)| (r, why.clone())));
+                }
+                Ok(ev) if !ev.is_empty() => self.evolve(owner, "JSON values", ev).await?,
+                Ok(_) => {}
+                Err(why) => return Err(self.bug(format!("inferred JSON values do not fit the table: {why}"))),
+            }
+        }
+        if !typed.is_empty() {
+            let columns = value_columns(&self.arrow);
+            let (of_rows, values): (Vec<usize>, Vec<serde_json::Value>) = typed.into_iter().unzip();
+            let arrays = columns
+                .iter()
+                .map(|f| {
+                    let of_field: Vec<Option<&serde_json::Value>> = values.iter().map(|v| v.get(f.name())).collect();
+                    json::to_array(&of_field, f.data_type())
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(of_rows.len()));
+            let decoded = RecordBatch::try_new_with_options(Arc::new(arrow_schema::Schema::new(columns)), arrays, &options)?;
+            let batch = rows::typed_batch(raw, &of_rows, Some(&decoded), &self.arrow, keys)?;
+            self.write_rows(batch).await?;
+        }
+        if !tombstones.is_empty() {
+            let batch = rows::typed_batch(raw, &tombstones, None, &self.arrow, keys)?;
+            self.write_rows(batch).await?;
+        }
+        Ok(())
+    }
+
+    fn bug(&self, why: String) -> TieringError {
+        TieringError::iceberg("evolve", self.table.identifier())(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why))
     }
 
     /// Writes `of_id`, rows of `raw` whose values are of schema `id` (and Protobuf
@@ -242,9 +498,10 @@ impl Sink {
         id: i32,
         indexes: &[i32],
         of_id: Vec<usize>,
+        keys: Option<TypedKeys<'_>>,
         dead: &mut Vec<(usize, String)>,
     ) -> Result<()> {
-        let schemas = self.dead.as_ref().map(|d| d.schemas.clone()).expect("typed");
+        let schemas = self.registry()?;
         let decoder = match schemas.decoder(id, indexes) {
             Ok(d) => d,
             Err(SchemaLookupError::Missing(why)) => {
@@ -263,10 +520,10 @@ impl Sink {
                 dead.extend(of_id.iter().map(|&r| (r, why.clone())));
                 return Ok(());
             }
-            Ok(ev) if !ev.is_empty() => self.evolve(owner, id, ev).await?,
+            Ok(ev) if !ev.is_empty() => self.evolve(owner, &format!("value schema id {id}"), ev).await?,
             Ok(_) => {}
         }
-        let values = rows::values(raw, &of_id);
+        let values = rows::values(raw, VALUE_COLUMN, &of_id);
         let decoded = match decoder.decode(&values) {
             Ok(d) => d,
             Err(e) => {
@@ -277,7 +534,7 @@ impl Sink {
         dead.extend(decoded.rejected.into_iter().map(|(k, why)| (of_id[k], format!("schema id {id}: {why}"))));
         if !decoded.rows.is_empty() {
             let typed_rows: Vec<usize> = decoded.rows.iter().map(|&k| of_id[k]).collect();
-            let batch = rows::typed_batch(raw, &typed_rows, Some(&decoded.batch), &self.arrow)?;
+            let batch = rows::typed_batch(raw, &typed_rows, Some(&decoded.batch), &self.arrow, keys)?;
             self.write_rows(batch).await?;
         }
         Ok(())
@@ -319,10 +576,10 @@ impl Sink {
         Ok(())
     }
 
-    /// Promotes the columns schema `id` widens and adds the ones it needs (metadata-only
-    /// commits, no snapshot), then writes on with the new schema: files written so far
-    /// are closed as they are.
-    async fn evolve(&mut self, owner: &TopicTable, id: i32, ev: Evolution) -> Result<()> {
+    /// Promotes the columns `what` (a key or value schema, JSON keys or values) widens
+    /// and adds the ones it needs (metadata-only commits, no snapshot), then writes on
+    /// with the new schema: files written so far are closed as they are.
+    async fn evolve(&mut self, owner: &TopicTable, what: &str, ev: Evolution) -> Result<()> {
         let ident = self.table.identifier().to_string();
         let failed = |why: String| TieringError::iceberg("evolve", &ident)(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why));
         let mut before = owner.load().await?;
@@ -331,8 +588,8 @@ impl Sink {
             commit_promotions(&before, &ev.promotions, &committer).await.map_err(failed)?;
             let promoted = owner.load().await?;
             owner.delete_dropped_metadata(&before, &promoted).await;
-            info!(table = %ident, schema_id = id, promotions = ?ev.promotions,
-                table_schema = promoted.metadata().current_schema_id(), "column types promoted for a new value schema");
+            info!(table = %ident, source = what, promotions = ?ev.promotions,
+                table_schema = promoted.metadata().current_schema_id(), "column types promoted");
             before = promoted;
         }
         let after = if ev.adds.is_empty() {
@@ -344,8 +601,8 @@ impl Sink {
             let tx = action.apply(tx).map_err(TieringError::iceberg("evolve", &ident))?;
             let after = tx.commit(owner.catalog().as_ref()).await.map_err(TieringError::iceberg("evolve", &ident))?;
             owner.delete_dropped_metadata(&before, &after).await;
-            info!(table = %ident, schema_id = id, columns_added = count,
-                table_schema = after.metadata().current_schema_id(), "columns added for a new value schema");
+            info!(table = %ident, source = what, columns_added = count,
+                table_schema = after.metadata().current_schema_id(), "columns added");
             after
         };
         if let Some(w) = self.writer.take() {

@@ -44,7 +44,7 @@ use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
 use crate::offsets::{committed_next_offsets, conflicting_partition, summary_properties};
 use crate::sink::{DeadLetters, Sink};
-use crate::typed::{CachedSchemas, SchemaSource};
+use crate::typed::{CachedSchemas, SchemaSource, TypedLayout};
 
 /// Limits of one tiering pass over a table.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +152,9 @@ pub struct TopicTable {
 /// What a typed table has beyond a raw one.
 #[derive(Debug)]
 struct TypedValues {
-    schemas: Arc<dyn SchemaSource>,
+    /// The registry's schemas; `None` when it is off (a layout of JSON and raw only).
+    schemas: Option<Arc<dyn SchemaSource>>,
+    layout: TypedLayout,
     dead_letters: Box<TopicTable>,
 }
 
@@ -166,12 +168,18 @@ impl TopicTable {
         Self { catalog, ident, lock, config, broker_id: None, typed: None }
     }
 
-    /// Makes this a typed table: values decoded with `schemas`' decoders, the ones that
-    /// cannot be typed written to `dead_letters` ([`crate::typed`]).
+    /// Makes this a typed table of `layout`: keys and values decoded with `schemas`'
+    /// decoders or as JSON, the records that cannot be typed written to
+    /// `dead_letters` ([`crate::typed`]).
     #[must_use]
-    pub(crate) fn with_typed_values(mut self, schemas: Arc<dyn SchemaSource>, dead_letters: TopicTable) -> Self {
-        let schemas: Arc<dyn SchemaSource> = Arc::new(CachedSchemas::new(schemas));
-        self.typed = Some(TypedValues { schemas, dead_letters: Box::new(dead_letters) });
+    pub(crate) fn with_typed_values(
+        mut self,
+        schemas: Option<Arc<dyn SchemaSource>>,
+        layout: TypedLayout,
+        dead_letters: TopicTable,
+    ) -> Self {
+        let schemas = schemas.map(|s| Arc::new(CachedSchemas::new(s)) as Arc<dyn SchemaSource>);
+        self.typed = Some(TypedValues { schemas, layout, dead_letters: Box::new(dead_letters) });
         self
     }
 
@@ -197,7 +205,7 @@ impl TopicTable {
         self.broker_id = Some(broker_id);
         if let Some(t) = self.typed.take() {
             let dead_letters = Box::new((*t.dead_letters).with_broker_id(broker_id));
-            self.typed = Some(TypedValues { schemas: t.schemas, dead_letters });
+            self.typed = Some(TypedValues { schemas: t.schemas, layout: t.layout, dead_letters });
         }
         self
     }
@@ -279,7 +287,7 @@ impl TopicTable {
         let (dead_lock, dead) = match &self.typed {
             Some(t) => {
                 let lock = t.dead_letters.lock.clone().lock_owned().await;
-                (Some(lock), Some(DeadLetters::new(t.schemas.clone(), t.dead_letters.load().await?)?))
+                (Some(lock), Some(DeadLetters::new(t.schemas.clone(), t.layout, t.dead_letters.load().await?)?))
             }
             None => (None, None),
         };

@@ -55,6 +55,8 @@ enum Node {
 /// The compiled schema of one Avro subject version.
 #[derive(Debug)]
 pub(crate) struct AvroDecoder {
+    /// The schema is not a record: `root` reads it as the one field `value`.
+    wraps_value: bool,
     root: Node,
     fields: Fields,
 }
@@ -80,6 +82,7 @@ impl AvroDecoder {
         let resolved = ResolvedSchema::try_from(all).map_err(|e| invalid(e.to_string()))?;
         let mut compiler = Compiler { names: resolved.get_names(), records_open: Vec::new() };
         let top = compiler.resolve(&schema, "")?;
+        let wraps_value = !matches!(top, Schema::Record(_));
         let (root, fields) = match top {
             Schema::Record(_) => {
                 let (root, data_type) = compiler.compile(top, "", 0)?;
@@ -95,7 +98,12 @@ impl AvroDecoder {
                 (Node::Record(vec![(node, Some(0))]), Fields::from(vec![field("value", data_type)]))
             }
         };
-        Ok(Self { root, fields })
+        Ok(Self { wraps_value, root, fields })
+    }
+
+    /// Whether the schema is not a record (its one column `value` is the whole value).
+    pub(crate) fn wraps_value(&self) -> bool {
+        self.wraps_value
     }
 
     /// The top-level columns.

@@ -76,6 +76,11 @@ impl JsonDecoder {
         })
     }
 
+    /// Whether the schema is not an object (its one column `value` is the whole value).
+    pub(crate) fn wraps_value(&self) -> bool {
+        self.wrapped
+    }
+
     /// The top-level columns.
     pub(crate) fn fields(&self) -> &Fields {
         &self.fields

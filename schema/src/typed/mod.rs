@@ -117,6 +117,8 @@ pub struct TypedDecoder {
     id: i32,
     schema: SchemaRef,
     format: FormatDecoder,
+    /// The schema is not a record (object, message): its one column `value` is the whole value.
+    wraps_value: bool,
 }
 
 #[derive(Debug)]
@@ -177,30 +179,39 @@ impl TypedDecoder {
     /// As [`TypedDecoder::new`], and no message at those indexes.
     pub fn for_message(schema: &RegisteredSchema, references: &[(SchemaReference, String)], message_indexes: &[i32]) -> Result<Self, DecodeError> {
         let id = schema.id;
-        let (format, fields) = match schema.schema_type {
+        let (format, fields, wraps_value) = match schema.schema_type {
             SchemaType::Avro => {
                 let texts: Vec<String> = references.iter().map(|(_, t)| t.clone()).collect();
                 let decoder = avro::AvroDecoder::new(id, &schema.schema, &texts)?;
                 let fields = decoder.fields().clone();
-                (FormatDecoder::Avro(decoder), fields)
+                let wraps = decoder.wraps_value();
+                (FormatDecoder::Avro(decoder), fields, wraps)
             }
             SchemaType::Protobuf => {
                 let decoder = protobuf::ProtobufDecoder::new(id, &schema.schema, references, message_indexes)?;
                 let fields = decoder.fields().clone();
-                (FormatDecoder::Protobuf(decoder), fields)
+                (FormatDecoder::Protobuf(decoder), fields, false)
             }
             SchemaType::Json => {
                 let decoder = json::JsonDecoder::new(id, &schema.schema, references)?;
                 let fields = decoder.fields().clone();
-                (FormatDecoder::Json(decoder), fields)
+                let wraps = decoder.wraps_value();
+                (FormatDecoder::Json(decoder), fields, wraps)
             }
         };
-        Ok(Self { id, schema: Arc::new(Schema::new(fields)), format })
+        Ok(Self { id, schema: Arc::new(Schema::new(fields)), format, wraps_value })
     }
 
     /// The schema id whose values this decodes.
     pub fn schema_id(&self) -> i32 {
         self.id
+    }
+
+    /// Whether the schema is not a record (an Avro `"string"`, a JSON Schema
+    /// `{"type":"integer"}`): its batches then have one column, `value`, that is
+    /// the whole value, not a field of it. (A Protobuf schema is always a message.)
+    pub fn wraps_value(&self) -> bool {
+        self.wraps_value
     }
 
     /// The Arrow schema of the batches [`TypedDecoder::decode`] makes.

@@ -118,3 +118,12 @@ fn an_empty_batch_and_a_batch_of_only_rejections_are_empty_batches() {
     assert_eq!((out.batch.num_rows(), out.rejected.len()), (0, 1));
     assert_eq!(out.batch.schema(), *d.arrow_schema());
 }
+
+#[test]
+fn a_schema_that_is_not_a_record_wraps_its_value() {
+    let record = r#"{"type":"record","name":"K","fields":[{"name":"value","type":"string"}]}"#;
+    assert!(!decoder(1, SchemaType::Avro, record).wraps_value(), "a record with a field named `value` is a record");
+    assert!(decoder(2, SchemaType::Avro, r#""string""#).wraps_value());
+    assert!(decoder(3, SchemaType::Json, r#"{"type":"integer"}"#).wraps_value());
+    assert!(!decoder(4, SchemaType::Json, r#"{"type":"object","properties":{"a":{"type":"string"}}}"#).wraps_value());
+}

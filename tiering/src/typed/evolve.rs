@@ -38,9 +38,10 @@ pub const KAFKA_COLUMNS: [&str; 14] = [
     "partition_leader_epoch",
 ];
 
-/// The table column of the top-level value field `name`.
+/// The table column of the top-level value field `name`. `key_raw` (a typed
+/// key's bytes with keep-raw) is reserved too.
 pub fn column_name(name: &str) -> String {
-    if KAFKA_COLUMNS.contains(&name) {
+    if KAFKA_COLUMNS.contains(&name) || name == crate::schema::KEY_RAW_COLUMN {
         format!("value_{name}")
     } else {
         name.to_string()
@@ -91,7 +92,26 @@ pub fn plan_columns(schema: &Schema, fields: &Fields) -> Result<Evolution, Strin
     Ok(ev)
 }
 
-fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut Evolution) -> Result<(), String> {
+/// What the table of `schema` needs so that keys of Arrow type `key` (a key
+/// schema's struct of fields, or its one primitive type) can be written to its
+/// `key` column: the column itself the first time, then the same rules as values
+/// (new optional fields inside the struct, promotions).
+///
+/// # Errors
+/// Why such keys cannot be written to the table's `key` column.
+pub fn plan_key(schema: &Schema, key: &DataType) -> Result<Evolution, String> {
+    let mut ev = Evolution::default();
+    match schema.as_struct().field_by_name(KEY_COLUMN) {
+        Some(column) => compare(KEY_COLUMN, column, key, &mut ev)?,
+        None => ev.adds.push(AddColumn::optional(KEY_COLUMN, iceberg_type(key)?)),
+    }
+    Ok(ev)
+}
+
+/// The column of a typed key (and of a raw one: the binary `key`).
+pub const KEY_COLUMN: &str = "key";
+
+pub(crate) fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut Evolution) -> Result<(), String> {
     match (field.field_type.as_ref(), data) {
         (Type::Struct(st), DataType::Struct(fields)) => {
             for f in fields {
@@ -237,6 +257,30 @@ mod tests {
         let e = compare("a", &int, &DataType::Utf8, &mut ev).unwrap_err();
         assert!(e.contains("cannot express"), "{e}");
         assert!(ev.adds.is_empty());
+    }
+
+    #[test]
+    fn a_key_is_one_column_that_evolves_like_values() {
+        let keys = crate::typed::TypedLayout { key: crate::typed::DataFormat::SchemaRegistry, ..Default::default() };
+        let schema = crate::schema::typed_table_schema(&keys);
+        let v1 = DataType::Struct(Fields::from(vec![f("id", DataType::Int32)]));
+        let ev = plan_key(&schema, &v1).unwrap();
+        assert_eq!((ev.adds.len(), ev.promotions.len()), (1, 0), "the key column itself");
+        let with_key = Schema::builder()
+            .with_fields(schema.as_struct().fields().iter().cloned().chain([NestedField::optional(
+                30,
+                "key",
+                Type::Struct(StructType::new(vec![NestedField::optional(31, "id", Type::Primitive(PrimitiveType::Int)).into()])),
+            )
+            .into()]))
+            .build()
+            .unwrap();
+        let v2 = DataType::Struct(Fields::from(vec![f("id", DataType::Int64), f("region", DataType::Utf8)]));
+        let ev = plan_key(&with_key, &v2).unwrap();
+        assert_eq!(ev.adds.len(), 1);
+        assert_eq!(ev.promotions, [(31, PrimitiveType::Long)]);
+        assert!(plan_key(&with_key, &DataType::Utf8).is_err(), "a struct key cannot become a string");
+        assert_eq!(column_name("key_raw"), "value_key_raw");
     }
 
     #[test]

@@ -11,6 +11,15 @@
 //! decimal precision) an Iceberg type promotion, a field a later version dropped
 //! stays and gets nulls.
 //!
+//! Keys (`floe.iceberg.key.format=schema-registry`) are typed the same way into
+//! one column `key`: a struct of the key schema's fields, or the key's own type
+//! for a primitive key schema (`TypedDecoder::wraps_value`). It replaces the
+//! binary `key` (kept as `key_raw` with `floe.iceberg.keep-raw`), is added when
+//! the first key is seen, and evolves as value columns do ([`evolve::plan_key`]).
+//! Keys are typed first: a record whose key cannot be typed is a dead letter,
+//! its error starting `key: `. Either may instead be schemaless JSON
+//! (`json`), its columns inferred from the data ([`json`]).
+//!
 //! A record that cannot be written typed goes to the dead-letter table
 //! `<topic>__dlq` (the raw layout plus an `error` column): a value not in the
 //! wire format, an unknown schema id, bytes that do not match the schema, or a
@@ -26,12 +35,14 @@
 //! once. (`tiering.dlq.committed` is the failpoint between the commits.)
 //!
 //! # Layout
-//! - [`evolve`]: which columns a value schema needs added; which schemas cannot be written.
+//! - [`evolve`]: which columns a value (or key) schema needs added; which schemas cannot be written.
+//! - [`json`]: schemaless JSON keys and values, their columns inferred.
 //! - [`project`]: a decoded column rewritten in the table's shape.
 //! - [`promote`]: Iceberg type promotion, committed to the SQL catalog directly.
 //! - `rows`: a converted batch split into typed rows and dead letters.
 
 pub mod evolve;
+pub mod json;
 pub mod project;
 pub mod promote;
 pub(crate) mod rows;
@@ -43,18 +54,26 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use floe_schema::TypedDecoder;
 
-/// What a topic's values are, for its table (`floe.iceberg.value.format`).
+/// What a topic's keys or values are, for its table (`floe.iceberg.key.format`,
+/// `floe.iceberg.value.format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ValueFormat {
-    /// The value bytes as they are, in the binary `value` column.
+pub enum DataFormat {
+    /// The bytes as they are, in the binary `key` or `value` column.
     #[default]
     Raw,
-    /// Confluent's wire format (magic byte, schema id, payload): typed columns.
+    /// Confluent's wire format (magic byte, schema id, payload): typed from the registered schema.
     SchemaRegistry,
+    /// Schemaless JSON: columns inferred from the data ([`json`]).
+    Json,
 }
 
-impl ValueFormat {
-    /// The setting's value: `raw` or `schema-registry`.
+/// The format of a topic's values (`floe.iceberg.value.format`).
+pub type ValueFormat = DataFormat;
+/// The format of a topic's keys (`floe.iceberg.key.format`).
+pub type KeyFormat = DataFormat;
+
+impl DataFormat {
+    /// The setting's value: `raw`, `schema-registry` or `json`.
     ///
     /// # Errors
     /// Any other value, with the ones accepted.
@@ -62,8 +81,33 @@ impl ValueFormat {
         match value.trim() {
             "" | "raw" => Ok(Self::Raw),
             "schema-registry" => Ok(Self::SchemaRegistry),
-            other => Err(format!("{other:?} is not a value format: raw or schema-registry")),
+            "json" => Ok(Self::Json),
+            other => Err(format!("{other:?} is not a format: raw, schema-registry or json")),
         }
+    }
+}
+
+/// How a typed table is laid out: what its keys and values are, and whether the
+/// raw bytes of the typed ones are kept (`floe.iceberg.keep-raw`, at creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TypedLayout {
+    /// `floe.iceberg.key.format`.
+    pub key: KeyFormat,
+    /// `floe.iceberg.value.format`.
+    pub value: ValueFormat,
+    /// `floe.iceberg.keep-raw`: a typed value keeps its bytes in `value`, a typed key in `key_raw`.
+    pub keep_raw: bool,
+}
+
+impl TypedLayout {
+    /// Whether anything is typed (else the topic's table is a raw one).
+    pub fn is_typed(&self) -> bool {
+        self.key != DataFormat::Raw || self.value != DataFormat::Raw
+    }
+
+    /// Whether decoding needs the Schema Registry.
+    pub fn needs_registry(&self) -> bool {
+        self.key == DataFormat::SchemaRegistry || self.value == DataFormat::SchemaRegistry
     }
 }
 

@@ -1,6 +1,7 @@
 //! A converted batch (the raw layout, [`crate::convert`]) split into the rows of
 //! the typed table and the dead letters: values grouped by schema id, each group
-//! decoded by its schema's decoder, Kafka columns taken along row by row.
+//! decoded by its schema's decoder, Kafka columns taken along row by row. Keys
+//! typed too are grouped the same way, from the `key` column.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use super::evolve::{column_name, KAFKA_COLUMNS};
 use super::project::project;
 
 /// The column of the raw layout holding the value bytes.
-const VALUE_COLUMN: &str = "value";
+pub(crate) const VALUE_COLUMN: &str = "value";
+/// The column of the raw layout holding the key bytes.
+pub(crate) const KEY_COLUMN: &str = "key";
 
 /// The rows of a raw batch by what their value is.
 #[derive(Debug, Default)]
@@ -27,12 +30,12 @@ pub(crate) struct Grouped {
     pub(crate) dead: Vec<(usize, String)>,
 }
 
-/// Groups the rows of `raw` by their value's schema id.
-pub(crate) fn group(raw: &RecordBatch) -> Grouped {
+/// Groups `rows` of `raw` by the schema id of their bytes in `column` (the value or the key).
+pub(crate) fn group(raw: &RecordBatch, column: &str, rows: &[usize]) -> Grouped {
     let mut g = Grouped::default();
-    let Some(values) = raw.column_by_name(VALUE_COLUMN) else { return g };
+    let Some(values) = raw.column_by_name(column) else { return g };
     let values = values.as_binary::<i64>();
-    for i in 0..raw.num_rows() {
+    for &i in rows {
         if values.is_null(i) {
             g.tombstones.push(i);
             continue;
@@ -47,10 +50,10 @@ pub(crate) fn group(raw: &RecordBatch) -> Grouped {
 
 /// `rows` of `raw` (values of one Protobuf schema) by the message their indexes
 /// name, and the values whose indexes cannot be read, with why.
-pub(crate) fn by_message(raw: &RecordBatch, rows: Vec<usize>) -> (BTreeMap<Vec<i32>, Vec<usize>>, Vec<(usize, String)>) {
+pub(crate) fn by_message(raw: &RecordBatch, column: &str, rows: Vec<usize>) -> (BTreeMap<Vec<i32>, Vec<usize>>, Vec<(usize, String)>) {
     let mut groups: BTreeMap<Vec<i32>, Vec<usize>> = BTreeMap::new();
     let mut dead = Vec::new();
-    for (row, value) in rows.iter().zip(values(raw, &rows)) {
+    for (row, value) in rows.iter().zip(values(raw, column, &rows)) {
         let indexes = value
             .ok_or_else(|| "no value".to_string())
             .and_then(wire::split_header)
@@ -63,9 +66,9 @@ pub(crate) fn by_message(raw: &RecordBatch, rows: Vec<usize>) -> (BTreeMap<Vec<i
     (groups, dead)
 }
 
-/// The value bytes of `rows` of `raw` (`None` for a null value).
-pub(crate) fn values<'a>(raw: &'a RecordBatch, rows: &[usize]) -> Vec<Option<&'a [u8]>> {
-    let Some(values) = raw.column_by_name(VALUE_COLUMN) else { return vec![None; rows.len()] };
+/// The bytes in `column` (the value or the key) of `rows` of `raw` (`None` for null).
+pub(crate) fn values<'a>(raw: &'a RecordBatch, column: &str, rows: &[usize]) -> Vec<Option<&'a [u8]>> {
+    let Some(values) = raw.column_by_name(column) else { return vec![None; rows.len()] };
     let values = values.as_binary::<i64>();
     rows.iter().map(|&i| values.is_valid(i).then(|| values.value(i))).collect()
 }
@@ -78,6 +81,9 @@ fn take(column: &ArrayRef, rows: &[usize]) -> Result<ArrayRef, ArrowError> {
 /// A batch of the typed table's schema `table`: the Kafka columns of `rows` of
 /// `raw`, and the value columns from `decoded` (whose row `k` is the value of
 /// `rows[k]`; `None`: all null, for tombstones). Columns the value lacks are null.
+/// With typed keys, `keys` holds every row of `raw`'s typed key (in the table's
+/// `key` type; `None`: the table has no `key` column yet), and the raw bytes go
+/// to `key_raw` if the table has it.
 ///
 /// # Errors
 /// The decoded columns do not fit the table (a bug: evolution checked them).
@@ -86,11 +92,22 @@ pub(crate) fn typed_batch(
     rows: &[usize],
     decoded: Option<&RecordBatch>,
     table: &SchemaRef,
+    keys: Option<TypedKeys<'_>>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut columns = Vec::with_capacity(table.fields().len());
     for field in table.fields() {
         let name = field.name().as_str();
-        let column = if KAFKA_COLUMNS.contains(&name) {
+        let column = if let (Some(keys), KEY_COLUMN) = (keys, name) {
+            match keys.0 {
+                Some(k) => project(&take(k, rows)?, field.data_type())?,
+                None => new_null_array(field.data_type(), rows.len()),
+            }
+        } else if keys.is_some() && name == crate::schema::KEY_RAW_COLUMN {
+            match raw.column_by_name(KEY_COLUMN) {
+                Some(c) => project(&take(c, rows)?, field.data_type())?,
+                None => new_null_array(field.data_type(), rows.len()),
+            }
+        } else if KAFKA_COLUMNS.contains(&name) {
             match raw.column_by_name(name) {
                 Some(c) => project(&take(c, rows)?, field.data_type())?,
                 None => new_null_array(field.data_type(), rows.len()),
@@ -108,6 +125,10 @@ pub(crate) fn typed_batch(
     }
     RecordBatch::try_new(table.clone(), columns)
 }
+
+/// A pass's typed keys: every row's key in the table's `key` type (`None`: no `key` column yet).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TypedKeys<'a>(pub(crate) Option<&'a ArrayRef>);
 
 /// A batch of the dead-letter table's schema `table`: `rows` of `raw` as they
 /// are, each with its error.

@@ -1,6 +1,8 @@
 //! Typed tiering end to end inside the crate: Avro values of two schema versions
 //! (and records that cannot be typed) in a real partition log, tiered into a typed
 //! table and its dead-letter table in a real SQLite catalog, read back by scan.
+//! Typed Avro keys (record and primitive, evolving) and schemaless JSON keys and
+//! values the same way.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -116,6 +118,11 @@ async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
 /// `address` struct is left out here: pyiceberg and DuckDB read it in
 /// `tests/python/test_typed_tables.py`.
 async fn scan(t: &TopicTable) -> RecordBatch {
+    scan_except(t, &["address"]).await
+}
+
+/// The table's rows by offset, without the columns `skip`.
+async fn scan_except(t: &TopicTable, skip: &[&str]) -> RecordBatch {
     let table = t.load().await.unwrap();
     let columns: Vec<String> = table
         .metadata()
@@ -124,7 +131,7 @@ async fn scan(t: &TopicTable) -> RecordBatch {
         .fields()
         .iter()
         .map(|f| f.name.clone())
-        .filter(|n| n != "address")
+        .filter(|n| !skip.contains(&n.as_str()))
         .collect();
     let batches: Vec<RecordBatch> =
         table.scan().select(columns).build().unwrap().to_arrow().await.unwrap().try_collect().await.unwrap();
@@ -334,4 +341,221 @@ async fn typed_tier_throughput() {
     let (raw, typed) = (seconds[0].min(seconds[2]), seconds[1].min(seconds[3]));
     println!("{records} records, {:.0} value bytes each, {segment_bytes} segment bytes: typed takes {:.2}× the time of raw",
         value_bytes as f64 / records as f64, typed / raw);
+}
+
+const KEY_V1: &str = r#"{"type":"record","name":"Key","fields":[{"name":"id","type":"int"},{"name":"user","type":"string"}]}"#;
+const KEY_V2: &str = r#"{"type":"record","name":"Key","fields":[{"name":"id","type":"long"},{"name":"user","type":"string"},
+  {"name":"region","type":["null","string"],"default":null}]}"#;
+const KEY_STRING: &str = r#""string""#;
+
+fn avro(text: &str, id: i32, value: Value) -> Vec<u8> {
+    framed(id, to_avro_datum(&AvroSchema::parse_str(text).unwrap(), value).unwrap())
+}
+
+fn key_v1(i: i32) -> Vec<u8> {
+    avro(KEY_V1, 21, Value::Record(vec![("id".into(), Value::Int(i)), ("user".into(), Value::String(format!("u{i}")))]))
+}
+
+fn keyed(key: Option<Vec<u8>>, value: Option<Vec<u8>>, i: i64) -> TestRecord {
+    TestRecord { key, value, headers: vec![], timestamp: 1_700_000_000_000 + i }
+}
+
+fn append(log: &floe_storage::PartitionLog, recs: &[TestRecord]) {
+    log.append(&mut encode(recs, floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+    log.roll_now().unwrap();
+}
+
+fn layout(key: super::DataFormat, value: super::DataFormat, keep_raw: bool) -> super::TypedLayout {
+    super::TypedLayout { key, value, keep_raw }
+}
+
+fn strings(b: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    b.column_by_name(column).unwrap().as_string::<i32>().iter().map(|s| s.map(str::to_string)).collect()
+}
+
+fn errors(b: &RecordBatch) -> Vec<String> {
+    strings(b, "error").into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_keys_become_one_struct_column_and_bad_keys_dead_letters() {
+    use super::DataFormat::SchemaRegistry;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("orders-0"), 0, &[]));
+    // 0-3 typed keys, 4 a null key, 5 a key not framed, 6 an unknown key schema,
+    // 7 a string key (the table's key is a struct), 8 key bytes that do not match their schema.
+    let mut recs: Vec<TestRecord> = (0..4).map(|i| keyed(Some(key_v1(i)), Some(order(V1, 1, i.into())), i.into())).collect();
+    recs.push(keyed(None, Some(order(V1, 1, 4)), 4));
+    recs.push(keyed(Some(b"k5".to_vec()), Some(order(V1, 1, 5)), 5));
+    recs.push(keyed(Some(framed(98, vec![2])), Some(order(V1, 1, 6)), 6));
+    recs.push(keyed(Some(avro(KEY_STRING, 23, Value::String("s".into()))), Some(order(V1, 1, 7)), 7));
+    recs.push(keyed(Some(framed(21, vec![0xff])), Some(order(V1, 1, 8)), 8));
+    append(&log, &recs);
+    let cat = catalog(dir.path()).await;
+    let source = avro_schemas(&[(1, V1), (21, KEY_V1), (23, KEY_STRING)]);
+    let t = cat.typed_table("orders", "id-1", "", layout(SchemaRegistry, SchemaRegistry, false), Some(source)).await.unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (5, 4), "{out:?}");
+
+    let typed = scan(&t).await;
+    assert_eq!(offsets(&typed), [0, 1, 2, 3, 4]);
+    assert!(typed.column_by_name("key_raw").is_none(), "no raw key without keep-raw");
+    let key = typed.column_by_name("key").unwrap().as_struct();
+    let ids = key.column_by_name("id").unwrap().as_primitive::<arrow_array::types::Int32Type>();
+    assert_eq!(ids.values()[..4], [0, 1, 2, 3]);
+    let users = key.column_by_name("user").unwrap().as_string::<i32>();
+    assert_eq!((users.value(2), key.is_null(4)), ("u2", true), "a null key is a null `key`");
+    assert_eq!(typed.column_by_name("id").unwrap().as_primitive::<Int64Type>().value(3), 3, "values typed beside");
+
+    let dead = scan(t.dead_letter_table().unwrap()).await;
+    assert_eq!(offsets(&dead), [5, 6, 7, 8]);
+    let errors = errors(&dead);
+    assert!(errors.iter().all(|e| e.starts_with("key: ")), "the error says it was the key: {errors:?}");
+    assert!(errors[0].contains("magic byte") && errors[1].contains("no schema with id 98"), "{errors:?}");
+    assert!(errors[2].contains("cannot be written to the table's key column"), "{errors:?}");
+    assert!(errors[3].contains("schema id 21"), "{errors:?}");
+    assert_eq!(dead.column_by_name("key").unwrap().as_binary::<i64>().value(0), b"k5", "dead letters keep the key bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primitive_key_is_a_column_of_its_type_and_keep_raw_keeps_its_bytes() {
+    use super::DataFormat::{Raw, SchemaRegistry};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("users-0"), 0, &[]));
+    let recs: Vec<TestRecord> =
+        (0..3).map(|i| keyed(Some(avro(KEY_STRING, 23, Value::String(format!("user-{i}")))), Some(vec![i as u8]), i)).collect();
+    append(&log, &recs);
+    let cat = catalog(dir.path()).await;
+    // A partition spec on `key` applies to the raw bytes, `key_raw` (field id 5), with keep-raw.
+    let t = cat.typed_table("users", "id-1", "bucket[4](key)", layout(SchemaRegistry, Raw, true), Some(avro_schemas(&[(23, KEY_STRING)])))
+        .await
+        .unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (3, 0));
+    let typed = scan(&t).await;
+    assert_eq!(strings(&typed, "key"), [Some("user-0".into()), Some("user-1".into()), Some("user-2".into())]);
+    assert!(typed.column_by_name("key_raw").unwrap().as_binary::<i64>().value(1).starts_with(&[0, 0, 0, 0, 23]));
+    assert_eq!(typed.column_by_name("value").unwrap().as_binary::<i64>().value(2), [2], "a raw value stays binary");
+    let table = t.load().await.unwrap();
+    assert_eq!(table.metadata().default_partition_spec().fields()[0].source_id, crate::schema::field_id::KEY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_schema_evolves_the_key_struct_like_a_value_schema() {
+    use super::DataFormat::{Raw, SchemaRegistry};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("ev-0"), 0, &[]));
+    append(&log, &(0..2).map(|i| keyed(Some(key_v1(i)), None, i.into())).collect::<Vec<_>>());
+    let cat = catalog(dir.path()).await;
+    let source = avro_schemas(&[(21, KEY_V1), (22, KEY_V2)]);
+    let t = cat.typed_table("ev", "id-1", "", layout(SchemaRegistry, Raw, false), Some(source)).await.unwrap();
+    t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    let before = t.load().await.unwrap().metadata().current_schema().clone();
+    let v2 = |i: i64| {
+        avro(KEY_V2, 22, Value::Record(vec![
+            ("id".into(), Value::Long((1 << 40) + i)),
+            ("user".into(), Value::String(format!("u{i}"))),
+            ("region".into(), Value::Union(1, Box::new(Value::String("eu".into())))),
+        ]))
+    };
+    append(&log, &(2..4).map(|i| keyed(Some(v2(i)), None, i)).collect::<Vec<_>>());
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (2, 0));
+    let schema = t.load().await.unwrap().metadata().current_schema().clone();
+    let id = schema.field_by_name("key.id").unwrap();
+    assert_eq!(*id.field_type, iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Long), "int → long promoted");
+    assert_eq!(id.id, before.field_by_name("key.id").unwrap().id, "in place");
+    assert!(schema.field_by_name("key.region").is_some(), "a new optional field inside the key struct");
+    assert!(before.field_by_name("key.region").is_none());
+    assert_eq!(offsets(&scan_except(&t, &["key"]).await), [0, 1, 2, 3]);
+}
+
+fn json_record(key: Option<&str>, value: Option<&str>, i: i64) -> TestRecord {
+    keyed(key.map(|k| k.as_bytes().to_vec()), value.map(|v| v.as_bytes().to_vec()), i)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_values_and_keys_get_inferred_columns_that_widen() {
+    use super::DataFormat::Json;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("j-0"), 0, &[]));
+    append(&log, &[
+        json_record(Some(r#"{"user":"u0"}"#), Some(r#"{"id":1,"name":"a","price":10,"tags":["x"],"address":{"city":"c1"}}"#), 0),
+        json_record(Some(r#"{"user":"u1"}"#), Some(r#"{"id":2,"name":"b","price":10.5,"offset":"o2"}"#), 1),
+        json_record(Some(r#"{"user":"u2"}"#), Some("plain text"), 2),
+        json_record(Some(r#"{"user":"u3"}"#), Some("[1,2]"), 3),
+        json_record(Some(r#"{"user":"u4"}"#), Some(r#"{"id":"three"}"#), 4),
+        json_record(None, None, 5),
+        json_record(Some("k6"), Some(r#"{"id":6}"#), 6),
+    ]);
+    let cat = catalog(dir.path()).await;
+    let t = cat.typed_table("j", "id-1", "", layout(Json, Json, false), None).await.unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (3, 4), "{out:?}");
+    append(&log, &[
+        json_record(Some(r#"{"user":"u7"}"#), Some(r#"{"id":4,"price":3,"score":1.5}"#), 7),
+        json_record(Some(r#"{"user":"u8"}"#), Some(r#"{"id":5.5}"#), 8),
+        json_record(Some(r#"{"user":"u9"}"#), Some(r#"{"address":"flat"}"#), 9),
+    ]);
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (1, 2), "{out:?}");
+
+    let schema = t.load().await.unwrap().metadata().current_schema().clone();
+    let ty = |n: &str| schema.field_by_name(n).unwrap().field_type.to_string();
+    assert_eq!((ty("id"), ty("price"), ty("name"), ty("score")), ("long".into(), "double".into(), "string".into(), "double".into()));
+    assert_eq!(ty("address.city"), "string");
+    assert!(schema.field_by_name("value_offset").is_some(), "a field named like a Kafka column is prefixed");
+    assert!(schema.field_by_name("value").is_none(), "no raw value without keep-raw");
+
+    let typed = scan_except(&t, &[]).await;
+    assert_eq!(offsets(&typed), [0, 1, 5, 7]);
+    let price = typed.column_by_name("price").unwrap().as_primitive::<Float64Type>();
+    assert_eq!((price.value(0), price.value(1), price.is_null(2), price.value(3)), (10.0, 10.5, true, 3.0));
+    let score = typed.column_by_name("score").unwrap().as_primitive::<Float64Type>();
+    assert!(score.is_null(0) && score.is_null(1));
+    assert_eq!(score.value(3), 1.5, "the field that appeared later");
+    let tags = typed.column_by_name("tags").unwrap().as_list::<i32>();
+    assert_eq!(tags.value(0).as_string::<i32>().value(0), "x");
+    let city = typed.column_by_name("address").unwrap().as_struct().column_by_name("city").unwrap().as_string::<i32>();
+    assert_eq!(city.value(0), "c1");
+    assert_eq!(strings(&typed, "value_offset")[1].as_deref(), Some("o2"));
+    let key = typed.column_by_name("key").unwrap().as_struct();
+    assert_eq!(key.column_by_name("user").unwrap().as_string::<i32>().value(3), "u7");
+    assert!(key.is_null(2), "a null key");
+
+    let dead = scan(t.dead_letter_table().unwrap()).await;
+    assert_eq!(offsets(&dead), [2, 3, 4, 6, 8, 9]);
+    let errors = errors(&dead);
+    assert!(errors[0].contains("the value is not JSON"), "{errors:?}");
+    assert!(errors[1].contains("an array, not an object"), "{errors:?}");
+    assert!(errors[2].contains("`id` is an integer (long) in one record and a string in another"), "{errors:?}");
+    assert!(errors[3].starts_with("key: the key is not JSON"), "{errors:?}");
+    assert!(errors[4].contains("cannot promote long to double"), "{errors:?}");
+    assert!(errors[5].contains("`address` is an object (struct) in the table and a string in this record"), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_scalar_key_is_a_column_of_its_type_beside_a_raw_value() {
+    use super::DataFormat::{Json, Raw};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("s-0"), 0, &[]));
+    append(&log, &[
+        json_record(Some(r#""a""#), Some("v0"), 0),
+        json_record(Some("null"), Some("v1"), 1),
+        json_record(Some("7"), Some("v2"), 2),
+        json_record(Some(r#""b""#), None, 3),
+    ]);
+    let cat = catalog(dir.path()).await;
+    let t = cat.typed_table("s", "id-1", "", layout(Json, Raw, true), None).await.unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.rows, out.dead_letters), (3, 1));
+    let typed = scan(&t).await;
+    assert_eq!(offsets(&typed), [0, 1, 3]);
+    assert_eq!(strings(&typed, "key"), [Some("a".into()), None, Some("b".into())], "JSON null: a null key");
+    assert_eq!(typed.column_by_name("key_raw").unwrap().as_binary::<i64>().value(1), b"null");
+    assert_eq!(typed.column_by_name("value").unwrap().as_binary::<i64>().value(0), b"v0");
+    let dead = scan(t.dead_letter_table().unwrap()).await;
+    assert_eq!(offsets(&dead), [2]);
+    let e = &errors(&dead)[0];
+    assert!(e.contains("key: `key` is a string in one record and an integer (long) in another"), "{e}");
 }
