@@ -57,14 +57,26 @@ def exact(floe, topic: str, produced: dict):
         assert rows[k]["value"] == m["value"], k
 
 
+def duckdb_offsets(floe, topic: str) -> list[tuple]:
+    """(partition, offset) of every row, as DuckDB's iceberg_scan reads the current metadata."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    metadata = table(floe, topic).metadata_location.removeprefix("file://")
+    con = duckdb.connect()
+    import_extension("iceberg", con=con)
+    import_extension("avro", con=con)
+    con.execute("LOAD iceberg")
+    return con.execute(f"select partition, \"offset\" from iceberg_scan('{metadata}')").fetchall()
+
+
 def manifest_lists(floe, topic: str) -> set[str]:
     meta = floe.data_dir / "iceberg" / "warehouse" / "kafka" / topic / "metadata"
     return {p.name for p in meta.glob("snap-*.avro")}
 
 
 def test_expiry_bounds_snapshots_and_keeps_the_table_exact(floe_factory):
-    duckdb = pytest.importorskip("duckdb")
-    from duckdb_extensions import import_extension
+    pytest.importorskip("duckdb")
 
     floe = floe_factory("floe", overrides=BROKER)
     topic = create_topic(floe.bootstrap, unique_topic("maint"), partitions=2, config=topic_config())
@@ -93,13 +105,7 @@ def test_expiry_bounds_snapshots_and_keeps_the_table_exact(floe_factory):
     assert on_disk == listed
 
     exact(floe, topic, produced)
-    metadata = table(floe, topic).metadata_location.removeprefix("file://")
-    con = duckdb.connect()
-    import_extension("iceberg", con=con)
-    import_extension("avro", con=con)
-    con.execute("LOAD iceberg")
-    got = con.execute(f"select partition, \"offset\" from iceberg_scan('{metadata}')").fetchall()
-    assert sorted(got) == sorted(produced), "DuckDB reads every offset once"
+    assert sorted(duckdb_offsets(floe, topic)) == sorted(produced), "DuckDB reads every offset once"
 
     # Tiering goes on exactly once on top of the expired table, across a restart too.
     floe.restart()
@@ -196,8 +202,7 @@ def live_files(t) -> list:
 
 
 def test_500_commits_with_maintenance_keep_the_table_small_and_exact(floe_factory):
-    duckdb = pytest.importorskip("duckdb")
-    from duckdb_extensions import import_extension
+    pytest.importorskip("duckdb")
 
     floe = floe_factory("floe", overrides=COMPACT_BROKER)
     topic = create_topic(floe.bootstrap, unique_topic("compact"), partitions=2, config=compact_config())
@@ -228,13 +233,7 @@ def test_500_commits_with_maintenance_keep_the_table_small_and_exact(floe_factor
 
     # Read exactly: every offset once, values equal, by pyiceberg and by DuckDB.
     exact(floe, topic, produced)
-    metadata = table(floe, topic).metadata_location.removeprefix("file://")
-    con = duckdb.connect()
-    import_extension("iceberg", con=con)
-    import_extension("avro", con=con)
-    con.execute("LOAD iceberg")
-    got = con.execute(f"select partition, \"offset\" from iceberg_scan('{metadata}')").fetchall()
-    assert sorted(got) == sorted(produced), "DuckDB reads every offset once"
+    assert sorted(duckdb_offsets(floe, topic)) == sorted(produced), "DuckDB reads every offset once"
     # The summary offsets survived compaction and expiry: after a restart tiering resumes exactly.
     floe.restart()
     produce_rounds(floe, topic, 1, produced)
