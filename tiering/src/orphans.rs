@@ -27,7 +27,7 @@ pub fn is_listable(table: &Table) -> bool {
     local_path(location).is_some() || is_s3(location)
 }
 
-/// Every data file location referenced by any snapshot of `table`, as written in the manifests.
+/// Every data file location any snapshot of `table` reads (its live entries), as written in the manifests.
 async fn referenced_locations(table: &Table) -> Result<HashSet<String>> {
     let ident = table.identifier().to_string();
     let mut files = HashSet::new();
@@ -35,7 +35,8 @@ async fn referenced_locations(table: &Table) -> Result<HashSet<String>> {
         let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
         for manifest in list.entries() {
             let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
-            files.extend(m.entries().iter().map(|entry| entry.file_path().to_string()));
+            // A file listed only as DELETED (replaced by compaction) is read by no snapshot.
+            files.extend(m.entries().iter().filter(|e| e.is_alive()).map(|entry| entry.file_path().to_string()));
         }
     }
     Ok(files)
