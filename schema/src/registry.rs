@@ -361,6 +361,21 @@ impl Registry {
         Ok(Planned { records: vec![records::schema_record(subject, version, Some(&value))], answer: id })
     }
 
+    /// The schema text `normalize=true` registers: Avro and JSON Schema in their
+    /// canonical form (the form identity is judged by: no whitespace, keys in one
+    /// order), Protobuf as given (its canonical form is a compiled descriptor, not
+    /// text; its identity is normalized all the same).
+    ///
+    /// # Errors
+    /// [`RegistryError::InvalidSchema`] (42201) when the schema does not parse.
+    pub fn normalized(&self, schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> Result<String, RegistryError> {
+        let parsed = self.parse(schema_type, text, references)?;
+        Ok(match schema_type {
+            SchemaType::Protobuf => text.to_string(),
+            _ => parsed.canonical,
+        })
+    }
+
     /// POST /compatibility/subjects/{subject}/versions[/{version}]: why the schema
     /// could not be registered (empty if it could), against one version or, with
     /// `None`, the versions the subject's level names.

@@ -226,6 +226,32 @@ def test_rest_semantics_as_confluent_documents_them(registry):
     assert http(url + "/subjects", "PUT", {})[0] == 405
 
 
+def test_normalize_registers_the_normalized_schema(registry):
+    """`normalize=true` (register and lookup, as Confluent documents it): the registered
+    text is the schema's normalized form, and a differently written copy is found by it."""
+    url = registry.schema_registry_url
+    spaced = json.dumps(ORDER_V1, indent=4)
+    status, got = http(url + "/subjects/n-value/versions?normalize=true", "POST", {"schema": spaced})
+    assert status == 200, got
+    status, v = http(url + "/subjects/n-value/versions/latest")
+    assert status == 200 and v["id"] == got["id"]
+    assert v["schema"] != spaced and " " not in v["schema"] and "\n" not in v["schema"], v["schema"]
+    assert json.loads(v["schema"])["name"] == ORDER_V1["name"]
+    # The same schema under another subject keeps its id (ids follow content), and its text.
+    status, again = http(url + "/subjects/p-value/versions", "POST", {"schema": spaced})
+    assert status == 200 and again["id"] == got["id"]
+    assert http(url + "/subjects/p-value/versions/latest")[1]["schema"] == v["schema"]
+    # Without normalize a new schema's text is kept as sent.
+    spaced_v2 = json.dumps(ORDER_V2, indent=4)
+    status, plain = http(url + "/subjects/q-value/versions", "POST", {"schema": spaced_v2})
+    assert status == 200 and plain["id"] != got["id"]
+    assert http(url + "/subjects/q-value/versions/latest")[1]["schema"] == spaced_v2
+    status, found = http(url + "/subjects/n-value?normalize=true", "POST", {"schema": json.dumps(ORDER_V1, indent=2)})
+    assert status == 200 and found["id"] == got["id"] and found["version"] == 1, found
+    # A schema that does not parse is 42201 with normalize too.
+    assert http(url + "/subjects/n-value/versions?normalize=true", "POST", {"schema": "{not json"})[1]["error_code"] == 42201
+
+
 def test_schemas_survive_restarts_and_ids_are_never_reused(registry):
     url = registry.schema_registry_url
     ids = [http(url + f"/subjects/s{i}-value/versions", "POST", {"schema": json.dumps({"type": "enum", "name": f"E{i}", "symbols": ["A"]})})[1]["id"]

@@ -261,9 +261,13 @@ fn read(store: &SchemaStore, route: &Route, body: &[u8]) -> Result<Reply, Failur
 fn write(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
     let result: Result<Reply, Failure> = (|| {
         Ok(match route {
-            Route::Register { subject, .. } => {
+            Route::Register { subject, normalize } => {
                 let (schema_type, text, references) = schema_request(body)?;
-                let id = store.write(|r| r.register(subject, schema_type, &text, &references))?;
+                let id = store.write(|r| {
+                    // normalize=true registers the schema's normalized text (identity is normalized either way).
+                    let text = if *normalize { r.normalized(schema_type, &text, &references)? } else { text.clone() };
+                    r.register(subject, schema_type, &text, &references)
+                })?;
                 Reply::json(&json!({ "id": id }))
             }
             Route::DeleteSubject { subject, permanent } => Reply::json(&store.write(|r| r.delete_subject(subject, *permanent))?),
