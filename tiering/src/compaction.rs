@@ -8,7 +8,7 @@
 //! `min_file_size` (Java's `min-file-size-bytes`: 75% of the target by default);
 //! a group is rewritten once it has `min_input_files` of them (Java's
 //! `min-input-files`, 5) or they add up to a target file. Their rows are read
-//! back (Parquet → Arrow, in commit order), written again through the same
+//! back (Parquet → Arrow, in commit order, a commit's files by first offset), written again through the same
 //! writer stack as tiering into files of `write.target-file-size-bytes`, and the
 //! swap is one snapshot whose operation is `replace`: the new files `ADDED`, the
 //! old ones `DELETED`, every other file `EXISTING`. The same snapshot merges the
@@ -117,11 +117,14 @@ pub struct Candidate {
     pub size: u64,
     /// The file's data sequence number (commit order).
     pub sequence_number: i64,
+    /// The lowest Kafka offset in the file (its `offset` column's lower bound; `i64::MIN` unknown):
+    /// files of one commit are taken in offset order, so a partition's rows stay in offset order.
+    pub first_offset: i64,
     /// The file's location (a tie-breaker that keeps plans deterministic).
     pub path: String,
 }
 
-/// The groups to rewrite, as indexes into `files`, each in commit order; within
+/// The groups to rewrite, as indexes into `files`, each in commit order (a commit's files by their first offset); within
 /// `policy.max_bytes_per_run` input bytes in all (a group larger than what is
 /// left is cut, never skipped whole, so big backlogs still shrink).
 pub fn plan_groups(files: &[Candidate], policy: &CompactionPolicy) -> Vec<Vec<usize>> {
@@ -137,7 +140,8 @@ pub fn plan_groups(files: &[Candidate], policy: &CompactionPolicy) -> Vec<Vec<us
         if members.len() < 2 || (members.len() < policy.min_input_files && total < policy.target_file_size) {
             continue;
         }
-        members.sort_by(|&a, &b| (files[a].sequence_number, &files[a].path).cmp(&(files[b].sequence_number, &files[b].path)));
+        let order = |i: usize| (files[i].sequence_number, files[i].first_offset, &files[i].path);
+        members.sort_by(|&a, &b| order(a).cmp(&order(b)));
         let mut taken = Vec::new();
         for i in members {
             if budget < files[i].size && !taken.is_empty() {
@@ -240,6 +244,7 @@ impl TopicTable {
                     key: (spec.spec_id(), schema.schema_id(), l.entry.data_file().partition().clone()),
                     size: l.entry.file_size_in_bytes(),
                     sequence_number: l.entry.sequence_number().unwrap_or(0),
+                    first_offset: first_offset(l.entry.data_file()),
                     path: l.entry.file_path().to_string(),
                 }
             })
@@ -416,6 +421,14 @@ impl TopicTable {
 
 }
 
+/// The lower bound of `file`'s Kafka `offset` column, `i64::MIN` when it has none.
+fn first_offset(file: &DataFile) -> i64 {
+    match file.lower_bounds().get(&crate::schema::field_id::OFFSET).map(iceberg::spec::Datum::literal) {
+        Some(iceberg::spec::PrimitiveLiteral::Long(v)) => *v,
+        _ => i64::MIN,
+    }
+}
+
 /// A replace snapshot's summary: `changes` (what the collector counted: added and
 /// removed files and bytes), and the totals carried from `parent`'s with them
 /// applied. Records are neither added nor removed by a rewrite.
@@ -474,6 +487,7 @@ mod tests {
             key: (0, 0, Struct::from_iter([Some(Literal::int(day))])),
             size,
             sequence_number: seq,
+            first_offset: 0,
             path: format!("f{day}-{seq}"),
         }
     }
@@ -493,6 +507,17 @@ mod tests {
         assert!(plan_groups(&[file(1, 100, 1), file(1, 100, 2)], &policy).is_empty());
         assert_eq!(plan_groups(&[file(1, 600, 1), file(1, 600, 2)], &policy), vec![vec![0, 1]]);
         assert!(plan_groups(&[file(1, 600, 1)], &policy).is_empty(), "one file is never rewritten alone");
+    }
+
+    #[test]
+    fn files_of_one_commit_go_in_offset_order_whatever_their_names() {
+        let policy = CompactionPolicy::for_target(1000, 1 << 30);
+        let mut files: Vec<Candidate> = (0..5).map(|_| file(1, 100, 1)).collect();
+        for (k, f) in files.iter_mut().enumerate() {
+            f.first_offset = 100 - k as i64 * 10;
+            f.path = format!("uuid-{k}");
+        }
+        assert_eq!(plan_groups(&files, &policy), vec![vec![4, 3, 2, 1, 0]]);
     }
 
     #[test]
