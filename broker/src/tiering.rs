@@ -655,14 +655,14 @@ impl Tierer {
             .get(COMPACTION_ENABLED)
             .map_or(self.settings.compaction_enabled, |v| v.trim().eq_ignore_ascii_case("true"));
         if compaction && self.tierers.leads(name, 0) {
-            let target = match setting(TARGET_FILE_SIZE) {
-                Some(t) => t,
-                None => table.target_file_size_property().await.ok().flatten().unwrap_or(self.settings.target_file_size),
-            };
-            let policy = floe_tiering::CompactionPolicy {
-                min_input_files: setting(COMPACTION_MIN_INPUT_FILES).map_or(self.settings.compaction_min_input_files, |v| v as usize).max(2),
-                ..floe_tiering::CompactionPolicy::for_target(target, self.settings.compaction_max_bytes_per_run)
-            };
+            let policy = CompactionRequest {
+                target_file_size: setting(TARGET_FILE_SIZE),
+                default_target_file_size: self.settings.target_file_size,
+                min_input_files: setting(COMPACTION_MIN_INPUT_FILES).map_or(self.settings.compaction_min_input_files, |v| v as usize),
+                max_bytes_per_run: self.settings.compaction_max_bytes_per_run,
+            }
+            .policy(table)
+            .await;
             for table in std::iter::once(table).chain(table.dead_letter_table()) {
                 match table.compact(&policy).await {
                     Ok(r) if r.snapshot_id.is_some() => {
@@ -787,10 +787,11 @@ async fn open_and_list(config: &CatalogConfig, namespace: &str) -> Result<(Icebe
     Ok((catalog, tables))
 }
 
-/// What `floe iceberg maintain` compacts with.
+/// What a table is compacted with, before the table is looked at: the tiering
+/// thread's topic settings, or `floe iceberg maintain`'s flags.
 #[derive(Debug, Clone, Copy)]
 pub struct CompactionRequest {
-    /// `--target-file-size-bytes`; `None`: the table's property, else the default.
+    /// The topic setting or `--target-file-size-bytes`; `None`: the table's property, else the default.
     pub target_file_size: Option<u64>,
     /// `floe.iceberg.target-file-size-bytes`.
     pub default_target_file_size: u64,
@@ -798,6 +799,22 @@ pub struct CompactionRequest {
     pub min_input_files: usize,
     /// `floe.iceberg.compaction.max-bytes-per-run`.
     pub max_bytes_per_run: u64,
+}
+
+impl CompactionRequest {
+    /// The policy for `table`: the requested target, else the table's
+    /// `write.target-file-size-bytes`, else the default; at least 2 files a group.
+    async fn policy(&self, table: &floe_tiering::TopicTable) -> floe_tiering::CompactionPolicy {
+        let target = match self.target_file_size {
+            Some(t) => t,
+            // Unreadable: the default; the compaction itself then says what is wrong.
+            None => table.target_file_size_property().await.ok().flatten().unwrap_or(self.default_target_file_size),
+        };
+        floe_tiering::CompactionPolicy {
+            min_input_files: self.min_input_files.max(2),
+            ..floe_tiering::CompactionPolicy::for_target(target, self.max_bytes_per_run)
+        }
+    }
 }
 
 /// `floe iceberg maintain`: expires the snapshots of every tiered table in
@@ -834,15 +851,7 @@ pub async fn maintain(
             let mut expired = table.expire_snapshots(policy, now_ms).await?;
             let mut compacted = None;
             if let Some(c) = compaction {
-                let target = match c.target_file_size {
-                    Some(t) => t,
-                    None => table.target_file_size_property().await?.unwrap_or(c.default_target_file_size),
-                };
-                let compaction_policy = floe_tiering::CompactionPolicy {
-                    min_input_files: c.min_input_files.max(2),
-                    ..floe_tiering::CompactionPolicy::for_target(target, c.max_bytes_per_run)
-                };
-                let report = table.compact(&compaction_policy).await?;
+                let report = table.compact(&c.policy(&table).await).await?;
                 if report.snapshot_id.is_some() {
                     // The replaced files' snapshots may already be past the max age: let them go now.
                     let again = table.expire_snapshots(policy, floe_coordinator::clock::wall_ms()).await?;

@@ -209,7 +209,7 @@ fn index_anchors(value: &Value, pointer: &str, depth: usize, out: &mut HashMap<S
 // ---- parsing -------------------------------------------------------------------
 
 /// How a JSON value is named in error messages ("a string", "an array").
-pub(crate) fn kind_of(value: &Value) -> &'static str {
+pub fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

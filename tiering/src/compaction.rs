@@ -414,7 +414,7 @@ impl TopicTable {
             .with_sequence_number(sequence_number)
             .with_summary(Summary { operation: Operation::Replace, additional_properties: properties })
             .with_schema_id(metadata.current_schema_id())
-            .with_timestamp_ms(chrono_now_ms().max(metadata.last_updated_ms() + 1))
+            .with_timestamp_ms(now_ms().max(metadata.last_updated_ms() + 1))
             .build();
         Ok(snapshot)
     }
@@ -457,7 +457,7 @@ fn unique_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
     }
 }
 
-fn chrono_now_ms() -> i64 {
+fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
@@ -474,7 +474,6 @@ mod tests {
 
     use arrow_array::types::Int64Type;
     use arrow_array::Array;
-    use futures::TryStreamExt;
     use iceberg::spec::Literal;
 
     use super::*;
@@ -535,18 +534,7 @@ mod tests {
 
     /// Every (partition, offset, value) of the table, sorted, read by the iceberg crate's scan.
     async fn rows(t: &TopicTable) -> Vec<(i32, i64, Option<Vec<u8>>)> {
-        let table = t.load().await.unwrap();
-        let batches: Vec<RecordBatch> = table
-            .scan()
-            .select(["partition", "offset", "value"])
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let batches = scan_columns(t, &["partition", "offset", "value"]).await;
         let mut out = Vec::new();
         for b in &batches {
             let p = b.column(0).as_primitive::<arrow_array::types::Int32Type>();
@@ -611,7 +599,7 @@ mod tests {
             .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         let expiry = crate::ExpiryPolicy { max_age_ms: 0, min_to_keep: 1 };
-        let expired = t.expire_snapshots(expiry, chrono_now_ms() + 1000).await.unwrap();
+        let expired = t.expire_snapshots(expiry, now_ms() + 1000).await.unwrap();
         assert!(expired.deleted_files >= 12, "{expired:?}");
         let left: BTreeSet<String> = std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
             .unwrap()

@@ -607,8 +607,6 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
-    use arrow_array::RecordBatch;
-    use futures::TryStreamExt;
 
     use super::*;
     use crate::catalog::IcebergCatalog;
@@ -621,9 +619,7 @@ mod tests {
     }
 
     async fn scanned_offsets(t: &TopicTable) -> Vec<i64> {
-        let table = t.load().await.unwrap();
-        let batches: Vec<RecordBatch> =
-            table.scan().select(["offset"]).build().unwrap().to_arrow().await.unwrap().try_collect().await.unwrap();
+        let batches = scan_columns(t, &["offset"]).await;
         let mut v: Vec<i64> =
             batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec()).collect();
         v.sort_unstable();
@@ -797,18 +793,7 @@ mod tests {
     }
 
     async fn scanned_partition_offsets(t: &TopicTable) -> Vec<(i32, i64)> {
-        let table = t.load().await.unwrap();
-        let batches: Vec<RecordBatch> = table
-            .scan()
-            .select(["partition", "offset"])
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let batches = scan_columns(t, &["partition", "offset"]).await;
         let mut v: Vec<(i32, i64)> = batches
             .iter()
             .flat_map(|b| {

@@ -106,3 +106,11 @@ pub(crate) fn fill(log: &PartitionLog, first: usize, n: usize) -> Vec<TestRecord
     }
     all
 }
+
+/// The table's rows as the iceberg crate's scan reads them, `columns` only.
+pub(crate) async fn scan_columns(t: &crate::table::TopicTable, columns: &[&str]) -> Vec<arrow_array::RecordBatch> {
+    use futures::TryStreamExt;
+    let table = t.load().await.unwrap();
+    let scan = table.scan().select(columns.iter().copied()).build().unwrap();
+    scan.to_arrow().await.unwrap().try_collect().await.unwrap()
+}

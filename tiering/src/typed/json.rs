@@ -42,6 +42,7 @@ use arrow_array::{
 };
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
+use floe_schema::json_schema::kind_of;
 use serde_json::{Map, Value};
 
 use super::evolve::column_name;
@@ -53,7 +54,7 @@ use super::evolve::column_name;
 pub fn value_object(bytes: &[u8]) -> Result<Value, String> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
     let Value::Object(fields) = value else {
-        return Err(format!("the value is JSON {}, not an object", kind_of_value(&value)));
+        return Err(format!("the value is JSON {}, not an object", kind_of(&value)));
     };
     let mut columns = Map::new();
     for (name, v) in fields {
@@ -72,17 +73,6 @@ pub fn value_object(bytes: &[u8]) -> Result<Value, String> {
 /// Not JSON.
 pub fn key_value(bytes: &[u8]) -> Result<Value, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("the key is not JSON: {e}"))
-}
-
-fn kind_of_value(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// What a column of `t` holds, in JSON's words.
@@ -242,7 +232,7 @@ impl Inference {
 /// A value of another family than `to`; a type JSON never makes.
 pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, ArrowError> {
     let present = |v: &&Option<&Value>| v.is_some_and(|v| !v.is_null());
-    let wrong = |v: &Value| ArrowError::InvalidArgumentError(format!("JSON {} in a {to} column", kind_of_value(v)));
+    let wrong = |v: &Value| ArrowError::InvalidArgumentError(format!("JSON {} in a {to} column", kind_of(v)));
     let each = |f: &dyn Fn(&Value) -> bool| -> Result<(), ArrowError> {
         match values.iter().flatten().find(|v| !v.is_null() && !f(v)) {
             Some(v) => Err(wrong(v)),
