@@ -10,6 +10,7 @@
 //! - [`frame`]: length-prefixed frames on a byte stream; request headers.
 //! - [`apis`]: which API keys and versions Floe serves (what ApiVersions advertises).
 //! - [`record_batch`]: record batch v2 layout, validation (CRC-32C), offset assignment.
+//! - [`records`]: the records inside a batch, parsed and written without loss (the cleaner, tiering, shared mode).
 //! - [`file_region`]: a byte range of an open file, the unit of zero-copy transfer.
 //! - [`fetch`]: the Fetch response writer, interleaving encoded bytes and file regions.
 //! - [`error`]: this crate's error type.
@@ -22,6 +23,7 @@ pub mod fetch;
 pub mod file_region;
 pub mod frame;
 pub mod record_batch;
+pub mod records;
 pub mod response;
 
 pub use error::ProtocolError;

@@ -81,6 +81,17 @@ pub enum CompressionType {
 }
 
 impl CompressionType {
+    /// Its code in attribute bits 0-2.
+    pub fn id(self) -> u8 {
+        match self {
+            Self::None => 0,
+            Self::Gzip => 1,
+            Self::Snappy => 2,
+            Self::Lz4 => 3,
+            Self::Zstd => 4,
+        }
+    }
+
     /// The codec for attribute bits 0-2, or `None` for the unassigned codes 5-7.
     pub fn from_id(id: u8) -> Option<Self> {
         Some(match id {

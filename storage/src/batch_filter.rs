@@ -23,39 +23,13 @@
 //! decompressed and recompressed with their own codec. The CRC-32C is computed
 //! over the rebuilt bytes.
 //!
-//! Record layout (v2, after the 61-byte batch header; varints are zigzag):
-//! ```text
-//! length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
-//! keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value |
-//! headerCount varint | headers…
-//! ```
+//! Records are parsed and written by [`floe_protocol::records`].
 
-use bytes::{BufMut, Bytes, BytesMut};
-use floe_protocol::kafka_protocol::compression::{
-    Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd,
-};
 use floe_protocol::record_batch::{
-    CompressionType, RecordBatchHeader, TimestampType, DELETE_HORIZON_BIT, RECORD_BATCH_OVERHEAD,
+    RecordBatchHeader, TimestampType, DELETE_HORIZON_BIT,
 };
-
-/// One record of a batch, as the cleaner judges it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecordView<'a> {
-    /// Its offset.
-    pub(crate) offset: i64,
-    /// Its timestamp (CreateTime; for LogAppendTime batches the batch's time applies).
-    pub(crate) timestamp: i64,
-    /// Its key; `None` for a null key.
-    pub(crate) key: Option<&'a [u8]>,
-    /// `false` for a tombstone (a null value).
-    pub(crate) has_value: bool,
-    /// The record's attributes byte.
-    attributes: u8,
-    /// The whole record, its length prefix included.
-    bytes: &'a [u8],
-    /// The record from `keyLength` to its end.
-    tail: &'a [u8],
-}
+pub(crate) use floe_protocol::records::{parse_records, records_section, RecordView};
+use floe_protocol::records::{compress, write_varlong, BatchFields};
 
 /// What [`filter_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,133 +47,8 @@ pub(crate) struct Filtered {
     pub(crate) delete_horizon: Option<i64>,
 }
 
-fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, String> {
-    let mut raw: u64 = 0;
-    let mut shift = 0u32;
-    loop {
-        let b = *buf.get(*pos).ok_or("varint runs past the record")?;
-        *pos += 1;
-        raw |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-        if shift > 63 {
-            return Err("varint longer than 10 bytes".into());
-        }
-    }
-    Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
-}
-
-fn read_varint(buf: &[u8], pos: &mut usize) -> Result<i32, String> {
-    let v = read_varlong(buf, pos)?;
-    i32::try_from(v).map_err(|_| format!("varint {v} is not a 32-bit value"))
-}
-
-fn write_varlong(out: &mut Vec<u8>, v: i64) {
-    let mut raw = ((v << 1) ^ (v >> 63)) as u64;
-    while raw >= 0x80 {
-        out.push((raw as u8) | 0x80);
-        raw >>= 7;
-    }
-    out.push(raw as u8);
-}
-
-/// A length-prefixed field: `None` for length -1.
-fn read_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, String> {
-    let len = read_varint(buf, pos)?;
-    if len < 0 {
-        return Ok(None);
-    }
-    let end = *pos + len as usize;
-    let field = buf.get(*pos..end).ok_or("field runs past the record")?;
-    *pos = end;
-    Ok(Some(field))
-}
-
-/// Parses the records of an uncompressed records section.
-pub(crate) fn parse_records<'a>(
-    records: &'a [u8],
-    header: &RecordBatchHeader,
-) -> Result<Vec<RecordView<'a>>, String> {
-    let mut out = Vec::with_capacity(usize::try_from(header.records_count).unwrap_or(0));
-    let mut pos = 0;
-    while pos < records.len() {
-        let start = pos;
-        let len = read_varint(records, &mut pos)?;
-        let body_start = pos;
-        let end = body_start
-            .checked_add(usize::try_from(len).map_err(|_| "negative record length")?)
-            .filter(|&e| e <= records.len())
-            .ok_or("record runs past its batch")?;
-        let body = &records[body_start..end];
-        let mut p = 0;
-        let attributes = *body.first().ok_or("empty record")?;
-        p += 1;
-        let timestamp_delta = read_varlong(body, &mut p)?;
-        let offset_delta = read_varint(body, &mut p)?;
-        let tail_start = p;
-        let key = read_bytes(body, &mut p)?;
-        let value = read_bytes(body, &mut p)?;
-        out.push(RecordView {
-            offset: header.base_offset + i64::from(offset_delta),
-            timestamp: header.base_timestamp.wrapping_add(timestamp_delta),
-            key,
-            has_value: value.is_some(),
-            attributes,
-            bytes: &records[start..end],
-            tail: &body[tail_start..],
-        });
-        pos = end;
-    }
-    if out.len() != usize::try_from(header.records_count).unwrap_or(usize::MAX) {
-        return Err(format!(
-            "{} records found, recordsCount says {}",
-            out.len(),
-            header.records_count
-        ));
-    }
-    Ok(out)
-}
-
-/// The records section of `batch`, decompressed if need be.
-pub(crate) fn records_section(batch: &[u8], header: &RecordBatchHeader) -> Result<Bytes, String> {
-    let raw = Bytes::copy_from_slice(&batch[RECORD_BATCH_OVERHEAD..]);
-    let fail = |e| format!("cannot decompress: {e}");
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
-    match header.compression() {
-        Some(CompressionType::None) => Ok(raw),
-        Some(CompressionType::Gzip) => Gzip::decompress(&mut raw.clone(), take).map_err(fail),
-        Some(CompressionType::Snappy) => Snappy::decompress(&mut raw.clone(), take).map_err(fail),
-        Some(CompressionType::Lz4) => Lz4::decompress(&mut raw.clone(), take).map_err(fail),
-        Some(CompressionType::Zstd) => Zstd::decompress(&mut raw.clone(), take).map_err(fail),
-        None => Err("unknown codec".into()),
-    }
-}
-
-fn compress(codec: CompressionType, records: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-    let fill = |b: &mut BytesMut| {
-        b.put_slice(records);
-        Ok(())
-    };
-    let mut buf = BytesMut::new();
-    let result = match codec {
-        CompressionType::None => {
-            out.extend_from_slice(records);
-            return Ok(());
-        }
-        CompressionType::Gzip => Gzip::compress(&mut buf, fill),
-        CompressionType::Snappy => Snappy::compress(&mut buf, fill),
-        CompressionType::Lz4 => Lz4::compress(&mut buf, fill),
-        CompressionType::Zstd => Zstd::compress(&mut buf, fill),
-    };
-    result.map_err(|e| format!("cannot compress: {e}"))?;
-    out.extend_from_slice(&buf);
-    Ok(())
-}
-
-/// The 61-byte header of a rebuilt batch followed by `records`, CRC filled in.
-#[allow(clippy::too_many_arguments)]
+/// The header of a rebuilt batch (the original's, with these attributes,
+/// timestamps and count) followed by `records`, CRC filled in.
 fn write_batch(
     out: &mut Vec<u8>,
     header: &RecordBatchHeader,
@@ -209,24 +58,14 @@ fn write_batch(
     count: i32,
     records: &[u8],
 ) {
-    let start = out.len();
-    out.extend_from_slice(&header.base_offset.to_be_bytes());
-    let batch_length = (RECORD_BATCH_OVERHEAD - 12 + records.len()) as i32;
-    out.extend_from_slice(&batch_length.to_be_bytes());
-    out.extend_from_slice(&header.partition_leader_epoch.to_be_bytes());
-    out.push(header.magic as u8);
-    out.extend_from_slice(&[0; 4]); // CRC, below
-    out.extend_from_slice(&attributes.to_be_bytes());
-    out.extend_from_slice(&header.last_offset_delta.to_be_bytes());
-    out.extend_from_slice(&base_timestamp.to_be_bytes());
-    out.extend_from_slice(&max_timestamp.to_be_bytes());
-    out.extend_from_slice(&header.producer_id.to_be_bytes());
-    out.extend_from_slice(&header.producer_epoch.to_be_bytes());
-    out.extend_from_slice(&header.base_sequence.to_be_bytes());
-    out.extend_from_slice(&count.to_be_bytes());
-    out.extend_from_slice(records);
-    let crc = crc32c::crc32c(&out[start + 21..]);
-    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    let fields = BatchFields {
+        attributes,
+        base_timestamp,
+        max_timestamp,
+        records_count: count,
+        ..BatchFields::of(header)
+    };
+    floe_protocol::records::write_batch(out, &fields, records);
 }
 
 /// Writes to `out` what is left of `batch` (whole, CRC-checked, `header` its
@@ -254,7 +93,7 @@ pub(crate) fn filter_batch(
     let kept: Vec<&RecordView<'_>> = records.iter().filter(|r| keep(r)).collect();
     let log_append_time = header.timestamp_type() == TimestampType::LogAppendTime;
     let needs_horizon =
-        (marker_horizon && !kept.is_empty()) || kept.iter().any(|r| !r.has_value);
+        (marker_horizon && !kept.is_empty()) || kept.iter().any(|r| r.value.is_none());
     let stamp_horizon = !header.has_delete_horizon() && needs_horizon;
     let mut filtered = Filtered {
         records_read: records.len(),
@@ -378,7 +217,8 @@ mod tests {
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
         TimestampType as KTs,
     };
-    use floe_protocol::record_batch::verify_crc;
+    use bytes::{Bytes, BytesMut};
+    use floe_protocol::record_batch::{verify_crc, RECORD_BATCH_OVERHEAD};
 
     fn record(offset: i64, key: Option<&str>, value: Option<&str>) -> Record {
         Record {

@@ -236,7 +236,7 @@ fn retain_record(
     };
     let latest = record.offset >= map.get(key);
     let keep_tombstone = !header.has_delete_horizon() || now_ms < header.base_timestamp;
-    latest && (record.has_value || keep_tombstone)
+    latest && (record.value.is_some() || keep_tombstone)
 }
 
 /// Cleans logs, one at a time; owns an offset map's worth of memory budget.

@@ -1,5 +1,5 @@
 //! Sealed segment → Arrow: [`ArrowConverter`] decodes record batches
-//! (decompressing with `kafka_protocol`'s `RecordBatchDecoder`) into rows of
+//! (with Floe's own record parser, [`floe_protocol::records`]) into rows of
 //! the table layout ([`crate::schema`]) and hands out Arrow record batches of
 //! bounded size. Segments are read batch by batch with storage's
 //! [`floe_storage::SegmentBatchReader`], which steps over the damaged ranges
@@ -11,9 +11,9 @@
 //!
 //! Control batches (transaction markers) are skipped. A batch that cannot be
 //! decoded is reported to the caller with its offset range ([`Pushed::Undecodable`]),
-//! never silently dropped. Headers go through `kafka_protocol`'s map, so a
-//! record with the same header key twice keeps one value (the last) — a
-//! known limitation of the decoder.
+//! never silently dropped. Headers keep their order and duplicate keys (a
+//! key sent twice is two list elements); a key that is not UTF-8 (Kafka does
+//! not require it) is stored with its invalid bytes replaced by U+FFFD.
 
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ use arrow_array::{
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
-use floe_protocol::kafka_protocol::records::RecordBatchDecoder;
+use floe_protocol::records::{parse_records, records_section, HeaderView};
 use floe_protocol::record_batch::{CompressionType, RecordBatchHeader, TimestampType};
 
 use crate::error::Result;
@@ -133,36 +133,46 @@ impl ArrowConverter {
         if header.is_control() {
             return Pushed::Control;
         }
-        let mut buf = bytes;
-        let set = match RecordBatchDecoder::decode(&mut buf) {
-            Ok(set) => set,
-            Err(e) => {
-                return Pushed::Undecodable {
-                    base_offset: header.base_offset,
-                    last_offset: header.last_offset(),
-                    reason: format!("{e:#}"),
-                }
-            }
+        let undecodable = |reason: String| Pushed::Undecodable {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            reason,
         };
+        let section = match records_section(&bytes, header) {
+            Ok(section) => section,
+            Err(e) => return undecodable(e.0),
+        };
+        let records = match parse_records(&section, header) {
+            Ok(records) => records,
+            Err(e) => return undecodable(e.0),
+        };
+        // Headers are parsed before any row is added: a batch goes in whole or not at all.
+        let mut headers: Vec<Vec<HeaderView<'_>>> = Vec::with_capacity(records.len());
+        for r in &records {
+            match r.headers() {
+                Ok(h) => headers.push(h),
+                Err(e) => return undecodable(format!("record at offset {}: {e}", r.offset)),
+            }
+        }
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
         let ts_type = if log_append { "LogAppendTime" } else { "CreateTime" };
         let compression = compression_name(header.compression());
         let mut rows = 0;
-        for r in set.records.iter().filter(|r| r.offset >= from_offset) {
+        for (r, r_headers) in records.iter().zip(&headers).filter(|(r, _)| r.offset >= from_offset) {
             let ts = if log_append { header.max_timestamp } else { r.timestamp };
             self.offset.push(r.offset);
             self.timestamp.push(ts.saturating_mul(1000));
             self.timestamp_type.append_value(ts_type);
-            self.key.append_option(r.key.as_deref());
-            self.value.append_option(r.value.as_deref());
-            let mut size = r.key.as_ref().map_or(0, Bytes::len) + r.value.as_ref().map_or(0, Bytes::len);
-            for (k, v) in &r.headers {
-                self.header_key.append_value(k.as_str());
-                self.header_value.append_option(v.as_deref());
-                size += k.len() + v.as_ref().map_or(0, Bytes::len);
+            self.key.append_option(r.key);
+            self.value.append_option(r.value);
+            let mut size = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+            for (k, v) in r_headers {
+                self.header_key.append_value(String::from_utf8_lossy(k));
+                self.header_value.append_option(*v);
+                size += k.len() + v.map_or(0, <[u8]>::len);
             }
             let last = *self.header_offsets.last().expect("starts with 0");
-            self.header_offsets.push(last + r.headers.len() as i32);
+            self.header_offsets.push(last + r_headers.len() as i32);
             self.batch_base_offset.push(header.base_offset);
             self.producer_id.push(header.producer_id);
             self.producer_epoch.push(i32::from(header.producer_epoch));
@@ -353,6 +363,41 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(conv.is_empty());
+    }
+
+    #[test]
+    fn duplicate_header_keys_are_kept_in_order() {
+        use floe_protocol::records::{write_batch, write_record, BatchFields, RecordParts};
+        let mut plain = Vec::new();
+        let headers: [HeaderView<'_>; 3] = [(b"h", Some(b"1")), (b"\xffx", None), (b"h", Some(b"2"))];
+        let parts = RecordParts { attributes: 0, timestamp_delta: 2, offset_delta: 0, key: Some(b"k"), value: Some(b"") };
+        write_record(&mut plain, &parts, headers.into_iter());
+        let fields = BatchFields {
+            base_offset: 9,
+            partition_leader_epoch: 0,
+            attributes: 0,
+            last_offset_delta: 0,
+            base_timestamp: 1_000,
+            max_timestamp: 1_002,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: 1,
+        };
+        let mut batch = Vec::new();
+        write_batch(&mut batch, &fields, &plain);
+        let header = RecordBatchHeader::parse(&batch).unwrap();
+        let mut conv = ArrowConverter::new(0, 10, usize::MAX);
+        assert_eq!(conv.push(&header, Bytes::from(batch), 0), Pushed::Rows(1));
+        let got = rows(&conv.finish().unwrap().into_iter().collect::<Vec<_>>());
+        let r = &got[0].2;
+        assert_eq!((got[0].1, r.timestamp, r.value.as_deref()), (9, 1_002, Some(&b""[..])));
+        let want = vec![
+            ("h".to_string(), Some(b"1".to_vec())),
+            ("\u{fffd}x".to_string(), None),
+            ("h".to_string(), Some(b"2".to_vec())),
+        ];
+        assert_eq!(r.headers, want);
     }
 
     /// Conversion throughput (not a criterion bench yet): `cargo test -p floe-tiering -- --ignored --nocapture throughput`.
