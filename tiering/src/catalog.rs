@@ -21,7 +21,9 @@ use tracing::info;
 
 use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
-use crate::schema::{dlq_iceberg_schema, iceberg_schema, parse_partition_spec, typed_table_schema};
+use crate::schema::{
+    dlq_iceberg_schema, iceberg_schema, lossless_iceberg_schema, log_iceberg_schema, parse_partition_spec, typed_table_schema,
+};
 use crate::typed::{DataFormat, TypedLayout};
 use crate::table::TopicTable;
 
@@ -237,6 +239,23 @@ impl IcebergCatalog {
         Ok(table.with_typed_values(schemas, layout, dlq))
     }
 
+    /// As [`IcebergCatalog::topic_table`], for a topic with `floe.iceberg.storage=shared`:
+    /// the table has the lossless layout ([`crate::schema::lossless_iceberg_schema`]), and
+    /// what a READ_COMMITTED reader would not keep (markers, aborted records, batches that
+    /// cannot be decoded, damaged ranges) goes to `<topic>__log`, opened here too.
+    ///
+    /// # Errors
+    /// As [`IcebergCatalog::topic_table`]; [`TieringError::NotLossless`] for an existing
+    /// table created in copy mode.
+    pub async fn shared_topic_table(&self, topic: &str, topic_id: &str, partition_spec: &str) -> Result<TopicTable> {
+        let table = self.open_table(topic, topic_id, partition_spec, lossless_iceberg_schema()).await?;
+        if !crate::schema::is_lossless(table.load().await?.metadata().current_schema()) {
+            return Err(TieringError::NotLossless { table: table.ident().to_string() });
+        }
+        let log = self.open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema()).await?;
+        Ok(table.with_log_table(log))
+    }
+
     async fn open_table(&self, topic: &str, topic_id: &str, partition_spec: &str, schema: iceberg::spec::Schema) -> Result<TopicTable> {
         let ident = self.ident(topic);
         let lock = {
@@ -249,6 +268,8 @@ impl IcebergCatalog {
             Self::check_topic_id(&ident, &table, topic_id)?;
         } else {
             let spec = parse_partition_spec(partition_spec)?;
+            let kafka_columns = crate::schema::is_lossless(&schema)
+                .then(|| (crate::schema::KAFKA_COLUMNS_PROPERTY.to_string(), crate::schema::kafka_columns_property()));
             let creation = TableCreation::builder()
                 .name(topic.to_string())
                 .schema(schema)
@@ -259,7 +280,9 @@ impl IcebergCatalog {
                     // A metadata file per commit: keep the last 100, delete the ones before (Iceberg's names).
                     (crate::maintenance::METADATA_DELETE_AFTER_COMMIT.to_string(), "true".to_string()),
                     (crate::maintenance::METADATA_PREVIOUS_VERSIONS_MAX.to_string(), "100".to_string()),
-                ])
+                ]
+                .into_iter()
+                .chain(kafka_columns))
                 .build();
             match self.catalog.create_table(&self.namespace, creation).await {
                 Ok(_) => info!(table = %ident, partition_spec, "created iceberg table"),
@@ -290,6 +313,11 @@ impl IcebergCatalog {
             _ => Ok(()),
         }
     }
+}
+
+/// The companion table of a shared topic's table: `<topic>__log`.
+pub fn log_table_name(topic: &str) -> String {
+    format!("{topic}__log")
 }
 
 /// The dead-letter table of a typed topic's table: `<topic>__dlq`.

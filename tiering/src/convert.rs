@@ -27,7 +27,10 @@ use bytes::Bytes;
 use floe_protocol::records::{parse_records, records_section, HeaderView};
 use floe_protocol::record_batch::{CompressionType, RecordBatchHeader, TimestampType};
 
+use floe_storage::{AbortedTxn, ControlRecordType};
+
 use crate::error::Result;
+use crate::schema::LogRowKind;
 
 /// What [`ArrowConverter::push`] did with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +48,20 @@ pub enum Pushed {
         /// The decoder's message.
         reason: String,
     },
+}
+
+/// A control record's type from its key (`version int16, type int16`).
+fn marker_type(key: Option<&[u8]>) -> Option<ControlRecordType> {
+    let k = key?;
+    let t = i16::from_be_bytes([*k.get(2)?, *k.get(3)?]);
+    ControlRecordType::from_id(t)
+}
+
+fn timestamp_type_name(header: &RecordBatchHeader) -> &'static str {
+    match header.timestamp_type() {
+        TimestampType::LogAppendTime => "LogAppendTime",
+        TimestampType::CreateTime => "CreateTime",
+    }
 }
 
 /// The name stored in the `compression` column.
@@ -82,14 +99,121 @@ pub struct ArrowConverter {
     compression: StringBuilder,
     is_transactional: Vec<bool>,
     partition_leader_epoch: Vec<i32>,
+    /// The lossless layout's columns (shared tables and `__log`).
+    lossless: Option<Box<LosslessColumns>>,
+    /// `__log`'s own columns.
+    log: Option<Box<LogColumns>>,
+}
+
+/// Which rows an [`ArrowConverter`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLayout {
+    /// [`crate::schema::iceberg_schema`]: copy mode.
+    Raw,
+    /// [`crate::schema::lossless_iceberg_schema`]: a shared table.
+    Lossless,
+    /// [`crate::schema::log_iceberg_schema`]: a shared table's `__log`.
+    Log,
+}
+
+/// Builders of the lossless layout's columns beyond the raw ones.
+#[derive(Debug, Default)]
+struct LosslessColumns {
+    last_offset_delta: Vec<i32>,
+    base_timestamp: Vec<i64>,
+    max_timestamp: Vec<i64>,
+    attributes: Vec<i32>,
+    records_count: Vec<i32>,
+    crc: Vec<i64>,
+    timestamp_delta: Vec<i64>,
+    record_attributes: Vec<Option<i32>>,
+    header_key_bytes: LargeBinaryBuilder,
+}
+
+impl LosslessColumns {
+    fn push(&mut self, header: &RecordBatchHeader, timestamp_delta: i64, record_attributes: u8) {
+        self.last_offset_delta.push(header.last_offset_delta);
+        self.base_timestamp.push(header.base_timestamp);
+        self.max_timestamp.push(header.max_timestamp);
+        self.attributes.push(i32::from(header.attributes));
+        self.records_count.push(header.records_count);
+        self.crc.push(i64::from(header.crc));
+        self.timestamp_delta.push(timestamp_delta);
+        self.record_attributes.push((record_attributes != 0).then_some(i32::from(record_attributes)));
+    }
+
+    fn finish(&mut self) -> Vec<ArrayRef> {
+        vec![
+            Arc::new(Int32Array::from(std::mem::take(&mut self.last_offset_delta))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.base_timestamp))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.max_timestamp))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.attributes))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.records_count))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.crc))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.timestamp_delta))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.record_attributes))),
+        ]
+    }
+}
+
+/// Builders of `__log`'s own columns.
+#[derive(Debug, Default)]
+struct LogColumns {
+    kind: StringBuilder,
+    txn_first_offset: Vec<Option<i64>>,
+    txn_last_stable_offset: Vec<Option<i64>>,
+    batch_bytes: LargeBinaryBuilder,
+    hole_last_offset: Vec<Option<i64>>,
+}
+
+impl LogColumns {
+    fn push(&mut self, kind: LogRowKind, txn: Option<&AbortedTxn>, batch: Option<&[u8]>, hole_last: Option<i64>) {
+        self.kind.append_value(kind.as_str());
+        self.txn_first_offset.push(txn.map(|t| t.first_offset));
+        self.txn_last_stable_offset.push(txn.map(|t| t.last_stable_offset));
+        self.batch_bytes.append_option(batch);
+        self.hole_last_offset.push(hole_last);
+    }
+
+    fn finish(&mut self) -> Vec<ArrayRef> {
+        vec![
+            Arc::new(self.kind.finish()),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.txn_first_offset))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.txn_last_stable_offset))),
+            Arc::new(self.batch_bytes.finish()),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.hole_last_offset))),
+        ]
+    }
+}
+
+/// What a `__log` record row is, for [`ArrowConverter::push_log`].
+#[derive(Debug, Clone, Copy)]
+pub enum LogBatch<'a> {
+    /// A control batch (a transaction marker); the `.txnindex` entries of the
+    /// segment, to find an ABORT marker's transaction.
+    Marker(&'a [AbortedTxn]),
+    /// A batch of an aborted transaction.
+    Aborted,
 }
 
 impl ArrowConverter {
     /// A converter for `partition`'s records that is full at `max_rows` rows
     /// or `max_bytes` of keys, values and headers.
     pub fn new(partition: i32, max_rows: usize, max_bytes: usize) -> Self {
+        Self::with_layout(partition, max_rows, max_bytes, RowLayout::Raw)
+    }
+
+    /// [`ArrowConverter::new`], making rows of `layout`.
+    pub fn with_layout(partition: i32, max_rows: usize, max_bytes: usize, layout: RowLayout) -> Self {
+        let schema = match layout {
+            RowLayout::Raw => crate::schema::arrow_schema(),
+            RowLayout::Lossless => crate::schema::lossless_arrow_schema(),
+            RowLayout::Log => crate::schema::log_arrow_schema(),
+        };
         Self {
-            schema: crate::schema::arrow_schema(),
+            lossless: (layout != RowLayout::Raw).then(Box::default),
+            log: (layout == RowLayout::Log).then(Box::default),
+            schema,
             partition,
             max_rows: max_rows.max(1),
             max_bytes,
@@ -133,12 +257,57 @@ impl ArrowConverter {
         if header.is_control() {
             return Pushed::Control;
         }
+        self.push_records(header, &bytes, from_offset, None)
+    }
+
+    /// `__log` rows: the records of a marker or aborted batch with offsets
+    /// `>= from_offset`, their `kind` set. A `__log` converter only.
+    pub fn push_log(&mut self, header: &RecordBatchHeader, bytes: &[u8], from_offset: i64, batch: LogBatch<'_>) -> Pushed {
+        self.push_records(header, bytes, from_offset, Some(batch))
+    }
+
+    /// A `__log` row holding a batch that could not be decoded, as stored
+    /// (one row at its base offset; fetches serve the bytes back verbatim).
+    pub fn push_opaque(&mut self, header: &RecordBatchHeader, bytes: &[u8]) {
+        let ts_type = timestamp_type_name(header);
+        self.add_row(header, header.base_offset, header.max_timestamp, ts_type, None, None, &[], 0, 0);
+        if let Some(log) = self.log.as_mut() {
+            log.push(LogRowKind::Opaque, None, Some(bytes), None);
+        }
+        self.bytes += bytes.len();
+    }
+
+    /// A `__log` row for offsets `first..=last` that no batch covers (a damaged
+    /// range recovery kept): a fetch steps over them, as the log's readers do.
+    pub fn push_hole(&mut self, first: i64, last: i64) {
+        let header = RecordBatchHeader {
+            base_offset: first,
+            batch_length: 0,
+            partition_leader_epoch: -1,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: i32::try_from(last - first).unwrap_or(i32::MAX),
+            base_timestamp: -1,
+            max_timestamp: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: 0,
+        };
+        self.add_row(&header, first, -1, "CreateTime", None, None, &[], 0, 0);
+        if let Some(log) = self.log.as_mut() {
+            log.push(LogRowKind::Hole, None, None, Some(last));
+        }
+    }
+
+    fn push_records(&mut self, header: &RecordBatchHeader, bytes: &[u8], from_offset: i64, log: Option<LogBatch<'_>>) -> Pushed {
         let undecodable = |reason: String| Pushed::Undecodable {
             base_offset: header.base_offset,
             last_offset: header.last_offset(),
             reason,
         };
-        let section = match records_section(&bytes, header) {
+        let section = match records_section(bytes, header) {
             Ok(section) => section,
             Err(e) => return undecodable(e.0),
         };
@@ -155,35 +324,72 @@ impl ArrowConverter {
             }
         }
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
-        let ts_type = if log_append { "LogAppendTime" } else { "CreateTime" };
-        let compression = compression_name(header.compression());
+        let ts_type = timestamp_type_name(header);
         let mut rows = 0;
         for (r, r_headers) in records.iter().zip(&headers).filter(|(r, _)| r.offset >= from_offset) {
             let ts = if log_append { header.max_timestamp } else { r.timestamp };
-            self.offset.push(r.offset);
-            self.timestamp.push(ts.saturating_mul(1000));
-            self.timestamp_type.append_value(ts_type);
-            self.key.append_option(r.key);
-            self.value.append_option(r.value);
-            let mut size = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
-            for (k, v) in r_headers {
-                self.header_key.append_value(String::from_utf8_lossy(k));
-                self.header_value.append_option(*v);
-                size += k.len() + v.map_or(0, <[u8]>::len);
+            self.add_row(header, r.offset, ts, ts_type, r.key, r.value, r_headers, r.timestamp_delta, r.attributes);
+            if let (Some(columns), Some(batch)) = (self.log.as_mut(), log) {
+                let (kind, txn) = match batch {
+                    LogBatch::Aborted => (LogRowKind::Aborted, None),
+                    LogBatch::Marker(txns) => match marker_type(r.key) {
+                        Some(ControlRecordType::Abort) => (
+                            LogRowKind::AbortMarker,
+                            txns.iter().find(|t| t.producer_id == header.producer_id && t.last_offset == r.offset),
+                        ),
+                        _ => (LogRowKind::CommitMarker, None),
+                    },
+                };
+                columns.push(kind, txn, None, None);
             }
-            let last = *self.header_offsets.last().expect("starts with 0");
-            self.header_offsets.push(last + r_headers.len() as i32);
-            self.batch_base_offset.push(header.base_offset);
-            self.producer_id.push(header.producer_id);
-            self.producer_epoch.push(i32::from(header.producer_epoch));
-            self.base_sequence.push(header.base_sequence);
-            self.compression.append_value(compression);
-            self.is_transactional.push(header.is_transactional());
-            self.partition_leader_epoch.push(header.partition_leader_epoch);
-            self.bytes += size + 64;
             rows += 1;
         }
         Pushed::Rows(rows)
+    }
+
+    /// Adds one row; the `__log` columns are the caller's.
+    #[allow(clippy::too_many_arguments)]
+    fn add_row(
+        &mut self,
+        header: &RecordBatchHeader,
+        offset: i64,
+        timestamp_ms: i64,
+        ts_type: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[HeaderView<'_>],
+        timestamp_delta: i64,
+        record_attributes: u8,
+    ) {
+        self.offset.push(offset);
+        self.timestamp.push(timestamp_ms.saturating_mul(1000));
+        self.timestamp_type.append_value(ts_type);
+        self.key.append_option(key);
+        self.value.append_option(value);
+        let mut size = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
+        for (k, v) in headers {
+            let text = std::str::from_utf8(k);
+            self.header_key.append_value(String::from_utf8_lossy(k));
+            self.header_value.append_option(*v);
+            if let Some(lossless) = self.lossless.as_mut() {
+                // The bytes only when the text column cannot hold them.
+                lossless.header_key_bytes.append_option(text.is_err().then_some(*k));
+            }
+            size += k.len() + v.map_or(0, <[u8]>::len);
+        }
+        let last = *self.header_offsets.last().expect("starts with 0");
+        self.header_offsets.push(last + headers.len() as i32);
+        self.batch_base_offset.push(header.base_offset);
+        self.producer_id.push(header.producer_id);
+        self.producer_epoch.push(i32::from(header.producer_epoch));
+        self.base_sequence.push(header.base_sequence);
+        self.compression.append_value(compression_name(header.compression()));
+        self.is_transactional.push(header.is_transactional());
+        self.partition_leader_epoch.push(header.partition_leader_epoch);
+        if let Some(lossless) = self.lossless.as_mut() {
+            lossless.push(header, timestamp_delta, record_attributes);
+        }
+        self.bytes += size + 64;
     }
 
     /// The rows held as one Arrow record batch (`None` when empty); the converter is empty afterwards.
@@ -198,11 +404,11 @@ impl ArrowConverter {
         let fields = self.schema.fields();
         let DataType::List(element) = fields[6].data_type() else { unreachable!("headers is a list") };
         let DataType::Struct(header_fields) = element.data_type() else { unreachable!("of structs") };
-        let header_struct = StructArray::try_new(
-            header_fields.clone(),
-            vec![Arc::new(self.header_key.finish()) as ArrayRef, Arc::new(self.header_value.finish())],
-            None,
-        )?;
+        let mut header_columns = vec![Arc::new(self.header_key.finish()) as ArrayRef, Arc::new(self.header_value.finish())];
+        if let Some(lossless) = self.lossless.as_mut() {
+            header_columns.push(Arc::new(lossless.header_key_bytes.finish()));
+        }
+        let header_struct = StructArray::try_new(header_fields.clone(), header_columns, None)?;
         let offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
         let headers = ListArray::try_new(
             element.clone(),
@@ -210,7 +416,7 @@ impl ArrowConverter {
             Arc::new(header_struct),
             None,
         )?;
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(Int32Array::from(vec![self.partition; n])),
             Arc::new(Int64Array::from(std::mem::take(&mut self.offset))),
             Arc::new(TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp)).with_timezone("+00:00")),
@@ -226,6 +432,12 @@ impl ArrowConverter {
             Arc::new(BooleanArray::from(std::mem::take(&mut self.is_transactional))),
             Arc::new(Int32Array::from(std::mem::take(&mut self.partition_leader_epoch))),
         ];
+        if let Some(lossless) = self.lossless.as_mut() {
+            columns.extend(lossless.finish());
+        }
+        if let Some(log) = self.log.as_mut() {
+            columns.extend(log.finish());
+        }
         self.bytes = 0;
         Ok(Some(RecordBatch::try_new(self.schema.clone(), columns)?))
     }

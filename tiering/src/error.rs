@@ -58,6 +58,12 @@ pub enum TieringError {
         /// The topic's id now.
         topic_id: String,
     },
+    /// A shared topic's existing table lacks the lossless layout's columns.
+    #[error("table {table} was created in copy mode (without the columns a batch's rebuild needs): floe.iceberg.storage=shared needs a table created shared")]
+    NotLossless {
+        /// The table.
+        table: String,
+    },
     /// Listing the object store failed (orphan cleanup).
     #[error("cannot list {location}: {source}")]
     ObjectStore {
@@ -89,7 +95,7 @@ impl TieringError {
             Self::SegmentIo { .. } | Self::Segment(_) => "segment_io".into(),
             Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
-            Self::InvalidPartitionSpec { .. } => "config".into(),
+            Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } => "config".into(),
             Self::TopicMismatch { .. } => "topic_mismatch".into(),
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),

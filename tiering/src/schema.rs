@@ -18,6 +18,39 @@
 //! | 14 | `partition_leader_epoch` | int | as stored in the batch |
 //!
 //! List element id 15, header struct fields 16 (`key`) and 17 (`value`).
+//!
+//! # The lossless layout (`floe.iceberg.storage=shared`)
+//! A shared table is the only copy of old offsets, so a Kafka batch must be
+//! rebuilt from its rows exactly. It has these optional columns more
+//! ([`lossless_iceberg_schema`]; every one's Iceberg `doc` names the Kafka
+//! field, and the table property `floe.kafka-columns` lists them):
+//!
+//! | id | column | Iceberg type | Kafka record batch v2 field |
+//! |---|---|---|---|
+//! | 18 | `batch_last_offset_delta` | int | lastOffsetDelta |
+//! | 19 | `batch_base_timestamp` | long (ms) | baseTimestamp |
+//! | 20 | `batch_max_timestamp` | long (ms) | maxTimestamp |
+//! | 21 | `batch_attributes` | int | attributes (the int16 as stored) |
+//! | 22 | `batch_records_count` | int | recordsCount |
+//! | 23 | `batch_crc` | long | CRC (unsigned CRC-32C as stored) |
+//! | 24 | `timestamp_delta` | long | the record's timestampDelta |
+//! | 25 | `record_attributes` | int, null when 0 | the record's attributes |
+//! | 26 | `headers.element.key_bytes` | binary, null when the key is UTF-8 | a header key that is not UTF-8 |
+//!
+//! (The ids are the layout's; Iceberg gives a new table fresh ids, top-level
+//! columns first, so in a created table the nested ones come last. Readers
+//! find these columns by name.)
+//!
+//! What a READ_COMMITTED consumer would not keep goes to the companion table
+//! `<topic>__log` ([`log_iceberg_schema`]): the lossless layout plus
+//!
+//! | id | column | type | |
+//! |---|---|---|---|
+//! | 27 | `kind` | string | `commit_marker`, `abort_marker`, `aborted`, `opaque`, `hole` |
+//! | 28 | `txn_first_offset` | long, optional | abort markers: the transaction's first offset (Kafka's `.txnindex` firstOffset) |
+//! | 29 | `txn_last_stable_offset` | long, optional | abort markers: the `.txnindex` lastStableOffset |
+//! | 30 | `batch_bytes` | binary, optional | `opaque`: the batch as stored (undecodable or failing its CRC) |
+//! | 31 | `hole_last_offset` | long, optional | `hole`: last offset of a damaged range recovery kept (`offset` is its first) |
 //! Iceberg `binary` is Arrow `LargeBinary`; `timestamptz` is Arrow
 //! `Timestamp(Microsecond, "+00:00")`.
 //!
@@ -54,6 +87,75 @@ pub mod field_id {
     pub const HEADERS_ELEMENT: i32 = 15;
     pub const HEADER_KEY: i32 = 16;
     pub const HEADER_VALUE: i32 = 17;
+    pub const BATCH_LAST_OFFSET_DELTA: i32 = 18;
+    pub const BATCH_BASE_TIMESTAMP: i32 = 19;
+    pub const BATCH_MAX_TIMESTAMP: i32 = 20;
+    pub const BATCH_ATTRIBUTES: i32 = 21;
+    pub const BATCH_RECORDS_COUNT: i32 = 22;
+    pub const BATCH_CRC: i32 = 23;
+    pub const TIMESTAMP_DELTA: i32 = 24;
+    pub const RECORD_ATTRIBUTES: i32 = 25;
+    pub const HEADER_KEY_BYTES: i32 = 26;
+    pub const KIND: i32 = 27;
+    pub const TXN_FIRST_OFFSET: i32 = 28;
+    pub const TXN_LAST_STABLE_OFFSET: i32 = 29;
+    pub const BATCH_BYTES: i32 = 30;
+    pub const HOLE_LAST_OFFSET: i32 = 31;
+}
+
+/// The lossless layout's columns beyond the raw layout, with the Kafka field each
+/// holds (the Iceberg `doc` of the column): [`lossless_iceberg_schema`].
+pub const LOSSLESS_COLUMNS: &[(&str, &str)] = &[
+    ("batch_last_offset_delta", "Kafka record batch v2: lastOffsetDelta"),
+    ("batch_base_timestamp", "Kafka record batch v2: baseTimestamp (ms)"),
+    ("batch_max_timestamp", "Kafka record batch v2: maxTimestamp (ms)"),
+    ("batch_attributes", "Kafka record batch v2: attributes, as stored"),
+    ("batch_records_count", "Kafka record batch v2: recordsCount"),
+    ("batch_crc", "Kafka record batch v2: CRC-32C, as stored (unsigned)"),
+    ("timestamp_delta", "Kafka record v2: timestampDelta"),
+    ("record_attributes", "Kafka record v2: attributes (null when 0)"),
+];
+
+/// The header struct's column holding a key that is not UTF-8 (lossless layout).
+pub const HEADER_KEY_BYTES_COLUMN: &str = "key_bytes";
+
+/// Table property listing the columns that are Kafka's (lossless tables).
+pub const KAFKA_COLUMNS_PROPERTY: &str = "floe.kafka-columns";
+
+/// The value of [`KAFKA_COLUMNS_PROPERTY`]: every column of the lossless layout, comma-separated.
+pub fn kafka_columns_property() -> String {
+    let mut names: Vec<String> = iceberg_schema().as_struct().fields().iter().map(|f| f.name.clone()).collect();
+    names.extend(LOSSLESS_COLUMNS.iter().map(|(n, _)| n.to_string()));
+    names.push(format!("headers.element.{HEADER_KEY_BYTES_COLUMN}"));
+    names.join(",")
+}
+
+/// What a `__log` row is ([`log_iceberg_schema`]'s `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRowKind {
+    /// A transaction's COMMIT marker (one control record).
+    CommitMarker,
+    /// A transaction's ABORT marker.
+    AbortMarker,
+    /// A record of an aborted transaction.
+    Aborted,
+    /// A batch that could not be decoded, kept as stored.
+    Opaque,
+    /// A damaged range recovery kept: no batch covers it.
+    Hole,
+}
+
+impl LogRowKind {
+    /// Its name in the `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CommitMarker => "commit_marker",
+            Self::AbortMarker => "abort_marker",
+            Self::Aborted => "aborted",
+            Self::Opaque => "opaque",
+            Self::Hole => "hole",
+        }
+    }
 }
 
 /// The dead-letter table's column holding why a record is there.
@@ -64,14 +166,72 @@ pub const DEFAULT_PARTITION_SPEC: &str = "day(timestamp)";
 
 /// The Iceberg schema of every tiered topic's table.
 pub fn iceberg_schema() -> Schema {
+    raw_schema(false)
+}
+
+/// The schema of a shared topic's table: the raw layout and the columns a
+/// batch's rebuild needs (module doc).
+pub fn lossless_iceberg_schema() -> Schema {
+    raw_schema(true)
+}
+
+/// The schema of a shared topic's `<topic>__log` table: the lossless layout and
+/// what markers, aborted records, opaque batches and holes need (module doc).
+pub fn log_iceberg_schema() -> Schema {
     use field_id::*;
-    let header = StructType::new(vec![
+    let p = |t| Type::Primitive(t);
+    let mut fields = lossless_iceberg_schema().as_struct().fields().to_vec();
+    fields.push(NestedField::required(KIND, "kind", p(PrimitiveType::String)).into());
+    fields.push(NestedField::optional(TXN_FIRST_OFFSET, "txn_first_offset", p(PrimitiveType::Long)).into());
+    fields.push(NestedField::optional(TXN_LAST_STABLE_OFFSET, "txn_last_stable_offset", p(PrimitiveType::Long)).into());
+    fields.push(NestedField::optional(BATCH_BYTES, "batch_bytes", p(PrimitiveType::Binary)).into());
+    fields.push(NestedField::optional(HOLE_LAST_OFFSET, "hole_last_offset", p(PrimitiveType::Long)).into());
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("the __log schema is well formed (a unit test builds it)")
+}
+
+/// The Arrow schema of [`lossless_iceberg_schema`].
+pub fn lossless_arrow_schema() -> ArrowSchemaRef {
+    Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(&lossless_iceberg_schema())
+            .expect("the lossless schema converts to Arrow (a unit test converts it)"),
+    )
+}
+
+/// The Arrow schema of [`log_iceberg_schema`].
+pub fn log_arrow_schema() -> ArrowSchemaRef {
+    Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(&log_iceberg_schema())
+            .expect("the __log schema converts to Arrow (a unit test converts it)"),
+    )
+}
+
+/// The table has the lossless layout's columns (created shared).
+pub fn is_lossless(schema: &Schema) -> bool {
+    LOSSLESS_COLUMNS.iter().all(|(name, _)| schema.field_by_name(name).is_some())
+        && schema.field_by_id(field_id::HEADER_KEY_BYTES).is_some()
+}
+
+fn raw_schema(lossless: bool) -> Schema {
+    use field_id::*;
+    let mut header_fields = vec![
         NestedField::required(HEADER_KEY, "key", Type::Primitive(PrimitiveType::String)).into(),
         NestedField::optional(HEADER_VALUE, "value", Type::Primitive(PrimitiveType::Binary)).into(),
-    ]);
+    ];
+    if lossless {
+        header_fields.push(
+            NestedField::optional(HEADER_KEY_BYTES, HEADER_KEY_BYTES_COLUMN, Type::Primitive(PrimitiveType::Binary))
+                .with_doc("Kafka record v2: a header key that is not UTF-8, as sent (null otherwise)")
+                .into(),
+        );
+    }
+    let header = StructType::new(header_fields);
     let headers = ListType::new(NestedField::required(HEADERS_ELEMENT, "element", Type::Struct(header)).into());
     let p = |t| Type::Primitive(t);
-    Schema::builder()
+    let base = Schema::builder()
         .with_schema_id(0)
         .with_fields(vec![
             NestedField::required(PARTITION, "partition", p(PrimitiveType::Int)).into(),
@@ -90,7 +250,29 @@ pub fn iceberg_schema() -> Schema {
             NestedField::required(PARTITION_LEADER_EPOCH, "partition_leader_epoch", p(PrimitiveType::Int)).into(),
         ])
         .build()
-        .expect("the table schema is well formed (a unit test builds it)")
+        .expect("the table schema is well formed (a unit test builds it)");
+    if !lossless {
+        return base;
+    }
+    let ids = [
+        (BATCH_LAST_OFFSET_DELTA, PrimitiveType::Int),
+        (BATCH_BASE_TIMESTAMP, PrimitiveType::Long),
+        (BATCH_MAX_TIMESTAMP, PrimitiveType::Long),
+        (BATCH_ATTRIBUTES, PrimitiveType::Int),
+        (BATCH_RECORDS_COUNT, PrimitiveType::Int),
+        (BATCH_CRC, PrimitiveType::Long),
+        (TIMESTAMP_DELTA, PrimitiveType::Long),
+        (RECORD_ATTRIBUTES, PrimitiveType::Int),
+    ];
+    let mut fields = base.as_struct().fields().to_vec();
+    for ((id, t), (name, doc)) in ids.into_iter().zip(LOSSLESS_COLUMNS) {
+        fields.push(NestedField::optional(id, *name, p(t)).with_doc(*doc).into());
+    }
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("the lossless schema is well formed (a unit test builds it)")
 }
 
 /// The dead-letter table's and a typed table's column holding a typed key's
@@ -202,6 +384,23 @@ mod tests {
             a.field_with_name("timestamp").unwrap().data_type(),
             &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into()))
         );
+    }
+
+    #[test]
+    fn lossless_and_log_schemas_build_and_convert() {
+        let l = lossless_arrow_schema();
+        assert_eq!(l.fields().len(), 14 + LOSSLESS_COLUMNS.len());
+        assert!(is_lossless(&lossless_iceberg_schema()) && !is_lossless(&iceberg_schema()));
+        let s = lossless_iceberg_schema();
+        assert_eq!(s.field_by_name("batch_crc").unwrap().id, field_id::BATCH_CRC);
+        assert_eq!(s.field_by_name("record_attributes").unwrap().id, field_id::RECORD_ATTRIBUTES);
+        assert!(s.field_by_name("batch_crc").unwrap().doc.as_deref().unwrap().starts_with("Kafka"));
+        assert_eq!(s.field_by_id(field_id::HEADER_KEY_BYTES).unwrap().name, HEADER_KEY_BYTES_COLUMN);
+        let log = log_iceberg_schema();
+        assert_eq!(log.field_by_name("kind").unwrap().id, field_id::KIND);
+        assert_eq!(log_arrow_schema().fields().len(), l.fields().len() + 5);
+        assert_eq!(log.highest_field_id(), field_id::HOLE_LAST_OFFSET);
+        assert!(kafka_columns_property().ends_with("record_attributes,headers.element.key_bytes"));
     }
 
     #[test]

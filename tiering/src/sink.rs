@@ -200,8 +200,20 @@ impl Sink {
     /// Writes the rows of one converted batch of Kafka `partition` (the raw layout).
     pub(crate) async fn write(&mut self, owner: &TopicTable, raw: RecordBatch, partition: i32) -> Result<()> {
         if self.dead.is_none() {
+            let same_names = raw.schema().fields().len() == self.arrow.fields().len()
+                && raw.schema().fields().iter().zip(self.arrow.fields()).all(|(a, b)| a.name() == b.name());
             let batch = if raw.schema().fields() == self.arrow.fields() {
                 raw
+            } else if same_names {
+                // The same layout with the table's field ids (Iceberg assigns fresh ids at
+                // creation, so nested ids differ from the layout's): cheap, no rows copied.
+                let columns = raw
+                    .columns()
+                    .iter()
+                    .zip(self.arrow.fields())
+                    .map(|(c, f)| crate::typed::project::project(c, f.data_type()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                RecordBatch::try_new(self.arrow.clone(), columns)?
             } else {
                 // A table made typed earlier, tiered raw now: the Kafka columns, nothing typed.
                 let all: Vec<usize> = (0..raw.num_rows()).collect();

@@ -39,7 +39,7 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, TableIdent};
 use tracing::{debug, error, info, warn};
 
-use crate::convert::{ArrowConverter, Pushed};
+use crate::convert::{ArrowConverter, LogBatch, Pushed, RowLayout};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
 use crate::offsets::{committed_next_offsets, conflicting_partition, summary_properties};
@@ -126,12 +126,61 @@ pub struct PreparedTier {
     data_files: Vec<DataFile>,
     /// A typed table's dead letters of the same offsets, committed first.
     dead_letters: Option<Box<PreparedTier>>,
+    /// A shared table's `__log` rows of the same offsets, committed before anything else.
+    log_rows: Option<Box<PreparedTier>>,
 }
 
 impl PreparedTier {
     /// Per partition, the inclusive offset range this commit would tier.
     pub fn ranges(&self) -> &BTreeMap<i32, (i64, i64)> {
         &self.outcome.committed
+    }
+}
+
+/// A shared table's `__log` side of one pass: its writer lock, where it
+/// stands, what was written to it.
+struct LogSide {
+    lock: tokio::sync::OwnedMutexGuard<()>,
+    next: BTreeMap<i32, i64>,
+    snapshot: Option<i64>,
+    sink: Sink,
+    /// Partitions with `__log` rows in this pass.
+    partitions: std::collections::BTreeSet<i32>,
+}
+
+impl LogSide {
+    /// The `__log` commit of a pass tiering `committed`: its partitions with rows,
+    /// each from where the `__log` table stands; `None` without rows.
+    async fn prepared(self, committed: &BTreeMap<i32, (i64, i64)>) -> Result<Option<Box<PreparedTier>>> {
+        let (files, _) = self.sink.finish().await?;
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let ranges: BTreeMap<i32, (i64, i64)> = self
+            .partitions
+            .iter()
+            .filter_map(|p| {
+                let (first, last) = *committed.get(p)?;
+                let first = first.max(self.next.get(p).copied().unwrap_or(0));
+                (first <= last).then_some((*p, (first, last)))
+            })
+            .collect();
+        let outcome = TierOutcome {
+            committed: ranges,
+            rows: files.iter().map(DataFile::record_count).sum(),
+            files: files.len() as u64,
+            bytes: files.iter().map(DataFile::file_size_in_bytes).sum(),
+            ..TierOutcome::default()
+        };
+        Ok(Some(Box::new(PreparedTier {
+            _writer: self.lock,
+            base_snapshot: self.snapshot,
+            planned: self.next,
+            outcome,
+            data_files: files,
+            dead_letters: None,
+            log_rows: None,
+        })))
     }
 }
 
@@ -147,6 +196,8 @@ pub struct TopicTable {
     broker_id: Option<i32>,
     /// A typed table's schemas and dead-letter table ([`crate::typed`]).
     typed: Option<TypedValues>,
+    /// A shared table's `<topic>__log` ([`crate::schema::log_iceberg_schema`]).
+    log_table: Option<Box<TopicTable>>,
 }
 
 /// What a typed table has beyond a raw one.
@@ -165,7 +216,21 @@ impl TopicTable {
         lock: Arc<tokio::sync::Mutex<()>>,
         config: Option<Arc<crate::catalog_config::CatalogConfig>>,
     ) -> Self {
-        Self { catalog, ident, lock, config, broker_id: None, typed: None }
+        Self { catalog, ident, lock, config, broker_id: None, typed: None, log_table: None }
+    }
+
+    /// Makes this a shared table (`floe.iceberg.storage=shared`): rows of the
+    /// lossless layout, and markers, aborted records, undecodable batches and
+    /// damaged ranges written to `log` (its `__log` table), committed first.
+    #[must_use]
+    pub(crate) fn with_log_table(mut self, log: TopicTable) -> Self {
+        self.log_table = Some(Box::new(log));
+        self
+    }
+
+    /// A shared table's `__log` table.
+    pub fn log_table(&self) -> Option<&TopicTable> {
+        self.log_table.as_deref()
     }
 
     /// Makes this a typed table of `layout`: keys and values decoded with `schemas`'
@@ -203,6 +268,9 @@ impl TopicTable {
     #[must_use]
     pub fn with_broker_id(mut self, broker_id: i32) -> Self {
         self.broker_id = Some(broker_id);
+        if let Some(log) = self.log_table.take() {
+            self.log_table = Some(Box::new(log.with_broker_id(broker_id)));
+        }
         if let Some(t) = self.typed.take() {
             let dead_letters = Box::new((*t.dead_letters).with_broker_id(broker_id));
             self.typed = Some(TypedValues { schemas: t.schemas, layout: t.layout, dead_letters });
@@ -292,6 +360,19 @@ impl TopicTable {
             None => (None, None),
         };
         let mut sink = Sink::new(table, limits, format!("floe-{commit_id}"), dead)?;
+        // A shared table's `__log` is planned with it too, under its writer lock (taken last).
+        let mut log_side = match &self.log_table {
+            Some(t) => {
+                let lock = t.lock.clone().lock_owned().await;
+                let table = t.load().await?;
+                let next = committed_next_offsets(table.metadata());
+                let snapshot = table.metadata().current_snapshot_id();
+                let sink = Sink::new(table, limits, format!("floe-{commit_id}-log"), None)?;
+                Some(LogSide { lock, next, snapshot, sink, partitions: Default::default() })
+            }
+            None => None,
+        };
+        let layout = if self.log_table.is_some() { RowLayout::Lossless } else { RowLayout::Raw };
 
         for log in partitions {
             let p = log.partition();
@@ -302,7 +383,13 @@ impl TopicTable {
                 warn!(table = %self.ident, partition = p, committed, log_start,
                     "offsets below the log start were deleted before they were tiered");
             }
-            let mut conv = ArrowConverter::new(p, limits.arrow_batch_rows, limits.arrow_batch_bytes);
+            let mut conv = ArrowConverter::with_layout(p, limits.arrow_batch_rows, limits.arrow_batch_bytes, layout);
+            // `__log` rows from where both tables stand: below the log table's own
+            // offsets they were committed by a pass whose main commit did not follow.
+            let mut log_conv = log_side.as_ref().map(|l| {
+                let from = from.max(l.next.get(&p).copied().unwrap_or(0));
+                (ArrowConverter::with_layout(p, limits.arrow_batch_rows, limits.arrow_batch_bytes, RowLayout::Log), from)
+            });
             let mut last_covered: Option<i64> = None;
             let mut read = 0u64;
             for seg in log.sealed_segments().into_iter().filter(|s| s.next_offset > from) {
@@ -316,6 +403,11 @@ impl TopicTable {
                         last_offset: c.last_offset.unwrap_or(seg.next_offset - 1), reason: c.to_string() };
                     error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                         last_offset = s.last_offset, reason = %s.reason, "skipping a damaged range of a segment");
+                    if let Some((lc, log_from)) = log_conv.as_mut() {
+                        if s.last_offset >= *log_from {
+                            lc.push_hole(s.first_offset.max(*log_from), s.last_offset);
+                        }
+                    }
                     outcome.skipped.push(s);
                 }
                 let holes = seg.corrupt.iter().map(|c| (c.position, c.end_position)).collect();
@@ -336,6 +428,11 @@ impl TopicTable {
                                 reason: format!("unreadable segment tail at byte {position}: {reason}") };
                             error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                                 last_offset = s.last_offset, reason = %s.reason, "skipping records that cannot be read");
+                            if let Some((lc, log_from)) = log_conv.as_mut() {
+                                if s.last_offset >= *log_from {
+                                    lc.push_hole(s.first_offset.max(*log_from), s.last_offset);
+                                }
+                            }
                             outcome.skipped.push(s);
                             last_covered = Some(seg.next_offset - 1);
                             break;
@@ -351,26 +448,51 @@ impl TopicTable {
                             last_offset: header.last_offset(), reason: format!("{} at byte {position}: {e}", seg.path.display()) };
                         error!(table = %self.ident, partition = p, first_offset = s.first_offset,
                             last_offset = s.last_offset, reason = %s.reason, "skipping a record batch whose CRC does not match");
+                        if let Some((lc, log_from)) = log_conv.as_mut() {
+                            if header.last_offset() >= *log_from {
+                                // Served back as stored: a consumer fails its CRC as it would on the log.
+                                lc.push_opaque(&header, bytes);
+                            }
+                        }
                         outcome.skipped.push(s);
                         last_covered = Some(header.last_offset());
                         continue;
                     }
-                    if seg.is_aborted(&header) {
-                        // An aborted transaction's records never become rows (READ_COMMITTED semantics).
-                        last_covered = Some(header.last_offset());
-                        continue;
-                    }
-                    match conv.push(&header, Bytes::copy_from_slice(bytes), from) {
-                        Pushed::Rows(_) | Pushed::Control => {}
-                        Pushed::Undecodable { base_offset, last_offset, reason } => {
-                            error!(table = %self.ident, partition = p, first_offset = base_offset, last_offset,
-                                %reason, "skipping a record batch that cannot be decoded");
-                            outcome.skipped.push(SkippedBatch { partition: p, first_offset: base_offset, last_offset, reason });
+                    let pushed = if seg.is_aborted(&header) {
+                        // An aborted transaction's records never become rows of the table
+                        // (READ_COMMITTED semantics); a shared table's `__log` keeps them.
+                        match log_conv.as_mut() {
+                            Some((lc, log_from)) => lc.push_log(&header, bytes, *log_from, LogBatch::Aborted),
+                            None => Pushed::Rows(0),
                         }
+                    } else {
+                        match conv.push(&header, Bytes::copy_from_slice(bytes), from) {
+                            Pushed::Control => match log_conv.as_mut() {
+                                Some((lc, log_from)) => lc.push_log(&header, bytes, *log_from, LogBatch::Marker(&seg.aborted)),
+                                None => Pushed::Control,
+                            },
+                            other => other,
+                        }
+                    };
+                    if let Pushed::Undecodable { base_offset, last_offset, reason } = pushed {
+                        error!(table = %self.ident, partition = p, first_offset = base_offset, last_offset,
+                            %reason, "skipping a record batch that cannot be decoded");
+                        if let Some((lc, log_from)) = log_conv.as_mut() {
+                            if last_offset >= *log_from {
+                                lc.push_opaque(&header, bytes);
+                            }
+                        }
+                        outcome.skipped.push(SkippedBatch { partition: p, first_offset: base_offset, last_offset, reason });
                     }
                     last_covered = Some(header.last_offset());
                     if conv.is_full() {
                         self.write(&mut sink, &mut conv, p).await?;
+                    }
+                    if let (Some((lc, _)), Some(side), Some(log_table)) = (log_conv.as_mut(), log_side.as_mut(), &self.log_table) {
+                        if lc.is_full() {
+                            side.partitions.insert(p);
+                            log_table.write(&mut side.sink, lc, p).await?;
+                        }
                     }
                 }
                 if !stopped {
@@ -379,6 +501,12 @@ impl TopicTable {
                 }
             }
             self.write(&mut sink, &mut conv, p).await?;
+            if let (Some((lc, _)), Some(side), Some(log_table)) = (log_conv.as_mut(), log_side.as_mut(), &self.log_table) {
+                if !lc.is_empty() {
+                    side.partitions.insert(p);
+                    log_table.write(&mut side.sink, lc, p).await?;
+                }
+            }
             if let Some(last) = last_covered {
                 if last >= from {
                     outcome.committed.insert(p, (from, last));
@@ -388,8 +516,20 @@ impl TopicTable {
         let (data_files, dead) = sink.finish().await?;
         if outcome.committed.is_empty() {
             outcome.next_offsets = next.clone();
-            return Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files: Vec::new(), dead_letters: None });
+            return Ok(PreparedTier {
+                _writer: writer_lock,
+                base_snapshot,
+                planned: next,
+                outcome,
+                data_files: Vec::new(),
+                dead_letters: None,
+                log_rows: None,
+            });
         }
+        let log_rows = match log_side {
+            Some(side) => side.prepared(&outcome.committed).await?,
+            None => None,
+        };
         outcome.files = data_files.len() as u64;
         outcome.bytes = data_files.iter().map(DataFile::file_size_in_bytes).sum();
         outcome.rows = data_files.iter().map(DataFile::record_count).sum();
@@ -420,11 +560,12 @@ impl TopicTable {
                     outcome: dead_outcome,
                     data_files: files,
                     dead_letters: None,
+                    log_rows: None,
                 }))
             }
             _ => None,
         };
-        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files, dead_letters })
+        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files, dead_letters, log_rows })
     }
 
     /// Commits `prepared` exactly once, or not at all.
@@ -444,6 +585,13 @@ impl TopicTable {
     /// [`TieringError::StaleSnapshot`] (nothing committed; the data files are
     /// orphans); [`TieringError::Iceberg`] if the catalog fails.
     pub async fn commit(&self, mut prepared: PreparedTier) -> Result<TierOutcome> {
+        if let (Some(log), Some(log_table)) = (prepared.log_rows.take(), &self.log_table) {
+            // `__log` first: the main table's offsets are the authority, so a crash
+            // before its commit leaves `__log` rows the next pass does not write again.
+            let out = log_table.commit_one(*log).await?;
+            debug!(table = %log_table.ident, ?out.committed, rows = out.rows, "__log rows committed");
+            self.failpoint("tiering.log.committed")?;
+        }
         if let (Some(dead), Some(typed)) = (prepared.dead_letters.take(), &self.typed) {
             // Dead letters first: a crash before the typed commit re-converts the same
             // records, and leaves out the dead letters committed here ([`crate::typed`]).
@@ -454,6 +602,13 @@ impl TopicTable {
         self.commit_one(prepared).await
     }
 
+    /// A crash between the commits of a shared table: its `__log` rows committed, nothing else.
+    #[cfg(test)]
+    pub(crate) async fn commit_log_only(&self, mut prepared: PreparedTier) -> Result<()> {
+        let log = prepared.log_rows.take().expect("the pass has __log rows");
+        self.log_table.as_ref().expect("a shared table").commit_one(*log).await.map(drop)
+    }
+
     /// A crash between the two commits of a typed table: its dead letters committed, nothing else.
     #[cfg(test)]
     pub(crate) async fn commit_dead_letters_only(&self, mut prepared: PreparedTier) -> Result<()> {
@@ -462,7 +617,7 @@ impl TopicTable {
     }
 
     async fn commit_one(&self, prepared: PreparedTier) -> Result<TierOutcome> {
-        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files, dead_letters: _ } = prepared;
+        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files, .. } = prepared;
         if outcome.committed.is_empty() {
             return Ok(outcome);
         }
@@ -607,6 +762,7 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
+    use arrow_array::Array;
 
     use super::*;
     use crate::catalog::IcebergCatalog;
@@ -688,6 +844,81 @@ mod tests {
         assert_eq!(out.committed[&0], (27, 35));
         let all: Vec<i64> = committed.into_iter().chain(27..35).collect();
         assert_eq!(scanned_offsets(&t).await, all, "no row for a marker (offset 35)");
+    }
+
+    /// `(offset, kind)` of a shared table's `__log` rows, in offset order.
+    async fn log_rows(t: &TopicTable) -> Vec<(i64, String, Option<i64>)> {
+        let batches = scan_columns(t.log_table().unwrap(), &["offset", "kind", "txn_first_offset"]).await;
+        let mut v = Vec::new();
+        for b in &batches {
+            let (o, k, f) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_string::<i32>(), b.column(2).as_primitive::<Int64Type>());
+            for i in 0..b.num_rows() {
+                v.push((o.value(i), k.value(i).to_string(), f.is_valid(i).then(|| f.value(i))));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shared_table_holds_every_offset_once_across_it_and_its_log_table() {
+        use floe_storage::ControlRecordType::{Abort, Commit};
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+        fill(&log, 0, 10); // 0-4, 5-9 (damaged below)
+        log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14, aborted
+        log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
+        log.append(&mut transactional(2, 0, 5), 0).unwrap(); // 16-20, committed
+        log.append_txn_marker(2, 0, Commit, 0, 1).unwrap(); // 21
+        fill(&log, 22, 5); // 22-26
+        log.roll_now().unwrap();
+        let seg = &log.sealed_segments()[0];
+        let bytes = std::fs::read(&seg.path).unwrap();
+        let first = floe_protocol::record_batch::RecordBatchHeader::parse(&bytes).unwrap().total_size();
+        let mut damaged = bytes.clone();
+        damaged[first + 61 + 3] ^= 0xa5;
+        std::fs::write(&seg.path, &damaged).unwrap();
+        let cat = catalog(dir.path()).await;
+        let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
+        // A crash after the `__log` commit: the next pass commits the main table and no `__log` row twice.
+        let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+        t.commit_log_only(prepared).await.unwrap();
+        assert!(scanned_offsets(&t).await.is_empty());
+        let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+        assert_eq!(out.committed[&0], (0, 26));
+        let main: Vec<i64> = (0..5).chain(16..21).chain(22..27).collect();
+        assert_eq!(scanned_offsets(&t).await, main, "the main table keeps what READ_COMMITTED keeps");
+        let mut want: Vec<(i64, String, Option<i64>)> = vec![(5, "opaque".into(), None)];
+        want.extend((10..15).map(|o| (o, "aborted".to_string(), None)));
+        want.push((15, "abort_marker".into(), Some(10)));
+        want.push((21, "commit_marker".into(), None));
+        assert_eq!(log_rows(&t).await, want);
+        // Every offset once across both tables (the opaque row stands for its batch, 5-9).
+        let mut all: Vec<i64> = main.iter().copied().chain(want.iter().map(|w| w.0)).collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), main.len() + want.len(), "no offset in both tables");
+        // The lossless columns hold each batch's header as stored.
+        let b = scan_columns(&t, &["offset", "batch_crc", "batch_last_offset_delta", "batch_records_count", "batch_base_timestamp"]).await;
+        let headers: std::collections::BTreeMap<i64, floe_protocol::record_batch::RecordBatchHeader> =
+            floe_protocol::record_batch::BatchIter::new(&damaged).map(|h| h.unwrap().header).map(|h| (h.base_offset, h)).collect();
+        for batch in &b {
+            let (off, crc, lod, count, base_ts) = (
+                batch.column(0).as_primitive::<Int64Type>(),
+                batch.column(1).as_primitive::<Int64Type>(),
+                batch.column(2).as_primitive::<arrow_array::types::Int32Type>(),
+                batch.column(3).as_primitive::<arrow_array::types::Int32Type>(),
+                batch.column(4).as_primitive::<Int64Type>(),
+            );
+            for i in 0..batch.num_rows() {
+                let h = headers.range(..=off.value(i)).next_back().unwrap().1;
+                assert_eq!(crc.value(i), i64::from(h.crc));
+                assert_eq!((lod.value(i), count.value(i), base_ts.value(i)), (h.last_offset_delta, h.records_count, h.base_timestamp));
+            }
+        }
+        // A copy-mode table cannot be opened shared.
+        cat.topic_table("c", "id-2", "").await.unwrap();
+        assert!(matches!(cat.shared_topic_table("c", "id-2", "").await, Err(TieringError::NotLossless { .. })));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
