@@ -60,7 +60,8 @@ def messages(partition: int, n: int, value_bytes: int = 40) -> list[dict]:
         if i % 4 != 0:
             m["key"] = f"k{i}".encode()
         if i % 3 == 0:
-            m["headers"] = [("h", f"{i}".encode()), ("empty", b"")]
+            # "h" twice: Kafka keeps both, in order, and so must the table.
+            m["headers"] = [("h", f"{i}".encode()), ("empty", b""), ("h", b"again")]
         out.append(m)
     return out
 
