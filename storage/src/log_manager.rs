@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::atomic_file::{sync_dir, write_atomically};
 use crate::checkpoint::{CheckpointEntries, OffsetCheckpointFile};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, LOCAL_RETENTION_BYTES, LOCAL_RETENTION_MS};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file_names::{
     deleting_dir_name, is_deleting_dir_name, parse_partition_dir_name,
@@ -183,7 +183,7 @@ impl LogManager {
                     ),
                 });
             }
-            let config = Arc::new(default_config.with_overrides(&meta.config)?);
+            let config = Arc::new(stored_topic_config(&default_config, &meta.name, &meta.config)?);
             let mut partitions = Vec::with_capacity(meta.partitions as usize);
             for p in 0..meta.partitions {
                 let key = (meta.name.clone(), p);
@@ -739,6 +739,29 @@ impl LogManager {
             first_error.get_or_insert(e);
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// A stored topic's effective config: its overrides over `defaults`.
+///
+/// `local.retention.ms` and `local.retention.bytes` were stored unchecked while
+/// Floe accepted them without applying them, so a topic may hold a value that
+/// no longer passes (above its `retention.*`, or not a number). Such a value
+/// is left out with a warning rather than keeping the broker from starting:
+/// the topic then keeps locally what `retention.*` says (`-2`), which copy mode
+/// ignores anyway. Any other bad value still fails the open, as before.
+fn stored_topic_config(defaults: &LogConfig, topic: &str, overrides: &BTreeMap<String, String>) -> Result<LogConfig> {
+    let mut overrides = std::borrow::Cow::Borrowed(overrides);
+    loop {
+        match defaults.with_overrides(&overrides) {
+            Err(StorageError::InvalidConfig { key, reason })
+                if (key == LOCAL_RETENTION_MS || key == LOCAL_RETENTION_BYTES) && overrides.contains_key(&key) =>
+            {
+                warn!(topic, %key, %reason, "ignoring a stored topic config that no longer validates; -2 (same as retention) applies");
+                overrides.to_mut().remove(&key);
+            }
+            other => return other,
+        }
     }
 }
 
