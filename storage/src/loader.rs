@@ -663,7 +663,7 @@ impl LogLoader<'_> {
             // A sealed segment that ends short of the next one lost its tail: a
             // power cut kept the next segment but not all of this one (only a
             // replica can restore it; alone, the offsets are reported missing).
-            if !seg.corrupt.last().is_some_and(|c| c.end_position >= seg.size) {
+            if seg.corrupt.last().is_none_or(|c| c.end_position < seg.size) {
                 let range = CorruptRange {
                     segment: log_path.clone(),
                     position: seg.size,

@@ -856,6 +856,27 @@ mod tests {
         assert_eq!(m.cluster_id(), "ClusterA", "alone, a broker keeps the id it has");
     }
 
+    /// `local.retention.*` were stored unchecked before they were applied: a
+    /// stored value that no longer validates is ignored at open, not fatal.
+    #[test]
+    fn a_stored_local_retention_that_no_longer_validates_is_ignored_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            let o = [("retention.ms", "1000"), ("local.retention.ms", "500")];
+            m.create_topic("t", 1, o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()).unwrap();
+            append(&m, "t", 0, 3);
+        }
+        let path = crate::file_names::topic_metadata_file(dir.path(), "t");
+        let json = std::fs::read_to_string(&path).unwrap().replace("\"500\"", "\"604800000\"");
+        assert!(json.contains("604800000"));
+        std::fs::write(&path, json).unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let c = m.topic("t").unwrap().config();
+        assert_eq!((c.retention_ms, c.local_retention_ms), (1000, -2));
+        assert_eq!(m.partition("t", 0).unwrap().log_end_offset(), 3);
+    }
+
     #[test]
     fn log_start_offset_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
