@@ -5,7 +5,10 @@
 //! fetch), `log_end_offset` (next offset to assign), `high_watermark`
 //! (offsets below it are readable), `last_stable_offset` (below it every
 //! transaction is complete: READ_COMMITTED reads stop there), `recovery_point`
-//! (everything below it is fsynced).
+//! (everything below it is fsynced), `local_log_start_offset` (the first
+//! offset in a local segment: the log start offset, but for shared-storage
+//! topics, whose local retention deletes segments the Iceberg table holds
+//! while the log start offset stays; see `docs/shared-mode.md` 3.1).
 //!
 //! With one replica the high watermark would simply be the log end offset,
 //! but an append that `flush.messages` makes fsync is not complete until the
