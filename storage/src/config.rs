@@ -17,6 +17,12 @@ pub const INDEX_INTERVAL_BYTES: &str = "index.interval.bytes";
 pub const RETENTION_MS: &str = "retention.ms";
 /// `retention.bytes`
 pub const RETENTION_BYTES: &str = "retention.bytes";
+/// `local.retention.ms` (KIP-405): applied to shared-storage topics only, see [`LogConfig::is_shared_storage`]
+pub const LOCAL_RETENTION_MS: &str = "local.retention.ms";
+/// `local.retention.bytes` (KIP-405): applied to shared-storage topics only
+pub const LOCAL_RETENTION_BYTES: &str = "local.retention.bytes";
+/// `local.retention.*` value meaning "the same as `retention.*`" (Kafka's default).
+pub const LOCAL_RETENTION_AS_RETENTION: i64 = -2;
 /// `flush.messages`
 pub const FLUSH_MESSAGES: &str = "flush.messages";
 /// `flush.ms`
@@ -66,8 +72,6 @@ pub const ACCEPTED_NOT_APPLIED: &[(&str, &str)] = &[
     ("compression.type", "producer"),
     ("follower.replication.throttled.replicas", ""),
     ("leader.replication.throttled.replicas", ""),
-    ("local.retention.bytes", "-2"),
-    ("local.retention.ms", "-2"),
     ("message.downconversion.enable", "true"),
     ("message.timestamp.after.max.ms", "9223372036854775807"),
     ("message.timestamp.before.max.ms", "9223372036854775807"),
@@ -96,6 +100,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     FLUSH_MESSAGES,
     FLUSH_MS,
     INDEX_INTERVAL_BYTES,
+    LOCAL_RETENTION_BYTES,
+    LOCAL_RETENTION_MS,
     MAX_COMPACTION_LAG_MS,
     MAX_MESSAGE_BYTES,
     MESSAGE_TIMESTAMP_TYPE,
@@ -192,6 +198,13 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// Delete oldest sealed segments while the log is larger than this; -1 for no limit.
     pub retention_bytes: i64,
+    /// Shared storage only: local segments whose newest record is older than
+    /// this go once the table holds them; -2 is `retention_ms`, -1 keeps them
+    /// locally. See [`LogConfig::effective_local_retention_ms`].
+    pub local_retention_ms: i64,
+    /// Shared storage only: oldest local segments go (once in the table)
+    /// while local bytes exceed this; -2 is `retention_bytes`, -1 for no limit.
+    pub local_retention_bytes: i64,
     /// Fsync after this many unflushed messages.
     pub flush_messages: i64,
     /// Fsync when the last flush is this old.
@@ -231,6 +244,8 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             retention_ms: 604_800_000,
             retention_bytes: -1,
+            local_retention_ms: LOCAL_RETENTION_AS_RETENTION,
+            local_retention_bytes: LOCAL_RETENTION_AS_RETENTION,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             max_message_bytes: 1_048_588,
@@ -268,7 +283,9 @@ fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
 }
 
 impl LogConfig {
-    /// These settings with `overrides` applied on top.
+    /// These settings with `overrides` applied on top, then checked as a
+    /// whole ([`LogConfig::validate`]): a key's limit may be another key's
+    /// value, from the overrides or from these settings (the broker defaults).
     ///
     /// # Errors
     /// [`StorageError::InvalidConfig`] naming the first unknown key or bad value.
@@ -277,7 +294,37 @@ impl LogConfig {
         for (key, value) in overrides {
             config.set(key, value)?;
         }
+        config.validate()?;
         Ok(config)
+    }
+
+    /// The checks across keys, on effective values: `local.retention.ms` and
+    /// `local.retention.bytes` must not exceed a finite `retention.ms` /
+    /// `retention.bytes` (Kafka refuses the same: the local window is part of
+    /// the partition, so it cannot be longer than the partition's retention).
+    /// `-2` (same as retention) passes; so does any value when retention is
+    /// unlimited (`-1`). A local `-1` (keep locally forever) under a finite
+    /// retention exceeds it.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidConfig`] naming the local key.
+    pub fn validate(&self) -> Result<()> {
+        for (key, local, retention_key, retention) in [
+            (LOCAL_RETENTION_MS, self.local_retention_ms, RETENTION_MS, self.retention_ms),
+            (LOCAL_RETENTION_BYTES, self.local_retention_bytes, RETENTION_BYTES, self.retention_bytes),
+        ] {
+            let exceeds = local != LOCAL_RETENTION_AS_RETENTION
+                && retention >= 0
+                && (local == -1 || local > retention);
+            if exceeds {
+                let what = if local == -1 { "-1 (keep locally forever)".to_string() } else { local.to_string() };
+                return Err(invalid(
+                    key,
+                    format!("{what} must not exceed {retention_key} ({retention})"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Sets one key.
@@ -295,6 +342,14 @@ impl LogConfig {
             }
             RETENTION_MS => self.retention_ms = parse_int(key, value, -1, i64::MAX)?,
             RETENTION_BYTES => self.retention_bytes = parse_int(key, value, i64::MIN, i64::MAX)?,
+            LOCAL_RETENTION_MS => {
+                self.local_retention_ms =
+                    parse_int(key, value, LOCAL_RETENTION_AS_RETENTION, i64::MAX)?
+            }
+            LOCAL_RETENTION_BYTES => {
+                self.local_retention_bytes =
+                    parse_int(key, value, LOCAL_RETENTION_AS_RETENTION, i64::MAX)?
+            }
             FLUSH_MESSAGES => self.flush_messages = parse_int(key, value, 1, i64::MAX)?,
             FLUSH_MS => self.flush_ms = parse_int(key, value, 0, i64::MAX)?,
             MAX_MESSAGE_BYTES => {
@@ -379,6 +434,35 @@ impl LogConfig {
             && flag("floe.iceberg.retention-guard").as_deref() != Some("false")
     }
 
+    /// Shared storage (`floe.iceberg.storage=shared`, issue #16): the Iceberg
+    /// table is the partition's older log, so local segments go by
+    /// `local.retention.*` once the table holds them, while the log start
+    /// offset stays where the table's data begins. Needs tiering on
+    /// (`floe.iceberg.enabled=true`); anything else (`copy`, unset, tiering
+    /// off) is copy mode, today's behaviour. Values are compared trimmed and
+    /// case-insensitively, as the other `floe.iceberg.*` flags.
+    pub fn is_shared_storage(&self) -> bool {
+        let flag = |k: &str| self.floe.get(k).map(|v| v.trim().to_ascii_lowercase());
+        flag("floe.iceberg.enabled").as_deref() == Some("true")
+            && flag("floe.iceberg.storage").as_deref() == Some("shared")
+    }
+
+    /// `local.retention.ms` in force: `-2` resolves to `retention.ms` (KIP-405).
+    pub fn effective_local_retention_ms(&self) -> i64 {
+        match self.local_retention_ms {
+            LOCAL_RETENTION_AS_RETENTION => self.retention_ms,
+            ms => ms,
+        }
+    }
+
+    /// `local.retention.bytes` in force: `-2` resolves to `retention.bytes` (KIP-405).
+    pub fn effective_local_retention_bytes(&self) -> i64 {
+        match self.local_retention_bytes {
+            LOCAL_RETENTION_AS_RETENTION => self.retention_bytes,
+            bytes => bytes,
+        }
+    }
+
     /// The effective value of a key, as DescribeConfigs shows it.
     pub fn get(&self, key: &str) -> Option<String> {
         Some(match key {
@@ -388,6 +472,8 @@ impl LogConfig {
             INDEX_INTERVAL_BYTES => self.index_interval_bytes.to_string(),
             RETENTION_MS => self.retention_ms.to_string(),
             RETENTION_BYTES => self.retention_bytes.to_string(),
+            LOCAL_RETENTION_MS => self.local_retention_ms.to_string(),
+            LOCAL_RETENTION_BYTES => self.local_retention_bytes.to_string(),
             FLUSH_MESSAGES => self.flush_messages.to_string(),
             FLUSH_MS => self.flush_ms.to_string(),
             MAX_MESSAGE_BYTES => self.max_message_bytes.to_string(),
@@ -557,5 +643,84 @@ mod tests {
         let sb = d.iter().find(|e| e.name == "segment.bytes").unwrap();
         assert_eq!((sb.value.as_str(), sb.is_default), ("1073741824", true));
         assert!(d.iter().any(|e| e.name == "floe.x" && !e.is_default));
+    }
+
+    fn reason(result: Result<LogConfig>) -> (String, String) {
+        match result {
+            Err(StorageError::InvalidConfig { key, reason }) => (key, reason),
+            other => panic!("expected INVALID_CONFIG, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn local_retention_defaults_to_retention_and_is_reported() {
+        let c = LogConfig::default();
+        assert_eq!((c.local_retention_ms, c.local_retention_bytes), (-2, -2));
+        assert_eq!(c.effective_local_retention_ms(), c.retention_ms);
+        assert_eq!(c.effective_local_retention_bytes(), c.retention_bytes);
+        let o = map(&[("local.retention.ms", "3600000")]);
+        let c = LogConfig::default().with_overrides(&o).unwrap();
+        assert_eq!(c.effective_local_retention_ms(), 3_600_000);
+        let d = c.describe(&o);
+        let ms = d.iter().find(|e| e.name == "local.retention.ms").unwrap();
+        assert_eq!((ms.value.as_str(), ms.is_default), ("3600000", false));
+        let bytes = d.iter().find(|e| e.name == "local.retention.bytes").unwrap();
+        assert_eq!((bytes.value.as_str(), bytes.is_default), ("-2", true));
+        assert_eq!(d.iter().filter(|e| e.name.starts_with("local.retention.")).count(), 2, "listed once");
+        let c = LogConfig::default()
+            .with_overrides(&map(&[("retention.ms", "-1"), ("local.retention.ms", "-1"), ("local.retention.bytes", "0")]))
+            .unwrap();
+        assert_eq!((c.effective_local_retention_ms(), c.effective_local_retention_bytes()), (-1, 0));
+    }
+
+    #[test]
+    fn local_retention_must_not_exceed_a_finite_retention() {
+        let (key, why) = reason(LogConfig::default().with_overrides(&map(&[
+            ("local.retention.ms", "604800000"),
+            ("retention.ms", "86400000"),
+        ])));
+        assert_eq!(key, "local.retention.ms");
+        assert_eq!(why, "604800000 must not exceed retention.ms (86400000)");
+        let e = LogConfig::default()
+            .with_overrides(&map(&[("local.retention.bytes", "10737418240"), ("retention.bytes", "1073741824")]))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config local.retention.bytes: 10737418240 must not exceed retention.bytes (1073741824)"
+        );
+        // Against the broker's default as well as against an override.
+        let defaults = LogConfig::default().with_overrides(&map(&[("retention.ms", "86400000")])).unwrap();
+        let (key, _) = reason(defaults.with_overrides(&map(&[("local.retention.ms", "604800000")])));
+        assert_eq!(key, "local.retention.ms");
+        let (_, why) = reason(defaults.with_overrides(&map(&[("local.retention.ms", "-1")])));
+        assert_eq!(why, "-1 (keep locally forever) must not exceed retention.ms (86400000)");
+        for (k, v) in [("local.retention.ms", "-3"), ("local.retention.bytes", "-3"), ("local.retention.ms", "soon")] {
+            let (key, _) = reason(LogConfig::default().with_overrides(&map(&[(k, v)])));
+            assert_eq!(key, k, "{k}={v}");
+        }
+        // Equal is fine; so is anything under unlimited retention, and -2 always.
+        for o in [
+            map(&[("local.retention.ms", "86400000"), ("retention.ms", "86400000")]),
+            map(&[("local.retention.bytes", "99999999999")]),
+            map(&[("local.retention.ms", "-2"), ("retention.ms", "0")]),
+        ] {
+            assert!(LogConfig::default().with_overrides(&o).is_ok(), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn shared_storage_needs_tiering_and_the_shared_value() {
+        for (overrides, shared) in [
+            (map(&[]), false),
+            (map(&[("floe.iceberg.storage", "shared")]), false),
+            (map(&[("floe.iceberg.enabled", "true")]), false),
+            (map(&[("floe.iceberg.enabled", "true"), ("floe.iceberg.storage", "copy")]), false),
+            (map(&[("floe.iceberg.enabled", "false"), ("floe.iceberg.storage", "shared")]), false),
+            (map(&[("floe.iceberg.enabled", "true"), ("floe.iceberg.storage", "shared")]), true),
+            (map(&[("floe.iceberg.enabled", " TRUE"), ("floe.iceberg.storage", " Shared ")]), true),
+        ] {
+            let c = LogConfig::default().with_overrides(&overrides).unwrap();
+            assert_eq!(c.is_shared_storage(), shared, "{overrides:?}");
+        }
     }
 }

@@ -66,6 +66,17 @@ pub enum StorageError {
         /// The log end offset (= high watermark).
         log_end: i64,
     },
+    /// A shared-storage topic's offset at or above the log start offset but
+    /// below the local log start offset: its records are in the Iceberg table
+    /// only (`docs/shared-mode.md` 4.2). Not a client error: the broker serves
+    /// the offset from the table (answering empty until it can), never
+    /// OFFSET_OUT_OF_RANGE, which would send an `auto.offset.reset=earliest`
+    /// consumer past the table's records.
+    #[error("offset below the local log start offset {local_start}: it is in the table only")]
+    BelowLocalStart {
+        /// The local log start offset: the first offset a local read serves.
+        local_start: i64,
+    },
     /// A batch above `max.message.bytes`, or an append larger than a segment (MESSAGE_TOO_LARGE).
     #[error("record batch of {size} bytes exceeds the limit of {limit} bytes")]
     RecordTooLarge {

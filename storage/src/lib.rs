@@ -27,6 +27,7 @@
 //! - [`batch_reader`]: `SegmentBatchReader`, the one walk over a `.log`'s batches, stepping over damage.
 //! - `offset_index`, `time_index`: the sparse `.index` and `.timeindex`, over `index_file` (their shared file handling).
 //! - `loader`: `LogLoader`, recovery of a partition directory at open (finishing interrupted cleaner swaps).
+//!   For a shared-storage topic it keeps the checkpointed log start offset below the first local segment.
 //! - [`log_cleaner`]: `LogCleaner`, the compaction threads, their choice of log, checkpoint and statistics.
 //! - [`cleaner`]: `Cleaner`, one compaction of one log and its crash-safe segment swap.
 //! - `batch_filter`: rebuilding a record batch without the records compaction removes (offsets kept).
@@ -53,6 +54,8 @@ pub mod file_names;
 mod index_file;
 pub mod leader_epoch_cache;
 mod loader;
+#[cfg(test)]
+mod local_retention_tests;
 pub mod log;
 pub mod log_cleaner;
 pub mod log_dir_failure;

@@ -91,6 +91,10 @@ pub(crate) struct LogLoader<'a> {
     pub(crate) recovery_point: Option<i64>,
     /// From the log-start-offset checkpoint.
     pub(crate) log_start_offset: Option<i64>,
+    /// The topic is in shared storage ([`crate::LogConfig::is_shared_storage`]):
+    /// the checkpointed log start offset stands even below the first local
+    /// segment, whose offsets below it live in the Iceberg table only.
+    pub(crate) shared_storage: bool,
     /// Whether offsets missing between a recovered segment's last batch and
     /// the next segment's base are damage (a sealed segment's tail lost in a
     /// power cut). Not on a compacted log, whose cleaned segments end wherever
@@ -174,10 +178,18 @@ impl LogLoader<'_> {
         }
 
         let first_base = segments.keys().next().copied();
-        let mut log_start_offset = self
-            .log_start_offset
-            .unwrap_or(0)
-            .max(first_base.unwrap_or(0));
+        // Copy mode: local segments are the whole log, so the log starts at
+        // the first one at the earliest. Shared storage: local deletion moves
+        // only the local log start offset (the first segment's base), and the
+        // checkpoint keeps where the table's data begins; no checkpoint is 0,
+        // as Kafka's loader for a tiered log, and the table retention of a
+        // later pass raises it (`PartitionLog::set_log_start_offset`).
+        let checkpointed = self.log_start_offset.unwrap_or(0);
+        let mut log_start_offset = if self.shared_storage {
+            checkpointed
+        } else {
+            checkpointed.max(first_base.unwrap_or(0))
+        };
         let mut log_end_offset = segments
             .values()
             .next_back()
@@ -651,7 +663,7 @@ impl LogLoader<'_> {
             // A sealed segment that ends short of the next one lost its tail: a
             // power cut kept the next segment but not all of this one (only a
             // replica can restore it; alone, the offsets are reported missing).
-            if !seg.corrupt.last().is_some_and(|c| c.end_position >= seg.size) {
+            if seg.corrupt.last().is_none_or(|c| c.end_position < seg.size) {
                 let range = CorruptRange {
                     segment: log_path.clone(),
                     position: seg.size,

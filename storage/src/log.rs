@@ -5,7 +5,10 @@
 //! fetch), `log_end_offset` (next offset to assign), `high_watermark`
 //! (offsets below it are readable), `last_stable_offset` (below it every
 //! transaction is complete: READ_COMMITTED reads stop there), `recovery_point`
-//! (everything below it is fsynced).
+//! (everything below it is fsynced), `local_log_start_offset` (the first
+//! offset in a local segment: the log start offset, but for shared-storage
+//! topics, whose local retention deletes segments the Iceberg table holds
+//! while the log start offset stays; see `docs/shared-mode.md` 3.1).
 //!
 //! With one replica the high watermark would simply be the log end offset,
 //! but an append that `flush.messages` makes fsync is not complete until the
@@ -260,6 +263,14 @@ impl LogState {
         }
     }
 
+    /// See [`PartitionLog::local_log_start_offset`].
+    fn local_log_start_offset(&self) -> i64 {
+        self.segments
+            .keys()
+            .next()
+            .map_or(self.log_start_offset, |&first| first.max(self.log_start_offset))
+    }
+
     fn active(&self) -> &LogSegment {
         self.segments
             .values()
@@ -343,6 +354,7 @@ impl PartitionLog {
             index_interval_bytes: config.index_interval_bytes,
             recovery_point,
             log_start_offset,
+            shared_storage: config.is_shared_storage(),
             gaps_are_damage: !config.cleanup_policy.compact,
         }
         .load()?;
@@ -482,6 +494,18 @@ impl PartitionLog {
     /// First offset a consumer can fetch.
     pub fn log_start_offset(&self) -> i64 {
         self.state().log_start_offset
+    }
+
+    /// The local log start offset (KIP-405): the first offset held in a local
+    /// segment, the base of the first one, or the log start offset when that
+    /// lies inside it (`log start <= local log start` always). Equal to the
+    /// log start offset in copy mode; in shared storage
+    /// ([`LogConfig::is_shared_storage`]) local retention moves it alone and
+    /// the offsets of `[log start, local log start)` are in the Iceberg table
+    /// only. Computed from the segments, so it needs no checkpoint: a reopened
+    /// log finds it where its first segment begins.
+    pub fn local_log_start_offset(&self) -> i64 {
+        self.state().local_log_start_offset()
     }
 
     /// Next offset to be assigned.
@@ -986,10 +1010,12 @@ impl PartitionLog {
         }
     }
 
-    /// Removes from the set the snapshots below the log start offset, for
-    /// deletion once the lock is released.
-    fn take_snapshots_below_log_start(st: &mut LogState) -> Vec<i64> {
-        let keep = st.snapshots.split_off(&st.log_start_offset);
+    /// Removes from the set the snapshots below the local log start offset
+    /// (the log start offset in copy mode), for deletion once the lock is
+    /// released: recovery replays from a snapshot at or above the first local
+    /// segment, so one below it is of no use.
+    fn take_snapshots_below_local_start(st: &mut LogState) -> Vec<i64> {
+        let keep = st.snapshots.split_off(&st.local_log_start_offset());
         std::mem::replace(&mut st.snapshots, keep)
             .into_iter()
             .collect()
@@ -1057,6 +1083,8 @@ impl PartitionLog {
     ///
     /// # Errors
     /// [`StorageError::OffsetOutOfRange`] outside `[log_start_offset, log_end_offset]`;
+    /// [`StorageError::BelowLocalStart`] for a shared-storage topic's offset in
+    /// `[log_start_offset, local_log_start_offset)`, held by the table only;
     /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
     pub fn read(
         &self,
@@ -1100,6 +1128,14 @@ impl PartitionLog {
                     log_start,
                     log_end: st.log_end_offset,
                 });
+            }
+            // Shared storage: offsets below the first local segment are the
+            // table's; the caller reads them there. Checked under the same
+            // lock as the segments, so a race with local retention ends here
+            // too, never in a read of a deleted range.
+            let local_start = st.local_log_start_offset();
+            if fetch_offset < local_start && st.config.is_shared_storage() {
+                return Err(StorageError::BelowLocalStart { local_start });
             }
             let last_stable = st.last_stable_offset();
             let mut info = FetchDataInfo {
@@ -1325,6 +1361,26 @@ impl PartitionLog {
     /// [`StorageError::OffsetOutOfRange`] if `offset` is above the high watermark
     /// (or negative); [`StorageError::Io`] if a segment cannot be deleted.
     pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
+        self.raise_log_start(offset, "log start offset")
+    }
+
+    /// Raises the log start offset to `offset` (never lowers it: a smaller
+    /// value changes nothing), deletes the local segments wholly below it and
+    /// drops the leader epochs that ended below it. For table retention of a
+    /// shared-storage topic (the table says where its data now begins, and
+    /// this log follows); the same steps as [`PartitionLog::delete_records_before`].
+    /// Local segments at or above the retention floor stay, as for every deletion.
+    /// Returns the log start offset after the call.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] if `offset` is above the high
+    /// watermark (or negative): a log start past what is readable would hide
+    /// records no fetch has seen; [`StorageError::Io`] if a segment cannot be deleted.
+    pub fn set_log_start_offset(&self, offset: i64) -> Result<i64> {
+        self.raise_log_start(offset, "log start offset raised")
+    }
+
+    fn raise_log_start(&self, offset: i64, reason: &str) -> Result<i64> {
         self.check_live()?;
         let (removed, snapshots, lso) = {
             let mut st = self.state();
@@ -1336,24 +1392,28 @@ impl PartitionLog {
                 });
             }
             st.log_start_offset = st.log_start_offset.max(offset);
-            let removed = Self::take_segments(&mut st, |_, _| false);
-            let snapshots = Self::take_snapshots_below_log_start(&mut st);
+            let shared = st.config.is_shared_storage();
+            let removed = Self::take_segments(&mut st, !shared, |_, _| false);
+            let snapshots = Self::take_snapshots_below_local_start(&mut st);
             let start = st.log_start_offset;
             let epochs = st.epochs.truncate_from_start(start);
             self.offline_on_io_error(epochs)?;
             (removed, snapshots, st.log_start_offset)
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
-        let deleted = self.delete_segments(removed, "log start offset");
+        let deleted = self.delete_segments(removed, reason);
         self.offline_on_io_error(deleted)?;
         Ok(lso)
     }
 
     /// Removes from the front the sealed segments that are below the log start
-    /// offset or for which `expired` says so, respecting the retention floor;
-    /// moves the log start offset past them.
+    /// offset or for which `expired` says so, respecting the retention floor.
+    /// With `move_log_start` (copy mode) the log start offset moves past them;
+    /// without it (shared storage) only the local log start offset does, the
+    /// removed offsets staying in the table.
     fn take_segments(
         st: &mut LogState,
+        move_log_start: bool,
         mut expired: impl FnMut(&LogSegment, &LogState) -> bool,
     ) -> Vec<LogSegment> {
         let bases: Vec<i64> = st.segments.keys().copied().collect();
@@ -1379,8 +1439,10 @@ impl PartitionLog {
                 removed.push(seg);
             }
         }
-        if let Some(&first) = st.segments.keys().next() {
-            st.log_start_offset = st.log_start_offset.max(first);
+        if move_log_start {
+            if let Some(&first) = st.segments.keys().next() {
+                st.log_start_offset = st.log_start_offset.max(first);
+            }
         }
         removed
     }
@@ -1402,10 +1464,16 @@ impl PartitionLog {
     /// `.deleted` and removed at once: fetches holding the `Arc<File>` still read them.
     /// Producer snapshots below the new log start offset go too.
     ///
+    /// A shared-storage topic ([`LogConfig::is_shared_storage`]) applies local
+    /// retention instead; see [`PartitionLog::apply_local_retention`].
+    ///
     /// # Errors
     /// [`StorageError::Io`] if a file cannot be renamed or removed.
     pub fn apply_retention(&self, now_ms: i64) -> Result<usize> {
         self.check_live()?;
+        if self.config().is_shared_storage() {
+            return self.apply_local_retention(now_ms);
+        }
         let (removed, snapshots) = {
             let mut st = self.state();
             let config = st.config.clone();
@@ -1417,32 +1485,59 @@ impl PartitionLog {
             // `cleanup.policy=compact` alone: no time or size retention (as
             // Kafka); only segments below the log start offset go.
             let by_policy = config.cleanup_policy.delete;
-            let mut excess = if by_policy && config.retention_bytes >= 0 {
-                total as i64 - config.retention_bytes
-            } else {
-                i64::MIN
-            };
-            let removed = Self::take_segments(&mut st, |seg, _| {
-                let by_time = by_policy
-                    && config.retention_ms >= 0
-                    && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
-                let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
-                if by_time || by_size {
-                    if excess != i64::MIN {
-                        excess -= seg.size as i64;
-                    }
-                    true
-                } else {
-                    false
-                }
-            });
+            let expired = retention_rule(by_policy, config.retention_ms, config.retention_bytes, total, now_ms);
+            let removed = Self::take_segments(&mut st, true, expired);
             let start = st.log_start_offset;
             let epochs = st.epochs.truncate_from_start(start);
             self.offline_on_io_error(epochs)?;
-            (removed, Self::take_snapshots_below_log_start(&mut st))
+            (removed, Self::take_snapshots_below_local_start(&mut st))
         };
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
         let deleted = self.delete_segments(removed, "retention");
+        self.offline_on_io_error(deleted)
+    }
+
+    /// Local retention of a shared-storage topic (KIP-405's local log
+    /// deletion, `docs/shared-mode.md` 3.1): the front sealed segments go that
+    /// are wholly below the retention floor (the table's committed next
+    /// offset, set by the tiering thread: only what the table holds may leave
+    /// the disk) and past the effective `local.retention.ms` (by their largest
+    /// timestamp) or beyond the effective `local.retention.bytes`; segments
+    /// below the log start offset go as in copy mode. Without a floor nothing
+    /// goes, whatever `floe.iceberg.retention-guard` says.
+    ///
+    /// The local log start offset moves; the log start offset does not
+    /// (`retention.*` over the whole partition is the table's retention, which
+    /// moves it through [`PartitionLog::set_log_start_offset`]), nor is the
+    /// leader-epoch cache truncated: OffsetForLeaderEpoch answers from the log
+    /// start offset. Producer snapshots below the new local log start go.
+    fn apply_local_retention(&self, now_ms: i64) -> Result<usize> {
+        let (removed, snapshots) = {
+            let mut st = self.state();
+            if st.retention_floor.is_none() {
+                return Ok(0);
+            }
+            let config = st.config.clone();
+            let total: u64 = st.segments.values().map(|s| s.size).sum();
+            let expired = retention_rule(
+                config.cleanup_policy.delete,
+                config.effective_local_retention_ms(),
+                config.effective_local_retention_bytes(),
+                total,
+                now_ms,
+            );
+            let removed = Self::take_segments(&mut st, false, expired);
+            (removed, Self::take_snapshots_below_local_start(&mut st))
+        };
+        if !removed.is_empty() {
+            // The segments are out of the log (reads start at the new local
+            // log start) but every file is still on disk: a crash here
+            // reloads them, and the next pass deletes them again.
+            let taken = failpoint::check("log.local_retention.taken").ctx("delete local segments", &self.dir);
+            self.offline_on_io_error(taken)?;
+        }
+        snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
+        let deleted = self.delete_segments(removed, "local retention");
         self.offline_on_io_error(deleted)
     }
 
@@ -1768,6 +1863,37 @@ impl Drop for PartitionLog {
             if let Err(e) = self.flush() {
                 warn!(topic = %self.topic, partition = self.partition, error = %e, "flush on drop failed");
             }
+        }
+    }
+}
+
+/// Kafka's time and size retention rule over the front segments, oldest first:
+/// a segment goes if its newest record is older than `retention_ms`, or while
+/// the bytes left after removing it would still be at least `retention_bytes`
+/// over the `total`. Negative limits are off; `by_policy` false
+/// (`cleanup.policy` without `delete`) turns both off.
+fn retention_rule(
+    by_policy: bool,
+    retention_ms: i64,
+    retention_bytes: i64,
+    total: u64,
+    now_ms: i64,
+) -> impl FnMut(&LogSegment, &LogState) -> bool {
+    let mut excess = if by_policy && retention_bytes >= 0 {
+        total as i64 - retention_bytes
+    } else {
+        i64::MIN
+    };
+    move |seg, _| {
+        let by_time = by_policy && retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > retention_ms;
+        let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
+        if by_time || by_size {
+            if excess != i64::MIN {
+                excess -= seg.size as i64;
+            }
+            true
+        } else {
+            false
         }
     }
 }

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::atomic_file::{sync_dir, write_atomically};
 use crate::checkpoint::{CheckpointEntries, OffsetCheckpointFile};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, LOCAL_RETENTION_BYTES, LOCAL_RETENTION_MS};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file_names::{
     deleting_dir_name, is_deleting_dir_name, parse_partition_dir_name,
@@ -183,7 +183,7 @@ impl LogManager {
                     ),
                 });
             }
-            let config = Arc::new(default_config.with_overrides(&meta.config)?);
+            let config = Arc::new(stored_topic_config(&default_config, &meta.name, &meta.config)?);
             let mut partitions = Vec::with_capacity(meta.partitions as usize);
             for p in 0..meta.partitions {
                 let key = (meta.name.clone(), p);
@@ -742,6 +742,29 @@ impl LogManager {
     }
 }
 
+/// A stored topic's effective config: its overrides over `defaults`.
+///
+/// `local.retention.ms` and `local.retention.bytes` were stored unchecked while
+/// Floe accepted them without applying them, so a topic may hold a value that
+/// no longer passes (above its `retention.*`, or not a number). Such a value
+/// is left out with a warning rather than keeping the broker from starting:
+/// the topic then keeps locally what `retention.*` says (`-2`), which copy mode
+/// ignores anyway. Any other bad value still fails the open, as before.
+fn stored_topic_config(defaults: &LogConfig, topic: &str, overrides: &BTreeMap<String, String>) -> Result<LogConfig> {
+    let mut overrides = std::borrow::Cow::Borrowed(overrides);
+    loop {
+        match defaults.with_overrides(&overrides) {
+            Err(StorageError::InvalidConfig { key, reason })
+                if (key == LOCAL_RETENTION_MS || key == LOCAL_RETENTION_BYTES) && overrides.contains_key(&key) =>
+            {
+                warn!(topic, %key, %reason, "ignoring a stored topic config that no longer validates; -2 (same as retention) applies");
+                overrides.to_mut().remove(&key);
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -831,6 +854,27 @@ mod tests {
         assert!(matches!(refused, Err(StorageError::InvalidConfig { key, .. }) if key == "cluster.id"));
         let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
         assert_eq!(m.cluster_id(), "ClusterA", "alone, a broker keeps the id it has");
+    }
+
+    /// `local.retention.*` were stored unchecked before they were applied: a
+    /// stored value that no longer validates is ignored at open, not fatal.
+    #[test]
+    fn a_stored_local_retention_that_no_longer_validates_is_ignored_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+            let o = [("retention.ms", "1000"), ("local.retention.ms", "500")];
+            m.create_topic("t", 1, o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()).unwrap();
+            append(&m, "t", 0, 3);
+        }
+        let path = crate::file_names::topic_metadata_file(dir.path(), "t");
+        let json = std::fs::read_to_string(&path).unwrap().replace("\"500\"", "\"604800000\"");
+        assert!(json.contains("604800000"));
+        std::fs::write(&path, json).unwrap();
+        let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
+        let c = m.topic("t").unwrap().config();
+        assert_eq!((c.retention_ms, c.local_retention_ms), (1000, -2));
+        assert_eq!(m.partition("t", 0).unwrap().log_end_offset(), 3);
     }
 
     #[test]

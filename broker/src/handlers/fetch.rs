@@ -13,6 +13,11 @@
 //! leader the follower's log end offset (the fetch offset), which moves the high
 //! watermark. It is served by the same sendfile path as consumers.
 //!
+//! A shared-storage topic's offset below the local log start offset (in the
+//! Iceberg table only) is answered empty, without error, to consumers for
+//! now: the table reader comes later (`docs/shared-mode.md` 4.2). Followers
+//! get OFFSET_MOVED_TO_TIERED_STORAGE there (KIP-405).
+//!
 //! READ_COMMITTED (`isolation_level` 1) reads stop at the last stable offset
 //! and carry the aborted transactions of the range; the records are sent as
 //! stored (sendfile), and consumers drop the aborted ones, as with Kafka. A
@@ -226,6 +231,27 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
                 Some(region) => FetchRecords::File(region),
                 None => FetchRecords::Bytes(Bytes::new()),
             },
+            ..FetchPartitionResponse::default()
+        },
+        // Shared storage, a follower below the local log start: KIP-405's
+        // OFFSET_MOVED_TO_TIERED_STORAGE (followers are never served from the
+        // table, docs/shared-mode.md 4.8); the fetcher retries after its
+        // backoff, loudly, until it learns to start at the local log start.
+        Err(floe_storage::StorageError::BelowLocalStart { .. }) if for_replica => {
+            failed(ResponseError::OffsetMovedToTieredStorage, log.high_watermark(), log.log_start_offset())
+        }
+        // Shared storage, a consumer: the offset is in the table only. Until
+        // the table reader serves it (docs/shared-mode.md 4.2), an empty
+        // answer without error: the client fetches the same offset again,
+        // where OFFSET_OUT_OF_RANGE would send an `auto.offset.reset=earliest`
+        // consumer past the table's records.
+        Err(floe_storage::StorageError::BelowLocalStart { .. }) => FetchPartitionResponse {
+            partition_index: t.partition,
+            high_watermark: log.high_watermark(),
+            last_stable_offset: log.last_stable_offset(),
+            log_start_offset: log.log_start_offset(),
+            aborted_transactions: (isolation == IsolationLevel::ReadCommitted).then(Vec::new),
+            records: FetchRecords::Bytes(Bytes::new()),
             ..FetchPartitionResponse::default()
         },
         Err(e) => {

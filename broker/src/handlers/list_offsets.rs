@@ -2,8 +2,9 @@
 //!
 //! Special timestamps, as Kafka defines them: -1 latest (the high
 //! watermark; the last stable offset at READ_COMMITTED, v2+), -2 earliest (the log start offset), -3 the record with the
-//! largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
-//! the log start offset). Any other value finds the first record whose
+//! largest timestamp (v7+), -4 earliest local (v8+, KIP-405: the local log
+//! start offset, the first offset in a local segment; the log start offset
+//! but for shared-storage topics, whose older offsets are in the table only). Any other value finds the first record whose
 //! timestamp is at least that, through the time index; as in Kafka, a
 //! record found at or above the last fetchable offset (the high watermark,
 //! or the last stable offset at READ_COMMITTED) is not answered (offset -1).
@@ -58,7 +59,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
                 let found: Result<Option<(i64, i64)>, _> = match p.timestamp {
                     LATEST => Ok(Some((last_fetchable, -1))),
                     EARLIEST => Ok(Some((log.log_start_offset(), -1))),
-                    EARLIEST_LOCAL if version >= 8 => Ok(Some((log.log_start_offset(), -1))),
+                    EARLIEST_LOCAL if version >= 8 => Ok(Some((log.local_log_start_offset(), -1))),
                     MAX_TIMESTAMP if version >= 7 => log.max_timestamp_and_offset().map(fetchable),
                     ts if ts < 0 => {
                         return base.with_error_code(ResponseError::InvalidRequest.code());

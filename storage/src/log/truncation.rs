@@ -215,6 +215,8 @@ impl PartitionLog {
             index_interval_bytes: st.config.index_interval_bytes,
             recovery_point: None,
             log_start_offset: None,
+            // Not used: only the producer-state replay runs.
+            shared_storage: st.config.is_shared_storage(),
             gaps_are_damage: !st.config.cleanup_policy.compact,
         };
         let snapshots = std::mem::take(&mut st.snapshots);
