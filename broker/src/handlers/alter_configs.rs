@@ -186,7 +186,7 @@ where
         Ok(o) => o,
         Err(reason) => return (ResponseError::InvalidConfig.code(), message(reason)),
     };
-    if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides) {
+    if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
         return (ResponseError::InvalidConfig.code(), message(reason));
     }
     let outcome = broker
@@ -238,9 +238,10 @@ where
 {
     let Some(shared) = broker.cluster.shared() else { return (ResponseError::UnknownServerError.code(), None) };
     let logs = broker.logs.clone();
+    let tiering = &broker.config.tiering;
     let decide = |_: &floe_cluster::TopicAssignment, current: &BTreeMap<String, String>| -> Result<BTreeMap<String, String>, NotWritten> {
         let overrides = next(current).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
-        crate::tiering::validate_topic_overrides(&overrides).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
+        crate::tiering::validate_topic_overrides(&overrides, &logs.default_config(), tiering).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
         logs.validate_topic_config(&topic, &overrides).map_err(|e| NotWritten::Refused(kafka_error(&e).code(), message(e.to_string())))?;
         if validate_only {
             return Err(NotWritten::Validated);
