@@ -497,6 +497,8 @@ struct TopicState {
     table: Option<TopicTable>,
     /// The layout `table` was opened with; a changed setting re-opens it.
     layout: Layout,
+    /// `floe.iceberg.storage` `table` was opened with; a change re-opens it.
+    storage: StorageMode,
     /// Next offset to tier per partition, once known from the table.
     next: Option<BTreeMap<i32, i64>>,
     /// When this thread first saw untiered records in a partition's active segment.
@@ -632,8 +634,10 @@ impl Tierer {
             partitions.iter().cloned().partition(|log| self.tierers.leads(&name, log.partition()));
         {
             let state = self.topics.entry(name.clone()).or_default();
-            if state.layout != layout {
+            let storage = storage_mode(&config);
+            if state.layout != layout || state.storage != storage {
                 state.layout = layout;
+                state.storage = storage;
                 state.table = None;
             }
             let now_led: BTreeSet<i32> = led.iter().map(|l| l.partition()).collect();
@@ -813,8 +817,8 @@ impl Tierer {
             Ok(report) => m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64),
             Err(e) => warn!(topic = %name, error = %e, "cannot expire snapshots"),
         }
-        // A typed table's dead-letter table gets a commit per pass with dead letters: the same policy.
-        if let Some(dead) = table.dead_letter_table() {
+        // A typed table's dead-letter table and a shared table's `__log` get commits too: the same policy.
+        for dead in table.companion_tables() {
             if let Err(e) = dead.expire_snapshots(policy, now_ms).await {
                 warn!(topic = %name, table = %dead.ident(), error = %e, "cannot expire snapshots");
             }
@@ -832,7 +836,7 @@ impl Tierer {
             }
             .policy(table)
             .await;
-            for table in std::iter::once(table).chain(table.dead_letter_table()) {
+            for table in std::iter::once(table).chain(table.companion_tables()) {
                 match table.compact(&policy).await {
                     Ok(r) if r.snapshot_id.is_some() => {
                         m.compactions.with_label_values(&[name]).inc();
@@ -858,7 +862,7 @@ impl Tierer {
     /// Deletes data files of crashed or aborted attempts (in no snapshot, older than `floe.iceberg.orphan-min-age-ms`).
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
-        for table in std::iter::once(table).chain(table.dead_letter_table()) {
+        for table in std::iter::once(table).chain(table.companion_tables()) {
             match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
                 Ok(removed) if !removed.is_empty() => {
                     info!(topic = %name, table = %table.ident(), files = removed.len(), "removed orphan data files");
@@ -873,7 +877,14 @@ impl Tierer {
     async fn table(&mut self, catalog: &IcebergCatalog, name: &str, topic_id: &str, spec: &str) -> Result<&TopicTable, TieringError> {
         if self.topics[name].table.is_none() {
             let layout = self.topics[name].layout;
-            let mut table = if !layout.is_typed() {
+            let shared = self.topics[name].storage == StorageMode::Shared;
+            let mut table = if shared && layout.is_typed() {
+                return Err(TieringError::Unsupported(format!(
+                    "{STORAGE}=shared with a typed key or value format is not tiered yet (docs/shared-mode.md, stage 10)"
+                )));
+            } else if shared {
+                catalog.shared_topic_table(name, topic_id, spec).await?
+            } else if !layout.is_typed() {
                 catalog.topic_table(name, topic_id, spec).await?
             } else {
                 if layout.needs_registry() && self.tierers.schemas.is_none() {

@@ -387,6 +387,35 @@ def list_offsets_v2(topic: str, partition: int, timestamp: int, isolation_level:
             + array([string(topic) + array([struct.pack(">iq", partition, timestamp)])]))
 
 
+def list_offsets_v8(topic: str, partition: int, timestamp: int, isolation_level: int = 0) -> bytes:
+    """ListOffsets v8 (flexible; send with `call_flexible`), the first version taking
+    -4 (EARLIEST_LOCAL, KIP-405): replica_id | isolation_level | topics."""
+    part = struct.pack(">iiq", partition, -1, timestamp) + b"\x00"
+    return (struct.pack(">ib", -1, isolation_level)
+            + compact_array([compact_string(topic) + compact_array([part]) + b"\x00"]) + b"\x00")
+
+
+def parse_list_offsets_v8(body: bytes) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """{(topic, partition): (error_code, timestamp, offset)}."""
+    r = FlexReader(body)
+    r.i32()  # throttle_time_ms
+
+    def part(r):
+        p, err, ts, off, _epoch = r.i32(), r.i16(), r.i64(), r.i64(), r.i32()
+        r.skip_tags()
+        return p, err, ts, off
+
+    def topic(r):
+        name = r.compact_string()
+        parts = r.compact_array(part)
+        r.skip_tags()
+        return name, parts
+
+    topics = r.compact_array(topic)
+    r.skip_tags()
+    return {(t, p): (err, ts, off) for t, parts in topics for p, err, ts, off in parts}
+
+
 def parse_list_offsets_v2(body: bytes):
     return parse_list_offsets_v1(body[4:])
 

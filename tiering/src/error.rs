@@ -64,6 +64,9 @@ pub enum TieringError {
         /// The table.
         table: String,
     },
+    /// A combination of settings tiering does not handle yet.
+    #[error("{0}")]
+    Unsupported(String),
     /// Listing the object store failed (orphan cleanup).
     #[error("cannot list {location}: {source}")]
     ObjectStore {
@@ -95,7 +98,7 @@ impl TieringError {
             Self::SegmentIo { .. } | Self::Segment(_) => "segment_io".into(),
             Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
-            Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } => "config".into(),
+            Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } | Self::Unsupported(_) => "config".into(),
             Self::TopicMismatch { .. } => "topic_mismatch".into(),
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),

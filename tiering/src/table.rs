@@ -233,6 +233,12 @@ impl TopicTable {
         self.log_table.as_deref()
     }
 
+    /// The tables committed with this one: a typed table's dead-letter table, a
+    /// shared table's `__log` (maintained with the same policies).
+    pub fn companion_tables(&self) -> impl Iterator<Item = &TopicTable> {
+        self.dead_letter_table().into_iter().chain(self.log_table())
+    }
+
     /// Makes this a typed table of `layout`: keys and values decoded with `schemas`'
     /// decoders or as JSON, the records that cannot be typed written to
     /// `dead_letters` ([`crate::typed`]).
