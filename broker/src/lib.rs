@@ -52,5 +52,6 @@ pub mod schema_registry;
 pub mod security;
 pub mod server;
 pub mod session;
+pub mod table_reads;
 pub mod tiering;
 pub mod txn_markers;

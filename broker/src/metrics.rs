@@ -17,7 +17,7 @@ use prometheus::{
 use tokio::net::TcpListener;
 
 /// The `path` labels of `floe_fetch_bytes_total`: how record bytes left the broker.
-pub const FETCH_PATHS: [&str; 4] = ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext"];
+pub const FETCH_PATHS: [&str; 5] = ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext", "table-rebuild"];
 
 /// Every metric the broker keeps. Cheap to clone handles, safe to share.
 #[derive(Debug, Clone)]

@@ -46,6 +46,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_storage::{LogManager, PartitionLog, Topic};
+use floe_tiering::shared::FetchCompression;
 use floe_tiering::{
     CatalogConfig, CatalogType, DataFormat, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable,
     TypedLayout,
@@ -95,6 +96,23 @@ pub struct TieringSettings {
     /// `floe.iceberg.shared.experimental`: accept `floe.iceberg.storage=shared` before shared
     /// mode is complete (tests of its stages only).
     pub shared_experimental: bool,
+    /// How fetches below a shared topic's local log start offset are served from its table.
+    pub shared_reads: SharedReadSettings,
+}
+
+/// The table read path of shared topics (`floe.iceberg.shared.*`; KIP-405's
+/// `remote.log.reader.*` and KIP-1018's `remote.fetch.max.wait.ms` are the counterparts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedReadSettings {
+    /// `floe.iceberg.shared.read-threads`: OS threads rebuilding batches from the table.
+    pub threads: usize,
+    /// `floe.iceberg.shared.read-queue`: table reads waiting for a thread; beyond, a fetch answers empty.
+    pub queue: usize,
+    /// `floe.iceberg.shared.cache-bytes`: rebuilt batches kept for the next fetch of the same offset.
+    pub cache_bytes: u64,
+    /// `floe.iceberg.shared.fetch-max-wait-ms`: how long a fetch waits for a table read
+    /// before answering empty (the read goes on and fills the cache).
+    pub fetch_max_wait_ms: u64,
 }
 
 /// Which catalog and warehouse the tables live in, as configured; defaults
@@ -249,6 +267,31 @@ impl std::fmt::Display for StorageMode {
     }
 }
 
+/// Topic setting: the codec of batches rebuilt from a shared topic's table
+/// (`original`: each batch's own, as its producer wrote it).
+pub const SHARED_FETCH_COMPRESSION: &str = "floe.iceberg.shared.fetch-compression";
+
+/// Parses a `floe.iceberg.shared.fetch-compression` value.
+///
+/// # Errors
+/// The message INVALID_CONFIG carries.
+pub fn parse_fetch_compression(value: &str) -> Result<FetchCompression, String> {
+    Ok(match value.trim().to_ascii_lowercase().as_str() {
+        "original" => FetchCompression::Original,
+        "none" => FetchCompression::None,
+        "gzip" => FetchCompression::Gzip,
+        "snappy" => FetchCompression::Snappy,
+        "lz4" => FetchCompression::Lz4,
+        "zstd" => FetchCompression::Zstd,
+        _ => return Err(format!("{SHARED_FETCH_COMPRESSION}: {value:?} is not original, none, gzip, snappy, lz4 or zstd")),
+    })
+}
+
+/// The codec a shared topic's table-served batches are rebuilt with.
+pub fn fetch_compression(config: &floe_storage::LogConfig) -> FetchCompression {
+    config.floe.get(SHARED_FETCH_COMPRESSION).and_then(|v| parse_fetch_compression(v).ok()).unwrap_or(FetchCompression::Original)
+}
+
 /// A topic's storage mode, from its effective config. A value that does not parse
 /// (only one stored before validation existed could) is `copy`, what Floe did then.
 pub fn storage_mode(config: &floe_storage::LogConfig) -> StorageMode {
@@ -390,6 +433,9 @@ fn validate_each_override(overrides: &BTreeMap<String, String>) -> Result<(), St
             }
             TARGET_FILE_SIZE | COMPACTION_MIN_INPUT_FILES if v.parse::<u64>().map_or(true, |n| n == 0) => {
                 return Err(format!("{key}: {value:?} is not a positive integer"));
+            }
+            SHARED_FETCH_COMPRESSION => {
+                parse_fetch_compression(v)?;
             }
             _ => {}
         }

@@ -508,6 +508,20 @@ impl PartitionLog {
         self.state().local_log_start_offset()
     }
 
+    /// The local segments' aborted transactions whose first offset is below
+    /// `upper` (their markers are all local): with a table-served range that
+    /// ends at `upper`, Kafka's rule (every abort marker at or after the fetch
+    /// offset whose transaction starts below the range's end) takes these from
+    /// the local `.txnindex` and the rest from the table.
+    pub fn local_aborted_transactions_before(&self, upper: i64) -> Vec<AbortedTxn> {
+        self.state()
+            .segments
+            .values()
+            .flat_map(|s| s.txn_index.entries().iter().copied())
+            .filter(|a| a.first_offset < upper)
+            .collect()
+    }
+
     /// Next offset to be assigned.
     pub fn log_end_offset(&self) -> i64 {
         self.state().log_end_offset

@@ -152,6 +152,19 @@ impl IcebergCatalog {
         Ok(opened)
     }
 
+    /// Opens the catalog `config` describes for reading only (SQLite `mode=ro`;
+    /// a REST catalog as for writing): the shared-storage read threads, which
+    /// must never write it. Nothing is created.
+    ///
+    /// # Errors
+    /// [`TieringError::Iceberg`] if the catalog cannot be opened (a SQLite
+    /// database not created yet among them).
+    pub async fn open_read_only(config: &CatalogConfig, namespace: &str) -> Result<Self> {
+        let catalog = open_catalog(config, SqliteMode::ReadOnly).await?;
+        let ns = NamespaceIdent::new(namespace.to_string());
+        Ok(Self { catalog, namespace: ns, locks: Arc::default(), config: Some(Arc::new(config.clone())) })
+    }
+
     /// Wraps an opened catalog, ensuring `namespace` exists.
     ///
     /// # Errors

@@ -14,21 +14,30 @@
 //! watermark. It is served by the same sendfile path as consumers.
 //!
 //! A shared-storage topic's offset below the local log start offset (in the
-//! Iceberg table only) is answered empty, without error, to consumers for
-//! now: the table reader comes later (`docs/shared-mode.md` 4.2). Followers
-//! get OFFSET_MOVED_TO_TIERED_STORAGE there (KIP-405).
+//! Iceberg table only) is served to consumers from the table: the batches are
+//! rebuilt off the request path ([`crate::table_reads`]) and sent as bytes;
+//! a read not ready within `floe.iceberg.shared.fetch-max-wait-ms` answers
+//! the partition empty, without error, and the client's next fetch finds it
+//! in the cache (never OFFSET_OUT_OF_RANGE: an `auto.offset.reset=earliest`
+//! consumer would be sent past the table). Followers get
+//! OFFSET_MOVED_TO_TIERED_STORAGE there (KIP-405): they are never served
+//! from the table.
 //!
 //! READ_COMMITTED (`isolation_level` 1) reads stop at the last stable offset
 //! and carry the aborted transactions of the range; the records are sent as
 //! stored (sendfile), and consumers drop the aborted ones, as with Kafka. A
 //! transaction marker wakes long polls like any append, so the LSO moving is seen.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use floe_protocol::fetch::{AbortedTransaction, FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
-use floe_storage::IsolationLevel;
+use floe_protocol::record_batch::BatchIter;
+use floe_storage::{IsolationLevel, PartitionLog};
+use floe_tiering::shared::RebuiltRange;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::protocol::StrBytes;
@@ -39,6 +48,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
+use crate::table_reads::{TableRead, TableReads};
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
     let replica = follower_id(&request, version);
@@ -55,6 +65,13 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Fetch
     let deadline = Instant::now() + max_wait;
     let min_bytes = request.min_bytes.max(0) as u64;
     let max_bytes = if version >= 3 { request.max_bytes } else { i32::MAX }.clamp(0, broker.config.fetch_max_bytes) as u64;
+    let tabled = match (&broker.table_reads, replica) {
+        (Some(reads), None) => table_parts(broker, reads, &targets, max_bytes).await,
+        _ => HashMap::new(),
+    };
+    let read_all = |targets: &[Target], max_bytes: u64, isolation: IsolationLevel, for_replica: bool| {
+        read_all(broker, targets, &tabled, max_bytes, isolation, for_replica)
+    };
     loop {
         // Listen before reading, so an append between the read and the wait
         // still wakes us.
@@ -155,32 +172,135 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
     targets
 }
 
+/// The table reads of the targets below their shared topic's local log start
+/// offset, run together, each waited for at most `floe.iceberg.shared.fetch-max-wait-ms`
+/// (not the request's `max_wait_ms`: a consumer asking 0 would never get a cold
+/// range; KIP-1018's `remote.fetch.max.wait.ms` is as independent). By target index.
+async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], max_bytes: u64) -> HashMap<usize, Arc<RebuiltRange>> {
+    let wait = Duration::from_millis(broker.config.tiering.shared_reads.fetch_max_wait_ms);
+    let mut pending = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let Some(log) = &t.log else { continue };
+        let config = log.config();
+        if !config.is_shared_storage() {
+            continue;
+        }
+        let local_start = log.local_log_start_offset();
+        if t.fetch_offset < log.log_start_offset() || t.fetch_offset >= local_start {
+            continue;
+        }
+        let read = TableRead {
+            topic: t.topic_name.clone(),
+            partition: t.partition,
+            from: t.fetch_offset,
+            codec: crate::tiering::fetch_compression(&config),
+        };
+        let limit = t.partition_max_bytes.min(max_bytes).max(1) as usize;
+        pending.push(async move { (i, reads.read(read, local_start, limit, wait).await) });
+    }
+    let mut out = HashMap::new();
+    for (i, result) in futures_util::future::join_all(pending).await {
+        match result {
+            Some(Ok(range)) => {
+                out.insert(i, range);
+            }
+            Some(Err(e)) => {
+                let t = &targets[i];
+                tracing::warn!(topic = %t.topic_name, partition = t.partition, offset = t.fetch_offset, error = %e,
+                    "cannot serve a fetch from the table: answering empty");
+            }
+            None => {}
+        }
+    }
+    out
+}
+
 /// Reads every target once. Returns the response, the record bytes in it,
 /// and whether any partition carries an error (which ends long polling).
-fn read_all(targets: &[Target], max_bytes: u64, isolation: IsolationLevel, for_replica: bool) -> (FetchResponseData, u64, bool) {
+fn read_all(
+    broker: &Broker,
+    targets: &[Target],
+    tabled: &HashMap<usize, Arc<RebuiltRange>>,
+    max_bytes: u64,
+    isolation: IsolationLevel,
+    for_replica: bool,
+) -> (FetchResponseData, u64, bool) {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
     let mut last_slot = usize::MAX;
     let mut total = 0u64;
     let mut has_error = false;
-    for t in targets {
+    for (i, t) in targets.iter().enumerate() {
         if t.topic_slot != last_slot {
             topics.push(FetchTopicResponse { topic: StrBytes::from_string(t.topic_name.clone()), topic_id: t.topic_id, partitions: Vec::new() });
             last_slot = t.topic_slot;
         }
         let remaining = max_bytes.saturating_sub(total);
         let limit = t.partition_max_bytes.min(remaining);
-        let partition = read_one(t, limit, total == 0, isolation, for_replica);
+        let partition = match (tabled.get(&i), &t.log) {
+            (Some(range), Some(log)) => {
+                let answer = from_table(t, log, range, limit, total == 0, isolation);
+                if let FetchRecords::Bytes(b) = &answer.records {
+                    broker.metrics.fetch_bytes.with_label_values(&[TABLE_REBUILD_PATH]).inc_by(b.len() as u64);
+                }
+                answer
+            }
+            _ => read_one(t, limit, total == 0, isolation, for_replica),
+        };
         if partition.error_code != 0 {
             has_error = true;
         }
-        if let FetchRecords::File(region) = &partition.records {
-            total += u64::from(region.len);
+        match &partition.records {
+            FetchRecords::File(region) => total += u64::from(region.len),
+            FetchRecords::Bytes(b) => total += b.len() as u64,
+            _ => {}
         }
         if let Some(topic) = topics.last_mut() {
             topic.partitions.push(partition);
         }
     }
     (FetchResponseData { topics, ..FetchResponseData::default() }, total, has_error)
+}
+
+/// The `floe_fetch_bytes_total` path of batches rebuilt from a shared topic's table.
+pub const TABLE_REBUILD_PATH: &str = "table-rebuild";
+
+/// A partition answered from its table: the rebuilt batches that fit `limit`
+/// (the first whole when `min_one`, KIP-74), the log's offsets, and for
+/// READ_COMMITTED the aborted transactions of the range from the table's
+/// abort markers and the local `.txnindex` (markers above the local log start
+/// offset of transactions that began below it).
+fn from_table(t: &Target, log: &PartitionLog, range: &RebuiltRange, limit: u64, min_one: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
+    let mut end = 0usize;
+    let mut next_offset = t.fetch_offset;
+    for batch in BatchIter::new(&range.bytes) {
+        let Ok(batch) = batch else { break };
+        let batch_end = batch.position + batch.header.total_size();
+        if batch_end as u64 > limit && !(min_one && end == 0) {
+            break;
+        }
+        end = batch_end;
+        next_offset = batch.header.last_offset() + 1;
+    }
+    let aborted = (isolation == IsolationLevel::ReadCommitted).then(|| {
+        let local = log.local_aborted_transactions_before(next_offset).into_iter().map(|a| (a.producer_id, a.first_offset));
+        range
+            .aborted
+            .iter()
+            .copied()
+            .filter(|(_, first)| *first < next_offset)
+            .chain(local)
+            .map(|(producer_id, first_offset)| AbortedTransaction { producer_id, first_offset })
+            .collect()
+    });
+    FetchPartitionResponse {
+        partition_index: t.partition,
+        high_watermark: log.high_watermark(),
+        last_stable_offset: log.last_stable_offset(),
+        log_start_offset: log.log_start_offset(),
+        aborted_transactions: aborted,
+        records: FetchRecords::Bytes(Bytes::copy_from_slice(&range.bytes[..end])),
+        ..FetchPartitionResponse::default()
+    }
 }
 
 fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationLevel, for_replica: bool) -> FetchPartitionResponse {

@@ -91,6 +91,7 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
         ktls: false,
         cluster,
         schemas: None,
+        table_reads: None,
         shutdown: tokio::sync::watch::channel(false).1,
     }
 }
