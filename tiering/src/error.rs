@@ -88,6 +88,15 @@ pub enum TieringError {
         /// What is wrong.
         reason: String,
     },
+    /// A batch could not be rebuilt from its rows (an unknown codec in its
+    /// attributes, an opaque row without its bytes, the codec failing).
+    #[error("cannot rebuild the batch at offset {base_offset}: {reason}")]
+    Rebuild {
+        /// The batch's base offset.
+        base_offset: i64,
+        /// What is wrong.
+        reason: String,
+    },
     /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -110,7 +119,7 @@ impl TieringError {
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),
             Self::Arrow(_) => "arrow".into(),
-            Self::SharedRead { .. } => "shared_read".into(),
+            Self::SharedRead { .. } | Self::Rebuild { .. } => "shared_read".into(),
             Self::SchemaRegistry(_) => "schema_registry".into(),
         }
     }

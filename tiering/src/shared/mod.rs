@@ -11,5 +11,9 @@
 
 pub mod index;
 pub mod read;
+pub mod rebuild;
+#[cfg(test)]
+mod tests;
 
 pub use index::{AbortMarker, DataFileRef, FileIndex};
+pub use rebuild::{read_batches, read_batches_with_index, FetchCompression, RebuiltRange};

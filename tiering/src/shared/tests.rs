@@ -1,0 +1,297 @@
+//! Shared mode's read path end to end: logs tiered into a shared table and
+//! its `__log`, read back with [`read_batches`], compared with the batches
+//! the segment files hold (byte for byte when uncompressed, field by field
+//! otherwise).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use floe_protocol::record_batch::{CompressionType, RecordBatchHeader};
+use floe_protocol::records::{compress, parse_records, records_section, write_batch, write_record, BatchFields, HeaderView, RecordParts};
+use floe_storage::ControlRecordType::{Abort, Commit};
+use floe_storage::{PartitionLog, ScannedBatch, SegmentBatchReader};
+
+use super::*;
+use crate::catalog::IcebergCatalog;
+use crate::table::{TierLimits, TopicTable};
+use crate::test_util::*;
+
+async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
+    IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka").await.unwrap()
+}
+
+/// Every batch of the log's sealed segments, as stored (CRC not checked: damaged ones too).
+fn original_batches(log: &PartitionLog) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for seg in log.sealed_segments() {
+        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).unwrap();
+        loop {
+            match reader.next_batch(false).unwrap() {
+                ScannedBatch::Batch { .. } => out.push(reader.batch_bytes().unwrap().to_vec()),
+                ScannedBatch::End => break,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    out
+}
+
+/// `bytes` cut into its batches.
+fn split(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let n = RecordBatchHeader::parse(&bytes[pos..]).unwrap().total_size();
+        out.push(bytes[pos..pos + n].to_vec());
+        pos += n;
+    }
+    out
+}
+
+type Rec = (i64, i64, u8, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>);
+
+fn records_of(batch: &[u8]) -> Vec<Rec> {
+    let h = RecordBatchHeader::parse(batch).unwrap();
+    let section = records_section(batch, &h).unwrap();
+    parse_records(&section, &h)
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let headers = r.headers().unwrap().iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect();
+            (r.offset, r.timestamp_delta, r.attributes, r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec), headers)
+        })
+        .collect()
+}
+
+/// `rebuilt` is `original` with its records compressed as `codec` says:
+/// every header field and every record equal; byte for byte when both are uncompressed.
+fn assert_same(original: &[u8], rebuilt: &[u8], codec: FetchCompression) {
+    let (o, r) = (RecordBatchHeader::parse(original).unwrap(), RecordBatchHeader::parse(rebuilt).unwrap());
+    let want_codec = match codec {
+        FetchCompression::Original => o.compression().unwrap(),
+        FetchCompression::None => CompressionType::None,
+        FetchCompression::Gzip => CompressionType::Gzip,
+        FetchCompression::Snappy => CompressionType::Snappy,
+        FetchCompression::Lz4 => CompressionType::Lz4,
+        FetchCompression::Zstd => CompressionType::Zstd,
+    };
+    assert_eq!(r.compression(), Some(want_codec), "batch {}", o.base_offset);
+    let mut fo = BatchFields::of(&o);
+    fo.attributes = (fo.attributes & !7) | i16::from(want_codec.id());
+    assert_eq!(BatchFields::of(&r), fo, "batch {} header", o.base_offset);
+    assert_eq!(records_of(rebuilt), records_of(original), "batch {} records", o.base_offset);
+    floe_protocol::record_batch::verify_crc(rebuilt, 0).unwrap();
+    if want_codec == CompressionType::None && o.compression() == Some(CompressionType::None) {
+        assert_eq!(rebuilt, original, "batch {}: byte for byte", o.base_offset);
+    }
+}
+
+async fn tables(t: &TopicTable) -> (iceberg::table::Table, iceberg::table::Table) {
+    (t.load().await.unwrap(), t.log_table().unwrap().load().await.unwrap())
+}
+
+/// A batch written by hand: a header key twice and one not UTF-8, null and
+/// empty keys and values (kafka_protocol's encoder takes headers as a map).
+fn hand_written(codec: CompressionType) -> Vec<u8> {
+    let mut plain = Vec::new();
+    let none: [HeaderView<'_>; 0] = [];
+    write_record(&mut plain, &RecordParts { attributes: 0, timestamp_delta: 0, offset_delta: 0, key: None, value: Some(b"") }, none.into_iter());
+    let hs: [HeaderView<'_>; 3] = [(b"h", Some(b"1")), (b"\xff\xfe", None), (b"h", Some(b""))];
+    write_record(&mut plain, &RecordParts { attributes: 0, timestamp_delta: 7, offset_delta: 1, key: Some(b""), value: None }, hs.into_iter());
+    let mut body = Vec::new();
+    compress(codec, &plain, &mut body).unwrap();
+    let fields = BatchFields {
+        base_offset: 0,
+        partition_leader_epoch: 0,
+        attributes: i16::from(codec.id()),
+        last_offset_delta: 1,
+        base_timestamp: 1_700_000_000_000,
+        max_timestamp: 1_700_000_000_007,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        records_count: 2,
+    };
+    let mut out = Vec::new();
+    write_batch(&mut out, &fields, &body);
+    out
+}
+
+async fn tier_shared(dir: &std::path::Path, log: &Arc<PartitionLog>) -> TopicTable {
+    let cat = catalog(dir).await;
+    let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
+    t.tier(std::slice::from_ref(log), &TierLimits::default()).await.unwrap();
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_codec_and_header_shape_rebuilds_to_the_logs_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[("segment.bytes", "3000")]));
+    fill(&log, 0, 60);
+    for codec in [CompressionType::None, CompressionType::Gzip, CompressionType::Zstd] {
+        log.append(&mut hand_written(codec), 0).unwrap();
+    }
+    fill(&log, 66, 20);
+    log.roll_now().unwrap();
+    assert!(log.sealed_segments().len() > 1, "several segments, several files");
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, log_table) = tables(&t).await;
+    let originals = original_batches(&log);
+    for codec in [FetchCompression::Original, FetchCompression::None, FetchCompression::Lz4, FetchCompression::Snappy] {
+        let got = read_batches(&main, &log_table, 0, 0, 86, usize::MAX, codec).await.unwrap();
+        assert_eq!(got.mismatches, 0);
+        assert_eq!(got.next_offset, 86);
+        assert!(got.aborted.is_empty());
+        let rebuilt = split(&got.bytes);
+        assert_eq!(rebuilt.len(), originals.len(), "{codec:?}");
+        for (o, r) in originals.iter().zip(&rebuilt) {
+            assert_same(o, r, codec);
+        }
+    }
+    // The original bytes again, for the uncompressed ones.
+    let got = read_batches(&main, &log_table, 0, 0, 86, usize::MAX, FetchCompression::Original).await.unwrap();
+    let plain = split(&got.bytes).into_iter().zip(&originals).filter(|(_, o)| RecordBatchHeader::parse(o).unwrap().compression() == Some(CompressionType::None)).count();
+    assert!(plain >= 4, "{plain} uncompressed batches compared byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_aborted_records_and_a_damaged_batch_come_back_as_the_log_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+    fill(&log, 0, 10); // 0-4, 5-9 (damaged below)
+    log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14, aborted
+    log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
+    log.append(&mut transactional(2, 0, 5), 0).unwrap(); // 16-20, committed
+    log.append_txn_marker(2, 0, Commit, 0, 1).unwrap(); // 21
+    fill(&log, 22, 5); // 22-26
+    log.roll_now().unwrap();
+    let seg = &log.sealed_segments()[0];
+    let bytes = std::fs::read(&seg.path).unwrap();
+    let first = RecordBatchHeader::parse(&bytes).unwrap().total_size();
+    let mut damaged = bytes.clone();
+    damaged[first + 61 + 3] ^= 0xa5;
+    std::fs::write(&seg.path, &damaged).unwrap();
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, log_table) = tables(&t).await;
+    let originals = original_batches(&log);
+    assert_eq!(originals.len(), 7);
+    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.next_offset, got.mismatches), (27, 0));
+    assert_eq!(got.aborted, vec![(1, 10)]);
+    let rebuilt = split(&got.bytes);
+    assert_eq!(rebuilt.len(), 7);
+    assert_eq!(rebuilt[1], originals[1], "the damaged batch verbatim (its CRC still fails)");
+    assert!(floe_protocol::record_batch::verify_crc(&rebuilt[1], 0).is_err());
+    for i in [0, 2, 3, 4, 5, 6] {
+        assert_same(&originals[i], &rebuilt[i], FetchCompression::Original);
+    }
+    for i in [3, 5] {
+        assert!(RecordBatchHeader::parse(&rebuilt[i]).unwrap().is_control(), "batch {i} is a marker");
+    }
+    // Forced compression leaves the opaque batch alone and compresses the markers too.
+    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Zstd).await.unwrap();
+    let rebuilt = split(&got.bytes);
+    assert_eq!(rebuilt[1], originals[1]);
+    assert_same(&originals[3], &rebuilt[3], FetchCompression::Zstd);
+    // KIP-98: from inside the aborted transaction its marker is listed; after the marker, not.
+    let got = read_batches(&main, &log_table, 0, 12, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!(split(&got.bytes)[0], originals[2], "the batch containing the fetch offset, whole");
+    assert_eq!(got.aborted, vec![(1, 10)]);
+    let got = read_batches(&main, &log_table, 0, 16, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert!(got.aborted.is_empty());
+    assert_eq!(split(&got.bytes).len(), 3);
+    // Below the transaction's first offset the response [0, 5) does not list it.
+    let got = read_batches(&main, &log_table, 0, 0, 27, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.batches, got.next_offset), (1, 5));
+    assert!(got.aborted.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_bytes_a_mid_batch_offset_and_log_append_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[("message.timestamp.type", "LogAppendTime")]));
+    let records: Vec<TestRecord> = (0..30).map(record).collect();
+    for (b, chunk) in records.chunks(5).enumerate() {
+        log.append(&mut encode(chunk, CODECS[b % CODECS.len()]), 1_700_000_500_000 + b as i64).unwrap();
+    }
+    log.roll_now().unwrap();
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, log_table) = tables(&t).await;
+    let originals = original_batches(&log);
+    assert_eq!(originals.len(), 6);
+    assert_eq!(RecordBatchHeader::parse(&originals[0]).unwrap().timestamp_type(), floe_protocol::record_batch::TimestampType::LogAppendTime);
+    let all = read_batches(&main, &log_table, 0, 0, 30, usize::MAX, FetchCompression::Original).await.unwrap();
+    for (o, r) in originals.iter().zip(split(&all.bytes)) {
+        assert_same(o, &r, FetchCompression::Original);
+    }
+    let sizes: Vec<usize> = originals.iter().map(Vec::len).collect();
+    // The first batch whole even past max_bytes (KIP-74).
+    let one = read_batches(&main, &log_table, 0, 0, 30, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!((one.batches, one.next_offset, one.bytes.len()), (1, 5, sizes[0]));
+    // Stops before the batch that would pass max_bytes.
+    let two = read_batches(&main, &log_table, 0, 0, 30, sizes[0] + sizes[1] + sizes[2] - 1, FetchCompression::Original).await.unwrap();
+    assert_eq!((two.batches, two.next_offset), (2, 10));
+    let three = read_batches(&main, &log_table, 0, 0, 30, sizes[0] + sizes[1] + sizes[2], FetchCompression::Original).await.unwrap();
+    assert_eq!((three.batches, three.next_offset), (3, 15));
+    // From an offset in the middle of a batch: that batch whole.
+    let mid = read_batches(&main, &log_table, 0, 7, 30, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!(mid.next_offset, 10);
+    assert_same(&originals[1], &split(&mid.bytes)[0], FetchCompression::Original);
+    // `upper` bounds the range: the batch at it is not served.
+    let bounded = read_batches(&main, &log_table, 0, 0, 20, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!((bounded.batches, bounded.next_offset), (4, 20));
+    // Nothing at or above the table's end.
+    let past = read_batches(&main, &log_table, 0, 30, 40, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!((past.batches, past.next_offset), (0, 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_rows_of_a_crashed_pass_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+    fill(&log, 0, 10);
+    log.roll_now().unwrap();
+    let t = tier_shared(dir.path(), &log).await;
+    // The next pass commits `__log` (an aborted transaction) and crashes before the main table.
+    log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14
+    log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
+    log.roll_now().unwrap();
+    let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    t.commit_log_only(prepared).await.unwrap();
+    let (main, log_table) = tables(&t).await;
+    let index = FileIndex::load(&main, &log_table).await.unwrap();
+    assert_eq!(index.next_offset(0), Some(10));
+    assert!(index.abort_markers.is_empty(), "{:?}", index.abort_markers);
+    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.batches, got.next_offset), (2, 10));
+    assert!(got.aborted.is_empty());
+    // The pass that commits the main table makes them live.
+    t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    let (main, log_table) = tables(&t).await;
+    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.batches, got.next_offset), (4, 16));
+    assert_eq!(got.aborted, vec![(1, 10)]);
+    let originals = original_batches(&log);
+    for (o, r) in originals.iter().zip(split(&got.bytes)) {
+        assert_same(o, &r, FetchCompression::Original);
+    }
+}
+
+#[test]
+fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
+    let f = |lower, upper| DataFileRef { lower, upper, path: format!("{lower}"), size: 1 };
+    let index = FileIndex {
+        main: [(0, vec![f(0, 9), f(10, 19), f(20, 29)])].into(),
+        log: [(0, vec![f(5, 15)])].into(),
+        next_offsets: [(0, 30)].into(),
+        abort_markers: [(0, vec![AbortMarker { offset: 15, producer_id: 1, first_offset: 10 }])].into(),
+    };
+    let paths: Vec<&str> = index.main_files(0, 9, 20).map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["0", "10"]);
+    assert_eq!(index.main_files(1, 0, 100).count(), 0);
+    assert_eq!(index.log_files(0, 16, 30).count(), 0);
+    assert_eq!(index.aborted_transactions(0, 0, 11), vec![(1, 10)]);
+    assert!(index.aborted_transactions(0, 0, 10).is_empty(), "starts at the response's end");
+    assert!(index.aborted_transactions(0, 16, 30).is_empty(), "marker before the fetch offset");
+}
