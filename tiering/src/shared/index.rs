@@ -66,6 +66,10 @@ pub struct FileIndex {
     pub next_offsets: BTreeMap<i32, i64>,
     /// `__log`'s abort markers per partition, in offset order (leftovers left out).
     pub abort_markers: BTreeMap<i32, Vec<AbortMarker>>,
+    /// `__log`'s opaque batches per partition as `(base offset, last offset)`,
+    /// in offset order: their one row sits at the base, so a fetch from inside
+    /// one finds it here, not by the `offset` statistics.
+    pub opaque: BTreeMap<i32, Vec<(i64, i64)>>,
 }
 
 impl FileIndex {
@@ -84,12 +88,15 @@ impl FileIndex {
             let next = next_offsets.get(p).copied().unwrap_or(i64::MIN);
             files.retain(|f| f.lower < next);
         }
-        let mut index = Self { main: main_files, log: log_files, next_offsets, abort_markers: BTreeMap::new() };
+        let mut index = Self { main: main_files, log: log_files, next_offsets, ..Self::default() };
         let partitions: Vec<i32> = index.log.keys().copied().collect();
         for p in partitions {
-            let markers = crate::shared::read::abort_markers(log, &index, p).await?;
+            let (markers, opaque) = crate::shared::read::log_entries(log, &index, p).await?;
             if !markers.is_empty() {
                 index.abort_markers.insert(p, markers);
+            }
+            if !opaque.is_empty() {
+                index.opaque.insert(p, opaque);
             }
         }
         Ok(index)
@@ -98,6 +105,12 @@ impl FileIndex {
     /// The main table's next offset of `partition` (`None`: never tiered).
     pub fn next_offset(&self, partition: i32) -> Option<i64> {
         self.next_offsets.get(&partition).copied()
+    }
+
+    /// The base offset of the opaque batch of `partition` holding `offset`
+    /// past its base, if one does: a fetch from there starts at the base.
+    pub fn opaque_base(&self, partition: i32, offset: i64) -> Option<i64> {
+        self.opaque.get(&partition)?.iter().find(|(base, last)| *base < offset && offset <= *last).map(|(base, _)| *base)
     }
 
     /// `partition`'s main-table files that may hold offsets in `[from, upper)`.

@@ -281,24 +281,32 @@ pub fn clamp(index: &FileIndex, side: Side, partition: i32, from: i64, upper: i6
     }
 }
 
-/// `partition`'s abort markers in `__log` (for the [`FileIndex`]).
+/// `partition`'s abort markers and opaque batches `(base, last offset)` in
+/// `__log` (for the [`FileIndex`]). Reads every live `__log` row of the
+/// partition: the table is small (markers, aborted records, damage).
 ///
 /// # Errors
 /// As [`read_row_group`].
-pub(crate) async fn abort_markers(log: &Table, index: &FileIndex, partition: i32) -> Result<Vec<AbortMarker>> {
+pub(crate) async fn log_entries(log: &Table, index: &FileIndex, partition: i32) -> Result<(Vec<AbortMarker>, Vec<(i64, i64)>)> {
     let (from, upper) = clamp(index, Side::Log, partition, i64::MIN, i64::MAX);
     let files: Vec<&DataFileRef> = index.log_files(partition, from, upper).collect();
-    let mut out = Vec::new();
+    let (mut markers, mut opaque) = (Vec::new(), Vec::new());
     for rg in row_groups(log, Side::Log, &files, from, upper).await? {
         for r in read_row_group(log, &rg, partition, from, upper).await? {
-            if let (Some(LogRowKind::AbortMarker), Some(first_offset)) = (r.kind, r.txn_first_offset) {
-                out.push(AbortMarker { offset: r.offset, producer_id: r.producer_id, first_offset });
+            match (r.kind, r.txn_first_offset) {
+                (Some(LogRowKind::AbortMarker), Some(first_offset)) => {
+                    markers.push(AbortMarker { offset: r.offset, producer_id: r.producer_id, first_offset });
+                }
+                (Some(LogRowKind::Opaque), _) => opaque.push((r.offset, r.batch_last_offset())),
+                _ => {}
             }
         }
     }
-    out.sort_by_key(|m| m.offset);
-    out.dedup();
-    Ok(out)
+    markers.sort_by_key(|m| m.offset);
+    markers.dedup();
+    opaque.sort_unstable();
+    opaque.dedup();
+    Ok((markers, opaque))
 }
 
 /// `name`'s column cast to `to` (Parquet may hand `Binary` where the table

@@ -107,8 +107,11 @@ pub async fn read_batches_with_index(
     max_bytes: usize,
     codec: FetchCompression,
 ) -> Result<RebuiltRange> {
+    // From inside an opaque batch: the batch whole, as the log would serve it.
+    let requested = from;
+    let from = index.opaque_base(partition, from).unwrap_or(from);
     let units = plan(main, log, index, partition, from, upper).await?;
-    let mut out = RebuiltRange { next_offset: from, ..RebuiltRange::default() };
+    let mut out = RebuiltRange { next_offset: requested, ..RebuiltRange::default() };
     let mut buffer: BTreeMap<i64, Row> = BTreeMap::new();
     let mut next_unit = 0;
     let mut completed_first = false;
@@ -157,7 +160,7 @@ pub async fn read_batches_with_index(
             buffer.entry(row.offset).or_insert(row);
         }
     }
-    out.aborted = index.aborted_transactions(partition, from, out.next_offset);
+    out.aborted = index.aborted_transactions(partition, requested, out.next_offset);
     Ok(out)
 }
 
@@ -190,7 +193,7 @@ fn take_complete(buffer: &mut BTreeMap<i64, Row>, frontier: i64, upper: i64) -> 
 
 /// Appends the batch of `rows` (one batch's, in offset order) to `out`;
 /// `true` when the CRC self-check failed.
-fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) -> Result<bool> {
+pub(crate) fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) -> Result<bool> {
     let Some(first) = rows.first() else { return Ok(false) };
     let base = first.batch_base_offset;
     let fail = |reason: String| TieringError::Rebuild { base_offset: base, reason };

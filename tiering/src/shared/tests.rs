@@ -198,6 +198,9 @@ async fn markers_aborted_records_and_a_damaged_batch_come_back_as_the_log_holds_
     let got = read_batches(&main, &log_table, 0, 12, 27, usize::MAX, FetchCompression::Original).await.unwrap();
     assert_eq!(split(&got.bytes)[0], originals[2], "the batch containing the fetch offset, whole");
     assert_eq!(got.aborted, vec![(1, 10)]);
+    // From inside the damaged batch: it comes whole, verbatim.
+    let got = read_batches(&main, &log_table, 0, 7, 27, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.bytes.as_slice(), got.next_offset), (originals[1].as_slice(), 10));
     let got = read_batches(&main, &log_table, 0, 16, 27, usize::MAX, FetchCompression::Original).await.unwrap();
     assert!(got.aborted.is_empty());
     assert_eq!(split(&got.bytes).len(), 3);
@@ -286,7 +289,9 @@ fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
         log: [(0, vec![f(5, 15)])].into(),
         next_offsets: [(0, 30)].into(),
         abort_markers: [(0, vec![AbortMarker { offset: 15, producer_id: 1, first_offset: 10 }])].into(),
+        opaque: [(0, vec![(40, 44)])].into(),
     };
+    assert_eq!((index.opaque_base(0, 40), index.opaque_base(0, 42), index.opaque_base(0, 45)), (None, Some(40), None));
     let paths: Vec<&str> = index.main_files(0, 9, 20).map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["0", "10"]);
     assert_eq!(index.main_files(1, 0, 100).count(), 0);
@@ -294,4 +299,99 @@ fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
     assert_eq!(index.aborted_transactions(0, 0, 11), vec![(1, 10)]);
     assert!(index.aborted_transactions(0, 0, 10).is_empty(), "starts at the response's end");
     assert!(index.aborted_transactions(0, 16, 30).is_empty(), "marker before the fetch offset");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_row_groups_whose_offset_statistics_overlap_are_read() {
+    use crate::convert::{ArrowConverter, RowLayout};
+    use crate::shared::read::{read_row_group, row_groups, Side};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+    fill(&log, 0, 100);
+    log.roll_now().unwrap();
+    // A file of ten-row row groups (the sink's are 64 Ki rows: one per file in these tests).
+    let mut conv = ArrowConverter::with_layout(0, 10, usize::MAX, RowLayout::Lossless);
+    let path = dir.path().join("groups.parquet");
+    let props = parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(10)).build();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), crate::schema::lossless_arrow_schema(), Some(props)).unwrap();
+    for b in original_batches(&log) {
+        let h = RecordBatchHeader::parse(&b).unwrap();
+        conv.push(&h, bytes::Bytes::from(b), 0);
+        if conv.is_full() {
+            writer.write(&conv.finish().unwrap().unwrap()).unwrap();
+        }
+    }
+    writer.close().unwrap();
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, _) = tables(&t).await;
+    let file = DataFileRef { lower: 0, upper: 99, path: path.display().to_string(), size: 0 };
+    let groups = row_groups(&main, Side::Main, &[&file], 35, 47).await.unwrap();
+    let picked: Vec<(usize, i64, i64)> = groups.iter().map(|g| (g.row_group, g.min, g.max)).collect();
+    assert_eq!(picked, [(3, 30, 39), (4, 40, 49)]);
+    let mut offsets = Vec::new();
+    for g in &groups {
+        offsets.extend(read_row_group(&main, g, 0, 35, 47).await.unwrap().iter().map(|r| r.offset));
+    }
+    assert_eq!(offsets, (35..47).collect::<Vec<_>>());
+    assert!(read_row_group(&main, &groups[0], 1, 0, 100).await.unwrap().is_empty(), "another partition's rows are filtered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_through_several_passes_files_equals_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+    let cat = catalog(dir.path()).await;
+    let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
+    let mut next = 0;
+    for pass in 0..3 {
+        fill(&log, next, 15);
+        next += 15;
+        log.append(&mut transactional(pass + 1, 0, 3), 0).unwrap();
+        log.append_txn_marker(pass + 1, 0, if pass == 1 { Abort } else { Commit }, 0, 1).unwrap();
+        next += 4;
+        log.roll_now().unwrap();
+        t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    }
+    let (main, log_table) = tables(&t).await;
+    let index = FileIndex::load(&main, &log_table).await.unwrap();
+    assert_eq!(index.main[&0].len(), 3, "a file per pass");
+    assert_eq!(index.next_offset(0), Some(next as i64));
+    let originals = original_batches(&log);
+    let mut got = Vec::new();
+    let mut from = 0;
+    let mut aborted = Vec::new();
+    while from < next as i64 {
+        let r = read_batches_with_index(&main, &log_table, &index, 0, from, next as i64, 200, FetchCompression::Original).await.unwrap();
+        assert!(r.next_offset > from, "progress from {from}");
+        assert_eq!(r.mismatches, 0);
+        aborted.extend(r.aborted);
+        got.extend(split(&r.bytes));
+        from = r.next_offset;
+    }
+    assert_eq!(got.len(), originals.len());
+    for (o, r) in originals.iter().zip(&got) {
+        assert_same(o, r, FetchCompression::Original);
+    }
+    aborted.dedup();
+    assert_eq!(aborted, vec![(2, 34)], "pass 1's transaction: offsets 34-36, its marker 37");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_that_differs_from_the_stored_crc_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[]));
+    fill(&log, 0, 5); // one uncompressed batch
+    log.roll_now().unwrap();
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, log_table) = tables(&t).await;
+    let index = FileIndex::load(&main, &log_table).await.unwrap();
+    let mut rows = crate::shared::read::read_rows(&main, &log_table, &index, 0, 0, 5).await.unwrap();
+    let mut out = Vec::new();
+    assert!(!crate::shared::rebuild::rebuild(&rows, FetchCompression::Original, &mut out).unwrap());
+    assert_eq!(out, original_batches(&log)[0]);
+    rows[2].value = Some(b"changed".to_vec());
+    assert!(crate::shared::rebuild::rebuild(&rows, FetchCompression::Original, &mut Vec::new()).unwrap(), "a mismatch");
+    // Fewer rows than recordsCount (a batch straddling the log start): not comparable, not counted.
+    assert!(!crate::shared::rebuild::rebuild(&rows[3..], FetchCompression::Original, &mut Vec::new()).unwrap());
 }
