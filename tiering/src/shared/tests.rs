@@ -395,3 +395,41 @@ async fn a_rebuild_that_differs_from_the_stored_crc_is_counted() {
     // Fewer rows than recordsCount (a batch straddling the log start): not comparable, not counted.
     assert!(!crate::shared::rebuild::rebuild(&rows[3..], FetchCompression::Original, &mut Vec::new()).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_range_recovery_kept_is_stepped_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [("segment.bytes", "2000")];
+    let log = open_log(&dir.path().join("t-0"), 0, &overrides);
+    fill(&log, 0, 60);
+    log.roll_now().unwrap();
+    let before = original_batches(&log);
+    let seg = log.sealed_segments()[0].path.clone();
+    log.close().unwrap();
+    // The second batch's length made absurd: recovery keeps the range and steps over it.
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let h = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
+    bytes[h.position + 8..h.position + 12].copy_from_slice(&[0x7f, 0, 0, 0]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &overrides));
+    let ranges = log.corrupt_ranges();
+    assert_eq!(ranges.len(), 1, "{ranges:?}");
+    assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (5, Some(9)));
+    let t = tier_shared(dir.path(), &log).await;
+    let (main, log_table) = tables(&t).await;
+    let got = read_batches(&main, &log_table, 0, 0, 60, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!(got.next_offset, 60);
+    let rebuilt = split(&got.bytes);
+    let want: Vec<&Vec<u8>> = before.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, b)| b).collect();
+    assert_eq!(rebuilt.len(), want.len());
+    for (o, r) in want.iter().zip(&rebuilt) {
+        assert_same(o, r, FetchCompression::Original);
+    }
+    // From inside the hole: the next batch, as the log's own read does.
+    let got = read_batches(&main, &log_table, 0, 7, 60, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!(RecordBatchHeader::parse(&got.bytes).unwrap().base_offset, 10);
+    assert_eq!(got.next_offset, 15);
+    // From the hole's first offset: the hole is stepped over within one answer.
+    let got = read_batches(&main, &log_table, 0, 5, 60, 1, FetchCompression::Original).await.unwrap();
+    assert_eq!((got.batches, got.next_offset), (1, 15));
+}
