@@ -81,6 +81,25 @@ pub enum TieringError {
     /// The Schema Registry cannot answer now (a typed table's schemas): nothing was written; retried.
     #[error("schema registry unavailable: {0}")]
     SchemaRegistry(String),
+    /// A shared table's data file could not be read back for a fetch (Parquet
+    /// footer or pages, a column missing or of an unexpected type, a row lacking
+    /// a lossless column).
+    #[error("cannot read shared table file {path}: {reason}")]
+    SharedRead {
+        /// The data file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A batch could not be rebuilt from its rows (an unknown codec in its
+    /// attributes, an opaque row without its bytes, the codec failing).
+    #[error("cannot rebuild the batch at offset {base_offset}: {reason}")]
+    Rebuild {
+        /// The batch's base offset.
+        base_offset: i64,
+        /// What is wrong.
+        reason: String,
+    },
     /// Converting records to Arrow failed (a bug: the arrays do not match the schema).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -103,6 +122,7 @@ impl TieringError {
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),
             Self::Arrow(_) => "arrow".into(),
+            Self::SharedRead { .. } | Self::Rebuild { .. } => "shared_read".into(),
             Self::SchemaRegistry(_) => "schema_registry".into(),
         }
     }

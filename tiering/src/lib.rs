@@ -20,6 +20,7 @@
 //! - [`catalog_config`]: which catalog (SQL or REST), the warehouse (local or S3), secrets.
 //! - [`catalog`]: opens the catalog, one table per topic, writer locks.
 //! - [`reader`]: a read-only view of the catalog (namespaces, tables, current metadata) for serving it.
+//! - [`shared`]: shared mode's read path: file index, row-group reads, batches rebuilt from rows.
 //! - [`error`]: the crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -36,6 +37,7 @@ pub mod offsets;
 pub mod orphans;
 pub mod reader;
 pub mod schema;
+pub mod shared;
 mod sink;
 pub mod table;
 pub mod typed;
