@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use floe_tiering::shared::{FetchCompression, RebuiltRange};
+use floe_tiering::shared::{read_batches_with_index, FetchCompression, FileIndex, RebuiltRange};
 use floe_tiering::IcebergCatalog;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -156,6 +156,14 @@ impl TableReads {
 /// of recent snapshots for `floe.iceberg.snapshot.max-age-ms`).
 const TABLE_TTL: Duration = Duration::from_secs(1);
 
+/// A topic's tables and their file index, as one thread loaded them.
+struct Loaded {
+    at: Instant,
+    main: floe_tiering::iceberg::table::Table,
+    log: floe_tiering::iceberg::table::Table,
+    index: FileIndex,
+}
+
 fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Shared>, open: OpenCatalog) {
     lower_priority();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -167,7 +175,7 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
     };
     runtime.block_on(async move {
         let mut catalog: Option<IcebergCatalog> = None;
-        let mut tables: HashMap<String, (Instant, iceberg::table::Table, iceberg::table::Table)> = HashMap::new();
+        let mut tables: HashMap<String, Loaded> = HashMap::new();
         loop {
             let job = { rx.lock().await.recv().await };
             let Some(job) = job else { return };
@@ -191,7 +199,7 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
 async fn serve(
     open: &OpenCatalog,
     catalog: &mut Option<IcebergCatalog>,
-    tables: &mut HashMap<String, (Instant, iceberg::table::Table, iceberg::table::Table)>,
+    tables: &mut HashMap<String, Loaded>,
     job: &Job,
 ) -> ReadResult {
     if catalog.is_none() {
@@ -199,17 +207,19 @@ async fn serve(
     }
     let cat = catalog.as_ref().ok_or("no catalog")?;
     let topic = &job.read.topic;
-    let fresh = tables.get(topic).is_some_and(|(at, _, _)| at.elapsed() < TABLE_TTL);
+    let fresh = tables.get(topic).is_some_and(|l| l.at.elapsed() < TABLE_TTL);
     if !fresh {
         let load = |name: String| async move {
             cat.catalog().load_table(&cat.ident(&name)).await.map_err(|e| format!("cannot load table {name}: {e}"))
         };
         let main = load(topic.clone()).await?;
         let log = load(floe_tiering::catalog::log_table_name(topic)).await?;
-        tables.insert(topic.clone(), (Instant::now(), main, log));
+        let index = FileIndex::load(&main, &log).await.map_err(|e| e.to_string())?;
+        tables.insert(topic.clone(), Loaded { at: Instant::now(), main, log, index });
     }
-    let (_, main, log) = tables.get(topic).ok_or("table not loaded")?;
-    let range = floe_tiering::shared::read_batches(main, log, job.read.partition, job.read.from, job.upper, job.max_bytes, job.read.codec)
+    let l = tables.get(topic).ok_or("table not loaded")?;
+    let (partition, from) = (job.read.partition, job.read.from);
+    let range = read_batches_with_index(&l.main, &l.log, &l.index, partition, from, job.upper, job.max_bytes, job.read.codec)
         .await
         .map_err(|e| e.to_string())?;
     Ok(Arc::new(range))
@@ -217,10 +227,9 @@ async fn serve(
 
 /// nice 10 for the calling thread (Linux applies nice values per thread).
 fn lower_priority() {
-    let tid = nix::unistd::gettid().as_raw();
-    // PRIO_PROCESS with a thread id sets that thread's nice value on Linux.
+    // PRIO_PROCESS with `who` 0 is the calling thread on Linux (NPTL keeps nice per thread).
     // SAFETY: a plain system call on integers; no memory is shared with it.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
     if rc != 0 {
         debug!(error = %std::io::Error::last_os_error(), "cannot lower a table read thread's priority");
     }

@@ -1134,6 +1134,7 @@ mod tests {
             compaction_max_bytes_per_run: 512 << 20,
             catalog: CatalogSettings::default(),
             shared_experimental,
+            shared_reads: SharedReadSettings { threads: 1, queue: 64, cache_bytes: 256 << 20, fetch_max_wait_ms: 500 },
         }
     }
 

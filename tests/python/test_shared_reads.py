@@ -65,7 +65,7 @@ def workload(bootstrap: str, topic: str, txn_id: str) -> None:
         (p.commit_transaction if commit else p.abort_transaction)(30)
     # An uncompressed tail, last: it keeps the transactions' segment sealed (and readable by anyone).
     tail = [{"key": f"tail{i}".encode(), "value": f"t{i}".encode() * 30, "timestamp": BASE_TS + 950_000 + i} for i in range(150)]
-    produce_all(bootstrap, topic, tail, **{"compression.type": "none"})
+    produce_all(bootstrap, topic, tail, **{"compression.type": "none", "batch.size": 4096})
 
 
 def list_offset(floe, topic: str, timestamp: int) -> int:
@@ -105,7 +105,8 @@ def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
 @pytest.fixture
 def topics(floe_factory):
     floe = floe_factory("floe", overrides=BROKER)
-    common = {"floe.iceberg.enabled": "true", "segment.bytes": "16384"}
+    # retention.ms -1: the records carry fixed timestamps months old, which time retention would expire.
+    common = {"floe.iceberg.enabled": "true", "segment.bytes": "16384", "retention.ms": "-1"}
     copy = create_topic(floe.bootstrap, unique_topic("copy"), config=common)
     shared = create_topic(floe.bootstrap, unique_topic("shared"), config={
         **common, "floe.iceberg.storage": "shared", "local.retention.ms": "0"})

@@ -26,7 +26,7 @@ use crate::shared::read::{clamp, plan, read_row_group, read_rows, Row, Side};
 
 /// The codec a rebuilt batch's records are compressed with
 /// (`floe.iceberg.shared.fetch-compression`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FetchCompression {
     /// The codec the producer used (what its consumers can surely decode).
     #[default]
