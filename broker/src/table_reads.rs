@@ -45,11 +45,24 @@ pub struct TableRead {
 /// What a table read answers: the rebuilt batches, or why there are none.
 pub type ReadResult = Result<Arc<RebuiltRange>, String>;
 
-struct Job {
-    read: TableRead,
-    upper: i64,
-    max_bytes: usize,
+enum Job {
+    /// Rebuild batches (answered to the fetches in `Shared::inflight`).
+    Read { read: TableRead, upper: i64, max_bytes: usize },
+    /// A ListOffsets lookup by time in `[from, upper)`.
+    Lookup { topic: String, partition: i32, what: Lookup, from: i64, upper: i64, reply: oneshot::Sender<LookupResult> },
 }
+
+/// What a ListOffsets lookup in the table asks (`docs/shared-mode.md` 4.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The first record whose timestamp is at least this (ms).
+    Timestamp(i64),
+    /// The record with the largest timestamp (KIP-734).
+    MaxTimestamp,
+}
+
+/// `(offset, timestamp)` found, `None` when no record matches, or why the table could not be read.
+pub type LookupResult = Result<Option<(i64, i64)>, String>;
 
 /// Rebuilt ranges by read, oldest evicted first once over the byte cap.
 #[derive(Default)]
@@ -132,7 +145,7 @@ impl TableReads {
             match inflight.get_mut(&read) {
                 Some(waiters) => waiters.push(tx),
                 None => {
-                    let job = Job { read: read.clone(), upper, max_bytes };
+                    let job = Job::Read { read: read.clone(), upper, max_bytes };
                     if self.jobs.try_send(job).is_err() {
                         debug!(topic = %read.topic, partition = read.partition, from = read.from, "table read queue full: answering empty");
                         return None;
@@ -146,6 +159,17 @@ impl TableReads {
             // Timed out (the read goes on, into the cache) or the thread went away.
             _ => None,
         }
+    }
+
+    /// A ListOffsets lookup by time over `[from, upper)` of the table, within
+    /// `wait`; `None` when the queue is full or the wait ran out.
+    pub async fn lookup(&self, topic: &str, partition: i32, what: Lookup, from: i64, upper: i64, wait: Duration) -> Option<LookupResult> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Lookup { topic: topic.to_string(), partition, what, from, upper, reply };
+        if self.jobs.try_send(job).is_err() {
+            return None;
+        }
+        tokio::time::timeout(wait, rx).await.ok().and_then(Result::ok)
     }
 }
 
@@ -178,17 +202,25 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
         let mut tables: HashMap<String, Loaded> = HashMap::new();
         loop {
             let job = { rx.lock().await.recv().await };
-            let Some(job) = job else { return };
-            let result = serve(&open, &mut catalog, &mut tables, &job).await;
+            let (read, upper, max_bytes) = match job {
+                None => return,
+                Some(Job::Lookup { topic, partition, what, from, upper, reply }) => {
+                    let found = lookup(&open, &mut catalog, &mut tables, &topic, partition, what, from, upper).await;
+                    let _ = reply.send(found);
+                    continue;
+                }
+                Some(Job::Read { read, upper, max_bytes }) => (read, upper, max_bytes),
+            };
+            let result = serve(&open, &mut catalog, &mut tables, &read, upper, max_bytes).await;
             if let Ok(range) = &result {
                 if range.mismatches > 0 {
-                    warn!(topic = %job.read.topic, partition = job.read.partition, from = job.read.from,
+                    warn!(topic = %read.topic, partition = read.partition, from = read.from,
                         mismatches = range.mismatches, "rebuilt batches whose CRC differs from the stored one (a bug: served with the new CRC)");
                 }
                 let cap = shared.settings.cache_bytes;
-                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(job.read.clone(), range.clone(), cap);
+                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(read.clone(), range.clone(), cap);
             }
-            let waiters = shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.read).unwrap_or_default();
+            let waiters = shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&read).unwrap_or_default();
             for w in waiters {
                 let _ = w.send(result.clone());
             }
@@ -200,29 +232,58 @@ async fn serve(
     open: &OpenCatalog,
     catalog: &mut Option<IcebergCatalog>,
     tables: &mut HashMap<String, Loaded>,
-    job: &Job,
+    read: &TableRead,
+    upper: i64,
+    max_bytes: usize,
 ) -> ReadResult {
+    let l = loaded(open, catalog, tables, &read.topic).await?;
+    let range = read_batches_with_index(&l.main, &l.log, &l.index, read.partition, read.from, upper, max_bytes, read.codec)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(range))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lookup(
+    open: &OpenCatalog,
+    catalog: &mut Option<IcebergCatalog>,
+    tables: &mut HashMap<String, Loaded>,
+    topic: &str,
+    partition: i32,
+    what: Lookup,
+    from: i64,
+    upper: i64,
+) -> LookupResult {
+    let l = loaded(open, catalog, tables, topic).await?;
+    let found = match what {
+        Lookup::Timestamp(ts) => floe_tiering::shared::lookup::offset_for_timestamp(&l.main, &l.log, &l.index, partition, ts, from, upper).await,
+        Lookup::MaxTimestamp => floe_tiering::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper).await,
+    };
+    found.map_err(|e| e.to_string())
+}
+
+/// `topic`'s tables and file index, loaded at most [`TABLE_TTL`] ago.
+async fn loaded<'a>(
+    open: &OpenCatalog,
+    catalog: &mut Option<IcebergCatalog>,
+    tables: &'a mut HashMap<String, Loaded>,
+    topic: &str,
+) -> Result<&'a Loaded, String> {
     if catalog.is_none() {
         *catalog = Some(open().await?);
     }
     let cat = catalog.as_ref().ok_or("no catalog")?;
-    let topic = &job.read.topic;
     let fresh = tables.get(topic).is_some_and(|l| l.at.elapsed() < TABLE_TTL);
     if !fresh {
         let load = |name: String| async move {
             cat.catalog().load_table(&cat.ident(&name)).await.map_err(|e| format!("cannot load table {name}: {e}"))
         };
-        let main = load(topic.clone()).await?;
+        let main = load(topic.to_string()).await?;
         let log = load(floe_tiering::catalog::log_table_name(topic)).await?;
         let index = FileIndex::load(&main, &log).await.map_err(|e| e.to_string())?;
-        tables.insert(topic.clone(), Loaded { at: Instant::now(), main, log, index });
+        tables.insert(topic.to_string(), Loaded { at: Instant::now(), main, log, index });
     }
-    let l = tables.get(topic).ok_or("table not loaded")?;
-    let (partition, from) = (job.read.partition, job.read.from);
-    let range = read_batches_with_index(&l.main, &l.log, &l.index, partition, from, job.upper, job.max_bytes, job.read.codec)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Arc::new(range))
+    tables.get(topic).ok_or_else(|| "table not loaded".to_string())
 }
 
 /// nice 10 for the calling thread (Linux applies nice values per thread).

@@ -135,6 +135,18 @@ def test_every_client_reads_the_same_records_from_the_table_as_from_the_log(topi
     assert floe.metric("floe_fetch_bytes_total", path="table-rebuild") > 0, "nothing was served from the table"
     local_start = list_offset(floe, shared, -4)
 
+    # ListOffsets by time and MAX_TIMESTAMP answer across the boundary as over a whole log.
+    c = Consumer({"bootstrap.servers": floe.bootstrap, "group.id": unique_topic("times")})
+    try:
+        for ts in (BASE_TS - 1, BASE_TS + 2 * 10_000 + 7, BASE_TS + 900_002, BASE_TS + 950_010, BASE_TS + 10**9):
+            got_t = c.offsets_for_times([TopicPartition(shared, 0, ts)], timeout=30)[0].offset
+            want_t = c.offsets_for_times([TopicPartition(copy, 0, ts)], timeout=30)[0].offset
+            assert got_t == want_t, (ts, got_t, want_t)
+            assert ts > BASE_TS + 10**8 or got_t >= 0, ts
+    finally:
+        c.close()
+    assert list_offset(floe, shared, -3) == list_offset(floe, copy, -3)
+
     # kcat (librdkafka 2.0): text fields, so compare what it prints.
     if shutil.which("kcat"):
         def kcat_rows(topic: str) -> list[tuple]:

@@ -30,6 +30,9 @@ pub struct DataFileRef {
     pub path: String,
     /// Its size in bytes.
     pub size: u64,
+    /// The largest record timestamp in it, in ms (the `timestamp` column's
+    /// upper bound; `i64::MAX` without one): ListOffsets by time skips files below.
+    pub max_timestamp_ms: i64,
 }
 
 impl DataFileRef {
@@ -163,11 +166,13 @@ async fn table_files(table: &Table) -> Result<BTreeMap<i32, Vec<DataFileRef>>> {
         let (entries, meta) = m.into_parts();
         // Each manifest carries the schema and spec its files were written with.
         let offset_id = meta.schema().field_id_by_name("offset");
+        let timestamp_id = meta.schema().field_id_by_name("timestamp");
         let partition_pos = partition_position(meta.schema(), meta.partition_spec());
         for entry in entries.iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
             let (lower, upper) = offset_bounds(file, offset_id);
-            let f = DataFileRef { lower, upper, path: file.file_path().to_string(), size: file.file_size_in_bytes() };
+            let max_timestamp_ms = max_timestamp_ms(file, timestamp_id);
+            let f = DataFileRef { lower, upper, path: file.file_path().to_string(), size: file.file_size_in_bytes(), max_timestamp_ms };
             match partition_pos.and_then(|pos| partition_value(file, pos)) {
                 Some(p) => by_partition.entry(p).or_default().push(f),
                 None => unknown.push(f),
@@ -201,6 +206,14 @@ fn partition_value(file: &DataFile, pos: usize) -> Option<i32> {
     match file.partition().fields().get(pos)? {
         Some(Literal::Primitive(PrimitiveLiteral::Int(p))) => Some(*p),
         _ => None,
+    }
+}
+
+/// The `timestamp` column's upper bound in ms (timestamptz bounds are µs).
+fn max_timestamp_ms(file: &DataFile, timestamp_id: Option<i32>) -> i64 {
+    match timestamp_id.and_then(|id| file.upper_bounds().get(&id)).map(Datum::literal) {
+        Some(PrimitiveLiteral::Long(us)) => us.div_euclid(1000),
+        _ => i64::MAX,
     }
 }
 

@@ -8,8 +8,10 @@
 //!   Parquet row groups whose `offset` statistics overlap it.
 //! - [`rebuild`]: rows → v2 record batches, the CRC self-check, and
 //!   [`read_batches`], the entry point a fetch calls.
+//! - [`lookup`]: ListOffsets by timestamp and MAX_TIMESTAMP over the table part.
 
 pub mod index;
+pub mod lookup;
 pub mod read;
 pub mod rebuild;
 #[cfg(test)]

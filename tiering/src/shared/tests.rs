@@ -283,7 +283,7 @@ async fn log_rows_of_a_crashed_pass_are_ignored() {
 
 #[test]
 fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
-    let f = |lower, upper| DataFileRef { lower, upper, path: format!("{lower}"), size: 1 };
+    let f = |lower, upper| DataFileRef { lower, upper, path: format!("{lower}"), size: 1, max_timestamp_ms: i64::MAX };
     let index = FileIndex {
         main: [(0, vec![f(0, 9), f(10, 19), f(20, 29)])].into(),
         log: [(0, vec![f(5, 15)])].into(),
@@ -325,7 +325,7 @@ async fn only_the_row_groups_whose_offset_statistics_overlap_are_read() {
     writer.close().unwrap();
     let t = tier_shared(dir.path(), &log).await;
     let (main, _) = tables(&t).await;
-    let file = DataFileRef { lower: 0, upper: 99, path: path.display().to_string(), size: 0 };
+    let file = DataFileRef { lower: 0, upper: 99, path: path.display().to_string(), size: 0, max_timestamp_ms: i64::MAX };
     let groups = row_groups(&main, Side::Main, &[&file], 35, 47).await.unwrap();
     let picked: Vec<(usize, i64, i64)> = groups.iter().map(|g| (g.row_group, g.min, g.max)).collect();
     assert_eq!(picked, [(3, 30, 39), (4, 40, 49)]);
