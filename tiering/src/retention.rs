@@ -336,3 +336,187 @@ impl TopicTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use floe_storage::ControlRecordType::Abort;
+    use floe_storage::PartitionLog;
+
+    use super::*;
+    use crate::catalog::IcebergCatalog;
+    use crate::table::TierLimits;
+    use crate::test_util::*;
+    use crate::CompactionPolicy;
+
+    const DAY: i64 = 86_400_000;
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn stats(first: i64, last: i64, ts: Option<i64>, size: u64) -> FileStats {
+        FileStats { index: 0, first_offset: first, last_offset: last, max_timestamp_ms: ts, size }
+    }
+
+    fn limits(ms: i64, bytes: i64, local: u64) -> PartitionRetention {
+        PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local }
+    }
+
+    #[test]
+    fn front_files_go_by_time_until_the_first_that_is_not_older() {
+        let files = [stats(0, 9, Some(NOW - 9 * DAY), 10), stats(10, 19, Some(NOW - DAY), 10), stats(20, 29, Some(NOW - 9 * DAY), 10)];
+        assert_eq!(plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 30, NOW), (1, 10), "the third is old too but comes after a young one");
+        assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 0, 30, NOW), (0, 0), "no limits: nothing goes");
+        assert_eq!(plan_cut(&files, &limits(0, -1, 0), 0, 30, NOW), (3, 30), "all go: the log starts at the table end");
+        let unknown = [stats(0, 9, None, 10)];
+        assert_eq!(plan_cut(&unknown, &limits(0, -1, 0), 0, 10, NOW), (0, 0), "no timestamp statistic: kept");
+    }
+
+    #[test]
+    fn front_files_go_by_size_while_what_is_left_stays_at_the_limit() {
+        let files = [stats(0, 9, None, 100), stats(10, 19, None, 100), stats(20, 29, None, 100)];
+        assert_eq!(plan_cut(&files, &limits(-1, 200, 0), 0, 30, NOW), (1, 10));
+        assert_eq!(plan_cut(&files, &limits(-1, 201, 0), 0, 30, NOW), (0, 0), "removing one would leave too little");
+        assert_eq!(plan_cut(&files, &limits(-1, 200, 100), 0, 30, NOW), (2, 20), "local bytes above the table end count");
+        assert_eq!(plan_cut(&files, &limits(-1, 0, 0), 0, 30, NOW), (3, 30));
+    }
+
+    #[test]
+    fn files_below_the_log_start_go_and_the_start_never_moves_back() {
+        let files = [stats(0, 9, None, 100), stats(10, 19, None, 100)];
+        assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 10, 20, NOW), (1, 10));
+        // A straddling file is kept whole; the committed start stays inside it.
+        assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 15, 20, NOW), (1, 15));
+    }
+
+    async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
+        IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka").await.unwrap()
+    }
+
+    /// Appends `n` records with timestamp `ts`, in batches of 5; returns the first offset.
+    fn fill_at(log: &PartitionLog, n: usize, ts: i64) -> i64 {
+        let first = log.log_end_offset();
+        let recs: Vec<TestRecord> = (0..n).map(|i| TestRecord { timestamp: ts, ..record(i) }).collect();
+        for chunk in recs.chunks(5) {
+            log.append(&mut encode(chunk, floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+        }
+        first
+    }
+
+    async fn offsets(t: &TopicTable, partition: i32) -> Vec<i64> {
+        let mut v: Vec<i64> = scan_columns(t, &["partition", "offset"])
+            .await
+            .iter()
+            .flat_map(|b| {
+                let p = b.column(0).as_primitive::<arrow_array::types::Int32Type>().values().to_vec();
+                let o = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+                p.into_iter().zip(o)
+            })
+            .filter(|(p, _)| *p == partition)
+            .map(|(_, o)| o)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    async fn summary(t: &TopicTable) -> (Operation, std::collections::HashMap<String, String>) {
+        let table = t.load().await.unwrap();
+        let s = table.metadata().current_snapshot().unwrap().summary().clone();
+        (s.operation, s.additional_properties)
+    }
+
+    /// Live data file sizes of `partition`, in offset order.
+    async fn sizes(t: &TopicTable, partition: i32) -> Vec<u64> {
+        let table = t.load().await.unwrap();
+        let files = snapshot_files(&table).await.unwrap().unwrap();
+        let columns = Columns::of(&table).unwrap();
+        files_by_partition(&table, &files, &columns).remove(&partition).unwrap_or_default().iter().map(|f| f.size).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retention_by_time_and_size_drops_front_files_and_every_commit_carries_the_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs: Vec<Arc<PartitionLog>> = (0..2).map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[]))).collect();
+        let cat = catalog(dir.path()).await;
+        let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
+        let tier_limits = TierLimits::default();
+        let tier = || t.tier(&logs, &tier_limits);
+        // Four passes, one file each per partition: 10, 5 and 1 days old, then new.
+        // Partition 0's first pass has an aborted transaction: `__log` rows below the cut.
+        let mut firsts = Vec::new();
+        for (round, age) in [10 * DAY, 5 * DAY, DAY, 0].into_iter().enumerate() {
+            firsts.push(fill_at(&logs[0], 10, NOW - age));
+            fill_at(&logs[1], 10, NOW - age);
+            if round == 0 {
+                logs[0].append(&mut transactional(7, 0, 5), 0).unwrap();
+                logs[0].append_txn_marker(7, 0, Abort, 0, 1).unwrap();
+            }
+            for log in &logs {
+                log.roll_now().unwrap();
+            }
+            tier().await.unwrap();
+        }
+        let log_rows_before = scan_columns(t.log_table().unwrap(), &["offset"]).await.iter().map(|b| b.num_rows()).sum::<usize>();
+        assert_eq!(log_rows_before, 6, "five aborted records and their marker");
+        let all0 = offsets(&t, 0).await;
+
+        // By time, partition 0 only: the 10-day-old file goes, and its `__log` rows.
+        let week = BTreeMap::from([(0, limits(7 * DAY, -1, 0))]);
+        let r = t.apply_retention(&week, NOW).await.unwrap();
+        assert_eq!((r.removed_files, r.log_removed_files), (1, 1), "{r:?}");
+        assert_eq!(r.moved, BTreeMap::from([(0, firsts[1])]));
+        assert_eq!(r.log_starts, BTreeMap::from([(0, firsts[1])]));
+        assert_eq!(offsets(&t, 0).await, all0.iter().copied().filter(|o| *o >= firsts[1]).collect::<Vec<_>>());
+        assert_eq!(offsets(&t, 1).await.len(), 40, "partition 1 untouched");
+        assert!(scan_columns(t.log_table().unwrap(), &["offset"]).await.iter().all(|b| b.num_rows() == 0));
+        let (op, props) = summary(&t).await;
+        assert_eq!(op, Operation::Delete);
+        assert_eq!(props["floe.log-start.0"], firsts[1].to_string());
+        assert_eq!(props["floe.next-offset.0"], logs[0].log_end_offset().to_string(), "next offsets carried");
+        assert_eq!(props["total-records"], "70");
+        let (_, log_props) = summary(t.log_table().unwrap()).await;
+        assert_eq!(log_props["floe.log-start.0"], firsts[1].to_string(), "the __log cut records it too");
+        assert_eq!(t.apply_retention(&week, NOW).await.unwrap().removed_files, 0, "again: nothing more");
+
+        // A tiering commit carries it.
+        fill_at(&logs[0], 10, NOW);
+        logs[0].roll_now().unwrap();
+        tier().await.unwrap();
+        let (op, props) = summary(&t).await;
+        assert_eq!((op, props["floe.log-start.0"].as_str()), (Operation::Append, firsts[1].to_string().as_str()));
+
+        // By size, partition 1 only: keep all but its first file's bytes.
+        let s1 = sizes(&t, 1).await;
+        let keep = (s1.iter().sum::<u64>() - s1[0]) as i64;
+        let r = t.apply_retention(&BTreeMap::from([(1, limits(-1, keep, 0))]), NOW).await.unwrap();
+        assert_eq!(r.removed_files, 1, "{r:?}");
+        assert_eq!(r.log_starts, BTreeMap::from([(0, firsts[1]), (1, 10)]), "partition 0's carried");
+        assert_eq!(offsets(&t, 1).await, (10..40).collect::<Vec<_>>());
+        // Local bytes above the table end count: with as many local bytes as a file, two more go.
+        let s1 = sizes(&t, 1).await;
+        let keep = s1.iter().sum::<u64>() as i64;
+        let r = t.apply_retention(&BTreeMap::from([(1, limits(-1, keep, s1[0] + s1[1]))]), NOW).await.unwrap();
+        assert_eq!((r.removed_files, r.moved.get(&1).copied()), (2, Some(30)), "{r:?}");
+
+        // A compaction carries both.
+        let policy = CompactionPolicy { min_input_files: 2, ..CompactionPolicy::for_target(64 << 20, 1 << 30) };
+        assert!(t.compact(&policy).await.unwrap().snapshot_id.is_some());
+        let (op, props) = summary(&t).await;
+        assert_eq!(op, Operation::Replace);
+        assert_eq!((props["floe.log-start.0"].as_str(), props["floe.log-start.1"].as_str()), (firsts[1].to_string().as_str(), "30"));
+        assert_eq!(t.committed_next_offsets().await.unwrap()[&0], logs[0].log_end_offset());
+
+        // Everything expired: the log starts at the table end, and tiering goes on from there.
+        let end0 = logs[0].log_end_offset();
+        let r = t.apply_retention(&BTreeMap::from([(0, limits(0, -1, 0)), (1, limits(0, -1, 0))]), NOW + 1).await.unwrap();
+        assert_eq!(r.log_starts, BTreeMap::from([(0, end0), (1, 40)]), "{r:?}");
+        assert!(offsets(&t, 0).await.is_empty() && offsets(&t, 1).await.is_empty());
+        let next = fill_at(&logs[0], 5, NOW);
+        logs[0].roll_now().unwrap();
+        let out = t.tier_until(&logs, &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+        assert_eq!(out.committed[&0], (next, next + 4));
+        assert_eq!(summary(&t).await.1["floe.log-start.0"], end0.to_string());
+    }
+}
