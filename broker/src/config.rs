@@ -483,6 +483,7 @@ impl ConfigBuilder {
                 compaction_max_bytes_per_run: parse_positive(r, "floe.iceberg.compaction.max-bytes-per-run")?,
                 catalog: tiering_catalog(r)?,
                 shared_experimental: parse(r, "floe.iceberg.shared.experimental")?,
+                retention_check_interval_ms: parse_positive(r, "log.retention.check.interval.ms")?,
             },
             iceberg_rest_listen,
             schema_registry_listen,

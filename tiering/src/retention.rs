@@ -203,6 +203,14 @@ fn files_by_partition(table: &Table, files: &SnapshotFiles, columns: &Columns) -
 }
 
 impl TopicTable {
+    /// Per partition, the log start offset the table records (`floe.log-start.<p>`).
+    ///
+    /// # Errors
+    /// [`TieringError::Iceberg`] if the catalog cannot be reached.
+    pub async fn committed_log_starts(&self) -> Result<BTreeMap<i32, i64>> {
+        Ok(committed_log_starts(self.load().await?.metadata()))
+    }
+
     /// Applies `retention.ms` / `retention.bytes` to the partitions of `inputs`
     /// at `now_ms` (see the module doc): whole data files out, the `__log`
     /// table cut at the same offsets first, and `floe.log-start.<p>` recorded.
