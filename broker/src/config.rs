@@ -493,6 +493,7 @@ impl ConfigBuilder {
                     cache_bytes: parse(r, "floe.iceberg.shared.cache-bytes")?,
                     fetch_max_wait_ms: parse(r, "floe.iceberg.shared.fetch-max-wait-ms")?,
                 },
+                retention_check_interval_ms: parse_positive(r, "log.retention.check.interval.ms")?,
             },
             iceberg_rest_listen,
             schema_registry_listen,

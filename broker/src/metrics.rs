@@ -189,6 +189,8 @@ pub struct IcebergMetrics {
     pub compactions: IntCounterVec,
     /// Small data files replaced by compaction, by topic.
     pub compacted_files: IntCounterVec,
+    /// Data files a shared table's retention removed (main table), by topic.
+    pub retention_removed_files: IntCounterVec,
     last_messages: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
@@ -216,6 +218,7 @@ impl IcebergMetrics {
             metadata_bytes: gauge("floe_iceberg_metadata_bytes", "Bytes of table metadata a reader opens: the metadata file, manifest list and manifests", &["topic"]),
             compactions: counter("floe_iceberg_compactions_total", "Compactions (replace snapshots) committed", &["topic"]),
             compacted_files: counter("floe_iceberg_compacted_files_total", "Small data files replaced by compaction", &["topic"]),
+            retention_removed_files: counter("floe_iceberg_retention_removed_files_total", "Data files removed by a shared table's retention (retention.ms, retention.bytes)", &["topic"]),
             last_messages: Arc::default(),
         }
     }
@@ -240,6 +243,7 @@ impl IcebergMetrics {
             Box::new(self.metadata_bytes.clone()),
             Box::new(self.compactions.clone()),
             Box::new(self.compacted_files.clone()),
+            Box::new(self.retention_removed_files.clone()),
         ]
     }
 

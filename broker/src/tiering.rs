@@ -16,7 +16,11 @@
 //! 4. updates the `floe_iceberg_*` metrics. A failure (catalog down, I/O) is
 //!    logged and counted, and the topic backs off (doubling up to 60 s);
 //! 5. every 10 minutes, deletes the table's orphan data files (written by an
-//!    attempt that crashed or was aborted, in no snapshot, older than 30 min).
+//!    attempt that crashed or was aborted, in no snapshot, older than 30 min);
+//! 6. for a shared topic (`floe.iceberg.storage=shared`), applies `retention.ms` /
+//!    `retention.bytes` to the table of the partitions it leads (whole data files,
+//!    `floe_tiering::retention`) and folds the table's log start offset
+//!    (`floe.log-start.<p>`) into every partition's log it has, followers included.
 //!
 //! # In a cluster
 //! Only a partition's leader tiers it ([`Leadership`]: the partitions this
@@ -48,8 +52,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use floe_storage::{LogManager, PartitionLog, Topic};
 use floe_tiering::shared::FetchCompression;
 use floe_tiering::{
-    CatalogConfig, CatalogType, DataFormat, IcebergCatalog, S3Settings, SchemaSource, Secret, TierLimits, TieringError, TopicTable,
-    TypedLayout,
+    CatalogConfig, CatalogType, DataFormat, IcebergCatalog, PartitionRetention, RetentionReport, S3Settings, SchemaSource, Secret,
+    TierLimits, TieringError, TopicTable, TypedLayout,
 };
 use tracing::{debug, error, info, warn};
 
@@ -96,6 +100,9 @@ pub struct TieringSettings {
     /// `floe.iceberg.shared.experimental`: accept `floe.iceberg.storage=shared` before shared
     /// mode is complete (tests of its stages only).
     pub shared_experimental: bool,
+    /// `log.retention.check.interval.ms`: how often a shared table's retention runs
+    /// (it reads every manifest; Kafka's segment retention runs as often).
+    pub retention_check_interval_ms: u64,
     /// How fetches below a shared topic's local log start offset are served from its table.
     pub shared_reads: SharedReadSettings,
 }
@@ -557,6 +564,8 @@ struct TopicState {
     maintained: Option<Instant>,
     /// The partitions this broker tiered on the last pass (it led them).
     led: BTreeSet<i32>,
+    /// When a shared table's retention last ran.
+    retention_checked: Option<Instant>,
 }
 
 
@@ -571,6 +580,13 @@ struct Tierer {
     topics: HashMap<String, TopicState>,
     /// Set by [`TieringTask::stop`]: passes end early, committing what they converted.
     stop: Arc<AtomicBool>,
+}
+
+/// Bytes of `log`'s segments not wholly below `table_end` (the active one included):
+/// what a shared partition holds beyond its table, for `retention.bytes`.
+fn local_bytes_above(log: &PartitionLog, table_end: i64) -> u64 {
+    let in_table: u64 = log.sealed_segments().iter().filter(|s| s.next_offset <= table_end).map(|s| s.size_bytes).sum();
+    log.size_bytes().saturating_sub(in_table)
 }
 
 fn now_secs() -> i64 {
@@ -737,6 +753,7 @@ impl Tierer {
             } else if let Some(next) = &self.topics[&name].next {
                 self.update_lag(&name, &partitions, next);
             }
+            self.shared_retention(&catalog, &name, &topic_id, &spec, &config, &led, &partitions).await;
             return;
         }
         let limits = TierLimits {
@@ -786,6 +803,7 @@ impl Tierer {
                 if maintain {
                     self.maintain(&name, &config).await;
                 }
+                self.shared_retention(&catalog, &name, &topic_id, &spec, &config, &led, &partitions).await;
             }
             Err(e) => {
                 state.failures += 1;
@@ -832,6 +850,90 @@ impl Tierer {
                 warn!(topic = %name, error = %e, retry_in_ms = wait.as_millis() as u64,
                     "cannot read the table's committed offsets: follower retention stays held");
                 self.metrics.iceberg.record_error(name, &e.kind(), &e.to_string(), now_secs());
+            }
+        }
+    }
+
+    /// A shared topic's table retention and log start offset (`docs/shared-mode.md` 3.2):
+    /// for the partitions this broker leads, `retention.ms`/`retention.bytes` applied to
+    /// the table (every `log.retention.check.interval.ms`); then, for every partition it
+    /// has (followers too), the table's `floe.log-start.<p>` folded into the log. The
+    /// table is the authority: a log start the log has not reached yet moves it up,
+    /// never down. A failure changes nothing and is retried on the next pass.
+    #[allow(clippy::too_many_arguments)]
+    async fn shared_retention(
+        &mut self,
+        catalog: &IcebergCatalog,
+        name: &str,
+        topic_id: &str,
+        spec: &str,
+        config: &floe_storage::LogConfig,
+        led: &[Arc<PartitionLog>],
+        partitions: &[Arc<PartitionLog>],
+    ) {
+        let Some(state) = self.topics.get(name) else { return };
+        if state.storage != StorageMode::Shared || (state.next.is_none() && !led.is_empty()) {
+            return;
+        }
+        let interval = Duration::from_millis(self.settings.retention_check_interval_ms);
+        let due = state.retention_checked.is_none_or(|t| t.elapsed() >= interval);
+        let next = state.next.clone().unwrap_or_default();
+        // `cleanup.policy` without `delete` turns retention off, as for segments (shared refuses compact anyway).
+        let (ms, bytes) = if config.cleanup_policy.delete { (config.retention_ms, config.retention_bytes) } else { (-1, -1) };
+        let inputs: BTreeMap<i32, PartitionRetention> = if due && (ms >= 0 || bytes >= 0) {
+            led.iter()
+                .map(|log| {
+                    let end = next.get(&log.partition()).copied().unwrap_or(0);
+                    (log.partition(), PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local_bytes_above(log, end) })
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let table = match self.table(catalog, name, topic_id, spec).await {
+            Ok(t) => t,
+            Err(e) => {
+                debug!(topic = %name, error = %e, "table retention skipped: the table cannot be opened");
+                return;
+            }
+        };
+        let result = if inputs.is_empty() {
+            table.committed_log_starts().await.map(|s| RetentionReport { log_starts: s, ..RetentionReport::default() })
+        } else {
+            table.apply_retention(&inputs, floe_coordinator::clock::wall_ms()).await
+        };
+        if !inputs.is_empty() {
+            if let Some(state) = self.topics.get_mut(name) {
+                state.retention_checked = Some(Instant::now());
+            }
+        }
+        let report = match result {
+            Ok(r) => r,
+            Err(e @ TieringError::StaleSnapshot { .. }) => {
+                debug!(topic = %name, error = %e, "table retention lost its race: re-planned on the next run");
+                if let Some(state) = self.topics.get_mut(name) {
+                    state.retention_checked = None;
+                }
+                return;
+            }
+            Err(e) => {
+                warn!(topic = %name, error = %e, "table retention failed");
+                self.metrics.iceberg.record_error(name, &e.kind(), &e.to_string(), now_secs());
+                return;
+            }
+        };
+        if report.removed_files > 0 {
+            self.metrics.iceberg.retention_removed_files.with_label_values(&[name]).inc_by(report.removed_files as u64);
+        }
+        for log in partitions {
+            let Some(&start) = report.log_starts.get(&log.partition()) else { continue };
+            if start <= log.log_start_offset() {
+                continue;
+            }
+            match log.set_log_start_offset(start) {
+                Ok(now) => info!(topic = %name, partition = log.partition(), log_start = now, "log start offset moved by table retention"),
+                // A follower whose high watermark is still below it: folded on a later pass.
+                Err(e) => debug!(topic = %name, partition = log.partition(), start, error = %e, "cannot fold the table's log start offset yet"),
             }
         }
     }
@@ -1135,6 +1237,7 @@ mod tests {
             catalog: CatalogSettings::default(),
             shared_experimental,
             shared_reads: SharedReadSettings { threads: 1, queue: 64, cache_bytes: 256 << 20, fetch_max_wait_ms: 500 },
+            retention_check_interval_ms: 300_000,
         }
     }
 

@@ -49,7 +49,6 @@ use tracing::{debug, info};
 
 use crate::error::{Result, TieringError};
 use crate::metadata_commit::MetadataCommitError;
-use crate::offsets::NEXT_OFFSET_PREFIX;
 use crate::sink::Writer;
 use crate::table::{TopicTable, BROKER_ID_PROPERTY};
 
@@ -162,24 +161,33 @@ pub fn plan_groups(files: &[Candidate], policy: &CompactionPolicy) -> Vec<Vec<us
 
 /// A live data file of the current snapshot, where it was found.
 #[derive(Debug, Clone)]
-struct LiveEntry {
-    entry: ManifestEntryRef,
+pub(crate) struct LiveEntry {
+    pub(crate) entry: ManifestEntryRef,
     /// Index into the snapshot's manifest list.
-    manifest: usize,
+    pub(crate) manifest: usize,
 }
 
 /// The current snapshot's manifests and their live data files.
 #[derive(Debug)]
-struct SnapshotFiles {
+pub(crate) struct SnapshotFiles {
     manifests: Vec<ManifestFile>,
     /// Per manifest: its schema and partition spec.
-    shapes: Vec<(SchemaRef, PartitionSpecRef)>,
+    pub(crate) shapes: Vec<(SchemaRef, PartitionSpecRef)>,
     /// Per manifest: every entry (live or not).
     entries: Vec<Vec<ManifestEntryRef>>,
-    live: Vec<LiveEntry>,
+    pub(crate) live: Vec<LiveEntry>,
 }
 
-async fn snapshot_files(table: &Table) -> Result<Option<SnapshotFiles>> {
+/// What [`TopicTable::rewrite_snapshot`] builds: the operation, the label of its
+/// errors, and the summary properties beyond the carried totals.
+#[derive(Debug)]
+pub(crate) struct SnapshotKind {
+    pub(crate) operation: Operation,
+    pub(crate) label: &'static str,
+    pub(crate) properties: HashMap<String, String>,
+}
+
+pub(crate) async fn snapshot_files(table: &Table) -> Result<Option<SnapshotFiles>> {
     let ident = table.identifier().to_string();
     let Some(snapshot) = table.metadata().current_snapshot() else { return Ok(None) };
     let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
@@ -235,6 +243,8 @@ impl TopicTable {
             return Ok(CompactionReport::default());
         }
         let Some(files) = snapshot_files(&before).await? else { return Ok(CompactionReport::default()) };
+        // By name: a created table's ids are Iceberg's fresh ones, not the layout's.
+        let offset_id = crate::retention::column_id(before.metadata().current_schema(), "offset").unwrap_or(crate::schema::field_id::OFFSET);
         let candidates: Vec<Candidate> = files
             .live
             .iter()
@@ -244,7 +254,7 @@ impl TopicTable {
                     key: (spec.spec_id(), schema.schema_id(), l.entry.data_file().partition().clone()),
                     size: l.entry.file_size_in_bytes(),
                     sequence_number: l.entry.sequence_number().unwrap_or(0),
-                    first_offset: first_offset(l.entry.data_file()),
+                    first_offset: first_offset(l.entry.data_file(), offset_id),
                     path: l.entry.file_path().to_string(),
                 }
             })
@@ -334,8 +344,28 @@ impl TopicTable {
         added: &BTreeMap<(i32, i32), Vec<DataFile>>,
         removed: &HashSet<String>,
     ) -> Result<Snapshot> {
+        let mut properties = crate::offsets::carried_properties(before.metadata());
+        properties.insert(COMPACTED_FILES_PROPERTY.to_string(), removed.len().to_string());
+        let kind = SnapshotKind { operation: Operation::Replace, label: "compact", properties };
+        self.rewrite_snapshot(before, files, added, removed, kind).await
+    }
+
+    /// A snapshot on top of `before`'s current one, of `kind`'s operation: `added`
+    /// files in, `removed` files out (`DELETED` entries), everything else as it was,
+    /// every data manifest merged into one per partition spec and schema. Its summary:
+    /// the totals carried from the parent with the changes applied, and `kind`'s
+    /// properties (which must hold the cumulative ones, [`crate::offsets::cumulative_properties`]).
+    pub(crate) async fn rewrite_snapshot(
+        &self,
+        before: &Table,
+        files: &SnapshotFiles,
+        added: &BTreeMap<(i32, i32), Vec<DataFile>>,
+        removed: &HashSet<String>,
+        kind: SnapshotKind,
+    ) -> Result<Snapshot> {
+        let label = kind.label;
         let ident = self.ident().to_string();
-        let err = |e| TieringError::iceberg("compact", &ident)(e);
+        let err = |e| TieringError::iceberg(label, &ident)(e);
         let metadata = before.metadata();
         let parent = metadata.current_snapshot().ok_or_else(|| err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, "no current snapshot")))?;
         let snapshot_id = unique_snapshot_id(metadata);
@@ -366,44 +396,41 @@ impl TopicTable {
             return Err(err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("no manifest of spec and schema {key:?}"))));
         }
         for (key, (schema, spec, sources)) in merged {
-            let output = before.file_io().new_output(manifest_path()).map_err(TieringError::iceberg("compact", &ident))?;
+            let output = before.file_io().new_output(manifest_path()).map_err(TieringError::iceberg(label, &ident))?;
             let mut writer = ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), (*spec).clone()).build_v2_data();
             for m in sources {
                 for e in files.entries[m].iter().filter(|e| e.is_alive()) {
                     let (seq, file_seq) = (e.sequence_number().unwrap_or(0), e.file_sequence_number.or(e.sequence_number()));
                     if removed.contains(e.file_path()) {
                         summary.remove_file(e.data_file(), schema.clone(), spec.clone());
-                        writer.add_delete_file(e.data_file().clone(), seq, file_seq).map_err(TieringError::iceberg("compact", &ident))?;
+                        writer.add_delete_file(e.data_file().clone(), seq, file_seq).map_err(TieringError::iceberg(label, &ident))?;
                     } else {
                         let added_by = e.snapshot_id().unwrap_or(files.manifests[m].added_snapshot_id);
                         writer
                             .add_existing_file(e.data_file().clone(), added_by, seq, file_seq)
-                            .map_err(TieringError::iceberg("compact", &ident))?;
+                            .map_err(TieringError::iceberg(label, &ident))?;
                     }
                 }
             }
             for f in added.get(&key).into_iter().flatten() {
                 summary.add_file(f, schema.clone(), spec.clone());
-                writer.add_file(f.clone(), sequence_number).map_err(TieringError::iceberg("compact", &ident))?;
+                writer.add_file(f.clone(), sequence_number).map_err(TieringError::iceberg(label, &ident))?;
             }
-            manifests.push(writer.write_manifest_file().await.map_err(TieringError::iceberg("compact", &ident))?);
+            manifests.push(writer.write_manifest_file().await.map_err(TieringError::iceberg(label, &ident))?);
         }
         let list_path = format!("{location}/metadata/snap-{snapshot_id}-0-{commit}.avro");
-        let list_out = before.file_io().new_output(&list_path).map_err(TieringError::iceberg("compact", &ident))?;
+        let list_out = before.file_io().new_output(&list_path).map_err(TieringError::iceberg(label, &ident))?;
         let mut list = ManifestListWriter::v2(
-            list_out.writer().await.map_err(TieringError::iceberg("compact", &ident))?,
+            list_out.writer().await.map_err(TieringError::iceberg(label, &ident))?,
             snapshot_id,
             Some(parent.snapshot_id()),
             sequence_number,
         );
-        list.add_manifests(manifests.into_iter()).map_err(TieringError::iceberg("compact", &ident))?;
-        list.close().await.map_err(TieringError::iceberg("compact", &ident))?;
+        list.add_manifests(manifests.into_iter()).map_err(TieringError::iceberg(label, &ident))?;
+        list.close().await.map_err(TieringError::iceberg(label, &ident))?;
 
         let mut properties = replace_summary(parent.summary(), summary.build());
-        properties.extend(
-            crate::offsets::committed_next_offsets(metadata).iter().map(|(p, n)| (format!("{NEXT_OFFSET_PREFIX}{p}"), n.to_string())),
-        );
-        properties.insert(COMPACTED_FILES_PROPERTY.to_string(), removed.len().to_string());
+        properties.extend(kind.properties);
         if let Some(id) = self.broker_id() {
             properties.insert(BROKER_ID_PROPERTY.to_string(), id.to_string());
         }
@@ -412,7 +439,7 @@ impl TopicTable {
             .with_snapshot_id(snapshot_id)
             .with_parent_snapshot_id(Some(parent.snapshot_id()))
             .with_sequence_number(sequence_number)
-            .with_summary(Summary { operation: Operation::Replace, additional_properties: properties })
+            .with_summary(Summary { operation: kind.operation, additional_properties: properties })
             .with_schema_id(metadata.current_schema_id())
             .with_timestamp_ms(now_ms().max(metadata.last_updated_ms() + 1))
             .build();
@@ -422,8 +449,8 @@ impl TopicTable {
 }
 
 /// The lower bound of `file`'s Kafka `offset` column, `i64::MIN` when it has none.
-fn first_offset(file: &DataFile) -> i64 {
-    match file.lower_bounds().get(&crate::schema::field_id::OFFSET).map(iceberg::spec::Datum::literal) {
+fn first_offset(file: &DataFile, offset_id: i32) -> i64 {
+    match file.lower_bounds().get(&offset_id).map(iceberg::spec::Datum::literal) {
         Some(iceberg::spec::PrimitiveLiteral::Long(v)) => *v,
         _ => i64::MIN,
     }

@@ -11,6 +11,7 @@
 //! - [`convert`]: records → Arrow conversion (segments are read with `floe_storage::SegmentBatchReader`).
 //! - [`offsets`]: tiered offset ranges in snapshot summaries, read back from the ancestry.
 //! - [`compaction`]: small data files rewritten into target-size files, a `replace` snapshot.
+//! - [`retention`]: a shared table's `retention.ms`/`retention.bytes` by whole files, a `delete` snapshot and `floe.log-start.*`.
 //! - [`metadata_commit`]: committing metadata Floe built itself (SQL catalog compare-and-swap).
 //! - [`orphans`]: data files no snapshot references (crashed or aborted attempts).
 //! - `guard`: the catalog wrapper that stops a commit from being rebased.
@@ -36,6 +37,7 @@ pub mod metadata_commit;
 pub mod offsets;
 pub mod orphans;
 pub mod reader;
+pub mod retention;
 pub mod schema;
 pub mod shared;
 mod sink;
@@ -51,5 +53,6 @@ pub use error::{Result, TieringError};
 pub use reader::{CatalogReader, TableState};
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
+pub use retention::{PartitionRetention, RetentionReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
 pub use typed::{DataFormat, KeyFormat, SchemaLookupError, SchemaSource, TypedLayout, ValueFormat};

@@ -9,6 +9,12 @@
 //! partition is found by walking the current snapshot's ancestry and taking
 //! the highest of `last` + 1 and `next-offset`. Data files that were written
 //! but never committed are in no snapshot, so they never count.
+//!
+//! A shared table (`floe.iceberg.storage=shared`) also records each
+//! partition's log start offset, `floe.log-start.<partition>` (cumulative too;
+//! moved only by table retention, [`crate::retention`]). Every commit Floe
+//! builds carries both cumulative properties forward through
+//! [`cumulative_properties`], so no commit can drop one.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,6 +24,8 @@ use iceberg::spec::TableMetadata;
 pub const OFFSETS_PREFIX: &str = "floe.offsets.";
 /// Prefix of the summary property holding a partition's next offset to tier (all partitions, every commit).
 pub const NEXT_OFFSET_PREFIX: &str = "floe.next-offset.";
+/// Prefix of the summary property holding a partition's log start offset (shared tables; cumulative).
+pub const LOG_START_PREFIX: &str = "floe.log-start.";
 
 /// The summary property name for `partition`.
 pub fn offsets_key(partition: i32) -> String {
@@ -25,21 +33,38 @@ pub fn offsets_key(partition: i32) -> String {
 }
 
 /// The summary properties of a commit covering `ranges` (partition → inclusive first, last)
-/// on top of `committed` (partition → next offset to tier before the commit).
+/// on top of `committed` (partition → next offset to tier before the commit), carrying
+/// `log_starts` (partition → log start offset) forward.
 pub fn summary_properties(
     ranges: &BTreeMap<i32, (i64, i64)>,
     committed: &BTreeMap<i32, i64>,
+    log_starts: &BTreeMap<i32, i64>,
 ) -> HashMap<String, String> {
     let mut next = committed.clone();
     for (p, (_, last)) in ranges {
         let e = next.entry(*p).or_insert(last + 1);
         *e = (*e).max(last + 1);
     }
-    ranges
+    let mut props = cumulative_properties(&next, log_starts);
+    props.extend(ranges.iter().map(|(p, (first, last))| (offsets_key(*p), format!("{first}-{last}"))));
+    props
+}
+
+/// The cumulative summary properties every commit carries: `floe.next-offset.*`
+/// from `next_offsets` and `floe.log-start.*` from `log_starts`. The one place
+/// that names them, so a commit (tiering, compaction, retention) cannot forget one.
+pub fn cumulative_properties(next_offsets: &BTreeMap<i32, i64>, log_starts: &BTreeMap<i32, i64>) -> HashMap<String, String> {
+    next_offsets
         .iter()
-        .map(|(p, (first, last))| (offsets_key(*p), format!("{first}-{last}")))
-        .chain(next.iter().map(|(p, n)| (format!("{NEXT_OFFSET_PREFIX}{p}"), n.to_string())))
+        .map(|(p, n)| (format!("{NEXT_OFFSET_PREFIX}{p}"), n.to_string()))
+        .chain(log_starts.iter().map(|(p, s)| (format!("{LOG_START_PREFIX}{p}"), s.to_string())))
         .collect()
+}
+
+/// [`cumulative_properties`] as `metadata`'s current snapshot ancestry has them:
+/// what a commit that moves neither (a compaction) carries forward.
+pub fn carried_properties(metadata: &TableMetadata) -> HashMap<String, String> {
+    cumulative_properties(&committed_next_offsets(metadata), &committed_log_starts(metadata))
 }
 
 fn parse_range(v: &str) -> Option<(i64, i64)> {
@@ -77,6 +102,30 @@ pub fn committed_next_offsets(metadata: &TableMetadata) -> BTreeMap<i32, i64> {
     next
 }
 
+/// Per partition, the log start offset table retention committed
+/// (`floe.log-start.<p>`): the highest along the current snapshot's ancestry, as
+/// the log start offset only moves up. Partitions retention never moved are absent.
+pub fn committed_log_starts(metadata: &TableMetadata) -> BTreeMap<i32, i64> {
+    let mut starts = BTreeMap::new();
+    let mut snapshot = metadata.current_snapshot();
+    let mut budget = metadata.snapshots().len();
+    while let Some(s) = snapshot {
+        for (k, v) in &s.summary().additional_properties {
+            let found = k.strip_prefix(LOG_START_PREFIX).and_then(|p| p.parse::<i32>().ok()).zip(v.parse::<i64>().ok());
+            if let Some((p, start)) = found {
+                let e = starts.entry(p).or_insert(start);
+                *e = (*e).max(start);
+            }
+        }
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+    }
+    starts
+}
+
 /// The first partition of `ranges` (a commit's tiered ranges, planned when the
 /// committed next offsets were `planned`) whose committed next offset is no
 /// longer what the plan saw in `fresh`: another writer tiered it meanwhile, so
@@ -96,7 +145,13 @@ mod tests {
 
     #[test]
     fn ranges_format_and_parse() {
-        let props = summary_properties(&BTreeMap::from([(0, (0, 99)), (12, (5, 5))]), &BTreeMap::from([(3, 40), (0, 0)]));
+        let props = summary_properties(
+            &BTreeMap::from([(0, (0, 99)), (12, (5, 5))]),
+            &BTreeMap::from([(3, 40), (0, 0)]),
+            &BTreeMap::from([(3, 17)]),
+        );
+        assert_eq!(props["floe.log-start.3"], "17", "log starts are carried");
+        assert!(!props.contains_key("floe.log-start.0"));
         assert_eq!(props["floe.offsets.0"], "0-99");
         assert_eq!(props["floe.next-offset.0"], "100");
         assert_eq!(props["floe.next-offset.3"], "40", "partitions not in this commit are carried");

@@ -42,7 +42,7 @@ use tracing::{debug, error, info, warn};
 use crate::convert::{ArrowConverter, LogBatch, Pushed, RowLayout};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
-use crate::offsets::{committed_next_offsets, conflicting_partition, summary_properties};
+use crate::offsets::{committed_log_starts, committed_next_offsets, conflicting_partition, summary_properties};
 use crate::sink::{DeadLetters, Sink};
 use crate::typed::{CachedSchemas, SchemaSource, TypedLayout};
 
@@ -652,7 +652,8 @@ impl TopicTable {
                 next = fresh;
             }
             let tx = Transaction::new(&current);
-            let mut properties = summary_properties(&outcome.committed, &next);
+            // Table retention's log starts ride along unchanged (`floe.log-start.*`, cumulative).
+            let mut properties = summary_properties(&outcome.committed, &next, &committed_log_starts(current.metadata()));
             if let Some(id) = self.broker_id {
                 properties.insert(BROKER_ID_PROPERTY.to_string(), id.to_string());
             }

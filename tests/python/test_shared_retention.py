@@ -1,0 +1,167 @@
+"""Table retention of a shared topic (`floe.iceberg.storage=shared`, docs/shared-mode.md
+3.2, stage 9): `retention.ms` applies to the whole partition, table included. Records
+produced with old CreateTime timestamps leave the Iceberg table as whole data files, the
+table records the new log start offset (`floe.log-start.<p>`), and the broker folds it
+into the log: ListOffsets EARLIEST (-2) answers it, a fetch below it is out of range.
+
+A kill -9 right after the retention commit (`tiering.retention.committed`) or before it
+(`tiering.retention.written`) and a restart: the log start offset never goes back, and
+the table keeps every offset from it to its end exactly once.
+
+Every table is read back with pyiceberg's SqlCatalog, an independent reader."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+import kwire
+from clients import CLIENT_TIMEOUT_S, admin, create_topic, produce_all, unique_topic
+from failpoints import assert_failpoints_armed
+from floe_process import wait_until
+
+pyiceberg_sql = pytest.importorskip("pyiceberg.catalog.sql")
+
+DAY_MS = 86_400_000
+OLD, NEW = 150, 100
+
+BROKER = {
+    "floe.iceberg.shared.experimental": "true",
+    "floe.iceberg.tick-ms": "200",
+    "floe.iceberg.target-lag-ms": "500",
+    "log.retention.check.interval.ms": "500",
+}
+
+TOPIC = {
+    "floe.iceberg.enabled": "true",
+    "floe.iceberg.storage": "shared",
+    "segment.bytes": "20000",
+    "local.retention.ms": "0",
+    # Kept until the test sets it: the broker's 7 days would expire the old records at once.
+    "retention.ms": "-1",
+}
+
+
+def catalog(data_dir: Path):
+    ice = data_dir / "iceberg"
+    return pyiceberg_sql.SqlCatalog(
+        "floe", uri=f"sqlite:///{ice / 'catalog.db'}", warehouse=f"file://{ice / 'warehouse'}")
+
+
+def table(data_dir: Path, topic: str):
+    try:
+        return catalog(data_dir).load_table(("kafka", topic))
+    except Exception:  # noqa: BLE001 - not created yet
+        return None
+
+
+def offsets(data_dir: Path, topic: str) -> list[int]:
+    t = table(data_dir, topic)
+    return [] if t is None else sorted(r["offset"] for r in t.scan(selected_fields=("offset",)).to_arrow().to_pylist())
+
+
+def summary(data_dir: Path, topic: str) -> dict:
+    t = table(data_dir, topic)
+    snap = t.current_snapshot() if t is not None else None
+    return {} if snap is None else dict(snap.summary.additional_properties)
+
+
+def list_offset(floe, topic: str, timestamp: int) -> int:
+    with kwire.KafkaConn(floe.host, floe.port) as conn:
+        r = kwire.parse_list_offsets_v8(conn.call_flexible(kwire.API_LIST_OFFSETS, 8, kwire.list_offsets_v8(topic, 0, timestamp)))
+    err, _ts, off = r[(topic, 0)]
+    assert err == 0, r
+    return off
+
+
+def set_retention_ms(bootstrap: str, topic: str, ms: int):
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", str(ms), incremental_operation=AlterConfigOpType.SET)])
+    a = admin(bootstrap)
+    a.incremental_alter_configs([res])[res].result(timeout=CLIENT_TIMEOUT_S)
+
+
+def produce_old_then_new(floe, topic: str):
+    """OLD records ten days old, every one in the table, then NEW records of now."""
+    old_ts = int(time.time() * 1000) - 10 * DAY_MS
+    produce_all(floe.bootstrap, topic, [{"key": b"old", "value": f"old-{i}".encode() * 10, "timestamp": old_ts + i}
+                                        for i in range(OLD)])
+    wait_until(lambda: len(offsets(floe.data_dir, topic)) >= OLD, timeout=60, what="the old records in the table")
+    produce_all(floe.bootstrap, topic, [{"key": b"new", "value": f"new-{i}".encode() * 10} for i in range(NEW)])
+    wait_until(lambda: len(offsets(floe.data_dir, topic)) >= OLD + NEW, timeout=60, what="the new records in the table")
+    assert offsets(floe.data_dir, topic) == list(range(OLD + NEW))
+
+
+def assert_table_from(data_dir: Path, topic: str, start: int):
+    """The table holds every offset from `start` to its committed end once, none below."""
+    got = offsets(data_dir, topic)
+    props = summary(data_dir, topic)
+    end = int(props["floe.next-offset.0"])
+    assert got == list(range(start, end)), f"table offsets {got[:3]}..{got[-3:]} for [{start}, {end})"
+    assert props["floe.log-start.0"] == str(start), props
+
+
+def test_retention_ms_removes_old_files_and_moves_the_log_start_offset(floe_factory):
+    floe = floe_factory("floe", overrides=BROKER)
+    topic = create_topic(floe.bootstrap, unique_topic("shret"), config=TOPIC)
+    produce_old_then_new(floe, topic)
+    assert list_offset(floe, topic, -2) == 0
+
+    set_retention_ms(floe.bootstrap, topic, 7 * DAY_MS)
+    wait_until(lambda: list_offset(floe, topic, -2) >= OLD, timeout=60, what="the log start offset to move")
+    assert list_offset(floe, topic, -2) == OLD, "the first kept file starts at the first new record"
+    assert_table_from(floe.data_dir, topic, OLD)
+    assert floe.metric("floe_iceberg_retention_removed_files_total", topic=topic) >= 1
+    t = table(floe.data_dir, topic)
+    assert t.current_snapshot().summary.operation.value in ("delete", "append", "replace")
+    assert all(not r["value"].startswith(b"old") for r in t.scan(selected_fields=("value",)).to_arrow().to_pylist())
+
+    # Below the log start offset: out of range now (Kafka's answer), at it: the new records.
+    with kwire.KafkaConn(floe.host, floe.port) as conn:
+        below = kwire.parse_fetch_v4(conn.call(kwire.API_FETCH, 4, kwire.fetch_v4([(topic, 0, 0, 1 << 20)])))
+    assert below[0].error_code == 1, below
+
+    # The next commits carry it: more records tiered on top keep floe.log-start.0.
+    produce_all(floe.bootstrap, topic, [{"value": b"more"} for _ in range(20)])
+    wait_until(lambda: len(offsets(floe.data_dir, topic)) >= NEW + 20, timeout=60, what="a tiering commit on top")
+    assert_table_from(floe.data_dir, topic, OLD)
+
+    floe.restart()
+    assert list_offset(floe, topic, -2) == OLD, "a restart keeps the log start offset"
+
+
+@pytest.mark.parametrize("point", ["tiering.retention.committed", "tiering.retention.written"])
+def test_a_crash_around_the_retention_commit_never_moves_the_log_start_back(floe_factory, point):
+    floe = floe_factory("floe", overrides=BROKER, env={"FAILPOINTS": f"{point}=return(abort)"})
+    assert_failpoints_armed(floe)
+    topic = create_topic(floe.bootstrap, unique_topic("shretc"), config=TOPIC)
+    produce_old_then_new(floe, topic)
+
+    set_retention_ms(floe.bootstrap, topic, 7 * DAY_MS)
+    wait_until(lambda: not floe.running, timeout=60, what=f"the abort at {point}")
+    floe.kill9()
+    assert f"failpoint {point}: aborting" in floe.stderr_text()
+    props = summary(floe.data_dir, topic)
+    if point == "tiering.retention.committed":
+        # Committed, not folded: the table already says where the log starts.
+        assert props.get("floe.log-start.0") == str(OLD), props
+        assert offsets(floe.data_dir, topic)[0] == OLD
+    else:
+        assert "floe.log-start.0" not in props, props
+        assert offsets(floe.data_dir, topic)[0] == 0
+
+    floe.start(env={})
+    wait_until(lambda: list_offset(floe, topic, -2) == OLD, timeout=60, what="the log start offset after the restart")
+    seen = []
+    for _ in range(6):
+        seen.append(list_offset(floe, topic, -2))
+        time.sleep(0.3)
+    assert seen == [OLD] * len(seen), f"the log start offset moved back: {seen}"
+    assert_table_from(floe.data_dir, topic, OLD)
+    produce_all(floe.bootstrap, topic, [{"value": b"after"} for _ in range(20)])
+    wait_until(lambda: len(offsets(floe.data_dir, topic)) >= NEW + 20, timeout=60, what="a tiering commit after the restart")
+    assert_table_from(floe.data_dir, topic, OLD)
+    assert list_offset(floe, topic, -2) == OLD
