@@ -7,26 +7,33 @@
 //! `floe-shared-read-N`, each with a current-thread runtime and its own
 //! read-only catalog, rebuild the original record batches from the table
 //! (`floe_tiering::shared`) and keep them in a cache bounded by
-//! `floe.iceberg.shared.cache-bytes`. A wait that times out answers the
-//! partition empty and leaves the read running, so the client's next fetch of
-//! the same offset is served from memory. Reads of the same range by several
-//! fetches (consumer groups backfilling together) are done once: later ones
-//! wait for the first.
+//! `floe.iceberg.shared.cache-bytes`. A read rebuilds [`READ_AHEAD_BYTES`]
+//! ahead of the fetch, whatever its `max_bytes`: a Parquet row group is decoded
+//! whole, so the batches after the asked ones cost little more, and the
+//! consumer's next fetches are cut from the cache at batch boundaries. A wait
+//! that times out answers the partition empty and leaves the read running, so
+//! the client's next fetch of the same offset is served from memory. Reads of
+//! the same offset by several fetches (consumer groups backfilling together)
+//! are done once: later ones wait for the first.
 //!
 //! Each thread lowers its own scheduling priority (nice 10: Linux nice values
 //! are per thread), so on a small machine a backfill takes the CPU produce and
 //! tailing fetches leave.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use floe_tiering::shared::{read_batches_with_index, FetchCompression, FileIndex, RebuiltRange};
+use floe_protocol::record_batch::BatchIter;
+use floe_tiering::shared::{read_batches_with_index, FetchCompression, FileIndex};
 use floe_tiering::IcebergCatalog;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::tiering::SharedReadSettings;
+
+/// How far ahead of a fetch a table read rebuilds (the cache serves the rest).
+pub const READ_AHEAD_BYTES: usize = 8 << 20;
 
 /// One table read: partition `partition` of `topic` from `from` up to (not
 /// including) `upper`, the local log start offset when the fetch came.
@@ -42,12 +49,77 @@ pub struct TableRead {
     pub codec: FetchCompression,
 }
 
+impl TableRead {
+    fn range_key(&self) -> RangeKey {
+        RangeKey { topic: self.topic.clone(), partition: self.partition, codec: self.codec }
+    }
+}
+
+/// The rebuilt batches of one partition in one codec.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RangeKey {
+    topic: String,
+    partition: i32,
+    codec: FetchCompression,
+}
+
+/// What a fetch gets from the table: batches from the one holding its offset.
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    /// Whole batches, concatenated.
+    pub bytes: bytes::Bytes,
+    /// The offset after the last batch.
+    pub next_offset: i64,
+    /// The aborted transactions `(producer id, first offset)` of the range by
+    /// KIP-98's rule, from the table's abort markers.
+    pub aborted: Vec<(i64, i64)>,
+}
+
 /// What a table read answers: the rebuilt batches, or why there are none.
-pub type ReadResult = Result<Arc<RebuiltRange>, String>;
+pub type ReadResult = Result<Served, String>;
+
+/// One rebuilt batch: its offsets and bytes.
+#[derive(Debug, Clone)]
+struct CachedBatch {
+    last: i64,
+    bytes: bytes::Bytes,
+}
+
+/// What a finished read hands its waiters: the batches in offset order and the
+/// partition's abort markers `(marker offset, producer id, first offset)`.
+#[derive(Debug, Clone, Default)]
+struct Rebuilt {
+    batches: Vec<(i64, CachedBatch)>,
+    markers: Vec<(i64, i64, i64)>,
+}
+
+/// The batches from the one holding `from`, consecutive (a gap, a hole the
+/// log stepped over, ends them), at most `max_bytes` but the first whole.
+fn cut<'a>(batches: impl Iterator<Item = (&'a i64, &'a CachedBatch)>, from: i64, max_bytes: usize, markers: &[(i64, i64, i64)]) -> Option<Served> {
+    let mut out = bytes::BytesMut::new();
+    let mut next: Option<i64> = None;
+    for (base, b) in batches {
+        match next {
+            None if b.last < from => continue,
+            None if *base > from => return None,
+            Some(n) if *base != n => break,
+            _ => {}
+        }
+        if next.is_some() && out.len() + b.bytes.len() > max_bytes {
+            break;
+        }
+        out.extend_from_slice(&b.bytes);
+        next = Some(b.last + 1);
+    }
+    let next_offset = next?;
+    // KIP-98: every abort marker at or after the fetch offset whose transaction began before the range's end.
+    let aborted = markers.iter().filter(|(m, _, first)| *m >= from && *first < next_offset).map(|(_, p, first)| (*p, *first)).collect();
+    Some(Served { bytes: out.freeze(), next_offset, aborted })
+}
 
 enum Job {
     /// Rebuild batches (answered to the fetches in `Shared::inflight`).
-    Read { read: TableRead, upper: i64, max_bytes: usize },
+    Read { read: TableRead, upper: i64 },
     /// A ListOffsets lookup by time in `[from, upper)`.
     Lookup { topic: String, partition: i32, what: Lookup, from: i64, upper: i64, reply: oneshot::Sender<LookupResult> },
 }
@@ -64,39 +136,51 @@ pub enum Lookup {
 /// `(offset, timestamp)` found, `None` when no record matches, or why the table could not be read.
 pub type LookupResult = Result<Option<(i64, i64)>, String>;
 
-/// Rebuilt ranges by read, oldest evicted first once over the byte cap.
+/// Rebuilt batches per partition and codec, oldest inserted evicted first once
+/// over the byte cap. A table-served range is below the local log start and
+/// never changes, so an entry is never stale: retention only makes it unreachable.
 #[derive(Default)]
 struct Cache {
-    entries: HashMap<TableRead, Arc<RebuiltRange>>,
-    order: VecDeque<TableRead>,
+    ranges: HashMap<RangeKey, (BTreeMap<i64, CachedBatch>, Vec<(i64, i64, i64)>)>,
+    order: VecDeque<(RangeKey, i64)>,
     bytes: u64,
 }
 
 impl Cache {
-    fn insert(&mut self, read: TableRead, range: Arc<RebuiltRange>, cap: u64) {
-        let size = range.bytes.len() as u64;
-        if size > cap {
-            return;
-        }
-        if let Some(old) = self.entries.insert(read.clone(), range) {
-            self.bytes -= old.bytes.len() as u64;
-        } else {
-            self.order.push_back(read);
-        }
-        self.bytes += size;
-        while self.bytes > cap {
-            let Some(oldest) = self.order.pop_front() else { break };
-            if let Some(gone) = self.entries.remove(&oldest) {
-                self.bytes -= gone.bytes.len() as u64;
+    fn insert(&mut self, key: &RangeKey, rebuilt: &Rebuilt, cap: u64) {
+        let (batches, markers) = self.ranges.entry(key.clone()).or_default();
+        *markers = rebuilt.markers.clone();
+        for (base, b) in &rebuilt.batches {
+            if batches.insert(*base, b.clone()).is_none() {
+                self.bytes += b.bytes.len() as u64;
+                self.order.push_back((key.clone(), *base));
             }
         }
+        while self.bytes > cap {
+            let Some((k, base)) = self.order.pop_front() else { break };
+            if let Some((batches, _)) = self.ranges.get_mut(&k) {
+                if let Some(gone) = batches.remove(&base) {
+                    self.bytes -= gone.bytes.len() as u64;
+                }
+                if batches.is_empty() {
+                    self.ranges.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn serve(&self, read: &TableRead, max_bytes: usize) -> Option<Served> {
+        let (batches, markers) = self.ranges.get(&read.range_key())?;
+        // From the batch holding `from`: the last one based at or below it.
+        let start = batches.range(..=read.from).next_back().map(|(b, _)| *b)?;
+        cut(batches.range(start..), read.from, max_bytes, markers)
     }
 }
 
 struct Shared {
     cache: Mutex<Cache>,
-    /// Reads queued or running, with the fetches waiting for each.
-    inflight: Mutex<HashMap<TableRead, Vec<oneshot::Sender<ReadResult>>>>,
+    /// Reads queued or running, with the fetches waiting for each (and their `max_bytes`).
+    inflight: Mutex<HashMap<TableRead, Vec<(usize, oneshot::Sender<ReadResult>)>>>,
     settings: SharedReadSettings,
 }
 
@@ -136,21 +220,21 @@ impl TableReads {
     /// within `wait`; `None` when they are not ready by then (or the queue is
     /// full): answer the partition empty, the client fetches the same offset again.
     pub async fn read(&self, read: TableRead, upper: i64, max_bytes: usize, wait: Duration) -> Option<ReadResult> {
-        if let Some(hit) = self.shared.cache.lock().unwrap_or_else(PoisonError::into_inner).entries.get(&read) {
-            return Some(Ok(hit.clone()));
+        if let Some(hit) = self.shared.cache.lock().unwrap_or_else(PoisonError::into_inner).serve(&read, max_bytes) {
+            return Some(Ok(hit));
         }
         let (tx, rx) = oneshot::channel();
         {
             let mut inflight = self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner);
             match inflight.get_mut(&read) {
-                Some(waiters) => waiters.push(tx),
+                Some(waiters) => waiters.push((max_bytes, tx)),
                 None => {
-                    let job = Job::Read { read: read.clone(), upper, max_bytes };
+                    let job = Job::Read { read: read.clone(), upper };
                     if self.jobs.try_send(job).is_err() {
                         debug!(topic = %read.topic, partition = read.partition, from = read.from, "table read queue full: answering empty");
                         return None;
                     }
-                    inflight.insert(read, vec![tx]);
+                    inflight.insert(read, vec![(max_bytes, tx)]);
                 }
             }
         }
@@ -209,20 +293,21 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
                     let _ = reply.send(found);
                     continue;
                 }
-                Some(Job::Read { read, upper, max_bytes }) => (read, upper, max_bytes),
+                Some(Job::Read { read, upper }) => (read, upper, READ_AHEAD_BYTES),
             };
             let result = serve(&open, &mut catalog, &mut tables, &read, upper, max_bytes).await;
-            if let Ok(range) = &result {
-                if range.mismatches > 0 {
-                    warn!(topic = %read.topic, partition = read.partition, from = read.from,
-                        mismatches = range.mismatches, "rebuilt batches whose CRC differs from the stored one (a bug: served with the new CRC)");
-                }
+            if let Ok(rebuilt) = &result {
                 let cap = shared.settings.cache_bytes;
-                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(read.clone(), range.clone(), cap);
+                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(&read.range_key(), rebuilt, cap);
             }
             let waiters = shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&read).unwrap_or_default();
-            for w in waiters {
-                let _ = w.send(result.clone());
+            for (max_bytes, w) in waiters {
+                // Cut from the read itself: the cache may be too small to hold it.
+                let answer = match &result {
+                    Ok(rebuilt) => Ok(cut(rebuilt.batches.iter().map(|(b, c)| (b, c)), read.from, max_bytes, &rebuilt.markers).unwrap_or_default()),
+                    Err(e) => Err(e.clone()),
+                };
+                let _ = w.send(answer);
             }
         }
     });
@@ -235,12 +320,24 @@ async fn serve(
     read: &TableRead,
     upper: i64,
     max_bytes: usize,
-) -> ReadResult {
+) -> Result<Rebuilt, String> {
     let l = loaded(open, catalog, tables, &read.topic).await?;
     let range = read_batches_with_index(&l.main, &l.log, &l.index, read.partition, read.from, upper, max_bytes, read.codec)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(Arc::new(range))
+    if range.mismatches > 0 {
+        warn!(topic = %read.topic, partition = read.partition, from = read.from,
+            mismatches = range.mismatches, "rebuilt batches whose CRC differs from the stored one (a bug: served with the new CRC)");
+    }
+    let bytes = bytes::Bytes::from(range.bytes);
+    let mut batches = Vec::with_capacity(range.batches);
+    for b in BatchIter::new(&bytes) {
+        let b = b.map_err(|e| format!("a rebuilt batch does not parse (a bug): {e}"))?;
+        let end = b.position + b.header.total_size();
+        batches.push((b.header.base_offset, CachedBatch { last: b.header.last_offset(), bytes: bytes.slice(b.position..end) }));
+    }
+    let markers = l.index.abort_markers.get(&read.partition).into_iter().flatten().map(|m| (m.offset, m.producer_id, m.first_offset)).collect();
+    Ok(Rebuilt { batches, markers })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -293,5 +390,43 @@ fn lower_priority() {
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
     if rc != 0 {
         debug!(error = %std::io::Error::last_os_error(), "cannot lower a table read thread's priority");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(last: i64, len: usize) -> CachedBatch {
+        CachedBatch { last, bytes: bytes::Bytes::from(vec![0u8; len]) }
+    }
+
+    fn read(from: i64) -> TableRead {
+        TableRead { topic: "t".into(), partition: 0, from, codec: FetchCompression::Original }
+    }
+
+    #[test]
+    fn cuts_start_at_the_batch_holding_the_offset_and_stop_at_gaps_and_limits() {
+        // Batches [0,4] [5,9] [10,14], a hole 15-19, [20,24].
+        let rebuilt = Rebuilt {
+            batches: vec![(0, batch(4, 100)), (5, batch(9, 100)), (10, batch(14, 100)), (20, batch(24, 100))],
+            // An abort marker at 12 for a transaction from 6; one at 3 (before any fetch below).
+            markers: vec![(3, 7, 1), (12, 9, 6)],
+        };
+        let mut cache = Cache::default();
+        cache.insert(&read(0).range_key(), &rebuilt, 1 << 20);
+        let s = cache.serve(&read(7), 1 << 20).expect("hit");
+        assert_eq!((s.bytes.len(), s.next_offset), (200, 15), "from the batch holding 7 to the hole");
+        assert_eq!(s.aborted, vec![(9, 6)], "KIP-98: markers at or after the fetch offset only");
+        let s = cache.serve(&read(0), 150).expect("hit");
+        assert_eq!((s.bytes.len(), s.next_offset), (100, 5), "the first batch whole, then the limit");
+        assert_eq!(cache.serve(&read(0), 1).expect("hit").bytes.len(), 100, "the first batch even above the limit");
+        assert!(cache.serve(&read(17), 1 << 20).is_none(), "inside the hole: read the table");
+        assert!(cache.serve(&read(30), 1 << 20).is_none(), "past the cached batches");
+        // Over the cap the oldest batches go.
+        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![(25, batch(29, 300))], markers: vec![] }, 400);
+        assert!(cache.serve(&read(0), 1 << 20).is_none());
+        assert!(cache.bytes <= 400);
+        assert_eq!(cache.serve(&read(26), 1 << 20).expect("hit").next_offset, 30);
     }
 }

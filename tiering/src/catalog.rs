@@ -281,8 +281,17 @@ impl IcebergCatalog {
             Self::check_topic_id(&ident, &table, topic_id)?;
         } else {
             let spec = parse_partition_spec(partition_spec)?;
-            let kafka_columns = crate::schema::is_lossless(&schema)
-                .then(|| (crate::schema::KAFKA_COLUMNS_PROPERTY.to_string(), crate::schema::kafka_columns_property()));
+            let lossless = crate::schema::is_lossless(&schema);
+            // A lossless (shared) table is read by Kafka fetches a row group at a time: smaller ones.
+            let kafka_columns = lossless
+                .then(|| {
+                    [
+                        (crate::schema::KAFKA_COLUMNS_PROPERTY.to_string(), crate::schema::kafka_columns_property()),
+                        (crate::sink::ROW_GROUP_LIMIT_PROPERTY.to_string(), crate::sink::SHARED_ROW_GROUP_ROWS.to_string()),
+                    ]
+                })
+                .into_iter()
+                .flatten();
             let creation = TableCreation::builder()
                 .name(topic.to_string())
                 .schema(schema)

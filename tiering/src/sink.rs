@@ -69,6 +69,28 @@ impl std::fmt::Debug for Writer {
     }
 }
 
+/// Table property: most rows per Parquet row group (pyiceberg's name). A shared
+/// table is created with [`SHARED_ROW_GROUP_ROWS`]: a row group is the unit a
+/// table-served fetch decodes, so smaller ones cost a fetch less.
+pub(crate) const ROW_GROUP_LIMIT_PROPERTY: &str = "write.parquet.row-group-limit";
+
+/// Rows per row group of a shared table (`docs/shared-mode.md` 1.2): about 8 MiB
+/// of 1 KiB records.
+pub(crate) const SHARED_ROW_GROUP_ROWS: usize = 8192;
+
+/// Rows per row group when the table says nothing: 64 Ki, fewer and larger row
+/// groups for SQL scans.
+const DEFAULT_ROW_GROUP_ROWS: usize = 64 * 1024;
+
+fn row_group_rows(metadata: &iceberg::spec::TableMetadata) -> usize {
+    metadata
+        .properties()
+        .get(ROW_GROUP_LIMIT_PROPERTY)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_ROW_GROUP_ROWS)
+}
+
 impl Writer {
     pub(crate) fn new(table: &Table, limits: &TierLimits, prefix: String) -> Result<Self> {
         let metadata = table.metadata();
@@ -91,7 +113,7 @@ impl Writer {
         // The table's compression property is not applied by the crate: set it here.
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_row_count(Some(64 * 1024))
+            .set_max_row_group_row_count(Some(row_group_rows(metadata)))
             .build();
         let parquet = ParquetWriterBuilder::new(props, schema.clone());
         let location = DefaultLocationGenerator::new(metadata).map_err(TieringError::iceberg("write", &ident))?;

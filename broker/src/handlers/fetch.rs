@@ -30,14 +30,12 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use floe_protocol::fetch::{AbortedTransaction, FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
 use floe_protocol::record_batch::BatchIter;
 use floe_storage::{IsolationLevel, PartitionLog};
-use floe_tiering::shared::RebuiltRange;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::protocol::StrBytes;
@@ -48,7 +46,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
-use crate::table_reads::{TableRead, TableReads};
+use crate::table_reads::{Served, TableRead, TableReads};
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
     let replica = follower_id(&request, version);
@@ -176,7 +174,7 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
 /// offset, run together, each waited for at most `floe.iceberg.shared.fetch-max-wait-ms`
 /// (not the request's `max_wait_ms`: a consumer asking 0 would never get a cold
 /// range; KIP-1018's `remote.fetch.max.wait.ms` is as independent). By target index.
-async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], max_bytes: u64) -> HashMap<usize, Arc<RebuiltRange>> {
+async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], max_bytes: u64) -> HashMap<usize, Served> {
     let wait = Duration::from_millis(broker.config.tiering.shared_reads.fetch_max_wait_ms);
     let mut pending = Vec::new();
     for (i, t) in targets.iter().enumerate() {
@@ -220,7 +218,7 @@ async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], ma
 fn read_all(
     broker: &Broker,
     targets: &[Target],
-    tabled: &HashMap<usize, Arc<RebuiltRange>>,
+    tabled: &HashMap<usize, Served>,
     max_bytes: u64,
     isolation: IsolationLevel,
     for_replica: bool,
@@ -269,7 +267,7 @@ pub const TABLE_REBUILD_PATH: &str = "table-rebuild";
 /// READ_COMMITTED the aborted transactions of the range from the table's
 /// abort markers and the local `.txnindex` (markers above the local log start
 /// offset of transactions that began below it).
-fn from_table(t: &Target, log: &PartitionLog, range: &RebuiltRange, limit: u64, min_one: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
+fn from_table(t: &Target, log: &PartitionLog, range: &Served, limit: u64, min_one: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
     let mut end = 0usize;
     let mut next_offset = t.fetch_offset;
     for batch in BatchIter::new(&range.bytes) {
@@ -298,7 +296,7 @@ fn from_table(t: &Target, log: &PartitionLog, range: &RebuiltRange, limit: u64, 
         last_stable_offset: log.last_stable_offset(),
         log_start_offset: log.log_start_offset(),
         aborted_transactions: aborted,
-        records: FetchRecords::Bytes(Bytes::copy_from_slice(&range.bytes[..end])),
+        records: FetchRecords::Bytes(range.bytes.slice(..end)),
         ..FetchPartitionResponse::default()
     }
 }
