@@ -85,6 +85,9 @@ const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 const LIST_OFFSETS_VERSION: i16 = 7;
 /// ListOffsets' timestamp for the log start offset.
 const EARLIEST_TIMESTAMP: i64 = -2;
+/// ListOffsets v8, the first to take EARLIEST_LOCAL (-4, KIP-405): the leader's local log start offset.
+const EARLIEST_LOCAL_VERSION: i16 = 8;
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED_EPOCH: i32 = -1;
 const UNDEFINED_OFFSET: i64 = -1;
@@ -529,6 +532,30 @@ impl FetcherTask {
         }
     }
 
+    /// The leader's local log start offset of `tp` (ListOffsets -4, KIP-405);
+    /// `Ok(None)` when the leader does not answer one (retry after the backoff).
+    async fn earliest_local(&mut self, tp: &TopicPartition) -> Result<Option<i64>, ClientError> {
+        use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+        use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(self.node_id))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(&tp.topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_timestamp(EARLIEST_LOCAL_TIMESTAMP)])]);
+        let Some(response) = self.call(EARLIEST_LOCAL_VERSION, &request).await? else { return Ok(None) };
+        let answer = response.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == tp.partition);
+        Ok(match answer {
+            Some(p) if p.error_code == 0 && p.offset >= 0 => Some(p.offset),
+            other => {
+                warn!(topic = %tp.topic, partition = tp.partition, leader = self.leader, error_code = other.map(|p| p.error_code),
+                    "the leader did not answer its local log start offset; retrying after the backoff");
+                None
+            }
+        })
+    }
+
     /// Sends `request` on the connection; `None` if the task is stopped meanwhile.
     async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Option<Req::Response>, ClientError> {
         let Some(conn) = self.conn.as_mut() else {
@@ -765,6 +792,26 @@ impl FetcherTask {
                 // fetching goes on even when this truncation is not the last.
                 self.truncate_log(tp, a, target.offset, true).await;
             }
+            FetchOutcome::MovedToTiered { leader_log_start } => {
+                self.metrics.replica_fetch_errors.with_label_values(&["OFFSET_MOVED_TO_TIERED_STORAGE"]).inc();
+                // Kafka's follower asks the leader's local log start (ListOffsets
+                // EARLIEST_LOCAL) and starts its log there; the table holds the rest.
+                let Some(local_start) = self.earliest_local(tp).await? else {
+                    self.delay(tp, "OFFSET_MOVED_TO_TIERED_STORAGE");
+                    return Ok(Some(()));
+                };
+                if local_start <= fetch_offset {
+                    // Local deletion raced the answer: fetch again.
+                    self.delay(tp, "OFFSET_MOVED_TO_TIERED_STORAGE");
+                    return Ok(Some(()));
+                }
+                info!(topic = %tp.topic, partition = tp.partition, leader = self.leader, fetch_offset, local_start, leader_log_start,
+                    "fetch offset in the leader's table only: starting the local log at the leader's local log start");
+                match run_under_claim(a, true, move |log| log.start_at_local_log_start(local_start, leader_log_start)).await {
+                    None | Some(Ok(())) => {}
+                    Some(Err(e)) => self.storage_failure(tp, &e),
+                }
+            }
             FetchOutcome::OutOfRange { leader_log_start } => {
                 self.metrics.replica_fetch_errors.with_label_values(&["OFFSET_OUT_OF_RANGE"]).inc();
                 let leader_log_start = match leader_log_start {
@@ -893,6 +940,9 @@ enum FetchOutcome {
     Diverging { epoch: i32, end_offset: i64 },
     /// OFFSET_OUT_OF_RANGE, with the leader's log start offset if it said.
     OutOfRange { leader_log_start: Option<i64> },
+    /// OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the offset is below the leader's
+    /// local log start, in a shared topic's table; the leader's log start offset.
+    MovedToTiered { leader_log_start: i64 },
     /// Any other error: retry the partition after the backoff.
     Retry(ResponseError),
 }
@@ -907,6 +957,7 @@ fn fetch_outcome(data: &PartitionData) -> FetchOutcome {
         Some(ResponseError::OffsetOutOfRange) => {
             FetchOutcome::OutOfRange { leader_log_start: (data.log_start_offset >= 0).then_some(data.log_start_offset) }
         }
+        Some(ResponseError::OffsetMovedToTieredStorage) => FetchOutcome::MovedToTiered { leader_log_start: data.log_start_offset },
         Some(e) => FetchOutcome::Retry(e),
     }
 }

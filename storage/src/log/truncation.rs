@@ -123,6 +123,25 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// [`PartitionLog::truncate_fully_and_start_at`] `local_start` for a
+    /// shared-storage follower whose leader answered OFFSET_MOVED_TO_TIERED_STORAGE
+    /// (KIP-405): the local log starts at the leader's local log start offset,
+    /// and the log start offset is `log_start` (the table's, below it): the
+    /// offsets between are in the Iceberg table, as on the leader. A copy-mode
+    /// log starts at `local_start` as with the plain call.
+    ///
+    /// # Errors
+    /// As [`PartitionLog::truncate_fully_and_start_at`].
+    pub fn start_at_local_log_start(&self, local_start: i64, log_start: i64) -> Result<()> {
+        self.truncate_fully_and_start_at(local_start)?;
+        if self.config().is_shared_storage() && (0..local_start).contains(&log_start) {
+            self.state().log_start_offset = log_start;
+            info!(topic = %self.topic, partition = self.partition, log_start, local_start,
+                "local log starts at the leader's local log start; older offsets are in the table");
+        }
+        Ok(())
+    }
+
     /// After the lock is released: removes the renamed files (fetches holding
     /// them keep reading) and wakes long polls, which see the new offsets.
     fn finish_truncation(&self, deleted: Vec<PathBuf>) {
