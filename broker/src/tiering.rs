@@ -856,7 +856,8 @@ impl Tierer {
 
     /// A shared topic's table retention and log start offset (`docs/shared-mode.md` 3.2):
     /// for the partitions this broker leads, `retention.ms`/`retention.bytes` applied to
-    /// the table (every `log.retention.check.interval.ms`); then, for every partition it
+    /// the table, and the log start offset a DeleteRecords moved carried into it (every
+    /// `log.retention.check.interval.ms`); then, for every partition it
     /// has (followers too), the table's `floe.log-start.<p>` folded into the log. The
     /// table is the authority: a log start the log has not reached yet moves it up,
     /// never down. A failure changes nothing and is retried on the next pass.
@@ -880,11 +881,19 @@ impl Tierer {
         let next = state.next.clone().unwrap_or_default();
         // `cleanup.policy` without `delete` turns retention off, as for segments (shared refuses compact anyway).
         let (ms, bytes) = if config.cleanup_policy.delete { (config.retention_ms, config.retention_bytes) } else { (-1, -1) };
-        let inputs: BTreeMap<i32, PartitionRetention> = if due && (ms >= 0 || bytes >= 0) {
+        // Due even without limits: a DeleteRecords on the leader moved its log start
+        // offset, and the table (which every replica reads) must follow.
+        let inputs: BTreeMap<i32, PartitionRetention> = if due {
             led.iter()
                 .map(|log| {
                     let end = next.get(&log.partition()).copied().unwrap_or(0);
-                    (log.partition(), PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local_bytes_above(log, end) })
+                    let input = PartitionRetention {
+                        retention_ms: ms,
+                        retention_bytes: bytes,
+                        local_bytes: local_bytes_above(log, end),
+                        log_start_offset: log.log_start_offset(),
+                    };
+                    (log.partition(), input)
                 })
                 .collect()
         } else {

@@ -88,7 +88,27 @@ def _wait_converged(etcd, prefix: str, brokers, topic: str, partitions: int, tim
             logs = {node_id(b): _log_bytes(b, topic, p) for b in brokers}
             leader_log = logs[s["leader"]]
             return s if leader_log and all(v == leader_log for v in logs.values()) else None
-        wait_until(converged, timeout=timeout, interval=0.3, what=f"{topic}-{p}: full ISR and identical replicas")
+        try:
+            wait_until(converged, timeout=timeout, interval=0.3, what=f"{topic}-{p}: full ISR and identical replicas")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{_divergence(etcd, prefix, brokers, topic, p)}") from None
+
+
+def _divergence(etcd, prefix: str, brokers, topic: str, p: int) -> str:
+    """What differs between the replicas of `topic`-`p`: the partition's state, each
+    replica's segments (name, size) and the first byte at which its log differs from
+    the leader's, for a failure message that can be diagnosed without the data dirs."""
+    s = _state(etcd, prefix, topic, p)
+    lines = [f"state: {s}"]
+    leader = next((b for b in brokers if s and node_id(b) == s["leader"]), None)
+    leader_log = _log_bytes(leader, topic, p) if leader else b""
+    for b in brokers:
+        segs = _segments(b, topic, p)
+        log = b"".join(d for _n, d in segs)
+        first_diff = next((i for i, (x, y) in enumerate(zip(log, leader_log)) if x != y), min(len(log), len(leader_log)))
+        same = "same as the leader" if log == leader_log else f"differs from the leader at byte {first_diff}"
+        lines.append(f"broker {node_id(b)}: {len(log)} bytes, {same}; segments {[(n, len(d)) for n, d in segs]}")
+    return "\n".join(lines)
 
 
 def test_followers_hold_the_leaders_log_byte_for_byte(floe_factory, etcd):

@@ -165,3 +165,52 @@ def test_a_crash_around_the_retention_commit_never_moves_the_log_start_back(floe
     wait_until(lambda: len(offsets(floe.data_dir, topic)) >= NEW + 20, timeout=60, what="a tiering commit after the restart")
     assert_table_from(floe.data_dir, topic, OLD)
     assert list_offset(floe, topic, -2) == OLD
+
+
+def test_delete_records_moves_the_log_start_and_the_table_follows(floe_factory):
+    """DeleteRecords on a shared partition whose records are in the table only: the log
+    start offset moves at once (ListOffsets -2, fetches), and the leader's next retention
+    check carries it into the table: `floe.log-start.0`, whole data files below it gone;
+    a file straddling it stays whole (as Kafka keeps a straddling segment)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    floe = floe_factory("floe", overrides=BROKER)
+    topic = create_topic(floe.bootstrap, unique_topic("shdel"), config=TOPIC)
+    produce_old_then_new(floe, topic)
+    wait_until(lambda: list_offset(floe, topic, -4) >= OLD, timeout=60, what="the old records to leave local disk")
+    a = admin(floe.bootstrap)
+
+    def delete_records(offset: int) -> int:
+        fs = a.delete_records([TopicPartition(topic, 0, offset)], request_timeout=CLIENT_TIMEOUT_S)
+        return next(iter(fs.values())).result(timeout=CLIENT_TIMEOUT_S).low_watermark
+
+    # Inside the first file: the start moves, the file stays (its rows below 60 with it).
+    assert delete_records(60) == 60
+    assert list_offset(floe, topic, -2) == 60
+    wait_until(lambda: summary(floe.data_dir, topic).get("floe.log-start.0") == "60", timeout=60,
+               what="the table to record the DeleteRecords offset")
+    kept = offsets(floe.data_dir, topic)
+    assert kept[0] < 60 and kept == list(range(kept[0], OLD + NEW)), "the straddling file is kept whole"
+
+    c = Consumer({"bootstrap.servers": floe.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+        first = None
+        deadline = time.monotonic() + 60
+        while first is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                first = m
+    finally:
+        c.close()
+    assert first is not None and first.offset() == 60, "a consumer from the beginning starts at the new log start"
+    assert first.value() == b"old-60" * 10, "served from the table"
+
+    # At the first new record: every old file goes.
+    assert delete_records(OLD) == OLD
+    wait_until(lambda: summary(floe.data_dir, topic).get("floe.log-start.0") == str(OLD), timeout=60,
+               what="the table to follow the second DeleteRecords")
+    assert_table_from(floe.data_dir, topic, OLD)
+    floe.restart()
+    assert list_offset(floe, topic, -2) == OLD, "a restart keeps the log start offset"

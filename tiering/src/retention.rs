@@ -13,13 +13,19 @@
 //!   its local bytes above the table end) are still at least `retention.bytes`.
 //!   A departure from Kafka, which counts log bytes: Parquet is about half of
 //!   them, so a shared topic keeps more records for the same setting;
-//! - and files wholly below the log start offset already committed.
+//! - and files wholly below the log start offset: the one already committed,
+//!   or the broker's when DeleteRecords moved it further (capped at the table
+//!   end: the table never records a start above what it holds).
 //!
-//! The first file that goes by none of these stops the cut. Whole files only: no
-//! row is rewritten, so a file straddling a cut (a DeleteRecords offset inside
-//! it, stage 9's copy-on-write `overwrite`, is not done here) is kept whole. The
-//! new log start offset `L'` is the first offset of the first file kept, or the
-//! table end (the committed next offset) when every file goes.
+//! The first file that goes by none of these stops the cut. Whole files only, as
+//! Kafka deletes whole segments: no row is rewritten, so a file straddling a cut
+//! (a DeleteRecords offset inside it) is kept whole and its rows below the log
+//! start stay visible to SQL readers until the file itself goes (Kafka reads
+//! never reach them: a fetch below the log start is out of range). The new log
+//! start offset `L'` is the first offset of the first file kept, or the table
+//! end (the committed next offset) when every file goes, and never below the
+//! floor above; a moved start is committed even when no file goes, so the
+//! table, read by every replica, carries a DeleteRecords to them all.
 //!
 //! # Commits and crashes
 //! One `delete` snapshot of the main table removes its files and records
@@ -64,6 +70,17 @@ pub struct PartitionRetention {
     pub retention_bytes: i64,
     /// Bytes of the partition's local segments above the table end (not in the table yet).
     pub local_bytes: u64,
+    /// The broker's log start offset of the partition: DeleteRecords moves it
+    /// before the table knows; the table follows (up to its end).
+    pub log_start_offset: i64,
+}
+
+impl PartitionRetention {
+    /// Whether this can move anything: a limit is set, or the broker's log start
+    /// offset is ahead of `committed` (the table's).
+    fn can_cut(&self, committed: i64) -> bool {
+        self.retention_ms >= 0 || self.retention_bytes >= 0 || self.log_start_offset > committed
+    }
 }
 
 /// What one [`TopicTable::apply_retention`] did.
@@ -133,8 +150,10 @@ fn kafka_partition(file: &DataFile, spec: &PartitionSpec, partition_id: i32) -> 
 
 /// The files of one partition, sorted by first offset, and the new log start offset:
 /// how many front files go by `input`'s limits at `now_ms` (or lie wholly below
-/// `log_start`), and the first offset of the first one kept, else `table_end`.
+/// the committed `log_start`, or the broker's up to `table_end`), and the first
+/// offset of the first one kept, else `table_end`, never below that floor.
 pub(crate) fn plan_cut(files: &[FileStats], input: &PartitionRetention, log_start: i64, table_end: i64, now_ms: i64) -> (usize, i64) {
+    let log_start = log_start.max(input.log_start_offset.min(table_end));
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + input.local_bytes;
     let mut excess = (input.retention_bytes >= 0).then(|| total as i64 - input.retention_bytes);
     let mut cut = 0;
@@ -235,7 +254,9 @@ impl TopicTable {
         let metadata = before.metadata();
         let starts = committed_log_starts(metadata);
         let mut report = RetentionReport { log_starts: starts.clone(), ..RetentionReport::default() };
-        if metadata.format_version() != FormatVersion::V2 || inputs.is_empty() {
+        // Nothing can move (no limit, no DeleteRecords ahead of the table): no manifest is read.
+        let movable = inputs.iter().any(|(p, input)| input.can_cut(starts.get(p).copied().unwrap_or(0)));
+        if metadata.format_version() != FormatVersion::V2 || !movable {
             return Ok(report);
         }
         let Some(files) = snapshot_files(&before).await? else { return Ok(report) };
@@ -247,7 +268,7 @@ impl TopicTable {
             let Some(input) = inputs.get(&p) else { continue };
             let (Some(&table_end), start) = (next.get(&p), starts.get(&p).copied().unwrap_or(0)) else { continue };
             let (cut, new_start) = plan_cut(&stats, input, start, table_end, now_ms);
-            if cut == 0 {
+            if cut == 0 && new_start <= start {
                 continue;
             }
             for f in &stats[..cut] {
@@ -262,7 +283,7 @@ impl TopicTable {
                 report.moved.insert(p, new_start);
             }
         }
-        if !removed.is_empty() {
+        if !removed.is_empty() || !report.moved.is_empty() {
             self.cut_main_table(&committer, &before, &files, &removed, &next, &new_starts, &mut report).await?;
         }
         // `__log` after the main table, cut at the committed log starts: a crash
@@ -304,7 +325,7 @@ impl TopicTable {
         report.snapshot_id = Some(snapshot_id);
         info!(table = %self.ident(), moved = ?report.moved, files = report.removed_files, bytes = report.removed_bytes,
             records = report.removed_records, log_files = report.log_removed_files, snapshot = snapshot_id,
-            "table retention removed data files; the log start offset moved");
+            "table retention: data files removed, the log start offset moved");
         Ok(())
     }
 
@@ -390,7 +411,7 @@ mod tests {
     }
 
     fn limits(ms: i64, bytes: i64, local: u64) -> PartitionRetention {
-        PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local }
+        PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local, log_start_offset: 0 }
     }
 
     #[test]
@@ -418,6 +439,17 @@ mod tests {
         assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 10, 20, NOW), (1, 10));
         // A straddling file is kept whole; the committed start stays inside it.
         assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 15, 20, NOW), (1, 15));
+    }
+
+    #[test]
+    fn a_delete_records_start_ahead_of_the_table_cuts_it_up_to_the_table_end() {
+        let files = [stats(0, 9, None, 100), stats(10, 19, None, 100), stats(20, 29, None, 100)];
+        let deleted_to = |offset| PartitionRetention { log_start_offset: offset, ..limits(-1, -1, 0) };
+        assert_eq!(plan_cut(&files, &deleted_to(15), 0, 30, NOW), (1, 15), "inside a file: it stays whole, the start is 15");
+        assert_eq!(plan_cut(&files, &deleted_to(20), 0, 30, NOW), (2, 20));
+        assert_eq!(plan_cut(&files, &deleted_to(45), 0, 30, NOW), (3, 30), "beyond the table: capped at its end");
+        assert_eq!(plan_cut(&files, &deleted_to(5), 10, 30, NOW), (1, 10), "behind the committed start: nothing moves back");
+        assert!(deleted_to(15).can_cut(10) && !deleted_to(10).can_cut(10) && limits(0, -1, 0).can_cut(99));
     }
 
     async fn catalog(dir: &std::path::Path) -> IcebergCatalog {

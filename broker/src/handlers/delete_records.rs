@@ -2,6 +2,13 @@
 //!
 //! Offset -1 means the high watermark. Segments wholly below the new log
 //! start offset are deleted; the rest stay and are read from the new start.
+//!
+//! A shared-storage topic's offsets may lie in its Iceberg table only: the log
+//! start offset moves here at once (fetches below it are out of range from
+//! now on), and the leader's tiering thread carries it into the table at its
+//! next retention check (`log.retention.check.interval.ms`): data files
+//! wholly below it go, and `floe.log-start.<p>` records it for every replica
+//! (`floe_tiering::retention`).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
