@@ -5,10 +5,10 @@ commits that gate it, or while a fetch is served from the table, must lose
 nothing acknowledged and serve nothing twice.
 
 - Local deletion: the broker aborts (`return(abort)`, a real SIGABRT) at
-  `log.local_retention.taken`, `log.retention.delete`, `tiering.iceberg.committed`
-  or `tiering.log.committed` while an idempotent workload (`history.Workload`)
-  and a transactional one (`history.TxnWorkload`) write two shared topics whose
-  small segments leave local disk continuously (`local.retention.ms=0`); it
+  `log.local_retention.taken`, `log.retention.delete`, `tiering.iceberg.commit`,
+  `tiering.iceberg.committed` or `tiering.log.committed` while an idempotent
+  workload (`history.Workload`) and a transactional one (`history.TxnWorkload`)
+  write two shared topics whose small segments leave local disk continuously (`local.retention.ms=0`); it
   restarts on the same data dir and the workloads go on. Throughout, the local
   log start offset (ListOffsets -4) is never above what the table holds and the
   log start offset (-2) stays 0; after the restart local deletion goes on; the
@@ -72,6 +72,7 @@ TOPIC = {
 POINTS = {
     "log.local_retention.taken": 4,
     "log.retention.delete": 12,
+    "tiering.iceberg.commit": 6,
     "tiering.iceberg.committed": 6,
     "tiering.log.committed": 4,
 }
