@@ -8,8 +8,8 @@ nothing acknowledged and serve nothing twice.
   `log.local_retention.taken`, `log.retention.delete`, `tiering.iceberg.commit`,
   `tiering.iceberg.committed` or `tiering.log.committed` while an idempotent
   workload (`history.Workload`) and a transactional one (`history.TxnWorkload`)
-  write two shared topics whose small segments leave local disk continuously (`local.retention.ms=0`); it
-  restarts on the same data dir and the workloads go on. Throughout, the local
+  write two shared topics whose small segments leave local disk continuously
+  (`local.retention.ms=0`); it restarts on the same data dir and the workloads go on. Throughout, the local
   log start offset (ListOffsets -4) is never above what the table holds and the
   log start offset (-2) stays 0; after the restart local deletion goes on; the
   history checker is valid over drains from offset 0 at both isolation levels,
