@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 import kwire
 from clients import create_topic, produce_all, unique_topic
