@@ -295,7 +295,14 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
                 }
                 Some(Job::Read { read, upper }) => (read, upper, READ_AHEAD_BYTES),
             };
-            let result = serve(&open, &mut catalog, &mut tables, &read, upper, max_bytes).await;
+            let mut result = serve(&open, &mut catalog, &mut tables, &read, upper, max_bytes).await;
+            if result.is_ok() {
+                // The batches are rebuilt, neither cached nor answered: a crash here
+                // kills the broker with a table read in flight (test_shared_crash.py).
+                if let Err(e) = floe_storage::failpoint::check("shared.read.rebuilt") {
+                    result = Err(format!("table read of {} partition {} from {}: {e}", read.topic, read.partition, read.from));
+                }
+            }
             if let Ok(rebuilt) = &result {
                 let cap = shared.settings.cache_bytes;
                 shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(&read.range_key(), rebuilt, cap);
