@@ -370,6 +370,29 @@ pub fn validate_topic_overrides(
     }
 }
 
+/// Checks an (Incremental)AlterConfigs of an existing topic from its `current`
+/// overrides to `next` (both over `defaults`): `floe.iceberg.storage` is fixed once
+/// the topic exists. Leaving `shared` would strand the offsets only the table holds,
+/// and entering it would serve old offsets from table rows written without the
+/// columns a rebuild needs; Kafka refuses turning `remote.storage.enable` off the
+/// same way. A value that does not change the mode (unset ↔ `copy`) passes.
+///
+/// # Errors
+/// The message INVALID_CONFIG carries.
+pub fn validate_topic_change(
+    current: &BTreeMap<String, String>,
+    next: &BTreeMap<String, String>,
+    defaults: &floe_storage::LogConfig,
+) -> Result<(), String> {
+    let mode = |overrides: &BTreeMap<String, String>| defaults.with_overrides(overrides).ok().map(|c| storage_mode(&c));
+    match (mode(current), mode(next)) {
+        (Some(before), Some(after)) if before != after => Err(format!(
+            "{STORAGE}: cannot change from {before} to {after} on an existing topic; it is fixed when the topic is created (create a new topic and copy the records to it)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The `floe.iceberg.storage=shared` rows of `docs/shared-mode.md` 1.3 that need no
 /// catalog, on the effective config. (Those on an existing table's spec and on
 /// offsets only the table holds need the tiering thread, and are a later stage.)
@@ -1369,6 +1392,23 @@ mod tests {
         assert_eq!(shared_with(&[(RETENTION_GUARD, "true")]), Ok(()));
         let unguarded = broker_defaults().with_overrides(&map(&[(RETENTION_GUARD, "false")])).unwrap();
         assert_eq!(validate_topic_overrides(&map(SHARED), &unguarded, &settings(true)), e);
+    }
+
+    #[test]
+    fn the_storage_mode_is_fixed_once_a_topic_exists() {
+        let defaults = broker_defaults();
+        let copy = map(&[(ENABLED, "true")]);
+        let shared = map(&[(ENABLED, "true"), (STORAGE, "shared")]);
+        let explicit_copy = map(&[(ENABLED, "true"), (STORAGE, "copy")]);
+        let e = |a: &str, b: &str| {
+            Err(format!("floe.iceberg.storage: cannot change from {a} to {b} on an existing topic; it is fixed when the topic is created (create a new topic and copy the records to it)"))
+        };
+        assert_eq!(validate_topic_change(&copy, &shared, &defaults), e("copy", "shared"));
+        assert_eq!(validate_topic_change(&shared, &copy, &defaults), e("shared", "copy"));
+        assert_eq!(validate_topic_change(&shared, &explicit_copy, &defaults), e("shared", "copy"));
+        assert_eq!(validate_topic_change(&copy, &explicit_copy, &defaults), Ok(()), "unset is copy");
+        let retention = map(&[(ENABLED, "true"), (STORAGE, "shared"), ("retention.ms", "1000")]);
+        assert_eq!(validate_topic_change(&shared, &retention, &defaults), Ok(()), "other settings of a shared topic change freely");
     }
 
     #[test]

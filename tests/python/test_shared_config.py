@@ -5,7 +5,8 @@ Each combination is refused with its message through confluent-kafka's AdminClie
 (librdkafka) and kafka-python's KafkaAdminClient, on create and on alter (both the
 replacing AlterConfigs and IncrementalAlterConfigs), and a refused alter leaves the
 topic as it was. The checks run on the effective config: a broker default
-(`floe.iceberg.enabled=false`, `day(timestamp)`) counts as the topic's.
+(`floe.iceberg.enabled=false`, `day(timestamp)`) counts as the topic's. The mode is
+fixed when a topic is created: altering a copy topic to shared, or back, is refused.
 
 Until shared mode is complete `shared` is refused with "not available yet" unless the
 broker runs with the test-only `floe.iceberg.shared.experimental=true`.
@@ -26,6 +27,11 @@ from cluster_rig import agreed_view, etcd, start_cluster  # noqa: F401 (etcd: fi
 EXPERIMENTAL = {"floe.iceberg.shared.experimental": "true"}
 SHARED = {"floe.iceberg.storage": "shared", "floe.iceberg.enabled": "true"}
 NOT_YET = "floe.iceberg.storage: shared is not available yet"
+
+
+def change_message(before: str, after: str) -> str:
+    return (f"floe.iceberg.storage: cannot change from {before} to {after} on an existing topic; it is fixed when "
+            "the topic is created (create a new topic and copy the records to it)")
 
 
 def spec_message(spec: str) -> str:
@@ -151,10 +157,17 @@ def test_confluent_shared_topic_accepted_when_experimental(experimental, case):
     assert confluent_create_error(experimental.bootstrap, topic, config) is None
     described = confluent_topic_config(experimental.bootstrap, topic)
     assert described["floe.iceberg.storage"] == "shared", described
-    # A copy topic becomes shared by altering it (no table to check yet: that is a later stage).
+    # The mode is fixed at creation: a copy topic does not become shared, nor a shared one copy.
     other = create_topic(experimental.bootstrap, unique_topic("copy"))
-    assert confluent_alter_error(experimental.bootstrap, other, config, incremental=True) is None
-    assert confluent_topic_config(experimental.bootstrap, other)["floe.iceberg.storage"] == "shared"
+    for incremental in (False, True):
+        assert_invalid_config(confluent_alter_error(experimental.bootstrap, other, config, incremental),
+                              change_message("copy", "shared"))
+        assert_invalid_config(confluent_alter_error(experimental.bootstrap, topic, {**config, "floe.iceberg.storage": "copy"},
+                                                    incremental), change_message("shared", "copy"))
+    assert confluent_topic_config(experimental.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
+    # Other settings of a shared topic change as usual.
+    assert confluent_alter_error(experimental.bootstrap, topic, {"retention.ms": "7200000"}, incremental=True) is None
+    assert confluent_topic_config(experimental.bootstrap, topic)["floe.iceberg.storage"] == "shared"
 
 
 def test_confluent_shared_not_available_without_experimental(floe):
@@ -243,8 +256,9 @@ def test_kafka_python_shared_accepted_when_experimental(experimental):
         for incremental in (False, True):
             other = unique_topic("copy")
             assert kafka_python_create(a, other, {}) == (0, None)
-            assert kafka_python_alter(a, other, SHARED, incremental) == "OK"
-            assert confluent_topic_config(experimental.bootstrap, other)["floe.iceberg.storage"] == "shared"
+            answer = kafka_python_alter(a, other, SHARED, incremental)
+            assert "InvalidConfig" in answer and answer.endswith(change_message("copy", "shared")), answer
+            assert confluent_topic_config(experimental.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
     finally:
         a.close()
 
@@ -298,7 +312,10 @@ def test_in_a_cluster(floe_factory, etcd):
     for incremental in (False, True):
         for _, config, message in REFUSED:
             assert_invalid_config(confluent_alter_error(broker.bootstrap, topic, config, incremental), message)
+        assert_invalid_config(confluent_alter_error(broker.bootstrap, topic, SHARED, incremental), change_message("copy", "shared"))
     assert "floe.iceberg.storage" not in confluent_topic_config(broker.bootstrap, topic)
-    assert confluent_alter_error(broker.bootstrap, topic, SHARED, incremental=True) is None
-    assert confluent_topic_config(broker.bootstrap, topic)["floe.iceberg.storage"] == "shared"
-    assert confluent_create_error(broker.bootstrap, unique_topic("shared"), SHARED) is None
+    shared = unique_topic("shared")
+    assert confluent_create_error(broker.bootstrap, shared, SHARED) is None
+    assert confluent_topic_config(broker.bootstrap, shared)["floe.iceberg.storage"] == "shared"
+    assert_invalid_config(confluent_alter_error(broker.bootstrap, shared, {**SHARED, "floe.iceberg.storage": "copy"}, True),
+                          change_message("shared", "copy"))

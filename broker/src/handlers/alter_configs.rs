@@ -182,11 +182,15 @@ where
     let Some(topic) = broker.logs.topic(&topic_name) else {
         return (ResponseError::UnknownTopicOrPartition.code(), message(format!("topic {topic_name} does not exist")));
     };
-    let overrides = match next(&topic.overrides()) {
+    let current = topic.overrides();
+    let overrides = match next(&current) {
         Ok(o) => o,
         Err(reason) => return (ResponseError::InvalidConfig.code(), message(reason)),
     };
-    if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
+    let defaults = broker.logs.default_config();
+    let checked = crate::tiering::validate_topic_overrides(&overrides, &defaults, &broker.config.tiering)
+        .and_then(|()| crate::tiering::validate_topic_change(&current, &overrides, &defaults));
+    if let Err(reason) = checked {
         return (ResponseError::InvalidConfig.code(), message(reason));
     }
     let outcome = broker
@@ -241,7 +245,10 @@ where
     let tiering = &broker.config.tiering;
     let decide = |_: &floe_cluster::TopicAssignment, current: &BTreeMap<String, String>| -> Result<BTreeMap<String, String>, NotWritten> {
         let overrides = next(current).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
-        crate::tiering::validate_topic_overrides(&overrides, &logs.default_config(), tiering).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
+        let defaults = logs.default_config();
+        crate::tiering::validate_topic_overrides(&overrides, &defaults, tiering)
+            .and_then(|()| crate::tiering::validate_topic_change(current, &overrides, &defaults))
+            .map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
         logs.validate_topic_config(&topic, &overrides).map_err(|e| NotWritten::Refused(kafka_error(&e).code(), message(e.to_string())))?;
         if validate_only {
             return Err(NotWritten::Validated);
