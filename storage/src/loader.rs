@@ -130,7 +130,17 @@ impl LogLoader<'_> {
                 Outcome::Recover(String::new())
             };
             let segment = match outcome {
-                Outcome::Trusted(seg) if seg.next_offset <= recovery_point => *seg,
+                // A sealed segment ends where the next begins. One that ends short
+                // lost its tail although the recovery point vouched for it (a
+                // checkpoint taken over data that was cut and written again): the
+                // full scan reports the missing offsets as damage, which a replica
+                // then fetches again from its leader.
+                Outcome::Trusted(seg)
+                    if seg.next_offset <= recovery_point
+                        && !(self.gaps_are_damage && next_base.is_some_and(|n| seg.next_offset < n)) =>
+                {
+                    *seg
+                }
                 Outcome::Trusted(_) => {
                     rebuilt.insert(base);
                     self.recover_segment(base, next_base, &mut modified, &mut cut_at, i)?

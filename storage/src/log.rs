@@ -179,6 +179,11 @@ struct LogState {
     /// follows it as far as `completed_end` allows.
     high_watermark_target: i64,
     recovery_point: i64,
+    /// Bumped by every truncation. A flush that began before one must not move
+    /// the recovery point or the completed end to the log end it saw: those
+    /// offsets may since have been cut and written again by a follower's fetch,
+    /// unsynced (a power cut would then lose a tail that recovery trusts).
+    truncations: u64,
     unflushed_messages: i64,
     last_flush_ms: Option<i64>,
     retention_floor: Option<i64>,
@@ -387,6 +392,7 @@ impl PartitionLog {
             replicated: false,
             high_watermark_target: loaded.log_end_offset,
             recovery_point: loaded.recovery_point,
+            truncations: 0,
             unflushed_messages: 0,
             last_flush_ms: None,
             retention_floor: None,
@@ -1769,48 +1775,46 @@ impl PartitionLog {
     pub fn flush(&self) -> Result<()> {
         self.failure.check()?;
         let _flushing = lock(&self.flush_lock);
-        let (files, target, unflushed, dir_dirty) = {
-            let mut st = self.state();
-            let rp = st.recovery_point;
-            let from = st
-                .segments
-                .range(..=rp)
-                .next_back()
-                .map_or(i64::MIN, |(b, _)| *b);
-            let files: Vec<_> = st
-                .segments
-                .range(from..)
-                .flat_map(|(_, s)| s.files())
-                .collect();
-            let dirty = std::mem::take(&mut st.dir_dirty);
-            let end = st.log_end_position();
-            (
-                files,
-                (st.log_end_offset, end),
-                st.unflushed_messages,
-                dirty,
-            )
-        };
-        let result = (|| {
-            for (file, path) in &files {
-                failpoint::check("log.segment.flush")
-                    .and_then(|()| file.sync_data())
-                    .ctx("fsync", path)?;
-            }
-            if dir_dirty {
-                sync_dir(&self.dir)?;
-            }
-            Ok(())
-        })();
+        let plan = self.plan_flush();
+        let synced = plan.sync(&self.dir);
+        self.finish_flush(plan, synced)
+    }
+
+    /// The first step of [`PartitionLog::flush`], under the lock: the files to
+    /// fsync and the offsets their fsync will vouch for.
+    pub(crate) fn plan_flush(&self) -> FlushPlan {
         let mut st = self.state();
-        if let Err(e) = result {
-            st.dir_dirty |= dir_dirty;
+        let rp = st.recovery_point;
+        let from = st.segments.range(..=rp).next_back().map_or(i64::MIN, |(b, _)| *b);
+        let files = st.segments.range(from..).flat_map(|(_, s)| s.files()).collect();
+        FlushPlan {
+            files,
+            target: (st.log_end_offset, st.log_end_position()),
+            unflushed: st.unflushed_messages,
+            dir_dirty: std::mem::take(&mut st.dir_dirty),
+            truncations: st.truncations,
+        }
+    }
+
+    /// The last step of [`PartitionLog::flush`], under the lock again: moves the
+    /// recovery point and the completed end to what the fsyncs made durable.
+    pub(crate) fn finish_flush(&self, plan: FlushPlan, synced: Result<()>) -> Result<()> {
+        let mut st = self.state();
+        if let Err(e) = synced {
+            st.dir_dirty |= plan.dir_dirty;
             drop(st);
             return self.offline_on_io_error(Err(e));
         }
-        let (target, target_position) = target;
+        if st.truncations != plan.truncations {
+            // A truncation ran during the fsyncs (a follower cutting its log to
+            // fetch it again): the offsets up to the planned target may since have
+            // been written anew, unsynced. Nothing is vouched for; the next flush
+            // starts again from the lowered recovery point.
+            return Ok(());
+        }
+        let (target, target_position) = plan.target;
         st.recovery_point = st.recovery_point.max(target);
-        st.unflushed_messages = (st.unflushed_messages - unflushed).max(0);
+        st.unflushed_messages = (st.unflushed_messages - plan.unflushed).max(0);
         // Everything written before the fsyncs began is durable: appends
         // waiting on `flush.messages` are complete up to there.
         st.complete_to(target, target_position);
@@ -1878,6 +1882,31 @@ impl Drop for PartitionLog {
                 warn!(topic = %self.topic, partition = self.partition, error = %e, "flush on drop failed");
             }
         }
+    }
+}
+
+/// One flush: what it fsyncs, and what their success vouches for
+/// ([`PartitionLog::flush`]). Taken under the log's lock; the fsyncs run without it.
+pub(crate) struct FlushPlan {
+    files: Vec<(Arc<File>, PathBuf)>,
+    /// The log end offset and its position when the plan was taken.
+    target: (i64, SegmentPosition),
+    unflushed: i64,
+    dir_dirty: bool,
+    /// [`LogState::truncations`] when the plan was taken.
+    truncations: u64,
+}
+
+impl FlushPlan {
+    /// Fsyncs the planned files, and the directory if segments were created.
+    pub(crate) fn sync(&self, dir: &Path) -> Result<()> {
+        for (file, path) in &self.files {
+            failpoint::check("log.segment.flush").and_then(|()| file.sync_data()).ctx("fsync", path)?;
+        }
+        if self.dir_dirty {
+            sync_dir(dir)?;
+        }
+        Ok(())
     }
 }
 

@@ -670,3 +670,58 @@ fn a_replica_fetch_reads_past_the_high_watermark_up_to_the_log_end() {
     assert!(log.read_for_replica(6, 1 << 20, true).unwrap().region.is_none());
     assert!(matches!(log.read_for_replica(7, 1 << 20, true), Err(crate::StorageError::OffsetOutOfRange { .. })));
 }
+
+/// A flush takes its plan under the lock and fsyncs without it. A follower's
+/// truncation in between cuts records the plan's target still names, and the
+/// fetcher writes them again, unsynced: the flush must not vouch for them, or a
+/// power cut loses a tail that recovery then trusts (seen on the power-loss rig).
+#[test]
+fn a_flush_that_a_truncation_overtook_moves_no_recovery_point() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    sixty(&log);
+    let plan = log.plan_flush();
+    assert!(log.truncate_to(20).unwrap());
+    for _ in 0..20 {
+        log.append(&mut batch(2, 7, 30), 0).unwrap();
+    }
+    assert_eq!(log.log_end_offset(), 60);
+    let synced = plan.sync(dir.path());
+    log.finish_flush(plan, synced).unwrap();
+    assert!(log.recovery_point() <= 20, "recovery point {} vouches for records written after the fsyncs", log.recovery_point());
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), 60, "the next flush covers them");
+}
+
+/// A sealed segment below the recovery point that ends short of the next
+/// segment's base lost its tail: its offsets are reported damaged (so a replica
+/// fetches them again), not trusted away as a silent gap in the log.
+#[test]
+fn a_trusted_segment_that_ends_before_the_next_one_reports_the_lost_tail() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), segmented());
+    sixty(&log);
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), 60);
+    assert!(log.segment_count() > 2);
+    log.close().unwrap();
+    drop(log);
+    let mut logs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    let first = &logs[0];
+    let bytes = std::fs::read(first).unwrap();
+    let last = BatchIter::new(&bytes).map(Result::unwrap).last().unwrap();
+    std::fs::OpenOptions::new().write(true).open(first).unwrap().set_len(last.position as u64).unwrap();
+    let next_base: i64 = logs[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
+
+    let log = PartitionLog::open(dir.path(), "t", 0, segmented(), Some(60), None).unwrap();
+    let damaged = log.corrupt_ranges();
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert_eq!((damaged[0].first_offset, damaged[0].last_offset), (last.header.base_offset, Some(next_base - 1)));
+}

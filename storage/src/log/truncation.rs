@@ -209,6 +209,7 @@ impl PartitionLog {
     /// The offsets after a truncation to `end`: nothing stays above it; the
     /// epochs that began at or after it go.
     fn reset_offsets(&self, st: &mut LogState, end: i64, log_start: i64) -> Result<()> {
+        st.truncations += 1;
         st.log_end_offset = end;
         st.log_start_offset = log_start;
         let end_position = st.log_end_position();
