@@ -49,6 +49,7 @@ struct Cli {
     /// `json`, one object per line with level, target, fields and spans, for log shippers.
     /// Which lines: `RUST_LOG` (default `info`); `RUST_LOG=info,floe_broker::request=debug`
     /// adds one line per Kafka request.
+    ///
     /// Example: `floe --log-format json --data-dir ./floe-data 2>>floe.log`
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLOE_LOG_FORMAT", value_name = "FORMAT")]
     log_format: LogFormat,
