@@ -45,8 +45,26 @@ struct Cli {
     /// Any setting, e.g. `--override log.segment.bytes=1048576`; repeatable.
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// How stderr logs are written: `text` for people (coloured only on a terminal), or
+    /// `json`, one object per line with level, target, fields and spans, for log shippers.
+    /// Which lines: `RUST_LOG` (default `info`); `RUST_LOG=info,floe_broker::request=debug`
+    /// adds one line per Kafka request.
+    ///
+    /// Example: `floe --log-format json --data-dir ./floe-data 2>>floe.log`
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLOE_LOG_FORMAT", value_name = "FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// `--log-format`. Not a setting of the config file: logging starts before the file is
+/// read, so that what goes wrong reading it is logged in the chosen format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -115,13 +133,9 @@ enum IcebergCommand {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Parsed first, so logging starts in the format asked for (clap prints its own errors).
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     if let Some(Command::Verify { data_dir }) = &cli.command {
         let corrupt = verify(data_dir)?;
         std::process::exit(if corrupt { 1 } else { 0 });
@@ -210,6 +224,23 @@ fn main() -> anyhow::Result<()> {
         .context("cannot start the tokio runtime")?;
     runtime.block_on(floe_broker::run::run(config))?;
     Ok(())
+}
+
+/// Starts logging to stderr, filtered by `RUST_LOG` (default `info`), for every subcommand.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => {
+            // Colour only for a person at a terminal: a file or a pipe to a log shipper would
+            // get escape codes. NO_COLOR (https://no-color.org) still wins on a terminal;
+            // with_ansi would otherwise override it.
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            builder.with_ansi(std::io::stderr().is_terminal() && !no_color).init();
+        }
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).with_ansi(false).init(),
+    }
 }
 
 /// Arms the failpoints named in `FAILPOINTS` (builds with the `failpoints`
