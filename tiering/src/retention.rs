@@ -80,7 +80,7 @@ pub struct RetentionReport {
     pub removed_bytes: u64,
     /// Their records.
     pub removed_records: u64,
-    /// Data files removed from the `__log` table.
+    /// Data files removed from the `__log` table (and a shared typed table's `__dlq`).
     pub log_removed_files: usize,
     /// The main table's `delete` snapshot, if one was committed.
     pub snapshot_id: Option<i64>,
@@ -272,6 +272,10 @@ impl TopicTable {
         // below rows `__log` no longer has.
         if let Some(log) = self.log_table() {
             report.log_removed_files = log.cut_log_table(&new_starts).await?;
+            // A shared typed table's dead letters are part of its log too: cut the same way.
+            if let Some(dlq) = self.dead_letter_table() {
+                report.log_removed_files += dlq.cut_log_table(&new_starts).await?;
+            }
         }
         report.log_starts = new_starts;
         Ok(report)
