@@ -45,9 +45,9 @@ use arrow_schema::{ArrowError, DataType, Field, Fields};
 use floe_schema::json_schema::kind_of;
 use serde_json::{Map, Value};
 
-use super::evolve::{column_name, column_name_in};
+use super::evolve::column_name_in;
 
-/// A value's bytes as a JSON object whose fields are renamed to their columns ([`column_name`]).
+/// A value's bytes as a JSON object whose fields are renamed to their columns ([`super::evolve::column_name`]).
 ///
 /// # Errors
 /// Not JSON, not an object, or two fields written as one column.
