@@ -662,6 +662,35 @@ async fn a_shared_typed_table_rebuilds_the_logs_batches_from_typed_rows_dead_let
     let mid = read(4, 1).await;
     assert_eq!(batches_of(&mid.bytes), originals[..1]);
 
+    // A second pass over more records crashes after `__log` and `__dlq` committed, before the
+    // table: the next pass leaves those rows out, and reads ignore them until the table commits.
+    append(&log, &[keyed(Some(key_v1(18)), Some(b"dead again".to_vec()), 18), keyed(Some(key_v1(19)), Some(order(V1, 1, 19)), 19)]);
+    log.append(&mut transactional(3, 0, 2), 0).unwrap();
+    log.append_txn_marker(3, 0, Abort, 0, 1).unwrap();
+    append(&log, &[keyed(Some(key_v1(23)), Some(order(V1, 1, 23)), 23)]);
+    let end2 = log.log_end_offset();
+    let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    t.commit_companions_only(prepared).await.unwrap();
+    let reload = || async {
+        let (main, log_table, dlq) = (
+            t.load().await.unwrap(),
+            t.log_table().unwrap().load().await.unwrap(),
+            t.dead_letter_table().unwrap().load().await.unwrap(),
+        );
+        let index = crate::shared::FileIndex::load_with_dead_letters(&main, &log_table, Some(&dlq)).await.unwrap();
+        crate::shared::read_batches_with_index(&main, &log_table, &index, 0, 0, end2, usize::MAX, crate::shared::FetchCompression::Original)
+            .await
+            .unwrap()
+    };
+    let crashed = reload().await;
+    assert_eq!((batches_of(&crashed.bytes), crashed.next_offset), (originals.clone(), end), "leftovers above the table's end ignored");
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.committed[&0], out.dead_letters), ((end, end2 - 1), 0), "the dead letter is committed already: {out:?}");
+    assert_eq!(offsets(&scan(t.dead_letter_table().unwrap()).await), [4, 5, 13, 14, 15, 18], "each dead letter once");
+    let after = reload().await;
+    assert_eq!(batches_of(&after.bytes), stored_batches(&log), "every batch once, byte for byte");
+    assert_eq!((after.next_offset, after.aborted), (end2, vec![(1, 9), (3, 20)]));
+
     // Without the dead letters the split batch cannot be rebuilt equal: they are needed.
     let partial = crate::shared::FileIndex::load(&main, &log_table).await.unwrap();
     let without = crate::shared::read_batches_with_index(&main, &log_table, &partial, 0, 0, end, usize::MAX, crate::shared::FetchCompression::Original)
