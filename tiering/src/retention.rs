@@ -26,7 +26,8 @@
 //! `floe.log-start.<p>` = `L'` (cumulative, with every `floe.next-offset.*`):
 //! the main table's property is the authority. Then the table's `__log`
 //! companion is cut at the committed log starts: its files wholly below them go
-//! in a `delete` snapshot of that table. Its rows' ranges (markers, aborted
+//! in a `delete` snapshot of that table (and so is a shared typed table's `__dlq`,
+//! whose rows are single records of the log too). Its rows' ranges (markers, aborted
 //! batches, opaque batches, holes) never contain an offset of a main-table row,
 //! and `L'` is one (or the table end), so a `__log` row whose first offset is
 //! below `L'` lies wholly below it: the `offset` upper bound decides. Failpoints:
