@@ -384,7 +384,15 @@ async fn loaded<'a>(
         };
         let main = load(topic.to_string()).await?;
         let log = load(floe_tiering::catalog::log_table_name(topic)).await?;
-        let index = FileIndex::load(&main, &log).await.map_err(|e| e.to_string())?;
+        // A typed topic's dead letters hold the offsets its table could not type:
+        // merged with the others when read. A raw topic has no `__dlq`.
+        let dlq_name = floe_tiering::catalog::dead_letter_table_name(topic);
+        let dlq = match cat.catalog().table_exists(&cat.ident(&dlq_name)).await {
+            Ok(true) => Some(load(dlq_name).await?),
+            Ok(false) => None,
+            Err(e) => return Err(format!("cannot look for table {dlq_name}: {e}")),
+        };
+        let index = FileIndex::load_with_dead_letters(&main, &log, dlq.as_ref()).await.map_err(|e| e.to_string())?;
         tables.insert(topic.to_string(), Loaded { at: Instant::now(), main, log, index });
     }
     tables.get(topic).ok_or_else(|| "table not loaded".to_string())

@@ -1058,20 +1058,19 @@ impl Tierer {
         if self.topics[name].table.is_none() {
             let layout = self.topics[name].layout;
             let shared = self.topics[name].storage == StorageMode::Shared;
-            let mut table = if shared && layout.is_typed() {
-                return Err(TieringError::Unsupported(format!(
-                    "{STORAGE}=shared with a typed key or value format is not tiered yet (docs/shared-mode.md, stage 10)"
+            if layout.needs_registry() && self.tierers.schemas.is_none() {
+                return Err(TieringError::SchemaRegistry(format!(
+                    "{KEY_FORMAT} or {VALUE_FORMAT}=schema-registry needs the Schema Registry, which is off (floe.schema.registry.listen is empty)"
                 )));
+            }
+            let mut table = if shared && layout.is_typed() {
+                // Validation demanded keep-raw: the fetch path rebuilds batches from the kept bytes.
+                catalog.shared_typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone()).await?
             } else if shared {
                 catalog.shared_topic_table(name, topic_id, spec).await?
             } else if !layout.is_typed() {
                 catalog.topic_table(name, topic_id, spec).await?
             } else {
-                if layout.needs_registry() && self.tierers.schemas.is_none() {
-                    return Err(TieringError::SchemaRegistry(format!(
-                        "{KEY_FORMAT} or {VALUE_FORMAT}=schema-registry needs the Schema Registry, which is off (floe.schema.registry.listen is empty)"
-                    )));
-                }
                 catalog.typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone()).await?
             };
             if let Some(id) = self.tierers.broker_id {

@@ -23,6 +23,11 @@
 - Schemaless JSON (`floe.iceberg.value.format=json`, no registry): columns inferred
   from plain JSON bytes, a field that appears later becomes a column, a field that
   changes family is a dead letter; pyiceberg and DuckDB read it column by column.
+- Shared mode (`floe.iceberg.storage=shared`, issue #16) with Avro keys and values and
+  keep-raw: once the segments have left local disk, a consumer from offset 0 gets every
+  record (a dead letter and headers among them) equal to what a copy topic with the
+  same bytes serves, `AvroDeserializer` decodes them, and pyiceberg and DuckDB still
+  read the typed columns.
 """
 
 from __future__ import annotations
@@ -447,3 +452,89 @@ def test_schemaless_json_gets_inferred_columns_that_widen(floe_factory):
     got = con.execute(f'select n, "user", amount, page.path, referrer from f.kafka.{topic} order by n').fetchall()
     want = [(i, v["user"], v["amount"] + 0.0, v.get("page", {}).get("path"), v.get("referrer")) for i, v in enumerate(first + later)]
     assert got == want
+
+
+SHARED_BROKER = {**BROKER, "floe.iceberg.shared.experimental": "true", "floe.iceberg.target-lag-ms": "1000",
+                 "log.retention.check.interval.ms": "500"}
+SHARED_BASE_TS = 1_780_000_000_000
+
+
+def test_a_shared_avro_topic_serves_its_records_from_the_typed_table(floe_factory):
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    from clients import unique_topic
+    from test_shared_reads import confluent_drain, list_offset
+
+    broker = floe_factory("floe", start=False, overrides=SHARED_BROKER)
+    broker.schema_registry_port = free_port()
+    broker.start()
+    wait_registry(broker.schema_registry_url)
+    # retention.ms -1: the records carry fixed timestamps months old.
+    common = {"segment.bytes": "16384", "retention.ms": "-1"}
+    copy = create_topic(broker.bootstrap, unique_topic("avro-copy"), partitions=1, config=common)
+    shared = create_topic(broker.bootstrap, unique_topic("avro-shared"), partitions=1, config={
+        **common, **TYPED, "floe.iceberg.target-lag-ms": "1000", "floe.iceberg.key.format": "schema-registry",
+        "floe.iceberg.keep-raw": "true", "floe.iceberg.storage": "shared", "local.retention.ms": "0"})
+    client = SchemaRegistryClient({"url": broker.schema_registry_url})
+    key_ser = AvroSerializer(client, json.dumps("string"))
+    value_ser = AvroSerializer(client, json.dumps(ORDER_V1))
+    kctx, vctx = SerializationContext(shared, MessageField.KEY), SerializationContext(shared, MessageField.VALUE)
+    # The same bytes to both topics, in the same order: the same offsets.
+    sent: list[tuple[bytes | None, bytes | None, list, int]] = []
+    for i in range(300):
+        key = key_ser(f"user-{i % 7}", kctx)
+        value = None if i == 40 else value_ser(order(i), vctx)
+        headers = [("h", f"{i}".encode()), ("h", b"again")] if i % 5 == 0 else []
+        sent.append((key, value, headers, SHARED_BASE_TS + i))
+    dead_at = 77
+    sent[dead_at] = (sent[dead_at][0], b"not avro at all", [("why", b"dead letter")], sent[dead_at][3])
+    tail = [(key_ser(f"tail-{i}", kctx), value_ser(order(1000 + i), vctx), [], SHARED_BASE_TS + 10_000 + i) for i in range(150)]
+    for topic in (copy, shared):
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+        for key, value, headers, ts in sent:
+            p.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=0)
+        assert p.flush(30) == 0
+        # An uncompressed tail, last: it keeps the interesting segments sealed.
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "compression.type": "none", "batch.size": 4096})
+        for key, value, headers, ts in tail:
+            p.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=0)
+        assert p.flush(30) == 0
+    end = list_offset(broker, shared, -1)
+    assert end == list_offset(broker, copy, -1) == len(sent) + len(tail)
+    # Wait until the workload's records are in the table only.
+    deadline = time.monotonic() + 90
+    while list_offset(broker, shared, -4) < len(sent):
+        assert time.monotonic() < deadline, f"local log start {list_offset(broker, shared, -4)}, want >= {len(sent)}"
+        time.sleep(0.5)
+    assert list_offset(broker, shared, -2) == 0
+
+    want = confluent_drain(broker.bootstrap, copy, "read_uncommitted", end)
+    got = confluent_drain(broker.bootstrap, shared, "read_uncommitted", end)
+    assert got == want, "the table serves what the log served"
+    assert broker.metric("floe_fetch_bytes_total", path="table-rebuild") > 0, "nothing was served from the table"
+    assert got[dead_at][3] == b"not avro at all" and got[dead_at][4] == [("why", b"dead letter")]
+    assert got[40][3] is None and got[5][4] == [("h", b"5"), ("h", b"again")]
+    key_de, value_de = AvroDeserializer(client), AvroDeserializer(client)
+    for offset, _ts, key, value, _h in got[: len(sent)]:
+        assert key_de(key, kctx) == f"user-{offset % 7}"
+        if offset not in (40, dead_at):
+            assert value_de(value, vctx) == order(offset), offset
+
+    # SQL readers still get the typed columns (and the dead letter in __dlq).
+    table = catalog(broker.data_dir).load_table(("kafka", shared))
+    rows = sorted(table.scan(row_filter=f"offset < {len(sent)}").to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == [o for o in range(len(sent)) if o != dead_at]
+    assert rows[3]["key"] == "user-3" and rows[3]["id"] == 3 and rows[3]["total"] == order(3)["total"]
+    assert rows[3]["key_raw"] == sent[3][0] and rows[3]["value"] == sent[3][1], "keep-raw keeps the bytes"
+    letters = catalog(broker.data_dir).load_table(("kafka", f"{shared}__dlq")).scan().to_arrow().to_pylist()
+    assert [(r["offset"], r["value"]) for r in letters] == [(dead_at, b"not avro at all")]
+    duckdb = pytest.importorskip("duckdb")
+    from duckdb_extensions import import_extension
+    con = duckdb.connect()
+    for ext in ("iceberg", "avro", "httpfs"):
+        import_extension(ext, con=con)
+    con.execute("LOAD iceberg")
+    con.execute(f"ATTACH 'floe' AS f (TYPE iceberg, ENDPOINT '{broker.iceberg_rest_url}', AUTHORIZATION_TYPE 'none')")
+    got_sum = con.execute(f'select count(*), sum(id) from f.kafka."{shared}" where "offset" < {len(sent)} and id is not null').fetchone()
+    typed_ids = [o for o in range(len(sent)) if o not in (40, dead_at)]
+    assert got_sum == (len(typed_ids), sum(typed_ids))

@@ -22,7 +22,8 @@ use tracing::info;
 use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
 use crate::schema::{
-    dlq_iceberg_schema, iceberg_schema, lossless_iceberg_schema, log_iceberg_schema, parse_partition_spec, typed_table_schema,
+    dlq_iceberg_schema, iceberg_schema, lossless_dlq_iceberg_schema, lossless_iceberg_schema, lossless_typed_table_schema,
+    log_iceberg_schema, parse_partition_spec, typed_table_schema,
 };
 use crate::typed::{DataFormat, TypedLayout};
 use crate::table::TopicTable;
@@ -267,6 +268,52 @@ impl IcebergCatalog {
         }
         let log = self.open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema()).await?;
         Ok(table.with_log_table(log))
+    }
+
+    /// As [`IcebergCatalog::shared_topic_table`] and [`IcebergCatalog::typed_table`] at
+    /// once, for a shared topic with a typed key or value format (issue #16): the
+    /// table has the typed layout with the raw bytes kept (`layout.keep_raw`, which
+    /// validation demands: a fetch is rebuilt from `value` and `key_raw`) and the
+    /// lossless columns ([`crate::schema::lossless_typed_table_schema`]); the
+    /// records that cannot be typed go to `<topic>__dlq` in the lossless layout
+    /// (plus `error`), so the rebuild finds them there; `<topic>__log` as for any
+    /// shared table. Commit order: `__log`, `__dlq`, then the table.
+    ///
+    /// # Errors
+    /// As [`IcebergCatalog::typed_table`]; [`TieringError::Unsupported`] when
+    /// `keep_raw` is off; [`TieringError::NotLossless`] for an existing table or
+    /// dead-letter table created in copy mode.
+    pub async fn shared_typed_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+        layout: TypedLayout,
+        schemas: Option<Arc<dyn crate::typed::SchemaSource>>,
+    ) -> Result<TopicTable> {
+        if layout.needs_registry() && schemas.is_none() {
+            return Err(TieringError::SchemaRegistry(
+                "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
+            ));
+        }
+        if !layout.keep_raw {
+            // Without the bytes no fetch can be rebuilt from the table.
+            return Err(TieringError::Unsupported(format!(
+                "{}: shared storage with a typed key or value format needs floe.iceberg.keep-raw=true",
+                self.ident(topic)
+            )));
+        }
+        let dlq = self
+            .open_table(&dead_letter_table_name(topic), topic_id, partition_spec, lossless_dlq_iceberg_schema())
+            .await?;
+        let table = self.open_table(topic, topic_id, partition_spec, lossless_typed_table_schema(&layout)).await?;
+        for t in [&table, &dlq] {
+            if !crate::schema::is_lossless(t.load().await?.metadata().current_schema()) {
+                return Err(TieringError::NotLossless { table: t.ident().to_string() });
+            }
+        }
+        let log = self.open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema()).await?;
+        Ok(table.with_typed_values(schemas, layout, dlq).with_log_table(log))
     }
 
     async fn open_table(&self, topic: &str, topic_id: &str, partition_spec: &str, schema: iceberg::spec::Schema) -> Result<TopicTable> {

@@ -32,7 +32,8 @@
 //! `floe.log-start.<p>` = `L'` (cumulative, with every `floe.next-offset.*`):
 //! the main table's property is the authority. Then the table's `__log`
 //! companion is cut at the committed log starts: its files wholly below them go
-//! in a `delete` snapshot of that table. Its rows' ranges (markers, aborted
+//! in a `delete` snapshot of that table (and so is a shared typed table's `__dlq`,
+//! whose rows are single records of the log too). Its rows' ranges (markers, aborted
 //! batches, opaque batches, holes) never contain an offset of a main-table row,
 //! and `L'` is one (or the table end), so a `__log` row whose first offset is
 //! below `L'` lies wholly below it: the `offset` upper bound decides. Failpoints:
@@ -97,7 +98,7 @@ pub struct RetentionReport {
     pub removed_bytes: u64,
     /// Their records.
     pub removed_records: u64,
-    /// Data files removed from the `__log` table.
+    /// Data files removed from the `__log` table (and a shared typed table's `__dlq`).
     pub log_removed_files: usize,
     /// The main table's `delete` snapshot, if one was committed.
     pub snapshot_id: Option<i64>,
@@ -293,6 +294,10 @@ impl TopicTable {
         // below rows `__log` no longer has.
         if let Some(log) = self.log_table() {
             report.log_removed_files = log.cut_log_table(&new_starts).await?;
+            // A shared typed table's dead letters are part of its log too: cut the same way.
+            if let Some(dlq) = self.dead_letter_table() {
+                report.log_removed_files += dlq.cut_log_table(&new_starts).await?;
+            }
         }
         report.log_starts = new_starts;
         Ok(report)

@@ -209,10 +209,31 @@ pub fn log_arrow_schema() -> ArrowSchemaRef {
     )
 }
 
-/// The table has the lossless layout's columns (created shared).
+/// The table has the lossless layout's columns (created shared). By name: a
+/// created table renumbers the layout's ids, and a typed table's value columns
+/// take ids of their own.
 pub fn is_lossless(schema: &Schema) -> bool {
     LOSSLESS_COLUMNS.iter().all(|(name, _)| schema.field_by_name(name).is_some())
-        && schema.field_by_id(field_id::HEADER_KEY_BYTES).is_some()
+        && schema.field_by_name(&format!("headers.element.{HEADER_KEY_BYTES_COLUMN}")).is_some()
+}
+
+/// Whether an Arrow table schema is the lossless layout's (its header struct has
+/// `key_bytes`, which no value column can add): then the lossless columns are
+/// Kafka's, never a value's.
+pub fn is_lossless_arrow(schema: &arrow_schema::Schema) -> bool {
+    use arrow_schema::DataType;
+    let Ok(headers) = schema.field_with_name("headers") else { return false };
+    let element = match headers.data_type() {
+        DataType::List(f) | DataType::LargeList(f) => f,
+        _ => return false,
+    };
+    matches!(element.data_type(), DataType::Struct(fields) if fields.find(HEADER_KEY_BYTES_COLUMN).is_some())
+}
+
+/// Whether `name` is a column of the lossless layout beyond the raw one (a
+/// value field of such a name is renamed in a shared typed table).
+pub fn is_lossless_column(name: &str) -> bool {
+    LOSSLESS_COLUMNS.iter().any(|(n, _)| *n == name)
 }
 
 fn raw_schema(lossless: bool) -> Schema {
@@ -295,8 +316,19 @@ pub fn typed_iceberg_schema(keep_raw: bool) -> Schema {
 /// columns are added as keys and values are seen ([`crate::typed::evolve`]): a
 /// typed key is one column `key` with a field id of its own.
 pub fn typed_table_schema(layout: &crate::typed::TypedLayout) -> Schema {
+    typed_of(layout, iceberg_schema())
+}
+
+/// The schema a shared typed table starts with (`floe.iceberg.storage=shared`,
+/// which needs `keep_raw`): [`typed_table_schema`]'s columns and the lossless
+/// layout's, so a batch is rebuilt from the kept bytes (`value`, `key_raw` or
+/// the raw `key`) and the lossless columns ([`lossless_iceberg_schema`]).
+pub fn lossless_typed_table_schema(layout: &crate::typed::TypedLayout) -> Schema {
+    typed_of(layout, lossless_iceberg_schema())
+}
+
+fn typed_of(layout: &crate::typed::TypedLayout, all: Schema) -> Schema {
     use crate::typed::DataFormat::Raw;
-    let all = iceberg_schema();
     let fields = all
         .as_struct()
         .fields()
@@ -326,6 +358,19 @@ pub fn dlq_iceberg_schema() -> Schema {
         .with_fields(fields)
         .build()
         .expect("the dead-letter schema is well formed (a unit test builds it)")
+}
+
+/// A shared typed table's dead-letter table: the lossless layout and an
+/// `error` column (the id after the lossless layout's), so a dead letter's batch is rebuilt like a main
+/// table row's.
+pub fn lossless_dlq_iceberg_schema() -> Schema {
+    let mut fields = lossless_iceberg_schema().as_struct().fields().to_vec();
+    fields.push(NestedField::required(field_id::HEADER_KEY_BYTES + 1, DLQ_ERROR_COLUMN, Type::Primitive(PrimitiveType::String)).into());
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("the lossless dead-letter schema is well formed (a unit test builds it)")
 }
 
 /// The Arrow schema matching [`iceberg_schema`], field ids in the metadata (as the Parquet writer needs).
@@ -415,6 +460,17 @@ mod tests {
         let s = typed_table_schema(&TypedLayout { keep_raw: true, ..keys });
         assert_eq!(s.field_by_name(KEY_RAW_COLUMN).unwrap().id, field_id::KEY);
         assert_eq!(dlq_iceberg_schema().field_by_name(DLQ_ERROR_COLUMN).unwrap().id, 18);
+        // Shared typed tables: the typed layout and the lossless columns; the dead letters lossless.
+        let shared = TypedLayout { key: DataFormat::SchemaRegistry, value: DataFormat::SchemaRegistry, keep_raw: true };
+        let s = lossless_typed_table_schema(&shared);
+        assert!(is_lossless(&s) && s.field_by_name("key").is_none());
+        assert_eq!(s.field_by_name(KEY_RAW_COLUMN).unwrap().id, field_id::KEY);
+        assert_eq!(s.field_by_name("value").unwrap().id, field_id::VALUE);
+        let a = iceberg::arrow::schema_to_arrow_schema(&s).unwrap();
+        assert!(is_lossless_arrow(&a) && !is_lossless_arrow(&arrow_schema()));
+        let d = lossless_dlq_iceberg_schema();
+        assert!(is_lossless(&d) && d.field_by_name(DLQ_ERROR_COLUMN).is_some());
+        assert!(!is_lossless(&typed_table_schema(&shared)));
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tracing::{info, warn};
 
 use crate::error::{Result, TieringError};
 use crate::table::{TierLimits, TopicTable};
-use crate::typed::evolve::{plan_columns, plan_key, Evolution, KAFKA_COLUMNS};
+use crate::typed::evolve::{is_kafka_column, plan_columns, plan_key, Evolution};
 use crate::typed::promote::commit_promotions;
 use crate::typed::rows::{TypedKeys, KEY_COLUMN, VALUE_COLUMN};
 use crate::typed::{json, project::project, rows, DataFormat, SchemaLookupError, SchemaSource, TypedLayout};
@@ -467,7 +467,7 @@ impl Sink {
             arrow
                 .fields()
                 .iter()
-                .filter(|f| !KAFKA_COLUMNS.contains(&f.name().as_str()) && f.name() != crate::schema::KEY_RAW_COLUMN)
+                .filter(|f| !is_kafka_column(f.name(), crate::schema::is_lossless_arrow(arrow)))
                 .cloned()
                 .collect()
         };
@@ -480,7 +480,7 @@ impl Sink {
                 tombstones.push(*r);
                 continue;
             };
-            match json::value_object(bytes).and_then(|v| inference.take("", Some(&table_type), &v).map(|()| v)) {
+            match json::value_object_in(bytes, crate::schema::is_lossless_arrow(&self.arrow)).and_then(|v| inference.take("", Some(&table_type), &v).map(|()| v)) {
                 Ok(v) => typed.push((*r, v)),
                 Err(why) => dead.push((*r, why)),
             }

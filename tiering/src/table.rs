@@ -615,6 +615,19 @@ impl TopicTable {
         self.log_table.as_ref().expect("a shared table").commit_one(*log).await.map(drop)
     }
 
+    /// A crash before a shared typed table's main commit: its `__log` rows and
+    /// dead letters committed (in the order [`TopicTable::commit`] takes), not the table's rows.
+    #[cfg(test)]
+    pub(crate) async fn commit_companions_only(&self, mut prepared: PreparedTier) -> Result<()> {
+        if let (Some(log), Some(t)) = (prepared.log_rows.take(), &self.log_table) {
+            t.commit_one(*log).await?;
+        }
+        if let (Some(dead), Some(t)) = (prepared.dead_letters.take(), &self.typed) {
+            t.dead_letters.commit_one(*dead).await?;
+        }
+        Ok(())
+    }
+
     /// A crash between the two commits of a typed table: its dead letters committed, nothing else.
     #[cfg(test)]
     pub(crate) async fn commit_dead_letters_only(&self, mut prepared: PreparedTier) -> Result<()> {

@@ -1,6 +1,6 @@
 //! The file index of one shared table snapshot (`docs/shared-mode.md` 4.1):
-//! per Kafka partition, the live data files of the main table and of its
-//! `__log` table as `(offset lower bound, upper bound, path, size)` sorted by
+//! per Kafka partition, the live data files of the main table, of its
+//! `__log` table and (a typed table) of its `__dlq` table as `(offset lower bound, upper bound, path, size)` sorted by
 //! lower bound, the main table's committed next offset, and `__log`'s abort
 //! markers (small: one row per aborted transaction; they are the table's
 //! transaction index, 4.5).
@@ -63,6 +63,10 @@ pub struct FileIndex {
     pub main: BTreeMap<i32, Vec<DataFileRef>>,
     /// `__log` files per Kafka partition, sorted by lower bound (as `main`).
     pub log: BTreeMap<i32, Vec<DataFileRef>>,
+    /// A shared typed table's `__dlq` files (records that could not be typed,
+    /// in the lossless layout) per Kafka partition, sorted by lower bound; empty
+    /// for a raw table. Leftovers at or above the next offset as for `__log`.
+    pub dlq: BTreeMap<i32, Vec<DataFileRef>>,
     /// The main table's committed next offset per partition
     /// ([`crate::offsets::committed_next_offsets`]): `__log` rows at or above
     /// it are leftovers of a crashed pass and ignored.
@@ -82,16 +86,30 @@ impl FileIndex {
     /// # Errors
     /// [`TieringError::Iceberg`] reading a manifest list, a manifest or a data file.
     pub async fn load(main: &Table, log: &Table) -> Result<Self> {
+        Self::load_with_dead_letters(main, log, None).await
+    }
+
+    /// [`FileIndex::load`] for a shared typed table, whose dead letters (`dlq`,
+    /// its `<topic>__dlq` table) hold the offsets the main table could not type:
+    /// the three tables' rows are merged by offset when read.
+    ///
+    /// # Errors
+    /// As [`FileIndex::load`].
+    pub async fn load_with_dead_letters(main: &Table, log: &Table, dlq: Option<&Table>) -> Result<Self> {
         let next_offsets = crate::offsets::committed_next_offsets(main.metadata());
         let main_files = table_files(main).await?;
         let mut log_files = table_files(log).await?;
-        // A `__log` file entirely at or above the next offset is a crashed
-        // pass's: never worth opening.
-        for (p, files) in &mut log_files {
+        let mut dlq_files = match dlq {
+            Some(t) => table_files(t).await?,
+            None => BTreeMap::new(),
+        };
+        // A `__log` or `__dlq` file entirely at or above the next offset is a
+        // crashed pass's: never worth opening.
+        for (p, files) in log_files.iter_mut().chain(dlq_files.iter_mut()) {
             let next = next_offsets.get(p).copied().unwrap_or(i64::MIN);
             files.retain(|f| f.lower < next);
         }
-        let mut index = Self { main: main_files, log: log_files, next_offsets, ..Self::default() };
+        let mut index = Self { main: main_files, log: log_files, dlq: dlq_files, next_offsets, ..Self::default() };
         let partitions: Vec<i32> = index.log.keys().copied().collect();
         for p in partitions {
             let (markers, opaque) = crate::shared::read::log_entries(log, &index, p).await?;
@@ -119,6 +137,11 @@ impl FileIndex {
     /// `partition`'s main-table files that may hold offsets in `[from, upper)`.
     pub fn main_files(&self, partition: i32, from: i64, upper: i64) -> impl Iterator<Item = &DataFileRef> {
         overlapping(&self.main, partition, from, upper)
+    }
+
+    /// `partition`'s `__dlq` files that may hold offsets in `[from, upper)`.
+    pub fn dlq_files(&self, partition: i32, from: i64, upper: i64) -> impl Iterator<Item = &DataFileRef> {
+        overlapping(&self.dlq, partition, from, upper)
     }
 
     /// `partition`'s `__log` files that may hold offsets in `[from, upper)`.

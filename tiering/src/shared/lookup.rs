@@ -32,9 +32,13 @@ fn is_record(r: &Row) -> bool {
     r.kind != Some(LogRowKind::Hole)
 }
 
-/// Both tables' files of `partition` overlapping `[from, upper)`, by lower bound.
+/// The tables' files (main, `__log`, `__dlq`) of `partition` overlapping `[from, upper)`, by lower bound.
 fn files<'a>(index: &'a FileIndex, partition: i32, from: i64, upper: i64) -> Vec<&'a DataFileRef> {
-    let mut all: Vec<&DataFileRef> = index.main_files(partition, from, upper).chain(index.log_files(partition, from, upper)).collect();
+    let mut all: Vec<&DataFileRef> = index
+        .main_files(partition, from, upper)
+        .chain(index.log_files(partition, from, upper))
+        .chain(index.dlq_files(partition, from, upper))
+        .collect();
     all.sort_by_key(|f| f.lower);
     all
 }

@@ -2,7 +2,10 @@
 //! 4.1): only the data files whose `offset` bounds overlap the range
 //! ([`FileIndex`]), within a file only the Parquet row groups whose `offset`
 //! statistics overlap it, and only the columns a batch's rebuild needs (a
-//! typed table's value columns are never decoded).
+//! typed table's value columns and typed key are never decoded: its bytes are
+//! `value` and `key_raw`, kept because shared mode demands keep-raw). Columns
+//! are found by name. A typed table's dead letters (`__dlq`) are read like
+//! main-table rows (the lossless layout).
 //!
 //! I/O: a local warehouse path is opened as a file and the Parquet reader
 //! reads the footer and the selected row groups' column chunks by range. Any
@@ -49,6 +52,10 @@ const MAIN_COLUMNS: &[&str] = &[
     "timestamp_delta",
     "record_attributes",
 ];
+
+/// A shared typed table's typed key keeps its bytes here (keep-raw); the
+/// typed `key` column is then never decoded.
+const KEY_RAW_COLUMN: &str = crate::schema::KEY_RAW_COLUMN;
 
 /// `__log`'s own columns, read besides [`MAIN_COLUMNS`].
 const LOG_COLUMNS: &[&str] = &["kind", "txn_first_offset", "batch_bytes", "hole_last_offset"];
@@ -120,6 +127,18 @@ pub enum Side {
     Main,
     /// `__log`.
     Log,
+    /// `__dlq` (a shared typed table's records that could not be typed).
+    DeadLetters,
+}
+
+/// The table whose `FileIO` reads `side`'s files. `__dlq` files are read with
+/// the main table's: the three tables are in one catalog with one `FileIO`
+/// configuration, and the callers hold no `__dlq` table (the index lists its files).
+pub fn table_of<'a>(main: &'a Table, log: &'a Table, side: Side) -> &'a Table {
+    match side {
+        Side::Main | Side::DeadLetters => main,
+        Side::Log => log,
+    }
 }
 
 /// One Parquet row group of one data file: the unit of reading.
@@ -203,12 +222,14 @@ pub async fn row_groups(table: &Table, side: Side, files: &[&DataFileRef], from:
 
 fn decode<T: ChunkReader + 'static>(src: T, path: &str, row_group: usize, columns: &[&str]) -> Result<Vec<RecordBatch>> {
     let b = builder(src, path)?;
+    // A typed key is read from its bytes (`key_raw`), never decoded typed.
+    let typed_key = b.schema().field_with_name(KEY_RAW_COLUMN).is_ok();
     let roots: Vec<usize> = b
         .schema()
         .fields()
         .iter()
         .enumerate()
-        .filter(|(_, f)| columns.contains(&f.name().as_str()))
+        .filter(|(_, f)| columns.contains(&f.name().as_str()) && !(typed_key && f.name() == "key"))
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(b.parquet_schema(), roots);
@@ -227,6 +248,7 @@ fn decode<T: ChunkReader + 'static>(src: T, path: &str, row_group: usize, column
 /// The file cannot be read, or lacks a column the rebuild needs.
 pub async fn read_row_group(table: &Table, rg: &RowGroupRef, partition: i32, from: i64, upper: i64) -> Result<Vec<Row>> {
     let mut columns: Vec<&str> = MAIN_COLUMNS.to_vec();
+    columns.push(KEY_RAW_COLUMN);
     if rg.side == Side::Log {
         columns.extend_from_slice(LOG_COLUMNS);
     }
@@ -242,7 +264,7 @@ pub async fn read_row_group(table: &Table, rg: &RowGroupRef, partition: i32, fro
 }
 
 /// Every row of `partition` with offsets in `[from, upper)` from the files
-/// `index` lists, main and `__log` merged by offset (`__log` leftovers at or
+/// `index` lists, main, `__log` and `__dlq` merged by offset (leftovers at or
 /// above the main table's next offset left out).
 ///
 /// # Errors
@@ -250,7 +272,7 @@ pub async fn read_row_group(table: &Table, rg: &RowGroupRef, partition: i32, fro
 pub async fn read_rows(main: &Table, log: &Table, index: &FileIndex, partition: i32, from: i64, upper: i64) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for rg in plan(main, log, index, partition, from, upper).await? {
-        let table = if rg.side == Side::Main { main } else { log };
+        let table = table_of(main, log, rg.side);
         let (from, upper) = clamp(index, rg.side, partition, from, upper);
         rows.extend(read_row_group(table, &rg, partition, from, upper).await?);
     }
@@ -258,7 +280,7 @@ pub async fn read_rows(main: &Table, log: &Table, index: &FileIndex, partition: 
     Ok(rows)
 }
 
-/// The row groups of both tables overlapping `[from, upper)`, in `min` order.
+/// The row groups of the tables (main, `__log`, `__dlq`) overlapping `[from, upper)`, in `min` order.
 ///
 /// # Errors
 /// As [`row_groups`].
@@ -268,16 +290,18 @@ pub async fn plan(main: &Table, log: &Table, index: &FileIndex, partition: i32, 
     let log_files: Vec<&DataFileRef> = index.log_files(partition, lf, lu).collect();
     let mut units = row_groups(main, Side::Main, &main_files, from, upper).await?;
     units.extend(row_groups(log, Side::Log, &log_files, lf, lu).await?);
+    let dlq_files: Vec<&DataFileRef> = index.dlq_files(partition, lf, lu).collect();
+    units.extend(row_groups(table_of(main, log, Side::DeadLetters), Side::DeadLetters, &dlq_files, lf, lu).await?);
     units.sort_by(|a, b| (a.min, &a.path, a.row_group).cmp(&(b.min, &b.path, b.row_group)));
     Ok(units)
 }
 
-/// The range to read from `side`: `__log` stops at the main table's next
-/// offset (rows at or above it are a crashed pass's leftovers).
+/// The range to read from `side`: `__log` and `__dlq` stop at the main
+/// table's next offset (rows at or above it are a crashed pass's leftovers).
 pub fn clamp(index: &FileIndex, side: Side, partition: i32, from: i64, upper: i64) -> (i64, i64) {
     match side {
         Side::Main => (from, upper),
-        Side::Log => (from, upper.min(index.next_offset(partition).unwrap_or(i64::MIN))),
+        Side::Log | Side::DeadLetters => (from, upper.min(index.next_offset(partition).unwrap_or(i64::MIN))),
     }
 }
 
@@ -353,7 +377,10 @@ fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, p
     .collect::<Result<_>>()?;
     let longs: Vec<&arrow_array::Int64Array> = longs.iter().map(|a| a.as_primitive::<Int64Type>()).collect();
     let ints: Vec<&arrow_array::Int32Array> = ints.iter().map(|a| a.as_primitive::<Int32Type>()).collect();
-    let (key, value) = (bin("key")?, bin("value")?);
+    // A typed key's bytes are `key_raw` (keep-raw); a raw key's, `key`. A typed
+    // value's bytes stay in `value` (keep-raw, which shared mode demands).
+    let key_column = if b.schema().index_of(KEY_RAW_COLUMN).is_ok() { KEY_RAW_COLUMN } else { "key" };
+    let (key, value) = (bin(key_column)?, bin("value")?);
     let (key, value) = (key.as_binary::<i64>(), value.as_binary::<i64>());
     let headers = b.schema().index_of("headers").map(|i| b.column(i).clone()).map_err(|_| fail("no column headers".into()))?;
     let log = if side == Side::Log {

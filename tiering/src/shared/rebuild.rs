@@ -1,5 +1,5 @@
 //! Rows → Kafka v2 record batches (`docs/shared-mode.md` 4.2, 4.4): the rows
-//! of main and `__log` merged by offset, grouped by `batch_base_offset`, each
+//! of main, `__log` and (typed tables) `__dlq` merged by offset, grouped by `batch_base_offset`, each
 //! group rebuilt into the batch it came from; `opaque` rows served as stored,
 //! `hole` rows stepped over. [`read_batches`] is the entry point a fetch calls.
 //!
@@ -22,7 +22,7 @@ use iceberg::table::Table;
 use crate::error::{Result, TieringError};
 use crate::schema::LogRowKind;
 use crate::shared::index::FileIndex;
-use crate::shared::read::{clamp, plan, read_row_group, read_rows, Row, Side};
+use crate::shared::read::{clamp, plan, read_row_group, read_rows, table_of, Row};
 
 /// The codec a rebuilt batch's records are compressed with
 /// (`floe.iceberg.shared.fetch-compression`).
@@ -154,7 +154,7 @@ pub async fn read_batches_with_index(
         }
         let Some(unit) = units.get(next_unit) else { break };
         next_unit += 1;
-        let table = if unit.side == Side::Main { main } else { log };
+        let table = table_of(main, log, unit.side);
         let (f, u) = clamp(index, unit.side, partition, from, upper);
         for row in read_row_group(table, unit, partition, f, u).await? {
             buffer.entry(row.offset).or_insert(row);

@@ -287,6 +287,7 @@ fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
     let index = FileIndex {
         main: [(0, vec![f(0, 9), f(10, 19), f(20, 29)])].into(),
         log: [(0, vec![f(5, 15)])].into(),
+        dlq: Default::default(),
         next_offsets: [(0, 30)].into(),
         abort_markers: [(0, vec![AbortMarker { offset: 15, producer_id: 1, first_offset: 10 }])].into(),
         opaque: [(0, vec![(40, 44)])].into(),

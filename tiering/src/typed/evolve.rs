@@ -41,7 +41,20 @@ pub const KAFKA_COLUMNS: [&str; 14] = [
 /// The table column of the top-level value field `name`. `key_raw` (a typed
 /// key's bytes with keep-raw) is reserved too.
 pub fn column_name(name: &str) -> String {
-    if KAFKA_COLUMNS.contains(&name) || name == crate::schema::KEY_RAW_COLUMN {
+    column_name_in(name, false)
+}
+
+/// Whether `name` is a column of Floe's, not a value's, in a table that is
+/// `lossless` (shared) or not: the Kafka columns, `key_raw`, and in a shared
+/// table the lossless layout's (a copy table keeps value columns of those
+/// names, as it always had them).
+pub fn is_kafka_column(name: &str, lossless: bool) -> bool {
+    KAFKA_COLUMNS.contains(&name) || name == crate::schema::KEY_RAW_COLUMN || (lossless && crate::schema::is_lossless_column(name))
+}
+
+/// [`column_name`] in a table that is `lossless` (shared) or not ([`is_kafka_column`]).
+pub fn column_name_in(name: &str, lossless: bool) -> String {
+    if is_kafka_column(name, lossless) {
         format!("value_{name}")
     } else {
         name.to_string()
@@ -79,8 +92,9 @@ impl Evolution {
 pub fn plan_columns(schema: &Schema, fields: &Fields) -> Result<Evolution, String> {
     let mut ev = Evolution::default();
     let mut seen = std::collections::HashSet::new();
+    let lossless = crate::schema::is_lossless(schema);
     for f in fields {
-        let name = column_name(f.name());
+        let name = column_name_in(f.name(), lossless);
         if !seen.insert(name.clone()) {
             return Err(format!("two value fields are both written as column `{name}`"));
         }

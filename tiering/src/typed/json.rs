@@ -45,20 +45,28 @@ use arrow_schema::{ArrowError, DataType, Field, Fields};
 use floe_schema::json_schema::kind_of;
 use serde_json::{Map, Value};
 
-use super::evolve::column_name;
+use super::evolve::column_name_in;
 
-/// A value's bytes as a JSON object whose fields are renamed to their columns ([`column_name`]).
+/// A value's bytes as a JSON object whose fields are renamed to their columns ([`super::evolve::column_name`]).
 ///
 /// # Errors
 /// Not JSON, not an object, or two fields written as one column.
 pub fn value_object(bytes: &[u8]) -> Result<Value, String> {
+    value_object_in(bytes, false)
+}
+
+/// [`value_object`] for a table that is `lossless` (shared) or not ([`column_name_in`]).
+///
+/// # Errors
+/// As [`value_object`].
+pub fn value_object_in(bytes: &[u8], lossless: bool) -> Result<Value, String> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
     let Value::Object(fields) = value else {
         return Err(format!("the value is JSON {}, not an object", kind_of(&value)));
     };
     let mut columns = Map::new();
     for (name, v) in fields {
-        let column = column_name(&name);
+        let column = column_name_in(&name, lossless);
         if columns.contains_key(&column) {
             return Err(format!("the value's fields `{name}` and `{column}` would both be column `{column}`"));
         }

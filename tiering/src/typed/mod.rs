@@ -34,6 +34,13 @@
 //! are left out that time, so every offset lands in exactly one of the tables,
 //! once. (`tiering.dlq.committed` is the failpoint between the commits.)
 //!
+//! # Shared mode
+//! A shared topic's typed table ([`crate::IcebergCatalog::shared_typed_table`],
+//! keep-raw required) also has the lossless columns, and so has its dead-letter
+//! table: a Kafka fetch below the local log start is rebuilt from the kept bytes
+//! (`value`, `key_raw`) of both, merged with `<topic>__log` by offset
+//! ([`crate::shared`]). `__log` commits before the dead letters.
+//!
 //! # Layout
 //! - [`evolve`]: which columns a value (or key) schema needs added; which schemas cannot be written.
 //! - [`json`]: schemaless JSON keys and values, their columns inferred.

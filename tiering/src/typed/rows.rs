@@ -11,7 +11,7 @@ use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, StringArray, UIn
 use arrow_schema::{ArrowError, SchemaRef};
 use floe_schema::typed::wire;
 
-use super::evolve::{column_name, KAFKA_COLUMNS};
+use super::evolve::{column_name_in, is_kafka_column};
 use super::project::project;
 
 /// The column of the raw layout holding the value bytes.
@@ -95,6 +95,8 @@ pub(crate) fn typed_batch(
     keys: Option<TypedKeys<'_>>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut columns = Vec::with_capacity(table.fields().len());
+    // A shared table's lossless columns are Kafka's: taken from the raw batch.
+    let lossless = crate::schema::is_lossless_arrow(table);
     for field in table.fields() {
         let name = field.name().as_str();
         let column = if let (Some(keys), KEY_COLUMN) = (keys, name) {
@@ -107,14 +109,14 @@ pub(crate) fn typed_batch(
                 Some(c) => project(&take(c, rows)?, field.data_type())?,
                 None => new_null_array(field.data_type(), rows.len()),
             }
-        } else if KAFKA_COLUMNS.contains(&name) {
+        } else if is_kafka_column(name, lossless) {
             match raw.column_by_name(name) {
                 Some(c) => project(&take(c, rows)?, field.data_type())?,
                 None => new_null_array(field.data_type(), rows.len()),
             }
         } else {
             let from_value = decoded.and_then(|d| {
-                d.schema().fields().iter().position(|f| column_name(f.name()) == name).map(|i| d.column(i).clone())
+                d.schema().fields().iter().position(|f| column_name_in(f.name(), lossless) == name).map(|i| d.column(i).clone())
             });
             match from_value {
                 Some(c) => project(&c, field.data_type())?,

@@ -559,3 +559,153 @@ async fn a_json_scalar_key_is_a_column_of_its_type_beside_a_raw_value() {
     let e = &errors(&dead)[0];
     assert!(e.contains("key: `key` is a string in one record and an integer (long) in another"), "{e}");
 }
+
+/// Every batch of the log's sealed segments, as stored.
+fn stored_batches(log: &floe_storage::PartitionLog) -> Vec<Vec<u8>> {
+    use floe_storage::{ScannedBatch, SegmentBatchReader};
+    let mut out = Vec::new();
+    for seg in log.sealed_segments() {
+        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).unwrap();
+        while let ScannedBatch::Batch { .. } = reader.next_batch(true).unwrap() {
+            out.push(reader.batch_bytes().unwrap().to_vec());
+        }
+    }
+    out
+}
+
+/// Concatenated batches cut apart.
+fn batches_of(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let n = floe_protocol::record_batch::RecordBatchHeader::parse(&bytes[pos..]).unwrap().total_size();
+        out.push(bytes[pos..pos + n].to_vec());
+        pos += n;
+    }
+    out
+}
+
+/// Shared mode with typed keys and values (issue #16): keep-raw keeps the
+/// bytes, the lossless columns the batches, dead letters and `__log` the rest.
+/// A log with typed records, a batch split between the typed table and the
+/// dead letters, a tombstone, headers, an aborted and a committed transaction
+/// is rebuilt from the three tables byte for byte, while the table still has
+/// its typed columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_typed_table_rebuilds_the_logs_batches_from_typed_rows_dead_letters_and_markers() {
+    use super::DataFormat::SchemaRegistry;
+    use floe_storage::ControlRecordType::{Abort, Commit};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open_log(&dir.path().join("orders-0"), 0, &[]));
+    // 0-5 one batch: 0-3 typed, 4 a key not framed, 5 a value not framed (dead letters).
+    let mut recs: Vec<TestRecord> = (0..4).map(|i| keyed(Some(key_v1(i)), Some(order(V1, 1, i.into())), i.into())).collect();
+    recs.push(keyed(Some(b"k4".to_vec()), Some(order(V1, 1, 4)), 4));
+    recs.push(keyed(Some(key_v1(5)), Some(b"plain text".to_vec()), 5));
+    recs[1].headers = vec![("trace".into(), Some(b"abc".to_vec())), ("empty".into(), None)];
+    append(&log, &recs);
+    // 6 a tombstone with a typed key; 7-8 v2 values.
+    let mut recs = vec![keyed(Some(key_v1(6)), None, 6)];
+    recs.extend((7..9).map(|i| keyed(Some(key_v1(i)), Some(order(V2, 2, i.into())), i.into())));
+    append(&log, &recs);
+    // 9-11 aborted, 12 its marker; 13-15 committed (null keys, values not framed: dead letters), 16 the marker.
+    log.append(&mut transactional(1, 0, 3), 0).unwrap();
+    log.append_txn_marker(1, 0, Abort, 0, 1).unwrap();
+    log.append(&mut transactional(2, 0, 3), 0).unwrap();
+    log.append_txn_marker(2, 0, Commit, 0, 1).unwrap();
+    append(&log, &[keyed(Some(key_v1(17)), Some(order(V1, 1, 17)), 17)]);
+    let end = log.log_end_offset();
+    assert_eq!(end, 18);
+
+    let cat = catalog(dir.path()).await;
+    let source = avro_schemas(&[(1, V1), (2, V2), (21, KEY_V1)]);
+    let shared = layout(SchemaRegistry, SchemaRegistry, true);
+    assert!(cat.shared_typed_table("orders", "id-1", "identity(partition)", layout(SchemaRegistry, SchemaRegistry, false), Some(source.clone()))
+        .await
+        .is_err(), "shared typed tables need keep-raw");
+    let t = cat.shared_typed_table("orders", "id-1", "identity(partition)", shared, Some(source)).await.unwrap();
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits { arrow_batch_rows: 4, ..TierLimits::default() }).await.unwrap();
+    assert_eq!(out.committed[&0], (0, end - 1));
+    assert_eq!((out.rows, out.dead_letters), (8, 5), "{out:?}");
+
+    // SQL readers still get typed columns; every table has the lossless ones filled.
+    let typed = scan(&t).await;
+    assert_eq!(offsets(&typed), [0, 1, 2, 3, 6, 7, 8, 17]);
+    assert_eq!(typed.column_by_name("id").unwrap().as_primitive::<Int64Type>().value(5), 7);
+    assert!(typed.column_by_name("key_raw").unwrap().as_binary::<i64>().value(0).starts_with(&[0, 0, 0, 0, 21]));
+    let dead = scan(t.dead_letter_table().unwrap()).await;
+    assert_eq!(offsets(&dead), [4, 5, 13, 14, 15]);
+    for b in [&typed, &dead] {
+        assert_eq!(b.column_by_name("batch_crc").unwrap().null_count(), 0);
+        assert_eq!(b.column_by_name("batch_records_count").unwrap().null_count(), 0);
+    }
+
+    let (main, log_table, dlq) = (
+        t.load().await.unwrap(),
+        t.log_table().unwrap().load().await.unwrap(),
+        t.dead_letter_table().unwrap().load().await.unwrap(),
+    );
+    let index = crate::shared::FileIndex::load_with_dead_letters(&main, &log_table, Some(&dlq)).await.unwrap();
+    let read = |from: i64, max_bytes: usize| {
+        let (main, log_table, index) = (&main, &log_table, &index);
+        async move {
+            crate::shared::read_batches_with_index(main, log_table, index, 0, from, end, max_bytes, crate::shared::FetchCompression::Original)
+                .await
+                .unwrap()
+        }
+    };
+    let got = read(0, usize::MAX).await;
+    let originals = stored_batches(&log);
+    assert_eq!(batches_of(&got.bytes), originals, "every batch rebuilt byte for byte");
+    assert_eq!((got.next_offset, got.mismatches), (end, 0));
+    assert_eq!(got.aborted, [(1, 9)]);
+    // From inside the split batch: the batch whole, as the log serves it.
+    let mid = read(4, 1).await;
+    assert_eq!(batches_of(&mid.bytes), originals[..1]);
+
+    // A second pass over more records crashes after `__log` and `__dlq` committed, before the
+    // table: the next pass leaves those rows out, and reads ignore them until the table commits.
+    append(&log, &[keyed(Some(key_v1(18)), Some(b"dead again".to_vec()), 18), keyed(Some(key_v1(19)), Some(order(V1, 1, 19)), 19)]);
+    log.append(&mut transactional(3, 0, 2), 0).unwrap();
+    log.append_txn_marker(3, 0, Abort, 0, 1).unwrap();
+    append(&log, &[keyed(Some(key_v1(23)), Some(order(V1, 1, 23)), 23)]);
+    let end2 = log.log_end_offset();
+    let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    t.commit_companions_only(prepared).await.unwrap();
+    let reload = || async {
+        let (main, log_table, dlq) = (
+            t.load().await.unwrap(),
+            t.log_table().unwrap().load().await.unwrap(),
+            t.dead_letter_table().unwrap().load().await.unwrap(),
+        );
+        let index = crate::shared::FileIndex::load_with_dead_letters(&main, &log_table, Some(&dlq)).await.unwrap();
+        crate::shared::read_batches_with_index(&main, &log_table, &index, 0, 0, end2, usize::MAX, crate::shared::FetchCompression::Original)
+            .await
+            .unwrap()
+    };
+    let crashed = reload().await;
+    assert_eq!((batches_of(&crashed.bytes), crashed.next_offset), (originals.clone(), end), "leftovers above the table's end ignored");
+    let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
+    assert_eq!((out.committed[&0], out.dead_letters), ((end, end2 - 1), 0), "the dead letter is committed already: {out:?}");
+    assert_eq!(offsets(&scan(t.dead_letter_table().unwrap()).await), [4, 5, 13, 14, 15, 18], "each dead letter once");
+    let after = reload().await;
+    assert_eq!(batches_of(&after.bytes), stored_batches(&log), "every batch once, byte for byte");
+    assert_eq!((after.next_offset, after.aborted), (end2, vec![(1, 9), (3, 20)]));
+
+    // Without the dead letters the split batch cannot be rebuilt equal: they are needed.
+    let partial = crate::shared::FileIndex::load(&main, &log_table).await.unwrap();
+    let without = crate::shared::read_batches_with_index(&main, &log_table, &partial, 0, 0, end, usize::MAX, crate::shared::FetchCompression::Original)
+        .await
+        .unwrap();
+    assert_ne!(batches_of(&without.bytes)[0], originals[0]);
+
+    // Table retention cuts the dead letters with `__log`: everything expired, nothing left below the new start.
+    let input = crate::retention::PartitionRetention { retention_ms: 0, retention_bytes: -1, local_bytes: 0 };
+    let report = t.apply_retention(&[(0, input)].into(), 1_800_000_000_000).await.unwrap();
+    assert_eq!(report.log_starts[&0], end2);
+    assert!(report.log_removed_files >= 4, "both passes' __log and __dlq files: {report:?}");
+    let dlq = t.dead_letter_table().unwrap().load().await.unwrap();
+    let index = crate::shared::FileIndex::load_with_dead_letters(&t.load().await.unwrap(), &t.log_table().unwrap().load().await.unwrap(), Some(&dlq))
+        .await
+        .unwrap();
+    assert!(index.dlq.values().all(Vec::is_empty) && index.log.values().all(Vec::is_empty), "{index:?}");
+}
