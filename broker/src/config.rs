@@ -132,7 +132,6 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.partition-spec", "day(timestamp)", "Default of the topic setting `floe.iceberg.partition-spec`: comma-separated `TRANSFORM(COLUMN)` terms, e.g. `hour(timestamp),identity(partition)`."),
     s("floe.iceberg.target-lag-ms", "60000", "Default of the topic setting `floe.iceberg.target-lag-ms`: the active segment is rolled (and tiered) once its oldest untiered record has waited this long."),
     s("floe.iceberg.retention-guard", "true", "Retention never deletes offsets that are not yet tiered (tiered topics only)."),
-    s("floe.iceberg.shared.experimental", "false", "Test-only, until shared mode is complete: accept the topic setting `floe.iceberg.storage=shared` (refused with INVALID_CONFIG otherwise)."),
     s("floe.iceberg.shared.read-threads", "1", "Threads rebuilding record batches from a shared topic's table for fetches below its local log start offset (KIP-405's `remote.log.reader.threads`)."),
     s("floe.iceberg.shared.read-queue", "64", "Table reads waiting for a thread; beyond, such a fetch answers empty and the client retries (KIP-405's `remote.log.reader.max.pending.tasks`)."),
     s("floe.iceberg.shared.cache-bytes", "268435456", "Rebuilt batches kept in memory for the next fetch of the same offset (a retry after a timed-out wait, another consumer group)."),
@@ -486,7 +485,6 @@ impl ConfigBuilder {
                 compaction_min_input_files: parse_positive(r, "floe.iceberg.compaction.min-input-files")?,
                 compaction_max_bytes_per_run: parse_positive(r, "floe.iceberg.compaction.max-bytes-per-run")?,
                 catalog: tiering_catalog(r)?,
-                shared_experimental: parse(r, "floe.iceberg.shared.experimental")?,
                 shared_reads: crate::tiering::SharedReadSettings {
                     threads: parse_positive(r, "floe.iceberg.shared.read-threads")?,
                     queue: parse_positive(r, "floe.iceberg.shared.read-queue")?,

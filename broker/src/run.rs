@@ -350,9 +350,10 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
-    // Shared storage is accepted only with its experimental switch for now: the
-    // read threads start with it.
-    let table_reads = if config.tiering.shared_experimental {
+    // The table read threads serve shared-storage topics' fetches below their local
+    // log start; they open the catalog on their first read, so a broker without a
+    // shared topic pays one idle thread.
+    let table_reads = {
         let catalog = config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
         let namespace = config.tiering.namespace.clone();
         let open: crate::table_reads::OpenCatalog = Arc::new(move || {
@@ -360,8 +361,6 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             Box::pin(async move { floe_tiering::IcebergCatalog::open_read_only(&catalog, &namespace).await.map_err(|e| e.to_string()) })
         });
         Some(Arc::new(crate::table_reads::TableReads::start(config.tiering.shared_reads, open).map_err(|e| RunError::Task(e.to_string()))?))
-    } else {
-        None
     };
     let broker = Arc::new(Broker {
         config,

@@ -97,9 +97,6 @@ pub struct TieringSettings {
     pub compaction_max_bytes_per_run: u64,
     /// The catalog and warehouse (`floe.iceberg.catalog-type`, `-uri`, `warehouse`, `s3.*`, `rest.*`).
     pub catalog: CatalogSettings,
-    /// `floe.iceberg.shared.experimental`: accept `floe.iceberg.storage=shared` before shared
-    /// mode is complete (tests of its stages only).
-    pub shared_experimental: bool,
     /// `log.retention.check.interval.ms`: how often a shared table's retention runs
     /// (it reads every manifest; Kafka's segment retention runs as often).
     pub retention_check_interval_ms: u64,
@@ -234,9 +231,8 @@ pub const SHARED_PARTITION_SPEC: &str = "identity(partition),day(timestamp)";
 /// retention deletes tiered segments and the table keeps its own view for SQL readers.
 /// In `shared` the table is the partition's older log: a Kafka client fetches from it
 /// what local disk no longer holds (KIP-405's tiered storage, with Iceberg as the
-/// remote tier). Until shared mode is complete it is accepted only with the broker's
-/// test-only `floe.iceberg.shared.experimental=true`, and behaves as `copy`
-/// except for its table's default partition spec ([`table_partition_spec`]).
+/// remote tier; `docs/shared-mode.md`). The mode is fixed when the topic is created
+/// ([`validate_topic_change`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageMode {
     /// The table is a copy of the log (`copy`).
@@ -399,9 +395,6 @@ pub fn validate_topic_change(
 fn validate_storage_mode(config: &floe_storage::LogConfig, settings: &TieringSettings) -> Result<(), String> {
     if storage_mode(config) != StorageMode::Shared {
         return Ok(());
-    }
-    if !settings.shared_experimental {
-        return Err(format!("{STORAGE}: shared is not available yet"));
     }
     let flag = |key: &str| config.floe.get(key).map(|v| v.trim().to_ascii_lowercase());
     if flag(ENABLED).as_deref() != Some("true") {
@@ -1247,7 +1240,7 @@ pub async fn maintain(
 mod tests {
     use super::*;
 
-    fn settings(shared_experimental: bool) -> TieringSettings {
+    fn settings() -> TieringSettings {
         TieringSettings {
             enabled_default: false,
             catalog_name: "floe".into(),
@@ -1266,7 +1259,6 @@ mod tests {
             compaction_min_input_files: 5,
             compaction_max_bytes_per_run: 512 << 20,
             catalog: CatalogSettings::default(),
-            shared_experimental,
             shared_reads: SharedReadSettings { threads: 1, queue: 64, cache_bytes: 256 << 20, fetch_max_wait_ms: 500 },
             retention_check_interval_ms: 300_000,
         }
@@ -1283,7 +1275,7 @@ mod tests {
     }
 
     fn check(pairs: &[(&str, &str)]) -> Result<(), String> {
-        validate_topic_overrides(&map(pairs), &broker_defaults(), &settings(true))
+        validate_topic_overrides(&map(pairs), &broker_defaults(), &settings())
     }
 
     #[test]
@@ -1322,18 +1314,6 @@ mod tests {
         assert_eq!(check(&[(STORAGE, "x")]), Err(r#"floe.iceberg.storage: "x" is not copy or shared"#.to_string()));
         assert_eq!(check(&[(STORAGE, "Shared")]), Err(r#"floe.iceberg.storage: "Shared" is not copy or shared"#.to_string()));
         assert_eq!(check(&[(STORAGE, "")]), Err(r#"floe.iceberg.storage: "" is not copy or shared"#.to_string()));
-        // A bad value is named even where shared mode is not accepted yet.
-        let off = validate_topic_overrides(&map(&[(STORAGE, "x")]), &broker_defaults(), &settings(false));
-        assert_eq!(off, Err(r#"floe.iceberg.storage: "x" is not copy or shared"#.to_string()));
-    }
-
-    #[test]
-    fn shared_is_refused_unless_experimental() {
-        let off = |pairs: &[(&str, &str)]| validate_topic_overrides(&map(pairs), &broker_defaults(), &settings(false));
-        assert_eq!(off(SHARED), Err("floe.iceberg.storage: shared is not available yet".to_string()));
-        assert_eq!(off(&[(STORAGE, "shared")]), Err("floe.iceberg.storage: shared is not available yet".to_string()));
-        assert_eq!(off(&[(STORAGE, "copy"), (ENABLED, "true")]), Ok(()));
-        assert_eq!(off(&[(ENABLED, "true")]), Ok(()), "copy is the default");
     }
 
     #[test]
@@ -1343,8 +1323,8 @@ mod tests {
         assert_eq!(check(&[(STORAGE, "shared"), (ENABLED, "false")]), e);
         // The broker default counts: on there, a topic need not set it.
         let on = floe_storage::LogConfig::default().with_overrides(&map(&[(ENABLED, "true")])).unwrap();
-        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared")]), &on, &settings(true)), Ok(()));
-        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared"), (ENABLED, "false")]), &on, &settings(true)), e);
+        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared")]), &on, &settings()), Ok(()));
+        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared"), (ENABLED, "false")]), &on, &settings()), e);
     }
 
     #[test]
@@ -1355,7 +1335,7 @@ mod tests {
         assert_eq!(shared_with(&[("cleanup.policy", "delete")]), Ok(()));
         // The broker's log.cleanup.policy is the topic's default.
         let compacted = broker_defaults().with_overrides(&map(&[("cleanup.policy", "compact")])).unwrap();
-        assert_eq!(validate_topic_overrides(&map(SHARED), &compacted, &settings(true)), e);
+        assert_eq!(validate_topic_overrides(&map(SHARED), &compacted, &settings()), e);
         // A bad cleanup.policy is storage's to answer.
         assert_eq!(shared_with(&[("cleanup.policy", "sometimes")]), Ok(()));
     }
@@ -1378,7 +1358,7 @@ mod tests {
         // A copy topic keeps any spec.
         assert_eq!(check(&[(ENABLED, "true"), (PARTITION_SPEC, "bucket[16](key)")]), Ok(()));
         // The broker's spec is the topic's default: one with a key term is refused too.
-        let mut keyed = settings(true);
+        let mut keyed = settings();
         keyed.partition_spec = "bucket[16](key)".into();
         assert_eq!(validate_topic_overrides(&map(SHARED), &broker_defaults(), &keyed), e("identity(partition),bucket[16](key)"));
     }
@@ -1390,7 +1370,7 @@ mod tests {
         assert_eq!(shared_with(&[(RETENTION_GUARD, "FALSE")]), e);
         assert_eq!(shared_with(&[(RETENTION_GUARD, "true")]), Ok(()));
         let unguarded = broker_defaults().with_overrides(&map(&[(RETENTION_GUARD, "false")])).unwrap();
-        assert_eq!(validate_topic_overrides(&map(SHARED), &unguarded, &settings(true)), e);
+        assert_eq!(validate_topic_overrides(&map(SHARED), &unguarded, &settings()), e);
     }
 
     #[test]

@@ -61,8 +61,7 @@ def test_a_replica_added_after_local_deletion_starts_at_the_leaders_local_log_st
     lake = tmp_path / "lake"
     lake.mkdir()
     settings = {"floe.iceberg.catalog-uri": f"sqlite:{lake / 'catalog.db'}", "floe.iceberg.warehouse": str(lake / "warehouse"),
-                "floe.iceberg.tick-ms": "200", "floe.iceberg.target-lag-ms": "1000",
-                "floe.iceberg.shared.experimental": "true", "log.retention.check.interval.ms": "500"}
+                "floe.iceberg.tick-ms": "200", "floe.iceberg.target-lag-ms": "1000", "log.retention.check.interval.ms": "500"}
     brokers, prefix = start_cluster(floe_factory, etcd, 3, overrides=settings)
     agreed_view(brokers, live=3)
     bootstrap = ",".join(b.bootstrap for b in brokers)

@@ -8,9 +8,6 @@ topic as it was. The checks run on the effective config: a broker default
 (`floe.iceberg.enabled=false`, `day(timestamp)`) counts as the topic's. The mode is
 fixed when a topic is created: altering a copy topic to shared, or back, is refused.
 
-Until shared mode is complete `shared` is refused with "not available yet" unless the
-broker runs with the test-only `floe.iceberg.shared.experimental=true`.
-
 kcat is left out: it cannot create topics or alter configs (its `-X` settings are the
 client's, not a topic's).
 """
@@ -24,9 +21,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from clients import CLIENT_TIMEOUT_S, admin, create_topic, unique_topic
 from cluster_rig import agreed_view, etcd, start_cluster  # noqa: F401 (etcd: fixture)
 
-EXPERIMENTAL = {"floe.iceberg.shared.experimental": "true"}
 SHARED = {"floe.iceberg.storage": "shared", "floe.iceberg.enabled": "true"}
-NOT_YET = "floe.iceberg.storage: shared is not available yet"
 
 
 def change_message(before: str, after: str) -> str:
@@ -47,7 +42,7 @@ def keep_raw_message(key: str, fmt: str) -> str:
 COMPACT = ("floe.iceberg.storage: shared cannot be combined with cleanup.policy=compact: the log cleaner would "
            "remove records from the local log only, and the table keeps every version")
 
-# (case id, topic settings, the message), with experimental shared mode on.
+# (case id, topic settings, the message).
 REFUSED = [
     ("bad-value", {"floe.iceberg.storage": "x"}, 'floe.iceberg.storage: "x" is not copy or shared'),
     ("not-tiered", {"floe.iceberg.storage": "shared"}, "floe.iceberg.storage: shared needs floe.iceberg.enabled=true"),
@@ -67,7 +62,7 @@ REFUSED = [
      keep_raw_message("floe.iceberg.key.format", "json")),
 ]
 
-# Shared topics that need nothing more (experimental on): the broker's defaults give the
+# Shared topics that need nothing more: the broker's defaults give the
 # rest, and a shared topic without a spec of its own gets identity(partition),day(timestamp).
 ACCEPTED = [
     ("defaults", SHARED),
@@ -81,8 +76,8 @@ IDS = [case[0] for case in REFUSED]
 
 
 @pytest.fixture
-def experimental(floe_factory):
-    return floe_factory("shared", overrides=EXPERIMENTAL)
+def broker(floe_factory):
+    return floe_factory("shared")
 
 
 # ------------------------------------------------------------------ confluent-kafka (librdkafka)
@@ -129,60 +124,45 @@ def assert_invalid_config(error, message: str):
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=IDS)
-def test_confluent_create_topics_refused(experimental, case):
+def test_confluent_create_topics_refused(broker, case):
     _, config, message = case
     topic = unique_topic("shared")
-    assert_invalid_config(confluent_create_error(experimental.bootstrap, topic, config, validate_only=True), message)
-    assert_invalid_config(confluent_create_error(experimental.bootstrap, topic, config), message)
-    md = admin(experimental.bootstrap).list_topics(timeout=CLIENT_TIMEOUT_S)
+    assert_invalid_config(confluent_create_error(broker.bootstrap, topic, config, validate_only=True), message)
+    assert_invalid_config(confluent_create_error(broker.bootstrap, topic, config), message)
+    md = admin(broker.bootstrap).list_topics(timeout=CLIENT_TIMEOUT_S)
     assert topic not in md.topics, "a refused topic is not created"
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["alter", "incremental"])
-def test_confluent_alter_configs_refused(experimental, incremental):
-    topic = create_topic(experimental.bootstrap, unique_topic("shared"), config={"retention.ms": "3600000"})
+def test_confluent_alter_configs_refused(broker, incremental):
+    topic = create_topic(broker.bootstrap, unique_topic("shared"), config={"retention.ms": "3600000"})
     for _, config, message in REFUSED:
         # AlterConfigs replaces every override: keep retention.ms to see nothing changed.
         config = config if incremental else {**config, "retention.ms": "3600000"}
-        assert_invalid_config(confluent_alter_error(experimental.bootstrap, topic, config, incremental), message)
-    after = confluent_topic_config(experimental.bootstrap, topic)
+        assert_invalid_config(confluent_alter_error(broker.bootstrap, topic, config, incremental), message)
+    after = confluent_topic_config(broker.bootstrap, topic)
     assert after["retention.ms"] == "3600000", after
     assert "floe.iceberg.storage" not in after and after.get("floe.iceberg.enabled") != "true", after
 
 
 @pytest.mark.parametrize("case", ACCEPTED, ids=[c[0] for c in ACCEPTED])
-def test_confluent_shared_topic_accepted_when_experimental(experimental, case):
+def test_confluent_shared_topic_accepted(broker, case):
     _, config = case
     topic = unique_topic("shared")
-    assert confluent_create_error(experimental.bootstrap, topic, config) is None
-    described = confluent_topic_config(experimental.bootstrap, topic)
+    assert confluent_create_error(broker.bootstrap, topic, config) is None
+    described = confluent_topic_config(broker.bootstrap, topic)
     assert described["floe.iceberg.storage"] == "shared", described
     # The mode is fixed at creation: a copy topic does not become shared, nor a shared one copy.
-    other = create_topic(experimental.bootstrap, unique_topic("copy"))
+    other = create_topic(broker.bootstrap, unique_topic("copy"))
     for incremental in (False, True):
-        assert_invalid_config(confluent_alter_error(experimental.bootstrap, other, config, incremental),
+        assert_invalid_config(confluent_alter_error(broker.bootstrap, other, config, incremental),
                               change_message("copy", "shared"))
-        assert_invalid_config(confluent_alter_error(experimental.bootstrap, topic, {**config, "floe.iceberg.storage": "copy"},
+        assert_invalid_config(confluent_alter_error(broker.bootstrap, topic, {**config, "floe.iceberg.storage": "copy"},
                                                     incremental), change_message("shared", "copy"))
-    assert confluent_topic_config(experimental.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
+    assert confluent_topic_config(broker.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
     # Other settings of a shared topic change as usual.
-    assert confluent_alter_error(experimental.bootstrap, topic, {"retention.ms": "7200000"}, incremental=True) is None
-    assert confluent_topic_config(experimental.bootstrap, topic)["floe.iceberg.storage"] == "shared"
-
-
-def test_confluent_shared_not_available_without_experimental(floe):
-    topic = unique_topic("shared")
-    assert_invalid_config(confluent_create_error(floe.bootstrap, topic, SHARED), NOT_YET)
-    # Every other shared setting is fine, or not: "not available" comes first.
-    assert_invalid_config(confluent_create_error(floe.bootstrap, topic, {"floe.iceberg.storage": "shared"}), NOT_YET)
-    # A bad value is still named as such.
-    assert_invalid_config(confluent_create_error(floe.bootstrap, topic, {"floe.iceberg.storage": "x"}),
-                          'floe.iceberg.storage: "x" is not copy or shared')
-    assert confluent_create_error(floe.bootstrap, topic, {"floe.iceberg.storage": "copy"}) is None
-    assert confluent_topic_config(floe.bootstrap, topic)["floe.iceberg.storage"] == "copy"
-    for incremental in (False, True):
-        assert_invalid_config(confluent_alter_error(floe.bootstrap, topic, SHARED, incremental), NOT_YET)
-    assert confluent_topic_config(floe.bootstrap, topic)["floe.iceberg.storage"] == "copy"
+    assert confluent_alter_error(broker.bootstrap, topic, {"retention.ms": "7200000"}, incremental=True) is None
+    assert confluent_topic_config(broker.bootstrap, topic)["floe.iceberg.storage"] == "shared"
 
 
 # ------------------------------------------------------------------ kafka-python
@@ -221,9 +201,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:alter_configs has been deprecate
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=IDS)
-def test_kafka_python_create_topics_refused(experimental, case):
+def test_kafka_python_create_topics_refused(broker, case):
     _, config, message = case
-    a = kafka_python_admin(experimental.bootstrap)
+    a = kafka_python_admin(broker.bootstrap)
     try:
         topic = unique_topic("shared")
         assert kafka_python_create(a, topic, config, validate_only=True) == (ERR_INVALID_CONFIG, message)
@@ -234,8 +214,8 @@ def test_kafka_python_create_topics_refused(experimental, case):
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["alter", "incremental"])
-def test_kafka_python_alter_configs_refused(experimental, incremental):
-    a = kafka_python_admin(experimental.bootstrap)
+def test_kafka_python_alter_configs_refused(broker, incremental):
+    a = kafka_python_admin(broker.bootstrap)
     try:
         topic = unique_topic("shared")
         assert kafka_python_create(a, topic, {"retention.ms": "3600000"}) == (0, None)
@@ -245,11 +225,11 @@ def test_kafka_python_alter_configs_refused(experimental, incremental):
         assert kafka_python_alter(a, topic, {"retention.ms": "7200000"}, incremental) == "OK"
     finally:
         a.close()
-    assert "floe.iceberg.storage" not in confluent_topic_config(experimental.bootstrap, topic)
+    assert "floe.iceberg.storage" not in confluent_topic_config(broker.bootstrap, topic)
 
 
-def test_kafka_python_shared_accepted_when_experimental(experimental):
-    a = kafka_python_admin(experimental.bootstrap)
+def test_kafka_python_shared_topic_accepted(broker):
+    a = kafka_python_admin(broker.bootstrap)
     try:
         for _, config in ACCEPTED:
             assert kafka_python_create(a, unique_topic("shared"), config) == (0, None)
@@ -258,22 +238,7 @@ def test_kafka_python_shared_accepted_when_experimental(experimental):
             assert kafka_python_create(a, other, {}) == (0, None)
             answer = kafka_python_alter(a, other, SHARED, incremental)
             assert "InvalidConfig" in answer and answer.endswith(change_message("copy", "shared")), answer
-            assert confluent_topic_config(experimental.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
-    finally:
-        a.close()
-
-
-def test_kafka_python_shared_not_available_without_experimental(floe):
-    a = kafka_python_admin(floe.bootstrap)
-    try:
-        topic = unique_topic("shared")
-        assert kafka_python_create(a, topic, SHARED) == (ERR_INVALID_CONFIG, NOT_YET)
-        assert kafka_python_create(a, topic, {"floe.iceberg.storage": "x"}) == \
-            (ERR_INVALID_CONFIG, 'floe.iceberg.storage: "x" is not copy or shared')
-        assert kafka_python_create(a, topic, {}) == (0, None)
-        for incremental in (False, True):
-            answer = kafka_python_alter(a, topic, SHARED, incremental)
-            assert "InvalidConfig" in answer and answer.endswith(NOT_YET), answer
+            assert confluent_topic_config(broker.bootstrap, other).get("floe.iceberg.storage", "copy") == "copy"
     finally:
         a.close()
 
@@ -284,7 +249,7 @@ def test_broker_defaults_are_the_topics(floe_factory):
     """The checks see what a topic gets, not only what it sets: the broker's static
     floe.iceberg.enabled=true suffices, and a dynamic broker config
     log.cleanup.policy=compact refuses a shared topic that sets no policy."""
-    broker = floe_factory("defaults", overrides={**EXPERIMENTAL, "floe.iceberg.enabled": "true"})
+    broker = floe_factory("defaults", overrides={"floe.iceberg.enabled": "true"})
     assert confluent_create_error(broker.bootstrap, unique_topic("shared"), {"floe.iceberg.storage": "shared"}) is None
     a = admin(broker.bootstrap)
     entry = ConfigEntry("log.cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)
@@ -303,7 +268,7 @@ def test_broker_defaults_are_the_topics(floe_factory):
 def test_in_a_cluster(floe_factory, etcd):
     """Topics and their configs are cluster state there (CreateTopics and AlterConfigs
     decide against etcd): the same checks, the same messages."""
-    (broker,), _ = start_cluster(floe_factory, etcd, 1, overrides=EXPERIMENTAL)
+    (broker,), _ = start_cluster(floe_factory, etcd, 1)
     agreed_view([broker], live=1)  # a controller elected: CreateTopics goes to it
     topic = unique_topic("shared")
     for _, config, message in REFUSED:

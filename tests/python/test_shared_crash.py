@@ -48,7 +48,6 @@ CYCLES = int(os.environ.get("FLOE_SHARED_CRASH_CYCLES", "1"))
 PARTITIONS = 2
 
 BROKER = {
-    "floe.iceberg.shared.experimental": "true",
     "floe.iceberg.tick-ms": "100",
     "floe.iceberg.target-lag-ms": "300",
     "log.retention.check.interval.ms": "200",

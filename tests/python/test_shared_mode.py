@@ -22,7 +22,6 @@ from clients import create_topic, produce_all, unique_topic
 pyiceberg_sql = pytest.importorskip("pyiceberg.catalog.sql")
 
 BROKER = {
-    "floe.iceberg.shared.experimental": "true",
     "floe.iceberg.tick-ms": "200",
     "floe.iceberg.target-lag-ms": "1000",
     "log.retention.check.interval.ms": "500",

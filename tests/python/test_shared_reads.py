@@ -27,7 +27,6 @@ import kwire
 from clients import CLIENT_TIMEOUT_S, admin, create_topic, produce_all, unique_topic
 
 BROKER = {
-    "floe.iceberg.shared.experimental": "true",
     "floe.iceberg.tick-ms": "200",
     "floe.iceberg.target-lag-ms": "1000",
     "log.retention.check.interval.ms": "500",

@@ -31,7 +31,6 @@ DAY_MS = 86_400_000
 OLD, NEW = 150, 100
 
 BROKER = {
-    "floe.iceberg.shared.experimental": "true",
     "floe.iceberg.tick-ms": "200",
     "floe.iceberg.target-lag-ms": "500",
     "log.retention.check.interval.ms": "500",

@@ -454,7 +454,7 @@ def test_schemaless_json_gets_inferred_columns_that_widen(floe_factory):
     assert got == want
 
 
-SHARED_BROKER = {**BROKER, "floe.iceberg.shared.experimental": "true", "floe.iceberg.target-lag-ms": "1000",
+SHARED_BROKER = {**BROKER, "floe.iceberg.target-lag-ms": "1000",
                  "log.retention.check.interval.ms": "500"}
 SHARED_BASE_TS = 1_780_000_000_000
 

@@ -25,7 +25,11 @@
 //! start offset `L'` is the first offset of the first file kept, or the table
 //! end (the committed next offset) when every file goes, and never below the
 //! floor above; a moved start is committed even when no file goes, so the
-//! table, read by every replica, carries a DeleteRecords to them all.
+//! table, read by every replica, carries a DeleteRecords to them all. The
+//! companion tables' files (`__log`, `__dlq`) are planned with the main table's,
+//! by the same rules: a recent pass of only dead letters or aborted records is
+//! kept as a recent main file would be, and the start never falls inside a
+//! removed file.
 //!
 //! # Commits and crashes
 //! One `delete` snapshot of the main table removes its files and records
@@ -109,6 +113,8 @@ pub struct RetentionReport {
 pub(crate) struct FileStats {
     /// Index into the snapshot's live entries.
     pub(crate) index: usize,
+    /// A file of the main table (`false`: of a companion, `__log` or `__dlq`).
+    pub(crate) main: bool,
     /// Lower bound of `offset`.
     pub(crate) first_offset: i64,
     /// Upper bound of `offset`.
@@ -168,8 +174,11 @@ pub(crate) fn plan_cut(files: &[FileStats], input: &PartitionRetention, log_star
         excess = excess.map(|e| e - f.size as i64);
         cut += 1;
     }
+    // Files of the main table and its companions overlap (one pass writes both);
+    // the start never falls inside a removed file.
+    let removed_end = files[..cut].iter().map(|f| f.last_offset + 1).max().unwrap_or(log_start);
     let start = files.get(cut).map_or(table_end, |f| f.first_offset);
-    (cut, start.max(log_start))
+    (cut, start.max(log_start).max(removed_end))
 }
 
 /// Column ids retention reads statistics of, found by name in the current schema.
@@ -211,7 +220,7 @@ fn files_by_partition(table: &Table, files: &SnapshotFiles, columns: &Columns) -
         };
         // Iceberg's timestamptz statistics are µs; Kafka's timestamps ms.
         let max_timestamp_ms = columns.timestamp.and_then(|id| long_bound(file.upper_bounds(), id)).map(|us| us.div_euclid(1000));
-        by.entry(p).or_default().push(FileStats { index, first_offset, last_offset, max_timestamp_ms, size: file.file_size_in_bytes() });
+        by.entry(p).or_default().push(FileStats { index, main: true, first_offset, last_offset, max_timestamp_ms, size: file.file_size_in_bytes() });
     }
     for p in unordered {
         warn!(table = %table.identifier(), partition = p, "a data file has no offset statistics: no table retention for this partition");
@@ -265,20 +274,27 @@ impl TopicTable {
         let columns = Columns::of(&before)?;
         let mut removed = HashSet::new();
         let mut new_starts = starts.clone();
-        for (p, stats) in files_by_partition(&before, &files, &columns) {
+        let mut companions = self.companion_files().await?;
+        for (p, mut stats) in files_by_partition(&before, &files, &columns) {
             let Some(input) = inputs.get(&p) else { continue };
             let (Some(&table_end), start) = (next.get(&p), starts.get(&p).copied().unwrap_or(0)) else { continue };
+            // The companions' files are the partition's log too: planned with the
+            // main table's, so a recent pass of dead letters or aborted records only
+            // is kept as a recent main file would be (and counts for the size).
+            stats.extend(companions.remove(&p).unwrap_or_default());
+            stats.sort_by_key(|f| (f.first_offset, f.last_offset));
             let (cut, new_start) = plan_cut(&stats, input, start, table_end, now_ms);
-            if cut == 0 && new_start <= start {
+            let gone: Vec<&FileStats> = stats[..cut].iter().filter(|f| f.main).collect();
+            if gone.is_empty() && new_start <= start {
                 continue;
             }
-            for f in &stats[..cut] {
+            for f in &gone {
                 let entry = &files.live[f.index].entry;
                 removed.insert(entry.file_path().to_string());
                 report.removed_bytes += entry.file_size_in_bytes();
                 report.removed_records += entry.record_count();
             }
-            report.removed_files += cut;
+            report.removed_files += gone.len();
             if new_start > start {
                 new_starts.insert(p, new_start);
                 report.moved.insert(p, new_start);
@@ -301,6 +317,21 @@ impl TopicTable {
         }
         report.log_starts = new_starts;
         Ok(report)
+    }
+
+    /// Per partition, the live files of the companion tables (`__log`, and `__dlq`
+    /// of a typed table) with their statistics, for planning with the main table's.
+    async fn companion_files(&self) -> Result<BTreeMap<i32, Vec<FileStats>>> {
+        let mut by: BTreeMap<i32, Vec<FileStats>> = BTreeMap::new();
+        for companion in self.log_table().into_iter().chain(self.dead_letter_table()) {
+            let table = companion.load().await?;
+            let Some(files) = snapshot_files(&table).await? else { continue };
+            let columns = Columns::of(&table)?;
+            for (p, stats) in files_by_partition(&table, &files, &columns) {
+                by.entry(p).or_default().extend(stats.into_iter().map(|f| FileStats { main: false, ..f }));
+            }
+        }
+        Ok(by)
     }
 
     /// The main table's side of a cut: one `delete` snapshot of `removed`, with
@@ -412,7 +443,7 @@ mod tests {
     const NOW: i64 = 1_800_000_000_000;
 
     fn stats(first: i64, last: i64, ts: Option<i64>, size: u64) -> FileStats {
-        FileStats { index: 0, first_offset: first, last_offset: last, max_timestamp_ms: ts, size }
+        FileStats { index: 0, main: true, first_offset: first, last_offset: last, max_timestamp_ms: ts, size }
     }
 
     fn limits(ms: i64, bytes: i64, local: u64) -> PartitionRetention {
@@ -444,6 +475,19 @@ mod tests {
         assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 10, 20, NOW), (1, 10));
         // A straddling file is kept whole; the committed start stays inside it.
         assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 15, 20, NOW), (1, 15));
+    }
+
+    #[test]
+    fn companion_files_are_planned_with_the_main_tables() {
+        let companion = |first, last, ts, size| FileStats { main: false, ..stats(first, last, ts, size) };
+        // Main 0-99 (old), a pass of dead letters only at 100-149 (recent), main 150-199 (recent).
+        let files = [stats(0, 99, Some(NOW - 9 * DAY), 10), companion(100, 149, Some(NOW - DAY), 10), stats(150, 199, Some(NOW), 10)];
+        assert_eq!(plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 200, NOW), (1, 100), "the recent dead letters stay");
+        let old = [stats(0, 99, Some(NOW - 9 * DAY), 10), companion(100, 149, Some(NOW - 9 * DAY), 10), stats(150, 199, Some(NOW), 10)];
+        assert_eq!(plan_cut(&old, &limits(7 * DAY, -1, 0), 0, 200, NOW), (2, 150), "old ones go with the main file");
+        // One pass wrote main rows 0-20 and aborted records 10-15: the start never falls inside the removed main file.
+        let overlapping = [stats(0, 20, Some(NOW - 9 * DAY), 10), companion(10, 15, Some(NOW), 10), stats(21, 30, Some(NOW), 10)];
+        assert_eq!(plan_cut(&overlapping, &limits(7 * DAY, -1, 0), 0, 31, NOW), (1, 21));
     }
 
     #[test]

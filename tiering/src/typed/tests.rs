@@ -699,7 +699,7 @@ async fn a_shared_typed_table_rebuilds_the_logs_batches_from_typed_rows_dead_let
     assert_ne!(batches_of(&without.bytes)[0], originals[0]);
 
     // Table retention cuts the dead letters with `__log`: everything expired, nothing left below the new start.
-    let input = crate::retention::PartitionRetention { retention_ms: 0, retention_bytes: -1, local_bytes: 0 };
+    let input = crate::retention::PartitionRetention { retention_ms: 0, retention_bytes: -1, local_bytes: 0, log_start_offset: 0 };
     let report = t.apply_retention(&[(0, input)].into(), 1_800_000_000_000).await.unwrap();
     assert_eq!(report.log_starts[&0], end2);
     assert!(report.log_removed_files >= 4, "both passes' __log and __dlq files: {report:?}");
