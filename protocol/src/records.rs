@@ -246,12 +246,26 @@ pub fn compress(codec: CompressionType, records: &[u8], out: &mut Vec<u8>) -> Re
         }
         CompressionType::Gzip => Gzip::compress(&mut buf, fill),
         CompressionType::Snappy => Snappy::compress(&mut buf, fill),
-        CompressionType::Lz4 => Lz4::compress(&mut buf, fill),
+        CompressionType::Lz4 => return lz4_fast(records, out),
         CompressionType::Zstd => Zstd::compress(&mut buf, fill),
     };
     result.map_err(|e| RecordsError(format!("cannot compress: {e}")))?;
     out.extend_from_slice(&buf);
     Ok(())
+}
+
+/// An LZ4 frame in lz4's fast mode (level 0). kafka-protocol's compressor asks
+/// for level 4, which liblz4 runs as its high-compression mode: several times the
+/// CPU for a few percent of size. The broker compresses on read paths (batches
+/// rebuilt from a shared topic's table, cleaned batches), where that CPU is the
+/// cost (`docs/benchmarks.md`, shared-vs-copy). Otherwise the frame is built as
+/// kafka-protocol's: independent blocks, the library's other defaults.
+fn lz4_fast(records: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| RecordsError(format!("cannot compress: lz4: {e}"));
+    let mut encoder = lz4::EncoderBuilder::new().level(0).block_mode(lz4::BlockMode::Independent).build(out).map_err(fail)?;
+    encoder.write_all(records).map_err(fail)?;
+    encoder.finish().1.map_err(fail)
 }
 
 /// What a record is made of, for [`write_record`].
