@@ -61,6 +61,8 @@ struct Read {
     of_ceiling: Option<f64>,
     broker_cpu_s_per_gb: Option<f64>,
     read_threads_cpu_s_per_gb: Option<f64>,
+    /// Read threads' CPU seconds ÷ the read's seconds: near 1, the one thread is the bottleneck.
+    read_threads_busy: Option<f64>,
     consumer_cpu_s_per_gb: f64,
     cost: PhaseCost,
     /// Bytes each fetch path served during the read, MB.
@@ -371,6 +373,7 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
                 of_ceiling: ctx.of_ceiling(one.mb_per_s),
                 broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb),
                 read_threads_cpu_s_per_gb: threads.map(|c| c / gb),
+                read_threads_busy: threads.map(|c| c / one.seconds.max(1e-3)),
                 consumer_cpu_s_per_gb: cost.harness_cpu_s / gb,
                 cost,
                 sendfile_mb: delta_mb(paths_before[0], paths_after[0]),
@@ -561,10 +564,13 @@ fn write_report(
          again with lz4, as produced) twice — **cold** (rebuilt from Parquet) and **warm** (cut from the cache) — and with \
          `fetch-compression=none` (AlterConfigs; the cache is per codec, so cold again) twice. The arms' order rotates between rounds. \
          The consumer shares the two cores with the broker. \"read threads\" is the CPU of the `floe-shared-read-*` threads (Parquet \
-         read, decode, rebuild, CRC, compression); the rest of the broker's is the request path (cutting, copying into the socket)."
+         read, decode, rebuild, CRC, compression); the rest of the broker's is the request path (cutting, copying into the socket). \
+         \"read threads busy\" is their CPU time ÷ the read's wall time: near 100%, the one read thread (the default \
+         `floe.iceberg.shared.read-threads=1`) bounds the read; well below, the read waits elsewhere (the consumer, the \
+         fetch round trips)."
     ));
     r.table(
-        &["arm", "round", "MB/s", "of ceiling", "broker CPU s/GB", "of which read threads", "consumer CPU s/GB", "MB via sendfile / copy / table-rebuild"],
+        &["arm", "round", "MB/s", "of ceiling", "broker CPU s/GB", "of which read threads", "read threads busy", "consumer CPU s/GB", "MB via sendfile / copy / table-rebuild"],
         &reads
             .iter()
             .map(|x| {
@@ -575,6 +581,7 @@ fn write_report(
                     pct(x.of_ceiling),
                     f2(x.broker_cpu_s_per_gb),
                     f2(x.read_threads_cpu_s_per_gb),
+                    pct(x.read_threads_busy),
                     f2(Some(x.consumer_cpu_s_per_gb)),
                     format!("{} / {} / {}", f1(x.sendfile_mb), f1(x.copy_mb), f1(x.table_rebuild_mb)),
                 ]
