@@ -182,7 +182,7 @@ bench_quick() { # every floe-bench scenario for a few seconds; reports under $TA
     local s rc=0
     # table-maintenance's DuckDB query runs in Python: the venv installed above has duckdb.
     export FLOE_BENCH_PYTHON="${FLOE_BENCH_PYTHON:-$ROOT/.venv/bin/python}"
-    for s in zero-copy tls max-throughput coupling tiering-cost freshness table-maintenance transactions compaction replication; do
+    for s in zero-copy tls max-throughput coupling tiering-cost freshness table-maintenance transactions compaction replication shared-vs-copy; do
         echo "-- floe-bench run $s --quick"
         "$TARGET_DIR/debug/floe-bench" run "$s" --quick --floe-bin "$FLOE_BIN" \
             --out "$TARGET_DIR/floe-bench-quick/$s" >/dev/null || { echo "floe-bench $s FAILED"; rc=1; }

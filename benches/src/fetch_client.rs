@@ -11,6 +11,10 @@
 //! both arms of the scenario, so plaintext and TLS are compared with the same
 //! consumer cost. What it leaves out: consumer groups, record decoding,
 //! retries (any error ends the read).
+//!
+//! It also asks ListOffsets v8 for one partition's offset at a special timestamp
+//! (`shared-vs-copy` waits on -4, KIP-405's local log start, which librdkafka
+//! cannot ask).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,7 +24,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, RequestHeader, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -210,3 +215,55 @@ fn receive(io: &mut dyn ReadWrite, correlation_id: i32) -> anyhow::Result<FetchR
     Ok(FetchResponse::decode(&mut buf, FETCH_VERSION)?)
 }
 
+
+/// ListOffsets v8: the first flexible version that may ask -4 (the local log start, KIP-405).
+const LIST_OFFSETS_VERSION: i16 = 8;
+
+/// The offset ListOffsets v8 answers for `partition` of `topic` at `timestamp`
+/// (-1 latest, -2 earliest, -4 the local log start of a tiered topic), over plaintext.
+///
+/// # Errors
+/// Connection failures, or an error code in the answer.
+pub fn list_offset(bootstrap: &str, topic: &str, partition: i32, timestamp: i64) -> anyhow::Result<i64> {
+    let mut stream = TcpStream::connect(bootstrap).with_context(|| format!("connect {bootstrap}"))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp)])]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::ListOffsets as i16)
+        .with_request_api_version(LIST_OFFSETS_VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("floe-bench")));
+    let mut body = BytesMut::new();
+    // Flexible versions: request header v2, response header v1.
+    header.encode(&mut body, 2)?;
+    request.encode(&mut body, LIST_OFFSETS_VERSION)?;
+    let mut frame = BytesMut::with_capacity(body.len() + 4);
+    frame.put_i32(body.len() as i32);
+    frame.put_slice(&body);
+    stream.write_all(&frame)?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size)?;
+    let size = i32::from_be_bytes(size);
+    if !(0..=(16 << 20)).contains(&size) {
+        bail!("ListOffsets response size {size}");
+    }
+    let mut buf = vec![0u8; size as usize];
+    stream.read_exact(&mut buf)?;
+    let mut buf = Bytes::from(buf);
+    ResponseHeader::decode(&mut buf, 1)?;
+    let response = ListOffsetsResponse::decode(&mut buf, LIST_OFFSETS_VERSION)?;
+    let p = response
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .with_context(|| format!("ListOffsets: no answer for {topic}-{partition}"))?;
+    if p.error_code != 0 {
+        bail!("ListOffsets {topic}-{partition} at {timestamp}: error code {}", p.error_code);
+    }
+    Ok(p.offset)
+}

@@ -1,5 +1,5 @@
-//! SVG plots (plotters, SVG backend only): latency CDFs, throughput over time, and one
-//! value per trial (failover times per kill) against a target.
+//! SVG plots (plotters, SVG backend only): latency CDFs, throughput over time, one
+//! value per trial (failover times per kill) against a target, and labelled bars.
 
 use std::path::Path;
 
@@ -126,6 +126,56 @@ pub fn trials(
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One bar per `(label, value)`, with the value written above it, and a horizontal line
+/// at `target` (label, value) when given.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn bars(path: &Path, title: &str, y_desc: &str, bars: &[(&str, f64)], target: Option<(&str, f64)>) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let n = bars.len().max(1);
+    let ymax = bars.iter().map(|b| b.1).chain(target.map(|t| t.1)).fold(0.1, f64::max) * 1.2;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.to_string()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..n as f64, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(y_desc)
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            // A label under the middle of each bar only.
+            let i = x.floor();
+            if (x - i - 0.5).abs() < 0.01 { labels.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
+        })
+        .draw()
+        .map_err(err)?;
+    for (i, (_, v)) in bars.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let x = i as f64;
+        chart.draw_series(std::iter::once(Rectangle::new([(x + 0.15, 0.0), (x + 0.85, *v)], color.filled()))).map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(format!("{v:.2}"), (x + 0.35, *v + ymax * 0.02), ("sans-serif", 14))))
+            .map_err(err)?;
+    }
+    if let Some((name, value)) = target {
+        chart
+            .draw_series(LineSeries::new([(0.0, value), (n as f64, value)], RED.stroke_width(1)))
+            .map_err(err)?
+            .label(name)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
+    }
     root.present().map_err(err)?;
     Ok(())
 }

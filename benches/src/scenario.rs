@@ -29,6 +29,10 @@
 //!   cleaner off.
 //! - `replication` ([`replication`]): etcd and three brokers; RF=1 vs RF=3 acks=all
 //!   throughput and latency, replica fetch bytes by path, and leader failover times.
+//! - `shared-vs-copy` ([`shared_vs_copy`]): a shared topic (older data only in the
+//!   Iceberg table) against a copy topic: catch-up MB/s and CPU per GB from the table
+//!   vs sendfile, produce and tail p99 beside a table-served backfill, bytes stored,
+//!   tiering CPU.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,6 +58,7 @@ use crate::typed_payload::{self, ValueKind};
 use crate::workload::Workload;
 
 mod replication;
+mod shared_vs_copy;
 
 /// Every scenario name, in `floe-bench list` order.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -67,6 +72,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("compaction", "log cleaner MB/s per core and bytes reclaimed on a keyed backlog; produce p99 at a fixed rate while cleaning vs cleaner off"),
     ("table-maintenance", "DuckDB aggregate query time on a table of N tiering commits, before vs after `floe iceberg maintain`; snapshots, data files, metadata bytes"),
     ("replication", "etcd + 3 brokers: RF=1 vs RF=3 acks=all throughput and latency, replica fetch bytes by path, kill -9 leader failover p50/p99"),
+    ("shared-vs-copy", "shared vs copy storage: catch-up MB/s and broker CPU s/GB from the table vs sendfile, produce/tail p99 beside a table backfill, bytes stored, tiering CPU"),
 ];
 
 /// Options of one `floe-bench run`.
@@ -126,7 +132,7 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         println!("replication: skipped: it starts its own etcd and three brokers, and kills their leaders (drop --bootstrap)");
         return Ok(0);
     }
-    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness" | "table-maintenance") && opts.bootstrap.is_some() {
+    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness" | "table-maintenance" | "shared-vs-copy") && opts.bootstrap.is_some() {
         // They read Floe's tiering metrics and data dir, which only a broker started here has.
         println!(
             "{}: skipped: it measures Floe's Iceberg tiering through the /metrics and data dir of a broker \
@@ -179,6 +185,7 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         "transactions" => transactions(&mut ctx)?,
         "compaction" => compaction(&mut ctx)?,
         "replication" => replication::replication(&mut ctx)?,
+        "shared-vs-copy" => shared_vs_copy::shared_vs_copy(&mut ctx)?,
         _ => unreachable!("checked above"),
     }
     let (md, json) = ctx.report.write(&ctx.opts.out)?;

@@ -44,11 +44,12 @@ enum Cmd {
         overrides: Vec<String>,
         /// `coupling`: the fixed rate in messages/s (default: half the probed maximum); `compaction`: the
         /// rate of the latency producer (default 5000, 2000 with --quick); `replication`: the rate of the
-        /// latency arms (default: a quarter of RF=3's flat-out rate).
+        /// latency arms (default: a quarter of RF=3's flat-out rate); `shared-vs-copy`: the latency
+        /// producer beside the backfill (default 5000, 2000 with --quick).
         #[arg(long, value_name = "MSG_PER_S")]
         rate: Option<u64>,
-        /// `tiering-cost`, `tls` and `compaction`: the backlog in MB (default: the workload's, 512 for compaction;
-        /// 8 (tiering-cost, compaction) or 32 (tls) with --quick).
+        /// `tiering-cost`, `tls`, `compaction` and `shared-vs-copy`: the backlog in MB (default: the workload's,
+        /// 512 for compaction and shared-vs-copy; 8 (tiering-cost, compaction, shared-vs-copy) or 32 (tls) with --quick).
         #[arg(long, value_name = "MB")]
         backlog_mb: Option<u64>,
         /// `freshness`: a target lag to measure (repeat; default 1000 and 5000, 300 and 1000 with --quick).
