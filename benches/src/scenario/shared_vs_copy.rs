@@ -241,7 +241,6 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
         c
     };
     let base_overrides = vec![
-        kv("floe.iceberg.shared.experimental", "true"),
         kv("floe.iceberg.tick-ms", tick_ms),
         kv("log.retention.check.interval.ms", if quick { 200 } else { 500 }),
     ];
@@ -490,7 +489,7 @@ fn write_report(
     let r = &mut ctx.report;
     r.heading("Shared vs copy storage: one backlog per mode");
     r.para(&format!(
-        "One broker (`floe.iceberg.shared.experimental=true`), one data dir, two topics of one partition each: **copy** \
+        "One broker, one data dir, two topics of one partition each: **copy** \
          (`floe.iceberg.storage=copy`: the log kept, the table beside it) and **shared** (`floe.iceberg.storage=shared`, \
          `local.retention.ms=0`: sealed segments leave local disk once in the table). Each gets a {backlog_mb} MB backlog of \
          {}-byte records ({:.0}% random, every one fresh), produced with compression={} (batch.size {}, linger.ms {}); \
