@@ -243,11 +243,7 @@ impl IcebergCatalog {
         layout: TypedLayout,
         schemas: Option<Arc<dyn crate::typed::SchemaSource>>,
     ) -> Result<TopicTable> {
-        if layout.needs_registry() && schemas.is_none() {
-            return Err(TieringError::SchemaRegistry(
-                "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
-            ));
-        }
+        require_registry(&layout, schemas.as_ref())?;
         let dlq = self.open_table(&dead_letter_table_name(topic), topic_id, partition_spec, dlq_iceberg_schema()).await?;
         let table = self.open_table(topic, topic_id, partition_spec, typed_table_schema(&layout)).await?;
         Ok(table.with_typed_values(schemas, layout, dlq))
@@ -291,11 +287,7 @@ impl IcebergCatalog {
         layout: TypedLayout,
         schemas: Option<Arc<dyn crate::typed::SchemaSource>>,
     ) -> Result<TopicTable> {
-        if layout.needs_registry() && schemas.is_none() {
-            return Err(TieringError::SchemaRegistry(
-                "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
-            ));
-        }
+        require_registry(&layout, schemas.as_ref())?;
         if !layout.keep_raw {
             // Without the bytes no fetch can be rebuilt from the table.
             return Err(TieringError::Unsupported(format!(
@@ -382,6 +374,16 @@ impl IcebergCatalog {
             _ => Ok(()),
         }
     }
+}
+
+/// A layout that types through the Schema Registry needs it on.
+fn require_registry(layout: &TypedLayout, schemas: Option<&Arc<dyn crate::typed::SchemaSource>>) -> Result<()> {
+    if layout.needs_registry() && schemas.is_none() {
+        return Err(TieringError::SchemaRegistry(
+            "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The companion table of a shared topic's table: `<topic>__log`.
