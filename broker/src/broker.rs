@@ -42,7 +42,8 @@ pub struct Broker {
     pub replicas: Arc<crate::replication::ReplicaManager>,
     /// The built-in Schema Registry's state, when it runs (for `confluent.*.schema.validation`).
     pub schemas: Option<Arc<crate::schema_registry::SchemaStore>>,
-    /// The table read path of shared-storage topics (`None`: no topic can be shared).
+    /// The table read path of shared-storage topics (always started by `run::serve`;
+    /// `None` only in handler tests, where a table-only offset is answered empty).
     pub table_reads: Option<Arc<crate::table_reads::TableReads>>,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
