@@ -1,4 +1,7 @@
-//! The `floe` binary: parse settings, start logging, run the broker.
+//! The `floe` binary: parse settings, start logging, run the broker; or run
+//! one of the admin commands ([`cli`]) against a running cluster.
+
+mod cli;
 
 use std::path::PathBuf;
 
@@ -69,6 +72,8 @@ enum LogFormat {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Admin(cli::AdminCommand),
     /// Checks the CRC-32C of every record batch of every segment in a data
     /// directory (read-only) and lists each damaged range. Exits 1 if any is
     /// found. On a running broker an active segment's last batch may be
@@ -135,7 +140,11 @@ enum IcebergCommand {
 fn main() -> anyhow::Result<()> {
     // Parsed first, so logging starts in the format asked for (clap prints its own errors).
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Admin commands talk to people through stdout and their errors: only warnings are logged.
+    init_logging(cli.log_format, if matches!(cli.command, Some(Command::Admin(_))) { "warn" } else { "info" });
+    if let Some(Command::Admin(command)) = cli.command {
+        std::process::exit(i32::from(cli::run(command)));
+    }
     if let Some(Command::Verify { data_dir }) = &cli.command {
         let corrupt = verify(data_dir)?;
         std::process::exit(if corrupt { 1 } else { 0 });
@@ -226,10 +235,10 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts logging to stderr, filtered by `RUST_LOG` (default `info`), for every subcommand.
-fn init_logging(format: LogFormat) {
+/// Starts logging to stderr, filtered by `RUST_LOG` (default `default_level`), for every subcommand.
+fn init_logging(format: LogFormat, default_level: &str) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => {

@@ -200,6 +200,56 @@ impl InterBrokerClient {
         Ok(InterBrokerClient { tls: tls_config, sasl })
     }
 
+    /// What a command-line client (`floe topic ...`) presents, from librdkafka's
+    /// property names, as `-X key=value` gives them: `security.protocol`,
+    /// `sasl.mechanism` (or `sasl.mechanisms`), `sasl.username`, `sasl.password`,
+    /// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
+    /// `ssl.endpoint.identification.algorithm` (`https`, the default, or `none`).
+    /// Returns the client and the protocol its bootstrap endpoints speak.
+    ///
+    /// # Errors
+    /// A message naming the property at fault and what it should be.
+    pub fn for_client(props: &BTreeMap<String, String>) -> Result<(Self, SecurityProtocol), String> {
+        let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
+        let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
+            .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+        let tls = if protocol.uses_tls() {
+            let ca = prop("ssl.ca.location")
+                .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
+            let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
+                "https" => true,
+                "none" => false,
+                other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
+            };
+            let settings = TlsSettings {
+                certificate: prop("ssl.certificate.location").map(Into::into),
+                key: prop("ssl.key.location").map(Into::into),
+                truststore: Some(ca.into()),
+                client_auth: super::tls::ClientAuth::None,
+                tls12: true,
+                tls13: true,
+                ktls: super::ktls::KtlsMode::Off,
+                reload_interval_ms: 0,
+            };
+            Some(Arc::new(client_config(&settings, verify_hostname).map_err(|e| e.to_string())?))
+        } else {
+            None
+        };
+        let sasl = if protocol.uses_sasl() {
+            let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
+            let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
+                .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
+            let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
+                return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
+            };
+            Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
+        } else {
+            None
+        };
+        Ok((InterBrokerClient { tls, sasl }, protocol))
+    }
+
     /// The TLS client configuration, if loaded.
     pub fn tls(&self) -> Option<&Arc<ClientConfig>> {
         self.tls.as_ref()

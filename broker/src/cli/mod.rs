@@ -1,0 +1,101 @@
+//! The admin commands of the `floe` binary (`floe topic`, `floe group`,
+//! `floe cluster`, `floe acl`, `floe user`): Kafka's shell tools in one
+//! binary, speaking only the Kafka protocol, so they work against any Kafka
+//! cluster as well as Floe.
+//!
+//! These modules belong to the binary, not the library: they are the edge
+//! where errors become messages and exit codes ([`admin::exit_code`]).
+//! Each command group lives in its own file; [`admin`] connects and routes,
+//! [`output`] prints tables, JSON or YAML.
+
+pub mod acl;
+pub mod admin;
+pub mod cluster;
+pub mod connect;
+pub mod consume;
+pub mod group;
+pub mod offsets;
+pub mod output;
+pub mod produce;
+pub mod topic;
+pub mod user;
+
+use connect::ConnectArgs;
+use output::{Format, Output};
+
+/// Options of every admin command group: where to connect and how to print.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Output format: aligned `table` for people, `json` or `yaml` for scripts.
+    #[arg(long, short = 'f', global = true, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// The admin command groups, flattened into `floe`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Create, list, describe, change, trim and delete topics; produce and consume.
+    Topic {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: topic::TopicCommand,
+    },
+    /// Consumer groups: list, describe with lag per partition, seek, delete.
+    Group {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: group::GroupCommand,
+    },
+    /// The cluster: its brokers, controller and health.
+    Cluster {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
+    /// Access control lists (when the broker has an authorizer).
+    Acl {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: acl::AclCommand,
+    },
+    /// SCRAM users (SASL/SCRAM-SHA-256 and -512 credentials).
+    User {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: user::UserCommand,
+    },
+}
+
+/// Runs an admin command on a single-threaded runtime; returns the process exit code.
+pub fn run(command: AdminCommand) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return 1;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match command {
+            AdminCommand::Topic { common, command } => topic::run(command, &common.connect, Output { format: common.format }).await,
+            AdminCommand::Group { common, command } => group::run(command, &common.connect, Output { format: common.format }).await,
+            AdminCommand::Cluster { common, command } => cluster::run(command, &common.connect, Output { format: common.format }).await,
+            AdminCommand::Acl { common, command } => acl::run(command, &common.connect, Output { format: common.format }).await,
+            AdminCommand::User { common, command } => user::run(command, &common.connect, Output { format: common.format }).await,
+        }
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            admin::exit_code(&e)
+        }
+    }
+}

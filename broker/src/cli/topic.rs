@@ -1,0 +1,370 @@
+//! `floe topic`: create, list, describe, change and delete topics (Kafka's
+//! `kafka-topics` and `kafka-configs --entity-type topics`), and produce or
+//! consume from the shell.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use serde_json::{json, Value};
+
+use super::admin::{check, error_name, Admin, CliFailure, Target};
+use super::connect::ConnectArgs;
+use super::offsets::{list_offsets, EARLIEST, LATEST};
+use super::output::{Output, Table};
+use super::{consume, produce};
+
+/// DescribeConfigs' resource type of a topic.
+pub const TOPIC_RESOURCE: i8 = 2;
+
+/// `floe topic ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TopicCommand {
+    /// Creates a topic.
+    ///
+    /// Examples:
+    ///   floe topic create orders --partitions 6
+    ///   floe topic create clicks --partitions 3 --replicas 3 -c retention.ms=86400000 -c cleanup.policy=compact
+    #[command(verbatim_doc_comment)]
+    Create {
+        /// The topic's name.
+        name: String,
+        /// Number of partitions [default: the broker's `num.partitions`].
+        #[arg(long, short = 'p')]
+        partitions: Option<i32>,
+        /// Replication factor [default: the broker's `default.replication.factor`].
+        #[arg(long, short = 'r', visible_alias = "replication-factor")]
+        replicas: Option<i16>,
+        /// A topic setting, Kafka's names (`retention.ms=86400000`); repeatable.
+        #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        /// Ask the broker to validate only: nothing is created.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Lists topics with their partition count and replication factor.
+    ///
+    /// Examples:
+    ///   floe topic list
+    ///   floe topic list --internal --format json
+    #[command(verbatim_doc_comment)]
+    List {
+        /// Include internal topics (`__consumer_offsets`, `__transaction_state`...).
+        #[arg(long, short = 'i')]
+        internal: bool,
+    },
+    /// Shows a topic's partitions (leader, replicas, in-sync replicas, log
+    /// start offset, high watermark) and its settings that differ from the defaults.
+    ///
+    /// Examples:
+    ///   floe topic describe orders
+    ///   floe topic describe orders --all-configs --format yaml
+    #[command(verbatim_doc_comment)]
+    Describe {
+        /// The topics' names.
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// Show every setting, defaults included.
+        #[arg(long)]
+        all_configs: bool,
+    },
+    /// Changes a topic's settings (IncrementalAlterConfigs).
+    ///
+    /// Examples:
+    ///   floe topic alter-config orders -s retention.ms=3600000 -s max.message.bytes=2097152
+    ///   floe topic alter-config orders -d retention.ms
+    #[command(verbatim_doc_comment)]
+    AlterConfig {
+        /// The topic's name.
+        name: String,
+        /// Set a setting; repeatable.
+        #[arg(long = "set", short = 's', value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Remove a setting (back to the broker default); repeatable.
+        #[arg(long = "delete", short = 'd', value_name = "KEY")]
+        delete: Vec<String>,
+        /// Ask the broker to validate only.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Raises a topic's partition count (it cannot shrink).
+    ///
+    /// Example:
+    ///   floe topic add-partitions orders --total 12
+    #[command(verbatim_doc_comment)]
+    AddPartitions {
+        /// The topic's name.
+        name: String,
+        /// The partition count after the change.
+        #[arg(long, short = 't')]
+        total: i32,
+        /// Ask the broker to validate only.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Deletes topics.
+    ///
+    /// Example:
+    ///   floe topic delete orders clicks
+    #[command(verbatim_doc_comment)]
+    Delete {
+        /// The topics' names.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Deletes the records before an offset (DeleteRecords): the log start
+    /// offset moves there, in every partition given.
+    ///
+    /// Examples:
+    ///   floe topic trim-prefix orders --offset 1000                # every partition
+    ///   floe topic trim-prefix orders --partitions 0,2 --offset end  # empty them
+    #[command(verbatim_doc_comment)]
+    TrimPrefix {
+        /// The topic's name.
+        name: String,
+        /// The partitions [default: all].
+        #[arg(long, short = 'p', value_delimiter = ',')]
+        partitions: Vec<i32>,
+        /// The new log start offset: a number, or `end` (the high watermark).
+        #[arg(long, short = 'o')]
+        offset: String,
+    },
+    /// Produces records read from stdin (one per line) or given with --value.
+    #[command(flatten_help = false)]
+    Produce(produce::ProduceArgs),
+    /// Consumes records and prints them.
+    Consume(consume::ConsumeArgs),
+}
+
+/// Runs a `floe topic` command.
+///
+/// # Errors
+/// What went wrong, for people; [`super::admin::exit_code`] tells the exit code.
+pub async fn run(command: TopicCommand, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
+    match command {
+        TopicCommand::Produce(args) => return produce::run(args, connect, out).await,
+        TopicCommand::Consume(args) => return consume::run(args, connect, out).await,
+        _ => {}
+    }
+    let mut admin = Admin::connect(connect).await?;
+    match command {
+        TopicCommand::Create { name, partitions, replicas, configs, dry_run } => create(&mut admin, out, name, partitions, replicas, configs, dry_run).await,
+        TopicCommand::List { internal } => list(&mut admin, out, internal).await,
+        TopicCommand::Describe { names, all_configs } => describe(&mut admin, out, names, all_configs).await,
+        TopicCommand::Delete { names } => delete(&mut admin, out, names).await,
+        TopicCommand::AlterConfig { .. } | TopicCommand::AddPartitions { .. } | TopicCommand::TrimPrefix { .. } => {
+            bail!("not built yet")
+        }
+        TopicCommand::Produce(_) | TopicCommand::Consume(_) => unreachable!("dispatched above"),
+    }
+}
+
+/// Splits `key=value`; `what` names the flag in the error.
+pub fn key_value(text: &str, what: &str) -> anyhow::Result<(String, String)> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| anyhow!("{what} `{text}` is not KEY=VALUE (e.g. retention.ms=86400000)"))
+}
+
+async fn create(admin: &mut Admin, out: Output, name: String, partitions: Option<i32>, replicas: Option<i16>, configs: Vec<String>, dry_run: bool) -> anyhow::Result<()> {
+    let configs = configs
+        .iter()
+        .map(|c| key_value(c, "-c").map(|(k, v)| CreatableTopicConfig::default().with_name(StrBytes::from_string(k)).with_value(Some(StrBytes::from_string(v)))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_string(name.clone())))
+        .with_num_partitions(partitions.unwrap_or(-1))
+        .with_replication_factor(replicas.unwrap_or(-1))
+        .with_configs(configs);
+    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000).with_validate_only(dry_run);
+    let response = admin.call(Target::Controller, &request).await?;
+    let result = response.topics.first().ok_or_else(|| anyhow!("CreateTopics answered nothing for {name}"))?;
+    check(result.error_code, result.error_message.as_ref(), &format!("creating topic {name}"))?;
+    let value = json!({
+        "topic": name, "partitions": result.num_partitions, "replication_factor": result.replication_factor,
+        "topic_id": result.topic_id.to_string(), "validate_only": dry_run,
+    });
+    let verb = if dry_run { "would be created (dry run)" } else { "created" };
+    out.done(&value, &format!("topic {name} {verb}: {} partitions, replication factor {}", result.num_partitions, result.replication_factor));
+    Ok(())
+}
+
+async fn list(admin: &mut Admin, out: Output, internal: bool) -> anyhow::Result<()> {
+    let metadata = admin.metadata(None).await?;
+    let mut rows: Vec<Value> = Vec::new();
+    for t in &metadata.topics {
+        let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
+        if (t.is_internal || name.starts_with("__")) && !internal {
+            continue;
+        }
+        let replicas = t.partitions.first().map_or(0, |p| p.replica_nodes.len());
+        rows.push(json!({
+            "topic": name, "partitions": t.partitions.len(), "replication_factor": replicas,
+            "internal": t.is_internal, "error": error_name(t.error_code),
+        }));
+    }
+    rows.sort_by(|a, b| a["topic"].as_str().cmp(&b["topic"].as_str()));
+    let mut table = Table::new(&["topic", "partitions", "replicas"]);
+    for r in &rows {
+        table.row([r["topic"].as_str().unwrap_or("").to_string(), r["partitions"].to_string(), r["replication_factor"].to_string()]);
+    }
+    let notes = if rows.is_empty() { vec!["no topics (create one: floe topic create NAME --partitions N)".to_string()] } else { vec![] };
+    out.print(&Value::Array(rows), &table, &notes);
+    Ok(())
+}
+
+/// Each topic's settings: (name, value, source, read-only, sensitive), from DescribeConfigs.
+pub async fn topic_configs(admin: &mut Admin, names: &[String]) -> anyhow::Result<BTreeMap<String, Vec<Value>>> {
+    let request = DescribeConfigsRequest::default().with_resources(
+        names.iter().map(|n| DescribeConfigsResource::default().with_resource_type(TOPIC_RESOURCE).with_resource_name(StrBytes::from_string(n.clone())).with_configuration_keys(None)).collect(),
+    );
+    let response = admin.call(Target::Any, &request).await?;
+    let mut out = BTreeMap::new();
+    for r in response.results {
+        check(r.error_code, r.error_message.as_ref(), &format!("settings of topic {}", r.resource_name.as_str()))?;
+        let configs = r
+            .configs
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name.as_str(),
+                    "value": if c.is_sensitive { None } else { c.value.as_ref().map(|v| v.as_str().to_string()) },
+                    "source": config_source(c.config_source),
+                    "read_only": c.read_only, "sensitive": c.is_sensitive,
+                })
+            })
+            .collect();
+        out.insert(r.resource_name.to_string(), configs);
+    }
+    Ok(out)
+}
+
+/// DescribeConfigs' `config_source` as Kafka's `ConfigSource` names it.
+pub fn config_source(source: i8) -> &'static str {
+    match source {
+        1 => "DYNAMIC_TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        7 => "CLIENT_METRICS_CONFIG",
+        8 => "GROUP_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
+async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_configs: bool) -> anyhow::Result<()> {
+    let metadata = admin.metadata(Some(&names)).await?;
+    for t in &metadata.topics {
+        let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+        check(t.error_code, None, &format!("topic {name}"))?;
+    }
+    let earliest = list_offsets(admin, &metadata, &names, EARLIEST, false).await?;
+    let latest = list_offsets(admin, &metadata, &names, LATEST, false).await?;
+    let configs = topic_configs(admin, &names).await?;
+    let mut docs = Vec::new();
+    let mut text = String::new();
+    for t in &metadata.topics {
+        let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
+        let mut parts: Vec<_> = t.partitions.iter().collect();
+        parts.sort_by_key(|p| p.partition_index);
+        let mut table = Table::new(&["partition", "leader", "epoch", "replicas", "isr", "offline", "log-start", "high-watermark", "records"]);
+        let mut partitions = Vec::new();
+        for p in parts {
+            let ids = |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+            let start = earliest.get(&(name.clone(), p.partition_index)).copied();
+            let end = latest.get(&(name.clone(), p.partition_index)).copied();
+            let records = match (start, end) {
+                (Some(s), Some(e)) if e >= s => Some(e - s),
+                _ => None,
+            };
+            let join = |v: Vec<i32>| v.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+            table.row([
+                p.partition_index.to_string(),
+                p.leader_id.0.to_string(),
+                p.leader_epoch.to_string(),
+                join(ids(&p.replica_nodes)),
+                join(ids(&p.isr_nodes)),
+                join(ids(&p.offline_replicas)),
+                start.map_or("-".into(), |o| o.to_string()),
+                end.map_or("-".into(), |o| o.to_string()),
+                records.map_or("-".into(), |o| o.to_string()),
+            ]);
+            partitions.push(json!({
+                "partition": p.partition_index, "leader": p.leader_id.0, "leader_epoch": p.leader_epoch,
+                "replicas": ids(&p.replica_nodes), "isr": ids(&p.isr_nodes), "offline_replicas": ids(&p.offline_replicas),
+                "log_start_offset": start, "high_watermark": end, "records": records, "error": error_name(p.error_code),
+            }));
+        }
+        let topic_configs = configs.get(&name).cloned().unwrap_or_default();
+        let shown: Vec<&Value> = topic_configs.iter().filter(|c| all_configs || c["source"] == "DYNAMIC_TOPIC_CONFIG").collect();
+        let replicas = t.partitions.first().map_or(0, |p| p.replica_nodes.len());
+        text.push_str(&format!(
+            "Topic: {name}  Id: {}  Partitions: {}  Replication: {replicas}{}\n",
+            t.topic_id,
+            t.partitions.len(),
+            if t.is_internal { "  (internal)" } else { "" }
+        ));
+        if shown.is_empty() {
+            text.push_str(if all_configs { "Configs: none\n" } else { "Configs: all defaults (--all-configs shows them)\n" });
+        } else {
+            let mut ct = Table::new(&["config", "value", "source"]);
+            for c in &shown {
+                ct.row([c["name"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or(if c["sensitive"] == true { "(sensitive)" } else { "" }), c["source"].as_str().unwrap_or("")]);
+            }
+            text.push_str(&ct.render());
+        }
+        text.push('\n');
+        text.push_str(&table.render());
+        text.push('\n');
+        docs.push(json!({
+            "topic": name, "topic_id": t.topic_id.to_string(), "internal": t.is_internal,
+            "partitions": partitions, "configs": shown,
+        }));
+    }
+    match out.format {
+        super::output::Format::Table => print!("{}", text.trim_end_matches('\n').to_string() + "\n"),
+        _ => out.print(&Value::Array(docs), &Table::default(), &[]),
+    }
+    Ok(())
+}
+
+async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::Result<()> {
+    let mut request = DeleteTopicsRequest::default().with_timeout_ms(30_000);
+    if admin.negotiate::<DeleteTopicsRequest>(Target::Controller).await? >= 6 {
+        request.topics = names.iter().map(|n| DeleteTopicState::default().with_name(Some(TopicName(StrBytes::from_string(n.clone()))))).collect();
+    } else {
+        request.topic_names = names.iter().map(|n| TopicName(StrBytes::from_string(n.clone()))).collect();
+    }
+    let response = admin.call(Target::Controller, &request).await?;
+    let mut failures = Vec::new();
+    let mut results = Vec::new();
+    for r in &response.responses {
+        let name = r.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+        let err = error_name(r.error_code);
+        if let Err(e) = check(r.error_code, r.error_message.as_ref(), &format!("deleting topic {name}")) {
+            failures.push(e);
+        } else if out.format == super::output::Format::Table {
+            println!("topic {name} deleted");
+        }
+        results.push(json!({"topic": name, "error": err}));
+    }
+    if out.format != super::output::Format::Table {
+        out.print(&Value::Array(results), &Table::default(), &[]);
+    }
+    match failures.len() {
+        0 => Ok(()),
+        1 => Err(failures.remove(0)),
+        _ => {
+            let not_found = failures.iter().all(|e| e.downcast_ref::<CliFailure>().is_some());
+            let text = failures.iter().map(|e| format!("{e}")).collect::<Vec<_>>().join("; ");
+            if not_found { Err(CliFailure::NotFound(text).into()) } else { Err(anyhow!(text)) }
+        }
+    }
+}
