@@ -8,7 +8,13 @@ use anyhow::{anyhow, bail};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, TopicName};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
@@ -156,9 +162,9 @@ pub async fn run(command: TopicCommand, connect: &ConnectArgs, out: Output) -> a
         TopicCommand::List { internal } => list(&mut admin, out, internal).await,
         TopicCommand::Describe { names, all_configs } => describe(&mut admin, out, names, all_configs).await,
         TopicCommand::Delete { names } => delete(&mut admin, out, names).await,
-        TopicCommand::AlterConfig { .. } | TopicCommand::AddPartitions { .. } | TopicCommand::TrimPrefix { .. } => {
-            bail!("not built yet")
-        }
+        TopicCommand::AlterConfig { name, set, delete, dry_run } => alter_config(&mut admin, out, name, set, delete, dry_run).await,
+        TopicCommand::AddPartitions { name, total, dry_run } => add_partitions(&mut admin, out, name, total, dry_run).await,
+        TopicCommand::TrimPrefix { name, partitions, offset } => trim_prefix(&mut admin, out, name, partitions, offset).await,
         TopicCommand::Produce(_) | TopicCommand::Consume(_) => unreachable!("dispatched above"),
     }
 }
@@ -367,4 +373,130 @@ async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::R
             if not_found { Err(CliFailure::NotFound(text).into()) } else { Err(anyhow!(text)) }
         }
     }
+}
+
+/// IncrementalAlterConfigs' operations.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<String>, delete: Vec<String>, dry_run: bool) -> anyhow::Result<()> {
+    if set.is_empty() && delete.is_empty() {
+        bail!("nothing to change: give -s KEY=VALUE to set a setting or -d KEY to remove one");
+    }
+    let mut ops = Vec::new();
+    let mut changes = Vec::new();
+    for s in &set {
+        let (k, v) = key_value(s, "-s")?;
+        changes.push(json!({"name": k, "operation": "SET", "value": v}));
+        ops.push(AlterableConfig::default().with_name(StrBytes::from_string(k)).with_config_operation(OP_SET).with_value(Some(StrBytes::from_string(v))));
+    }
+    for k in &delete {
+        changes.push(json!({"name": k, "operation": "DELETE", "value": null}));
+        ops.push(AlterableConfig::default().with_name(StrBytes::from_string(k.clone())).with_config_operation(OP_DELETE).with_value(None));
+    }
+    let request = IncrementalAlterConfigsRequest::default()
+        .with_resources(vec![AlterConfigsResource::default().with_resource_type(TOPIC_RESOURCE).with_resource_name(StrBytes::from_string(name.clone())).with_configs(ops)])
+        .with_validate_only(dry_run);
+    let response = admin.call(Target::Any, &request).await?;
+    let result = response.responses.first().ok_or_else(|| anyhow!("IncrementalAlterConfigs answered nothing for {name}"))?;
+    check(result.error_code, result.error_message.as_ref(), &format!("changing the settings of topic {name}"))?;
+    // What the topic's settings are now (before, for a dry run: nothing changed).
+    let configs = topic_configs(admin, std::slice::from_ref(&name)).await?;
+    let set_now: Vec<Value> = configs.get(&name).cloned().unwrap_or_default().into_iter().filter(|c| c["source"] == "DYNAMIC_TOPIC_CONFIG").collect();
+    let doc = json!({"topic": name, "validate_only": dry_run, "changes": changes, "configs": set_now});
+    if out.format != super::output::Format::Table {
+        out.print(&doc, &Table::default(), &[]);
+        return Ok(());
+    }
+    if dry_run {
+        println!("topic {name}: the change is valid (dry run: nothing changed)");
+        let mut t = Table::new(&["config", "operation", "value"]);
+        for c in &changes {
+            t.row([c["name"].as_str().unwrap_or(""), c["operation"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or("")]);
+        }
+        print!("{}", t.render());
+        return Ok(());
+    }
+    println!("topic {name}: settings changed");
+    if set_now.is_empty() {
+        println!("Configs: all defaults");
+    } else {
+        let mut t = Table::new(&["config", "value", "source"]);
+        for c in &set_now {
+            t.row([c["name"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or(if c["sensitive"] == true { "(sensitive)" } else { "" }), c["source"].as_str().unwrap_or("")]);
+        }
+        print!("{}", t.render());
+    }
+    Ok(())
+}
+
+async fn add_partitions(admin: &mut Admin, out: Output, name: String, total: i32, dry_run: bool) -> anyhow::Result<()> {
+    let request = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default().with_name(TopicName(StrBytes::from_string(name.clone()))).with_count(total).with_assignments(None)])
+        .with_timeout_ms(30_000)
+        .with_validate_only(dry_run);
+    let response = admin.call(Target::Controller, &request).await?;
+    let result = response.results.first().ok_or_else(|| anyhow!("CreatePartitions answered nothing for {name}"))?;
+    check(result.error_code, result.error_message.as_ref(), &format!("adding partitions to topic {name}"))?;
+    let verb = if dry_run { "would have" } else { "now has" };
+    let suffix = if dry_run { " (dry run: nothing changed)" } else { "" };
+    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {total} partitions{suffix}"));
+    Ok(())
+}
+
+/// DeleteRecords' offset for "up to the high watermark".
+const TRIM_TO_END: i64 = -1;
+
+async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: Vec<i32>, offset: String) -> anyhow::Result<()> {
+    let offset = match offset.as_str() {
+        "end" => TRIM_TO_END,
+        n => match n.parse::<i64>() {
+            Ok(o) if o >= 0 => o,
+            _ => bail!("--offset `{n}` is not an offset (a number from 0) or `end`"),
+        },
+    };
+    let metadata = admin.metadata(Some(std::slice::from_ref(&name))).await?;
+    let topic = metadata.topics.first().ok_or_else(|| anyhow!("Metadata answered nothing for topic {name}"))?;
+    check(topic.error_code, None, &format!("topic {name}"))?;
+    let leaders: BTreeMap<i32, i32> = topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
+    let chosen: Vec<i32> = if partitions.is_empty() { leaders.keys().copied().collect() } else { partitions };
+    // One request per leader, each for its partitions.
+    let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for p in &chosen {
+        let Some(&leader) = leaders.get(p) else {
+            return Err(CliFailure::NotFound(format!("topic {name} has no partition {p} (it has {})", leaders.len())).into());
+        };
+        if leader < 0 {
+            bail!("partition {name}-{p} has no leader (see `floe cluster health`); nothing trimmed there");
+        }
+        by_leader.entry(leader).or_default().push(*p);
+    }
+    let mut results = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (leader, parts) in by_leader {
+        let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.clone())))
+            .with_partitions(parts.iter().map(|&p| DeleteRecordsPartition::default().with_partition_index(p).with_offset(offset)).collect())]);
+        let response = admin.call(Target::Node(leader), &request).await?;
+        for t in response.topics {
+            for p in t.partitions {
+                let hint = if p.error_code == kafka_protocol::error::ResponseError::OffsetOutOfRange.code() { " (past the high watermark: see `floe topic describe`)" } else { "" };
+                if let Err(e) = check(p.error_code, None, &format!("trimming {name}-{}", p.partition_index)) {
+                    failures.push(format!("{e}{hint}"));
+                }
+                results.insert(p.partition_index, (p.low_watermark, error_name(p.error_code)));
+            }
+        }
+    }
+    let mut table = Table::new(&["partition", "low-watermark", "error"]);
+    let mut rows = Vec::new();
+    for (p, (low, err)) in &results {
+        table.row([p.to_string(), if err.is_some() { "-".to_string() } else { low.to_string() }, err.clone().unwrap_or_default()]);
+        rows.push(json!({"partition": p, "low_watermark": if err.is_some() { None } else { Some(low) }, "error": err}));
+    }
+    out.print(&json!({"topic": name, "partitions": rows}), &table, &[]);
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
 }
