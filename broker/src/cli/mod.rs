@@ -16,12 +16,14 @@ pub mod consume;
 pub mod group;
 pub mod offsets;
 pub mod output;
+pub mod partitioner;
 pub mod produce;
+pub mod records;
 pub mod topic;
 pub mod user;
 
 use connect::ConnectArgs;
-use output::{Format, Output};
+use output::Output;
 
 /// Options of every admin command group: where to connect and how to print.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,8 +31,10 @@ pub struct Common {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Output format: aligned `table` for people, `json` or `yaml` for scripts.
-    #[arg(long, short = 'f', global = true, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    // One type with `topic consume`'s own --format (which also takes a
+    // template such as '%k %v'): clap hands a global's value between levels by id.
+    #[arg(long, short = 'f', global = true, default_value = "table", value_name = "FORMAT", value_parser = consume::parse_output_format)]
+    pub format: consume::PrintFormat,
 }
 
 /// The admin command groups, flattened into `floe`'s subcommands.
@@ -84,11 +88,11 @@ pub fn run(command: AdminCommand) -> u8 {
     };
     let result = runtime.block_on(async move {
         match command {
-            AdminCommand::Topic { common, command } => topic::run(command, &common.connect, Output { format: common.format }).await,
-            AdminCommand::Group { common, command } => group::run(command, &common.connect, Output { format: common.format }).await,
-            AdminCommand::Cluster { common, command } => cluster::run(command, &common.connect, Output { format: common.format }).await,
-            AdminCommand::Acl { common, command } => acl::run(command, &common.connect, Output { format: common.format }).await,
-            AdminCommand::User { common, command } => user::run(command, &common.connect, Output { format: common.format }).await,
+            AdminCommand::Topic { common, command } => topic::run(command, &common.connect, Output { format: common.format.output() }).await,
+            AdminCommand::Group { common, command } => group::run(command, &common.connect, Output { format: common.format.output() }).await,
+            AdminCommand::Cluster { common, command } => cluster::run(command, &common.connect, Output { format: common.format.output() }).await,
+            AdminCommand::Acl { common, command } => acl::run(command, &common.connect, Output { format: common.format.output() }).await,
+            AdminCommand::User { common, command } => user::run(command, &common.connect, Output { format: common.format.output() }).await,
         }
     });
     match result {
