@@ -4,7 +4,7 @@ AdminClient and producer)."""
 
 from __future__ import annotations
 
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from cli import floe_cli, floe_json, floe_ok
 from clients import admin, create_topic, produce_all, unique_topic
@@ -85,3 +85,79 @@ def test_brokers_default_and_environment(floe):
     assert via_x.returncode == 0 and topic in via_x.stdout
     help_text = floe_ok(None, "topic", "create", "--help")
     assert "127.0.0.1:9092" in help_text and "Examples:" in help_text
+
+
+def test_alter_config_sets_and_removes_settings(floe):
+    topic = unique_topic("alter")
+    create_topic(floe.bootstrap, topic, config={"cleanup.policy": "compact"})
+    res = ConfigResource(ResourceType.TOPIC, topic)
+
+    def configs():
+        a = admin(floe.bootstrap)
+        return a.describe_configs([res])[res].result(timeout=10)
+
+    default_retention = configs()["retention.ms"].value
+    dry = floe_json(floe.bootstrap, "topic", "alter-config", topic, "-s", "retention.ms=3600000", "--dry-run")
+    assert dry["validate_only"] is True and configs()["retention.ms"].value == default_retention
+
+    doc = floe_json(floe.bootstrap, "topic", "alter-config", topic, "-s", "retention.ms=3600000", "-s", "max.message.bytes=2097152")
+    seen = configs()
+    assert seen["retention.ms"].value == "3600000" and seen["max.message.bytes"].value == "2097152"
+    assert seen["cleanup.policy"].value == "compact", "incremental: the other settings stay"
+    assert {c["name"]: c["value"] for c in doc["configs"]} == \
+        {"retention.ms": "3600000", "max.message.bytes": "2097152", "cleanup.policy": "compact"}
+
+    text = floe_ok(floe.bootstrap, "topic", "alter-config", topic, "-d", "retention.ms")
+    assert "retention.ms" not in text and "max.message.bytes" in text
+    seen = configs()
+    assert seen["retention.ms"].value == default_retention and getattr(seen["retention.ms"].source, "value", seen["retention.ms"].source) != ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # back to a default
+
+    bad = floe_cli(floe.bootstrap, "topic", "alter-config", topic, "-s", "retention.ms=soon")
+    assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr, bad.stderr
+    nothing = floe_cli(floe.bootstrap, "topic", "alter-config", topic)
+    assert nothing.returncode != 0 and "-s KEY=VALUE" in nothing.stderr
+    missing = floe_cli(floe.bootstrap, "topic", "alter-config", unique_topic("none"), "-s", "retention.ms=1")
+    assert missing.returncode in (1, 4) and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr, missing.stderr
+
+
+def test_add_partitions_grows_a_topic(floe):
+    topic = unique_topic("grow")
+    create_topic(floe.bootstrap, topic, partitions=2)
+    floe_ok(floe.bootstrap, "topic", "add-partitions", topic, "--total", "5", "--dry-run")
+    assert len(admin(floe.bootstrap).list_topics(topic, timeout=10).topics[topic].partitions) == 2
+    out = floe_ok(floe.bootstrap, "topic", "add-partitions", topic, "--total", "5")
+    assert f"topic {topic} now has 5 partitions" in out
+    assert len(admin(floe.bootstrap).list_topics(topic, timeout=10).topics[topic].partitions) == 5
+    shrink = floe_cli(floe.bootstrap, "topic", "add-partitions", topic, "--total", "3")
+    assert shrink.returncode == 1 and "INVALID_PARTITIONS" in shrink.stderr, shrink.stderr
+    missing = floe_cli(floe.bootstrap, "topic", "add-partitions", unique_topic("none"), "--total", "3")
+    assert missing.returncode == 4, missing.stderr
+
+
+def test_trim_prefix_moves_the_log_start(floe):
+    from confluent_kafka import TopicPartition
+    from clients import consumer
+    topic = unique_topic("trim")
+    create_topic(floe.bootstrap, topic, partitions=3)
+    for p in range(3):
+        produce_all(floe.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)], partition=p)
+
+    def watermarks():
+        c = consumer(floe.bootstrap)
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(3)}
+        finally:
+            c.close()
+
+    doc = floe_json(floe.bootstrap, "topic", "trim-prefix", topic, "--partitions", "0,2", "--offset", "4")
+    assert {p["partition"]: p["low_watermark"] for p in doc["partitions"]} == {0: 4, 2: 4}
+    assert watermarks() == {0: (4, 10), 1: (0, 10), 2: (4, 10)}
+
+    text = floe_ok(floe.bootstrap, "topic", "trim-prefix", topic, "--offset", "end")
+    assert "LOW-WATERMARK" in text
+    assert watermarks() == {0: (10, 10), 1: (10, 10), 2: (10, 10)}
+
+    past = floe_cli(floe.bootstrap, "topic", "trim-prefix", topic, "--offset", "50")
+    assert past.returncode == 1 and "OFFSET_OUT_OF_RANGE" in past.stderr, past.stderr
+    nopart = floe_cli(floe.bootstrap, "topic", "trim-prefix", topic, "-p", "7", "--offset", "1")
+    assert nopart.returncode == 4, nopart.stderr

@@ -133,7 +133,7 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
     for b in &mut brokers {
         let Some(id) = b["id"].as_i64().and_then(|i| i32::try_from(i).ok()) else { continue };
         let answer = admin.call(Target::Node(id), &ApiVersionsRequest::default()).await;
-        let error = answer.err().map(|e| format!("{e:#}"));
+        let error = answer.err().map(|e| e.root_cause().to_string());
         if error.is_some() {
             unreachable.push(id);
         }
