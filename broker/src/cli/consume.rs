@@ -28,6 +28,16 @@ use super::output::{to_yaml, Format, Output};
 use super::produce::{leader_of, topic_metadata};
 use super::records::{decode_fetched, AbortedTxn, FetchedRecord};
 
+/// The `Examples:` block of `floe topic consume --help`.
+const CONSUME_EXAMPLES: &str = "\
+Examples:
+  floe topic consume orders --offset beginning --num 10
+  floe topic consume orders -e --format '%p %o %k %v %h'
+  floe topic consume orders --offset -5 -e            # the last 5 of each partition
+  floe topic consume orders --offset @1700000000000   # from a point in time
+  floe topic consume orders --partition 0,2 --format json | jq .value
+  floe topic consume orders --isolation read_committed -e";
+
 /// The highest Fetch version sent: v13 names topics by id.
 const FETCH_VERSION_CAP: i16 = 12;
 /// How long a leader may hold a Fetch waiting for new records.
@@ -124,23 +134,8 @@ pub enum Isolation {
 /// (no consumer group: nothing is committed).
 ///
 /// Without --num or -e it follows new records until Ctrl-C, as kcat and rpk do.
-///
-/// --format takes kcat's tokens: %t topic, %p partition, %o offset, %k key,
-/// %v value, %T timestamp (ms), %h headers (k=v,k=v), %K key length, %S
-/// value length (-1 for null), %% a percent sign; escapes \n \t \r \\. A
-/// template that does not end in \n gets one. `--format json` prints one
-/// JSON object per record (JSON Lines); bytes that are not UTF-8 come as
-/// base64, with `key_encoding`/`value_encoding` saying so.
-///
-/// Examples:
-///   floe topic consume orders --offset beginning --num 10
-///   floe topic consume orders -e --format '%p %o %k %v %h'
-///   floe topic consume orders --offset -5 -e            # the last 5 of each partition
-///   floe topic consume orders --offset @1700000000000   # from a point in time
-///   floe topic consume orders --partition 0,2 --format json | jq .value
-///   floe topic consume orders --isolation read_committed -e
 #[derive(Debug, clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, after_help = CONSUME_EXAMPLES)]
 pub struct ConsumeArgs {
     /// The topic's name.
     pub topic: String,
@@ -160,8 +155,13 @@ pub struct ConsumeArgs {
     /// read_committed hides the records of aborted and open transactions.
     #[arg(long, value_enum, default_value_t = Isolation::ReadUncommitted)]
     pub isolation: Isolation,
-    /// How to print each record: a template with % tokens ('%k %v'), `json`
-    /// (JSON Lines), `yaml`, or `table` (the default: each value on its own line).
+    /// How to print each record: a kcat template, `json` (JSON Lines: one object
+    /// per record, bytes that are not UTF-8 as base64 with `key_encoding` or
+    /// `value_encoding` saying so), `yaml`, or `table` (the default: each value
+    /// on its own line). Template tokens: %t topic, %p partition, %o offset,
+    /// %k key, %v value, %T timestamp (ms), %h headers (k=v,k=v), %K key
+    /// length, %S value length (-1 for null), %% a percent sign; escapes \n \t
+    /// \r \\. A template that does not end in \n gets one.
     #[arg(long, short = 'f', value_name = "TEMPLATE|json|yaml", default_value = "table", value_parser = parse_consume_format)]
     pub format: PrintFormat,
 }

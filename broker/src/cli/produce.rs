@@ -24,6 +24,15 @@ use super::partitioner::partition_for_key;
 use super::records::{codec_name, encode_batch, NewRecord};
 use super::topic::key_value;
 
+/// The `Examples:` block of `floe topic produce --help`.
+const PRODUCE_EXAMPLES: &str = "\
+Examples:
+  echo hello | floe topic produce orders
+  floe topic produce orders --value one --value two --partition 2
+  floe topic produce orders --key customer-7 -H source=cli -H trace=abc < lines.txt
+  printf 'k1:v1\\nk2:v2\\n' | floe topic produce orders -K : --compression zstd
+  floe topic produce orders --value x --format json";
+
 /// Uncompressed bytes per batch: well under Kafka's default `max.message.bytes` (1 MiB).
 const BATCH_BYTES: usize = 512 * 1024;
 /// The highest Produce version sent: v13 names topics by id.
@@ -63,15 +72,8 @@ impl Codec {
 /// the key), so they land beside the same keys from any Kafka producer;
 /// unkeyed records all go to one partition picked at random. Prints where
 /// the records went: the partition and the offsets the leader gave them.
-///
-/// Examples:
-///   echo hello | floe topic produce orders
-///   floe topic produce orders --value one --value two --partition 2
-///   floe topic produce orders --key customer-7 -H source=cli -H trace=abc < lines.txt
-///   printf 'k1:v1\nk2:v2\n' | floe topic produce orders -K : --compression zstd
-///   floe topic produce orders --value x --format json
 #[derive(Debug, clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, after_help = PRODUCE_EXAMPLES)]
 pub struct ProduceArgs {
     /// The topic's name.
     pub topic: String,
