@@ -359,8 +359,10 @@ async fn describe(admin: &mut Admin, out: Output, group: &str) -> anyhow::Result
     for tp in &partitions {
         let current = committed.get(tp).copied();
         let end = ends.get(tp).copied();
+        // As kafka-consumer-groups computes it: negative when the committed
+        // offset is past the end (the topic was recreated or truncated).
         let lag = match (current, end) {
-            (Some(c), Some(e)) => Some((e - c).max(0)),
+            (Some(c), Some(e)) => Some(e - c),
             _ => None,
         };
         total_lag += lag.unwrap_or(0);

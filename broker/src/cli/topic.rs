@@ -488,10 +488,15 @@ async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: V
             }
         }
     }
-    let mut table = Table::new(&["partition", "low-watermark", "error"]);
+    // The error column only when a partition failed.
+    let mut table = if failures.is_empty() { Table::new(&["partition", "low-watermark"]) } else { Table::new(&["partition", "low-watermark", "error"]) };
     let mut rows = Vec::new();
     for (p, (low, err)) in &results {
-        table.row([p.to_string(), if err.is_some() { "-".to_string() } else { low.to_string() }, err.clone().unwrap_or_default()]);
+        let mut cells = vec![p.to_string(), if err.is_some() { "-".to_string() } else { low.to_string() }];
+        if !failures.is_empty() {
+            cells.push(err.clone().unwrap_or_default());
+        }
+        table.row(cells);
         rows.push(json!({"partition": p, "low_watermark": if err.is_some() { None } else { Some(low) }, "error": err}));
     }
     out.print(&json!({"topic": name, "partitions": rows}), &table, &[]);
