@@ -180,3 +180,47 @@ def test_read_committed_hides_an_aborted_transaction(floe):
     got = read_all(floe.bootstrap, topic, 1, 3, **{"isolation.level": "read_committed"})
     assert [m.value() for m in got] == [b"c1", b"c2", b"c3"]
     assert [int(line.split()[0]) for line in committed.splitlines()] == [m.offset() for m in got]
+
+
+def test_schema_registry_avro_values_print_as_json(floe_factory):
+    """--schema-registry: values an AvroSerializer wrote (Confluent wire format) print as JSON;
+    plain values beside them print as they are."""
+    import urllib.request
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from floe_process import free_port
+
+    broker = floe_factory("floe", start=False)
+    broker.schema_registry_port = free_port()
+    broker.start()
+    url = broker.schema_registry_url
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if urllib.request.urlopen(url + "/subjects", timeout=2).status == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the schema registry did not answer"
+        time.sleep(0.1)
+
+    topic = create_topic(broker.bootstrap, unique_topic("avro"))
+    schema = {"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": None}]}
+    serializer = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(schema))
+    orders = [{"id": 1, "note": "first"}, {"id": 2, "note": None}]
+    values = [serializer(o, SerializationContext(topic, MessageField.VALUE)) for o in orders]
+    produce_all(broker.bootstrap, topic, [{"value": v} for v in values] + [{"value": b"plain text"}])
+
+    out = floe_ok(broker.bootstrap, "topic", "consume", topic, "-e", "--schema-registry", url)
+    lines = out.splitlines()
+    assert [json.loads(line) for line in lines[:2]] == orders
+    assert lines[2] == "plain text"
+    via_x = floe_ok(broker.bootstrap, "topic", "consume", topic, "-e", "-X", f"schema.registry.url={url}", "--num", "1",
+                    "--format", "json")
+    assert json.loads(json.loads(via_x)["value"]) == orders[0]
+    raw = floe_cli(broker.bootstrap, "topic", "consume", topic, "-e", "--num", "1", input=None)
+    assert raw.returncode == 0 and "first" in raw.stdout and not raw.stdout.startswith("{")

@@ -36,7 +36,8 @@ Examples:
   floe topic consume orders --offset -5 -e            # the last 5 of each partition
   floe topic consume orders --offset @1700000000000   # from a point in time
   floe topic consume orders --partition 0,2 --format json | jq .value
-  floe topic consume orders --isolation read_committed -e";
+  floe topic consume orders --isolation read_committed -e
+  floe topic consume payments --schema-registry http://localhost:8081 -e   # Avro as JSON";
 
 /// The highest Fetch version sent: v13 names topics by id.
 const FETCH_VERSION_CAP: i16 = 12;
@@ -164,6 +165,106 @@ pub struct ConsumeArgs {
     /// \r \\. A template that does not end in \n gets one.
     #[arg(long, short = 'f', value_name = "TEMPLATE|json|yaml", default_value = "table", value_parser = parse_consume_format)]
     pub format: PrintFormat,
+    /// A Confluent Schema Registry (http://HOST:PORT; or -X schema.registry.url=...):
+    /// keys and values in its wire format (magic 0, schema id) print as JSON.
+    /// Avro and JSON Schema are decoded; Protobuf prints as it is.
+    #[arg(long, value_name = "URL")]
+    pub schema_registry: Option<String>,
+}
+
+/// Keys and values in the Confluent wire format turned into JSON text, with
+/// the schemas fetched from a Schema Registry once per id.
+struct SchemaDecoder {
+    url: String,
+    schemas: std::collections::HashMap<i32, Result<WireSchema, String>>,
+    warned: BTreeSet<i32>,
+}
+
+/// What a schema id decodes with.
+enum WireSchema {
+    Avro(apache_avro::Schema),
+    /// JSON Schema: the payload is JSON text already.
+    Json,
+    /// Protobuf: printed as it is.
+    Other(String),
+}
+
+impl SchemaDecoder {
+    /// `bytes` as JSON text when in the wire format and decodable; else unchanged.
+    /// A schema that cannot be had or used is said once on stderr.
+    async fn decode(&mut self, bytes: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        let b = bytes?;
+        if b.len() < 5 || b[0] != 0 {
+            return Some(b);
+        }
+        let id = i32::from_be_bytes([b[1], b[2], b[3], b[4]]);
+        if !self.schemas.contains_key(&id) {
+            let schema = self.fetch(id).await;
+            self.schemas.insert(id, schema);
+        }
+        let result = match self.schemas.get(&id) {
+            Some(Ok(WireSchema::Avro(schema))) => apache_avro::from_avro_datum(schema, &mut &b[5..], None)
+                .map_err(|e| format!("not Avro of schema {id}: {e}"))
+                .and_then(|v| Value::try_from(v).map_err(|e| format!("schema {id}: {e}")))
+                .map(|v| v.to_string().into_bytes()),
+            Some(Ok(WireSchema::Json)) => Ok(b[5..].to_vec()),
+            Some(Ok(WireSchema::Other(kind))) => Err(format!("{kind} schemas are not decoded here")),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!("schema {id} missing")),
+        };
+        match result {
+            Ok(text) => Some(text),
+            Err(e) => {
+                if self.warned.insert(id) {
+                    eprintln!("warning: schema id {id}: {e}; printing those bytes as they are");
+                }
+                Some(b)
+            }
+        }
+    }
+
+    /// GET /schemas/ids/{id} of the registry, parsed.
+    async fn fetch(&self, id: i32) -> Result<WireSchema, String> {
+        let url = self.url.trim_end_matches('/');
+        let authority = url.strip_prefix("http://").ok_or_else(|| format!("the registry {url}: only http:// URLs are supported"))?;
+        let path = format!("/schemas/ids/{id}");
+        let exchange = async {
+            use http_body_util::BodyExt as _;
+            let stream = tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connecting to the registry {url}: {e}"))?;
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("HTTP handshake with {url}: {e}"))?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let request = hyper::Request::builder()
+                .uri(path.as_str())
+                .header(hyper::header::HOST, authority)
+                .header(hyper::header::ACCEPT, "application/vnd.schemaregistry.v1+json")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .map_err(|e| format!("building the request: {e}"))?;
+            let response = sender.send_request(request).await.map_err(|e| format!("asking {url}{path}: {e}"))?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.map_err(|e| format!("reading {url}{path}: {e}"))?.to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(Duration::from_secs(10), exchange).await.map_err(|_| format!("{url} did not answer within 10 s"))??;
+        let doc: Value = serde_json::from_slice(&body).map_err(|e| format!("{url}{path} answered {status}, not JSON: {e}"))?;
+        if status != 200 {
+            return Err(format!("{url}{path} answered {status}: {}", doc.get("message").and_then(Value::as_str).unwrap_or("")));
+        }
+        let text = doc.get("schema").and_then(Value::as_str).ok_or_else(|| format!("{url}{path}: no `schema` in the answer"))?;
+        match doc.get("schemaType").and_then(Value::as_str).unwrap_or("AVRO") {
+            "AVRO" => {
+                if doc.get("references").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+                    return Err("Avro schemas with references are not decoded here".into());
+                }
+                apache_avro::Schema::parse_str(text).map(WireSchema::Avro).map_err(|e| format!("the registry's Avro schema does not parse: {e}"))
+            }
+            "JSON" => Ok(WireSchema::Json),
+            other => Ok(WireSchema::Other(other.to_string())),
+        }
+    }
 }
 
 /// A piece of a `--format` template.
@@ -334,6 +435,11 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
     };
     let topic = args.topic.clone();
     let read_committed = args.isolation == Isolation::ReadCommitted;
+    let registry = match &args.schema_registry {
+        Some(url) => Some(url.clone()),
+        None => connect.properties()?.get("schema.registry.url").cloned(),
+    };
+    let mut schemas = registry.map(|url| SchemaDecoder { url, schemas: Default::default(), warned: BTreeSet::new() });
     let mut admin = Admin::connect(connect).await?;
     let mut metadata = topic_metadata(&mut admin, &topic).await?;
     let all: Vec<i32> = metadata
@@ -419,7 +525,13 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                             .collect()
                     });
                     let records = p.records.as_deref().unwrap_or_default();
-                    let decoded = decode_fetched(records, at, aborted.as_deref()).map_err(|e| anyhow!("reading {topic} [{partition}] at offset {at}: {e}"))?;
+                    let mut decoded = decode_fetched(records, at, aborted.as_deref()).map_err(|e| anyhow!("reading {topic} [{partition}] at offset {at}: {e}"))?;
+                    if let Some(schemas) = schemas.as_mut() {
+                        for r in &mut decoded.records {
+                            r.key = schemas.decode(r.key.take()).await;
+                            r.value = schemas.decode(r.value.take()).await;
+                        }
+                    }
                     let mut text = Vec::new();
                     let mut stop = false;
                     for record in &decoded.records {
