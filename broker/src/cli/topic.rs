@@ -139,10 +139,7 @@ pub enum TopicCommand {
         #[arg(long, short = 'o')]
         offset: String,
     },
-    /// Produces records read from stdin (one per line) or given with --value.
-    #[command(flatten_help = false)]
     Produce(produce::ProduceArgs),
-    /// Consumes records and prints them.
     Consume(consume::ConsumeArgs),
 }
 
