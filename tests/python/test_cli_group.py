@@ -142,3 +142,28 @@ def test_delete_refuses_a_group_with_members_and_bad_seek_targets_are_usage_erro
     assert usage.returncode == 2 and "shift:N" in usage.stderr, usage.stderr
     help_text = floe_ok(None, "group", "seek", "--help")
     assert "Examples:" in help_text and "@TIMESTAMP_MS" in help_text
+
+
+def test_consume_with_a_group_starts_at_its_offsets_and_commits_what_it_printed(floe):
+    """`floe topic consume --group G` reads as a consumer outside the membership
+    (assign + commit): confluent-kafka's committed() and `group describe`'s lag
+    follow what was printed, and the next run starts where the last one ended."""
+    topic = unique_topic("cg")
+    create_topic(floe.bootstrap, topic, partitions=2)
+    for p, n in PRODUCED.items():
+        produce_all(floe.bootstrap, topic, [{"value": b"%d-%d" % (p, i)} for i in range(n)], partition=p)
+    group = unique_topic("g")
+
+    first = floe_ok(floe.bootstrap, "topic", "consume", topic, "--group", group, "-p", "0", "--num", "4", "-f", "%p %o %v")
+    assert first.splitlines() == [f"0 {i} 0-{i}" for i in range(4)]
+    assert _committed(floe.bootstrap, group, topic)[0] == 4
+    doc = floe_json(floe.bootstrap, "group", "describe", group)
+    lag = {(r["topic"], r["partition"]): r["lag"] for r in doc["partitions"]}
+    assert lag[(topic, 0)] == PRODUCED[0] - 4
+
+    rest = floe_ok(floe.bootstrap, "topic", "consume", topic, "--group", group, "-e", "-f", "%p %o")
+    seen = sorted(tuple(map(int, line.split())) for line in rest.splitlines())
+    assert seen == sorted([(0, i) for i in range(4, PRODUCED[0])] + [(1, i) for i in range(PRODUCED[1])]), \
+        "the second run starts at the committed offset of partition 0 and the beginning of partition 1"
+    assert _committed(floe.bootstrap, group, topic) == PRODUCED
+    assert floe_json(floe.bootstrap, "group", "describe", group)["total_lag"] == 0

@@ -170,6 +170,13 @@ pub struct ConsumeArgs {
     /// Avro and JSON Schema are decoded; Protobuf prints as it is.
     #[arg(long, value_name = "URL")]
     pub schema_registry: Option<String>,
+    /// Read on behalf of consumer group GROUP without joining it (Kafka's
+    /// `assign()` + `commitSync()`): start at the group's committed offsets
+    /// (partitions without one start at --offset) and commit what was printed
+    /// as it goes, so `floe group describe GROUP` shows the lag left. The
+    /// coordinator accepts the commits only while the group has no members.
+    #[arg(long, short = 'G', value_name = "GROUP")]
+    pub group: Option<String>,
 }
 
 /// Keys and values in the Confluent wire format turned into JSON text, with
@@ -455,6 +462,21 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
         return Err(CliFailure::NotFound(format!("topic {topic} has no partition {p} (it has {})", range_text(&all))).into());
     }
     let mut positions = start_offsets(&mut admin, &metadata, &topic, &partitions, args.offset, read_committed).await?;
+    // With a group: its committed offsets win, and what is printed is committed.
+    let group = match &args.group {
+        Some(g) => {
+            let coordinator = admin.coordinator(g, 0).await?;
+            let committed = super::group::committed_offsets(&mut admin, coordinator, g).await?;
+            for &p in &partitions {
+                if let Some(&o) = committed.get(&(topic.clone(), p)) {
+                    positions.insert(p, o);
+                }
+            }
+            Some(GroupCommits { group: g.clone(), coordinator, committed: positions.clone() })
+        }
+        None => None,
+    };
+    let mut group = group;
     let mut at_end: BTreeSet<i32> = BTreeSet::new();
     let mut printed: u64 = 0;
     if args.num == Some(0) {
@@ -546,6 +568,7 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                         printed += 1;
                         if args.num.is_some_and(|n| printed >= n) {
                             stop = true;
+                            positions.insert(partition, record.offset + 1);
                             break;
                         }
                     }
@@ -556,6 +579,9 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                     }
                     drop(lock);
                     if stop {
+                        if let Some(g) = group.as_mut() {
+                            g.commit(&mut admin, &topic, &positions).await?;
+                        }
                         return Ok(());
                     }
                     positions.insert(partition, decoded.next_offset);
@@ -568,6 +594,9 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                 }
             }
         }
+        if let Some(g) = group.as_mut() {
+            g.commit(&mut admin, &topic, &positions).await?;
+        }
         if args.exit_at_end && partitions.iter().all(|p| at_end.contains(p)) {
             return Ok(());
         }
@@ -575,6 +604,39 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
             tokio::time::sleep(Duration::from_millis(200)).await;
             metadata = topic_metadata(&mut admin, &topic).await?;
         }
+    }
+}
+
+/// The offsets `--group` has committed, to commit only what moved.
+struct GroupCommits {
+    group: String,
+    coordinator: i32,
+    committed: BTreeMap<i32, i64>,
+}
+
+impl GroupCommits {
+    /// Commits the positions that moved since the last commit.
+    async fn commit(&mut self, admin: &mut Admin, topic: &str, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+        let moved: Vec<(String, i32, i64)> = positions
+            .iter()
+            .filter(|(p, o)| self.committed.get(p) != Some(o))
+            .map(|(&p, &o)| (topic.to_string(), p, o))
+            .collect();
+        if moved.is_empty() {
+            return Ok(());
+        }
+        super::group::commit_offsets(admin, self.coordinator, &self.group, &moved).await.map_err(|e| {
+            let text = format!("{e:#}");
+            if ["UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS"].iter().any(|n| text.contains(n)) {
+                anyhow!("{text} (group {} has active members: --group reads outside the membership, so stop them or use another group)", self.group)
+            } else {
+                e
+            }
+        })?;
+        for (_, p, o) in moved {
+            self.committed.insert(p, o);
+        }
+        Ok(())
     }
 }
 

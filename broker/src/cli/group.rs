@@ -276,7 +276,11 @@ fn decode_assignment(bytes: &Bytes) -> Vec<(String, i32)> {
 
 /// The group's committed offsets at its coordinator: `(topic, partition)` →
 /// offset (partitions without one, offset -1, are left out).
-async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
+/// The group's committed offsets, `(topic, partition)` → offset, from its coordinator.
+///
+/// # Errors
+/// The call's error or the group's error code.
+pub async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
     let target = Target::Node(coordinator);
     let version = admin.negotiate::<OffsetFetchRequest>(target).await?;
     let group_id = GroupId(StrBytes::from_string(group.to_string()));
@@ -315,6 +319,38 @@ async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str) -> 
         }
     }
     Ok(offsets)
+}
+
+/// Commits `offsets` (topic, partition, next offset to read) for `group` as a
+/// consumer outside the group's membership does (Kafka's `assign()` +
+/// `commitSync()`: generation -1, no member id). The coordinator accepts it
+/// only while the group has no members.
+///
+/// # Errors
+/// The call's error, or a partition's error code (UNKNOWN_MEMBER_ID or
+/// ILLEGAL_GENERATION when the group has members).
+pub async fn commit_offsets(admin: &mut Admin, coordinator: i32, group: &str, offsets: &[(String, i32, i64)]) -> anyhow::Result<()> {
+    let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for (t, p, offset) in offsets {
+        by_topic.entry(t).or_default().push(OffsetCommitRequestPartition::default().with_partition_index(*p).with_committed_offset(*offset));
+    }
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(TopicName(StrBytes::from_string(t.to_string()))).with_partitions(ps))
+                .collect(),
+        );
+    let response = admin.call(Target::Node(coordinator), &request).await?;
+    for t in &response.topics {
+        for p in &t.partitions {
+            check(p.error_code, None, &format!("committing {}-{} for group {group}", t.name.as_str(), p.partition_index))?;
+        }
+    }
+    Ok(())
 }
 
 fn not_found(group: &str) -> anyhow::Error {
@@ -536,35 +572,10 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
         moves.push((tp.clone(), old, new));
     }
     if !dry_run {
-        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
-        for ((t, p), _, new) in &moves {
-            by_topic.entry(t).or_default().push(OffsetCommitRequestPartition::default().with_partition_index(*p).with_committed_offset(*new));
-        }
-        let request = OffsetCommitRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
-            .with_generation_id_or_member_epoch(-1)
-            .with_member_id(StrBytes::from_static_str(""))
-            .with_topics(
-                by_topic
-                    .into_iter()
-                    .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(TopicName(StrBytes::from_string(t.to_string()))).with_partitions(ps))
-                    .collect(),
-            );
-        let response = admin.call(Target::Node(view.coordinator), &request).await?;
-        for t in &response.topics {
-            for p in &t.partitions {
-                let code = p.error_code;
-                if code == ResponseError::UnknownMemberId.code() || code == ResponseError::IllegalGeneration.code() || code == ResponseError::RebalanceInProgress.code() {
-                    bail!(
-                        "committing {}-{} for group {group}: {} (a consumer joined the group meanwhile: stop it, then seek again)",
-                        t.name.as_str(),
-                        p.partition_index,
-                        error_name(code).unwrap_or_default()
-                    );
-                }
-                check(code, None, &format!("committing {}-{} for group {group}", t.name.as_str(), p.partition_index))?;
-            }
-        }
+        let offsets: Vec<(String, i32, i64)> = moves.iter().map(|((t, p), _, new)| (t.clone(), *p, *new)).collect();
+        commit_offsets(admin, view.coordinator, group, &offsets)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#} (a consumer joined the group meanwhile? stop it, then seek again)"))?;
     }
     let mut table = Table::new(&["topic", "partition", "old-offset", "new-offset"]);
     let mut rows = Vec::new();
