@@ -302,17 +302,20 @@ pub async fn run(command: AclCommand, connect: &ConnectArgs, out: Output) -> any
     match &command {
         AclCommand::Create { principals, resources, resource_pattern_type, .. } => {
             if principals.pairs().is_empty() {
-                bail!("give the principal with --allow-principal User:NAME or --deny-principal User:NAME");
+                usage_error("give the principal with --allow-principal User:NAME or --deny-principal User:NAME");
             }
             if resources.resources().is_empty() {
-                bail!("give the resource: --topic T, --group G, --transactional-id ID or --cluster");
+                usage_error("give the resource: --topic T, --group G, --transactional-id ID or --cluster");
             }
             if matches!(resource_pattern_type, PatternType::Any | PatternType::Match) {
-                bail!("--resource-pattern-type {} is for filters (acl list, acl delete); an ACL is `literal` or `prefixed`", pattern_name(resource_pattern_type.code()));
+                usage_error(&format!(
+                    "--resource-pattern-type {} is for filters (acl list, acl delete); an ACL is `literal` or `prefixed`",
+                    pattern_name(resource_pattern_type.code()).to_ascii_lowercase()
+                ));
             }
         }
         AclCommand::Delete { filter } if filter.resources.resources().is_empty() => {
-            bail!("give the resource whose ACLs go: --topic T, --group G, --transactional-id ID or --cluster (`--topic '*' --resource-pattern-type any` for every topic ACL)");
+            usage_error("give the resource whose ACLs go: --topic T, --group G, --transactional-id ID or --cluster (`--topic '*' --resource-pattern-type any` for every topic ACL)");
         }
         _ => {}
     }
@@ -324,6 +327,12 @@ pub async fn run(command: AclCommand, connect: &ConnectArgs, out: Output) -> any
         AclCommand::List { filter } => list(&mut admin, out, &filter).await,
         AclCommand::Delete { filter } => delete(&mut admin, out, &filter).await,
     }
+}
+
+/// Prints `message` as clap prints a usage error and exits 2, as clap does:
+/// these are the flag combinations clap's derive cannot express.
+pub fn usage_error(message: &str) -> ! {
+    clap::Error::raw(clap::error::ErrorKind::MissingRequiredArgument, format!("{message}\n")).exit()
 }
 
 /// An ACL as JSON, in Kafka's names.

@@ -9,7 +9,7 @@
 use std::io::{BufRead, IsTerminal};
 use std::num::NonZeroU32;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use floe_broker::security::scram::{ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use kafka_protocol::messages::alter_user_scram_credentials_request::{ScramCredentialDeletion, ScramCredentialUpsertion};
@@ -19,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use ring::rand::SecureRandom;
 use serde_json::{json, Value};
 
+use super::acl::usage_error;
 use super::admin::{check, Admin, CliFailure, Target};
 use super::connect::ConnectArgs;
 use super::output::{Output, Table};
@@ -115,7 +116,7 @@ pub async fn run(command: UserCommand, connect: &ConnectArgs, out: Output) -> an
         UserCommand::Create { name, password_stdin, password, mechanism, iterations } => {
             // Everything the user controls is checked before connecting.
             if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
-                bail!("--iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}");
+                usage_error(&format!("--iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}"));
             }
             let password = read_password(password_stdin, password)?;
             let mut admin = Admin::connect(connect).await?;
@@ -147,10 +148,10 @@ fn read_password(from_stdin: bool, given: Option<String>) -> anyhow::Result<Stri
         std::io::stdin().lock().read_line(&mut line).context("cannot read the password from stdin")?;
         line.trim_end_matches(['\n', '\r']).to_string()
     } else {
-        bail!("give the password: `--password-stdin` (e.g. `echo \"$PW\" | floe user create NAME --password-stdin`) or `--password P`");
+        usage_error("give the password: `--password-stdin` (e.g. `echo \"$PW\" | floe user create NAME --password-stdin`) or `--password P`");
     };
     if password.is_empty() {
-        bail!("the password is empty (--password-stdin reads the first line of stdin)");
+        usage_error("the password is empty (--password-stdin reads the first line of stdin)");
     }
     Ok(password)
 }
