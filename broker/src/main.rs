@@ -83,57 +83,47 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
     },
-    /// Iceberg tiering tools.
+    /// The Iceberg tables a broker tiers its topics into: status, tables,
+    /// snapshots, maintain. Read from the catalog the broker's settings name.
     Iceberg {
         #[command(subcommand)]
-        command: IcebergCommand,
+        command: cli::iceberg::IcebergCommand,
     },
-}
-
-#[derive(Debug, clap::Subcommand)]
-enum IcebergCommand {
-    /// Prints each tiered table's committed offsets and totals, read from the
-    /// catalog the broker's settings name (`--config`, `FLOE_*`, `--override`
-    /// work as for the broker: `floe --config floe.toml iceberg status`).
-    Status {
-        /// Data directory of the broker (the embedded catalog is DIR/iceberg/catalog.db).
-        #[arg(long, value_name = "DIR")]
-        data_dir: Option<PathBuf>,
-        /// The catalog's name (`floe.iceberg.catalog-name`).
-        #[arg(long)]
-        catalog_name: Option<String>,
-        /// The namespace (`floe.iceberg.namespace`).
-        #[arg(long)]
-        namespace: Option<String>,
-    },
-    /// Maintains the tiered tables now, as the tiering thread does every
-    /// `floe.iceberg.maintenance-interval-ms`: expires old snapshots and deletes the
-    /// files only they reached, then rewrites each partition's small data files into
-    /// files of the target size (a `replace` snapshot), then expires again so the
-    /// replaced files go too. Safe while the broker runs: each step commits only on
-    /// the snapshot it planned on.
+    /// Prints a shell completion script for `floe` (every subcommand and flag).
     ///
-    /// Example: `floe iceberg maintain --data-dir ./floe-data --table orders --max-age-ms 0`
-    Maintain {
-        /// Data directory of the broker (the embedded catalog is DIR/iceberg/catalog.db).
-        #[arg(long, value_name = "DIR")]
-        data_dir: Option<PathBuf>,
-        /// Only this table (its topic's name).
-        #[arg(long)]
-        table: Option<String>,
-        /// Snapshots older than this expire (default `floe.iceberg.snapshot.max-age-ms`).
-        #[arg(long, value_name = "MS")]
-        max_age_ms: Option<i64>,
-        /// Keep at least this many recent snapshots (default `floe.iceberg.snapshot.min-to-keep`).
-        #[arg(long, value_name = "N")]
-        min_to_keep: Option<usize>,
-        /// Size compaction writes files at (default: the table's `write.target-file-size-bytes`,
-        /// else `floe.iceberg.target-file-size-bytes`).
-        #[arg(long, value_name = "BYTES")]
-        target_file_size_bytes: Option<u64>,
-        /// Expire snapshots only; leave small files alone.
-        #[arg(long)]
-        no_compact: bool,
+    /// Install it where your shell looks for completions:
+    ///   bash: floe completion bash > ~/.local/share/bash-completion/completions/floe
+    ///         (or /etc/bash_completion.d/floe; for this shell only: source <(floe completion bash))
+    ///   zsh:  floe completion zsh > ~/.zfunc/_floe, with `fpath+=~/.zfunc; autoload -U compinit; compinit`
+    ///         in ~/.zshrc (any directory on $fpath works; the file must be named _floe)
+    ///   fish: floe completion fish > ~/.config/fish/completions/floe.fish
+    ///
+    /// Examples:
+    ///   floe completion bash > ~/.local/share/bash-completion/completions/floe
+    ///   source <(floe completion zsh)
+    #[command(verbatim_doc_comment)]
+    Completion {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Runs the benchmark harness, `floe-bench` (from the floe-benches crate),
+    /// passing every argument on; it is looked for next to this `floe` and on
+    /// PATH. It measures a broker OpenMessaging-Benchmark style with librdkafka
+    /// as the load, against a `floe` it starts or any broker given by --bootstrap,
+    /// and writes report.md, results.json and SVG plots.
+    ///
+    /// Examples:
+    ///   floe bench list
+    ///   floe bench run zero-copy --floe-bin target/release/floe
+    ///   floe bench run max-throughput --bootstrap kafka-1:9092 --quick
+    ///
+    /// Build it with `cargo build --release -p floe-benches --bin floe-bench`;
+    /// docs/benchmarks.md lists the scenarios and how their results were made.
+    #[command(verbatim_doc_comment)]
+    Bench {
+        /// The arguments for floe-bench (`list`, `run SCENARIO ...`, `--help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+        args: Vec<String>,
     },
 }
 
@@ -144,6 +134,20 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format, if matches!(cli.command, Some(Command::Admin(_))) { "warn" } else { "info" });
     if let Some(Command::Admin(command)) = cli.command {
         std::process::exit(i32::from(cli::run(command)));
+    }
+    if let Some(Command::Completion { shell }) = cli.command {
+        // Written whole, so a closed pipe (`| head`) is an error to report, not a panic in clap_complete.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "floe", &mut script);
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        match stdout.write_all(&script).and_then(|()| stdout.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => anyhow::bail!("cannot write the completion script: {e}"),
+            _ => return Ok(()),
+        }
+    }
+    if let Some(Command::Bench { args }) = &cli.command {
+        std::process::exit(bench(args));
     }
     if let Some(Command::Verify { data_dir }) = &cli.command {
         let corrupt = verify(data_dir)?;
@@ -175,46 +179,8 @@ fn main() -> anyhow::Result<()> {
         let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
         builder.set(k, v, Layer::CommandLine)?;
     }
-    if let Some(Command::Iceberg { command: IcebergCommand::Maintain { data_dir, table, max_age_ms, min_to_keep, target_file_size_bytes, no_compact } }) = &cli.command {
-        if let Some(dir) = data_dir {
-            builder.set("log.dirs", dir.display().to_string(), Layer::CommandLine)?;
-        }
-        let config = builder.build()?;
-        let tiering = &config.tiering;
-        let catalog = tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name);
-        let policy = floe_tiering::ExpiryPolicy {
-            max_age_ms: max_age_ms.unwrap_or(tiering.snapshot_max_age_ms),
-            min_to_keep: min_to_keep.unwrap_or(tiering.snapshot_min_to_keep).max(1),
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
-        let compaction = (!no_compact).then(|| floe_broker::tiering::CompactionRequest {
-            target_file_size: *target_file_size_bytes,
-            default_target_file_size: tiering.target_file_size,
-            min_input_files: tiering.compaction_min_input_files,
-            max_bytes_per_run: tiering.compaction_max_bytes_per_run,
-        });
-        let text = runtime.block_on(floe_broker::tiering::maintain(&catalog, &tiering.namespace, policy, compaction, table.as_deref()))?;
-        print!("{text}");
-        return Ok(());
-    }
-    if let Some(Command::Iceberg { command: IcebergCommand::Status { data_dir, catalog_name, namespace } }) = &cli.command {
-        let status_flags = [
-            ("log.dirs", data_dir.as_ref().map(|p| p.display().to_string())),
-            ("floe.iceberg.catalog-name", catalog_name.clone()),
-            ("floe.iceberg.namespace", namespace.clone()),
-        ];
-        for (key, value) in status_flags {
-            if let Some(v) = value {
-                builder.set(key, v, Layer::CommandLine)?;
-            }
-        }
-        let config = builder.build()?;
-        let tiering = &config.tiering;
-        let catalog = tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
-        let text = runtime.block_on(floe_broker::tiering::status(&catalog, &tiering.namespace))?;
-        print!("{text}");
-        return Ok(());
+    if let Some(Command::Iceberg { command }) = cli.command {
+        std::process::exit(i32::from(cli::iceberg::run(command, builder)));
     }
     let config = builder.build()?;
     // Every connection is a file descriptor: let max.connections fit if the hard limit allows.
@@ -263,6 +229,33 @@ fn arm_failpoints() -> anyhow::Result<()> {
         Err(e) => tracing::warn!("{e}"),
     }
     Ok(())
+}
+
+/// `floe bench ARGS...`: runs `floe-bench ARGS...` (next to this binary, else
+/// on PATH) in this process's place; says where to get it when there is none.
+fn bench(args: &[String]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join("floe-bench"))).filter(|p| p.is_file());
+    let on_path = || {
+        std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("floe-bench")).find(|p| p.is_file()))
+    };
+    let Some(harness) = beside.or_else(on_path) else {
+        eprintln!(
+            "error: floe-bench, the benchmark harness, is not next to this floe nor on PATH.\n\
+             Build it from the Floe source tree:\n  \
+               cargo build --release -p floe-benches --bin floe-bench\n\
+             then run it (or `floe bench ...` with it on PATH):\n  \
+               target/release/floe-bench list\n  \
+               target/release/floe-bench run zero-copy --floe-bin target/release/floe\n  \
+               target/release/floe-bench run max-throughput --bootstrap HOST:9092\n\
+             Every scenario also runs with --quick in tests/run-all.sh; docs/benchmarks.md has the scenarios and results."
+        );
+        return 1;
+    };
+    // exec: floe-bench's exit code, signals and terminal are the user's directly.
+    let error = std::process::Command::new(&harness).args(args).exec();
+    eprintln!("error: cannot run {}: {error}", harness.display());
+    1
 }
 
 /// `floe verify`: prints one line per partition and one per damaged range; returns whether any was found.

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod connect;
 pub mod consume;
 pub mod group;
+pub mod iceberg;
 pub mod offsets;
 pub mod output;
 pub mod partitioner;
