@@ -15,7 +15,7 @@ use floe_broker::config::{ConfigBuilder, Layer};
 /// defaults, `--config FILE`, `FLOE_*` environment variables
 /// (`FLOE_LOG_SEGMENT_BYTES`), and these flags.
 #[derive(Debug, Parser)]
-#[command(name = "floe", version)]
+#[command(name = "floe", version, after_help = ROOT_EXAMPLES)]
 struct Cli {
     /// Data directory (`log.dirs`).
     #[arg(long, value_name = "DIR")]
@@ -60,6 +60,16 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// `floe --help`'s closing lines: the broker, then an admin command of each kind.
+const ROOT_EXAMPLES: &str = "Examples:
+  floe --data-dir ./floe-data --listen 127.0.0.1:9092       # run a broker
+  floe --config floe.toml --override log.segment.bytes=1048576  # settings from a file, one overridden
+  floe topic create orders --partitions 6 --brokers 127.0.0.1:9092
+  floe group describe billing
+  floe acl list -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=admin -X sasl.password=...
+  floe iceberg tables --data-dir ./floe-data
+  floe completion bash > ~/.local/share/bash-completion/completions/floe";
+
 /// `--log-format`. Not a setting of the config file: logging starts before the file is
 /// read, so that what goes wrong reading it is logged in the chosen format.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -78,6 +88,8 @@ enum Command {
     /// directory (read-only) and lists each damaged range. Exits 1 if any is
     /// found. On a running broker an active segment's last batch may be
     /// mid-write and show up as damage.
+    ///
+    /// Example: `floe verify --data-dir ./floe-data`
     Verify {
         /// Data directory of the broker.
         #[arg(long, value_name = "DIR")]
@@ -85,6 +97,7 @@ enum Command {
     },
     /// The Iceberg tables a broker tiers its topics into: status, tables,
     /// snapshots, maintain. Read from the catalog the broker's settings name.
+    #[command(after_help = "Examples:\n  floe iceberg status --data-dir ./floe-data\n  floe iceberg tables --format json\n  floe --config floe.toml iceberg snapshots orders\n  floe iceberg maintain --data-dir ./floe-data --table orders")]
     Iceberg {
         #[command(subcommand)]
         command: cli::iceberg::IcebergCommand,
