@@ -171,6 +171,21 @@ def test_the_cli_as_an_ordinary_user_and_with_a_wrong_password(secured):
     assert "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr and "floe acl list" in refused.stderr, refused.stderr
     assert acls_seen_by_confluent(floe) == set()
 
+    # A prefixed ACL: listed for a topic it covers only with `match` (literal is the default, as kafka-acls).
+    floe_ok(floe.bootstrap, "acl", "create", "--allow-principal", "User:bob", "--operation", "Write",
+            "--operation", "Describe", "--topic", "bob-", "--resource-pattern-type", "prefixed", *AS_ADMIN)
+    assert acls_seen_by_confluent(floe) == {
+        ("User:bob", "*", op, AclPermissionType.ALLOW, ResourceType.TOPIC, "bob-", ResourcePatternType.PREFIXED)
+        for op in (AclOperation.WRITE, AclOperation.DESCRIBE)}
+    assert floe_json(floe.bootstrap, "acl", "list", "--topic", "bob-orders", *AS_ADMIN) == []
+    matched = floe_json(floe.bootstrap, "acl", "list", "--topic", "bob-orders", "--resource-pattern-type", "match",
+                        *AS_ADMIN)
+    assert sorted((a["operation"], a["pattern_type"], a["resource_name"]) for a in matched) == \
+        [("DESCRIBE", "PREFIXED", "bob-"), ("WRITE", "PREFIXED", "bob-")]
+    removed = floe_json(floe.bootstrap, "acl", "delete", "--topic", "bob-", "--resource-pattern-type", "prefixed",
+                        *AS_ADMIN)
+    assert len(removed) == 2 and acls_seen_by_confluent(floe) == set()
+
     # A wrong password: login failed, exit 3.
     wrong = floe_cli(floe.bootstrap, "user", "list", *login("bob", "wrong", "SCRAM-SHA-512"))
     assert wrong.returncode == 3, wrong

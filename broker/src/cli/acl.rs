@@ -207,7 +207,7 @@ pub enum AclCommand {
     ///
     /// Examples:
     ///   floe acl list
-    ///   floe acl list --topic orders                              # ACLs named exactly orders
+    ///   floe acl list --topic orders                                # literal ACLs on orders
     ///   floe acl list --topic orders --resource-pattern-type match  # every ACL that applies to orders
     ///   floe acl list --allow-principal User:alice --format json
     #[command(verbatim_doc_comment)]
@@ -240,7 +240,8 @@ pub struct FilterArgs {
     #[command(flatten)]
     resources: ResourceArgs,
     /// `literal`, `prefixed`, `any` (either, with this name) or `match` (every
-    /// ACL that applies to this name) [default: `any` for list, `literal` for delete].
+    /// ACL that applies to this name) [default: `literal`, as kafka-acls; every
+    /// pattern type when no resource is named].
     #[arg(long, value_enum, value_name = "TYPE")]
     resource_pattern_type: Option<PatternType>,
     /// Only ACLs for this host [default: any host].
@@ -261,9 +262,13 @@ struct Filter {
 }
 
 impl FilterArgs {
-    /// Every combination of the filters given (the wire takes one value per field).
-    fn filters(&self, default_pattern: PatternType) -> Vec<Filter> {
-        let resources: Vec<(i8, Option<String>)> = match self.resources.resources() {
+    /// Every combination of the filters given (the wire takes one value per
+    /// field). As kafka-acls: the pattern type is `literal` unless given, and
+    /// any pattern type when no resource is named.
+    fn filters(&self) -> Vec<Filter> {
+        let named = self.resources.resources();
+        let default_pattern = if named.is_empty() { PatternType::Any } else { PatternType::Literal };
+        let resources: Vec<(i8, Option<String>)> = match named {
             r if r.is_empty() => vec![(RESOURCE_ANY, None)],
             r => r.into_iter().map(|(t, n)| (t, Some(n))).collect(),
         };
@@ -420,7 +425,7 @@ async fn create(
 
 async fn list(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::Result<()> {
     let mut acls: Vec<Value> = Vec::new();
-    for f in filter.filters(PatternType::Any) {
+    for f in filter.filters() {
         let request = DescribeAclsRequest::default()
             .with_resource_type_filter(f.resource_type)
             .with_resource_name_filter(f.resource_name.map(StrBytes::from_string))
@@ -451,7 +456,7 @@ async fn list(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::Re
 
 async fn delete(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::Result<()> {
     let filters: Vec<DeleteAclsFilter> = filter
-        .filters(PatternType::Literal)
+        .filters()
         .into_iter()
         .map(|f| {
             DeleteAclsFilter::default()
@@ -567,7 +572,7 @@ mod tests {
             resource_pattern_type: None,
             host: None,
         };
-        let filters = args.filters(PatternType::Literal);
+        let filters = args.filters();
         assert_eq!(filters.len(), 2 * 2 * 2);
         assert!(filters.iter().any(|f| f.resource_type == RESOURCE_CLUSTER && f.resource_name.as_deref() == Some(CLUSTER_NAME)
             && f.permission == PERMISSION_DENY && f.principal.as_deref() == Some("User:bob") && f.operation == 4));
@@ -580,7 +585,7 @@ mod tests {
             resource_pattern_type: None,
             host: None,
         };
-        let [f] = everything.filters(PatternType::Any).try_into().unwrap_or_else(|_| panic!("one filter"));
+        let [f] = everything.filters().try_into().unwrap_or_else(|_| panic!("one filter"));
         assert_eq!((f.resource_type, f.pattern_type, f.operation, f.permission), (RESOURCE_ANY, 1, ANY, ANY));
         assert!(f.principal.is_none() && f.resource_name.is_none());
     }
