@@ -173,7 +173,17 @@ impl Admin {
                     admin.metadata(Some(&[])).await?;
                     return Ok(admin);
                 }
-                Err(e) => failures.push(format!("{e}")),
+                Err(e) => {
+                    // A refused login is not a missing broker: say what to check instead.
+                    if let Some(ClientError::Authentication { addr, mechanism, message }) = e.downcast_ref::<ClientError>() {
+                        return Err(CliFailure::Unreachable(format!(
+                            "the broker at {addr} refused the SASL {mechanism} login: {message} \
+                             (check -X sasl.username, sasl.password and sasl.mechanism, or the profile)"
+                        ))
+                        .into());
+                    }
+                    failures.push(format!("{e}"))
+                }
             }
         }
         Err(CliFailure::Unreachable(format!(

@@ -42,6 +42,12 @@ pub struct Common {
 #[derive(Debug, clap::Subcommand)]
 pub enum AdminCommand {
     /// Create, list, describe, change, trim and delete topics; produce and consume.
+    #[command(after_help = "Examples:
+  floe topic create orders --partitions 6 -c retention.ms=604800000
+  floe topic list --format json
+  printf 'k1:v1\\nk2:v2\\n' | floe topic produce orders -K:
+  floe topic consume orders --offset beginning --num 10 --format '%p %o %k %v'
+  floe topic describe orders --brokers kafka-1:9092,kafka-2:9092")]
     Topic {
         #[command(flatten)]
         common: Common,
@@ -49,6 +55,11 @@ pub enum AdminCommand {
         command: topic::TopicCommand,
     },
     /// Consumer groups: list, describe with lag per partition, seek, delete.
+    #[command(after_help = "Examples:
+  floe group list --state Stable
+  floe group describe billing --format json      # per-partition `lag`
+  floe group seek billing --to earliest --topic orders --dry-run
+  floe group delete old-billing")]
     Group {
         #[command(flatten)]
         common: Common,
@@ -56,6 +67,9 @@ pub enum AdminCommand {
         command: group::GroupCommand,
     },
     /// The cluster: its brokers, controller and health.
+    #[command(after_help = "Examples:
+  floe cluster info
+  floe cluster health || echo 'under-replicated or offline partitions'")]
     Cluster {
         #[command(flatten)]
         common: Common,
@@ -63,6 +77,10 @@ pub enum AdminCommand {
         command: cluster::ClusterCommand,
     },
     /// Access control lists (when the broker has an authorizer).
+    #[command(after_help = "Examples:
+  floe acl create --allow-principal User:alice --operation Read --topic orders --profile admin.properties
+  floe acl list --topic orders
+  floe acl delete --allow-principal User:alice --operation Read --topic orders")]
     Acl {
         #[command(flatten)]
         common: Common,
@@ -70,6 +88,10 @@ pub enum AdminCommand {
         command: acl::AclCommand,
     },
     /// SCRAM users (SASL/SCRAM-SHA-256 and -512 credentials).
+    #[command(after_help = "Examples:
+  echo \"$ALICE_PASSWORD\" | floe user create alice --password-stdin --mechanism SCRAM-SHA-512
+  floe user list
+  floe user delete alice")]
     User {
         #[command(flatten)]
         common: Common,
