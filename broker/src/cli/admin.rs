@@ -68,6 +68,25 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
     1
 }
 
+/// One error for a command that acted on several things: `Ok` when none
+/// failed, the error itself when one did, else every message joined (not
+/// found when every one was).
+pub fn combine_failures(mut failures: Vec<anyhow::Error>) -> anyhow::Result<()> {
+    match failures.len() {
+        0 => Ok(()),
+        1 => Err(failures.remove(0)),
+        _ => {
+            let not_found = failures.iter().all(|e| matches!(e.downcast_ref::<CliFailure>(), Some(CliFailure::NotFound(_))));
+            let text = failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("; ");
+            if not_found {
+                Err(CliFailure::NotFound(text).into())
+            } else {
+                Err(anyhow!(text))
+            }
+        }
+    }
+}
+
 /// A Kafka error code as Kafka names it (`UNKNOWN_TOPIC_OR_PARTITION`), or
 /// `None` for 0.
 pub fn error_name(code: i16) -> Option<String> {

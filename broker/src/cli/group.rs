@@ -140,11 +140,19 @@ fn parse_seek_to(text: &str) -> Result<SeekTo, String> {
 /// What went wrong, for people; [`super::admin::exit_code`] tells the exit code.
 pub async fn run(command: GroupCommand, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
     let mut admin = Admin::connect(connect).await?;
+    execute(&mut admin, command, out).await
+}
+
+/// Runs a `floe group` command on a connected client (the web console's way in).
+///
+/// # Errors
+/// As [`run`].
+pub async fn execute(admin: &mut Admin, command: GroupCommand, out: Output) -> anyhow::Result<()> {
     match command {
-        GroupCommand::List { state } => list(&mut admin, out, state).await,
-        GroupCommand::Describe { group } => describe(&mut admin, out, &group).await,
-        GroupCommand::Seek { group, to, topics, dry_run } => seek(&mut admin, out, &group, to, &topics, dry_run).await,
-        GroupCommand::Delete { groups } => delete(&mut admin, out, groups).await,
+        GroupCommand::List { state } => list(admin, out, state).await,
+        GroupCommand::Describe { group } => describe(admin, out, &group).await,
+        GroupCommand::Seek { group, to, topics, dry_run } => seek(admin, out, &group, to, &topics, dry_run).await,
+        GroupCommand::Delete { groups } => delete(admin, out, groups).await,
     }
 }
 
@@ -606,15 +614,7 @@ async fn delete(admin: &mut Admin, out: Output, groups: Vec<String>) -> anyhow::
     if out.format != Format::Table {
         out.print(&Value::Array(results), &Table::default(), &[]);
     }
-    match failures.len() {
-        0 => Ok(()),
-        1 => Err(failures.remove(0)),
-        _ => {
-            let not_found = failures.iter().all(|e| e.downcast_ref::<CliFailure>().is_some());
-            let text = failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("; ");
-            if not_found { Err(CliFailure::NotFound(text).into()) } else { Err(anyhow!(text)) }
-        }
-    }
+    super::admin::combine_failures(failures)
 }
 
 async fn delete_one(admin: &mut Admin, group: &str) -> anyhow::Result<()> {

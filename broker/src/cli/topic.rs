@@ -154,15 +154,24 @@ pub async fn run(command: TopicCommand, connect: &ConnectArgs, out: Output) -> a
         _ => {}
     }
     let mut admin = Admin::connect(connect).await?;
+    execute(&mut admin, command, out).await
+}
+
+/// Runs a `floe topic` command other than produce and consume on a connected
+/// client (the web console's way in, with the session's client).
+///
+/// # Errors
+/// As [`run`]; produce and consume are refused (they read stdin or follow).
+pub async fn execute(admin: &mut Admin, command: TopicCommand, out: Output) -> anyhow::Result<()> {
     match command {
-        TopicCommand::Create { name, partitions, replicas, configs, dry_run } => create(&mut admin, out, name, partitions, replicas, configs, dry_run).await,
-        TopicCommand::List { internal } => list(&mut admin, out, internal).await,
-        TopicCommand::Describe { names, all_configs } => describe(&mut admin, out, names, all_configs).await,
-        TopicCommand::Delete { names } => delete(&mut admin, out, names).await,
-        TopicCommand::AlterConfig { name, set, delete, dry_run } => alter_config(&mut admin, out, name, set, delete, dry_run).await,
-        TopicCommand::AddPartitions { name, total, dry_run } => add_partitions(&mut admin, out, name, total, dry_run).await,
-        TopicCommand::TrimPrefix { name, partitions, offset } => trim_prefix(&mut admin, out, name, partitions, offset).await,
-        TopicCommand::Produce(_) | TopicCommand::Consume(_) => unreachable!("dispatched above"),
+        TopicCommand::Create { name, partitions, replicas, configs, dry_run } => create(admin, out, name, partitions, replicas, configs, dry_run).await,
+        TopicCommand::List { internal } => list(admin, out, internal).await,
+        TopicCommand::Describe { names, all_configs } => describe(admin, out, names, all_configs).await,
+        TopicCommand::Delete { names } => delete(admin, out, names).await,
+        TopicCommand::AlterConfig { name, set, delete, dry_run } => alter_config(admin, out, name, set, delete, dry_run).await,
+        TopicCommand::AddPartitions { name, total, dry_run } => add_partitions(admin, out, name, total, dry_run).await,
+        TopicCommand::TrimPrefix { name, partitions, offset } => trim_prefix(admin, out, name, partitions, offset).await,
+        TopicCommand::Produce(_) | TopicCommand::Consume(_) => bail!("topic produce and consume run on their own, not through execute"),
     }
 }
 
@@ -361,15 +370,7 @@ async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::R
     if out.format != super::output::Format::Table {
         out.print(&Value::Array(results), &Table::default(), &[]);
     }
-    match failures.len() {
-        0 => Ok(()),
-        1 => Err(failures.remove(0)),
-        _ => {
-            let not_found = failures.iter().all(|e| e.downcast_ref::<CliFailure>().is_some());
-            let text = failures.iter().map(|e| format!("{e}")).collect::<Vec<_>>().join("; ");
-            if not_found { Err(CliFailure::NotFound(text).into()) } else { Err(anyhow!(text)) }
-        }
-    }
+    super::admin::combine_failures(failures)
 }
 
 /// IncrementalAlterConfigs' operations.
