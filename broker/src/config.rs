@@ -138,6 +138,9 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("floe.iceberg.shared.fetch-max-wait-ms", "500", "How long a fetch waits for a table read before answering that partition empty; the read goes on and fills the cache (KIP-1018's `remote.fetch.max.wait.ms`)."),
     s("floe.iceberg.tick-ms", "5000", "How often the tiering thread looks for sealed segments to tier."),
     s("floe.iceberg.rest-listen", "127.0.0.1:8181", "Address of the read-only Iceberg REST catalog over the tiered tables (`http://HOST:PORT`, routes under `/v1/`); empty disables it."),
+    s("floe.console.listen", "127.0.0.1:8080", "Address of the web console (`http://HOST:PORT`): topics, messages, groups and their lag, Iceberg tables, ACLs, users and benchmark reports, as the logged-in user through this broker's own listener; empty disables it."),
+    s("floe.console.read-only", "false", "The web console changes nothing: every write (create, produce, seek, ACLs, users...) answers 403."),
+    s("floe.console.bench-reports-dir", "", "Directory of `floe-bench` reports (one subdirectory per run, as `floe-bench run ... --out DIR` writes) the web console shows; empty shows none."),
     s("floe.schema.registry.listen", "127.0.0.1:8081", "Address of the built-in Schema Registry (Confluent's REST API): `HOST:PORT` or `http://HOST:PORT`, or `https://HOST:PORT` to serve it with the broker's TLS certificate (`ssl.*`); its schemas are kept in the compacted topic `_schemas`; empty disables it. With a SASL listener it asks for HTTP basic auth; with the authorizer on it applies the broker's ACLs."),
     s("floe.iceberg.orphan-check-interval-ms", "600000", "How often each tiered table is checked for orphan data files (of crashed or aborted attempts; local and S3 warehouses)."),
     s("floe.iceberg.maintenance-interval-ms", "600000", "How often each tiered table is maintained (after a tiering commit): snapshots expired, small files compacted."),
@@ -288,6 +291,12 @@ pub struct BrokerConfig {
     pub schema_registry_listen: Option<SocketAddr>,
     /// The registry serves HTTPS with the broker's certificate (`https://` in its address).
     pub schema_registry_tls: bool,
+    /// The web console's endpoint, if enabled (`floe.console.listen`).
+    pub console_listen: Option<SocketAddr>,
+    /// `floe.console.read-only`: the console refuses every write.
+    pub console_read_only: bool,
+    /// `floe.console.bench-reports-dir`: benchmark reports the console shows, if set.
+    pub console_bench_reports_dir: Option<PathBuf>,
     /// The effective value of every setting, for DescribeConfigs on the broker.
     pub effective: BTreeMap<String, String>,
 }
@@ -396,6 +405,11 @@ impl ConfigBuilder {
             "" => None,
             text => Some(crate::listeners::resolve("floe.schema.registry.listen", strip_scheme(text))?),
         };
+        let console_listen = match get(r, "floe.console.listen").trim() {
+            "" => None,
+            text => Some(crate::listeners::resolve("floe.console.listen", strip_scheme(text))?),
+        };
+        let console_bench_reports_dir = Some(get(r, "floe.console.bench-reports-dir").trim()).filter(|d| !d.is_empty()).map(PathBuf::from);
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
@@ -495,6 +509,9 @@ impl ConfigBuilder {
             },
             iceberg_rest_listen,
             schema_registry_listen,
+            console_listen,
+            console_read_only: parse(r, "floe.console.read-only")?,
+            console_bench_reports_dir,
             schema_registry_tls,
             // Secrets are masked here, so nothing that shows the configuration can leak them.
             effective: self
@@ -665,6 +682,28 @@ mod tests {
         assert_eq!(c.num_partitions, 1);
         assert_eq!(c.iceberg_rest_listen, Some("127.0.0.1:8181".parse().unwrap()));
         assert_eq!(c.schema_registry_listen, Some("127.0.0.1:8081".parse().unwrap()));
+    }
+
+    #[test]
+    fn console_listen_can_be_moved_or_disabled() {
+        let c = ConfigBuilder::new().build().unwrap();
+        assert_eq!(c.console_listen, Some("127.0.0.1:8080".parse().unwrap()));
+        assert!(!c.console_read_only);
+        assert_eq!(c.console_bench_reports_dir, None);
+        let mut b = ConfigBuilder::new();
+        b.set("floe.console.listen", "http://127.0.0.1:0", Layer::CommandLine).unwrap();
+        b.set("floe.console.read-only", "true", Layer::CommandLine).unwrap();
+        b.set("floe.console.bench-reports-dir", "/srv/bench", Layer::CommandLine).unwrap();
+        let c = b.build().unwrap();
+        assert_eq!(c.console_listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert!(c.console_read_only);
+        assert_eq!(c.console_bench_reports_dir, Some(PathBuf::from("/srv/bench")));
+        let mut b = ConfigBuilder::new();
+        b.set("floe.console.listen", "", Layer::CommandLine).unwrap();
+        assert_eq!(b.build().unwrap().console_listen, None);
+        let mut b = ConfigBuilder::new();
+        b.set("floe.console.listen", "nowhere", Layer::CommandLine).unwrap();
+        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.console.listen"));
     }
 
     #[test]

@@ -304,33 +304,53 @@ impl FilterArgs {
 /// What went wrong, for people; [`super::admin::exit_code`] tells the exit code.
 pub async fn run(command: AclCommand, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
     // Checked before connecting: a usage slip should not wait for a broker.
-    match &command {
+    if let Err(message) = validate(&command) {
+        usage_error(&message);
+    }
+    let mut admin = Admin::connect(connect).await?;
+    execute(&mut admin, command, out).await
+}
+
+/// The flag combinations clap's derive cannot express, as a usage message.
+///
+/// # Errors
+/// What is missing or wrong, for people.
+pub fn validate(command: &AclCommand) -> Result<(), String> {
+    match command {
         AclCommand::Create { principals, resources, resource_pattern_type, .. } => {
             if principals.pairs().is_empty() {
-                usage_error("give the principal with --allow-principal User:NAME or --deny-principal User:NAME");
+                return Err("give the principal with --allow-principal User:NAME or --deny-principal User:NAME".into());
             }
             if resources.resources().is_empty() {
-                usage_error("give the resource: --topic T, --group G, --transactional-id ID or --cluster");
+                return Err("give the resource: --topic T, --group G, --transactional-id ID or --cluster".into());
             }
             if matches!(resource_pattern_type, PatternType::Any | PatternType::Match) {
-                usage_error(&format!(
+                return Err(format!(
                     "--resource-pattern-type {} is for filters (acl list, acl delete); an ACL is `literal` or `prefixed`",
                     pattern_name(resource_pattern_type.code()).to_ascii_lowercase()
                 ));
             }
         }
         AclCommand::Delete { filter } if filter.resources.resources().is_empty() => {
-            usage_error("give the resource whose ACLs go: --topic T, --group G, --transactional-id ID or --cluster (`--topic '*' --resource-pattern-type any` for every topic ACL)");
+            return Err("give the resource whose ACLs go: --topic T, --group G, --transactional-id ID or --cluster (`--topic '*' --resource-pattern-type any` for every topic ACL)".into());
         }
         _ => {}
     }
-    let mut admin = Admin::connect(connect).await?;
+    Ok(())
+}
+
+/// Runs a `floe acl` command on a connected client (the web console's way
+/// in); [`validate`] it first.
+///
+/// # Errors
+/// As [`run`].
+pub async fn execute(admin: &mut Admin, command: AclCommand, out: Output) -> anyhow::Result<()> {
     match command {
         AclCommand::Create { principals, operations, resources, resource_pattern_type, host } => {
-            create(&mut admin, out, &principals, &operations, &resources, resource_pattern_type, &host).await
+            create(admin, out, &principals, &operations, &resources, resource_pattern_type, &host).await
         }
-        AclCommand::List { filter } => list(&mut admin, out, &filter).await,
-        AclCommand::Delete { filter } => delete(&mut admin, out, &filter).await,
+        AclCommand::List { filter } => list(admin, out, &filter).await,
+        AclCommand::Delete { filter } => delete(admin, out, &filter).await,
     }
 }
 

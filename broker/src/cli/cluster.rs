@@ -42,9 +42,17 @@ pub enum ClusterCommand {
 /// What went wrong, for people; for `health`, an unhealthy cluster (exit code 1).
 pub async fn run(command: ClusterCommand, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
     let mut admin = Admin::connect(connect).await?;
+    execute(&mut admin, command, out).await
+}
+
+/// Runs a `floe cluster` command on a connected client (the web console's way in).
+///
+/// # Errors
+/// As [`run`].
+pub async fn execute(admin: &mut Admin, command: ClusterCommand, out: Output) -> anyhow::Result<()> {
     match command {
-        ClusterCommand::Info => info(&mut admin, out).await,
-        ClusterCommand::Health => health(&mut admin, out).await,
+        ClusterCommand::Info => info(admin, out).await,
+        ClusterCommand::Health => health(admin, out).await,
     }
 }
 

@@ -40,7 +40,7 @@ Examples:
   floe topic consume payments --schema-registry http://localhost:8081 -e   # Avro as JSON";
 
 /// The highest Fetch version sent: v13 names topics by id.
-const FETCH_VERSION_CAP: i16 = 12;
+pub const FETCH_VERSION_CAP: i16 = 12;
 /// How long a leader may hold a Fetch waiting for new records.
 const FETCH_WAIT_MS: i32 = 500;
 /// Bytes a Fetch may return per partition (at least one batch comes regardless).
@@ -181,7 +181,7 @@ pub struct ConsumeArgs {
 
 /// Keys and values in the Confluent wire format turned into JSON text, with
 /// the schemas fetched from a Schema Registry once per id.
-struct SchemaDecoder {
+pub struct SchemaDecoder {
     url: String,
     schemas: std::collections::HashMap<i32, Result<WireSchema, String>>,
     warned: BTreeSet<i32>,
@@ -197,9 +197,14 @@ enum WireSchema {
 }
 
 impl SchemaDecoder {
+    /// A decoder asking the registry at `url` (`http://HOST:PORT`).
+    pub fn new(url: String) -> Self {
+        SchemaDecoder { url, schemas: Default::default(), warned: BTreeSet::new() }
+    }
+
     /// `bytes` as JSON text when in the wire format and decodable; else unchanged.
     /// A schema that cannot be had or used is said once on stderr.
-    async fn decode(&mut self, bytes: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    pub async fn decode(&mut self, bytes: Option<Vec<u8>>) -> Option<Vec<u8>> {
         let b = bytes?;
         if b.len() < 5 || b[0] != 0 {
             return Some(b);
@@ -386,7 +391,7 @@ fn json_bytes(bytes: Option<&[u8]>) -> (Value, bool) {
 }
 
 /// One record as a JSON object, every field.
-fn record_json(topic: &str, partition: i32, record: &FetchedRecord) -> Value {
+pub fn record_json(topic: &str, partition: i32, record: &FetchedRecord) -> Value {
     let mut doc = Map::new();
     doc.insert("topic".into(), json!(topic));
     doc.insert("partition".into(), json!(partition));

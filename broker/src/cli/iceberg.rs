@@ -206,7 +206,7 @@ fn format_version(v: FormatVersion) -> u8 {
     }
 }
 
-async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> anyhow::Result<()> {
+pub async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> anyhow::Result<()> {
     let catalog = open(config, namespace).await?;
     let ns = NamespaceIdent::new(namespace.to_string());
     let mut idents = catalog.catalog().list_tables(&ns).await.with_context(|| format!("cannot list the tables of namespace {namespace}"))?;
@@ -227,6 +227,7 @@ async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> anyhow:
             "records": total(metadata, "total-records"),
             "bytes": total(metadata, "total-files-size"),
             "location": metadata.location(),
+            "metadata_location": table.metadata_location(),
             "committed_next_offsets": committed,
         }));
     }
@@ -280,7 +281,7 @@ fn snapshot_json(s: &SnapshotRef, current: Option<i64>) -> Value {
     })
 }
 
-async fn snapshots(config: &CatalogConfig, namespace: &str, name: &str, out: Output) -> anyhow::Result<()> {
+pub async fn snapshots(config: &CatalogConfig, namespace: &str, name: &str, out: Output) -> anyhow::Result<()> {
     let catalog = open(config, namespace).await?;
     let ident = TableIdent::new(NamespaceIdent::new(namespace.to_string()), name.to_string());
     let exists = catalog.catalog().table_exists(&ident).await.with_context(|| format!("cannot look up table {ident}"))?;

@@ -10,6 +10,28 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+tokio::task_local! {
+    /// Set by [`capture`]: the documents [`Output::print`] would have printed.
+    static CAPTURED: std::cell::RefCell<Vec<Value>>;
+}
+
+/// Runs a command with its JSON documents kept instead of printed, and
+/// returns them with the command's result. The web console (`crate::console`)
+/// answers with exactly what `--format json` prints this way: one code path
+/// makes both, so they cannot drift apart.
+pub async fn capture<F>(command: F) -> (Vec<Value>, anyhow::Result<()>)
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    CAPTURED
+        .scope(std::cell::RefCell::new(Vec::new()), async move {
+            let result = command.await;
+            let docs = CAPTURED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+            (docs, result)
+        })
+        .await
+}
+
 /// `--format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Format {
@@ -82,6 +104,9 @@ pub struct Output {
 impl Output {
     /// Prints `value` as JSON or YAML, or `table` (and `notes` under it) for people.
     pub fn print(&self, value: &Value, table: &Table, notes: &[String]) {
+        if CAPTURED.try_with(|c| c.borrow_mut().push(value.clone())).is_ok() {
+            return;
+        }
         match self.format {
             Format::Json => println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into())),
             Format::Yaml => print!("{}", to_yaml(value)),

@@ -119,35 +119,54 @@ pub async fn run(args: ProduceArgs, connect: &ConnectArgs, out: Output) -> anyho
         bail!("nothing to produce: stdin was empty (give records one per line on stdin, or --value TEXT)");
     }
     let mut admin = Admin::connect(connect).await?;
-    let metadata = topic_metadata(&mut admin, &args.topic).await?;
-    let partitions = partition_count(&metadata, &args.topic)?;
-    if let Some(p) = args.partition {
+    let acks: i16 = if args.acks == "1" { 1 } else { -1 };
+    produce(&mut admin, &args.topic, records, args.partition, acks, args.compression.compression(), connect.timeout_ms, out).await
+}
+
+/// Sends `records` to `topic` (to `partition`, else by key as Kafka's
+/// partitioner does) and prints where they went: `topic produce` after it
+/// has read its records, and the web console's produce form.
+///
+/// # Errors
+/// An unknown topic or partition, or the leader's refusal.
+#[allow(clippy::too_many_arguments)]
+pub async fn produce(
+    admin: &mut Admin,
+    topic: &str,
+    records: Vec<NewRecord>,
+    partition: Option<i32>,
+    acks: i16,
+    codec: CompressionType,
+    timeout_ms: u64,
+    out: Output,
+) -> anyhow::Result<()> {
+    let metadata = topic_metadata(admin, topic).await?;
+    let partitions = partition_count(&metadata, topic)?;
+    if let Some(p) = partition {
         if p < 0 || p >= partitions {
-            return Err(CliFailure::NotFound(format!("topic {} has partitions 0..{}; there is no partition {p}", args.topic, partitions - 1)).into());
+            return Err(CliFailure::NotFound(format!("topic {topic} has partitions 0..{}; there is no partition {p}", partitions - 1)).into());
         }
     }
     // Unkeyed records stick to one partition for the run, picked at random.
     let sticky = (SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % partitions as u32) as i32;
     let mut by_partition: BTreeMap<i32, Vec<NewRecord>> = BTreeMap::new();
     for r in records {
-        let p = match (args.partition, &r.key) {
+        let p = match (partition, &r.key) {
             (Some(p), _) => p,
             (None, Some(key)) => partition_for_key(key, partitions),
             (None, None) => sticky,
         };
         by_partition.entry(p).or_default().push(r);
     }
-    let acks: i16 = if args.acks == "1" { 1 } else { -1 };
-    let codec = args.compression.compression();
     let mut results = Vec::new();
     for (partition, records) in by_partition {
         for chunk in chunks(&records) {
             let batch = Bytes::from(encode_batch(chunk, codec)?);
-            let base_offset = send(&mut admin, &args.topic, partition, batch, acks, connect.timeout_ms).await?;
+            let base_offset = send(admin, topic, partition, batch, acks, timeout_ms).await?;
             results.push(Produced { partition, base_offset, records: chunk.len() });
         }
     }
-    report(&args.topic, &results, codec, out);
+    report(topic, &results, codec, out);
     Ok(())
 }
 

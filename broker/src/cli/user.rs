@@ -135,6 +135,30 @@ pub async fn run(command: UserCommand, connect: &ConnectArgs, out: Output) -> an
     }
 }
 
+/// Runs a `floe user` command on a connected client (the web console's way
+/// in): the password of `create` comes in `--password` (no stdin here), and
+/// what would be a usage error is an error.
+///
+/// # Errors
+/// As [`run`], or a missing password or iteration count out of range.
+pub async fn execute(admin: &mut Admin, command: UserCommand, out: Output) -> anyhow::Result<()> {
+    match command {
+        UserCommand::Create { name, password, mechanism, iterations, .. } => {
+            if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+                anyhow::bail!("iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}");
+            }
+            let password = password.filter(|p| !p.is_empty()).ok_or_else(|| anyhow!("give the user's password"))?;
+            create(admin, out, &name, &password, mechanism.scram(), iterations).await
+        }
+        UserCommand::Delete { name, mechanism } => delete(admin, out, &name, mechanism.map(Mechanism::scram)).await,
+        UserCommand::List { names } => {
+            let users = describe(admin, &names).await?;
+            print_users(out, &users);
+            Ok(())
+        }
+    }
+}
+
 /// The password from --password (with a warning) or stdin's first line.
 fn read_password(from_stdin: bool, given: Option<String>) -> anyhow::Result<String> {
     let password = if let Some(p) = given {
