@@ -2,6 +2,7 @@
 //! one of the admin commands ([`cli`]) against a running cluster.
 
 mod cli;
+mod console;
 
 use std::path::PathBuf;
 
@@ -35,6 +36,9 @@ struct Cli {
     /// Built-in Schema Registry address (`floe.schema.registry.listen`); empty disables it.
     #[arg(long, value_name = "HOST:PORT")]
     schema_registry_listen: Option<String>,
+    /// Web console address (`floe.console.listen`, default 127.0.0.1:8080); empty disables it.
+    #[arg(long, value_name = "HOST:PORT")]
+    console_listen: Option<String>,
     /// This broker's id (`node.id`), unique in a cluster.
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
@@ -180,6 +184,7 @@ fn main() -> anyhow::Result<()> {
         ("metrics.listen", cli.metrics_listen),
         ("floe.iceberg.rest-listen", cli.iceberg_rest_listen),
         ("floe.schema.registry.listen", cli.schema_registry_listen),
+        ("floe.console.listen", cli.console_listen),
         ("node.id", cli.node_id.map(|id| id.to_string())),
         ("floe.metadata.store", cli.metadata_store),
     ];
@@ -210,7 +215,13 @@ fn main() -> anyhow::Result<()> {
         .thread_name("floe-worker")
         .build()
         .context("cannot start the tokio runtime")?;
-    runtime.block_on(floe_broker::run::run(config))?;
+    runtime.block_on(async move {
+        // The console is a client of this broker, beside it on the same runtime:
+        // it binds now (a taken port fails the start, as the broker's own would)
+        // and connects to the broker lazily, once a page asks.
+        console::start(&config).await?;
+        floe_broker::run::run(config).await.map_err(anyhow::Error::from)
+    })?;
     Ok(())
 }
 

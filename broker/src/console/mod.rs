@@ -1,0 +1,283 @@
+//! The web console (`floe.console.listen`, issue #17 part 2): an HTTP server
+//! beside the broker that serves the embedded page (broker/console/) and a
+//! JSON API under `/api/` (docs: README "Web console").
+//!
+//! The console is a Kafka client of the broker it runs in, built on the admin
+//! CLI ([`crate::cli`]): each API answer is what `floe ... --format json`
+//! prints, made by the same code ([`crate::cli::output::capture`]), over a
+//! connection to the broker's own listener as the logged-in user. So the
+//! broker's ACLs decide what each person sees and changes, with Kafka's error
+//! names. Which listener: the first PLAINTEXT or SASL_PLAINTEXT one, else the
+//! first SSL or SASL_SSL one, trusting `ssl.truststore.location` with the
+//! hostname check off (the console connects to itself by IP); when the
+//! listener asks for client certificates it presents the broker's own.
+//!
+//! Owns: the settings the console takes from the broker's ([`Settings`]),
+//! the accept loop, static files and routing to [`api`]; [`session`] keeps
+//! sessions and CSRF tokens, [`history`] the metrics and lag samples,
+//! [`bench`] the benchmark reports.
+
+pub mod api;
+pub mod bench;
+pub mod history;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use floe_broker::config::BrokerConfig;
+use floe_broker::listeners::SecurityProtocol;
+use floe_broker::security::sasl::SaslMechanism;
+use floe_broker::security::scram::ScramMechanism;
+use floe_broker::security::tls::ClientAuth;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper::{header, Request, Response, StatusCode};
+
+use crate::cli::connect::ConnectArgs;
+
+/// Request bodies above this are refused (413).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+const INDEX_HTML: &str = include_str!("../../console/index.html");
+const APP_JS: &str = include_str!("../../console/app.js");
+const STYLE_CSS: &str = include_str!("../../console/style.css");
+
+/// Where and how the console reaches its broker.
+#[derive(Debug, Clone)]
+pub struct BrokerTarget {
+    /// `host:port` of the listener.
+    pub bootstrap: String,
+    /// Its security protocol.
+    pub protocol: SecurityProtocol,
+    /// The SASL mechanism to log in with, when the listener needs SASL.
+    pub mechanism: Option<&'static str>,
+    /// TLS client properties (librdkafka's names), when the listener uses TLS.
+    pub tls: Vec<(String, String)>,
+}
+
+impl BrokerTarget {
+    /// Whether a person must log in (the listener needs SASL).
+    pub fn login_required(&self) -> bool {
+        self.mechanism.is_some()
+    }
+
+    /// The admin CLI's connection options for this listener, logged in as `login`.
+    pub fn connect_args(&self, login: Option<(&str, &str)>) -> ConnectArgs {
+        let mut properties = vec![format!("security.protocol={}", self.protocol.name())];
+        for (k, v) in &self.tls {
+            properties.push(format!("{k}={v}"));
+        }
+        if let (Some(mechanism), Some((user, password))) = (self.mechanism, login) {
+            properties.push(format!("sasl.mechanism={mechanism}"));
+            properties.push(format!("sasl.username={user}"));
+            properties.push(format!("sasl.password={password}"));
+        }
+        ConnectArgs { brokers: Some(self.bootstrap.clone()), properties, profile: None, timeout_ms: 10_000 }
+    }
+}
+
+/// What the console takes from the broker's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `floe.console.listen`.
+    pub listen: SocketAddr,
+    /// `floe.console.read-only`.
+    pub read_only: bool,
+    /// `floe.console.bench-reports-dir`.
+    pub bench_dir: Option<PathBuf>,
+    /// The broker's listener the console connects to.
+    pub broker: BrokerTarget,
+    /// `host:port` of the broker's Prometheus endpoint (`metrics.listen`), if on.
+    pub metrics: Option<String>,
+    /// `http://host:port` of the built-in Schema Registry, if on (plain HTTP only).
+    pub schema_registry: Option<String>,
+    /// The Iceberg catalog and namespace the broker tiers into.
+    pub catalog: floe_tiering::CatalogConfig,
+    /// `floe.iceberg.namespace`.
+    pub namespace: String,
+    /// `http://host:port` of the Iceberg REST catalog, if on.
+    pub iceberg_rest: Option<String>,
+}
+
+/// `addr` as a client dials it: a wildcard bind is this machine.
+fn dialable(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port()).to_string()
+}
+
+impl Settings {
+    /// The console's settings, or `None` when `floe.console.listen` is empty.
+    ///
+    /// # Errors
+    /// No listener the console can reach (port 0, or TLS without a truststore).
+    pub fn from_config(config: &BrokerConfig) -> anyhow::Result<Option<Settings>> {
+        let Some(listen) = config.console_listen else { return Ok(None) };
+        let plain = config.listeners.iter().find(|l| matches!(l.protocol, SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext));
+        let listener = plain.or_else(|| config.listeners.first()).context("the broker has no listener for the console to connect to")?;
+        if listener.bind.port() == 0 {
+            anyhow::bail!(
+                "floe.console.listen: the console connects to listener {} but it binds port 0 (any free port), which the console cannot know; give the listener a port, or set floe.console.listen to empty",
+                listener.name
+            );
+        }
+        let mut tls = Vec::new();
+        if matches!(listener.protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl) {
+            let ca = config.tls.truststore.as_ref().with_context(|| {
+                format!("floe.console.listen: the console connects to TLS listener {} and needs ssl.truststore.location (the CA the broker's certificate chains to)", listener.name)
+            })?;
+            tls.push(("ssl.ca.location".to_string(), ca.display().to_string()));
+            tls.push(("ssl.endpoint.identification.algorithm".to_string(), "none".to_string()));
+            if config.tls.client_auth != ClientAuth::None {
+                if let (Some(cert), Some(key)) = (&config.tls.certificate, &config.tls.key) {
+                    tls.push(("ssl.certificate.location".to_string(), cert.display().to_string()));
+                    tls.push(("ssl.key.location".to_string(), key.display().to_string()));
+                }
+            }
+        }
+        let mechanism = if matches!(listener.protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
+            let enabled = config.sasl.enabled.get(&listener.name).cloned().unwrap_or_default();
+            let preferred = [SaslMechanism::Scram(ScramMechanism::Sha256), SaslMechanism::Scram(ScramMechanism::Sha512), SaslMechanism::Plain];
+            let chosen = preferred.into_iter().find(|m| enabled.contains(m)).with_context(|| {
+                format!("floe.console.listen: listener {} enables no SASL mechanism the console speaks (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)", listener.name)
+            })?;
+            Some(chosen.name())
+        } else {
+            None
+        };
+        let tiering = &config.tiering;
+        Ok(Some(Settings {
+            listen,
+            read_only: config.console_read_only,
+            bench_dir: config.console_bench_reports_dir.clone(),
+            broker: BrokerTarget { bootstrap: dialable(listener.bind), protocol: listener.protocol, mechanism, tls },
+            metrics: config.metrics_listen.map(dialable),
+            schema_registry: config.schema_registry_listen.filter(|_| !config.schema_registry_tls).map(|a| format!("http://{}", dialable(a))),
+            catalog: tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name),
+            namespace: tiering.namespace.clone(),
+            iceberg_rest: config.iceberg_rest_listen.map(|a| format!("http://{}", dialable(a))),
+        }))
+    }
+}
+
+/// The console's shared state.
+pub struct Console {
+    /// Its settings.
+    pub settings: Settings,
+    /// Live sessions.
+    pub sessions: session::Sessions,
+    /// Samples of the broker's metrics.
+    pub metrics: history::MetricsHistory,
+    /// Samples of every group's lag.
+    pub lag: history::LagHistory,
+}
+
+/// Binds the console and starts it, with its samplers, on the current
+/// runtime; returns once it listens (or `Ok` at once when it is off).
+///
+/// # Errors
+/// Its settings are unusable, or its address cannot be bound.
+pub async fn start(config: &BrokerConfig) -> anyhow::Result<()> {
+    let Some(settings) = Settings::from_config(config)? else { return Ok(()) };
+    let listener = tokio::net::TcpListener::bind(settings.listen).await.with_context(|| {
+        format!("cannot bind the web console to {} (floe.console.listen, --console-listen): pick another address, or an empty one to turn the console off", settings.listen)
+    })?;
+    let local = listener.local_addr().unwrap_or(settings.listen);
+    tracing::info!(address = %local, broker = %settings.broker.bootstrap, read_only = settings.read_only, "web console listening on http://{local}/");
+    let console = Arc::new(Console {
+        settings,
+        sessions: session::Sessions::default(),
+        metrics: history::MetricsHistory::default(),
+        lag: history::LagHistory::default(),
+    });
+    tokio::spawn(history::sample_metrics(console.clone()));
+    tokio::spawn(history::sample_lag(console.clone()));
+    tokio::spawn(accept(listener, console));
+    Ok(())
+}
+
+async fn accept(listener: tokio::net::TcpListener, console: Arc<Console>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "web console: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let console = console.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let console = console.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(console, req).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                tracing::debug!(error = %e, "web console connection ended");
+            }
+        });
+    }
+}
+
+/// A response with `body` of `content_type`, and the headers every answer carries.
+pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    if !path.starts_with("/api/") && path != "/api" {
+        return static_file(&parts.method, &path);
+    }
+    // The body, at most MAX_BODY_BYTES.
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+            let (status, text) = if too_big {
+                (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes"))
+            } else {
+                (StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
+            };
+            return response(status, "application/json", serde_json::json!({ "error": text }).to_string());
+        }
+    };
+    api::handle(&console, &parts, &path, body).await
+}
+
+fn static_file(method: &hyper::Method, path: &str) -> Response<Full<Bytes>> {
+    if method != hyper::Method::GET && method != hyper::Method::HEAD {
+        return response(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "method not allowed\n");
+    }
+    let (content_type, body) = match path {
+        "/" | "/index.html" => ("text/html; charset=utf-8", INDEX_HTML),
+        "/app.js" => ("text/javascript; charset=utf-8", APP_JS),
+        "/style.css" => ("text/css; charset=utf-8", STYLE_CSS),
+        _ => return response(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n"),
+    };
+    let mut r = response(StatusCode::OK, content_type, body);
+    // Same-origin scripts and styles only; charts are inline SVG, report images data or same-origin.
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    r
+}
