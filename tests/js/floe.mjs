@@ -37,8 +37,10 @@ function canConnect(port) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Start floe; resolves once its Kafka port accepts TCP connections.
- * `port` fixes the PLAINTEXT port (for tests that list more listeners in `overrides`). */
-export async function startFloe({ overrides = {}, env = {}, port: fixedPort, schemaRegistry = false } = {}) {
+ * `port` fixes the PLAINTEXT port (for tests that list more listeners in `overrides`).
+ * `console: true` serves the web console on a free port (`consoleUrl`); off by default, so
+ * brokers started side by side never race for its default 127.0.0.1:8080. */
+export async function startFloe({ overrides = {}, env = {}, port: fixedPort, schemaRegistry = false, console: withConsole = false } = {}) {
   const bin = floeBin();
   if (!fs.existsSync(bin)) throw new Error(`floe binary not found: ${bin} (cargo build --workspace, or set FLOE_BIN)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'floe-js-'));
@@ -46,10 +48,12 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort, sch
   const metricsPort = await freePort();
   // The built-in Schema Registry only when asked for: brokers run side by side.
   const registryPort = schemaRegistry ? await freePort() : null;
+  const consolePort = withConsole ? await freePort() : null;
   const bootstrap = `127.0.0.1:${port}`;
   const args = ['--data-dir', path.join(dir, 'data'), '--listen', bootstrap, '--advertised-listener', bootstrap,
     '--metrics-listen', `127.0.0.1:${metricsPort}`, '--iceberg-rest-listen', '',
-    '--schema-registry-listen', registryPort ? `127.0.0.1:${registryPort}` : ''];
+    '--schema-registry-listen', registryPort ? `127.0.0.1:${registryPort}` : '',
+    '--console-listen', consolePort ? `127.0.0.1:${consolePort}` : ''];
   for (const [k, v] of Object.entries(overrides)) args.push('--override', `${k}=${v}`);
   const logPath = path.join(dir, 'floe-stderr.log');
   const log = fs.openSync(logPath, 'a');
@@ -60,7 +64,8 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort, sch
   const deadline = Date.now() + 30000;
   for (;;) {
     if (exited) throw new Error(`floe exited during startup (${JSON.stringify(exited)})\n--- floe stderr ---\n${stderr()}`);
-    if (await canConnect(port) && (!registryPort || await canConnect(registryPort))) break;
+    if (await canConnect(port) && (!registryPort || await canConnect(registryPort))
+      && (!consolePort || await canConnect(consolePort))) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`floe did not listen on ${bootstrap} within 30s\n--- floe stderr ---\n${stderr()}`);
@@ -70,6 +75,7 @@ export async function startFloe({ overrides = {}, env = {}, port: fixedPort, sch
   return {
     bootstrap, port, metricsPort, dir, stderr,
     registryUrl: registryPort ? `http://127.0.0.1:${registryPort}` : null,
+    consoleUrl: consolePort ? `http://127.0.0.1:${consolePort}` : null,
     async stop() {
       if (exited) return exited;
       const done = new Promise((r) => child.once('exit', (code, signal) => r({ code, signal })));
