@@ -70,7 +70,7 @@ class FloeProcess:
     """One broker process, restartable on the same ports and data dir."""
 
     def __init__(self, data_dir: Path, log_path: Path, overrides: dict | None = None,
-                 env: dict | None = None, name: str = "floe"):
+                 env: dict | None = None, name: str = "floe", console: bool = False):
         self.name = name
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
@@ -79,6 +79,9 @@ class FloeProcess:
         self.iceberg_rest_port = free_port()
         self.schema_registry_port = None
         self.schema_registry_scheme = "http"  # "https": served with the broker's certificate (ssl.*)
+        # The web console only when asked for (console=True: a free port, `console_url`):
+        # brokers run side by side and would race for its default 127.0.0.1:8080.
+        self.console_port = free_port() if console else None
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})
         self.command_extra: list[str] = []  # more CLI arguments, e.g. ["--config", path]
@@ -109,6 +112,11 @@ class FloeProcess:
         """Base URL of the built-in Schema Registry (set `schema_registry_port` to turn it on)."""
         return f"{self.schema_registry_scheme}://127.0.0.1:{self.schema_registry_port}"
 
+    @property
+    def console_url(self) -> str:
+        """Base URL of the web console (construct with console=True, or set `console_port`)."""
+        return f"http://127.0.0.1:{self.console_port}"
+
     # -- lifecycle ---------------------------------------------------------
     def command(self) -> list[str]:
         cmd = [
@@ -122,6 +130,8 @@ class FloeProcess:
             # schema_registry_port = None (the default) disables the Schema Registry.
             "--schema-registry-listen",
             f"{self.schema_registry_scheme}://127.0.0.1:{self.schema_registry_port}" if self.schema_registry_port else "",
+            # console_port = None (the default) disables the web console.
+            "--console-listen", f"127.0.0.1:{self.console_port}" if self.console_port else "",
         ]
         cmd += self.command_extra
         for k, v in self.overrides.items():
@@ -162,7 +172,11 @@ class FloeProcess:
                                      f"--- floe stderr ---\n{self.stderr_text()}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return
+                    pass
+                if self.console_port:
+                    with socket.create_connection((self.host, self.console_port), timeout=0.5):
+                        pass
+                return
             except OSError:
                 pass
             if time.monotonic() > deadline:

@@ -157,7 +157,7 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
             let (session, new_cookie) = match existing {
                 Some(s) => (s, None),
                 None => {
-                    let s = console.sessions.create(None, None, None);
+                    let s = console.sessions.create(None, None);
                     let c = session::set_cookie(&s.id);
                     (s, Some(c))
                 }
@@ -197,7 +197,7 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
         Some(_) => return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None),
         None if login_required => return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None),
         None => {
-            let s = console.sessions.create(None, None, None);
+            let s = console.sessions.create(None, None);
             new_cookie = Some(session::set_cookie(&s.id));
             s
         }
@@ -330,7 +330,10 @@ where
     let admin = match guard.as_mut() {
         Some(a) => a,
         None => {
-            let login = session.user.as_deref().zip(session.password.as_deref());
+            let login = match (&session.user, &session.password, session.mechanism) {
+                (Some(u), Some(p), Some(m)) => Some((u.as_str(), p.as_str(), m)),
+                _ => None,
+            };
             let args = console.settings.broker.connect_args(login);
             let connected = Admin::connect(&args).await.map_err(ApiError::from)?;
             guard.insert(connected)
@@ -356,17 +359,23 @@ async fn login(console: &Console, body: &Bytes) -> Result<std::sync::Arc<Session
     let doc: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
     let user = doc.get("username").and_then(Value::as_str).filter(|u| !u.is_empty()).ok_or_else(|| ApiError::bad("give \"username\""))?;
     let password = doc.get("password").and_then(Value::as_str).ok_or_else(|| ApiError::bad("give \"password\""))?;
-    let args = settings.broker.connect_args(Some((user, password)));
-    let admin = Admin::connect(&args).await.map_err(|e| {
-        let e = ApiError::from(e);
-        if e.status == StatusCode::UNAUTHORIZED {
-            ApiError::new(StatusCode::UNAUTHORIZED, format!("login refused: the broker did not accept that user name and password ({})", e.message))
-        } else {
-            e
+    // Each mechanism the listener enables, SCRAM first: a user may exist for PLAIN only.
+    let mut refusals = Vec::new();
+    for &mechanism in &settings.broker.mechanisms {
+        let args = settings.broker.connect_args(Some((user, password, mechanism)));
+        match Admin::connect(&args).await.map_err(ApiError::from) {
+            Ok(admin) => {
+                console.lag.set_login(user, password, mechanism);
+                return Ok(console.sessions.create(Some((user.to_string(), password.to_string(), mechanism)), Some(admin)));
+            }
+            Err(e) if e.status == StatusCode::UNAUTHORIZED => refusals.push(mechanism),
+            Err(e) => return Err(e),
         }
-    })?;
-    console.lag.set_login(user, password);
-    Ok(console.sessions.create(Some(user.to_string()), Some(password.to_string()), Some(admin)))
+    }
+    Err(ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        format!("login refused: the broker accepted that user name and password with none of {}", refusals.join(", ")),
+    ))
 }
 
 async fn overview(console: &Console, session: &Session) -> ApiResult {

@@ -232,13 +232,13 @@ pub struct LagHistory {
     /// Whose login samples the lag when the broker's listener needs SASL: the
     /// last person who logged in (the samples are shown only to a user whose
     /// own `group describe` succeeded).
-    login: Mutex<Option<(String, String)>>,
+    login: Mutex<Option<(String, String, &'static str)>>,
 }
 
 impl LagHistory {
     /// Remembers a successful login, for sampling when the listener needs SASL.
-    pub fn set_login(&self, user: &str, password: &str) {
-        *lock(&self.login) = Some((user.to_string(), password.to_string()));
+    pub fn set_login(&self, user: &str, password: &str, mechanism: &'static str) {
+        *lock(&self.login) = Some((user.to_string(), password.to_string(), mechanism));
     }
 
     /// `group`'s samples, oldest first: `[{"t", "total_lag", "partitions": {"topic/partition": lag}}]`.
@@ -284,7 +284,7 @@ async fn lag_round(console: &Console, admin: &mut Admin) -> Result<(), String> {
 /// Samples every group's lag every [`LAG_INTERVAL`], with its own Kafka client.
 pub async fn sample_lag(console: Arc<Console>) {
     let mut admin: Option<Admin> = None;
-    let mut used_login: Option<(String, String)> = None;
+    let mut used_login: Option<(String, String, &'static str)> = None;
     let mut ticker = tokio::time::interval(LAG_INTERVAL);
     loop {
         ticker.tick().await;
@@ -297,7 +297,7 @@ pub async fn sample_lag(console: Arc<Console>) {
             used_login = login.clone();
         }
         if admin.is_none() {
-            let args = console.settings.broker.connect_args(login.as_ref().map(|(u, p)| (u.as_str(), p.as_str())));
+            let args = console.settings.broker.connect_args(login.as_ref().map(|(u, p, m)| (u.as_str(), p.as_str(), *m)));
             match tokio::time::timeout(Duration::from_secs(15), Admin::connect(&args)).await {
                 Ok(Ok(a)) => admin = Some(a),
                 _ => continue, // Not ready yet; next tick.

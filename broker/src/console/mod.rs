@@ -10,7 +10,9 @@
 //! names. Which listener: the first PLAINTEXT or SASL_PLAINTEXT one, else the
 //! first SSL or SASL_SSL one, trusting `ssl.truststore.location` with the
 //! hostname check off (the console connects to itself by IP); when the
-//! listener asks for client certificates it presents the broker's own.
+//! listener asks for client certificates it presents the broker's own. A
+//! login tries the listener's mechanisms in the order SCRAM-SHA-256,
+//! SCRAM-SHA-512, PLAIN, and keeps the first the broker accepts.
 //!
 //! Owns: the settings the console takes from the broker's ([`Settings`]),
 //! the accept loop, static files and routing to [`api`]; [`session`] keeps
@@ -52,8 +54,9 @@ pub struct BrokerTarget {
     pub bootstrap: String,
     /// Its security protocol.
     pub protocol: SecurityProtocol,
-    /// The SASL mechanism to log in with, when the listener needs SASL.
-    pub mechanism: Option<&'static str>,
+    /// The SASL mechanisms to log in with, in the order tried (SCRAM-SHA-256,
+    /// SCRAM-SHA-512, PLAIN: those the listener enables); empty when it needs no SASL.
+    pub mechanisms: Vec<&'static str>,
     /// TLS client properties (librdkafka's names), when the listener uses TLS.
     pub tls: Vec<(String, String)>,
 }
@@ -61,16 +64,17 @@ pub struct BrokerTarget {
 impl BrokerTarget {
     /// Whether a person must log in (the listener needs SASL).
     pub fn login_required(&self) -> bool {
-        self.mechanism.is_some()
+        !self.mechanisms.is_empty()
     }
 
-    /// The admin CLI's connection options for this listener, logged in as `login`.
-    pub fn connect_args(&self, login: Option<(&str, &str)>) -> ConnectArgs {
+    /// The admin CLI's connection options for this listener, logged in as
+    /// `login` (user, password, mechanism).
+    pub fn connect_args(&self, login: Option<(&str, &str, &str)>) -> ConnectArgs {
         let mut properties = vec![format!("security.protocol={}", self.protocol.name())];
         for (k, v) in &self.tls {
             properties.push(format!("{k}={v}"));
         }
-        if let (Some(mechanism), Some((user, password))) = (self.mechanism, login) {
+        if let Some((user, password, mechanism)) = login.filter(|_| self.login_required()) {
             properties.push(format!("sasl.mechanism={mechanism}"));
             properties.push(format!("sasl.username={user}"));
             properties.push(format!("sasl.password={password}"));
@@ -141,22 +145,23 @@ impl Settings {
                 }
             }
         }
-        let mechanism = if matches!(listener.protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
+        let mechanisms = if matches!(listener.protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
             let enabled = config.sasl.enabled.get(&listener.name).cloned().unwrap_or_default();
             let preferred = [SaslMechanism::Scram(ScramMechanism::Sha256), SaslMechanism::Scram(ScramMechanism::Sha512), SaslMechanism::Plain];
-            let chosen = preferred.into_iter().find(|m| enabled.contains(m)).with_context(|| {
-                format!("floe.console.listen: listener {} enables no SASL mechanism the console speaks (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)", listener.name)
-            })?;
-            Some(chosen.name())
+            let chosen: Vec<&'static str> = preferred.into_iter().filter(|m| enabled.contains(m)).map(SaslMechanism::name).collect();
+            if chosen.is_empty() {
+                anyhow::bail!("floe.console.listen: listener {} enables no SASL mechanism the console speaks (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)", listener.name);
+            }
+            chosen
         } else {
-            None
+            Vec::new()
         };
         let tiering = &config.tiering;
         Ok(Some(Settings {
             listen,
             read_only: config.console_read_only,
             bench_dir: config.console_bench_reports_dir.clone(),
-            broker: BrokerTarget { bootstrap: dialable(listener.bind), protocol: listener.protocol, mechanism, tls },
+            broker: BrokerTarget { bootstrap: dialable(listener.bind), protocol: listener.protocol, mechanisms, tls },
             metrics: config.metrics_listen.map(dialable),
             schema_registry: config.schema_registry_listen.filter(|_| !config.schema_registry_tls).map(|a| format!("http://{}", dialable(a))),
             catalog: tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name),

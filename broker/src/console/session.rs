@@ -33,6 +33,8 @@ pub struct Session {
     pub user: Option<String>,
     /// The user's password, kept to connect again after the broker closed the connection.
     pub password: Option<String>,
+    /// The SASL mechanism the login succeeded with.
+    pub mechanism: Option<&'static str>,
     /// This session's Kafka client, connected on first use.
     pub admin: tokio::sync::Mutex<Option<Admin>>,
     last_seen: Mutex<Instant>,
@@ -82,13 +84,18 @@ impl Sessions {
         Some(session)
     }
 
-    /// A new session for `user` (`None`: anonymous), with `admin` if already connected.
-    pub fn create(&self, user: Option<String>, password: Option<String>, admin: Option<Admin>) -> Arc<Session> {
+    /// A new session for `login` (user, password, mechanism; `None`: anonymous), with `admin` if already connected.
+    pub fn create(&self, login: Option<(String, String, &'static str)>, admin: Option<Admin>) -> Arc<Session> {
+        let (user, password, mechanism) = match login {
+            Some((u, p, m)) => (Some(u), Some(p), Some(m)),
+            None => (None, None, None),
+        };
         let session = Arc::new(Session {
             id: token(),
             csrf: token(),
             user,
             password,
+            mechanism,
             admin: tokio::sync::Mutex::new(admin),
             last_seen: Mutex::new(Instant::now()),
         });
@@ -157,7 +164,7 @@ mod tests {
     #[test]
     fn csrf_must_match_exactly() {
         let sessions = Sessions::default();
-        let s = sessions.create(None, None, None);
+        let s = sessions.create(None, None);
         assert!(s.csrf_matches(&s.csrf.clone()));
         assert!(!s.csrf_matches(""));
         assert!(!s.csrf_matches(&token()));

@@ -58,8 +58,8 @@ impl Floe {
             .arg(dir.path().join("data"))
             .args(["--listen", &listen, "--advertised-listener", &listen])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-            // Brokers run side by side: none takes the default REST catalog or registry port.
-            .args(["--iceberg-rest-listen", "", "--schema-registry-listen", ""]);
+            // Brokers run side by side: none takes the default REST catalog, registry or console port.
+            .args(["--iceberg-rest-listen", "", "--schema-registry-listen", "", "--console-listen", ""]);
         for (k, v) in overrides {
             cmd.args(["--override", &format!("{k}={v}")]);
         }
