@@ -8,6 +8,7 @@ without leaving their directory."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import requests
@@ -290,3 +291,34 @@ def test_login_and_the_brokers_acls_decide(secured):
     assert any(u["user"] == "alice" for u in boss.get("/api/users").json())
     assert c.post("/api/logout", {}).status_code == 200
     assert c.get("/api/topics").status_code == 401
+
+
+def test_iceberg_tables_lag_and_query_snippets(floe_factory):
+    floe = start_with_console(floe_factory, "floe-console-ice", {"floe.iceberg.tick-ms": "200", "floe.iceberg.target-lag-ms": "1000"})
+    c = Console(floe.console_url)
+    assert c.get("/api/iceberg").json()["tables"] == []  # nothing tiered yet: no catalog, no error
+    topic = create_topic(floe.bootstrap, unique_topic("console-ice"), partitions=1,
+                         config={"floe.iceberg.enabled": "true", "segment.bytes": "8000"})
+    for _ in range(5):
+        produce_all(floe.bootstrap, topic, [{"key": b"k%d" % i, "value": b"v" * 50} for i in range(30)])
+    deadline = time.monotonic() + 60
+    while True:
+        doc = c.get("/api/iceberg").json()
+        status = [s for s in doc["status"] if s["table"] == topic]
+        if status and (status[0]["partitions"][0]["committed_offset"] or 0) > 0:
+            break
+        assert time.monotonic() < deadline, f"not tiered in time: {doc}"
+        time.sleep(0.5)
+    [table] = [t for t in doc["tables"] if t["table"] == topic]
+    part = status[0]["partitions"][0]
+    high = watermarks(floe.bootstrap, topic, 0)[1]
+    assert part["high_watermark"] == high
+    assert part["lag_records"] == high - part["committed_offset"]
+    assert str(part["committed_offset"]) == str(table["committed_next_offsets"]["0"])
+    assert os.path.exists(table["metadata_location"].removeprefix("file://"))
+    assert table["metadata_location"] in table["queries"]["duckdb"]
+    assert f"{topic}" in table["queries"]["spark"] and "load_table" in table["queries"]["pyiceberg"]
+    snaps = c.get(f"/api/iceberg/{topic}/snapshots").json()
+    assert any(s["operation"] == "append" for s in snaps["snapshots"])
+    assert set(snaps["queries"]) == {"duckdb", "pyiceberg", "spark"}
+    assert c.get("/api/iceberg/no-such-table/snapshots").status_code == 404
