@@ -16,8 +16,10 @@ let refreshTimer = null;
 function h(spec, attrs = {}, ...children) {
   const [tag, ...classes] = spec.split('.');
   const el = document.createElement(tag || 'div');
-  if (classes.length) el.className = classes.join(' ');
-  setAttrs(el, attrs);
+  const { class: extra, ...rest } = attrs || {};
+  const names = [...classes, ...(extra ? [extra] : [])];
+  if (names.length) el.className = names.join(' ');
+  setAttrs(el, rest);
   append(el, children);
   return el;
 }
@@ -174,14 +176,14 @@ function niceMax(v) {
 }
 
 /** A line chart of series [{name, points: [[t_ms, value|null]]}] drawn as SVG; nulls break a line. */
-function lineChart(title, series, { testid, fmt = fmtNum, wide = false } = {}) {
+function lineChart(title, series, { testid, fmt = fmtNum, wide = false, floor = 1 } = {}) {
   const W = wide ? 760 : 440, H = 190, L = 58, R = 10, T = 10, B = 24;
   const all = series.flatMap((s) => s.points).filter(([, v]) => v !== null && Number.isFinite(v));
   const fig = h(`figure.chart${wide ? '.wide' : ''}`, { testid }, h('figcaption', {}, title));
   if (!all.length) return append(fig, [h('p.empty', {}, 'no samples yet')]), fig;
   let t0 = Math.min(...all.map(([t]) => t)), t1 = Math.max(...all.map(([t]) => t));
   if (t1 === t0) { t0 -= 30000; t1 += 30000; }
-  const vmax = niceMax(Math.max(...all.map(([, v]) => v)));
+  const vmax = niceMax(Math.max(floor, ...all.map(([, v]) => v)));
   const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
   const y = (v) => T + (1 - v / vmax) * (H - T - B);
   const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title, preserveAspectRatio: 'xMidYMid meet' });
@@ -267,7 +269,7 @@ function overviewPage() {
       h('div.charts', {},
         lineChart('Throughput (bytes/s)', [
           { name: 'produce', points: series('produce_bytes_per_s') },
-          { name: 'fetch', points: series('fetch_bytes_per_s') }], { testid: 'throughput-chart', fmt: fmtBytes }),
+          { name: 'fetch', points: series('fetch_bytes_per_s') }], { testid: 'throughput-chart', fmt: fmtBytes, floor: 1024 }),
         lineChart('Requests/s', [{ name: 'requests', points: series('requests_per_s') }], { testid: 'requests-chart' }),
         lineChart('Request latency p99 (ms)', [{ name: 'p99', points: series('request_latency_p99_ms') }], { testid: 'latency-chart' })),
     ];
@@ -320,7 +322,14 @@ function topicsPage() {
 function topicPage(name) {
   const del = h('button.danger', { type: 'button', testid: 'delete-topic', disabled: session.read_only }, 'Delete topic');
   const section = page(`Topic ${name}`, async () => {
-    const t = await api('GET', `/api/topics/${enc(name)}`);
+    let t;
+    try {
+      t = await api('GET', `/api/topics/${enc(name)}`);
+    } catch (e) {
+      // Refused (an ACL): reading and writing records are separate rights, so offer them anyway.
+      if (e.status !== 403) throw e;
+      return [errorBox(e), messageBrowser(name, []), produceForm(name, [])];
+    }
     return [
       h('h2', {}, 'Partitions'),
       table([
@@ -345,8 +354,9 @@ function topicPage(name) {
 }
 
 function messageBrowser(topic, partitions) {
-  const partition = h('select', { testid: 'browse-partition' },
-    partitions.map((p) => h('option', { value: p.partition }, String(p.partition))));
+  const partition = partitions.length
+    ? h('select', { testid: 'browse-partition' }, partitions.map((p) => h('option', { value: p.partition }, String(p.partition))))
+    : h('input', { type: 'number', min: 0, value: 0, testid: 'browse-partition' });
   const offset = h('input', { value: 'beginning', testid: 'browse-offset', title: 'beginning, end, an offset N, or -N for the last N' });
   const limit = h('input', { type: 'number', min: 1, max: 1000, value: 50, testid: 'browse-limit' });
   const results = h('div.results', { testid: 'messages' });
@@ -376,7 +386,7 @@ function messageBrowser(topic, partitions) {
   };
   form.addEventListener('submit', (ev) => { ev.preventDefault(); load(); });
   messageBrowser.reload = load;
-  if (partitions.length) load();
+  load();
   return form;
 }
 
