@@ -3,14 +3,15 @@
 #
 #     bash tests/run-all.sh
 #
-# Installs what the suites need (kcat from Debian, Python clients in .venv,
-# kafkajs in tests/js/node_modules), builds the workspace, then runs:
+# Installs what the suites need (kcat and chromium from Debian, Python clients in .venv,
+# kafkajs and playwright-core in tests/js/node_modules), builds the workspace, then runs:
 #   1. cargo test --workspace        (unit tests + rdkafka end-to-end tests)
 #      Build and test use `--features floe-broker/failpoints`: the debug `floe` the suites start
 #      must arm FAILPOINTS (test_crash_points.py, test_storage_errors.py), and the same features in
 #      both steps keep `cargo test` from rebuilding it without. Release builds never carry them.
 #   2. pytest tests/python           (confluent-kafka, kafka-python, aiokafka, kcat, raw wire)
-#   3. node --test tests/js/         (kafkajs)
+#   3. node --test tests/js/         (kafkajs; the web console in chromium via playwright-core,
+#                                    screenshots in tests/js/artifacts/console/)
 #   4. floe-bench run SCENARIO --quick, every scenario (the benchmark harness must not rot)
 #   5. cargo fuzz run, each fuzz/ target for FUZZ_SECONDS (installs cargo-fuzz if missing)
 # Idempotent; works on a fresh Debian machine as root, with or without a tty.
@@ -35,6 +36,7 @@ export FLOE_BIN="${FLOE_BIN:-$TARGET_DIR/debug/floe}"
 export PYTHONDONTWRITEBYTECODE=1
 export DEBIAN_FRONTEND=noninteractive
 export NPM_CONFIG_UPDATE_NOTIFIER=false
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
 RUN_START=$SECONDS
 STAGE_START=$SECONDS
@@ -76,8 +78,11 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------- setup
-banner "setup: system packages (kcat, python3-venv, node, openssl, protoc, etcd)"
+banner "setup: system packages (kcat, python3-venv, node, openssl, protoc, etcd, chromium)"
 command -v kcat >/dev/null 2>&1 || apt_install kcat
+# The web console suite (tests/js/console.test.mjs) drives Debian's chromium with playwright-core;
+# no browser is ever downloaded by npm.
+command -v chromium >/dev/null 2>&1 || apt_install chromium
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
 # floe-bench's `tls` scenario makes its throwaway CA and broker certificate with the openssl CLI.
 command -v openssl >/dev/null 2>&1 || apt_install openssl
@@ -96,6 +101,7 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! com
 fi
 printf 'kcat: %s\n' "$(kcat -V 2>&1 | grep -m1 -o 'kcat - .*\|Version [^ ]*' | head -1)"
 printf 'python3: %s  node: %s  cargo: %s\n' "$(python3 --version 2>&1)" "$(node --version)" "$(cargo --version)"
+printf 'chromium: %s\n' "$(chromium --version 2>/dev/null | head -1)"
 stage_done "setup-system" ok
 
 banner "setup: python venv (.venv) with Kafka clients"
@@ -136,7 +142,7 @@ export FLOE_QUIX_PYTHON="${FLOE_QUIX_PYTHON:-$ROOT/.venv-quix/bin/python}"
     || die "quixstreams does not import"
 stage_done "setup-python" ok
 
-banner "setup: kafkajs (tests/js, npm ci)"
+banner "setup: kafkajs and playwright-core (tests/js, npm ci)"
 (cd "$ROOT/tests/js" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in tests/js failed"
 stage_done "setup-js" ok
 
@@ -177,6 +183,7 @@ run_stage "cargo test --workspace" logged "$LOG_DIR/cargo-test.log" cargo test -
 run_stage "pytest tests/python" logged "$LOG_DIR/pytest.log" "$ROOT/.venv/bin/python" -m pytest tests/python \
     -p no:cacheprovider -ra --timeout=180 --durations=25 ${PYTEST_ARGS:-}
 run_stage "node --test tests/js/" node --test "$ROOT/tests/js/"
+[ -d "$ROOT/tests/js/artifacts/console" ] && echo "web console screenshots: $ROOT/tests/js/artifacts/console/"
 
 bench_quick() { # every floe-bench scenario for a few seconds; reports under $TARGET_DIR/floe-bench-quick/
     local s rc=0
