@@ -225,6 +225,7 @@ def secured(floe_factory, tmp_path):
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin",
         "allow.everyone.if.no.acl.found": "false",
+        "floe.iceberg.tick-ms": "200", "floe.iceberg.target-lag-ms": "1000",
     }
     proc.start()
     return proc
@@ -270,13 +271,15 @@ def test_login_and_the_brokers_acls_decide(secured):
                                        AclOperation.DESCRIBE, AclPermissionType.ALLOW)]).values():
         f.result(timeout=TIMEOUT_S)
     assert topic in [t["topic"] for t in c.get("/api/topics").json()]
-    # Describing shows the settings too, which DESCRIBE_CONFIGS guards.
+    # The settings need DESCRIBE_CONFIGS: until then the partitions show, the settings say why not.
     r = c.get(f"/api/topics/{topic}")
-    assert r.status_code == 403 and "TOPIC_AUTHORIZATION_FAILED" in r.json()["error"]
+    assert r.status_code == 200 and [p["partition"] for p in r.json()["partitions"]] == [0]
+    assert r.json()["configs"] == [] and "TOPIC_AUTHORIZATION_FAILED" in r.json()["configs_error"]
     for f in a.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
                                        AclOperation.DESCRIBE_CONFIGS, AclPermissionType.ALLOW)]).values():
         f.result(timeout=TIMEOUT_S)
-    assert c.get(f"/api/topics/{topic}").json()["topic"] == topic
+    doc = c.get(f"/api/topics/{topic}").json()
+    assert doc["topic"] == topic and doc["configs_error"] is None and doc["configs"]
 
     # The super user logs in with PLAIN (it has no SCRAM credential) and may write ACLs.
     boss = Console(secured.console_url)
@@ -322,3 +325,34 @@ def test_iceberg_tables_lag_and_query_snippets(floe_factory):
     assert any(s["operation"] == "append" for s in snaps["snapshots"])
     assert set(snaps["queries"]) == {"duckdb", "pyiceberg", "spark"}
     assert c.get("/api/iceberg/no-such-table/snapshots").status_code == 404
+
+
+def test_a_table_shows_only_to_whom_may_describe_its_topic(secured):
+    """The Iceberg page reads the catalog, not the broker: the console filters
+    the tables by the topics the logged-in user may describe (the broker's
+    ACLs, through Metadata)."""
+    a = as_admin(secured)
+    for f in a.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-pw")]).values():
+        f.result(timeout=TIMEOUT_S)
+    topic = unique_topic("tiered-secret")
+    a.create_topics([NewTopic(topic, 1, 1, config={"floe.iceberg.enabled": "true", "segment.bytes": "8000"})])[topic].result(timeout=TIMEOUT_S)
+    boss = Console(secured.console_url)
+    assert boss.login(*ADMIN).status_code == 200
+    for _ in range(3):
+        assert boss.post(f"/api/topics/{topic}/messages", {"key": "k", "value": "v" * 4000}).status_code == 200
+    deadline = time.monotonic() + 60
+    while not [t for t in boss.get("/api/iceberg").json()["tables"] if t["table"] == topic]:
+        assert time.monotonic() < deadline, "not tiered in time"
+        time.sleep(0.5)
+
+    carol = Console(secured.console_url)
+    assert carol.login("carol", "carol-pw").status_code == 200
+    assert topic not in [t["table"] for t in carol.get("/api/iceberg").json()["tables"]]
+    r = carol.get(f"/api/iceberg/{topic}/snapshots")
+    assert r.status_code == 403 and "TOPIC_AUTHORIZATION_FAILED" in r.json()["error"]
+    for f in a.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+                                       AclOperation.DESCRIBE, AclPermissionType.ALLOW)]).values():
+        f.result(timeout=TIMEOUT_S)
+    assert topic in [t["table"] for t in carol.get("/api/iceberg").json()["tables"]]
+    assert carol.get(f"/api/iceberg/{topic}/snapshots").status_code == 200

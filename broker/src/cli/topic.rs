@@ -232,13 +232,27 @@ async fn list(admin: &mut Admin, out: Output, internal: bool) -> anyhow::Result<
 
 /// Each topic's settings: (name, value, source, read-only, sensitive), from DescribeConfigs.
 pub async fn topic_configs(admin: &mut Admin, names: &[String]) -> anyhow::Result<BTreeMap<String, Vec<Value>>> {
+    let mut out = BTreeMap::new();
+    for (name, configs) in topic_configs_each(admin, names).await? {
+        out.insert(name, configs?);
+    }
+    Ok(out)
+}
+
+/// As [`topic_configs`], with each topic's own outcome: a principal may
+/// describe a topic without DESCRIBE_CONFIGS on it, and `describe` still
+/// shows its partitions then.
+async fn topic_configs_each(admin: &mut Admin, names: &[String]) -> anyhow::Result<BTreeMap<String, anyhow::Result<Vec<Value>>>> {
     let request = DescribeConfigsRequest::default().with_resources(
         names.iter().map(|n| DescribeConfigsResource::default().with_resource_type(TOPIC_RESOURCE).with_resource_name(StrBytes::from_string(n.clone())).with_configuration_keys(None)).collect(),
     );
     let response = admin.call(Target::Any, &request).await?;
     let mut out = BTreeMap::new();
     for r in response.results {
-        check(r.error_code, r.error_message.as_ref(), &format!("settings of topic {}", r.resource_name.as_str()))?;
+        if let Err(e) = check(r.error_code, r.error_message.as_ref(), &format!("settings of topic {}", r.resource_name.as_str())) {
+            out.insert(r.resource_name.to_string(), Err(e));
+            continue;
+        }
         let configs = r
             .configs
             .iter()
@@ -251,7 +265,7 @@ pub async fn topic_configs(admin: &mut Admin, names: &[String]) -> anyhow::Resul
                 })
             })
             .collect();
-        out.insert(r.resource_name.to_string(), configs);
+        out.insert(r.resource_name.to_string(), Ok(configs));
     }
     Ok(out)
 }
@@ -279,7 +293,20 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
     }
     let earliest = list_offsets(admin, &metadata, &names, EARLIEST, false).await?;
     let latest = list_offsets(admin, &metadata, &names, LATEST, false).await?;
-    let configs = topic_configs(admin, &names).await?;
+    let mut configs = BTreeMap::new();
+    let mut configs_errors = BTreeMap::new();
+    for (name, result) in topic_configs_each(admin, &names).await? {
+        match result {
+            Ok(c) => {
+                configs.insert(name, c);
+            }
+            // Authorization is per operation: the partitions are still worth showing.
+            Err(e) if format!("{e}").contains("AUTHORIZATION_FAILED") => {
+                configs_errors.insert(name, format!("{e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let mut docs = Vec::new();
     let mut text = String::new();
     for t in &metadata.topics {
@@ -323,7 +350,9 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
             t.partitions.len(),
             if t.is_internal { "  (internal)" } else { "" }
         ));
-        if shown.is_empty() {
+        if let Some(e) = configs_errors.get(&name) {
+            text.push_str(&format!("Configs: not shown: {e}\n"));
+        } else if shown.is_empty() {
             text.push_str(if all_configs { "Configs: none\n" } else { "Configs: all defaults (--all-configs shows them)\n" });
         } else {
             let mut ct = Table::new(&["config", "value", "source"]);
@@ -337,7 +366,7 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         text.push('\n');
         docs.push(json!({
             "topic": name, "topic_id": t.topic_id.to_string(), "internal": t.is_internal,
-            "partitions": partitions, "configs": shown,
+            "partitions": partitions, "configs": shown, "configs_error": configs_errors.get(&name),
         }));
     }
     match out.format {

@@ -7,7 +7,7 @@
 //! in, 403 CSRF, read-only or an ACL (Kafka's error name in the text), 404
 //! not found, 502 the broker did not answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -281,7 +281,7 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
             Err(e) => Err(e),
         },
         (&Method::GET, ["iceberg"]) => iceberg_overview(console, &session).await,
-        (&Method::GET, ["iceberg", table, "snapshots"]) => iceberg_snapshots(console, table).await,
+        (&Method::GET, ["iceberg", table, "snapshots"]) => iceberg_snapshots(console, &session, table).await,
         (&Method::GET, ["acls"]) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &argv(&["acl", "list"])).await })).await,
         (&Method::POST, ["acls"]) => match body_json().and_then(|b| acl_argv("create", &b)) {
             Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
@@ -720,27 +720,12 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
     }
     let mut tables = docs.pop().unwrap_or(Value::Array(Vec::new()));
     let names: Vec<String> = tables.as_array().map(|t| t.iter().filter_map(|r| r["table"].as_str().map(str::to_string)).collect()).unwrap_or_default();
-    // High watermarks, as the logged-in user sees them (a topic it may not describe shows none).
-    let hws: BTreeMap<(String, i32), i64> = if names.is_empty() {
-        BTreeMap::new()
-    } else {
-        let names2 = names.clone();
-        with_admin(console, session, |a| {
-            Box::pin(async move {
-                let metadata = a.metadata(Some(&names2)).await?;
-                let present: Vec<String> = metadata.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect();
-                let hw = cli::offsets::list_offsets(a, &metadata, &present, cli::offsets::LATEST, false).await?;
-                Ok(json!(hw.into_iter().map(|((t, p), o)| json!([t, p, o])).collect::<Vec<_>>()))
-            })
-        })
-        .await
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|e| Some(((e[0].as_str()?.to_string(), i32::try_from(e[1].as_i64()?).ok()?), e[2].as_i64()?)))
-        .collect()
-    };
+    // What the logged-in user may see: the tables of topics it may describe
+    // (the broker's ACLs, through Metadata), with their high watermarks.
+    let (visible, hws) = visible_topics(console, session, names).await?;
+    if let Some(rows) = tables.as_array_mut() {
+        rows.retain(|r| r["table"].as_str().is_some_and(|t| visible.contains(t)));
+    }
     let mut status = Vec::new();
     if let Some(rows) = tables.as_array_mut() {
         for row in rows {
@@ -771,7 +756,45 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
 }
 
 /// GET /api/iceberg/{table}/snapshots: `floe iceberg snapshots` and the query snippets.
-async fn iceberg_snapshots(console: &Console, table: &str) -> ApiResult {
+/// Of `names`, the topics the session's user may describe (Metadata answers
+/// them without an error), and their partitions' high watermarks.
+async fn visible_topics(console: &Console, session: &Session, names: Vec<String>) -> Result<(BTreeSet<String>, BTreeMap<(String, i32), i64>), ApiError> {
+    if names.is_empty() {
+        return Ok((BTreeSet::new(), BTreeMap::new()));
+    }
+    let doc = with_admin(console, session, |a| {
+        Box::pin(async move {
+            let metadata = a.metadata(Some(&names)).await?;
+            let present: Vec<String> = metadata.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect();
+            let hw = cli::offsets::list_offsets(a, &metadata, &present, cli::offsets::LATEST, false).await?;
+            Ok(json!({"present": present, "hw": hw.into_iter().map(|((t, p), o)| json!([t, p, o])).collect::<Vec<_>>()}))
+        })
+    })
+    .await?;
+    let visible = doc["present"].as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let hws = doc["hw"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some(((e[0].as_str()?.to_string(), i32::try_from(e[1].as_i64()?).ok()?), e[2].as_i64()?)))
+        .collect();
+    Ok((visible, hws))
+}
+
+async fn iceberg_snapshots(console: &Console, session: &Session, table: &str) -> ApiResult {
+    // A table is the copy of a topic: shown only to whom the broker lets describe the topic.
+    let topic = table.to_string();
+    with_admin(console, session, |a| {
+        Box::pin(async move {
+            let metadata = a.metadata(Some(std::slice::from_ref(&topic))).await?;
+            for t in &metadata.topics {
+                check(t.error_code, None, &format!("topic {topic} (its table is shown to those who may describe it)"))?;
+            }
+            Ok(Value::Null)
+        })
+    })
+    .await?;
     let (catalog, ns, name) = (console.settings.catalog.clone(), console.settings.namespace.clone(), table.to_string());
     let (mut docs, result) = on_catalog("listing the snapshots", move || async move { cli::iceberg::snapshots(&catalog, &ns, &name, Output { format: Format::Json }).await }).await?;
     result.map_err(ApiError::from)?;
