@@ -265,7 +265,7 @@ function overviewPage() {
         }],
       ], cluster.brokers || [], { testid: 'brokers-table' }),
       h('h2', {}, 'Throughput and latency'),
-      samples.length ? null : h('p.muted', {}, 'No metrics samples: the console scrapes the broker\'s metrics endpoint (metrics.listen) every 5 s.'),
+      samples.length ? null : h('p.muted', {}, 'No samples yet: the console scrapes the broker\'s metrics endpoint (metrics.listen) every 5 s; none come when metrics are off.'),
       h('div.charts', {},
         lineChart('Throughput (bytes/s)', [
           { name: 'produce', points: series('produce_bytes_per_s') },
