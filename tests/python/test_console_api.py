@@ -325,6 +325,19 @@ def test_iceberg_tables_lag_and_query_snippets(floe_factory):
     assert any(s["operation"] == "append" for s in snaps["snapshots"])
     assert set(snaps["queries"]) == {"duckdb", "pyiceberg", "spark"}
     assert c.get("/api/iceberg/no-such-table/snapshots").status_code == 404
+    assert part["lag_ms"] is None or part["lag_records"] > 0, "lag in time only where records wait"
+
+    # A record not tiered yet: the lag in time is its age (the next tick tiers it, so catch it first).
+    seen = False
+    for _ in range(10):
+        t0 = time.time() * 1000
+        produce_all(floe.bootstrap, topic, [{"key": b"late", "value": b"v"}])
+        part = [s for s in c.get("/api/iceberg").json()["status"] if s["table"] == topic][0]["partitions"][0]
+        if part["lag_records"] and part["lag_records"] > 0:
+            assert part["lag_ms"] is not None and 0 <= part["lag_ms"] <= time.time() * 1000 - t0 + 60_000, part
+            seen = True
+            break
+    assert seen, "never saw an untiered record"
 
 
 def test_a_table_shows_only_to_whom_may_describe_its_topic(secured):

@@ -131,7 +131,7 @@ fn hint(code: i16) -> &'static str {
     let e = ResponseError::try_from_code(code);
     match e {
         Some(ResponseError::TopicAuthorizationFailed | ResponseError::GroupAuthorizationFailed | ResponseError::ClusterAuthorizationFailed) => {
-            " (the principal lacks an ACL: see `floe acl list`, or log in with -X sasl.username=...)"
+            " (the principal lacks an ACL for this: `floe acl list` shows the ACLs, `floe acl create` grants one)"
         }
         Some(ResponseError::UnknownTopicOrPartition) => " (see `floe topic list`)",
         Some(ResponseError::GroupIdNotFound) => " (see `floe group list`)",

@@ -745,6 +745,7 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
                     json!({"partition": p, "committed_offset": c, "high_watermark": hw, "lag_records": lag, "lag_ms": null})
                 })
                 .collect();
+            let parts = with_lag_in_time(console, session, &table, parts).await;
             let q = queries(console, &table, row["metadata_location"].as_str());
             if let Some(obj) = row.as_object_mut() {
                 obj.insert("queries".into(), q);
@@ -755,7 +756,49 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
     Ok(json!({"tables": tables, "status": status}))
 }
 
-/// GET /api/iceberg/{table}/snapshots: `floe iceberg snapshots` and the query snippets.
+/// Fills `lag_ms` of the partitions with untiered records: how long ago the
+/// oldest of them was written (its timestamp, read with a one-record fetch at
+/// the committed offset). Left null where it cannot be read; at most 64
+/// partitions per table, so that a page view stays a handful of fetches.
+async fn with_lag_in_time(console: &Console, session: &Session, table: &str, mut parts: Vec<Value>) -> Vec<Value> {
+    let lagging: Vec<(usize, i32, i64)> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p["lag_records"].as_i64().is_some_and(|l| l > 0))
+        .filter_map(|(i, p)| Some((i, i32::try_from(p["partition"].as_i64()?).ok()?, p["committed_offset"].as_i64().unwrap_or(0))))
+        .take(64)
+        .collect();
+    if lagging.is_empty() {
+        return parts;
+    }
+    let topic = table.to_string();
+    let wanted = lagging.clone();
+    let found = with_admin(console, session, |a| {
+        Box::pin(async move {
+            let mut stamps = Vec::new();
+            for (i, p, committed) in wanted {
+                let query: BTreeMap<String, String> =
+                    [("partition".to_string(), p.to_string()), ("offset".to_string(), committed.to_string()), ("limit".to_string(), "1".to_string())].into();
+                if let Ok(doc) = messages(a, &topic, &query, None).await {
+                    if let Some(ts) = doc["messages"][0]["timestamp"].as_i64() {
+                        stamps.push(json!([i, ts]));
+                    }
+                }
+            }
+            Ok(Value::Array(stamps))
+        })
+    })
+    .await;
+    let now = now_ms();
+    for stamp in found.ok().and_then(|v| v.as_array().cloned()).unwrap_or_default() {
+        let (Some(i), Some(ts)) = (stamp[0].as_u64().and_then(|i| usize::try_from(i).ok()), stamp[1].as_i64()) else { continue };
+        if let Some(obj) = parts.get_mut(i).and_then(Value::as_object_mut) {
+            obj.insert("lag_ms".into(), json!((now - ts).max(0)));
+        }
+    }
+    parts
+}
+
 /// Of `names`, the topics the session's user may describe (Metadata answers
 /// them without an error), and their partitions' high watermarks.
 async fn visible_topics(console: &Console, session: &Session, names: Vec<String>) -> Result<(BTreeSet<String>, BTreeMap<(String, i32), i64>), ApiError> {
@@ -782,6 +825,7 @@ async fn visible_topics(console: &Console, session: &Session, names: Vec<String>
     Ok((visible, hws))
 }
 
+/// GET /api/iceberg/{table}/snapshots: `floe iceberg snapshots` and the query snippets.
 async fn iceberg_snapshots(console: &Console, session: &Session, table: &str) -> ApiResult {
     // A table is the copy of a topic: shown only to whom the broker lets describe the topic.
     let topic = table.to_string();
