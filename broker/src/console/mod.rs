@@ -139,6 +139,15 @@ impl Settings {
             tls.push(("ssl.ca.location".to_string(), ca.display().to_string()));
             tls.push(("ssl.endpoint.identification.algorithm".to_string(), "none".to_string()));
             if config.tls.client_auth != ClientAuth::None {
+                // On SSL without SASL the principal is the certificate's: with the
+                // broker's own, every visitor would act as the broker (a super user).
+                if listener.protocol == SecurityProtocol::Ssl {
+                    anyhow::bail!(
+                        "floe.console.listen: the console would reach listener {} (SSL with ssl.client.auth) with the broker's own certificate, so every visitor would act as the broker's principal; \
+                         add a PLAINTEXT, SASL_PLAINTEXT or SASL_SSL listener (with SASL the console logs each user in), or set floe.console.listen to empty",
+                        listener.name
+                    );
+                }
                 if let (Some(cert), Some(key)) = (&config.tls.certificate, &config.tls.key) {
                     tls.push(("ssl.certificate.location".to_string(), cert.display().to_string()));
                     tls.push(("ssl.key.location".to_string(), key.display().to_string()));
@@ -285,4 +294,33 @@ fn static_file(method: &hyper::Method, path: &str) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_broker::config::{ConfigBuilder, Layer};
+
+    fn settings(pairs: &[(&str, &str)]) -> anyhow::Result<Option<Settings>> {
+        let mut b = ConfigBuilder::new();
+        for (k, v) in pairs {
+            b.set(k, *v, Layer::CommandLine)?;
+        }
+        Settings::from_config(&b.build()?)
+    }
+
+    #[test]
+    fn the_console_prefers_a_plaintext_listener_and_never_acts_as_the_brokers_certificate() {
+        let both = settings(&[
+            ("listeners", "SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"),
+            ("ssl.client.auth", "required"),
+            ("ssl.truststore.location", "/ca.pem"),
+        ]);
+        let s = both.expect("a plaintext listener is usable").expect("console on by default");
+        assert_eq!(s.broker.bootstrap, "127.0.0.1:9092");
+        let only_mtls = settings(&[("listeners", "SSL://127.0.0.1:9093"), ("ssl.client.auth", "required"), ("ssl.truststore.location", "/ca.pem")]);
+        let err = only_mtls.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("every visitor would act as the broker"), "{err}");
+        assert!(settings(&[("floe.console.listen", "")]).expect("off").is_none());
+    }
 }
