@@ -335,7 +335,7 @@ function topicPage(name) {
       table([
         ['partition', (p) => p.partition], ['leader', (p) => p.leader], ['replicas', (p) => p.replicas], ['isr', (p) => p.isr],
         ['log start', (p) => p.log_start_offset], ['high watermark', (p) => p.high_watermark], ['records', (p) => p.records],
-        ['size', (p) => (p.size_bytes === undefined ? null : fmtBytes(p.size_bytes))], ['error', (p) => p.error],
+        ['size', (p) => (p.size_bytes == null ? null : fmtBytes(p.size_bytes))], ['error', (p) => p.error],
       ], t.partitions || [], { testid: 'partitions-table' }),
       messageBrowser(name, t.partitions || []),
       produceForm(name, t.partitions || []),

@@ -35,6 +35,8 @@ def test_create_then_list_and_describe_as_another_client_sees_it(floe):
     parts = {p["partition"]: p for p in doc["partitions"]}
     assert parts[1]["high_watermark"] == 5 and parts[1]["log_start_offset"] == 0 and parts[1]["records"] == 5
     assert parts[0]["high_watermark"] == 0 and parts[1]["leader"] == parts[1]["isr"][0]
+    on_disk = sum(f.stat().st_size for f in floe.segment_files(topic, 1))
+    assert parts[1]["size_bytes"] == on_disk > 0 and parts[0]["size_bytes"] == 0, (parts, on_disk)
     assert {c["name"]: c["value"] for c in doc["configs"]} == {"retention.ms": "3600000", "cleanup.policy": "compact"}
     text = floe_ok(floe.bootstrap, "topic", "describe", topic)
     assert "retention.ms" in text and "HIGH-WATERMARK" in text

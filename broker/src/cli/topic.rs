@@ -11,9 +11,10 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
-    TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeLogDirsRequest,
+    IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
@@ -270,6 +271,53 @@ async fn topic_configs_each(admin: &mut Admin, names: &[String]) -> anyhow::Resu
     Ok(out)
 }
 
+/// Each partition's size on disk at its leader (DescribeLogDirs, asked of
+/// each leader for the partitions it leads). Best effort: Kafka guards
+/// DescribeLogDirs with DESCRIBE on the cluster, and a principal without it
+/// still gets the rest of `describe`, with no sizes.
+async fn leader_sizes(admin: &mut Admin, metadata: &kafka_protocol::messages::MetadataResponse) -> BTreeMap<(String, i32), i64> {
+    let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+    for t in &metadata.topics {
+        let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
+        for p in &t.partitions {
+            if p.leader_id.0 >= 0 {
+                by_leader.entry(p.leader_id.0).or_default().entry(name.clone()).or_default().push(p.partition_index);
+            }
+        }
+    }
+    let mut sizes = BTreeMap::new();
+    for (leader, topics) in by_leader {
+        let request = DescribeLogDirsRequest::default().with_topics(Some(
+            topics.iter().map(|(t, ps)| DescribableLogDirTopic::default().with_topic(TopicName(StrBytes::from_string(t.clone()))).with_partitions(ps.clone())).collect(),
+        ));
+        let Ok(response) = admin.call(Target::Node(leader), &request).await else { continue };
+        if response.error_code != 0 {
+            continue;
+        }
+        for dir in response.results.iter().filter(|d| d.error_code == 0) {
+            for t in &dir.topics {
+                let asked = topics.get(t.name.0.as_str());
+                for p in t.partitions.iter().filter(|p| !p.is_future_key && asked.is_some_and(|a| a.contains(&p.partition_index))) {
+                    *sizes.entry((t.name.0.to_string(), p.partition_index)).or_insert(0) += p.partition_size;
+                }
+            }
+        }
+    }
+    sizes
+}
+
+/// `1.2 MiB`, for tables.
+fn human_bytes(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
 /// DescribeConfigs' `config_source` as Kafka's `ConfigSource` names it.
 pub fn config_source(source: i8) -> &'static str {
     match source {
@@ -293,6 +341,7 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
     }
     let earliest = list_offsets(admin, &metadata, &names, EARLIEST, false).await?;
     let latest = list_offsets(admin, &metadata, &names, LATEST, false).await?;
+    let sizes = leader_sizes(admin, &metadata).await;
     let mut configs = BTreeMap::new();
     let mut configs_errors = BTreeMap::new();
     for (name, result) in topic_configs_each(admin, &names).await? {
@@ -313,7 +362,7 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
         let mut parts: Vec<_> = t.partitions.iter().collect();
         parts.sort_by_key(|p| p.partition_index);
-        let mut table = Table::new(&["partition", "leader", "epoch", "replicas", "isr", "offline", "log-start", "high-watermark", "records"]);
+        let mut table = Table::new(&["partition", "leader", "epoch", "replicas", "isr", "offline", "log-start", "high-watermark", "records", "size"]);
         let mut partitions = Vec::new();
         for p in parts {
             let ids = |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
@@ -324,6 +373,7 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
                 _ => None,
             };
             let join = |v: Vec<i32>| v.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+            let size = sizes.get(&(name.clone(), p.partition_index)).copied();
             table.row([
                 p.partition_index.to_string(),
                 p.leader_id.0.to_string(),
@@ -334,11 +384,12 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
                 start.map_or("-".into(), |o| o.to_string()),
                 end.map_or("-".into(), |o| o.to_string()),
                 records.map_or("-".into(), |o| o.to_string()),
+                size.map_or("-".into(), human_bytes),
             ]);
             partitions.push(json!({
                 "partition": p.partition_index, "leader": p.leader_id.0, "leader_epoch": p.leader_epoch,
                 "replicas": ids(&p.replica_nodes), "isr": ids(&p.isr_nodes), "offline_replicas": ids(&p.offline_replicas),
-                "log_start_offset": start, "high_watermark": end, "records": records, "error": error_name(p.error_code),
+                "log_start_offset": start, "high_watermark": end, "records": records, "size_bytes": size, "error": error_name(p.error_code),
             }));
         }
         let topic_configs = configs.get(&name).cloned().unwrap_or_default();
