@@ -369,3 +369,25 @@ def test_a_table_shows_only_to_whom_may_describe_its_topic(secured):
         f.result(timeout=TIMEOUT_S)
     assert topic in [t["table"] for t in carol.get("/api/iceberg").json()["tables"]]
     assert carol.get(f"/api/iceberg/{topic}/snapshots").status_code == 200
+
+
+def test_pages_may_run_only_the_consoles_own_files(console_floe):
+    """Every answer forbids inline scripts, foreign origins and framing (CSP), so
+    a record value or a benchmark SVG carrying markup is shown, never run; the
+    session cookie is HttpOnly and SameSite=Strict."""
+    http = requests.Session()
+    for path in ["/", "/app.js", "/style.css"]:
+        r = http.get(console_floe.console_url + path, timeout=TIMEOUT_S)
+        assert r.status_code == 200, (path, r.status_code)
+        csp = [d.strip() for d in r.headers.get("Content-Security-Policy", "").split(";")]
+        # default-src 'self' with no script-src: scripts only from the console's own files.
+        assert "default-src 'self'" in csp and not any(d.startswith("script-src") for d in csp), (path, csp)
+        assert "frame-ancestors 'none'" in csp, (path, csp)
+        assert r.headers.get("X-Content-Type-Options") == "nosniff" and r.headers.get("X-Frame-Options") == "DENY"
+    # A benchmark SVG opened on its own runs nothing (default-src 'none').
+    svg = requests.get(console_floe.console_url + "/api/bench/run1/throughput.svg", timeout=TIMEOUT_S)
+    assert svg.status_code == 200 and "default-src 'none'" in svg.headers.get("Content-Security-Policy", "")
+    cookie = http.get(console_floe.console_url + "/api/session", timeout=TIMEOUT_S)
+    fresh = requests.get(console_floe.console_url + "/api/session", timeout=TIMEOUT_S).headers.get("Set-Cookie", "")
+    assert "HttpOnly" in fresh and "SameSite=Strict" in fresh, fresh
+    assert cookie.status_code == 200
