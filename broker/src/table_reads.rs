@@ -91,6 +91,11 @@ struct CachedBatch {
 struct Rebuilt {
     batches: Vec<(i64, CachedBatch)>,
     markers: Vec<(i64, i64, i64)>,
+    /// The table's next offset when the markers were read: they are complete
+    /// below it, and the local log's `.txnindex` holds those at or above the
+    /// local log start. Once local deletion passes it, markers in between are
+    /// in neither, and a READ_COMMITTED answer would miss their aborts.
+    markers_upto: i64,
 }
 
 /// The batches from the one holding `from`, consecutive (a gap, a hole the
@@ -141,15 +146,19 @@ pub type LookupResult = Result<Option<(i64, i64)>, String>;
 /// never changes, so an entry is never stale: retention only makes it unreachable.
 #[derive(Default)]
 struct Cache {
-    ranges: HashMap<RangeKey, (BTreeMap<i64, CachedBatch>, Vec<(i64, i64, i64)>)>,
+    ranges: HashMap<RangeKey, (BTreeMap<i64, CachedBatch>, Vec<(i64, i64, i64)>, i64)>,
     order: VecDeque<(RangeKey, i64)>,
     bytes: u64,
 }
 
 impl Cache {
     fn insert(&mut self, key: &RangeKey, rebuilt: &Rebuilt, cap: u64) {
-        let (batches, markers) = self.ranges.entry(key.clone()).or_default();
-        *markers = rebuilt.markers.clone();
+        let (batches, markers, upto) = self.ranges.entry(key.clone()).or_insert_with(|| (BTreeMap::new(), Vec::new(), i64::MIN));
+        // The newest markers win: a slower read of an older snapshot never replaces them.
+        if rebuilt.markers_upto >= *upto {
+            *markers = rebuilt.markers.clone();
+            *upto = rebuilt.markers_upto;
+        }
         for (base, b) in &rebuilt.batches {
             if batches.insert(*base, b.clone()).is_none() {
                 self.bytes += b.bytes.len() as u64;
@@ -158,7 +167,7 @@ impl Cache {
         }
         while self.bytes > cap {
             let Some((k, base)) = self.order.pop_front() else { break };
-            if let Some((batches, _)) = self.ranges.get_mut(&k) {
+            if let Some((batches, _, _)) = self.ranges.get_mut(&k) {
                 if let Some(gone) = batches.remove(&base) {
                     self.bytes -= gone.bytes.len() as u64;
                 }
@@ -169,8 +178,13 @@ impl Cache {
         }
     }
 
-    fn serve(&self, read: &TableRead, max_bytes: usize) -> Option<Served> {
-        let (batches, markers) = self.ranges.get(&read.range_key())?;
+    /// A cached answer for `read`, unless its markers stop below `upper` (the
+    /// local log start now): then the markers must be read again.
+    fn serve(&self, read: &TableRead, max_bytes: usize, upper: i64) -> Option<Served> {
+        let (batches, markers, upto) = self.ranges.get(&read.range_key())?;
+        if *upto < upper {
+            return None;
+        }
         // From the batch holding `from`: the last one based at or below it.
         let start = batches.range(..=read.from).next_back().map(|(b, _)| *b)?;
         cut(batches.range(start..), read.from, max_bytes, markers)
@@ -220,7 +234,7 @@ impl TableReads {
     /// within `wait`; `None` when they are not ready by then (or the queue is
     /// full): answer the partition empty, the client fetches the same offset again.
     pub async fn read(&self, read: TableRead, upper: i64, max_bytes: usize, wait: Duration) -> Option<ReadResult> {
-        if let Some(hit) = self.shared.cache.lock().unwrap_or_else(PoisonError::into_inner).serve(&read, max_bytes) {
+        if let Some(hit) = self.shared.cache.lock().unwrap_or_else(PoisonError::into_inner).serve(&read, max_bytes, upper) {
             return Some(Ok(hit));
         }
         let (tx, rx) = oneshot::channel();
@@ -328,7 +342,7 @@ async fn serve(
     upper: i64,
     max_bytes: usize,
 ) -> Result<Rebuilt, String> {
-    let l = loaded(open, catalog, tables, &read.topic).await?;
+    let l = loaded(open, catalog, tables, &read.topic, Some((read.partition, upper))).await?;
     let range = read_batches_with_index(&l.main, &l.log, &l.index, read.partition, read.from, upper, max_bytes, read.codec)
         .await
         .map_err(|e| e.to_string())?;
@@ -344,7 +358,13 @@ async fn serve(
         batches.push((b.header.base_offset, CachedBatch { last: b.header.last_offset(), bytes: bytes.slice(b.position..end) }));
     }
     let markers = l.index.abort_markers.get(&read.partition).into_iter().flatten().map(|m| (m.offset, m.producer_id, m.first_offset)).collect();
-    Ok(Rebuilt { batches, markers })
+    let markers_upto = l.index.next_offset(read.partition).unwrap_or(i64::MIN);
+    if markers_upto < upper {
+        // Local deletion follows the table's committed offsets: a fresh index is never behind it.
+        warn!(topic = %read.topic, partition = read.partition, markers_upto, local_log_start = upper,
+            "the table's committed offset is below the local log start: abort markers in between may be missed");
+    }
+    Ok(Rebuilt { batches, markers, markers_upto })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -358,7 +378,7 @@ async fn lookup(
     from: i64,
     upper: i64,
 ) -> LookupResult {
-    let l = loaded(open, catalog, tables, topic).await?;
+    let l = loaded(open, catalog, tables, topic, None).await?;
     let found = match what {
         Lookup::Timestamp(ts) => floe_tiering::shared::lookup::offset_for_timestamp(&l.main, &l.log, &l.index, partition, ts, from, upper).await,
         Lookup::MaxTimestamp => floe_tiering::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper).await,
@@ -372,12 +392,18 @@ async fn loaded<'a>(
     catalog: &mut Option<IcebergCatalog>,
     tables: &'a mut HashMap<String, Loaded>,
     topic: &str,
+    need: Option<(i32, i64)>,
 ) -> Result<&'a Loaded, String> {
     if catalog.is_none() {
         *catalog = Some(open().await?);
     }
     let cat = catalog.as_ref().ok_or("no catalog")?;
-    let fresh = tables.get(topic).is_some_and(|l| l.at.elapsed() < TABLE_TTL);
+    // Fresh enough: loaded within the TTL and, for a read, with the table's
+    // offsets at least at the local log start it reads below (its abort markers
+    // must reach where the local log's take over).
+    let fresh = tables.get(topic).is_some_and(|l| {
+        l.at.elapsed() < TABLE_TTL && need.is_none_or(|(p, upper)| l.index.next_offset(p).unwrap_or(i64::MIN) >= upper)
+    });
     if !fresh {
         let load = |name: String| async move {
             cat.catalog().load_table(&cat.ident(&name)).await.map_err(|e| format!("cannot load table {name}: {e}"))
@@ -427,21 +453,37 @@ mod tests {
             batches: vec![(0, batch(4, 100)), (5, batch(9, 100)), (10, batch(14, 100)), (20, batch(24, 100))],
             // An abort marker at 12 for a transaction from 6; one at 3 (before any fetch below).
             markers: vec![(3, 7, 1), (12, 9, 6)],
+            markers_upto: 25,
         };
         let mut cache = Cache::default();
         cache.insert(&read(0).range_key(), &rebuilt, 1 << 20);
-        let s = cache.serve(&read(7), 1 << 20).expect("hit");
+        let s = cache.serve(&read(7), 1 << 20, 25).expect("hit");
         assert_eq!((s.bytes.len(), s.next_offset), (200, 15), "from the batch holding 7 to the hole");
         assert_eq!(s.aborted, vec![(9, 6)], "KIP-98: markers at or after the fetch offset only");
-        let s = cache.serve(&read(0), 150).expect("hit");
+        let s = cache.serve(&read(0), 150, 25).expect("hit");
         assert_eq!((s.bytes.len(), s.next_offset), (100, 5), "the first batch whole, then the limit");
-        assert_eq!(cache.serve(&read(0), 1).expect("hit").bytes.len(), 100, "the first batch even above the limit");
-        assert!(cache.serve(&read(17), 1 << 20).is_none(), "inside the hole: read the table");
-        assert!(cache.serve(&read(30), 1 << 20).is_none(), "past the cached batches");
+        assert_eq!(cache.serve(&read(0), 1, 25).expect("hit").bytes.len(), 100, "the first batch even above the limit");
+        assert!(cache.serve(&read(17), 1 << 20, 25).is_none(), "inside the hole: read the table");
+        assert!(cache.serve(&read(30), 1 << 20, 25).is_none(), "past the cached batches");
         // Over the cap the oldest batches go.
-        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![(25, batch(29, 300))], markers: vec![] }, 400);
-        assert!(cache.serve(&read(0), 1 << 20).is_none());
+        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![(25, batch(29, 300))], markers: vec![], markers_upto: 30 }, 400);
+        assert!(cache.serve(&read(0), 1 << 20, 25).is_none());
         assert!(cache.bytes <= 400);
-        assert_eq!(cache.serve(&read(26), 1 << 20).expect("hit").next_offset, 30);
+        assert_eq!(cache.serve(&read(26), 1 << 20, 30).expect("hit").next_offset, 30);
+    }
+
+    #[test]
+    fn cached_markers_behind_the_local_log_start_are_read_again() {
+        // Batches of an aborted transaction at [0,4]; its marker at 8 was above the
+        // table's end (6) when the markers were read, so it was the local log's.
+        let rebuilt = Rebuilt { batches: vec![(0, batch(4, 100))], markers: vec![], markers_upto: 6 };
+        let mut cache = Cache::default();
+        cache.insert(&read(0).range_key(), &rebuilt, 1 << 20);
+        assert!(cache.serve(&read(0), 1 << 20, 6).is_some(), "the local log still holds the marker");
+        assert!(cache.serve(&read(0), 1 << 20, 10).is_none(), "local deletion passed the marker: read the table's markers again");
+        // A newer read brings the marker; an older one never takes it away again.
+        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![], markers: vec![(8, 9, 0)], markers_upto: 12 }, 1 << 20);
+        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![], markers: vec![], markers_upto: 6 }, 1 << 20);
+        assert_eq!(cache.serve(&read(0), 1 << 20, 10).expect("hit").aborted, vec![(9, 0)]);
     }
 }
