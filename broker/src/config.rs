@@ -53,7 +53,8 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("super.users", "", "Semicolon-separated principals (`User:admin;User:ops`) that bypass ACLs."),
     s("allow.everyone.if.no.acl.found", "false", "With an authorizer on: whether a resource that has no ACL binding at all is open to everyone."),
     s("metrics.listen", "127.0.0.1:9644", "Address of the Prometheus endpoint (`GET /metrics`); empty disables it."),
-    s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints."),
+    s("log.dirs", "./floe-data", "Data directory: partition logs, topic metadata, checkpoints, and (by default) the Iceberg catalog and warehouse. A relative path is made absolute at startup, against the directory Floe was started in, and logged."),
+    s("floe.port.offset", "0", "Added to every port Floe binds by default (9092, 9644, 8080, 8081, 8181) and not set otherwise: `--port-offset 10` runs a second broker beside the first on 9102, 9654, 8090, 8091 and 8191."),
     s("node.id", "1", "This broker's id, as reported in Metadata; unique in a cluster."),
     s("floe.metadata.store", "local", "Where the cluster's metadata lives: `local` (this broker alone) or `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` (a cluster: brokers register in etcd and elect a controller there)."),
     s("broker.rack", "", "This broker's rack, reported in Metadata (rack-aware replica placement uses it)."),
@@ -92,8 +93,11 @@ pub const SETTINGS: &[SettingSpec] = &[
     s("message.max.bytes", "1048588", "Default `max.message.bytes` of topics: the largest record batch accepted."),
     s("log.segment.bytes", "1073741824", "Default `segment.bytes`: a segment rolls at this size."),
     s("log.roll.ms", "604800000", "Default `segment.ms`: a segment rolls after this age."),
+    s("log.roll.hours", "", "Kafka's other spelling of `log.roll.ms`, in hours (`log.roll.ms` wins when both are set)."),
     s("log.index.interval.bytes", "4096", "Default `index.interval.bytes`: bytes of log between offset index entries."),
     s("log.retention.ms", "604800000", "Default `retention.ms`; -1 keeps data forever."),
+    s("log.retention.minutes", "", "Kafka's other spelling of `log.retention.ms`, in minutes (`log.retention.ms` wins over it, it wins over `log.retention.hours`)."),
+    s("log.retention.hours", "", "Kafka's other spelling of `log.retention.ms`, in hours (`log.retention.ms` and `log.retention.minutes` win over it)."),
     s("log.retention.bytes", "-1", "Default `retention.bytes` per partition; -1 is unlimited."),
     s("log.local.retention.ms", "-2", "Default `local.retention.ms` (KIP-405; shared storage only): how long sealed segments already in the Iceberg table stay on local disk; -2: same as `retention.ms`, -1: forever."),
     s("log.local.retention.bytes", "-2", "Default `local.retention.bytes` (KIP-405; shared storage only): local bytes per partition kept of segments already in the Iceberg table; -2: same as `retention.bytes`, -1: unlimited."),
@@ -312,17 +316,69 @@ pub enum Layer {
     CommandLine,
 }
 
+impl Layer {
+    fn describe(self) -> &'static str {
+        match self {
+            Layer::File => "the config file",
+            Layer::Env => "the environment",
+            Layer::CommandLine => "the command line",
+        }
+    }
+}
+
+/// Kafka's other spellings of a duration setting, in the unit they name: the
+/// setting is the alias times `factor` ms. As in Kafka, the `.ms` form wins over
+/// `.minutes`, which wins over `.hours`, whichever layer set them; a negative
+/// value is -1 (unlimited).
+pub const DURATION_ALIASES: &[(&str, &str, i64)] = &[
+    ("log.retention.minutes", "log.retention.ms", 60_000),
+    ("log.retention.hours", "log.retention.ms", 3_600_000),
+    ("log.roll.hours", "log.roll.ms", 3_600_000),
+];
+
+/// `FLOE_*` variables that are not settings: the `floe` command line's own
+/// (`FLOE_BROKERS`, `FLOE_PROFILE`, `FLOE_LOG_FORMAT`) and those of Floe's test and
+/// benchmark tools, by prefix. Any other `FLOE_*` variable must name a setting.
+const NON_SETTING_VARIABLES: &[&str] = &[
+    "FLOE_BROKERS",
+    "FLOE_PROFILE",
+    "FLOE_LOG_FORMAT",
+    "FLOE_BIN",
+    "FLOE_BENCH_",
+    "FLOE_QUIX_",
+    "FLOE_SOAK_",
+    "FLOE_FAULT_",
+    "FLOE_POWERLOSS_",
+    "FLOE_CLUSTER_POWERLOSS_",
+    "FLOE_CLUSTER_KILLS",
+    "FLOE_SHARED_CRASH_",
+    "FLOE_START_TIMEOUT",
+    "FLOE_UPDATE_DOCS",
+    "FLOE_JEPSEN_",
+    "FLOE_TEST_",
+];
+
+/// The `FLOE_*` variable that sets `key`: `FLOE_` and the name in upper snake case
+/// (`log.segment.bytes` is `FLOE_LOG_SEGMENT_BYTES`; for a `floe.*` setting the
+/// `floe.` is not repeated: `floe.iceberg.warehouse` is `FLOE_ICEBERG_WAREHOUSE`).
+pub fn env_variable(key: &str) -> String {
+    let name = key.strip_prefix("floe.").unwrap_or(key);
+    format!("FLOE_{}", name.replace(['.', '-'], "_").to_ascii_uppercase())
+}
+
 /// Collects raw settings layer by layer, then builds a [`BrokerConfig`].
 #[derive(Debug, Default)]
 pub struct ConfigBuilder {
     raw: BTreeMap<String, String>,
+    /// Where each setting that is not a default was set (`--override`, `FLOE_X`, the file).
+    origins: BTreeMap<String, String>,
 }
 
 impl ConfigBuilder {
     /// Starts from the built-in defaults.
     pub fn new() -> Self {
         let raw = SETTINGS.iter().map(|s| (s.key.to_string(), s.default.to_string())).collect();
-        Self { raw }
+        Self { raw, origins: BTreeMap::new() }
     }
 
     /// Sets one key, refusing keys Floe does not know.
@@ -330,12 +386,23 @@ impl ConfigBuilder {
     /// # Errors
     /// [`ConfigError::UnknownKey`].
     pub fn set(&mut self, key: &str, value: impl Into<String>, layer: Layer) -> Result<(), ConfigError> {
+        self.set_from(key, value, layer.describe())
+    }
+
+    /// Sets one key typed at `origin` (a flag, `--override`, a file, a variable: named in errors),
+    /// refusing keys Floe does not know, with the closest known key.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownKey`].
+    pub fn set_from(&mut self, key: &str, value: impl Into<String>, origin: &str) -> Result<(), ConfigError> {
         let key = canonical_key(key);
         // `listener.name.<name>.<setting>`: Kafka's per-listener form (read for SASL mechanisms).
-        let per_listener = key.starts_with("listener.name.");
-        if !SETTINGS.iter().any(|s| s.key == key) && !key.starts_with("floe.") && !per_listener {
-            return Err(ConfigError::UnknownKey { key, source_name: format!("{layer:?}") });
+        let per_listener = key.starts_with("listener.name.") && key.len() > "listener.name.".len();
+        if !SETTINGS.iter().any(|s| s.key == key) && !per_listener {
+            let suggestion = floe_storage::config::did_you_mean(&key, SETTINGS.iter().map(|s| s.key)).map(str::to_string);
+            return Err(ConfigError::UnknownKey { key, source_name: origin.to_string(), suggestion });
         }
+        self.origins.insert(key.clone(), origin.to_string());
         self.raw.insert(key, value.into());
         Ok(())
     }
@@ -345,41 +412,69 @@ impl ConfigBuilder {
     /// # Errors
     /// [`ConfigError::File`] or an unknown key.
     pub fn load_file(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let shown = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+            .map_err(|e| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
         let table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| ConfigError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+            .map_err(|e: toml::de::Error| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
         let mut flat = Vec::new();
         flatten_toml("", &toml::Value::Table(table), &mut flat);
+        let origin = format!("config file {}", shown.display());
         for (key, value) in flat {
-            self.set(&key, value, Layer::File)?;
+            self.set_from(&key, value, &origin)?;
         }
         Ok(())
     }
 
-    /// Applies `FLOE_*` variables from `vars`. Unknown names are skipped with
-    /// a warning rather than refused: the environment is shared with other
-    /// programs (test runners set `FLOE_BIN`, for one).
-    pub fn load_env(&mut self, vars: impl Iterator<Item = (String, String)>) {
-        for (name, value) in vars {
-            let Some(rest) = name.strip_prefix("FLOE_") else { continue };
-            // A `floe.*` setting is its own name in upper snake case (`-` too becomes `_`):
-            // FLOE_ICEBERG_S3_SECRET_ACCESS_KEY is floe.iceberg.s3.secret-access-key.
-            let env_name = |key: &str| key.replace(['.', '-'], "_").to_ascii_uppercase();
-            let floe_key = SETTINGS.iter().find(|s| s.key.starts_with("floe.") && env_name(s.key) == name);
-            let key = floe_key.map_or_else(|| rest.to_ascii_lowercase().replace('_', "."), |s| s.key.to_string());
-            if let Err(e) = self.set(&key, value, Layer::Env) {
-                tracing::debug!(variable = %name, error = %e, "ignoring environment variable");
-            }
-        }
-    }
-
-    /// Parses every setting into a [`BrokerConfig`].
+    /// Applies `FLOE_*` variables from `vars`. A `FLOE_*` variable that names no
+    /// setting is refused (with the closest one), except the `floe` command
+    /// line's own and those of Floe's test tools.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidValue`] naming the first bad setting.
-    pub fn build(self) -> Result<BrokerConfig, ConfigError> {
+    /// [`ConfigError::UnknownVariable`], or an unknown key.
+    pub fn load_env(&mut self, vars: impl Iterator<Item = (String, String)>) -> Result<(), ConfigError> {
+        let mut vars: Vec<(String, String)> = vars.filter(|(name, _)| name.starts_with("FLOE_")).collect();
+        vars.sort();
+        for (name, value) in vars {
+            if NON_SETTING_VARIABLES.iter().any(|v| if v.ends_with('_') { name.starts_with(v) } else { name == *v }) {
+                continue;
+            }
+            let Some(setting) = SETTINGS.iter().find(|s| env_variable(s.key) == name) else {
+                let variables: Vec<String> = SETTINGS.iter().map(|s| env_variable(s.key).to_ascii_lowercase()).collect();
+                let suggestion = floe_storage::config::did_you_mean(&name, variables.iter().map(String::as_str)).map(|v| {
+                    let key = SETTINGS.iter().find(|s| env_variable(s.key).eq_ignore_ascii_case(v)).map_or("", |s| s.key);
+                    format!("{} ({key})", v.to_ascii_uppercase())
+                });
+                return Err(ConfigError::UnknownVariable { name, suggestion });
+            };
+            self.set_from(setting.key, value, &format!("environment variable {name}"))?;
+        }
+        Ok(())
+    }
+
+    /// Parses every setting into a [`BrokerConfig`]. Kafka's other spellings
+    /// ([`DURATION_ALIASES`]) and `floe.port.offset` are applied first; every path
+    /// is made absolute, against the directory Floe was started in, once, here.
+    ///
+    /// # Errors
+    /// [`ConfigError::Setting`] naming the first bad setting, its value as typed and where it was typed.
+    pub fn build(mut self) -> Result<BrokerConfig, ConfigError> {
+        let origins = std::mem::take(&mut self.origins);
+        let locate = |e: ConfigError| match e {
+            ConfigError::InvalidValue { key, value, reason } => {
+                let origin = origins.get(&key).cloned().unwrap_or_else(|| "the built-in default".to_string());
+                ConfigError::Setting { key, value, origin, reason }
+            }
+            other => other,
+        };
+        resolve_duration_aliases(&mut self.raw, &origins).map_err(locate)?;
+        apply_port_offset(&mut self.raw, &origins).map_err(locate)?;
+        absolute_paths(&mut self.raw).map_err(locate)?;
+        self.build_resolved().map_err(locate)
+    }
+
+    fn build_resolved(self) -> Result<BrokerConfig, ConfigError> {
         let r = &self.raw;
         let listeners = crate::listeners::parse_listeners(
             get(r, "listeners"),
@@ -414,8 +509,13 @@ impl ConfigBuilder {
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
         }
-        let mut log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| {
-            ConfigError::InvalidValue { key: "log.*".into(), value: String::new(), reason: e.to_string() }
+        let mut log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| match e {
+            // The topic key's broker setting, with the value as typed.
+            floe_storage::StorageError::InvalidConfig { key, reason } => {
+                let broker_key = LOG_DEFAULT_KEYS.iter().find(|(_, topic_key)| *topic_key == key).map_or(key.as_str(), |(b, _)| *b);
+                ConfigError::InvalidValue { key: broker_key.to_string(), value: get(r, broker_key).trim().to_string(), reason }
+            }
+            other => ConfigError::InvalidValue { key: "log.dirs".into(), value: get(r, "log.dirs").into(), reason: other.to_string() },
         })?;
         log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
         Ok(BrokerConfig {
@@ -424,7 +524,7 @@ impl ConfigBuilder {
             sasl,
             authorizer,
             metrics_listen,
-            data_dir: PathBuf::from(get(r, "log.dirs")),
+            data_dir: PathBuf::from(get(r, "log.dirs").trim()),
             node_id: parse(r, "node.id")?,
             metadata_store,
             broker_rack: Some(get(r, "broker.rack").trim()).filter(|v| !v.is_empty()).map(str::to_string),
@@ -577,16 +677,16 @@ fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<crate::tiering::Catal
         }
         _ => {}
     }
-    let local = warehouse.starts_with("file://") || warehouse.starts_with('/');
+    let local = warehouse.starts_with("file:///");
     let s3 = ["s3://", "s3a://", "s3n://"].iter().any(|p| warehouse.starts_with(p));
     if catalog_type == CatalogType::Sql && !warehouse.is_empty() && !local && !s3 {
-        return Err(invalid("floe.iceberg.warehouse", "expected file:///DIR, an absolute path, or s3://BUCKET/PREFIX"));
+        return Err(invalid("floe.iceberg.warehouse", "expected a directory (DIR or file:///DIR) or s3://BUCKET/PREFIX"));
     }
     let secret = |key: &str| Secret::new(get(r, key).trim());
     Ok(crate::tiering::CatalogSettings {
         catalog_type,
         uri,
-        warehouse: if warehouse.starts_with('/') { format!("file://{warehouse}") } else { warehouse },
+        warehouse,
         s3: S3Settings {
             endpoint: get(r, "floe.iceberg.s3.endpoint").trim().to_string(),
             region: get(r, "floe.iceberg.s3.region").trim().to_string(),
@@ -633,6 +733,120 @@ fn canonical_key(key: &str) -> String {
     }
 }
 
+/// Sets each setting of [`DURATION_ALIASES`] from its other spelling when the
+/// setting itself was not given (Kafka's precedence: `.ms`, then `.minutes`, then `.hours`).
+fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for target in ["log.retention.ms", "log.roll.ms"] {
+        if origins.contains_key(target) {
+            continue;
+        }
+        // The first alias (in precedence order) that was given.
+        let given = DURATION_ALIASES.iter().filter(|(_, t, _)| *t == target).find(|(alias, _, _)| !get(raw, alias).trim().is_empty());
+        if let Some((alias, _, factor)) = given {
+            let units: i64 = parse(raw, alias)?;
+            let ms = if units < 0 { -1 } else { units.saturating_mul(*factor) };
+            raw.insert(target.to_string(), ms.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// The settings that hold a port Floe binds by default, with the port.
+pub const DEFAULT_PORTS: &[(&str, u16)] = &[
+    ("listeners", 9092),
+    ("metrics.listen", 9644),
+    ("floe.console.listen", 8080),
+    ("floe.schema.registry.listen", 8081),
+    ("floe.iceberg.rest-listen", 8181),
+];
+
+/// `floe.port.offset`: adds N to the port of every address in [`DEFAULT_PORTS`] left at its
+/// default, so a second broker on one machine needs one flag (`--port-offset 10`).
+fn apply_port_offset(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let offset: u16 = parse(raw, "floe.port.offset")?;
+    if offset == 0 {
+        return Ok(());
+    }
+    for (key, port) in DEFAULT_PORTS {
+        if origins.contains_key(*key) {
+            continue;
+        }
+        let Some(moved) = port.checked_add(offset) else {
+            return Err(ConfigError::InvalidValue {
+                key: "floe.port.offset".into(),
+                value: offset.to_string(),
+                reason: format!("{port} + {offset} is not a port; use an offset below {}", u16::MAX - port + 1),
+            });
+        };
+        let default = get(raw, key).to_string();
+        raw.insert(key.to_string(), default.replace(&format!(":{port}"), &format!(":{moved}")));
+    }
+    Ok(())
+}
+
+/// Settings that name a local file or directory: made absolute at startup.
+const PATH_SETTINGS: &[&str] = &[
+    "log.dirs",
+    "floe.console.bench-reports-dir",
+    "floe.sasl.plain.users.file",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.truststore.location",
+];
+
+/// Makes every local path absolute against the current directory, once: the data
+/// directory, files named by settings, a local warehouse (`./wh`, `file://./wh` → `file:///…/wh`)
+/// and a SQLite catalog URI. What is stored, logged and handed to Iceberg readers is then
+/// the place the user meant, wherever they read it from.
+fn absolute_paths(raw: &mut BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let absolute = |key: &str, path: &str| {
+        std::path::absolute(path).map_err(|e| ConfigError::InvalidValue {
+            key: key.into(),
+            value: path.into(),
+            reason: format!("cannot make it absolute against the current directory: {e}"),
+        })
+    };
+    for key in PATH_SETTINGS {
+        let value = get(raw, key).trim().to_string();
+        if !value.is_empty() {
+            let path = absolute(key, &value)?;
+            raw.insert(key.to_string(), path.display().to_string());
+        }
+    }
+    let warehouse = get(raw, "floe.iceberg.warehouse").trim().to_string();
+    // A REST catalog may take a warehouse *name*; only a `file:` location is a path there.
+    let rest = get(raw, "floe.iceberg.catalog-type").trim().eq_ignore_ascii_case("rest");
+    let local = local_warehouse_path(&warehouse).filter(|_| !rest || warehouse.starts_with("file:"));
+    if let Some(local) = local {
+        let path = absolute("floe.iceberg.warehouse", local)?;
+        raw.insert("floe.iceberg.warehouse".into(), format!("file://{}", path.display()));
+    }
+    let uri = get(raw, "floe.iceberg.catalog-uri").trim().to_string();
+    if let Some(rest) = uri.strip_prefix("sqlite:") {
+        let (path, query) = rest.split_once('?').map_or((rest, None), |(p, q)| (p, Some(q)));
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if !path.is_empty() && path != ":memory:" && !path.starts_with('/') {
+            let path = absolute("floe.iceberg.catalog-uri", path)?;
+            let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+            raw.insert("floe.iceberg.catalog-uri".into(), format!("sqlite:{}{query}", path.display()));
+        }
+    }
+    Ok(())
+}
+
+/// The local path a warehouse setting names, absolute or not: `/dir`, `./dir`, `dir`,
+/// `file:///dir`, and `file://./dir` or `file://dir` (which Iceberg readers would take
+/// as a host `.` or `dir`). `None` for object stores and other schemes.
+fn local_warehouse_path(warehouse: &str) -> Option<&str> {
+    if warehouse.is_empty() {
+        return None;
+    }
+    if let Some(rest) = warehouse.strip_prefix("file://") {
+        return Some(rest);
+    }
+    (!warehouse.contains("://")).then_some(warehouse)
+}
+
 fn parse_positive<T>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
 where
     T: std::str::FromStr + PartialOrd + Default,
@@ -643,7 +857,7 @@ where
         return Err(ConfigError::InvalidValue {
             key: key.into(),
             value: get(raw, key).into(),
-            reason: "must be positive".into(),
+            reason: "expected a whole number greater than 0".into(),
         });
     }
     Ok(v)
@@ -677,7 +891,7 @@ mod tests {
         assert_eq!(c.listeners.len(), 1);
         assert_eq!(c.listeners[0].bind, "127.0.0.1:9092".parse().unwrap());
         assert_eq!(c.listeners[0].protocol, crate::listeners::SecurityProtocol::Plaintext);
-        assert_eq!(c.data_dir, PathBuf::from("./floe-data"));
+        assert_eq!(c.data_dir, std::env::current_dir().unwrap().join("floe-data"));
         assert!(c.fetch_zero_copy);
         assert_eq!(c.num_partitions, 1);
         assert_eq!(c.iceberg_rest_listen, Some("127.0.0.1:8181".parse().unwrap()));
@@ -703,7 +917,7 @@ mod tests {
         assert_eq!(b.build().unwrap().console_listen, None);
         let mut b = ConfigBuilder::new();
         b.set("floe.console.listen", "nowhere", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.console.listen"));
+        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.console.listen"));
     }
 
     #[test]
@@ -716,7 +930,7 @@ mod tests {
         assert_eq!(b.build().unwrap().iceberg_rest_listen, None);
         let mut b = ConfigBuilder::new();
         b.set("floe.iceberg.rest-listen", "nowhere", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.iceberg.rest-listen"));
+        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.rest-listen"));
     }
 
     #[test]
@@ -729,7 +943,8 @@ mod tests {
         b.load_env(
             [("FLOE_NUM_PARTITIONS".to_string(), "5".to_string()), ("FLOE_BIN".to_string(), "x".to_string())]
                 .into_iter(),
-        );
+        )
+        .unwrap();
         b.set("listen", "PLAINTEXT://127.0.0.1:0", Layer::CommandLine).unwrap();
         let c = b.build().unwrap();
         assert_eq!(c.num_partitions, 5);
@@ -750,7 +965,8 @@ mod tests {
                 ("FLOE_ICEBERG_S3_PATH_STYLE_ACCESS".to_string(), "true".to_string()),
             ]
             .into_iter(),
-        );
+        )
+        .unwrap();
         b.set("floe.iceberg.warehouse", "s3://bucket/wh", Layer::CommandLine).unwrap();
         let c = b.build().unwrap();
         assert_eq!(c.tiering.catalog.s3.secret_access_key.expose(), "from-env");
@@ -772,11 +988,11 @@ mod tests {
         ] {
             let mut b = ConfigBuilder::new();
             b.set(key, value, Layer::CommandLine).unwrap();
-            assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key: k, .. }) if k == key), "{key}={value}");
+            assert!(matches!(b.build(), Err(ConfigError::Setting { key: k, .. }) if k == key), "{key}={value}");
         }
         let mut b = ConfigBuilder::new();
         b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "floe.iceberg.catalog-uri"));
+        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.catalog-uri"));
         for (uri, ok) in [("http://127.0.0.1:8181", true), ("https://cat.example/api", true), ("thrift://hms:9083", false)] {
             let mut b = ConfigBuilder::new();
             b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
@@ -811,7 +1027,104 @@ mod tests {
         let mut b = ConfigBuilder::new();
         assert!(matches!(b.set("log.segmnt.bytes", "1", Layer::CommandLine), Err(ConfigError::UnknownKey { .. })));
         b.set("num.partitions", "zero", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::InvalidValue { key, .. }) if key == "num.partitions"));
+        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "num.partitions"));
+    }
+
+    /// Every refusal names the key and the value as typed, where they were typed, and what is allowed.
+    #[test]
+    fn errors_name_key_value_origin_and_what_is_allowed() {
+        let error = |key: &str, value: &str, origin: &str| {
+            let mut b = ConfigBuilder::new();
+            b.set_from(key, value, origin).unwrap();
+            b.build().unwrap_err().to_string()
+        };
+        assert_eq!(
+            error("log.segment.bytes", "abc", "--override"),
+            "invalid value `abc` for `log.segment.bytes` (from --override): expected a whole number from 14 to 2147483647"
+        );
+        assert_eq!(
+            error("num.partitions", "0", "environment variable FLOE_NUM_PARTITIONS"),
+            "invalid value `0` for `num.partitions` (from environment variable FLOE_NUM_PARTITIONS): expected a whole number greater than 0"
+        );
+        assert_eq!(
+            error("auto.create.topics.enable", "yes", "config file /etc/floe.toml"),
+            "invalid value `yes` for `auto.create.topics.enable` (from config file /etc/floe.toml): expected true or false"
+        );
+        // A log default refused by the topic rules names the broker setting, not the topic key.
+        let text = error("log.segment.bytes", "10", "--override");
+        assert!(text.starts_with("invalid value `10` for `log.segment.bytes` (from --override): "), "{text}");
+        let text = ConfigBuilder::new().set_from("log.segmnt.bytes", "1", "--override").unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "unknown setting `log.segmnt.bytes` (from --override). Did you mean `log.segment.bytes`? Every setting is listed in docs/configuration.md."
+        );
+        // Floe's own keys are checked like Kafka's.
+        let e = ConfigBuilder::new().set_from("floe.iceberg.enabledd", "true", "--override").unwrap_err();
+        assert!(matches!(&e, ConfigError::UnknownKey { suggestion: Some(s), .. } if s == "floe.iceberg.enabled"), "{e}");
+    }
+
+    #[test]
+    fn kafkas_other_spellings_of_durations_work_as_in_kafka() {
+        let retention = |pairs: &[(&str, &str)]| {
+            let mut b = ConfigBuilder::new();
+            for (k, v) in pairs {
+                b.set_from(k, *v, "test").unwrap();
+            }
+            b.build().unwrap().log_defaults.retention_ms
+        };
+        assert_eq!(retention(&[]), 604_800_000);
+        assert_eq!(retention(&[("log.retention.hours", "1")]), 3_600_000);
+        assert_eq!(retention(&[("log.retention.minutes", "2"), ("log.retention.hours", "1")]), 120_000);
+        assert_eq!(retention(&[("log.retention.ms", "5"), ("log.retention.minutes", "2")]), 5);
+        assert_eq!(retention(&[("log.retention.hours", "-1")]), -1);
+        let mut b = ConfigBuilder::new();
+        b.set_from("log.roll.hours", "2", "test").unwrap();
+        assert_eq!(b.build().unwrap().log_defaults.segment_ms, 7_200_000);
+        let mut b = ConfigBuilder::new();
+        b.set_from("log.retention.hours", "a week", "flag").unwrap();
+        assert_eq!(b.build().unwrap_err().to_string(), "invalid value `a week` for `log.retention.hours` (from flag): expected a whole number");
+    }
+
+    #[test]
+    fn floe_variables_must_name_a_setting() {
+        let vars = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>().into_iter();
+        let mut b = ConfigBuilder::new();
+        let e = b.load_env(vars(&[("FLOE_LOG_SEGMENT_BYTE", "5")])).unwrap_err().to_string();
+        assert!(e.starts_with("environment variable FLOE_LOG_SEGMENT_BYTE matches no setting. Did you mean FLOE_LOG_SEGMENT_BYTES (log.segment.bytes)?"), "{e}");
+        // The command line's and the test tools' own variables are not settings.
+        let mut b = ConfigBuilder::new();
+        b.load_env(vars(&[("FLOE_BIN", "x"), ("FLOE_BROKERS", "h:1"), ("FLOE_SOAK_SECONDS", "3"), ("PATH", "/bin")])).unwrap();
+        let mut b = ConfigBuilder::new();
+        b.load_env(vars(&[("FLOE_ICEBERG_WAREHOUSE", "s3://b/w"), ("FLOE_LOG_RETENTION_HOURS", "1")])).unwrap();
+        let c = b.build().unwrap();
+        assert_eq!((c.tiering.catalog.warehouse.as_str(), c.log_defaults.retention_ms), ("s3://b/w", 3_600_000));
+        let mut b = ConfigBuilder::new();
+        b.load_env(vars(&[("FLOE_NUM_PARTITIONS", "x")])).unwrap();
+        assert!(b.build().unwrap_err().to_string().contains("(from environment variable FLOE_NUM_PARTITIONS)"));
+    }
+
+    #[test]
+    fn paths_are_absolute_once_derived() {
+        let cwd = std::env::current_dir().unwrap();
+        let mut b = ConfigBuilder::new();
+        b.set_from("log.dirs", "./data", "flag --data-dir").unwrap();
+        b.set_from("floe.iceberg.warehouse", "file://./wh", "test").unwrap();
+        b.set_from("floe.iceberg.catalog-uri", "sqlite:cat.db?mode=rwc", "test").unwrap();
+        let c = b.build().unwrap();
+        assert_eq!(c.data_dir, cwd.join("data"));
+        assert_eq!(c.tiering.catalog.warehouse, format!("file://{}", cwd.join("wh").display()));
+        assert_eq!(c.tiering.catalog.uri, format!("sqlite:{}?mode=rwc", cwd.join("cat.db").display()));
+        // The embedded catalog and warehouse under the default data directory.
+        let c = ConfigBuilder::new().build().unwrap();
+        let catalog = c.tiering.catalog.catalog_config(&c.data_dir, "floe");
+        assert_eq!(catalog.warehouse, format!("file://{}", cwd.join("floe-data/iceberg/warehouse").display()));
+        assert!(!catalog.warehouse.contains("/./"));
+        // A REST catalog's warehouse may be a name, kept as it is.
+        let mut b = ConfigBuilder::new();
+        b.set_from("floe.iceberg.catalog-type", "rest", "test").unwrap();
+        b.set_from("floe.iceberg.catalog-uri", "http://127.0.0.1:8181", "test").unwrap();
+        b.set_from("floe.iceberg.warehouse", "analytics", "test").unwrap();
+        assert_eq!(b.build().unwrap().tiering.catalog.warehouse, "analytics");
     }
 }
 

@@ -44,6 +44,7 @@ pub mod listeners;
 pub mod iceberg_rest;
 pub mod maintenance;
 pub mod metrics;
+pub mod ports;
 pub mod quota;
 pub mod raw_config;
 pub mod replication;

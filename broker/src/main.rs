@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use floe_broker::config::{ConfigBuilder, Layer};
+use floe_broker::config::ConfigBuilder;
 
 /// Floe: a Kafka-compatible broker with zero-copy fetch and Iceberg tiering.
 ///
@@ -39,6 +39,11 @@ struct Cli {
     /// Web console address (`floe.console.listen`, default 127.0.0.1:8080); empty disables it.
     #[arg(long, value_name = "HOST:PORT")]
     console_listen: Option<String>,
+    /// Adds N to every port Floe binds by default and you did not set (`floe.port.offset`):
+    /// `--port-offset 10 --data-dir ./floe-data-2` runs a second broker on 9102, 9654,
+    /// 8090, 8091 and 8191 beside one on the defaults.
+    #[arg(long, value_name = "N")]
+    port_offset: Option<u16>,
     /// This broker's id (`node.id`), unique in a cluster.
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
@@ -144,7 +149,19 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // Errors at this edge are for people: the message and its causes on one line each
+    // (`{:#}`), never a backtrace, whatever RUST_BACKTRACE says.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // Parsed first, so logging starts in the format asked for (clap prints its own errors).
     let cli = Cli::parse();
     // Admin commands talk to people through stdout and their errors: only warnings are logged.
@@ -176,31 +193,34 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = &cli.config {
         builder.load_file(path)?;
     }
-    builder.load_env(std::env::vars());
+    builder.load_env(std::env::vars())?;
     let flags = [
-        ("log.dirs", cli.data_dir.map(|p| p.display().to_string())),
-        ("listeners", cli.listen),
-        ("advertised.listeners", cli.advertised_listener),
-        ("metrics.listen", cli.metrics_listen),
-        ("floe.iceberg.rest-listen", cli.iceberg_rest_listen),
-        ("floe.schema.registry.listen", cli.schema_registry_listen),
-        ("floe.console.listen", cli.console_listen),
-        ("node.id", cli.node_id.map(|id| id.to_string())),
-        ("floe.metadata.store", cli.metadata_store),
+        ("log.dirs", "--data-dir", cli.data_dir.map(|p| p.display().to_string())),
+        ("listeners", "--listen", cli.listen),
+        ("advertised.listeners", "--advertised-listener", cli.advertised_listener),
+        ("metrics.listen", "--metrics-listen", cli.metrics_listen),
+        ("floe.iceberg.rest-listen", "--iceberg-rest-listen", cli.iceberg_rest_listen),
+        ("floe.schema.registry.listen", "--schema-registry-listen", cli.schema_registry_listen),
+        ("floe.console.listen", "--console-listen", cli.console_listen),
+        ("floe.port.offset", "--port-offset", cli.port_offset.map(|n| n.to_string())),
+        ("node.id", "--node-id", cli.node_id.map(|id| id.to_string())),
+        ("floe.metadata.store", "--metadata-store", cli.metadata_store),
     ];
-    for (key, value) in flags {
+    for (key, flag, value) in flags {
         if let Some(v) = value {
-            builder.set(key, v, Layer::CommandLine)?;
+            builder.set_from(key, v, &format!("flag {flag}"))?;
         }
     }
     for o in &cli.overrides {
-        let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE"))?;
-        builder.set(k, v, Layer::CommandLine)?;
+        let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE (e.g. --override log.segment.bytes=1048576)"))?;
+        builder.set_from(k, v, "--override")?;
     }
     if let Some(Command::Iceberg { command }) = cli.command {
         std::process::exit(i32::from(cli::iceberg::run(command, builder)));
     }
     let config = builder.build()?;
+    // Every port at once, before anything starts: a start with several taken names them all.
+    floe_broker::ports::check_ports(&floe_broker::ports::services(&config))?;
     // Every connection is a file descriptor: let max.connections fit if the hard limit allows.
     match floe_broker::server::limits::raise_open_files_limit() {
         Ok(limit) if limit < config.max_connections as u64 => {

@@ -35,14 +35,21 @@ pub enum RunError {
         /// The storage error.
         source: StorageError,
     },
-    /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    /// A service's port could not be bound.
+    #[error("cannot bind the {service}: {source}; move it with `{setting}` (flag {flag}), or run a second broker with --port-offset")]
     Bind {
-        /// The address.
-        addr: std::net::SocketAddr,
+        /// What listens there.
+        service: String,
+        /// The setting that moves it.
+        setting: &'static str,
+        /// The flag that moves it.
+        flag: &'static str,
         /// The socket error.
         source: std::io::Error,
     },
+    /// Ports were taken before anything started.
+    #[error(transparent)]
+    PortsInUse(#[from] crate::ports::PortsInUse),
     /// The TLS certificate, key or truststore could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] crate::security::tls::TlsError),
@@ -141,7 +148,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     let mut endpoints = Vec::with_capacity(config.listeners.len());
     for spec in &config.listeners {
-        let bind_error = |source| RunError::Bind { addr: spec.bind, source };
+        let bind_error = |source| RunError::Bind {
+            service: format!("Kafka listener {} on {}", spec.name, spec.bind),
+            setting: "listeners",
+            flag: "--listen",
+            source,
+        };
         let listener = TcpListener::bind(spec.bind).await.map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
         if spec.advertised.is_none() && bound.ip().is_unspecified() {
@@ -161,7 +173,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     // The registry's port is bound before the broker registers, as its URL is in the registration.
     let registry_error = |e| match e {
-        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind { addr, source },
+        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind {
+            service: format!("Schema Registry on {addr}"),
+            setting: "floe.schema.registry.listen",
+            flag: "--schema-registry-listen",
+            source,
+        },
         other => RunError::Task(other.to_string()),
     };
     let registry_listener = match config.schema_registry_listen {
@@ -202,7 +219,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
-        let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { addr, source })?;
+        let l = metrics::bind(addr).await.map_err(|source| RunError::Bind {
+            service: format!("Prometheus metrics endpoint on {addr}"),
+            setting: "metrics.listen",
+            flag: "--metrics-listen",
+            source,
+        })?;
         metrics_addr = l.local_addr().ok();
         tokio::spawn(metrics::serve(l, metrics.clone()));
     }
@@ -217,7 +239,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         }
         Some(addr) => {
             let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.clone())
-                .map_err(|source| RunError::Bind { addr, source })?;
+                .map_err(|source| RunError::Bind {
+                    service: format!("Iceberg REST catalog on {addr}"),
+                    setting: "floe.iceberg.rest-listen",
+                    flag: "--iceberg-rest-listen",
+                    source,
+                })?;
             iceberg_rest = Some(server);
         }
         None => {}
@@ -421,9 +448,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         .collect();
     tracing::info!(
         listeners = %described.join(", "),
-        metrics = ?metrics_addr,
-        iceberg_rest = ?iceberg_rest_addr,
-        schema_registry = ?schema_registry_addr,
+        metrics = %shown(metrics_addr),
+        iceberg_rest = %shown(iceberg_rest_addr),
+        schema_registry = %shown(schema_registry_addr),
         data_dir = %broker.config.data_dir.display(),
         zero_copy = broker.config.fetch_zero_copy,
         "floe is ready"
@@ -455,6 +482,11 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     .map_err(RunError::Shutdown)?;
     tracing::info!("floe stopped cleanly");
     Ok(())
+}
+
+/// An address for a log line: `off` when the service is turned off.
+fn shown(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or_else(|| "off".to_string(), |a| a.to_string())
 }
 
 /// In a cluster, the id every broker must share (etcd's, or this data directory's
@@ -569,13 +601,17 @@ async fn decide_ktls(config: &BrokerConfig) -> Result<bool, RunError> {
     }
     let support = tokio::task::spawn_blocking(ktls::probe).await.map_err(|e| RunError::Task(e.to_string()))?;
     let usable = ktls::decide(mode, &support).map_err(RunError::Ktls)?;
+    // Said at INFO only where it matters: a broker without a TLS listener has no use for it.
+    let tls_listeners = config.listeners.iter().any(|l| l.protocol.uses_tls());
     match &support {
-        ktls::KtlsSupport::Unavailable(why) => {
+        ktls::KtlsSupport::Unavailable(why) if tls_listeners => {
             tracing::info!(reason = %why, "kernel TLS unavailable: fetches on TLS listeners use the copying path")
         }
-        ktls::KtlsSupport::Available => tracing::info!(
+        ktls::KtlsSupport::Unavailable(why) => tracing::debug!(reason = %why, "kernel TLS unavailable"),
+        ktls::KtlsSupport::Available if tls_listeners => tracing::info!(
             "kernel TLS available: TLS 1.3 sessions are handed to the kernel after the handshake, and their fetches use sendfile"
         ),
+        ktls::KtlsSupport::Available => tracing::debug!("kernel TLS available"),
     }
     Ok(usable)
 }

@@ -1240,6 +1240,31 @@ pub async fn maintain(
 mod tests {
     use super::*;
 
+    /// Storage refuses a `floe.*` topic key it does not list: every key tiering reads is listed.
+    #[test]
+    fn every_topic_key_tiering_reads_is_accepted_by_storage() {
+        let keys = [
+            ENABLED,
+            PARTITION_SPEC,
+            TARGET_LAG_MS,
+            VALUE_FORMAT,
+            KEY_FORMAT,
+            KEEP_RAW,
+            SNAPSHOT_MAX_AGE_MS,
+            SNAPSHOT_MIN_TO_KEEP,
+            TARGET_FILE_SIZE,
+            COMPACTION_ENABLED,
+            COMPACTION_MIN_INPUT_FILES,
+            STORAGE,
+            RETENTION_GUARD,
+            SHARED_FETCH_COMPRESSION,
+        ];
+        for key in keys {
+            assert!(floe_storage::config::FLOE_TOPIC_KEYS.contains(&key), "{key}");
+        }
+        assert_eq!(keys.len(), floe_storage::config::FLOE_TOPIC_KEYS.len(), "storage lists a key tiering does not read");
+    }
+
     fn settings() -> TieringSettings {
         TieringSettings {
             enabled_default: false,

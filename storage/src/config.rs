@@ -48,6 +48,58 @@ pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// Prefix of Floe's own keys, stored and reported but not interpreted here.
 pub const FLOE_PREFIX: &str = "floe.";
 
+/// Every `floe.*` topic key: the one list of their names. Storage stores and
+/// reports them without interpreting them (tiering, schema validation and the
+/// shared read path do); a `floe.*` key not in this list is refused like any
+/// unknown Kafka key, so a misspelt `floe.iceberg.enabledd=true` cannot create a
+/// topic with tiering silently off.
+pub const FLOE_TOPIC_KEYS: &[&str] = &[
+    "floe.iceberg.enabled",
+    "floe.iceberg.partition-spec",
+    "floe.iceberg.target-lag-ms",
+    "floe.iceberg.value.format",
+    "floe.iceberg.key.format",
+    "floe.iceberg.keep-raw",
+    "floe.iceberg.snapshot.max-age-ms",
+    "floe.iceberg.snapshot.min-to-keep",
+    "floe.iceberg.target-file-size-bytes",
+    "floe.iceberg.compaction.enabled",
+    "floe.iceberg.compaction.min-input-files",
+    "floe.iceberg.storage",
+    "floe.iceberg.retention-guard",
+    "floe.iceberg.shared.fetch-compression",
+];
+
+/// The reason given for an unknown topic key (Kafka's or Floe's).
+pub const UNKNOWN_TOPIC_CONFIG: &str = "unknown topic config";
+
+/// The known name closest to `typed`, if one is close enough to be what was
+/// meant: a "did you mean" for settings people type.
+pub fn did_you_mean<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let typed = typed.trim().to_ascii_lowercase();
+    known
+        .into_iter()
+        .map(|k| (strsim::damerau_levenshtein(&typed, k), k))
+        // A third of the name may differ (two edits at least): typos, not other settings.
+        .filter(|(distance, k)| *distance <= (k.len() / 3).max(2))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, k)| k)
+}
+
+/// Why `key` is not a topic config, with the closest known key when there is one.
+fn unknown_topic_key(key: &str) -> String {
+    let known = KNOWN_KEYS
+        .iter()
+        .chain(FLOE_TOPIC_KEYS)
+        .chain(SCHEMA_VALIDATION_KEYS)
+        .chain(ACCEPTED_NOT_APPLIED.iter().map(|(k, _)| k))
+        .copied();
+    match did_you_mean(key, known) {
+        Some(k) => format!("{UNKNOWN_TOPIC_CONFIG}; did you mean `{k}`?"),
+        None => UNKNOWN_TOPIC_CONFIG.to_string(),
+    }
+}
+
 /// Confluent Server's broker-side schema validation keys, by their names, so the
 /// same topic configs work against Floe: stored and reported with the `floe.*`
 /// keys, interpreted by the broker's produce path. The validation keys take
@@ -275,9 +327,9 @@ fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
     let v: T = value
         .trim()
         .parse()
-        .map_err(|_| invalid(key, format!("{value:?} is not an integer")))?;
+        .map_err(|_| invalid(key, format!("expected a whole number from {min} to {max}")))?;
     if v < min || v > max {
-        return Err(invalid(key, format!("{value} is not in [{min}, {max}]")));
+        return Err(invalid(key, format!("{} is out of range: expected a whole number from {min} to {max}", value.trim())));
     }
     Ok(v)
 }
@@ -394,7 +446,7 @@ impl LogConfig {
             DELETE_RETENTION_MS => self.delete_retention_ms = parse_int(key, value, 0, i64::MAX)?,
             FILE_DELETE_DELAY_MS => self.file_delete_delay_ms = parse_int(key, value, 0, i64::MAX)?,
             MIN_INSYNC_REPLICAS => self.min_insync_replicas = parse_int(key, value, 1, i32::MAX)?,
-            _ if key.starts_with(FLOE_PREFIX) && key.len() > FLOE_PREFIX.len() => {
+            _ if FLOE_TOPIC_KEYS.contains(&key) => {
                 self.floe.insert(key.to_string(), value.to_string());
             }
             _ if SCHEMA_VALIDATION_KEYS.contains(&key) => {
@@ -420,7 +472,7 @@ impl LogConfig {
                 self.accepted
                     .insert(key.to_string(), value.trim().to_string());
             }
-            _ => return Err(invalid(key, "unknown topic config")),
+            _ => return Err(invalid(key, unknown_topic_key(key))),
         }
         Ok(())
     }
@@ -561,7 +613,7 @@ mod tests {
                 ("segment.bytes", "1024"),
                 ("retention.ms", "-1"),
                 ("message.timestamp.type", "LogAppendTime"),
-                ("floe.iceberg.table", "db.t"),
+                ("floe.iceberg.partition-spec", "day(timestamp)"),
                 ("cleanup.policy", "delete"),
             ]))
             .unwrap();
@@ -572,8 +624,8 @@ mod tests {
             MessageTimestampType::LogAppendTime
         );
         assert_eq!(
-            c.floe.get("floe.iceberg.table").map(String::as_str),
-            Some("db.t")
+            c.floe.get("floe.iceberg.partition-spec").map(String::as_str),
+            Some("day(timestamp)")
         );
         assert_eq!(c.segment_ms, 604_800_000);
     }
@@ -624,6 +676,8 @@ mod tests {
             ("max.compaction.lag.ms", "0"),
             ("message.timestamp.type", "Now"),
             ("floe.", "x"),
+            ("floe.iceberg.enabledd", "true"),
+            ("floe.x", "y"),
         ] {
             match LogConfig::default().with_overrides(&map(&[(k, v)])) {
                 Err(StorageError::InvalidConfig { key, .. }) => assert_eq!(key, k),
@@ -634,7 +688,7 @@ mod tests {
 
     #[test]
     fn describe_marks_overrides() {
-        let o = map(&[("retention.bytes", "100"), ("floe.x", "y")]);
+        let o = map(&[("retention.bytes", "100"), ("floe.iceberg.enabled", "true")]);
         let c = LogConfig::default().with_overrides(&o).unwrap();
         let d = c.describe(&o);
         assert_eq!(d.len(), KNOWN_KEYS.len() + ACCEPTED_NOT_APPLIED.len() + 1);
@@ -642,7 +696,26 @@ mod tests {
         assert_eq!((rb.value.as_str(), rb.is_default), ("100", false));
         let sb = d.iter().find(|e| e.name == "segment.bytes").unwrap();
         assert_eq!((sb.value.as_str(), sb.is_default), ("1073741824", true));
-        assert!(d.iter().any(|e| e.name == "floe.x" && !e.is_default));
+        assert!(d.iter().any(|e| e.name == "floe.iceberg.enabled" && !e.is_default));
+    }
+
+    #[test]
+    fn a_misspelt_key_names_the_one_meant() {
+        for (typed, meant) in [
+            ("floe.iceberg.enabledd", "floe.iceberg.enabled"),
+            ("floe.iceberg.target-lag", "floe.iceberg.target-lag-ms"),
+            ("retention.msec", "retention.ms"),
+            ("segment.byte", "segment.bytes"),
+        ] {
+            match LogConfig::default().with_overrides(&map(&[(typed, "1")])) {
+                Err(StorageError::InvalidConfig { key, reason }) => {
+                    assert_eq!(key, typed);
+                    assert!(reason.ends_with(&format!("did you mean `{meant}`?")), "{typed}: {reason}");
+                }
+                other => panic!("{typed}: {other:?}"),
+            }
+        }
+        assert_eq!(did_you_mean("completely.different", KNOWN_KEYS.iter().copied()), None);
     }
 
     fn reason(result: Result<LogConfig>) -> (String, String) {

@@ -760,6 +760,16 @@ fn stored_topic_config(defaults: &LogConfig, topic: &str, overrides: &BTreeMap<S
                 warn!(topic, %key, %reason, "ignoring a stored topic config that no longer validates; -2 (same as retention) applies");
                 overrides.to_mut().remove(&key);
             }
+            // An older Floe stored any `floe.*` key; one no longer known must not keep the
+            // topic from opening: it stays in the topic's metadata until altered, unused.
+            Err(StorageError::InvalidConfig { key, reason })
+                if key.starts_with(crate::config::FLOE_PREFIX)
+                    && reason.starts_with(crate::config::UNKNOWN_TOPIC_CONFIG)
+                    && overrides.contains_key(&key) =>
+            {
+                warn!(topic, %key, %reason, "ignoring an unknown floe.* key in a stored topic config; alter the topic's config to remove it");
+                overrides.to_mut().remove(&key);
+            }
             other => return other,
         }
     }
@@ -794,7 +804,7 @@ mod tests {
                 .create_topic(
                     "orders",
                     3,
-                    map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")]),
+                    map(&[("retention.ms", "1000"), ("floe.iceberg.partition-spec", "x")]),
                 )
                 .unwrap();
             assert_eq!(t.partition_count(), 3);
@@ -810,7 +820,7 @@ mod tests {
         assert_eq!(t.config().retention_ms, 1000);
         assert_eq!(
             t.overrides(),
-            map(&[("retention.ms", "1000"), ("floe.iceberg.table", "x")])
+            map(&[("retention.ms", "1000"), ("floe.iceberg.partition-spec", "x")])
         );
         let described = t.describe_config();
         assert!(described
@@ -818,7 +828,7 @@ mod tests {
             .any(|e| e.name == "retention.ms" && e.value == "1000" && !e.is_default));
         assert!(described
             .iter()
-            .any(|e| e.name == "floe.iceberg.table" && e.value == "x"));
+            .any(|e| e.name == "floe.iceberg.partition-spec" && e.value == "x"));
         let p1 = m.partition("orders", 1).unwrap();
         assert_eq!(p1.log_end_offset(), 7);
         assert_eq!(p1.recovery_point(), 7);

@@ -157,7 +157,8 @@ def test_empty_catalog_disabled_endpoint_and_taken_port(floe_factory):
     except FloeStartError:
         pass
     assert clash.proc.wait(timeout=20) != 0
-    assert f"cannot listen on 127.0.0.1:{floe.iceberg_rest_port}" in clash.stderr_text()
+    assert (f"Iceberg REST catalog on 127.0.0.1:{floe.iceberg_rest_port} "
+            "(setting `floe.iceberg.rest-listen`, flag --iceberg-rest-listen)") in clash.stderr_text()
     # An empty address disables the endpoint.
     off = floe_factory("off", start=False)
     port, off.iceberg_rest_port = off.iceberg_rest_port, None

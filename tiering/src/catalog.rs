@@ -317,6 +317,7 @@ impl IcebergCatalog {
         let exists = self.catalog.table_exists(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
         if exists {
             let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+            Self::check_location(&ident, &table)?;
             Self::check_topic_id(&ident, &table, topic_id)?;
         } else {
             let spec = parse_partition_spec(partition_spec)?;
@@ -363,6 +364,16 @@ impl IcebergCatalog {
         Ok(TopicTable::new(self.catalog.clone(), ident, lock, self.config.clone()))
     }
 
+    /// A table whose location is not absolute (`file://./…`, `file://dir/…`, or a bare
+    /// relative path) is refused: see [`TieringError::RelativeLocation`].
+    fn check_location(ident: &TableIdent, table: &iceberg::table::Table) -> Result<()> {
+        let location = table.metadata().location();
+        match relative_location(location) {
+            None => Ok(()),
+            Some(files_at) => Err(TieringError::RelativeLocation { table: ident.to_string(), location: location.to_string(), files_at }),
+        }
+    }
+
     /// A table left by an earlier, deleted topic of the same name is refused.
     fn check_topic_id(ident: &TableIdent, table: &iceberg::table::Table, topic_id: &str) -> Result<()> {
         match table.metadata().properties().get(TOPIC_ID_PROPERTY) {
@@ -374,6 +385,19 @@ impl IcebergCatalog {
             _ => Ok(()),
         }
     }
+}
+
+/// Where a local file system put the files of a table stored at a relative
+/// `location`, or `None` when the location is absolute (`file:///…`, `s3://…`, `/…`).
+pub fn relative_location(location: &str) -> Option<String> {
+    let path = match location.strip_prefix("file://") {
+        Some(rest) if rest.starts_with('/') => return None,
+        Some(rest) => rest,
+        None if location.contains("://") || location.starts_with('/') => return None,
+        None => location,
+    };
+    // The file system root, as the local I/O resolves a location with a host.
+    Some(format!("/{}", path.trim_start_matches("./")))
 }
 
 /// A layout that types through the Schema Registry needs it on.
@@ -394,4 +418,19 @@ pub fn log_table_name(topic: &str) -> String {
 /// The dead-letter table of a typed topic's table: `<topic>__dlq`.
 pub fn dead_letter_table_name(topic: &str) -> String {
     format!("{topic}__dlq")
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::relative_location;
+
+    #[test]
+    fn only_absolute_locations_are_written_to() {
+        for absolute in ["file:///srv/floe-data/iceberg/warehouse/kafka/t", "s3://bucket/wh/kafka/t", "/srv/wh/kafka/t"] {
+            assert_eq!(relative_location(absolute), None, "{absolute}");
+        }
+        assert_eq!(relative_location("file://./floe-data/iceberg/warehouse/kafka/t").as_deref(), Some("/floe-data/iceberg/warehouse/kafka/t"));
+        assert_eq!(relative_location("file://floe-data/wh/kafka/t").as_deref(), Some("/floe-data/wh/kafka/t"));
+        assert_eq!(relative_location("./floe-data/wh/kafka/t").as_deref(), Some("/floe-data/wh/kafka/t"));
+    }
 }

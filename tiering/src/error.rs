@@ -58,6 +58,18 @@ pub enum TieringError {
         /// The topic's id now.
         topic_id: String,
     },
+    /// The table's stored location is not an absolute URI (`file://./floe-data/…`, written
+    /// by a Floe that took a relative data directory as a URI host): readers cannot find its
+    /// files and writes would go where the user did not choose. Refused, never written to.
+    #[error("table {table} is stored at {location}, which is not an absolute location (an older Floe started with a relative data directory wrote it; its files are under {files_at}): Floe will not write to it. To tier this topic again, drop the table from the catalog (pyiceberg: catalog.drop_table(\"{table}\")) and delete {files_at}; Floe then creates it under the warehouse and tiers the topic again from its log start")]
+    RelativeLocation {
+        /// `namespace.table`.
+        table: String,
+        /// The location as stored.
+        location: String,
+        /// Where a local file system put its files.
+        files_at: String,
+    },
     /// A shared topic's existing table lacks the lossless layout's columns.
     #[error("table {table} was created in copy mode (without the columns a batch's rebuild needs): floe.iceberg.storage=shared needs a table created shared")]
     NotLossless {
@@ -119,6 +131,7 @@ impl TieringError {
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
             Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } | Self::Unsupported(_) => "config".into(),
             Self::TopicMismatch { .. } => "topic_mismatch".into(),
+            Self::RelativeLocation { .. } => "relative_location".into(),
             Self::HttpClient(_) => "config".into(),
             Self::ObjectStore { .. } => "object_store".into(),
             Self::Arrow(_) => "arrow".into(),
