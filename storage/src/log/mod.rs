@@ -34,8 +34,13 @@
 //! `truncateFullyAndStartAt`), `epochs` (loading the epoch cache at open).
 
 mod epochs;
+mod read;
 mod replica;
+#[cfg(test)]
+mod test_helpers;
 mod truncation;
+
+pub use read::FetchDataInfo;
 
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,12 +54,11 @@ use floe_protocol::record_batch::{
     assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter, RecordBatchHeader,
     TimestampType,
 };
-use floe_protocol::FileRegion;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::atomic_file::sync_dir;
-use crate::batch_reader::{readable_end, ScannedBatch, SegmentBatchReader};
+use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::config::{LogConfig, MessageTimestampType};
 use crate::error::{IoContext, Result, StorageError};
 use crate::failpoint;
@@ -103,22 +107,6 @@ pub struct TimestampAndOffset {
     pub timestamp: i64,
     /// The record's offset.
     pub offset: i64,
-}
-
-/// What a read found (Kafka's `FetchDataInfo` plus the partition's offsets).
-#[derive(Debug, Clone)]
-pub struct FetchDataInfo {
-    /// Bytes of the segment file to send; `None` when there is nothing to return.
-    pub region: Option<FileRegion>,
-    /// The high watermark at the time of the read.
-    pub high_watermark: i64,
-    /// The log start offset at the time of the read.
-    pub log_start_offset: i64,
-    /// The last stable offset: below it every transaction is complete.
-    pub last_stable_offset: i64,
-    /// READ_COMMITTED: the aborted transactions overlapping the fetched
-    /// range (Kafka's `abortedTransactions`), possibly empty; `None` for READ_UNCOMMITTED.
-    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 /// A sealed segment as the log cleaner sees it (captured under the log's lock).
@@ -1083,199 +1071,6 @@ impl PartitionLog {
         Ok(true)
     }
 
-    /// Reads from `fetch_offset`: a region of the segment holding it, starting
-    /// at the batch that contains it, of at most `max_bytes` (but the whole
-    /// first batch if `min_one_batch`, KIP-74), never past the high watermark
-    /// and never into the next segment.
-    ///
-    /// Like Kafka, the region is cut at `max_bytes` even mid-batch: clients
-    /// drop a partial trailing batch, and not locating the last whole batch
-    /// saves a header scan. Without `min_one_batch`, a first batch larger than
-    /// `max_bytes` yields no region.
-    ///
-    /// At [`IsolationLevel::ReadCommitted`] the region also stops at the last
-    /// stable offset (at the batch that starts there), and
-    /// [`FetchDataInfo::aborted_transactions`] lists every aborted transaction
-    /// whose marker is at or after `fetch_offset` and that started below the
-    /// end of the region (Kafka's `collectAbortedTransactions` over the
-    /// `.txnindex` of this and later segments; a superset is harmless).
-    /// Records are not filtered: consumers drop the aborted ones.
-    ///
-    /// # Errors
-    /// [`StorageError::OffsetOutOfRange`] outside `[log_start_offset, log_end_offset]`;
-    /// [`StorageError::BelowLocalStart`] for a shared-storage topic's offset in
-    /// `[log_start_offset, local_log_start_offset)`, held by the table only;
-    /// [`StorageError::Io`]/[`StorageError::Corrupt`] if the segment cannot be read.
-    pub fn read(
-        &self,
-        fetch_offset: i64,
-        max_bytes: u32,
-        min_one_batch: bool,
-        isolation: IsolationLevel,
-    ) -> Result<FetchDataInfo> {
-        self.read_bounded(fetch_offset, max_bytes, min_one_batch, isolation, false)
-    }
-
-    /// [`PartitionLog::read`] for a follower replica's fetch (Kafka's
-    /// `FetchIsolation.LOG_END`): up to the log end offset, past the high
-    /// watermark, since the high watermark moves only once followers have fetched
-    /// what lies above it.
-    ///
-    /// # Errors
-    /// As [`PartitionLog::read`].
-    pub fn read_for_replica(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FetchDataInfo> {
-        self.read_bounded(fetch_offset, max_bytes, min_one_batch, IsolationLevel::ReadUncommitted, true)
-    }
-
-    fn read_bounded(
-        &self,
-        fetch_offset: i64,
-        max_bytes: u32,
-        min_one_batch: bool,
-        isolation: IsolationLevel,
-        to_log_end: bool,
-    ) -> Result<FetchDataInfo> {
-        self.check_live()?;
-        let committed = isolation == IsolationLevel::ReadCommitted;
-        let (file, path, start, end, lso_scan_from, holes, mut info) = {
-            let st = self.state();
-            let (hw, log_start) = (st.high_watermark, st.log_start_offset);
-            // As Kafka: out of range only past the log end offset; between
-            // the high watermark and it the answer is just empty.
-            if fetch_offset < log_start || fetch_offset > st.log_end_offset {
-                return Err(StorageError::OffsetOutOfRange {
-                    requested: fetch_offset,
-                    log_start,
-                    log_end: st.log_end_offset,
-                });
-            }
-            // Shared storage: offsets below the first local segment are the
-            // table's; the caller reads them there. Checked under the same
-            // lock as the segments, so a race with local retention ends here
-            // too, never in a read of a deleted range.
-            let local_start = st.local_log_start_offset();
-            if fetch_offset < local_start && st.config.is_shared_storage() {
-                return Err(StorageError::BelowLocalStart { local_start });
-            }
-            let last_stable = st.last_stable_offset();
-            let mut info = FetchDataInfo {
-                region: None,
-                high_watermark: hw,
-                log_start_offset: log_start,
-                last_stable_offset: last_stable,
-                aborted_transactions: committed.then(Vec::new),
-            };
-            let limit = if to_log_end {
-                st.log_end_offset
-            } else if committed {
-                last_stable
-            } else {
-                hw
-            };
-            if fetch_offset >= limit {
-                return Ok(info);
-            }
-            let Some(seg) = st.segment_for(fetch_offset) else {
-                return Ok(info);
-            };
-            let end = if to_log_end { Some(seg.size) } else { st.high_watermark_end(seg.base_offset, seg.size) };
-            let Some(end) = end else {
-                return Ok(info);
-            };
-            // Where to look for the batch starting at the LSO, if it lies in this segment below the high watermark.
-            let lso_scan_from = (committed && last_stable < hw && last_stable < seg.next_offset)
-                .then(|| seg.offset_index.position_for(last_stable));
-            if let Some(aborted) = info.aborted_transactions.as_mut() {
-                let upper_bound = last_stable.min(seg.next_offset);
-                for s in st.segments.range(seg.base_offset..).map(|(_, s)| s) {
-                    if s.txn_index.collect(fetch_offset, upper_bound, aborted) {
-                        break;
-                    }
-                }
-            }
-            (
-                seg.log.clone(),
-                seg.log_path.clone(),
-                seg.offset_index.position_for(fetch_offset),
-                end,
-                lso_scan_from.map(|p| (p, last_stable)),
-                seg.holes(),
-                info,
-            )
-        };
-        // Headers only, from the offset index's position: damaged ranges are
-        // stepped over (consumers see an offset gap); a batch that cannot be
-        // read is corruption, never served.
-        let mut batches =
-            SegmentBatchReader::new(&file, &path, start, end).with_holes(holes.clone());
-        let (position, header) = loop {
-            match batches.next_header()? {
-                ScannedBatch::Batch { position, header } if header.last_offset() >= fetch_offset => {
-                    break (position, header)
-                }
-                ScannedBatch::Batch { .. } => {}
-                ScannedBatch::End => return Ok(info),
-                ScannedBatch::Invalid { position, reason } => {
-                    return Err(StorageError::Corrupt {
-                        path: path.to_path_buf(),
-                        reason: format!("batch at {position}: {reason}"),
-                    })
-                }
-            }
-        };
-        let size = header.total_size() as u64;
-        let end = match lso_scan_from {
-            Some((from, lso)) => {
-                self.batch_start_at_or_after(&file, &path, &holes, from.max(position), end, lso)?
-            }
-            None => end,
-        };
-        let available = readable_end(&holes, position, end).saturating_sub(position);
-        if available == 0 {
-            return Ok(info);
-        }
-        let len = if size > u64::from(max_bytes) {
-            if !min_one_batch {
-                return Ok(info);
-            }
-            size.min(available)
-        } else {
-            u64::from(max_bytes).min(available)
-        };
-        let len = u32::try_from(len).unwrap_or(u32::MAX);
-        info.region = Some(FileRegion {
-            file,
-            position,
-            len,
-        });
-        Ok(info)
-    }
-
-    /// The position of the first batch at or after `from` whose base offset is
-    /// at least `offset` (a batch boundary), or `end` if there is none before it.
-    fn batch_start_at_or_after(
-        &self,
-        file: &File,
-        path: &Path,
-        holes: &[(u64, u64)],
-        from: u64,
-        end: u64,
-        offset: i64,
-    ) -> Result<u64> {
-        let mut batches = SegmentBatchReader::new(file, path, from, end).with_holes(holes.to_vec());
-        loop {
-            match batches.next_header()? {
-                ScannedBatch::Batch { position, header } if header.base_offset >= offset => {
-                    return Ok(position)
-                }
-                ScannedBatch::Batch { .. } => {}
-                ScannedBatch::End => return Ok(end),
-                // The region stops before what cannot be read.
-                ScannedBatch::Invalid { position, .. } => return Ok(position),
-            }
-        }
-    }
-
     /// The earliest record whose timestamp is `>= timestamp` (ListOffsets by time); `None` if every record is older.
     /// LogAppendTime batches count every record at the batch's append time.
     ///
@@ -1973,28 +1768,11 @@ fn find_record(
 
 #[cfg(test)]
 mod tests {
+    use super::test_helpers::{idempotent_log, open, read_all, reopen, segmented_log, snapshot_offsets};
     use super::*;
     use crate::test_util::{batch, batch_ts, batch_with, config, decode, idempotent_batch};
     use floe_protocol::kafka_protocol::records::Compression;
     use std::future::Future;
-
-    fn open(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
-        PartitionLog::open(dir, "t", 0, cfg, None, None).unwrap()
-    }
-
-    fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
-        let info = log
-            .read(
-                offset,
-                1 << 20,
-                true,
-                crate::IsolationLevel::ReadUncommitted,
-            )
-            .unwrap();
-        info.region
-            .map(|r| decode(&r.read_to_vec().unwrap()))
-            .unwrap_or_default()
-    }
 
     #[test]
     fn partition_log_is_send_and_sync() {
@@ -2065,152 +1843,6 @@ mod tests {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         assert!(notified.as_mut().poll(&mut cx).is_ready());
-    }
-
-    #[test]
-    fn append_and_read_across_rolls() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(
-            dir.path(),
-            config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]),
-        );
-        for i in 0..50 {
-            let mut b = batch(3, 1_000 + i, 100);
-            let info = log.append(&mut b, 5_000).unwrap();
-            assert_eq!(
-                (info.first_offset, info.last_offset, info.record_count),
-                (i * 3, i * 3 + 2, 3)
-            );
-            assert_eq!(info.log_append_time, -1);
-        }
-        assert_eq!(log.log_end_offset(), 150);
-        assert_eq!(log.high_watermark(), 150);
-        assert!(
-            log.segment_count() > 3,
-            "rolled into {} segments",
-            log.segment_count()
-        );
-        let sealed = log.sealed_segments();
-        assert_eq!(sealed.len(), log.segment_count() - 1);
-        for w in sealed.windows(2) {
-            assert_eq!(w[0].next_offset, w[1].base_offset);
-            assert!(w[0].size_bytes <= 2000);
-        }
-        for offset in 0..150 {
-            let got = read_all(&log, offset);
-            assert!(!got.is_empty(), "offset {offset}");
-            // Starts at the batch holding the offset, offsets contiguous, one segment only.
-            assert_eq!(got[0].0, offset - offset % 3, "offset {offset}");
-            assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1));
-            let seg_end = sealed
-                .iter()
-                .find(|s| s.base_offset <= offset && offset < s.next_offset)
-                .map_or(150, |s| s.next_offset);
-            assert_eq!(got.last().unwrap().0, seg_end - 1, "offset {offset}");
-        }
-        assert!(log
-            .read(150, 1000, true, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .is_none());
-        assert!(matches!(
-            log.read(151, 1000, true, crate::IsolationLevel::ReadUncommitted),
-            Err(StorageError::OffsetOutOfRange {
-                requested: 151,
-                log_start: 0,
-                log_end: 150
-            })
-        ));
-        assert!(matches!(
-            log.read(-1, 1000, true, crate::IsolationLevel::ReadUncommitted),
-            Err(StorageError::OffsetOutOfRange { .. })
-        ));
-    }
-
-    #[test]
-    fn index_lookup_finds_batch_boundaries() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[("index.interval.bytes", "300")]));
-        let mut positions = Vec::new();
-        let mut pos = 0u64;
-        for i in 0..40 {
-            let mut b = batch(2, 10 + i, 80);
-            positions.push((i * 2, pos));
-            pos += b.len() as u64;
-            log.append(&mut b, 0).unwrap();
-        }
-        let st = log.state();
-        let seg = st.active();
-        assert!(
-            seg.offset_index.len() >= 10,
-            "{} entries",
-            seg.offset_index.len()
-        );
-        for offset in 0..80 {
-            let (entry_offset, entry_pos) = seg.offset_index.lookup(offset).unwrap_or((0, 0));
-            assert!(entry_offset <= offset);
-            assert!(
-                positions.contains(&(entry_offset, entry_pos)),
-                "entry ({entry_offset}, {entry_pos}) is not a batch start"
-            );
-            // Sparse: the entry is within about one interval of the target batch.
-            let target_pos = positions[(offset / 2) as usize].1;
-            assert!(
-                target_pos - entry_pos <= 300 + 200,
-                "offset {offset}: entry at {entry_pos}, batch at {target_pos}"
-            );
-        }
-    }
-
-    #[test]
-    fn max_bytes_and_min_one_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path(), config(&[]));
-        let mut big = batch(5, 1, 500);
-        let big_len = big.len() as u32;
-        log.append(&mut big, 0).unwrap();
-        let mut small = batch(1, 2, 10);
-        let small_len = small.len() as u32;
-        log.append(&mut small, 0).unwrap();
-
-        let r = log
-            .read(0, 100, true, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .unwrap();
-        assert_eq!(
-            (r.position, r.len),
-            (0, big_len),
-            "KIP-74: the whole first batch"
-        );
-        assert!(log
-            .read(0, 100, false, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .is_none());
-        let r = log
-            .read(0, big_len + 5, true, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .unwrap();
-        assert_eq!(r.len, big_len + 5, "cut mid second batch, as Kafka");
-        assert_eq!(decode(&r.read_to_vec().unwrap()).len(), 5);
-        let r = log
-            .read(3, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .unwrap();
-        assert_eq!(
-            (r.position, r.len),
-            (0, big_len + small_len),
-            "starts at the batch holding offset 3"
-        );
-        let r = log
-            .read(5, 1 << 20, false, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .unwrap();
-        assert_eq!((r.position, r.len), (u64::from(big_len), small_len));
     }
 
     #[test]
@@ -2390,19 +2022,6 @@ mod tests {
             "the retry's answer waited for the fsync"
         );
         assert_eq!(log.recovery_point(), 2);
-    }
-
-    fn segmented_log(dir: &Path, extra: &[(&str, &str)]) -> PartitionLog {
-        // Each batch is about 280 bytes; segments hold 2 batches.
-        let mut kv = vec![("segment.bytes", "600")];
-        kv.extend_from_slice(extra);
-        let log = open(dir, config(&kv));
-        for i in 0..10i64 {
-            let mut b = batch(2, 1_000 * (i + 1), 100);
-            assert!((270..=295).contains(&b.len()), "{}", b.len());
-            log.append(&mut b, 0).unwrap();
-        }
-        log
     }
 
     #[test]
@@ -2606,17 +2225,6 @@ mod tests {
         );
     }
 
-    fn snapshot_offsets(dir: &Path) -> Vec<i64> {
-        let mut v: Vec<i64> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| {
-                crate::file_names::parse_snapshot_file_name(e.unwrap().file_name().to_str()?)
-            })
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
     #[test]
     fn idempotent_retry_is_not_appended_and_gets_the_original_offsets() {
         let dir = tempfile::tempdir().unwrap();
@@ -2692,30 +2300,6 @@ mod tests {
         log.append(&mut idempotent_batch((3, 3, 0), 1, 5), 0)
             .unwrap();
         assert_eq!(log.log_end_offset(), 3);
-    }
-
-    /// Producer 100 writes only into the first segment; 200 and 300 into the later ones.
-    fn idempotent_log(dir: &Path) -> PartitionLog {
-        let log = open(dir, config(&[("segment.bytes", "400")]));
-        for i in 0..3 {
-            log.append(&mut idempotent_batch((100, 0, i * 2), 2, 10), 0)
-                .unwrap();
-        }
-        let mut next_seq = [0, 0];
-        for i in 0..12 {
-            let p = usize::from(i % 3 == 0);
-            let pid = [200, 300][p];
-            log.append(&mut idempotent_batch((pid, 1, next_seq[p]), 2, 10), 0)
-                .unwrap();
-            next_seq[p] += 2;
-        }
-        log.append(&mut batch(1, 1, 10), 0).unwrap();
-        assert!(log.segment_count() >= 4, "{} segments", log.segment_count());
-        log
-    }
-
-    fn reopen(dir: &Path) -> PartitionLog {
-        PartitionLog::open(dir, "t", 0, config(&[("segment.bytes", "400")]), None, None).unwrap()
     }
 
     #[test]
