@@ -37,6 +37,7 @@ mod append;
 mod cleaning;
 mod epochs;
 mod flush;
+mod producers;
 mod read;
 mod replica;
 mod retention;
@@ -496,81 +497,11 @@ impl PartitionLog {
         self.state().segments.len()
     }
 
-    /// Makes this log's leader appends stamp `epoch` (the partition's leader
-    /// epoch, from the controller) and records that it begins at the log end
-    /// offset, as Kafka's `Partition.makeLeader` does before any append: a
-    /// follower asking OffsetForLeaderEpoch for an older epoch then learns
-    /// where it ended even if nothing is written in the new one yet.
-    ///
-    /// # Errors
-    /// [`StorageError::FencedLeaderEpoch`] for an epoch older than the latest
-    /// recorded; [`StorageError::InvalidConfig`] for a negative epoch;
-    /// [`StorageError::Io`] if the epoch checkpoint cannot be written (the
-    /// directory goes offline).
-    pub fn become_leader(&self, epoch: i32) -> Result<()> {
-        self.check_live()?;
-        let mut st = self.state();
-        if let Some(latest) = st.epochs.latest_epoch().filter(|&l| epoch < l) {
-            return Err(StorageError::FencedLeaderEpoch { epoch, latest });
-        }
-        let end = st.log_end_offset;
-        let assigned = st.epochs.assign(epoch, end).map(drop);
-        self.offline_on_io_error(assigned)?;
-        st.leader_epoch = epoch;
-        Ok(())
-    }
-
-    /// The epoch leader appends stamp into their batches: the one
-    /// [`PartitionLog::become_leader`] set, else the latest in the log
-    /// when it was opened (0 for a new log: the single broker's epoch).
-    pub fn leader_epoch(&self) -> i32 {
-        self.state().leader_epoch
-    }
-
-    /// OffsetForLeaderEpoch's answer for `epoch` (Kafka's `endOffsetForEpoch`):
-    /// the largest known epoch at or below it and the offset where it ended
-    /// (the log end offset for the latest epoch); `(-1, -1)` when unknown. A
-    /// follower truncates to the answer before fetching from its new leader.
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
-        let st = self.state();
-        st.epochs.end_offset_for(epoch, st.log_end_offset)
-    }
-
-    /// The latest leader epoch written in this log, if any: what a follower
-    /// sends in OffsetForLeaderEpoch, and a fetch's `last_fetched_epoch`.
-    pub fn latest_epoch(&self) -> Option<i32> {
-        self.state().epochs.latest_epoch()
-    }
-
-    /// Every leader epoch of the log and where it began, oldest first.
-    pub fn epoch_entries(&self) -> Vec<crate::EpochEntry> {
-        self.state().epochs.entries()
-    }
-
     /// Kafka's last stable offset: the first offset of the oldest transaction
     /// not yet complete (ongoing, or its marker still above the high
     /// watermark), never below the log start offset, capped by the high watermark.
     pub fn last_stable_offset(&self) -> i64 {
         self.state().last_stable_offset()
-    }
-
-    /// Every producer the partition knows (DescribeProducers), by producer id.
-    pub fn active_producers(&self) -> Vec<ProducerSummary> {
-        self.state().producers.summaries()
-    }
-
-    /// Forgets producers idle for `producer.id.expiration.ms` with no ongoing
-    /// transaction (see [`crate::producer_state`]); they are gone from the next
-    /// snapshot. Returns how many were removed.
-    pub fn expire_producers(&self, now_ms: i64) -> usize {
-        let mut st = self.state();
-        let expiration_ms = st.config.producer_id_expiration_ms;
-        let removed = st.producers.remove_expired(now_ms, expiration_ms);
-        if removed > 0 {
-            debug!(topic = %self.topic, partition = self.partition, removed,
-                remaining = st.producers.producer_count(), "expired producer ids");
-        }
-        removed
     }
 
     /// A full disk refuses an append that left nothing behind (the segment
@@ -582,46 +513,6 @@ impl PartitionLog {
             Err(e) if e.is_out_of_space() => Err(e),
             other => self.offline_on_io_error(other),
         }
-    }
-
-    /// Writes the producer state as `<log end offset>.snapshot` and deletes all
-    /// but the last two snapshots. Failures are logged, not returned: a
-    /// snapshot only shortens recovery, which can rebuild the state from the log.
-    fn take_snapshot(&self, st: &mut LogState) {
-        let offset = st.log_end_offset;
-        if let Err(e) = write_snapshot(&self.dir, offset, &st.producers) {
-            warn!(topic = %self.topic, partition = self.partition, offset, error = %e, "writing producer snapshot failed");
-            return;
-        }
-        st.snapshots.insert(offset);
-        while st.snapshots.len() > 2 {
-            if let Some(old) = st.snapshots.pop_first() {
-                self.remove_snapshot(old);
-            }
-        }
-    }
-
-    fn remove_snapshot(&self, offset: i64) {
-        if let Err(e) = delete_snapshot(&self.dir, offset) {
-            warn!(topic = %self.topic, partition = self.partition, snapshot = %snapshot_file(&self.dir, offset).display(),
-                error = %e, "deleting producer snapshot failed");
-        }
-    }
-
-    /// Removes from the set the snapshots below the local log start offset
-    /// (the log start offset in copy mode), for deletion once the lock is
-    /// released: recovery replays from a snapshot at or above the first local
-    /// segment, so one below it is of no use.
-    fn take_snapshots_below_local_start(st: &mut LogState) -> Vec<i64> {
-        let keep = st.snapshots.split_off(&st.local_log_start_offset());
-        std::mem::replace(&mut st.snapshots, keep)
-            .into_iter()
-            .collect()
-    }
-
-    /// A copy of the idempotent producers' state (epochs and last batches).
-    pub fn producer_state(&self) -> ProducerStateManager {
-        self.state().producers.clone()
     }
 
     /// Flushes everything; call on shutdown (dropping the log does it too, logging failures).
@@ -717,104 +608,6 @@ mod tests {
         firsts.sort_unstable();
         assert_eq!(firsts, (0..200).map(|i| i * 2).collect::<Vec<_>>());
         assert_eq!(log.log_end_offset(), 400);
-    }
-
-    #[test]
-    fn producer_state_survives_reopen_from_snapshot_and_tail_or_from_the_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = idempotent_log(dir.path());
-        let reference = log.producer_state();
-        assert_eq!(reference.producer_count(), 3);
-        let active_base = log.sealed_segments().last().unwrap().next_offset;
-        let snaps = snapshot_offsets(dir.path());
-        assert_eq!(snaps.len(), 2, "the last two are kept: {snaps:?}");
-        assert_eq!(*snaps.last().unwrap(), active_base);
-        assert!(
-            log.log_end_offset() > active_base,
-            "a tail after the last snapshot"
-        );
-        log.flush().unwrap();
-        std::mem::forget(log); // a crash: no snapshot at close
-
-        // Snapshot + the headers of the tail.
-        let log = reopen(dir.path());
-        assert_eq!(log.producer_state(), reference);
-        // A retry is still recognised, a gap still refused.
-        let dup = log
-            .append(&mut idempotent_batch((200, 1, 14), 2, 10), 0)
-            .unwrap();
-        assert!(dup.duplicate);
-        assert!(matches!(
-            log.append(&mut idempotent_batch((300, 1, 99), 1, 10), 0),
-            Err(StorageError::OutOfOrderSequence { .. })
-        ));
-        log.close().unwrap();
-        let end = log.log_end_offset();
-        drop(log);
-        assert!(
-            snapshot_offsets(dir.path()).contains(&end),
-            "snapshot at close"
-        );
-
-        // From the log alone.
-        for o in snapshot_offsets(dir.path()) {
-            std::fs::remove_file(crate::file_names::snapshot_file(dir.path(), o)).unwrap();
-        }
-        let log = reopen(dir.path());
-        assert_eq!(log.producer_state(), reference);
-    }
-
-    #[test]
-    fn snapshot_keeps_producers_whose_batches_were_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = idempotent_log(dir.path());
-        let second = log.sealed_segments()[1].base_offset;
-        assert_eq!(log.delete_records_before(second).unwrap(), second);
-        let reference = log.producer_state();
-        assert!(reference.last_batch(100).is_some());
-        drop(log);
-        let log = reopen(dir.path());
-        assert_eq!(log.producer_state(), reference, "from the snapshot");
-        drop(log);
-        for o in snapshot_offsets(dir.path()) {
-            std::fs::remove_file(crate::file_names::snapshot_file(dir.path(), o)).unwrap();
-        }
-        let log = reopen(dir.path());
-        assert_eq!(
-            log.producer_state().last_batch(100),
-            None,
-            "only the log is left"
-        );
-        assert_eq!(
-            log.producer_state().last_batch(200),
-            reference.last_batch(200)
-        );
-    }
-
-    #[test]
-    fn damaged_and_stray_snapshots_are_ignored_and_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = idempotent_log(dir.path());
-        let reference = log.producer_state();
-        let end = log.log_end_offset();
-        log.close().unwrap();
-        drop(log);
-        let snaps = snapshot_offsets(dir.path());
-        // The newest is torn; one above the log end is left from an earlier life.
-        let newest = crate::file_names::snapshot_file(dir.path(), *snaps.last().unwrap());
-        let bytes = std::fs::read(&newest).unwrap();
-        std::fs::write(&newest, &bytes[..bytes.len() - 3]).unwrap();
-        std::fs::write(
-            crate::file_names::snapshot_file(dir.path(), end + 50),
-            &bytes,
-        )
-        .unwrap();
-        let log = reopen(dir.path());
-        assert_eq!(log.producer_state(), reference);
-        assert_eq!(
-            snapshot_offsets(dir.path()),
-            snaps[..snaps.len() - 1].to_vec()
-        );
     }
 
 }
