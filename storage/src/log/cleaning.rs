@@ -112,7 +112,7 @@ impl PartitionLog {
     /// the caller deletes its `.swap` files.
     ///
     /// # Errors
-    /// [`StorageError::Io`] from a rename or the fsync: the directory goes
+    /// [`StorageError::Io`](crate::StorageError::Io) from a rename or the fsync: the directory goes
     /// offline (recovery completes the swap at the next start).
     pub(crate) fn replace_segments(
         &self,

@@ -23,8 +23,8 @@ impl PartitionLog {
     /// dropped the pages it could not write, so no later fsync can vouch for them.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if an fsync fails (the recovery point stays put);
-    /// [`StorageError::LogDirOffline`] once the directory is offline.
+    /// [`StorageError::Io`](crate::StorageError::Io) if an fsync fails (the recovery point stays put);
+    /// [`StorageError::LogDirOffline`](crate::StorageError::LogDirOffline) once the directory is offline.
     pub fn flush(&self) -> Result<()> {
         self.failure.check()?;
         let _flushing = lock(&self.flush_lock);

@@ -1,5 +1,6 @@
-//! `PartitionLog`: one partition's log — its segments, offsets, appends,
-//! reads, timestamp lookups, retention, rolling and flushing.
+//! `PartitionLog`: one partition's log (Kafka's `UnifiedLog` and the
+//! `LocalLog` beneath it) — its segments and offsets, and its jobs, one file
+//! each (see Layout below).
 //!
 //! Offsets, Kafka's names: `log_start_offset` (first offset a consumer can
 //! fetch), `log_end_offset` (next offset to assign), `high_watermark`
@@ -29,9 +30,25 @@
 //! epoch began, so OffsetForLeaderEpoch can be answered
 //! ([`PartitionLog::end_offset_for_epoch`]).
 //!
-//! Replication lives in submodules: `replica` (follower appends and the
-//! externally driven high watermark), `truncation` (Kafka's `truncateTo` and
-//! `truncateFullyAndStartAt`), `epochs` (loading the epoch cache at open).
+//! # Layout
+//! - `mod.rs` (this file): [`PartitionLog`] and its state (`LogState`, behind
+//!   one mutex: segments, offsets, producer state, epochs), open and close,
+//!   the offset accessors.
+//! - `append`: leader appends (clients, coordinators, transaction markers), [`LogAppendInfo`].
+//! - `read`: reads for consumers and followers, [`FetchDataInfo`]; `SegmentSlice`, a
+//!   segment's byte range captured under the lock and scanned after it.
+//! - `roll`: rolling the active segment (`segment.bytes`, `segment.ms`, on request).
+//! - `timestamps`: ListOffsets' two lookups by timestamp, [`TimestampAndOffset`].
+//! - `retention`: retention by time and size, local retention, DeleteRecords and a
+//!   raised log start offset, the tiering floor and the sealed segments tiering copies.
+//! - `flush`: fsyncs, the recovery point, `flush.messages` and `flush.ms`.
+//! - `cleaning`: what the log cleaner reads of a log, and the swap of a cleaned segment.
+//! - `producers`: the idempotent producers' state, its expiry and `.snapshot` files.
+//! - `epochs`: leader epochs (`become_leader`, OffsetForLeaderEpoch) and the cache at open.
+//! - `replica`: follower appends and the externally driven high watermark.
+//! - `truncation`: Kafka's `truncateTo` and `truncateFullyAndStartAt`.
+//!
+//! Unit tests sit beside the code they test; their shared helpers are in `test_helpers`.
 
 mod append;
 mod cleaning;
@@ -52,37 +69,22 @@ pub(crate) use cleaning::{CleanerView, SealedSegment};
 pub use read::FetchDataInfo;
 pub use timestamps::TimestampAndOffset;
 
-
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use floe_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType as KTimestampType};
-use floe_protocol::record_batch::{
-    assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter, RecordBatchHeader,
-    TimestampType,
-};
 use tokio::sync::Notify;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use crate::atomic_file::sync_dir;
-use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
-use crate::config::{LogConfig, MessageTimestampType};
-use crate::error::{IoContext, Result, StorageError};
-use crate::failpoint;
-use crate::file_names::{deleted_file, snapshot_file};
+use crate::config::LogConfig;
+use crate::error::{Result, StorageError};
 use crate::leader_epoch_cache::LeaderEpochCache;
 use crate::loader::LogLoader;
 use crate::log_dir_failure::LogDirFailureChannel;
-use crate::producer_state::{
-    delete_snapshot, write_snapshot, AppendCheck, ProducerBatch, ProducerStateManager,
-};
-use crate::segment::{AppendedBatch, LogSegment, SegmentInfo, SegmentPaths};
-use crate::transaction::{
-    control_batch, AbortedTxn, AppendOrigin, ControlRecordType, IsolationLevel, ProducerSummary,
-};
+use crate::producer_state::ProducerStateManager;
+use crate::segment::LogSegment;
+use crate::transaction::AbortedTxn;
 use crate::verify::CorruptRange;
 
 /// The mutable state of a log, behind [`PartitionLog`]'s mutex.
@@ -373,6 +375,17 @@ impl PartitionLog {
         result
     }
 
+    /// A full disk refuses an append that left nothing behind (the segment
+    /// was cut back, or the roll created nothing in use): the producer gets
+    /// KAFKA_STORAGE_ERROR and can produce again once space is freed. Any
+    /// other I/O error takes the directory offline.
+    fn refuse_or_go_offline(&self, result: Result<()>) -> Result<()> {
+        match result {
+            Err(e) if e.is_out_of_space() => Err(e),
+            other => self.offline_on_io_error(other),
+        }
+    }
+
     /// The topic's name.
     pub fn topic(&self) -> &str {
         &self.topic
@@ -504,17 +517,6 @@ impl PartitionLog {
         self.state().last_stable_offset()
     }
 
-    /// A full disk refuses an append that left nothing behind (the segment
-    /// was cut back, or the roll created nothing in use): the producer gets
-    /// KAFKA_STORAGE_ERROR and can produce again once space is freed. Any
-    /// other I/O error takes the directory offline.
-    fn refuse_or_go_offline(&self, result: Result<()>) -> Result<()> {
-        match result {
-            Err(e) if e.is_out_of_space() => Err(e),
-            other => self.offline_on_io_error(other),
-        }
-    }
-
     /// Flushes everything; call on shutdown (dropping the log does it too, logging failures).
     ///
     /// # Errors
@@ -546,11 +548,11 @@ impl Drop for PartitionLog {
 
 #[cfg(test)]
 mod tests {
-    use super::test_helpers::{idempotent_log, open, read_all, reopen, segmented_log, snapshot_offsets};
-    use super::*;
-    use crate::test_util::{batch, batch_ts, batch_with, config, decode, idempotent_batch};
-    use floe_protocol::kafka_protocol::records::Compression;
-    use std::future::Future;
+    use std::sync::Arc;
+
+    use super::test_helpers::open;
+    use super::PartitionLog;
+    use crate::test_util::{batch, config, decode};
 
     #[test]
     fn partition_log_is_send_and_sync() {
@@ -609,5 +611,4 @@ mod tests {
         assert_eq!(firsts, (0..200).map(|i| i * 2).collect::<Vec<_>>());
         assert_eq!(log.log_end_offset(), 400);
     }
-
 }

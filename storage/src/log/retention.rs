@@ -126,7 +126,7 @@ impl PartitionLog {
     /// `.deleted` and removed at once: fetches holding the `Arc<File>` still read them.
     /// Producer snapshots below the new log start offset go too.
     ///
-    /// A shared-storage topic ([`LogConfig::is_shared_storage`]) applies local
+    /// A shared-storage topic ([`LogConfig::is_shared_storage`](crate::LogConfig::is_shared_storage)) applies local
     /// retention instead; see [`PartitionLog::apply_local_retention`].
     ///
     /// # Errors

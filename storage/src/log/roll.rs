@@ -67,7 +67,7 @@ impl PartitionLog {
     /// Rolls the active segment if it is non-empty and older than `segment.ms`.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if the new segment's files cannot be created.
+    /// [`StorageError::Io`](crate::StorageError::Io) if the new segment's files cannot be created.
     pub fn roll_if_due(&self, now_ms: i64) -> Result<bool> {
         self.check_live()?;
         let mut st = self.state();
@@ -89,7 +89,7 @@ impl PartitionLog {
     /// state then sits in sealed segments that can be deleted whole.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if the new segment's files cannot be created.
+    /// [`StorageError::Io`](crate::StorageError::Io) if the new segment's files cannot be created.
     pub fn roll_now(&self) -> Result<bool> {
         self.check_live()?;
         let mut st = self.state();

@@ -110,7 +110,7 @@ impl PartitionLog {
 }
 
 /// Decodes `batch` (the whole batch at `position` of `path`, as
-/// [`SegmentBatchReader::batch_bytes`] gives it) and returns the first record
+/// [`SegmentBatchReader::batch_bytes`](crate::SegmentBatchReader::batch_bytes) gives it) and returns the first record
 /// (offset, timestamp) accepted by `want`. LogAppendTime records all carry the
 /// batch's max timestamp.
 fn find_record(
