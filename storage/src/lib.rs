@@ -11,9 +11,10 @@
 //! # Layout
 //! - [`log_manager`]: the data directory, topic administration, checkpoints, maintenance.
 //! - [`topic`]: a topic's name, id, partitions and config; name validation.
-//! - [`log`]: `PartitionLog`, one partition: append, read, offsets, retention, flush;
-//!   its submodules `replica` (follower appends, the replicated high watermark),
-//!   `truncation` (truncateTo, truncateFullyAndStartAt) and `epochs` (the epoch cache at open).
+//! - [`log`]: `PartitionLog`, one partition, one file per job: append, read, roll,
+//!   timestamp lookups, retention, flush, cleaning, producer state, epochs, `replica`
+//!   (follower appends, the replicated high watermark), `truncation` (truncateTo,
+//!   truncateFullyAndStartAt); its doc lists them.
 //! - [`leader_epoch_cache`]: `LeaderEpochCache`, where each leader epoch began (`leader-epoch-checkpoint`).
 //! - [`producer_state`]: `ProducerStateManager`, idempotent producers' sequences per partition; `.snapshot` files.
 //! - [`transaction`]: isolation levels, aborted transactions, control batches (transaction markers).

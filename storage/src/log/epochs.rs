@@ -1,4 +1,7 @@
-//! The leader epoch cache of a log being opened: read from its
+//! A log's leader epochs (Kafka's `LeaderEpochFileCache` as `UnifiedLog`
+//! uses it): the epoch leader appends stamp ([`PartitionLog::become_leader`]),
+//! OffsetForLeaderEpoch's answer ([`PartitionLog::end_offset_for_epoch`]),
+//! and the cache of a log being opened: read from its
 //! `leader-epoch-checkpoint`, made to agree with what recovery kept, and
 //! rebuilt from the batches' `partition_leader_epoch` when the file is
 //! missing, damaged or empty (Kafka learns epochs from the batches it
@@ -9,11 +12,65 @@ use std::path::Path;
 
 use tracing::info;
 
+use super::PartitionLog;
 use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::error::{Result, StorageError};
-use crate::leader_epoch_cache::LeaderEpochCache;
+use crate::leader_epoch_cache::{EpochEntry, LeaderEpochCache};
 use crate::loader::LoadedLog;
 use crate::segment::LogSegment;
+
+impl PartitionLog {
+    /// Makes this log's leader appends stamp `epoch` (the partition's leader
+    /// epoch, from the controller) and records that it begins at the log end
+    /// offset, as Kafka's `Partition.makeLeader` does before any append: a
+    /// follower asking OffsetForLeaderEpoch for an older epoch then learns
+    /// where it ended even if nothing is written in the new one yet.
+    ///
+    /// # Errors
+    /// [`StorageError::FencedLeaderEpoch`] for an epoch older than the latest
+    /// recorded; [`StorageError::InvalidConfig`] for a negative epoch;
+    /// [`StorageError::Io`] if the epoch checkpoint cannot be written (the
+    /// directory goes offline).
+    pub fn become_leader(&self, epoch: i32) -> Result<()> {
+        self.check_live()?;
+        let mut st = self.state();
+        if let Some(latest) = st.epochs.latest_epoch().filter(|&l| epoch < l) {
+            return Err(StorageError::FencedLeaderEpoch { epoch, latest });
+        }
+        let end = st.log_end_offset;
+        let assigned = st.epochs.assign(epoch, end).map(drop);
+        self.offline_on_io_error(assigned)?;
+        st.leader_epoch = epoch;
+        Ok(())
+    }
+
+    /// The epoch leader appends stamp into their batches: the one
+    /// [`PartitionLog::become_leader`] set, else the latest in the log
+    /// when it was opened (0 for a new log: the single broker's epoch).
+    pub fn leader_epoch(&self) -> i32 {
+        self.state().leader_epoch
+    }
+
+    /// OffsetForLeaderEpoch's answer for `epoch` (Kafka's `endOffsetForEpoch`):
+    /// the largest known epoch at or below it and the offset where it ended
+    /// (the log end offset for the latest epoch); `(-1, -1)` when unknown. A
+    /// follower truncates to the answer before fetching from its new leader.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let st = self.state();
+        st.epochs.end_offset_for(epoch, st.log_end_offset)
+    }
+
+    /// The latest leader epoch written in this log, if any: what a follower
+    /// sends in OffsetForLeaderEpoch, and a fetch's `last_fetched_epoch`.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.state().epochs.latest_epoch()
+    }
+
+    /// Every leader epoch of the log and where it began, oldest first.
+    pub fn epoch_entries(&self) -> Vec<EpochEntry> {
+        self.state().epochs.entries()
+    }
+}
 
 /// Opens the cache of `dir` for the recovered `loaded` log: entries at or
 /// past its log end offset go (recovery or a truncation cut what they
