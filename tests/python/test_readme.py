@@ -154,13 +154,13 @@ def test_readme_commands_run_as_written(tmp_path):
     root_data_before = snapshot(Path("/floe-data"))
 
     failures: list[str] = []
-    background: list[tuple[Block, subprocess.Popen, Path]] = []
+    background: list[tuple[Block, subprocess.Popen, Path, list[int]]] = []
 
     def start_background(block: Block, code: str, ports: list[int]) -> None:
         log = tmp_path / f"background-{len(background)}.log"
         proc = subprocess.Popen(["bash", "-eo", "pipefail", "-c", code], cwd=home, env=env,
                                 stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        background.append((block, proc, log))
+        background.append((block, proc, log, ports))
         deadline = time.monotonic() + 90
         while not all(port_open(p) for p in ports):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -201,15 +201,27 @@ def test_readme_commands_run_as_written(tmp_path):
                     if missing:
                         failures.append(f"{block.label()}: output lacks {missing}:\n{r.stdout[-3000:]}")
     finally:
-        for block, proc, log in reversed(background):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM, as Ctrl-C would: the broker stops cleanly and lets go of its ports.
+        for block, proc, log, ports in reversed(background):
+            if proc.poll() is not None:
+                continue
+            os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while any(port_open(p) for p in ports) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            if any(port_open(p) for p in ports) or proc.poll() is None:
                 try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    failures.append(f"{block.label()}: did not stop within 30 s of SIGTERM")
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                failures.append(f"{block.label()}: did not stop within 30 s of SIGTERM")
+            elif "stopped cleanly" not in log.read_text():
+                failures.append(f"{block.label()}: no `stopped cleanly` after SIGTERM:\n{log.read_text()[-2000:]}")
 
     broker_log = background[0][2].read_text() if background else ""
     data_dir = home / "floe-demo" / "floe-data"
