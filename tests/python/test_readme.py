@@ -55,7 +55,7 @@ EXPECT = {
     "kcat -b 127.0.0.1:9092 -C -t clicks": [r"^\d \d+ k1 hello$", r"^\d \d+ k2 world$"],
     "floe topic produce clicks -K:": [
         r"^\d \d+ alice home$", r"^\d \d+ bob cart$", r"^\d \d+ alice checkout$",  # --offset beginning
-        r"dashboards",  # group describe
+        r"Group: dashboards\b.*Total lag: \d+",  # group describe
         r"rows 5,",  # iceberg status
     ],
     "SqlCatalog(": [r"^5 \['cart', 'checkout', 'hello', 'home', 'world'\]$"],
