@@ -36,6 +36,7 @@ pub mod cluster_admin;
 pub mod cluster_configs;
 pub mod cluster_topics;
 pub mod config;
+pub mod config_reference;
 pub mod coordinator_terms;
 pub mod dynamic_config;
 pub mod errors;

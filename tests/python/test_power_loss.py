@@ -209,7 +209,7 @@ def test_flush_messages_1_loses_nothing_acknowledged_across_power_cuts(floe_fact
 def test_flush_messages_n_loses_fewer_than_n_per_partition(floe_factory, powerloss_fs):
     """flush.messages=N: an append that brings the unflushed count to N is fsynced
     before it is acknowledged, so a power cut loses fewer than N acknowledged
-    records of each partition (the README's claim for N > 1)."""
+    records of each partition (docs/durability.md's claim for N > 1)."""
     n = 25
     fs = powerloss_fs
     floe = _start_on(floe_factory, fs, {})
@@ -298,7 +298,7 @@ def test_topic_admin_is_durable_when_acknowledged(floe_factory, powerloss_fs):
 def _drain_with_gaps(bootstrap: str, topic: str, partitions: int, h):
     """Workload.drain, but reading up to the high watermark by partition EOF rather than
     by count: torn pages in the middle of a segment are damaged ranges the broker keeps
-    and steps over (README, "Recovery after an unclean shutdown"), so offsets can be missing."""
+    and steps over (docs/durability.md, "Recovery after an unclean shutdown"), so offsets can be missing."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-gap-drain", "enable.auto.commit": False,
                   "auto.offset.reset": "error", "enable.partition.eof": True, "fetch.wait.max.ms": 100})
@@ -373,7 +373,7 @@ def test_flushing_off_torn_power_cuts_never_serve_garbage(floe_factory, powerlos
 @pytest.mark.parametrize("cut", ["all-unsynced-lost", "torn"])
 def test_flush_messages_1_power_cuts_keep_every_transaction_whole(floe_factory, powerloss_fs, cut):
     """With `log.flush.interval.messages=1` the transaction coordinator's records and the
-    markers are fsynced step by step (README, Durability): a transactional producer
+    markers are fsynced step by step (docs/durability.md): a transactional producer
     writing to two partitions runs while the broker is SIGKILLed and the power cut. At
     the end a read_committed consumer must reach every partition's high watermark (no
     last stable offset left stuck), see every transaction whose commit was acknowledged,
