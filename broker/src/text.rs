@@ -3,8 +3,9 @@
 //! Kafka's "no limit" values (`Long.MAX_VALUE`) as `unlimited`.
 
 /// `n noun`, the noun plural (an `s` added) unless `n` is 1: `1 partition`, `3 partitions`.
-pub fn count(n: impl Into<u128>, noun: &str) -> String {
-    let n = n.into();
+pub fn count(n: impl TryInto<u128>, noun: &str) -> String {
+    // Counts are never negative; one that is prints as 0.
+    let n: u128 = n.try_into().unwrap_or(0);
     if n == 1 {
         format!("1 {noun}")
     } else {

@@ -249,6 +249,13 @@ test('web console in chromium: topics, produce, browse, group lag, iceberg, ACL 
     assert.ok(catalogIds.has(current), `current snapshot ${current} is the catalog's`);
     await shot(page, 'iceberg');
 
+    // Security on a broker without an authorizer (the default): a note that ACLs are off, not an error.
+    await page.click(testid('nav-security'));
+    await page.locator(testid('acls-off')).getByText('ACLs are off').waitFor();
+    assert.equal(await page.locator(`${testid('error')}`).count(), 0, 'no error box on the Security page of a default install');
+    await page.locator(testid('users-table')).or(page.getByText('no SCRAM users')).first().waitFor();
+    await shot(page, 'security-acls-off');
+
     // Overview again: the console's scrapes of the broker's metrics draw the charts.
     await page.click(testid('nav-overview'));
     await eventually('a throughput line', () => page.locator(`${testid('throughput-chart')} svg polyline, ${testid('throughput-chart')} svg circle`).count(), 20000);

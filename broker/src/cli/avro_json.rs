@@ -276,7 +276,7 @@ mod tests {
             {"name": "day", "type": {"type": "int", "logicalType": "date"}},
             {"name": "clock", "type": {"type": "int", "logicalType": "time-millis"}},
             {"name": "clock_us", "type": {"type": "long", "logicalType": "time-micros"}},
-            {"name": "fees", "type": {"type": "array", "items": "Fee"}},
+            {"name": "fees", "type": {"type": "array", "items": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 3}}},
             {"name": "count", "type": "long"},
             {"name": "ratio", "type": "double"}
         ]}"#;
@@ -290,7 +290,7 @@ mod tests {
             ("day".into(), Avro::Date(19_844)),
             ("clock".into(), Avro::TimeMillis(45_296_789)),
             ("clock_us".into(), Avro::TimeMicros(45_296_789_012)),
-            ("fees".into(), Avro::Array(vec![Avro::Decimal(vec![0u8, 0, 0, 0x07].into())])),
+            ("fees".into(), Avro::Array(vec![Avro::Decimal(vec![0x07u8].into())])),
             ("count".into(), Avro::Long(2_780_273_657_115_940_031)),
             ("ratio".into(), Avro::Double(f64::NAN)),
         ]);
