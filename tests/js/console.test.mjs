@@ -245,8 +245,8 @@ test('web console in chromium: topics, produce, browse, group lag, iceberg, ACL 
     const catalogIds = new Set(fs.readdirSync(metadataDir).filter((f) => f.endsWith('.metadata.json'))
       .flatMap((f) => [...fs.readFileSync(path.join(metadataDir, f), 'utf8').matchAll(/"snapshot-id"\s*:\s*(-?\d+)/g)].map((m) => m[1])));
     for (const id of shownIds) assert.ok(catalogIds.has(id), `snapshot id ${id} shown on the page is in the catalog's metadata (${[...catalogIds].join(', ')})`);
-    const current = (await page.locator(testid('current-snapshot-id')).first().innerText()).trim();
-    assert.ok(catalogIds.has(current), `current snapshot ${current} is the catalog's`);
+    const currentId = (await page.locator(testid('current-snapshot-id')).first().innerText()).trim();
+    assert.ok(catalogIds.has(currentId), `current snapshot ${currentId} is the catalog's`);
     await shot(page, 'iceberg');
 
     // Security on a broker without an authorizer (the default): a note that ACLs are off, not an error.
