@@ -28,7 +28,8 @@ pub struct ConnectArgs {
     pub brokers: Option<String>,
     /// A client property, librdkafka's names: `-X security.protocol=SASL_SSL
     /// -X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=...
-    /// -X ssl.ca.location=ca.pem`. Repeatable; wins over the profile.
+    /// -X ssl.ca.location=ca.pem`. Repeatable; wins over the profile. An unknown
+    /// property or a value outside a property's choices is refused (exit 2).
     #[arg(short = 'X', global = true, value_name = "KEY=VALUE")]
     pub properties: Vec<String>,
     /// A file of `key=value` lines (`#` comments), the same properties as -X:
@@ -196,17 +197,30 @@ fn check_property(key: &str, value: &str) -> Result<(), String> {
         return Ok(());
     }
     let known = USED.iter().map(|(k, _)| *k).chain(IGNORED.iter().copied());
-    let hint = match closest(key, known) {
+    let nearest = closest(key, known);
+    let hint = match nearest {
         Some(k) => format!(" (did you mean {k}?)"),
         None => format!(" (the CLI takes {})", USED.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
     };
-    Err(format!("{key}={value}: unknown property `{key}`{hint}"))
+    // A mistyped secret's name must not put the secret in a terminal's scrollback.
+    let looks_secret = |k: &str| ["pass", "secret", "token", "credential"].iter().any(|w| k.to_ascii_lowercase().contains(w));
+    let secret = looks_secret(key) || nearest.is_some_and(looks_secret);
+    let shown = if secret { format!("{key}=(value hidden)") } else { format!("{key}={value}") };
+    Err(format!("{shown}: unknown property `{key}`{hint}"))
 }
 
-/// The known name nearest to `typed`, if near enough to be a typo.
+/// The known name nearest to `typed`, if near enough to be a typo: the
+/// shortest one it begins (`sasl.user` → `sasl.username`), else the one a few
+/// edits away.
 fn closest<'a>(typed: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let typed_lower = typed.to_ascii_lowercase();
-    let (distance, best) = known.map(|k| (edit_distance(&typed_lower, k), k)).min()?;
+    let known: Vec<&str> = known.collect();
+    if typed_lower.len() >= 4 {
+        if let Some(k) = known.iter().filter(|k| k.starts_with(&typed_lower)).min_by_key(|k| k.len()) {
+            return Some(k);
+        }
+    }
+    let (distance, best) = known.into_iter().map(|k| (edit_distance(&typed_lower, k), k)).min()?;
     (distance <= (typed.len() / 3).max(2)).then_some(best)
 }
 
@@ -263,6 +277,8 @@ mod tests {
         let e = usage(&["security.protocl=SSL"]);
         assert!(e.contains("unknown property `security.protocl`") && e.contains("did you mean security.protocol?"), "{e}");
         assert!(usage(&["sasl.user=alice"]).contains("did you mean sasl.username?"));
+        let e = usage(&["sasl.pasword=hunter2"]);
+        assert!(e.contains("did you mean sasl.password?") && !e.contains("hunter2"), "{e}");
         let e = usage(&["completely.unrelated.thing=1"]);
         assert!(e.contains("the CLI takes bootstrap.servers"), "{e}");
         assert_eq!(edit_distance("kitten", "sitting"), 3);
