@@ -1233,14 +1233,14 @@ pub async fn maintain(
         let _ = match result {
             Ok((r, c, stats)) => {
                 let _ = writeln!(out, "table {ident}: expired {}, {} left, deleted {} and {}",
-                    count(r.expired as u64, "snapshot"), r.snapshots_left, count(r.deleted_files as u64, "file"), count(r.deleted_metadata_files as u64, "metadata file"));
+                    count(r.expired, "snapshot"), r.snapshots_left, count(r.deleted_files, "file"), count(r.deleted_metadata_files, "metadata file"));
                 if let Some(c) = c {
                     let _ = writeln!(out, "table {ident}: compacted {} ({} bytes) of {} into {} ({} bytes); {} merged",
-                        count(c.rewritten_files as u64, "small data file"), c.rewritten_bytes, count(c.groups as u64, "partition"), c.added_files, c.added_bytes,
+                        count(c.rewritten_files, "small data file"), c.rewritten_bytes, count(c.groups, "partition"), c.added_files, c.added_bytes,
                         count(if c.snapshot_id.is_some() { c.merged_manifests as u64 } else { 0 }, "manifest"));
                 }
                 writeln!(out, "table {ident}: {}, {}, {} metadata bytes",
-                    count(stats.snapshots as u64, "snapshot"), count(stats.data_files as u64, "data file"), stats.metadata_bytes)
+                    count(stats.snapshots, "snapshot"), count(stats.data_files, "data file"), stats.metadata_bytes)
             }
             Err(e) => writeln!(out, "table {ident}: failed: {e}"),
         };

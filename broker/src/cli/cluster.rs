@@ -164,11 +164,11 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
         println!(
             "{}: {}, {}; {} under-replicated, {} offline, {} not answering",
             if healthy { "healthy" } else { "UNHEALTHY" },
-            count(brokers.len() as u64, "broker"),
-            count(partitions as u64, "partition"),
+            count(brokers.len(), "broker"),
+            count(partitions, "partition"),
             under_replicated.len(),
             offline.len(),
-            count(unreachable.len() as u64, "broker")
+            count(unreachable.len(), "broker")
         );
         if no_controller {
             println!("no controller: the brokers have not elected one");

@@ -504,7 +504,7 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
         bail!(
             "group {group} is {} with {}: {who}. Offsets can be moved only while the group is inactive: stop its consumers, then seek again",
             view.state,
-            floe_broker::text::count(view.members.len() as u64, "active member")
+            floe_broker::text::count(view.members.len(), "active member")
         );
     }
     let committed = committed_offsets(admin, view.coordinator, group).await?;

@@ -205,8 +205,7 @@ async fn create(admin: &mut Admin, out: Output, name: String, partitions: Option
         "topic_id": result.topic_id.to_string(), "validate_only": dry_run,
     });
     let verb = if dry_run { "would be created (dry run)" } else { "created" };
-    let partitions = u32::try_from(result.num_partitions).map_or_else(|_| format!("{} partitions", result.num_partitions), |n| count(n, "partition"));
-    out.done(&value, &format!("topic {name} {verb}: {partitions}, replication factor {}", result.replication_factor));
+    out.done(&value, &format!("topic {name} {verb}: {}, replication factor {}", count(result.num_partitions, "partition"), result.replication_factor));
     Ok(())
 }
 
@@ -493,7 +492,7 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
         println!("topic {name}: the change is valid (dry run: nothing changed)");
         let mut t = Table::new(&["config", "operation", "value"]);
         for c in &changes {
-            t.row([c["name"].as_str().unwrap_or("").to_string(), c["operation"].as_str().unwrap_or("").to_string(), floe_broker::text::unlimited_or(c["value"].as_str().unwrap_or(""))]);
+            t.row([c["name"].as_str().unwrap_or("").to_string(), c["operation"].as_str().unwrap_or("").to_string(), unlimited_or(c["value"].as_str().unwrap_or(""))]);
         }
         print!("{}", t.render());
         return Ok(());
@@ -521,7 +520,7 @@ async fn add_partitions(admin: &mut Admin, out: Output, name: String, total: i32
     check(result.error_code, result.error_message.as_ref(), &format!("adding partitions to topic {name}"))?;
     let verb = if dry_run { "would have" } else { "now has" };
     let suffix = if dry_run { " (dry run: nothing changed)" } else { "" };
-    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {}{suffix}", count(u32::try_from(total).unwrap_or(0), "partition")));
+    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {}{suffix}", count(total, "partition")));
     Ok(())
 }
 
