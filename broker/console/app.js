@@ -104,6 +104,14 @@ function fmtNum(n) {
   return Number.isInteger(n) ? String(n) : n.toFixed(n < 10 ? 2 : 1);
 }
 
+/** `n thing` or `n things`. */
+const plural = (n, noun) => `${n} ${noun}${Number(n) === 1 ? '' : 's'}`;
+
+/** Kafka's Long.MAX_VALUE (a setting meaning "no limit") as `unlimited`; other values unchanged.
+ *  The API sends integers beyond 2^53 as strings, so this compares text, never a rounded number. */
+const UNLIMITED = '9223372036854775807';
+const fmtLimit = (v) => (String(v) === UNLIMITED ? h('span', { title: UNLIMITED }, 'unlimited') : v);
+
 const fmtTime = (ms) => new Date(ms).toLocaleTimeString([], { hour12: false });
 const fmtDate = (ms) => (ms === null || ms === undefined || ms < 0 ? '–' : new Date(ms).toISOString().replace('T', ' ').replace('Z', ''));
 
@@ -313,7 +321,7 @@ function topicsPage() {
       section.reload();
       const done = Array.isArray(res) ? res[0] : res;
       return h('div.notice', { testid: 'notice' }, 'Created ', link(`#/topics/${enc(body.name)}`, body.name),
-        done?.partitions ? ` with ${done.partitions} partition(s)` : '');
+        done?.partitions ? ` with ${plural(done.partitions, 'partition')}` : '');
     });
   });
   section.append(form);
@@ -354,9 +362,12 @@ function topicPage(name) {
 }
 
 function messageBrowser(topic, partitions) {
+  // Every partition by default (`limit` records from each); one partition to page through it.
   const partition = partitions.length
-    ? h('select', { testid: 'browse-partition' }, partitions.map((p) => h('option', { value: p.partition }, String(p.partition))))
-    : h('input', { type: 'number', min: 0, value: 0, testid: 'browse-partition' });
+    ? h('select', { testid: 'browse-partition' }, h('option', { value: '' }, 'all partitions'),
+      partitions.map((p) => h('option', { value: p.partition }, String(p.partition))))
+    : h('input', { type: 'number', min: 0, placeholder: 'all', testid: 'browse-partition', title: 'empty: all partitions' });
+  let offsets = '';  // `P:O,...` where the next page of every partition starts
   const offset = h('input', { value: 'beginning', testid: 'browse-offset', title: 'beginning, end, an offset N, or -N for the last N' });
   const limit = h('input', { type: 'number', min: 1, max: 1000, value: 50, testid: 'browse-limit' });
   const results = h('div.results', { testid: 'messages' });
@@ -366,20 +377,30 @@ function messageBrowser(topic, partitions) {
       h('div.field.button-field', {}, h('button', { type: 'submit', testid: 'browse-submit' }, 'Fetch'))),
     results);
   const load = async () => {
-    const q = `partition=${enc(partition.value)}&offset=${enc(offset.value.trim() || 'beginning')}&limit=${enc(limit.value || 50)}`;
+    const one = partition.value.trim() !== '';
+    let q = `partition=${enc(partition.value.trim())}&offset=${enc(offset.value.trim() || 'beginning')}&limit=${enc(limit.value || 50)}`;
+    if (!one && offsets) q += `&offsets=${enc(offsets)}`;
+    offsets = '';
     results.replaceChildren(h('p.muted', {}, 'loading…'));
     try {
       const res = await api('GET', `/api/topics/${enc(topic)}/messages?${q}`);
       const msgs = res.messages || [];
-      const next = h('button', { type: 'button', testid: 'browse-next' }, `Next from offset ${res.next_offset}`);
-      next.addEventListener('click', () => { offset.value = String(res.next_offset); load(); });
+      let next = null;
+      if (one && res.next_offset !== undefined && res.next_offset !== null) {
+        next = h('button', { type: 'button', testid: 'browse-next' }, `Next from offset ${res.next_offset}`);
+        next.addEventListener('click', () => { offset.value = String(res.next_offset); load(); });
+      } else if (!one && res.next_offsets && Object.keys(res.next_offsets).length) {
+        // Each partition goes on where its page ended.
+        next = h('button', { type: 'button', testid: 'browse-next' }, 'Next page of every partition');
+        next.addEventListener('click', () => { offsets = Object.entries(res.next_offsets).map(([p, o]) => `${p}:${o}`).join(','); load(); });
+      }
       fill(results,
         table([
-          ['offset', (m) => m.offset], ['timestamp', (m) => fmtDate(m.timestamp)],
+          ['partition', (m) => m.partition], ['offset', (m) => m.offset], ['timestamp', (m) => fmtDate(m.timestamp)],
           ['key', (m) => payload(m.key, m.key_encoding)], ['value', (m) => payload(m.value, m.value_encoding)],
           ['headers', (m) => headersCell(m.headers)],
-        ], msgs, { testid: 'messages-table', empty: 'no records at this offset' }, () => ({ testid: 'message-row' })),
-        res.next_offset !== undefined && res.next_offset !== null ? next : null);
+        ], msgs, { testid: 'messages-table', empty: 'no records at this offset' }, (m) => ({ testid: 'message-row', 'data-offset': `${m.partition}/${m.offset}` })),
+        next);
     } catch (e) {
       results.replaceChildren(errorBox(e));
     }
@@ -444,7 +465,7 @@ function configsSection(topic, configs) {
     }
   };
   const editCell = (c) => {
-    const cell = h('span.config-value', {}, c.sensitive ? '(sensitive)' : (c.value ?? ''));
+    const cell = h('span.config-value', {}, c.sensitive ? '(sensitive)' : fmtLimit(c.value ?? ''));
     if (c.read_only || session.read_only) return cell;
     const edit = h('button.small', { type: 'button', testid: `edit-config-${c.name}`, 'aria-label': `edit ${c.name}` }, 'Edit');
     const wrap = h('span.config-cell', {}, cell, edit);
@@ -555,7 +576,9 @@ function icebergPage() {
     const lagMs = (r) => r.lag_ms ?? r.lag_time_ms ?? null;
     return [
       table([
-        ['table', (t) => t.table], ['format', (t) => `v${t.format_version}`], ['snapshots', (t) => t.snapshots],
+        ['table', (t) => t.table], ['format', (t) => `v${t.format_version}`],
+        ['current snapshot', (t) => (t.current_snapshot_id == null ? null : h('code', { testid: 'current-snapshot-id' }, t.current_snapshot_id))],
+        ['snapshots', (t) => t.snapshots],
         ['data files', (t) => t.data_files], ['records', (t) => t.records], ['size', (t) => fmtBytes(t.bytes)],
         ['', (t) => {
           const b = h('button.small', { type: 'button', testid: `snapshots-${t.table}` }, 'Snapshots & queries');
@@ -582,9 +605,11 @@ async function showSnapshots(name, slot) {
     const snaps = Array.isArray(res) ? res : res.snapshots || [];
     const queries = res.queries || {};
     fill(slot, h('h2', {}, `Snapshots of ${name}`),
-      table([['id', (s) => s.snapshot_id], ['time', (s) => s.timestamp], ['operation', (s) => s.operation],
+      // Ids are strings in the API (64-bit: a JSON number would be rounded), shown and copied as they are.
+      table([['id', (s) => h('code', { testid: 'snapshot-id' }, s.snapshot_id)], ['parent', (s) => s.parent_snapshot_id],
+        ['time', (s) => s.timestamp], ['operation', (s) => s.operation],
         ['added files', (s) => s.added_data_files], ['added records', (s) => s.added_records], ['current', (s) => (s.current ? 'yes' : '')]],
-      snaps, { testid: 'snapshots-table' }),
+      snaps, { testid: 'snapshots-table' }, (s) => ({ testid: 'snapshot-row', 'data-current': s.current ? 'yes' : 'no' })),
       Object.keys(queries).length ? h('h2', {}, 'Query it') : null,
       Object.entries(queries).map(([engine, q]) => h('div.query', {}, h('h3', {}, engine), h('pre', { testid: `query-${engine}` }, q))));
   } catch (e) {
@@ -601,11 +626,20 @@ function select(options, attrs) {
 function securityPage() {
   page('Security', async () => {
     const [acls, users] = await Promise.allSettled([api('GET', '/api/acls'), api('GET', '/api/users')]);
-    return [h('h2', {}, 'ACLs'), aclSection(acls), aclForm(), h('h2', {}, 'SCRAM users'), usersSection(users), userForm()];
+    const aclsOff = acls.status === 'rejected' && /SECURITY_DISABLED/.test(acls.reason?.message || '');
+    return [h('h2', {}, 'ACLs'), aclSection(acls), aclsOff ? null : aclForm(), h('h2', {}, 'SCRAM users'), usersSection(users), userForm()];
   });
 }
 
 function aclSection(result) {
+  if (result.status === 'rejected' && /SECURITY_DISABLED/.test(result.reason?.message || '')) {
+    // The default install: no authorizer, so no ACLs to show. Not an error.
+    return h('div.notice', { testid: 'acls-off', role: 'status' },
+      h('strong', {}, 'ACLs are off. '),
+      'The broker has no authorizer (', h('code', {}, 'authorizer.class.name'), ' is empty), so every request is allowed. ',
+      'To enforce ACLs, start floe with ', h('code', {}, 'authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer'),
+      ' and ', h('code', {}, 'super.users=User:admin'), ' (and a SASL or mTLS listener, so principals have names); then ACLs can be added here.');
+  }
   if (result.status === 'rejected') return errorBox(result.reason);
   const slot = h('div.slot');
   const aclBody = (a) => ({ principal: a.principal, operation: a.operation, permission: String(a.permission).toLowerCase(),

@@ -27,6 +27,7 @@
 //! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
 //! - [`schema_registry`]: the built-in Schema Registry (Confluent's REST API over `_schemas`; its own thread).
 //! - [`run`]: startup and orderly shutdown.
+//! - [`text`]: words for people (plurals, `unlimited`), shared with the admin CLI.
 
 #![warn(missing_debug_implementations)]
 
@@ -55,5 +56,6 @@ pub mod security;
 pub mod server;
 pub mod session;
 pub mod table_reads;
+pub mod text;
 pub mod tiering;
 pub mod txn_markers;

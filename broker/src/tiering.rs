@@ -58,6 +58,7 @@ use floe_tiering::{
 use tracing::{debug, error, info, warn};
 
 use crate::metrics::Metrics;
+use crate::text::count;
 
 /// `floe.iceberg.*` broker settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -796,7 +797,7 @@ impl Tierer {
                     m.files.with_label_values(&[&name]).inc_by(outcome.files);
                     m.dead_letters.with_label_values(&[&name]).inc_by(outcome.dead_letters);
                     info!(topic = %name, ranges = ?outcome.committed, rows = outcome.rows, files = outcome.files,
-                        snapshot = ?outcome.snapshot_id, "tiered to iceberg");
+                        snapshot = outcome.snapshot_id, "tiered to iceberg");
                 }
                 m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
                 state.next = Some(outcome.next_offsets);
@@ -1100,7 +1101,7 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
     let catalog_name = &config.name;
     let (catalog, tables) = open_and_list(config, namespace).await?;
     let mut out = String::new();
-    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {} table(s)", config.describe(), tables.len());
+    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {}", config.describe(), count(tables.len(), "table"));
     for ident in tables {
         let table = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
             operation: "load",
@@ -1110,15 +1111,26 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
         let metadata = table.metadata();
         let summary = metadata.current_snapshot().map(|s| s.summary().additional_properties.clone()).unwrap_or_default();
         let total = |k: &str| summary.get(k).cloned().unwrap_or_else(|| "0".into());
+        // Each term by its column's name: day(event_time), not the field id.
+        let schema = metadata.current_schema();
+        let terms: Vec<String> = metadata
+            .default_partition_spec()
+            .fields()
+            .iter()
+            .map(|f| {
+                let column = schema.field_by_id(f.source_id).map_or_else(|| format!("field {}", f.source_id), |c| c.name.clone());
+                format!("{}({column})", f.transform)
+            })
+            .collect();
         let _ = writeln!(
             out,
-            "table {ident}: snapshots {}, current {:?}, rows {}, data files {}, bytes {}, spec {}",
+            "table {ident}: snapshots {}, current snapshot {}, rows {}, data files {}, bytes {}, partitioned by {}",
             metadata.snapshots().len(),
-            metadata.current_snapshot_id(),
+            metadata.current_snapshot_id().map_or_else(|| "none".to_string(), |id| id.to_string()),
             total("total-records"),
             total("total-data-files"),
             total("total-files-size"),
-            metadata.default_partition_spec().fields().iter().map(|f| format!("{}({})", f.transform, f.source_id)).collect::<Vec<_>>().join(","),
+            if terms.is_empty() { "nothing (unpartitioned)".to_string() } else { terms.join(", ") },
         );
         for (p, next) in floe_tiering::offsets::committed_next_offsets(metadata) {
             let _ = writeln!(out, "  partition {p}: committed offset {next} (next to tier)");
@@ -1220,15 +1232,15 @@ pub async fn maintain(
         .await;
         let _ = match result {
             Ok((r, c, stats)) => {
-                let _ = writeln!(out, "table {ident}: expired {} snapshot(s), {} left, deleted {} file(s) and {} metadata file(s)",
-                    r.expired, r.snapshots_left, r.deleted_files, r.deleted_metadata_files);
+                let _ = writeln!(out, "table {ident}: expired {}, {} left, deleted {} and {}",
+                    count(r.expired, "snapshot"), r.snapshots_left, count(r.deleted_files, "file"), count(r.deleted_metadata_files, "metadata file"));
                 if let Some(c) = c {
-                    let _ = writeln!(out, "table {ident}: compacted {} small data file(s) ({} bytes) of {} partition(s) into {} ({} bytes); {} manifest(s) merged",
-                        c.rewritten_files, c.rewritten_bytes, c.groups, c.added_files, c.added_bytes,
-                        if c.snapshot_id.is_some() { c.merged_manifests } else { 0 });
+                    let _ = writeln!(out, "table {ident}: compacted {} ({} bytes) of {} into {} ({} bytes); {} merged",
+                        count(c.rewritten_files, "small data file"), c.rewritten_bytes, count(c.groups, "partition"), c.added_files, c.added_bytes,
+                        count(if c.snapshot_id.is_some() { c.merged_manifests as u64 } else { 0 }, "manifest"));
                 }
-                writeln!(out, "table {ident}: {} snapshot(s), {} data file(s), {} metadata bytes",
-                    stats.snapshots, stats.data_files, stats.metadata_bytes)
+                writeln!(out, "table {ident}: {}, {}, {} metadata bytes",
+                    count(stats.snapshots, "snapshot"), count(stats.data_files, "data file"), stats.metadata_bytes)
             }
             Err(e) => writeln!(out, "table {ident}: failed: {e}"),
         };

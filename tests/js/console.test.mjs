@@ -3,9 +3,10 @@
 // Kafka client (kafkajs). Screenshots of each step go to tests/js/artifacts/console/.
 //
 // Flow: overview shows the broker → create topics through the form (one with Iceberg tiering) →
-// produce a record with a header through the form → the message browser shows it → a kafkajs
+// produce a record with a header through the form → the message browser shows it (and an Avro
+// decimal as a decimal, every partition by default) → a kafkajs
 // consumer group commits part of the topic → the group page shows the lag per partition → the
-// iceberg page shows the tiered topic's committed offset → on a second broker with SASL/SCRAM and
+// iceberg page shows the tiered topic's committed offset and the catalog's exact snapshot ids → on a second broker with SASL/SCRAM and
 // an authorizer, alice logs in, is refused a topic she has no ACL for, and a write is refused.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -15,10 +16,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import kafkajs from 'kafkajs';
+import registryPkg from '@kafkajs/confluent-schema-registry';
 import { chromium } from 'playwright-core';
 import { floeBin, freePort, startFloe } from './floe.mjs';
 
 const { Kafka, logLevel } = kafkajs;
+const { SchemaRegistry, SchemaType } = registryPkg;
 const here = path.dirname(fileURLToPath(import.meta.url));
 const artifacts = path.join(here, 'artifacts', 'console');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -76,7 +79,7 @@ test('web console in chromium: topics, produce, browse, group lag, iceberg, ACL 
   let current = null; // the page a failure screenshot shows
   try {
     // ------------------------------------------------------------ broker A: no security
-    const floe = await startFloe({ console: true, overrides: TIERING });
+    const floe = await startFloe({ console: true, schemaRegistry: true, overrides: TIERING });
     cleanups.push(async () => { await floe.stop(); fs.rmSync(floe.dir, { recursive: true, force: true }); });
     const kafka = new Kafka({ clientId: 'console-test', brokers: [floe.bootstrap], logLevel: logLevel.NOTHING, retry: { retries: 3, initialRetryTime: 100 } });
     const admin = kafka.admin();
@@ -134,9 +137,29 @@ test('web console in chromium: topics, produce, browse, group lag, iceberg, ACL 
     await page.click(testid('browse-submit'));
     const row = page.locator(testid('message-row')).first();
     await row.getByText('order-1').waitFor();
-    const [offset, , key, value, headers] = await cells(row);
+    const [, offset, , key, value, headers] = await cells(row);
     assert.deepEqual([offset, key, value, headers], ['0', 'order-1', '{"item":"tea","qty":2}', 'source=playwright']);
     await shot(page, 'topic-produced-and-browsed');
+
+    // An Avro record with a decimal (bytes, scale 2), written with @kafkajs/confluent-schema-registry
+    // (avsc passes the unscaled bytes through): the browser, on every partition by default, shows 12.34.
+    const prices = `prices-${suffix}`;
+    await admin.createTopics({ topics: [{ topic: prices, numPartitions: 2 }], waitForLeaders: true });
+    const registry = new SchemaRegistry({ host: floe.registryUrl });
+    const { id: priceSchema } = await registry.register({ type: SchemaType.AVRO, schema: JSON.stringify({
+      type: 'record', name: 'Price', fields: [{ name: 'sku', type: 'string' },
+        { name: 'price', type: { type: 'bytes', logicalType: 'decimal', precision: 9, scale: 2 } }] }) }, { subject: `${prices}-value` });
+    await producer.send({ topic: prices, acks: -1, messages: [{ partition: 1, value: await registry.encode(priceSchema, { sku: 'tea', price: Buffer.from([0x04, 0xd2]) }) }] });
+    await page.goto(`${floe.consoleUrl}/#/topics/${prices}`);
+    const priceRow = page.locator(`${testid('message-row')}[data-offset="1/0"]`);
+    await priceRow.waitFor();
+    assert.equal(await page.locator(testid('browse-partition')).inputValue(), '', 'every partition by default');
+    const [pricePartition, , , , priceValue] = await cells(priceRow);
+    assert.equal(pricePartition, '1');
+    assert.deepEqual(JSON.parse(priceValue), { price: '12.34', sku: 'tea' });
+    await shot(page, 'avro-decimal-browsed');
+    await page.goto(`${floe.consoleUrl}/#/topics/${orders}`);
+    await page.locator(testid('partitions-table')).waitFor();
     // The record as an independent client sees it: the kafkajs consumer below checks key, value, header.
 
     // Inline config edit: retention.ms becomes a dynamic topic config, as kafkajs describes it.
@@ -213,7 +236,25 @@ test('web console in chromium: topics, produce, browse, group lag, iceberg, ACL 
     await page.locator(testid('snapshots-table')).waitFor();
     const queries = await page.locator('pre').allInnerTexts();
     assert.ok(queries.some((q) => q.includes(tiered)), `a query snippet names table ${tiered}: ${JSON.stringify(queries)}`);
+    // The snapshot ids shown are the catalog's, every digit (64-bit ids: a JSON number would be rounded
+    // past 2^53). The catalog's own words: the table's metadata files, read as text.
+    const shownIds = (await page.locator(testid('snapshot-id')).allInnerTexts()).map((t) => t.trim());
+    assert.ok(shownIds.length >= 1 && shownIds.every((id) => /^-?\d+$/.test(id)), `snapshot ids shown: ${JSON.stringify(shownIds)}`);
+    const location = await page.evaluate(async (t) => (await (await fetch('/api/iceberg')).json()).tables.find((x) => x.table === t).metadata_location, tiered);
+    const metadataDir = path.dirname(location.replace(/^file:\/\//, ''));
+    const catalogIds = new Set(fs.readdirSync(metadataDir).filter((f) => f.endsWith('.metadata.json'))
+      .flatMap((f) => [...fs.readFileSync(path.join(metadataDir, f), 'utf8').matchAll(/"snapshot-id"\s*:\s*(-?\d+)/g)].map((m) => m[1])));
+    for (const id of shownIds) assert.ok(catalogIds.has(id), `snapshot id ${id} shown on the page is in the catalog's metadata (${[...catalogIds].join(', ')})`);
+    const currentId = (await page.locator(testid('current-snapshot-id')).first().innerText()).trim();
+    assert.ok(catalogIds.has(currentId), `current snapshot ${currentId} is the catalog's`);
     await shot(page, 'iceberg');
+
+    // Security on a broker without an authorizer (the default): a note that ACLs are off, not an error.
+    await page.click(testid('nav-security'));
+    await page.locator(testid('acls-off')).getByText('ACLs are off').waitFor();
+    assert.equal(await page.locator(`${testid('error')}`).count(), 0, 'no error box on the Security page of a default install');
+    await page.locator(testid('users-table')).or(page.getByText('no SCRAM users')).first().waitFor();
+    await shot(page, 'security-acls-off');
 
     // Overview again: the console's scrapes of the broker's metrics draw the charts.
     await page.click(testid('nav-overview'));

@@ -31,7 +31,7 @@ pub enum TieringError {
     },
     /// The table moved on since the plan was made (another writer, or a commit
     /// this process did not see): nothing was committed; re-plan.
-    #[error("table {table} changed under the plan (based on snapshot {planned:?}, now {current:?}); re-planning")]
+    #[error("table {table} changed under the plan (based on snapshot {}, now {}); re-planning", snapshot_name(*.planned), snapshot_name(*.current))]
     StaleSnapshot {
         /// `namespace.table`.
         table: String,
@@ -143,3 +143,9 @@ impl TieringError {
 
 /// The crate's result type.
 pub type Result<T, E = TieringError> = std::result::Result<T, E>;
+
+/// A snapshot id for messages: the id, or `none` for a table without one
+/// (never Rust's `Some(..)`/`None`).
+pub fn snapshot_name(id: Option<i64>) -> String {
+    id.map_or_else(|| "none".to_string(), |id| id.to_string())
+}

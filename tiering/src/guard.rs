@@ -70,7 +70,7 @@ impl Catalog for ExpectSnapshot {
         if *table == self.ident && current != self.expected {
             return Err(Error::new(
                 ErrorKind::DataInvalid,
-                format!("{MOVED}: planned on {:?}, current {current:?}", self.expected),
+                format!("{MOVED}: planned on snapshot {}, current {}", crate::error::snapshot_name(self.expected), crate::error::snapshot_name(current)),
             ));
         }
         Ok(loaded)

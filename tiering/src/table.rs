@@ -652,7 +652,7 @@ impl TopicTable {
                 let fresh = committed_next_offsets(current.metadata());
                 let stale = || TieringError::StaleSnapshot { table: self.ident.to_string(), planned: planned_snapshot, current: now };
                 if let Some(p) = conflicting_partition(&outcome.committed, &planned, &fresh) {
-                    warn!(table = %self.ident, partition = p, planned = ?planned.get(&p), committed = ?fresh.get(&p),
+                    warn!(table = %self.ident, partition = p, planned = planned.get(&p), committed = fresh.get(&p),
                         files = data_files.len(), "another writer tiered this partition since the plan: data files left uncommitted");
                     return Err(stale());
                 }
@@ -660,7 +660,7 @@ impl TopicTable {
                     warn!(table = %self.ident, attempts, files = data_files.len(), "table kept moving: data files left uncommitted");
                     return Err(stale());
                 }
-                debug!(table = %self.ident, ?base_snapshot, ?now, "other partitions were committed since the plan: committing on top");
+                debug!(table = %self.ident, base_snapshot, now, "other partitions were committed since the plan: committing on top");
                 base_snapshot = now;
                 next = fresh;
             }
@@ -692,7 +692,7 @@ impl TopicTable {
         outcome.snapshot_id = snapshot.map(|s| s.snapshot_id());
         if snapshot.and_then(|s| s.parent_snapshot_id()) != base_snapshot {
             // Only another process committing between the guard and the commit gets here.
-            error!(table = %self.ident, ?base_snapshot, snapshot = ?outcome.snapshot_id,
+            error!(table = %self.ident, base_snapshot, snapshot = outcome.snapshot_id,
                 "commit was rebased by the iceberg crate onto a snapshot this plan did not see: offsets may be duplicated");
         }
         for (p, (_, last)) in &outcome.committed {

@@ -432,7 +432,7 @@ async fn create(
         }
     }
     if !created.is_empty() {
-        let mut text = format!("created {} ACL(s):\n", created.len());
+        let mut text = format!("created {}:\n", floe_broker::text::count(created.len(), "ACL"));
         text.push_str(acl_table(&created).render().trim_end());
         out.done(&Value::Array(created), &text);
     }
@@ -510,7 +510,7 @@ async fn delete(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::
         if removed.is_empty() {
             println!("no ACL matched: nothing deleted (see `floe acl list`)");
         } else {
-            println!("deleted {} ACL(s):", removed.len());
+            println!("deleted {}:", floe_broker::text::count(removed.len(), "ACL"));
             print!("{}", acl_table(&removed).render());
         }
     } else {

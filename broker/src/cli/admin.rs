@@ -45,17 +45,22 @@ pub enum CliFailure {
     /// What was named does not exist (exit code 4).
     #[error("{0}")]
     NotFound(String),
+    /// A usage error clap cannot see: a bad `-X` property or profile line (exit code 2).
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// The exit code for `error`: 3 when no broker answered or the login failed,
-/// 4 when the topic, group or user named does not exist, 1 otherwise (the
-/// cluster refused; the message says why). Usage errors exit 2 from clap.
+/// 4 when the topic, group or user named does not exist, 2 for a usage error
+/// clap cannot see (a bad `-X`), 1 otherwise (the cluster refused; the
+/// message says why). Clap's own usage errors exit 2 too.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
         if let Some(f) = cause.downcast_ref::<CliFailure>() {
             return match f {
                 CliFailure::Unreachable(_) => 3,
                 CliFailure::NotFound(_) => 4,
+                CliFailure::Usage(_) => 2,
             };
         }
         if let Some(c) = cause.downcast_ref::<ClientError>() {

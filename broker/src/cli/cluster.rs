@@ -9,6 +9,8 @@ use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 use kafka_protocol::messages::{ApiVersionsRequest, MetadataResponse};
 use serde_json::{json, Value};
 
+use floe_broker::text::count;
+
 use super::admin::{Admin, Target};
 use super::connect::ConnectArgs;
 use super::output::{Format, Output, Table};
@@ -160,12 +162,13 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
     } else {
         let partitions: usize = metadata.topics.iter().map(|t| t.partitions.len()).sum();
         println!(
-            "{}: {} broker(s), {partitions} partition(s); {} under-replicated, {} offline, {} broker(s) not answering",
+            "{}: {}, {}; {} under-replicated, {} offline, {} not answering",
             if healthy { "healthy" } else { "UNHEALTHY" },
-            brokers.len(),
+            count(brokers.len(), "broker"),
+            count(partitions, "partition"),
             under_replicated.len(),
             offline.len(),
-            unreachable.len()
+            count(unreachable.len(), "broker")
         );
         if no_controller {
             println!("no controller: the brokers have not elected one");

@@ -167,7 +167,9 @@ pub struct ConsumeArgs {
     pub format: PrintFormat,
     /// A Confluent Schema Registry (http://HOST:PORT; or -X schema.registry.url=...):
     /// keys and values in its wire format (magic 0, schema id) print as JSON.
-    /// Avro and JSON Schema are decoded; Protobuf prints as it is.
+    /// Avro and JSON Schema are decoded; Protobuf prints as it is. Avro's
+    /// logical types print as values: a decimal as "12.34", a timestamp as
+    /// ISO-8601 UTC, a date as YYYY-MM-DD, a uuid as its text.
     #[arg(long, value_name = "URL")]
     pub schema_registry: Option<String>,
     /// Read on behalf of consumer group GROUP without joining it (Kafka's
@@ -217,7 +219,7 @@ impl SchemaDecoder {
         let result = match self.schemas.get(&id) {
             Some(Ok(WireSchema::Avro(schema))) => apache_avro::from_avro_datum(schema, &mut &b[5..], None)
                 .map_err(|e| format!("not Avro of schema {id}: {e}"))
-                .and_then(|v| Value::try_from(v).map_err(|e| format!("schema {id}: {e}")))
+                .and_then(|v| super::avro_json::to_json(v, schema).map_err(|e| format!("schema {id}: {e}")))
                 .map(|v| v.to_string().into_bytes()),
             Some(Ok(WireSchema::Json)) => Ok(b[5..].to_vec()),
             Some(Ok(WireSchema::Other(kind))) => Err(format!("{kind} schemas are not decoded here")),

@@ -502,9 +502,9 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
     if !view.members.is_empty() || !matches!(view.state.as_str(), "Empty" | "Dead") {
         let who = view.members.iter().map(|m| format!("{} ({} at {})", m.member_id, m.client_id, m.host)).collect::<Vec<_>>().join(", ");
         bail!(
-            "group {group} is {} with {} active member(s): {who}. Offsets can be moved only while the group is inactive: stop its consumers, then seek again",
+            "group {group} is {} with {}: {who}. Offsets can be moved only while the group is inactive: stop its consumers, then seek again",
             view.state,
-            view.members.len()
+            floe_broker::text::count(view.members.len(), "active member")
         );
     }
     let committed = committed_offsets(admin, view.coordinator, group).await?;

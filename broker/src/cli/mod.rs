@@ -10,6 +10,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod avro_json;
 pub mod cluster;
 pub mod connect;
 pub mod consume;

@@ -19,6 +19,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
+use floe_broker::text::{count, unlimited_or};
+
 use super::admin::{check, error_name, Admin, CliFailure, Target};
 use super::connect::ConnectArgs;
 use super::offsets::{list_offsets, EARLIEST, LATEST};
@@ -203,7 +205,7 @@ async fn create(admin: &mut Admin, out: Output, name: String, partitions: Option
         "topic_id": result.topic_id.to_string(), "validate_only": dry_run,
     });
     let verb = if dry_run { "would be created (dry run)" } else { "created" };
-    out.done(&value, &format!("topic {name} {verb}: {} partitions, replication factor {}", result.num_partitions, result.replication_factor));
+    out.done(&value, &format!("topic {name} {verb}: {}, replication factor {}", count(result.num_partitions, "partition"), result.replication_factor));
     Ok(())
 }
 
@@ -408,7 +410,7 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         } else {
             let mut ct = Table::new(&["config", "value", "source"]);
             for c in &shown {
-                ct.row([c["name"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or(if c["sensitive"] == true { "(sensitive)" } else { "" }), c["source"].as_str().unwrap_or("")]);
+                ct.row([c["name"].as_str().unwrap_or("").to_string(), config_cell(c), c["source"].as_str().unwrap_or("").to_string()]);
             }
             text.push_str(&ct.render());
         }
@@ -490,7 +492,7 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
         println!("topic {name}: the change is valid (dry run: nothing changed)");
         let mut t = Table::new(&["config", "operation", "value"]);
         for c in &changes {
-            t.row([c["name"].as_str().unwrap_or(""), c["operation"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or("")]);
+            t.row([c["name"].as_str().unwrap_or("").to_string(), c["operation"].as_str().unwrap_or("").to_string(), unlimited_or(c["value"].as_str().unwrap_or(""))]);
         }
         print!("{}", t.render());
         return Ok(());
@@ -501,7 +503,7 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
     } else {
         let mut t = Table::new(&["config", "value", "source"]);
         for c in &set_now {
-            t.row([c["name"].as_str().unwrap_or(""), c["value"].as_str().unwrap_or(if c["sensitive"] == true { "(sensitive)" } else { "" }), c["source"].as_str().unwrap_or("")]);
+            t.row([c["name"].as_str().unwrap_or("").to_string(), config_cell(c), c["source"].as_str().unwrap_or("").to_string()]);
         }
         print!("{}", t.render());
     }
@@ -518,8 +520,18 @@ async fn add_partitions(admin: &mut Admin, out: Output, name: String, total: i32
     check(result.error_code, result.error_message.as_ref(), &format!("adding partitions to topic {name}"))?;
     let verb = if dry_run { "would have" } else { "now has" };
     let suffix = if dry_run { " (dry run: nothing changed)" } else { "" };
-    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {total} partitions{suffix}"));
+    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {}{suffix}", count(total, "partition")));
     Ok(())
+}
+
+/// A config's value for the table: `(sensitive)` when hidden, Kafka's
+/// `Long.MAX_VALUE` as `unlimited` (JSON keeps the value as the broker gave it).
+fn config_cell(c: &Value) -> String {
+    match c["value"].as_str() {
+        Some(v) => unlimited_or(v),
+        None if c["sensitive"] == true => "(sensitive)".to_string(),
+        None => String::new(),
+    }
 }
 
 /// DeleteRecords' offset for "up to the high watermark".

@@ -225,7 +225,7 @@ async fn delete(admin: &mut Admin, out: Output, name: &str, mechanism: Option<Sc
         check(result.error_code, result.error_message.as_ref(), &format!("deleting {}'s credentials", result.user.as_str()))?;
     }
     let names: Vec<&str> = mechanisms.iter().map(|m| m.name()).collect();
-    out.done(&json!({"user": name, "deleted": names}), &format!("user {name}: deleted its {} credential(s)", names.join(" and ")));
+    out.done(&json!({"user": name, "deleted": names}), &format!("user {name}: deleted its {} {}", names.join(" and "), if names.len() == 1 { "credential" } else { "credentials" }));
     Ok(())
 }
 

@@ -118,8 +118,44 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A JSON answer, with `Set-Cookie` when given.
+/// The largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`, 2^53 - 1).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Fields that hold 64-bit ids: strings in every answer, whatever their value.
+const ID_FIELDS: &[&str] = &["snapshot_id", "parent_snapshot_id", "current_snapshot_id", "producer_id"];
+
+/// `value` made safe for `JSON.parse`, which reads every number as a double
+/// and so rounds integers beyond 2^53 (a snapshot id 2780273657115940031
+/// would come out as 2780273657115940000, an id no table has). The CLI's
+/// `--format json` keeps exact integers; the console's answers carry the
+/// [`ID_FIELDS`] as decimal strings always (one type per field), and any
+/// other integer beyond 2^53 (such as `Long.MAX_VALUE`) as a decimal string
+/// too. Nothing is converted through `f64`.
+pub fn for_javascript(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::Number(n) if ID_FIELDS.contains(&key.as_str()) && (n.is_i64() || n.is_u64()) => *v = Value::String(n.to_string()),
+                    _ => for_javascript(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(for_javascript),
+        Value::Number(n) => {
+            let safe = n.as_i64().map(i64::unsigned_abs).or(n.as_u64()).is_none_or(|m| m <= MAX_SAFE_INTEGER);
+            if !safe {
+                *value = Value::String(n.to_string());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A JSON answer (its integers made safe by [`for_javascript`]), with `Set-Cookie` when given.
 fn json_response(status: StatusCode, body: &Value, cookie: Option<String>) -> Response<Full<Bytes>> {
+    let mut body = body.clone();
+    for_javascript(&mut body);
     let mut r = response(status, "application/json", body.to_string());
     if let Some(c) = cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
         r.headers_mut().insert(header::SET_COOKIE, c);
@@ -584,8 +620,10 @@ fn start_offset(spec: &str, log_start: i64, high_watermark: i64) -> Result<i64, 
     })
 }
 
-/// GET /api/topics/{name}/messages: a page of records from one partition (or
-/// each), as `floe topic consume --format json` prints them.
+/// GET /api/topics/{name}/messages: a page of records from one partition (or,
+/// without `partition=`, from each: `limit` records per partition, from
+/// `offset`, or from `offsets=P:O,...` where given), as `floe topic consume
+/// --format json` prints them.
 async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, String>, registry: Option<String>) -> ApiResult {
     let limit: usize = match query.get("limit") {
         None => 50,
@@ -607,6 +645,15 @@ async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, Strin
     let names = [topic.to_string()];
     let earliest = cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::EARLIEST, false).await?;
     let latest = cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::LATEST, false).await?;
+    // `offsets=P:O,P:O`: where each partition goes on from (the `next_offsets` of the page before).
+    let mut per_partition: BTreeMap<i32, String> = BTreeMap::new();
+    for item in query.get("offsets").map(String::as_str).unwrap_or("").split(',').filter(|i| !i.trim().is_empty()) {
+        let (p, o) = item
+            .split_once(':')
+            .and_then(|(p, o)| Some((p.trim().parse::<i32>().ok()?, o.trim().to_string())))
+            .ok_or_else(|| ApiError::bad(format!("offsets: `{item}` is not PARTITION:OFFSET (e.g. offsets=0:120,1:97)")))?;
+        per_partition.insert(p, o);
+    }
     let mut decoder = registry.map(cli::consume::SchemaDecoder::new);
     let mut out = Vec::new();
     let mut next = Map::new();
@@ -614,7 +661,7 @@ async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, Strin
     for &p in &chosen {
         let log_start = earliest.get(&(topic.to_string(), p)).copied().unwrap_or(0);
         let hw = latest.get(&(topic.to_string(), p)).copied().unwrap_or(0);
-        let mut position = start_offset(spec, log_start, hw)?;
+        let mut position = start_offset(per_partition.get(&p).map_or(spec, String::as_str), log_start, hw)?;
         let mut taken = 0usize;
         for _round in 0..20 {
             if taken >= limit || position >= hw {
@@ -878,6 +925,26 @@ mod tests {
         );
         assert!(acl_argv("create", &json!({"operation": "Read"})).is_err());
         assert_eq!(seek_argv("g", &json!({"to": "shift:-5", "dry_run": true})).unwrap(), argv(&["group", "seek", "--to=shift:-5", "--dry-run", "--", "g"]));
+    }
+
+    #[test]
+    fn ids_and_integers_beyond_2_53_travel_as_strings() {
+        let mut doc = json!({
+            "snapshots": [{"snapshot_id": 2_780_273_657_115_940_031_i64, "parent_snapshot_id": null, "sequence_number": 3},
+                          {"snapshot_id": 12, "parent_snapshot_id": 2_780_273_657_115_940_031_i64}],
+            "current_snapshot_id": -4_611_686_018_427_387_904_i64,
+            "offsets": [9_007_199_254_740_991_i64, 9_007_199_254_740_992_i64, i64::MAX, -9_007_199_254_740_993_i64, u64::MAX],
+            "ratio": 0.5,
+        });
+        for_javascript(&mut doc);
+        assert_eq!(doc["snapshots"][0]["snapshot_id"], "2780273657115940031");
+        assert_eq!(doc["snapshots"][0]["parent_snapshot_id"], Value::Null);
+        assert_eq!(doc["snapshots"][0]["sequence_number"], 3);
+        assert_eq!(doc["snapshots"][1]["snapshot_id"], "12", "an id is a string even when small");
+        assert_eq!(doc["snapshots"][1]["parent_snapshot_id"], "2780273657115940031");
+        assert_eq!(doc["current_snapshot_id"], "-4611686018427387904");
+        assert_eq!(doc["offsets"], json!([9_007_199_254_740_991_i64, "9007199254740992", "9223372036854775807", "-9007199254740993", "18446744073709551615"]));
+        assert_eq!(doc["ratio"], 0.5);
     }
 
     #[test]

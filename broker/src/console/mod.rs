@@ -271,7 +271,11 @@ async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> R
             } else {
                 (StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
             };
-            return response(status, "application/json", serde_json::json!({ "error": text }).to_string());
+            let mut r = response(status, "application/json", serde_json::json!({ "error": text }).to_string());
+            // The rest of the body is left unread, so this connection cannot carry another
+            // request: say so, or a client reusing it races the close.
+            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+            return r;
         }
     };
     api::handle(&console, &parts, &path, body).await
