@@ -33,7 +33,7 @@ const fn s(key: &'static str, default: &'static str, doc: &'static str) -> Setti
     SettingSpec { key, default, doc }
 }
 
-/// Every broker setting Floe reads. The README's configuration reference is this table.
+/// Every broker setting Floe reads. docs/configuration.md is generated from this table (`config_reference`).
 pub const SETTINGS: &[SettingSpec] = &[
     s("listeners", "127.0.0.1:9092", "Comma-separated `NAME://HOST:PORT` listeners to bind (a bare `HOST:PORT` is `PLAINTEXT`); port 0 picks a free port."),
     s("advertised.listeners", "", "Comma-separated `NAME://HOST:PORT`: the address Metadata hands to clients connected through listener NAME (a bare `HOST:PORT` is `PLAINTEXT`); defaults to the bound address."),

@@ -222,23 +222,7 @@ mod tests {
     fn topic_settings_match_the_code() {
         let mut code: BTreeSet<&str> = floe_storage::config::KNOWN_KEYS.iter().copied().collect();
         code.extend(floe_storage::config::SCHEMA_VALIDATION_KEYS.iter().copied());
-        use crate::tiering as ti;
-        code.extend([
-            ti::ENABLED,
-            ti::PARTITION_SPEC,
-            ti::TARGET_LAG_MS,
-            ti::VALUE_FORMAT,
-            ti::KEY_FORMAT,
-            ti::KEEP_RAW,
-            ti::SNAPSHOT_MAX_AGE_MS,
-            ti::SNAPSHOT_MIN_TO_KEEP,
-            ti::TARGET_FILE_SIZE,
-            ti::COMPACTION_ENABLED,
-            ti::COMPACTION_MIN_INPUT_FILES,
-            ti::STORAGE,
-            ti::RETENTION_GUARD,
-            ti::SHARED_FETCH_COMPRESSION,
-        ]);
+        code.extend(floe_storage::config::FLOE_TOPIC_KEYS.iter().copied());
         let documented: BTreeSet<&str> = TOPIC_SETTINGS.iter().map(|s| s.key).collect();
         assert_eq!(documented.len(), TOPIC_SETTINGS.len(), "a topic setting is documented twice");
         let undocumented: Vec<_> = code.difference(&documented).collect();
