@@ -228,12 +228,14 @@ def test_taken_ports_are_named_all_at_once(tmp_path):
 
 def test_port_offset_moves_every_default_port(tmp_path):
     """`--port-offset N` moves the five default ports; a port set by hand stays."""
-    offset = 20000 + os.getpid() % 20000
+    defaults = (9092, 9644, 8080, 8081, 8181)
+    offset = next(o for o in range(11000, 30000, 7) if all(_free(port + o) for port in defaults))
     p = subprocess.Popen([floe_bin(), "--port-offset", str(offset), "--data-dir", str(tmp_path / "d"),
                           "--console-listen", ""], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, NO_COLOR="1"))
     try:
         def ready():
+            assert p.poll() is None, p.stderr.read()
             return all(_listening(port + offset) for port in (9092, 9644, 8081, 8181))
         wait_until(ready, 30, interval=0.2, what="every service on its moved port")
         assert not _listening(8080 + offset), "the console was turned off by hand"
@@ -249,3 +251,12 @@ def _listening(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
