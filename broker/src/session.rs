@@ -24,6 +24,10 @@ pub struct AuthState {
     pub mechanism: Option<SaslMechanism>,
     /// A SCRAM exchange waiting for the client-final message.
     pub scram: Option<ScramExchange>,
+    /// Set by a SaslHandshake v0 until its exchange ends: the client's next
+    /// frames are bare SASL tokens, not requests (Kafka's
+    /// `enableKafkaSaslAuthenticateHeaders` false).
+    pub unframed_tokens: bool,
     /// The authenticated user.
     pub principal: Option<String>,
     /// When the authentication expires (KIP-368), if `connections.max.reauth.ms` is set.

@@ -37,8 +37,11 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     api(ApiKey::SyncGroup, 0, 5),
     api(ApiKey::DescribeGroups, 0, 6),
     api(ApiKey::ListGroups, 0, 5),
-    // v0 handshakes are followed by raw, unframed SASL tokens, which Floe does not read.
-    api(ApiKey::SaslHandshake, 1, 1),
+    // v0 is followed by bare SASL tokens (no SaslAuthenticate), which Floe reads as Kafka 4.x
+    // does: Kafka keeps "validVersions": "0-1" (v0 deprecated by KIP-896, not removed). Old
+    // librdkafka needs v0 listed: 2.0.x enables SASL only if the range overlaps 0..0 (its
+    // rdkafka_feature.c), then sends v1 + SaslAuthenticate when the range also has 1.
+    api(ApiKey::SaslHandshake, 0, 1),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),

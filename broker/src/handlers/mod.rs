@@ -207,6 +207,14 @@ pub fn api_name(api: ApiKey) -> &'static str {
 /// alone with `RUST_LOG=info,floe_broker::request=debug` (Kafka's `kafka.request.logger`).
 pub const REQUEST_LOG_TARGET: &str = "floe_broker::request";
 
+/// Handles a frame that is a bare SASL token, not a request: what a client
+/// sends after a SaslHandshake v0 (`session.auth.unframed_tokens`). The reply is
+/// the framed answer token, or [`Reply::None`] when the login failed and
+/// `session.close_after_reply` is set.
+pub async fn sasl_unframed_token(broker: &Broker, session: &mut Session, token: bytes::Bytes) -> Reply {
+    sasl::handle_unframed_token(broker, session, token).await
+}
+
 /// Decodes, handles and encodes one request, logging it at `debug` under
 /// [`REQUEST_LOG_TARGET`] when that is enabled.
 ///
@@ -423,7 +431,7 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         }
         ApiKey::SaslHandshake => {
             let req = decode(api_key, body, version)?;
-            out.frame(sasl::handle_handshake(broker, session, req))
+            out.frame(sasl::handle_handshake(broker, session, req, version))
         }
         ApiKey::SaslAuthenticate => {
             let req = decode(api_key, body, version)?;

@@ -679,6 +679,7 @@ async fn every_served_version_of_every_api_answers() {
                     let r: SaslHandshakeResponse = roundtrip_in(&broker, &mut session, range.key, v, &req).await;
                     assert_eq!(r.error_code, 0, "v{v}");
                     assert!(r.mechanisms.iter().any(|m| m.as_str() == "PLAIN"));
+                    assert_eq!(session.auth.unframed_tokens, v == 0, "v0 is followed by bare tokens");
                     let req = SaslHandshakeRequest::default().with_mechanism(s("GSSAPI"));
                     let r: SaslHandshakeResponse = roundtrip_in(&broker, &mut sasl_session(), range.key, v, &req).await;
                     assert_eq!(r.error_code, ResponseError::UnsupportedSaslMechanism.code());

@@ -321,6 +321,11 @@ impl BrokerConnection {
         &self.addr
     }
 
+    /// Whether the connection runs over TLS.
+    pub(super) fn is_tls(&self) -> bool {
+        matches!(self.stream, BrokerStream::Tls(_))
+    }
+
     /// Sends `request` at `version` and waits for its response, within the
     /// connection's timeout; first logs in again if the SASL session is due
     /// for renewal.

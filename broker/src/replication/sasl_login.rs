@@ -37,7 +37,7 @@ pub(super) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism,
         .await?;
     if handshake.error_code != 0 {
         let offered: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
-        return Err(refused(conn, format!("{} (the listener offers {})", error_name(handshake.error_code), offered.join(", "))));
+        return Err(refused(conn, handshake_refusal(handshake.error_code, &offered, conn.is_tls())));
     }
     let last = match mechanism {
         SaslMechanism::Plain => {
@@ -100,6 +100,20 @@ async fn authenticate(conn: &mut BrokerConnection, token: Vec<u8>) -> Result<Ans
         return Err(RoundError::Refused(format!("{}: {said}", error_name(response.error_code))));
     }
     Ok(Answer { token: response.auth_bytes.to_vec(), session_lifetime_ms: response.session_lifetime_ms })
+}
+
+/// Why the peer refused the SaslHandshake, and what to do about it.
+fn handshake_refusal(code: i16, offered: &[&str], tls: bool) -> String {
+    if code == ResponseError::IllegalSaslState.code() && offered.is_empty() {
+        // Kafka's answer on a listener without SASL; whether TLS came first says which kind it is.
+        let (protocol, sasl) = if tls { ("SSL", "SASL_SSL") } else { ("PLAINTEXT", "SASL_PLAINTEXT") };
+        return format!(
+            "this is a {protocol} listener, which offers no SASL mechanisms: use the address of the broker's \
+             {sasl} listener (its `listeners` setting), or security.protocol={protocol} without SASL on this one"
+        );
+    }
+    let offered = if offered.is_empty() { "none".to_string() } else { offered.join(", ") };
+    format!("{} (the listener offers {offered})", error_name(code))
 }
 
 fn error_name(code: i16) -> String {

@@ -250,7 +250,10 @@ impl ScramExchange {
         if !has_binding {
             return Err(ScramError::Malformed("no channel binding attribute"));
         }
-        if nonce != Some(self.nonce.as_str()) {
+        // Kafka checks `endsWith`, not equality (ScramSaslServer, since 3.8.1): librdkafka
+        // before 2.6.1 sends its own nonce again in front of the server's (librdkafka #4895),
+        // and Debian's kcat 1.7.1 is built on 2.0.2. The proof below covers the message as sent.
+        if !nonce.is_some_and(|n| n.ends_with(self.nonce.as_str())) {
             return Err(ScramError::Nonce);
         }
         let proof = BASE64.decode(proof).map_err(|_| ScramError::Malformed("proof is not base64"))?;
@@ -348,6 +351,16 @@ mod tests {
     }
 
     fn run(m: ScramMechanism, stored_password: &str, client_password: &str) -> Result<(Vec<u8>, Vec<u8>), ScramError> {
+        run_with_nonce(m, stored_password, client_password, |server_nonce| server_nonce.to_string())
+    }
+
+    /// [`run`] with the client-final nonce made from the server's by `final_nonce`.
+    fn run_with_nonce(
+        m: ScramMechanism,
+        stored_password: &str,
+        client_password: &str,
+        final_nonce: impl Fn(&str) -> String,
+    ) -> Result<(Vec<u8>, Vec<u8>), ScramError> {
         let cred = credential(m, stored_password);
         let (exchange, server_first) = client_first(m, b"n,,n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL", |u| {
             assert_eq!(u, "al=ice");
@@ -356,7 +369,7 @@ mod tests {
         let server_first = String::from_utf8(server_first).unwrap();
         assert!(server_first.starts_with("r=fyko+d2lbbFgONRv9qkxdawL"));
         let nonce = &server_first.split(',').next().unwrap()[2..];
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c=biws,r={}", final_nonce(nonce));
         let (proof, expected_signature) = client_proof(m, client_password, "n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL", &server_first, &without_proof);
         let server_final = exchange.client_final(format!("{without_proof},p={proof}").as_bytes())?;
         Ok((server_final, format!("v={}", BASE64.encode(expected_signature)).into_bytes()))
@@ -384,6 +397,16 @@ mod tests {
             client_first(ScramMechanism::Sha256, b"p=tls-unique,,n=a,r=b", |_| None).unwrap_err(),
             ScramError::ChannelBinding
         );
+    }
+
+    #[test]
+    fn the_nonce_must_end_with_the_servers_as_kafka_checks() {
+        // librdkafka < 2.6.1 puts its own nonce in front once more; Kafka (and Floe) accept it.
+        let doubled = run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", |n| format!("fyko+d2lbbFgONRv9qkxdawL{n}")).unwrap();
+        assert_eq!(doubled.0, doubled.1);
+        for wrong in [|n: &str| n[..n.len() - 1].to_string(), |n: &str| format!("{n}x"), |_: &str| "fyko+d2lbbFgONRv9qkxdawL".to_string()] {
+            assert_eq!(run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", wrong).unwrap_err(), ScramError::Nonce);
+        }
     }
 
     #[test]

@@ -251,6 +251,20 @@ impl Connection {
                     }
                 }
             };
+            if self.session.auth.unframed_tokens {
+                // After a SaslHandshake v0 the client sends its SASL tokens bare (see
+                // handlers/sasl.rs). Nothing is waiting in `awaiting`: no Produce is
+                // admitted before the login, and a v0 handshake is refused after one.
+                let started = Instant::now();
+                let reply = handlers::sasl_unframed_token(&self.broker, &mut self.session, frame).await;
+                if let Err(closed) = self.answer(stream, "SaslAuthenticate", started, Ok(reply)).await {
+                    return closed;
+                }
+                if let Some(reason) = self.session.close_after_reply.take() {
+                    return Closed::BadInput(reason);
+                }
+                continue;
+            }
             let request = match parse_request_header(frame) {
                 Ok(r) => r,
                 Err(HeaderError::UnknownApiKey { api_key, correlation_id }) => {
