@@ -7,7 +7,7 @@
 //!
 //! What it leaves out: aborted transactions (only a failed commit aborts), consumer
 //! offsets in transactions (no `SendOffsetsToTransaction`: no consume-transform-produce),
-//! replication (one broker), and brokers' transaction timeouts.
+//! and replication (one broker, so markers go to no followers).
 
 use std::collections::BTreeMap;
 
