@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::{bar, kv, met, request_delta, request_times, spinner, Ctx};
+use super::common::{bar, kv, met, request_delta, request_times, spinner};
+use super::Ctx;
 use crate::cluster::{Cluster, PartitionState, SESSION_TIMEOUT_MS};
 use crate::load::{self, LatencySummary, LoadResult, RunSpec};
 use crate::plot;

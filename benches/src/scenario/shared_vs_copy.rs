@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use super::{bar, kv, spinner, temp_data_dir, CostMeter, Ctx, PhaseCost, MIB};
+use super::common::{bar, kv, spinner, temp_data_dir, CostMeter, PhaseCost, MIB};
+use super::Ctx;
 use crate::broker::Broker;
 use crate::fetch_client;
 use crate::load::{self, CatchUp, LatencySummary, RunSpec};
