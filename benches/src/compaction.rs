@@ -179,7 +179,7 @@ pub fn produce_keyed(bootstrap: &str, topic: &str, keys: u64, versions: u32, val
                 }
             }
             n += 1;
-            if n % 1024 == 0 {
+            if n.is_multiple_of(1024) {
                 let acked = counting.acked.load(Ordering::Relaxed);
                 bar.set_position(acked * value_size as u64);
                 bar.set_message(format!("{:.1} MB/s", acked as f64 * value_size as f64 / 1e6 / start.elapsed().as_secs_f64()));

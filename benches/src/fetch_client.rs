@@ -212,7 +212,7 @@ fn receive(io: &mut dyn ReadWrite, correlation_id: i32) -> anyhow::Result<FetchR
     if header.correlation_id != correlation_id {
         bail!("correlation id {} answered {correlation_id}", header.correlation_id);
     }
-    Ok(FetchResponse::decode(&mut buf, FETCH_VERSION)?)
+    FetchResponse::decode(&mut buf, FETCH_VERSION)
 }
 
 

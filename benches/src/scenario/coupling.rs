@@ -16,6 +16,9 @@ use crate::load::LoadResult;
 use crate::plot;
 use crate::report::{f1, f2};
 
+/// An arm: its name, the broker's extra settings, the topic's settings.
+type Arm = (String, Vec<(String, String)>, Vec<(String, String)>);
+
 pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
     let base = ctx.workload("1-topic-16-partitions-1kb")?;
     // 1. The maximum rate, briefly (unless --rate gives the fixed rate).
@@ -38,7 +41,7 @@ pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
     let tiering_topic = vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag_ms)];
     let mut tiering_broker = vec![kv("floe.iceberg.tick-ms", tick_ms)];
     tiering_broker.extend(ctx.opts.overrides.iter().cloned());
-    let arms: Vec<(String, Vec<(String, String)>, Vec<(String, String)>)> = if ctx.opts.bootstrap.is_some() {
+    let arms: Vec<Arm> = if ctx.opts.bootstrap.is_some() {
         vec![("as configured".into(), vec![], vec![])]
     } else {
         vec![("tiering off".into(), vec![], vec![]), ("tiering on".into(), tiering_broker.clone(), tiering_topic.clone())]
