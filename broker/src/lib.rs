@@ -8,6 +8,9 @@
 //!
 //! # Layout
 //! - [`config`]: settings with Kafka's names, from file, environment and flags.
+//! - [`raw_config`]: the raw settings map and the errors of reading it (key, value as typed, where).
+//! - [`config_reference`]: docs/configuration.md, generated from the settings tables.
+//! - [`ports`]: the services that listen, with their settings and flags; every taken port named at once.
 //! - [`listeners`]: listener settings (names, security protocols, advertised addresses).
 //! - [`security`]: TLS, kernel TLS detection, SASL.
 //! - [`authorizer`]: ACLs (Kafka's model), their store and the per-request checks.
@@ -22,6 +25,10 @@
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`cluster_configs`]: in a cluster, the shared settings in etcd (topic configs, dynamic broker configs, ACLs, SCRAM) applied here.
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
+//! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
+//! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
+//! - [`replication`]: the replica manager, the ISR and the replica fetchers.
+//! - [`table_reads`]: shared-storage fetches below the local log start, served from the Iceberg table.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
 //! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
