@@ -736,7 +736,9 @@ fn canonical_key(key: &str) -> String {
 /// Sets each setting of [`DURATION_ALIASES`] from its other spelling when the
 /// setting itself was not given (Kafka's precedence: `.ms`, then `.minutes`, then `.hours`).
 fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    for target in ["log.retention.ms", "log.roll.ms"] {
+    let mut targets: Vec<&str> = DURATION_ALIASES.iter().map(|(_, target, _)| *target).collect();
+    targets.dedup();
+    for target in targets {
         if origins.contains_key(target) {
             continue;
         }
@@ -751,26 +753,21 @@ fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeM
     Ok(())
 }
 
-/// The settings that hold a port Floe binds by default, with the port.
-pub const DEFAULT_PORTS: &[(&str, u16)] = &[
-    ("listeners", 9092),
-    ("metrics.listen", 9644),
-    ("floe.console.listen", 8080),
-    ("floe.schema.registry.listen", 8081),
-    ("floe.iceberg.rest-listen", 8181),
-];
-
-/// `floe.port.offset`: adds N to the port of every address in [`DEFAULT_PORTS`] left at its
-/// default, so a second broker on one machine needs one flag (`--port-offset 10`).
+/// `floe.port.offset`: adds N to the port of every service's address ([`crate::ports::KINDS`])
+/// left at its default, so a second broker on one machine needs one flag (`--port-offset 10`).
 fn apply_port_offset(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     let offset: u16 = parse(raw, "floe.port.offset")?;
     if offset == 0 {
         return Ok(());
     }
-    for (key, port) in DEFAULT_PORTS {
-        if origins.contains_key(*key) {
+    for key in crate::ports::KINDS.map(|kind| kind.setting) {
+        if origins.contains_key(key) {
             continue;
         }
+        let default = get(raw, key).to_string();
+        let Some((host, port)) = default.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) else {
+            continue;
+        };
         let Some(moved) = port.checked_add(offset) else {
             return Err(ConfigError::InvalidValue {
                 key: "floe.port.offset".into(),
@@ -778,8 +775,7 @@ fn apply_port_offset(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<Stri
                 reason: format!("{port} + {offset} is not a port; use an offset below {}", u16::MAX - port + 1),
             });
         };
-        let default = get(raw, key).to_string();
-        raw.insert(key.to_string(), default.replace(&format!(":{port}"), &format!(":{moved}")));
+        raw.insert(key.to_string(), format!("{host}:{moved}"));
     }
     Ok(())
 }

@@ -8,43 +8,77 @@ use std::net::SocketAddr;
 
 use crate::config::BrokerConfig;
 
-/// One service that listens on a TCP port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service {
-    /// What listens there, for people: "Kafka listener PLAINTEXT", "web console".
-    pub name: String,
+/// What listens, and the setting and flag that move it: the one place these names live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// What listens there, for people: "Kafka listener", "web console".
+    pub what: &'static str,
     /// The setting that moves it.
     pub setting: &'static str,
     /// The `floe` flag that moves it.
     pub flag: &'static str,
+}
+
+/// A Kafka listener (`listeners`).
+pub const KAFKA: Kind = Kind { what: "Kafka listener", setting: "listeners", flag: "--listen" };
+/// The Prometheus endpoint.
+pub const METRICS: Kind = Kind { what: "Prometheus metrics", setting: "metrics.listen", flag: "--metrics-listen" };
+/// The built-in Schema Registry.
+pub const SCHEMA_REGISTRY: Kind =
+    Kind { what: "Schema Registry", setting: "floe.schema.registry.listen", flag: "--schema-registry-listen" };
+/// The web console.
+pub const CONSOLE: Kind = Kind { what: "web console", setting: "floe.console.listen", flag: "--console-listen" };
+/// The read-only Iceberg REST catalog.
+pub const ICEBERG_REST: Kind =
+    Kind { what: "Iceberg REST catalog", setting: "floe.iceberg.rest-listen", flag: "--iceberg-rest-listen" };
+
+/// Every kind of service, each on a port of its own by default (9092, 9644, 8081, 8080, 8181).
+pub const KINDS: [Kind; 5] = [KAFKA, METRICS, SCHEMA_REGISTRY, CONSOLE, ICEBERG_REST];
+
+/// One service that listens on a TCP port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// What it is and how to move it.
+    pub kind: Kind,
+    /// The listener's name, for a Kafka listener (`PLAINTEXT`).
+    pub listener: Option<String>,
     /// Where it binds.
     pub addr: SocketAddr,
 }
 
+impl Service {
+    /// A service of `kind` at `addr`.
+    pub fn new(kind: Kind, addr: SocketAddr) -> Self {
+        Self { kind, listener: None, addr }
+    }
+
+    /// The Kafka listener `name` at `addr`.
+    pub fn kafka(name: &str, addr: SocketAddr) -> Self {
+        Self { kind: KAFKA, listener: Some(name.to_string()), addr }
+    }
+}
+
 impl std::fmt::Display for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} on {} (setting `{}`, flag {})", self.name, self.addr, self.setting, self.flag)
+        let Kind { what, setting, flag } = self.kind;
+        let name = self.listener.as_ref().map(|l| format!(" {l}")).unwrap_or_default();
+        write!(f, "{what}{name} on {} (setting `{setting}`, flag {flag})", self.addr)
     }
 }
 
 /// Every service `config` binds, Kafka listeners first.
 pub fn services(config: &BrokerConfig) -> Vec<Service> {
-    let service = |name: &str, setting, flag, addr| Service { name: name.to_string(), setting, flag, addr };
-    let mut out: Vec<Service> = config
-        .listeners
-        .iter()
-        .map(|l| service(&format!("Kafka listener {}", l.name), "listeners", "--listen", l.bind))
-        .collect();
+    let mut out: Vec<Service> = config.listeners.iter().map(|l| Service::kafka(&l.name, l.bind)).collect();
     let others = [
-        ("Prometheus metrics", "metrics.listen", "--metrics-listen", config.metrics_listen),
-        ("Schema Registry", "floe.schema.registry.listen", "--schema-registry-listen", config.schema_registry_listen),
-        ("web console", "floe.console.listen", "--console-listen", config.console_listen),
+        (METRICS, config.metrics_listen),
+        (SCHEMA_REGISTRY, config.schema_registry_listen),
+        (CONSOLE, config.console_listen),
     ];
-    out.extend(others.into_iter().filter_map(|(name, setting, flag, addr)| addr.map(|a| service(name, setting, flag, a))));
+    out.extend(others.into_iter().filter_map(|(kind, addr)| addr.map(|a| Service::new(kind, a))));
     // With an external REST catalog the embedded one is not started.
     if config.tiering.catalog.catalog_type != floe_tiering::CatalogType::Rest {
         if let Some(addr) = config.iceberg_rest_listen {
-            out.push(service("Iceberg REST catalog", "floe.iceberg.rest-listen", "--iceberg-rest-listen", addr));
+            out.push(Service::new(ICEBERG_REST, addr));
         }
     }
     out
@@ -139,7 +173,7 @@ mod tests {
     #[test]
     fn the_defaults_are_five_services() {
         let config = crate::config::ConfigBuilder::new().build().unwrap();
-        let ports: Vec<(u16, &str)> = services(&config).iter().map(|s| (s.addr.port(), s.setting)).collect();
+        let ports: Vec<(u16, &str)> = services(&config).iter().map(|s| (s.addr.port(), s.kind.setting)).collect();
         assert_eq!(
             ports,
             [

@@ -17,6 +17,7 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::maintenance::Maintenance;
 use crate::metrics::{self, Metrics};
+use crate::ports::{self, Service};
 use crate::security::credentials::CredentialStore;
 use crate::security::ktls;
 use crate::security::tls::TlsContext;
@@ -36,14 +37,10 @@ pub enum RunError {
         source: StorageError,
     },
     /// A service's port could not be bound.
-    #[error("cannot bind the {service}: {source}; move it with `{setting}` (flag {flag}), or run a second broker with --port-offset")]
+    #[error("cannot bind the {service}: {source}; move it with its setting or flag, or run a second broker with --port-offset")]
     Bind {
-        /// What listens there.
-        service: String,
-        /// The setting that moves it.
-        setting: &'static str,
-        /// The flag that moves it.
-        flag: &'static str,
+        /// What listens there, with the setting and flag that move it.
+        service: crate::ports::Service,
         /// The socket error.
         source: std::io::Error,
     },
@@ -148,12 +145,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     let mut endpoints = Vec::with_capacity(config.listeners.len());
     for spec in &config.listeners {
-        let bind_error = |source| RunError::Bind {
-            service: format!("Kafka listener {} on {}", spec.name, spec.bind),
-            setting: "listeners",
-            flag: "--listen",
-            source,
-        };
+        let bind_error = |source| RunError::Bind { service: Service::kafka(&spec.name, spec.bind), source };
         let listener = TcpListener::bind(spec.bind).await.map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
         if spec.advertised.is_none() && bound.ip().is_unspecified() {
@@ -173,12 +165,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     // The registry's port is bound before the broker registers, as its URL is in the registration.
     let registry_error = |e| match e {
-        crate::schema_registry::StartError::Bind { addr, source } => RunError::Bind {
-            service: format!("Schema Registry on {addr}"),
-            setting: "floe.schema.registry.listen",
-            flag: "--schema-registry-listen",
-            source,
-        },
+        crate::schema_registry::StartError::Bind { addr, source } => {
+            RunError::Bind { service: Service::new(ports::SCHEMA_REGISTRY, addr), source }
+        }
         other => RunError::Task(other.to_string()),
     };
     let registry_listener = match config.schema_registry_listen {
@@ -219,12 +208,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
-        let l = metrics::bind(addr).await.map_err(|source| RunError::Bind {
-            service: format!("Prometheus metrics endpoint on {addr}"),
-            setting: "metrics.listen",
-            flag: "--metrics-listen",
-            source,
-        })?;
+        let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { service: Service::new(ports::METRICS, addr), source })?;
         metrics_addr = l.local_addr().ok();
         tokio::spawn(metrics::serve(l, metrics.clone()));
     }
@@ -239,12 +223,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         }
         Some(addr) => {
             let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.clone())
-                .map_err(|source| RunError::Bind {
-                    service: format!("Iceberg REST catalog on {addr}"),
-                    setting: "floe.iceberg.rest-listen",
-                    flag: "--iceberg-rest-listen",
-                    source,
-                })?;
+                .map_err(|source| RunError::Bind { service: Service::new(ports::ICEBERG_REST, addr), source })?;
             iceberg_rest = Some(server);
         }
         None => {}

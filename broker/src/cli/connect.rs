@@ -211,7 +211,7 @@ fn check_property(key: &str, value: &str) -> Result<(), String> {
 
 /// The known name nearest to `typed`, if near enough to be a typo: the
 /// shortest one it begins (`sasl.user` → `sasl.username`), else the one a few
-/// edits away.
+/// edits away (the settings' did-you-mean).
 fn closest<'a>(typed: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let typed_lower = typed.to_ascii_lowercase();
     let known: Vec<&str> = known.collect();
@@ -220,24 +220,7 @@ fn closest<'a>(typed: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a 
             return Some(k);
         }
     }
-    let (distance, best) = known.into_iter().map(|k| (edit_distance(&typed_lower, k), k)).min()?;
-    (distance <= (typed.len() / 3).max(2)).then_some(best)
-}
-
-/// Levenshtein distance, over bytes.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, x) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, y) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(x != y)).min(row[j] + 1).min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
+    floe_storage::config::did_you_mean(typed, known)
 }
 
 #[cfg(test)]
@@ -281,6 +264,5 @@ mod tests {
         assert!(e.contains("did you mean sasl.password?") && !e.contains("hunter2"), "{e}");
         let e = usage(&["completely.unrelated.thing=1"]);
         assert!(e.contains("the CLI takes bootstrap.servers"), "{e}");
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }
