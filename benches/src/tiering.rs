@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::broker::Broker;
 use crate::procstat;
 
-/// The name of Floe's tiering thread (its own OS thread, `broker/src/tiering.rs`).
+/// The name of Floe's tiering thread (its own OS thread, `tiering/src/runner.rs`).
 pub const TIERING_THREAD: &str = "floe-tiering";
 
 /// Tiering counters of some topics at one moment.

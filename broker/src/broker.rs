@@ -9,6 +9,9 @@ use crate::config::BrokerConfig;
 use floe_coordinator::group::GroupCoordinators;
 use crate::metrics::Metrics;
 
+/// The leader epoch of a broker alone (and of the internal topics): never re-elected.
+pub(crate) const LEADER_EPOCH: i32 = 0;
+
 /// Everything a request handler needs, shared by all connections.
 ///
 /// Immutable after startup except through the types it holds, which are
@@ -44,7 +47,7 @@ pub struct Broker {
     pub schemas: Option<Arc<crate::schema_registry::SchemaStore>>,
     /// The table read path of shared-storage topics (always started by `run::serve`;
     /// `None` only in handler tests, where a table-only offset is answered empty).
-    pub table_reads: Option<Arc<crate::table_reads::TableReads>>,
+    pub table_reads: Option<Arc<floe_tiering::table_reads::TableReads>>,
     /// Turns true when shutdown begins: long-polling fetches answer at once
     /// instead of holding shutdown back for their full wait.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -145,9 +148,9 @@ impl Broker {
     /// leader change), or 0 for a broker alone.
     pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
         if self.is_clustered() {
-            return self.cluster.with_view(|v| v.partition(topic, partition).map_or(crate::handlers::LEADER_EPOCH, |s| s.leader_epoch));
+            return self.cluster.with_view(|v| v.partition(topic, partition).map_or(LEADER_EPOCH, |s| s.leader_epoch));
         }
-        crate::handlers::LEADER_EPOCH
+        LEADER_EPOCH
     }
 
     /// Kafka's `checkCurrentLeaderEpoch` (KIP-320): a request that names the leader

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::broker::Broker;
 
-use crate::handlers::is_internal_topic;
+use floe_protocol::topic::is_internal as is_internal_topic;
 
 /// How often roles are re-applied and ISRs checked without a change of view (logs
 /// opened late, followers falling behind).

@@ -288,7 +288,7 @@ pub struct BrokerConfig {
     /// The transaction coordinator's settings (`transaction.*`, `transactional.id.expiration.ms`).
     pub transactions: floe_coordinator::transaction::TransactionConfig,
     /// Iceberg tiering (`floe.iceberg.*`).
-    pub tiering: crate::tiering::TieringSettings,
+    pub tiering: floe_tiering::settings::TieringSettings,
     /// The read-only Iceberg REST catalog endpoint, if enabled (`floe.iceberg.rest-listen`).
     pub iceberg_rest_listen: Option<SocketAddr>,
     /// The built-in Schema Registry's endpoint, if enabled (`floe.schema.registry.listen`).
@@ -581,7 +581,7 @@ impl ConfigBuilder {
                 abort_timed_out_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.abort.timed.out.transaction.cleanup.interval.ms")?),
                 remove_expired_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.remove.expired.transaction.cleanup.interval.ms")?),
             },
-            tiering: crate::tiering::TieringSettings {
+            tiering: floe_tiering::settings::TieringSettings {
                 enabled_default: parse(r, "floe.iceberg.enabled")?,
                 catalog_name: get(r, "floe.iceberg.catalog-name").trim().to_string(),
                 namespace: get(r, "floe.iceberg.namespace").trim().to_string(),
@@ -599,7 +599,7 @@ impl ConfigBuilder {
                 compaction_min_input_files: parse_positive(r, "floe.iceberg.compaction.min-input-files")?,
                 compaction_max_bytes_per_run: parse_positive(r, "floe.iceberg.compaction.max-bytes-per-run")?,
                 catalog: tiering_catalog(r)?,
-                shared_reads: crate::tiering::SharedReadSettings {
+                shared_reads: floe_tiering::settings::SharedReadSettings {
                     threads: parse_positive(r, "floe.iceberg.shared.read-threads")?,
                     queue: parse_positive(r, "floe.iceberg.shared.read-queue")?,
                     cache_bytes: parse(r, "floe.iceberg.shared.cache-bytes")?,
@@ -655,7 +655,7 @@ impl BrokerConfig {
 }
 
 /// `floe.iceberg.catalog-type` and the settings of the catalog and warehouse it needs.
-fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<crate::tiering::CatalogSettings, ConfigError> {
+fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<floe_tiering::settings::CatalogSettings, ConfigError> {
     use floe_tiering::{CatalogType, S3Settings, Secret};
     let invalid = |key: &str, reason: &str| ConfigError::InvalidValue {
         key: key.into(),
@@ -683,7 +683,7 @@ fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<crate::tiering::Catal
         return Err(invalid("floe.iceberg.warehouse", "expected a directory (DIR or file:///DIR) or s3://BUCKET/PREFIX"));
     }
     let secret = |key: &str| Secret::new(get(r, key).trim());
-    Ok(crate::tiering::CatalogSettings {
+    Ok(floe_tiering::settings::CatalogSettings {
         catalog_type,
         uri,
         warehouse,

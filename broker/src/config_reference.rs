@@ -4,7 +4,7 @@
 //! settings that change at run time from [`crate::dynamic_config::DYNAMIC_SETTINGS`], and
 //! topic settings from [`TOPIC_SETTINGS`] below, whose keys the unit tests hold equal to
 //! the keys the code accepts (`floe_storage::config`, the `floe.iceberg.*` constants of
-//! [`crate::tiering`], Confluent's validation keys). The unit test `docs_are_generated`
+//! `floe_tiering::settings`, Confluent's validation keys). The unit test `docs_are_generated`
 //! compares the file with [`markdown`]; `FLOE_UPDATE_DOCS=1 cargo test -p floe-broker
 //! config_reference` rewrites it. So the reference cannot drift from the code.
 

@@ -28,13 +28,13 @@
 //! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
 //! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
 //! - [`replication`]: the replica manager, the ISR and the replica fetchers.
-//! - [`table_reads`]: shared-storage fetches below the local log start, served from the Iceberg table.
-//! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
-//! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).
-//! - [`iceberg_rest`]: the read-only Iceberg REST catalog server over the tiered tables (its own thread).
+//! - [`iceberg_rest`]: the HTTP server of the read-only Iceberg REST catalog (`floe_tiering::rest` answers; its own thread).
 //! - [`schema_registry`]: the built-in Schema Registry (Confluent's REST API over `_schemas`; its own thread).
 //! - [`run`]: startup and orderly shutdown.
 //! - [`text`]: words for people (plurals, `unlimited`), shared with the admin CLI.
+//!
+//! Tiering (the thread, its settings, the table-served reads, `iceberg status`/`maintain`)
+//! is `floe_tiering`'s; log maintenance (`floe_storage::maintenance`) is storage's. The broker starts both.
 
 #![warn(missing_debug_implementations)]
 
@@ -51,7 +51,6 @@ pub mod errors;
 pub mod handlers;
 pub mod listeners;
 pub mod iceberg_rest;
-pub mod maintenance;
 pub mod metrics;
 pub mod ports;
 pub mod quota;
@@ -62,7 +61,5 @@ pub mod schema_registry;
 pub mod security;
 pub mod server;
 pub mod session;
-pub mod table_reads;
 pub mod text;
-pub mod tiering;
 pub mod txn_markers;

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
-use crate::maintenance::Maintenance;
+use floe_storage::maintenance::Maintenance;
 use crate::metrics::{self, Metrics};
 use crate::ports::{self, Service};
 use crate::security::credentials::CredentialStore;
@@ -222,7 +222,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             tracing::info!(catalog = %catalog.describe(), "the embedded Iceberg REST catalog is off: tables live in an external REST catalog");
         }
         Some(addr) => {
-            let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.clone())
+            let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.iceberg.clone())
                 .map_err(|source| RunError::Bind { service: Service::new(ports::ICEBERG_REST, addr), source })?;
             iceberg_rest = Some(server);
         }
@@ -327,7 +327,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     // In a cluster only a partition's leader tiers it (see crate::tiering).
     let tierers = if cluster.is_clustered() {
         let leaders = replicas.clone();
-        crate::tiering::Tierers {
+        floe_tiering::runner::Tierers {
             broker_id: Some(config.node_id),
             leadership: Some(Arc::new(move |topic: &str, partition: i32| {
                 leaders.is_leader(&floe_cluster::TopicPartition::new(topic, partition))
@@ -335,15 +335,15 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             schemas: None,
         }
     } else {
-        crate::tiering::Tierers::default()
+        floe_tiering::runner::Tierers::default()
     };
     // Typed tables read their schemas from this broker's registry.
-    let tierers = crate::tiering::Tierers {
+    let tierers = floe_tiering::runner::Tierers {
         schemas: schemas.clone().map(|s| s as Arc<dyn floe_tiering::SchemaSource>),
         ..tierers
     };
     let tiering =
-        crate::tiering::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.clone(), tierers)
+        floe_tiering::runner::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.iceberg.clone(), tierers)
             .map_err(|e| RunError::Task(e.to_string()))?;
 
     let limits = ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
@@ -362,11 +362,11 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let table_reads = {
         let catalog = config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
         let namespace = config.tiering.namespace.clone();
-        let open: crate::table_reads::OpenCatalog = Arc::new(move || {
+        let open: floe_tiering::table_reads::OpenCatalog = Arc::new(move || {
             let (catalog, namespace) = (catalog.clone(), namespace.clone());
             Box::pin(async move { floe_tiering::IcebergCatalog::open_read_only(&catalog, &namespace).await.map_err(|e| e.to_string()) })
         });
-        Some(Arc::new(crate::table_reads::TableReads::start(config.tiering.shared_reads, open).map_err(|e| RunError::Task(e.to_string()))?))
+        Some(Arc::new(floe_tiering::table_reads::TableReads::start(config.tiering.shared_reads, open).map_err(|e| RunError::Task(e.to_string()))?))
     };
     let broker = Arc::new(Broker {
         config,

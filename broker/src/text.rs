@@ -1,17 +1,8 @@
-//! Words for people, shared by the broker's reports (`floe iceberg status`)
-//! and the admin CLI: a count with its noun in the right number, and
-//! Kafka's "no limit" values (`Long.MAX_VALUE`) as `unlimited`.
+//! Words for people in the admin CLI and the console: a count with its noun in
+//! the right number (tiering's, whose reports use it first), and Kafka's
+//! "no limit" values (`Long.MAX_VALUE`) as `unlimited`.
 
-/// `n noun`, the noun plural (an `s` added) unless `n` is 1: `1 partition`, `3 partitions`.
-pub fn count(n: impl TryInto<u128>, noun: &str) -> String {
-    // Counts are never negative; one that is prints as 0.
-    let n: u128 = n.try_into().unwrap_or(0);
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
+pub use floe_tiering::text::count;
 
 /// A number as people read it: Kafka's `Long.MAX_VALUE` (9223372036854775807,
 /// what `max.compaction.lag.ms`, `local.retention.bytes`-style settings and
@@ -30,10 +21,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_take_the_plural_unless_one() {
-        assert_eq!(count(1u32, "partition"), "1 partition");
-        assert_eq!(count(0u32, "partition"), "0 partitions");
-        assert_eq!(count(12usize, "table"), "12 tables");
+    fn no_limit_reads_unlimited() {
         assert_eq!(unlimited_or("9223372036854775807"), "unlimited");
         assert_eq!(unlimited_or("604800000"), "604800000");
     }

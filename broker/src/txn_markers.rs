@@ -105,7 +105,7 @@ fn route(broker: &Broker, topic: &str, partition: i32) -> Route {
         Some(s) if s.leader == floe_cluster::NO_LEADER => Route::Unavailable(format!("{topic}-{partition} has no leader (offline)")),
         Some(s) => Route::Remote(s.leader),
         // An internal topic is created by the first FindCoordinator: not yet, retry.
-        None if crate::handlers::is_internal_topic(topic) => Route::Unavailable(format!("{topic} is not created yet")),
+        None if floe_protocol::topic::is_internal(topic) => Route::Unavailable(format!("{topic} is not created yet")),
         None if !v.topics.contains_key(topic) => Route::Gone,
         None => Route::Unavailable(format!("{topic}-{partition} has no partition state yet")),
     })

@@ -13,6 +13,7 @@
 //! - [`records`]: the records inside a batch, parsed and written without loss (the cleaner, tiering, shared mode).
 //! - [`file_region`]: a byte range of an open file, the unit of zero-copy transfer.
 //! - [`fetch`]: the Fetch response writer, interleaving encoded bytes and file regions.
+//! - [`topic`]: the internal topics' names, and which topics are internal.
 //! - [`error`]: this crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -25,6 +26,7 @@ pub mod frame;
 pub mod record_batch;
 pub mod records;
 pub mod response;
+pub mod topic;
 
 pub use error::ProtocolError;
 pub use file_region::FileRegion;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Result, StorageError};
+use crate::iceberg_keys;
 
 /// `segment.bytes`
 pub const SEGMENT_BYTES: &str = "segment.bytes";
@@ -54,20 +55,20 @@ pub const FLOE_PREFIX: &str = "floe.";
 /// unknown Kafka key, so a misspelt `floe.iceberg.enabledd=true` cannot create a
 /// topic with tiering silently off.
 pub const FLOE_TOPIC_KEYS: &[&str] = &[
-    "floe.iceberg.enabled",
-    "floe.iceberg.partition-spec",
-    "floe.iceberg.target-lag-ms",
-    "floe.iceberg.value.format",
-    "floe.iceberg.key.format",
-    "floe.iceberg.keep-raw",
-    "floe.iceberg.snapshot.max-age-ms",
-    "floe.iceberg.snapshot.min-to-keep",
-    "floe.iceberg.target-file-size-bytes",
-    "floe.iceberg.compaction.enabled",
-    "floe.iceberg.compaction.min-input-files",
-    "floe.iceberg.storage",
-    "floe.iceberg.retention-guard",
-    "floe.iceberg.shared.fetch-compression",
+    iceberg_keys::ENABLED,
+    iceberg_keys::PARTITION_SPEC,
+    iceberg_keys::TARGET_LAG_MS,
+    iceberg_keys::VALUE_FORMAT,
+    iceberg_keys::KEY_FORMAT,
+    iceberg_keys::KEEP_RAW,
+    iceberg_keys::SNAPSHOT_MAX_AGE_MS,
+    iceberg_keys::SNAPSHOT_MIN_TO_KEEP,
+    iceberg_keys::TARGET_FILE_SIZE,
+    iceberg_keys::COMPACTION_ENABLED,
+    iceberg_keys::COMPACTION_MIN_INPUT_FILES,
+    iceberg_keys::STORAGE,
+    iceberg_keys::RETENTION_GUARD,
+    iceberg_keys::SHARED_FETCH_COMPRESSION,
 ];
 
 /// The reason given for an unknown topic key (Kafka's or Floe's).
@@ -482,8 +483,8 @@ impl LogConfig {
     /// waits for the tiering thread's floor ([`crate::PartitionLog::set_retention_floor`]).
     pub fn retention_held_for_tiering(&self) -> bool {
         let flag = |k: &str| self.floe.get(k).map(|v| v.trim().to_ascii_lowercase());
-        flag("floe.iceberg.enabled").as_deref() == Some("true")
-            && flag("floe.iceberg.retention-guard").as_deref() != Some("false")
+        flag(iceberg_keys::ENABLED).as_deref() == Some("true")
+            && flag(iceberg_keys::RETENTION_GUARD).as_deref() != Some("false")
     }
 
     /// Shared storage (`floe.iceberg.storage=shared`, issue #16): the Iceberg
@@ -495,8 +496,8 @@ impl LogConfig {
     /// case-insensitively, as the other `floe.iceberg.*` flags.
     pub fn is_shared_storage(&self) -> bool {
         let flag = |k: &str| self.floe.get(k).map(|v| v.trim().to_ascii_lowercase());
-        flag("floe.iceberg.enabled").as_deref() == Some("true")
-            && flag("floe.iceberg.storage").as_deref() == Some("shared")
+        flag(iceberg_keys::ENABLED).as_deref() == Some("true")
+            && flag(iceberg_keys::STORAGE).as_deref() == Some("shared")
     }
 
     /// `local.retention.ms` in force: `-2` resolves to `retention.ms` (KIP-405).

@@ -21,6 +21,8 @@
 //! - `txn_index`: `TransactionIndex`, a segment's `.txnindex` of aborted transactions.
 //! - [`producer_id_manager`]: `ProducerIdManager`, producer ids unique across restarts (InitProducerId).
 //! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
+//! - [`iceberg_keys`]: the `floe.iceberg.*` topic keys' names (stored here, read by tiering).
+//! - [`maintenance`]: `Maintenance`, the thread that rolls, retains, flushes and checkpoints every log.
 //! - [`checkpoint`]: Kafka's offset checkpoint file format.
 //! - [`file_names`]: every file and directory name, built and parsed in one place.
 //! - [`error`]: `StorageError`, the one error type of this crate.
@@ -51,6 +53,7 @@ pub mod cleaner;
 pub mod config;
 pub mod error;
 pub mod failpoint;
+pub mod iceberg_keys;
 pub mod file_names;
 mod index_file;
 pub mod leader_epoch_cache;
@@ -61,6 +64,7 @@ pub mod log;
 pub mod log_cleaner;
 pub mod log_dir_failure;
 pub mod log_manager;
+pub mod maintenance;
 mod offset_index;
 mod offset_map;
 pub mod producer_id_manager;

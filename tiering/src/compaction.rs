@@ -75,6 +75,36 @@ pub struct CompactionPolicy {
     pub max_bytes_per_run: u64,
 }
 
+/// What a table is compacted with, before the table is looked at: the tiering
+/// thread's topic settings, or `floe iceberg maintain`'s flags.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionRequest {
+    /// The topic setting or `--target-file-size-bytes`; `None`: the table's property, else the default.
+    pub target_file_size: Option<u64>,
+    /// `floe.iceberg.target-file-size-bytes`.
+    pub default_target_file_size: u64,
+    /// `floe.iceberg.compaction.min-input-files`.
+    pub min_input_files: usize,
+    /// `floe.iceberg.compaction.max-bytes-per-run`.
+    pub max_bytes_per_run: u64,
+}
+
+impl CompactionRequest {
+    /// The policy for `table`: the requested target, else the table's
+    /// `write.target-file-size-bytes`, else the default; at least 2 files a group.
+    pub async fn policy(&self, table: &crate::TopicTable) -> CompactionPolicy {
+        let target = match self.target_file_size {
+            Some(t) => t,
+            // Unreadable: the default; the compaction itself then says what is wrong.
+            None => table.target_file_size_property().await.ok().flatten().unwrap_or(self.default_target_file_size),
+        };
+        CompactionPolicy {
+            min_input_files: self.min_input_files.max(2),
+            ..CompactionPolicy::for_target(target, self.max_bytes_per_run)
+        }
+    }
+}
+
 impl CompactionPolicy {
     /// Java's defaults around `target_file_size`: small below 75% of it, 5 files
     /// make a group; `max_bytes_per_run` of input per run.
@@ -441,7 +471,7 @@ impl TopicTable {
             .with_sequence_number(sequence_number)
             .with_summary(Summary { operation: kind.operation, additional_properties: properties })
             .with_schema_id(metadata.current_schema_id())
-            .with_timestamp_ms(now_ms().max(metadata.last_updated_ms() + 1))
+            .with_timestamp_ms(crate::clock::wall_ms().max(metadata.last_updated_ms() + 1))
             .build();
         Ok(snapshot)
     }
@@ -484,9 +514,7 @@ fn unique_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+
 
 fn parquet_error(table: &str, path: &str, e: parquet::errors::ParquetError) -> TieringError {
     TieringError::iceberg("compact", table)(iceberg::Error::new(
@@ -626,7 +654,7 @@ mod tests {
             .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         let expiry = crate::ExpiryPolicy { max_age_ms: 0, min_to_keep: 1 };
-        let expired = t.expire_snapshots(expiry, now_ms() + 1000).await.unwrap();
+        let expired = t.expire_snapshots(expiry, crate::clock::wall_ms() + 1000).await.unwrap();
         assert!(expired.deleted_files >= 12, "{expired:?}");
         let left: BTreeSet<String> = std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
             .unwrap()

@@ -22,26 +22,42 @@
 //! - [`catalog`]: opens the catalog, one table per topic, writer locks.
 //! - [`reader`]: a read-only view of the catalog (namespaces, tables, current metadata) for serving it.
 //! - [`shared`]: shared mode's read path: file index, row-group reads, batches rebuilt from rows.
+//! - [`runner`]: the tiering thread (when, which, retry, leadership), which the broker starts.
+//! - [`settings`]: the `floe.iceberg.*` settings and the checks of a topic's own.
+//! - [`report`]: `floe iceberg status` and `floe iceberg maintain`, as text.
+//! - [`table_reads`]: a shared topic's fetches and ListOffsets served from its table, off the request path.
+//! - [`rest`]: the read-only Iceberg REST catalog's routes, answers and JSON bodies.
+//! - [`metrics`]: the `floe_iceberg_*` metrics.
+//! - [`text`]: words for people in the reports.
+//! - [`clock`]: the wall clock.
 //! - [`error`]: the crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod catalog;
 pub mod catalog_config;
+pub mod clock;
 pub mod compaction;
 pub mod convert;
 pub mod error;
 mod guard;
 pub mod maintenance;
 pub mod metadata_commit;
+pub mod metrics;
 pub mod offsets;
 pub mod orphans;
 pub mod reader;
+pub mod report;
+pub mod rest;
 pub mod retention;
+pub mod runner;
 pub mod schema;
+pub mod settings;
 pub mod shared;
 mod sink;
 pub mod table;
+pub mod table_reads;
+pub mod text;
 pub mod typed;
 #[cfg(test)]
 mod test_util;

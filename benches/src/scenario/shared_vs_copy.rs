@@ -42,7 +42,7 @@ use crate::workload::Workload;
 
 /// Table-served catch-up MB/s ÷ sendfile's, the target.
 const TARGET_RATIO: f64 = 0.25;
-/// Floe's table read threads, `floe-shared-read-N` (`broker/src/table_reads.rs`), as
+/// Floe's table read threads, `floe-shared-read-N` (`tiering/src/table_reads.rs`), as
 /// `/proc` shows them: Linux keeps 15 bytes of a thread's name.
 const READ_THREADS: &str = "floe-shared-rea";
 /// ListOffsets' timestamp for the local log start offset (KIP-405).

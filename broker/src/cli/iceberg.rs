@@ -137,18 +137,18 @@ fn run_inner(command: IcebergCommand, mut builder: ConfigBuilder) -> anyhow::Res
                 max_age_ms: max_age_ms.unwrap_or(tiering.snapshot_max_age_ms),
                 min_to_keep: min_to_keep.unwrap_or(tiering.snapshot_min_to_keep).max(1),
             };
-            let compaction = (!no_compact).then(|| floe_broker::tiering::CompactionRequest {
+            let compaction = (!no_compact).then(|| floe_tiering::compaction::CompactionRequest {
                 target_file_size: target_file_size_bytes,
                 default_target_file_size: tiering.target_file_size,
                 min_input_files: tiering.compaction_min_input_files,
                 max_bytes_per_run: tiering.compaction_max_bytes_per_run,
             });
-            let text = runtime.block_on(floe_broker::tiering::maintain(&catalog, &tiering.namespace, policy, compaction, table.as_deref()))?;
+            let text = runtime.block_on(floe_tiering::report::maintain(&catalog, &tiering.namespace, policy, compaction, table.as_deref()))?;
             print!("{text}");
         }
         IcebergCommand::Status { catalog } => {
             let (config, namespace) = catalog_config(builder, &catalog)?;
-            let text = runtime.block_on(floe_broker::tiering::status(&config, &namespace))?;
+            let text = runtime.block_on(floe_tiering::report::status(&config, &namespace))?;
             print!("{text}");
         }
         IcebergCommand::Tables { catalog, format } => {

@@ -188,8 +188,8 @@ where
         Err(reason) => return (ResponseError::InvalidConfig.code(), message(reason)),
     };
     let defaults = broker.logs.default_config();
-    let checked = crate::tiering::validate_topic_overrides(&overrides, &defaults, &broker.config.tiering)
-        .and_then(|()| crate::tiering::validate_topic_change(&current, &overrides, &defaults));
+    let checked = floe_tiering::settings::validate_topic_overrides(&overrides, &defaults, &broker.config.tiering)
+        .and_then(|()| floe_tiering::settings::validate_topic_change(&current, &overrides, &defaults));
     if let Err(reason) = checked {
         return (ResponseError::InvalidConfig.code(), message(reason));
     }
@@ -246,8 +246,8 @@ where
     let decide = |_: &floe_cluster::TopicAssignment, current: &BTreeMap<String, String>| -> Result<BTreeMap<String, String>, NotWritten> {
         let overrides = next(current).map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
         let defaults = logs.default_config();
-        crate::tiering::validate_topic_overrides(&overrides, &defaults, tiering)
-            .and_then(|()| crate::tiering::validate_topic_change(current, &overrides, &defaults))
+        floe_tiering::settings::validate_topic_overrides(&overrides, &defaults, tiering)
+            .and_then(|()| floe_tiering::settings::validate_topic_change(current, &overrides, &defaults))
             .map_err(|reason| NotWritten::Refused(ResponseError::InvalidConfig.code(), message(reason)))?;
         logs.validate_topic_config(&topic, &overrides).map_err(|e| NotWritten::Refused(kafka_error(&e).code(), message(e.to_string())))?;
         if validate_only {

@@ -57,7 +57,7 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
             continue;
         }
         let overrides = overrides_of(&topic);
-        if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
+        if let Err(reason) = floe_tiering::settings::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
             results.push(
                 result.with_error_code(ResponseError::InvalidConfig.code()).with_error_message(message(reason)),
             );
@@ -130,7 +130,7 @@ async fn create_in_cluster(broker: &Broker, topic: &CreatableTopic, name: &str, 
         result.clone().with_error_code(code.code()).with_error_message(message(reason)).with_num_partitions(-1).with_replication_factor(-1)
     };
     let overrides = overrides_of(topic);
-    if let Err(reason) = crate::tiering::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
+    if let Err(reason) = floe_tiering::settings::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
         return refused(ResponseError::InvalidConfig, reason);
     }
     let assignments: Vec<(i32, Vec<i32>)> = topic.assignments.iter().map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())).collect();

@@ -15,7 +15,7 @@
 //!
 //! A shared-storage topic's offset below the local log start offset (in the
 //! Iceberg table only) is served to consumers from the table: the batches are
-//! rebuilt off the request path ([`crate::table_reads`]) and sent as bytes;
+//! rebuilt off the request path ([`floe_tiering::table_reads`]) and sent as bytes;
 //! a read not ready within `floe.iceberg.shared.fetch-max-wait-ms` answers
 //! the partition empty, without error, and the client's next fetch finds it
 //! in the cache (never OFFSET_OUT_OF_RANGE: an `auto.offset.reset=earliest`
@@ -46,7 +46,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
-use crate::table_reads::{Served, TableRead, TableReads};
+use floe_tiering::table_reads::{Served, TableRead, TableReads};
 
 pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
     let replica = follower_id(&request, version);
@@ -191,7 +191,7 @@ async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], ma
             topic: t.topic_name.clone(),
             partition: t.partition,
             from: t.fetch_offset,
-            codec: crate::tiering::fetch_compression(&config),
+            codec: floe_tiering::settings::fetch_compression(&config),
         };
         let limit = t.partition_max_bytes.min(max_bytes).max(1) as usize;
         pending.push(async move { (i, reads.read(read, local_start, limit, wait).await) });

@@ -11,7 +11,7 @@
 //!
 //! A shared-storage partition's offsets below its local log start are in its
 //! table: by-timestamp and MAX_TIMESTAMP lookups search the table part first
-//! (through [`crate::table_reads`], off the request path) and the local
+//! (through [`floe_tiering::table_reads`], off the request path) and the local
 //! segments after, so the answer is the one Kafka's time index would give
 //! over the whole partition.
 
@@ -25,7 +25,7 @@ use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
-use crate::table_reads::Lookup;
+use floe_tiering::table_reads::Lookup;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -23,8 +23,7 @@ use crate::authorizer::{RequestContext, TOPIC_OPERATIONS};
 use crate::broker::Broker;
 use crate::session::Session;
 
-/// The leader epoch of every partition: one broker, never re-elected.
-pub(crate) const LEADER_EPOCH: i32 = 0;
+use crate::broker::LEADER_EPOCH;
 
 pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: MetadataRequest, version: i16) -> MetadataResponse {
     // v0 sends an empty list for "all topics"; v1+ sends null.
@@ -176,9 +175,7 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
 }
 
 /// Topics the broker owns (`__consumer_offsets`): hidden from listings, closed to clients' produce and delete.
-pub(crate) fn is_internal(topic: &str) -> bool {
-    topic == floe_coordinator::group::OFFSETS_TOPIC || topic == floe_coordinator::transaction::TRANSACTION_STATE_TOPIC
-}
+pub(crate) use floe_protocol::topic::is_internal;
 
 /// Every topic's name: the cluster's, or (alone) this data directory's.
 pub(crate) fn topic_names(broker: &Broker) -> Vec<String> {

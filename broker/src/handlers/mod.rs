@@ -58,15 +58,6 @@ use crate::quota::{quota_user, QuotaType};
 use crate::session::Session;
 use throttle::ThrottleTime;
 
-/// Whether `topic` is one of the coordinators' internal topics (`__consumer_offsets`,
-/// `__transaction_state`): hidden from listings, closed to clients' produce and delete.
-pub fn is_internal_topic(topic: &str) -> bool {
-    metadata::is_internal(topic)
-}
-
-/// The leader epoch of a broker alone (and of the internal topics): never re-elected.
-pub(crate) use metadata::LEADER_EPOCH;
-
 /// What to write back for one request.
 #[derive(Debug)]
 pub enum Reply {

@@ -25,7 +25,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use super::metadata::LEADER_EPOCH;
+use crate::broker::LEADER_EPOCH;
 use crate::authorizer::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

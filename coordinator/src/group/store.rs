@@ -75,7 +75,7 @@ use crate::clock::wall_ms;
 use crate::replicated::{CoordinatorTerm, ReplicationError};
 
 /// The internal topic's name, as in Kafka.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use floe_protocol::topic::OFFSETS_TOPIC;
 
 /// Topic settings of the internal topic.
 const OFFSETS_TOPIC_CONFIG: &[(&str, &str)] = &[

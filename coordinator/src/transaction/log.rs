@@ -42,7 +42,7 @@ use super::records;
 use crate::replicated::{CoordinatorTerm, ReplicationError};
 
 /// The internal topic's name, as in Kafka.
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+pub use floe_protocol::topic::TRANSACTION_STATE_TOPIC;
 
 /// Topic settings of the internal topic (Kafka's: compacted, large messages).
 const TOPIC_CONFIG: &[(&str, &str)] = &[

@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use floe_tiering::iceberg::{NamespaceIdent, TableIdent};
-use floe_tiering::CatalogReader;
-use hyper::StatusCode;
+use crate::iceberg::{NamespaceIdent, TableIdent};
+use crate::CatalogReader;
+use http::StatusCode;
 
 use super::routes::{Route, ENDPOINTS};
 use super::wire::{
@@ -21,14 +21,15 @@ use super::wire::{
 
 /// A reply before it becomes an HTTP response.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
+pub struct Reply {
+    /// The HTTP status.
+    pub status: StatusCode,
     /// JSON, or nothing (HEAD, 204).
-    pub(crate) body: Option<Vec<u8>>,
+    pub body: Option<Vec<u8>>,
     /// The `Allow` header of a 405.
-    pub(crate) allow: Option<&'static str>,
+    pub allow: Option<&'static str>,
     /// What was wrong with the request or the catalog, for the log line (errors only).
-    pub(crate) problem: Option<String>,
+    pub problem: Option<String>,
 }
 
 impl Reply {
@@ -59,7 +60,7 @@ impl Reply {
 
 /// The read-only REST view of one catalog.
 #[derive(Debug)]
-pub(crate) struct RestCatalog {
+pub struct RestCatalog {
     reader: CatalogReader,
     catalog_name: String,
     /// `file:///…/warehouse`: also accepted as `?warehouse=`.
@@ -67,16 +68,19 @@ pub(crate) struct RestCatalog {
 }
 
 impl RestCatalog {
-    pub(crate) fn new(reader: CatalogReader, catalog_name: &str, warehouse_location: &str) -> Self {
+    /// Serves `reader`'s catalog as `catalog_name` (the `{prefix}` of its paths), its warehouse
+    /// also nameable by `warehouse_location`.
+    pub fn new(reader: CatalogReader, catalog_name: &str, warehouse_location: &str) -> Self {
         Self { reader, catalog_name: catalog_name.to_string(), warehouse_location: warehouse_location.to_string() }
     }
 
     /// The name a `{prefix}` path segment may carry.
-    pub(crate) fn catalog_name(&self) -> &str {
+    pub fn catalog_name(&self) -> &str {
         &self.catalog_name
     }
 
-    pub(crate) async fn answer(&self, route: &Route) -> Reply {
+    /// The reply to `route`, read from the catalog.
+    pub async fn answer(&self, route: &Route) -> Reply {
         match route {
             Route::Config { warehouse } => self.config(warehouse.as_deref()),
             Route::ListNamespaces { parent } => {
@@ -186,15 +190,15 @@ fn no_such_namespace(namespace: &[String]) -> Reply {
     Reply::error(StatusCode::NOT_FOUND, "NoSuchNamespaceException", format!("namespace does not exist: {}", namespace.join(".")))
 }
 
-fn failed(e: floe_tiering::TieringError) -> Reply {
+fn failed(e: crate::TieringError) -> Reply {
     Reply::error(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iceberg_rest::routes::route;
-    use hyper::Method;
+    use crate::rest::routes::route;
+    use http::Method;
 
     fn body(reply: &Reply) -> serde_json::Value {
         serde_json::from_slice(reply.body.as_deref().expect("a body")).expect("JSON")
@@ -209,7 +213,7 @@ mod tests {
     async fn answers_from_the_catalog_and_refuses_writes() {
         let dir = tempfile::tempdir().unwrap();
         let (db, warehouse) = (dir.path().join("catalog.db"), dir.path().join("warehouse"));
-        let writer = floe_tiering::IcebergCatalog::open_sqlite("floe", &db, &warehouse, "kafka").await.unwrap();
+        let writer = crate::IcebergCatalog::open_sqlite("floe", &db, &warehouse, "kafka").await.unwrap();
         writer.topic_table("orders", "id-1", "day(timestamp)").await.unwrap();
         let location = format!("file://{}", warehouse.display());
         let rest = RestCatalog::new(CatalogReader::sqlite("floe", &db, &warehouse), "floe", &location);

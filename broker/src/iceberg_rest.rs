@@ -1,11 +1,5 @@
-//! The read-only Iceberg REST catalog server: engines attach to Floe's
-//! tiered tables by URL (`RestCatalog(uri=…)` in pyiceberg, `ATTACH … (TYPE
-//! iceberg, ENDPOINT …)` in DuckDB) instead of opening the SQLite catalog file.
-//!
-//! # Layout
-//! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
-//! - [`service`]: a route → status + JSON body, reading the catalog.
-//! - [`wire`]: the JSON bodies of the spec.
+//! The HTTP server of the read-only Iceberg REST catalog
+//! ([`floe_tiering::rest`]: its routes, answers and JSON bodies).
 //!
 //! The server runs on its own OS thread with a current-thread tokio runtime,
 //! like the tiering thread: reading the catalog means SQLite queries and
@@ -14,14 +8,12 @@
 //! [`MAX_CONNECTIONS`]; each request is counted in
 //! `floe_iceberg_rest_requests_total{route,status}`.
 
-pub(crate) mod routes;
-pub(crate) mod service;
-pub(crate) mod wire;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use floe_tiering::metrics::IcebergMetrics;
+use floe_tiering::rest::{Reply, RestCatalog};
 use floe_tiering::{CatalogConfig, CatalogReader};
 use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
@@ -30,8 +22,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
 
-use crate::metrics::Metrics;
-use service::{Reply, RestCatalog};
 
 /// Most connections served at once; more wait in the accept queue.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -50,7 +40,7 @@ impl IcebergRestServer {
     ///
     /// # Errors
     /// The bind error, or the thread or runtime could not be started.
-    pub fn start(addr: SocketAddr, catalog: CatalogConfig, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    pub fn start(addr: SocketAddr, catalog: CatalogConfig, metrics: IcebergMetrics) -> std::io::Result<Self> {
         // Bound here, not on the thread, so a taken port fails the broker's startup at once.
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
@@ -102,7 +92,7 @@ impl IcebergRestServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, catalog: Arc<RestCatalog>, metrics: Arc<Metrics>) {
+async fn accept_loop(listener: TcpListener, catalog: Arc<RestCatalog>, metrics: IcebergMetrics) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         // Wait for a free slot before accepting, so excess clients queue in the kernel.
@@ -135,12 +125,12 @@ async fn accept_loop(listener: TcpListener, catalog: Arc<RestCatalog>, metrics: 
 async fn handle(
     req: &Request<hyper::body::Incoming>,
     catalog: &RestCatalog,
-    metrics: &Metrics,
+    metrics: &IcebergMetrics,
     peer: SocketAddr,
 ) -> Response<Full<HttpBytes>> {
-    let route = routes::route(req.method(), req.uri().path(), req.uri().query(), catalog.catalog_name());
+    let route = floe_tiering::rest::route(req.method(), req.uri().path(), req.uri().query(), catalog.catalog_name());
     let reply = catalog.answer(&route).await;
-    metrics.iceberg.rest_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
+    metrics.rest_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
     if let Some(problem) = &reply.problem {
         let (method, uri) = (req.method(), req.uri());
         match reply.status.as_u16() {

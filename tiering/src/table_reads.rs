@@ -6,7 +6,7 @@
 //! the request's own `max_wait_ms` if shorter). OS threads named
 //! `floe-shared-read-N`, each with a current-thread runtime and its own
 //! read-only catalog, rebuild the original record batches from the table
-//! (`floe_tiering::shared`) and keep them in a cache bounded by
+//! (`crate::shared`) and keep them in a cache bounded by
 //! `floe.iceberg.shared.cache-bytes`. A read rebuilds [`READ_AHEAD_BYTES`]
 //! ahead of the fetch, whatever its `max_bytes`: a Parquet row group is decoded
 //! whole, so the batches after the asked ones cost little more, and the
@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use floe_protocol::record_batch::BatchIter;
-use floe_tiering::shared::{read_batches_with_index, FetchCompression, FileIndex};
-use floe_tiering::IcebergCatalog;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-use crate::tiering::SharedReadSettings;
+use crate::settings::SharedReadSettings;
+use crate::shared::{read_batches_with_index, FetchCompression, FileIndex};
+use crate::IcebergCatalog;
 
 /// How far ahead of a fetch a table read rebuilds (the cache serves the rest).
 pub const READ_AHEAD_BYTES: usize = 8 << 20;
@@ -281,8 +281,8 @@ const TABLE_TTL: Duration = Duration::from_secs(1);
 /// A topic's tables and their file index, as one thread loaded them.
 struct Loaded {
     at: Instant,
-    main: floe_tiering::iceberg::table::Table,
-    log: floe_tiering::iceberg::table::Table,
+    main: crate::iceberg::table::Table,
+    log: crate::iceberg::table::Table,
     index: FileIndex,
 }
 
@@ -380,8 +380,8 @@ async fn lookup(
 ) -> LookupResult {
     let l = loaded(open, catalog, tables, topic, None).await?;
     let found = match what {
-        Lookup::Timestamp(ts) => floe_tiering::shared::lookup::offset_for_timestamp(&l.main, &l.log, &l.index, partition, ts, from, upper).await,
-        Lookup::MaxTimestamp => floe_tiering::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper).await,
+        Lookup::Timestamp(ts) => crate::shared::lookup::offset_for_timestamp(&l.main, &l.log, &l.index, partition, ts, from, upper).await,
+        Lookup::MaxTimestamp => crate::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper).await,
     };
     found.map_err(|e| e.to_string())
 }
@@ -409,10 +409,10 @@ async fn loaded<'a>(
             cat.catalog().load_table(&cat.ident(&name)).await.map_err(|e| format!("cannot load table {name}: {e}"))
         };
         let main = load(topic.to_string()).await?;
-        let log = load(floe_tiering::catalog::log_table_name(topic)).await?;
+        let log = load(crate::catalog::log_table_name(topic)).await?;
         // A typed topic's dead letters hold the offsets its table could not type:
         // merged with the others when read. A raw topic has no `__dlq`.
-        let dlq_name = floe_tiering::catalog::dead_letter_table_name(topic);
+        let dlq_name = crate::catalog::dead_letter_table_name(topic);
         let dlq = match cat.catalog().table_exists(&cat.ident(&dlq_name)).await {
             Ok(true) => Some(load(dlq_name).await?),
             Ok(false) => None,

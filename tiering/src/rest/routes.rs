@@ -8,11 +8,11 @@
 //! namespace is one path segment with its levels joined by `%1F` (the unit
 //! separator), as the spec says.
 
-use hyper::Method;
+use http::Method;
 
 /// What a request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     /// `GET /v1/config[?warehouse=…]`.
     Config {
         /// The warehouse the client asked for, if any.
@@ -72,7 +72,7 @@ pub(crate) enum Route {
 
 impl Route {
     /// A short, fixed label for metrics.
-    pub(crate) fn label(&self) -> &'static str {
+    pub fn label(&self) -> &'static str {
         match self {
             Route::Config { .. } => "config",
             Route::ListNamespaces { .. } => "list_namespaces",
@@ -91,7 +91,7 @@ impl Route {
 }
 
 /// The endpoints Floe serves, in the form the spec's `ConfigResponse.endpoints` lists them.
-pub(crate) const ENDPOINTS: &[&str] = &[
+pub const ENDPOINTS: &[&str] = &[
     "GET /v1/{prefix}/namespaces",
     "GET /v1/{prefix}/namespaces/{namespace}",
     "HEAD /v1/{prefix}/namespaces/{namespace}",
@@ -107,7 +107,7 @@ const ROOTS: &[&str] = &["namespaces", "tables", "transactions", "views"];
 
 /// Parses a request line. `path` is the URI's path (still percent-encoded),
 /// `query` its query string; `prefix` is the one `{prefix}` value accepted.
-pub(crate) fn route(method: &Method, path: &str, query: Option<&str>, prefix: &str) -> Route {
+pub fn route(method: &Method, path: &str, query: Option<&str>, prefix: &str) -> Route {
     let not_found = |reason: &str| Route::NotFound { reason: reason.to_string() };
     let Some(rest) = path.strip_prefix("/v1/") else { return not_found("paths start with /v1/") };
     let raw: Vec<&str> = rest.trim_end_matches('/').split('/').collect();

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use floe_tiering::iceberg::spec::TableMetadata;
+use crate::iceberg::spec::TableMetadata;
 use serde::Serialize;
 
 /// `GET /v1/config`.

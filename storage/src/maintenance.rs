@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use floe_storage::LogManager;
+use crate::LogManager;
 
 /// Kafka's `InitialTaskDelayMs`: the first retention pass waits this long
 /// after start-up (or less when the retention check interval is shorter).
