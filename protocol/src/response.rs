@@ -17,7 +17,12 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
-use kafka_protocol::protocol::{Encodable, HeaderVersion};
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+
+/// `Some(text)` as the nullable error message of Kafka's responses (`error_message`).
+pub fn message(text: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text.into()))
+}
 
 use crate::error::ProtocolError;
 

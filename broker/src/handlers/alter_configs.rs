@@ -28,7 +28,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

@@ -24,7 +24,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

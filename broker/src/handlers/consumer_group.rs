@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

@@ -13,7 +13,7 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
         return DescribeClusterResponse::default()
             .with_error_code(kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code())
-            .with_error_message(super::message("DESCRIBE on the cluster is needed"));
+            .with_error_message(floe_protocol::response::message("DESCRIBE on the cluster is needed"));
     }
     let (brokers, controller_id) = broker.cluster_brokers(&session.endpoint);
     let brokers = brokers

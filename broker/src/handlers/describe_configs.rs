@@ -15,7 +15,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

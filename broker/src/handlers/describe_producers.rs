@@ -7,7 +7,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

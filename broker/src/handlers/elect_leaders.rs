@@ -24,7 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use floe_cluster::ElectionType;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

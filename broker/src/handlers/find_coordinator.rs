@@ -24,7 +24,7 @@ use floe_coordinator::partitioned::partition_for;
 use floe_coordinator::replicated::NO_TERM;
 use floe_coordinator::transaction::TRANSACTION_STATE_TOPIC;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;

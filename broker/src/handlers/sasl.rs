@@ -26,7 +26,8 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{message, Reply};
+use super::Reply;
+use floe_protocol::response::message;
 use crate::broker::Broker;
 use crate::security::sasl::SaslMechanism;
 use crate::security::scram::{self, ScramMechanism};

@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::message;
+use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
