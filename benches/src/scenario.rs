@@ -37,24 +37,22 @@
 //!   vs sendfile, produce and tail p99 beside a table-served backfill, bytes stored,
 //!   tiering CPU.
 //!
-//! Shared by the scenarios: [`Ctx`] (the run's options, report, launcher and ceiling, in
-//! this file), [`common`] (progress bars, a phase's broker CPU and RSS, scratch data dirs,
+//! Shared by the scenarios: [`ctx`] (the run's options, report, launcher and ceiling),
+//! [`common`] (progress bars, a phase's broker CPU and RSS, scratch data dirs,
 //! request metrics), [`load_phase`] (one OMB-style load on a fresh broker, for
 //! `max-throughput` and `coupling`).
 
-use std::path::PathBuf;
-
 use anyhow::{bail, Context};
 
-use self::common::spinner;
-use crate::broker::{Broker, FloeLauncher};
-use crate::ceiling::{self, Ceiling};
+use self::ctx::Ctx;
+pub use self::ctx::Options;
+use crate::broker::FloeLauncher;
 use crate::report::{display_path, Machine, Report};
-use crate::workload::Workload;
 
 mod common;
 mod compaction;
 mod coupling;
+mod ctx;
 mod freshness;
 mod load_phase;
 mod max_throughput;
@@ -80,40 +78,6 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("replication", "etcd + 3 brokers: RF=1 vs RF=3 acks=all throughput and latency, replica fetch bytes by path, kill -9 leader failover p50/p99"),
     ("shared-vs-copy", "shared vs copy storage: catch-up MB/s and broker CPU s/GB from the table vs sendfile, produce/tail p99 beside a table backfill, bytes stored, tiering CPU"),
 ];
-
-/// Options of one `floe-bench run`.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Scenario name.
-    pub scenario: String,
-    /// A few seconds per scenario (CI).
-    pub quick: bool,
-    /// Drive this broker instead of starting `floe`.
-    pub bootstrap: Option<String>,
-    /// The external broker's process, for CPU and RSS.
-    pub broker_pid: Option<u32>,
-    /// Output directory.
-    pub out: PathBuf,
-    /// The `floe` binary.
-    pub floe_bin: Option<PathBuf>,
-    /// Extra arguments for every `floe` started.
-    pub floe_args: Vec<String>,
-    /// Extra broker settings of the tiering-on arm (`coupling`).
-    pub overrides: Vec<(String, String)>,
-    /// Fixed rate of `coupling` (instead of half the probed maximum), of `compaction`'s
-    /// latency producer, and of `replication`'s latency arms; messages/s.
-    pub rate: Option<u64>,
-    /// Backlog of `tiering-cost`, MB (instead of the workload's).
-    pub backlog_mb: Option<u64>,
-    /// The two `floe.iceberg.target-lag-ms` of `freshness`.
-    pub target_lags_ms: Vec<u64>,
-    /// A workload file instead of the scenario's built-in one.
-    pub workload: Option<PathBuf>,
-    /// Leader kills of `replication` (instead of 20, or 2 with `quick`).
-    pub kills: Option<usize>,
-    /// Tiering commits of `table-maintenance` (instead of 200, or 20 with `quick`).
-    pub commits: Option<usize>,
-}
 
 /// Runs a scenario; returns the process exit code.
 ///
@@ -198,62 +162,4 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
     println!("{}", std::fs::read_to_string(&md)?);
     eprintln!("report: {}\nfigures: {}", md.display(), json.display());
     Ok(0)
-}
-
-struct Ctx {
-    opts: Options,
-    report: Report,
-    launcher: FloeLauncher,
-    ceiling: Option<Ceiling>,
-}
-
-impl Ctx {
-    fn workload(&self, builtin: &str) -> anyhow::Result<Workload> {
-        let w = match &self.opts.workload {
-            Some(p) => Workload::load(p)?,
-            None => Workload::builtin(builtin)?,
-        };
-        Ok(if self.opts.quick { w.quick() } else { w })
-    }
-
-    fn measure_ceiling(&mut self) -> anyhow::Result<()> {
-        let bar = spinner("ceiling: sendfile into loopback");
-        let (bytes, runs) = if self.opts.quick { (512u64 << 20, 1) } else { (4u64 << 30, 3) };
-        let c = ceiling::sendfile_loopback(bytes, 1 << 20, runs)?;
-        bar.finish_with_message(format!("{:.0} MB/s", c.mb_per_s));
-        self.report.heading("Ceiling");
-        self.report.para(&format!(
-            "`sendfile(2)` of a page-cached file into a loopback TCP socket, 1 MiB per call, read and discarded by a \
-             thread of the harness: **{:.0} MB/s** (median of {} run(s) of {} MiB: {}). Throughputs below are also \
-             quoted as a fraction of this.",
-            c.mb_per_s,
-            c.runs_mb_per_s.len(),
-            c.bytes >> 20,
-            c.runs_mb_per_s.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
-        ));
-        self.report.set("ceiling", &c);
-        self.ceiling = Some(c);
-        Ok(())
-    }
-
-    fn of_ceiling(&self, mb_per_s: f64) -> Option<f64> {
-        self.ceiling.as_ref().map(|c| mb_per_s / c.mb_per_s)
-    }
-
-    /// A broker for one arm: ours on `data_dir` with `overrides`, or the external one.
-    fn broker(&self, label: &str, data_dir: &std::path::Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
-        match &self.opts.bootstrap {
-            Some(b) => Ok(Broker::external(b.clone(), self.opts.broker_pid)),
-            None => self.launcher.start(label, data_dir, overrides),
-        }
-    }
-
-    fn topics(&self, w: &Workload) -> Vec<String> {
-        let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
-        (0..w.topics).map(|i| format!("floe-bench-{}-{tag}-{i}", self.opts.scenario)).collect()
-    }
-
-    fn plot_path(&self, name: &str) -> PathBuf {
-        self.opts.out.join(name)
-    }
 }

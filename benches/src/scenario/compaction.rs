@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::common::{bar, kv, met, spinner, temp_data_dir, CostMeter, PhaseCost, MIB};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::compaction::{self, CleanerCounters};
 use crate::load::{self, LatencySummary};
 use crate::plot;

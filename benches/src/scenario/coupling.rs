@@ -11,7 +11,7 @@
 
 use super::common::{kv, MIB};
 use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::load::LoadResult;
 use crate::plot;
 use crate::report::{f1, f2};

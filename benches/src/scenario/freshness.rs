@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use super::common::{bar, kv, temp_data_dir};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::freshness::{self, Freshness, FreshnessSpec};
 use crate::load;
 use crate::plot;

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::common::{bar, temp_data_dir, CostMeter, PhaseCost};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::load::{self, LoadResult, RunSpec};
 use crate::tiering::TieringCounters;
 use crate::workload::Workload;

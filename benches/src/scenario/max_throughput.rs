@@ -8,7 +8,7 @@
 //! replication, and a second machine (the clients share the cores with the broker).
 
 use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::plot;
 use crate::report::{f1, f2, pct};
 

@@ -22,7 +22,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::common::{bar, kv, met, request_delta, request_times, spinner};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::cluster::{Cluster, PartitionState, SESSION_TIMEOUT_MS};
 use crate::load::{self, LatencySummary, LoadResult, RunSpec};
 use crate::plot;

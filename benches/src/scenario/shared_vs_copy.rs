@@ -30,7 +30,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use super::common::{bar, kv, spinner, temp_data_dir, CostMeter, PhaseCost, MIB};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::broker::Broker;
 use crate::fetch_client;
 use crate::load::{self, CatchUp, LatencySummary, RunSpec};

@@ -15,7 +15,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::common::{bar, kv, spinner, temp_data_dir};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::iceberg_query;
 use crate::load;
 use crate::plot;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::common::{bar, kv, temp_data_dir, CostMeter, MIB};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::load::{self, RunSpec};
 use crate::report::{f1, f2};
 use crate::tiering::{self, TieringCounters};

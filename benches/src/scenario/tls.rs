@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::common::{bar, spinner, temp_data_dir, CostMeter, PhaseCost};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::load::{self, RunSpec};
 use crate::report::{f1, f2};
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::common::{bar, met, request_delta, request_times, temp_data_dir, CostMeter, PhaseCost};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::broker::Broker;
 use crate::load::{self, LatencySummary};
 use crate::plot;

@@ -13,7 +13,7 @@
 use serde::Serialize;
 
 use super::common::{bar, temp_data_dir, CostMeter, PhaseCost};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::load::{self, CatchUp, RunSpec};
 use crate::plot;
 use crate::report::{f1, f2, pct};

@@ -223,6 +223,14 @@ fn closest<'a>(typed: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a 
     floe_storage::config::did_you_mean(typed, known)
 }
 
+/// Splits `key=value` (`-c`, `-s`, `-H`); `what` names the flag in the error.
+pub fn key_value(text: &str, what: &str) -> anyhow::Result<(String, String)> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("{what} `{text}` is not KEY=VALUE (e.g. retention.ms=86400000)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

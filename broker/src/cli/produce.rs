@@ -18,11 +18,10 @@ use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
 use super::admin::{check, error_name, Admin, CliFailure, Target};
-use super::connect::ConnectArgs;
+use super::connect::{key_value, ConnectArgs};
 use super::output::{Format, Output, Table};
 use super::partitioner::partition_for_key;
 use super::records::{codec_name, encode_batch, NewRecord};
-use super::topic::key_value;
 
 /// The `Examples:` block of `floe topic produce --help`.
 const PRODUCE_EXAMPLES: &str = "\

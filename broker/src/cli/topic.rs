@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use floe_broker::text::{count, unlimited_or};
 
 use super::admin::{check, error_name, Admin, CliFailure, Target};
-use super::connect::ConnectArgs;
+use super::connect::{key_value, ConnectArgs};
 use super::offsets::{list_offsets, EARLIEST, LATEST};
 use super::output::{Output, Table};
 use super::{consume, produce};
@@ -176,14 +176,6 @@ pub async fn execute(admin: &mut Admin, command: TopicCommand, out: Output) -> a
         TopicCommand::TrimPrefix { name, partitions, offset } => trim_prefix(admin, out, name, partitions, offset).await,
         TopicCommand::Produce(_) | TopicCommand::Consume(_) => bail!("topic produce and consume run on their own, not through execute"),
     }
-}
-
-/// Splits `key=value`; `what` names the flag in the error.
-pub fn key_value(text: &str, what: &str) -> anyhow::Result<(String, String)> {
-    text.split_once('=')
-        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| anyhow!("{what} `{text}` is not KEY=VALUE (e.g. retention.ms=86400000)"))
 }
 
 async fn create(admin: &mut Admin, out: Output, name: String, partitions: Option<i32>, replicas: Option<i16>, configs: Vec<String>, dry_run: bool) -> anyhow::Result<()> {

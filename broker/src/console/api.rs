@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
 use floe_protocol::record_batch::CompressionType;
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -21,93 +20,26 @@ use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Map, Value};
 
 use super::session::{self, Session};
-use super::{response, Console};
-use crate::cli::admin::{check, exit_code, Admin, Target};
+use super::cli_call::{cli_json, run_cli, ApiError, ApiResult};
+use super::state::Console;
+use crate::cli::admin::{check, Admin, Target};
 use crate::cli::output::{capture, Format, Output};
-use crate::cli::{self, AdminCommand};
+use crate::cli;
 
-/// An API error: the status and the message for `{"error": ...}`.
-#[derive(Debug)]
-pub struct ApiError {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// What went wrong, for people.
-    pub message: String,
-}
-
-impl ApiError {
-    /// A 400 with `message`.
-    pub fn bad(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into() }
+/// A response with `body` of `content_type`, and the headers every answer (the API's and
+/// the static files') carries.
+pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        h.insert(header::CONTENT_TYPE, v);
     }
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into() }
-    }
-}
-
-impl From<anyhow::Error> for ApiError {
-    /// The status a command's error maps to: Kafka's authorization errors are
-    /// 403, what does not exist 404, a refused login 401, no answer 502, and
-    /// any other refusal 400.
-    fn from(e: anyhow::Error) -> Self {
-        let message = format!("{e:#}");
-        let status = if message.contains("AUTHORIZATION_FAILED") {
-            StatusCode::FORBIDDEN
-        } else {
-            match exit_code(&e) {
-                4 => StatusCode::NOT_FOUND,
-                3 if message.contains("refused the SASL") => StatusCode::UNAUTHORIZED,
-                3 => StatusCode::BAD_GATEWAY,
-                _ => StatusCode::BAD_REQUEST,
-            }
-        };
-        ApiError { status, message }
-    }
-}
-
-type ApiResult = Result<Value, ApiError>;
-
-/// `floe ARGV...` as the CLI parses it, for [`cli_json`].
-#[derive(Debug, Parser)]
-#[command(name = "floe", no_binary_name = true)]
-struct Argv {
-    #[command(subcommand)]
-    command: AdminCommand,
-}
-
-/// Runs `floe ARGV... --format json` on `admin` and returns what it would
-/// print, with the command's result (a command may print and still fail:
-/// `cluster health` of an unhealthy cluster).
-async fn run_cli(admin: &mut Admin, argv: &[String]) -> (Option<Value>, Result<(), ApiError>) {
-    let parsed = match Argv::try_parse_from(argv) {
-        Ok(p) => p,
-        Err(e) => return (None, Err(ApiError::bad(e.render().to_string().trim().to_string()))),
-    };
-    let out = Output { format: Format::Json };
-    if let AdminCommand::Acl { command, .. } = &parsed.command {
-        if let Err(message) = cli::acl::validate(command) {
-            return (None, Err(ApiError::bad(message)));
-        }
-    }
-    let (mut docs, result) = capture(async move {
-        match parsed.command {
-            AdminCommand::Topic { command, .. } => cli::topic::execute(admin, command, out).await,
-            AdminCommand::Group { command, .. } => cli::group::execute(admin, command, out).await,
-            AdminCommand::Cluster { command, .. } => cli::cluster::execute(admin, command, out).await,
-            AdminCommand::Acl { command, .. } => cli::acl::execute(admin, command, out).await,
-            AdminCommand::User { command, .. } => cli::user::execute(admin, command, out).await,
-        }
-    })
-    .await;
-    (docs.pop(), result.map_err(ApiError::from))
-}
-
-/// [`run_cli`]'s document, or its error.
-pub async fn cli_json(admin: &mut Admin, argv: &[String]) -> ApiResult {
-    match run_cli(admin, argv).await {
-        (doc, Ok(())) => Ok(doc.unwrap_or(Value::Null)),
-        (_, Err(e)) => Err(e),
-    }
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    r
 }
 
 fn argv(items: &[&str]) -> Vec<String> {
@@ -899,7 +831,10 @@ async fn iceberg_snapshots(console: &Console, session: &Session, table: &str) ->
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+    use crate::console::cli_call::Argv;
 
     #[test]
     fn start_offsets_stay_in_the_log() {

@@ -11,7 +11,7 @@ use std::path::Path;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
-use super::api::ApiError;
+use super::cli_call::ApiError;
 
 /// Files served, by extension, and their content types.
 const TYPES: &[(&str, &str)] = &[

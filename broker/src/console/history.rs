@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::api::cli_json;
-use super::Console;
+use super::cli_call::cli_json;
+use super::state::Console;
 use crate::cli::admin::Admin;
 
 /// How often the metrics are scraped.

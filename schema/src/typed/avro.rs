@@ -18,7 +18,7 @@ use super::arrow_types::{self, field, list_of, string_map_of, MAX_DECIMAL_PRECIS
 use super::columns::{mismatch, Column};
 use super::error::{child_path, DecodeError};
 use super::wire::read_zigzag;
-use super::MAX_DEPTH;
+use super::error::MAX_DEPTH;
 
 /// How to read one Avro value, and into which column shape.
 #[derive(Debug)]

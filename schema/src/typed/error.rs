@@ -7,6 +7,10 @@ use arrow_schema::ArrowError;
 
 use crate::error::RegistryError;
 
+/// How deep a schema may nest (records in records, lists of lists...): deeper
+/// schemas are refused, so reading a value never recurses further.
+pub const MAX_DEPTH: usize = 64;
+
 /// Why a schema has no typed decoder (or, rarely, why a batch could not be built).
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -26,8 +30,8 @@ pub enum DecodeError {
         /// What cannot be typed, and why.
         reason: String,
     },
-    /// The schema nests deeper than [`super::MAX_DEPTH`] levels.
-    #[error("{path}: nested deeper than {} levels", super::MAX_DEPTH)]
+    /// The schema nests deeper than [`MAX_DEPTH`] levels.
+    #[error("{path}: nested deeper than {} levels", MAX_DEPTH)]
     TooDeep {
         /// Where the limit was reached.
         path: String,

@@ -24,7 +24,7 @@ use crate::json_schema::kind_of;
 use super::arrow_types::{self, field, list_of};
 use super::columns::{mismatch, Column};
 use super::error::{child_path, DecodeError};
-use super::MAX_DEPTH;
+use super::error::MAX_DEPTH;
 use crate::records::SchemaReference;
 
 #[derive(Debug)]

@@ -101,13 +101,9 @@ use crate::compatibility::SchemaType;
 use crate::records::SchemaReference;
 use crate::registry::{RegisteredSchema, Registry};
 
-pub use error::DecodeError;
+pub use error::{DecodeError, MAX_DEPTH};
 
 use columns::Column;
-
-/// How deep a schema may nest (records in records, lists of lists...): deeper
-/// schemas are refused, so reading a value never recurses further.
-pub const MAX_DEPTH: usize = 64;
 
 /// Decodes the values of one schema id into typed Arrow batches.
 ///

@@ -22,7 +22,7 @@ use super::arrow_types::{self, field, list_of, map_of};
 use super::columns::{mismatch, Column};
 use super::error::{child_path, DecodeError};
 use super::wire::split_message_indexes;
-use super::MAX_DEPTH;
+use super::error::MAX_DEPTH;
 use crate::protobuf::{descriptor_pool, SCHEMA_FILE};
 use crate::records::SchemaReference;
 
