@@ -1,0 +1,12 @@
+//! Floe's outbound Kafka connection: what a broker speaks to another (replica
+//! fetchers, transaction markers) and what the `floe` admin commands speak to
+//! any Kafka-compatible cluster.
+//!
+//! # Layout
+//! - [`security_protocol`]: Kafka's `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod security_protocol;
+
+pub use security_protocol::SecurityProtocol;
