@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //! - [`security_protocol`]: Kafka's `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+//! - [`scram`]: SCRAM-SHA-256/512, the primitives both sides share and the client's side.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod scram;
 pub mod security_protocol;
 
 pub use security_protocol::SecurityProtocol;

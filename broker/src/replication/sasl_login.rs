@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use floe_client::scram::ScramClient;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
@@ -17,7 +18,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::client::{BrokerConnection, ClientError};
 use crate::security::inter_broker::SaslCredentials;
 use crate::security::sasl::SaslMechanism;
-use crate::security::scram_client::ScramClient;
 
 /// SaslHandshake v1: the version after which the tokens go in SaslAuthenticate.
 const SASL_HANDSHAKE_VERSION: i16 = 1;

@@ -6,8 +6,8 @@
 //! - [`ktls`]: whether the kernel can take over TLS records (kTLS), decided
 //!   once at startup.
 //! - [`sasl`]: SASL settings and mechanism names.
-//! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys.
-//! - [`scram_client`]: the client's side of SCRAM, for broker-to-broker logins.
+//! - [`scram`]: the SCRAM-SHA-256/512 exchange and the stored keys (the server's
+//!   side; the client's, for broker-to-broker logins, is [`floe_client::scram`]).
 //! - [`inter_broker`]: what this broker presents to the others (TLS client
 //!   configuration, SASL mechanism and credentials).
 //! - [`credentials`]: the SCRAM credential store on disk, and PLAIN users.
@@ -18,6 +18,5 @@ pub mod inter_broker;
 pub mod ktls;
 pub mod sasl;
 pub mod scram;
-pub mod scram_client;
 pub mod tls;
 pub mod x500;
