@@ -4,11 +4,14 @@
 //!
 //! # Layout
 //! - [`security_protocol`]: Kafka's `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+//! - [`sasl`]: SASL mechanisms and the credentials a login presents.
 //! - [`scram`]: SCRAM-SHA-256/512, the primitives both sides share and the client's side.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod sasl;
 pub mod scram;
 pub mod security_protocol;
 
+pub use sasl::{SaslCredentials, SaslMechanism};
 pub use security_protocol::SecurityProtocol;

@@ -28,6 +28,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use floe_client::SaslCredentials;
 use floe_cluster::BrokerRegistration;
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
@@ -38,7 +39,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::listeners::SecurityProtocol;
-use crate::security::inter_broker::{InterBrokerClient, SaslCredentials};
+use crate::security::inter_broker::InterBrokerClient;
 use crate::security::sasl::SaslMechanism;
 
 /// The largest response frame accepted: a size prefix above it is taken as

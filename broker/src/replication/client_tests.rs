@@ -154,7 +154,7 @@ async fn sasl_broker(dir: &Path, reauth_ms: u64) -> (u16, tokio::sync::watch::Se
 }
 
 fn sasl_client(mechanism: SaslMechanism, username: &str, password: &str) -> InterBrokerClient {
-    use crate::security::inter_broker::SaslCredentials;
+    use floe_client::SaslCredentials;
     let settings = InterBrokerSettings {
         listener: "SASL_PLAINTEXT".into(),
         protocol: SecurityProtocol::SaslPlaintext,

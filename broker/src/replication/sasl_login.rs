@@ -11,12 +11,12 @@
 use std::time::Duration;
 
 use floe_client::scram::ScramClient;
+use floe_client::SaslCredentials;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::{BrokerConnection, ClientError};
-use crate::security::inter_broker::SaslCredentials;
 use crate::security::sasl::SaslMechanism;
 
 /// SaslHandshake v1: the version after which the tokens go in SaslAuthenticate.

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use floe_client::SaslCredentials;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -42,21 +43,6 @@ pub struct InterBrokerSettings {
     /// The credentials of `mechanism`, when the listener uses SASL and the
     /// broker is in a cluster.
     pub credentials: Option<SaslCredentials>,
-}
-
-/// A SASL user name and password (from a JAAS line). `Debug` hides the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SaslCredentials {
-    /// The user name.
-    pub username: String,
-    /// The password.
-    pub password: String,
-}
-
-impl fmt::Debug for SaslCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SaslCredentials").field("username", &self.username).field("password", &"****").finish()
-    }
 }
 
 impl InterBrokerSettings {
