@@ -15,14 +15,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use floe_client::tls::TlsClientSettings;
 use floe_client::SaslCredentials;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::ClientConfig;
 
 use super::sasl::SaslMechanism;
-use super::tls::{protocol_versions, read_certificates, read_private_key, TlsError, TlsSettings};
+use super::tls::{TlsError, TlsSettings};
 use crate::listeners::{ListenerSpec, SecurityProtocol};
 use crate::raw_config::{get, ConfigError};
 
@@ -181,7 +179,7 @@ impl InterBrokerClient {
     /// # Errors
     /// [`TlsError`] naming the file or setting at fault.
     pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<Self, TlsError> {
-        let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_config(tls, settings.verify_hostname)?)) } else { None };
+        let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?)) } else { None };
         let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
         Ok(InterBrokerClient { tls: tls_config, sasl })
     }
@@ -208,17 +206,15 @@ impl InterBrokerClient {
                 "none" => false,
                 other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
             };
-            let settings = TlsSettings {
+            let settings = TlsClientSettings {
                 certificate: prop("ssl.certificate.location").map(Into::into),
                 key: prop("ssl.key.location").map(Into::into),
                 truststore: Some(ca.into()),
-                client_auth: super::tls::ClientAuth::None,
                 tls12: true,
                 tls13: true,
-                ktls: super::ktls::KtlsMode::Off,
-                reload_interval_ms: 0,
+                verify_hostname,
             };
-            Some(Arc::new(client_config(&settings, verify_hostname).map_err(|e| e.to_string())?))
+            Some(Arc::new(settings.client_config().map_err(|e| e.to_string())?))
         } else {
             None
         };
@@ -247,68 +243,17 @@ impl InterBrokerClient {
     }
 }
 
-/// The `rustls` client configuration: the truststore's CAs, this broker's
-/// certificate as client certificate, the enabled TLS versions.
-fn client_config(settings: &TlsSettings, verify_hostname: bool) -> Result<ClientConfig, TlsError> {
-    let ca_path = settings.truststore.as_deref().ok_or(TlsError::Missing("ssl.truststore.location"))?;
-    let mut roots = RootCertStore::empty();
-    for cert in read_certificates("CA certificates", ca_path)? {
-        roots.add(cert).map_err(|e| TlsError::Pem { what: "CA certificates", path: ca_path.to_path_buf(), reason: e.to_string() })?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings))?;
-    let builder = if verify_hostname {
-        builder.with_root_certificates(roots)
-    } else {
-        let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
-    };
-    // The broker's own certificate, for leaders with `ssl.client.auth=required`.
-    match (settings.certificate.as_deref(), settings.key.as_deref()) {
-        (Some(cert_path), Some(key_path)) => {
-            let chain = read_certificates("certificate chain", cert_path)?;
-            let key = read_private_key(key_path)?;
-            Ok(builder.with_client_auth_cert(chain, key)?)
-        }
-        _ => Ok(builder.with_no_client_auth()),
-    }
-}
-
-/// Kafka's `ssl.endpoint.identification.algorithm=` (empty): the chain must
-/// reach a trusted CA and be valid now, but any host name is accepted.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the chain before the name: a name error means the chain was good.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+/// The client side of this broker's `ssl.*` settings: its truststore, its
+/// certificate and key (presented to leaders that ask for client
+/// certificates), its TLS versions.
+fn client_tls(tls: &TlsSettings, verify_hostname: bool) -> TlsClientSettings {
+    TlsClientSettings {
+        truststore: tls.truststore.clone(),
+        certificate: tls.certificate.clone(),
+        key: tls.key.clone(),
+        tls12: tls.tls12,
+        tls13: tls.tls13,
+        verify_hostname,
     }
 }
 
