@@ -7,17 +7,17 @@
 //! refuses, at startup, a clustered broker whose inter-broker listener needs
 //! TLS without `ssl.truststore.location` (Kafka falls back to the JVM's
 //! default truststore; Floe has none) or SASL without credentials.
-//! [`InterBrokerClient`] is what connections use: the loaded `rustls` client
-//! configuration and the credentials. The password is never in a `Debug`
-//! output or a log line.
+//! [`load`] turns them into what connections use, a
+//! [`floe_client::ClientSecurity`]: the loaded `rustls` client configuration
+//! and the credentials ([`for_client`] does the same for the command-line
+//! client's properties). The password is never in a `Debug` output or a log
+//! line.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 use floe_client::tls::TlsClientSettings;
-use floe_client::SaslCredentials;
-use rustls::ClientConfig;
+use floe_client::{ClientSecurity, SaslCredentials};
 
 use super::sasl::SaslMechanism;
 use super::tls::{TlsError, TlsSettings};
@@ -152,95 +152,65 @@ fn parse_jaas(text: &str) -> Result<SaslCredentials, &'static str> {
     Ok(SaslCredentials { username, password })
 }
 
-/// What an outbound inter-broker connection uses: TLS client configuration
-/// (for SSL and SASL_SSL endpoints) and SASL credentials (for SASL ones).
-#[derive(Clone, Default)]
-pub struct InterBrokerClient {
-    tls: Option<Arc<ClientConfig>>,
-    sasl: Option<(SaslMechanism, SaslCredentials)>,
+/// What this broker presents to the others, as `settings` say: loads the
+/// truststore, this broker's certificate and key (presented to leaders that
+/// ask for client certificates) when the inter-broker listener uses TLS.
+/// Blocking file reads: call at startup.
+///
+/// # Errors
+/// [`TlsError`] naming the file or setting at fault.
+pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<ClientSecurity, TlsError> {
+    let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?)) } else { None };
+    let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
+    Ok(ClientSecurity::new(tls_config, sasl))
 }
 
-impl fmt::Debug for InterBrokerClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InterBrokerClient").field("tls", &self.tls.is_some()).field("sasl", &self.sasl).finish()
-    }
-}
-
-impl InterBrokerClient {
-    /// PLAINTEXT only: no TLS, no SASL (a broker alone, tests).
-    pub fn plaintext() -> Self {
-        Self::default()
-    }
-
-    /// Loads what `settings` need: the truststore, this broker's certificate
-    /// and key (presented to leaders that ask for client certificates) when
-    /// the inter-broker listener uses TLS. Blocking file reads: call at startup.
-    ///
-    /// # Errors
-    /// [`TlsError`] naming the file or setting at fault.
-    pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<Self, TlsError> {
-        let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?)) } else { None };
-        let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
-        Ok(InterBrokerClient { tls: tls_config, sasl })
-    }
-
-    /// What a command-line client (`floe topic ...`) presents, from librdkafka's
-    /// property names, as `-X key=value` gives them: `security.protocol`,
-    /// `sasl.mechanism` (or `sasl.mechanisms`), `sasl.username`, `sasl.password`,
-    /// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
-    /// `ssl.endpoint.identification.algorithm` (`https`, the default, or `none`).
-    /// Returns the client and the protocol its bootstrap endpoints speak.
-    ///
-    /// # Errors
-    /// A message naming the property at fault and what it should be.
-    pub fn for_client(props: &BTreeMap<String, String>) -> Result<(Self, SecurityProtocol), String> {
-        let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
-        let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
-            .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
-        let tls = if protocol.uses_tls() {
-            let ca = prop("ssl.ca.location")
-                .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
-            let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
-                "https" => true,
-                "none" => false,
-                other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
-            };
-            let settings = TlsClientSettings {
-                certificate: prop("ssl.certificate.location").map(Into::into),
-                key: prop("ssl.key.location").map(Into::into),
-                truststore: Some(ca.into()),
-                tls12: true,
-                tls13: true,
-                verify_hostname,
-            };
-            Some(Arc::new(settings.client_config().map_err(|e| e.to_string())?))
-        } else {
-            None
+/// What a command-line client (`floe topic ...`) presents, from librdkafka's
+/// property names, as `-X key=value` gives them: `security.protocol`,
+/// `sasl.mechanism` (or `sasl.mechanisms`), `sasl.username`, `sasl.password`,
+/// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
+/// `ssl.endpoint.identification.algorithm` (`https`, the default, or `none`).
+/// Returns what it presents and the protocol its bootstrap endpoints speak.
+///
+/// # Errors
+/// A message naming the property at fault and what it should be.
+pub fn for_client(props: &BTreeMap<String, String>) -> Result<(ClientSecurity, SecurityProtocol), String> {
+    let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
+    let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
+        .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+    let tls = if protocol.uses_tls() {
+        let ca = prop("ssl.ca.location")
+            .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
+        let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
+            "https" => true,
+            "none" => false,
+            other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
         };
-        let sasl = if protocol.uses_sasl() {
-            let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
-            let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
-                .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
-            let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
-                return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
-            };
-            Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
-        } else {
-            None
+        let settings = TlsClientSettings {
+            certificate: prop("ssl.certificate.location").map(Into::into),
+            key: prop("ssl.key.location").map(Into::into),
+            truststore: Some(ca.into()),
+            tls12: true,
+            tls13: true,
+            verify_hostname,
         };
-        Ok((InterBrokerClient { tls, sasl }, protocol))
-    }
-
-    /// The TLS client configuration, if loaded.
-    pub fn tls(&self) -> Option<&Arc<ClientConfig>> {
-        self.tls.as_ref()
-    }
-
-    /// The SASL mechanism and credentials, if any.
-    pub fn sasl(&self) -> Option<&(SaslMechanism, SaslCredentials)> {
-        self.sasl.as_ref()
-    }
+        Some(Arc::new(settings.client_config().map_err(|e| e.to_string())?))
+    } else {
+        None
+    };
+    let sasl = if protocol.uses_sasl() {
+        let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
+        let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
+            .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
+        let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
+            return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
+        };
+        Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
+    } else {
+        None
+    };
+    Ok((ClientSecurity::new(tls, sasl), protocol))
 }
 
 /// The client side of this broker's `ssl.*` settings: its truststore, its
