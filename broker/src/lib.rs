@@ -12,7 +12,7 @@
 //! - [`config_reference`]: docs/configuration.md, generated from the settings tables.
 //! - [`ports`]: the services that listen, with their settings and flags; every taken port named at once.
 //! - [`listeners`]: listener settings (names, security protocols, advertised addresses).
-//! - [`security`]: TLS, kernel TLS detection, SASL.
+//! - [`security`]: TLS, kernel TLS detection, SASL; what this broker presents to others (floe-client's TLS and SASL).
 //! - [`authorizer`]: ACLs (Kafka's model), their store and the per-request checks.
 //! - [`session`]: per-connection state handlers see (listener, peer, authentication).
 //! - [`broker`]: the shared state handlers read.
@@ -27,7 +27,7 @@
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
 //! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
-//! - [`replication`]: the replica manager, the ISR and the replica fetchers.
+//! - [`replication`]: the replica manager, the ISR and the replica fetchers (connecting with floe-client).
 //! - [`table_reads`]: shared-storage fetches below the local log start, served from the Iceberg table.
 //! - [`maintenance`]: the background thread for rolling, retention, flushing and checkpoints.
 //! - [`tiering`]: the Iceberg tiering thread (its own runtime, never the request workers).

@@ -3,8 +3,8 @@
 //! a partition's leader, the controller, a group's coordinator).
 //!
 //! It speaks only the Kafka protocol, through the broker's own outbound
-//! connection ([`BrokerConnection`], floe-client's: TLS and SASL included), so every command
-//! works against any Kafka-compatible cluster, not only Floe.
+//! connection (floe-client's [`BrokerConnection`]: TLS and SASL included), so
+//! every command works against any Kafka-compatible cluster, not only Floe.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
