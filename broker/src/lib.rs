@@ -12,7 +12,7 @@
 //! - [`config_reference`]: docs/configuration.md, generated from the settings tables.
 //! - [`ports`]: the services that listen, with their settings and flags; every taken port named at once.
 //! - [`listeners`]: listener settings (names, security protocols, advertised addresses).
-//! - [`security`]: TLS, kernel TLS detection, SASL.
+//! - [`security`]: TLS, kernel TLS detection, SASL; what this broker presents to others (floe-client's TLS and SASL).
 //! - [`authorizer`]: ACLs (Kafka's model), their store and the per-request checks.
 //! - [`session`]: per-connection state handlers see (listener, peer, authentication).
 //! - [`broker`]: the shared state handlers read.
@@ -27,7 +27,7 @@
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
 //! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
-//! - [`replication`]: the replica manager, the ISR and the replica fetchers.
+//! - [`replication`]: the replica manager, the ISR and the replica fetchers (connecting with floe-client).
 //! - [`iceberg_rest`]: the HTTP server of the read-only Iceberg REST catalog (`floe_tiering::rest` answers; its own thread).
 //! - [`schema_registry`]: the built-in Schema Registry (Confluent's REST API over `_schemas`; its own thread).
 //! - [`run`]: startup and orderly shutdown.

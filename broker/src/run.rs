@@ -250,7 +250,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     // What fetchers and marker senders present to the other brokers: read once,
     // so a missing truststore or key stops startup rather than every connection.
     let inter_broker = Arc::new(
-        crate::security::inter_broker::InterBrokerClient::load(&config.inter_broker, &config.tls)
+        crate::security::inter_broker::load(&config.inter_broker, &config.tls)
             .map_err(|source| RunError::InterBrokerTls { listener: config.inter_broker.listener.clone(), source })?,
     );
     let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(

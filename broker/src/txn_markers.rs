@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use floe_client::{BrokerConnection, ClientError, ClientSecurity, Endpoint};
 use floe_coordinator::clock::wall_ms;
 use floe_coordinator::group::{GroupCoordinators, OFFSETS_TOPIC};
 use floe_coordinator::transaction::{TxnMarker, TxnMarkerWriter};
@@ -33,8 +34,6 @@ use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, Wr
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
-use crate::replication::client::{BrokerConnection, ClientError, Endpoint};
-use crate::security::inter_broker::InterBrokerClient;
 
 /// How long a leader waits for its in-sync replicas to have a marker (Kafka
 /// uses `request.timeout.ms`, 30 s, for the same wait).
@@ -186,7 +185,7 @@ pub struct ClusterMarkerWriter {
     /// Bounds connecting and each request; above the leader's replication wait.
     timeout: Duration,
     /// The TLS client configuration and SASL login presented to the other brokers.
-    security: Arc<InterBrokerClient>,
+    security: Arc<ClientSecurity>,
 }
 
 /// An open connection to one broker, and where it was opened to.
@@ -199,7 +198,7 @@ struct Peer {
 impl ClusterMarkerWriter {
     /// A writer whose requests run on `runtime`, connecting with `security`;
     /// [`attach`](Self::attach) it to its broker.
-    pub fn new(runtime: tokio::runtime::Handle, security: Arc<InterBrokerClient>) -> Self {
+    pub fn new(runtime: tokio::runtime::Handle, security: Arc<ClientSecurity>) -> Self {
         Self {
             broker: OnceLock::new(),
             runtime,
@@ -294,7 +293,7 @@ fn endpoint_of(broker: &Broker, node: i32) -> Result<Endpoint, String> {
     let listener = &broker.config.inter_broker.listener;
     broker.cluster.with_view(|v| {
         let b = v.brokers.get(&node).ok_or_else(|| format!("broker {node} is not registered"))?;
-        Endpoint::of(b, listener)
+        crate::replication::registered_endpoint(b, listener)
     })
 }
 

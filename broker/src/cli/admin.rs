@@ -3,16 +3,16 @@
 //! a partition's leader, the controller, a group's coordinator).
 //!
 //! It speaks only the Kafka protocol, through the broker's own outbound
-//! connection ([`BrokerConnection`]: TLS and SASL included), so every command
-//! works against any Kafka-compatible cluster, not only Floe.
+//! connection (floe-client's [`BrokerConnection`]: TLS and SASL included), so
+//! every command works against any Kafka-compatible cluster, not only Floe.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use floe_broker::listeners::SecurityProtocol;
-use floe_broker::replication::client::{BrokerConnection, ClientError, Endpoint};
-use floe_broker::security::inter_broker::InterBrokerClient;
+use floe_broker::security::inter_broker;
+use floe_client::{BrokerConnection, ClientError, ClientSecurity, Endpoint};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest, MetadataResponse, TopicName,
@@ -158,7 +158,7 @@ struct Connection {
 pub struct Admin {
     bootstrap: Vec<String>,
     protocol: SecurityProtocol,
-    security: InterBrokerClient,
+    security: ClientSecurity,
     timeout: Duration,
     /// Connections by `host:port`.
     connections: HashMap<String, Connection>,
@@ -177,7 +177,7 @@ impl Admin {
     /// [`CliFailure::Unreachable`] naming every address tried and why.
     pub async fn connect(args: &ConnectArgs) -> anyhow::Result<Admin> {
         let props = args.properties()?;
-        let (security, protocol) = InterBrokerClient::for_client(&props).map_err(|e| anyhow!("{e}"))?;
+        let (security, protocol) = inter_broker::for_client(&props).map_err(|e| anyhow!("{e}"))?;
         let timeout = Duration::from_millis(args.timeout_ms);
         let mut admin = Admin {
             bootstrap: args.bootstrap(),

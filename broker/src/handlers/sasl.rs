@@ -245,9 +245,10 @@ mod tests {
     use std::num::NonZeroU32;
     use std::sync::Arc;
 
+    use floe_client::scram::ScramClient;
+
     use super::*;
     use crate::security::scram::ScramCredential;
-    use crate::security::scram_client::ScramClient;
 
     fn sasl_session() -> Session {
         let mut endpoint = crate::server::endpoint::Endpoint::plaintext_for_tests("127.0.0.1", 9093);

@@ -56,6 +56,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use floe_client::{BrokerConnection, ClientError, ClientSecurity, Endpoint};
 use floe_cluster::{BrokerRegistration, TopicPartition};
 use floe_protocol::record_batch::{RecordBatchHeader, RECORD_BATCH_OVERHEAD};
 use floe_storage::{PartitionLog, StorageError};
@@ -71,9 +72,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::client::{BrokerConnection, ClientError, Endpoint};
 use crate::config::BrokerConfig;
-use crate::security::inter_broker::InterBrokerClient;
 use crate::metrics::Metrics;
 
 /// Fetch v12: the first flexible version, with topic names, `last_fetched_epoch`
@@ -110,7 +109,7 @@ pub struct FetcherSettings {
     pub socket_timeout: Duration,
     /// The TLS client configuration and SASL login presented to leaders
     /// (PLAINTEXT only by default).
-    pub security: Arc<InterBrokerClient>,
+    pub security: Arc<ClientSecurity>,
 }
 
 impl Default for FetcherSettings {
@@ -123,14 +122,14 @@ impl Default for FetcherSettings {
             min_bytes: 1,
             backoff: Duration::from_millis(1000),
             socket_timeout: Duration::from_secs(30),
-            security: Arc::new(InterBrokerClient::plaintext()),
+            security: Arc::new(ClientSecurity::plaintext()),
         }
     }
 }
 
 impl FetcherSettings {
     /// The broker's `replica.fetch.*` settings, and `security` for connecting.
-    pub fn from_config(config: &BrokerConfig, security: Arc<InterBrokerClient>) -> Self {
+    pub fn from_config(config: &BrokerConfig, security: Arc<ClientSecurity>) -> Self {
         let max_wait_ms = i32::try_from(config.replica_fetch_wait_max_ms).unwrap_or(i32::MAX);
         let defaults = Self::default();
         Self {
@@ -373,7 +372,7 @@ impl ReplicaFetcherManager {
     /// Where `leader` is reached on the fetchers' listener.
     fn endpoint_of(&self, leader: i32, brokers: &BTreeMap<i32, BrokerRegistration>) -> Result<Endpoint, String> {
         let broker = brokers.get(&leader).ok_or("the leader is not a registered broker")?;
-        Endpoint::of(broker, &self.listener)
+        super::registered_endpoint(broker, &self.listener)
     }
 }
 

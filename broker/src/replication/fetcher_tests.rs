@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use floe_client::{BrokerConnection, ClientSecurity, Endpoint};
 use floe_cluster::{BrokerEndpoint, BrokerRegistration, TopicPartition};
 use floe_storage::{LogConfig, PartitionLog};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -26,8 +27,6 @@ use super::{FetcherSettings, FollowedPartition, ReplicaFetcherManager};
 use crate::config::{ConfigBuilder, Layer};
 use crate::metrics::Metrics;
 use crate::listeners::SecurityProtocol;
-use crate::replication::client::{BrokerConnection, Endpoint};
-use crate::security::inter_broker::InterBrokerClient;
 
 const TOPIC: &str = "replicated";
 const LEADER: i32 = 1;
@@ -75,7 +74,7 @@ impl Leader {
 
     async fn connect(&self) -> BrokerConnection {
         let endpoint = Endpoint { host: "127.0.0.1".into(), port: self.port, protocol: SecurityProtocol::Plaintext };
-        BrokerConnection::connect(&endpoint, "test-client", Duration::from_secs(10), &InterBrokerClient::plaintext()).await.expect("connect")
+        BrokerConnection::connect(&endpoint, "test-client", Duration::from_secs(10), &ClientSecurity::plaintext()).await.expect("connect")
     }
 
     fn registration(&self) -> BTreeMap<i32, BrokerRegistration> {

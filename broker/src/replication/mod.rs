@@ -4,17 +4,35 @@
 //! - [`replica_manager`]: this broker's role per partition; as leader, its followers'
 //!   fetch state, the high watermark, ISR changes and `acks=all` waits.
 //! - [`isr`]: the rules of the high watermark and the ISR, as pure functions.
-//! - [`client`]: an outbound Kafka connection from this broker to another, in
-//!   the inter-broker listener's security protocol (TLS, SASL, both or neither).
-//! - [`sasl_login`]: the client side of SaslHandshake + SaslAuthenticate on it.
 //! - [`fetcher`]: a follower's fetchers, one per leader broker: truncation by
 //!   OffsetForLeaderEpoch, then Fetch with this broker's replica id, appending the
 //!   leader's batches byte for byte.
+//! - [`registered_endpoint`]: where another broker is reached, from its registration.
+//!
+//! The connections to other brokers are [`floe_client::BrokerConnection`]s,
+//! in the inter-broker listener's security protocol (TLS, SASL, both or
+//! neither); `client_tests.rs` runs them against this broker's own listeners.
 
-pub mod client;
+use floe_client::{Endpoint, SecurityProtocol};
+use floe_cluster::BrokerRegistration;
+
 pub mod fetcher;
 pub mod isr;
 pub mod replica_manager;
-pub mod sasl_login;
 
 pub use replica_manager::ReplicaManager;
+
+/// `broker`'s endpoint on `listener`.
+///
+/// # Errors
+/// Why it has none usable (for a log line).
+pub fn registered_endpoint(broker: &BrokerRegistration, listener: &str) -> Result<Endpoint, String> {
+    let ep = broker.endpoint(listener).ok_or_else(|| format!("broker {} has no endpoint on the inter-broker listener {listener}", broker.node_id))?;
+    let port = u16::try_from(ep.port).map_err(|_| format!("broker {} has an invalid port {}", broker.node_id, ep.port))?;
+    let protocol = SecurityProtocol::parse(&ep.security_protocol)
+        .ok_or_else(|| format!("broker {} registered an unknown security protocol {}", broker.node_id, ep.security_protocol))?;
+    Ok(Endpoint { host: ep.host.clone(), port, protocol })
+}
+
+#[cfg(test)]
+mod client_tests;

@@ -7,21 +7,20 @@
 //! refuses, at startup, a clustered broker whose inter-broker listener needs
 //! TLS without `ssl.truststore.location` (Kafka falls back to the JVM's
 //! default truststore; Floe has none) or SASL without credentials.
-//! [`InterBrokerClient`] is what connections use: the loaded `rustls` client
-//! configuration and the credentials. The password is never in a `Debug`
-//! output or a log line.
+//! [`load`] turns them into what connections use, a
+//! [`floe_client::ClientSecurity`]: the loaded `rustls` client configuration
+//! and the credentials ([`for_client`] does the same for the command-line
+//! client's properties). The password is never in a `Debug` output or a log
+//! line.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use floe_client::tls::TlsClientSettings;
+use floe_client::{ClientSecurity, SaslCredentials};
 
 use super::sasl::SaslMechanism;
-use super::tls::{protocol_versions, read_certificates, read_private_key, TlsError, TlsSettings};
+use super::tls::{TlsError, TlsSettings};
 use crate::listeners::{ListenerSpec, SecurityProtocol};
 use crate::raw_config::{get, ConfigError};
 
@@ -42,21 +41,6 @@ pub struct InterBrokerSettings {
     /// The credentials of `mechanism`, when the listener uses SASL and the
     /// broker is in a cluster.
     pub credentials: Option<SaslCredentials>,
-}
-
-/// A SASL user name and password (from a JAAS line). `Debug` hides the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SaslCredentials {
-    /// The user name.
-    pub username: String,
-    /// The password.
-    pub password: String,
-}
-
-impl fmt::Debug for SaslCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SaslCredentials").field("username", &self.username).field("password", &"****").finish()
-    }
 }
 
 impl InterBrokerSettings {
@@ -168,161 +152,78 @@ fn parse_jaas(text: &str) -> Result<SaslCredentials, &'static str> {
     Ok(SaslCredentials { username, password })
 }
 
-/// What an outbound inter-broker connection uses: TLS client configuration
-/// (for SSL and SASL_SSL endpoints) and SASL credentials (for SASL ones).
-#[derive(Clone, Default)]
-pub struct InterBrokerClient {
-    tls: Option<Arc<ClientConfig>>,
-    sasl: Option<(SaslMechanism, SaslCredentials)>,
+/// What this broker presents to the others, as `settings` say: loads the
+/// truststore, this broker's certificate and key (presented to leaders that
+/// ask for client certificates) when the inter-broker listener uses TLS.
+/// Blocking file reads: call at startup.
+///
+/// # Errors
+/// [`TlsError`] naming the file or setting at fault.
+pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<ClientSecurity, TlsError> {
+    let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?)) } else { None };
+    let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
+    Ok(ClientSecurity::new(tls_config, sasl))
 }
 
-impl fmt::Debug for InterBrokerClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InterBrokerClient").field("tls", &self.tls.is_some()).field("sasl", &self.sasl).finish()
-    }
-}
-
-impl InterBrokerClient {
-    /// PLAINTEXT only: no TLS, no SASL (a broker alone, tests).
-    pub fn plaintext() -> Self {
-        Self::default()
-    }
-
-    /// Loads what `settings` need: the truststore, this broker's certificate
-    /// and key (presented to leaders that ask for client certificates) when
-    /// the inter-broker listener uses TLS. Blocking file reads: call at startup.
-    ///
-    /// # Errors
-    /// [`TlsError`] naming the file or setting at fault.
-    pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<Self, TlsError> {
-        let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_config(tls, settings.verify_hostname)?)) } else { None };
-        let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
-        Ok(InterBrokerClient { tls: tls_config, sasl })
-    }
-
-    /// What a command-line client (`floe topic ...`) presents, from librdkafka's
-    /// property names, as `-X key=value` gives them: `security.protocol`,
-    /// `sasl.mechanism` (or `sasl.mechanisms`), `sasl.username`, `sasl.password`,
-    /// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
-    /// `ssl.endpoint.identification.algorithm` (`https`, the default, or `none`).
-    /// Returns the client and the protocol its bootstrap endpoints speak.
-    ///
-    /// # Errors
-    /// A message naming the property at fault and what it should be.
-    pub fn for_client(props: &BTreeMap<String, String>) -> Result<(Self, SecurityProtocol), String> {
-        let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
-        let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
-            .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
-        let tls = if protocol.uses_tls() {
-            let ca = prop("ssl.ca.location")
-                .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
-            let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
-                "https" => true,
-                "none" => false,
-                other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
-            };
-            let settings = TlsSettings {
-                certificate: prop("ssl.certificate.location").map(Into::into),
-                key: prop("ssl.key.location").map(Into::into),
-                truststore: Some(ca.into()),
-                client_auth: super::tls::ClientAuth::None,
-                tls12: true,
-                tls13: true,
-                ktls: super::ktls::KtlsMode::Off,
-                reload_interval_ms: 0,
-            };
-            Some(Arc::new(client_config(&settings, verify_hostname).map_err(|e| e.to_string())?))
-        } else {
-            None
+/// What a command-line client (`floe topic ...`) presents, from librdkafka's
+/// property names, as `-X key=value` gives them: `security.protocol`,
+/// `sasl.mechanism` (or `sasl.mechanisms`), `sasl.username`, `sasl.password`,
+/// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
+/// `ssl.endpoint.identification.algorithm` (`https`, the default, or `none`).
+/// Returns what it presents and the protocol its bootstrap endpoints speak.
+///
+/// # Errors
+/// A message naming the property at fault and what it should be.
+pub fn for_client(props: &BTreeMap<String, String>) -> Result<(ClientSecurity, SecurityProtocol), String> {
+    let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
+    let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
+        .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+    let tls = if protocol.uses_tls() {
+        let ca = prop("ssl.ca.location")
+            .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
+        let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
+            "https" => true,
+            "none" => false,
+            other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
         };
-        let sasl = if protocol.uses_sasl() {
-            let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
-            let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
-                .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
-            let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
-                return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
-            };
-            Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
-        } else {
-            None
+        let settings = TlsClientSettings {
+            certificate: prop("ssl.certificate.location").map(Into::into),
+            key: prop("ssl.key.location").map(Into::into),
+            truststore: Some(ca.into()),
+            tls12: true,
+            tls13: true,
+            verify_hostname,
         };
-        Ok((InterBrokerClient { tls, sasl }, protocol))
-    }
-
-    /// The TLS client configuration, if loaded.
-    pub fn tls(&self) -> Option<&Arc<ClientConfig>> {
-        self.tls.as_ref()
-    }
-
-    /// The SASL mechanism and credentials, if any.
-    pub fn sasl(&self) -> Option<&(SaslMechanism, SaslCredentials)> {
-        self.sasl.as_ref()
-    }
-}
-
-/// The `rustls` client configuration: the truststore's CAs, this broker's
-/// certificate as client certificate, the enabled TLS versions.
-fn client_config(settings: &TlsSettings, verify_hostname: bool) -> Result<ClientConfig, TlsError> {
-    let ca_path = settings.truststore.as_deref().ok_or(TlsError::Missing("ssl.truststore.location"))?;
-    let mut roots = RootCertStore::empty();
-    for cert in read_certificates("CA certificates", ca_path)? {
-        roots.add(cert).map_err(|e| TlsError::Pem { what: "CA certificates", path: ca_path.to_path_buf(), reason: e.to_string() })?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings))?;
-    let builder = if verify_hostname {
-        builder.with_root_certificates(roots)
+        Some(Arc::new(settings.client_config().map_err(|e| e.to_string())?))
     } else {
-        let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
+        None
     };
-    // The broker's own certificate, for leaders with `ssl.client.auth=required`.
-    match (settings.certificate.as_deref(), settings.key.as_deref()) {
-        (Some(cert_path), Some(key_path)) => {
-            let chain = read_certificates("certificate chain", cert_path)?;
-            let key = read_private_key(key_path)?;
-            Ok(builder.with_client_auth_cert(chain, key)?)
-        }
-        _ => Ok(builder.with_no_client_auth()),
-    }
+    let sasl = if protocol.uses_sasl() {
+        let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
+        let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
+            .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
+        let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
+            return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
+        };
+        Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
+    } else {
+        None
+    };
+    Ok((ClientSecurity::new(tls, sasl), protocol))
 }
 
-/// Kafka's `ssl.endpoint.identification.algorithm=` (empty): the chain must
-/// reach a trusted CA and be valid now, but any host name is accepted.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the chain before the name: a name error means the chain was good.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+/// The client side of this broker's `ssl.*` settings: its truststore, its
+/// certificate and key (presented to leaders that ask for client
+/// certificates), its TLS versions.
+fn client_tls(tls: &TlsSettings, verify_hostname: bool) -> TlsClientSettings {
+    TlsClientSettings {
+        truststore: tls.truststore.clone(),
+        certificate: tls.certificate.clone(),
+        key: tls.key.clone(),
+        tls12: tls.tls12,
+        tls13: tls.tls13,
+        verify_hostname,
     }
 }
 

@@ -5,36 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::scram::ScramMechanism;
+// The mechanisms are floe-client's: outbound connections log in with them too.
+pub use floe_client::SaslMechanism;
+
 use crate::raw_config::{get, parse, ConfigError};
 use crate::listeners::ListenerSpec;
-
-/// A SASL mechanism Floe serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaslMechanism {
-    /// PLAIN (RFC 4616): user and password in the clear; use it inside TLS.
-    Plain,
-    /// SCRAM-SHA-256 or SCRAM-SHA-512.
-    Scram(ScramMechanism),
-}
-
-impl SaslMechanism {
-    /// The name clients ask for.
-    pub fn name(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::Scram(m) => m.name(),
-        }
-    }
-
-    /// From the name clients ask for.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "PLAIN" => Some(SaslMechanism::Plain),
-            other => ScramMechanism::from_name(other).map(SaslMechanism::Scram),
-        }
-    }
-}
 
 /// The SASL settings.
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
-//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), server side (the
-//! client side, which a broker speaks to another, is [`super::scram_client`]).
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), server side (what
+//! both sides share, and the client side, which a broker speaks to another,
+//! are [`floe_client::scram`]).
 //!
 //! What is stored per user and mechanism is a [`ScramCredential`]: salt,
 //! iteration count, `StoredKey = H(HMAC(SaltedPassword, "Client Key"))` and
@@ -10,102 +11,18 @@
 //! The exchange is two round trips:
 //! client-first `n,,n=USER,r=CNONCE` → server-first `r=CNONCE SNONCE,s=SALT,i=ITER`;
 //! client-final `c=GS2,r=NONCE,p=PROOF` → server-final `v=SERVER_SIGNATURE`.
-//! Primitives (HMAC, SHA-2, PBKDF2, random nonces) come from `ring`, which
-//! rustls already builds.
+//! The primitives (HMAC, SHA-2, PBKDF2, random nonces, on `ring`) are
+//! floe-client's, re-exported here for the broker's other users.
 
 use std::num::NonZeroU32;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// A SCRAM mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum ScramMechanism {
-    /// SCRAM-SHA-256.
-    Sha256,
-    /// SCRAM-SHA-512.
-    Sha512,
-}
-
-/// Kafka's bounds on iterations (as its broker enforces them).
-pub const MIN_ITERATIONS: i32 = 4096;
-/// Upper bound on iterations.
-pub const MAX_ITERATIONS: i32 = 16384;
-
-impl ScramMechanism {
-    /// The SASL mechanism name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScramMechanism::Sha256 => "SCRAM-SHA-256",
-            ScramMechanism::Sha512 => "SCRAM-SHA-512",
-        }
-    }
-
-    /// From the SASL mechanism name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "SCRAM-SHA-256" => Some(ScramMechanism::Sha256),
-            "SCRAM-SHA-512" => Some(ScramMechanism::Sha512),
-            _ => None,
-        }
-    }
-
-    /// Kafka's wire number for it (DescribeUserScramCredentials, AlterUserScramCredentials).
-    pub fn wire_type(self) -> i8 {
-        match self {
-            ScramMechanism::Sha256 => 1,
-            ScramMechanism::Sha512 => 2,
-        }
-    }
-
-    /// From Kafka's wire number.
-    pub fn from_wire_type(t: i8) -> Option<Self> {
-        match t {
-            1 => Some(ScramMechanism::Sha256),
-            2 => Some(ScramMechanism::Sha512),
-            _ => None,
-        }
-    }
-
-    fn hmac_algorithm(self) -> hmac::Algorithm {
-        match self {
-            ScramMechanism::Sha256 => hmac::HMAC_SHA256,
-            ScramMechanism::Sha512 => hmac::HMAC_SHA512,
-        }
-    }
-
-    fn digest_algorithm(self) -> &'static digest::Algorithm {
-        match self {
-            ScramMechanism::Sha256 => &digest::SHA256,
-            ScramMechanism::Sha512 => &digest::SHA512,
-        }
-    }
-
-    fn pbkdf2_algorithm(self) -> pbkdf2::Algorithm {
-        match self {
-            ScramMechanism::Sha256 => pbkdf2::PBKDF2_HMAC_SHA256,
-            ScramMechanism::Sha512 => pbkdf2::PBKDF2_HMAC_SHA512,
-        }
-    }
-
-    pub(crate) fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
-        hmac::sign(&hmac::Key::new(self.hmac_algorithm(), key), data).as_ref().to_vec()
-    }
-
-    pub(crate) fn hash(self, data: &[u8]) -> Vec<u8> {
-        digest::digest(self.digest_algorithm(), data).as_ref().to_vec()
-    }
-
-    /// `Hi(password, salt, iterations)`: PBKDF2 with the mechanism's HMAC.
-    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
-        let mut out = vec![0u8; self.digest_algorithm().output_len()];
-        pbkdf2::derive(self.pbkdf2_algorithm(), iterations, salt, password, &mut out);
-        out
-    }
-}
+pub use floe_client::scram::{constant_time_eq, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+use floe_client::scram::random_nonce;
 
 /// What the broker keeps for one user and mechanism.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -272,11 +189,6 @@ impl ScramExchange {
     }
 }
 
-/// `,` is `=2C` and `=` is `=3D` in a SCRAM user name.
-pub(crate) fn encode_sasl_name(name: &str) -> String {
-    name.replace('=', "=3D").replace(',', "=2C")
-}
-
 /// `=2C` is `,` and `=3D` is `=` in a SCRAM user name.
 fn decode_sasl_name(name: &str) -> Result<String, ScramError> {
     let mut out = String::with_capacity(name.len());
@@ -292,22 +204,6 @@ fn decode_sasl_name(name: &str) -> Result<String, ScramError> {
     }
     out.push_str(rest);
     Ok(out)
-}
-
-/// A fresh random nonce (24 bytes, base64): the server's half, or a client's.
-pub(crate) fn random_nonce() -> String {
-    let mut bytes = [0u8; 24];
-    // The system RNG failing is not something to limp along with; an all-zero
-    // nonce would still be unique per client nonce, and the failure is logged.
-    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
-        tracing::error!("system random number generator failed while making a SCRAM nonce");
-    }
-    BASE64.encode(bytes)
-}
-
-/// Compares without an early exit, so timing does not tell how much matched.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 mod base64_bytes {
@@ -414,5 +310,40 @@ mod tests {
         let c = credential(ScramMechanism::Sha512, "hunter2");
         assert!(c.matches_password(ScramMechanism::Sha512, b"hunter2"));
         assert!(!c.matches_password(ScramMechanism::Sha512, b"hunter3"));
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    //! floe-client's SCRAM client against this server side.
+
+    use floe_client::scram::ScramClient;
+
+    use super::*;
+
+    fn credential(m: ScramMechanism, password: &str) -> ScramCredential {
+        let salt = b"client-test-salt";
+        let salted = m.salted_password(password.as_bytes(), salt, NonZeroU32::new(4096).expect("nonzero"));
+        ScramCredential::from_salted_password(m, salt, 4096, &salted)
+    }
+
+    /// Runs our client against the broker's own server side.
+    fn exchange(m: ScramMechanism, stored: &str, used: &str, user: &str) -> Result<(), String> {
+        let cred = credential(m, stored);
+        let (mut client, first) = ScramClient::client_first(m, user, used);
+        let (server, server_first) = client_first(m, &first, |u| (u == user).then(|| cred.clone())).map_err(|e| e.to_string())?;
+        let last = client.client_final(&server_first).map_err(|e| e.to_string())?;
+        let server_final = server.client_final(&last).map_err(|e| e.to_string())?;
+        client.verify_server_final(&server_final).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn authenticates_against_the_broker_side() {
+        for m in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+            exchange(m, "s3cret", "s3cret", "broker").expect("right password");
+            exchange(m, "s3cret", "s3cret", "odd,na=me").expect("escaped user name");
+            let e = exchange(m, "s3cret", "guess-xyz", "broker").expect_err("wrong password");
+            assert!(e.contains("invalid proof") && !e.contains("guess-xyz"), "{e}");
+        }
     }
 }

@@ -9,16 +9,20 @@
 //! previous configuration stays in force.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+use floe_client::tls::{pem_error, protocol_versions, read_certificates, read_private_key};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
-use thiserror::Error;
+use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
+
+// Reading PEM files and the error of building a TLS configuration are shared
+// with the client side (floe-client's TLS for outbound connections).
+pub use floe_client::tls::TlsError;
 
 use super::ktls::KtlsMode;
 use crate::raw_config::{get, parse, ConfigError};
@@ -106,30 +110,6 @@ impl TlsSettings {
     }
 }
 
-/// Why a TLS configuration could not be built.
-#[derive(Debug, Error)]
-pub enum TlsError {
-    /// A setting a TLS listener needs is empty.
-    #[error("`{0}` must be set for SSL and SASL_SSL listeners")]
-    Missing(&'static str),
-    /// A PEM file could not be read or holds nothing usable.
-    #[error("cannot read {what} from {path}: {reason}")]
-    Pem {
-        /// What was looked for (certificate chain, private key, CA certificates).
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The parser's complaint.
-        reason: String,
-    },
-    /// rustls refused the material (a key that does not match, a bad certificate).
-    #[error("invalid TLS configuration: {0}")]
-    Rustls(#[from] rustls::Error),
-    /// The client-certificate verifier could not be built.
-    #[error("cannot verify client certificates: {0}")]
-    Verifier(String),
-}
-
 /// The TLS acceptor of the broker's TLS listeners, reloadable.
 #[derive(Debug)]
 pub struct TlsContext {
@@ -197,39 +177,6 @@ fn modification_times(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
         .collect()
 }
 
-fn pem_error(what: &'static str, path: &Path, e: impl std::fmt::Display) -> TlsError {
-    TlsError::Pem { what, path: path.to_path_buf(), reason: e.to_string() }
-}
-
-/// The certificates of the PEM file at `path` (`what` names them in errors); at least one.
-pub(crate) fn read_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| pem_error(what, path, e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| pem_error(what, path, e))?;
-    if certs.is_empty() {
-        return Err(pem_error(what, path, "no CERTIFICATE section"));
-    }
-    Ok(certs)
-}
-
-/// The private key of the PEM file at `path`.
-pub(crate) fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_error("private key", path, e))
-}
-
-/// The TLS versions `ssl.enabled.protocols` allows, newest first.
-pub(crate) fn protocol_versions(settings: &TlsSettings) -> Vec<&'static SupportedProtocolVersion> {
-    let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
-    if settings.tls13 {
-        versions.push(&rustls::version::TLS13);
-    }
-    if settings.tls12 {
-        versions.push(&rustls::version::TLS12);
-    }
-    versions
-}
-
 fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     // Read the times first: a file replaced while we read it is then seen as changed again.
     let modified = modification_times(settings);
@@ -239,7 +186,7 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     let key = read_private_key(key_path)?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings.tls12, settings.tls13))?;
     let builder = match settings.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         mode => {

@@ -1,13 +1,13 @@
-//! An outbound Kafka connection from this broker to another: what a
-//! follower's fetcher speaks to its leader and the transaction coordinator to
-//! a partition's leader (Kafka's `BlockingSend` / `NetworkClient` for
-//! inter-broker requests).
+//! An outbound Kafka connection to a broker: what a follower's fetcher speaks
+//! to its leader and the transaction coordinator to a partition's leader
+//! (Kafka's `BlockingSend` / `NetworkClient` for inter-broker requests), and
+//! what the `floe` admin commands speak to any broker.
 //!
-//! [`BrokerConnection::connect`] is the one place an inter-broker connection
-//! is opened: it speaks the peer endpoint's security protocol (Kafka's
-//! `inter.broker.listener.name`), TLS with [`InterBrokerClient`]'s `rustls`
-//! configuration for SSL and SASL_SSL, then the SASL login
-//! ([`super::sasl_login`]) for SASL_PLAINTEXT and SASL_SSL, before any other
+//! [`BrokerConnection::connect`] is the one place such a connection is
+//! opened: it speaks the peer endpoint's security protocol (for a broker,
+//! Kafka's `inter.broker.listener.name`), TLS with [`ClientSecurity`]'s
+//! `rustls` configuration for SSL and SASL_SSL, then the SASL login
+//! ([`crate::sasl`]) for SASL_PLAINTEXT and SASL_SSL, before any other
 //! request. When the peer gives the login a lifetime (KIP-368,
 //! `connections.max.reauth.ms`), the connection logs in again on the same
 //! socket before the next request once 90% of it has passed, as Kafka's
@@ -23,23 +23,25 @@
 //! its `Request::KEY`. One request is in flight at a time; every response's
 //! correlation id must be the one sent.
 
+use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use floe_cluster::BrokerRegistration;
+use floe_protocol::frame::SIZE_PREFIX_LEN;
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::listeners::SecurityProtocol;
-use crate::security::inter_broker::{InterBrokerClient, SaslCredentials};
-use crate::security::sasl::SaslMechanism;
+use crate::sasl::{SaslCredentials, SaslMechanism};
+use crate::SecurityProtocol;
 
 /// The largest response frame accepted: a size prefix above it is taken as
 /// garbage rather than allocated (a follower's fetch asks for
@@ -174,21 +176,46 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// `broker`'s endpoint on `listener`.
-    ///
-    /// # Errors
-    /// Why it has none usable (for a log line).
-    pub fn of(broker: &BrokerRegistration, listener: &str) -> Result<Self, String> {
-        let ep = broker.endpoint(listener).ok_or_else(|| format!("broker {} has no endpoint on the inter-broker listener {listener}", broker.node_id))?;
-        let port = u16::try_from(ep.port).map_err(|_| format!("broker {} has an invalid port {}", broker.node_id, ep.port))?;
-        let protocol = SecurityProtocol::parse(&ep.security_protocol)
-            .ok_or_else(|| format!("broker {} registered an unknown security protocol {}", broker.node_id, ep.security_protocol))?;
-        Ok(Endpoint { host: ep.host.clone(), port, protocol })
-    }
-
     /// `host:port`.
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// What an outbound connection presents: TLS client configuration (for SSL
+/// and SASL_SSL endpoints) and SASL credentials (for SASL ones).
+#[derive(Clone, Default)]
+pub struct ClientSecurity {
+    tls: Option<Arc<ClientConfig>>,
+    sasl: Option<(SaslMechanism, SaslCredentials)>,
+}
+
+impl fmt::Debug for ClientSecurity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientSecurity").field("tls", &self.tls.is_some()).field("sasl", &self.sasl).finish()
+    }
+}
+
+impl ClientSecurity {
+    /// PLAINTEXT only: no TLS, no SASL (a broker alone, tests).
+    pub fn plaintext() -> Self {
+        Self::default()
+    }
+
+    /// TLS with `tls` (see [`crate::tls::TlsClientSettings`]) and the SASL
+    /// login `sasl`, each for the endpoints whose protocol needs it.
+    pub fn new(tls: Option<Arc<ClientConfig>>, sasl: Option<(SaslMechanism, SaslCredentials)>) -> Self {
+        ClientSecurity { tls, sasl }
+    }
+
+    /// The TLS client configuration, if loaded.
+    pub fn tls(&self) -> Option<&Arc<ClientConfig>> {
+        self.tls.as_ref()
+    }
+
+    /// The SASL mechanism and credentials, if any.
+    pub fn sasl(&self) -> Option<&(SaslMechanism, SaslCredentials)> {
+        self.sasl.as_ref()
     }
 }
 
@@ -263,7 +290,7 @@ impl BrokerConnection {
     /// [`ClientError::Authentication`], [`ClientError::Security`] (the endpoint
     /// needs TLS or SASL this broker has no settings for), or any error of the
     /// SASL requests.
-    pub async fn connect(endpoint: &Endpoint, client_id: &str, timeout: Duration, security: &InterBrokerClient) -> Result<Self, ClientError> {
+    pub async fn connect(endpoint: &Endpoint, client_id: &str, timeout: Duration, security: &ClientSecurity) -> Result<Self, ClientError> {
         let addr = endpoint.addr();
         let missing = |what: &str| ClientError::Security {
             addr: addr.clone(),
@@ -310,7 +337,7 @@ impl BrokerConnection {
     /// notes when the session must be renewed.
     async fn authenticate(&mut self) -> Result<(), ClientError> {
         let Some((mechanism, credentials)) = self.login.clone() else { return Ok(()) };
-        let lifetime = super::sasl_login::login(self, mechanism, &credentials).await?;
+        let lifetime = crate::sasl::login(self, mechanism, &credentials).await?;
         // Kafka's clients renew at 85-95% of the lifetime; the middle of that is enough here.
         self.reauthenticate_at = lifetime.map(|l| Instant::now() + l.mul_f64(0.9));
         Ok(())
@@ -322,7 +349,7 @@ impl BrokerConnection {
     }
 
     /// Whether the connection runs over TLS.
-    pub(super) fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         matches!(self.stream, BrokerStream::Tls(_))
     }
 
@@ -343,7 +370,7 @@ impl BrokerConnection {
     ///
     /// # Errors
     /// As [`call`](Self::call).
-    pub(super) async fn exchange<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
+    pub(crate) async fn exchange<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
         if self.broken {
             return Err(ClientError::Broken { addr: self.addr.clone() });
         }
@@ -376,7 +403,7 @@ impl BrokerConnection {
 
     /// The size-prefixed request frame.
     fn encode<Req: Request>(&self, version: i16, correlation_id: i32, request: &Req) -> Result<Bytes, ClientError> {
-        let encode_error = |e: anyhow::Error| ClientError::Encode { api_key: Req::KEY, version, reason: e.to_string() };
+        let encode_error = |reason: String| ClientError::Encode { api_key: Req::KEY, version, reason };
         let header = RequestHeader::default()
             .with_request_api_key(Req::KEY)
             .with_request_api_version(version)
@@ -384,16 +411,16 @@ impl BrokerConnection {
             .with_client_id(Some(self.client_id.clone()));
         let mut buf = BytesMut::new();
         buf.put_i32(0);
-        header.encode(&mut buf, Req::header_version(version)).map_err(encode_error)?;
-        request.encode(&mut buf, version).map_err(encode_error)?;
-        let size = i32::try_from(buf.len() - 4).map_err(|_| ClientError::Encode { api_key: Req::KEY, version, reason: "request larger than 2 GiB".into() })?;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
+        header.encode(&mut buf, Req::header_version(version)).map_err(|e| encode_error(e.to_string()))?;
+        request.encode(&mut buf, version).map_err(|e| encode_error(e.to_string()))?;
+        let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN).map_err(|_| ClientError::Encode { api_key: Req::KEY, version, reason: "request larger than 2 GiB".into() })?;
+        buf[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
         Ok(buf.freeze())
     }
 
     /// Reads one size-prefixed frame; returns its body.
     async fn read_frame(&mut self) -> Result<Bytes, ClientError> {
-        let mut prefix = [0u8; 4];
+        let mut prefix = [0u8; SIZE_PREFIX_LEN];
         self.read_exact(&mut prefix).await?;
         let size = (&prefix[..]).get_i32();
         let len = usize::try_from(size).ok().filter(|&n| n <= MAX_RESPONSE_BYTES);
@@ -430,5 +457,5 @@ impl BrokerConnection {
 }
 
 #[cfg(test)]
-#[path = "client_tests.rs"]
-mod client_tests;
+#[path = "connection_tests.rs"]
+mod connection_tests;

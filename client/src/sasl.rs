@@ -1,23 +1,66 @@
-//! The client side of a SASL login on an inter-broker connection (Kafka's
+//! SASL on an outbound connection: the mechanisms a login may use, the user
+//! name and password it presents, and the client side of the login (Kafka's
 //! `SaslClientAuthenticator`): SaslHandshake v1 names the mechanism, then
 //! SaslAuthenticate v2 carries its tokens: one round for PLAIN (RFC 4616),
 //! two for SCRAM-SHA-256/512 ([`ScramClient`]), whose last answer must prove
 //! the peer knows the credential.
 //!
 //! A refusal becomes [`ClientError::Authentication`] with the peer's error
-//! message; the password is never logged nor put in an error. The same
-//! exchange renews a session on an authenticated connection (KIP-368).
+//! message; the password is never logged nor put in an error, nor shown by
+//! `Debug`. The same exchange renews a session on an authenticated
+//! connection (KIP-368).
 
+use std::fmt;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::{BrokerConnection, ClientError};
-use crate::security::inter_broker::SaslCredentials;
-use crate::security::sasl::SaslMechanism;
-use crate::security::scram_client::ScramClient;
+use crate::connection::{BrokerConnection, ClientError};
+use crate::scram::{ScramClient, ScramMechanism};
+
+/// A SASL mechanism Floe serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// PLAIN (RFC 4616): user and password in the clear; use it inside TLS.
+    Plain,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512.
+    Scram(ScramMechanism),
+}
+
+impl SaslMechanism {
+    /// The name clients ask for.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(m) => m.name(),
+        }
+    }
+
+    /// From the name clients ask for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "PLAIN" => Some(SaslMechanism::Plain),
+            other => ScramMechanism::from_name(other).map(SaslMechanism::Scram),
+        }
+    }
+}
+
+/// A SASL user name and password (from a JAAS line). `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+impl fmt::Debug for SaslCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SaslCredentials").field("username", &self.username).field("password", &"****").finish()
+    }
+}
 
 /// SaslHandshake v1: the version after which the tokens go in SaslAuthenticate.
 const SASL_HANDSHAKE_VERSION: i16 = 1;
@@ -30,7 +73,7 @@ const SASL_AUTHENTICATE_VERSION: i16 = 2;
 /// # Errors
 /// [`ClientError::Authentication`] when the peer refuses the mechanism or the
 /// login, or its SCRAM answer is not valid; any error of the requests.
-pub(super) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism, credentials: &SaslCredentials) -> Result<Option<Duration>, ClientError> {
+pub(crate) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism, credentials: &SaslCredentials) -> Result<Option<Duration>, ClientError> {
     let refused = |conn: &BrokerConnection, message: String| ClientError::Authentication { addr: conn.addr().to_string(), mechanism: mechanism.name(), message };
     let handshake = conn
         .exchange(SASL_HANDSHAKE_VERSION, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name())))
