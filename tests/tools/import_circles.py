@@ -111,7 +111,10 @@ def crate_graph(root):
         # A name a module only re-exports (`pub use x::Name`) leads to where it is defined.
         if nxt is not None and nxt in reexp[f] and depth < 8:
             fis = os.path.basename(f) in ("mod.rs", "lib.rs", "main.rs")
-            deeper = target(reexp[f][nxt], mod if fis else mod, fis, depth + 1) if reexp[f][nxt].split("::")[0] in ("crate", "super", "self") else None
+            source = reexp[f][nxt]
+            if source.split("::")[0] not in ("crate", "super", "self"):
+                source = "self::" + source  # a child module's item (`pub use reply::Reply`); an external crate's resolves to None
+            deeper = target(source, mod, fis, depth + 1)
             if deeper is not None:
                 return deeper
         return f

@@ -153,11 +153,14 @@ pub struct Candidate {
     pub path: String,
 }
 
+/// A partition key of the candidates (spec id, partition, partition values), and the files under it.
+type KeyGroup<'a> = (&'a (i32, i32, Struct), Vec<usize>);
+
 /// The groups to rewrite, as indexes into `files`, each in commit order (a commit's files by their first offset); within
 /// `policy.max_bytes_per_run` input bytes in all (a group larger than what is
 /// left is cut, never skipped whole, so big backlogs still shrink).
 pub fn plan_groups(files: &[Candidate], policy: &CompactionPolicy) -> Vec<Vec<usize>> {
-    let mut by_key: BTreeMap<String, (&(i32, i32, Struct), Vec<usize>)> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, KeyGroup<'_>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate().filter(|(_, f)| f.size < policy.min_file_size) {
         // Struct has no order: key the map by its debug form, stable for equal values.
         by_key.entry(format!("{:?}", f.key)).or_insert_with(|| (&f.key, Vec::new())).1.push(i);

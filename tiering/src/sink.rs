@@ -525,6 +525,8 @@ impl Sink {
     /// Writes `of_id`, rows of `raw` whose values are of schema `id` (and Protobuf
     /// message `indexes`): typed if the table can take the schema (evolving it
     /// first if it needs columns), else as dead letters, like values that do not decode.
+    // One caller (the split of a batch by schema), which has each of these at hand.
+    #[allow(clippy::too_many_arguments)]
     async fn write_schema_rows(
         &mut self,
         owner: &TopicTable,

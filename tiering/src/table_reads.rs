@@ -144,9 +144,15 @@ pub type LookupResult = Result<Option<(i64, i64)>, String>;
 /// Rebuilt batches per partition and codec, oldest inserted evicted first once
 /// over the byte cap. A table-served range is below the local log start and
 /// never changes, so an entry is never stale: retention only makes it unreachable.
+/// One cached range: its batches by base offset, the `(from, to, bytes)` spans read, and its bytes.
+type CachedRange = (BTreeMap<i64, CachedBatch>, Vec<(i64, i64, i64)>, i64);
+
+/// The fetches waiting for one read: each one's `max_bytes` and where its answer goes.
+type Waiters = Vec<(usize, oneshot::Sender<ReadResult>)>;
+
 #[derive(Default)]
 struct Cache {
-    ranges: HashMap<RangeKey, (BTreeMap<i64, CachedBatch>, Vec<(i64, i64, i64)>, i64)>,
+    ranges: HashMap<RangeKey, CachedRange>,
     order: VecDeque<(RangeKey, i64)>,
     bytes: u64,
 }
@@ -194,7 +200,7 @@ impl Cache {
 struct Shared {
     cache: Mutex<Cache>,
     /// Reads queued or running, with the fetches waiting for each (and their `max_bytes`).
-    inflight: Mutex<HashMap<TableRead, Vec<(usize, oneshot::Sender<ReadResult>)>>>,
+    inflight: Mutex<HashMap<TableRead, Waiters>>,
     settings: SharedReadSettings,
 }
 

@@ -137,7 +137,7 @@ fn run_inner(command: IcebergCommand, mut builder: ConfigBuilder) -> anyhow::Res
                 max_age_ms: max_age_ms.unwrap_or(tiering.snapshot_max_age_ms),
                 min_to_keep: min_to_keep.unwrap_or(tiering.snapshot_min_to_keep).max(1),
             };
-            let compaction = (!no_compact).then(|| floe_tiering::compaction::CompactionRequest {
+            let compaction = (!no_compact).then_some(floe_tiering::compaction::CompactionRequest {
                 target_file_size: target_file_size_bytes,
                 default_target_file_size: tiering.target_file_size,
                 min_input_files: tiering.compaction_min_input_files,

@@ -74,7 +74,7 @@ impl Appended {
 /// The first stage: checks and appends every partition's batches, in request order.
 pub(super) fn append_all(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, peer: SocketAddr) -> Appended {
     let acks = request.acks;
-    let valid_acks = matches!(acks, -1 | 0 | 1);
+    let valid_acks = matches!(acks, -1..=1);
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
     // Kafka's KafkaApis: a request carrying transactional batches needs a
     // transactional id with WRITE on it, checked once for the whole request;
@@ -226,7 +226,7 @@ fn append_checked(
     transactional_id: Option<&str>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let config = log.config();
-    let validated = record_batch::validate_batches(records, config.max_message_bytes as usize).map_err(|e| {
+    let validated = record_batch::validate_batches(records, config.max_message_bytes).map_err(|e| {
         // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or
         // does not parse, MESSAGE_TOO_LARGE for one over max.message.bytes.
         let code = match e {
@@ -272,7 +272,7 @@ fn append_checked(
             broker
                 .txns
                 .of(id)
-                .verify_and_append(id, producer_id, epoch, &tp, || store(broker, &log, records, &validated, topic, partition))
+                .verify_and_append(id, producer_id, epoch, &tp, || store(broker, log, records, &validated, topic, partition))
                 .map_err(|e| {
                     let code = match crate::errors::txn_error(&e) {
                         // Produce predates PRODUCER_FENCED: a zombie gets INVALID_PRODUCER_EPOCH.
@@ -286,7 +286,7 @@ fn append_checked(
         (None, true) => Err((ResponseError::TransactionalIdAuthorizationFailed, "transactional batches need the producer's transactional id in the request".into())),
         // As Kafka: accepted unless the producer has a transaction open in the
         // partition (storage answers INVALID_TXN_STATE then).
-        (_, false) => store(broker, &log, records, &validated, topic, partition),
+        (_, false) => store(broker, log, records, &validated, topic, partition),
     }
 }
 

@@ -41,6 +41,8 @@ fn denied_transactional_id(broker: &Broker, ctx: &RequestContext, transactional_
 }
 
 /// One transaction's AddPartitions: per topic, per partition, the error code.
+// Called for AddPartitionsToTxn v3 and each transaction of v4+, with the request's parts.
+#[allow(clippy::too_many_arguments)]
 async fn add_partitions(
     broker: &Broker,
     ctx: &RequestContext,

@@ -33,7 +33,7 @@ fn is_record(r: &Row) -> bool {
 }
 
 /// The tables' files (main, `__log`, `__dlq`) of `partition` overlapping `[from, upper)`, by lower bound.
-fn files<'a>(index: &'a FileIndex, partition: i32, from: i64, upper: i64) -> Vec<&'a DataFileRef> {
+fn files(index: &FileIndex, partition: i32, from: i64, upper: i64) -> Vec<&DataFileRef> {
     let mut all: Vec<&DataFileRef> = index
         .main_files(partition, from, upper)
         .chain(index.log_files(partition, from, upper))

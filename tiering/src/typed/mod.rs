@@ -150,8 +150,11 @@ pub trait SchemaSource: Send + Sync + std::fmt::Debug {
 pub struct CachedSchemas {
     source: Arc<dyn SchemaSource>,
     kinds: Mutex<HashMap<i32, bool>>,
-    decoders: Mutex<HashMap<(i32, Vec<i32>), Arc<TypedDecoder>>>,
+    decoders: Mutex<DecoderCache>,
 }
+
+/// Decoders by schema id and Protobuf message indexes.
+type DecoderCache = HashMap<(i32, Vec<i32>), Arc<TypedDecoder>>;
 
 impl CachedSchemas {
     /// Answers from `source`, each asked once.

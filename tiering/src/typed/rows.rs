@@ -48,9 +48,12 @@ pub(crate) fn group(raw: &RecordBatch, column: &str, rows: &[usize]) -> Grouped 
     g
 }
 
+/// Row indexes by Protobuf message indexes, and the rows that could not be read with why.
+type ByMessage = (BTreeMap<Vec<i32>, Vec<usize>>, Vec<(usize, String)>);
+
 /// `rows` of `raw` (values of one Protobuf schema) by the message their indexes
 /// name, and the values whose indexes cannot be read, with why.
-pub(crate) fn by_message(raw: &RecordBatch, column: &str, rows: Vec<usize>) -> (BTreeMap<Vec<i32>, Vec<usize>>, Vec<(usize, String)>) {
+pub(crate) fn by_message(raw: &RecordBatch, column: &str, rows: Vec<usize>) -> ByMessage {
     let mut groups: BTreeMap<Vec<i32>, Vec<usize>> = BTreeMap::new();
     let mut dead = Vec::new();
     for (row, value) in rows.iter().zip(values(raw, column, &rows)) {
