@@ -26,8 +26,18 @@ use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::etcd_session::{bounded, partition_key, topic_key};
+use crate::etcd_keys::{bounded, partition_key, topic_key};
 use crate::{complete_reassignment, elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state, ClusterError, ClusterView, ElectionType, PartitionState, TopicAssignment, TopicPartition};
+
+/// Kafka's automatic preferred-leader rebalance, run by the controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    /// `leader.imbalance.check.interval.seconds`: how often the controller looks.
+    pub interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`: the share of a broker's preferred
+    /// partitions led elsewhere above which they are moved back.
+    pub imbalance_percentage: u32,
+}
 
 /// How often the controller re-checks every partition even without a change in view
 /// (a write that failed on a moved partition is retried from the newer state anyway).
@@ -41,7 +51,7 @@ pub(crate) struct ControllerContext {
     pub leader_key: Vec<u8>,
     pub controller_epoch: i64,
     pub unclean_leader_election: bool,
-    pub leader_rebalance: Option<crate::LeaderRebalance>,
+    pub leader_rebalance: Option<LeaderRebalance>,
     /// When the last automatic rebalance ran (the first waits one interval, so that
     /// brokers starting together have time to register).
     pub last_rebalance: tokio::time::Instant,

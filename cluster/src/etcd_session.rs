@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::controller::{self, ControllerContext};
+use crate::etcd_keys::{bounded, parse_json, partitions_prefix};
 use crate::{BrokerRegistration, ClusterError, ClusterView, PartitionState, TopicAssignment, TopicPartition};
 
 /// What to join, and as whom.
@@ -71,24 +72,6 @@ impl EtcdTarget {
     fn request_timeout(&self) -> Duration {
         self.session_timeout.max(Duration::from_secs(3))
     }
-}
-
-pub(crate) fn topics_prefix(prefix: &str) -> String {
-    format!("{prefix}/topics/")
-}
-
-pub(crate) fn partitions_prefix(prefix: &str) -> String {
-    format!("{prefix}/partitions/")
-}
-
-/// The key of one topic's assignment.
-pub(crate) fn topic_key(prefix: &str, topic: &str) -> String {
-    format!("{}{topic}", topics_prefix(prefix))
-}
-
-/// The key of one partition's state.
-pub(crate) fn partition_key(prefix: &str, tp: &TopicPartition) -> String {
-    format!("{}{}/{}", partitions_prefix(prefix), tp.topic, tp.partition)
 }
 
 /// The cluster id stored at `<prefix>/cluster_id`, which `proposed` becomes if none is.
@@ -497,23 +480,4 @@ async fn observe_controller(mut c: Client, target: &EtcdTarget, view: &watch::Se
 
 fn parse_registration(kv: &KeyValue) -> Result<BrokerRegistration, ClusterError> {
     parse_json(kv)
-}
-
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Result<T, ClusterError> {
-    serde_json::from_slice(kv.value()).map_err(|e| ClusterError::BadValue {
-        key: String::from_utf8_lossy(kv.key()).into_owned(),
-        reason: e.to_string(),
-    })
-}
-
-/// `fut`, or a timeout error after `timeout`.
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    what: &'static str,
-    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, ClusterError> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(ClusterError::Timeout { what, timeout_ms: timeout.as_millis() as u64 }),
-    }
 }

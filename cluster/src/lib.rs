@@ -23,6 +23,7 @@
 
 mod controller;
 mod error;
+mod etcd_keys;
 mod etcd_session;
 mod membership;
 mod partition;
@@ -33,7 +34,8 @@ mod topics;
 mod view;
 
 pub use error::ClusterError;
-pub use membership::{agree_cluster_id, LeaderRebalance, Membership, MembershipSettings};
+pub use controller::LeaderRebalance;
+pub use membership::{agree_cluster_id, Membership, MembershipSettings};
 pub use partition::{
     assign_added_partitions, assign_replicas, cancel_reassignment, complete_reassignment, elect_leader, imbalanced_partitions, initial_partition_state,
     next_partition_state, start_reassignment, AssignmentError, ElectionError, ElectionType, PartitionState, ReassignedPartition, ReassignmentError,

@@ -8,6 +8,7 @@ use tokio::task::JoinHandle;
 use etcd_client::Client;
 
 use crate::etcd_session::{self, EtcdTarget};
+use crate::controller::LeaderRebalance;
 use crate::{topics, BrokerRegistration, ClusterError, ClusterView, MetadataStoreUrl, TopicAssignment};
 
 /// How this broker joins its cluster.
@@ -24,16 +25,6 @@ pub struct MembershipSettings {
     /// `auto.leader.rebalance.enable` and its settings (`None`: disabled): how the
     /// controller moves leadership back to preferred replicas by itself.
     pub leader_rebalance: Option<LeaderRebalance>,
-}
-
-/// Kafka's automatic preferred-leader rebalance, run by the controller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeaderRebalance {
-    /// `leader.imbalance.check.interval.seconds`: how often the controller looks.
-    pub interval: Duration,
-    /// `leader.imbalance.per.broker.percentage`: the share of a broker's preferred
-    /// partitions led elsewhere above which they are moved back.
-    pub imbalance_percentage: u32,
 }
 
 /// A broker's membership: alone, or registered in etcd until [`Membership::leave`]

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::etcd_session::{bounded, parse_json, topic_key};
+use crate::etcd_keys::{bounded, parse_json, topic_key};
 use crate::{ClusterError, TopicAssignment};
 
 /// The directories of shared state, each one watch.

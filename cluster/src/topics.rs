@@ -19,7 +19,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse};
 use tracing::{debug, info};
 
-use crate::etcd_session::{bounded, parse_json, partition_key, partitions_prefix, topic_key};
+use crate::etcd_keys::{bounded, parse_json, partition_key, partitions_prefix, topic_key};
 use crate::{initial_partition_state, ClusterError, PartitionState, ReassignedPartition, TopicAssignment, TopicPartition};
 
 /// etcd's default `--max-txn-ops`.
