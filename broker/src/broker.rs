@@ -44,7 +44,7 @@ pub struct Broker {
     /// This broker's role per partition of the cluster, and as leader its followers.
     pub replicas: Arc<crate::replication::ReplicaManager>,
     /// The built-in Schema Registry's state, when it runs (for `confluent.*.schema.validation`).
-    pub schemas: Option<Arc<crate::schema_registry::SchemaStore>>,
+    pub schemas: Option<Arc<floe_schema::SchemaStore>>,
     /// The table read path of shared-storage topics (always started by `run::serve`;
     /// `None` only in handler tests, where a table-only offset is answered empty).
     pub table_reads: Option<Arc<floe_tiering::table_reads::TableReads>>,

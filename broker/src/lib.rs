@@ -29,7 +29,7 @@
 //! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
 //! - [`replication`]: the replica manager, the ISR and the replica fetchers (connecting with floe-client).
 //! - [`iceberg_rest`]: the HTTP server of the read-only Iceberg REST catalog (`floe_tiering::rest` answers; its own thread).
-//! - [`schema_registry`]: the built-in Schema Registry (Confluent's REST API over `_schemas`; its own thread).
+//! - [`schema_registry`]: the HTTP server of the built-in Schema Registry (`floe_schema`'s store and REST answers; its own thread), its access and cluster glue.
 //! - [`run`]: startup and orderly shutdown.
 //! - [`text`]: words for people (plurals, `unlimited`), shared with the admin CLI.
 //!

@@ -18,6 +18,11 @@
 //! this crate's rules (which versions a new one is checked against, ids shared by
 //! equal schemas, soft deletion) are the same for all of them.
 //!
+//! [`SchemaStore`] keeps the registry as that fold of the `_schemas` topic (in a
+//! cluster, through a [`ClusterSide`] the broker implements), [`rest`] answers
+//! Confluent's REST API from it (the broker runs the HTTP server, authenticates
+//! and authorizes), and [`validation`] checks produced records against it.
+//!
 //! Beside the registry, [`typed`] decodes record values framed with a schema id
 //! into Arrow batches typed from that schema, for typed Iceberg tables.
 //!
@@ -28,6 +33,9 @@
 //! - [`json_schema`]: `JsonSchemaFormat`, JSON Schema's keywords, `$ref`s and Confluent's compatibility rules.
 //! - [`protobuf`]: `ProtobufFormat`, .proto files compiled by protox, and Confluent's Protobuf rules.
 //! - [`records`]: the `_schemas` key and value layouts.
+//! - [`store`]: `SchemaStore`, the registry as a fold of the `_schemas` topic; `ClusterSide`, what it needs of a cluster.
+//! - [`rest`]: the REST API: method + path → `Route`, a route and its body → `Reply` (status + JSON).
+//! - [`validation`]: Confluent Server's broker-side schema validation of produced records.
 //! - [`typed`]: `TypedDecoder`, wire-format record values to Arrow batches typed from their schemas.
 //! - [`error`]: `RegistryError`, with Confluent's error codes and HTTP statuses.
 
@@ -40,7 +48,10 @@ pub mod json_schema;
 pub mod protobuf;
 pub mod records;
 pub mod registry;
+pub mod rest;
+pub mod store;
 pub mod typed;
+pub mod validation;
 
 pub use avro::AvroFormat;
 pub use compatibility::{CompatibilityLevel, Mode, ParsedSchema, SchemaFormat, SchemaType};
@@ -49,4 +60,5 @@ pub use json_schema::JsonSchemaFormat;
 pub use protobuf::ProtobufFormat;
 pub use records::{Record, SchemaReference};
 pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion, VersionSpec};
+pub use store::{ClusterSide, SchemaStore, SCHEMAS_TOPIC};
 pub use typed::{DecodeError, Decoded, TypedDecoder};

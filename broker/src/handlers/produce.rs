@@ -252,8 +252,8 @@ fn append_checked(
             Err(reason) => return Err((ResponseError::CorruptMessage, reason)),
         }
     }
-    if crate::schema_registry::validation::is_on(&config) {
-        crate::schema_registry::validation::check(broker.schemas.as_deref(), &config, topic, records)?;
+    if floe_schema::validation::is_on(&config) {
+        floe_schema::validation::check(broker.schemas.as_deref(), &config, topic, records)?;
     }
     match (transactional_id, validated.has_transactional) {
         (Some(id), true) if !broker.coordinates_transactions(id) => {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
-use super::routes::Route;
+use floe_schema::rest::Route;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::{Authorizer, RequestContext, ANONYMOUS};
 use crate::security::credentials::CredentialStore;

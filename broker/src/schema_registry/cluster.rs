@@ -11,7 +11,7 @@ use floe_coordinator::replicated::ReplicatedWrites;
 use floe_storage::PartitionLog;
 use kafka_protocol::error::ResponseError;
 
-use super::store::{schemas_topic_config, ClusterSide, SCHEMAS_TOPIC};
+use floe_schema::store::{schemas_topic_config, ClusterSide, SCHEMAS_TOPIC};
 use crate::broker::Broker;
 use crate::coordinator_terms::ReplicaGate;
 

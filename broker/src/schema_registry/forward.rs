@@ -55,7 +55,7 @@ pub(crate) async fn forward(
             .method(method.clone())
             .uri(path_and_query)
             .header(hyper::header::HOST, authority)
-            .header(hyper::header::CONTENT_TYPE, super::CONTENT_TYPE)
+            .header(hyper::header::CONTENT_TYPE, floe_schema::rest::CONTENT_TYPE)
             .header(FORWARDED, "1");
         if let Some(a) = authorization {
             request = request.header(hyper::header::AUTHORIZATION, a);

@@ -2,14 +2,18 @@
 //! `floe.schema.registry.listen`, so the serializers of confluent-kafka, kafkajs
 //! and Kafka Connect register and fetch schemas against Floe unchanged.
 //!
+//! The registry itself is `floe-schema`'s: its store over `_schemas`
+//! ([`floe_schema::SchemaStore`]), the REST API's routes and answers
+//! ([`floe_schema::rest`]) and the produce-time validation
+//! ([`floe_schema::validation`], called by the Produce handler). This module is
+//! what needs the broker: the HTTP server, the broker's users and ACLs, and the
+//! cluster.
+//!
 //! # Layout
+//! - this file: the HTTP server, a request's authentication, authorization and answer.
 //! - [`cluster`]: in a cluster, `_schemas` through the controller and the leader's registry.
 //! - [`forward`]: writes forwarded to the registry of the broker leading `_schemas`.
 //! - [`access`]: basic auth with the broker's users, the broker's ACLs on subjects.
-//! - [`routes`]: method + path → [`routes::Route`] (pure parsing, unit-tested).
-//! - [`service`]: a route and its body → status + JSON, in Confluent's shapes.
-//! - [`store`]: the registry (`floe-schema`) as a fold of the `_schemas` topic.
-//! - [`validation`]: Confluent Server's broker-side schema validation of produced records.
 //!
 //! The server runs on its own OS thread with a current-thread tokio runtime, like
 //! the Iceberg REST catalog: a registration appends to `_schemas` and fsyncs, which
@@ -20,16 +24,13 @@
 pub mod access;
 pub mod cluster;
 pub(crate) mod forward;
-pub(crate) mod routes;
-pub(crate) mod service;
-pub mod store;
-pub(crate) mod validation;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use floe_schema::{AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat};
+use floe_schema::rest::{self, Reply, Route, CONTENT_TYPE};
+use floe_schema::{AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat, SchemaStore};
 use floe_storage::LogManager;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes as HttpBytes;
@@ -41,7 +42,6 @@ use tracing::{debug, error, info, warn};
 use crate::metrics::Metrics;
 use crate::security::tls::TlsContext;
 pub use access::Access;
-pub use store::{SchemaStore, SCHEMAS_TOPIC};
 
 /// Most connections served at once; more wait in the accept queue.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -52,9 +52,6 @@ pub const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// How long a client has to finish its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Confluent's content type, which its clients send and accept.
-pub(crate) const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 /// The schema types this broker's registry understands.
 fn formats() -> Vec<Arc<dyn SchemaFormat>> {
@@ -218,7 +215,7 @@ async fn accept_loop(listener: TcpListener, served: Arc<Served>, tls: Option<Arc
 }
 
 async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: SocketAddr) -> Response<Full<HttpBytes>> {
-    let route = routes::route(req.method(), req.uri().path(), req.uri().query());
+    let route = rest::route(req.method(), req.uri().path(), req.uri().query());
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let incoming = Incoming {
         method: method.clone(),
@@ -237,7 +234,7 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
             }
         }
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            service::Reply::error(413, 413, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
+            Reply::error(413, 413, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
         }
         Err(e) => service_error(format!("cannot read the request body: {e}")),
     };
@@ -280,19 +277,19 @@ const READ_YOUR_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs
 /// Authenticates, authorizes and answers one request (blocking): from the store,
 /// or, for a write in a cluster on a broker that does not lead `_schemas`, by the
 /// leader's registry.
-fn answer(served: &Served, route: &routes::Route, incoming: &Incoming, body: HttpBytes) -> service::Reply {
+fn answer(served: &Served, route: &Route, incoming: &Incoming, body: HttpBytes) -> Reply {
     let principal = match served.access.authenticate(incoming.authorization.as_deref()) {
         Ok(p) => p,
-        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return service::Reply::error(401, 40101, why),
+        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return Reply::error(401, 40101, why),
     };
     if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, incoming.host, route) {
-        return service::Reply::error(403, 40301, why);
+        return Reply::error(403, 40301, why);
     }
     if route.is_write() && served.store.is_clustered() && !served.store.leads() {
         return forward_write(served, incoming, body);
     }
-    let mut reply = service::answer(&served.store, route, &body);
-    if matches!(route, routes::Route::Subjects { .. }) && served.access.filters_listings() && reply.status.is_success() {
+    let mut reply = rest::answer(&served.store, route, &body);
+    if matches!(route, Route::Subjects { .. }) && served.access.filters_listings() && reply.status.is_success() {
         if let Ok(subjects) = serde_json::from_slice::<Vec<String>>(&reply.body) {
             let visible: Vec<String> = subjects.into_iter().filter(|s| served.access.may_see(&principal, incoming.host, s)).collect();
             reply.body = serde_json::to_vec(&visible).unwrap_or_default();
@@ -303,8 +300,8 @@ fn answer(served: &Served, route: &routes::Route, incoming: &Incoming, body: Htt
 
 /// A write this broker cannot make: the leader's registry makes it; then this
 /// broker's replica is awaited, so the client reads its write back here.
-fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> service::Reply {
-    let unknown = |why: String| service::Reply::registry_error(&floe_schema::RegistryError::UnknownLeader(why));
+fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> Reply {
+    let unknown = |why: String| Reply::registry_error(&floe_schema::RegistryError::UnknownLeader(why));
     if incoming.forwarded {
         return unknown("a forwarded write reached a broker that does not lead _schemas (leadership moved): retry".into());
     }
@@ -326,16 +323,16 @@ fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> servi
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
             }
-            service::Reply {
+            Reply {
                 status: hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY),
                 body: answer.body,
                 problem: (answer.status >= 400).then(|| format!("the leading registry {leader} answered {}", answer.status)),
             }
         }
-        Err(why) => service::Reply::registry_error(&floe_schema::RegistryError::Forwarding(why)),
+        Err(why) => Reply::registry_error(&floe_schema::RegistryError::Forwarding(why)),
     }
 }
 
-fn service_error(message: String) -> service::Reply {
-    service::Reply::error(500, 50001, message)
+fn service_error(message: String) -> Reply {
+    Reply::error(500, 50001, message)
 }

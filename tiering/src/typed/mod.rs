@@ -183,3 +183,24 @@ impl SchemaSource for CachedSchemas {
         Ok(d)
     }
 }
+
+/// The broker's registry: typed tables decode values with its schemas.
+impl SchemaSource for floe_schema::SchemaStore {
+    fn is_protobuf(&self, id: i32) -> Result<bool, SchemaLookupError> {
+        use SchemaLookupError::{Missing, Unavailable};
+        match self.read(|registry| Ok(registry.schema_by_id(id).map(|s| s.schema_type == floe_schema::SchemaType::Protobuf))) {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(e)) => Err(Missing(e.to_string())),
+            Err(e) => Err(Unavailable(e.to_string())),
+        }
+    }
+
+    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
+        use SchemaLookupError::{Missing, Unavailable};
+        match self.read(|registry| Ok(TypedDecoder::from_registry_for_message(registry, id, message_indexes))) {
+            Ok(Ok(decoder)) => Ok(Arc::new(decoder)),
+            Ok(Err(e)) => Err(Missing(e.to_string())),
+            Err(e) => Err(Unavailable(e.to_string())),
+        }
+    }
+}

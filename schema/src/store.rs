@@ -19,17 +19,20 @@
 //! registry of the broker leading `_schemas`-0 (one writer, so ids are never given
 //! twice): the [`ClusterSide`] says whether this broker leads, fences the append
 //! with the leader epoch and waits for the in-sync replicas before the write is
-//! applied and answered. Other brokers forward writes to the leader (`forward`).
+//! applied and answered. Other brokers forward writes to the leader (the broker's
+//! `schema_registry::forward`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::{Bytes, BytesMut};
 use floe_protocol::record_batch::BatchIter;
-use floe_schema::records::Record as SchemaRecord;
-use floe_schema::{Planned, Registry, RegistryError};
 use floe_storage::{AppendOrigin, IsolationLevel, LogManager, PartitionLog};
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+use crate::records::Record as SchemaRecord;
+use crate::registry::{Planned, Registry};
+use crate::error::RegistryError;
 
 /// The topic, by Confluent's default name (`kafkastore.topic`).
 pub const SCHEMAS_TOPIC: &str = "_schemas";
@@ -38,7 +41,7 @@ pub const SCHEMAS_TOPIC: &str = "_schemas";
 const READ_CHUNK_BYTES: u32 = 4 << 20;
 
 /// The topic's settings: compacted, kept forever, one partition.
-pub(crate) fn schemas_topic_config() -> BTreeMap<String, String> {
+pub fn schemas_topic_config() -> BTreeMap<String, String> {
     [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("retention.bytes", "-1")]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -102,7 +105,7 @@ impl SchemaStore {
     ///
     /// # Errors
     /// The topic cannot be created or read (single broker).
-    pub(crate) fn open(logs: Arc<LogManager>, empty: fn() -> Registry, clustered: bool) -> Result<Self, RegistryError> {
+    pub fn open(logs: Arc<LogManager>, empty: fn() -> Registry, clustered: bool) -> Result<Self, RegistryError> {
         let store = Self {
             logs,
             cluster: OnceLock::new(),
@@ -123,22 +126,22 @@ impl SchemaStore {
     }
 
     /// Whether writes go through `_schemas`' leader (a cluster).
-    pub(crate) fn is_clustered(&self) -> bool {
+    pub fn is_clustered(&self) -> bool {
         self.clustered
     }
 
     /// In a cluster, whether this broker's registry makes the writes now.
-    pub(crate) fn leads(&self) -> bool {
+    pub fn leads(&self) -> bool {
         !self.clustered || self.cluster.get().and_then(|c| c.leader_epoch()).is_some()
     }
 
     /// In a cluster, the leading registry's URL.
-    pub(crate) fn leader_url(&self) -> Option<String> {
+    pub fn leader_url(&self) -> Option<String> {
         self.cluster.get().and_then(|c| c.leader_url())
     }
 
     /// The high watermark of the local `_schemas`-0 (0 before it exists).
-    pub(crate) fn high_watermark(&self) -> i64 {
+    pub fn high_watermark(&self) -> i64 {
         self.logs.partition(SCHEMAS_TOPIC, 0).map_or(0, |l| l.high_watermark())
     }
 
@@ -168,7 +171,7 @@ impl SchemaStore {
     ///
     /// # Errors
     /// What `read` returns, or a failed catch-up.
-    pub(crate) fn read<T>(&self, read: impl FnOnce(&Registry) -> Result<T, RegistryError>) -> Result<T, RegistryError> {
+    pub fn read<T>(&self, read: impl FnOnce(&Registry) -> Result<T, RegistryError>) -> Result<T, RegistryError> {
         let mut state = self.lock();
         self.catch_up(&mut state)?;
         read(&state.registry)
@@ -179,7 +182,7 @@ impl SchemaStore {
     ///
     /// # Errors
     /// The planner's refusal, or the append / fsync failed ([`RegistryError::Store`]).
-    pub(crate) fn write<T>(&self, plan: impl FnOnce(&Registry) -> Result<Planned<T>, RegistryError>) -> Result<T, RegistryError> {
+    pub fn write<T>(&self, plan: impl FnOnce(&Registry) -> Result<Planned<T>, RegistryError>) -> Result<T, RegistryError> {
         let mut state = self.lock();
         self.catch_up(&mut state)?;
         let planned = plan(&state.registry)?;
@@ -209,7 +212,7 @@ impl SchemaStore {
 
     /// Appends `records` as one batch and fsyncs it; the offset after it.
     fn append(&self, log: &PartitionLog, records: &[SchemaRecord]) -> Result<i64, RegistryError> {
-        let now = floe_coordinator::clock::wall_ms();
+        let now = wall_ms();
         let batch: Vec<Record> = records
             .iter()
             .enumerate()
@@ -297,23 +300,7 @@ impl SchemaStore {
     }
 }
 
-/// Typed Iceberg tables decode values with the registry's schemas (see `floe_tiering::typed`).
-impl floe_tiering::SchemaSource for SchemaStore {
-    fn is_protobuf(&self, id: i32) -> Result<bool, floe_tiering::SchemaLookupError> {
-        use floe_tiering::SchemaLookupError::{Missing, Unavailable};
-        match self.read(|registry| Ok(registry.schema_by_id(id).map(|s| s.schema_type == floe_schema::SchemaType::Protobuf))) {
-            Ok(Ok(p)) => Ok(p),
-            Ok(Err(e)) => Err(Missing(e.to_string())),
-            Err(e) => Err(Unavailable(e.to_string())),
-        }
-    }
-
-    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<floe_schema::TypedDecoder>, floe_tiering::SchemaLookupError> {
-        use floe_tiering::SchemaLookupError::{Missing, Unavailable};
-        match self.read(|registry| Ok(floe_schema::TypedDecoder::from_registry_for_message(registry, id, message_indexes))) {
-            Ok(Ok(decoder)) => Ok(Arc::new(decoder)),
-            Ok(Err(e)) => Err(Missing(e.to_string())),
-            Err(e) => Err(Unavailable(e.to_string())),
-        }
-    }
+/// Milliseconds since the Unix epoch: the appended records' timestamps.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -6,58 +6,170 @@
 //! arrive percent-encoded (clients encode `/` and `:` in them); a version stays
 //! text here, because a bad one is the registry's 42202, not a 404.
 
-use hyper::Method;
+use http::Method;
 
 /// What a request asks for.
+///
+/// The flags are the query's `?name=true`: `deleted` includes soft-deleted
+/// subjects or versions, `deleted_only` lists only those, `permanent` deletes
+/// for good (after a soft delete), `normalize` compares or registers the
+/// schema's normalized form.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     /// `GET /`: an empty object (clients probe it).
     Root,
     /// `GET /schemas/types`.
     SchemaTypes,
     /// `GET /contexts`: only the default context.
     Contexts,
-    /// `GET /schemas/ids/{id}`; `format=serialized` asks for a Protobuf
-    /// schema as a base64 `FileDescriptorProto`.
-    SchemaById { id: String, format: Option<String> },
+    /// `GET /schemas/ids/{id}`.
+    SchemaById {
+        /// The id, as the path has it.
+        id: String,
+        /// `format=serialized` asks for a Protobuf schema as a base64 `FileDescriptorProto`.
+        format: Option<String>,
+    },
     /// `GET /schemas/ids/{id}/schema`: the bare text.
-    SchemaTextById { id: String },
+    SchemaTextById {
+        /// The id, as the path has it.
+        id: String,
+    },
     /// `GET /schemas/ids/{id}/subjects`.
-    SubjectsOfId { id: String, deleted: bool },
+    SubjectsOfId {
+        /// The id, as the path has it.
+        id: String,
+        /// `?deleted=true`.
+        deleted: bool,
+    },
     /// `GET /schemas/ids/{id}/versions`.
-    VersionsOfId { id: String, deleted: bool },
+    VersionsOfId {
+        /// The id, as the path has it.
+        id: String,
+        /// `?deleted=true`.
+        deleted: bool,
+    },
     /// `GET /subjects`.
-    Subjects { prefix: Option<String>, deleted: bool, deleted_only: bool },
+    Subjects {
+        /// `?subjectPrefix=`: only the subjects starting with it.
+        prefix: Option<String>,
+        /// `?deleted=true`.
+        deleted: bool,
+        /// `?deletedOnly=true`.
+        deleted_only: bool,
+    },
     /// `GET /subjects/{subject}/versions`.
-    Versions { subject: String, deleted: bool, deleted_only: bool },
+    Versions {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// `?deleted=true`.
+        deleted: bool,
+        /// `?deletedOnly=true`.
+        deleted_only: bool,
+    },
     /// `GET /subjects/{subject}/versions/{version}`.
-    Version { subject: String, version: String, deleted: bool, format: Option<String> },
+    Version {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// A number or `latest`, as the path has it.
+        version: String,
+        /// `?deleted=true`.
+        deleted: bool,
+        /// `?format=`, as for [`Route::SchemaById`].
+        format: Option<String>,
+    },
     /// `GET /subjects/{subject}/versions/{version}/schema`.
-    VersionText { subject: String, version: String, deleted: bool },
+    VersionText {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// A number or `latest`, as the path has it.
+        version: String,
+        /// `?deleted=true`.
+        deleted: bool,
+    },
     /// `GET /subjects/{subject}/versions/{version}/referencedby`.
-    ReferencedBy { subject: String, version: String },
+    ReferencedBy {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// A number or `latest`, as the path has it.
+        version: String,
+    },
     /// `POST /subjects/{subject}/versions`.
-    Register { subject: String, normalize: bool },
+    Register {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// `?normalize=true`.
+        normalize: bool,
+    },
     /// `POST /subjects/{subject}`: is this schema registered under the subject?
-    Lookup { subject: String, deleted: bool, normalize: bool },
+    Lookup {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// `?deleted=true`.
+        deleted: bool,
+        /// `?normalize=true`.
+        normalize: bool,
+    },
     /// `DELETE /subjects/{subject}`.
-    DeleteSubject { subject: String, permanent: bool },
+    DeleteSubject {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// `?permanent=true`.
+        permanent: bool,
+    },
     /// `DELETE /subjects/{subject}/versions/{version}`.
-    DeleteVersion { subject: String, version: String, permanent: bool },
+    DeleteVersion {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// A number or `latest`, as the path has it.
+        version: String,
+        /// `?permanent=true`.
+        permanent: bool,
+    },
     /// `POST /compatibility/subjects/{subject}/versions[/{version}]`.
-    Compatibility { subject: String, version: Option<String>, verbose: bool, normalize: bool },
+    Compatibility {
+        /// The subject, percent-decoded.
+        subject: String,
+        /// The version checked against; every one the level names when absent.
+        version: Option<String>,
+        /// `?verbose=true`: the reasons of an incompatibility too.
+        verbose: bool,
+        /// `?normalize=true`.
+        normalize: bool,
+    },
     /// `GET /config[/{subject}]`.
-    GetConfig { subject: Option<String>, default_to_global: bool },
+    GetConfig {
+        /// The subject; the registry's own when absent.
+        subject: Option<String>,
+        /// `?defaultToGlobal=true`: the global level when the subject has none.
+        default_to_global: bool,
+    },
     /// `PUT /config[/{subject}]`.
-    SetConfig { subject: Option<String> },
+    SetConfig {
+        /// The subject; the registry's own when absent.
+        subject: Option<String>,
+    },
     /// `DELETE /config[/{subject}]`.
-    DeleteConfig { subject: Option<String> },
+    DeleteConfig {
+        /// The subject; the registry's own when absent.
+        subject: Option<String>,
+    },
     /// `GET /mode[/{subject}]`.
-    GetMode { subject: Option<String>, default_to_global: bool },
+    GetMode {
+        /// The subject; the registry's own when absent.
+        subject: Option<String>,
+        /// `?defaultToGlobal=true`: the global mode when the subject has none.
+        default_to_global: bool,
+    },
     /// `PUT /mode[/{subject}]`.
-    SetMode { subject: Option<String> },
+    SetMode {
+        /// The subject; the registry's own when absent.
+        subject: Option<String>,
+    },
     /// `DELETE /mode/{subject}`.
-    DeleteMode { subject: String },
+    DeleteMode {
+        /// The subject, percent-decoded.
+        subject: String,
+    },
     /// A path the registry serves, with a method it does not.
     MethodNotAllowed,
     /// Not a route.
@@ -66,7 +178,7 @@ pub(crate) enum Route {
 
 impl Route {
     /// A short, fixed label for metrics.
-    pub(crate) fn label(&self) -> &'static str {
+    pub fn label(&self) -> &'static str {
         match self {
             Route::Root => "root",
             Route::SchemaTypes => "schema_types",
@@ -97,7 +209,7 @@ impl Route {
     }
 
     /// Whether the route changes the registry (it must be planned, appended and applied).
-    pub(crate) fn is_write(&self) -> bool {
+    pub fn is_write(&self) -> bool {
         matches!(
             self,
             Route::Register { .. }
@@ -130,7 +242,7 @@ impl Query {
 }
 
 /// Parses a request line: `path` still percent-encoded, `query` the raw query string.
-pub(crate) fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
+pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
     let mut segments = Vec::new();
     for raw in path.trim_matches('/').split('/').filter(|s| !s.is_empty()) {
         match percent_encoding::percent_decode_str(raw).decode_utf8() {

@@ -10,12 +10,12 @@
 //! decompressed) once more here, before the append.
 
 use floe_protocol::record_batch::BatchIter;
-use floe_schema::Registry;
 use floe_storage::LogConfig;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::records::RecordBatchDecoder;
 
-use super::store::SchemaStore;
+use crate::registry::Registry;
+use crate::store::SchemaStore;
 
 /// Which part of a record is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ fn checks(config: &LogConfig, topic: &str) -> Vec<Check> {
 }
 
 /// Whether schema validation is on for the topic (key or value).
-pub(crate) fn is_on(config: &LogConfig) -> bool {
+pub fn is_on(config: &LogConfig) -> bool {
     ["confluent.key.schema.validation", "confluent.value.schema.validation"]
         .iter()
         .any(|k| config.floe.get(*k).is_some_and(|v| v.eq_ignore_ascii_case("true")))
@@ -65,7 +65,7 @@ pub(crate) fn is_on(config: &LogConfig) -> bool {
 ///
 /// # Errors
 /// INVALID_RECORD with the first bad record; CORRUPT_MESSAGE if a batch does not decode.
-pub(crate) fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, records: &[u8]) -> Result<(), (ResponseError, String)> {
+pub fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, records: &[u8]) -> Result<(), (ResponseError, String)> {
     let checks = checks(config, topic);
     if checks.is_empty() {
         return Ok(());

@@ -7,21 +7,29 @@
 //! are not the API's (unknown path, wrong method, a body that is not JSON) get
 //! the JAX-RS answers Confluent's server gives them (404, 405, 400 / 422).
 
-use floe_schema::{CompatibilityLevel, Mode, RegisteredSchema, RegistryError, SchemaReference, SchemaType, SchemaVersion, VersionSpec};
-use hyper::StatusCode;
+use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::routes::Route;
-use super::store::SchemaStore;
+use crate::compatibility::{CompatibilityLevel, Mode, SchemaType};
+use crate::error::RegistryError;
+use crate::records::SchemaReference;
+use crate::registry::{RegisteredSchema, SchemaVersion, VersionSpec};
+use crate::store::SchemaStore;
+
+/// Confluent's content type, which its clients send and accept.
+pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 /// A reply before it becomes an HTTP response.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) body: Vec<u8>,
+pub struct Reply {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The body: JSON, or a schema's bare text.
+    pub body: Vec<u8>,
     /// What was wrong, for the log line (errors only).
-    pub(crate) problem: Option<String>,
+    pub problem: Option<String>,
 }
 
 impl Reply {
@@ -38,13 +46,13 @@ impl Reply {
     }
 
     /// Confluent's error body with `status`.
-    pub(crate) fn error(status: u16, code: i32, message: String) -> Self {
+    pub fn error(status: u16, code: i32, message: String) -> Self {
         let body = json!({ "error_code": code, "message": message }).to_string().into_bytes();
         Self { status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body, problem: Some(message) }
     }
 
     /// A registry error, with its own status and code.
-    pub(crate) fn registry_error(e: &RegistryError) -> Self {
+    pub fn registry_error(e: &RegistryError) -> Self {
         Self::error(e.http_status(), e.error_code(), e.to_string())
     }
 }
@@ -142,7 +150,7 @@ fn schema_request(body: &[u8]) -> Result<(SchemaType, String, Vec<SchemaReferenc
 
 /// Answers `route` (with the request's `body`) from `store`. Blocking: storage
 /// reads and, for writes, an append and an fsync.
-pub(crate) fn answer(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
+pub fn answer(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
     let result = match route {
         Route::Root => Ok(Reply::json(&json!({}))),
         Route::SchemaTypes => Ok(Reply::json(&["JSON", "PROTOBUF", "AVRO"])),
