@@ -42,7 +42,7 @@ pub struct Broker {
     /// This broker's cluster membership: the live brokers and the controller.
     pub cluster: floe_cluster::Membership,
     /// This broker's role per partition of the cluster, and as leader its followers.
-    pub replicas: Arc<crate::replication::ReplicaManager>,
+    pub replicas: Arc<floe_cluster::replication::ReplicaManager>,
     /// The built-in Schema Registry's state, when it runs (for `confluent.*.schema.validation`).
     pub schemas: Option<Arc<floe_schema::SchemaStore>>,
     /// The table read path of shared-storage topics (always started by `run::serve`;

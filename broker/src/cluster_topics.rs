@@ -12,7 +12,7 @@
 //!
 //! Every broker keeps logs for every partition of every topic; only a partition's
 //! replicas fill theirs. After applying the topics, the same task hands the view to
-//! the [`crate::replication::ReplicaManager`] (roles) and the fetchers, on every change
+//! the [`floe_cluster::replication::ReplicaManager`] (roles) and the fetchers, on every change
 //! and on a short tick (logs opened late, ISR checks).
 //!
 //! The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`)

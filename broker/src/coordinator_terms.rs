@@ -14,6 +14,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use floe_cluster::replication::ReplicaManager;
 use floe_cluster::TopicPartition;
 use floe_coordinator::group::{GroupCoordinator, OFFSETS_TOPIC};
 use floe_coordinator::replicated::{ReplicatedWrites, ReplicationError};
@@ -23,7 +24,6 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
-use crate::replication::ReplicaManager;
 
 /// How long to wait before electing again after a failed load.
 const RETRY: Duration = Duration::from_secs(1);

@@ -27,7 +27,7 @@
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
 //! - [`cluster_topics`]: in a cluster, the metadata store's topics applied to this data directory (created, grown, deleted).
-//! - [`replication`]: the replica manager, the ISR and the replica fetchers (connecting with floe-client).
+//! - [`cluster_replication`]: in a cluster, replication (`floe_cluster::replication`: the replica manager, the ISR, the replica fetchers) started from this broker's settings; the ISR writer task.
 //! - [`iceberg_rest`]: the HTTP server of the read-only Iceberg REST catalog (`floe_tiering::rest` answers; its own thread).
 //! - [`schema_registry`]: the HTTP server of the built-in Schema Registry (`floe_schema`'s store and REST answers; its own thread), its access and cluster glue.
 //! - [`run`]: startup and orderly shutdown.
@@ -42,6 +42,7 @@ pub mod authorizer;
 pub mod broker;
 pub mod cluster_admin;
 pub mod cluster_configs;
+pub mod cluster_replication;
 pub mod cluster_topics;
 pub mod config;
 pub mod config_reference;
@@ -55,7 +56,6 @@ pub mod metrics;
 pub mod ports;
 pub mod quota;
 pub mod raw_config;
-pub mod replication;
 pub mod run;
 pub mod schema_registry;
 pub mod security;

@@ -61,26 +61,14 @@ pub struct Metrics {
     pub active_controller_count: IntGauge,
     /// The controller's node id as this broker last saw it (-1: none known).
     pub cluster_controller_id: IntGauge,
-    /// Replication: leaders, ISR changes, follower lag.
-    pub replication: ReplicationMetrics,
+    /// Replication: leaders, ISR changes, follower lag, the followers' fetches.
+    pub replication: floe_cluster::replication::ReplicationMetrics,
     /// Iceberg tiering, per table.
     pub iceberg: floe_tiering::metrics::IcebergMetrics,
     /// The log cleaner (compaction), read from its statistics at every scrape.
     pub cleaner: CleanerMetrics,
     /// `floe_schema_registry_requests_total{route,status}`: Schema Registry requests.
     pub schema_registry_requests: IntCounterVec,
-    // --- Follower replication (broker/src/replication/fetcher.rs) ---
-    /// `floe_replica_fetch_bytes_total`: record batch bytes followers appended from their leaders.
-    pub replica_fetch_bytes: IntCounter,
-    /// `floe_replica_fetch_requests_total`: Fetch requests followers sent to their leaders.
-    pub replica_fetch_requests: IntCounter,
-    /// `floe_replica_fetch_errors_total{error}`: follower fetch failures, by Kafka
-    /// error name (`OFFSET_OUT_OF_RANGE`, `FENCED_LEADER_EPOCH`...) or local cause
-    /// (`connection`, `authentication`, `tls`, `storage`).
-    pub replica_fetch_errors: IntCounterVec,
-    /// `floe_replica_damaged_truncations_total`: damaged ranges (found by recovery) a
-    /// follower cut off to fetch them again from its leader.
-    pub replica_damaged_truncations: IntCounter,
 }
 
 /// Log cleaner metrics (Kafka's `kafka.log:type=LogCleaner*`, in Prometheus form).
@@ -147,47 +135,6 @@ impl CleanerMetrics {
             self.dirty_ratio.with_label_values(&labels).set(state.dirty_ratio);
             self.seconds_since_last_clean.with_label_values(&labels).set(state.last_clean_ms.map_or(-1.0, since));
         }
-    }
-}
-
-/// Replication as the leader sees it (Kafka's `ReplicaManager` metrics).
-#[derive(Debug, Clone)]
-pub struct ReplicationMetrics {
-    /// Partitions this broker leads.
-    pub leader_partitions: IntGauge,
-    /// Partitions this broker leads whose ISR is smaller than their replica set.
-    pub under_replicated_partitions: IntGauge,
-    /// ISR shrinks this broker (as leader) wrote.
-    pub isr_shrinks: IntCounter,
-    /// ISR expansions this broker (as leader) wrote.
-    pub isr_expands: IntCounter,
-    /// The largest lag in records of an in-sync follower behind this broker's log end.
-    pub max_follower_lag: IntGauge,
-}
-
-impl ReplicationMetrics {
-    fn new() -> Self {
-        Self {
-            leader_partitions: IntGauge::new("floe_leader_partitions", "Partitions this broker leads (Kafka's LeaderCount)").expect("metric"),
-            under_replicated_partitions: IntGauge::new(
-                "floe_under_replicated_partitions",
-                "Partitions this broker leads whose ISR is smaller than their replica set (Kafka's UnderReplicatedPartitions)",
-            )
-            .expect("metric"),
-            isr_shrinks: IntCounter::new("floe_isr_shrinks_total", "ISR shrinks written by this broker as leader").expect("metric"),
-            isr_expands: IntCounter::new("floe_isr_expands_total", "ISR expansions written by this broker as leader").expect("metric"),
-            max_follower_lag: IntGauge::new("floe_replica_max_lag", "Largest lag, in records, of an in-sync follower behind this leader").expect("metric"),
-        }
-    }
-
-    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
-            Box::new(self.leader_partitions.clone()),
-            Box::new(self.under_replicated_partitions.clone()),
-            Box::new(self.isr_shrinks.clone()),
-            Box::new(self.isr_expands.clone()),
-            Box::new(self.max_follower_lag.clone()),
-        ]
     }
 }
 
@@ -268,27 +215,12 @@ impl Metrics {
             IntGauge::new("floe_active_controller_count", "1 when this broker is the cluster's controller (Kafka's ActiveControllerCount)").expect("metric");
         let cluster_controller_id =
             IntGauge::new("floe_cluster_controller_id", "The controller's node id as this broker last saw it; -1 while none is known").expect("metric");
-        let replication = ReplicationMetrics::new();
+        let replication = floe_cluster::replication::ReplicationMetrics::new();
         let iceberg = floe_tiering::metrics::IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
         let schema_registry_requests = IntCounterVec::new(
             Opts::new("floe_schema_registry_requests_total", "Schema Registry requests, by route and HTTP status"),
             &["route", "status"],
-        )
-        .expect("metric");
-        // --- Follower replication ---
-        let replica_fetch_bytes =
-            IntCounter::new("floe_replica_fetch_bytes_total", "Record batch bytes followers appended from their leaders").expect("metric");
-        let replica_fetch_requests =
-            IntCounter::new("floe_replica_fetch_requests_total", "Fetch requests followers sent to their leaders").expect("metric");
-        let replica_fetch_errors = IntCounterVec::new(
-            Opts::new("floe_replica_fetch_errors_total", "Follower fetch failures, by Kafka error name or local cause (connection, authentication, tls, storage)"),
-            &["error"],
-        )
-        .expect("metric");
-        let replica_damaged_truncations = IntCounter::new(
-            "floe_replica_damaged_truncations_total",
-            "Damaged ranges (found by recovery) a follower cut off to fetch them again from its leader",
         )
         .expect("metric");
         for c in [
@@ -309,10 +241,6 @@ impl Metrics {
             Box::new(cluster_live_brokers.clone()),
             Box::new(active_controller_count.clone()),
             Box::new(cluster_controller_id.clone()),
-            Box::new(replica_fetch_bytes.clone()),
-            Box::new(replica_fetch_requests.clone()),
-            Box::new(replica_fetch_errors.clone()),
-            Box::new(replica_damaged_truncations.clone()),
             Box::new(schema_registry_requests.clone()),
         ]
         .into_iter()
@@ -353,10 +281,6 @@ impl Metrics {
             iceberg,
             cleaner,
             schema_registry_requests,
-            replica_fetch_bytes,
-            replica_fetch_requests,
-            replica_fetch_errors,
-            replica_damaged_truncations,
         }
     }
 

@@ -253,14 +253,19 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         crate::security::inter_broker::load(&config.inter_broker, &config.tls)
             .map_err(|source| RunError::InterBrokerTls { listener: config.inter_broker.listener.clone(), source })?,
     );
-    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
+    let fetchers = floe_cluster::replication::fetcher::ReplicaFetcherManager::new(
         config.node_id,
         config.inter_broker.listener.clone(),
-        crate::replication::fetcher::FetcherSettings::from_config(&config, inter_broker.clone()),
-        metrics.clone(),
+        crate::cluster_replication::fetcher_settings(&config, inter_broker.clone()),
+        metrics.replication.clone(),
+        metrics.log_corrupt_ranges.clone(),
     );
-    let (replicas, isr_requests) =
-        crate::replication::ReplicaManager::new(config.node_id, Duration::from_millis(config.replica_lag_time_max_ms), fetchers, metrics.clone());
+    let (replicas, isr_requests) = floe_cluster::replication::ReplicaManager::new(
+        config.node_id,
+        Duration::from_millis(config.replica_lag_time_max_ms),
+        fetchers,
+        metrics.replication.clone(),
+    );
     let replicas = Arc::new(replicas);
 
     let mut cluster_markers = None;
@@ -416,7 +421,7 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         // The cluster's ACLs, SCRAM users and configs are in force before the first request.
         crate::cluster_configs::apply_latest(&broker).await;
         tokio::spawn(crate::cluster_configs::run(broker.clone()));
-        tokio::spawn(crate::replication::replica_manager::run_isr_writer(broker.clone(), isr_requests));
+        tokio::spawn(crate::cluster_replication::run_isr_writer(broker.clone(), isr_requests));
     }
     if let Some(tls) = &tls {
         tokio::spawn(crate::security::tls::reload_on_signal(tls.clone(), shutdown.clone()));

@@ -293,7 +293,7 @@ fn endpoint_of(broker: &Broker, node: i32) -> Result<Endpoint, String> {
     let listener = &broker.config.inter_broker.listener;
     broker.cluster.with_view(|v| {
         let b = v.brokers.get(&node).ok_or_else(|| format!("broker {node} is not registered"))?;
-        crate::replication::registered_endpoint(b, listener)
+        floe_cluster::replication::registered_endpoint(b, listener)
     })
 }
 

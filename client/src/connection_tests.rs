@@ -2,7 +2,7 @@
 //! or SASL settings it was not given, before any socket is opened. The
 //! connection against real peers (certificate checks, PLAIN and SCRAM logins,
 //! renewed sessions) is tested in the broker, against its own listener code
-//! (`broker/src/replication/client_tests.rs`).
+//! (`broker/src/cluster_replication/client_tests.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

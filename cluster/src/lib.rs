@@ -20,6 +20,18 @@
 //! The controller (the election's winner) moves partition leadership when brokers
 //! come and go ([`controller`]); each of its writes is fenced by its controller
 //! epoch and the partition's own epoch, so a deposed controller changes nothing.
+//!
+//! Replication between the brokers follows that state ([`replication`], Kafka's
+//! `ReplicaManager`, `Partition` and replica fetchers): each broker leads or follows
+//! the partitions the view gives it; as leader it keeps the high watermark and asks
+//! for ISR changes (written conditional on the partition epoch), as follower it
+//! truncates to its leader's log and fetches from it.
+//!
+//! # Layout
+//! - `membership`, `view`, `registration`: the brokers, their endpoints, the [`ClusterView`].
+//! - `etcd_session`, `store_url`, `topics`, `shared_state`: the metadata store (local or etcd) and what is kept in it.
+//! - `partition`, [`controller`]: placement, leader election, reassignment; the controller's loop.
+//! - [`replication`]: the replica manager, the ISR rules, the replica fetchers (connecting with floe-client) and their metrics.
 
 mod controller;
 mod error;
@@ -28,6 +40,7 @@ mod etcd_session;
 mod membership;
 mod partition;
 mod registration;
+pub mod replication;
 mod shared_state;
 mod store_url;
 mod topics;

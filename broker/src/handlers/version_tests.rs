@@ -70,13 +70,14 @@ pub(super) async fn broker_with(dir: &std::path::Path, settings: &[(&str, &str)]
     .await
     .expect("local membership");
     let metrics = Arc::new(Metrics::new());
-    let fetchers = crate::replication::fetcher::ReplicaFetcherManager::new(
+    let fetchers = floe_cluster::replication::fetcher::ReplicaFetcherManager::new(
         config.node_id,
         "PLAINTEXT".into(),
-        crate::replication::fetcher::FetcherSettings::from_config(&config, Default::default()),
-        metrics.clone(),
+        crate::cluster_replication::fetcher_settings(&config, Default::default()),
+        metrics.replication.clone(),
+        metrics.log_corrupt_ranges.clone(),
     );
-    let replicas = Arc::new(crate::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), fetchers, metrics.clone()).0);
+    let replicas = Arc::new(floe_cluster::replication::ReplicaManager::new(config.node_id, std::time::Duration::from_secs(30), fetchers, metrics.replication.clone()).0);
     Broker {
         config,
         logs,

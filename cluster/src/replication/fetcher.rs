@@ -57,7 +57,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use floe_client::{BrokerConnection, ClientError, ClientSecurity, Endpoint};
-use floe_cluster::{BrokerRegistration, TopicPartition};
 use floe_protocol::record_batch::{RecordBatchHeader, RECORD_BATCH_OVERHEAD};
 use floe_storage::{PartitionLog, StorageError};
 use kafka_protocol::error::ResponseError;
@@ -70,10 +69,11 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use prometheus::IntGaugeVec;
 use tracing::{debug, error, info, warn};
 
-use crate::config::BrokerConfig;
-use crate::metrics::Metrics;
+use super::metrics::ReplicationMetrics;
+use crate::{BrokerRegistration, TopicPartition};
 
 /// Fetch v12: the first flexible version, with topic names, `last_fetched_epoch`
 /// and `diverging_epoch` (v13 names topics by id).
@@ -127,24 +127,6 @@ impl Default for FetcherSettings {
     }
 }
 
-impl FetcherSettings {
-    /// The broker's `replica.fetch.*` settings, and `security` for connecting.
-    pub fn from_config(config: &BrokerConfig, security: Arc<ClientSecurity>) -> Self {
-        let max_wait_ms = i32::try_from(config.replica_fetch_wait_max_ms).unwrap_or(i32::MAX);
-        let defaults = Self::default();
-        Self {
-            max_bytes: config.replica_fetch_max_bytes,
-            response_max_bytes: config.replica_fetch_response_max_bytes,
-            max_wait_ms,
-            min_bytes: config.replica_fetch_min_bytes,
-            backoff: Duration::from_millis(config.replica_fetch_backoff_ms),
-            // A long poll must never look like a dead leader.
-            socket_timeout: defaults.socket_timeout.max(Duration::from_millis(u64::from(config.replica_fetch_wait_max_ms)) + Duration::from_secs(5)),
-            security,
-        }
-    }
-}
-
 /// A partition this broker follows, and where its leader is. Its log becomes
 /// replicated ([`PartitionLog::set_replicated`]) when its fetcher takes it:
 /// the high watermark is the leader's from then on.
@@ -170,7 +152,10 @@ pub struct ReplicaFetcherManager {
     node_id: i32,
     listener: String,
     settings: FetcherSettings,
-    metrics: Arc<Metrics>,
+    metrics: ReplicationMetrics,
+    /// The broker's `floe_log_corrupt_ranges{topic,partition}` gauge (recovery sets it
+    /// too): a follower updates it after cutting a damaged range off.
+    log_corrupt_ranges: IntGaugeVec,
     /// Held by `follow` and `shutdown` only, never across an `.await`: a
     /// std mutex keeps `follow` a plain function.
     state: Mutex<ManagerState>,
@@ -235,8 +220,9 @@ impl ReplicaFetcherManager {
     /// A manager with no fetcher yet. `listener` names the listener whose
     /// endpoint ([`BrokerRegistration::endpoint`]) fetchers connect to (Kafka's
     /// `inter.broker.listener.name`), in that endpoint's security protocol.
-    pub fn new(node_id: i32, listener: String, settings: FetcherSettings, metrics: Arc<Metrics>) -> Self {
-        Self { node_id, listener, settings, metrics, state: Mutex::new(ManagerState::default()) }
+    /// `log_corrupt_ranges` is the broker's gauge of the damaged ranges kept in its logs.
+    pub fn new(node_id: i32, listener: String, settings: FetcherSettings, metrics: ReplicationMetrics, log_corrupt_ranges: IntGaugeVec) -> Self {
+        Self { node_id, listener, settings, metrics, log_corrupt_ranges, state: Mutex::new(ManagerState::default()) }
     }
 
     /// Replaces the set of partitions this broker follows (and where their
@@ -334,6 +320,7 @@ impl ReplicaFetcherManager {
                 endpoint: endpoint.clone(),
                 settings: self.settings.clone(),
                 metrics: self.metrics.clone(),
+                log_corrupt_ranges: self.log_corrupt_ranges.clone(),
                 assignments: rx,
                 partitions: BTreeMap::new(),
                 conn: None,
@@ -416,7 +403,8 @@ struct FetcherTask {
     leader: i32,
     endpoint: Endpoint,
     settings: FetcherSettings,
-    metrics: Arc<Metrics>,
+    metrics: ReplicationMetrics,
+    log_corrupt_ranges: IntGaugeVec,
     assignments: watch::Receiver<Assignments>,
     partitions: BTreeMap<TopicPartition, PartitionFetch>,
     conn: Option<BrokerConnection>,
@@ -605,7 +593,7 @@ impl FetcherTask {
                 self.metrics.replica_damaged_truncations.inc();
                 self.truncate_log(&tp, &a, damage.first_offset, false).await;
                 let left = a.log.corrupt_ranges().len() as i64;
-                self.metrics.log_corrupt_ranges.with_label_values(&[tp.topic.as_str(), &tp.partition.to_string()]).set(left);
+                self.log_corrupt_ranges.with_label_values(&[tp.topic.as_str(), &tp.partition.to_string()]).set(left);
                 continue;
             }
             match a.log.latest_epoch() {
@@ -1083,7 +1071,3 @@ mod tests {
         assert_eq!(whole_batches_len(&[0u8; 30]), 0);
     }
 }
-
-#[cfg(test)]
-#[path = "fetcher_tests.rs"]
-mod fetcher_tests;

@@ -7,19 +7,26 @@
 //! - [`fetcher`]: a follower's fetchers, one per leader broker: truncation by
 //!   OffsetForLeaderEpoch, then Fetch with this broker's replica id, appending the
 //!   leader's batches byte for byte.
+//! - [`metrics`]: the leader's and the followers' Prometheus metrics (the broker registers them).
 //! - [`registered_endpoint`]: where another broker is reached, from its registration.
 //!
 //! The connections to other brokers are [`floe_client::BrokerConnection`]s,
 //! in the inter-broker listener's security protocol (TLS, SASL, both or
-//! neither); `client_tests.rs` runs them against this broker's own listeners.
+//! neither), with the [`floe_client::ClientSecurity`] the broker builds from its
+//! settings. The broker starts all this (`floe_broker::cluster_replication`: the
+//! fetch settings from its config, the ISR writer task) and tests it against its
+//! own listeners there.
 
 use floe_client::{Endpoint, SecurityProtocol};
-use floe_cluster::BrokerRegistration;
+
+use crate::BrokerRegistration;
 
 pub mod fetcher;
 pub mod isr;
+pub mod metrics;
 pub mod replica_manager;
 
+pub use metrics::ReplicationMetrics;
 pub use replica_manager::ReplicaManager;
 
 /// `broker`'s endpoint on `listener`.
@@ -33,6 +40,3 @@ pub fn registered_endpoint(broker: &BrokerRegistration, listener: &str) -> Resul
         .ok_or_else(|| format!("broker {} registered an unknown security protocol {}", broker.node_id, ep.security_protocol))?;
     Ok(Endpoint { host: ep.host.clone(), port, protocol })
 }
-
-#[cfg(test)]
-mod client_tests;

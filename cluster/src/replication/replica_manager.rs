@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use floe_cluster::{ClusterView, PartitionState, TopicPartition};
 use floe_storage::{LogManager, PartitionLog};
 use kafka_protocol::error::ResponseError;
 use tokio::sync::mpsc;
@@ -28,6 +27,8 @@ use tracing::{info, warn};
 
 use super::fetcher::{FollowedPartition, ReplicaFetcherManager};
 use super::isr::{self, FollowerState};
+use super::metrics::ReplicationMetrics;
+use crate::{ClusterView, Membership, PartitionState, TopicPartition};
 
 /// A partition this broker leads.
 #[derive(Debug)]
@@ -85,7 +86,7 @@ pub struct ReplicaManager {
     lag_max_ms: i64,
     leaders: Mutex<HashMap<TopicPartition, LeaderPartition>>,
     isr_requests: mpsc::UnboundedSender<IsrRequest>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: ReplicationMetrics,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,12 +99,12 @@ pub(crate) fn now_ms() -> i64 {
 
 impl ReplicaManager {
     /// A manager with no partitions yet, and the receiving end of its ISR changes
-    /// (for [`run_isr_writer`]).
+    /// (for the broker's writer task, which hands each to [`ReplicaManager::write_isr_change`]).
     pub fn new(
         node_id: i32,
         lag_max: Duration,
         fetchers: ReplicaFetcherManager,
-        metrics: Arc<crate::metrics::Metrics>,
+        metrics: ReplicationMetrics,
     ) -> (Self, mpsc::UnboundedReceiver<IsrRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let manager = Self {
@@ -141,7 +142,7 @@ impl ReplicaManager {
                 if state.leader == self.node_id {
                     log.set_replicated(replicas.len() > 1);
                     leading.push((tp, state, replicas, log));
-                } else if state.leader != floe_cluster::NO_LEADER {
+                } else if state.leader != crate::NO_LEADER {
                     self.first_follow(&tp, &log);
                     following.push(FollowedPartition { tp, leader: state.leader, leader_epoch: state.leader_epoch, log });
                 }
@@ -165,8 +166,8 @@ impl ReplicaManager {
         // As Kafka counts a partition being reassigned: against its replicas without the
         // ones still being added.
         let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len().saturating_sub(lp.state.adding_replicas.len())).count();
-        self.metrics.replication.under_replicated_partitions.set(under as i64);
-        self.metrics.replication.leader_partitions.set(leaders.len() as i64);
+        self.metrics.under_replicated_partitions.set(under as i64);
+        self.metrics.leader_partitions.set(leaders.len() as i64);
     }
 
     /// The first time this process follows `log`: its high watermark comes from the
@@ -303,6 +304,24 @@ impl ReplicaManager {
         }
     }
 
+    /// Writes one ISR change the leader asked for to the metadata store (the broker's
+    /// writer task calls it for each, one at a time, until the channel closes).
+    pub async fn write_isr_change(&self, cluster: &Membership, r: IsrRequest) {
+        let written = cluster.alter_isr(&r.tp, &r.expected, r.isr.clone()).await;
+        match written {
+            Ok(true) if r.isr.len() > r.expected.isr.len() => self.metrics.isr_expands.inc(),
+            Ok(true) => self.metrics.isr_shrinks.inc(),
+            Ok(false) => {
+                info!(partition = %r.tp, isr = ?r.isr, "ISR change refused: the partition state moved; deciding again from the new state");
+                self.isr_change_failed(&r.tp, r.expected.partition_epoch);
+            }
+            Err(e) => {
+                warn!(partition = %r.tp, isr = ?r.isr, error = %e, "cannot write the ISR change; retrying later");
+                self.isr_change_failed(&r.tp, r.expected.partition_epoch);
+            }
+        }
+    }
+
     /// Checks, before an `acks=all` append to `tp`, that its ISR has at least
     /// `min.insync.replicas` members (NOT_ENOUGH_REPLICAS otherwise).
     pub fn check_min_isr(&self, tp: &TopicPartition, min_isr: i32) -> Result<(), (ResponseError, String)> {
@@ -364,34 +383,15 @@ impl ReplicaManager {
     }
 }
 
-/// Writes the ISR changes the leader asks for, one at a time, until the channel closes.
-pub async fn run_isr_writer(broker: Arc<crate::broker::Broker>, mut requests: mpsc::UnboundedReceiver<IsrRequest>) {
-    while let Some(r) = requests.recv().await {
-        let written = broker.cluster.alter_isr(&r.tp, &r.expected, r.isr.clone()).await;
-        match written {
-            Ok(true) if r.isr.len() > r.expected.isr.len() => broker.metrics.replication.isr_expands.inc(),
-            Ok(true) => broker.metrics.replication.isr_shrinks.inc(),
-            Ok(false) => {
-                info!(partition = %r.tp, isr = ?r.isr, "ISR change refused: the partition state moved; deciding again from the new state");
-                broker.replicas.isr_change_failed(&r.tp, r.expected.partition_epoch);
-            }
-            Err(e) => {
-                warn!(partition = %r.tp, isr = ?r.isr, error = %e, "cannot write the ISR change; retrying later");
-                broker.replicas.isr_change_failed(&r.tp, r.expected.partition_epoch);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use floe_cluster::TopicAssignment;
     use floe_storage::LogConfig;
 
     use super::*;
     use crate::replication::fetcher::FetcherSettings;
+    use crate::TopicAssignment;
 
     fn view(replicas: &[i32], state: PartitionState) -> ClusterView {
         let assignment = TopicAssignment { topic_id: "id".into(), partitions: BTreeMap::from([(0, replicas.to_vec())]), ..TopicAssignment::default() };
@@ -411,8 +411,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let logs = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("logs");
         logs.create_topic("t", 1, BTreeMap::new()).expect("topic");
-        let metrics = Arc::new(crate::metrics::Metrics::new());
-        let fetchers = ReplicaFetcherManager::new(1, "PLAINTEXT".into(), FetcherSettings::default(), metrics.clone());
+        let metrics = ReplicationMetrics::new();
+        let log_corrupt_ranges = prometheus::IntGaugeVec::new(prometheus::Opts::new("floe_log_corrupt_ranges", "test"), &["topic", "partition"]).expect("metric");
+        let fetchers = ReplicaFetcherManager::new(1, "PLAINTEXT".into(), FetcherSettings::default(), metrics.clone(), log_corrupt_ranges);
         let (manager, mut isr_requests) = ReplicaManager::new(1, Duration::from_secs(30), fetchers, metrics);
         let tp = TopicPartition::new("t", 0);
         let state = |isr: &[i32], adding: &[i32], removing: &[i32], partition_epoch: i64| PartitionState {

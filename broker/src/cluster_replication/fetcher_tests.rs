@@ -23,7 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use tokio::sync::watch;
 
-use super::{FetcherSettings, FollowedPartition, ReplicaFetcherManager};
+use floe_cluster::replication::fetcher::{FetcherSettings, FollowedPartition, ReplicaFetcherManager};
 use crate::config::{ConfigBuilder, Layer};
 use crate::metrics::Metrics;
 use crate::listeners::SecurityProtocol;
@@ -225,7 +225,7 @@ fn settings() -> FetcherSettings {
 
 fn manager() -> (ReplicaFetcherManager, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
-    (ReplicaFetcherManager::new(FOLLOWER, "PLAINTEXT".into(), settings(), metrics.clone()), metrics)
+    (ReplicaFetcherManager::new(FOLLOWER, "PLAINTEXT".into(), settings(), metrics.replication.clone(), metrics.log_corrupt_ranges.clone()), metrics)
 }
 
 fn followed(log: &Arc<PartitionLog>) -> Vec<FollowedPartition> {
@@ -310,8 +310,8 @@ async fn a_follower_copies_its_leader_byte_for_byte() {
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Files).await;
     assert_eq!(follower.log_end_offset(), before + 5);
 
-    assert!(metrics.replica_fetch_bytes.get() > 0);
-    assert!(metrics.replica_fetch_requests.get() > 0);
+    assert!(metrics.replication.replica_fetch_bytes.get() > 0);
+    assert!(metrics.replication.replica_fetch_requests.get() > 0);
     let rendered = metrics.render();
     assert!(rendered.contains("floe_replica_fetch_bytes_total"), "{rendered}");
 
@@ -366,7 +366,7 @@ async fn a_divergent_tail_is_truncated_to_the_leaders_log() {
     produce(&mut conn, batch(3, None, false), None).await;
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Bytes).await;
     assert_eq!(follower.log_end_offset(), shared + 3);
-    assert_eq!(metrics.replica_fetch_errors.with_label_values(&["connection"]).get(), 0);
+    assert_eq!(metrics.replication.replica_fetch_errors.with_label_values(&["connection"]).get(), 0);
 
     fetchers.shutdown().await;
     drop(conn);
