@@ -4,7 +4,8 @@
 #     bash tests/run-all.sh
 #
 # Installs what the suites need (kcat and chromium from Debian, Python clients in .venv,
-# kafkajs and playwright-core in tests/js/node_modules), builds the workspace, then runs:
+# kafkajs and playwright-core in tests/js/node_modules), checks formatting, the house rules
+# (tests/tools/house_rules.py) and clippy -D warnings, builds the workspace, then runs:
 #   1. cargo test --workspace        (unit tests + rdkafka end-to-end tests)
 #      Build and test use `--features floe-broker/failpoints`: the debug `floe` the suites start
 #      must arm FAILPOINTS (test_crash_points.py, test_storage_errors.py), and the same features in
@@ -41,6 +42,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 RUN_START=$SECONDS
 STAGE_START=$SECONDS
 FAILED_STAGES=()
+TEST_STAGES=0
 STAGE_REPORT=()
 
 banner() {
@@ -146,8 +148,31 @@ banner "setup: kafkajs and playwright-core (tests/js, npm ci)"
 (cd "$ROOT/tests/js" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in tests/js failed"
 stage_done "setup-js" ok
 
-# ---------------------------------------------------------------- build
+# ---------------------------------------------------------------- lint
+# First and fast: formatting, the workspace's house rules (crate dependencies, import
+# circles, file sizes: tests/tools/house_rules.py) and clippy with warnings as errors.
+# A failure here is reported with the tests' and fails the run, but the tests still run.
 FEATURES=(--features floe-broker/failpoints)
+lint() {
+    local rc=0
+    echo "-- cargo fmt --all --check"
+    cargo fmt --all --check || { echo "cargo fmt: the files above are not formatted (run: cargo fmt --all)"; rc=1; }
+    echo "-- python3 tests/tools/house_rules.py"
+    python3 "$ROOT/tests/tools/house_rules.py" || rc=1
+    echo "-- cargo clippy --workspace --all-targets ${FEATURES[*]} -- -D warnings"
+    cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings || rc=1
+    return $rc
+}
+banner "lint: cargo fmt --check, house rules, cargo clippy -D warnings"
+TEST_STAGES=$((TEST_STAGES + 1))
+if lint; then
+    stage_done "lint" ok
+else
+    stage_done "lint" "FAIL"
+    FAILED_STAGES+=("lint")
+fi
+
+# ---------------------------------------------------------------- build
 banner "build: cargo build --workspace ${FEATURES[*]}"
 cargo build --workspace "${FEATURES[@]}" || die "cargo build --workspace failed"
 [ -x "$FLOE_BIN" ] || die "broker binary not found at FLOE_BIN=$FLOE_BIN"
@@ -155,7 +180,6 @@ echo "FLOE_BIN=$FLOE_BIN"
 stage_done "build" ok
 
 # ---------------------------------------------------------------- tests
-TEST_STAGES=0
 run_stage() { # name cmd...
     local name="$1"; shift
     TEST_STAGES=$((TEST_STAGES + 1))
