@@ -50,6 +50,7 @@ pub mod coordinator_terms;
 pub mod dynamic_config;
 pub mod errors;
 pub mod handlers;
+pub mod http_server;
 pub mod listeners;
 pub mod iceberg_rest;
 pub mod metrics;

@@ -4,7 +4,6 @@
 //! (`sendfile-plaintext`, `sendfile-ktls`, `copy-tls`, `copy-plaintext`), so
 //! a test or an operator can tell which path a fetch took.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::Full;
@@ -14,7 +13,6 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
-use tokio::net::TcpListener;
 
 /// The `path` labels of `floe_fetch_bytes_total`: how record bytes left the broker.
 pub const FETCH_PATHS: [&str; 5] = ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext", "table-rebuild"];
@@ -302,29 +300,13 @@ impl Default for Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics listener accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, std::convert::Infallible>(respond(&req, &metrics)) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
-                tracing::debug!(%peer, error = %e, "metrics connection ended with an error");
-            }
-        });
-    }
+/// Serves `GET /metrics` on `listener` (see [`crate::http_server::bind`]) until the future is dropped.
+///
+/// # Errors
+/// The listener cannot join the current runtime.
+pub fn serve(listener: std::net::TcpListener, metrics: Arc<Metrics>) -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    let options = crate::http_server::Options { name: "metrics", ..Default::default() };
+    crate::http_server::serve(listener, options, move |req, _peer| std::future::ready(respond(&req, &metrics)))
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<Full<HttpBytes>> {
@@ -339,14 +321,6 @@ fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<
         response.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
     }
     response
-}
-
-/// Binds the metrics listener.
-///
-/// # Errors
-/// The bind error.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }
 
 #[cfg(test)]

@@ -208,9 +208,10 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
-        let l = metrics::bind(addr).await.map_err(|source| RunError::Bind { service: Service::new(ports::METRICS, addr), source })?;
+        let bind_error = |source| RunError::Bind { service: Service::new(ports::METRICS, addr), source };
+        let l = crate::http_server::bind(addr).map_err(bind_error)?;
         metrics_addr = l.local_addr().ok();
-        tokio::spawn(metrics::serve(l, metrics.clone()));
+        tokio::spawn(metrics::serve(l, metrics.clone()).map_err(bind_error)?);
     }
 
     // Bound before any thread starts, so a taken port fails startup with nothing to undo.

@@ -14,7 +14,8 @@
 //! login tries the listener's mechanisms in the order SCRAM-SHA-256,
 //! SCRAM-SHA-512, PLAIN, and keeps the first the broker accepts.
 //!
-//! Owns: the accept loop, static files and routing to [`api`]; [`state`]
+//! Owns: static files and routing to [`api`] (served by
+//! [`floe_broker::http_server`]); [`state`]
 //! holds the settings the console takes from the broker's and the shared
 //! state, [`cli_call`] runs one CLI command for an answer, [`session`] keeps
 //! sessions and CSRF tokens, [`history`] the metrics and lag samples,
@@ -31,7 +32,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use floe_broker::config::BrokerConfig;
-use http_body_util::{BodyExt, Full, Limited};
+use floe_broker::http_server::{self, BodyError};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{header, Request, Response, StatusCode};
 
@@ -52,7 +54,7 @@ const STYLE_CSS: &str = include_str!("../../console/style.css");
 /// Its settings are unusable, or its address cannot be bound.
 pub async fn start(config: &BrokerConfig) -> anyhow::Result<()> {
     let Some(settings) = Settings::from_config(config)? else { return Ok(()) };
-    let listener = tokio::net::TcpListener::bind(settings.listen).await.with_context(|| {
+    let listener = http_server::bind(settings.listen).with_context(|| {
         format!("cannot bind the web console to {} (floe.console.listen, --console-listen): pick another address, or an empty one to turn the console off", settings.listen)
     })?;
     let local = listener.local_addr().unwrap_or(settings.listen);
@@ -65,32 +67,11 @@ pub async fn start(config: &BrokerConfig) -> anyhow::Result<()> {
     });
     tokio::spawn(history::sample_metrics(console.clone()));
     tokio::spawn(history::sample_lag(console.clone()));
-    tokio::spawn(accept(listener, console));
+    let options = http_server::Options { name: "web console", ..Default::default() };
+    let serving = http_server::serve(listener, options, move |req, _peer| handle(console.clone(), req))
+        .context("the web console's listener cannot join the runtime")?;
+    tokio::spawn(serving);
     Ok(())
-}
-
-async fn accept(listener: tokio::net::TcpListener, console: Arc<Console>) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "web console: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let console = console.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let console = console.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(console, req).await) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
-                tracing::debug!(error = %e, "web console connection ended");
-            }
-        });
-    }
 }
 
 async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
@@ -100,14 +81,12 @@ async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> R
         return static_file(&parts.method, &path);
     }
     // The body, at most MAX_BODY_BYTES.
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(b) => b.to_bytes(),
+    let body = match http_server::read_body(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
         Err(e) => {
-            let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
-            let (status, text) = if too_big {
-                (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes"))
-            } else {
-                (StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
+            let (status, text) = match e {
+                BodyError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes")),
+                BodyError::Read(_) => (StatusCode::BAD_REQUEST, e.to_string()),
             };
             let mut r = response(status, "application/json", serde_json::json!({ "error": text }).to_string());
             // The rest of the body is left unread, so this connection cannot carry another

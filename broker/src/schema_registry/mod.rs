@@ -27,18 +27,16 @@ pub(crate) mod forward;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use floe_schema::rest::{self, Reply, Route, CONTENT_TYPE};
 use floe_schema::{AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat, SchemaStore};
 use floe_storage::LogManager;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
 use hyper::{Request, Response};
-use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
 
+use crate::http_server::{self, BodyError, ServerThread};
 use crate::metrics::Metrics;
 use crate::security::tls::TlsContext;
 pub use access::Access;
@@ -49,9 +47,6 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// The largest request body taken: a schema of 16 MiB is far past any real one
 /// (Confluent's own default request limit is of this order) and bounds memory.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
-
-/// How long a client has to finish its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The schema types this broker's registry understands.
 fn formats() -> Vec<Arc<dyn SchemaFormat>> {
@@ -68,13 +63,9 @@ pub fn open_store(logs: Arc<LogManager>, clustered: bool) -> Result<Arc<SchemaSt
     Ok(Arc::new(SchemaStore::open(logs, || Registry::new(formats()), clustered).map_err(StartError::Store)?))
 }
 
-/// The running server. Dropping it without [`SchemaRegistryServer::stop`] leaves the thread running.
+/// The running server. Dropping it without [`SchemaRegistryServer::stop`] stops it without joining its thread.
 #[derive(Debug)]
-pub struct SchemaRegistryServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<()>>,
-}
+pub struct SchemaRegistryServer(ServerThread);
 
 /// Why the registry could not start.
 #[derive(Debug, thiserror::Error)]
@@ -98,10 +89,7 @@ impl SchemaRegistryServer {
     /// # Errors
     /// [`StartError::Bind`].
     pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
-        let bind_error = |source| StartError::Bind { addr, source };
-        let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
-        listener.set_nonblocking(true).map_err(bind_error)?;
-        Ok(listener)
+        http_server::bind(addr).map_err(|source| StartError::Bind { addr, source })
     }
 
     /// Starts serving `store` (see [`open_store`]) on `listener` (see [`Self::bind`]),
@@ -121,45 +109,21 @@ impl SchemaRegistryServer {
         let local = listener.local_addr();
         let addr = local.as_ref().map_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)), |a| *a);
         let bind_error = |source| StartError::Bind { addr, source };
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(bind_error)?;
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let handle = std::thread::Builder::new()
-            .name("floe-schema-registry".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            error!(error = %e, "schema registry listener cannot join the runtime; the registry is off");
-                            return;
-                        }
-                    };
-                    tokio::select! {
-                        _ = accept_loop(listener, served, tls) => {}
-                        _ = stop_rx => {}
-                    }
-                });
-            })
+        let options = http_server::Options { name: "schema registry", max_connections: Some(MAX_CONNECTIONS), tls };
+        let server = http_server::spawn_thread("floe-schema-registry", listener, options, move |req, peer| handle(req, served.clone(), peer))
             .map_err(bind_error)?;
         info!(url = %format!("{scheme}://{addr}"), "schema registry listening");
-        Ok(Self { addr, stop: Some(stop_tx), handle: Some(handle) })
+        Ok(Self(server))
     }
 
     /// The bound address (the port is real even when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.0.local_addr()
     }
 
     /// Stops accepting, drops open connections and joins the thread.
-    pub fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(h) = self.handle.take() {
-            if h.join().is_err() {
-                error!("schema registry thread panicked");
-            }
-        }
+    pub fn stop(self) {
+        self.0.stop();
     }
 }
 
@@ -169,49 +133,6 @@ struct Served {
     store: Arc<SchemaStore>,
     access: Access,
     metrics: Arc<Metrics>,
-}
-
-async fn accept_loop(listener: TcpListener, served: Arc<Served>, tls: Option<Arc<TlsContext>>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let (stream, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                warn!(error = %e, "schema registry accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let served = served.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let served = served.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(req, served, peer).await) }
-            });
-            let result = match tls {
-                Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await {
-                    Ok(Ok(stream)) => {
-                        hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service).await
-                    }
-                    Ok(Err(e)) => {
-                        warn!(%peer, error = %e, "schema registry TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        warn!(%peer, "schema registry TLS handshake timed out");
-                        return;
-                    }
-                },
-                None => hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service).await,
-            };
-            if let Err(e) = result {
-                debug!(%peer, error = %e, "schema registry connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
 }
 
 async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: SocketAddr) -> Response<Full<HttpBytes>> {
@@ -224,19 +145,16 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
         forwarded: req.headers().contains_key(forward::FORWARDED),
         host: peer.ip(),
     };
-    let reply = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+    let reply = match http_server::read_body(req.into_body(), MAX_BODY_BYTES).await {
         Ok(body) => {
-            let body = body.to_bytes();
             let (answering, s) = (route.clone(), served.clone());
             match tokio::task::spawn_blocking(move || answer(&s, &answering, &incoming, body)).await {
                 Ok(reply) => reply,
                 Err(e) => service_error(format!("the request's task failed: {e}")),
             }
         }
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Reply::error(413, 413, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
-        }
-        Err(e) => service_error(format!("cannot read the request body: {e}")),
+        Err(e @ BodyError::TooLarge(_)) => Reply::error(413, 413, e.to_string()),
+        Err(e @ BodyError::Read(_)) => service_error(e.to_string()),
     };
     served.metrics.schema_registry_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
     if let Some(problem) = &reply.problem {
