@@ -53,7 +53,7 @@ def product_lines(path):
 
 def main():
     broken = []
-    for crate in PRODUCT:
+    for crate in [c for c in PRODUCT if os.path.exists(os.path.join(ROOT, c, "Cargo.toml"))]:
         deps = floe_dependencies(crate)
         if "floe-broker" in deps:
             broken.append(f"{crate} depends on floe-broker")
