@@ -31,6 +31,7 @@ use floe_storage::{LogConfig, LogManager};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::json_file::{self, ReadError};
 use crate::config::{LOG_DEFAULT_KEYS, SETTINGS};
 use crate::server::limits::ConnectionLimits;
 
@@ -149,17 +150,11 @@ impl DynamicBrokerConfig {
         limits: Arc<ConnectionLimits>,
     ) -> Result<Self, DynamicConfigError> {
         let path = data_dir.join(DYNAMIC_CONFIG_FILE);
-        let layers = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let layers: DynamicLayers = serde_json::from_slice(&bytes)
-                    .map_err(|e| DynamicConfigError::Corrupt { path: path.clone(), reason: e.to_string() })?;
-                if layers.version != 1 {
-                    return Err(DynamicConfigError::Corrupt { path, reason: format!("unknown version {}", layers.version) });
-                }
-                layers
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => DynamicLayers { version: 1, ..Default::default() },
-            Err(e) => return Err(DynamicConfigError::Io { path, reason: e.to_string() }),
+        let layers = match json_file::read::<DynamicLayers>(&path, |l| l.version) {
+            Ok(Some(layers)) => layers,
+            Ok(None) => DynamicLayers { version: json_file::VERSION, ..Default::default() },
+            Err(ReadError::Corrupt(reason)) => return Err(DynamicConfigError::Corrupt { path, reason }),
+            Err(ReadError::Io(e)) => return Err(DynamicConfigError::Io { path, reason: e.to_string() }),
         };
         let config = Self { path, static_values, current: RwLock::new(Arc::new(layers.clone())), writer: Mutex::new(()), logs, limits };
         if !layers.broker.is_empty() || !layers.cluster_default.is_empty() {
@@ -237,9 +232,7 @@ impl DynamicBrokerConfig {
         let mut layers = (*self.layers()).clone();
         *layer_mut(&mut layers, scope) = next;
         let applied = self.applicable(&layers)?;
-        let bytes = serde_json::to_vec_pretty(&layers)
-            .map_err(|e| DynamicConfigError::Io { path: self.path.clone(), reason: e.to_string() })?;
-        floe_storage::write_atomically(&self.path, &bytes)
+        json_file::write(&self.path, &layers)
             .map_err(|e| DynamicConfigError::Io { path: self.path.clone(), reason: e.to_string() })?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(layers);
         self.apply(applied)

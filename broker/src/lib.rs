@@ -22,7 +22,9 @@
 //! - [`quota`]: client quotas (byte rates, request time): their store and enforcement.
 //! - [`txn_markers`]: transaction markers to the partitions' leaders (this broker's logs, or WriteTxnMarkers).
 //! - [`errors`]: storage errors → Kafka error codes, in one place.
+//! - [`json_file`]: the small versioned JSON files (ACLs, SCRAM credentials, quotas, dynamic configs), read and written one way.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`http_server`]: the one HTTP server the metrics endpoint, the Iceberg REST catalog, the Schema Registry and the console run on.
 //! - [`cluster_configs`]: in a cluster, the shared settings in etcd (topic configs, dynamic broker configs, ACLs, SCRAM) applied here.
 //! - [`coordinator_terms`]: in a cluster, the coordinators follow the leadership of their internal topics.
 //! - [`cluster_admin`]: in a cluster, the admin requests that change the metadata store (topics, partitions, leader elections).
@@ -53,6 +55,7 @@ pub mod handlers;
 pub mod http_server;
 pub mod listeners;
 pub mod iceberg_rest;
+pub mod json_file;
 pub mod metrics;
 pub mod ports;
 pub mod quota;

@@ -21,6 +21,8 @@ use thiserror::Error;
 
 use super::acl::{AclBinding, AclBindingFilter};
 
+use crate::json_file::{self, ReadError};
+
 /// File name under the data directory.
 pub const ACLS_FILE: &str = "acls.json";
 
@@ -72,17 +74,10 @@ impl AclStore {
     /// refuses to start rather than run with fewer ACLs than were granted.
     pub fn open(data_dir: &Path) -> Result<Self, AclStoreError> {
         let path = data_dir.join(ACLS_FILE);
-        let acls = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let disk: OnDisk = serde_json::from_slice(&bytes)
-                    .map_err(|e| AclStoreError::Corrupt { path: path.clone(), reason: e.to_string() })?;
-                if disk.version != 1 {
-                    return Err(AclStoreError::Corrupt { path, reason: format!("unknown version {}", disk.version) });
-                }
-                disk.acls.into_iter().collect()
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
-            Err(source) => return Err(AclStoreError::Io { path, source }),
+        let acls = match json_file::read::<OnDisk>(&path, |d| d.version) {
+            Ok(disk) => disk.map(|d| d.acls.into_iter().collect()).unwrap_or_default(),
+            Err(ReadError::Corrupt(reason)) => return Err(AclStoreError::Corrupt { path, reason }),
+            Err(ReadError::Io(source)) => return Err(AclStoreError::Io { path, source }),
         };
         Ok(AclStore { path, current: RwLock::new(Arc::new(acls)), writer: Mutex::new(()) })
     }
@@ -142,11 +137,8 @@ impl AclStore {
     }
 
     fn write(&self, acls: &BTreeSet<AclBinding>) -> Result<(), AclStoreError> {
-        let io = |source| AclStoreError::Io { path: self.path.clone(), source };
-        let disk = OnDisk { version: 1, acls: acls.iter().cloned().collect() };
-        let bytes = serde_json::to_vec_pretty(&disk).map_err(|e| io(std::io::Error::other(e)))?;
-        // tmp + fsync + rename + directory fsync, as for every small file the broker keeps.
-        floe_storage::write_atomically(&self.path, &bytes).map_err(|e| io(std::io::Error::other(e)))
+        let disk = OnDisk { version: json_file::VERSION, acls: acls.iter().cloned().collect() };
+        json_file::write(&self.path, &disk).map_err(|source| AclStoreError::Io { path: self.path.clone(), source })
     }
 }
 

@@ -20,6 +20,8 @@ use thiserror::Error;
 
 use super::entity::{EntityName, QuotaEntity, CLIENT_ID, USER};
 
+use crate::json_file::{self, ReadError};
+
 /// File name under the data directory.
 pub const QUOTAS_FILE: &str = "client-quotas.json";
 
@@ -79,12 +81,8 @@ impl QuotaStore {
     pub fn open(data_dir: &Path) -> Result<Self, QuotaStoreError> {
         let path = data_dir.join(QUOTAS_FILE);
         let corrupt = |reason: String| QuotaStoreError::Corrupt { path: path.clone(), reason };
-        let set = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let disk: OnDisk = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-                if disk.version != 1 {
-                    return Err(corrupt(format!("unknown version {}", disk.version)));
-                }
+        let set = match json_file::read::<OnDisk>(&path, |d| d.version) {
+            Ok(Some(disk)) => {
                 let mut set = QuotaSet::new();
                 for q in disk.quotas {
                     let mut entity = QuotaEntity { user: None, client_id: None };
@@ -100,8 +98,9 @@ impl QuotaStore {
                 }
                 set
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => QuotaSet::new(),
-            Err(e) => return Err(QuotaStoreError::Io { path, reason: e.to_string() }),
+            Ok(None) => QuotaSet::new(),
+            Err(ReadError::Corrupt(reason)) => return Err(corrupt(reason)),
+            Err(ReadError::Io(e)) => return Err(QuotaStoreError::Io { path, reason: e.to_string() }),
         };
         Ok(Self { path, current: RwLock::new(Arc::new(set)), writer: Mutex::new(()) })
     }
@@ -141,9 +140,8 @@ impl QuotaStore {
                 StoredQuota { entity: parts, values: values.clone() }
             })
             .collect();
-        let io = |reason: String| QuotaStoreError::Io { path: self.path.clone(), reason };
-        let bytes = serde_json::to_vec_pretty(&OnDisk { version: 1, quotas }).map_err(|e| io(e.to_string()))?;
-        floe_storage::write_atomically(&self.path, &bytes).map_err(|e| io(e.to_string()))
+        json_file::write(&self.path, &OnDisk { version: json_file::VERSION, quotas })
+            .map_err(|e| QuotaStoreError::Io { path: self.path.clone(), reason: e.to_string() })
     }
 }
 

@@ -21,6 +21,8 @@ use thiserror::Error;
 
 use super::scram::{ScramCredential, ScramMechanism};
 
+use crate::json_file::{self, ReadError};
+
 /// File name under the data directory.
 pub const CREDENTIALS_FILE: &str = "scram-credentials.json";
 
@@ -73,17 +75,10 @@ impl CredentialStore {
     /// [`CredentialError`] for an unreadable or invalid file.
     pub fn open(data_dir: &Path, plain_users: Option<&Path>) -> Result<Self, CredentialError> {
         let path = data_dir.join(CREDENTIALS_FILE);
-        let users = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let disk: OnDisk = serde_json::from_slice(&bytes)
-                    .map_err(|e| CredentialError::Corrupt { path: path.clone(), reason: e.to_string() })?;
-                if disk.version != 1 {
-                    return Err(CredentialError::Corrupt { path, reason: format!("unknown version {}", disk.version) });
-                }
-                disk.users
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(source) => return Err(CredentialError::Io { path, source }),
+        let users = match json_file::read::<OnDisk>(&path, |d| d.version) {
+            Ok(disk) => disk.map(|d| d.users).unwrap_or_default(),
+            Err(ReadError::Corrupt(reason)) => return Err(CredentialError::Corrupt { path, reason }),
+            Err(ReadError::Io(source)) => return Err(CredentialError::Io { path, source }),
         };
         let plain = match plain_users {
             Some(file) => parse_plain_users(file)?,
