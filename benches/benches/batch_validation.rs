@@ -52,7 +52,9 @@ fn records(count: usize, value_len: usize, one_batch: bool) -> Vec<Record> {
             value: Some(Bytes::from(
                 (0..value_len)
                     .map(|_| {
-                        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                        seed = seed
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1_442_695_040_888_963_407);
                         b"0123456789abcdef"[(seed >> 60) as usize]
                     })
                     .collect::<Vec<u8>>(),
@@ -65,10 +67,18 @@ fn records(count: usize, value_len: usize, one_batch: bool) -> Vec<Record> {
 /// Encodes `records` and checks the encoder made `expected_batches` batches.
 fn encode(records: &[Record], compression: Compression, expected_batches: usize) -> Bytes {
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression })
-        .expect("encode a benchmark batch");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions { version: 2, compression },
+    )
+    .expect("encode a benchmark batch");
     let buf = buf.freeze();
-    assert_eq!(BatchIter::new(&buf).count(), expected_batches, "benchmark payload has the wrong batch count");
+    assert_eq!(
+        BatchIter::new(&buf).count(),
+        expected_batches,
+        "benchmark payload has the wrong batch count"
+    );
     buf
 }
 
@@ -88,7 +98,8 @@ fn one_batch(wire_bytes: usize, value_len: usize, compression: Compression) -> B
 fn per_batch_crcs(buf: &[u8]) -> u32 {
     let (mut acc, mut pos) = (0u32, 0usize);
     while pos < buf.len() {
-        let end = pos + 12 + i32::from_be_bytes(buf[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        let end =
+            pos + 12 + i32::from_be_bytes(buf[pos + 8..pos + 12].try_into().unwrap()) as usize;
         acc ^= crc32c::crc32c(&buf[pos + 21..end]);
         pos = end;
     }

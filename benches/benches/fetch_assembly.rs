@@ -63,11 +63,7 @@ fn fetch(partitions: u32, region_len: u32, file: &Arc<File>) -> FetchResponseDat
                 topic_id: Default::default(), // nil: costs the same 16 bytes as any id
                 partitions: (0..per_topic as i32)
                     .map(|p| {
-                        let region = FileRegion {
-                            file: file.clone(),
-                            position,
-                            len: region_len,
-                        };
+                        let region = FileRegion { file: file.clone(), position, len: region_len };
                         position += u64::from(region_len);
                         FetchPartitionResponse {
                             high_watermark: 1_000_000,
@@ -146,9 +142,7 @@ fn encode(c: &mut Criterion) {
                     let mut buf = Vec::with_capacity(4 + size);
                     buf.extend_from_slice(&(size as i32).to_be_bytes());
                     header.encode(&mut buf, 1).expect("encode");
-                    black_box(response)
-                        .encode(&mut buf, VERSION)
-                        .expect("encode");
+                    black_box(response).encode(&mut buf, VERSION).expect("encode");
                     buf
                 })
             },

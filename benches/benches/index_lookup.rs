@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion};
-use floe_protocol::kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use floe_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use floe_storage::{LogConfig, PartitionLog};
 
 const RECORDS_PER_BATCH: i64 = 100;
@@ -36,19 +38,25 @@ fn batch(first_ts: i64) -> Bytes {
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .expect("encode");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .expect("encode");
     buf.freeze()
 }
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = LogConfig::default().with_overrides(&BTreeMap::new()).expect("config");
-    let log = PartitionLog::open(dir.path(), "bench", 0, Arc::new(config), None, None).expect("open log");
+    let log =
+        PartitionLog::open(dir.path(), "bench", 0, Arc::new(config), None, None).expect("open log");
     let template = batch(1_700_000_000_000);
     let batches = (64 << 20) / template.len();
     for b in 0..batches {
-        let mut bytes = BytesMut::from(&batch(1_700_000_000_000 + b as i64 * RECORDS_PER_BATCH)[..]);
+        let mut bytes =
+            BytesMut::from(&batch(1_700_000_000_000 + b as i64 * RECORDS_PER_BATCH)[..]);
         log.append(&mut bytes, 1_700_000_000_000).expect("append");
     }
     let end = log.log_end_offset();
@@ -63,7 +71,8 @@ fn bench(c: &mut Criterion) {
     c.bench_function("read_position_random_offset_64MiB_segment", |b| {
         b.iter(|| {
             let offset = (next() % end as u64) as i64;
-            log.read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read")
+            log.read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)
+                .expect("read")
         })
     });
     c.bench_function("offset_for_timestamp_random_64MiB_segment", |b| {

@@ -74,8 +74,12 @@ fn build_log(dir: &Path, value_size: usize, compression: Compression) -> Partiti
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression })
-            .expect("encode");
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions { version: 2, compression },
+        )
+        .expect("encode");
         log.append(&mut buf, 0).expect("append");
     }
     log.roll_now().expect("roll");
@@ -86,13 +90,16 @@ fn storage_read(log: &PartitionLog) -> u64 {
     let mut offset = log.log_start_offset();
     let mut bytes = 0u64;
     while offset < log.log_end_offset() {
-        let info = log.read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read");
+        let info = log
+            .read(offset, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)
+            .expect("read");
         let Some(region) = info.region else { break };
         let data = region.read_to_vec().expect("pread");
         // Whole batches only (a region may end mid-batch): advance past the last whole one.
         let mut pos = 0;
         while pos + RECORD_BATCH_OVERHEAD <= data.len() {
-            let header = RecordBatchHeader::parse(&data[pos..pos + RECORD_BATCH_OVERHEAD]).expect("header");
+            let header =
+                RecordBatchHeader::parse(&data[pos..pos + RECORD_BATCH_OVERHEAD]).expect("header");
             if pos + header.total_size() > data.len() {
                 break;
             }
@@ -110,14 +117,17 @@ fn next_batch(reader: &mut SegmentBatchReader<'_>) -> Option<RecordBatchHeader> 
     match reader.next_batch(false).expect("read") {
         ScannedBatch::Batch { header, .. } => Some(header),
         ScannedBatch::End => None,
-        ScannedBatch::Invalid { position, reason } => panic!("insane batch at {position}: {reason}"),
+        ScannedBatch::Invalid { position, reason } => {
+            panic!("insane batch at {position}: {reason}")
+        }
     }
 }
 
 fn segment_reader(log: &PartitionLog) -> u64 {
     let mut bytes = 0u64;
     for seg in log.sealed_segments() {
-        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
+        let mut reader =
+            SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
         while next_batch(&mut reader).is_some() {
             let b = Bytes::copy_from_slice(reader.batch_bytes().expect("read"));
             bytes += b.len() as u64;
@@ -131,7 +141,8 @@ fn to_arrow(log: &PartitionLog) -> (u64, usize) {
     let mut conv = ArrowConverter::new(0, 8192, 8 << 20);
     let (mut rows, mut bytes) = (0usize, 0u64);
     for seg in log.sealed_segments() {
-        let mut reader = SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
+        let mut reader =
+            SegmentBatchReader::open(&seg.path, 0, seg.size_bytes).expect("open segment");
         while let Some(header) = next_batch(&mut reader) {
             let b = Bytes::copy_from_slice(reader.batch_bytes().expect("read"));
             bytes += b.len() as u64;
@@ -152,7 +163,9 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("segment_to_arrow");
     group.sample_size(10);
     for value_size in [100usize, 1024] {
-        for (name, compression) in [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)] {
+        for (name, compression) in
+            [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)]
+        {
             let dir = tempfile::tempdir().expect("temp dir");
             let log = build_log(dir.path(), value_size, compression);
             let segment_bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();
@@ -168,9 +181,15 @@ fn bench(c: &mut Criterion) {
             );
             group.throughput(Throughput::Bytes(segment_bytes));
             let id = format!("{value_size}B/{name}");
-            group.bench_with_input(BenchmarkId::new("storage_read", &id), &log, |b, log| b.iter(|| storage_read(log)));
-            group.bench_with_input(BenchmarkId::new("segment_reader", &id), &log, |b, log| b.iter(|| segment_reader(log)));
-            group.bench_with_input(BenchmarkId::new("to_arrow", &id), &log, |b, log| b.iter(|| to_arrow(log)));
+            group.bench_with_input(BenchmarkId::new("storage_read", &id), &log, |b, log| {
+                b.iter(|| storage_read(log))
+            });
+            group.bench_with_input(BenchmarkId::new("segment_reader", &id), &log, |b, log| {
+                b.iter(|| segment_reader(log))
+            });
+            group.bench_with_input(BenchmarkId::new("to_arrow", &id), &log, |b, log| {
+                b.iter(|| to_arrow(log))
+            });
         }
     }
     group.finish();

@@ -42,7 +42,12 @@ impl FloeLauncher {
     ///
     /// # Errors
     /// The binary does not start, exits, or does not listen within 30 s.
-    pub fn start(&self, label: &str, data_dir: &Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
+    pub fn start(
+        &self,
+        label: &str,
+        data_dir: &Path,
+        overrides: &[(String, String)],
+    ) -> anyhow::Result<Broker> {
         self.start_on(free_port()?, free_port()?, label, data_dir, overrides, &[])
     }
 
@@ -52,7 +57,14 @@ impl FloeLauncher {
     ///
     /// # Errors
     /// As [`Self::start`].
-    pub fn start_node(&self, label: &str, data_dir: &Path, overrides: &[(String, String)], ports: (u16, u16), args: &[String]) -> anyhow::Result<Broker> {
+    pub fn start_node(
+        &self,
+        label: &str,
+        data_dir: &Path,
+        overrides: &[(String, String)],
+        ports: (u16, u16),
+        args: &[String],
+    ) -> anyhow::Result<Broker> {
         self.start_on(ports.0, ports.1, label, data_dir, overrides, args)
     }
 
@@ -93,14 +105,22 @@ impl FloeLauncher {
     ) -> anyhow::Result<Broker> {
         let listen = format!("127.0.0.1:{port}");
         let log_path = self.log_dir.join(format!("floe-{label}.log"));
-        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        let log = File::create(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", &listen, "--advertised-listener", &listen])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
             // Brokers run side by side: none takes the default REST catalog, registry or console port.
-            .args(["--iceberg-rest-listen", "", "--schema-registry-listen", "", "--console-listen", ""]);
+            .args([
+                "--iceberg-rest-listen",
+                "",
+                "--schema-registry-listen",
+                "",
+                "--console-listen",
+                "",
+            ]);
         for (k, v) in overrides {
             cmd.args(["--override", &format!("{k}={v}")]);
         }
@@ -202,7 +222,10 @@ impl Broker {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("floe did not listen on port {port} within {timeout:?}:\n{}", self.log_tail());
+                bail!(
+                    "floe did not listen on port {port} within {timeout:?}:\n{}",
+                    self.log_tail()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

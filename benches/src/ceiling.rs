@@ -43,7 +43,12 @@ pub fn sendfile_loopback(total: u64, region: usize, runs: usize) -> anyhow::Resu
     }
     let mut sorted = results.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
-    Ok(Ceiling { bytes: total, region_bytes: region, mb_per_s: sorted[sorted.len() / 2], runs_mb_per_s: results })
+    Ok(Ceiling {
+        bytes: total,
+        region_bytes: region,
+        mb_per_s: sorted[sorted.len() / 2],
+        runs_mb_per_s: results,
+    })
 }
 
 fn one_run(file: &std::fs::File, file_len: u64, total: u64, region: usize) -> anyhow::Result<f64> {
@@ -67,7 +72,8 @@ fn one_run(file: &std::fs::File, file_len: u64, total: u64, region: usize) -> an
     while sent < total {
         let mut off = (sent % file_len) as libc::off_t;
         let want = (region as u64).min(total - sent).min(file_len - off as u64) as usize;
-        let n = nix::sys::sendfile::sendfile(&sock, file, Some(&mut off), want).context("sendfile")?;
+        let n =
+            nix::sys::sendfile::sendfile(&sock, file, Some(&mut off), want).context("sendfile")?;
         anyhow::ensure!(n > 0, "sendfile sent nothing");
         sent += n as u64;
     }

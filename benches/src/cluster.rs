@@ -47,9 +47,11 @@ impl Etcd {
     pub fn start(log_dir: &Path) -> anyhow::Result<Etcd> {
         let data = tempfile::Builder::new().prefix("floe-bench-etcd-").tempdir()?;
         let (client_port, peer_port) = (free_port()?, free_port()?);
-        let (client, peer) = (format!("http://127.0.0.1:{client_port}"), format!("http://127.0.0.1:{peer_port}"));
+        let (client, peer) =
+            (format!("http://127.0.0.1:{client_port}"), format!("http://127.0.0.1:{peer_port}"));
         let log_path = log_dir.join("etcd.log");
-        let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut cmd = Command::new(Self::bin());
         cmd.args(["--name", "floe-bench", "--data-dir"])
             .arg(data.path())
@@ -60,7 +62,9 @@ impl Etcd {
             .stdout(log.try_clone()?)
             .stderr(log);
         die_with_parent(&mut cmd);
-        let child = cmd.spawn().with_context(|| format!("cannot start {} (install etcd, or set ETCD_BIN)", Self::bin().display()))?;
+        let child = cmd.spawn().with_context(|| {
+            format!("cannot start {} (install etcd, or set ETCD_BIN)", Self::bin().display())
+        })?;
         let mut etcd = Etcd { child: Some(child), client_port, log_path, _data: data };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !etcd.healthy() {
@@ -81,7 +85,8 @@ impl Etcd {
     }
 
     fn healthy(&self) -> bool {
-        http(&self.endpoint(), "GET", "/health", "").is_ok_and(|(status, body)| status == 200 && body.contains("\"true\""))
+        http(&self.endpoint(), "GET", "/health", "")
+            .is_ok_and(|(status, body)| status == 200 && body.contains("\"true\""))
     }
 
     /// The value at `key`, read through etcd's gRPC gateway (`/v3/kv/range`), or
@@ -103,11 +108,14 @@ impl Etcd {
         let body = serde_json::json!({ "key": b64.encode(key) }).to_string();
         let (status, text) = http(&self.endpoint(), "POST", "/v3/kv/range", &body)?;
         anyhow::ensure!(status == 200, "etcd range {key}: HTTP {status}: {text}");
-        let range: Range = serde_json::from_str(&text).with_context(|| format!("etcd range {key}: {text}"))?;
+        let range: Range =
+            serde_json::from_str(&text).with_context(|| format!("etcd range {key}: {text}"))?;
         match range.kvs.into_iter().next() {
             None => Ok(None),
             // An empty value comes back without the field.
-            Some(kv) => Ok(Some(b64.decode(kv.value.unwrap_or_default()).context("etcd value is not base64")?)),
+            Some(kv) => Ok(Some(
+                b64.decode(kv.value.unwrap_or_default()).context("etcd value is not base64")?,
+            )),
         }
     }
 }
@@ -130,7 +138,11 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> anyhow::Result<(u16
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
     let (head, body) = answer.split_once("\r\n\r\n").context("HTTP answer without headers")?;
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).context("HTTP answer without a status")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("HTTP answer without a status")?;
     Ok((status, body.to_string()))
 }
 
@@ -175,10 +187,16 @@ impl Cluster {
     /// # Errors
     /// etcd or a broker does not start (the log tail is in the error), or the brokers
     /// do not agree within 60 s.
-    pub fn start(launcher: &FloeLauncher, label: &str, n: i32, overrides: &[(String, String)]) -> anyhow::Result<Cluster> {
+    pub fn start(
+        launcher: &FloeLauncher,
+        label: &str,
+        n: i32,
+        overrides: &[(String, String)],
+    ) -> anyhow::Result<Cluster> {
         let etcd = Etcd::start(&launcher.log_dir)?;
         let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
-        let mut all = vec![("broker.session.timeout.ms".to_string(), SESSION_TIMEOUT_MS.to_string())];
+        let mut all =
+            vec![("broker.session.timeout.ms".to_string(), SESSION_TIMEOUT_MS.to_string())];
         all.extend(overrides.iter().cloned());
         let mut cluster = Cluster {
             nodes: Vec::new(),
@@ -190,7 +208,13 @@ impl Cluster {
         };
         for id in 1..=n {
             let data = tempfile::Builder::new().prefix(&format!("floe-bench-n{id}-")).tempdir()?;
-            cluster.nodes.push(Node { id, ports: (free_port()?, free_port()?), data, broker: None, starts: 0 });
+            cluster.nodes.push(Node {
+                id,
+                ports: (free_port()?, free_port()?),
+                data,
+                broker: None,
+                starts: 0,
+            });
             cluster.start_node(id)?;
         }
         cluster.wait_agreed(Duration::from_secs(60))?;
@@ -198,16 +222,23 @@ impl Cluster {
     }
 
     fn node(&self, id: i32) -> anyhow::Result<&Node> {
-        self.nodes.iter().find(|n| n.id == id).with_context(|| format!("no broker {id} in the cluster"))
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no broker {id} in the cluster"))
     }
 
     fn node_mut(&mut self, id: i32) -> anyhow::Result<&mut Node> {
-        self.nodes.iter_mut().find(|n| n.id == id).with_context(|| format!("no broker {id} in the cluster"))
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no broker {id} in the cluster"))
     }
 
     fn start_node(&mut self, id: i32) -> anyhow::Result<()> {
         let store = format!("etcd://{}/{}", self.etcd.endpoint(), self.prefix);
-        let (launcher, overrides, label) = (self.launcher.clone(), self.overrides.clone(), self.label.clone());
+        let (launcher, overrides, label) =
+            (self.launcher.clone(), self.overrides.clone(), self.label.clone());
         let node = self.node_mut(id)?;
         node.starts += 1;
         let args = ["--node-id".to_string(), id.to_string(), "--metadata-store".to_string(), store];
@@ -238,11 +269,18 @@ impl Cluster {
     ///
     /// # Errors
     /// etcd does not answer, or the value is not a partition state.
-    pub fn partition_state(&self, topic: &str, partition: i32) -> anyhow::Result<Option<PartitionState>> {
+    pub fn partition_state(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> anyhow::Result<Option<PartitionState>> {
         let key = format!("/{}/partitions/{topic}/{partition}", self.prefix);
         match self.etcd.get(&key)? {
             None => Ok(None),
-            Some(v) => Ok(Some(serde_json::from_slice(&v).with_context(|| format!("{key}: not a partition state"))?)),
+            Some(v) => Ok(Some(
+                serde_json::from_slice(&v)
+                    .with_context(|| format!("{key}: not a partition state"))?,
+            )),
         }
     }
 
@@ -251,7 +289,11 @@ impl Cluster {
     /// # Errors
     /// The broker is not running, or the signal failed.
     pub fn kill9(&mut self, id: i32) -> anyhow::Result<()> {
-        let broker = self.node_mut(id)?.broker.take().with_context(|| format!("broker {id} is not running"))?;
+        let broker = self
+            .node_mut(id)?
+            .broker
+            .take()
+            .with_context(|| format!("broker {id} is not running"))?;
         broker.kill9()
     }
 
@@ -298,13 +340,23 @@ impl Cluster {
                 .brokers()
                 .map(|(_, b)| {
                     let text = b.metrics_text()?;
-                    let gauge = |name: &str| crate::broker::parse_samples(&text, name).first().map(|(_, v)| *v);
-                    Some((gauge("floe_cluster_live_brokers")?, gauge("floe_cluster_controller_id")?))
+                    let gauge = |name: &str| {
+                        crate::broker::parse_samples(&text, name).first().map(|(_, v)| *v)
+                    };
+                    Some((
+                        gauge("floe_cluster_live_brokers")?,
+                        gauge("floe_cluster_controller_id")?,
+                    ))
                 })
                 .collect();
-            let agreed = views.iter().all(|v| v.is_some_and(|(live, _)| live as usize == running.len()))
-                && views.windows(2).all(|w| w[0].map(|v| v.1) == w[1].map(|v| v.1))
-                && views.first().copied().flatten().is_some_and(|(_, c)| running.contains(&(c as i32)));
+            let agreed =
+                views.iter().all(|v| v.is_some_and(|(live, _)| live as usize == running.len()))
+                    && views.windows(2).all(|w| w[0].map(|v| v.1) == w[1].map(|v| v.1))
+                    && views
+                        .first()
+                        .copied()
+                        .flatten()
+                        .is_some_and(|(_, c)| running.contains(&(c as i32)));
             if agreed {
                 return Ok(());
             }
@@ -320,7 +372,13 @@ impl Cluster {
     ///
     /// # Errors
     /// Not within `timeout`; the error carries the state seen.
-    pub fn wait_full_isr(&mut self, topic: &str, partitions: i32, replicas: usize, timeout: Duration) -> anyhow::Result<()> {
+    pub fn wait_full_isr(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replicas: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         for p in 0..partitions {
             loop {

@@ -141,7 +141,14 @@ pub struct KeyedBacklog {
 ///
 /// # Errors
 /// Client creation or a flush that does not finish in 120 s.
-pub fn produce_keyed(bootstrap: &str, topic: &str, keys: u64, versions: u32, value_size: usize, bar: &ProgressBar) -> anyhow::Result<KeyedBacklog> {
+pub fn produce_keyed(
+    bootstrap: &str,
+    topic: &str,
+    keys: u64,
+    versions: u32,
+    value_size: usize,
+    bar: &ProgressBar,
+) -> anyhow::Result<KeyedBacklog> {
     let counting = Arc::new(Counting::default());
     let p: ThreadedProducer<CountingCtx> = client_config(bootstrap)
         .set("acks", "all")
@@ -167,7 +174,8 @@ pub fn produce_keyed(bootstrap: &str, topic: &str, keys: u64, versions: u32, val
         for k in 0..keys {
             let key = format!("key-{k:08}");
             let value = &templates[(n % 64) as usize];
-            let mut record = BaseRecord::<str, [u8], ()>::to(topic).key(key.as_str()).payload(value.as_slice());
+            let mut record =
+                BaseRecord::<str, [u8], ()>::to(topic).key(key.as_str()).payload(value.as_slice());
             loop {
                 match p.send(record) {
                     Ok(()) => break,
@@ -182,7 +190,10 @@ pub fn produce_keyed(bootstrap: &str, topic: &str, keys: u64, versions: u32, val
             if n.is_multiple_of(1024) {
                 let acked = counting.acked.load(Ordering::Relaxed);
                 bar.set_position(acked * value_size as u64);
-                bar.set_message(format!("{:.1} MB/s", acked as f64 * value_size as f64 / 1e6 / start.elapsed().as_secs_f64()));
+                bar.set_message(format!(
+                    "{:.1} MB/s",
+                    acked as f64 * value_size as f64 / 1e6 / start.elapsed().as_secs_f64()
+                ));
             }
         }
     }

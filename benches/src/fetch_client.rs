@@ -25,7 +25,10 @@ use anyhow::{bail, Context};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -67,13 +70,17 @@ impl Stream {
             Transport::Plaintext => Ok(Stream::Plain(tcp)),
             Transport::Tls { ca } => {
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(ca).with_context(|| format!("read {}", ca.display()))? {
+                for cert in CertificateDer::pem_file_iter(ca)
+                    .with_context(|| format!("read {}", ca.display()))?
+                {
                     roots.add(cert.with_context(|| format!("parse {}", ca.display()))?)?;
                 }
-                let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                    .with_safe_default_protocol_versions()?
-                    .with_root_certificates(roots)
-                    .with_no_client_auth();
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
                 let host = bootstrap.rsplit_once(':').map_or(bootstrap, |(h, _)| h).to_string();
                 let name = ServerName::try_from(host).context("server name")?;
                 let conn = rustls::ClientConnection::new(Arc::new(config), name)?;
@@ -99,7 +106,11 @@ impl<T: Read + Write> ReadWrite for T {}
 ///
 /// # Errors
 /// Connection or TLS failures, a partition error, or a read that stalls.
-pub fn catch_up(bootstrap: &str, transport: &Transport, partitions: &[(String, i32, i64)]) -> anyhow::Result<FetchRead> {
+pub fn catch_up(
+    bootstrap: &str,
+    transport: &Transport,
+    partitions: &[(String, i32, i64)],
+) -> anyhow::Result<FetchRead> {
     let mut stream = Stream::connect(bootstrap, transport)?;
     let mut next: Vec<i64> = vec![0; partitions.len()];
     let mut bytes = 0u64;
@@ -122,9 +133,16 @@ pub fn catch_up(bootstrap: &str, transport: &Transport, partitions: &[(String, i
         for t in &response.responses {
             for p in &t.partitions {
                 if p.error_code != 0 {
-                    bail!("fetch {}-{}: error code {}", t.topic.as_str(), p.partition_index, p.error_code);
+                    bail!(
+                        "fetch {}-{}: error code {}",
+                        t.topic.as_str(),
+                        p.partition_index,
+                        p.error_code
+                    );
                 }
-                let Some(i) = partitions.iter().position(|(n, q, _)| n.as_str() == t.topic.as_str() && *q == p.partition_index) else {
+                let Some(i) = partitions.iter().position(|(n, q, _)| {
+                    n.as_str() == t.topic.as_str() && *q == p.partition_index
+                }) else {
                     continue;
                 };
                 if let Some(records) = &p.records {
@@ -151,10 +169,17 @@ fn wanted(partitions: &[(String, i32, i64)], next: &[i64]) -> Vec<FetchTopic> {
         if offset >= end {
             continue;
         }
-        let p = FetchPartition::default().with_partition(*partition).with_fetch_offset(*offset).with_partition_max_bytes(1 << 20);
+        let p = FetchPartition::default()
+            .with_partition(*partition)
+            .with_fetch_offset(*offset)
+            .with_partition_max_bytes(1 << 20);
         match topics.iter_mut().find(|t| t.topic.as_str() == topic.as_str()) {
             Some(t) => t.partitions.push(p),
-            None => topics.push(FetchTopic::default().with_topic(TopicName(StrBytes::from_string(topic.clone()))).with_partitions(vec![p])),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(topic.clone())))
+                    .with_partitions(vec![p]),
+            ),
         }
     }
     topics
@@ -215,7 +240,6 @@ fn receive(io: &mut dyn ReadWrite, correlation_id: i32) -> anyhow::Result<FetchR
     FetchResponse::decode(&mut buf, FETCH_VERSION)
 }
 
-
 /// ListOffsets v8: the first flexible version that may ask -4 (the local log start, KIP-405).
 const LIST_OFFSETS_VERSION: i16 = 8;
 
@@ -224,14 +248,22 @@ const LIST_OFFSETS_VERSION: i16 = 8;
 ///
 /// # Errors
 /// Connection failures, or an error code in the answer.
-pub fn list_offset(bootstrap: &str, topic: &str, partition: i32, timestamp: i64) -> anyhow::Result<i64> {
-    let mut stream = TcpStream::connect(bootstrap).with_context(|| format!("connect {bootstrap}"))?;
+pub fn list_offset(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> anyhow::Result<i64> {
+    let mut stream =
+        TcpStream::connect(bootstrap).with_context(|| format!("connect {bootstrap}"))?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     let request = ListOffsetsRequest::default()
         .with_replica_id(kafka_protocol::messages::BrokerId(-1))
         .with_topics(vec![ListOffsetsTopic::default()
             .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp)])]);
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(timestamp)])]);
     let header = RequestHeader::default()
         .with_request_api_key(ApiKey::ListOffsets as i16)
         .with_request_api_version(LIST_OFFSETS_VERSION)

@@ -108,7 +108,12 @@ impl ProducerContext for AckContext {
             Ok(m) => {
                 let now = Instant::now();
                 // Short critical section shared with the poller; nothing waits under it.
-                self.pending.lock().unwrap().entry(m.partition()).or_default().insert(m.offset(), now);
+                self.pending
+                    .lock()
+                    .unwrap()
+                    .entry(m.partition())
+                    .or_default()
+                    .insert(m.offset(), now);
                 self.acked.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -124,7 +129,10 @@ impl ProducerContext for AckContext {
 /// # Errors
 /// The producer cannot be created, or the broker has no metrics endpoint.
 pub fn measure(b: &Broker, spec: &FreshnessSpec, bar: &ProgressBar) -> anyhow::Result<Freshness> {
-    anyhow::ensure!(b.metrics.is_some(), "freshness reads Floe's /metrics: it needs a broker started by floe-bench");
+    anyhow::ensure!(
+        b.metrics.is_some(),
+        "freshness reads Floe's /metrics: it needs a broker started by floe-bench"
+    );
     let pending: Arc<Pending> = Arc::default();
     let acked = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -150,7 +158,9 @@ pub fn measure(b: &Broker, spec: &FreshnessSpec, bar: &ProgressBar) -> anyhow::R
                 // Encoded before the wait, so the send itself happens on time.
                 let typed = match spec.values {
                     Values::Raw => None,
-                    Values::Typed { kind, schema_id } => Some(typed_payload::encode(kind, schema_id, i, spec.message_size)),
+                    Values::Typed { kind, schema_id } => {
+                        Some(typed_payload::encode(kind, schema_id, i, spec.message_size))
+                    }
                 };
                 let payload = typed.as_deref().unwrap_or(&raw[..]);
                 let due = start + Duration::from_secs_f64(i as f64 / spec.rate.max(1) as f64);
@@ -158,7 +168,9 @@ pub fn measure(b: &Broker, spec: &FreshnessSpec, bar: &ProgressBar) -> anyhow::R
                     std::thread::sleep(wait);
                 }
                 let partition = (i % u64::from(spec.partitions.max(1))) as i32;
-                let mut record = BaseRecord::<(), [u8], ()>::to(&spec.topic).partition(partition).payload(payload);
+                let mut record = BaseRecord::<(), [u8], ()>::to(&spec.topic)
+                    .partition(partition)
+                    .payload(payload);
                 loop {
                     match producer.send(record) {
                         Ok(()) => break,

@@ -44,7 +44,9 @@ impl MetadataFiles {
     pub fn read(dir: &Path) -> anyhow::Result<MetadataFiles> {
         let (mut dir_files, mut dir_bytes) = (0, 0);
         let mut current: Option<(u64, PathBuf)> = None;
-        for e in std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))?.flatten() {
+        for e in
+            std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))?.flatten()
+        {
             let Ok(meta) = e.metadata() else { continue };
             if !meta.is_file() {
                 continue;
@@ -55,17 +57,24 @@ impl MetadataFiles {
             if !name.ends_with(".metadata.json") {
                 continue;
             }
-            let version = name.split(['-', '.']).next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let version =
+                name.split(['-', '.']).next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             if current.as_ref().is_none_or(|(v, _)| version > *v) {
                 current = Some((version, e.path()));
             }
         }
-        let (_, current) = current.with_context(|| format!("no *.metadata.json in {}", dir.display()))?;
-        let text = std::fs::read_to_string(&current).with_context(|| format!("read {}", current.display()))?;
-        let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", current.display()))?;
+        let (_, current) =
+            current.with_context(|| format!("no *.metadata.json in {}", dir.display()))?;
+        let text = std::fs::read_to_string(&current)
+            .with_context(|| format!("read {}", current.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", current.display()))?;
         let count = |key: &str| json.get(key).and_then(|v| v.as_array()).map_or(0, Vec::len);
         Ok(MetadataFiles {
-            current_name: current.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            current_name: current
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             current_bytes: text.len() as u64,
             snapshots: count("snapshots"),
             snapshot_log: count("snapshot-log"),
@@ -130,7 +139,9 @@ pub fn script() -> anyhow::Result<PathBuf> {
         .into_iter()
         .map(|r| r.join("benches/scripts/iceberg_query_time.py"))
         .find(|p| p.exists())
-        .context("benches/scripts/iceberg_query_time.py not found (run floe-bench from the repository)")
+        .context(
+            "benches/scripts/iceberg_query_time.py not found (run floe-bench from the repository)",
+        )
 }
 
 /// The source tree floe-bench was built from, then the current directory.
@@ -153,10 +164,18 @@ fn repo_roots() -> Vec<PathBuf> {
 /// answer is not the JSON it should print.
 pub fn measure(python: &Path, metadata: &Path, runs: usize) -> anyhow::Result<QueryOutcome> {
     let script = script()?;
-    let out = match Command::new(python).arg(&script).arg("--metadata").arg(metadata).args(["--runs", &runs.to_string()]).output() {
+    let out = match Command::new(python)
+        .arg(&script)
+        .arg("--metadata")
+        .arg(metadata)
+        .args(["--runs", &runs.to_string()])
+        .output()
+    {
         Ok(o) => o,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(QueryOutcome::Skipped("there is no such interpreter (set FLOE_BENCH_PYTHON)".into()));
+            return Ok(QueryOutcome::Skipped(
+                "there is no such interpreter (set FLOE_BENCH_PYTHON)".into(),
+            ));
         }
         Err(e) => return Err(e).with_context(|| format!("cannot run {}", python.display())),
     };
@@ -169,7 +188,14 @@ pub fn measure(python: &Path, metadata: &Path, runs: usize) -> anyhow::Result<Qu
             }
         }
     }
-    anyhow::ensure!(out.status.success(), "{} {} failed ({}):\n{stdout}{stderr}", python.display(), script.display(), out.status);
-    let times: QueryTimes = serde_json::from_str(stdout.trim()).with_context(|| format!("the query script answered: {stdout}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} {} failed ({}):\n{stdout}{stderr}",
+        python.display(),
+        script.display(),
+        out.status
+    );
+    let times: QueryTimes = serde_json::from_str(stdout.trim())
+        .with_context(|| format!("the query script answered: {stdout}"))?;
     Ok(QueryOutcome::Measured(times))
 }

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -187,7 +189,12 @@ pub fn create_topics(bootstrap: &str, topics: &[String], partitions: u32) -> any
 ///
 /// # Errors
 /// As [`create_topics`].
-pub fn create_topics_with(bootstrap: &str, topics: &[String], partitions: u32, config: &[(String, String)]) -> anyhow::Result<()> {
+pub fn create_topics_with(
+    bootstrap: &str,
+    topics: &[String],
+    partitions: u32,
+    config: &[(String, String)],
+) -> anyhow::Result<()> {
     create_replicated_topics(bootstrap, topics, partitions, 1, config)
 }
 
@@ -206,7 +213,8 @@ pub fn create_replicated_topics(
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
-            let topic = NewTopic::new(t, partitions as i32, TopicReplication::Fixed(replication_factor));
+            let topic =
+                NewTopic::new(t, partitions as i32, TopicReplication::Fixed(replication_factor));
             config.iter().fold(topic, |n, (k, v)| n.set(k, v))
         })
         .collect();
@@ -254,9 +262,15 @@ pub fn end_offsets(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Res
 ///
 /// # Errors
 /// The admin request fails or the broker refuses the settings.
-pub fn alter_topic_config(bootstrap: &str, topic: &str, config: &[(String, String)]) -> anyhow::Result<()> {
+pub fn alter_topic_config(
+    bootstrap: &str,
+    topic: &str,
+    config: &[(String, String)],
+) -> anyhow::Result<()> {
     let admin: AdminClient<_> = client_config(bootstrap).create().context("admin client")?;
-    let alter = config.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(topic)), |a, (k, v)| a.set(k, v));
+    let alter = config
+        .iter()
+        .fold(AlterConfig::new(ResourceSpecifier::Topic(topic)), |a, (k, v)| a.set(k, v));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for r in rt.block_on(admin.alter_configs(&[alter], &opts)).context("AlterConfigs")? {
@@ -344,7 +358,8 @@ fn produce_loop(
         }
         let ts = shared.now_us();
         buf[..8].copy_from_slice(&ts.to_le_bytes());
-        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
+        let mut record =
+            BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
         loop {
             match p.send(record) {
                 Ok(()) => break,
@@ -365,7 +380,12 @@ fn produce_loop(
     }
 }
 
-fn consume_loop(spec: &RunSpec, assignment: TopicPartitionList, shared: &Shared, stop_at: Option<u64>) -> anyhow::Result<()> {
+fn consume_loop(
+    spec: &RunSpec,
+    assignment: TopicPartitionList,
+    shared: &Shared,
+    stop_at: Option<u64>,
+) -> anyhow::Result<()> {
     let c: BaseConsumer = client_config(&spec.bootstrap)
         .set("group.id", "floe-bench")
         .set("enable.auto.commit", "false")
@@ -444,7 +464,11 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
     let w = &spec.workload;
     let shared = shared();
     let templates = payloads(w);
-    let refill = if w.fresh_random { ((w.message_size as f64) * w.random_payload_share) as usize } else { 0 };
+    let refill = if w.fresh_random {
+        ((w.message_size as f64) * w.random_payload_share) as usize
+    } else {
+        0
+    };
     let nproducers = (w.producers_per_topic * w.topics) as usize;
     let rate_each = w.producer_rate as f64 / nproducers as f64;
     let limit_each = spec.produce_bytes.map(|b| b.div_ceil(nproducers as u64));
@@ -481,7 +505,8 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
         bar.set_length(if backlog { spec.produce_bytes.unwrap() } else { end.as_millis() as u64 });
         let mut timeline = Vec::new();
         let mut last = (Instant::now(), 0u64, 0u64, 0u64);
-        let mut window_start = if w.warmup_s == 0.0 || backlog { Some((start, 0u64, 0u64, 0u64, 0u64)) } else { None };
+        let mut window_start =
+            if w.warmup_s == 0.0 || backlog { Some((start, 0u64, 0u64, 0u64, 0u64)) } else { None };
         if window_start.is_some() {
             shared.recording.store(true, Ordering::Relaxed);
         }
@@ -511,14 +536,19 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
                 window_start = Some((now, a, ab, shared.consumed.load(Ordering::Relaxed), cb));
                 shared.recording.store(true, Ordering::Relaxed);
             }
-            let done = if backlog { producers.iter().all(|h| h.is_finished()) } else { now - start >= end };
+            let done = if backlog {
+                producers.iter().all(|h| h.is_finished())
+            } else {
+                now - start >= end
+            };
             if done {
                 break;
             }
         }
         let (ws, wa, wab, wc, wcb) = window_start.unwrap();
         let window_end = Instant::now();
-        let (acked, acked_bytes) = (shared.acked.load(Ordering::Relaxed), shared.acked_bytes.load(Ordering::Relaxed));
+        let (acked, acked_bytes) =
+            (shared.acked.load(Ordering::Relaxed), shared.acked_bytes.load(Ordering::Relaxed));
         let consumed_at_end = shared.consumed.load(Ordering::Relaxed);
         let consumed_bytes_at_end = shared.consumed_bytes.load(Ordering::Relaxed);
         shared.stop_producers.store(true, Ordering::Relaxed);
@@ -537,7 +567,11 @@ pub fn run(spec: &RunSpec, bar: &ProgressBar) -> anyhow::Result<LoadResult> {
         for c in consumers {
             c.join().map_err(|_| anyhow::anyhow!("consumer thread panicked"))??;
         }
-        let secs = if backlog { (window_end - start).as_secs_f64() } else { (window_end - ws).as_secs_f64() };
+        let secs = if backlog {
+            (window_end - start).as_secs_f64()
+        } else {
+            (window_end - ws).as_secs_f64()
+        };
         let publish_hist = shared.publish_hist.lock().unwrap().clone();
         let e2e_hist = shared.e2e_hist.lock().unwrap().clone();
         let consume_bytes_window = consumed_bytes_at_end - wcb;
@@ -579,7 +613,12 @@ pub struct CatchUp {
 ///
 /// # Errors
 /// Client failures, or the read stalls for 60 s.
-pub fn catch_up(bootstrap: &str, w: &Workload, topics: &[String], bar: &ProgressBar) -> anyhow::Result<CatchUp> {
+pub fn catch_up(
+    bootstrap: &str,
+    w: &Workload,
+    topics: &[String],
+    bar: &ProgressBar,
+) -> anyhow::Result<CatchUp> {
     let probe: BaseConsumer = client_config(bootstrap).set("group.id", "floe-bench").create()?;
     let mut total = 0u64;
     for t in topics {
@@ -589,7 +628,13 @@ pub fn catch_up(bootstrap: &str, w: &Workload, topics: &[String], bar: &Progress
         }
     }
     drop(probe);
-    let spec = RunSpec { bootstrap: bootstrap.into(), workload: w.clone(), topics: topics.to_vec(), consume: true, produce_bytes: None };
+    let spec = RunSpec {
+        bootstrap: bootstrap.into(),
+        workload: w.clone(),
+        topics: topics.to_vec(),
+        consume: true,
+        produce_bytes: None,
+    };
     let shared = shared();
     bar.set_length(total);
     let start = Instant::now();
@@ -606,7 +651,9 @@ pub fn catch_up(bootstrap: &str, w: &Workload, topics: &[String], bar: &Progress
             bar.set_position(n);
             if n != last.1 {
                 last = (Instant::now(), n);
-            } else if last.0.elapsed() > Duration::from_secs(60) || handles.iter().all(|h| h.is_finished()) {
+            } else if last.0.elapsed() > Duration::from_secs(60)
+                || handles.iter().all(|h| h.is_finished())
+            {
                 break;
             }
         }

@@ -15,11 +15,18 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn latency_cdf(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)]) -> anyhow::Result<()> {
+pub fn latency_cdf(
+    path: &Path,
+    title: &str,
+    series: &[(&str, &Histogram<u64>)],
+) -> anyhow::Result<()> {
     let series: Vec<_> = series.iter().filter(|(_, h)| !h.is_empty()).collect();
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let ymax = series.iter().map(|(_, h)| h.value_at_quantile(0.9999)).max().unwrap_or(1).max(1) as f64 / 1000.0 * 1.1;
+    let ymax = series.iter().map(|(_, h)| h.value_at_quantile(0.9999)).max().unwrap_or(1).max(1)
+        as f64
+        / 1000.0
+        * 1.1;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(10)
@@ -48,9 +55,17 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)])
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(err)?
             .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw().map_err(err)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -59,7 +74,12 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)])
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn timeline(path: &Path, title: &str, y_desc: &str, series: &[(&str, Vec<(f64, f64)>)]) -> anyhow::Result<()> {
+pub fn timeline(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let xmax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).fold(1.0, f64::max);
@@ -78,9 +98,17 @@ pub fn timeline(path: &Path, title: &str, y_desc: &str, series: &[(&str, Vec<(f6
             .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
             .map_err(err)?
             .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(err)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -101,7 +129,12 @@ pub fn trials(
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let xmax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).fold(1.0, f64::max) + 1.0;
-    let ymax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).chain(target.map(|t| t.1)).fold(0.1, f64::max) * 1.15;
+    let ymax = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|p| p.1))
+        .chain(target.map(|t| t.1))
+        .fold(0.1, f64::max)
+        * 1.15;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(10)
@@ -125,7 +158,13 @@ pub fn trials(
             .label(name)
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -135,7 +174,13 @@ pub fn trials(
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn bars(path: &Path, title: &str, y_desc: &str, bars: &[(&str, f64)], target: Option<(&str, f64)>) -> anyhow::Result<()> {
+pub fn bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    bars: &[(&str, f64)],
+    target: Option<(&str, f64)>,
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let n = bars.len().max(1);
@@ -156,16 +201,29 @@ pub fn bars(path: &Path, title: &str, y_desc: &str, bars: &[(&str, f64)], target
         .x_label_formatter(&|x| {
             // A label under the middle of each bar only.
             let i = x.floor();
-            if (x - i - 0.5).abs() < 0.01 { labels.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
+            if (x - i - 0.5).abs() < 0.01 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
         .draw()
         .map_err(err)?;
     for (i, (_, v)) in bars.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let x = i as f64;
-        chart.draw_series(std::iter::once(Rectangle::new([(x + 0.15, 0.0), (x + 0.85, *v)], color.filled()))).map_err(err)?;
         chart
-            .draw_series(std::iter::once(Text::new(format!("{v:.2}"), (x + 0.35, *v + ymax * 0.02), ("sans-serif", 14))))
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x + 0.15, 0.0), (x + 0.85, *v)],
+                color.filled(),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{v:.2}"),
+                (x + 0.35, *v + ymax * 0.02),
+                ("sans-serif", 14),
+            )))
             .map_err(err)?;
     }
     if let Some((name, value)) = target {
@@ -174,7 +232,13 @@ pub fn bars(path: &Path, title: &str, y_desc: &str, bars: &[(&str, f64)], target
             .map_err(err)?
             .label(name)
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())

@@ -26,8 +26,9 @@ pub fn read(pid: u32) -> io::Result<ProcStats> {
     let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| bad("stat"))?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After ')': state is field 3, so utime (field 14) is index 11 and stime (15) index 12.
-    let ticks: u64 = fields.get(11).and_then(|f| f.parse::<u64>().ok()).ok_or_else(|| bad("utime"))?
-        + fields.get(12).and_then(|f| f.parse::<u64>().ok()).ok_or_else(|| bad("stime"))?;
+    let ticks: u64 =
+        fields.get(11).and_then(|f| f.parse::<u64>().ok()).ok_or_else(|| bad("utime"))?
+            + fields.get(12).and_then(|f| f.parse::<u64>().ok()).ok_or_else(|| bad("stime"))?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let status = std::fs::read_to_string(format!("{dir}/status"))?;
@@ -38,7 +39,11 @@ pub fn read(pid: u32) -> io::Result<ProcStats> {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    Ok(ProcStats { cpu_seconds: ticks as f64 / hz, peak_rss_bytes: kib("VmHWM:") * 1024, rss_bytes: kib("VmRSS:") * 1024 })
+    Ok(ProcStats {
+        cpu_seconds: ticks as f64 / hz,
+        peak_rss_bytes: kib("VmHWM:") * 1024,
+        rss_bytes: kib("VmRSS:") * 1024,
+    })
 }
 
 /// CPU seconds (utime + stime) so far of `pid`'s live threads whose name starts with
@@ -103,7 +108,9 @@ mod tests {
             .name("procstat-spin".into())
             .spawn(move || {
                 let start = std::time::Instant::now();
-                while !flag.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed().as_secs() < 5 {
+                while !flag.load(std::sync::atomic::Ordering::Relaxed)
+                    && start.elapsed().as_secs() < 5
+                {
                     std::hint::spin_loop();
                 }
             })

@@ -65,7 +65,9 @@ pub struct RatedProducer {
 
 impl std::fmt::Debug for RatedProducer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RatedProducer").field("sent", &self.sent.load(Ordering::Relaxed)).finish_non_exhaustive()
+        f.debug_struct("RatedProducer")
+            .field("sent", &self.sent.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
     }
 }
 
@@ -74,7 +76,12 @@ impl RatedProducer {
     ///
     /// # Errors
     /// The producer cannot be created.
-    pub fn start(bootstrap: &str, topic: &str, rate: u64, message_size: usize) -> anyhow::Result<RatedProducer> {
+    pub fn start(
+        bootstrap: &str,
+        topic: &str,
+        rate: u64,
+        message_size: usize,
+    ) -> anyhow::Result<RatedProducer> {
         let epoch = Instant::now();
         let samples = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(AtomicU64::new(0));
@@ -89,28 +96,35 @@ impl RatedProducer {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let (stop2, sent2, topic) = (Arc::clone(&stop), Arc::clone(&sent), topic.to_string());
-        let handle = std::thread::Builder::new().name("rated-producer".into()).spawn(move || {
-            let mut payload = vec![0u8; message_size];
-            fastrand::fill(&mut payload[..message_size / 2]);
-            let mut n = 0u64;
-            while !stop2.load(Ordering::Relaxed) {
-                let due = epoch + Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
+        let handle =
+            std::thread::Builder::new().name("rated-producer".into()).spawn(move || {
+                let mut payload = vec![0u8; message_size];
+                fastrand::fill(&mut payload[..message_size / 2]);
+                let mut n = 0u64;
+                while !stop2.load(Ordering::Relaxed) {
+                    let due = epoch + Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    let ts = epoch.elapsed().as_micros() as u64;
+                    let record = BaseRecord::<(), [u8], usize>::with_opaque_to(&topic, ts as usize)
+                        .payload(&payload[..]);
+                    if p.send(record).is_err() {
+                        p.context().errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                    sent2.store(n, Ordering::Relaxed);
                 }
-                let ts = epoch.elapsed().as_micros() as u64;
-                let record = BaseRecord::<(), [u8], usize>::with_opaque_to(&topic, ts as usize).payload(&payload[..]);
-                if p.send(record).is_err() {
-                    p.context().errors.fetch_add(1, Ordering::Relaxed);
-                }
-                n += 1;
-                sent2.store(n, Ordering::Relaxed);
-            }
-            p.flush(Duration::from_secs(30)).context("rated producer: flush")?;
-            let samples = p.context().samples.lock().map(|mut s| std::mem::take(&mut *s)).map_err(|_| anyhow::anyhow!("rated producer: samples lock poisoned"))?;
-            Ok((samples, p.context().errors.load(Ordering::Relaxed)))
-        })?;
+                p.flush(Duration::from_secs(30)).context("rated producer: flush")?;
+                let samples = p
+                    .context()
+                    .samples
+                    .lock()
+                    .map(|mut s| std::mem::take(&mut *s))
+                    .map_err(|_| anyhow::anyhow!("rated producer: samples lock poisoned"))?;
+                Ok((samples, p.context().errors.load(Ordering::Relaxed)))
+            })?;
         Ok(RatedProducer { epoch, stop, sent, samples, errors, handle })
     }
 
@@ -165,10 +179,19 @@ pub fn window_histogram(samples: &[(u64, u64)], from_us: u64, to_us: u64) -> His
 
 /// p99 latency (ms) per `bucket_us` of send time in `[from_us, to_us)`, with x in seconds
 /// relative to `zero_us` (for a timeline plot).
-pub fn p99_timeline(samples: &[(u64, u64)], from_us: u64, to_us: u64, zero_us: u64, bucket_us: u64) -> Vec<(f64, f64)> {
+pub fn p99_timeline(
+    samples: &[(u64, u64)],
+    from_us: u64,
+    to_us: u64,
+    zero_us: u64,
+    bucket_us: u64,
+) -> Vec<(f64, f64)> {
     let mut buckets: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
     for &(sent, lat) in samples.iter().filter(|(s, _)| (from_us..to_us).contains(s)) {
-        buckets.entry((sent - from_us) / bucket_us).or_insert_with(new_histogram).saturating_record(lat);
+        buckets
+            .entry((sent - from_us) / bucket_us)
+            .or_insert_with(new_histogram)
+            .saturating_record(lat);
     }
     buckets
         .into_iter()

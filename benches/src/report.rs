@@ -32,7 +32,10 @@ impl Machine {
             .unwrap_or(0);
         let cpu_model = read("/proc/cpuinfo")
             .lines()
-            .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
         Machine {
             nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -54,18 +57,29 @@ pub struct Report {
 impl Report {
     /// Starts the report of `scenario`, recording the command line and the machine.
     pub fn new(scenario: &str, quick: bool, machine: &Machine) -> Report {
-        let mut command = std::env::args().map(|a| shell_quote(&relative_arg(&a))).collect::<Vec<_>>().join(" ");
+        let mut command =
+            std::env::args().map(|a| shell_quote(&relative_arg(&a))).collect::<Vec<_>>().join(" ");
         // Where the brokers' data dirs went (they are temporary directories) changes
         // what a run measures, e.g. tmpfs against the disk: keep it with the command.
         if let Some(dir) = std::env::var_os("TMPDIR").filter(|d| !d.is_empty()) {
             command = format!("TMPDIR={} {command}", shell_quote(&dir.to_string_lossy()));
         }
-        let mut r = Report { title: format!("floe-bench: {scenario}{}", if quick { " (--quick)" } else { "" }), markdown: String::new(), json: Map::new() };
+        let mut r = Report {
+            title: format!("floe-bench: {scenario}{}", if quick { " (--quick)" } else { "" }),
+            markdown: String::new(),
+            json: Map::new(),
+        };
         r.set("scenario", scenario);
         r.set("quick", quick);
         r.set("command", &command);
         r.set("machine", machine);
-        r.set("unix_time", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
+        r.set(
+            "unix_time",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        );
         r.para(&format!(
             "Machine: {} CPUs ({}), {:.1} GiB memory, Linux {}.\n\nCommand:\n\n```sh\n{}\n```",
             machine.nproc,
@@ -114,8 +128,10 @@ impl Report {
     pub fn write(&self, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
         let md = dir.join("report.md");
         let json = dir.join("results.json");
-        std::fs::write(&md, format!("# {}\n\n{}", self.title, self.markdown)).with_context(|| md.display().to_string())?;
-        std::fs::write(&json, serde_json::to_string_pretty(&self.json)? + "\n").with_context(|| json.display().to_string())?;
+        std::fs::write(&md, format!("# {}\n\n{}", self.title, self.markdown))
+            .with_context(|| md.display().to_string())?;
+        std::fs::write(&json, serde_json::to_string_pretty(&self.json)? + "\n")
+            .with_context(|| json.display().to_string())?;
         Ok((md, json))
     }
 }
@@ -132,7 +148,11 @@ pub fn display_path(p: &Path) -> String {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf);
     for base in [&cwd, &repo].into_iter().flatten() {
         if let Ok(rest) = p.strip_prefix(base) {
-            return if rest.as_os_str().is_empty() { ".".into() } else { rest.display().to_string() };
+            return if rest.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                rest.display().to_string()
+            };
         }
     }
     match cwd {
@@ -162,7 +182,9 @@ fn relative_arg(a: &str) -> String {
         return display_path(Path::new(a));
     }
     match a.split_once("=/") {
-        Some((k, v)) if k.starts_with('-') => format!("{k}={}", display_path(&Path::new("/").join(v))),
+        Some((k, v)) if k.starts_with('-') => {
+            format!("{k}={}", display_path(&Path::new("/").join(v)))
+        }
         _ => a.to_string(),
     }
 }
@@ -200,7 +222,10 @@ mod tests {
         assert_eq!(super::display_path(&cwd.join("out/report.md")), "out/report.md");
         assert_eq!(super::display_path(Path::new("rel/x")), "rel/x");
         let outside = super::display_path(Path::new("/nonexistent-floe-bench-dir/x"));
-        assert!(!outside.starts_with('/') && outside.ends_with("nonexistent-floe-bench-dir/x"), "{outside}");
+        assert!(
+            !outside.starts_with('/') && outside.ends_with("nonexistent-floe-bench-dir/x"),
+            "{outside}"
+        );
         assert_eq!(super::relative_arg("--quick"), "--quick");
         assert!(!super::relative_arg("--out=/nonexistent-floe-bench-dir/x").contains("=/"));
     }

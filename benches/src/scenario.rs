@@ -102,7 +102,11 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         println!("replication: skipped: it starts its own etcd and three brokers, and kills their leaders (drop --bootstrap)");
         return Ok(0);
     }
-    if matches!(opts.scenario.as_str(), "tiering-cost" | "freshness" | "table-maintenance" | "shared-vs-copy") && opts.bootstrap.is_some() {
+    if matches!(
+        opts.scenario.as_str(),
+        "tiering-cost" | "freshness" | "table-maintenance" | "shared-vs-copy"
+    ) && opts.bootstrap.is_some()
+    {
         // They read Floe's tiering metrics and data dir, which only a broker started here has.
         println!(
             "{}: skipped: it measures Floe's Iceberg tiering through the /metrics and data dir of a broker \
@@ -120,7 +124,8 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
     if !opts.overrides.is_empty() && opts.bootstrap.is_some() {
         bail!("--override needs a broker started by floe-bench (it restarts it with the settings); drop --bootstrap");
     }
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
     let machine = Machine::this();
     let mut ctx = Ctx {
         report: Report::new(&opts.scenario, opts.quick, &machine),
@@ -141,7 +146,11 @@ pub fn run(opts: Options) -> anyhow::Result<i32> {
         ctx.report.para(&format!(
             "Broker: external, `{}`{}.",
             ctx.opts.bootstrap.as_deref().unwrap_or_default(),
-            ctx.opts.broker_pid.map_or(" (no --broker-pid: no CPU or RSS figures)".into(), |p| format!(", pid {p}"))
+            ctx.opts
+                .broker_pid
+                .map_or(" (no --broker-pid: no CPU or RSS figures)".into(), |p| format!(
+                    ", pid {p}"
+                ))
         ));
     }
     match ctx.opts.scenario.as_str() {

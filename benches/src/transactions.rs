@@ -150,7 +150,11 @@ impl ProducerContext for Ctx {
     }
 }
 
-fn producer(spec: &ProduceSpec, index: usize, shared: &Arc<Shared>) -> anyhow::Result<ThreadedProducer<Ctx>> {
+fn producer(
+    spec: &ProduceSpec,
+    index: usize,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<ThreadedProducer<Ctx>> {
     let w = &spec.workload;
     let mut c = client_config(&spec.bootstrap);
     c.set("acks", "all")
@@ -168,11 +172,18 @@ fn producer(spec: &ProduceSpec, index: usize, shared: &Arc<Shared>) -> anyhow::R
 }
 
 /// Sends one record, waiting while librdkafka's queue is full. False if it was given up.
-fn send(p: &ThreadedProducer<Ctx>, topic: &str, buf: &mut [u8], template: &[u8], shared: &Shared) -> bool {
+fn send(
+    p: &ThreadedProducer<Ctx>,
+    topic: &str,
+    buf: &mut [u8],
+    template: &[u8],
+    shared: &Shared,
+) -> bool {
     buf.copy_from_slice(template);
     let ts = shared.now_us();
     buf[..8].copy_from_slice(&ts.to_le_bytes());
-    let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
+    let mut record =
+        BaseRecord::<(), [u8], usize>::with_opaque_to(topic, ts as usize).payload(&buf[..]);
     loop {
         match p.send(record) {
             Ok(()) => return true,
@@ -187,7 +198,6 @@ fn send(p: &ThreadedProducer<Ctx>, topic: &str, buf: &mut [u8], template: &[u8],
         }
     }
 }
-
 
 enum Commit {
     Committed,
@@ -211,7 +221,8 @@ fn commit_transaction(p: &ThreadedProducer<Ctx>, timeout: Duration) -> anyhow::R
         if err.is_null() {
             return Ok(Commit::Committed);
         }
-        let what = std::ffi::CStr::from_ptr(rd::rd_kafka_error_string(err)).to_string_lossy().into_owned();
+        let what =
+            std::ffi::CStr::from_ptr(rd::rd_kafka_error_string(err)).to_string_lossy().into_owned();
         let abortable = rd::rd_kafka_error_txn_requires_abort(err) != 0;
         rd::rd_kafka_error_destroy(err);
         if abortable {
@@ -224,7 +235,12 @@ fn commit_transaction(p: &ThreadedProducer<Ctx>, timeout: Duration) -> anyhow::R
 
 /// The producer thread: flat out until `stop`; a transaction is always finished
 /// (committed) before returning, so the topic holds no open transaction.
-fn produce_loop(p: &ThreadedProducer<Ctx>, spec: &ProduceSpec, shared: &Shared, commit_hist: &mut Histogram<u64>) -> anyhow::Result<()> {
+fn produce_loop(
+    p: &ThreadedProducer<Ctx>,
+    spec: &ProduceSpec,
+    shared: &Shared,
+    commit_hist: &mut Histogram<u64>,
+) -> anyhow::Result<()> {
     let templates = payloads(&spec.workload);
     let mut buf = templates[0].clone();
     let mut n = 0usize;
@@ -255,7 +271,8 @@ fn produce_loop(p: &ThreadedProducer<Ctx>, spec: &ProduceSpec, shared: &Shared, 
                     Commit::MustAbort(why) => {
                         eprintln!("commit failed ({why}); aborting the transaction");
                         shared.aborted.fetch_add(1, Ordering::Relaxed);
-                        p.abort_transaction(Duration::from_secs(60)).context("abort_transaction")?;
+                        p.abort_transaction(Duration::from_secs(60))
+                            .context("abort_transaction")?;
                     }
                 }
             }
@@ -280,7 +297,9 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
         committed: AtomicU64::new(0),
         aborted: AtomicU64::new(0),
     });
-    let ps = (0..spec.producers.max(1)).map(|i| producer(spec, i, &shared)).collect::<anyhow::Result<Vec<_>>>()?;
+    let ps = (0..spec.producers.max(1))
+        .map(|i| producer(spec, i, &shared))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut hists: Vec<Histogram<u64>> = ps.iter().map(|_| new_histogram()).collect();
     let tick = Duration::from_millis(if w.duration_s <= 5.0 { 250 } else { 1000 });
     let end = Duration::from_secs_f64(w.warmup_s + w.duration_s);
@@ -302,7 +321,13 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
             .collect();
         let start = Instant::now();
         let mut last = (start, 0u64, 0u64);
-        let counters = |sh: &Shared| (sh.acked.load(Ordering::Relaxed), sh.acked_bytes.load(Ordering::Relaxed), sh.committed.load(Ordering::Relaxed));
+        let counters = |sh: &Shared| {
+            (
+                sh.acked.load(Ordering::Relaxed),
+                sh.acked_bytes.load(Ordering::Relaxed),
+                sh.committed.load(Ordering::Relaxed),
+            )
+        };
         let mut window = None;
         if w.warmup_s == 0.0 {
             window = Some((start, 0, 0, 0));
@@ -319,7 +344,10 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
                 publish_mb_per_s: (ab - last.2) as f64 / 1e6 / dt,
                 consume_mb_per_s: 0.0,
             };
-            bar.set_message(format!("{:>9.0} msg/s {:>7.1} MB/s, {c} transactions", sample.publish_msg_per_s, sample.publish_mb_per_s));
+            bar.set_message(format!(
+                "{:>9.0} msg/s {:>7.1} MB/s, {c} transactions",
+                sample.publish_msg_per_s, sample.publish_mb_per_s
+            ));
             bar.set_position((now - start).as_millis() as u64);
             timeline.push(sample);
             last = (now, a, ab);
@@ -338,7 +366,8 @@ pub fn produce(spec: &ProduceSpec, bar: &ProgressBar) -> anyhow::Result<ProduceR
         }
         Ok((window, window_end))
     })?;
-    let (ws, wa, wab, wc) = window.context("the producer stopped during the warm-up (see the broker's log)")?;
+    let (ws, wa, wab, wc) =
+        window.context("the producer stopped during the warm-up (see the broker's log)")?;
     let (we, (a, ab, c)) = window_end;
     let secs = (we - ws).as_secs_f64();
     let mut publish_hist = new_histogram();
@@ -394,7 +423,14 @@ pub struct IsolatedRead {
 ///
 /// # Errors
 /// Client failures, a consume error, or no progress for 30 s.
-pub fn catch_up(bootstrap: &str, topic: &str, partitions: u32, read_committed: bool, expected: u64, bar: &ProgressBar) -> anyhow::Result<IsolatedRead> {
+pub fn catch_up(
+    bootstrap: &str,
+    topic: &str,
+    partitions: u32,
+    read_committed: bool,
+    expected: u64,
+    bar: &ProgressBar,
+) -> anyhow::Result<IsolatedRead> {
     let isolation = if read_committed { "read_committed" } else { "read_uncommitted" };
     let c: BaseConsumer = client_config(bootstrap)
         .set("group.id", "floe-bench")
@@ -443,5 +479,11 @@ pub fn catch_up(bootstrap: &str, topic: &str, partitions: u32, read_committed: b
     }
     let seconds = start.elapsed().as_secs_f64();
     bar.set_position(messages);
-    Ok(IsolatedRead { isolation: isolation.into(), messages, bytes, seconds, mb_per_s: bytes as f64 / 1e6 / seconds })
+    Ok(IsolatedRead {
+        isolation: isolation.into(),
+        messages,
+        bytes,
+        seconds,
+        mb_per_s: bytes as f64 / 1e6 / seconds,
+    })
 }

@@ -9,9 +9,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::error::KafkaError;
 
 /// Which serialization the values use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,8 @@ pub fn register(registry: &str, subject: &str, kind: ValueKind) -> anyhow::Resul
             Err(e) => return Err(e),
         }
     };
-    let json: serde_json::Value = serde_json::from_str(&answer).with_context(|| format!("registry answered {answer}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&answer).with_context(|| format!("registry answered {answer}"))?;
     json["id"].as_i64().map(|id| id as i32).with_context(|| format!("registry answered {answer}"))
 }
 
@@ -126,7 +127,8 @@ pub fn encode(kind: ValueKind, id: i32, n: u64, size: usize) -> Vec<u8> {
     let amount = f64::from(fastrand::u32(..1_000_000)) / 100.0;
     let at = 1_764_000_000_000i64 + n as i64;
     let tags: Vec<String> = (0..3).map(|t| format!("tag{}", (n + t) % 40)).collect();
-    let attributes: Vec<(String, String)> = (0..4).map(|a| (format!("k{a}"), format!("v{}", fastrand::u8(..100)))).collect();
+    let attributes: Vec<(String, String)> =
+        (0..4).map(|a| (format!("k{a}"), format!("v{}", fastrand::u8(..100)))).collect();
     let body: String = (0..size.saturating_sub(160)).map(|_| fastrand::alphanumeric()).collect();
     let mut out = vec![0u8];
     out.extend_from_slice(&id.to_be_bytes());
@@ -192,7 +194,16 @@ pub struct Produced {
 /// # Errors
 /// The producer cannot be made, or a record is not acknowledged.
 #[allow(clippy::too_many_arguments)] // one call site (`tiering-cost`), each argument a figure of its arm
-pub fn produce(bootstrap: &str, topic: &str, partitions: u32, kind: ValueKind, id: i32, size: usize, target_bytes: u64, compression: &str) -> anyhow::Result<Produced> {
+pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: u32,
+    kind: ValueKind,
+    id: i32,
+    size: usize,
+    target_bytes: u64,
+    compression: &str,
+) -> anyhow::Result<Produced> {
     let p: BaseProducer = crate::load::client_config(bootstrap)
         .set("acks", "1")
         .set("compression.type", compression)

@@ -95,18 +95,32 @@ impl Workload {
     /// # Errors
     /// Unreadable file, unknown keys, or values out of range.
     pub fn load(path: &Path) -> anyhow::Result<Workload> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read workload {}", path.display()))?;
-        let w: Workload = toml::from_str(&text).with_context(|| format!("bad workload {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read workload {}", path.display()))?;
+        let w: Workload =
+            toml::from_str(&text).with_context(|| format!("bad workload {}", path.display()))?;
         w.check().with_context(|| format!("bad workload {}", path.display()))?;
         Ok(w)
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.topics >= 1 && self.partitions_per_topic >= 1, "need at least one topic and partition");
-        anyhow::ensure!(self.message_size >= 8, "message_size must be at least 8 (the send timestamp)");
-        anyhow::ensure!((0.0..=1.0).contains(&self.random_payload_share), "random_payload_share is 0..1");
+        anyhow::ensure!(
+            self.topics >= 1 && self.partitions_per_topic >= 1,
+            "need at least one topic and partition"
+        );
+        anyhow::ensure!(
+            self.message_size >= 8,
+            "message_size must be at least 8 (the send timestamp)"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.random_payload_share),
+            "random_payload_share is 0..1"
+        );
         anyhow::ensure!(self.producers_per_topic >= 1, "need at least one producer per topic");
-        anyhow::ensure!(["0", "1", "all", "-1"].contains(&self.acks.as_str()), "acks is 0, 1 or all");
+        anyhow::ensure!(
+            ["0", "1", "all", "-1"].contains(&self.acks.as_str()),
+            "acks is 0, 1 or all"
+        );
         anyhow::ensure!(
             ["none", "gzip", "snappy", "lz4", "zstd"].contains(&self.compression.as_str()),
             "compression is none, gzip, snappy, lz4 or zstd"

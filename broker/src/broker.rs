@@ -6,8 +6,8 @@ use floe_storage::{LogManager, PartitionLog};
 use kafka_protocol::error::ResponseError;
 
 use crate::config::BrokerConfig;
-use floe_coordinator::group::GroupCoordinators;
 use crate::metrics::Metrics;
+use floe_coordinator::group::GroupCoordinators;
 
 /// The leader epoch of a broker alone (and of the internal topics): never re-elected.
 pub(crate) const LEADER_EPOCH: i32 = 0;
@@ -63,7 +63,10 @@ impl Broker {
     /// controller's id (-1 while none is known). Kafka answers with each broker's
     /// endpoint on the listener the request came in on and leaves out brokers that
     /// have no such listener; this broker is always listed, at the endpoint the client used.
-    pub fn cluster_brokers(&self, endpoint: &crate::server::endpoint::Endpoint) -> (Vec<ClusterBroker>, i32) {
+    pub fn cluster_brokers(
+        &self,
+        endpoint: &crate::server::endpoint::Endpoint,
+    ) -> (Vec<ClusterBroker>, i32) {
         let view = self.cluster.view();
         let mut brokers: Vec<ClusterBroker> = view
             .brokers
@@ -71,7 +74,12 @@ impl Broker {
             .filter(|b| b.node_id != self.node_id())
             .filter_map(|b| {
                 let e = b.endpoint(&endpoint.name)?;
-                Some(ClusterBroker { node_id: b.node_id, host: e.host.clone(), port: e.port, rack: b.rack.clone() })
+                Some(ClusterBroker {
+                    node_id: b.node_id,
+                    host: e.host.clone(),
+                    port: e.port,
+                    rack: b.rack.clone(),
+                })
             })
             .collect();
         brokers.push(ClusterBroker {
@@ -92,7 +100,9 @@ impl Broker {
     /// partition. Elsewhere the checks are skipped, as Kafka does with
     /// `transaction.partition.verification.enable=false`.
     pub fn coordinates_transactions(&self, transactional_id: &str) -> bool {
-        !self.is_clustered() || self.txns.of(transactional_id).coordinator_epoch() != floe_coordinator::replicated::NO_TERM
+        !self.is_clustered()
+            || self.txns.of(transactional_id).coordinator_epoch()
+                != floe_coordinator::replicated::NO_TERM
     }
 
     /// Whether this broker is part of an etcd cluster (rather than alone).
@@ -109,26 +119,45 @@ impl Broker {
     /// UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster (or, alone, this broker)
     /// does not have; NOT_LEADER_OR_FOLLOWER when another broker leads it, or none does
     /// (clients refresh their metadata and retry); with a reason for the log.
-    pub fn leader_log(&self, topic: &str, partition: i32) -> Result<Arc<PartitionLog>, (ResponseError, String)> {
-        let unknown = || (ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
+    pub fn leader_log(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<PartitionLog>, (ResponseError, String)> {
+        let unknown = || {
+            (ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"))
+        };
         if self.is_clustered() {
-            let leader = self.cluster.with_view(|v| v.partition(topic, partition).map(|s| s.leader));
+            let leader =
+                self.cluster.with_view(|v| v.partition(topic, partition).map(|s| s.leader));
             match leader {
                 None => return Err(unknown()),
                 Some(l) if l != self.node_id() => {
-                    let why = if l == floe_cluster::NO_LEADER { "has no leader (offline)".to_string() } else { format!("is led by broker {l}") };
-                    return Err((ResponseError::NotLeaderOrFollower, format!("{topic}-{partition} {why}, not by this broker ({})", self.node_id())));
+                    let why = if l == floe_cluster::NO_LEADER {
+                        "has no leader (offline)".to_string()
+                    } else {
+                        format!("is led by broker {l}")
+                    };
+                    return Err((
+                        ResponseError::NotLeaderOrFollower,
+                        format!(
+                            "{topic}-{partition} {why}, not by this broker ({})",
+                            self.node_id()
+                        ),
+                    ));
                 }
                 Some(_) => {}
             }
             // Given the leadership, but not taken it yet (log not open, epoch not
             // recorded): retriable.
-            let taken = self.replicas.is_leader(&floe_cluster::TopicPartition::new(topic, partition));
-            return self
-                .logs
-                .partition(topic, partition)
-                .filter(|_| taken)
-                .ok_or_else(|| (ResponseError::NotLeaderOrFollower, format!("{topic}-{partition}: this broker is becoming its leader")));
+            let taken =
+                self.replicas.is_leader(&floe_cluster::TopicPartition::new(topic, partition));
+            return self.logs.partition(topic, partition).filter(|_| taken).ok_or_else(|| {
+                (
+                    ResponseError::NotLeaderOrFollower,
+                    format!("{topic}-{partition}: this broker is becoming its leader"),
+                )
+            });
         }
         self.logs.partition(topic, partition).ok_or_else(unknown)
     }
@@ -148,7 +177,9 @@ impl Broker {
     /// leader change), or 0 for a broker alone.
     pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
         if self.is_clustered() {
-            return self.cluster.with_view(|v| v.partition(topic, partition).map_or(LEADER_EPOCH, |s| s.leader_epoch));
+            return self.cluster.with_view(|v| {
+                v.partition(topic, partition).map_or(LEADER_EPOCH, |s| s.leader_epoch)
+            });
         }
         LEADER_EPOCH
     }
@@ -157,7 +188,12 @@ impl Broker {
     /// epoch it expects gets FENCED_LEADER_EPOCH when that epoch is older than the
     /// leader's (its metadata is stale), UNKNOWN_LEADER_EPOCH when newer (this broker's
     /// is); -1 skips the check.
-    pub fn check_current_leader_epoch(&self, topic: &str, partition: i32, current: i32) -> Option<ResponseError> {
+    pub fn check_current_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current: i32,
+    ) -> Option<ResponseError> {
         if current == -1 {
             return None;
         }

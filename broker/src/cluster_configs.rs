@@ -132,7 +132,9 @@ pub fn error_code(e: &floe_cluster::ClusterError) -> kafka_protocol::error::Resp
     use floe_cluster::ClusterError;
     use kafka_protocol::error::ResponseError;
     match e {
-        ClusterError::UnknownTopic(_) | ClusterError::UnknownPartition { .. } => ResponseError::UnknownTopicOrPartition,
+        ClusterError::UnknownTopic(_) | ClusterError::UnknownPartition { .. } => {
+            ResponseError::UnknownTopicOrPartition
+        }
         ClusterError::Timeout { .. } | ClusterError::Etcd(_) => ResponseError::RequestTimedOut,
         _ => ResponseError::UnknownServerError,
     }
@@ -170,7 +172,10 @@ pub fn stored_layer(state: &SharedState, key: &str) -> BTreeMap<String, String> 
 }
 
 fn apply_broker_configs(t: &Targets, state: &SharedState) {
-    for (scope, key) in [(Scope::ClusterDefault, broker_config_key(None)), (Scope::Broker, broker_config_key(Some(t.node_id)))] {
+    for (scope, key) in [
+        (Scope::ClusterDefault, broker_config_key(None)),
+        (Scope::Broker, broker_config_key(Some(t.node_id))),
+    ] {
         let desired = stored_layer(state, &key);
         if t.dynamic_config.layer(scope) == desired {
             continue;
@@ -183,7 +188,9 @@ fn apply_broker_configs(t: &Targets, state: &SharedState) {
 }
 
 /// The ACL bindings of the shared state, by their key under `acls/`.
-pub fn stored_acls(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> BTreeMap<String, BTreeSet<AclBinding>> {
+pub fn stored_acls(
+    entries: impl IntoIterator<Item = (String, Vec<u8>)>,
+) -> BTreeMap<String, BTreeSet<AclBinding>> {
     entries
         .into_iter()
         .filter_map(|(key, value)| match serde_json::from_slice::<Vec<AclBinding>>(&value) {
@@ -231,7 +238,8 @@ pub fn stored_scram(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> Scr
 }
 
 fn apply_scram(t: &Targets, state: &SharedState) {
-    let desired = stored_scram(state.under(SCRAM_DIR).map(|(k, v)| (k.to_string(), v.value.clone())));
+    let desired =
+        stored_scram(state.under(SCRAM_DIR).map(|(k, v)| (k.to_string(), v.value.clone())));
     if t.credentials.users() == desired {
         return;
     }

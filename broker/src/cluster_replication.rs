@@ -28,13 +28,19 @@ pub fn fetcher_settings(config: &BrokerConfig, security: Arc<ClientSecurity>) ->
         min_bytes: config.replica_fetch_min_bytes,
         backoff: Duration::from_millis(config.replica_fetch_backoff_ms),
         // A long poll must never look like a dead leader.
-        socket_timeout: defaults.socket_timeout.max(Duration::from_millis(u64::from(config.replica_fetch_wait_max_ms)) + Duration::from_secs(5)),
+        socket_timeout: defaults.socket_timeout.max(
+            Duration::from_millis(u64::from(config.replica_fetch_wait_max_ms))
+                + Duration::from_secs(5),
+        ),
         security,
     }
 }
 
 /// Writes the ISR changes the leader asks for, one at a time, until the channel closes.
-pub async fn run_isr_writer(broker: Arc<crate::broker::Broker>, mut requests: mpsc::UnboundedReceiver<IsrRequest>) {
+pub async fn run_isr_writer(
+    broker: Arc<crate::broker::Broker>,
+    mut requests: mpsc::UnboundedReceiver<IsrRequest>,
+) {
     while let Some(r) = requests.recv().await {
         broker.replicas.write_isr_change(&broker.cluster, r).await;
     }

@@ -62,7 +62,10 @@ pub async fn run(broker: Arc<Broker>) {
                 let previous = std::mem::take(&mut known);
                 let report_strays = !strays_reported;
                 let topics = v.topics.clone();
-                let applied = tokio::task::spawn_blocking(move || apply(&logs, &topics, &previous, report_strays)).await;
+                let applied = tokio::task::spawn_blocking(move || {
+                    apply(&logs, &topics, &previous, report_strays)
+                })
+                .await;
                 match applied {
                     Ok(now_known) => known = now_known,
                     Err(e) => tracing::error!(error = %e, "applying the cluster's topics failed"),
@@ -88,7 +91,12 @@ pub async fn run(broker: Arc<Broker>) {
 
 /// One pass: creates, grows and deletes local topics to match `topics`; returns the
 /// names now known from the metadata.
-fn apply(logs: &LogManager, topics: &BTreeMap<String, TopicAssignment>, previous: &BTreeSet<String>, report_strays: bool) -> BTreeSet<String> {
+fn apply(
+    logs: &LogManager,
+    topics: &BTreeMap<String, TopicAssignment>,
+    previous: &BTreeSet<String>,
+    report_strays: bool,
+) -> BTreeSet<String> {
     for (name, assignment) in topics {
         if let Err(e) = ensure_local(logs, name, assignment) {
             warn!(topic = %name, error = %e, "cannot create this broker's logs of a cluster topic; retrying at the next change");
@@ -96,13 +104,21 @@ fn apply(logs: &LogManager, topics: &BTreeMap<String, TopicAssignment>, previous
     }
     for gone in previous.iter().filter(|n| !topics.contains_key(*n)) {
         match logs.delete_topic(gone) {
-            Ok(()) => info!(topic = %gone, "deleted this broker's logs of a topic deleted from the cluster"),
+            Ok(()) => {
+                info!(topic = %gone, "deleted this broker's logs of a topic deleted from the cluster")
+            }
             Err(floe_storage::StorageError::UnknownTopicOrPartition { .. }) => {}
-            Err(e) => warn!(topic = %gone, error = %e, "cannot delete this broker's logs of a deleted topic"),
+            Err(e) => {
+                warn!(topic = %gone, error = %e, "cannot delete this broker's logs of a deleted topic")
+            }
         }
     }
     if report_strays {
-        for t in logs.topics().iter().filter(|t| !is_internal_topic(t.name()) && !topics.contains_key(t.name())) {
+        for t in logs
+            .topics()
+            .iter()
+            .filter(|t| !is_internal_topic(t.name()) && !topics.contains_key(t.name()))
+        {
             warn!(topic = %t.name(), topic_id = %t.id(),
                   "stray topic: in this data directory but not in the cluster's metadata; kept, not served");
         }
@@ -111,17 +127,27 @@ fn apply(logs: &LogManager, topics: &BTreeMap<String, TopicAssignment>, previous
 }
 
 /// Creates (or grows, or replaces a namesake of another id) the local copy of `name`.
-pub(crate) fn ensure_local(logs: &LogManager, name: &str, assignment: &TopicAssignment) -> Result<(), floe_storage::StorageError> {
-    let id = uuid::Uuid::parse_str(&assignment.topic_id).map_err(|e| floe_storage::StorageError::InvalidTopic {
-        name: name.to_string(),
-        reason: format!("the cluster's topic id {:?} is not a UUID: {e}", assignment.topic_id),
+pub(crate) fn ensure_local(
+    logs: &LogManager,
+    name: &str,
+    assignment: &TopicAssignment,
+) -> Result<(), floe_storage::StorageError> {
+    let id = uuid::Uuid::parse_str(&assignment.topic_id).map_err(|e| {
+        floe_storage::StorageError::InvalidTopic {
+            name: name.to_string(),
+            reason: format!("the cluster's topic id {:?} is not a UUID: {e}", assignment.topic_id),
+        }
     })?;
     let count = assignment.partitions.keys().next_back().map_or(0, |p| p + 1);
     if let Some(local) = logs.topic(name) {
         if local.id() == id {
             if local.partition_count() < count {
                 logs.create_partitions(name, count)?;
-                info!(topic = name, partitions = count, "grew this broker's logs of a cluster topic");
+                info!(
+                    topic = name,
+                    partitions = count,
+                    "grew this broker's logs of a cluster topic"
+                );
             }
             return Ok(());
         }
@@ -136,7 +162,11 @@ pub(crate) fn ensure_local(logs: &LogManager, name: &str, assignment: &TopicAssi
             Ok(())
         }
         // Created meanwhile by the CreateTopics handler of this broker.
-        Err(floe_storage::StorageError::TopicAlreadyExists { .. }) if logs.topic(name).is_some_and(|t| t.id() == id) => Ok(()),
+        Err(floe_storage::StorageError::TopicAlreadyExists { .. })
+            if logs.topic(name).is_some_and(|t| t.id() == id) =>
+        {
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }

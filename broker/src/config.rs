@@ -168,11 +168,16 @@ pub const SETTINGS: &[SettingSpec] = &[
 ];
 
 /// Settings whose values are secrets: DescribeConfigs reports them as sensitive with no value.
-pub const SENSITIVE_SETTINGS: &[&str] =
-    &["floe.iceberg.rest.credential", "floe.iceberg.rest.token", "floe.iceberg.s3.secret-access-key", "sasl.jaas.config"];
+pub const SENSITIVE_SETTINGS: &[&str] = &[
+    "floe.iceberg.rest.credential",
+    "floe.iceberg.rest.token",
+    "floe.iceberg.s3.secret-access-key",
+    "sasl.jaas.config",
+];
 
 /// Settings holding URIs, which may carry `user:password@`: shown with it masked.
-const URI_SETTINGS: &[&str] = &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
+const URI_SETTINGS: &[&str] =
+    &["floe.iceberg.catalog-uri", "floe.iceberg.warehouse", "floe.iceberg.s3.endpoint"];
 
 /// Whether `key`'s value must never be shown.
 pub fn is_sensitive(key: &str) -> bool {
@@ -385,7 +390,12 @@ impl ConfigBuilder {
     ///
     /// # Errors
     /// [`ConfigError::UnknownKey`].
-    pub fn set(&mut self, key: &str, value: impl Into<String>, layer: Layer) -> Result<(), ConfigError> {
+    pub fn set(
+        &mut self,
+        key: &str,
+        value: impl Into<String>,
+        layer: Layer,
+    ) -> Result<(), ConfigError> {
         self.set_from(key, value, layer.describe())
     }
 
@@ -394,13 +404,24 @@ impl ConfigBuilder {
     ///
     /// # Errors
     /// [`ConfigError::UnknownKey`].
-    pub fn set_from(&mut self, key: &str, value: impl Into<String>, origin: &str) -> Result<(), ConfigError> {
+    pub fn set_from(
+        &mut self,
+        key: &str,
+        value: impl Into<String>,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
         let key = canonical_key(key);
         // `listener.name.<name>.<setting>`: Kafka's per-listener form (read for SASL mechanisms).
         let per_listener = key.starts_with("listener.name.") && key.len() > "listener.name.".len();
         if !SETTINGS.iter().any(|s| s.key == key) && !per_listener {
-            let suggestion = floe_storage::config::did_you_mean(&key, SETTINGS.iter().map(|s| s.key)).map(str::to_string);
-            return Err(ConfigError::UnknownKey { key, source_name: origin.to_string(), suggestion });
+            let suggestion =
+                floe_storage::config::did_you_mean(&key, SETTINGS.iter().map(|s| s.key))
+                    .map(str::to_string);
+            return Err(ConfigError::UnknownKey {
+                key,
+                source_name: origin.to_string(),
+                suggestion,
+            });
         }
         self.origins.insert(key.clone(), origin.to_string());
         self.raw.insert(key, value.into());
@@ -415,9 +436,10 @@ impl ConfigBuilder {
         let shown = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
         let mut flat = Vec::new();
         flatten_toml("", &toml::Value::Table(table), &mut flat);
         let origin = format!("config file {}", shown.display());
@@ -433,19 +455,35 @@ impl ConfigBuilder {
     ///
     /// # Errors
     /// [`ConfigError::UnknownVariable`], or an unknown key.
-    pub fn load_env(&mut self, vars: impl Iterator<Item = (String, String)>) -> Result<(), ConfigError> {
-        let mut vars: Vec<(String, String)> = vars.filter(|(name, _)| name.starts_with("FLOE_")).collect();
+    pub fn load_env(
+        &mut self,
+        vars: impl Iterator<Item = (String, String)>,
+    ) -> Result<(), ConfigError> {
+        let mut vars: Vec<(String, String)> =
+            vars.filter(|(name, _)| name.starts_with("FLOE_")).collect();
         vars.sort();
         for (name, value) in vars {
-            if NON_SETTING_VARIABLES.iter().any(|v| if v.ends_with('_') { name.starts_with(v) } else { name == *v }) {
+            if NON_SETTING_VARIABLES.iter().any(|v| {
+                if v.ends_with('_') {
+                    name.starts_with(v)
+                } else {
+                    name == *v
+                }
+            }) {
                 continue;
             }
             let Some(setting) = SETTINGS.iter().find(|s| env_variable(s.key) == name) else {
-                let variables: Vec<String> = SETTINGS.iter().map(|s| env_variable(s.key).to_ascii_lowercase()).collect();
-                let suggestion = floe_storage::config::did_you_mean(&name, variables.iter().map(String::as_str)).map(|v| {
-                    let key = SETTINGS.iter().find(|s| env_variable(s.key).eq_ignore_ascii_case(v)).map_or("", |s| s.key);
-                    format!("{} ({key})", v.to_ascii_uppercase())
-                });
+                let variables: Vec<String> =
+                    SETTINGS.iter().map(|s| env_variable(s.key).to_ascii_lowercase()).collect();
+                let suggestion =
+                    floe_storage::config::did_you_mean(&name, variables.iter().map(String::as_str))
+                        .map(|v| {
+                            let key = SETTINGS
+                                .iter()
+                                .find(|s| env_variable(s.key).eq_ignore_ascii_case(v))
+                                .map_or("", |s| s.key);
+                            format!("{} ({key})", v.to_ascii_uppercase())
+                        });
                 return Err(ConfigError::UnknownVariable { name, suggestion });
             };
             self.set_from(setting.key, value, &format!("environment variable {name}"))?;
@@ -463,7 +501,10 @@ impl ConfigBuilder {
         let origins = std::mem::take(&mut self.origins);
         let locate = |e: ConfigError| match e {
             ConfigError::InvalidValue { key, value, reason } => {
-                let origin = origins.get(&key).cloned().unwrap_or_else(|| "the built-in default".to_string());
+                let origin = origins
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_else(|| "the built-in default".to_string());
                 ConfigError::Setting { key, value, origin, reason }
             }
             other => other,
@@ -490,33 +531,55 @@ impl ConfigBuilder {
         let authorizer = crate::authorizer::AuthorizerSettings::from_raw(r)?;
         let metadata_store: floe_cluster::MetadataStoreUrl = parse(r, "floe.metadata.store")?;
         let clustered = !matches!(metadata_store, floe_cluster::MetadataStoreUrl::Local);
-        let inter_broker = crate::security::inter_broker::InterBrokerSettings::from_raw(r, &listeners, clustered)?;
+        let inter_broker =
+            crate::security::inter_broker::InterBrokerSettings::from_raw(r, &listeners, clustered)?;
         let iceberg_rest_listen = match get(r, "floe.iceberg.rest-listen").trim() {
             "" => None,
-            text => Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?),
+            text => {
+                Some(crate::listeners::resolve("floe.iceberg.rest-listen", strip_scheme(text))?)
+            }
         };
-        let schema_registry_tls = get(r, "floe.schema.registry.listen").trim().to_ascii_lowercase().starts_with("https://");
+        let schema_registry_tls = get(r, "floe.schema.registry.listen")
+            .trim()
+            .to_ascii_lowercase()
+            .starts_with("https://");
         let schema_registry_listen = match get(r, "floe.schema.registry.listen").trim() {
             "" => None,
-            text => Some(crate::listeners::resolve("floe.schema.registry.listen", strip_scheme(text))?),
+            text => {
+                Some(crate::listeners::resolve("floe.schema.registry.listen", strip_scheme(text))?)
+            }
         };
         let console_listen = match get(r, "floe.console.listen").trim() {
             "" => None,
             text => Some(crate::listeners::resolve("floe.console.listen", strip_scheme(text))?),
         };
-        let console_bench_reports_dir = Some(get(r, "floe.console.bench-reports-dir").trim()).filter(|d| !d.is_empty()).map(PathBuf::from);
+        let console_bench_reports_dir = Some(get(r, "floe.console.bench-reports-dir").trim())
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
         let mut log_overrides = BTreeMap::new();
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             log_overrides.insert(topic_key.to_string(), get(r, broker_key).to_string());
         }
-        let mut log_defaults = LogConfig::default().with_overrides(&log_overrides).map_err(|e| match e {
-            // The topic key's broker setting, with the value as typed.
-            floe_storage::StorageError::InvalidConfig { key, reason } => {
-                let broker_key = LOG_DEFAULT_KEYS.iter().find(|(_, topic_key)| *topic_key == key).map_or(key.as_str(), |(b, _)| *b);
-                ConfigError::InvalidValue { key: broker_key.to_string(), value: get(r, broker_key).trim().to_string(), reason }
-            }
-            other => ConfigError::InvalidValue { key: "log.dirs".into(), value: get(r, "log.dirs").into(), reason: other.to_string() },
-        })?;
+        let mut log_defaults =
+            LogConfig::default().with_overrides(&log_overrides).map_err(|e| match e {
+                // The topic key's broker setting, with the value as typed.
+                floe_storage::StorageError::InvalidConfig { key, reason } => {
+                    let broker_key = LOG_DEFAULT_KEYS
+                        .iter()
+                        .find(|(_, topic_key)| *topic_key == key)
+                        .map_or(key.as_str(), |(b, _)| *b);
+                    ConfigError::InvalidValue {
+                        key: broker_key.to_string(),
+                        value: get(r, broker_key).trim().to_string(),
+                        reason,
+                    }
+                }
+                other => ConfigError::InvalidValue {
+                    key: "log.dirs".into(),
+                    value: get(r, "log.dirs").into(),
+                    reason: other.to_string(),
+                },
+            })?;
         log_defaults.producer_id_expiration_ms = parse_positive(r, "producer.id.expiration.ms")?;
         Ok(BrokerConfig {
             listeners,
@@ -527,25 +590,45 @@ impl ConfigBuilder {
             data_dir: PathBuf::from(get(r, "log.dirs").trim()),
             node_id: parse(r, "node.id")?,
             metadata_store,
-            broker_rack: Some(get(r, "broker.rack").trim()).filter(|v| !v.is_empty()).map(str::to_string),
+            broker_rack: Some(get(r, "broker.rack").trim())
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
             broker_session_timeout_ms: parse_positive(r, "broker.session.timeout.ms")?,
             num_partitions: parse_positive(r, "num.partitions")?,
             auto_create_topics: parse(r, "auto.create.topics.enable")?,
             default_replication_factor: parse_positive(r, "default.replication.factor")?,
             unclean_leader_election: parse(r, "unclean.leader.election.enable")?,
-            offsets_topic_replication_factor: parse_positive(r, "offsets.topic.replication.factor")?,
+            offsets_topic_replication_factor: parse_positive(
+                r,
+                "offsets.topic.replication.factor",
+            )?,
             offsets_topic_num_partitions: parse_positive(r, "offsets.topic.num.partitions")?,
-            transaction_state_log_num_partitions: parse_positive(r, "transaction.state.log.num.partitions")?,
+            transaction_state_log_num_partitions: parse_positive(
+                r,
+                "transaction.state.log.num.partitions",
+            )?,
             offsets_commit_timeout_ms: parse_positive(r, "offsets.commit.timeout.ms")?,
-            transaction_state_log_replication_factor: parse_positive(r, "transaction.state.log.replication.factor")?,
+            transaction_state_log_replication_factor: parse_positive(
+                r,
+                "transaction.state.log.replication.factor",
+            )?,
             transaction_state_log_min_isr: parse_positive(r, "transaction.state.log.min.isr")?,
             auto_leader_rebalance: parse(r, "auto.leader.rebalance.enable")?,
-            leader_imbalance_check_interval_s: parse_positive(r, "leader.imbalance.check.interval.seconds")?,
-            leader_imbalance_per_broker_percentage: parse(r, "leader.imbalance.per.broker.percentage")?,
+            leader_imbalance_check_interval_s: parse_positive(
+                r,
+                "leader.imbalance.check.interval.seconds",
+            )?,
+            leader_imbalance_per_broker_percentage: parse(
+                r,
+                "leader.imbalance.per.broker.percentage",
+            )?,
             replica_lag_time_max_ms: parse_positive(r, "replica.lag.time.max.ms")?,
             inter_broker,
             replica_fetch_max_bytes: parse_positive(r, "replica.fetch.max.bytes")?,
-            replica_fetch_response_max_bytes: parse_positive(r, "replica.fetch.response.max.bytes")?,
+            replica_fetch_response_max_bytes: parse_positive(
+                r,
+                "replica.fetch.response.max.bytes",
+            )?,
             replica_fetch_wait_max_ms: parse(r, "replica.fetch.wait.max.ms")?,
             replica_fetch_min_bytes: parse_positive(r, "replica.fetch.min.bytes")?,
             replica_fetch_backoff_ms: parse(r, "replica.fetch.backoff.ms")?,
@@ -570,16 +653,31 @@ impl ConfigBuilder {
             group_initial_rebalance_delay_ms: parse(r, "group.initial.rebalance.delay.ms")?,
             group_min_session_timeout_ms: parse_positive(r, "group.min.session.timeout.ms")?,
             group_max_session_timeout_ms: parse_positive(r, "group.max.session.timeout.ms")?,
-            group_consumer_session_timeout_ms: parse_positive(r, "group.consumer.session.timeout.ms")?,
-            group_consumer_heartbeat_interval_ms: parse_positive(r, "group.consumer.heartbeat.interval.ms")?,
+            group_consumer_session_timeout_ms: parse_positive(
+                r,
+                "group.consumer.session.timeout.ms",
+            )?,
+            group_consumer_heartbeat_interval_ms: parse_positive(
+                r,
+                "group.consumer.heartbeat.interval.ms",
+            )?,
             group_consumer_max_size: parse_positive(r, "group.consumer.max.size")?,
             offsets_retention_minutes: parse_positive(r, "offsets.retention.minutes")?,
-            offsets_retention_check_interval_ms: parse_positive(r, "offsets.retention.check.interval.ms")?,
+            offsets_retention_check_interval_ms: parse_positive(
+                r,
+                "offsets.retention.check.interval.ms",
+            )?,
             transactions: floe_coordinator::transaction::TransactionConfig {
                 max_timeout_ms: parse_positive(r, "transaction.max.timeout.ms")?,
                 id_expiration_ms: parse_positive(r, "transactional.id.expiration.ms")?,
-                abort_timed_out_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.abort.timed.out.transaction.cleanup.interval.ms")?),
-                remove_expired_interval: std::time::Duration::from_millis(parse_positive(r, "transaction.remove.expired.transaction.cleanup.interval.ms")?),
+                abort_timed_out_interval: std::time::Duration::from_millis(parse_positive(
+                    r,
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                )?),
+                remove_expired_interval: std::time::Duration::from_millis(parse_positive(
+                    r,
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                )?),
             },
             tiering: floe_tiering::settings::TieringSettings {
                 enabled_default: parse(r, "floe.iceberg.enabled")?,
@@ -589,15 +687,24 @@ impl ConfigBuilder {
                 target_lag_ms: parse(r, "floe.iceberg.target-lag-ms")?,
                 retention_guard: parse(r, "floe.iceberg.retention-guard")?,
                 tick_ms: parse_positive(r, "floe.iceberg.tick-ms")?,
-                orphan_check_interval_ms: parse_positive(r, "floe.iceberg.orphan-check-interval-ms")?,
+                orphan_check_interval_ms: parse_positive(
+                    r,
+                    "floe.iceberg.orphan-check-interval-ms",
+                )?,
                 orphan_min_age_ms: parse_positive(r, "floe.iceberg.orphan-min-age-ms")?,
                 maintenance_interval_ms: parse_positive(r, "floe.iceberg.maintenance-interval-ms")?,
                 snapshot_max_age_ms: parse(r, "floe.iceberg.snapshot.max-age-ms")?,
                 snapshot_min_to_keep: parse_positive(r, "floe.iceberg.snapshot.min-to-keep")?,
                 target_file_size: parse_positive(r, "floe.iceberg.target-file-size-bytes")?,
                 compaction_enabled: parse(r, "floe.iceberg.compaction.enabled")?,
-                compaction_min_input_files: parse_positive(r, "floe.iceberg.compaction.min-input-files")?,
-                compaction_max_bytes_per_run: parse_positive(r, "floe.iceberg.compaction.max-bytes-per-run")?,
+                compaction_min_input_files: parse_positive(
+                    r,
+                    "floe.iceberg.compaction.min-input-files",
+                )?,
+                compaction_max_bytes_per_run: parse_positive(
+                    r,
+                    "floe.iceberg.compaction.max-bytes-per-run",
+                )?,
                 catalog: tiering_catalog(r)?,
                 shared_reads: floe_tiering::settings::SharedReadSettings {
                     threads: parse_positive(r, "floe.iceberg.shared.read-threads")?,
@@ -638,16 +745,24 @@ impl BrokerConfig {
         use std::time::Duration;
         floe_coordinator::group::CoordinatorConfig {
             group: floe_coordinator::group::group::GroupConfig {
-                initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+                initial_rebalance_delay: Duration::from_millis(
+                    self.group_initial_rebalance_delay_ms,
+                ),
                 min_session_timeout_ms: self.group_min_session_timeout_ms,
                 max_session_timeout_ms: self.group_max_session_timeout_ms,
             },
-            offsets_retention: Duration::from_secs(self.offsets_retention_minutes.saturating_mul(60)),
-            offsets_retention_check_interval: Duration::from_millis(self.offsets_retention_check_interval_ms),
+            offsets_retention: Duration::from_secs(
+                self.offsets_retention_minutes.saturating_mul(60),
+            ),
+            offsets_retention_check_interval: Duration::from_millis(
+                self.offsets_retention_check_interval_ms,
+            ),
             compaction: Default::default(),
             consumer: floe_coordinator::group::consumer_group::ConsumerGroupConfig {
                 session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
-                heartbeat_interval: Duration::from_millis(self.group_consumer_heartbeat_interval_ms),
+                heartbeat_interval: Duration::from_millis(
+                    self.group_consumer_heartbeat_interval_ms,
+                ),
                 max_size: self.group_consumer_max_size as usize,
             },
         }
@@ -655,7 +770,9 @@ impl BrokerConfig {
 }
 
 /// `floe.iceberg.catalog-type` and the settings of the catalog and warehouse it needs.
-fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<floe_tiering::settings::CatalogSettings, ConfigError> {
+fn tiering_catalog(
+    r: &BTreeMap<String, String>,
+) -> Result<floe_tiering::settings::CatalogSettings, ConfigError> {
     use floe_tiering::{CatalogType, S3Settings, Secret};
     let invalid = |key: &str, reason: &str| ConfigError::InvalidValue {
         key: key.into(),
@@ -667,20 +784,32 @@ fn tiering_catalog(r: &BTreeMap<String, String>) -> Result<floe_tiering::setting
     let warehouse = get(r, "floe.iceberg.warehouse").trim().to_string();
     match catalog_type {
         CatalogType::Rest if uri.is_empty() => {
-            return Err(invalid("floe.iceberg.catalog-uri", "required when floe.iceberg.catalog-type is rest"));
+            return Err(invalid(
+                "floe.iceberg.catalog-uri",
+                "required when floe.iceberg.catalog-type is rest",
+            ));
         }
         CatalogType::Rest if !uri.starts_with("http://") && !uri.starts_with("https://") => {
-            return Err(invalid("floe.iceberg.catalog-uri", "a REST catalog URI is http(s)://HOST[:PORT][/PATH]"));
+            return Err(invalid(
+                "floe.iceberg.catalog-uri",
+                "a REST catalog URI is http(s)://HOST[:PORT][/PATH]",
+            ));
         }
         CatalogType::Sql if !uri.is_empty() && !uri.starts_with("sqlite:") => {
-            return Err(invalid("floe.iceberg.catalog-uri", "the SQL catalog is SQLite: a sqlite: URI"));
+            return Err(invalid(
+                "floe.iceberg.catalog-uri",
+                "the SQL catalog is SQLite: a sqlite: URI",
+            ));
         }
         _ => {}
     }
     let local = warehouse.starts_with("file:///");
     let s3 = ["s3://", "s3a://", "s3n://"].iter().any(|p| warehouse.starts_with(p));
     if catalog_type == CatalogType::Sql && !warehouse.is_empty() && !local && !s3 {
-        return Err(invalid("floe.iceberg.warehouse", "expected a directory (DIR or file:///DIR) or s3://BUCKET/PREFIX"));
+        return Err(invalid(
+            "floe.iceberg.warehouse",
+            "expected a directory (DIR or file:///DIR) or s3://BUCKET/PREFIX",
+        ));
     }
     let secret = |key: &str| Secret::new(get(r, key).trim());
     Ok(floe_tiering::settings::CatalogSettings {
@@ -735,7 +864,10 @@ fn canonical_key(key: &str) -> String {
 
 /// Sets each setting of [`DURATION_ALIASES`] from its other spelling when the
 /// setting itself was not given (Kafka's precedence: `.ms`, then `.minutes`, then `.hours`).
-fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn resolve_duration_aliases(
+    raw: &mut BTreeMap<String, String>,
+    origins: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
     let mut targets: Vec<&str> = DURATION_ALIASES.iter().map(|(_, target, _)| *target).collect();
     targets.dedup();
     for target in targets {
@@ -743,7 +875,10 @@ fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeM
             continue;
         }
         // The first alias (in precedence order) that was given.
-        let given = DURATION_ALIASES.iter().filter(|(_, t, _)| *t == target).find(|(alias, _, _)| !get(raw, alias).trim().is_empty());
+        let given = DURATION_ALIASES
+            .iter()
+            .filter(|(_, t, _)| *t == target)
+            .find(|(alias, _, _)| !get(raw, alias).trim().is_empty());
         if let Some((alias, _, factor)) = given {
             let units: i64 = parse(raw, alias)?;
             let ms = if units < 0 { -1 } else { units.saturating_mul(*factor) };
@@ -755,7 +890,10 @@ fn resolve_duration_aliases(raw: &mut BTreeMap<String, String>, origins: &BTreeM
 
 /// `floe.port.offset`: adds N to the port of every service's address ([`crate::ports::KINDS`])
 /// left at its default, so a second broker on one machine needs one flag (`--port-offset 10`).
-fn apply_port_offset(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn apply_port_offset(
+    raw: &mut BTreeMap<String, String>,
+    origins: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
     let offset: u16 = parse(raw, "floe.port.offset")?;
     if offset == 0 {
         return Ok(());
@@ -765,14 +903,19 @@ fn apply_port_offset(raw: &mut BTreeMap<String, String>, origins: &BTreeMap<Stri
             continue;
         }
         let default = get(raw, key).to_string();
-        let Some((host, port)) = default.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) else {
+        let Some((host, port)) =
+            default.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        else {
             continue;
         };
         let Some(moved) = port.checked_add(offset) else {
             return Err(ConfigError::InvalidValue {
                 key: "floe.port.offset".into(),
                 value: offset.to_string(),
-                reason: format!("{port} + {offset} is not a port; use an offset below {}", u16::MAX - port + 1),
+                reason: format!(
+                    "{port} + {offset} is not a port; use an offset below {}",
+                    u16::MAX - port + 1
+                ),
             });
         };
         raw.insert(key.to_string(), format!("{host}:{moved}"));
@@ -812,7 +955,8 @@ fn absolute_paths(raw: &mut BTreeMap<String, String>) -> Result<(), ConfigError>
     let warehouse = get(raw, "floe.iceberg.warehouse").trim().to_string();
     // A REST catalog may take a warehouse *name*; only a `file:` location is a path there.
     let rest = get(raw, "floe.iceberg.catalog-type").trim().eq_ignore_ascii_case("rest");
-    let local = local_warehouse_path(&warehouse).filter(|_| !rest || warehouse.starts_with("file:"));
+    let local =
+        local_warehouse_path(&warehouse).filter(|_| !rest || warehouse.starts_with("file:"));
     if let Some(local) = local {
         let path = absolute("floe.iceberg.warehouse", local)?;
         raw.insert("floe.iceberg.warehouse".into(), format!("file://{}", path.display()));
@@ -824,7 +968,10 @@ fn absolute_paths(raw: &mut BTreeMap<String, String>) -> Result<(), ConfigError>
         if !path.is_empty() && path != ":memory:" && !path.starts_with('/') {
             let path = absolute("floe.iceberg.catalog-uri", path)?;
             let query = query.map(|q| format!("?{q}")).unwrap_or_default();
-            raw.insert("floe.iceberg.catalog-uri".into(), format!("sqlite:{}{query}", path.display()));
+            raw.insert(
+                "floe.iceberg.catalog-uri".into(),
+                format!("sqlite:{}{query}", path.display()),
+            );
         }
     }
     Ok(())
@@ -913,7 +1060,9 @@ mod tests {
         assert_eq!(b.build().unwrap().console_listen, None);
         let mut b = ConfigBuilder::new();
         b.set("floe.console.listen", "nowhere", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.console.listen"));
+        assert!(
+            matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.console.listen")
+        );
     }
 
     #[test]
@@ -926,19 +1075,28 @@ mod tests {
         assert_eq!(b.build().unwrap().iceberg_rest_listen, None);
         let mut b = ConfigBuilder::new();
         b.set("floe.iceberg.rest-listen", "nowhere", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.rest-listen"));
+        assert!(
+            matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.rest-listen")
+        );
     }
 
     #[test]
     fn layers_override_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("floe.toml");
-        std::fs::write(&file, "log.segment.bytes = 1000\nnum.partitions = 3\n\"fetch.zero.copy\" = false\n").unwrap();
+        std::fs::write(
+            &file,
+            "log.segment.bytes = 1000\nnum.partitions = 3\n\"fetch.zero.copy\" = false\n",
+        )
+        .unwrap();
         let mut b = ConfigBuilder::new();
         b.load_file(&file).unwrap();
         b.load_env(
-            [("FLOE_NUM_PARTITIONS".to_string(), "5".to_string()), ("FLOE_BIN".to_string(), "x".to_string())]
-                .into_iter(),
+            [
+                ("FLOE_NUM_PARTITIONS".to_string(), "5".to_string()),
+                ("FLOE_BIN".to_string(), "x".to_string()),
+            ]
+            .into_iter(),
         )
         .unwrap();
         b.set("listen", "PLAINTEXT://127.0.0.1:0", Layer::CommandLine).unwrap();
@@ -971,11 +1129,19 @@ mod tests {
         assert!(!format!("{c:?}").contains("from-env"), "secrets never print");
         let mut b = ConfigBuilder::new();
         b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
-        b.set("floe.iceberg.catalog-uri", "https://bob:hunter2@cat.example/api", Layer::CommandLine).unwrap();
+        b.set(
+            "floe.iceberg.catalog-uri",
+            "https://bob:hunter2@cat.example/api",
+            Layer::CommandLine,
+        )
+        .unwrap();
         let c = b.build().unwrap();
         assert!(!format!("{c:?}").contains("hunter2"), "nor passwords in URIs");
         assert_eq!(c.effective["floe.iceberg.catalog-uri"], "https://****@cat.example/api");
-        assert!(is_sensitive("floe.iceberg.s3.secret-access-key") && !is_sensitive("floe.iceberg.s3.endpoint"));
+        assert!(
+            is_sensitive("floe.iceberg.s3.secret-access-key")
+                && !is_sensitive("floe.iceberg.s3.endpoint")
+        );
         for (key, value) in [
             ("floe.iceberg.catalog-type", "hive"),
             ("floe.iceberg.warehouse", "gs://bucket"),
@@ -984,12 +1150,21 @@ mod tests {
         ] {
             let mut b = ConfigBuilder::new();
             b.set(key, value, Layer::CommandLine).unwrap();
-            assert!(matches!(b.build(), Err(ConfigError::Setting { key: k, .. }) if k == key), "{key}={value}");
+            assert!(
+                matches!(b.build(), Err(ConfigError::Setting { key: k, .. }) if k == key),
+                "{key}={value}"
+            );
         }
         let mut b = ConfigBuilder::new();
         b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.catalog-uri"));
-        for (uri, ok) in [("http://127.0.0.1:8181", true), ("https://cat.example/api", true), ("thrift://hms:9083", false)] {
+        assert!(
+            matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "floe.iceberg.catalog-uri")
+        );
+        for (uri, ok) in [
+            ("http://127.0.0.1:8181", true),
+            ("https://cat.example/api", true),
+            ("thrift://hms:9083", false),
+        ] {
             let mut b = ConfigBuilder::new();
             b.set("floe.iceberg.catalog-type", "rest", Layer::CommandLine).unwrap();
             b.set("floe.iceberg.catalog-uri", uri, Layer::CommandLine).unwrap();
@@ -1011,9 +1186,15 @@ mod tests {
         b.set("floe.metadata.store", "etcd://127.0.0.1:2379", Layer::CommandLine).unwrap();
         let c = b.build().unwrap();
         let ib = &c.inter_broker;
-        assert_eq!((ib.listener.as_str(), ib.protocol, ib.verify_hostname), ("SASL_SSL", crate::listeners::SecurityProtocol::SaslSsl, true));
+        assert_eq!(
+            (ib.listener.as_str(), ib.protocol, ib.verify_hostname),
+            ("SASL_SSL", crate::listeners::SecurityProtocol::SaslSsl, true)
+        );
         assert_eq!(ib.mechanism.name(), "SCRAM-SHA-512");
-        assert_eq!(ib.credentials.as_ref().map(|c| (c.username.as_str(), c.password.as_str())), Some(("broker", "broker-secret")));
+        assert_eq!(
+            ib.credentials.as_ref().map(|c| (c.username.as_str(), c.password.as_str())),
+            Some(("broker", "broker-secret"))
+        );
         assert_eq!(c.effective["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"], "****");
         assert!(!format!("{c:?}").contains("broker-secret"), "the password never prints");
     }
@@ -1021,9 +1202,14 @@ mod tests {
     #[test]
     fn unknown_and_invalid_settings_are_refused() {
         let mut b = ConfigBuilder::new();
-        assert!(matches!(b.set("log.segmnt.bytes", "1", Layer::CommandLine), Err(ConfigError::UnknownKey { .. })));
+        assert!(matches!(
+            b.set("log.segmnt.bytes", "1", Layer::CommandLine),
+            Err(ConfigError::UnknownKey { .. })
+        ));
         b.set("num.partitions", "zero", Layer::CommandLine).unwrap();
-        assert!(matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "num.partitions"));
+        assert!(
+            matches!(b.build(), Err(ConfigError::Setting { key, .. }) if key == "num.partitions")
+        );
     }
 
     /// Every refusal names the key and the value as typed, where they were typed, and what is allowed.
@@ -1048,15 +1234,26 @@ mod tests {
         );
         // A log default refused by the topic rules names the broker setting, not the topic key.
         let text = error("log.segment.bytes", "10", "--override");
-        assert!(text.starts_with("invalid value `10` for `log.segment.bytes` (from --override): "), "{text}");
-        let text = ConfigBuilder::new().set_from("log.segmnt.bytes", "1", "--override").unwrap_err().to_string();
+        assert!(
+            text.starts_with("invalid value `10` for `log.segment.bytes` (from --override): "),
+            "{text}"
+        );
+        let text = ConfigBuilder::new()
+            .set_from("log.segmnt.bytes", "1", "--override")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             text,
             "unknown setting `log.segmnt.bytes` (from --override). Did you mean `log.segment.bytes`? Every setting is listed in docs/configuration.md."
         );
         // Floe's own keys are checked like Kafka's.
-        let e = ConfigBuilder::new().set_from("floe.iceberg.enabledd", "true", "--override").unwrap_err();
-        assert!(matches!(&e, ConfigError::UnknownKey { suggestion: Some(s), .. } if s == "floe.iceberg.enabled"), "{e}");
+        let e = ConfigBuilder::new()
+            .set_from("floe.iceberg.enabledd", "true", "--override")
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::UnknownKey { suggestion: Some(s), .. } if s == "floe.iceberg.enabled"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1070,7 +1267,10 @@ mod tests {
         };
         assert_eq!(retention(&[]), 604_800_000);
         assert_eq!(retention(&[("log.retention.hours", "1")]), 3_600_000);
-        assert_eq!(retention(&[("log.retention.minutes", "2"), ("log.retention.hours", "1")]), 120_000);
+        assert_eq!(
+            retention(&[("log.retention.minutes", "2"), ("log.retention.hours", "1")]),
+            120_000
+        );
         assert_eq!(retention(&[("log.retention.ms", "5"), ("log.retention.minutes", "2")]), 5);
         assert_eq!(retention(&[("log.retention.hours", "-1")]), -1);
         let mut b = ConfigBuilder::new();
@@ -1078,25 +1278,51 @@ mod tests {
         assert_eq!(b.build().unwrap().log_defaults.segment_ms, 7_200_000);
         let mut b = ConfigBuilder::new();
         b.set_from("log.retention.hours", "a week", "flag").unwrap();
-        assert_eq!(b.build().unwrap_err().to_string(), "invalid value `a week` for `log.retention.hours` (from flag): expected a whole number");
+        assert_eq!(
+            b.build().unwrap_err().to_string(),
+            "invalid value `a week` for `log.retention.hours` (from flag): expected a whole number"
+        );
     }
 
     #[test]
     fn floe_variables_must_name_a_setting() {
-        let vars = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>().into_iter();
+        let vars = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
         let mut b = ConfigBuilder::new();
         let e = b.load_env(vars(&[("FLOE_LOG_SEGMENT_BYTE", "5")])).unwrap_err().to_string();
         assert!(e.starts_with("environment variable FLOE_LOG_SEGMENT_BYTE matches no setting. Did you mean FLOE_LOG_SEGMENT_BYTES (log.segment.bytes)?"), "{e}");
         // The command line's and the test tools' own variables are not settings.
         let mut b = ConfigBuilder::new();
-        b.load_env(vars(&[("FLOE_BIN", "x"), ("FLOE_BROKERS", "h:1"), ("FLOE_SOAK_SECONDS", "3"), ("PATH", "/bin")])).unwrap();
+        b.load_env(vars(&[
+            ("FLOE_BIN", "x"),
+            ("FLOE_BROKERS", "h:1"),
+            ("FLOE_SOAK_SECONDS", "3"),
+            ("PATH", "/bin"),
+        ]))
+        .unwrap();
         let mut b = ConfigBuilder::new();
-        b.load_env(vars(&[("FLOE_ICEBERG_WAREHOUSE", "s3://b/w"), ("FLOE_LOG_RETENTION_HOURS", "1")])).unwrap();
+        b.load_env(vars(&[
+            ("FLOE_ICEBERG_WAREHOUSE", "s3://b/w"),
+            ("FLOE_LOG_RETENTION_HOURS", "1"),
+        ]))
+        .unwrap();
         let c = b.build().unwrap();
-        assert_eq!((c.tiering.catalog.warehouse.as_str(), c.log_defaults.retention_ms), ("s3://b/w", 3_600_000));
+        assert_eq!(
+            (c.tiering.catalog.warehouse.as_str(), c.log_defaults.retention_ms),
+            ("s3://b/w", 3_600_000)
+        );
         let mut b = ConfigBuilder::new();
         b.load_env(vars(&[("FLOE_NUM_PARTITIONS", "x")])).unwrap();
-        assert!(b.build().unwrap_err().to_string().contains("(from environment variable FLOE_NUM_PARTITIONS)"));
+        assert!(b
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("(from environment variable FLOE_NUM_PARTITIONS)"));
     }
 
     #[test]
@@ -1109,11 +1335,17 @@ mod tests {
         let c = b.build().unwrap();
         assert_eq!(c.data_dir, cwd.join("data"));
         assert_eq!(c.tiering.catalog.warehouse, format!("file://{}", cwd.join("wh").display()));
-        assert_eq!(c.tiering.catalog.uri, format!("sqlite:{}?mode=rwc", cwd.join("cat.db").display()));
+        assert_eq!(
+            c.tiering.catalog.uri,
+            format!("sqlite:{}?mode=rwc", cwd.join("cat.db").display())
+        );
         // The embedded catalog and warehouse under the default data directory.
         let c = ConfigBuilder::new().build().unwrap();
         let catalog = c.tiering.catalog.catalog_config(&c.data_dir, "floe");
-        assert_eq!(catalog.warehouse, format!("file://{}", cwd.join("floe-data/iceberg/warehouse").display()));
+        assert_eq!(
+            catalog.warehouse,
+            format!("file://{}", cwd.join("floe-data/iceberg/warehouse").display())
+        );
         assert!(!catalog.warehouse.contains("/./"));
         // A REST catalog's warehouse may be a name, kept as it is.
         let mut b = ConfigBuilder::new();
@@ -1132,11 +1364,20 @@ mod reference_tests {
     fn readme_names_only_real_settings() {
         let readme = include_str!("../../README.md");
         let table = readme.split("<!-- settings-table -->").nth(1).unwrap_or_default();
-        let rows = table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
-        let keys: Vec<&str> = rows.filter_map(|l| l.strip_prefix("| `")?.split('`').next()).collect();
-        assert!(keys.len() >= 10, "the README's settings table (after <!-- settings-table -->) has {} rows", keys.len());
+        let rows =
+            table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
+        let keys: Vec<&str> =
+            rows.filter_map(|l| l.strip_prefix("| `")?.split('`').next()).collect();
+        assert!(
+            keys.len() >= 10,
+            "the README's settings table (after <!-- settings-table -->) has {} rows",
+            keys.len()
+        );
         for key in keys {
-            assert!(super::SETTINGS.iter().any(|s| s.key == key), "README names `{key}`, not a broker setting");
+            assert!(
+                super::SETTINGS.iter().any(|s| s.key == key),
+                "README names `{key}`, not a broker setting"
+            );
         }
     }
 }

@@ -204,10 +204,11 @@ mod tests {
         }
         let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
         if on_disk != generated {
-            let line = on_disk.lines().zip(generated.lines()).position(|(a, b)| a != b).map_or_else(
-                || on_disk.lines().count().min(generated.lines().count()) + 1,
-                |i| i + 1,
-            );
+            let line =
+                on_disk.lines().zip(generated.lines()).position(|(a, b)| a != b).map_or_else(
+                    || on_disk.lines().count().min(generated.lines().count()) + 1,
+                    |i| i + 1,
+                );
             panic!(
                 "docs/configuration.md differs from the settings tables (first at line {line}); \
                  run `FLOE_UPDATE_DOCS=1 cargo test -p floe-broker config_reference` to regenerate it"
@@ -227,11 +228,21 @@ mod tests {
         assert_eq!(documented.len(), TOPIC_SETTINGS.len(), "a topic setting is documented twice");
         let undocumented: Vec<_> = code.difference(&documented).collect();
         let unknown: Vec<_> = documented.difference(&code).collect();
-        assert!(undocumented.is_empty(), "topic settings without a row in TOPIC_SETTINGS: {undocumented:?}");
-        assert!(unknown.is_empty(), "TOPIC_SETTINGS documents keys the code does not take: {unknown:?}");
+        assert!(
+            undocumented.is_empty(),
+            "topic settings without a row in TOPIC_SETTINGS: {undocumented:?}"
+        );
+        assert!(
+            unknown.is_empty(),
+            "TOPIC_SETTINGS documents keys the code does not take: {unknown:?}"
+        );
         for s in TOPIC_SETTINGS {
             if let Broker(key) = s.default {
-                assert!(broker_default(key).is_some(), "`{}`'s default names `{key}`, not a broker setting", s.key);
+                assert!(
+                    broker_default(key).is_some(),
+                    "`{}`'s default names `{key}`, not a broker setting",
+                    s.key
+                );
             }
         }
         for (broker_key, topic_key) in crate::config::LOG_DEFAULT_KEYS {
@@ -242,10 +253,14 @@ mod tests {
             );
         }
         for key in DYNAMIC_SETTINGS {
-            assert!(broker_default(key).is_some(), "dynamic setting `{key}` is not a broker setting");
+            assert!(
+                broker_default(key).is_some(),
+                "dynamic setting `{key}` is not a broker setting"
+            );
         }
         // A fixed default of a storage key is the one the log applies.
-        let entries = floe_storage::LogConfig::default().describe(&std::collections::BTreeMap::new());
+        let entries =
+            floe_storage::LogConfig::default().describe(&std::collections::BTreeMap::new());
         for s in TOPIC_SETTINGS {
             if let (Value(v), Some(e)) = (s.default, entries.iter().find(|e| e.name == s.key)) {
                 assert_eq!(e.value, v, "`{}`'s documented default", s.key);

@@ -39,7 +39,11 @@ pub struct ReplicaGate {
 
 impl ReplicaGate {
     /// A gate over `replicas`; waits run on `runtime` (callers are blocking threads).
-    pub fn new(replicas: Arc<ReplicaManager>, runtime: tokio::runtime::Handle, timeout: Duration) -> Self {
+    pub fn new(
+        replicas: Arc<ReplicaManager>,
+        runtime: tokio::runtime::Handle,
+        timeout: Duration,
+    ) -> Self {
         Self { replicas, runtime, timeout }
     }
 }
@@ -53,8 +57,12 @@ impl ReplicatedWrites for ReplicaGate {
         let tp = partition_of(log);
         match self.replicas.leader_epoch_of(&tp) {
             Some(epoch) if epoch == leader_epoch && log.leader_epoch() == leader_epoch => Ok(()),
-            Some(epoch) => Err(ReplicationError::NotLeader(format!("{tp}: led at epoch {epoch}, not {leader_epoch}"))),
-            None => Err(ReplicationError::NotLeader(format!("{tp}: this broker is not its leader"))),
+            Some(epoch) => Err(ReplicationError::NotLeader(format!(
+                "{tp}: led at epoch {epoch}, not {leader_epoch}"
+            ))),
+            None => {
+                Err(ReplicationError::NotLeader(format!("{tp}: this broker is not its leader")))
+            }
         }
     }
 
@@ -64,13 +72,15 @@ impl ReplicatedWrites for ReplicaGate {
         self.replicas.on_leader_append(&tp);
         let min_isr = log.config().min_insync_replicas;
         let deadline = tokio::time::Instant::now() + self.timeout;
-        self.runtime.block_on(self.replicas.wait_for_replication(&tp, log, end_offset, min_isr, deadline)).map_err(|(code, why)| {
-            if code == ResponseError::NotLeaderOrFollower {
-                ReplicationError::NotLeader(why)
-            } else {
-                ReplicationError::NotReplicated(why)
-            }
-        })
+        self.runtime
+            .block_on(self.replicas.wait_for_replication(&tp, log, end_offset, min_isr, deadline))
+            .map_err(|(code, why)| {
+                if code == ResponseError::NotLeaderOrFollower {
+                    ReplicationError::NotLeader(why)
+                } else {
+                    ReplicationError::NotReplicated(why)
+                }
+            })
     }
 }
 
@@ -141,7 +151,8 @@ impl CoordinatorTerms {
         }
         for (p, driver) in drivers.iter().enumerate().take(count.max(0) as usize) {
             let p = p as i32;
-            let wanted = self.broker.replicas.leader_epoch_of(&TopicPartition::new(topic.to_string(), p));
+            let wanted =
+                self.broker.replicas.leader_epoch_of(&TopicPartition::new(topic.to_string(), p));
             if *driver.borrow() != wanted {
                 // Stop answering before the driver gets to it: another broker may lead already.
                 fence(p);
@@ -153,12 +164,20 @@ impl CoordinatorTerms {
 
 /// Starts the driver of one `__consumer_offsets` partition's coordinator.
 fn group_driver(c: Arc<GroupCoordinator>) -> watch::Sender<Option<i32>> {
-    start_driver(c, |c, epoch| async move { c.elect(epoch).await.is_ok() }, |c| async move { c.resign().await })
+    start_driver(
+        c,
+        |c, epoch| async move { c.elect(epoch).await.is_ok() },
+        |c| async move { c.resign().await },
+    )
 }
 
 /// Starts the driver of one `__transaction_state` partition's coordinator.
 fn txn_driver(c: Arc<TransactionCoordinator>) -> watch::Sender<Option<i32>> {
-    start_driver(c, |c, epoch| async move { c.elect(epoch).await.is_ok() }, |c| async move { c.resign().await })
+    start_driver(
+        c,
+        |c, epoch| async move { c.elect(epoch).await.is_ok() },
+        |c| async move { c.resign().await },
+    )
 }
 
 /// Spawns [`drive`] over coordinator `c`; the sender says which term it should hold.

@@ -31,8 +31,8 @@ use floe_storage::{LogConfig, LogManager};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::json_file::{self, ReadError};
 use crate::config::{LOG_DEFAULT_KEYS, SETTINGS};
+use crate::json_file::{self, ReadError};
 use crate::server::limits::ConnectionLimits;
 
 /// File name under the data directory.
@@ -153,10 +153,21 @@ impl DynamicBrokerConfig {
         let layers = match json_file::read::<DynamicLayers>(&path, |l| l.version) {
             Ok(Some(layers)) => layers,
             Ok(None) => DynamicLayers { version: json_file::VERSION, ..Default::default() },
-            Err(ReadError::Corrupt(reason)) => return Err(DynamicConfigError::Corrupt { path, reason }),
-            Err(ReadError::Io(e)) => return Err(DynamicConfigError::Io { path, reason: e.to_string() }),
+            Err(ReadError::Corrupt(reason)) => {
+                return Err(DynamicConfigError::Corrupt { path, reason })
+            }
+            Err(ReadError::Io(e)) => {
+                return Err(DynamicConfigError::Io { path, reason: e.to_string() })
+            }
         };
-        let config = Self { path, static_values, current: RwLock::new(Arc::new(layers.clone())), writer: Mutex::new(()), logs, limits };
+        let config = Self {
+            path,
+            static_values,
+            current: RwLock::new(Arc::new(layers.clone())),
+            writer: Mutex::new(()),
+            logs,
+            limits,
+        };
         if !layers.broker.is_empty() || !layers.cluster_default.is_empty() {
             let applied = config.applicable(&layers)?;
             config.apply(applied)?;
@@ -173,10 +184,13 @@ impl DynamicBrokerConfig {
     /// Every setting's name, effective value and source.
     pub fn effective(&self) -> Vec<(String, String, ConfigSource)> {
         let layers = self.layers();
-        self.static_values.keys().map(|k| {
-            let (value, source) = resolve(&layers, &self.static_values, k);
-            (k.clone(), value, source)
-        }).collect()
+        self.static_values
+            .keys()
+            .map(|k| {
+                let (value, source) = resolve(&layers, &self.static_values, k);
+                (k.clone(), value, source)
+            })
+            .collect()
     }
 
     /// The values of `key` in every layer that has one, highest precedence
@@ -207,14 +221,29 @@ impl DynamicBrokerConfig {
     ///
     /// # Errors
     /// [`DynamicConfigError::Invalid`] naming the settings refused.
-    pub fn validate(&self, scope: Scope, next: &BTreeMap<String, String>) -> Result<(), DynamicConfigError> {
-        let unknown: Vec<&str> = next.keys().map(String::as_str).filter(|k| !SETTINGS.iter().any(|s| s.key == *k)).collect();
+    pub fn validate(
+        &self,
+        scope: Scope,
+        next: &BTreeMap<String, String>,
+    ) -> Result<(), DynamicConfigError> {
+        let unknown: Vec<&str> = next
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !SETTINGS.iter().any(|s| s.key == *k))
+            .collect();
         if !unknown.is_empty() {
-            return Err(DynamicConfigError::Invalid(format!("Unknown broker configs: {}", unknown.join(", "))));
+            return Err(DynamicConfigError::Invalid(format!(
+                "Unknown broker configs: {}",
+                unknown.join(", ")
+            )));
         }
-        let fixed: Vec<&str> = next.keys().map(String::as_str).filter(|k| !DYNAMIC_SETTINGS.contains(k)).collect();
+        let fixed: Vec<&str> =
+            next.keys().map(String::as_str).filter(|k| !DYNAMIC_SETTINGS.contains(k)).collect();
         if !fixed.is_empty() {
-            return Err(DynamicConfigError::Invalid(format!("Cannot update these configs dynamically: Set({})", fixed.join(", "))));
+            return Err(DynamicConfigError::Invalid(format!(
+                "Cannot update these configs dynamically: Set({})",
+                fixed.join(", ")
+            )));
         }
         let mut layers = (*self.layers()).clone();
         *layer_mut(&mut layers, scope) = next.clone();
@@ -226,14 +255,20 @@ impl DynamicBrokerConfig {
     /// # Errors
     /// [`DynamicConfigError::Invalid`] as [`Self::validate`];
     /// [`DynamicConfigError::Io`] if the file cannot be written (nothing changes then).
-    pub fn alter(&self, scope: Scope, next: BTreeMap<String, String>) -> Result<(), DynamicConfigError> {
+    pub fn alter(
+        &self,
+        scope: Scope,
+        next: BTreeMap<String, String>,
+    ) -> Result<(), DynamicConfigError> {
         let _writing = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         self.validate(scope, &next)?;
         let mut layers = (*self.layers()).clone();
         *layer_mut(&mut layers, scope) = next;
         let applied = self.applicable(&layers)?;
-        json_file::write(&self.path, &layers)
-            .map_err(|e| DynamicConfigError::Io { path: self.path.clone(), reason: e.to_string() })?;
+        json_file::write(&self.path, &layers).map_err(|e| DynamicConfigError::Io {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(layers);
         self.apply(applied)
     }
@@ -250,22 +285,29 @@ impl DynamicBrokerConfig {
         for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
             topic_keys.insert(topic_key.to_string(), value(broker_key));
         }
-        let log_defaults =
-            LogConfig::default().with_overrides(&topic_keys).map_err(|e| DynamicConfigError::Invalid(e.to_string()))?;
+        let log_defaults = LogConfig::default()
+            .with_overrides(&topic_keys)
+            .map_err(|e| DynamicConfigError::Invalid(e.to_string()))?;
         let positive = |key: &str| {
             let v = value(key);
-            v.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| DynamicConfigError::Invalid(format!("Invalid value {v} for configuration {key}: must be a positive integer")))
+            v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                DynamicConfigError::Invalid(format!(
+                    "Invalid value {v} for configuration {key}: must be a positive integer"
+                ))
+            })
         };
-        Ok(Applied { log_defaults, max_connections: positive("max.connections")?, max_connections_per_ip: positive("max.connections.per.ip")? })
+        Ok(Applied {
+            log_defaults,
+            max_connections: positive("max.connections")?,
+            max_connections_per_ip: positive("max.connections.per.ip")?,
+        })
     }
 
     fn apply(&self, applied: Applied) -> Result<(), DynamicConfigError> {
         self.limits.set(applied.max_connections, applied.max_connections_per_ip);
-        self.logs.set_default_config(applied.log_defaults).map_err(|e| DynamicConfigError::Invalid(e.to_string()))
+        self.logs
+            .set_default_config(applied.log_defaults)
+            .map_err(|e| DynamicConfigError::Invalid(e.to_string()))
     }
 }
 
@@ -284,7 +326,11 @@ fn layer_mut(layers: &mut DynamicLayers, scope: Scope) -> &mut BTreeMap<String, 
 
 /// `key`'s value and source: this broker's dynamic value, the cluster
 /// default, the static setting, or the built-in default.
-fn resolve(layers: &DynamicLayers, static_values: &BTreeMap<String, String>, key: &str) -> (String, ConfigSource) {
+fn resolve(
+    layers: &DynamicLayers,
+    static_values: &BTreeMap<String, String>,
+    key: &str,
+) -> (String, ConfigSource) {
     if let Some(v) = layers.broker.get(key) {
         return (v.clone(), ConfigSource::DynamicBroker);
     }
@@ -303,8 +349,13 @@ fn resolve(layers: &DynamicLayers, static_values: &BTreeMap<String, String>, key
 mod tests {
     use super::*;
 
-    fn open(dir: &Path, logs: Arc<LogManager>, limits: Arc<ConnectionLimits>) -> DynamicBrokerConfig {
-        let mut statics: BTreeMap<String, String> = SETTINGS.iter().map(|s| (s.key.to_string(), s.default.to_string())).collect();
+    fn open(
+        dir: &Path,
+        logs: Arc<LogManager>,
+        limits: Arc<ConnectionLimits>,
+    ) -> DynamicBrokerConfig {
+        let mut statics: BTreeMap<String, String> =
+            SETTINGS.iter().map(|s| (s.key.to_string(), s.default.to_string())).collect();
         statics.insert("log.retention.ms".into(), "1000".into());
         DynamicBrokerConfig::open(dir, statics, logs, limits).expect("open")
     }
@@ -316,29 +367,84 @@ mod tests {
         logs.create_topic("t", 1, BTreeMap::new()).expect("topic");
         let limits = ConnectionLimits::new(10, 10);
         let dynamic = open(dir.path(), logs.clone(), limits.clone());
-        let source = |d: &DynamicBrokerConfig, key: &str| d.effective().into_iter().find(|(k, _, _)| k == key).map(|(_, v, s)| (v, s));
-        assert_eq!(source(&dynamic, "log.retention.ms"), Some(("1000".into(), ConfigSource::StaticBroker)));
+        let source = |d: &DynamicBrokerConfig, key: &str| {
+            d.effective().into_iter().find(|(k, _, _)| k == key).map(|(_, v, s)| (v, s))
+        };
+        assert_eq!(
+            source(&dynamic, "log.retention.ms"),
+            Some(("1000".into(), ConfigSource::StaticBroker))
+        );
         assert_eq!(source(&dynamic, "log.roll.ms").map(|s| s.1), Some(ConfigSource::Default));
 
-        dynamic.alter(Scope::ClusterDefault, [("log.retention.ms".to_string(), "2000".to_string())].into()).expect("default");
-        assert_eq!(source(&dynamic, "log.retention.ms"), Some(("2000".into(), ConfigSource::DynamicDefaultBroker)));
-        dynamic.alter(Scope::Broker, [("log.retention.ms".to_string(), "3000".to_string()), ("max.connections".to_string(), "1".to_string())].into()).expect("broker");
-        assert_eq!(source(&dynamic, "log.retention.ms"), Some(("3000".into(), ConfigSource::DynamicBroker)));
-        assert_eq!(logs.topic("t").expect("t").config().retention_ms, 3000, "applied to a topic without an override");
+        dynamic
+            .alter(
+                Scope::ClusterDefault,
+                [("log.retention.ms".to_string(), "2000".to_string())].into(),
+            )
+            .expect("default");
+        assert_eq!(
+            source(&dynamic, "log.retention.ms"),
+            Some(("2000".into(), ConfigSource::DynamicDefaultBroker))
+        );
+        dynamic
+            .alter(
+                Scope::Broker,
+                [
+                    ("log.retention.ms".to_string(), "3000".to_string()),
+                    ("max.connections".to_string(), "1".to_string()),
+                ]
+                .into(),
+            )
+            .expect("broker");
+        assert_eq!(
+            source(&dynamic, "log.retention.ms"),
+            Some(("3000".into(), ConfigSource::DynamicBroker))
+        );
+        assert_eq!(
+            logs.topic("t").expect("t").config().retention_ms,
+            3000,
+            "applied to a topic without an override"
+        );
         let _held = limits.admit("127.0.0.1".parse().expect("ip")).expect("first");
-        assert!(limits.admit("127.0.0.2".parse().expect("ip")).is_err(), "max.connections=1 in force");
-        let synonyms: Vec<ConfigSource> = dynamic.synonyms("log.retention.ms").into_iter().map(|s| s.1).collect();
-        assert_eq!(synonyms, vec![ConfigSource::DynamicBroker, ConfigSource::DynamicDefaultBroker, ConfigSource::StaticBroker, ConfigSource::Default]);
+        assert!(
+            limits.admit("127.0.0.2".parse().expect("ip")).is_err(),
+            "max.connections=1 in force"
+        );
+        let synonyms: Vec<ConfigSource> =
+            dynamic.synonyms("log.retention.ms").into_iter().map(|s| s.1).collect();
+        assert_eq!(
+            synonyms,
+            vec![
+                ConfigSource::DynamicBroker,
+                ConfigSource::DynamicDefaultBroker,
+                ConfigSource::StaticBroker,
+                ConfigSource::Default
+            ]
+        );
 
-        let refused = dynamic.alter(Scope::Broker, [("log.dirs".to_string(), "/elsewhere".to_string())].into());
-        assert!(matches!(refused, Err(DynamicConfigError::Invalid(m)) if m.contains("Cannot update these configs dynamically")));
-        assert!(dynamic.validate(Scope::Broker, &[("log.retention.ms".to_string(), "soon".to_string())].into()).is_err());
-        assert!(dynamic.validate(Scope::Broker, &[("max.connections".to_string(), "0".to_string())].into()).is_err());
+        let refused = dynamic
+            .alter(Scope::Broker, [("log.dirs".to_string(), "/elsewhere".to_string())].into());
+        assert!(
+            matches!(refused, Err(DynamicConfigError::Invalid(m)) if m.contains("Cannot update these configs dynamically"))
+        );
+        assert!(dynamic
+            .validate(Scope::Broker, &[("log.retention.ms".to_string(), "soon".to_string())].into())
+            .is_err());
+        assert!(dynamic
+            .validate(Scope::Broker, &[("max.connections".to_string(), "0".to_string())].into())
+            .is_err());
 
         drop(dynamic);
         let limits = ConnectionLimits::new(10, 10);
         let reopened = open(dir.path(), logs.clone(), limits.clone());
-        assert_eq!(source(&reopened, "log.retention.ms"), Some(("3000".into(), ConfigSource::DynamicBroker)));
-        assert_eq!(limits.limit(crate::server::limits::Refusal::MaxConnections), 1, "reapplied at startup");
+        assert_eq!(
+            source(&reopened, "log.retention.ms"),
+            Some(("3000".into(), ConfigSource::DynamicBroker))
+        );
+        assert_eq!(
+            limits.limit(crate::server::limits::Refusal::MaxConnections),
+            1,
+            "reapplied at startup"
+        );
     }
 }

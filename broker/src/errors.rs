@@ -17,13 +17,17 @@ pub fn kafka_error(error: &StorageError) -> ResponseError {
         StorageError::InvalidConfig { .. } => ResponseError::InvalidConfig,
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
-        StorageError::Io { .. } | StorageError::LogDirOffline { .. } => ResponseError::KafkaStorageError,
+        StorageError::Io { .. } | StorageError::LogDirOffline { .. } => {
+            ResponseError::KafkaStorageError
+        }
         StorageError::Corrupt { .. } => ResponseError::CorruptMessage,
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::InvalidProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
         StorageError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
-        StorageError::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+        StorageError::TransactionCoordinatorFenced { .. } => {
+            ResponseError::TransactionCoordinatorFenced
+        }
         StorageError::InvalidRecord { .. } => ResponseError::InvalidRecord,
         StorageError::ProducerIdBlock { .. } => ResponseError::CoordinatorNotAvailable,
         StorageError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
@@ -43,9 +47,13 @@ pub fn txn_error(error: &floe_coordinator::transaction::TxnError) -> ResponseErr
         TxnError::ProducerFenced { .. } => ResponseError::ProducerFenced,
         TxnError::ConcurrentTransactions(_) => ResponseError::ConcurrentTransactions,
         TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
-        TxnError::NotCoordinator | TxnError::Log(TxnLogError::NotCoordinator(_)) => ResponseError::NotCoordinator,
+        TxnError::NotCoordinator | TxnError::Log(TxnLogError::NotCoordinator(_)) => {
+            ResponseError::NotCoordinator
+        }
         TxnError::LoadInProgress => ResponseError::CoordinatorLoadInProgress,
-        TxnError::Log(_) | TxnError::ProducerIdAllocation(_) | TxnError::NotAvailable => ResponseError::CoordinatorNotAvailable,
+        TxnError::Log(_) | TxnError::ProducerIdAllocation(_) | TxnError::NotAvailable => {
+            ResponseError::CoordinatorNotAvailable
+        }
     }
 }
 

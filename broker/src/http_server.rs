@@ -70,7 +70,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 ///
 /// # Errors
 /// The listener cannot join the current runtime.
-pub fn serve<H, F>(listener: std::net::TcpListener, options: Options, handler: H) -> std::io::Result<impl Future<Output = ()> + Send>
+pub fn serve<H, F>(
+    listener: std::net::TcpListener,
+    options: Options,
+    handler: H,
+) -> std::io::Result<impl Future<Output = ()> + Send>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -111,8 +115,13 @@ where
 }
 
 /// Serves one connection: the TLS handshake if any, then HTTP/1 until the client leaves.
-async fn connection<H, F>(stream: tokio::net::TcpStream, peer: SocketAddr, handler: Arc<H>, tls: Option<Arc<TlsContext>>, name: &'static str)
-where
+async fn connection<H, F>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    handler: Arc<H>,
+    tls: Option<Arc<TlsContext>>,
+    name: &'static str,
+) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
@@ -123,17 +132,21 @@ where
     let http = hyper::server::conn::http1::Builder::new();
     let result = match tls {
         None => http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await,
-        Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await {
-            Ok(Ok(stream)) => http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await,
-            Ok(Err(e)) => {
-                warn!(%peer, error = %e, "{name} TLS handshake failed");
-                return;
+        Some(tls) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await
+                }
+                Ok(Err(e)) => {
+                    warn!(%peer, error = %e, "{name} TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    warn!(%peer, "{name} TLS handshake timed out");
+                    return;
+                }
             }
-            Err(_) => {
-                warn!(%peer, "{name} TLS handshake timed out");
-                return;
-            }
-        },
+        }
     };
     if let Err(e) = result {
         debug!(%peer, error = %e, "{name} connection ended with an error");
@@ -181,7 +194,12 @@ pub struct ServerThread {
 ///
 /// # Errors
 /// The runtime or the thread cannot be started, or the listener cannot join the runtime.
-pub fn spawn_thread<H, F>(thread: &str, listener: std::net::TcpListener, options: Options, handler: H) -> std::io::Result<ServerThread>
+pub fn spawn_thread<H, F>(
+    thread: &str,
+    listener: std::net::TcpListener,
+    options: Options,
+    handler: H,
+) -> std::io::Result<ServerThread>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -238,7 +256,10 @@ mod tests {
         String::from_utf8_lossy(&out).into_owned()
     }
 
-    fn echo_path(req: Request<Incoming>, _peer: SocketAddr) -> impl Future<Output = Response<Full<Bytes>>> + Send {
+    fn echo_path(
+        req: Request<Incoming>,
+        _peer: SocketAddr,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send {
         let path = req.uri().path().to_string();
         async move {
             match read_body(req.into_body(), 4).await {
@@ -254,7 +275,8 @@ mod tests {
         let options = Options { name: "test", max_connections: Some(2), tls: None };
         let server = spawn_thread("floe-http-test", listener, options, echo_path).expect("start");
         let addr = server.local_addr();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
             let ok = get(addr, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc").await;
             assert!(ok.starts_with("HTTP/1.1 200") && ok.ends_with("/a 3"), "{ok}");
@@ -269,7 +291,10 @@ mod tests {
     async fn serve_runs_on_the_current_runtime() {
         let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let task = tokio::spawn(serve(listener, Options { name: "test", ..Options::default() }, echo_path).expect("serve"));
+        let task = tokio::spawn(
+            serve(listener, Options { name: "test", ..Options::default() }, echo_path)
+                .expect("serve"),
+        );
         let ok = get(addr, "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
         assert!(ok.ends_with("/x 0"), "{ok}");
         task.abort();

@@ -34,7 +34,11 @@ impl IcebergRestServer {
     ///
     /// # Errors
     /// The bind error, or the thread or runtime could not be started.
-    pub fn start(addr: SocketAddr, catalog: CatalogConfig, metrics: IcebergMetrics) -> std::io::Result<Self> {
+    pub fn start(
+        addr: SocketAddr,
+        catalog: CatalogConfig,
+        metrics: IcebergMetrics,
+    ) -> std::io::Result<Self> {
         // Bound here, not on the thread, so a taken port fails the broker's startup at once.
         let listener = http_server::bind(addr)?;
         let catalog_name = catalog.name.clone();
@@ -43,12 +47,21 @@ impl IcebergRestServer {
             Some(dir) => format!("file://{}", std::path::absolute(&dir).unwrap_or(dir).display()),
             None => catalog.warehouse.clone(),
         };
-        let catalog = Arc::new(RestCatalog::new(CatalogReader::from_config(catalog), &catalog_name, &warehouse_location));
-        let options = http_server::Options { name: "iceberg REST", max_connections: Some(MAX_CONNECTIONS), tls: None };
-        let server = http_server::spawn_thread("floe-iceberg-rest", listener, options, move |req, peer| {
-            let (catalog, metrics) = (catalog.clone(), metrics.clone());
-            async move { handle(&req, &catalog, &metrics, peer).await }
-        })?;
+        let catalog = Arc::new(RestCatalog::new(
+            CatalogReader::from_config(catalog),
+            &catalog_name,
+            &warehouse_location,
+        ));
+        let options = http_server::Options {
+            name: "iceberg REST",
+            max_connections: Some(MAX_CONNECTIONS),
+            tls: None,
+        };
+        let server =
+            http_server::spawn_thread("floe-iceberg-rest", listener, options, move |req, peer| {
+                let (catalog, metrics) = (catalog.clone(), metrics.clone());
+                async move { handle(&req, &catalog, &metrics, peer).await }
+            })?;
         let addr = server.local_addr();
         info!(url = %format!("http://{addr}"), catalog = %catalog_name, "iceberg REST catalog (read-only) listening");
         Ok(Self(server))
@@ -71,7 +84,12 @@ async fn handle(
     metrics: &IcebergMetrics,
     peer: SocketAddr,
 ) -> Response<Full<HttpBytes>> {
-    let route = floe_tiering::rest::route(req.method(), req.uri().path(), req.uri().query(), catalog.catalog_name());
+    let route = floe_tiering::rest::route(
+        req.method(),
+        req.uri().path(),
+        req.uri().query(),
+        catalog.catalog_name(),
+    );
     let reply = catalog.answer(&route).await;
     metrics.rest_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
     if let Some(problem) = &reply.problem {
@@ -92,7 +110,10 @@ fn http_response(reply: Reply) -> Response<Full<HttpBytes>> {
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
     if has_body {
-        headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
     }
     if let Some(allow) = reply.allow {
         headers.insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static(allow));

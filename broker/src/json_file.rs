@@ -27,7 +27,10 @@ pub enum ReadError {
 ///
 /// # Errors
 /// [`ReadError`].
-pub fn read<T: DeserializeOwned>(path: &Path, version_of: impl Fn(&T) -> u32) -> Result<Option<T>, ReadError> {
+pub fn read<T: DeserializeOwned>(
+    path: &Path,
+    version_of: impl Fn(&T) -> u32,
+) -> Result<Option<T>, ReadError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -31,7 +31,8 @@ pub struct ListenerSpec {
 }
 
 /// Kafka's default map: each standard name is its own protocol.
-pub const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+pub const DEFAULT_PROTOCOL_MAP: &str =
+    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
 
 /// Parses the three listener settings into the listeners to bind.
 ///
@@ -39,7 +40,11 @@ pub const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTE
 /// [`ConfigError::InvalidValue`] naming the setting at fault: an address that
 /// does not parse, a listener name twice, a name missing from the protocol
 /// map, an advertised name that no listener has.
-pub fn parse_listeners(listeners: &str, advertised: &str, protocol_map: &str) -> Result<Vec<ListenerSpec>, ConfigError> {
+pub fn parse_listeners(
+    listeners: &str,
+    advertised: &str,
+    protocol_map: &str,
+) -> Result<Vec<ListenerSpec>, ConfigError> {
     let map = parse_protocol_map(protocol_map)?;
     let mut specs: Vec<ListenerSpec> = Vec::new();
     for entry in split_list(listeners) {
@@ -48,9 +53,9 @@ pub fn parse_listeners(listeners: &str, advertised: &str, protocol_map: &str) ->
         if specs.iter().any(|s| s.name == name) {
             return Err(bad(format!("listener `{name}` is named twice")));
         }
-        let protocol = *map
-            .get(&name)
-            .ok_or_else(|| bad(format!("listener `{name}` is not in listener.security.protocol.map")))?;
+        let protocol = *map.get(&name).ok_or_else(|| {
+            bad(format!("listener `{name}` is not in listener.security.protocol.map"))
+        })?;
         let bind = resolve("listeners", host_port)?;
         specs.push(ListenerSpec { name, bind, protocol, advertised: None });
     }
@@ -60,10 +65,9 @@ pub fn parse_listeners(listeners: &str, advertised: &str, protocol_map: &str) ->
     for entry in split_list(advertised) {
         let (name, host_port) = split_name(entry);
         let (host, port) = host_port_of("advertised.listeners", host_port)?;
-        let spec = specs
-            .iter_mut()
-            .find(|s| s.name == name)
-            .ok_or_else(|| invalid("advertised.listeners", advertised, format!("no listener is named `{name}`")))?;
+        let spec = specs.iter_mut().find(|s| s.name == name).ok_or_else(|| {
+            invalid("advertised.listeners", advertised, format!("no listener is named `{name}`"))
+        })?;
         spec.advertised = Some((host, port));
     }
     Ok(specs)
@@ -72,7 +76,13 @@ pub fn parse_listeners(listeners: &str, advertised: &str, protocol_map: &str) ->
 fn parse_protocol_map(text: &str) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
     let mut map = BTreeMap::new();
     for entry in split_list(text) {
-        let bad = || invalid("listener.security.protocol.map", text, format!("`{entry}` is not NAME:PROTOCOL"));
+        let bad = || {
+            invalid(
+                "listener.security.protocol.map",
+                text,
+                format!("`{entry}` is not NAME:PROTOCOL"),
+            )
+        };
         let (name, proto) = entry.split_once(':').ok_or_else(bad)?;
         let proto = SecurityProtocol::parse(proto).ok_or_else(bad)?;
         map.insert(name.trim().to_ascii_uppercase(), proto);
@@ -99,7 +109,8 @@ fn invalid(key: &str, value: &str, reason: String) -> ConfigError {
 /// `HOST:PORT` (IPv6 hosts in brackets) → (host, port); the host may be empty.
 pub(crate) fn host_port_of(key: &str, text: &str) -> Result<(String, u16), ConfigError> {
     let text = text.trim();
-    let (host, port) = text.rsplit_once(':').ok_or_else(|| invalid(key, text, "expected HOST:PORT".into()))?;
+    let (host, port) =
+        text.rsplit_once(':').ok_or_else(|| invalid(key, text, "expected HOST:PORT".into()))?;
     let port: u16 = port.parse().map_err(|_| invalid(key, text, "port is not a number".into()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Ok((host.to_string(), port))
@@ -109,7 +120,8 @@ pub(crate) fn host_port_of(key: &str, text: &str) -> Result<(String, u16), Confi
 pub(crate) fn resolve(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
     let (host, port) = host_port_of(key, text)?;
     let host = if host.is_empty() { "0.0.0.0".to_string() } else { host };
-    let joined = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let joined =
+        if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
     joined
         .to_socket_addrs()
         .ok()
@@ -155,9 +167,18 @@ mod tests {
             other => panic!("expected an error, got {other:?}"),
         };
         assert_eq!(key_of(parse_listeners("CUSTOM://:1", "", DEFAULT_PROTOCOL_MAP)), "listeners");
-        assert_eq!(key_of(parse_listeners("SSL://:1,SSL://:2", "", DEFAULT_PROTOCOL_MAP)), "listeners");
-        assert_eq!(key_of(parse_listeners("SSL://:1", "SASL_SSL://h:1", DEFAULT_PROTOCOL_MAP)), "advertised.listeners");
-        assert_eq!(key_of(parse_listeners("X://:1", "", "X:TLS")), "listener.security.protocol.map");
+        assert_eq!(
+            key_of(parse_listeners("SSL://:1,SSL://:2", "", DEFAULT_PROTOCOL_MAP)),
+            "listeners"
+        );
+        assert_eq!(
+            key_of(parse_listeners("SSL://:1", "SASL_SSL://h:1", DEFAULT_PROTOCOL_MAP)),
+            "advertised.listeners"
+        );
+        assert_eq!(
+            key_of(parse_listeners("X://:1", "", "X:TLS")),
+            "listener.security.protocol.map"
+        );
         assert_eq!(key_of(parse_listeners("", "", DEFAULT_PROTOCOL_MAP)), "listeners");
     }
 }

@@ -106,7 +106,9 @@ enum Command {
     },
     /// The Iceberg tables a broker tiers its topics into: status, tables,
     /// snapshots, maintain. Read from the catalog the broker's settings name.
-    #[command(after_help = "Examples:\n  floe iceberg status --data-dir ./floe-data\n  floe iceberg tables --format json\n  floe --config floe.toml iceberg snapshots orders\n  floe iceberg maintain --data-dir ./floe-data --table orders")]
+    #[command(
+        after_help = "Examples:\n  floe iceberg status --data-dir ./floe-data\n  floe iceberg tables --format json\n  floe --config floe.toml iceberg snapshots orders\n  floe iceberg maintain --data-dir ./floe-data --table orders"
+    )]
     Iceberg {
         #[command(subcommand)]
         command: cli::iceberg::IcebergCommand,
@@ -165,18 +167,28 @@ fn run() -> anyhow::Result<()> {
     // Parsed first, so logging starts in the format asked for (clap prints its own errors).
     let cli = Cli::parse();
     // Admin commands talk to people through stdout and their errors: only warnings are logged.
-    init_logging(cli.log_format, if matches!(cli.command, Some(Command::Admin(_))) { "warn" } else { "info" });
+    init_logging(
+        cli.log_format,
+        if matches!(cli.command, Some(Command::Admin(_))) { "warn" } else { "info" },
+    );
     if let Some(Command::Admin(command)) = cli.command {
         std::process::exit(i32::from(cli::run(command)));
     }
     if let Some(Command::Completion { shell }) = cli.command {
         // Written whole, so a closed pipe (`| head`) is an error to report, not a panic in clap_complete.
         let mut script = Vec::new();
-        clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "floe", &mut script);
+        clap_complete::generate(
+            shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "floe",
+            &mut script,
+        );
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();
         match stdout.write_all(&script).and_then(|()| stdout.flush()) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => anyhow::bail!("cannot write the completion script: {e}"),
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                anyhow::bail!("cannot write the completion script: {e}")
+            }
             _ => return Ok(()),
         }
     }
@@ -212,7 +224,9 @@ fn run() -> anyhow::Result<()> {
         }
     }
     for o in &cli.overrides {
-        let (k, v) = o.split_once('=').with_context(|| format!("--override `{o}` is not KEY=VALUE (e.g. --override log.segment.bytes=1048576)"))?;
+        let (k, v) = o.split_once('=').with_context(|| {
+            format!("--override `{o}` is not KEY=VALUE (e.g. --override log.segment.bytes=1048576)")
+        })?;
         builder.set_from(k, v, "--override")?;
     }
     if let Some(Command::Iceberg { command }) = cli.command {
@@ -248,7 +262,8 @@ fn run() -> anyhow::Result<()> {
 /// Starts logging to stderr, filtered by `RUST_LOG` (default `default_level`), for every subcommand.
 fn init_logging(format: LogFormat, default_level: &str) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => {
@@ -258,7 +273,9 @@ fn init_logging(format: LogFormat, default_level: &str) {
             let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
             builder.with_ansi(std::io::stderr().is_terminal() && !no_color).init();
         }
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).with_ansi(false).init(),
+        LogFormat::Json => {
+            builder.json().with_current_span(true).with_span_list(true).with_ansi(false).init()
+        }
     }
 }
 
@@ -279,9 +296,14 @@ fn arm_failpoints() -> anyhow::Result<()> {
 /// on PATH) in this process's place; says where to get it when there is none.
 fn bench(args: &[String]) -> i32 {
     use std::os::unix::process::CommandExt;
-    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join("floe-bench"))).filter(|p| p.is_file());
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("floe-bench")))
+        .filter(|p| p.is_file());
     let on_path = || {
-        std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("floe-bench")).find(|p| p.is_file()))
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths).map(|dir| dir.join("floe-bench")).find(|p| p.is_file())
+        })
     };
     let Some(harness) = beside.or_else(on_path) else {
         eprintln!(
@@ -310,7 +332,11 @@ fn verify(data_dir: &std::path::Path) -> anyhow::Result<bool> {
     for p in &partitions {
         let recs: u64 = p.segments.iter().map(|s| s.records).sum();
         let ranges: Vec<_> = p.segments.iter().flat_map(|s| &s.corrupt).collect();
-        let verdict = if ranges.is_empty() { "ok".to_string() } else { format!("{} CORRUPT RANGE(S)", ranges.len()) };
+        let verdict = if ranges.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("{} CORRUPT RANGE(S)", ranges.len())
+        };
         println!("{}: {} segments, {recs} records: {verdict}", p.name, p.segments.len());
         for r in &ranges {
             println!("  corrupt: {} {r}", p.name);
@@ -322,7 +348,11 @@ fn verify(data_dir: &std::path::Path) -> anyhow::Result<bool> {
     println!(
         "verified {} partitions, {segments} segments, {records} records: {}",
         partitions.len(),
-        if damaged == 0 { "no corruption".to_string() } else { format!("{damaged} corrupt ranges") }
+        if damaged == 0 {
+            "no corruption".to_string()
+        } else {
+            format!("{damaged} corrupt ranges")
+        }
     );
     Ok(damaged > 0)
 }

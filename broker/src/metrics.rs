@@ -10,12 +10,13 @@ use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
 use hyper::{Request, Response, StatusCode};
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// The `path` labels of `floe_fetch_bytes_total`: how record bytes left the broker.
-pub const FETCH_PATHS: [&str; 5] = ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext", "table-rebuild"];
+pub const FETCH_PATHS: [&str; 5] =
+    ["sendfile-plaintext", "sendfile-ktls", "copy-tls", "copy-plaintext", "table-rebuild"];
 
 /// Every metric the broker keeps. Cheap to clone handles, safe to share.
 #[derive(Debug, Clone)]
@@ -119,8 +120,14 @@ impl CleanerMetrics {
     /// Brings the metrics up to the cleaner's statistics.
     fn refresh(&self) {
         let Some(stats) = self.stats.get() else { return };
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        for (counter, total) in [(&self.runs, stats.runs()), (&self.bytes_read, stats.bytes_read()), (&self.bytes_written, stats.bytes_written())] {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for (counter, total) in [
+            (&self.runs, stats.runs()),
+            (&self.bytes_read, stats.bytes_read()),
+            (&self.bytes_written, stats.bytes_written()),
+        ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
         let since = |ms: i64| if ms > 0 { (now_ms - ms).max(0) as f64 / 1000.0 } else { -1.0 };
@@ -131,7 +138,9 @@ impl CleanerMetrics {
             let partition = partition.to_string();
             let labels = [topic.as_str(), partition.as_str()];
             self.dirty_ratio.with_label_values(&labels).set(state.dirty_ratio);
-            self.seconds_since_last_clean.with_label_values(&labels).set(state.last_clean_ms.map_or(-1.0, since));
+            self.seconds_since_last_clean
+                .with_label_values(&labels)
+                .set(state.last_clean_ms.map_or(-1.0, since));
         }
     }
 }
@@ -144,11 +153,20 @@ impl Metrics {
     /// names, which are constants here (a unit test registers them all).
     pub fn new() -> Self {
         let registry = Registry::new();
-        let requests =
-            IntCounterVec::new(Opts::new("floe_requests_total", "Requests handled, by API"), &["api"]).expect("metric");
+        let requests = IntCounterVec::new(
+            Opts::new("floe_requests_total", "Requests handled, by API"),
+            &["api"],
+        )
+        .expect("metric");
         let request_duration = HistogramVec::new(
-            HistogramOpts::new("floe_request_duration_seconds", "Time from decoded request to written response")
-                .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0]),
+            HistogramOpts::new(
+                "floe_request_duration_seconds",
+                "Time from decoded request to written response",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 5.0,
+            ]),
             &["api"],
         )
         .expect("metric");
@@ -165,9 +183,11 @@ impl Metrics {
             &["path"],
         )
         .expect("metric");
-        let ktls_enabled =
-            IntGauge::new("floe_ktls_enabled", "1 when fetches on TLS listeners can use kernel TLS (sendfile), 0 when they copy")
-                .expect("metric");
+        let ktls_enabled = IntGauge::new(
+            "floe_ktls_enabled",
+            "1 when fetches on TLS listeners can use kernel TLS (sendfile), 0 when they copy",
+        )
+        .expect("metric");
         let ktls_sessions = IntCounterVec::new(
             Opts::new(
                 "floe_ktls_sessions_total",
@@ -177,15 +197,25 @@ impl Metrics {
         )
         .expect("metric");
         let connections_accepted = IntCounterVec::new(
-            Opts::new("floe_connections_accepted_total", "Connections accepted, by listener and security protocol"),
+            Opts::new(
+                "floe_connections_accepted_total",
+                "Connections accepted, by listener and security protocol",
+            ),
             &["listener", "protocol"],
         )
         .expect("metric");
-        let produce_bytes = IntCounter::new("floe_produce_bytes_total", "Record batch bytes appended").expect("metric");
-        let produce_records = IntCounter::new("floe_produce_records_total", "Records appended").expect("metric");
-        let connections = IntGauge::new("floe_connections", "Open client connections").expect("metric");
+        let produce_bytes =
+            IntCounter::new("floe_produce_bytes_total", "Record batch bytes appended")
+                .expect("metric");
+        let produce_records =
+            IntCounter::new("floe_produce_records_total", "Records appended").expect("metric");
+        let connections =
+            IntGauge::new("floe_connections", "Open client connections").expect("metric");
         let connections_rejected = IntCounterVec::new(
-            Opts::new("floe_connections_closed_on_error_total", "Connections the broker closed: bad input, a limit or a read deadline, by reason"),
+            Opts::new(
+                "floe_connections_closed_on_error_total",
+                "Connections the broker closed: bad input, a limit or a read deadline, by reason",
+            ),
             &["reason"],
         )
         .expect("metric");
@@ -207,17 +237,29 @@ impl Metrics {
             &["dir"],
         )
         .expect("metric");
-        let cluster_live_brokers =
-            IntGauge::new("floe_cluster_live_brokers", "Brokers registered in the cluster (1 when the metadata store is local)").expect("metric");
-        let active_controller_count =
-            IntGauge::new("floe_active_controller_count", "1 when this broker is the cluster's controller (Kafka's ActiveControllerCount)").expect("metric");
-        let cluster_controller_id =
-            IntGauge::new("floe_cluster_controller_id", "The controller's node id as this broker last saw it; -1 while none is known").expect("metric");
+        let cluster_live_brokers = IntGauge::new(
+            "floe_cluster_live_brokers",
+            "Brokers registered in the cluster (1 when the metadata store is local)",
+        )
+        .expect("metric");
+        let active_controller_count = IntGauge::new(
+            "floe_active_controller_count",
+            "1 when this broker is the cluster's controller (Kafka's ActiveControllerCount)",
+        )
+        .expect("metric");
+        let cluster_controller_id = IntGauge::new(
+            "floe_cluster_controller_id",
+            "The controller's node id as this broker last saw it; -1 while none is known",
+        )
+        .expect("metric");
         let replication = floe_cluster::replication::ReplicationMetrics::new();
         let iceberg = floe_tiering::metrics::IcebergMetrics::new();
         let cleaner = CleanerMetrics::new();
         let schema_registry_requests = IntCounterVec::new(
-            Opts::new("floe_schema_registry_requests_total", "Schema Registry requests, by route and HTTP status"),
+            Opts::new(
+                "floe_schema_registry_requests_total",
+                "Schema Registry requests, by route and HTTP status",
+            ),
             &["route", "status"],
         )
         .expect("metric");
@@ -304,15 +346,24 @@ impl Default for Metrics {
 ///
 /// # Errors
 /// The listener cannot join the current runtime.
-pub fn serve(listener: std::net::TcpListener, metrics: Arc<Metrics>) -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+pub fn serve(
+    listener: std::net::TcpListener,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
     let options = crate::http_server::Options { name: "metrics", ..Default::default() };
-    crate::http_server::serve(listener, options, move |req, _peer| std::future::ready(respond(&req, &metrics)))
+    crate::http_server::serve(listener, options, move |req, _peer| {
+        std::future::ready(respond(&req, &metrics))
+    })
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<Full<HttpBytes>> {
     let (status, body, content_type) = match (req.method(), req.uri().path()) {
-        (&hyper::Method::GET, "/metrics") => (StatusCode::OK, metrics.render(), "text/plain; version=0.0.4"),
-        (&hyper::Method::GET, "/") => (StatusCode::OK, "floe: see /metrics\n".to_string(), "text/plain"),
+        (&hyper::Method::GET, "/metrics") => {
+            (StatusCode::OK, metrics.render(), "text/plain; version=0.0.4")
+        }
+        (&hyper::Method::GET, "/") => {
+            (StatusCode::OK, "floe: see /metrics\n".to_string(), "text/plain")
+        }
         _ => (StatusCode::NOT_FOUND, "not found\n".to_string(), "text/plain"),
     };
     let mut response = Response::new(Full::new(HttpBytes::from(body)));
@@ -341,6 +392,9 @@ mod tests {
         let text = m.render();
         assert!(text.contains("floe_iceberg_last_error{error=\"second\",topic=\"t\"} 1"), "{text}");
         assert!(!text.contains("error=\"first\""), "{text}");
-        assert!(text.contains("floe_iceberg_errors_total{kind=\"iceberg_load\",topic=\"t\"} 2"), "{text}");
+        assert!(
+            text.contains("floe_iceberg_errors_total{kind=\"iceberg_load\",topic=\"t\"} 2"),
+            "{text}"
+        );
     }
 }

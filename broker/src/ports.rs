@@ -22,15 +22,23 @@ pub struct Kind {
 /// A Kafka listener (`listeners`).
 pub const KAFKA: Kind = Kind { what: "Kafka listener", setting: "listeners", flag: "--listen" };
 /// The Prometheus endpoint.
-pub const METRICS: Kind = Kind { what: "Prometheus metrics", setting: "metrics.listen", flag: "--metrics-listen" };
+pub const METRICS: Kind =
+    Kind { what: "Prometheus metrics", setting: "metrics.listen", flag: "--metrics-listen" };
 /// The built-in Schema Registry.
-pub const SCHEMA_REGISTRY: Kind =
-    Kind { what: "Schema Registry", setting: "floe.schema.registry.listen", flag: "--schema-registry-listen" };
+pub const SCHEMA_REGISTRY: Kind = Kind {
+    what: "Schema Registry",
+    setting: "floe.schema.registry.listen",
+    flag: "--schema-registry-listen",
+};
 /// The web console.
-pub const CONSOLE: Kind = Kind { what: "web console", setting: "floe.console.listen", flag: "--console-listen" };
+pub const CONSOLE: Kind =
+    Kind { what: "web console", setting: "floe.console.listen", flag: "--console-listen" };
 /// The read-only Iceberg REST catalog.
-pub const ICEBERG_REST: Kind =
-    Kind { what: "Iceberg REST catalog", setting: "floe.iceberg.rest-listen", flag: "--iceberg-rest-listen" };
+pub const ICEBERG_REST: Kind = Kind {
+    what: "Iceberg REST catalog",
+    setting: "floe.iceberg.rest-listen",
+    flag: "--iceberg-rest-listen",
+};
 
 /// Every kind of service, each on a port of its own by default (9092, 9644, 8081, 8080, 8181).
 pub const KINDS: [Kind; 5] = [KAFKA, METRICS, SCHEMA_REGISTRY, CONSOLE, ICEBERG_REST];
@@ -68,7 +76,8 @@ impl std::fmt::Display for Service {
 
 /// Every service `config` binds, Kafka listeners first.
 pub fn services(config: &BrokerConfig) -> Vec<Service> {
-    let mut out: Vec<Service> = config.listeners.iter().map(|l| Service::kafka(&l.name, l.bind)).collect();
+    let mut out: Vec<Service> =
+        config.listeners.iter().map(|l| Service::kafka(&l.name, l.bind)).collect();
     let others = [
         (METRICS, config.metrics_listen),
         (SCHEMA_REGISTRY, config.schema_registry_listen),
@@ -129,7 +138,10 @@ pub fn check_ports(services: &[Service]) -> Result<(), PortsInUse> {
             continue;
         }
         if seen.contains(&service.addr) {
-            let error = std::io::Error::new(std::io::ErrorKind::AddrInUse, "the same address as another of Floe's services");
+            let error = std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "the same address as another of Floe's services",
+            );
             conflicts.push(PortConflict { service: service.clone(), error });
             continue;
         }
@@ -154,7 +166,9 @@ mod tests {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let taken_too = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut b = crate::config::ConfigBuilder::new();
-        let set = |b: &mut crate::config::ConfigBuilder, k: &str, v: String| b.set_from(k, v, "test").unwrap();
+        let set = |b: &mut crate::config::ConfigBuilder, k: &str, v: String| {
+            b.set_from(k, v, "test").unwrap()
+        };
         set(&mut b, "listeners", taken.local_addr().unwrap().to_string());
         set(&mut b, "floe.console.listen", taken_too.local_addr().unwrap().to_string());
         for k in ["metrics.listen", "floe.schema.registry.listen", "floe.iceberg.rest-listen"] {
@@ -165,15 +179,24 @@ mod tests {
         assert_eq!(err.0.len(), 2);
         let text = err.to_string();
         assert!(text.starts_with("cannot bind 2 ports:"), "{text}");
-        assert!(text.contains("Kafka listener PLAINTEXT on") && text.contains("(setting `listeners`, flag --listen)"), "{text}");
-        assert!(text.contains("web console on") && text.contains("(setting `floe.console.listen`, flag --console-listen)"), "{text}");
+        assert!(
+            text.contains("Kafka listener PLAINTEXT on")
+                && text.contains("(setting `listeners`, flag --listen)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("web console on")
+                && text.contains("(setting `floe.console.listen`, flag --console-listen)"),
+            "{text}"
+        );
         assert!(text.contains("--port-offset 10"), "{text}");
     }
 
     #[test]
     fn the_defaults_are_five_services() {
         let config = crate::config::ConfigBuilder::new().build().unwrap();
-        let ports: Vec<(u16, &str)> = services(&config).iter().map(|s| (s.addr.port(), s.kind.setting)).collect();
+        let ports: Vec<(u16, &str)> =
+            services(&config).iter().map(|s| (s.addr.port(), s.kind.setting)).collect();
         assert_eq!(
             ports,
             [

@@ -69,7 +69,10 @@ pub(crate) fn get<'a>(raw: &'a BTreeMap<String, String>, key: &str) -> &'a str {
     raw.get(key).map(String::as_str).unwrap_or("")
 }
 
-pub(crate) fn parse<T: std::str::FromStr>(raw: &BTreeMap<String, String>, key: &str) -> Result<T, ConfigError>
+pub(crate) fn parse<T: std::str::FromStr>(
+    raw: &BTreeMap<String, String>,
+    key: &str,
+) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
 {

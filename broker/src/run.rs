@@ -15,7 +15,6 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
-use floe_storage::maintenance::Maintenance;
 use crate::metrics::{self, Metrics};
 use crate::ports::{self, Service};
 use crate::security::credentials::CredentialStore;
@@ -24,6 +23,7 @@ use crate::security::tls::TlsContext;
 use crate::server::endpoint::Endpoint;
 use crate::server::limits::ConnectionLimits;
 use crate::server::listener;
+use floe_storage::maintenance::Maintenance;
 
 /// Why the broker could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -99,12 +99,17 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let defaults = config.log_defaults.clone();
     let node_id = config.node_id;
     let cluster_id = cluster_id_of(&config).await?;
-    let opened = tokio::task::spawn_blocking(move || LogManager::open_in_cluster(&dir, Some(node_id), cluster_id.as_deref(), defaults))
-        .await
-        .map_err(|e| RunError::Task(e.to_string()))?;
-    let logs = Arc::new(opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?);
+    let opened = tokio::task::spawn_blocking(move || {
+        LogManager::open_in_cluster(&dir, Some(node_id), cluster_id.as_deref(), defaults)
+    })
+    .await
+    .map_err(|e| RunError::Task(e.to_string()))?;
+    let logs = Arc::new(
+        opened.map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?,
+    );
 
-    let needs_tls = config.listeners.iter().any(|l| l.protocol.uses_tls()) || config.schema_registry_tls;
+    let needs_tls =
+        config.listeners.iter().any(|l| l.protocol.uses_tls()) || config.schema_registry_tls;
     let tls = if needs_tls {
         let settings = config.tls.clone();
         let loaded = tokio::task::spawn_blocking(move || TlsContext::load(settings))
@@ -145,13 +150,15 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     let mut endpoints = Vec::with_capacity(config.listeners.len());
     for spec in &config.listeners {
-        let bind_error = |source| RunError::Bind { service: Service::kafka(&spec.name, spec.bind), source };
+        let bind_error =
+            |source| RunError::Bind { service: Service::kafka(&spec.name, spec.bind), source };
         let listener = TcpListener::bind(spec.bind).await.map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
         if spec.advertised.is_none() && bound.ip().is_unspecified() {
             tracing::warn!(listener = %spec.name, "listening on all interfaces without an advertised address: advertising 127.0.0.1");
         }
-        let (advertised_host, advertised_port) = Endpoint::advertised_of(spec.advertised.as_ref(), bound);
+        let (advertised_host, advertised_port) =
+            Endpoint::advertised_of(spec.advertised.as_ref(), bound);
         let endpoint = Endpoint {
             name: spec.name.clone(),
             protocol: spec.protocol,
@@ -171,14 +178,18 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         other => RunError::Task(other.to_string()),
     };
     let registry_listener = match config.schema_registry_listen {
-        Some(addr) => Some(crate::schema_registry::SchemaRegistryServer::bind(addr).map_err(registry_error)?),
+        Some(addr) => {
+            Some(crate::schema_registry::SchemaRegistryServer::bind(addr).map_err(registry_error)?)
+        }
         None => None,
     };
     let registry_url = registry_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|bound| {
         let scheme = if config.schema_registry_tls { "https" } else { "http" };
         // An unspecified bind address is reached at the host the broker advertises.
         let host = if bound.ip().is_unspecified() {
-            endpoints.first().map_or_else(|| "127.0.0.1".to_string(), |(_, e)| e.advertised_host.clone())
+            endpoints
+                .first()
+                .map_or_else(|| "127.0.0.1".to_string(), |(_, e)| e.advertised_host.clone())
         } else {
             bound.ip().to_string()
         };
@@ -192,7 +203,10 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
             let ranges = log.corrupt_ranges();
             if !ranges.is_empty() {
                 let partition = log.partition().to_string();
-                metrics.log_corrupt_ranges.with_label_values(&[log.topic(), partition.as_str()]).set(ranges.len() as i64);
+                metrics
+                    .log_corrupt_ranges
+                    .with_label_values(&[log.topic(), partition.as_str()])
+                    .set(ranges.len() as i64);
             }
         }
     }
@@ -208,7 +222,8 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
-        let bind_error = |source| RunError::Bind { service: Service::new(ports::METRICS, addr), source };
+        let bind_error =
+            |source| RunError::Bind { service: Service::new(ports::METRICS, addr), source };
         let l = crate::http_server::bind(addr).map_err(bind_error)?;
         metrics_addr = l.local_addr().ok();
         tokio::spawn(metrics::serve(l, metrics.clone()).map_err(bind_error)?);
@@ -216,15 +231,23 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
 
     // Bound before any thread starts, so a taken port fails startup with nothing to undo.
     let mut iceberg_rest = None;
-    let catalog = config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
+    let catalog =
+        config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
     match config.iceberg_rest_listen {
         // Readers go to the external catalog itself: serving it again here would only proxy it.
         Some(_) if catalog.catalog_type == floe_tiering::CatalogType::Rest => {
             tracing::info!(catalog = %catalog.describe(), "the embedded Iceberg REST catalog is off: tables live in an external REST catalog");
         }
         Some(addr) => {
-            let server = crate::iceberg_rest::IcebergRestServer::start(addr, catalog, metrics.iceberg.clone())
-                .map_err(|source| RunError::Bind { service: Service::new(ports::ICEBERG_REST, addr), source })?;
+            let server = crate::iceberg_rest::IcebergRestServer::start(
+                addr,
+                catalog,
+                metrics.iceberg.clone(),
+            )
+            .map_err(|source| RunError::Bind {
+                service: Service::new(ports::ICEBERG_REST, addr),
+                source,
+            })?;
             iceberg_rest = Some(server);
         }
         None => {}
@@ -234,7 +257,10 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     // The registry's state, for the produce path's schema validation too; served
     // once the broker's users and ACLs exist (below).
     let schemas = match &registry_listener {
-        Some(_) => Some(crate::schema_registry::open_store(logs.clone(), cluster.is_clustered()).map_err(registry_error)?),
+        Some(_) => Some(
+            crate::schema_registry::open_store(logs.clone(), cluster.is_clustered())
+                .map_err(registry_error)?,
+        ),
         None => None,
     };
 
@@ -243,17 +269,20 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         Duration::from_millis(config.flush_scheduler_interval_ms),
         Duration::from_millis(config.retention_check_interval_ms),
     )
-        .map_err(|e| RunError::Task(e.to_string()))?;
+    .map_err(|e| RunError::Task(e.to_string()))?;
     let cleaner = floe_storage::LogCleaner::start(logs.clone(), config.cleaner.clone())
         .map_err(|e| RunError::Task(e.to_string()))?;
     metrics.cleaner.observe(cleaner.stats());
 
     // What fetchers and marker senders present to the other brokers: read once,
     // so a missing truststore or key stops startup rather than every connection.
-    let inter_broker = Arc::new(
-        crate::security::inter_broker::load(&config.inter_broker, &config.tls)
-            .map_err(|source| RunError::InterBrokerTls { listener: config.inter_broker.listener.clone(), source })?,
-    );
+    let inter_broker =
+        Arc::new(crate::security::inter_broker::load(&config.inter_broker, &config.tls).map_err(
+            |source| RunError::InterBrokerTls {
+                listener: config.inter_broker.listener.clone(),
+                source,
+            },
+        )?);
     let fetchers = floe_cluster::replication::fetcher::ReplicaFetcherManager::new(
         config.node_id,
         config.inter_broker.listener.clone(),
@@ -273,19 +302,28 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let (groups, txns) = if cluster.is_clustered() {
         // Coordinators follow the leadership of their internal topics (crate::coordinator_terms):
         // nothing to load until this broker leads one.
-        let gate: Arc<dyn floe_coordinator::replicated::ReplicatedWrites> = Arc::new(crate::coordinator_terms::ReplicaGate::new(
-            replicas.clone(),
-            tokio::runtime::Handle::current(),
-            Duration::from_millis(config.offsets_commit_timeout_ms),
-        ));
+        let gate: Arc<dyn floe_coordinator::replicated::ReplicatedWrites> =
+            Arc::new(crate::coordinator_terms::ReplicaGate::new(
+                replicas.clone(),
+                tokio::runtime::Handle::current(),
+                Duration::from_millis(config.offsets_commit_timeout_ms),
+            ));
         // One coordinator per partition of each internal topic; keys map with the
         // configured counts until the topics exist in the cluster (then with theirs).
         let groups = Arc::new(
-            floe_coordinator::group::GroupCoordinators::replicated(config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions, gate.clone())
-                .map_err(|e| RunError::Task(e.to_string()))?,
+            floe_coordinator::group::GroupCoordinators::replicated(
+                config.coordinator_config(),
+                logs.clone(),
+                config.offsets_topic_num_partitions,
+                gate.clone(),
+            )
+            .map_err(|e| RunError::Task(e.to_string()))?,
         );
         // Markers go to each partition's leader; the writer gets the broker once it exists.
-        let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(tokio::runtime::Handle::current(), inter_broker.clone()));
+        let markers = Arc::new(crate::txn_markers::ClusterMarkerWriter::new(
+            tokio::runtime::Handle::current(),
+            inter_broker.clone(),
+        ));
         cluster_markers = Some(markers.clone());
         let txns = floe_coordinator::transaction::TransactionCoordinators::replicated(
             config.transactions.clone(),
@@ -299,19 +337,30 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     } else {
         let groups = {
             // Creates __consumer_offsets with offsets.topic.num.partitions if it does not exist.
-            let (group_config, group_logs, count) = (config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions);
-            let opened = tokio::task::spawn_blocking(move || floe_coordinator::group::GroupCoordinators::single(group_config, group_logs, count))
-                .await
-                .map_err(|e| RunError::Task(e.to_string()))?;
+            let (group_config, group_logs, count) =
+                (config.coordinator_config(), logs.clone(), config.offsets_topic_num_partitions);
+            let opened = tokio::task::spawn_blocking(move || {
+                floe_coordinator::group::GroupCoordinators::single(group_config, group_logs, count)
+            })
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?;
             Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
         };
         let txns = {
-            let markers = Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
-            let (txn_config, txn_logs, count) = (config.transactions.clone(), logs.clone(), config.transaction_state_log_num_partitions);
-            let opened =
-                tokio::task::spawn_blocking(move || floe_coordinator::transaction::TransactionCoordinators::open(txn_config, txn_logs, markers, count))
-                    .await
-                    .map_err(|e| RunError::Task(e.to_string()))?;
+            let markers =
+                Arc::new(crate::txn_markers::LocalMarkerWriter::new(logs.clone(), groups.clone()));
+            let (txn_config, txn_logs, count) = (
+                config.transactions.clone(),
+                logs.clone(),
+                config.transaction_state_log_num_partitions,
+            );
+            let opened = tokio::task::spawn_blocking(move || {
+                floe_coordinator::transaction::TransactionCoordinators::open(
+                    txn_config, txn_logs, markers, count,
+                )
+            })
+            .await
+            .map_err(|e| RunError::Task(e.to_string()))?;
             Arc::new(opened.map_err(|e| RunError::Task(e.to_string()))?)
         };
         {
@@ -348,17 +397,25 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         schemas: schemas.clone().map(|s| s as Arc<dyn floe_tiering::SchemaSource>),
         ..tierers
     };
-    let tiering =
-        floe_tiering::runner::TieringTask::start(logs.clone(), config.data_dir.clone(), config.tiering.clone(), metrics.iceberg.clone(), tierers)
-            .map_err(|e| RunError::Task(e.to_string()))?;
+    let tiering = floe_tiering::runner::TieringTask::start(
+        logs.clone(),
+        config.data_dir.clone(),
+        config.tiering.clone(),
+        metrics.iceberg.clone(),
+        tierers,
+    )
+    .map_err(|e| RunError::Task(e.to_string()))?;
 
     let limits = ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
     let dynamic_config = {
-        let (dir, statics, logs, limits) = (config.data_dir.clone(), config.effective.clone(), logs.clone(), limits.clone());
-        tokio::task::spawn_blocking(move || crate::dynamic_config::DynamicBrokerConfig::open(&dir, statics, logs, limits))
-            .await
-            .map_err(|e| RunError::Task(e.to_string()))?
-            .map_err(|e| RunError::Task(e.to_string()))?
+        let (dir, statics, logs, limits) =
+            (config.data_dir.clone(), config.effective.clone(), logs.clone(), limits.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::dynamic_config::DynamicBrokerConfig::open(&dir, statics, logs, limits)
+        })
+        .await
+        .map_err(|e| RunError::Task(e.to_string()))?
+        .map_err(|e| RunError::Task(e.to_string()))?
     };
     let mut authorizer = authorizer;
     authorizer.count_denials_in(metrics.authorization_denied.clone());
@@ -366,13 +423,21 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     // log start; they open the catalog on their first read, so a broker without a
     // shared topic pays one idle thread.
     let table_reads = {
-        let catalog = config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
+        let catalog =
+            config.tiering.catalog.catalog_config(&config.data_dir, &config.tiering.catalog_name);
         let namespace = config.tiering.namespace.clone();
         let open: floe_tiering::table_reads::OpenCatalog = Arc::new(move || {
             let (catalog, namespace) = (catalog.clone(), namespace.clone());
-            Box::pin(async move { floe_tiering::IcebergCatalog::open_read_only(&catalog, &namespace).await.map_err(|e| e.to_string()) })
+            Box::pin(async move {
+                floe_tiering::IcebergCatalog::open_read_only(&catalog, &namespace)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
         });
-        Some(Arc::new(floe_tiering::table_reads::TableReads::start(config.tiering.shared_reads, open).map_err(|e| RunError::Task(e.to_string()))?))
+        Some(Arc::new(
+            floe_tiering::table_reads::TableReads::start(config.tiering.shared_reads, open)
+                .map_err(|e| RunError::Task(e.to_string()))?,
+        ))
     };
     let broker = Arc::new(Broker {
         config,
@@ -397,15 +462,30 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     let mut schema_registry = None;
     if let (Some(listener), Some(store)) = (registry_listener, broker.schemas.clone()) {
         if broker.cluster.is_clustered() {
-            let side = Arc::new(crate::schema_registry::cluster::BrokerCluster::new(&broker, tokio::runtime::Handle::current()));
+            let side = Arc::new(crate::schema_registry::cluster::BrokerCluster::new(
+                &broker,
+                tokio::runtime::Handle::current(),
+            ));
             store.attach(side.clone());
-            tokio::spawn(crate::schema_registry::cluster::create_topic_when_possible(side, shutdown.clone()));
+            tokio::spawn(crate::schema_registry::cluster::create_topic_when_possible(
+                side,
+                shutdown.clone(),
+            ));
         }
         let sasl = broker.config.listeners.iter().any(|l| l.protocol.uses_sasl());
-        let access = crate::schema_registry::Access::new(sasl.then(|| broker.credentials.clone()), broker.authorizer.clone());
+        let access = crate::schema_registry::Access::new(
+            sasl.then(|| broker.credentials.clone()),
+            broker.authorizer.clone(),
+        );
         let registry_tls = if broker.config.schema_registry_tls { tls.clone() } else { None };
-        let server = crate::schema_registry::SchemaRegistryServer::start(listener, store, access, registry_tls, broker.metrics.clone())
-            .map_err(registry_error)?;
+        let server = crate::schema_registry::SchemaRegistryServer::start(
+            listener,
+            store,
+            access,
+            registry_tls,
+            broker.metrics.clone(),
+        )
+        .map_err(registry_error)?;
         schema_registry = Some(server);
     }
     let schema_registry_addr = schema_registry.as_ref().map(|s| s.local_addr());
@@ -429,7 +509,12 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
     }
     let described: Vec<String> = endpoints
         .iter()
-        .map(|(_, e)| format!("{}://{} ({}, advertised {}:{})", e.name, e.bound, e.protocol, e.advertised_host, e.advertised_port))
+        .map(|(_, e)| {
+            format!(
+                "{}://{} ({}, advertised {}:{})",
+                e.name, e.bound, e.protocol, e.advertised_host, e.advertised_port
+            )
+        })
         .collect();
     tracing::info!(
         listeners = %described.join(", "),
@@ -441,9 +526,9 @@ pub async fn serve(config: BrokerConfig, requested: watch::Receiver<bool>) -> Re
         "floe is ready"
     );
 
-    let accept_loops = endpoints
-        .into_iter()
-        .map(|(listener, endpoint)| listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone()));
+    let accept_loops = endpoints.into_iter().map(|(listener, endpoint)| {
+        listener::run(listener, endpoint, broker.clone(), limits.clone(), shutdown.clone())
+    });
     futures_util::future::join_all(accept_loops).await;
     broker.replicas.shutdown().await;
     broker.cluster.leave().await;
@@ -483,7 +568,8 @@ async fn cluster_id_of(config: &BrokerConfig) -> Result<Option<String>, RunError
     let stored = LogManager::stored_cluster_id(&config.data_dir)
         .map_err(|source| RunError::OpenLogs { dir: config.data_dir.clone(), source })?;
     let proposed = stored.unwrap_or_else(floe_storage::log_manager::new_cluster_id);
-    let timeout = Duration::from_millis(config.broker_session_timeout_ms).max(Duration::from_secs(10));
+    let timeout =
+        Duration::from_millis(config.broker_session_timeout_ms).max(Duration::from_secs(10));
     let id = floe_cluster::agree_cluster_id(&config.metadata_store, &proposed, timeout).await?;
     tracing::info!(cluster_id = %id, store = %config.metadata_store, "cluster id agreed with the metadata store");
     Ok(Some(id))
@@ -534,7 +620,11 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Waits for a stop request, then (in a cluster) hands this broker's leaderships to
 /// other in-sync replicas before telling the broker's parts to stop: a rolling
 /// restart then loses nothing acknowledged and clients only see leaders move.
-async fn stop_after_controlled_shutdown(broker: Arc<Broker>, mut requested: watch::Receiver<bool>, stop: watch::Sender<bool>) {
+async fn stop_after_controlled_shutdown(
+    broker: Arc<Broker>,
+    mut requested: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+) {
     if requested.wait_for(|r| *r).await.is_err() {
         // The requester is gone: nothing will ask to stop; the broker runs on.
         std::future::pending::<()>().await;
@@ -542,28 +632,50 @@ async fn stop_after_controlled_shutdown(broker: Arc<Broker>, mut requested: watc
     if broker.cluster.is_clustered() {
         let me = broker.node_id();
         // Partitions whose ISR has another member can move; a sole replica cannot.
-        let movable = move |v: &floe_cluster::ClusterView| v.partitions.values().filter(|s| s.leader == me && s.isr.iter().any(|r| *r != me)).count();
+        let movable = move |v: &floe_cluster::ClusterView| {
+            v.partitions
+                .values()
+                .filter(|s| s.leader == me && s.isr.iter().any(|r| *r != me))
+                .count()
+        };
         let before = broker.cluster.with_view(movable);
-        tracing::info!(node_id = me, leaderships = before, "controlled shutdown: asking the controller to move leadership away");
+        tracing::info!(
+            node_id = me,
+            leaderships = before,
+            "controlled shutdown: asking the controller to move leadership away"
+        );
         match broker.cluster.announce_shutdown().await {
             Ok(()) => {
-                let moved = broker.cluster.wait_for_view(CONTROLLED_SHUTDOWN_TIMEOUT, |v| movable(v) == 0).await;
+                let moved = broker
+                    .cluster
+                    .wait_for_view(CONTROLLED_SHUTDOWN_TIMEOUT, |v| movable(v) == 0)
+                    .await;
                 let left = broker.cluster.with_view(movable);
                 if moved {
                     tracing::info!(node_id = me, "controlled shutdown: leadership moved; stopping");
                 } else {
-                    tracing::warn!(node_id = me, still_leading = left, timeout_s = CONTROLLED_SHUTDOWN_TIMEOUT.as_secs(),
-                                   "controlled shutdown: leadership did not all move in time; stopping anyway");
+                    tracing::warn!(
+                        node_id = me,
+                        still_leading = left,
+                        timeout_s = CONTROLLED_SHUTDOWN_TIMEOUT.as_secs(),
+                        "controlled shutdown: leadership did not all move in time; stopping anyway"
+                    );
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "controlled shutdown: cannot reach the metadata store; stopping without moving leadership"),
+            Err(e) => {
+                tracing::warn!(error = %e, "controlled shutdown: cannot reach the metadata store; stopping without moving leadership")
+            }
         }
     }
     let _ = stop.send(true);
 }
 
 /// Keeps the cluster gauges on the membership's view until the membership ends.
-async fn publish_cluster_view(mut view: watch::Receiver<floe_cluster::ClusterView>, node_id: i32, metrics: Arc<Metrics>) {
+async fn publish_cluster_view(
+    mut view: watch::Receiver<floe_cluster::ClusterView>,
+    node_id: i32,
+    metrics: Arc<Metrics>,
+) {
     loop {
         {
             let v = view.borrow_and_update();
@@ -581,10 +693,14 @@ async fn publish_cluster_view(mut view: watch::Receiver<floe_cluster::ClusterVie
 async fn decide_ktls(config: &BrokerConfig) -> Result<bool, RunError> {
     let mode = config.tls.ktls;
     if mode == ktls::KtlsMode::Off {
-        tracing::info!("kernel TLS off (floe.ssl.ktls=off): fetches on TLS listeners use the copying path");
+        tracing::info!(
+            "kernel TLS off (floe.ssl.ktls=off): fetches on TLS listeners use the copying path"
+        );
         return Ok(false);
     }
-    let support = tokio::task::spawn_blocking(ktls::probe).await.map_err(|e| RunError::Task(e.to_string()))?;
+    let support = tokio::task::spawn_blocking(ktls::probe)
+        .await
+        .map_err(|e| RunError::Task(e.to_string()))?;
     let usable = ktls::decide(mode, &support).map_err(RunError::Ktls)?;
     // Said at INFO only where it matters: a broker without a TLS listener has no use for it.
     let tls_listeners = config.listeners.iter().any(|l| l.protocol.uses_tls());

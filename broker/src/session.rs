@@ -80,7 +80,15 @@ impl NotAdmitted {
 impl Session {
     /// A fresh, unauthenticated session.
     pub fn new(peer: SocketAddr, endpoint: Arc<Endpoint>) -> Self {
-        Session { peer, endpoint, auth: AuthState::default(), ssl_principal: None, close_after_reply: None, throttled_for: None, reply_to_replica: false }
+        Session {
+            peer,
+            endpoint,
+            auth: AuthState::default(),
+            ssl_principal: None,
+            close_after_reply: None,
+            throttled_for: None,
+            reply_to_replica: false,
+        }
     }
 
     /// The principal and host authorization sees, as Kafka's default

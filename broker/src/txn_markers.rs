@@ -29,8 +29,12 @@ use floe_coordinator::group::{GroupCoordinators, OFFSETS_TOPIC};
 use floe_coordinator::transaction::{TxnMarker, TxnMarkerWriter};
 use floe_storage::{ControlRecordType, LogManager};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
-use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{
+    ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
@@ -62,16 +66,35 @@ impl TxnMarkerWriter for LocalMarkerWriter {
         let (topic, partition) = (&m.partition.0, m.partition.1);
         if topic == OFFSETS_TOPIC {
             let Some(groups) = self.groups.partition(partition) else {
-                tracing::warn!(topic, partition, producer_id = m.producer_id, "no marker for a partition the topic does not have");
+                tracing::warn!(
+                    topic,
+                    partition,
+                    producer_id = m.producer_id,
+                    "no marker for a partition the topic does not have"
+                );
                 return Ok(());
             };
-            return groups.complete_txn_at(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch).map_err(|e| e.to_string());
+            return groups
+                .complete_txn_at(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch)
+                .map_err(|e| e.to_string());
         }
         let Some(log) = self.logs.partition(topic, partition) else {
-            tracing::info!(topic, partition, producer_id = m.producer_id, "no marker for a partition that no longer exists");
+            tracing::info!(
+                topic,
+                partition,
+                producer_id = m.producer_id,
+                "no marker for a partition that no longer exists"
+            );
             return Ok(());
         };
-        log.append_txn_marker(m.producer_id, m.producer_epoch, control_type(m.commit), m.coordinator_epoch, wall_ms()).map_err(|e| e.to_string())?;
+        log.append_txn_marker(
+            m.producer_id,
+            m.producer_epoch,
+            control_type(m.commit),
+            m.coordinator_epoch,
+            wall_ms(),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(())
     }
 }
@@ -101,10 +124,14 @@ enum Route {
 fn route(broker: &Broker, topic: &str, partition: i32) -> Route {
     broker.cluster.with_view(|v| match v.partition(topic, partition) {
         Some(s) if s.leader == broker.node_id() => Route::Local,
-        Some(s) if s.leader == floe_cluster::NO_LEADER => Route::Unavailable(format!("{topic}-{partition} has no leader (offline)")),
+        Some(s) if s.leader == floe_cluster::NO_LEADER => {
+            Route::Unavailable(format!("{topic}-{partition} has no leader (offline)"))
+        }
         Some(s) => Route::Remote(s.leader),
         // An internal topic is created by the first FindCoordinator: not yet, retry.
-        None if floe_protocol::topic::is_internal(topic) => Route::Unavailable(format!("{topic} is not created yet")),
+        None if floe_protocol::topic::is_internal(topic) => {
+            Route::Unavailable(format!("{topic} is not created yet"))
+        }
         None if !v.topics.contains_key(topic) => Route::Gone,
         None => Route::Unavailable(format!("{topic}-{partition} has no partition state yet")),
     })
@@ -121,19 +148,34 @@ fn route(broker: &Broker, topic: &str, partition: i32) -> Route {
 /// NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, and the storage
 /// refusals (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
 /// KAFKA_STORAGE_ERROR...).
-pub async fn write_as_leader(broker: &Broker, m: &TxnMarker) -> Result<(), (ResponseError, String)> {
+pub async fn write_as_leader(
+    broker: &Broker,
+    m: &TxnMarker,
+) -> Result<(), (ResponseError, String)> {
     let (topic, partition) = (m.partition.0.as_str(), m.partition.1);
-    let (producer_id, epoch, commit, coordinator_epoch) = (m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch);
+    let (producer_id, epoch, commit, coordinator_epoch) =
+        (m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch);
     if topic == OFFSETS_TOPIC {
         match route(broker, topic, partition) {
             Route::Local | Route::Gone => {}
-            Route::Remote(l) => return Err((ResponseError::NotLeaderOrFollower, format!("{topic}-{partition} is led by broker {l}"))),
+            Route::Remote(l) => {
+                return Err((
+                    ResponseError::NotLeaderOrFollower,
+                    format!("{topic}-{partition} is led by broker {l}"),
+                ))
+            }
             Route::Unavailable(why) => return Err((ResponseError::NotLeaderOrFollower, why)),
         }
         let Some(groups) = broker.groups.partition(partition) else {
-            return Err((ResponseError::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
+            return Err((
+                ResponseError::UnknownTopicOrPartition,
+                format!("{topic}-{partition} does not exist"),
+            ));
         };
-        let done = tokio::task::spawn_blocking(move || groups.complete_txn_at(producer_id, epoch, commit, coordinator_epoch)).await;
+        let done = tokio::task::spawn_blocking(move || {
+            groups.complete_txn_at(producer_id, epoch, commit, coordinator_epoch)
+        })
+        .await;
         return match done {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err((crate::errors::offsets_store_error(&e), e.to_string())),
@@ -149,11 +191,24 @@ pub async fn write_as_leader(broker: &Broker, m: &TxnMarker) -> Result<(), (Resp
         broker.replicas.check_min_isr(&tp, min_isr)?;
     }
     let appending = log.clone();
-    let appended = tokio::task::spawn_blocking(move || appending.append_txn_marker(producer_id, epoch, control_type(commit), coordinator_epoch, wall_ms())).await;
+    let appended = tokio::task::spawn_blocking(move || {
+        appending.append_txn_marker(
+            producer_id,
+            epoch,
+            control_type(commit),
+            coordinator_epoch,
+            wall_ms(),
+        )
+    })
+    .await;
     let offset = match appended {
         Ok(Ok(offset)) => offset,
-        Ok(Err(e)) => return Err((crate::errors::kafka_error(&e), format!("{topic}-{partition}: {e}"))),
-        Err(e) => return Err((ResponseError::UnknownServerError, format!("marker task failed: {e}"))),
+        Ok(Err(e)) => {
+            return Err((crate::errors::kafka_error(&e), format!("{topic}-{partition}: {e}")))
+        }
+        Err(e) => {
+            return Err((ResponseError::UnknownServerError, format!("marker task failed: {e}")))
+        }
     };
     if replicated {
         broker.replicas.on_leader_append(&tp);
@@ -223,14 +278,15 @@ impl ClusterMarkerWriter {
     fn send(&self, broker: &Broker, leader: i32, m: &TxnMarker) -> Result<(), String> {
         let (topic, partition) = (m.partition.0.as_str(), m.partition.1);
         let endpoint = endpoint_of(broker, leader)?;
-        let request = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-            .with_producer_id(ProducerId(m.producer_id))
-            .with_producer_epoch(m.producer_epoch)
-            .with_transaction_result(m.commit)
-            .with_coordinator_epoch(m.coordinator_epoch)
-            .with_topics(vec![WritableTxnMarkerTopic::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partition_indexes(vec![partition])])]);
+        let request =
+            WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+                .with_producer_id(ProducerId(m.producer_id))
+                .with_producer_epoch(m.producer_epoch)
+                .with_transaction_result(m.commit)
+                .with_coordinator_epoch(m.coordinator_epoch)
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partition_indexes(vec![partition])])]);
         let slot = self.slot(leader);
         let client_id = format!("broker-{}-txn-markers", broker.node_id());
         let timeout = self.timeout;
@@ -242,14 +298,20 @@ impl ClusterMarkerWriter {
             let reused = cached.is_some();
             let mut p = match cached {
                 Some(p) => p,
-                None => Peer { conn: BrokerConnection::connect(&endpoint, &client_id, timeout, &security).await?, endpoint },
+                None => Peer {
+                    conn: BrokerConnection::connect(&endpoint, &client_id, timeout, &security)
+                        .await?,
+                    endpoint,
+                },
             };
             let mut answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
-            if reused && matches!(answer, Err(ClientError::Closed { .. } | ClientError::Io { .. })) {
+            if reused && matches!(answer, Err(ClientError::Closed { .. } | ClientError::Io { .. }))
+            {
                 // The peer closes idle connections (connections.max.idle.ms): once more on a
                 // new one rather than wait for the coordinator's next tick. A marker written
                 // twice is harmless.
-                p.conn = BrokerConnection::connect(&p.endpoint, &client_id, timeout, &security).await?;
+                p.conn =
+                    BrokerConnection::connect(&p.endpoint, &client_id, timeout, &security).await?;
                 answer = p.conn.call(WRITE_TXN_MARKERS_VERSION, &request).await;
             }
             // Kept only after a clean exchange: an error may leave the stream mid-frame.
@@ -258,7 +320,9 @@ impl ClusterMarkerWriter {
             }
             answer
         });
-        let response = answered.map_err(|e: ClientError| format!("WriteTxnMarkers for {topic}-{partition} to broker {leader}: {e}"))?;
+        let response = answered.map_err(|e: ClientError| {
+            format!("WriteTxnMarkers for {topic}-{partition} to broker {leader}: {e}")
+        })?;
         match partition_error(&response, m.producer_id, topic, partition) {
             Some(0) => Ok(()),
             Some(code) => {
@@ -272,15 +336,29 @@ impl ClusterMarkerWriter {
 
 impl TxnMarkerWriter for ClusterMarkerWriter {
     fn write_marker(&self, m: &TxnMarker) -> Result<(), String> {
-        let broker = self.broker.get().and_then(|w| w.upgrade()).ok_or("the broker is starting or stopping")?;
+        let broker = self
+            .broker
+            .get()
+            .and_then(|w| w.upgrade())
+            .ok_or("the broker is starting or stopping")?;
         let (topic, partition) = (m.partition.0.as_str(), m.partition.1);
         match route(&broker, topic, partition) {
-            Route::Local => self.runtime.block_on(write_as_leader(&broker, m)).map_err(|(code, reason)| {
-                format!("{topic}-{partition} on this broker ({}): {code:?}: {reason}", broker.node_id())
-            }),
+            Route::Local => {
+                self.runtime.block_on(write_as_leader(&broker, m)).map_err(|(code, reason)| {
+                    format!(
+                        "{topic}-{partition} on this broker ({}): {code:?}: {reason}",
+                        broker.node_id()
+                    )
+                })
+            }
             Route::Remote(leader) => self.send(&broker, leader, m),
             Route::Gone => {
-                tracing::info!(topic, partition, producer_id = m.producer_id, "no marker for a partition that no longer exists");
+                tracing::info!(
+                    topic,
+                    partition,
+                    producer_id = m.producer_id,
+                    "no marker for a partition that no longer exists"
+                );
                 Ok(())
             }
             Route::Unavailable(why) => Err(why),
@@ -298,7 +376,12 @@ fn endpoint_of(broker: &Broker, node: i32) -> Result<Endpoint, String> {
 }
 
 /// The error code `response` gives `topic`-`partition` of `producer_id`'s marker.
-fn partition_error(response: &WriteTxnMarkersResponse, producer_id: i64, topic: &str, partition: i32) -> Option<i16> {
+fn partition_error(
+    response: &WriteTxnMarkersResponse,
+    producer_id: i64,
+    topic: &str,
+    partition: i32,
+) -> Option<i16> {
     response
         .markers
         .iter()
@@ -312,20 +395,32 @@ fn partition_error(response: &WriteTxnMarkersResponse, producer_id: i64, topic: 
 
 #[cfg(test)]
 mod tests {
-    use kafka_protocol::messages::write_txn_markers_response::{WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult};
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
 
     use super::*;
 
     #[test]
     fn the_answer_for_the_partition_is_found() {
-        let part = |p: i32, code: i16| WritableTxnMarkerPartitionResult::default().with_partition_index(p).with_error_code(code);
+        let part = |p: i32, code: i16| {
+            WritableTxnMarkerPartitionResult::default()
+                .with_partition_index(p)
+                .with_error_code(code)
+        };
         let topic = WritableTxnMarkerTopicResult::default()
             .with_name(TopicName(StrBytes::from_static_str("t")))
             .with_partitions(vec![part(0, 0), part(1, ResponseError::NotLeaderOrFollower.code())]);
-        let response = WriteTxnMarkersResponse::default()
-            .with_markers(vec![WritableTxnMarkerResult::default().with_producer_id(ProducerId(7)).with_topics(vec![topic])]);
+        let response = WriteTxnMarkersResponse::default().with_markers(vec![
+            WritableTxnMarkerResult::default()
+                .with_producer_id(ProducerId(7))
+                .with_topics(vec![topic]),
+        ]);
         assert_eq!(partition_error(&response, 7, "t", 0), Some(0));
-        assert_eq!(partition_error(&response, 7, "t", 1), Some(ResponseError::NotLeaderOrFollower.code()));
+        assert_eq!(
+            partition_error(&response, 7, "t", 1),
+            Some(ResponseError::NotLeaderOrFollower.code())
+        );
         assert_eq!(partition_error(&response, 8, "t", 0), None, "another producer's answer");
         assert_eq!(partition_error(&response, 7, "u", 0), None);
     }

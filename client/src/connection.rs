@@ -192,7 +192,10 @@ pub struct ClientSecurity {
 
 impl fmt::Debug for ClientSecurity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientSecurity").field("tls", &self.tls.is_some()).field("sasl", &self.sasl).finish()
+        f.debug_struct("ClientSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("sasl", &self.sasl)
+            .finish()
     }
 }
 
@@ -204,7 +207,10 @@ impl ClientSecurity {
 
     /// TLS with `tls` (see [`crate::tls::TlsClientSettings`]) and the SASL
     /// login `sasl`, each for the endpoints whose protocol needs it.
-    pub fn new(tls: Option<Arc<ClientConfig>>, sasl: Option<(SaslMechanism, SaslCredentials)>) -> Self {
+    pub fn new(
+        tls: Option<Arc<ClientConfig>>,
+        sasl: Option<(SaslMechanism, SaslCredentials)>,
+    ) -> Self {
         ClientSecurity { tls, sasl }
     }
 
@@ -227,7 +233,11 @@ enum BrokerStream {
 }
 
 impl AsyncRead for BrokerStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             BrokerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
@@ -236,7 +246,11 @@ impl AsyncRead for BrokerStream {
 }
 
 impl AsyncWrite for BrokerStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             BrokerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
@@ -290,19 +304,41 @@ impl BrokerConnection {
     /// [`ClientError::Authentication`], [`ClientError::Security`] (the endpoint
     /// needs TLS or SASL this broker has no settings for), or any error of the
     /// SASL requests.
-    pub async fn connect(endpoint: &Endpoint, client_id: &str, timeout: Duration, security: &ClientSecurity) -> Result<Self, ClientError> {
+    pub async fn connect(
+        endpoint: &Endpoint,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Self, ClientError> {
         let addr = endpoint.addr();
-        let missing = |what: &str| ClientError::Security {
+        let missing = |what: &str| {
+            ClientError::Security {
             addr: addr.clone(),
             reason: format!("its endpoint is {} and this broker has no {what} for the inter-broker listener (is its inter.broker.listener.name the same protocol?)", endpoint.protocol),
+        }
         };
         // Checked before connecting: a missing setting is not worth a socket.
-        let tls = if endpoint.protocol.uses_tls() { Some(security.tls().ok_or_else(|| missing("TLS client settings"))?.clone()) } else { None };
-        let sasl = if endpoint.protocol.uses_sasl() { Some(security.sasl().ok_or_else(|| missing("SASL login"))?) } else { None };
-        let tcp = match tokio::time::timeout(timeout, TcpStream::connect((endpoint.host.as_str(), endpoint.port))).await {
+        let tls = if endpoint.protocol.uses_tls() {
+            Some(security.tls().ok_or_else(|| missing("TLS client settings"))?.clone())
+        } else {
+            None
+        };
+        let sasl = if endpoint.protocol.uses_sasl() {
+            Some(security.sasl().ok_or_else(|| missing("SASL login"))?)
+        } else {
+            None
+        };
+        let tcp = match tokio::time::timeout(
+            timeout,
+            TcpStream::connect((endpoint.host.as_str(), endpoint.port)),
+        )
+        .await
+        {
             Ok(Ok(stream)) => stream,
             Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
-            Err(_) => return Err(ClientError::Timeout { addr, during: "connecting to".into(), timeout }),
+            Err(_) => {
+                return Err(ClientError::Timeout { addr, during: "connecting to".into(), timeout })
+            }
         };
         // Requests are small and answered one at a time: do not let Nagle hold them.
         tcp.set_nodelay(true).map_err(|source| ClientError::Io { addr: addr.clone(), source })?;
@@ -310,12 +346,24 @@ impl BrokerConnection {
             None => BrokerStream::Plain(tcp),
             Some(config) => {
                 // The registered host is what the certificate must name (an IP address or a DNS name).
-                let name = ServerName::try_from(endpoint.host.clone())
-                    .map_err(|e| ClientError::Security { addr: addr.clone(), reason: format!("host is not a valid TLS server name: {e}") })?;
-                match tokio::time::timeout(timeout, TlsConnector::from(config).connect(name, tcp)).await {
+                let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| {
+                    ClientError::Security {
+                        addr: addr.clone(),
+                        reason: format!("host is not a valid TLS server name: {e}"),
+                    }
+                })?;
+                match tokio::time::timeout(timeout, TlsConnector::from(config).connect(name, tcp))
+                    .await
+                {
                     Ok(Ok(stream)) => BrokerStream::Tls(Box::new(stream)),
                     Ok(Err(source)) => return Err(ClientError::Tls { addr, source }),
-                    Err(_) => return Err(ClientError::Timeout { addr, during: "TLS handshake with".into(), timeout }),
+                    Err(_) => {
+                        return Err(ClientError::Timeout {
+                            addr,
+                            during: "TLS handshake with".into(),
+                            timeout,
+                        })
+                    }
                 }
             }
         };
@@ -359,7 +407,11 @@ impl BrokerConnection {
     ///
     /// # Errors
     /// Any [`ClientError`]; all but [`ClientError::Encode`] break the connection.
-    pub async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
+    pub async fn call<Req: Request>(
+        &mut self,
+        version: i16,
+        request: &Req,
+    ) -> Result<Req::Response, ClientError> {
         if self.reauthenticate_at.is_some_and(|at| Instant::now() >= at) && !self.broken {
             self.authenticate().await?;
         }
@@ -370,7 +422,11 @@ impl BrokerConnection {
     ///
     /// # Errors
     /// As [`call`](Self::call).
-    pub(crate) async fn exchange<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Req::Response, ClientError> {
+    pub(crate) async fn exchange<Req: Request>(
+        &mut self,
+        version: i16,
+        request: &Req,
+    ) -> Result<Req::Response, ClientError> {
         if self.broken {
             return Err(ClientError::Broken { addr: self.addr.clone() });
         }
@@ -388,22 +444,43 @@ impl BrokerConnection {
         let mut body = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result?,
             Err(_) => {
-                return Err(ClientError::Timeout { addr: self.addr.clone(), during: format!("waiting for api key {} from", Req::KEY), timeout })
+                return Err(ClientError::Timeout {
+                    addr: self.addr.clone(),
+                    during: format!("waiting for api key {} from", Req::KEY),
+                    timeout,
+                })
             }
         };
-        let decode_error = |reason: String| ClientError::Decode { addr: self.addr.clone(), api_key: Req::KEY, version, reason };
-        let header = ResponseHeader::decode(&mut body, Req::Response::header_version(version)).map_err(|e| decode_error(e.to_string()))?;
+        let decode_error = |reason: String| ClientError::Decode {
+            addr: self.addr.clone(),
+            api_key: Req::KEY,
+            version,
+            reason,
+        };
+        let header = ResponseHeader::decode(&mut body, Req::Response::header_version(version))
+            .map_err(|e| decode_error(e.to_string()))?;
         if header.correlation_id != correlation_id {
-            return Err(ClientError::CorrelationId { addr: self.addr.clone(), expected: correlation_id, got: header.correlation_id });
+            return Err(ClientError::CorrelationId {
+                addr: self.addr.clone(),
+                expected: correlation_id,
+                got: header.correlation_id,
+            });
         }
-        let response = Req::Response::decode(&mut body, version).map_err(|e| decode_error(e.to_string()))?;
+        let response =
+            Req::Response::decode(&mut body, version).map_err(|e| decode_error(e.to_string()))?;
         self.broken = false;
         Ok(response)
     }
 
     /// The size-prefixed request frame.
-    fn encode<Req: Request>(&self, version: i16, correlation_id: i32, request: &Req) -> Result<Bytes, ClientError> {
-        let encode_error = |reason: String| ClientError::Encode { api_key: Req::KEY, version, reason };
+    fn encode<Req: Request>(
+        &self,
+        version: i16,
+        correlation_id: i32,
+        request: &Req,
+    ) -> Result<Bytes, ClientError> {
+        let encode_error =
+            |reason: String| ClientError::Encode { api_key: Req::KEY, version, reason };
         let header = RequestHeader::default()
             .with_request_api_key(Req::KEY)
             .with_request_api_version(version)
@@ -411,9 +488,15 @@ impl BrokerConnection {
             .with_client_id(Some(self.client_id.clone()));
         let mut buf = BytesMut::new();
         buf.put_i32(0);
-        header.encode(&mut buf, Req::header_version(version)).map_err(|e| encode_error(e.to_string()))?;
+        header
+            .encode(&mut buf, Req::header_version(version))
+            .map_err(|e| encode_error(e.to_string()))?;
         request.encode(&mut buf, version).map_err(|e| encode_error(e.to_string()))?;
-        let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN).map_err(|_| ClientError::Encode { api_key: Req::KEY, version, reason: "request larger than 2 GiB".into() })?;
+        let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN).map_err(|_| ClientError::Encode {
+            api_key: Req::KEY,
+            version,
+            reason: "request larger than 2 GiB".into(),
+        })?;
         buf[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
         Ok(buf.freeze())
     }
@@ -446,7 +529,9 @@ impl BrokerConnection {
     async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ClientError> {
         match self.stream.read_exact(buf).await {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ClientError::Closed { addr: self.addr.clone() }),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(ClientError::Closed { addr: self.addr.clone() })
+            }
             Err(e) => Err(self.io_error(e)),
         }
     }

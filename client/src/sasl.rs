@@ -58,7 +58,10 @@ pub struct SaslCredentials {
 
 impl fmt::Debug for SaslCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SaslCredentials").field("username", &self.username).field("password", &"****").finish()
+        f.debug_struct("SaslCredentials")
+            .field("username", &self.username)
+            .field("password", &"****")
+            .finish()
     }
 }
 
@@ -73,19 +76,35 @@ const SASL_AUTHENTICATE_VERSION: i16 = 2;
 /// # Errors
 /// [`ClientError::Authentication`] when the peer refuses the mechanism or the
 /// login, or its SCRAM answer is not valid; any error of the requests.
-pub(crate) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism, credentials: &SaslCredentials) -> Result<Option<Duration>, ClientError> {
-    let refused = |conn: &BrokerConnection, message: String| ClientError::Authentication { addr: conn.addr().to_string(), mechanism: mechanism.name(), message };
+pub(crate) async fn login(
+    conn: &mut BrokerConnection,
+    mechanism: SaslMechanism,
+    credentials: &SaslCredentials,
+) -> Result<Option<Duration>, ClientError> {
+    let refused = |conn: &BrokerConnection, message: String| ClientError::Authentication {
+        addr: conn.addr().to_string(),
+        mechanism: mechanism.name(),
+        message,
+    };
     let handshake = conn
-        .exchange(SASL_HANDSHAKE_VERSION, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name())))
+        .exchange(
+            SASL_HANDSHAKE_VERSION,
+            &SaslHandshakeRequest::default()
+                .with_mechanism(StrBytes::from_static_str(mechanism.name())),
+        )
         .await?;
     if handshake.error_code != 0 {
         let offered: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
-        return Err(refused(conn, handshake_refusal(handshake.error_code, &offered, conn.is_tls())));
+        return Err(refused(
+            conn,
+            handshake_refusal(handshake.error_code, &offered, conn.is_tls()),
+        ));
     }
     let last = match mechanism {
         SaslMechanism::Plain => {
             // authzid (empty) NUL user NUL password.
-            let mut token = Vec::with_capacity(credentials.username.len() + credentials.password.len() + 2);
+            let mut token =
+                Vec::with_capacity(credentials.username.len() + credentials.password.len() + 2);
             token.push(0);
             token.extend_from_slice(credentials.username.as_bytes());
             token.push(0);
@@ -93,8 +112,10 @@ pub(crate) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism,
             authenticate(conn, token).await.map_err(|m| m.into_error(conn, mechanism))?
         }
         SaslMechanism::Scram(m) => {
-            let (scram, first) = ScramClient::client_first(m, &credentials.username, &credentials.password);
-            let server_first = authenticate(conn, first).await.map_err(|e| e.into_error(conn, mechanism))?;
+            let (scram, first) =
+                ScramClient::client_first(m, &credentials.username, &credentials.password);
+            let server_first =
+                authenticate(conn, first).await.map_err(|e| e.into_error(conn, mechanism))?;
             // PBKDF2 of up to 16384 rounds: milliseconds, kept off the runtime's workers.
             let (scram, last) = tokio::task::spawn_blocking(move || {
                 let mut scram = scram;
@@ -104,8 +125,11 @@ pub(crate) async fn login(conn: &mut BrokerConnection, mechanism: SaslMechanism,
             .await
             .map_err(|e| refused(conn, format!("the SCRAM proof could not be computed: {e}")))?;
             let last = last.map_err(|e| refused(conn, e.to_string()))?;
-            let server_final = authenticate(conn, last).await.map_err(|e| e.into_error(conn, mechanism))?;
-            scram.verify_server_final(&server_final.token).map_err(|e| refused(conn, e.to_string()))?;
+            let server_final =
+                authenticate(conn, last).await.map_err(|e| e.into_error(conn, mechanism))?;
+            scram
+                .verify_server_final(&server_final.token)
+                .map_err(|e| refused(conn, e.to_string()))?;
             server_final
         }
     };
@@ -129,7 +153,11 @@ impl RoundError {
     fn into_error(self, conn: &BrokerConnection, mechanism: SaslMechanism) -> ClientError {
         match self {
             RoundError::Client(e) => e,
-            RoundError::Refused(message) => ClientError::Authentication { addr: conn.addr().to_string(), mechanism: mechanism.name(), message },
+            RoundError::Refused(message) => ClientError::Authentication {
+                addr: conn.addr().to_string(),
+                mechanism: mechanism.name(),
+                message,
+            },
         }
     }
 }
@@ -137,19 +165,24 @@ impl RoundError {
 /// One SaslAuthenticate round: sends `token`, returns the peer's answer.
 async fn authenticate(conn: &mut BrokerConnection, token: Vec<u8>) -> Result<Answer, RoundError> {
     let request = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
-    let response = conn.exchange(SASL_AUTHENTICATE_VERSION, &request).await.map_err(RoundError::Client)?;
+    let response =
+        conn.exchange(SASL_AUTHENTICATE_VERSION, &request).await.map_err(RoundError::Client)?;
     if response.error_code != 0 {
         let said = response.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
         return Err(RoundError::Refused(format!("{}: {said}", error_name(response.error_code))));
     }
-    Ok(Answer { token: response.auth_bytes.to_vec(), session_lifetime_ms: response.session_lifetime_ms })
+    Ok(Answer {
+        token: response.auth_bytes.to_vec(),
+        session_lifetime_ms: response.session_lifetime_ms,
+    })
 }
 
 /// Why the peer refused the SaslHandshake, and what to do about it.
 fn handshake_refusal(code: i16, offered: &[&str], tls: bool) -> String {
     if code == ResponseError::IllegalSaslState.code() && offered.is_empty() {
         // Kafka's answer on a listener without SASL; whether TLS came first says which kind it is.
-        let (protocol, sasl) = if tls { ("SSL", "SASL_SSL") } else { ("PLAINTEXT", "SASL_PLAINTEXT") };
+        let (protocol, sasl) =
+            if tls { ("SSL", "SASL_SSL") } else { ("PLAINTEXT", "SASL_PLAINTEXT") };
         return format!(
             "this is a {protocol} listener, which offers no SASL mechanisms: use the address of the broker's \
              {sasl} listener (its `listeners` setting), or security.protocol={protocol} without SASL on this one"

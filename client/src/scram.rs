@@ -140,7 +140,9 @@ pub enum ScramClientError {
     #[error("the server's nonce does not start with the client's")]
     Nonce,
     /// The server asks for an iteration count outside Kafka's bounds.
-    #[error("the server asks for {0} iterations (Kafka allows {MIN_ITERATIONS}..={MAX_ITERATIONS})")]
+    #[error(
+        "the server asks for {0} iterations (Kafka allows {MIN_ITERATIONS}..={MAX_ITERATIONS})"
+    )]
     Iterations(i64),
     /// The server answered with `e=...`.
     #[error("the server refused the proof: {0}")]
@@ -163,7 +165,10 @@ pub struct ScramClient {
 impl std::fmt::Debug for ScramClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The password stays out of every log line.
-        f.debug_struct("ScramClient").field("mechanism", &self.mechanism).field("client_first_bare", &self.client_first_bare).finish_non_exhaustive()
+        f.debug_struct("ScramClient")
+            .field("mechanism", &self.mechanism)
+            .field("client_first_bare", &self.client_first_bare)
+            .finish_non_exhaustive()
     }
 }
 
@@ -173,10 +178,21 @@ impl ScramClient {
         Self::with_nonce(mechanism, user, password, random_nonce())
     }
 
-    fn with_nonce(mechanism: ScramMechanism, user: &str, password: &str, client_nonce: String) -> (Self, Vec<u8>) {
+    fn with_nonce(
+        mechanism: ScramMechanism,
+        user: &str,
+        password: &str,
+        client_nonce: String,
+    ) -> (Self, Vec<u8>) {
         let client_first_bare = format!("n={},r={client_nonce}", encode_sasl_name(user));
         let message = format!("n,,{client_first_bare}").into_bytes();
-        let client = ScramClient { mechanism, password: password.to_string(), client_first_bare, client_nonce, expected_server_signature: None };
+        let client = ScramClient {
+            mechanism,
+            password: password.to_string(),
+            client_first_bare,
+            client_nonce,
+            expected_server_signature: None,
+        };
         (client, message)
     }
 
@@ -185,15 +201,23 @@ impl ScramClient {
     /// # Errors
     /// [`ScramClientError`] for a malformed message, a foreign nonce or an iteration count out of bounds.
     pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramClientError> {
-        let text = std::str::from_utf8(server_first).map_err(|_| ScramClientError::Malformed("not UTF-8"))?;
+        let text = std::str::from_utf8(server_first)
+            .map_err(|_| ScramClientError::Malformed("not UTF-8"))?;
         let (mut nonce, mut salt, mut iterations) = (None, None, None);
         for attr in text.split(',') {
             if let Some(v) = attr.strip_prefix("r=") {
                 nonce = Some(v);
             } else if let Some(v) = attr.strip_prefix("s=") {
-                salt = Some(BASE64.decode(v).map_err(|_| ScramClientError::Malformed("salt is not base64"))?);
+                salt = Some(
+                    BASE64
+                        .decode(v)
+                        .map_err(|_| ScramClientError::Malformed("salt is not base64"))?,
+                );
             } else if let Some(v) = attr.strip_prefix("i=") {
-                iterations = Some(v.parse::<i64>().map_err(|_| ScramClientError::Malformed("iteration count is not a number"))?);
+                iterations =
+                    Some(v.parse::<i64>().map_err(|_| {
+                        ScramClientError::Malformed("iteration count is not a number")
+                    })?);
             } else if attr.starts_with("m=") {
                 return Err(ScramClientError::Malformed("mandatory extension not supported"));
             }
@@ -230,13 +254,22 @@ impl ScramClient {
     /// # Errors
     /// [`ScramClientError::ServerError`], [`ScramClientError::ServerSignature`], or malformed.
     pub fn verify_server_final(&self, server_final: &[u8]) -> Result<(), ScramClientError> {
-        let text = std::str::from_utf8(server_final).map_err(|_| ScramClientError::Malformed("not UTF-8"))?;
+        let text = std::str::from_utf8(server_final)
+            .map_err(|_| ScramClientError::Malformed("not UTF-8"))?;
         if let Some(e) = text.strip_prefix("e=") {
             return Err(ScramClientError::ServerError(e.to_string()));
         }
-        let v = text.split(',').find_map(|a| a.strip_prefix("v=")).ok_or(ScramClientError::Malformed("no server signature"))?;
-        let got = BASE64.decode(v).map_err(|_| ScramClientError::Malformed("server signature is not base64"))?;
-        let expected = self.expected_server_signature.as_deref().ok_or(ScramClientError::Malformed("server-final before server-first"))?;
+        let v = text
+            .split(',')
+            .find_map(|a| a.strip_prefix("v="))
+            .ok_or(ScramClientError::Malformed("no server signature"))?;
+        let got = BASE64
+            .decode(v)
+            .map_err(|_| ScramClientError::Malformed("server signature is not base64"))?;
+        let expected = self
+            .expected_server_signature
+            .as_deref()
+            .ok_or(ScramClientError::Malformed("server-final before server-first"))?;
         if constant_time_eq(&got, expected) {
             Ok(())
         } else {
@@ -252,7 +285,12 @@ mod tests {
     #[test]
     fn rfc_7677_example() {
         // RFC 7677 section 3: user "user", password "pencil", SCRAM-SHA-256.
-        let (mut c, first) = ScramClient::with_nonce(ScramMechanism::Sha256, "user", "pencil", "rOprNGfwEbeRWgbNEkqO".into());
+        let (mut c, first) = ScramClient::with_nonce(
+            ScramMechanism::Sha256,
+            "user",
+            "pencil",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+        );
         assert_eq!(first, b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
         let server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         let last = c.client_final(server_first).expect("client-final");
@@ -260,9 +298,13 @@ mod tests {
             String::from_utf8(last).expect("utf8"),
             "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
         );
-        c.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=").expect("server proves itself");
+        c.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+            .expect("server proves itself");
         assert_eq!(c.verify_server_final(b"v=AAAA"), Err(ScramClientError::ServerSignature));
-        assert_eq!(c.verify_server_final(b"e=invalid-proof"), Err(ScramClientError::ServerError("invalid-proof".into())));
+        assert_eq!(
+            c.verify_server_final(b"e=invalid-proof"),
+            Err(ScramClientError::ServerError("invalid-proof".into()))
+        );
     }
 
     #[test]
@@ -270,11 +312,17 @@ mod tests {
         let (mut c, _) = ScramClient::with_nonce(ScramMechanism::Sha512, "u", "p", "abc".into());
         assert_eq!(c.client_final(b"r=xyz123,s=AAAA,i=4096"), Err(ScramClientError::Nonce));
         assert_eq!(c.client_final(b"r=abc,s=AAAA,i=4096"), Err(ScramClientError::Nonce));
-        assert_eq!(c.client_final(b"r=abcd,s=AAAA,i=100000000"), Err(ScramClientError::Iterations(100_000_000)));
+        assert_eq!(
+            c.client_final(b"r=abcd,s=AAAA,i=100000000"),
+            Err(ScramClientError::Iterations(100_000_000))
+        );
         assert_eq!(c.client_final(b"r=abcd,s=AAAA,i=1"), Err(ScramClientError::Iterations(1)));
         assert!(matches!(c.client_final(b"r=abcd,i=4096"), Err(ScramClientError::Malformed(_))));
         assert!(matches!(c.client_final(b"\xff"), Err(ScramClientError::Malformed(_))));
-        assert!(matches!(c.verify_server_final(b"v=AAAA"), Err(ScramClientError::Malformed(_))), "no client-final yet");
+        assert!(
+            matches!(c.verify_server_final(b"v=AAAA"), Err(ScramClientError::Malformed(_))),
+            "no client-final yet"
+        );
         assert!(!format!("{c:?}").contains("\"p\""));
     }
 }

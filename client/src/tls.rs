@@ -11,7 +11,10 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme, SupportedProtocolVersion};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    SupportedProtocolVersion,
+};
 use thiserror::Error;
 
 /// Why a TLS configuration could not be built.
@@ -64,13 +67,19 @@ impl TlsClientSettings {
     /// # Errors
     /// [`TlsError`] naming the file or setting at fault.
     pub fn client_config(&self) -> Result<ClientConfig, TlsError> {
-        let ca_path = self.truststore.as_deref().ok_or(TlsError::Missing("ssl.truststore.location"))?;
+        let ca_path =
+            self.truststore.as_deref().ok_or(TlsError::Missing("ssl.truststore.location"))?;
         let mut roots = RootCertStore::empty();
         for cert in read_certificates("CA certificates", ca_path)? {
-            roots.add(cert).map_err(|e| TlsError::Pem { what: "CA certificates", path: ca_path.to_path_buf(), reason: e.to_string() })?;
+            roots.add(cert).map_err(|e| TlsError::Pem {
+                what: "CA certificates",
+                path: ca_path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(self.tls12, self.tls13))?;
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&protocol_versions(self.tls12, self.tls13))?;
         let builder = if self.verify_hostname {
             builder.with_root_certificates(roots)
         } else {
@@ -106,19 +115,30 @@ impl ServerCertVerifier for ChainOnly {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         // webpki checks the chain before the name: a name error means the chain was good.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         self.0.verify_tls12_signature(message, cert, dss)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         self.0.verify_tls13_signature(message, cert, dss)
     }
 
@@ -133,7 +153,10 @@ pub fn pem_error(what: &'static str, path: &Path, e: impl std::fmt::Display) -> 
 }
 
 /// The certificates of the PEM file at `path` (`what` names them in errors); at least one.
-pub fn read_certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub fn read_certificates(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .map_err(|e| pem_error(what, path, e))?
         .collect::<Result<_, _>>()
@@ -166,7 +189,14 @@ mod tests {
     use super::*;
 
     fn settings(truststore: Option<&str>) -> TlsClientSettings {
-        TlsClientSettings { truststore: truststore.map(PathBuf::from), certificate: None, key: None, tls12: true, tls13: true, verify_hostname: true }
+        TlsClientSettings {
+            truststore: truststore.map(PathBuf::from),
+            certificate: None,
+            key: None,
+            tls12: true,
+            tls13: true,
+            verify_hostname: true,
+        }
     }
 
     #[test]
@@ -174,6 +204,10 @@ mod tests {
         let e = settings(None).client_config().expect_err("no truststore");
         assert!(matches!(e, TlsError::Missing("ssl.truststore.location")), "{e}");
         let e = settings(Some("/nonexistent/ca.pem")).client_config().expect_err("no such file");
-        assert!(matches!(&e, TlsError::Pem { what: "CA certificates", .. }) && e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        assert!(
+            matches!(&e, TlsError::Pem { what: "CA certificates", .. })
+                && e.to_string().contains("/nonexistent/ca.pem"),
+            "{e}"
+        );
     }
 }

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
-    WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -32,7 +32,9 @@ use tracing::{info, warn};
 
 use crate::controller::{self, ControllerContext};
 use crate::etcd_keys::{bounded, parse_json, partitions_prefix};
-use crate::{BrokerRegistration, ClusterError, ClusterView, PartitionState, TopicAssignment, TopicPartition};
+use crate::{
+    BrokerRegistration, ClusterError, ClusterView, PartitionState, TopicAssignment, TopicPartition,
+};
 
 /// What to join, and as whom.
 pub(crate) struct EtcdTarget {
@@ -75,8 +77,14 @@ impl EtcdTarget {
 }
 
 /// The cluster id stored at `<prefix>/cluster_id`, which `proposed` becomes if none is.
-pub(crate) async fn agree_cluster_id(endpoints: &[String], prefix: &str, proposed: &str, timeout: Duration) -> Result<String, ClusterError> {
-    let mut c = bounded(timeout, "connect", Client::connect(endpoints, Some(connect_options()))).await?;
+pub(crate) async fn agree_cluster_id(
+    endpoints: &[String],
+    prefix: &str,
+    proposed: &str,
+    timeout: Duration,
+) -> Result<String, ClusterError> {
+    let mut c =
+        bounded(timeout, "connect", Client::connect(endpoints, Some(connect_options()))).await?;
     let key = format!("{prefix}/cluster_id");
     match create_or_get(&mut c, timeout, &key, proposed.as_bytes(), None).await? {
         None => {
@@ -91,7 +99,13 @@ pub(crate) async fn agree_cluster_id(endpoints: &[String], prefix: &str, propose
 
 /// Writes `key` = `value` (under `lease`, if given) only if the key does not exist:
 /// `None` when written, else the key as it is (read in the same transaction).
-pub(crate) async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, value: &[u8], lease: Option<i64>) -> Result<Option<KeyValue>, ClusterError> {
+pub(crate) async fn create_or_get(
+    c: &mut Client,
+    timeout: Duration,
+    key: &str,
+    value: &[u8],
+    lease: Option<i64>,
+) -> Result<Option<KeyValue>, ClusterError> {
     let put_options = lease.map(|id| PutOptions::new().with_lease(id));
     let txn = Txn::new()
         .when([Compare::version(key, CompareOp::Equal, 0)])
@@ -105,7 +119,10 @@ pub(crate) async fn create_or_get(c: &mut Client, timeout: Duration, key: &str, 
         TxnOpResponse::Get(g) => g.kvs().first().cloned(),
         _ => None,
     });
-    existing.map(Some).ok_or(ClusterError::BadValue { key: key.into(), reason: "exists, yet read back empty".into() })
+    existing.map(Some).ok_or(ClusterError::BadValue {
+        key: key.into(),
+        reason: "exists, yet read back empty".into(),
+    })
 }
 
 fn connect_options() -> ConnectOptions {
@@ -119,12 +136,21 @@ fn connect_options() -> ConnectOptions {
 /// broker), and starts the session supervisor.
 pub(crate) async fn start(
     target: EtcdTarget,
-) -> Result<(Client, watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError> {
-    let client = bounded(target.request_timeout(), "connect", Client::connect(target.endpoints.clone(), Some(connect_options()))).await?;
+) -> Result<(Client, watch::Receiver<ClusterView>, oneshot::Sender<()>, JoinHandle<()>), ClusterError>
+{
+    let client = bounded(
+        target.request_timeout(),
+        "connect",
+        Client::connect(target.endpoints.clone(), Some(connect_options())),
+    )
+    .await?;
     let lease = register(client.clone(), &target).await?;
     // Until the first listing arrives, the cluster this broker knows is itself.
     let me = target.registration.clone();
-    let (view_tx, view_rx) = watch::channel(ClusterView { brokers: [(me.node_id, me)].into_iter().collect(), ..ClusterView::default() });
+    let (view_tx, view_rx) = watch::channel(ClusterView {
+        brokers: [(me.node_id, me)].into_iter().collect(),
+        ..ClusterView::default()
+    });
     let (stop_tx, stop_rx) = oneshot::channel();
     let task = tokio::spawn(supervise(client.clone(), target, view_tx, lease, stop_rx));
     Ok((client, view_rx, stop_tx, task))
@@ -132,7 +158,13 @@ pub(crate) async fn start(
 
 /// Runs sessions until told to stop; then revokes the lease so the others see this
 /// broker leave at once.
-async fn supervise(client: Client, target: EtcdTarget, view: watch::Sender<ClusterView>, mut lease: i64, mut stop: oneshot::Receiver<()>) {
+async fn supervise(
+    client: Client,
+    target: EtcdTarget,
+    view: watch::Sender<ClusterView>,
+    mut lease: i64,
+    mut stop: oneshot::Receiver<()>,
+) {
     loop {
         let ended = tokio::select! {
             _ = &mut stop => break,
@@ -165,7 +197,12 @@ async fn supervise(client: Client, target: EtcdTarget, view: watch::Sender<Clust
 
 /// One session: ends (with why) when the lease, the watch, the campaign or the
 /// controller observation fails.
-async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, lease: i64) -> ClusterError {
+async fn run_session(
+    client: Client,
+    target: &EtcdTarget,
+    view: &watch::Sender<ClusterView>,
+    lease: i64,
+) -> ClusterError {
     // How many of the two listings (brokers; topics and partitions) this session has
     // loaded: the controller acts only on a view its own session has read in full.
     let (loaded_tx, loaded_rx) = watch::channel(0u8);
@@ -189,7 +226,10 @@ async fn run_session(client: Client, target: &EtcdTarget, view: &watch::Sender<C
 const LISTINGS: u8 = 2;
 
 /// Marks the view synced once this session has loaded every listing.
-async fn mark_synced(mut loaded: watch::Receiver<u8>, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
+async fn mark_synced(
+    mut loaded: watch::Receiver<u8>,
+    view: &watch::Sender<ClusterView>,
+) -> Result<Infallible, ClusterError> {
     loaded.wait_for(|n| *n >= LISTINGS).await.map_err(|_| ClusterError::StreamEnded("listing"))?;
     view.send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
     std::future::pending().await
@@ -203,12 +243,24 @@ async fn mark_synced(mut loaded: watch::Receiver<u8>, view: &watch::Sender<Clust
 async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterError> {
     let me = &target.registration;
     let key = target.broker_key();
-    let value = serde_json::to_vec(me).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
-    let lease = bounded(target.request_timeout(), "lease grant", c.lease_grant(target.lease_ttl_s(), None)).await?.id();
+    let value = serde_json::to_vec(me)
+        .map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let lease =
+        bounded(target.request_timeout(), "lease grant", c.lease_grant(target.lease_ttl_s(), None))
+            .await?
+            .id();
     let give_up_at = Instant::now() + target.session_timeout + Duration::from_secs(2);
     let mut waiting_logged = false;
     loop {
-        let holder = match create_or_get(&mut c, target.request_timeout(), &key, &value, Some(lease)).await? {
+        let holder = match create_or_get(
+            &mut c,
+            target.request_timeout(),
+            &key,
+            &value,
+            Some(lease),
+        )
+        .await?
+        {
             None => {
                 info!(node_id = me.node_id, endpoints = %me.describe_endpoints(), lease, key = %key, "registered in etcd");
                 return Ok(lease);
@@ -217,7 +269,11 @@ async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterErro
         };
         let theirs = parse_registration(&holder);
         if theirs.as_ref().is_ok_and(|r| r.endpoints == me.endpoints) {
-            info!(node_id = me.node_id, old_lease = holder.lease(), "replacing the registration of an earlier incarnation of this broker");
+            info!(
+                node_id = me.node_id,
+                old_lease = holder.lease(),
+                "replacing the registration of an earlier incarnation of this broker"
+            );
             drop_registration(&mut c, target, &key, &holder).await?;
             continue;
         }
@@ -238,9 +294,15 @@ async fn register(mut c: Client, target: &EtcdTarget) -> Result<i64, ClusterErro
 /// Removes a stale registration: revokes its lease (which also ends a controller
 /// role held under it), or deletes the key if it has none; either only if the key is
 /// still the one seen.
-async fn drop_registration(c: &mut Client, target: &EtcdTarget, key: &str, stale: &KeyValue) -> Result<(), ClusterError> {
+async fn drop_registration(
+    c: &mut Client,
+    target: &EtcdTarget,
+    key: &str,
+    stale: &KeyValue,
+) -> Result<(), ClusterError> {
     if stale.lease() != 0 {
-        match bounded(target.request_timeout(), "lease revoke", c.lease_revoke(stale.lease())).await {
+        match bounded(target.request_timeout(), "lease revoke", c.lease_revoke(stale.lease())).await
+        {
             Ok(_) | Err(ClusterError::Etcd(_)) => return Ok(()), // revoked, or expired meanwhile
             Err(e) => return Err(e),
         }
@@ -252,13 +314,21 @@ async fn drop_registration(c: &mut Client, target: &EtcdTarget, key: &str, stale
     Ok(())
 }
 
-async fn keep_alive(mut c: Client, target: &EtcdTarget, lease: i64) -> Result<Infallible, ClusterError> {
-    let (mut keeper, mut stream) = bounded(target.request_timeout(), "lease keep-alive", c.lease_keep_alive(lease)).await?;
-    let mut tick = tokio::time::interval((target.session_timeout / 3).max(Duration::from_millis(100)));
+async fn keep_alive(
+    mut c: Client,
+    target: &EtcdTarget,
+    lease: i64,
+) -> Result<Infallible, ClusterError> {
+    let (mut keeper, mut stream) =
+        bounded(target.request_timeout(), "lease keep-alive", c.lease_keep_alive(lease)).await?;
+    let mut tick =
+        tokio::time::interval((target.session_timeout / 3).max(Duration::from_millis(100)));
     loop {
         tick.tick().await;
         keeper.keep_alive().await?;
-        let resp = bounded(target.request_timeout(), "lease keep-alive", stream.message()).await?.ok_or(ClusterError::StreamEnded("lease keep-alive"))?;
+        let resp = bounded(target.request_timeout(), "lease keep-alive", stream.message())
+            .await?
+            .ok_or(ClusterError::StreamEnded("lease keep-alive"))?;
         if resp.ttl() <= 0 {
             return Err(ClusterError::LeaseExpired);
         }
@@ -300,7 +370,9 @@ async fn mirror_range<T>(
     loaded: impl FnOnce(),
 ) -> Result<Infallible, ClusterError> {
     let KeyRange { start, end, strip } = range;
-    let suffix = |kv: &KeyValue| kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).map(str::to_string);
+    let suffix = |kv: &KeyValue| {
+        kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).map(str::to_string)
+    };
     let get_options = match &end {
         Some(end) => GetOptions::new().with_range(end.as_str()),
         None => GetOptions::new().with_prefix(),
@@ -323,7 +395,8 @@ async fn mirror_range<T>(
         Some(end) => WatchOptions::new().with_range(end.as_str()),
         None => WatchOptions::new().with_prefix(),
     };
-    let mut stream = c.watch(start.clone(), Some(watch_options.with_start_revision(revision + 1))).await?;
+    let mut stream =
+        c.watch(start.clone(), Some(watch_options.with_start_revision(revision + 1))).await?;
     while let Some(resp) = stream.message().await? {
         if resp.canceled() {
             return Err(ClusterError::StreamEnded("watch"));
@@ -349,11 +422,24 @@ async fn mirror_range<T>(
 }
 
 /// Keeps `view.brokers` equal to the registrations in etcd.
-async fn watch_brokers(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+async fn watch_brokers(
+    c: Client,
+    target: &EtcdTarget,
+    view: &watch::Sender<ClusterView>,
+    loaded: impl FnOnce(),
+) -> Result<Infallible, ClusterError> {
     let publish = |entries: &BTreeMap<String, BrokerRegistration>| {
         publish_brokers(view, entries.values().map(|r| (r.node_id, r.clone())).collect());
     };
-    mirror_prefix(c, target.request_timeout(), target.brokers_prefix(), parse_registration, publish, loaded).await
+    mirror_prefix(
+        c,
+        target.request_timeout(),
+        target.brokers_prefix(),
+        parse_registration,
+        publish,
+        loaded,
+    )
+    .await
 }
 
 /// A key of the topics-and-partitions range.
@@ -368,17 +454,25 @@ enum TopicsEntry {
 /// the range from `partitions/` to the end of `topics/`: a topic created (or deleted)
 /// with its partitions in one transaction appears (or goes) in one view change, never
 /// a topic without its partitions.
-async fn watch_topics_and_partitions(c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>, loaded: impl FnOnce()) -> Result<Infallible, ClusterError> {
+async fn watch_topics_and_partitions(
+    c: Client,
+    target: &EtcdTarget,
+    view: &watch::Sender<ClusterView>,
+    loaded: impl FnOnce(),
+) -> Result<Infallible, ClusterError> {
     let strip = format!("{}/", target.prefix);
     let parse = |kv: &KeyValue| {
-        let name = kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).unwrap_or_default();
+        let name =
+            kv.key_str().ok().and_then(|k| k.strip_prefix(strip.as_str())).unwrap_or_default();
         if let Some(topic) = name.strip_prefix("topics/") {
             let mut t = parse_json::<TopicAssignment>(kv)?;
             t.create_revision = kv.create_revision();
             t.mod_revision = kv.mod_revision();
             return Ok(TopicsEntry::Topic(topic.to_string(), t));
         }
-        if let Some((topic, p)) = name.strip_prefix("partitions/").and_then(|rest| rest.rsplit_once('/')) {
+        if let Some((topic, p)) =
+            name.strip_prefix("partitions/").and_then(|rest| rest.rsplit_once('/'))
+        {
             let mut state = parse_json::<PartitionState>(kv)?;
             state.partition_epoch = kv.mod_revision();
             if let Ok(p) = p.parse() {
@@ -411,7 +505,11 @@ async fn watch_topics_and_partitions(c: Client, target: &EtcdTarget, view: &watc
         });
     };
     // `topics0` is the first key after every `topics/...` ('0' follows '/').
-    let range = KeyRange { start: target.partitions_prefix(), end: Some(format!("{}/topics0", target.prefix)), strip: strip.clone() };
+    let range = KeyRange {
+        start: target.partitions_prefix(),
+        end: Some(format!("{}/topics0", target.prefix)),
+        strip: strip.clone(),
+    };
     mirror_range(c, target.request_timeout(), range, parse, publish, loaded).await
 }
 
@@ -456,7 +554,11 @@ async fn campaign(
 }
 
 /// Keeps `view.controller_id` on the election's winner.
-async fn observe_controller(mut c: Client, target: &EtcdTarget, view: &watch::Sender<ClusterView>) -> Result<Infallible, ClusterError> {
+async fn observe_controller(
+    mut c: Client,
+    target: &EtcdTarget,
+    view: &watch::Sender<ClusterView>,
+) -> Result<Infallible, ClusterError> {
     let mut stream = c.observe(target.election()).await?;
     while let Some(resp) = stream.message().await? {
         let Some(kv) = resp.kv() else { continue };

@@ -46,15 +46,19 @@ mod store_url;
 mod topics;
 mod view;
 
-pub use error::ClusterError;
 pub use controller::LeaderRebalance;
+pub use error::ClusterError;
 pub use membership::{agree_cluster_id, Membership, MembershipSettings};
 pub use partition::{
-    assign_added_partitions, assign_replicas, cancel_reassignment, complete_reassignment, elect_leader, imbalanced_partitions, initial_partition_state,
-    next_partition_state, start_reassignment, AssignmentError, ElectionError, ElectionType, PartitionState, ReassignedPartition, ReassignmentError,
-    TopicAssignment, TopicPartition, NO_LEADER,
+    assign_added_partitions, assign_replicas, cancel_reassignment, complete_reassignment,
+    elect_leader, imbalanced_partitions, initial_partition_state, next_partition_state,
+    start_reassignment, AssignmentError, ElectionError, ElectionType, PartitionState,
+    ReassignedPartition, ReassignmentError, TopicAssignment, TopicPartition, NO_LEADER,
 };
 pub use registration::{BrokerEndpoint, BrokerRegistration};
-pub use shared_state::{broker_config_key, topic_config_key, Change, SharedState, SharedStore, StoredTopicConfig, StoredValue, SHARED_DIRS};
+pub use shared_state::{
+    broker_config_key, topic_config_key, Change, SharedState, SharedStore, StoredTopicConfig,
+    StoredValue, SHARED_DIRS,
+};
 pub use store_url::MetadataStoreUrl;
 pub use view::ClusterView;

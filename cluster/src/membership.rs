@@ -7,9 +7,11 @@ use tokio::task::JoinHandle;
 
 use etcd_client::Client;
 
-use crate::etcd_session::{self, EtcdTarget};
 use crate::controller::LeaderRebalance;
-use crate::{topics, BrokerRegistration, ClusterError, ClusterView, MetadataStoreUrl, TopicAssignment};
+use crate::etcd_session::{self, EtcdTarget};
+use crate::{
+    topics, BrokerRegistration, ClusterError, ClusterView, MetadataStoreUrl, TopicAssignment,
+};
 
 /// How this broker joins its cluster.
 #[derive(Clone, Debug)]
@@ -58,16 +60,25 @@ struct EtcdWriter {
 ///
 /// # Errors
 /// etcd unreachable or answering nonsense.
-pub async fn agree_cluster_id(store: &MetadataStoreUrl, proposed: &str, timeout: Duration) -> Result<String, ClusterError> {
+pub async fn agree_cluster_id(
+    store: &MetadataStoreUrl,
+    proposed: &str,
+    timeout: Duration,
+) -> Result<String, ClusterError> {
     match store {
         MetadataStoreUrl::Local => Ok(proposed.to_string()),
-        MetadataStoreUrl::Etcd { endpoints, prefix } => etcd_session::agree_cluster_id(endpoints, prefix, proposed, timeout).await,
+        MetadataStoreUrl::Etcd { endpoints, prefix } => {
+            etcd_session::agree_cluster_id(endpoints, prefix, proposed, timeout).await
+        }
     }
 }
 
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Membership").field("node_id", &self.node_id).field("view", &*self.view.borrow()).finish()
+        f.debug_struct("Membership")
+            .field("node_id", &self.node_id)
+            .field("view", &*self.view.borrow())
+            .finish()
     }
 }
 
@@ -90,7 +101,13 @@ impl Membership {
                     ..ClusterView::default()
                 };
                 let (_tx, rx) = watch::channel(view);
-                Ok(Self { view: rx, node_id, etcd: std::sync::Mutex::new(None), writer: None, shared: None })
+                Ok(Self {
+                    view: rx,
+                    node_id,
+                    etcd: std::sync::Mutex::new(None),
+                    writer: None,
+                    shared: None,
+                })
             }
             MetadataStoreUrl::Etcd { endpoints, prefix } => {
                 let timeout = settings.session_timeout.max(Duration::from_secs(3));
@@ -104,15 +121,24 @@ impl Membership {
                 };
                 let (client, mut view, stop, task) = etcd_session::start(target).await?;
                 // The broker acts on its topics only once it has read them all.
-                let synced = tokio::time::timeout(timeout, async { view.wait_for(|v| v.synced).await.is_ok() }).await;
+                let synced = tokio::time::timeout(timeout, async {
+                    view.wait_for(|v| v.synced).await.is_ok()
+                })
+                .await;
                 if synced != Ok(true) {
                     let _ = stop.send(());
-                    return Err(ClusterError::Timeout { what: "the first listing of the cluster's metadata", timeout_ms: timeout.as_millis() as u64 });
+                    return Err(ClusterError::Timeout {
+                        what: "the first listing of the cluster's metadata",
+                        timeout_ms: timeout.as_millis() as u64,
+                    });
                 }
                 let shared = crate::SharedStore::start(client.clone(), prefix.clone(), timeout);
                 if !shared.wait_synced(timeout).await {
                     let _ = stop.send(());
-                    return Err(ClusterError::Timeout { what: "the first listing of the cluster's shared state", timeout_ms: timeout.as_millis() as u64 });
+                    return Err(ClusterError::Timeout {
+                        what: "the first listing of the cluster's shared state",
+                        timeout_ms: timeout.as_millis() as u64,
+                    });
                 }
                 let writer = EtcdWriter { client, prefix, timeout };
                 let etcd = std::sync::Mutex::new(Some(EtcdMember { stop, task }));
@@ -154,7 +180,11 @@ impl Membership {
     /// # Errors
     /// [`ClusterError::TopicExists`]; [`ClusterError::NotInCluster`] for a broker alone;
     /// etcd errors.
-    pub async fn create_topic(&self, name: &str, assignment: &TopicAssignment) -> Result<(), ClusterError> {
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        assignment: &TopicAssignment,
+    ) -> Result<(), ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
         topics::create_topic(&mut w.client, &w.prefix, w.timeout, name, assignment).await
     }
@@ -180,10 +210,13 @@ impl Membership {
         &self,
         name: &str,
         validate_only: bool,
-        plan: impl FnMut(&TopicAssignment) -> Result<std::collections::BTreeMap<i32, Vec<i32>>, ClusterError>,
+        plan: impl FnMut(
+            &TopicAssignment,
+        ) -> Result<std::collections::BTreeMap<i32, Vec<i32>>, ClusterError>,
     ) -> Result<TopicAssignment, ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
-        topics::create_partitions(&mut w.client, &w.prefix, w.timeout, name, validate_only, plan).await
+        topics::create_partitions(&mut w.client, &w.prefix, w.timeout, name, validate_only, plan)
+            .await
     }
 
     /// Elects a leader of `tp` on request: `decide` gets its replicas and its state as
@@ -197,7 +230,10 @@ impl Membership {
     pub async fn change_leader(
         &self,
         tp: &crate::TopicPartition,
-        decide: impl FnMut(&[i32], &crate::PartitionState) -> Result<crate::PartitionState, ClusterError>,
+        decide: impl FnMut(
+            &[i32],
+            &crate::PartitionState,
+        ) -> Result<crate::PartitionState, ClusterError>,
     ) -> Result<crate::PartitionState, ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
         topics::change_leader(&mut w.client, &w.prefix, w.timeout, tp, decide).await
@@ -214,7 +250,10 @@ impl Membership {
     pub async fn reassign_partition(
         &self,
         tp: &crate::TopicPartition,
-        decide: impl FnMut(&[i32], &crate::PartitionState) -> Result<Option<crate::ReassignedPartition>, ClusterError>,
+        decide: impl FnMut(
+            &[i32],
+            &crate::PartitionState,
+        ) -> Result<Option<crate::ReassignedPartition>, ClusterError>,
     ) -> Result<Option<crate::PartitionState>, ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
         topics::reassign_partition(&mut w.client, &w.prefix, w.timeout, tp, decide).await
@@ -225,7 +264,12 @@ impl Membership {
     ///
     /// # Errors
     /// [`ClusterError::NotInCluster`]; etcd errors.
-    pub async fn alter_isr(&self, tp: &crate::TopicPartition, expected: &crate::PartitionState, isr: Vec<i32>) -> Result<bool, ClusterError> {
+    pub async fn alter_isr(
+        &self,
+        tp: &crate::TopicPartition,
+        expected: &crate::PartitionState,
+        isr: Vec<i32>,
+    ) -> Result<bool, ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
         topics::alter_isr(&mut w.client, &w.prefix, w.timeout, tp, expected, isr).await
     }
@@ -248,15 +292,22 @@ impl Membership {
     /// [`ClusterError::NotInCluster`]; etcd errors.
     pub async fn announce_shutdown(&self) -> Result<(), ClusterError> {
         let mut w = self.writer.clone().ok_or(ClusterError::NotInCluster)?;
-        let me = self.with_view(|v| v.brokers.get(&self.node_id).cloned()).ok_or(ClusterError::NotInCluster)?;
+        let me = self
+            .with_view(|v| v.brokers.get(&self.node_id).cloned())
+            .ok_or(ClusterError::NotInCluster)?;
         topics::announce_shutdown(&mut w.client, &w.prefix, w.timeout, &me).await
     }
 
     /// Waits until the view satisfies `ready` (e.g. shows a topic just created), for
     /// at most `timeout`; returns whether it does.
-    pub async fn wait_for_view(&self, timeout: Duration, ready: impl Fn(&ClusterView) -> bool) -> bool {
+    pub async fn wait_for_view(
+        &self,
+        timeout: Duration,
+        ready: impl Fn(&ClusterView) -> bool,
+    ) -> bool {
         let mut rx = self.view.clone();
-        let waited = tokio::time::timeout(timeout, async { rx.wait_for(|v| ready(v)).await.is_ok() }).await;
+        let waited =
+            tokio::time::timeout(timeout, async { rx.wait_for(|v| ready(v)).await.is_ok() }).await;
         waited.unwrap_or(false)
     }
 

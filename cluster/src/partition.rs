@@ -126,10 +126,14 @@ pub fn assign_replicas(
     seed: u64,
 ) -> Result<BTreeMap<i32, Vec<i32>>, AssignmentError> {
     if replication_factor < 1 {
-        return Err(AssignmentError::Invalid(format!("replication factor must be at least 1, not {replication_factor}")));
+        return Err(AssignmentError::Invalid(format!(
+            "replication factor must be at least 1, not {replication_factor}"
+        )));
     }
     if count < 1 {
-        return Err(AssignmentError::Invalid(format!("partition count must be at least 1, not {count}")));
+        return Err(AssignmentError::Invalid(format!(
+            "partition count must be at least 1, not {count}"
+        )));
     }
     if replication_factor as usize > brokers.len() {
         return Err(AssignmentError::NotEnoughBrokers { replication_factor, live: brokers.len() });
@@ -141,7 +145,13 @@ pub fn assign_replicas(
 
 /// Partition `p`'s replicas are `replication_factor` consecutive brokers of `order`,
 /// from position `start + p`.
-fn place(order: &[i32], start: usize, first_partition: i32, count: i32, replication_factor: i32) -> BTreeMap<i32, Vec<i32>> {
+fn place(
+    order: &[i32],
+    start: usize,
+    first_partition: i32,
+    count: i32,
+    replication_factor: i32,
+) -> BTreeMap<i32, Vec<i32>> {
     let n = order.len();
     (first_partition..first_partition + count)
         .map(|p| {
@@ -175,7 +185,9 @@ pub fn assign_added_partitions(
 ) -> Result<BTreeMap<i32, Vec<i32>>, AssignmentError> {
     let existing = current.len() as i32;
     if new_count == existing {
-        return Err(AssignmentError::InvalidPartitions(format!("the topic already has {existing} partition(s)")));
+        return Err(AssignmentError::InvalidPartitions(format!(
+            "the topic already has {existing} partition(s)"
+        )));
     }
     if new_count < existing {
         return Err(AssignmentError::InvalidPartitions(format!(
@@ -186,7 +198,9 @@ pub fn assign_added_partitions(
     // A topic keeps one replication factor: its first partition's.
     let replication_factor = current.values().next().map_or(0, Vec::len);
     if replication_factor == 0 {
-        return Err(AssignmentError::Invalid("the topic has no partitions to take a replication factor from".into()));
+        return Err(AssignmentError::Invalid(
+            "the topic has no partitions to take a replication factor from".into(),
+        ));
     }
     if let Some(manual) = manual {
         if manual.len() != added as usize {
@@ -204,7 +218,10 @@ pub fn assign_added_partitions(
     }
     let rf = replication_factor as i32;
     if replication_factor > brokers.len() {
-        return Err(AssignmentError::NotEnoughBrokers { replication_factor: rf, live: brokers.len() });
+        return Err(AssignmentError::NotEnoughBrokers {
+            replication_factor: rf,
+            live: brokers.len(),
+        });
     }
     let order = rack_alternated(brokers);
     let start = current
@@ -216,8 +233,15 @@ pub fn assign_added_partitions(
 }
 
 /// One partition of a manual assignment: `replication_factor` distinct live brokers.
-fn check_manual_replicas(p: i32, replicas: &[i32], replication_factor: usize, brokers: &BTreeMap<i32, Option<String>>) -> Result<(), AssignmentError> {
-    let bad = |reason: String| Err(AssignmentError::InvalidReplicaAssignment(format!("partition {p}: {reason}")));
+fn check_manual_replicas(
+    p: i32,
+    replicas: &[i32],
+    replication_factor: usize,
+    brokers: &BTreeMap<i32, Option<String>>,
+) -> Result<(), AssignmentError> {
+    let bad = |reason: String| {
+        Err(AssignmentError::InvalidReplicaAssignment(format!("partition {p}: {reason}")))
+    };
     if replicas.is_empty() {
         return bad("the replica list is empty".into());
     }
@@ -231,7 +255,10 @@ fn check_manual_replicas(p: i32, replicas: &[i32], replication_factor: usize, br
         }
     }
     if replicas.len() != replication_factor {
-        return bad(format!("{} replica(s) given, but the topic's partitions have {replication_factor}", replicas.len()));
+        return bad(format!(
+            "{} replica(s) given, but the topic's partitions have {replication_factor}",
+            replicas.len()
+        ));
     }
     Ok(())
 }
@@ -259,7 +286,12 @@ fn rack_alternated(brokers: &BTreeMap<i32, Option<String>>) -> Vec<i32> {
 
 /// The state a new partition starts in: its first replica leads, all are in sync.
 pub fn initial_partition_state(replicas: &[i32]) -> PartitionState {
-    PartitionState { leader: replicas.first().copied().unwrap_or(NO_LEADER), leader_epoch: 0, isr: replicas.to_vec(), ..PartitionState::default() }
+    PartitionState {
+        leader: replicas.first().copied().unwrap_or(NO_LEADER),
+        leader_epoch: 0,
+        isr: replicas.to_vec(),
+        ..PartitionState::default()
+    }
 }
 
 /// What the controller makes of a partition given the live brokers: `None` when
@@ -274,7 +306,12 @@ pub fn initial_partition_state(replicas: &[i32]) -> PartitionState {
 ///   replica leads with an ISR of itself, accepting the loss of what it lacks.
 /// - An offline partition whose ISR member is back is led by it again.
 /// - Every change of leader bumps the leader epoch.
-pub fn next_partition_state(current: &PartitionState, replicas: &[i32], live: &BTreeSet<i32>, unclean: bool) -> Option<PartitionState> {
+pub fn next_partition_state(
+    current: &PartitionState,
+    replicas: &[i32],
+    live: &BTreeSet<i32>,
+    unclean: bool,
+) -> Option<PartitionState> {
     let leader_alive = current.leader != NO_LEADER && live.contains(&current.leader);
     let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| live.contains(r)).collect();
     let mut next = current.clone();
@@ -344,10 +381,16 @@ pub enum ElectionError {
 ///
 /// # Errors
 /// [`ElectionError`] when there is nothing to do or no one to elect.
-pub fn elect_leader(current: &PartitionState, replicas: &[i32], live: &BTreeSet<i32>, election: ElectionType) -> Result<PartitionState, ElectionError> {
+pub fn elect_leader(
+    current: &PartitionState,
+    replicas: &[i32],
+    live: &BTreeSet<i32>,
+    election: ElectionType,
+) -> Result<PartitionState, ElectionError> {
     let leader = match election {
         ElectionType::Preferred => {
-            let preferred = replicas.first().copied().ok_or(ElectionError::PreferredLeaderNotAvailable)?;
+            let preferred =
+                replicas.first().copied().ok_or(ElectionError::PreferredLeaderNotAvailable)?;
             if current.leader == preferred {
                 return Err(ElectionError::NotNeeded);
             }
@@ -360,12 +403,22 @@ pub fn elect_leader(current: &PartitionState, replicas: &[i32], live: &BTreeSet<
             if current.leader != NO_LEADER {
                 return Err(ElectionError::NotNeeded);
             }
-            let clean = replicas.iter().copied().find(|r| live.contains(r) && current.isr.contains(r));
+            let clean =
+                replicas.iter().copied().find(|r| live.contains(r) && current.isr.contains(r));
             match clean {
                 Some(leader) => leader,
                 None => {
-                    let leader = replicas.iter().copied().find(|r| live.contains(r)).ok_or(ElectionError::EligibleLeadersNotAvailable)?;
-                    return Ok(PartitionState { leader, leader_epoch: current.leader_epoch + 1, isr: vec![leader], ..current.clone() });
+                    let leader = replicas
+                        .iter()
+                        .copied()
+                        .find(|r| live.contains(r))
+                        .ok_or(ElectionError::EligibleLeadersNotAvailable)?;
+                    return Ok(PartitionState {
+                        leader,
+                        leader_epoch: current.leader_epoch + 1,
+                        isr: vec![leader],
+                        ..current.clone()
+                    });
                 }
             }
         }
@@ -380,7 +433,10 @@ pub fn elect_leader(current: &PartitionState, replicas: &[i32], live: &BTreeSet<
 /// `leader.imbalance.per.broker.percentage`), for the controller to move back with a
 /// preferred election ([`elect_leader`], which declines where the preferred replica is
 /// away or out of sync).
-pub fn imbalanced_partitions<'a>(partitions: impl IntoIterator<Item = (&'a TopicPartition, &'a [i32], &'a PartitionState)>, imbalance_percentage: u32) -> Vec<TopicPartition> {
+pub fn imbalanced_partitions<'a>(
+    partitions: impl IntoIterator<Item = (&'a TopicPartition, &'a [i32], &'a PartitionState)>,
+    imbalance_percentage: u32,
+) -> Vec<TopicPartition> {
     // preferred broker → (partitions it is preferred for, those it does not lead)
     let mut by_broker: BTreeMap<i32, (usize, Vec<TopicPartition>)> = BTreeMap::new();
     for (tp, replicas, state) in partitions {
@@ -458,14 +514,28 @@ pub fn start_reassignment(
     let mut seen = BTreeSet::new();
     for r in target {
         if !registered.contains(r) {
-            return bad(format!("the target includes broker {r}, but no such broker is registered"));
+            return bad(format!(
+                "the target includes broker {r}, but no such broker is registered"
+            ));
         }
         if !seen.insert(*r) {
             return bad(format!("the target includes broker {r} more than once"));
         }
     }
-    let removing: Vec<i32> = replicas.iter().copied().filter(|r| !target.contains(r)).collect::<BTreeSet<_>>().into_iter().collect();
-    let adding: Vec<i32> = target.iter().copied().filter(|r| !replicas.contains(r)).collect::<BTreeSet<_>>().into_iter().collect();
+    let removing: Vec<i32> = replicas
+        .iter()
+        .copied()
+        .filter(|r| !target.contains(r))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let adding: Vec<i32> = target
+        .iter()
+        .copied()
+        .filter(|r| !replicas.contains(r))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut union = target.to_vec();
     union.extend(&removing);
     if union == replicas && adding.is_empty() && removing.is_empty() && !current.is_reassigning() {
@@ -485,15 +555,24 @@ pub fn start_reassignment(
 /// [`ReassignmentError::NoReassignmentInProgress`] for a partition not moving;
 /// [`ReassignmentError::InvalidReplicaAssignment`] when the revert needs an unclean
 /// election that is not enabled.
-pub fn cancel_reassignment(replicas: &[i32], current: &PartitionState, live: &BTreeSet<i32>, unclean: bool) -> Result<ReassignedPartition, ReassignmentError> {
+pub fn cancel_reassignment(
+    replicas: &[i32],
+    current: &PartitionState,
+    live: &BTreeSet<i32>,
+    unclean: bool,
+) -> Result<ReassignedPartition, ReassignmentError> {
     if !current.is_reassigning() {
         return Err(ReassignmentError::NoReassignmentInProgress);
     }
-    let original: Vec<i32> = replicas.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
-    let mut isr: Vec<i32> = current.isr.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
+    let original: Vec<i32> =
+        replicas.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
+    let mut isr: Vec<i32> =
+        current.isr.iter().copied().filter(|r| !current.adding_replicas.contains(r)).collect();
     if isr.is_empty() {
         let Some(&first) = original.first() else {
-            return Err(ReassignmentError::InvalidReplicaAssignment("the reassignment adds every replica: nothing to revert to".into()));
+            return Err(ReassignmentError::InvalidReplicaAssignment(
+                "the reassignment adds every replica: nothing to revert to".into(),
+            ));
         };
         if !unclean {
             return Err(ReassignmentError::InvalidReplicaAssignment(
@@ -513,7 +592,11 @@ pub fn cancel_reassignment(replicas: &[i32], current: &PartitionState, live: &BT
 /// removed replica's fetches are fenced). `None` while the move must wait: a target
 /// replica still catching up, or no target replica live to lead (Kafka would complete
 /// into an offline partition; Floe waits for one to return).
-pub fn complete_reassignment(replicas: &[i32], current: &PartitionState, live: &BTreeSet<i32>) -> Option<ReassignedPartition> {
+pub fn complete_reassignment(
+    replicas: &[i32],
+    current: &PartitionState,
+    live: &BTreeSet<i32>,
+) -> Option<ReassignedPartition> {
     if !current.is_reassigning() {
         return None;
     }
@@ -560,8 +643,19 @@ fn change(
         replicas.iter().copied().find(|r| eligible(r)).unwrap_or(NO_LEADER)
     };
     let replica_left = old_replicas.iter().any(|r| !replicas.contains(r));
-    let leader_epoch = if leader != current.leader || replica_left { current.leader_epoch + 1 } else { current.leader_epoch };
-    let state = PartitionState { leader, leader_epoch, isr, adding_replicas: adding, removing_replicas: removing, partition_epoch: current.partition_epoch };
+    let leader_epoch = if leader != current.leader || replica_left {
+        current.leader_epoch + 1
+    } else {
+        current.leader_epoch
+    };
+    let state = PartitionState {
+        leader,
+        leader_epoch,
+        isr,
+        adding_replicas: adding,
+        removing_replicas: removing,
+        partition_epoch: current.partition_epoch,
+    };
     ReassignedPartition { replicas, state }
 }
 
@@ -578,7 +672,13 @@ mod tests {
     }
 
     fn state(leader: i32, epoch: i32, isr: &[i32]) -> PartitionState {
-        PartitionState { leader, leader_epoch: epoch, isr: isr.to_vec(), partition_epoch: 7, ..PartitionState::default() }
+        PartitionState {
+            leader,
+            leader_epoch: epoch,
+            isr: isr.to_vec(),
+            partition_epoch: 7,
+            ..PartitionState::default()
+        }
     }
 
     #[test]
@@ -607,7 +707,10 @@ mod tests {
     #[test]
     fn too_few_brokers_is_refused() {
         let b = brokers(&[(1, None), (2, None)]);
-        assert_eq!(assign_replicas(&b, 0, 1, 3, 0), Err(AssignmentError::NotEnoughBrokers { replication_factor: 3, live: 2 }));
+        assert_eq!(
+            assign_replicas(&b, 0, 1, 3, 0),
+            Err(AssignmentError::NotEnoughBrokers { replication_factor: 3, live: 2 })
+        );
         assert!(matches!(assign_replicas(&b, 0, 1, 0, 0), Err(AssignmentError::Invalid(_))));
         assert!(matches!(assign_replicas(&b, 0, 0, 1, 0), Err(AssignmentError::Invalid(_))));
     }
@@ -623,33 +726,45 @@ mod tests {
 
     #[test]
     fn a_healthy_partition_is_left_alone() {
-        assert_eq!(next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 2, 3]), false), None);
+        assert_eq!(
+            next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 2, 3]), false),
+            None
+        );
     }
 
     #[test]
     fn a_dead_follower_leaves_the_isr_without_an_epoch_bump() {
-        let next = next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 3]), false).unwrap();
+        let next =
+            next_partition_state(&state(1, 4, &[1, 2, 3]), &[1, 2, 3], &live(&[1, 3]), false)
+                .unwrap();
         assert_eq!((next.leader, next.leader_epoch, next.isr), (1, 4, vec![1, 3]));
     }
 
     #[test]
     fn a_dead_leader_is_replaced_by_the_first_live_isr_member_in_assignment_order() {
-        let next = next_partition_state(&state(1, 4, &[3, 1, 2]), &[1, 2, 3], &live(&[2, 3]), false).unwrap();
+        let next =
+            next_partition_state(&state(1, 4, &[3, 1, 2]), &[1, 2, 3], &live(&[2, 3]), false)
+                .unwrap();
         assert_eq!((next.leader, next.leader_epoch, next.isr), (2, 5, vec![3, 2]));
     }
 
     #[test]
     fn an_out_of_sync_replica_never_leads_unless_unclean() {
         // Broker 1 led alone (2 and 3 had fallen out of the ISR), then died.
-        let offline = next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), false).unwrap();
-        assert_eq!((offline.leader, offline.leader_epoch, offline.isr.clone()), (NO_LEADER, 5, vec![1]));
+        let offline =
+            next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), false).unwrap();
+        assert_eq!(
+            (offline.leader, offline.leader_epoch, offline.isr.clone()),
+            (NO_LEADER, 5, vec![1])
+        );
         // Nothing more to do while 1 stays away.
         assert_eq!(next_partition_state(&offline, &[1, 2, 3], &live(&[2, 3]), false), None);
         // 1 returns: it leads again, cleanly.
         let back = next_partition_state(&offline, &[1, 2, 3], &live(&[1, 2, 3]), false).unwrap();
         assert_eq!((back.leader, back.leader_epoch, back.isr), (1, 6, vec![1]));
         // Unclean: 2 takes over with an ISR of itself.
-        let unclean = next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), true).unwrap();
+        let unclean =
+            next_partition_state(&state(1, 4, &[1]), &[1, 2, 3], &live(&[2, 3]), true).unwrap();
         assert_eq!((unclean.leader, unclean.leader_epoch, unclean.isr), (2, 5, vec![2]));
     }
 
@@ -657,7 +772,8 @@ mod tests {
     fn added_partitions_continue_the_topics_rotation() {
         let b = brokers(&[(1, None), (2, None), (3, None)]);
         let all = assign_replicas(&b, 0, 7, 2, 4).unwrap();
-        let first: BTreeMap<i32, Vec<i32>> = all.range(0..3).map(|(p, r)| (*p, r.clone())).collect();
+        let first: BTreeMap<i32, Vec<i32>> =
+            all.range(0..3).map(|(p, r)| (*p, r.clone())).collect();
         // The seed is unused while partition 0's first replica is alive.
         let added = assign_added_partitions(&first, &b, 7, None, 99).unwrap();
         assert_eq!(added.keys().copied().collect::<Vec<_>>(), vec![3, 4, 5, 6]);
@@ -675,27 +791,40 @@ mod tests {
     fn partition_counts_must_grow() {
         let b = brokers(&[(1, None), (2, None)]);
         let current = BTreeMap::from([(0, vec![1, 2]), (1, vec![2, 1])]);
-        assert!(matches!(assign_added_partitions(&current, &b, 2, None, 0), Err(AssignmentError::InvalidPartitions(_))));
-        assert!(matches!(assign_added_partitions(&current, &b, 1, None, 0), Err(AssignmentError::InvalidPartitions(_))));
+        assert!(matches!(
+            assign_added_partitions(&current, &b, 2, None, 0),
+            Err(AssignmentError::InvalidPartitions(_))
+        ));
+        assert!(matches!(
+            assign_added_partitions(&current, &b, 1, None, 0),
+            Err(AssignmentError::InvalidPartitions(_))
+        ));
         let one = brokers(&[(1, None)]);
-        assert_eq!(assign_added_partitions(&current, &one, 3, None, 0), Err(AssignmentError::NotEnoughBrokers { replication_factor: 2, live: 1 }));
+        assert_eq!(
+            assign_added_partitions(&current, &one, 3, None, 0),
+            Err(AssignmentError::NotEnoughBrokers { replication_factor: 2, live: 1 })
+        );
     }
 
     #[test]
     fn manual_assignments_of_added_partitions_are_checked() {
         let b = brokers(&[(1, None), (2, None), (3, None)]);
         let current = BTreeMap::from([(0, vec![1, 2])]);
-        let ok = assign_added_partitions(&current, &b, 3, Some(&[vec![3, 1], vec![2, 3]]), 0).unwrap();
+        let ok =
+            assign_added_partitions(&current, &b, 3, Some(&[vec![3, 1], vec![2, 3]]), 0).unwrap();
         assert_eq!(ok, BTreeMap::from([(1, vec![3, 1]), (2, vec![2, 3])]));
         for bad in [
-            vec![vec![3, 1]],                   // one assignment for two partitions
-            vec![vec![3, 1], vec![2, 2]],       // a broker twice
-            vec![vec![3, 1], vec![2, 9]],       // no broker 9
-            vec![vec![3, 1], vec![2, 3, 1]],    // three replicas where the topic has two
-            vec![vec![3, 1], vec![]],           // none
+            vec![vec![3, 1]],                // one assignment for two partitions
+            vec![vec![3, 1], vec![2, 2]],    // a broker twice
+            vec![vec![3, 1], vec![2, 9]],    // no broker 9
+            vec![vec![3, 1], vec![2, 3, 1]], // three replicas where the topic has two
+            vec![vec![3, 1], vec![]],        // none
         ] {
             assert!(
-                matches!(assign_added_partitions(&current, &b, 3, Some(&bad), 0), Err(AssignmentError::InvalidReplicaAssignment(_))),
+                matches!(
+                    assign_added_partitions(&current, &b, 3, Some(&bad), 0),
+                    Err(AssignmentError::InvalidReplicaAssignment(_))
+                ),
                 "{bad:?}"
             );
         }
@@ -703,18 +832,40 @@ mod tests {
 
     #[test]
     fn a_preferred_election_moves_leadership_to_the_first_replica_in_sync() {
-        let next = elect_leader(&state(2, 4, &[2, 3, 1]), &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred).unwrap();
-        assert_eq!((next.leader, next.leader_epoch, next.isr.clone(), next.partition_epoch), (1, 5, vec![2, 3, 1], 7));
+        let next = elect_leader(
+            &state(2, 4, &[2, 3, 1]),
+            &[1, 2, 3],
+            &live(&[1, 2, 3]),
+            ElectionType::Preferred,
+        )
+        .unwrap();
+        assert_eq!(
+            (next.leader, next.leader_epoch, next.isr.clone(), next.partition_epoch),
+            (1, 5, vec![2, 3, 1], 7)
+        );
         // The controller keeps it.
         assert_eq!(next_partition_state(&next, &[1, 2, 3], &live(&[1, 2, 3]), false), None);
         // Nothing to do when it leads; nothing possible when it is dead or out of sync.
-        assert_eq!(elect_leader(&next, &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred), Err(ElectionError::NotNeeded));
         assert_eq!(
-            elect_leader(&state(2, 4, &[2, 3]), &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred),
+            elect_leader(&next, &[1, 2, 3], &live(&[1, 2, 3]), ElectionType::Preferred),
+            Err(ElectionError::NotNeeded)
+        );
+        assert_eq!(
+            elect_leader(
+                &state(2, 4, &[2, 3]),
+                &[1, 2, 3],
+                &live(&[1, 2, 3]),
+                ElectionType::Preferred
+            ),
             Err(ElectionError::PreferredLeaderNotAvailable)
         );
         assert_eq!(
-            elect_leader(&state(2, 4, &[2, 3, 1]), &[1, 2, 3], &live(&[2, 3]), ElectionType::Preferred),
+            elect_leader(
+                &state(2, 4, &[2, 3, 1]),
+                &[1, 2, 3],
+                &live(&[2, 3]),
+                ElectionType::Preferred
+            ),
             Err(ElectionError::PreferredLeaderNotAvailable)
         );
     }
@@ -722,14 +873,20 @@ mod tests {
     #[test]
     fn an_unclean_election_only_fills_a_missing_leader() {
         let u = ElectionType::Unclean;
-        assert_eq!(elect_leader(&state(2, 4, &[2]), &[1, 2, 3], &live(&[1, 2, 3]), u), Err(ElectionError::NotNeeded));
+        assert_eq!(
+            elect_leader(&state(2, 4, &[2]), &[1, 2, 3], &live(&[1, 2, 3]), u),
+            Err(ElectionError::NotNeeded)
+        );
         // Broker 1 was the last in sync and is gone: 2 leads alone.
         let next = elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2, 3], &live(&[2, 3]), u).unwrap();
         assert_eq!((next.leader, next.leader_epoch, next.isr), (2, 6, vec![2]));
         // An ISR member alive is preferred, and keeps the ISR.
         let next = elect_leader(&state(NO_LEADER, 5, &[3]), &[1, 2, 3], &live(&[2, 3]), u).unwrap();
         assert_eq!((next.leader, next.leader_epoch, next.isr), (3, 6, vec![3]));
-        assert_eq!(elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2], &live(&[3]), u), Err(ElectionError::EligibleLeadersNotAvailable));
+        assert_eq!(
+            elect_leader(&state(NO_LEADER, 5, &[1]), &[1, 2], &live(&[3]), u),
+            Err(ElectionError::EligibleLeadersNotAvailable)
+        );
     }
 
     #[test]
@@ -737,15 +894,26 @@ mod tests {
         // Broker 1 is preferred for 10 partitions and leads 9; broker 2 for 2, leads 1.
         let mut parts = Vec::new();
         for p in 0..10 {
-            parts.push((TopicPartition::new("a", p), vec![1, 2], state(if p == 0 { 2 } else { 1 }, 1, &[1, 2])));
+            parts.push((
+                TopicPartition::new("a", p),
+                vec![1, 2],
+                state(if p == 0 { 2 } else { 1 }, 1, &[1, 2]),
+            ));
         }
         for p in 0..2 {
-            parts.push((TopicPartition::new("b", p), vec![2, 1], state(if p == 0 { 1 } else { 2 }, 1, &[1, 2])));
+            parts.push((
+                TopicPartition::new("b", p),
+                vec![2, 1],
+                state(if p == 0 { 1 } else { 2 }, 1, &[1, 2]),
+            ));
         }
         let view = || parts.iter().map(|(tp, r, s)| (tp, r.as_slice(), s));
         // 1 of 10 is 10%: not above 10%. 1 of 2 is 50%.
         assert_eq!(imbalanced_partitions(view(), 10), vec![TopicPartition::new("b", 0)]);
-        assert_eq!(imbalanced_partitions(view(), 5), vec![TopicPartition::new("a", 0), TopicPartition::new("b", 0)]);
+        assert_eq!(
+            imbalanced_partitions(view(), 5),
+            vec![TopicPartition::new("a", 0), TopicPartition::new("b", 0)]
+        );
         assert_eq!(imbalanced_partitions(view(), 50), Vec::<TopicPartition>::new());
     }
 
@@ -757,14 +925,26 @@ mod tests {
         assert_eq!(back.partition_epoch, 0);
     }
 
-    fn moving(leader: i32, epoch: i32, isr: &[i32], adding: &[i32], removing: &[i32]) -> PartitionState {
-        PartitionState { adding_replicas: adding.to_vec(), removing_replicas: removing.to_vec(), ..state(leader, epoch, isr) }
+    fn moving(
+        leader: i32,
+        epoch: i32,
+        isr: &[i32],
+        adding: &[i32],
+        removing: &[i32],
+    ) -> PartitionState {
+        PartitionState {
+            adding_replicas: adding.to_vec(),
+            removing_replicas: removing.to_vec(),
+            ..state(leader, epoch, isr)
+        }
     }
 
     #[test]
     fn a_move_starts_with_the_union_target_first() {
         let all = live(&[1, 2, 3, 4]);
-        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3, 4], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3, 4], &all, &all)
+            .unwrap()
+            .unwrap();
         assert_eq!(next.replicas, vec![2, 3, 4, 1]);
         // Nothing leaves yet: same leader, same epoch, same ISR.
         assert_eq!(next.state, moving(1, 4, &[1, 2, 3], &[4], &[1]));
@@ -776,7 +956,13 @@ mod tests {
         let all = live(&[1, 2, 3]);
         let s = state(1, 4, &[1, 2, 3]);
         for bad in [vec![], vec![2, 2], vec![2, 9]] {
-            assert!(matches!(start_reassignment(&[1, 2, 3], &s, &bad, &all, &all), Err(ReassignmentError::InvalidReplicaAssignment(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    start_reassignment(&[1, 2, 3], &s, &bad, &all, &all),
+                    Err(ReassignmentError::InvalidReplicaAssignment(_))
+                ),
+                "{bad:?}"
+            );
         }
         // The same replicas in the same order: nothing to do.
         assert_eq!(start_reassignment(&[1, 2, 3], &s, &[1, 2, 3], &all, &all), Ok(None));
@@ -786,13 +972,19 @@ mod tests {
     fn a_target_already_in_sync_completes_at_once() {
         let all = live(&[1, 2, 3]);
         // A reordering: only the assignment changes.
-        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[3, 1, 2], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[3, 1, 2], &all, &all)
+            .unwrap()
+            .unwrap();
         assert_eq!((next.replicas, next.state), (vec![3, 1, 2], state(1, 4, &[1, 2, 3])));
         // A shrink away from the leader: 2 leads, the epoch grows.
-        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[2, 3], &all, &all)
+            .unwrap()
+            .unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3], state(2, 5, &[2, 3])));
         // A shrink of a follower: the leader stays, the epoch still grows (3 is fenced).
-        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[1, 2], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &[1, 2], &all, &all)
+            .unwrap()
+            .unwrap();
         assert_eq!((next.replicas, next.state), (vec![1, 2], state(1, 5, &[1, 2])));
     }
 
@@ -801,42 +993,77 @@ mod tests {
         let all = live(&[1, 2, 3, 4]);
         let replicas = [2, 3, 4, 1];
         // 4 is catching up: wait.
-        assert_eq!(complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3], &[4], &[1]), &all), None);
+        assert_eq!(
+            complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3], &[4], &[1]), &all),
+            None
+        );
         // 4 joined the ISR: 1 leaves, and since it led, 2 (the first target replica in
         // the ISR) leads at the next epoch.
-        let next = complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &all).unwrap();
+        let next = complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &all)
+            .unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3, 4], state(2, 5, &[2, 3, 4])));
         // A follower leaving: the leader stays, the epoch grows.
-        let next = complete_reassignment(&replicas, &moving(3, 4, &[3, 1, 2, 4], &[4], &[1]), &all).unwrap();
+        let next = complete_reassignment(&replicas, &moving(3, 4, &[3, 1, 2, 4], &[4], &[1]), &all)
+            .unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3, 4], state(3, 5, &[3, 2, 4])));
         // Nothing moving: nothing to complete.
         assert_eq!(complete_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &all), None);
         // Every target replica in sync but none alive to lead: wait for one.
-        assert_eq!(complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &live(&[1])), None);
+        assert_eq!(
+            complete_reassignment(&replicas, &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &live(&[1])),
+            None
+        );
     }
 
     #[test]
     fn a_new_target_for_a_moving_partition_starts_from_its_current_replicas() {
         let all = live(&[1, 2, 3, 4, 5]);
         // {1,2,3} → {2,3,4} under way; now {2,3,5}: 4 (never in sync) is removed too.
-        let next = start_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3], &[4], &[1]), &[2, 3, 5], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(
+            &[2, 3, 4, 1],
+            &moving(1, 4, &[1, 2, 3], &[4], &[1]),
+            &[2, 3, 5],
+            &all,
+            &all,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(next.replicas, vec![2, 3, 5, 1, 4]);
         assert_eq!(next.state, moving(1, 4, &[1, 2, 3], &[5], &[1, 4]));
         // The whole union as target: the move is over, nothing leaves.
-        let next = start_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3], &[4], &[1]), &[2, 3, 4, 1], &all, &all).unwrap().unwrap();
+        let next = start_reassignment(
+            &[2, 3, 4, 1],
+            &moving(1, 4, &[1, 2, 3], &[4], &[1]),
+            &[2, 3, 4, 1],
+            &all,
+            &all,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3, 4, 1], state(1, 4, &[1, 2, 3])));
     }
 
     #[test]
     fn cancelling_reverts_to_the_original_replicas() {
         let all = live(&[1, 2, 3, 4]);
-        let next = cancel_reassignment(&[2, 3, 4, 1], &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]), &all, false).unwrap();
+        let next = cancel_reassignment(
+            &[2, 3, 4, 1],
+            &moving(1, 4, &[1, 2, 3, 4], &[4], &[1]),
+            &all,
+            false,
+        )
+        .unwrap();
         // 4 leaves the replicas and the ISR; the epoch grows so its fetches are fenced.
         assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(1, 5, &[1, 2, 3])));
         // An adding replica that led is replaced by the first original one in sync.
-        let next = cancel_reassignment(&[2, 3, 4, 1], &moving(4, 6, &[4, 3, 1], &[4], &[1]), &all, false).unwrap();
+        let next =
+            cancel_reassignment(&[2, 3, 4, 1], &moving(4, 6, &[4, 3, 1], &[4], &[1]), &all, false)
+                .unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(3, 7, &[3, 1])));
-        assert_eq!(cancel_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &all, false), Err(ReassignmentError::NoReassignmentInProgress));
+        assert_eq!(
+            cancel_reassignment(&[1, 2, 3], &state(1, 4, &[1, 2, 3]), &all, false),
+            Err(ReassignmentError::NoReassignmentInProgress)
+        );
     }
 
     #[test]
@@ -844,7 +1071,10 @@ mod tests {
         let all = live(&[1, 2, 3, 4]);
         // Only 4 (adding) is in sync.
         let s = moving(4, 6, &[4], &[4], &[1]);
-        assert!(matches!(cancel_reassignment(&[2, 3, 4, 1], &s, &all, false), Err(ReassignmentError::InvalidReplicaAssignment(_))));
+        assert!(matches!(
+            cancel_reassignment(&[2, 3, 4, 1], &s, &all, false),
+            Err(ReassignmentError::InvalidReplicaAssignment(_))
+        ));
         let next = cancel_reassignment(&[2, 3, 4, 1], &s, &all, true).unwrap();
         assert_eq!((next.replicas, next.state), (vec![2, 3, 1], state(2, 7, &[2])));
     }
@@ -853,10 +1083,14 @@ mod tests {
     fn moving_state_json_round_trips_and_old_states_parse() {
         let s = moving(1, 4, &[1, 2, 3], &[4], &[1]);
         let json = serde_json::to_string(&s).unwrap();
-        assert_eq!(json, r#"{"leader":1,"leader_epoch":4,"isr":[1,2,3],"adding_replicas":[4],"removing_replicas":[1]}"#);
+        assert_eq!(
+            json,
+            r#"{"leader":1,"leader_epoch":4,"isr":[1,2,3],"adding_replicas":[4],"removing_replicas":[1]}"#
+        );
         let back: PartitionState = serde_json::from_str(&json).unwrap();
         assert_eq!(back, PartitionState { partition_epoch: 0, ..s });
-        let old: PartitionState = serde_json::from_str(r#"{"leader":2,"leader_epoch":3,"isr":[2,1]}"#).unwrap();
+        let old: PartitionState =
+            serde_json::from_str(r#"{"leader":2,"leader_epoch":3,"isr":[2,1]}"#).unwrap();
         assert!(!old.is_reassigning());
     }
 }

@@ -43,7 +43,11 @@ impl BrokerRegistration {
 
     /// `host:port` of every endpoint, for log lines and errors.
     pub fn describe_endpoints(&self) -> String {
-        let all: Vec<String> = self.endpoints.iter().map(|e| format!("{}://{}:{}", e.listener, e.host, e.port)).collect();
+        let all: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| format!("{}://{}:{}", e.listener, e.host, e.port))
+            .collect();
         all.join(",")
     }
 }

@@ -28,7 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -85,8 +87,13 @@ pub struct SharedState {
 
 impl SharedState {
     /// The entries under `dir` (e.g. `acls/`), by the rest of their name.
-    pub fn under<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = (&'a str, &'a StoredValue)> + 'a {
-        self.entries.range(dir.to_string()..).map_while(move |(k, v)| k.strip_prefix(dir).map(|rest| (rest, v)))
+    pub fn under<'a>(
+        &'a self,
+        dir: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a StoredValue)> + 'a {
+        self.entries
+            .range(dir.to_string()..)
+            .map_while(move |(k, v)| k.strip_prefix(dir).map(|rest| (rest, v)))
     }
 
     /// The topic's altered configs, if it has any for this topic id.
@@ -95,14 +102,20 @@ impl SharedState {
         let parsed: StoredTopicConfig = serde_json::from_slice(&stored.value)
             // Read on every application (each second): a value that does not parse stays
             // quiet here; the broker that wrote it validated it, so only a hand edit can.
-            .map_err(|e| debug!(topic, error = %e, "ignoring stored topic configs that do not parse"))
+            .map_err(
+                |e| debug!(topic, error = %e, "ignoring stored topic configs that do not parse"),
+            )
             .ok()?;
         (parsed.topic_id == topic_id).then_some(parsed.configs)
     }
 
     /// The overrides topic `name` has in the cluster: its altered configs, else its
     /// creation configs.
-    pub fn effective_topic_config(&self, name: &str, assignment: &TopicAssignment) -> BTreeMap<String, String> {
+    pub fn effective_topic_config(
+        &self,
+        name: &str,
+        assignment: &TopicAssignment,
+    ) -> BTreeMap<String, String> {
         self.topic_config(name, &assignment.topic_id).unwrap_or_else(|| assignment.configs.clone())
     }
 }
@@ -153,15 +166,20 @@ impl SharedStore {
     /// Waits until every directory has been read once, for at most `timeout`.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
         let mut rx = self.state.clone();
-        tokio::time::timeout(timeout, async { rx.wait_for(|s| s.synced).await.is_ok() }).await.unwrap_or(false)
+        tokio::time::timeout(timeout, async { rx.wait_for(|s| s.synced).await.is_ok() })
+            .await
+            .unwrap_or(false)
     }
 
     /// Waits until this broker's mirror of `dir` has reached `revision` (a write of its
     /// own), for at most `timeout`; returns whether it has.
     pub async fn wait_for_revision(&self, dir: &str, revision: i64, timeout: Duration) -> bool {
         let mut rx = self.state.clone();
-        let reached = |s: &SharedState| s.revisions.iter().any(|(d, r)| *d == dir && *r >= revision);
-        tokio::time::timeout(timeout, async { rx.wait_for(reached).await.is_ok() }).await.unwrap_or(false)
+        let reached =
+            |s: &SharedState| s.revisions.iter().any(|(d, r)| *d == dir && *r >= revision);
+        tokio::time::timeout(timeout, async { rx.wait_for(reached).await.is_ok() })
+            .await
+            .unwrap_or(false)
     }
 
     /// Changes keys under `dir` (one of [`SHARED_DIRS`]): `decide` gets every key under
@@ -181,11 +199,18 @@ impl SharedStore {
         let mut c = self.client.clone();
         let full_dir = format!("{}/{dir}", self.prefix);
         loop {
-            let read = bounded(self.timeout, "shared state read", c.get(full_dir.as_str(), Some(GetOptions::new().with_prefix()))).await?;
+            let read = bounded(
+                self.timeout,
+                "shared state read",
+                c.get(full_dir.as_str(), Some(GetOptions::new().with_prefix())),
+            )
+            .await?;
             let mut current = BTreeMap::new();
             let mut revisions = BTreeMap::new();
             for kv in read.kvs() {
-                if let Some(name) = kv.key_str().ok().and_then(|k| k.strip_prefix(full_dir.as_str())) {
+                if let Some(name) =
+                    kv.key_str().ok().and_then(|k| k.strip_prefix(full_dir.as_str()))
+                {
                     current.insert(name.to_string(), kv.value().to_vec());
                     revisions.insert(name.to_string(), kv.mod_revision());
                 }
@@ -210,10 +235,20 @@ impl SharedStore {
                     None => TxnOp::delete(key.as_str(), None),
                 });
             }
-            let resp = bounded(self.timeout, "shared state write", c.txn(Txn::new().when(compares).and_then(ops))).await?;
+            let resp = bounded(
+                self.timeout,
+                "shared state write",
+                c.txn(Txn::new().when(compares).and_then(ops)),
+            )
+            .await?;
             if resp.succeeded() {
                 let revision = resp.header().map_or(0, |h| h.revision());
-                info!(dir, keys = changes.len(), revision, "shared state changed in the cluster metadata");
+                info!(
+                    dir,
+                    keys = changes.len(),
+                    revision,
+                    "shared state changed in the cluster metadata"
+                );
                 return Ok(Ok(Some(revision)));
             }
             debug!(dir, "shared state changed while a change was decided; deciding again");
@@ -232,13 +267,19 @@ impl SharedStore {
     pub async fn alter_topic_config<E>(
         &self,
         name: &str,
-        mut decide: impl FnMut(&TopicAssignment, &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, E>,
+        mut decide: impl FnMut(
+            &TopicAssignment,
+            &BTreeMap<String, String>,
+        ) -> Result<BTreeMap<String, String>, E>,
     ) -> Result<Result<i64, E>, ClusterError> {
         let mut c = self.client.clone();
         let topic_key = topic_key(&self.prefix, name);
         let config_key = format!("{}/{}", self.prefix, topic_config_key(name));
         loop {
-            let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(config_key.as_str(), None)]);
+            let read = Txn::new().and_then([
+                TxnOp::get(topic_key.as_str(), None),
+                TxnOp::get(config_key.as_str(), None),
+            ]);
             let read = bounded(self.timeout, "topic config read", c.txn(read)).await?;
             let mut got = read.op_responses().into_iter().map(|r| match r {
                 TxnOpResponse::Get(g) => g.kvs().first().cloned(),
@@ -257,13 +298,25 @@ impl SharedStore {
                 Err(e) => return Ok(Err(e)),
             };
             let value = StoredTopicConfig { topic_id: assignment.topic_id.clone(), configs: next };
-            let value = serde_json::to_vec(&value).map_err(|e| ClusterError::BadValue { key: config_key.clone(), reason: e.to_string() })?;
+            let value = serde_json::to_vec(&value).map_err(|e| ClusterError::BadValue {
+                key: config_key.clone(),
+                reason: e.to_string(),
+            })?;
             let config_compare = match &stored {
-                Some(kv) => Compare::mod_revision(config_key.as_str(), CompareOp::Equal, kv.mod_revision()),
+                Some(kv) => {
+                    Compare::mod_revision(config_key.as_str(), CompareOp::Equal, kv.mod_revision())
+                }
                 None => Compare::version(config_key.as_str(), CompareOp::Equal, 0),
             };
             let txn = Txn::new()
-                .when([Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic.create_revision()), config_compare])
+                .when([
+                    Compare::create_revision(
+                        topic_key.as_str(),
+                        CompareOp::Equal,
+                        topic.create_revision(),
+                    ),
+                    config_compare,
+                ])
                 .and_then([TxnOp::put(config_key.as_str(), value, None)]);
             let resp = bounded(self.timeout, "topic config write", c.txn(txn)).await?;
             if resp.succeeded() {
@@ -271,14 +324,22 @@ impl SharedStore {
                 info!(topic = name, revision, "topic configs altered in the cluster metadata");
                 return Ok(Ok(revision));
             }
-            debug!(topic = name, "the topic or its configs changed while an alteration was decided; deciding again");
+            debug!(
+                topic = name,
+                "the topic or its configs changed while an alteration was decided; deciding again"
+            );
         }
     }
 }
 
 /// Mirrors every directory, each with its own listing and watch; a failed one is read
 /// again after a pause, the state keeping what it had meanwhile.
-async fn mirror_all(client: Client, prefix: String, timeout: Duration, state: watch::Sender<SharedState>) {
+async fn mirror_all(
+    client: Client,
+    prefix: String,
+    timeout: Duration,
+    state: watch::Sender<SharedState>,
+) {
     let mirrors = SHARED_DIRS.map(|dir| {
         let (client, prefix, state) = (client.clone(), prefix.clone(), state.clone());
         async move {
@@ -296,11 +357,25 @@ async fn mirror_all(client: Client, prefix: String, timeout: Duration, state: wa
 }
 
 /// One directory: a listing, then a watch from the revision after it. Returns why it ended.
-async fn mirror_dir(mut c: Client, prefix: &str, dir: &'static str, timeout: Duration, state: &watch::Sender<SharedState>) -> ClusterError {
+async fn mirror_dir(
+    mut c: Client,
+    prefix: &str,
+    dir: &'static str,
+    timeout: Duration,
+    state: &watch::Sender<SharedState>,
+) -> ClusterError {
     let full = format!("{prefix}/{dir}");
     let strip = format!("{prefix}/");
-    let name = |k: &[u8]| std::str::from_utf8(k).ok().and_then(|k| k.strip_prefix(strip.as_str())).map(str::to_string);
-    let listing = match bounded(timeout, "shared state listing", c.get(full.as_str(), Some(GetOptions::new().with_prefix()))).await {
+    let name = |k: &[u8]| {
+        std::str::from_utf8(k).ok().and_then(|k| k.strip_prefix(strip.as_str())).map(str::to_string)
+    };
+    let listing = match bounded(
+        timeout,
+        "shared state listing",
+        c.get(full.as_str(), Some(GetOptions::new().with_prefix())),
+    )
+    .await
+    {
         Ok(l) => l,
         Err(e) => return e,
     };
@@ -308,10 +383,20 @@ async fn mirror_dir(mut c: Client, prefix: &str, dir: &'static str, timeout: Dur
     let listed: BTreeMap<String, StoredValue> = listing
         .kvs()
         .iter()
-        .filter_map(|kv| Some((name(kv.key())?, StoredValue { value: kv.value().to_vec(), mod_revision: kv.mod_revision() })))
+        .filter_map(|kv| {
+            Some((
+                name(kv.key())?,
+                StoredValue { value: kv.value().to_vec(), mod_revision: kv.mod_revision() },
+            ))
+        })
         .collect();
     state.send_modify(|s| {
-        let mut entries: BTreeMap<String, StoredValue> = s.entries.iter().filter(|(k, _)| !k.starts_with(dir)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut entries: BTreeMap<String, StoredValue> = s
+            .entries
+            .iter()
+            .filter(|(k, _)| !k.starts_with(dir))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         entries.extend(listed);
         s.entries = Arc::new(entries);
         s.revisions.insert(dir, revision);
@@ -332,7 +417,12 @@ async fn mirror_dir(mut c: Client, prefix: &str, dir: &'static str, timeout: Dur
             return ClusterError::StreamEnded("shared state watch");
         }
         // The revision of the newest event (a delete's kv carries the delete's revision).
-        let revision = resp.events().iter().filter_map(|e| e.kv().map(|kv| kv.mod_revision())).max().unwrap_or(0);
+        let revision = resp
+            .events()
+            .iter()
+            .filter_map(|e| e.kv().map(|kv| kv.mod_revision()))
+            .max()
+            .unwrap_or(0);
         state.send_modify(|s| {
             let entries = Arc::make_mut(&mut s.entries);
             for event in resp.events() {
@@ -340,7 +430,13 @@ async fn mirror_dir(mut c: Client, prefix: &str, dir: &'static str, timeout: Dur
                 let Some(key) = name(kv.key()) else { continue };
                 match event.event_type() {
                     EventType::Put => {
-                        entries.insert(key, StoredValue { value: kv.value().to_vec(), mod_revision: kv.mod_revision() });
+                        entries.insert(
+                            key,
+                            StoredValue {
+                                value: kv.value().to_vec(),
+                                mod_revision: kv.mod_revision(),
+                            },
+                        );
                     }
                     EventType::Delete => {
                         entries.remove(&key);
@@ -358,13 +454,21 @@ mod tests {
     use super::*;
 
     fn state(entries: &[(&str, &[u8])]) -> SharedState {
-        let entries = entries.iter().map(|(k, v)| (k.to_string(), StoredValue { value: v.to_vec(), mod_revision: 1 })).collect();
+        let entries = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), StoredValue { value: v.to_vec(), mod_revision: 1 }))
+            .collect();
         SharedState { entries: Arc::new(entries), ..SharedState::default() }
     }
 
     #[test]
     fn under_lists_one_directory_only() {
-        let s = state(&[("acls/Topic/Literal/a", b"1"), ("acls/Topic/Literal/b/c", b"2"), ("configs/topics/a", b"3"), ("scram/u", b"4")]);
+        let s = state(&[
+            ("acls/Topic/Literal/a", b"1"),
+            ("acls/Topic/Literal/b/c", b"2"),
+            ("configs/topics/a", b"3"),
+            ("scram/u", b"4"),
+        ]);
         let acls: Vec<&str> = s.under("acls/").map(|(k, _)| k).collect();
         assert_eq!(acls, ["Topic/Literal/a", "Topic/Literal/b/c"]);
         assert_eq!(s.under("scram/").count(), 1);
@@ -387,7 +491,10 @@ mod tests {
         .expect("json");
         let s = state(&[(topic_config_key("t").as_str(), stored.as_slice())]);
         // Altered: the stored set replaces the creation configs.
-        assert_eq!(s.effective_topic_config("t", &assignment("id-1")).into_iter().collect::<Vec<_>>(), [("max.message.bytes".to_string(), "1024".to_string())]);
+        assert_eq!(
+            s.effective_topic_config("t", &assignment("id-1")).into_iter().collect::<Vec<_>>(),
+            [("max.message.bytes".to_string(), "1024".to_string())]
+        );
         // A later topic of the same name starts from its own creation configs.
         assert_eq!(s.effective_topic_config("t", &assignment("id-2")), assignment("id-2").configs);
         assert_eq!(s.effective_topic_config("u", &assignment("id-1")), assignment("id-1").configs);

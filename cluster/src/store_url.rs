@@ -22,7 +22,10 @@ impl FromStr for MetadataStoreUrl {
     type Err = ClusterError;
 
     fn from_str(value: &str) -> Result<Self, ClusterError> {
-        let bad = |reason: &str| ClusterError::InvalidStoreUrl { value: value.to_string(), reason: reason.to_string() };
+        let bad = |reason: &str| ClusterError::InvalidStoreUrl {
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
         let value_trimmed = value.trim();
         if value_trimmed.is_empty() || value_trimmed == "local" {
             return Ok(Self::Local);
@@ -37,7 +40,8 @@ impl FromStr for MetadataStoreUrl {
         let prefix = if prefix.is_empty() { DEFAULT_PREFIX } else { prefix };
         let mut endpoints = Vec::new();
         for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-            let (h, port) = host.rsplit_once(':').ok_or_else(|| bad(&format!("`{host}` has no port")))?;
+            let (h, port) =
+                host.rsplit_once(':').ok_or_else(|| bad(&format!("`{host}` has no port")))?;
             if h.is_empty() || port.parse::<u16>().is_err() {
                 return Err(bad(&format!("`{host}` is not HOST:PORT")));
             }
@@ -55,7 +59,8 @@ impl fmt::Display for MetadataStoreUrl {
         match self {
             Self::Local => f.write_str("local"),
             Self::Etcd { endpoints, prefix } => {
-                let hosts: Vec<&str> = endpoints.iter().map(|e| e.trim_start_matches("http://")).collect();
+                let hosts: Vec<&str> =
+                    endpoints.iter().map(|e| e.trim_start_matches("http://")).collect();
                 write!(f, "etcd://{}{prefix}", hosts.join(","))
             }
         }
@@ -74,7 +79,8 @@ mod tests {
 
     #[test]
     fn etcd_urls_take_several_hosts_and_a_prefix() {
-        let url: MetadataStoreUrl = "etcd://127.0.0.1:2379,10.0.0.2:2379/prod/floe/".parse().unwrap();
+        let url: MetadataStoreUrl =
+            "etcd://127.0.0.1:2379,10.0.0.2:2379/prod/floe/".parse().unwrap();
         assert_eq!(
             url,
             MetadataStoreUrl::Etcd {

@@ -20,7 +20,10 @@ use etcd_client::{Client, Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpRe
 use tracing::{debug, info};
 
 use crate::etcd_keys::{bounded, parse_json, partition_key, partitions_prefix, topic_key};
-use crate::{initial_partition_state, ClusterError, PartitionState, ReassignedPartition, TopicAssignment, TopicPartition};
+use crate::{
+    initial_partition_state, ClusterError, PartitionState, ReassignedPartition, TopicAssignment,
+    TopicPartition,
+};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;
@@ -29,13 +32,21 @@ const MAX_TXN_OPS: usize = 128;
 ///
 /// # Errors
 /// [`ClusterError::TopicExists`] if the name is taken; etcd errors.
-pub(crate) async fn create_topic(client: &mut Client, prefix: &str, timeout: Duration, name: &str, assignment: &TopicAssignment) -> Result<(), ClusterError> {
+pub(crate) async fn create_topic(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    name: &str,
+    assignment: &TopicAssignment,
+) -> Result<(), ClusterError> {
     let topic_key = topic_key(prefix, name);
-    let value = serde_json::to_vec(assignment).map_err(|e| ClusterError::BadValue { key: topic_key.clone(), reason: e.to_string() })?;
+    let value = serde_json::to_vec(assignment)
+        .map_err(|e| ClusterError::BadValue { key: topic_key.clone(), reason: e.to_string() })?;
     let mut states = Vec::with_capacity(assignment.partitions.len());
     for (&p, replicas) in &assignment.partitions {
         let key = partition_key(prefix, &TopicPartition::new(name, p));
-        let state = serde_json::to_vec(&initial_partition_state(replicas)).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+        let state = serde_json::to_vec(&initial_partition_state(replicas))
+            .map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
         states.push((key, state));
     }
     // The topic and its first partitions: one transaction, conditional on the name
@@ -43,7 +54,8 @@ pub(crate) async fn create_topic(client: &mut Client, prefix: &str, timeout: Dur
     let (first, rest) = states.split_at(states.len().min(MAX_TXN_OPS - 1));
     let mut ops = vec![TxnOp::put(topic_key.as_str(), value, None)];
     ops.extend(first.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)));
-    let txn = Txn::new().when([Compare::version(topic_key.as_str(), CompareOp::Equal, 0)]).and_then(ops);
+    let txn =
+        Txn::new().when([Compare::version(topic_key.as_str(), CompareOp::Equal, 0)]).and_then(ops);
     let created = bounded(timeout, "topic create", client.txn(txn)).await?;
     if !created.succeeded() {
         return Err(ClusterError::TopicExists(name.to_string()));
@@ -57,12 +69,26 @@ pub(crate) async fn create_topic(client: &mut Client, prefix: &str, timeout: Dur
 /// The partition states that did not fit in a topic's first transaction, `MAX_TXN_OPS - 1`
 /// at a time: each only while the topic is the one created at `topic_revision`, and
 /// where the controller has not filled the state in meanwhile.
-async fn write_remaining_states(client: &mut Client, timeout: Duration, topic_key: &str, topic_revision: i64, rest: &[(String, Vec<u8>)]) -> Result<(), ClusterError> {
+async fn write_remaining_states(
+    client: &mut Client,
+    timeout: Duration,
+    topic_key: &str,
+    topic_revision: i64,
+    rest: &[(String, Vec<u8>)],
+) -> Result<(), ClusterError> {
     for chunk in rest.chunks(MAX_TXN_OPS - 1) {
-        let mut compares = vec![Compare::create_revision(topic_key, CompareOp::Equal, topic_revision)];
-        compares.extend(chunk.iter().map(|(k, _)| Compare::version(k.as_str(), CompareOp::Equal, 0)));
-        let ops: Vec<TxnOp> = chunk.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)).collect();
-        bounded(timeout, "partition states create", client.txn(Txn::new().when(compares).and_then(ops))).await?;
+        let mut compares =
+            vec![Compare::create_revision(topic_key, CompareOp::Equal, topic_revision)];
+        compares
+            .extend(chunk.iter().map(|(k, _)| Compare::version(k.as_str(), CompareOp::Equal, 0)));
+        let ops: Vec<TxnOp> =
+            chunk.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)).collect();
+        bounded(
+            timeout,
+            "partition states create",
+            client.txn(Txn::new().when(compares).and_then(ops)),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -95,7 +121,10 @@ pub(crate) async fn create_partitions(
         let read_at = kv.mod_revision();
         let added = plan(&grown)?;
         if let Some(p) = added.keys().find(|p| grown.partitions.contains_key(p)) {
-            return Err(ClusterError::BadValue { key: topic_key, reason: format!("partition {p} is planned, but exists") });
+            return Err(ClusterError::BadValue {
+                key: topic_key,
+                reason: format!("partition {p} is planned, but exists"),
+            });
         }
         if validate_only {
             grown.partitions.extend(added);
@@ -111,7 +140,9 @@ pub(crate) async fn create_partitions(
         let (first, rest) = states.split_at(states.len().min(MAX_TXN_OPS - 1));
         let mut ops = vec![TxnOp::put(topic_key.as_str(), value, None)];
         ops.extend(first.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)));
-        let txn = Txn::new().when([Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, read_at)]).and_then(ops);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, read_at)])
+            .and_then(ops);
         if !bounded(timeout, "partitions create", client.txn(txn)).await?.succeeded() {
             debug!(topic = name, "the topic changed while partitions were planned; planning again");
             continue;
@@ -143,11 +174,16 @@ pub(crate) async fn change_leader(
     let topic_key = topic_key(prefix, &tp.topic);
     let key = partition_key(prefix, tp);
     loop {
-        let StoredPartition { topic, replicas, state: current, .. } = read_partition(client, prefix, timeout, tp).await?;
+        let StoredPartition { topic, replicas, state: current, .. } =
+            read_partition(client, prefix, timeout, tp).await?;
         let next = decide(&replicas, &current)?;
         let txn = Txn::new()
             .when([
-                Compare::create_revision(topic_key.as_str(), CompareOp::Equal, topic.create_revision()),
+                Compare::create_revision(
+                    topic_key.as_str(),
+                    CompareOp::Equal,
+                    topic.create_revision(),
+                ),
                 Compare::mod_revision(key.as_str(), CompareOp::Equal, current.partition_epoch),
             ])
             .and_then([TxnOp::put(key.as_str(), to_json(&key, &next)?, None)]);
@@ -185,7 +221,8 @@ pub(crate) async fn reassign_partition(
     let topic_key = topic_key(prefix, &tp.topic);
     let key = partition_key(prefix, tp);
     loop {
-        let StoredPartition { topic, mut assignment, replicas, state: current } = read_partition(client, prefix, timeout, tp).await?;
+        let StoredPartition { topic, mut assignment, replicas, state: current } =
+            read_partition(client, prefix, timeout, tp).await?;
         let Some(next) = decide(&replicas, &current)? else { return Ok(None) };
         assignment.partitions.insert(tp.partition, next.replicas.clone());
         let txn = Txn::new()
@@ -193,7 +230,10 @@ pub(crate) async fn reassign_partition(
                 Compare::mod_revision(topic_key.as_str(), CompareOp::Equal, topic.mod_revision()),
                 Compare::mod_revision(key.as_str(), CompareOp::Equal, current.partition_epoch),
             ])
-            .and_then([TxnOp::put(topic_key.as_str(), to_json(&topic_key, &assignment)?, None), TxnOp::put(key.as_str(), to_json(&key, &next.state)?, None)]);
+            .and_then([
+                TxnOp::put(topic_key.as_str(), to_json(&topic_key, &assignment)?, None),
+                TxnOp::put(key.as_str(), to_json(&key, &next.state)?, None),
+            ]);
         let resp = bounded(timeout, "partition reassignment", client.txn(txn)).await?;
         if resp.succeeded() {
             info!(partition = %tp, old_replicas = ?replicas, replicas = ?next.replicas, adding = ?next.state.adding_replicas,
@@ -223,9 +263,15 @@ struct StoredPartition {
 /// [`ClusterError::UnknownTopic`]; [`ClusterError::UnknownPartition`] also for a
 /// partition of the assignment without a state yet (its creator or the controller is
 /// about to write the first one: nothing to decide from); etcd errors.
-async fn read_partition(client: &mut Client, prefix: &str, timeout: Duration, tp: &TopicPartition) -> Result<StoredPartition, ClusterError> {
+async fn read_partition(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    tp: &TopicPartition,
+) -> Result<StoredPartition, ClusterError> {
     let (topic_key, key) = (topic_key(prefix, &tp.topic), partition_key(prefix, tp));
-    let read = Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
+    let read =
+        Txn::new().and_then([TxnOp::get(topic_key.as_str(), None), TxnOp::get(key.as_str(), None)]);
     let read = bounded(timeout, "partition read", client.txn(read)).await?;
     let mut got = read.op_responses().into_iter().map(|r| match r {
         TxnOpResponse::Get(g) => g.kvs().first().cloned(),
@@ -234,7 +280,8 @@ async fn read_partition(client: &mut Client, prefix: &str, timeout: Duration, tp
     let (topic, partition) = (got.next().flatten(), got.next().flatten());
     let topic = topic.ok_or_else(|| ClusterError::UnknownTopic(tp.topic.clone()))?;
     let assignment: TopicAssignment = parse_json(&topic)?;
-    let unknown = || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
+    let unknown =
+        || ClusterError::UnknownPartition { topic: tp.topic.clone(), partition: tp.partition };
     let replicas = assignment.partitions.get(&tp.partition).ok_or_else(unknown)?.clone();
     let partition = partition.ok_or_else(unknown)?;
     let mut state: PartitionState = parse_json(&partition)?;
@@ -243,19 +290,24 @@ async fn read_partition(client: &mut Client, prefix: &str, timeout: Duration, tp
 }
 
 fn to_json<T: serde::Serialize>(key: &str, value: &T) -> Result<Vec<u8>, ClusterError> {
-    serde_json::to_vec(value).map_err(|e| ClusterError::BadValue { key: key.to_string(), reason: e.to_string() })
+    serde_json::to_vec(value)
+        .map_err(|e| ClusterError::BadValue { key: key.to_string(), reason: e.to_string() })
 }
 
 /// Removes topic `name` and every partition state under it, in one transaction.
 ///
 /// # Errors
 /// [`ClusterError::UnknownTopic`] if there is no such topic; etcd errors.
-pub(crate) async fn delete_topic(client: &mut Client, prefix: &str, timeout: Duration, name: &str) -> Result<(), ClusterError> {
+pub(crate) async fn delete_topic(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    name: &str,
+) -> Result<(), ClusterError> {
     let topic_key = topic_key(prefix, name);
     let partitions = format!("{}{name}/", partitions_prefix(prefix));
-    let txn = Txn::new()
-        .when([Compare::version(topic_key.as_str(), CompareOp::Greater, 0)])
-        .and_then([
+    let txn =
+        Txn::new().when([Compare::version(topic_key.as_str(), CompareOp::Greater, 0)]).and_then([
             TxnOp::delete(topic_key.as_str(), None),
             TxnOp::delete(partitions, Some(DeleteOptions::new().with_prefix())),
             // Its altered configs go with it (a later topic of the name starts afresh).
@@ -275,10 +327,18 @@ pub(crate) async fn delete_topic(client: &mut Client, prefix: &str, timeout: Dur
 ///
 /// # Errors
 /// etcd errors.
-pub(crate) async fn alter_isr(client: &mut Client, prefix: &str, timeout: Duration, tp: &TopicPartition, expected: &PartitionState, isr: Vec<i32>) -> Result<bool, ClusterError> {
+pub(crate) async fn alter_isr(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    tp: &TopicPartition,
+    expected: &PartitionState,
+    isr: Vec<i32>,
+) -> Result<bool, ClusterError> {
     let key = partition_key(prefix, tp);
     let next = PartitionState { isr, ..expected.clone() };
-    let value = serde_json::to_vec(&next).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let value = serde_json::to_vec(&next)
+        .map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
     let txn = Txn::new()
         .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, expected.partition_epoch)])
         .and_then([TxnOp::put(key.as_str(), value, None)]);
@@ -295,10 +355,16 @@ pub(crate) async fn alter_isr(client: &mut Client, prefix: &str, timeout: Durati
 ///
 /// # Errors
 /// etcd errors, or a stored value that does not parse.
-pub(crate) async fn reserve_producer_ids(client: &mut Client, prefix: &str, timeout: Duration, size: i64) -> Result<i64, ClusterError> {
+pub(crate) async fn reserve_producer_ids(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    size: i64,
+) -> Result<i64, ClusterError> {
     let key = format!("{prefix}/producer_id_block");
     loop {
-        let current = bounded(timeout, "producer id block read", client.get(key.as_str(), None)).await?;
+        let current =
+            bounded(timeout, "producer id block read", client.get(key.as_str(), None)).await?;
         let (start, compare) = match current.kvs().first() {
             None => (0, Compare::version(key.as_str(), CompareOp::Equal, 0)),
             Some(kv) => {
@@ -307,7 +373,10 @@ pub(crate) async fn reserve_producer_ids(client: &mut Client, prefix: &str, time
                     .ok()
                     .and_then(|v| v.trim().parse::<i64>().ok())
                     .filter(|v| *v >= 0)
-                    .ok_or_else(|| ClusterError::BadValue { key: key.clone(), reason: "not a producer id".into() })?;
+                    .ok_or_else(|| ClusterError::BadValue {
+                        key: key.clone(),
+                        reason: "not a producer id".into(),
+                    })?;
                 (start, Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision()))
             }
         };
@@ -325,16 +394,25 @@ pub(crate) async fn reserve_producer_ids(client: &mut Client, prefix: &str, time
 ///
 /// # Errors
 /// [`ClusterError::BadValue`] if this broker is not registered; etcd errors.
-pub(crate) async fn announce_shutdown(client: &mut Client, prefix: &str, timeout: Duration, registration: &crate::BrokerRegistration) -> Result<(), ClusterError> {
+pub(crate) async fn announce_shutdown(
+    client: &mut Client,
+    prefix: &str,
+    timeout: Duration,
+    registration: &crate::BrokerRegistration,
+) -> Result<(), ClusterError> {
     let key = format!("{prefix}/brokers/{}", registration.node_id);
     let marked = crate::BrokerRegistration { shutting_down: true, ..registration.clone() };
-    let value = serde_json::to_vec(&marked).map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
-    let txn = Txn::new()
-        .when([Compare::version(key.as_str(), CompareOp::Greater, 0)])
-        .and_then([TxnOp::put(key.as_str(), value, Some(etcd_client::PutOptions::new().with_ignore_lease()))]);
+    let value = serde_json::to_vec(&marked)
+        .map_err(|e| ClusterError::BadValue { key: key.clone(), reason: e.to_string() })?;
+    let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Greater, 0)]).and_then([
+        TxnOp::put(key.as_str(), value, Some(etcd_client::PutOptions::new().with_ignore_lease())),
+    ]);
     if !bounded(timeout, "shutdown announcement", client.txn(txn)).await?.succeeded() {
         return Err(ClusterError::BadValue { key, reason: "not registered".into() });
     }
-    info!(node_id = registration.node_id, "announced controlled shutdown: the controller moves this broker's leaderships away");
+    info!(
+        node_id = registration.node_id,
+        "announced controlled shutdown: the controller moves this broker's leaderships away"
+    );
     Ok(())
 }

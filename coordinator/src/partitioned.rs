@@ -51,7 +51,10 @@ pub struct Partitioned<C> {
 
 impl<C> std::fmt::Debug for Partitioned<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Partitioned").field("topic", &self.topic).field("count", &self.partition_count()).finish_non_exhaustive()
+        f.debug_struct("Partitioned")
+            .field("topic", &self.topic)
+            .field("count", &self.partition_count())
+            .finish_non_exhaustive()
     }
 }
 
@@ -61,7 +64,8 @@ impl<C> Partitioned<C> {
     /// # Errors
     /// If `make` fails (a coordinator's writer thread cannot be started).
     pub fn new(topic: &'static str, count: i32, make: Factory<C>) -> std::io::Result<Self> {
-        let this = Self { topic, count: AtomicI32::new(0), instances: RwLock::new(Vec::new()), make };
+        let this =
+            Self { topic, count: AtomicI32::new(0), instances: RwLock::new(Vec::new()), make };
         this.grow(count.max(1))?;
         this.count.store(count.max(1), Ordering::Release);
         Ok(this)
@@ -94,7 +98,12 @@ impl<C> Partitioned<C> {
             return;
         }
         self.count.store(count, Ordering::Release);
-        tracing::info!(topic = self.topic, previous, count, "coordinating over the topic's actual partition count");
+        tracing::info!(
+            topic = self.topic,
+            previous,
+            count,
+            "coordinating over the topic's actual partition count"
+        );
     }
 
     /// The partition that coordinates `key`.

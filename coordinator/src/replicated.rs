@@ -117,7 +117,11 @@ impl CoordinatorTerm {
     ///
     /// # Errors
     /// As [`ReplicatedWrites::wait_committed`].
-    pub fn after_append(&self, log: &PartitionLog, end_offset: i64) -> Result<(), ReplicationError> {
+    pub fn after_append(
+        &self,
+        log: &PartitionLog,
+        end_offset: i64,
+    ) -> Result<(), ReplicationError> {
         match &self.replication {
             Some(r) => r.wait_committed(log, end_offset),
             None => Ok(()),

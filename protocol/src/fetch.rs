@@ -272,9 +272,7 @@ impl EncodedResponse {
                 ResponsePart::File(region) => {
                     let start = out.len();
                     out.resize(start + region.len as usize, 0);
-                    region
-                        .file
-                        .read_exact_at(&mut out[start..], region.position)?;
+                    region.file.read_exact_at(&mut out[start..], region.position)?;
                 }
             }
         }
@@ -301,11 +299,7 @@ pub fn encode_fetch_response(
     version: i16,
     data: &FetchResponseData,
 ) -> Result<EncodedResponse, ProtocolError> {
-    let err = |reason: String| ProtocolError::Encode {
-        api: "Fetch",
-        version,
-        reason,
-    };
+    let err = |reason: String| ProtocolError::Encode { api: "Fetch", version, reason };
     if !FETCH_VERSIONS.contains(&version) {
         return Err(err(format!(
             "version not supported (Fetch {}-{})",
@@ -526,10 +520,7 @@ impl Writer {
             None => self.buf.put_i16(-1),
             Some(s) => {
                 if s.len() > MAX_STRING_LEN {
-                    return Err(format!(
-                        "string of {} bytes (limit {MAX_STRING_LEN})",
-                        s.len()
-                    ));
+                    return Err(format!("string of {} bytes (limit {MAX_STRING_LEN})", s.len()));
                 }
                 if self.flexible {
                     self.uvarint(s.len() as u32 + 1);
@@ -602,10 +593,7 @@ impl Writer {
         if !tail.is_empty() {
             self.parts.push(ResponsePart::Bytes(tail.freeze()));
         }
-        Ok(EncodedResponse {
-            parts: self.parts,
-            total_len,
-        })
+        Ok(EncodedResponse { parts: self.parts, total_len })
     }
 }
 
@@ -641,16 +629,11 @@ mod tests {
             self.below(n) == 0
         }
         fn bytes(&mut self, len: usize) -> Bytes {
-            (0..len)
-                .map(|_| self.next() as u8)
-                .collect::<Vec<u8>>()
-                .into()
+            (0..len).map(|_| self.next() as u8).collect::<Vec<u8>>().into()
         }
         fn name(&mut self, max: u64) -> StrBytes {
             let len = self.below(max + 1);
-            let s: String = (0..len)
-                .map(|_| (b'a' + self.below(26) as u8) as char)
-                .collect();
+            let s: String = (0..len).map(|_| (b'a' + self.below(26) as u8) as char).collect();
             StrBytes::from_string(s)
         }
     }
@@ -675,11 +658,7 @@ mod tests {
             };
             for _ in 0..partitions {
                 let mut p = FetchPartitionResponse::new(rng.next() as i32);
-                p.error_code = if rng.one_in(3) {
-                    rng.below(120) as i16
-                } else {
-                    0
-                };
+                p.error_code = if rng.one_in(3) { rng.below(120) as i16 } else { 0 };
                 p.high_watermark = rng.next() as i64;
                 p.last_stable_offset = rng.next() as i64;
                 p.log_start_offset = rng.next() as i64;
@@ -716,11 +695,7 @@ mod tests {
                 node_id: rng.next() as i32,
                 host: rng.name(20),
                 port: rng.next() as i32,
-                rack: if rng.one_in(2) {
-                    None
-                } else {
-                    Some(rng.name(5))
-                },
+                rack: if rng.one_in(2) { None } else { Some(rng.name(5)) },
             });
         }
         data
@@ -742,14 +717,8 @@ mod tests {
         let batch = |fill: u8, len: usize| FetchRecords::Bytes(Bytes::from(vec![fill; len]));
         let mut p1 = partition(1, 0, batch(0xb1, 700));
         p1.aborted_transactions = Some(vec![
-            AbortedTransaction {
-                producer_id: 42,
-                first_offset: 100,
-            },
-            AbortedTransaction {
-                producer_id: 43,
-                first_offset: 150,
-            },
+            AbortedTransaction { producer_id: 42, first_offset: 100 },
+            AbortedTransaction { producer_id: 43, first_offset: 150 },
         ]);
         if version >= 11 {
             p1.preferred_read_replica = 2;
@@ -912,13 +881,8 @@ mod tests {
     fn check_parts(encoded: &EncodedResponse, data: &FetchResponseData) {
         assert!(matches!(encoded.parts.first(), Some(ResponsePart::Bytes(b)) if b.len() >= 8));
         assert!(encoded.parts.iter().all(|p| !p.is_empty()), "an empty part");
-        assert_eq!(
-            encoded.parts.iter().map(ResponsePart::len).sum::<usize>(),
-            encoded.total_len
-        );
-        let ResponsePart::Bytes(first) = &encoded.parts[0] else {
-            unreachable!()
-        };
+        assert_eq!(encoded.parts.iter().map(ResponsePart::len).sum::<usize>(), encoded.total_len);
+        let ResponsePart::Bytes(first) = &encoded.parts[0] else { unreachable!() };
         assert_eq!(first[..4], ((encoded.total_len - 4) as i32).to_be_bytes());
         let got: Vec<(u64, u32)> = encoded
             .parts
@@ -949,10 +913,7 @@ mod tests {
         let theirs = crate_encoding(correlation_id, version, data);
         assert_eq!(ours.len(), theirs.len(), "length, v{version}");
         if let Some(at) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {
-            panic!(
-                "v{version}: first difference at byte {at} of {}",
-                ours.len()
-            );
+            panic!("v{version}: first difference at byte {at} of {}", ours.len());
         }
 
         let mut rest = ours.slice(4..);
@@ -973,12 +934,8 @@ mod tests {
             std::process::id(),
             FILE_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
+        let mut file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         file.write_all(contents).unwrap();
         Arc::new(file)
@@ -1001,11 +958,7 @@ mod tests {
         for p in data.topics.iter_mut().flat_map(|t| &mut t.partitions) {
             if let FetchRecords::Bytes(_) = p.records {
                 let (position, len) = spans.next().unwrap();
-                p.records = FetchRecords::File(FileRegion {
-                    file: file.clone(),
-                    position,
-                    len,
-                });
+                p.records = FetchRecords::File(FileRegion { file: file.clone(), position, len });
             }
         }
         data
@@ -1052,14 +1005,8 @@ mod tests {
 
     #[test]
     fn empty_response_bytes_spelled_out() {
-        let data = FetchResponseData {
-            throttle_time_ms: 1,
-            ..Default::default()
-        };
-        let v4 = encode_fetch_response(9, 4, &data)
-            .unwrap()
-            .to_contiguous()
-            .unwrap();
+        let data = FetchResponseData { throttle_time_ms: 1, ..Default::default() };
+        let v4 = encode_fetch_response(9, 4, &data).unwrap().to_contiguous().unwrap();
         #[rustfmt::skip]
         assert_eq!(&v4[..], &[
             0, 0, 0, 12,   // size
@@ -1067,10 +1014,7 @@ mod tests {
             0, 0, 0, 1,    // throttle_time_ms
             0, 0, 0, 0,    // responses: 0 topics
         ]);
-        let v12 = encode_fetch_response(9, 12, &data)
-            .unwrap()
-            .to_contiguous()
-            .unwrap();
+        let v12 = encode_fetch_response(9, 12, &data).unwrap().to_contiguous().unwrap();
         #[rustfmt::skip]
         assert_eq!(&v12[..], &[
             0, 0, 0, 17,   // size
@@ -1090,11 +1034,7 @@ mod tests {
         let mut p = FetchPartitionResponse::new(3);
         p.high_watermark = 5;
         p.last_stable_offset = 4;
-        p.records = FetchRecords::File(FileRegion {
-            file,
-            position: 2,
-            len: 3,
-        });
+        p.records = FetchRecords::File(FileRegion { file, position: 2, len: 3 });
         let data = FetchResponseData {
             topics: vec![FetchTopicResponse {
                 topic: StrBytes::from_static_str("t"),
@@ -1126,17 +1066,13 @@ mod tests {
 
     #[test]
     fn null_and_empty_records_differ() {
-        for (records, v4, v12) in [
-            (FetchRecords::Null, [0xff; 4], 0u8),
-            (FetchRecords::Bytes(Bytes::new()), [0; 4], 1),
-        ] {
+        for (records, v4, v12) in
+            [(FetchRecords::Null, [0xff; 4], 0u8), (FetchRecords::Bytes(Bytes::new()), [0; 4], 1)]
+        {
             let mut p = FetchPartitionResponse::new(0);
             p.records = records;
             let data = FetchResponseData {
-                topics: vec![FetchTopicResponse {
-                    partitions: vec![p],
-                    ..Default::default()
-                }],
+                topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
                 ..Default::default()
             };
             let out = encode_fetch_response(0, 4, &data).unwrap();
@@ -1144,10 +1080,7 @@ mod tests {
             assert_eq!(out.to_contiguous().unwrap()[out.total_len - 4..], v4);
             let out = encode_fetch_response(0, 12, &data).unwrap();
             // records, partition tags, topic tags, top-level tags.
-            assert_eq!(
-                out.to_contiguous().unwrap()[out.total_len - 4..],
-                [v12, 0, 0, 0]
-            );
+            assert_eq!(out.to_contiguous().unwrap()[out.total_len - 4..], [v12, 0, 0, 0]);
         }
     }
 
@@ -1160,20 +1093,14 @@ mod tests {
                 Err(ProtocolError::Encode { api: "Fetch", .. })
             ));
         }
-        let session = FetchResponseData {
-            session_id: 1,
-            ..Default::default()
-        };
+        let session = FetchResponseData { session_id: 1, ..Default::default() };
         assert!(encode_fetch_response(0, 6, &session).is_err());
         assert!(encode_fetch_response(0, 7, &session).is_ok());
 
         let mut p = FetchPartitionResponse::new(0);
         p.preferred_read_replica = 1;
         let replica = FetchResponseData {
-            topics: vec![FetchTopicResponse {
-                partitions: vec![p],
-                ..Default::default()
-            }],
+            topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
             ..Default::default()
         };
         assert!(encode_fetch_response(0, 10, &replica).is_err());
@@ -1187,32 +1114,20 @@ mod tests {
             ..Default::default()
         };
         assert!(encode_fetch_response(0, 12, &long).is_err());
-        assert!(
-            encode_fetch_response(0, 13, &long).is_ok(),
-            "v13+ carries topic ids, not names"
-        );
+        assert!(encode_fetch_response(0, 13, &long).is_ok(), "v13+ carries topic ids, not names");
     }
 
     #[test]
     fn truncated_file_is_an_error_on_the_copying_path() {
         let mut p = FetchPartitionResponse::new(0);
-        p.records = FetchRecords::File(FileRegion {
-            file: temp_file(b"short"),
-            position: 2,
-            len: 10,
-        });
+        p.records =
+            FetchRecords::File(FileRegion { file: temp_file(b"short"), position: 2, len: 10 });
         let data = FetchResponseData {
-            topics: vec![FetchTopicResponse {
-                partitions: vec![p],
-                ..Default::default()
-            }],
+            topics: vec![FetchTopicResponse { partitions: vec![p], ..Default::default() }],
             ..Default::default()
         };
         let encoded = encode_fetch_response(0, 16, &data).unwrap();
-        assert_eq!(
-            encoded.to_contiguous().unwrap_err().kind(),
-            io::ErrorKind::UnexpectedEof
-        );
+        assert_eq!(encoded.to_contiguous().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]
@@ -1222,16 +1137,9 @@ mod tests {
             for _ in 0..20 {
                 let data = random_response(&mut rng, version);
                 let encoded = encode_fetch_response(0, version, &data).unwrap();
-                let records: usize = data
-                    .topics
-                    .iter()
-                    .flat_map(|t| &t.partitions)
-                    .map(|p| p.records.len())
-                    .sum();
-                assert!(
-                    encoded.total_len - records <= estimate(&data).0,
-                    "v{version}"
-                );
+                let records: usize =
+                    data.topics.iter().flat_map(|t| &t.partitions).map(|p| p.records.len()).sum();
+                assert!(encoded.total_len - records <= estimate(&data).0, "v{version}");
             }
         }
     }

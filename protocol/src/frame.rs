@@ -42,10 +42,7 @@ pub fn parse_frame(buf: &mut BytesMut, max_size: usize) -> Result<Option<Bytes>,
     }
     let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if size < 0 || size as usize > max_size {
-        return Err(ProtocolError::FrameTooLarge {
-            size: size as i64,
-            limit: max_size,
-        });
+        return Err(ProtocolError::FrameTooLarge { size: size as i64, limit: max_size });
     }
     let total = SIZE_PREFIX_LEN + size as usize;
     if buf.len() < total {
@@ -96,27 +93,22 @@ pub enum HeaderError {
 /// See [`HeaderError`].
 pub fn parse_request_header(mut frame: Bytes) -> Result<RequestFrame, HeaderError> {
     if frame.len() < 8 {
-        return Err(HeaderError::Malformed(ProtocolError::MalformedHeader(
-            format!("{} bytes is too short for a request header", frame.len()),
-        )));
+        return Err(HeaderError::Malformed(ProtocolError::MalformedHeader(format!(
+            "{} bytes is too short for a request header",
+            frame.len()
+        ))));
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    let api_key = ApiKey::try_from(raw_key).map_err(|()| HeaderError::UnknownApiKey {
-        api_key: raw_key,
-        correlation_id,
-    })?;
+    let api_key = ApiKey::try_from(raw_key)
+        .map_err(|()| HeaderError::UnknownApiKey { api_key: raw_key, correlation_id })?;
     let valid = api_key.valid_versions();
     let known_version = version.clamp(valid.min, valid.max);
     let header_version = api_key.request_header_version(known_version);
     let header = RequestHeader::decode(&mut frame, header_version)
         .map_err(|e| HeaderError::Malformed(ProtocolError::MalformedHeader(e.to_string())))?;
-    Ok(RequestFrame {
-        api_key,
-        header,
-        body: frame,
-    })
+    Ok(RequestFrame { api_key, header, body: frame })
 }
 
 #[cfg(test)]
@@ -137,10 +129,7 @@ mod tests {
         let whole = frame_of(b"hello world");
         for cut in 0..whole.len() {
             let mut part = BytesMut::from(&whole[..cut]);
-            assert!(
-                parse_frame(&mut part, 1024).unwrap().is_none(),
-                "cut at {cut}"
-            );
+            assert!(parse_frame(&mut part, 1024).unwrap().is_none(), "cut at {cut}");
         }
         let mut two = frame_of(b"one");
         two.extend_from_slice(&frame_of(b"two"));
@@ -162,20 +151,16 @@ mod tests {
 
     #[test]
     fn headers_decode_for_flexible_and_classic_versions() {
-        for (key, version) in [
-            (ApiKey::Metadata, 1),
-            (ApiKey::Metadata, 12),
-            (ApiKey::ApiVersions, 3),
-        ] {
+        for (key, version) in
+            [(ApiKey::Metadata, 1), (ApiKey::Metadata, 12), (ApiKey::ApiVersions, 3)]
+        {
             let header = RequestHeader::default()
                 .with_request_api_key(key as i16)
                 .with_request_api_version(version)
                 .with_correlation_id(77)
                 .with_client_id(Some(StrBytes::from_static_str("test")));
             let mut buf = BytesMut::new();
-            header
-                .encode(&mut buf, key.request_header_version(version))
-                .unwrap();
+            header.encode(&mut buf, key.request_header_version(version)).unwrap();
             buf.put_slice(b"body");
             let parsed = parse_request_header(buf.freeze()).unwrap();
             assert_eq!(parsed.api_key, key);
@@ -194,10 +179,7 @@ mod tests {
         raw.put_i16(-1);
         assert!(matches!(
             parse_request_header(raw.freeze()),
-            Err(HeaderError::UnknownApiKey {
-                api_key: 9999,
-                correlation_id: 5
-            })
+            Err(HeaderError::UnknownApiKey { api_key: 9999, correlation_id: 5 })
         ));
         assert!(matches!(
             parse_request_header(Bytes::from_static(&[0, 3, 0])),

@@ -325,8 +325,7 @@ impl RecordBatchHeader {
 
     /// Offset of the last record: `base_offset + last_offset_delta`.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset
-            .wrapping_add(i64::from(self.last_offset_delta))
+        self.base_offset.wrapping_add(i64::from(self.last_offset_delta))
     }
 
     /// Offset after the last record.
@@ -347,16 +346,10 @@ impl RecordBatchHeader {
     /// The first violated rule.
     pub fn check_sanity(&self, position: usize) -> Result<(), BatchError> {
         if self.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic {
-                position,
-                magic: self.magic,
-            });
+            return Err(BatchError::InvalidMagic { position, magic: self.magic });
         }
         if self.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength {
-                position,
-                batch_length: self.batch_length,
-            });
+            return Err(BatchError::InvalidLength { position, batch_length: self.batch_length });
         }
         if self.compression().is_none() {
             return Err(BatchError::UnknownCompression {
@@ -386,16 +379,10 @@ impl RecordBatchHeader {
     /// The first violated rule.
     pub fn check_sanity_in_log(&self, position: usize) -> Result<(), BatchError> {
         if self.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic {
-                position,
-                magic: self.magic,
-            });
+            return Err(BatchError::InvalidMagic { position, magic: self.magic });
         }
         if self.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength {
-                position,
-                batch_length: self.batch_length,
-            });
+            return Err(BatchError::InvalidLength { position, batch_length: self.batch_length });
         }
         if self.compression().is_none() {
             return Err(BatchError::UnknownCompression {
@@ -440,11 +427,7 @@ pub fn verify_crc(batch: &[u8], position: usize) -> Result<(), BatchError> {
     let stored = be_i32(batch, CRC_OFFSET) as u32;
     let computed = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     if stored != computed {
-        return Err(BatchError::CrcMismatch {
-            position,
-            stored,
-            computed,
-        });
+        return Err(BatchError::CrcMismatch { position, stored, computed });
     }
     Ok(())
 }
@@ -523,12 +506,7 @@ struct RecordWalk {
 
 impl RecordWalk {
     fn new(count: i32) -> Self {
-        Self {
-            pos: 0,
-            seen: 0,
-            count,
-            error: None,
-        }
+        Self { pos: 0, seen: 0, count, error: None }
     }
 
     /// Walks the records of `records` that start before `limit` (≤ `records.len()`).
@@ -669,10 +647,7 @@ pub fn validate_batches(
             available: rest.len(),
         })?;
         if header.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic {
-                position: pos,
-                magic: header.magic,
-            });
+            return Err(BatchError::InvalidMagic { position: pos, magic: header.magic });
         }
         if header.batch_length < MIN_BATCH_LENGTH {
             return Err(BatchError::InvalidLength {
@@ -703,11 +678,7 @@ pub fn validate_batches(
             .then(|| RecordWalk::new(header.records_count));
         let computed = crc_and_walk(batch, walk.as_mut());
         if header.crc != computed {
-            return Err(BatchError::CrcMismatch {
-                position: pos,
-                stored: header.crc,
-                computed,
-            });
+            return Err(BatchError::CrcMismatch { position: pos, stored: header.crc, computed });
         }
         header.check_sanity(pos)?;
         if let Some(walk) = walk {
@@ -768,11 +739,7 @@ pub struct BatchIter<'a> {
 impl<'a> BatchIter<'a> {
     /// Starts at the beginning of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        Self {
-            buf,
-            pos: 0,
-            failed: false,
-        }
+        Self { buf, pos: 0, failed: false }
     }
 
     /// Byte offset of the next batch (the end of the last good one).
@@ -805,10 +772,7 @@ impl Iterator for BatchIter<'_> {
                         available: rest.len(),
                     });
                 }
-                Ok(BatchPosition {
-                    position: self.pos,
-                    header,
-                })
+                Ok(BatchPosition { position: self.pos, header })
             });
         match &result {
             Ok(b) => self.pos = b.end(),
@@ -907,10 +871,7 @@ mod tests {
         RecordBatchEncoder::encode(
             &mut buf,
             recs.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
+            &RecordEncodeOptions { version: 2, compression },
         )
         .expect("encode");
         buf.to_vec()
@@ -977,10 +938,7 @@ mod tests {
             let mut bad = b.clone();
             bad[at] ^= 0x40;
             let err = validate_batches(&bad, 1 << 20).unwrap_err();
-            assert!(
-                matches!(err, BatchError::CrcMismatch { position: 0, .. }),
-                "byte {at}: {err}"
-            );
+            assert!(matches!(err, BatchError::CrcMismatch { position: 0, .. }), "byte {at}: {err}");
         }
         // base offset and leader epoch are outside the CRC.
         let mut ok = b.clone();
@@ -1041,10 +999,7 @@ mod tests {
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
         b[23..27].copy_from_slice(&3i32.to_be_bytes());
         rewrite_crc(&mut b);
-        assert!(matches!(
-            validate_batches(&b, 1 << 20),
-            Err(BatchError::MalformedRecords { .. })
-        ));
+        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
         // A compressed batch is not walked.
         let mut b = batch(5, Compression::Gzip);
         b[57..61].copy_from_slice(&4i32.to_be_bytes());
@@ -1068,10 +1023,7 @@ mod tests {
         let mut b = batch(3, Compression::None);
         b[61] = b[61].wrapping_add(2);
         rewrite_crc(&mut b);
-        assert!(matches!(
-            validate_batches(&b, 1 << 20),
-            Err(BatchError::MalformedRecords { .. })
-        ));
+        assert!(matches!(validate_batches(&b, 1 << 20), Err(BatchError::MalformedRecords { .. })));
     }
 
     #[test]
@@ -1083,14 +1035,10 @@ mod tests {
         assert_eq!(next, 108);
         validate_batches(&buf, 1 << 20).unwrap();
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf.clone())).unwrap();
-        let offsets: Vec<i64> = sets
-            .iter()
-            .flat_map(|s| s.records.iter().map(|r| r.offset))
-            .collect();
+        let offsets: Vec<i64> =
+            sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
         assert_eq!(offsets, (100..108).collect::<Vec<_>>());
-        let bases: Vec<i64> = BatchIter::new(&buf)
-            .map(|b| b.unwrap().header.base_offset)
-            .collect();
+        let bases: Vec<i64> = BatchIter::new(&buf).map(|b| b.unwrap().header.base_offset).collect();
         assert_eq!(bases, vec![100, 103, 107]);
     }
 
@@ -1108,10 +1056,9 @@ mod tests {
             assert_eq!(h.partition_leader_epoch, 12);
         }
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf)).unwrap();
-        assert!(sets.iter().all(|s| s
-            .records
+        assert!(sets
             .iter()
-            .all(|r| r.timestamp_type == KTimestampType::LogAppend)));
+            .all(|s| s.records.iter().all(|r| r.timestamp_type == KTimestampType::LogAppend)));
     }
 
     #[test]
@@ -1208,10 +1155,7 @@ mod tests {
         p = 0;
         assert_eq!(read_zigzag_varint(&[0xac, 0x02], &mut p), Some(150));
         p = 0;
-        assert_eq!(
-            read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p),
-            None
-        );
+        assert_eq!(read_zigzag_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut p), None);
         p = 0;
         assert_eq!(read_zigzag_varint(&[0x80], &mut p), None);
     }

@@ -83,7 +83,8 @@ impl<'a> RecordView<'a> {
         let buf = self.headers;
         let mut pos = 0;
         let count = read_varint(buf, &mut pos)?;
-        let count = usize::try_from(count).map_err(|_| RecordsError(format!("header count {count}")))?;
+        let count =
+            usize::try_from(count).map_err(|_| RecordsError(format!("header count {count}")))?;
         // Each header is at least two bytes: a hostile count cannot make us allocate much.
         let mut out = Vec::with_capacity(count.min(buf.len() / 2));
         for _ in 0..count {
@@ -92,7 +93,10 @@ impl<'a> RecordView<'a> {
             out.push((key, value));
         }
         if pos != buf.len() {
-            return Err(RecordsError(format!("{} bytes after the record's headers", buf.len() - pos)));
+            return Err(RecordsError(format!(
+                "{} bytes after the record's headers",
+                buf.len() - pos
+            )));
         }
         Ok(out)
     }
@@ -165,7 +169,10 @@ fn write_bytes(out: &mut Vec<u8>, field: Option<&[u8]>) {
 ///
 /// # Errors
 /// A record running past the section, or a count other than `recordsCount`.
-pub fn parse_records<'a>(records: &'a [u8], header: &RecordBatchHeader) -> Result<Vec<RecordView<'a>>> {
+pub fn parse_records<'a>(
+    records: &'a [u8],
+    header: &RecordBatchHeader,
+) -> Result<Vec<RecordView<'a>>> {
     // A record is at least 7 bytes: a hostile recordsCount cannot make us allocate much.
     let expected = usize::try_from(header.records_count).unwrap_or(0);
     let mut out = Vec::with_capacity(expected.min(records.len() / 7 + 1));
@@ -216,7 +223,9 @@ pub fn parse_records<'a>(records: &'a [u8], header: &RecordBatchHeader) -> Resul
 /// # Errors
 /// A batch shorter than its header, an unknown codec or undecompressable bytes.
 pub fn records_section(batch: &[u8], header: &RecordBatchHeader) -> Result<Bytes> {
-    let raw = Bytes::copy_from_slice(batch.get(RECORD_BATCH_OVERHEAD..).ok_or("batch shorter than its header")?);
+    let raw = Bytes::copy_from_slice(
+        batch.get(RECORD_BATCH_OVERHEAD..).ok_or("batch shorter than its header")?,
+    );
     let fail = |e| RecordsError(format!("cannot decompress: {e}"));
     let take = |b: &mut Bytes| Ok(std::mem::take(b));
     match header.compression() {
@@ -263,7 +272,11 @@ pub fn compress(codec: CompressionType, records: &[u8], out: &mut Vec<u8>) -> Re
 fn lz4_fast(records: &[u8], out: &mut Vec<u8>) -> Result<()> {
     use std::io::Write;
     let fail = |e: std::io::Error| RecordsError(format!("cannot compress: lz4: {e}"));
-    let mut encoder = lz4::EncoderBuilder::new().level(0).block_mode(lz4::BlockMode::Independent).build(out).map_err(fail)?;
+    let mut encoder = lz4::EncoderBuilder::new()
+        .level(0)
+        .block_mode(lz4::BlockMode::Independent)
+        .build(out)
+        .map_err(fail)?;
     encoder.write_all(records).map_err(fail)?;
     encoder.finish().1.map_err(fail)
 }
@@ -289,7 +302,9 @@ pub fn write_record<'h>(
     parts: &RecordParts<'_>,
     headers: impl ExactSizeIterator<Item = HeaderView<'h>>,
 ) {
-    let mut body = Vec::with_capacity(16 + parts.key.map_or(0, <[u8]>::len) + parts.value.map_or(0, <[u8]>::len));
+    let mut body = Vec::with_capacity(
+        16 + parts.key.map_or(0, <[u8]>::len) + parts.value.map_or(0, <[u8]>::len),
+    );
     body.push(parts.attributes);
     write_varlong(&mut body, parts.timestamp_delta);
     write_varlong(&mut body, i64::from(parts.offset_delta));
@@ -381,12 +396,21 @@ mod tests {
 
     fn encode(records: &[Record], compression: Compression) -> Vec<u8> {
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression })
-            .expect("encodes");
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions { version: 2, compression },
+        )
+        .expect("encodes");
         buf.to_vec()
     }
 
-    fn record(offset: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) -> Record {
+    fn record(
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) -> Record {
         Record {
             transactional: false,
             control: false,
@@ -399,7 +423,10 @@ mod tests {
             timestamp: 5_000 + offset * 3,
             key: key.map(Bytes::copy_from_slice),
             value: value.map(Bytes::copy_from_slice),
-            headers: headers.iter().map(|(k, v)| (k.to_string().into(), v.map(Bytes::copy_from_slice))).collect(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string().into(), v.map(Bytes::copy_from_slice)))
+                .collect(),
             delete_horizon: false,
         }
     }
@@ -411,13 +438,25 @@ mod tests {
         let a: [HeaderView<'_>; 0] = [];
         write_record(
             &mut plain,
-            &RecordParts { attributes: 0, timestamp_delta: 0, offset_delta: 0, key: None, value: Some(b"") },
+            &RecordParts {
+                attributes: 0,
+                timestamp_delta: 0,
+                offset_delta: 0,
+                key: None,
+                value: Some(b""),
+            },
             a.into_iter(),
         );
         let hs: [HeaderView<'_>; 3] = [(b"h", Some(b"1")), (b"\xff\xfe", None), (b"h", Some(b"2"))];
         write_record(
             &mut plain,
-            &RecordParts { attributes: 0, timestamp_delta: 4, offset_delta: 1, key: Some(b"k"), value: None },
+            &RecordParts {
+                attributes: 0,
+                timestamp_delta: 4,
+                offset_delta: 1,
+                key: Some(b"k"),
+                value: None,
+            },
             hs.into_iter(),
         );
         let mut body = Vec::new();
@@ -455,12 +494,23 @@ mod tests {
             let section = records_section(&batch, &header).expect("section");
             let records = parse_records(&section, &header).expect("records");
             assert_eq!(records.len(), 2);
-            assert_eq!((records[0].key, records[0].value), (None, Some(&b""[..])), "null key, empty value");
+            assert_eq!(
+                (records[0].key, records[0].value),
+                (None, Some(&b""[..])),
+                "null key, empty value"
+            );
             assert!(records[0].headers().expect("headers").is_empty());
             let r = records[1];
             assert_eq!((r.offset, r.timestamp, r.key, r.value), (41, 1_004, Some(&b"k"[..]), None));
             let h = r.headers().expect("headers");
-            assert_eq!(h, vec![(&b"h"[..], Some(&b"1"[..])), (&b"\xff\xfe"[..], None), (&b"h"[..], Some(&b"2"[..]))]);
+            assert_eq!(
+                h,
+                vec![
+                    (&b"h"[..], Some(&b"1"[..])),
+                    (&b"\xff\xfe"[..], None),
+                    (&b"h"[..], Some(&b"2"[..]))
+                ]
+            );
         }
     }
 
@@ -492,7 +542,8 @@ mod tests {
 
     #[test]
     fn damaged_records_are_errors_not_panics() {
-        let batch = encode(&[record(0, Some(b"k"), Some(b"v"), &[("h", Some(b"v"))])], Compression::None);
+        let batch =
+            encode(&[record(0, Some(b"k"), Some(b"v"), &[("h", Some(b"v"))])], Compression::None);
         let header = RecordBatchHeader::parse(&batch).expect("header");
         let section = records_section(&batch, &header).expect("section");
         for cut in 0..section.len() {

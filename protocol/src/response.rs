@@ -41,11 +41,7 @@ pub fn encode_response<R: Encodable + HeaderVersion>(
     api_key: ApiKey,
     body: &R,
 ) -> Result<Bytes, ProtocolError> {
-    let err = |reason: String| ProtocolError::Encode {
-        api: api_name::<R>(),
-        version,
-        reason,
-    };
+    let err = |reason: String| ProtocolError::Encode { api: api_name::<R>(), version, reason };
     let header_version = api_key.response_header_version(version);
     debug_assert_eq!(
         header_version,
@@ -68,11 +64,7 @@ pub fn encode_response<R: Encodable + HeaderVersion>(
         .and_then(|()| body.encode(&mut buf, version))
         .map_err(|e| err(e.to_string()))?;
     if buf.len() != 4 + size {
-        return Err(err(format!(
-            "encoded {} bytes, computed {}",
-            buf.len() - 4,
-            size
-        )));
+        return Err(err(format!("encoded {} bytes, computed {}", buf.len() - 4, size)));
     }
     Ok(buf.freeze())
 }
@@ -112,11 +104,7 @@ mod tests {
         let body = ApiVersionsResponse::default().with_error_code(35);
         for version in 0..=4 {
             let got = encode_response(7, version, ApiKey::ApiVersions, &body).unwrap();
-            assert_eq!(
-                &got[..],
-                &crate_encoding(7, 0, version, &body)[..],
-                "v{version}"
-            );
+            assert_eq!(&got[..], &crate_encoding(7, 0, version, &body)[..], "v{version}");
             let mut rest = got.slice(4..);
             assert_eq!(rest.get_i32(), 7);
             let decoded = ApiVersionsResponse::decode(&mut rest, version).unwrap();

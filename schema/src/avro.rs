@@ -37,21 +37,32 @@ impl SchemaFormat for AvroFormat {
         SchemaType::Avro
     }
 
-    fn parse(&self, text: &str, references: &[(SchemaReference, String)]) -> Result<ParsedSchema, String> {
+    fn parse(
+        &self,
+        text: &str,
+        references: &[(SchemaReference, String)],
+    ) -> Result<ParsedSchema, String> {
         let dependencies: Vec<String> = references.iter().map(|(_, text)| text.clone()).collect();
         let schema = parse_with(text, &dependencies)?;
-        let canonical = serde_json::to_string(&schema).map_err(|e| format!("cannot write the schema back as JSON: {e}"))?;
+        let canonical = serde_json::to_string(&schema)
+            .map_err(|e| format!("cannot write the schema back as JSON: {e}"))?;
         Ok(ParsedSchema { canonical, dependencies })
     }
 
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String> {
         let underlying = |p: &ParsedSchema| -> Result<Schema, String> {
-            let dependencies: Vec<String> = p.dependencies.iter().map(|d| without_logical_types(d)).collect::<Result<_, _>>()?;
+            let dependencies: Vec<String> = p
+                .dependencies
+                .iter()
+                .map(|d| without_logical_types(d))
+                .collect::<Result<_, _>>()?;
             parse_with(&without_logical_types(&p.canonical)?, &dependencies)
         };
         let (reader, writer) = match (underlying(reader), underlying(writer)) {
             (Ok(r), Ok(w)) => (r, w),
-            (Err(e), _) | (_, Err(e)) => return vec![format!("a stored schema no longer parses: {e}")],
+            (Err(e), _) | (_, Err(e)) => {
+                return vec![format!("a stored schema no longer parses: {e}")]
+            }
         };
         match SchemaCompatibility::can_read(&writer, &reader) {
             Ok(()) => Vec::new(),
@@ -72,7 +83,8 @@ fn without_logical_types(text: &str) -> Result<String, String> {
             _ => {}
         }
     }
-    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("a stored schema is not JSON: {e}"))?;
+    let mut value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("a stored schema is not JSON: {e}"))?;
     strip(&mut value);
     Ok(value.to_string())
 }
@@ -102,10 +114,22 @@ mod tests {
         let with_default = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}"#;
         let without_default = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"qty","type":"int"}]}"#;
         let promoted = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"double"}]}"#;
-        assert!(AvroFormat.incompatibilities(&parsed(with_default), &parsed(V1)).is_empty(), "a new field with a default reads old data");
-        assert!(!AvroFormat.incompatibilities(&parsed(without_default), &parsed(V1)).is_empty(), "qty has no default");
-        assert!(AvroFormat.incompatibilities(&parsed(promoted), &parsed(V1)).is_empty(), "long promotes to double");
-        assert!(!AvroFormat.incompatibilities(&parsed(V1), &parsed(promoted)).is_empty(), "double does not narrow to long");
+        assert!(
+            AvroFormat.incompatibilities(&parsed(with_default), &parsed(V1)).is_empty(),
+            "a new field with a default reads old data"
+        );
+        assert!(
+            !AvroFormat.incompatibilities(&parsed(without_default), &parsed(V1)).is_empty(),
+            "qty has no default"
+        );
+        assert!(
+            AvroFormat.incompatibilities(&parsed(promoted), &parsed(V1)).is_empty(),
+            "long promotes to double"
+        );
+        assert!(
+            !AvroFormat.incompatibilities(&parsed(V1), &parsed(promoted)).is_empty(),
+            "double does not narrow to long"
+        );
     }
 
     #[test]
@@ -118,21 +142,37 @@ mod tests {
         };
         let v1 = parsed(&order(""));
         let v2 = parsed(&order(r#",{"name":"n","type":"int","default":0}"#));
-        assert!(AvroFormat.incompatibilities(&v2, &v1).is_empty(), "{:?}", AvroFormat.incompatibilities(&v2, &v1));
+        assert!(
+            AvroFormat.incompatibilities(&v2, &v1).is_empty(),
+            "{:?}",
+            AvroFormat.incompatibilities(&v2, &v1)
+        );
         assert!(AvroFormat.incompatibilities(&v1, &v2).is_empty());
-        let as_int = parsed(r#"{"type":"record","name":"O","fields":[{"name":"at","type":"int"}]}"#);
-        let as_ts = parsed(r#"{"type":"record","name":"O","fields":[{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#);
+        let as_int =
+            parsed(r#"{"type":"record","name":"O","fields":[{"name":"at","type":"int"}]}"#);
+        let as_ts = parsed(
+            r#"{"type":"record","name":"O","fields":[{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#,
+        );
         assert!(AvroFormat.incompatibilities(&as_ts, &as_int).is_empty(), "int promotes to long");
-        assert!(!AvroFormat.incompatibilities(&as_int, &as_ts).is_empty(), "long does not narrow to int");
+        assert!(
+            !AvroFormat.incompatibilities(&as_int, &as_ts).is_empty(),
+            "long does not narrow to int"
+        );
     }
 
     #[test]
     fn bad_schemas_are_refused_with_a_reason() {
-        for bad in ["", "{", r#"{"type":"record","name":"R"}"#, r#"{"type":"nope"}"#, r#""Undefined""#] {
+        for bad in
+            ["", "{", r#"{"type":"record","name":"R"}"#, r#"{"type":"nope"}"#, r#""Undefined""#]
+        {
             assert!(AvroFormat.parse(bad, &[]).is_err(), "{bad:?}");
         }
-        let deep = format!("{}\"int\"{}", "{\"type\":\"array\",\"items\":".repeat(200), "}".repeat(200));
-        assert!(AvroFormat.parse(&deep, &[]).is_err(), "nesting beyond serde_json's limit is refused, not a stack overflow");
+        let deep =
+            format!("{}\"int\"{}", "{\"type\":\"array\",\"items\":".repeat(200), "}".repeat(200));
+        assert!(
+            AvroFormat.parse(&deep, &[]).is_err(),
+            "nesting beyond serde_json's limit is refused, not a stack overflow"
+        );
     }
 
     #[test]
@@ -140,8 +180,11 @@ mod tests {
         let money = r#"{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":"long"}]}"#;
         let order = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"total","type":"shop.Money"}]}"#;
         assert!(AvroFormat.parse(order, &[]).is_err(), "shop.Money is unknown alone");
-        let reference = SchemaReference { name: "shop.Money".into(), subject: "money".into(), version: 1 };
-        let p = AvroFormat.parse(order, &[(reference, money.to_string())]).expect("parses with its reference");
+        let reference =
+            SchemaReference { name: "shop.Money".into(), subject: "money".into(), version: 1 };
+        let p = AvroFormat
+            .parse(order, &[(reference, money.to_string())])
+            .expect("parses with its reference");
         assert!(AvroFormat.incompatibilities(&p, &p).is_empty());
     }
 }

@@ -97,14 +97,22 @@ impl CompatibilityLevel {
 
     /// Checked against every earlier live version rather than the latest only.
     pub fn is_transitive(self) -> bool {
-        matches!(self, CompatibilityLevel::BackwardTransitive | CompatibilityLevel::ForwardTransitive | CompatibilityLevel::FullTransitive)
+        matches!(
+            self,
+            CompatibilityLevel::BackwardTransitive
+                | CompatibilityLevel::ForwardTransitive
+                | CompatibilityLevel::FullTransitive
+        )
     }
 
     /// The new schema must read the old one's data.
     pub fn checks_backward(self) -> bool {
         matches!(
             self,
-            CompatibilityLevel::Backward | CompatibilityLevel::BackwardTransitive | CompatibilityLevel::Full | CompatibilityLevel::FullTransitive
+            CompatibilityLevel::Backward
+                | CompatibilityLevel::BackwardTransitive
+                | CompatibilityLevel::Full
+                | CompatibilityLevel::FullTransitive
         )
     }
 
@@ -112,7 +120,10 @@ impl CompatibilityLevel {
     pub fn checks_forward(self) -> bool {
         matches!(
             self,
-            CompatibilityLevel::Forward | CompatibilityLevel::ForwardTransitive | CompatibilityLevel::Full | CompatibilityLevel::FullTransitive
+            CompatibilityLevel::Forward
+                | CompatibilityLevel::ForwardTransitive
+                | CompatibilityLevel::Full
+                | CompatibilityLevel::FullTransitive
         )
     }
 }
@@ -187,7 +198,11 @@ pub trait SchemaFormat: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// Why the schema is invalid (the registry answers 42201 with it).
-    fn parse(&self, text: &str, references: &[(SchemaReference, String)]) -> Result<ParsedSchema, String>;
+    fn parse(
+        &self,
+        text: &str,
+        references: &[(SchemaReference, String)],
+    ) -> Result<ParsedSchema, String>;
 
     /// Why data written with `writer` cannot be read with `reader`: empty if it can.
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String>;

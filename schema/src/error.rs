@@ -22,7 +22,9 @@ pub enum RegistryError {
     #[error("Subject '{0}' was not deleted first before being permanently deleted")]
     SubjectNotSoftDeleted(String),
     /// The version was soft-deleted (a soft delete of it again is refused).
-    #[error("Subject '{0}' Version {1} was soft deleted. Set permanent=true to delete permanently")]
+    #[error(
+        "Subject '{0}' Version {1} was soft deleted. Set permanent=true to delete permanently"
+    )]
     VersionSoftDeleted(String, i32),
     /// A permanent delete of a version that was not soft-deleted first.
     #[error("Subject '{0}' Version {1} was not deleted first before being permanently deleted")]
@@ -111,7 +113,10 @@ mod tests {
     #[test]
     fn statuses_are_the_codes_first_three_digits() {
         assert_eq!(RegistryError::SubjectNotFound("s".into()).http_status(), 404);
-        assert_eq!(RegistryError::Incompatible { subject: "s".into(), reasons: vec![] }.http_status(), 409);
+        assert_eq!(
+            RegistryError::Incompatible { subject: "s".into(), reasons: vec![] }.http_status(),
+            409
+        );
         assert_eq!(RegistryError::InvalidSchema("x".into()).http_status(), 422);
         assert_eq!(RegistryError::Store("x".into()).http_status(), 500);
     }

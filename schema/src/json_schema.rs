@@ -55,15 +55,26 @@ const SCHEMA_KEYWORDS: [&str; 11] = [
     "contentSchema",
 ];
 /// Keywords whose value is an object of schemas.
-const SCHEMA_MAP_KEYWORDS: [&str; 5] = ["properties", "patternProperties", "definitions", "$defs", "dependentSchemas"];
+const SCHEMA_MAP_KEYWORDS: [&str; 5] =
+    ["properties", "patternProperties", "definitions", "$defs", "dependentSchemas"];
 /// Keywords whose value is a non-empty array of schemas.
 const SCHEMA_LIST_KEYWORDS: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
 /// Keywords whose value is a non-negative integer.
-const COUNT_KEYWORDS: [&str; 8] = ["maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties", "maxContains", "minContains"];
+const COUNT_KEYWORDS: [&str; 8] = [
+    "maxLength",
+    "minLength",
+    "maxItems",
+    "minItems",
+    "maxProperties",
+    "minProperties",
+    "maxContains",
+    "minContains",
+];
 /// Keywords whose value is a number.
 const NUMBER_KEYWORDS: [&str; 3] = ["maximum", "minimum", "multipleOf"];
 /// Keywords whose value is a string.
-const STRING_KEYWORDS: [&str; 7] = ["$ref", "$id", "$schema", "$anchor", "pattern", "format", "$comment"];
+const STRING_KEYWORDS: [&str; 7] =
+    ["$ref", "$id", "$schema", "$anchor", "pattern", "format", "$comment"];
 
 /// JSON Schema's rules (see the module doc).
 #[derive(Debug, Default, Clone, Copy)]
@@ -108,7 +119,9 @@ struct At<'a> {
 impl Documents {
     fn new(root: Value, named: Vec<(String, Value)>) -> Self {
         let mut anchors = HashMap::new();
-        for (doc, value) in std::iter::once((None, &root)).chain(named.iter().enumerate().map(|(i, (_, v))| (Some(i), v))) {
+        for (doc, value) in std::iter::once((None, &root))
+            .chain(named.iter().enumerate().map(|(i, (_, v))| (Some(i), v)))
+        {
             let mut by_name = HashMap::new();
             index_anchors(value, "", 0, &mut by_name);
             if !by_name.is_empty() {
@@ -132,14 +145,21 @@ impl Documents {
         } else if fragment.starts_with('/') {
             document.pointer(&percent_decode(fragment))
         } else {
-            self.anchors.get(&doc).and_then(|a| a.get(fragment)).and_then(|pointer| document.pointer(pointer))
+            self.anchors
+                .get(&doc)
+                .and_then(|a| a.get(fragment))
+                .and_then(|pointer| document.pointer(pointer))
         };
-        schema.map(|schema| At { doc, schema }).ok_or_else(|| format!("points at nothing (no {fragment:?} in {})", base_name(base)))
+        schema
+            .map(|schema| At { doc, schema })
+            .ok_or_else(|| format!("points at nothing (no {fragment:?} in {})", base_name(base)))
     }
 
     fn named_document(&self, base: &str) -> Result<usize, String> {
         let by_name = self.named.iter().position(|(name, _)| name == base);
-        let by_id = || self.named.iter().position(|(_, v)| v.get("$id").and_then(Value::as_str) == Some(base));
+        let by_id = || {
+            self.named.iter().position(|(_, v)| v.get("$id").and_then(Value::as_str) == Some(base))
+        };
         by_name.or_else(by_id).ok_or_else(|| format!("names {base:?}, which no reference provides"))
     }
 
@@ -169,7 +189,10 @@ fn percent_decode(fragment: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
         match (bytes[i], hex) {
             (b'%', Some(byte)) => {
                 out.push(byte);
@@ -197,11 +220,17 @@ fn index_anchors(value: &Value, pointer: &str, depth: usize, out: &mut HashMap<S
             for name in map.get("$anchor").and_then(Value::as_str).into_iter().chain(id) {
                 out.entry(name.to_string()).or_insert_with(|| pointer.to_string());
             }
-            for (k, v) in map.iter().filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default" | "examples")) {
+            for (k, v) in map
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default" | "examples"))
+            {
                 index_anchors(v, &format!("{pointer}/{}", token(k)), depth + 1, out);
             }
         }
-        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| index_anchors(v, &format!("{pointer}/{i}"), depth + 1, out)),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| index_anchors(v, &format!("{pointer}/{i}"), depth + 1, out)),
         _ => {}
     }
 }
@@ -244,7 +273,12 @@ fn keyword_error(path: &str, keyword: &str, expected: &'static str) -> InvalidJs
 
 /// Checks the keywords of the schema `value` at `path` and of its subschemas,
 /// collecting `(path, $ref)` for the caller to resolve.
-fn validate(value: &Value, path: &str, depth: usize, refs: &mut Vec<(String, String)>) -> Result<(), InvalidJsonSchema> {
+fn validate(
+    value: &Value,
+    path: &str,
+    depth: usize,
+    refs: &mut Vec<(String, String)>,
+) -> Result<(), InvalidJsonSchema> {
     if depth > MAX_WALK_DEPTH {
         return Err(InvalidJsonSchema::TooDeep { path: path.to_string() });
     }
@@ -259,12 +293,20 @@ fn validate(value: &Value, path: &str, depth: usize, refs: &mut Vec<(String, Str
     Ok(())
 }
 
-fn validate_keyword(keyword: &str, v: &Value, path: &str, depth: usize, refs: &mut Vec<(String, String)>) -> Result<(), InvalidJsonSchema> {
+fn validate_keyword(
+    keyword: &str,
+    v: &Value,
+    path: &str,
+    depth: usize,
+    refs: &mut Vec<(String, String)>,
+) -> Result<(), InvalidJsonSchema> {
     let sub = |name: &str| format!("{path}/{}", token(name));
     let k = keyword;
     match k {
         "type" => validate_type(v, path)?,
-        "required" if !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) => return Err(keyword_error(path, k, "an array of strings")),
+        "required" if !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) => {
+            return Err(keyword_error(path, k, "an array of strings"))
+        }
         "enum" if !v.is_array() => return Err(keyword_error(path, k, "an array")),
         "items" => match v {
             Value::Array(items) => validate_list(items, &sub(k), depth, refs)?,
@@ -276,11 +318,14 @@ fn validate_keyword(keyword: &str, v: &Value, path: &str, depth: usize, refs: &m
                 validate(d, &format!("{}/{}", sub(k), token(name)), depth + 1, refs)?;
             }
         }
-        "exclusiveMaximum" | "exclusiveMinimum" if !(v.is_number() || v.is_boolean()) => return Err(keyword_error(path, k, "a number")),
+        "exclusiveMaximum" | "exclusiveMinimum" if !(v.is_number() || v.is_boolean()) => {
+            return Err(keyword_error(path, k, "a number"))
+        }
         "uniqueItems" if !v.is_boolean() => return Err(keyword_error(path, k, "a boolean")),
         _ if SCHEMA_KEYWORDS.contains(&k) => validate(v, &sub(k), depth + 1, refs)?,
         _ if SCHEMA_MAP_KEYWORDS.contains(&k) => {
-            let schemas = v.as_object().ok_or_else(|| keyword_error(path, k, "an object of schemas"))?;
+            let schemas =
+                v.as_object().ok_or_else(|| keyword_error(path, k, "an object of schemas"))?;
             for (name, s) in schemas {
                 validate(s, &format!("{}/{}", sub(k), token(name)), depth + 1, refs)?;
             }
@@ -289,18 +334,34 @@ fn validate_keyword(keyword: &str, v: &Value, path: &str, depth: usize, refs: &m
             Value::Array(items) if !items.is_empty() => validate_list(items, &sub(k), depth, refs)?,
             _ => return Err(keyword_error(path, k, "a non-empty array of schemas")),
         },
-        _ if COUNT_KEYWORDS.contains(&k) && v.as_u64().is_none() => return Err(keyword_error(path, k, "a non-negative integer")),
-        "multipleOf" if !v.as_f64().is_some_and(|m| m > 0.0) => return Err(keyword_error(path, k, "a number above 0")),
-        _ if NUMBER_KEYWORDS.contains(&k) && !v.is_number() => return Err(keyword_error(path, k, "a number")),
-        _ if STRING_KEYWORDS.contains(&k) && !v.is_string() => return Err(keyword_error(path, k, "a string")),
+        _ if COUNT_KEYWORDS.contains(&k) && v.as_u64().is_none() => {
+            return Err(keyword_error(path, k, "a non-negative integer"))
+        }
+        "multipleOf" if !v.as_f64().is_some_and(|m| m > 0.0) => {
+            return Err(keyword_error(path, k, "a number above 0"))
+        }
+        _ if NUMBER_KEYWORDS.contains(&k) && !v.is_number() => {
+            return Err(keyword_error(path, k, "a number"))
+        }
+        _ if STRING_KEYWORDS.contains(&k) && !v.is_string() => {
+            return Err(keyword_error(path, k, "a string"))
+        }
         "$ref" => refs.push((path.to_string(), v.as_str().unwrap_or_default().to_string())),
         _ => {}
     }
     Ok(())
 }
 
-fn validate_list(items: &[Value], path: &str, depth: usize, refs: &mut Vec<(String, String)>) -> Result<(), InvalidJsonSchema> {
-    items.iter().enumerate().try_for_each(|(i, s)| validate(s, &format!("{path}/{i}"), depth + 1, refs))
+fn validate_list(
+    items: &[Value],
+    path: &str,
+    depth: usize,
+    refs: &mut Vec<(String, String)>,
+) -> Result<(), InvalidJsonSchema> {
+    items
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, s)| validate(s, &format!("{path}/{i}"), depth + 1, refs))
 }
 
 fn validate_type(v: &Value, path: &str) -> Result<(), InvalidJsonSchema> {
@@ -310,9 +371,14 @@ fn validate_type(v: &Value, path: &str) -> Result<(), InvalidJsonSchema> {
         _ => return Err(keyword_error(path, "type", "a type name or a non-empty array of them")),
     };
     for name in names {
-        let name = name.as_str().ok_or_else(|| keyword_error(path, "type", "a type name or a non-empty array of them"))?;
+        let name = name.as_str().ok_or_else(|| {
+            keyword_error(path, "type", "a type name or a non-empty array of them")
+        })?;
         if !TYPE_NAMES.contains(&name) {
-            return Err(InvalidJsonSchema::UnknownType { path: path.to_string(), name: name.to_string() });
+            return Err(InvalidJsonSchema::UnknownType {
+                path: path.to_string(),
+                name: name.to_string(),
+            });
         }
     }
     Ok(())
@@ -323,7 +389,11 @@ fn validate_type(v: &Value, path: &str) -> Result<(), InvalidJsonSchema> {
 /// are checked when it is registered, and reported if a comparison cannot follow them.)
 fn check_refs(documents: &Documents, refs: Vec<(String, String)>) -> Result<(), InvalidJsonSchema> {
     for (path, reference) in refs {
-        let unresolved = |why: String| InvalidJsonSchema::UnresolvedRef { path: path.clone(), reference: reference.clone(), why };
+        let unresolved = |why: String| InvalidJsonSchema::UnresolvedRef {
+            path: path.clone(),
+            reference: reference.clone(),
+            why,
+        };
         let target = documents.resolve(None, &reference).map_err(unresolved)?;
         documents.follow(target).map_err(unresolved)?;
     }
@@ -332,13 +402,20 @@ fn check_refs(documents: &Documents, refs: Vec<(String, String)>) -> Result<(), 
 
 /// The parsed schema and references; `dependencies` hold each reference as
 /// `{"name": …, "schema": …}`, since `$ref`s name them.
-fn parse_all(text: &str, references: &[(SchemaReference, String)]) -> Result<(Documents, Vec<String>), InvalidJsonSchema> {
+fn parse_all(
+    text: &str,
+    references: &[(SchemaReference, String)],
+) -> Result<(Documents, Vec<String>), InvalidJsonSchema> {
     let (root, refs) = parse_document(text)?;
     let mut named = Vec::with_capacity(references.len());
     let mut dependencies = Vec::with_capacity(references.len());
     for (reference, text) in references {
-        let (schema, _) = parse_document(text).map_err(|e| InvalidJsonSchema::Reference { name: reference.name.clone(), source: Box::new(e) })?;
-        dependencies.push(serde_json::json!({ "name": reference.name, "schema": schema }).to_string());
+        let (schema, _) = parse_document(text).map_err(|e| InvalidJsonSchema::Reference {
+            name: reference.name.clone(),
+            source: Box::new(e),
+        })?;
+        dependencies
+            .push(serde_json::json!({ "name": reference.name, "schema": schema }).to_string());
         named.push((reference.name.clone(), schema));
     }
     let documents = Documents::new(root, named);
@@ -354,7 +431,11 @@ fn documents_of(parsed: &ParsedSchema) -> Result<Documents, String> {
         .iter()
         .map(|d| {
             let mut entry: Value = serde_json::from_str(d).map_err(|e| e.to_string())?;
-            let name = entry.get("name").and_then(Value::as_str).ok_or("a dependency without a name")?.to_string();
+            let name = entry
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or("a dependency without a name")?
+                .to_string();
             Ok((name, entry.get_mut("schema").map(Value::take).unwrap_or(Value::Bool(true))))
         })
         .collect::<Result<_, String>>()?;
@@ -366,7 +447,11 @@ impl SchemaFormat for JsonSchemaFormat {
         SchemaType::Json
     }
 
-    fn parse(&self, text: &str, references: &[(SchemaReference, String)]) -> Result<ParsedSchema, String> {
+    fn parse(
+        &self,
+        text: &str,
+        references: &[(SchemaReference, String)],
+    ) -> Result<ParsedSchema, String> {
         let (documents, dependencies) = parse_all(text, references).map_err(|e| e.to_string())?;
         Ok(ParsedSchema { canonical: documents.root.to_string(), dependencies })
     }
@@ -397,10 +482,24 @@ impl SchemaFormat for JsonSchemaFormat {
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String> {
         let (reader, writer) = match (documents_of(reader), documents_of(writer)) {
             (Ok(r), Ok(w)) => (r, w),
-            (Err(e), _) | (_, Err(e)) => return vec![format!("a stored schema no longer parses: {e}")],
+            (Err(e), _) | (_, Err(e)) => {
+                return vec![format!("a stored schema no longer parses: {e}")]
+            }
         };
-        let mut compare = Compare { reader: &reader, writer: &writer, seen: HashSet::new(), added: None, steps: 0, problems: Vec::new() };
-        compare.schema("#", At { doc: None, schema: &reader.root }, At { doc: None, schema: &writer.root }, 0);
+        let mut compare = Compare {
+            reader: &reader,
+            writer: &writer,
+            seen: HashSet::new(),
+            added: None,
+            steps: 0,
+            problems: Vec::new(),
+        };
+        compare.schema(
+            "#",
+            At { doc: None, schema: &reader.root },
+            At { doc: None, schema: &writer.root },
+            0,
+        );
         if compare.steps > MAX_COMPARE_STEPS {
             compare.problems.push(format!("#: more than {MAX_COMPARE_STEPS} comparisons needed, so not compatible as far as known"));
         }
@@ -432,7 +531,12 @@ fn address(v: &Value) -> usize {
 fn accepts_anything(schema: &Value) -> bool {
     match schema {
         Value::Bool(b) => *b,
-        Value::Object(map) => map.keys().all(|k| matches!(k.as_str(), "description" | "title" | "$comment" | "default" | "examples" | "$id" | "$schema")),
+        Value::Object(map) => map.keys().all(|k| {
+            matches!(
+                k.as_str(),
+                "description" | "title" | "$comment" | "default" | "examples" | "$id" | "$schema"
+            )
+        }),
         _ => false,
     }
 }
@@ -442,7 +546,11 @@ fn properties(schema: &Value) -> Option<&Map<String, Value>> {
 }
 
 fn required(schema: &Value) -> Vec<&str> {
-    schema.get("required").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// The types a schema allows; `None`: any.
@@ -469,7 +577,14 @@ impl<'a> Compare<'a> {
     /// Whether `reader` reads everything `writer` allows, without recording problems.
     fn reads(&mut self, path: &str, reader: At<'a>, writer: At<'a>, depth: usize) -> bool {
         let seen = std::mem::take(&mut self.seen);
-        let mut trial = Compare { reader: self.reader, writer: self.writer, seen, added: Some(Vec::new()), steps: self.steps, problems: Vec::new() };
+        let mut trial = Compare {
+            reader: self.reader,
+            writer: self.writer,
+            seen,
+            added: Some(Vec::new()),
+            steps: self.steps,
+            problems: Vec::new(),
+        };
         trial.schema(path, reader, writer, depth);
         for pair in trial.added.iter().flatten() {
             trial.seen.remove(pair);
@@ -489,7 +604,10 @@ impl<'a> Compare<'a> {
 
     fn schema(&mut self, path: &str, reader: At<'a>, writer: At<'a>, depth: usize) {
         if depth > MAX_COMPARE_DEPTH {
-            return self.problem(path, format!("nested deeper than {MAX_COMPARE_DEPTH} levels, not compared"));
+            return self.problem(
+                path,
+                format!("nested deeper than {MAX_COMPARE_DEPTH} levels, not compared"),
+            );
         }
         self.steps += 1;
         if self.steps > MAX_COMPARE_STEPS {
@@ -497,14 +615,20 @@ impl<'a> Compare<'a> {
         }
         let (r, w) = match (self.reader.follow(reader), self.writer.follow(writer)) {
             (Ok(r), Ok(w)) => (r, w),
-            (Err(e), _) | (_, Err(e)) => return self.problem(path, format!("cannot follow a $ref: {e}")),
+            (Err(e), _) | (_, Err(e)) => {
+                return self.problem(path, format!("cannot follow a $ref: {e}"))
+            }
         };
-        if !self.first_visit((address(r.schema), address(w.schema))) || accepts_anything(r.schema) || w.schema == &Value::Bool(false) {
+        if !self.first_visit((address(r.schema), address(w.schema)))
+            || accepts_anything(r.schema)
+            || w.schema == &Value::Bool(false)
+        {
             return;
         }
         let (Some(rm), Some(wm)) = (r.schema.as_object(), w.schema.as_object()) else {
             // The reader is `false` (reads nothing) or the writer is `true` (writes anything).
-            return self.problem(path, "the reader accepts less than the writer writes".to_string());
+            return self
+                .problem(path, "the reader accepts less than the writer writes".to_string());
         };
         self.types(path, r.schema, w.schema);
         self.values(path, rm, wm);
@@ -517,27 +641,42 @@ impl<'a> Compare<'a> {
     fn types(&mut self, path: &str, r: &Value, w: &Value) {
         let Some(reader) = types(r) else { return };
         let Some(writer) = types(w) else {
-            return self.problem(path, format!("type narrowed from any to {}", describe_types(&reader)));
+            return self
+                .problem(path, format!("type narrowed from any to {}", describe_types(&reader)));
         };
-        let readable = |t: &&str| reader.contains(t) || (*t == "integer" && reader.contains("number"));
+        let readable =
+            |t: &&str| reader.contains(t) || (*t == "integer" && reader.contains("number"));
         if !writer.iter().all(readable) {
             let verb = if writer.len() == 1 && reader.len() == 1 { "changed" } else { "narrowed" };
-            self.problem(path, format!("type {verb} from {} to {}", describe_types(&writer), describe_types(&reader)));
+            self.problem(
+                path,
+                format!(
+                    "type {verb} from {} to {}",
+                    describe_types(&writer),
+                    describe_types(&reader)
+                ),
+            );
         }
     }
 
     /// `enum` and `const`: the values the writer may write must all be readable.
     fn values(&mut self, path: &str, r: &Map<String, Value>, w: &Map<String, Value>) {
         let allowed = |m: &Map<String, Value>| -> Option<Vec<Value>> {
-            m.get("const").map(|c| vec![c.clone()]).or_else(|| m.get("enum").and_then(Value::as_array).cloned())
+            m.get("const")
+                .map(|c| vec![c.clone()])
+                .or_else(|| m.get("enum").and_then(Value::as_array).cloned())
         };
         let Some(reader) = allowed(r) else { return };
         match allowed(w) {
             None => self.problem(path, format!("enum {} added", Value::Array(reader))),
             Some(writer) => {
-                let missing: Vec<Value> = writer.into_iter().filter(|v| !reader.contains(v)).collect();
+                let missing: Vec<Value> =
+                    writer.into_iter().filter(|v| !reader.contains(v)).collect();
                 if !missing.is_empty() {
-                    self.problem(path, format!("enum narrowed: {} no longer allowed", Value::Array(missing)));
+                    self.problem(
+                        path,
+                        format!("enum narrowed: {} no longer allowed", Value::Array(missing)),
+                    );
                 }
             }
         }
@@ -553,27 +692,44 @@ impl<'a> Compare<'a> {
         }
         match (r.get("pattern"), w.get("pattern")) {
             (Some(rp), None) => self.problem(path, format!("pattern {rp} added")),
-            (Some(rp), Some(wp)) if rp != wp => self.problem(path, format!("pattern changed from {wp} to {rp}")),
+            (Some(rp), Some(wp)) if rp != wp => {
+                self.problem(path, format!("pattern changed from {wp} to {rp}"))
+            }
             _ => {}
         }
         if let Some(rm) = r.get("multipleOf").and_then(Value::as_f64) {
-            let divides = w.get("multipleOf").and_then(Value::as_f64).is_some_and(|wm| (wm / rm).fract() == 0.0);
+            let divides = w
+                .get("multipleOf")
+                .and_then(Value::as_f64)
+                .is_some_and(|wm| (wm / rm).fract() == 0.0);
             if !divides {
                 self.problem(path, format!("multipleOf {rm} added or changed"));
             }
         }
-        if r.get("uniqueItems") == Some(&Value::Bool(true)) && w.get("uniqueItems") != Some(&Value::Bool(true)) {
+        if r.get("uniqueItems") == Some(&Value::Bool(true))
+            && w.get("uniqueItems") != Some(&Value::Bool(true))
+        {
             self.problem(path, "uniqueItems added".to_string());
         }
     }
 
     /// One numeric constraint: a problem if the reader has it and the writer has
     /// none, or a `narrower` one. (Draft-04 boolean `exclusiveMaximum`s are skipped.)
-    fn bound(&mut self, path: &str, keyword: &str, r: &Map<String, Value>, w: &Map<String, Value>, narrower: fn(f64, f64) -> bool, changed: &str) {
+    fn bound(
+        &mut self,
+        path: &str,
+        keyword: &str,
+        r: &Map<String, Value>,
+        w: &Map<String, Value>,
+        narrower: fn(f64, f64) -> bool,
+        changed: &str,
+    ) {
         let Some(reader) = r.get(keyword).and_then(Value::as_f64) else { return };
         match w.get(keyword).and_then(Value::as_f64) {
             None => self.problem(path, format!("{keyword} {reader} added")),
-            Some(writer) if narrower(reader, writer) => self.problem(path, format!("{keyword} {changed} from {writer} to {reader}")),
+            Some(writer) if narrower(reader, writer) => {
+                self.problem(path, format!("{keyword} {changed} from {writer} to {reader}"))
+            }
             Some(_) => {}
         }
     }
@@ -586,14 +742,23 @@ impl<'a> Compare<'a> {
             let at = format!("{path}/properties/{}", token(name));
             let writer_prop = At { doc: w.doc, schema: writer_prop };
             match (rp.and_then(|rp| rp.get(name)), ra) {
-                (Some(reader_prop), _) => self.schema(&at, At { doc: r.doc, schema: reader_prop }, writer_prop, depth + 1),
+                (Some(reader_prop), _) => {
+                    self.schema(&at, At { doc: r.doc, schema: reader_prop }, writer_prop, depth + 1)
+                }
                 (None, _) if reader_has_patterns => {}
-                (None, Some(Value::Bool(false))) => self.problem(&at, format!("property {name:?} removed from a closed content model")),
-                (None, Some(extra @ Value::Object(_))) => self.schema(&at, At { doc: r.doc, schema: extra }, writer_prop, depth + 1),
+                (None, Some(Value::Bool(false))) => self
+                    .problem(&at, format!("property {name:?} removed from a closed content model")),
+                (None, Some(extra @ Value::Object(_))) => {
+                    self.schema(&at, At { doc: r.doc, schema: extra }, writer_prop, depth + 1)
+                }
                 (None, _) => {}
             }
         }
-        for (name, reader_prop) in rp.into_iter().flatten().filter(|(name, _)| !wp.is_some_and(|wp| wp.contains_key(*name))) {
+        for (name, reader_prop) in rp
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| !wp.is_some_and(|wp| wp.contains_key(*name)))
+        {
             let at = format!("{path}/properties/{}", token(name));
             let reader_prop = At { doc: r.doc, schema: reader_prop };
             match wa {
@@ -607,12 +772,22 @@ impl<'a> Compare<'a> {
         self.additional_properties(path, r, w, depth);
     }
 
-    fn required(&mut self, path: &str, r: &Value, w: &Value, reader_props: Option<&Map<String, Value>>) {
+    fn required(
+        &mut self,
+        path: &str,
+        r: &Value,
+        w: &Value,
+        reader_props: Option<&Map<String, Value>>,
+    ) {
         let writer_required = required(w);
         for name in required(r).into_iter().filter(|n| !writer_required.contains(n)) {
-            let has_default = reader_props.and_then(|p| p.get(name)).is_some_and(|p| p.get("default").is_some());
+            let has_default =
+                reader_props.and_then(|p| p.get(name)).is_some_and(|p| p.get("default").is_some());
             if !has_default {
-                self.problem(path, format!("property {name:?} is required and was not (and has no default)"));
+                self.problem(
+                    path,
+                    format!("property {name:?} is required and was not (and has no default)"),
+                );
             }
         }
     }
@@ -621,8 +796,16 @@ impl<'a> Compare<'a> {
         let at = format!("{path}/additionalProperties");
         match (r.schema.get("additionalProperties"), w.schema.get("additionalProperties")) {
             (None | Some(Value::Bool(true)), _) | (_, Some(Value::Bool(false))) => {}
-            (Some(Value::Bool(false)), _) => self.problem(&at, "additionalProperties removed (the content model was closed)".to_string()),
-            (Some(reader), Some(writer @ Value::Object(_))) => self.schema(&at, At { doc: r.doc, schema: reader }, At { doc: w.doc, schema: writer }, depth + 1),
+            (Some(Value::Bool(false)), _) => self.problem(
+                &at,
+                "additionalProperties removed (the content model was closed)".to_string(),
+            ),
+            (Some(reader), Some(writer @ Value::Object(_))) => self.schema(
+                &at,
+                At { doc: r.doc, schema: reader },
+                At { doc: w.doc, schema: writer },
+                depth + 1,
+            ),
             (Some(_), _) => self.problem(&at, "additionalProperties narrowed".to_string()),
         }
     }
@@ -634,7 +817,9 @@ impl<'a> Compare<'a> {
                 single => Some(vec![single]),
             }
         };
-        let tuple = |s: &Value| s.get("prefixItems").is_some() || s.get("items").is_some_and(Value::is_array);
+        let tuple = |s: &Value| {
+            s.get("prefixItems").is_some() || s.get("items").is_some_and(Value::is_array)
+        };
         let (Some(ri), Some(wi)) = (items(r.schema), items(w.schema)) else {
             if let (Some(_), None) = (items(r.schema), items(w.schema)) {
                 self.problem(path, "items constrained where the writer's were not".to_string());
@@ -645,36 +830,60 @@ impl<'a> Compare<'a> {
         // Pairs: index-wise for two tuples, else every element against the single schema.
         let pairs: Vec<(usize, &Value, &Value)> = match (rt, wt) {
             (true, true) => ri.iter().zip(&wi).enumerate().map(|(i, (a, b))| (i, *a, *b)).collect(),
-            _ => ri.iter().flat_map(|a| wi.iter().map(move |b| (*a, *b))).enumerate().map(|(i, (a, b))| (i, a, b)).collect(),
+            _ => ri
+                .iter()
+                .flat_map(|a| wi.iter().map(move |b| (*a, *b)))
+                .enumerate()
+                .map(|(i, (a, b))| (i, a, b))
+                .collect(),
         };
         let keyword = if r.schema.get("prefixItems").is_some() { "prefixItems" } else { "items" };
         for (i, reader_item, writer_item) in pairs {
             let at = if rt { format!("{path}/{keyword}/{i}") } else { format!("{path}/{keyword}") };
-            self.schema(&at, At { doc: r.doc, schema: reader_item }, At { doc: w.doc, schema: writer_item }, depth + 1);
+            self.schema(
+                &at,
+                At { doc: r.doc, schema: reader_item },
+                At { doc: w.doc, schema: writer_item },
+                depth + 1,
+            );
         }
     }
 
     fn combinators(&mut self, path: &str, r: At<'a>, w: At<'a>, depth: usize) {
         let branches = |s: &'a Value, keys: &[&str]| -> Option<(String, Vec<&'a Value>)> {
-            keys.iter().find_map(|k| s.get(*k).and_then(Value::as_array).map(|b| (k.to_string(), b.iter().collect())))
+            keys.iter().find_map(|k| {
+                s.get(*k).and_then(Value::as_array).map(|b| (k.to_string(), b.iter().collect()))
+            })
         };
         if let Some((keyword, reader_branches)) = branches(r.schema, &["anyOf", "oneOf"]) {
-            let writer_branches = branches(w.schema, &["anyOf", "oneOf"]).map_or_else(|| vec![w.schema], |(_, b)| b);
+            let writer_branches =
+                branches(w.schema, &["anyOf", "oneOf"]).map_or_else(|| vec![w.schema], |(_, b)| b);
             for (i, writer_branch) in writer_branches.into_iter().enumerate() {
                 let writer_branch = At { doc: w.doc, schema: writer_branch };
-                let read = reader_branches.iter().any(|rb| self.reads(path, At { doc: r.doc, schema: rb }, writer_branch, depth + 1));
+                let read = reader_branches.iter().any(|rb| {
+                    self.reads(path, At { doc: r.doc, schema: rb }, writer_branch, depth + 1)
+                });
                 if !read {
-                    self.problem(&format!("{path}/{keyword}"), format!("no branch reads the writer's branch {i}"));
+                    self.problem(
+                        &format!("{path}/{keyword}"),
+                        format!("no branch reads the writer's branch {i}"),
+                    );
                 }
             }
         }
         if let Some((_, reader_branches)) = branches(r.schema, &["allOf"]) {
-            let writer_branches = branches(w.schema, &["allOf"]).map_or_else(|| vec![w.schema], |(_, b)| b);
+            let writer_branches =
+                branches(w.schema, &["allOf"]).map_or_else(|| vec![w.schema], |(_, b)| b);
             for (i, reader_branch) in reader_branches.into_iter().enumerate() {
                 let reader_branch = At { doc: r.doc, schema: reader_branch };
-                let read = writer_branches.iter().any(|wb| self.reads(path, reader_branch, At { doc: w.doc, schema: wb }, depth + 1));
+                let read = writer_branches.iter().any(|wb| {
+                    self.reads(path, reader_branch, At { doc: w.doc, schema: wb }, depth + 1)
+                });
                 if !read {
-                    self.problem(&format!("{path}/allOf/{i}"), "does not read the writer's data".to_string());
+                    self.problem(
+                        &format!("{path}/allOf/{i}"),
+                        "does not read the writer's data".to_string(),
+                    );
                 }
             }
         }
@@ -703,8 +912,15 @@ mod tests {
             "type": "object" }"#;
         assert_eq!(parsed(ORDER).canonical, parsed(spaced).canonical);
         assert!(!parsed(spaced).canonical.contains(' '), "no whitespace");
-        assert!(parsed(spaced).canonical.starts_with(r#"{"properties":"#), "keys sorted: {}", parsed(spaced).canonical);
-        for changed in [ORDER.replace(r#""required":["id"]"#, r#""required":["qty"]"#), ORDER.replace("integer\"},\"qty", "number\"},\"qty")] {
+        assert!(
+            parsed(spaced).canonical.starts_with(r#"{"properties":"#),
+            "keys sorted: {}",
+            parsed(spaced).canonical
+        );
+        for changed in [
+            ORDER.replace(r#""required":["id"]"#, r#""required":["qty"]"#),
+            ORDER.replace("integer\"},\"qty", "number\"},\"qty"),
+        ] {
             assert_ne!(parsed(ORDER).canonical, parsed(&changed).canonical, "{changed}");
         }
         assert_eq!(parsed("true").canonical, "true");
@@ -718,12 +934,18 @@ mod tests {
             // integer data is a number.
             (r#"{"type":"number"}"#, r#"{"type":"integer"}"#),
             // An open reader ignores a property it no longer declares.
-            (r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}"#, ORDER),
+            (
+                r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}"#,
+                ORDER,
+            ),
             // A closed writer never wrote "note": the reader may add it (not required).
             (closed_plus, closed),
             // A wider enum, looser string and numeric constraints.
             (r#"{"enum":["a","b","c"]}"#, r#"{"enum":["a","b"]}"#),
-            (r#"{"type":"string","maxLength":20}"#, r#"{"type":"string","maxLength":10,"minLength":1,"pattern":"^x"}"#),
+            (
+                r#"{"type":"string","maxLength":20}"#,
+                r#"{"type":"string","maxLength":10,"minLength":1,"pattern":"^x"}"#,
+            ),
             (r#"{"type":"number","minimum":0}"#, r#"{"type":"number","minimum":5,"maximum":9}"#),
             // A newly required property with a default.
             (
@@ -731,8 +953,14 @@ mod tests {
                 ORDER,
             ),
             // Array items widened; a union gains a branch.
-            (r#"{"type":"array","items":{"type":["string","null"]}}"#, r#"{"type":"array","items":{"type":"string"}}"#),
-            (r#"{"oneOf":[{"type":"string"},{"type":"integer"}]}"#, r#"{"oneOf":[{"type":"string"}]}"#),
+            (
+                r#"{"type":"array","items":{"type":["string","null"]}}"#,
+                r#"{"type":"array","items":{"type":"string"}}"#,
+            ),
+            (
+                r#"{"oneOf":[{"type":"string"},{"type":"integer"}]}"#,
+                r#"{"oneOf":[{"type":"string"}]}"#,
+            ),
             (r#"{"type":"integer","multipleOf":2}"#, r#"{"type":"integer","multipleOf":4}"#),
         ];
         for (reader, writer) in cases {
@@ -745,24 +973,77 @@ mod tests {
     fn incompatible_evolutions_are_reported_with_their_path() {
         let closed = r#"{"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":false}"#;
         let cases = [
-            (ORDER.replace(r#""qty":{"type":"integer"}"#, r#""qty":{"type":"string"}"#), ORDER.to_string(), "#/properties/qty: type changed from integer to string"),
-            (r#"{"type":"integer"}"#.into(), r#"{"type":"number"}"#.into(), "#: type changed from number to integer"),
-            (ORDER.replace(r#"["id"]"#, r#"["id","qty"]"#), ORDER.into(), "#: property \"qty\" is required"),
-            (r#"{"enum":["a"]}"#.into(), r#"{"enum":["a","b"]}"#.into(), "#: enum narrowed: [\"b\"]"),
-            (r#"{"type":"string","maxLength":5}"#.into(), r#"{"type":"string","maxLength":10}"#.into(), "#: maxLength decreased from 10 to 5"),
-            (r#"{"type":"string","minLength":2}"#.into(), r#"{"type":"string"}"#.into(), "#: minLength 2 added"),
-            (r#"{"type":"string","pattern":"^a"}"#.into(), r#"{"type":"string"}"#.into(), "#: pattern \"^a\" added"),
-            (r#"{"type":"number","maximum":5}"#.into(), r#"{"type":"number","maximum":10}"#.into(), "#: maximum decreased from 10 to 5"),
-            (r#"{"type":"array","items":{"type":"integer"}}"#.into(), r#"{"type":"array","items":{"type":"number"}}"#.into(), "#/items: type changed"),
+            (
+                ORDER.replace(r#""qty":{"type":"integer"}"#, r#""qty":{"type":"string"}"#),
+                ORDER.to_string(),
+                "#/properties/qty: type changed from integer to string",
+            ),
+            (
+                r#"{"type":"integer"}"#.into(),
+                r#"{"type":"number"}"#.into(),
+                "#: type changed from number to integer",
+            ),
+            (
+                ORDER.replace(r#"["id"]"#, r#"["id","qty"]"#),
+                ORDER.into(),
+                "#: property \"qty\" is required",
+            ),
+            (
+                r#"{"enum":["a"]}"#.into(),
+                r#"{"enum":["a","b"]}"#.into(),
+                "#: enum narrowed: [\"b\"]",
+            ),
+            (
+                r#"{"type":"string","maxLength":5}"#.into(),
+                r#"{"type":"string","maxLength":10}"#.into(),
+                "#: maxLength decreased from 10 to 5",
+            ),
+            (
+                r#"{"type":"string","minLength":2}"#.into(),
+                r#"{"type":"string"}"#.into(),
+                "#: minLength 2 added",
+            ),
+            (
+                r#"{"type":"string","pattern":"^a"}"#.into(),
+                r#"{"type":"string"}"#.into(),
+                "#: pattern \"^a\" added",
+            ),
+            (
+                r#"{"type":"number","maximum":5}"#.into(),
+                r#"{"type":"number","maximum":10}"#.into(),
+                "#: maximum decreased from 10 to 5",
+            ),
+            (
+                r#"{"type":"array","items":{"type":"integer"}}"#.into(),
+                r#"{"type":"array","items":{"type":"number"}}"#.into(),
+                "#/items: type changed",
+            ),
             // A property added to an open writer: its data may already hold "note" as anything.
-            (ORDER.replace(r#""required""#, r#""note":1,"required""#).replace(r#"}},"note":1"#, r#"},"note":{"type":"string"}}"#), ORDER.into(), "#/properties/note: property \"note\" added to an open content model"),
+            (
+                ORDER
+                    .replace(r#""required""#, r#""note":1,"required""#)
+                    .replace(r#"}},"note":1"#, r#"},"note":{"type":"string"}}"#),
+                ORDER.into(),
+                "#/properties/note: property \"note\" added to an open content model",
+            ),
             // A closed reader drops a property the writer writes.
-            (closed.into(), ORDER.into(), "#/properties/qty: property \"qty\" removed from a closed content model"),
-            (r#"{"oneOf":[{"type":"string"}]}"#.into(), r#"{"oneOf":[{"type":"string"},{"type":"integer"}]}"#.into(), "#/oneOf: no branch reads the writer's branch 1"),
+            (
+                closed.into(),
+                ORDER.into(),
+                "#/properties/qty: property \"qty\" removed from a closed content model",
+            ),
+            (
+                r#"{"oneOf":[{"type":"string"}]}"#.into(),
+                r#"{"oneOf":[{"type":"string"},{"type":"integer"}]}"#.into(),
+                "#/oneOf: no branch reads the writer's branch 1",
+            ),
         ];
         for (reader, writer, expected) in cases {
             let found = problems(&reader, &writer);
-            assert!(found.iter().any(|p| p.starts_with(expected)), "{reader} reading {writer}: expected {expected:?}, got {found:?}");
+            assert!(
+                found.iter().any(|p| p.starts_with(expected)),
+                "{reader} reading {writer}: expected {expected:?}, got {found:?}"
+            );
         }
     }
 
@@ -777,13 +1058,22 @@ mod tests {
             (r#"{"type":"integr"}"#, "unknown type \"integr\""),
             (r#"{"properties":[]}"#, "#: properties must be an object of schemas"),
             (r#"{"required":"x"}"#, "#: required must be an array of strings"),
-            (r#"{"properties":{"a":{"maxLength":-1}}}"#, "#/properties/a: maxLength must be a non-negative integer"),
+            (
+                r#"{"properties":{"a":{"maxLength":-1}}}"#,
+                "#/properties/a: maxLength must be a non-negative integer",
+            ),
             (r#"{"items":[1]}"#, "#/items/0: a subschema must be"),
             (r#"{"anyOf":[]}"#, "anyOf must be a non-empty array"),
             (r##"{"$ref":"#/definitions/missing"}"##, "points at nothing"),
-            (r##"{"$ref":"#nowhere","definitions":{"s":{"$anchor":"somewhere"}}}"##, "points at nothing"),
+            (
+                r##"{"$ref":"#nowhere","definitions":{"s":{"$anchor":"somewhere"}}}"##,
+                "points at nothing",
+            ),
             (r#"{"$ref":"address.json"}"#, "which no reference provides"),
-            (r##"{"$ref":"#/definitions/a","definitions":{"a":{"$ref":"#/definitions/b"},"b":{"$ref":"#/definitions/a"}}}"##, "a loop"),
+            (
+                r##"{"$ref":"#/definitions/a","definitions":{"a":{"$ref":"#/definitions/b"},"b":{"$ref":"#/definitions/a"}}}"##,
+                "a loop",
+            ),
         ] {
             match JsonSchemaFormat.parse(bad, &[]) {
                 Err(e) => assert!(e.contains(why), "{bad}: {e:?} should say {why:?}"),
@@ -791,7 +1081,10 @@ mod tests {
             }
         }
         let deep = format!("{}{{}}{}", r#"{"items":"#.repeat(200), "}".repeat(200));
-        assert!(JsonSchemaFormat.parse(&deep, &[]).is_err(), "nesting beyond serde_json's limit is refused, not a stack overflow");
+        assert!(
+            JsonSchemaFormat.parse(&deep, &[]).is_err(),
+            "nesting beyond serde_json's limit is refused, not a stack overflow"
+        );
     }
 
     #[test]
@@ -801,11 +1094,18 @@ mod tests {
         let wider = tree.replace(r#""value":{"type":"integer"}"#, r#""value":{"type":"number"}"#);
         assert!(problems(&wider, tree).is_empty(), "integer widens to number at every level");
         let found = problems(tree, &wider);
-        assert!(found.iter().any(|p| p.starts_with("#/properties/value: type changed from number to integer")), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("#/properties/value: type changed from number to integer")),
+            "{found:?}"
+        );
         let self_ref = r##"{"type":"object","properties":{"next":{"$ref":"#"}},"definitions":{"x y":{"type":"string"}},"$anchor":"top"}"##;
         assert!(problems(self_ref, self_ref).is_empty());
         parsed(r##"{"$ref":"#/definitions/x%20y","definitions":{"x y":{"type":"string"}}}"##);
-        parsed(r##"{"definitions":{"s":{"$anchor":"street","type":"string"}},"properties":{"a":{"$ref":"#street"}}}"##);
+        parsed(
+            r##"{"definitions":{"s":{"$anchor":"street","type":"string"}},"properties":{"a":{"$ref":"#street"}}}"##,
+        );
         // Cycles of coprime lengths make ever new (reader, writer) pairs: the depth cap ends them.
         let cycle = |n: usize| {
             let defs: Vec<String> = (0..n).map(|i| format!(r##""d{i}":{{"type":"object","properties":{{"next":{{"$ref":"#/$defs/d{}"}}}}}}"##, (i + 1) % n)).collect();
@@ -820,12 +1120,23 @@ mod tests {
                 format!(r#""l{i}":{{"anyOf":[{{"type":"integer","minimum":{i}}},{{"type":"object","properties":{{"a":{inner}}}}},{{"type":"object","properties":{{"b":{inner}}}}}]}}"#)
             })
             .collect();
-        let union = format!(r##"{{"$ref":"#/$defs/l39","$defs":{{"l0":{{"type":"string"}},{}}}}}"##, levels.join(","));
+        let union = format!(
+            r##"{{"$ref":"#/$defs/l39","$defs":{{"l0":{{"type":"string"}},{}}}}}"##,
+            levels.join(",")
+        );
         let start = std::time::Instant::now();
         let found = problems(&union.replace("string", "number"), &union);
-        assert!(!found.is_empty() && start.elapsed() < std::time::Duration::from_secs(20), "{:?} {found:?}", start.elapsed());
+        assert!(
+            !found.is_empty() && start.elapsed() < std::time::Duration::from_secs(20),
+            "{:?} {found:?}",
+            start.elapsed()
+        );
         // A deeply nested schema within serde_json's limit compares without overflowing.
-        let deep = format!("{}{{\"type\":\"string\"}}{}", r#"{"type":"array","items":"#.repeat(60), "}".repeat(60));
+        let deep = format!(
+            "{}{{\"type\":\"string\"}}{}",
+            r#"{"type":"array","items":"#.repeat(60),
+            "}".repeat(60)
+        );
         assert!(problems(&deep, &deep).is_empty());
     }
 
@@ -834,20 +1145,37 @@ mod tests {
         let address = r#"{"type":"object","properties":{"street":{"type":"string"}},"definitions":{"zip":{"type":"string"}}}"#;
         let order = r#"{"type":"object","properties":{"ship_to":{"$ref":"address.json"},"zip":{"$ref":"address.json#/definitions/zip"}}}"#;
         assert!(JsonSchemaFormat.parse(order, &[]).is_err(), "address.json is unknown alone");
-        let reference = SchemaReference { name: "address.json".into(), subject: "address".into(), version: 1 };
-        let with = |text: &str| JsonSchemaFormat.parse(order, &[(reference.clone(), text.to_string())]).expect("parses with its reference");
+        let reference =
+            SchemaReference { name: "address.json".into(), subject: "address".into(), version: 1 };
+        let with = |text: &str| {
+            JsonSchemaFormat
+                .parse(order, &[(reference.clone(), text.to_string())])
+                .expect("parses with its reference")
+        };
         let v1 = with(address);
         assert!(JsonSchemaFormat.incompatibilities(&v1, &v1).is_empty());
-        let v2 = with(&address.replace(r#""street":{"type":"string"}"#, r#""street":{"type":"integer"}"#));
+        let v2 = with(
+            &address.replace(r#""street":{"type":"string"}"#, r#""street":{"type":"integer"}"#),
+        );
         let found = JsonSchemaFormat.incompatibilities(&v2, &v1);
-        assert!(found.iter().any(|p| p.starts_with("#/properties/ship_to/properties/street: type changed")), "{found:?}");
-        let missing = JsonSchemaFormat.parse(r#"{"$ref":"address.json#/definitions/nope"}"#, &[(reference, address.to_string())]);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("#/properties/ship_to/properties/street: type changed")),
+            "{found:?}"
+        );
+        let missing = JsonSchemaFormat.parse(
+            r#"{"$ref":"address.json#/definitions/nope"}"#,
+            &[(reference, address.to_string())],
+        );
         assert!(missing.is_err_and(|e| e.contains("points at nothing")));
     }
 
     #[test]
     fn a_one_megabyte_schema_parses_and_compares_quickly() {
-        let properties: Vec<String> = (0..20_000).map(|i| format!(r#""field_{i}":{{"type":"string","maxLength":{i}}}"#)).collect();
+        let properties: Vec<String> = (0..20_000)
+            .map(|i| format!(r#""field_{i}":{{"type":"string","maxLength":{i}}}"#))
+            .collect();
         let big = format!(r#"{{"type":"object","properties":{{{}}}}}"#, properties.join(","));
         assert!(big.len() > 800_000, "{}", big.len());
         let start = std::time::Instant::now();

@@ -59,6 +59,6 @@ pub use error::RegistryError;
 pub use json_schema::JsonSchemaFormat;
 pub use protobuf::ProtobufFormat;
 pub use records::{Record, SchemaReference};
-pub use registry::{Planned, Registry, RegisteredSchema, SchemaVersion, VersionSpec};
+pub use registry::{Planned, RegisteredSchema, Registry, SchemaVersion, VersionSpec};
 pub use store::{ClusterSide, SchemaStore, SCHEMAS_TOPIC};
 pub use typed::{DecodeError, Decoded, TypedDecoder};

@@ -107,7 +107,8 @@ fn shortened(mut message: String) -> String {
 
 /// Compiles `text` as [`SCHEMA_FILE`] with its references; the encoded descriptor set of that file alone.
 fn compile(text: &str, references: &[(SchemaReference, String)]) -> Result<Vec<u8>, protox::Error> {
-    let mut files: HashMap<String, String> = references.iter().map(|(r, text)| (r.name.clone(), text.clone())).collect();
+    let mut files: HashMap<String, String> =
+        references.iter().map(|(r, text)| (r.name.clone(), text.clone())).collect();
     files.insert(SCHEMA_FILE.to_string(), text.to_string());
     let mut resolver = ChainFileResolver::new();
     resolver.add(InMemoryFiles(files));
@@ -124,8 +125,12 @@ fn compile(text: &str, references: &[(SchemaReference, String)]) -> Result<Vec<u
 ///
 /// # Errors
 /// The compiler's or the pool's message.
-pub(crate) fn descriptor_pool(text: &str, references: &[(SchemaReference, String)]) -> Result<prost_reflect::DescriptorPool, String> {
-    let mut files: HashMap<String, String> = references.iter().map(|(r, text)| (r.name.clone(), text.clone())).collect();
+pub(crate) fn descriptor_pool(
+    text: &str,
+    references: &[(SchemaReference, String)],
+) -> Result<prost_reflect::DescriptorPool, String> {
+    let mut files: HashMap<String, String> =
+        references.iter().map(|(r, text)| (r.name.clone(), text.clone())).collect();
     let serialized = serialized_descriptor(text);
     if serialized.is_none() {
         check_nesting(SCHEMA_FILE, text)?;
@@ -163,7 +168,9 @@ fn to_hex(bytes: &[u8]) -> String {
 fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
     let pair = |(i, pair): (usize, &[u8])| -> Result<u8, String> {
         let digits = std::str::from_utf8(pair).ok().filter(|d| d.len() == 2);
-        digits.and_then(|d| u8::from_str_radix(d, 16).ok()).ok_or_else(|| format!("not hex at {}", i * 2))
+        digits
+            .and_then(|d| u8::from_str_radix(d, 16).ok())
+            .ok_or_else(|| format!("not hex at {}", i * 2))
     };
     hex.as_bytes().chunks(2).enumerate().map(pair).collect()
 }
@@ -172,7 +179,10 @@ fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
 fn descriptor_of(parsed: &ParsedSchema) -> Result<FileDescriptorProto, String> {
     let bytes = from_hex(&parsed.canonical)?;
     let set = FileDescriptorSet::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
-    set.file.into_iter().find(|f| f.name() == SCHEMA_FILE).ok_or_else(|| format!("no {SCHEMA_FILE} in the descriptor set"))
+    set.file
+        .into_iter()
+        .find(|f| f.name() == SCHEMA_FILE)
+        .ok_or_else(|| format!("no {SCHEMA_FILE} in the descriptor set"))
 }
 
 /// A schema sent as Confluent's serializers send it: a base64 `FileDescriptorProto`
@@ -201,16 +211,26 @@ impl SchemaFormat for ProtobufFormat {
         SchemaType::Protobuf
     }
 
-    fn parse(&self, text: &str, references: &[(SchemaReference, String)]) -> Result<ParsedSchema, String> {
+    fn parse(
+        &self,
+        text: &str,
+        references: &[(SchemaReference, String)],
+    ) -> Result<ParsedSchema, String> {
         if let Some(descriptor) = serialized_descriptor(text) {
-            return Ok(ParsedSchema { canonical: to_hex(&descriptor), dependencies: references.iter().map(|(_, t)| t.clone()).collect() });
+            return Ok(ParsedSchema {
+                canonical: to_hex(&descriptor),
+                dependencies: references.iter().map(|(_, t)| t.clone()).collect(),
+            });
         }
         check_nesting(SCHEMA_FILE, text)?;
         for (reference, text) in references {
             check_nesting(&reference.name, text)?;
         }
         let encoded = compile(text, references).map_err(|e| shortened(e.to_string()))?;
-        Ok(ParsedSchema { canonical: to_hex(&encoded), dependencies: references.iter().map(|(_, t)| t.clone()).collect() })
+        Ok(ParsedSchema {
+            canonical: to_hex(&encoded),
+            dependencies: references.iter().map(|(_, t)| t.clone()).collect(),
+        })
     }
 
     /// Confluent's Protobuf rules (data written with `writer`, read with `reader`):
@@ -234,11 +254,17 @@ impl SchemaFormat for ProtobufFormat {
     fn incompatibilities(&self, reader: &ParsedSchema, writer: &ParsedSchema) -> Vec<String> {
         let (reader, writer) = match (descriptor_of(reader), descriptor_of(writer)) {
             (Ok(r), Ok(w)) => (r, w),
-            (Err(e), _) | (_, Err(e)) => return vec![format!("a stored schema no longer decodes: {e}")],
+            (Err(e), _) | (_, Err(e)) => {
+                return vec![format!("a stored schema no longer decodes: {e}")]
+            }
         };
         let mut problems = Vec::new();
         if reader.package() != writer.package() {
-            problems.push(format!("package changed from {:?} to {:?}", writer.package(), reader.package()));
+            problems.push(format!(
+                "package changed from {:?} to {:?}",
+                writer.package(),
+                reader.package()
+            ));
         }
         let (reader_messages, writer_messages) = (messages(&reader), messages(&writer));
         for (name, w) in &writer_messages {
@@ -256,7 +282,8 @@ impl SchemaFormat for ProtobufFormat {
 /// Every message of a file, nested ones included, by full name (without the leading dot).
 fn messages(file: &FileDescriptorProto) -> BTreeMap<String, &DescriptorProto> {
     let mut out = BTreeMap::new();
-    let mut pending: Vec<(String, &DescriptorProto)> = file.message_type.iter().map(|m| (qualify(file.package(), m.name()), m)).collect();
+    let mut pending: Vec<(String, &DescriptorProto)> =
+        file.message_type.iter().map(|m| (qualify(file.package(), m.name()), m)).collect();
     // A worklist rather than recursion: nesting depth never reaches the stack.
     while let Some((name, message)) = pending.pop() {
         pending.extend(message.nested_type.iter().map(|n| (qualify(&name, n.name()), n)));
@@ -286,9 +313,16 @@ fn describe(field: &FieldDescriptorProto) -> String {
     format!("field {} ({})", field.number(), field.name())
 }
 
-fn compare_message(name: &str, r: &DescriptorProto, w: &DescriptorProto, problems: &mut Vec<String>) {
-    let reader_fields: BTreeMap<i32, &FieldDescriptorProto> = r.field.iter().map(|f| (f.number(), f)).collect();
-    let writer_fields: BTreeMap<i32, &FieldDescriptorProto> = w.field.iter().map(|f| (f.number(), f)).collect();
+fn compare_message(
+    name: &str,
+    r: &DescriptorProto,
+    w: &DescriptorProto,
+    problems: &mut Vec<String>,
+) {
+    let reader_fields: BTreeMap<i32, &FieldDescriptorProto> =
+        r.field.iter().map(|f| (f.number(), f)).collect();
+    let writer_fields: BTreeMap<i32, &FieldDescriptorProto> =
+        w.field.iter().map(|f| (f.number(), f)).collect();
     let mut moved_into_new_oneofs: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for (number, wf) in &writer_fields {
         let Some(rf) = reader_fields.get(number) else {
@@ -296,21 +330,27 @@ fn compare_message(name: &str, r: &DescriptorProto, w: &DescriptorProto, problem
                 problems.push(format!("message {name}: required {} removed", describe(wf)));
             }
             if let Some(oneof) = real_oneof(w, wf) {
-                problems.push(format!("message {name}: {} removed from oneof {oneof}", describe(wf)));
+                problems
+                    .push(format!("message {name}: {} removed from oneof {oneof}", describe(wf)));
             }
             continue;
         };
         compare_field(name, rf, wf, problems);
         if let (Some(oneof), None) = (real_oneof(r, rf), real_oneof(w, wf)) {
             if w.oneof_decl.iter().any(|o| o.name() == oneof) {
-                problems.push(format!("message {name}: {} moved into the existing oneof {oneof}", describe(rf)));
+                problems.push(format!(
+                    "message {name}: {} moved into the existing oneof {oneof}",
+                    describe(rf)
+                ));
             } else {
                 moved_into_new_oneofs.entry(oneof).or_default().push(*number);
             }
         }
     }
     for (oneof, numbers) in moved_into_new_oneofs.into_iter().filter(|(_, n)| n.len() > 1) {
-        problems.push(format!("message {name}: fields {numbers:?} moved together into the new oneof {oneof}"));
+        problems.push(format!(
+            "message {name}: fields {numbers:?} moved together into the new oneof {oneof}"
+        ));
     }
     for rf in reader_fields.iter().filter(|(n, _)| !writer_fields.contains_key(n)).map(|(_, f)| f) {
         if rf.label() == Label::Required {
@@ -330,7 +370,9 @@ enum WireKind<'a> {
 
 fn wire_kind(field: &FieldDescriptorProto) -> WireKind<'_> {
     match field.r#type() {
-        Type::Int32 | Type::Uint32 | Type::Int64 | Type::Uint64 | Type::Bool => WireKind::Scalar("varint"),
+        Type::Int32 | Type::Uint32 | Type::Int64 | Type::Uint64 | Type::Bool => {
+            WireKind::Scalar("varint")
+        }
         Type::Sint32 | Type::Sint64 => WireKind::Scalar("zigzag varint"),
         Type::Fixed32 | Type::Sfixed32 => WireKind::Scalar("fixed32"),
         Type::Fixed64 | Type::Sfixed64 => WireKind::Scalar("fixed64"),
@@ -344,21 +386,39 @@ fn wire_kind(field: &FieldDescriptorProto) -> WireKind<'_> {
 
 fn type_name(field: &FieldDescriptorProto) -> String {
     match field.r#type() {
-        Type::Enum | Type::Message | Type::Group => field.type_name().trim_start_matches('.').to_string(),
+        Type::Enum | Type::Message | Type::Group => {
+            field.type_name().trim_start_matches('.').to_string()
+        }
         other => other.as_str_name().trim_start_matches("TYPE_").to_ascii_lowercase(),
     }
 }
 
-fn compare_field(message: &str, r: &FieldDescriptorProto, w: &FieldDescriptorProto, problems: &mut Vec<String>) {
+fn compare_field(
+    message: &str,
+    r: &FieldDescriptorProto,
+    w: &FieldDescriptorProto,
+    problems: &mut Vec<String>,
+) {
     let (rk, wk) = (wire_kind(r), wire_kind(w));
     if rk != wk {
-        problems.push(format!("message {message}: {} type changed from {} to {}", describe(r), type_name(w), type_name(r)));
+        problems.push(format!(
+            "message {message}: {} type changed from {} to {}",
+            describe(r),
+            type_name(w),
+            type_name(r)
+        ));
     }
     let (r_repeated, w_repeated) = (r.label() == Label::Repeated, w.label() == Label::Repeated);
-    let length_delimited = |k: &WireKind<'_>| matches!(k, WireKind::Message(_) | WireKind::Scalar("length-delimited"));
+    let length_delimited =
+        |k: &WireKind<'_>| matches!(k, WireKind::Message(_) | WireKind::Scalar("length-delimited"));
     if r_repeated != w_repeated && !(length_delimited(&rk) && length_delimited(&wk)) {
         let label = |repeated: bool| if repeated { "repeated" } else { "singular" };
-        problems.push(format!("message {message}: {} changed from {} to {}", describe(r), label(w_repeated), label(r_repeated)));
+        problems.push(format!(
+            "message {message}: {} changed from {} to {}",
+            describe(r),
+            label(w_repeated),
+            label(r_repeated)
+        ));
     }
     if r.label() == Label::Required && w.label() != Label::Required {
         problems.push(format!("message {message}: {} became required", describe(r)));
@@ -410,7 +470,8 @@ message Order {
             parsed(&text)
         };
         assert_ne!(custom("x").canonical, custom("y").canonical);
-        let renamed = ORDER.replace("message Line", "message Item").replace("Line lines", "Item lines");
+        let renamed =
+            ORDER.replace("message Line", "message Item").replace("Line lines", "Item lines");
         assert_ne!(parsed(ORDER).canonical, parsed(&renamed).canonical);
     }
 
@@ -440,20 +501,73 @@ message Order {
     fn incompatible_evolutions_are_reported_by_message_and_field() {
         let oneof = ORDER.replace("string note = 2;", "oneof extra { string note = 2; }");
         let cases = [
-            (ORDER.replace("int64 id", "string id"), ORDER.to_string(), "message shop.Order: field 1 (id) type changed from int64 to string"),
-            (ORDER.replace("int64 id", "sint64 id"), ORDER.to_string(), "field 1 (id) type changed from int64 to sint64"),
-            (ORDER.replace("int64 id", "double id"), ORDER.to_string(), "type changed from int64 to double"),
-            (ORDER.replace("repeated Line lines", "repeated Order lines"), ORDER.to_string(), "field 3 (lines) type changed from shop.Order.Line to shop.Order"),
-            (ORDER.replace("int32 qty", "repeated int32 qty"), ORDER.to_string(), "message shop.Order.Line: field 2 (qty) changed from singular to repeated"),
-            (ORDER.replace("package shop", "package store"), ORDER.to_string(), "package changed from \"shop\" to \"store\""),
-            (ORDER.replace("message Line { string sku = 1; int32 qty = 2; }", "").replace("repeated Line lines = 3;", ""), ORDER.to_string(), "message shop.Order.Line removed"),
-            (oneof.replace("oneof extra { string note = 2; }", "oneof extra { string note = 2; int64 id = 1; }").replace("int64 id = 1;\n", ""), oneof.clone(), "field 1 (id) moved into the existing oneof extra"),
-            (ORDER.replace("int64 id = 1;\n  string note = 2;", "oneof pick { int64 id = 1; string note = 2; }"), ORDER.to_string(), "fields [1, 2] moved together into the new oneof pick"),
-            (ORDER.replace("string note = 2;", ""), oneof, "message shop.Order: field 2 (note) removed from oneof extra"),
+            (
+                ORDER.replace("int64 id", "string id"),
+                ORDER.to_string(),
+                "message shop.Order: field 1 (id) type changed from int64 to string",
+            ),
+            (
+                ORDER.replace("int64 id", "sint64 id"),
+                ORDER.to_string(),
+                "field 1 (id) type changed from int64 to sint64",
+            ),
+            (
+                ORDER.replace("int64 id", "double id"),
+                ORDER.to_string(),
+                "type changed from int64 to double",
+            ),
+            (
+                ORDER.replace("repeated Line lines", "repeated Order lines"),
+                ORDER.to_string(),
+                "field 3 (lines) type changed from shop.Order.Line to shop.Order",
+            ),
+            (
+                ORDER.replace("int32 qty", "repeated int32 qty"),
+                ORDER.to_string(),
+                "message shop.Order.Line: field 2 (qty) changed from singular to repeated",
+            ),
+            (
+                ORDER.replace("package shop", "package store"),
+                ORDER.to_string(),
+                "package changed from \"shop\" to \"store\"",
+            ),
+            (
+                ORDER
+                    .replace("message Line { string sku = 1; int32 qty = 2; }", "")
+                    .replace("repeated Line lines = 3;", ""),
+                ORDER.to_string(),
+                "message shop.Order.Line removed",
+            ),
+            (
+                oneof
+                    .replace(
+                        "oneof extra { string note = 2; }",
+                        "oneof extra { string note = 2; int64 id = 1; }",
+                    )
+                    .replace("int64 id = 1;\n", ""),
+                oneof.clone(),
+                "field 1 (id) moved into the existing oneof extra",
+            ),
+            (
+                ORDER.replace(
+                    "int64 id = 1;\n  string note = 2;",
+                    "oneof pick { int64 id = 1; string note = 2; }",
+                ),
+                ORDER.to_string(),
+                "fields [1, 2] moved together into the new oneof pick",
+            ),
+            (
+                ORDER.replace("string note = 2;", ""),
+                oneof,
+                "message shop.Order: field 2 (note) removed from oneof extra",
+            ),
         ];
         for (reader, writer, expected) in &cases {
             let found = problems(reader, writer);
-            assert!(found.iter().any(|p| p.contains(expected)), "{reader} reading {writer}: expected {expected:?}, got {found:?}");
+            assert!(
+                found.iter().any(|p| p.contains(expected)),
+                "{reader} reading {writer}: expected {expected:?}, got {found:?}"
+            );
         }
         // proto2 required fields can be neither added nor removed.
         let v1 = "syntax = \"proto2\"; message M { required int32 a = 1; }";
@@ -467,7 +581,10 @@ message Order {
         for (bad, why) in [
             ("syntax = \"proto3\"; message M { int32 a = 1 }", "expected ';'"),
             ("syntax = \"proto3\"; message M { Unknown a = 1; }", "Unknown"),
-            ("syntax = \"proto3\"; import \"other.proto\"; message M { other.O a = 1; }", "other.proto"),
+            (
+                "syntax = \"proto3\"; import \"other.proto\"; message M { other.O a = 1; }",
+                "other.proto",
+            ),
             ("syntax = \"proto3\"; message M { int32 a = 1; int32 b = 1; }", "1"),
             ("not a proto", ""),
         ] {
@@ -476,8 +593,12 @@ message Order {
                 Ok(_) => panic!("{bad} accepted"),
             }
         }
-        let deep = format!("syntax = \"proto3\"; {} {}", "message M {".repeat(100), "}".repeat(100));
-        assert!(ProtobufFormat.parse(&deep, &[]).is_err(), "nesting beyond the parser's bound is refused, not a stack overflow");
+        let deep =
+            format!("syntax = \"proto3\"; {} {}", "message M {".repeat(100), "}".repeat(100));
+        assert!(
+            ProtobufFormat.parse(&deep, &[]).is_err(),
+            "nesting beyond the parser's bound is refused, not a stack overflow"
+        );
         let deep_option = format!(
             "syntax = \"proto3\"; import \"google/protobuf/descriptor.proto\"; message R {{ R a = 1; int32 b = 2; }} extend google.protobuf.MessageOptions {{ R o = 50000; }} message M {{ option (o) = {}b:1{}; }}",
             "{a:".repeat(DEPTH),
@@ -485,13 +606,22 @@ message Order {
         );
         const DEPTH: usize = 20_000;
         let refused = ProtobufFormat.parse(&deep_option, &[]);
-        assert!(refused.is_err_and(|e| e.contains("nested deeper than 100")), "a deeply nested option value is refused, not a stack overflow");
+        assert!(
+            refused.is_err_and(|e| e.contains("nested deeper than 100")),
+            "a deeply nested option value is refused, not a stack overflow"
+        );
         // Brackets in strings and comments do not count, nor does a value 50 deep.
         let commented = format!("syntax = \"proto3\"; // {}\n/* {} */ message M {{ string s = 1 [json_name = \"{}\"]; }}", "{".repeat(200), "<".repeat(200), "[".repeat(200));
         parsed(&commented);
-        let shallow = deep_option.replace(&"{a:".repeat(DEPTH), &"{a:".repeat(50)).replace(&"}".repeat(DEPTH), &"}".repeat(50));
+        let shallow = deep_option
+            .replace(&"{a:".repeat(DEPTH), &"{a:".repeat(50))
+            .replace(&"}".repeat(DEPTH), &"}".repeat(50));
         assert!(!ProtobufFormat.parse(&shallow, &[]).is_err_and(|e| e.contains("nested deeper")));
-        assert!(ProtobufFormat.incompatibilities(&ParsedSchema { canonical: "zz".into(), dependencies: vec![] }, &parsed(ORDER))[0].contains("no longer decodes"));
+        assert!(ProtobufFormat.incompatibilities(
+            &ParsedSchema { canonical: "zz".into(), dependencies: vec![] },
+            &parsed(ORDER)
+        )[0]
+        .contains("no longer decodes"));
     }
 
     #[test]
@@ -501,32 +631,52 @@ message Order {
         let money = "syntax = \"proto3\"; package common; message Money { int64 cents = 1; }";
         let order = "syntax = \"proto3\"; package shop; import \"common/money.proto\"; message Order { common.Money total = 1; }";
         assert!(ProtobufFormat.parse(order, &[]).is_err_and(|e| e.contains("common/money.proto")));
-        let reference = SchemaReference { name: "common/money.proto".into(), subject: "money".into(), version: 1 };
-        let p = ProtobufFormat.parse(order, &[(reference.clone(), money.to_string())]).expect("compiles with its reference");
+        let reference = SchemaReference {
+            name: "common/money.proto".into(),
+            subject: "money".into(),
+            version: 1,
+        };
+        let p = ProtobufFormat
+            .parse(order, &[(reference.clone(), money.to_string())])
+            .expect("compiles with its reference");
         assert_eq!(p.dependencies, vec![money.to_string()]);
         assert!(ProtobufFormat.incompatibilities(&p, &p).is_empty());
         let renamed = money.replace("message Money", "message Cash");
         let moved = order.replace("common.Money", "common.Cash");
         let q = ProtobufFormat.parse(&moved, &[(reference, renamed)]).expect("compiles");
-        assert!(ProtobufFormat.incompatibilities(&q, &p).iter().any(|p| p.contains("type changed from common.Money to common.Cash")));
+        assert!(ProtobufFormat
+            .incompatibilities(&q, &p)
+            .iter()
+            .any(|p| p.contains("type changed from common.Money to common.Cash")));
     }
 
     #[test]
     fn a_base64_file_descriptor_is_a_schema_as_confluents_serializers_send_it() {
         use base64::Engine as _;
-        let v1 = "syntax = \"proto3\"; package shop; message Order { int64 id = 1; string note = 2; }";
+        let v1 =
+            "syntax = \"proto3\"; package shop; message Order { int64 id = 1; string note = 2; }";
         let v2 = "syntax = \"proto3\"; package shop; message Order { int64 id = 1; string note = 2; int32 qty = 3; }";
         let as_base64 = |text: &str| {
-            let set = FileDescriptorSet::decode(from_hex(&parsed(text).canonical).expect("hex").as_slice()).expect("set");
+            let set = FileDescriptorSet::decode(
+                from_hex(&parsed(text).canonical).expect("hex").as_slice(),
+            )
+            .expect("set");
             let mut file = set.file[0].clone();
             file.name = Some("orders.proto".into());
             base64::engine::general_purpose::STANDARD.encode(file.encode_to_vec())
         };
         let b1 = ProtobufFormat.parse(&as_base64(v1), &[]).expect("a serialized descriptor parses");
-        assert_eq!(b1.canonical, parsed(v1).canonical, "the same schema, whatever the form and file name");
+        assert_eq!(
+            b1.canonical,
+            parsed(v1).canonical,
+            "the same schema, whatever the form and file name"
+        );
         let b2 = ProtobufFormat.parse(&as_base64(v2), &[]).expect("parses");
         assert!(ProtobufFormat.incompatibilities(&b2, &b1).is_empty());
-        assert!(ProtobufFormat.parse("bm90IGEgZGVzY3JpcHRvcg==", &[]).is_err(), "base64 of something else is not a schema");
+        assert!(
+            ProtobufFormat.parse("bm90IGEgZGVzY3JpcHRvcg==", &[]).is_err(),
+            "base64 of something else is not a schema"
+        );
     }
 
     #[test]
@@ -534,13 +684,23 @@ message Order {
         let tree = "syntax = \"proto3\"; message Node { int32 value = 1; repeated Node children = 2; Node parent = 3; }";
         assert!(problems(tree, tree).is_empty());
         let changed = tree.replace("int32 value", "string value");
-        assert_eq!(problems(&changed, tree), vec!["message Node: field 1 (value) type changed from int32 to string".to_string()]);
+        assert_eq!(
+            problems(&changed, tree),
+            vec!["message Node: field 1 (value) type changed from int32 to string".to_string()]
+        );
     }
 
     #[test]
     fn a_one_megabyte_schema_compiles_in_reasonable_time() {
         // Numbers 19000 to 19999 are reserved by protobuf itself.
-        let fields: String = (1..=25_000).map(|i| format!("  string field_with_a_long_name_{i} = {};\n", if i < 19_000 { i } else { i + 1000 })).collect();
+        let fields: String = (1..=25_000)
+            .map(|i| {
+                format!(
+                    "  string field_with_a_long_name_{i} = {};\n",
+                    if i < 19_000 { i } else { i + 1000 }
+                )
+            })
+            .collect();
         let big = format!("syntax = \"proto3\";\nmessage Big {{\n{fields}}}\n");
         assert!(big.len() > 1_000_000, "{}", big.len());
         let start = std::time::Instant::now();

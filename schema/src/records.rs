@@ -158,7 +158,10 @@ pub fn schema_record(subject: &str, version: i32, value: Option<&SchemaValue>) -
 /// The record setting (or, with `None`, unsetting) a compatibility level.
 pub fn config_record(subject: Option<&str>, level: Option<&str>) -> Record {
     let key = SubjectKeyOut { keytype: "CONFIG", subject, magic: 0 };
-    Record { key: json(&key), value: level.map(|l| json(&ConfigValue { compatibility_level: l.to_string() })) }
+    Record {
+        key: json(&key),
+        value: level.map(|l| json(&ConfigValue { compatibility_level: l.to_string() })),
+    }
 }
 
 /// The record setting (or, with `None`, unsetting) a mode.
@@ -177,11 +180,14 @@ fn parse<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, Recor
 /// A key or value that is not the JSON its key type calls for.
 pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Entry, RecordError> {
     let k: AnyKey = parse("key", key)?;
-    let subject_of = |k: &AnyKey| k.subject.clone().ok_or_else(|| RecordError(format!("{} key without a subject", k.keytype)));
+    let subject_of = |k: &AnyKey| {
+        k.subject.clone().ok_or_else(|| RecordError(format!("{} key without a subject", k.keytype)))
+    };
     Ok(match k.keytype.as_str() {
         "SCHEMA" => {
             let subject = subject_of(&k)?;
-            let version = k.version.ok_or_else(|| RecordError("SCHEMA key without a version".into()))?;
+            let version =
+                k.version.ok_or_else(|| RecordError("SCHEMA key without a version".into()))?;
             let value: Option<SchemaValue> = value.map(|v| parse("SCHEMA value", v)).transpose()?;
             if let Some(v) = &value {
                 if v.subject != subject || v.version != version {
@@ -194,15 +200,22 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Entry, RecordError> {
             Entry::Schema { subject, version, value }
         }
         "CONFIG" => {
-            let level = value.map(|v| parse::<ConfigValue>("CONFIG value", v)).transpose()?.map(|c| c.compatibility_level);
+            let level = value
+                .map(|v| parse::<ConfigValue>("CONFIG value", v))
+                .transpose()?
+                .map(|c| c.compatibility_level);
             Entry::Config { subject: k.subject, level }
         }
         "MODE" => {
-            let mode = value.map(|v| parse::<ModeValue>("MODE value", v)).transpose()?.map(|m| m.mode);
+            let mode =
+                value.map(|v| parse::<ModeValue>("MODE value", v)).transpose()?.map(|m| m.mode);
             Entry::Mode { subject: k.subject, mode }
         }
         "DELETE_SUBJECT" => match value {
-            Some(v) => Entry::DeleteSubject { subject: subject_of(&k)?, version: parse::<DeleteSubjectValue>("DELETE_SUBJECT value", v)?.version },
+            Some(v) => Entry::DeleteSubject {
+                subject: subject_of(&k)?,
+                version: parse::<DeleteSubjectValue>("DELETE_SUBJECT value", v)?.version,
+            },
             None => Entry::Other(k.keytype),
         },
         _ => Entry::Other(k.keytype),
@@ -216,9 +229,18 @@ mod tests {
     #[test]
     fn keys_are_confluents_bytes_every_time() {
         let r = schema_record("orders-value", 3, None);
-        assert_eq!(r.key, br#"{"keytype":"SCHEMA","subject":"orders-value","version":3,"magic":1}"#);
-        assert_eq!(config_record(None, None).key, br#"{"keytype":"CONFIG","subject":null,"magic":0}"#);
-        assert_eq!(mode_record(Some("s"), Some("READONLY")).value.as_deref(), Some(&br#"{"mode":"READONLY"}"#[..]));
+        assert_eq!(
+            r.key,
+            br#"{"keytype":"SCHEMA","subject":"orders-value","version":3,"magic":1}"#
+        );
+        assert_eq!(
+            config_record(None, None).key,
+            br#"{"keytype":"CONFIG","subject":null,"magic":0}"#
+        );
+        assert_eq!(
+            mode_record(Some("s"), Some("READONLY")).value.as_deref(),
+            Some(&br#"{"mode":"READONLY"}"#[..])
+        );
     }
 
     #[test]
@@ -228,19 +250,38 @@ mod tests {
             version: 2,
             id: 7,
             schema_type: Some("PROTOBUF".into()),
-            references: vec![SchemaReference { name: "a.proto".into(), subject: "a".into(), version: 1 }],
+            references: vec![SchemaReference {
+                name: "a.proto".into(),
+                subject: "a".into(),
+                version: 1,
+            }],
             schema: "syntax = \"proto3\";".into(),
             deleted: true,
         };
         let r = schema_record("s", 2, Some(&value));
-        assert_eq!(decode(&r.key, r.value.as_deref()), Ok(Entry::Schema { subject: "s".into(), version: 2, value: Some(value) }));
+        assert_eq!(
+            decode(&r.key, r.value.as_deref()),
+            Ok(Entry::Schema { subject: "s".into(), version: 2, value: Some(value) })
+        );
         let r = config_record(Some("s"), Some("FULL"));
-        assert_eq!(decode(&r.key, r.value.as_deref()), Ok(Entry::Config { subject: Some("s".into()), level: Some("FULL".into()) }));
-        assert_eq!(decode(br#"{"keytype":"NOOP","magic":0}"#, None), Ok(Entry::Other("NOOP".into())));
+        assert_eq!(
+            decode(&r.key, r.value.as_deref()),
+            Ok(Entry::Config { subject: Some("s".into()), level: Some("FULL".into()) })
+        );
+        assert_eq!(
+            decode(br#"{"keytype":"NOOP","magic":0}"#, None),
+            Ok(Entry::Other("NOOP".into()))
+        );
         // Confluent's Avro values carry no schemaType and may carry no references.
-        let confluent = br#"{"subject":"s","version":1,"id":1,"schema":"\"string\"","deleted":false}"#;
-        let e = decode(br#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#, Some(confluent)).expect("decodes");
-        assert!(matches!(e, Entry::Schema { value: Some(SchemaValue { schema_type: None, .. }), .. }));
+        let confluent =
+            br#"{"subject":"s","version":1,"id":1,"schema":"\"string\"","deleted":false}"#;
+        let e =
+            decode(br#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#, Some(confluent))
+                .expect("decodes");
+        assert!(matches!(
+            e,
+            Entry::Schema { value: Some(SchemaValue { schema_type: None, .. }), .. }
+        ));
     }
 
     #[test]
@@ -248,6 +289,10 @@ mod tests {
         assert!(decode(b"not json", None).is_err());
         assert!(decode(br#"{"keytype":"SCHEMA","subject":"s","magic":1}"#, None).is_err());
         let other = br#"{"subject":"t","version":1,"id":1,"schema":"x"}"#;
-        assert!(decode(br#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#, Some(other)).is_err());
+        assert!(decode(
+            br#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#,
+            Some(other)
+        )
+        .is_err());
     }
 }

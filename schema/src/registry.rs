@@ -119,7 +119,10 @@ pub struct Registry {
 impl Registry {
     /// An empty registry that understands the schema types of `formats`.
     pub fn new(formats: Vec<Arc<dyn SchemaFormat>>) -> Self {
-        Self { formats: formats.into_iter().map(|f| (f.schema_type(), f)).collect(), ..Self::default() }
+        Self {
+            formats: formats.into_iter().map(|f| (f.schema_type(), f)).collect(),
+            ..Self::default()
+        }
     }
 
     // ---- applying records ---------------------------------------------------
@@ -131,7 +134,9 @@ impl Registry {
     /// A record that does not decode; the state is unchanged by it.
     pub fn apply(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), RecordError> {
         match records::decode(key, value)? {
-            Entry::Schema { subject, version, value: Some(v) } => self.apply_version(subject, version, v),
+            Entry::Schema { subject, version, value: Some(v) } => {
+                self.apply_version(subject, version, v)
+            }
             Entry::Schema { subject, version, value: None } => {
                 if let Some(versions) = self.subjects.get_mut(&subject) {
                     if let Some(gone) = versions.remove(&version) {
@@ -144,14 +149,25 @@ impl Registry {
             }
             Entry::Config { subject, level } => {
                 let level = level.as_deref().and_then(CompatibilityLevel::parse);
-                set_scoped(&mut self.compatibility, &mut self.subject_compatibility, subject, level);
+                set_scoped(
+                    &mut self.compatibility,
+                    &mut self.subject_compatibility,
+                    subject,
+                    level,
+                );
             }
             Entry::Mode { subject, mode } => {
                 let mode = mode.as_deref().and_then(Mode::parse);
                 set_scoped(&mut self.mode, &mut self.subject_mode, subject, mode);
             }
             Entry::DeleteSubject { subject, version } => {
-                for (_, e) in self.subjects.get_mut(&subject).into_iter().flatten().filter(|(v, _)| **v <= version) {
+                for (_, e) in self
+                    .subjects
+                    .get_mut(&subject)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(v, _)| **v <= version)
+                {
                     e.deleted = true;
                 }
             }
@@ -164,17 +180,31 @@ impl Registry {
         let schema_type = SchemaType::parse(v.schema_type.as_deref()).unwrap_or_default();
         if !self.schemas.contains_key(&v.id) {
             let canonical = self.canonical_or_text(schema_type, &v.schema, &v.references);
-            let registered = RegisteredSchema { id: v.id, schema_type, schema: v.schema, references: v.references };
-            self.ids_by_content.insert((schema_type, canonical.clone(), registered.references.clone()), v.id);
+            let registered = RegisteredSchema {
+                id: v.id,
+                schema_type,
+                schema: v.schema,
+                references: v.references,
+            };
+            self.ids_by_content
+                .insert((schema_type, canonical.clone(), registered.references.clone()), v.id);
             self.schemas.insert(v.id, StoredSchema { registered, canonical });
         }
         self.max_id = self.max_id.max(v.id);
-        self.subjects.entry(subject).or_default().insert(version, VersionEntry { id: v.id, deleted: v.deleted });
+        self.subjects
+            .entry(subject)
+            .or_default()
+            .insert(version, VersionEntry { id: v.id, deleted: v.deleted });
     }
 
     /// The canonical form for the dedup map; the text itself if the schema cannot
     /// be parsed now (a type without a format here, or a reference gone).
-    fn canonical_or_text(&self, schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> String {
+    fn canonical_or_text(
+        &self,
+        schema_type: SchemaType,
+        text: &str,
+        references: &[SchemaReference],
+    ) -> String {
         let Some(format) = self.formats.get(&schema_type) else { return text.to_string() };
         let Ok(resolved) = self.resolve_references(references) else { return text.to_string() };
         format.parse(text, &resolved).map(|p| p.canonical).unwrap_or_else(|_| text.to_string())
@@ -194,14 +224,22 @@ impl Registry {
 
     /// Subjects with a live version (or any version, with `include_deleted`), sorted.
     pub fn subjects(&self, include_deleted: bool) -> Vec<String> {
-        self.subjects.iter().filter(|(_, vs)| include_deleted || vs.values().any(|e| !e.deleted)).map(|(s, _)| s.clone()).collect()
+        self.subjects
+            .iter()
+            .filter(|(_, vs)| include_deleted || vs.values().any(|e| !e.deleted))
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 
     /// The versions of a subject, ascending.
     ///
     /// # Errors
     /// [`RegistryError::SubjectNotFound`] if it has none (live ones, without `include_deleted`).
-    pub fn versions(&self, subject: &str, include_deleted: bool) -> Result<Vec<i32>, RegistryError> {
+    pub fn versions(
+        &self,
+        subject: &str,
+        include_deleted: bool,
+    ) -> Result<Vec<i32>, RegistryError> {
         let versions: Vec<i32> = self.live(subject, include_deleted).map(|(v, _)| v).collect();
         if versions.is_empty() {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
@@ -209,37 +247,59 @@ impl Registry {
         Ok(versions)
     }
 
-    fn live<'a>(&'a self, subject: &str, include_deleted: bool) -> impl Iterator<Item = (i32, VersionEntry)> + 'a {
-        self.subjects.get(subject).into_iter().flatten().filter(move |(_, e)| include_deleted || !e.deleted).map(|(v, e)| (*v, *e))
+    fn live<'a>(
+        &'a self,
+        subject: &str,
+        include_deleted: bool,
+    ) -> impl Iterator<Item = (i32, VersionEntry)> + 'a {
+        self.subjects
+            .get(subject)
+            .into_iter()
+            .flatten()
+            .filter(move |(_, e)| include_deleted || !e.deleted)
+            .map(|(v, e)| (*v, *e))
     }
 
     /// One version of a subject (`latest`: the highest live one).
     ///
     /// # Errors
     /// [`RegistryError::SubjectNotFound`], [`RegistryError::VersionNotFound`].
-    pub fn version(&self, subject: &str, spec: VersionSpec, include_deleted: bool) -> Result<SchemaVersion, RegistryError> {
+    pub fn version(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+        include_deleted: bool,
+    ) -> Result<SchemaVersion, RegistryError> {
         let (version, entry) = self.find_version(subject, spec, include_deleted)?;
         Ok(self.schema_version(subject, version, entry))
     }
 
-    fn find_version(&self, subject: &str, spec: VersionSpec, include_deleted: bool) -> Result<(i32, VersionEntry), RegistryError> {
+    fn find_version(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+        include_deleted: bool,
+    ) -> Result<(i32, VersionEntry), RegistryError> {
         if self.live(subject, include_deleted).next().is_none() {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
         }
         let (found, n) = match spec {
             VersionSpec::Latest => (self.live(subject, include_deleted).last(), -1),
-            VersionSpec::Number(n) => (self.live(subject, include_deleted).find(|(v, _)| *v == n), n),
+            VersionSpec::Number(n) => {
+                (self.live(subject, include_deleted).find(|(v, _)| *v == n), n)
+            }
         };
         found.ok_or_else(|| RegistryError::VersionNotFound(subject.to_string(), n))
     }
 
     fn schema_version(&self, subject: &str, version: i32, entry: VersionEntry) -> SchemaVersion {
-        let schema = self.schemas.get(&entry.id).map(|s| s.registered.clone()).unwrap_or(RegisteredSchema {
-            id: entry.id,
-            schema_type: SchemaType::Avro,
-            schema: String::new(),
-            references: Vec::new(),
-        });
+        let schema =
+            self.schemas.get(&entry.id).map(|s| s.registered.clone()).unwrap_or(RegisteredSchema {
+                id: entry.id,
+                schema_type: SchemaType::Avro,
+                schema: String::new(),
+                references: Vec::new(),
+            });
         SchemaVersion { subject: subject.to_string(), version, deleted: entry.deleted, schema }
     }
 
@@ -255,11 +315,19 @@ impl Registry {
     ///
     /// # Errors
     /// [`RegistryError::SchemaNotFound`] if none does.
-    pub fn versions_of_id(&self, id: i32, include_deleted: bool) -> Result<Vec<(String, i32)>, RegistryError> {
+    pub fn versions_of_id(
+        &self,
+        id: i32,
+        include_deleted: bool,
+    ) -> Result<Vec<(String, i32)>, RegistryError> {
         let found: Vec<(String, i32)> = self
             .subjects
             .iter()
-            .flat_map(|(s, vs)| vs.iter().filter(|(_, e)| e.id == id && (include_deleted || !e.deleted)).map(move |(v, _)| (s.clone(), *v)))
+            .flat_map(|(s, vs)| {
+                vs.iter()
+                    .filter(|(_, e)| e.id == id && (include_deleted || !e.deleted))
+                    .map(move |(v, _)| (s.clone(), *v))
+            })
             .collect();
         if found.is_empty() {
             return Err(RegistryError::SchemaNotFound);
@@ -284,22 +352,38 @@ impl Registry {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
         }
         let parsed = self.parse(schema_type, text, references)?;
-        let id = self.ids_by_content.get(&(schema_type, parsed.canonical, references.to_vec())).ok_or(RegistryError::SchemaNotFound)?;
-        let (version, entry) = self.live(subject, include_deleted).filter(|(_, e)| e.id == *id).last().ok_or(RegistryError::SchemaNotFound)?;
+        let id = self
+            .ids_by_content
+            .get(&(schema_type, parsed.canonical, references.to_vec()))
+            .ok_or(RegistryError::SchemaNotFound)?;
+        let (version, entry) = self
+            .live(subject, include_deleted)
+            .filter(|(_, e)| e.id == *id)
+            .last()
+            .ok_or(RegistryError::SchemaNotFound)?;
         Ok(self.schema_version(subject, version, entry))
     }
 
     /// The compatibility level in force for `subject` (its own, else the registry's).
     pub fn compatibility(&self, subject: Option<&str>) -> CompatibilityLevel {
-        subject.and_then(|s| self.subject_compatibility.get(s).copied()).or(self.compatibility).unwrap_or_default()
+        subject
+            .and_then(|s| self.subject_compatibility.get(s).copied())
+            .or(self.compatibility)
+            .unwrap_or_default()
     }
 
     /// The subject's own compatibility level.
     ///
     /// # Errors
     /// [`RegistryError::SubjectCompatibilityNotConfigured`].
-    pub fn subject_compatibility(&self, subject: &str) -> Result<CompatibilityLevel, RegistryError> {
-        self.subject_compatibility.get(subject).copied().ok_or_else(|| RegistryError::SubjectCompatibilityNotConfigured(subject.to_string()))
+    pub fn subject_compatibility(
+        &self,
+        subject: &str,
+    ) -> Result<CompatibilityLevel, RegistryError> {
+        self.subject_compatibility
+            .get(subject)
+            .copied()
+            .ok_or_else(|| RegistryError::SubjectCompatibilityNotConfigured(subject.to_string()))
     }
 
     /// The mode in force for `subject` (a registry-wide READONLY_OVERRIDE wins over the subject's).
@@ -316,7 +400,10 @@ impl Registry {
     /// # Errors
     /// [`RegistryError::SubjectModeNotConfigured`].
     pub fn subject_mode(&self, subject: &str) -> Result<Mode, RegistryError> {
-        self.subject_mode.get(subject).copied().ok_or_else(|| RegistryError::SubjectModeNotConfigured(subject.to_string()))
+        self.subject_mode
+            .get(subject)
+            .copied()
+            .ok_or_else(|| RegistryError::SubjectModeNotConfigured(subject.to_string()))
     }
 
     // ---- planning writes -----------------------------------------------------
@@ -348,7 +435,8 @@ impl Registry {
             return Err(RegistryError::Incompatible { subject: subject.to_string(), reasons });
         }
         let id = existing_id.unwrap_or(self.max_id + 1);
-        let version = self.subjects.get(subject).and_then(|vs| vs.keys().next_back()).map_or(1, |v| v + 1);
+        let version =
+            self.subjects.get(subject).and_then(|vs| vs.keys().next_back()).map_or(1, |v| v + 1);
         let value = SchemaValue {
             subject: subject.to_string(),
             version,
@@ -358,7 +446,10 @@ impl Registry {
             schema: text.to_string(),
             deleted: false,
         };
-        Ok(Planned { records: vec![records::schema_record(subject, version, Some(&value))], answer: id })
+        Ok(Planned {
+            records: vec![records::schema_record(subject, version, Some(&value))],
+            answer: id,
+        })
     }
 
     /// The schema text `normalize=true` registers: Avro and JSON Schema in their
@@ -368,7 +459,12 @@ impl Registry {
     ///
     /// # Errors
     /// [`RegistryError::InvalidSchema`] (42201) when the schema does not parse.
-    pub fn normalized(&self, schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> Result<String, RegistryError> {
+    pub fn normalized(
+        &self,
+        schema_type: SchemaType,
+        text: &str,
+        references: &[SchemaReference],
+    ) -> Result<String, RegistryError> {
         let parsed = self.parse(schema_type, text, references)?;
         Ok(match schema_type {
             SchemaType::Protobuf => text.to_string(),
@@ -403,7 +499,12 @@ impl Registry {
     ///
     /// # Errors
     /// See the module doc: not found, already soft-deleted, permanent before soft, referenced, read-only.
-    pub fn delete_version(&self, subject: &str, spec: VersionSpec, permanent: bool) -> Result<Planned<i32>, RegistryError> {
+    pub fn delete_version(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+        permanent: bool,
+    ) -> Result<Planned<i32>, RegistryError> {
         self.check_writable(subject)?;
         if self.live(subject, true).next().is_none() {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
@@ -416,8 +517,12 @@ impl Registry {
             return Err(RegistryError::ReferenceExists(subject.to_string(), version));
         }
         let record = match (permanent, entry.deleted) {
-            (false, true) => return Err(RegistryError::VersionSoftDeleted(subject.to_string(), version)),
-            (true, false) => return Err(RegistryError::VersionNotSoftDeleted(subject.to_string(), version)),
+            (false, true) => {
+                return Err(RegistryError::VersionSoftDeleted(subject.to_string(), version))
+            }
+            (true, false) => {
+                return Err(RegistryError::VersionNotSoftDeleted(subject.to_string(), version))
+            }
             (false, false) => self.soft_deleted_record(subject, version, entry),
             (true, true) => records::schema_record(subject, version, None),
         };
@@ -428,7 +533,11 @@ impl Registry {
     ///
     /// # Errors
     /// Not found, already soft-deleted, permanent before soft, referenced, read-only.
-    pub fn delete_subject(&self, subject: &str, permanent: bool) -> Result<Planned<Vec<i32>>, RegistryError> {
+    pub fn delete_subject(
+        &self,
+        subject: &str,
+        permanent: bool,
+    ) -> Result<Planned<Vec<i32>>, RegistryError> {
         self.check_writable(subject)?;
         let all: Vec<(i32, VersionEntry)> = self.live(subject, true).collect();
         if all.is_empty() {
@@ -442,14 +551,17 @@ impl Registry {
             if !any_live {
                 return Err(RegistryError::SubjectSoftDeleted(subject.to_string()));
             }
-            let live: Vec<(i32, VersionEntry)> = all.into_iter().filter(|(_, e)| !e.deleted).collect();
-            let records = live.iter().map(|(v, e)| self.soft_deleted_record(subject, *v, *e)).collect();
+            let live: Vec<(i32, VersionEntry)> =
+                all.into_iter().filter(|(_, e)| !e.deleted).collect();
+            let records =
+                live.iter().map(|(v, e)| self.soft_deleted_record(subject, *v, *e)).collect();
             return Ok(Planned { records, answer: live.iter().map(|(v, _)| *v).collect() });
         }
         if any_live {
             return Err(RegistryError::SubjectNotSoftDeleted(subject.to_string()));
         }
-        let mut records: Vec<Record> = all.iter().map(|(v, _)| records::schema_record(subject, *v, None)).collect();
+        let mut records: Vec<Record> =
+            all.iter().map(|(v, _)| records::schema_record(subject, *v, None)).collect();
         // Confluent drops the subject's own settings with it.
         if self.subject_compatibility.contains_key(subject) {
             records.push(records::config_record(Some(subject), None));
@@ -461,15 +573,25 @@ impl Registry {
     }
 
     /// PUT /config[/{subject}]: sets a compatibility level.
-    pub fn set_compatibility(&self, subject: Option<&str>, level: CompatibilityLevel) -> Planned<CompatibilityLevel> {
-        Planned { records: vec![records::config_record(subject, Some(level.name()))], answer: level }
+    pub fn set_compatibility(
+        &self,
+        subject: Option<&str>,
+        level: CompatibilityLevel,
+    ) -> Planned<CompatibilityLevel> {
+        Planned {
+            records: vec![records::config_record(subject, Some(level.name()))],
+            answer: level,
+        }
     }
 
     /// DELETE /config[/{subject}]: unsets one; answers the level it had.
     ///
     /// # Errors
     /// [`RegistryError::SubjectCompatibilityNotConfigured`] for a subject without one.
-    pub fn delete_compatibility(&self, subject: Option<&str>) -> Result<Planned<CompatibilityLevel>, RegistryError> {
+    pub fn delete_compatibility(
+        &self,
+        subject: Option<&str>,
+    ) -> Result<Planned<CompatibilityLevel>, RegistryError> {
         let had = match subject {
             Some(s) => self.subject_compatibility(s)?,
             None => self.compatibility(None),
@@ -502,7 +624,9 @@ impl Registry {
     }
 
     fn format(&self, schema_type: SchemaType) -> Result<&Arc<dyn SchemaFormat>, RegistryError> {
-        self.formats.get(&schema_type).ok_or_else(|| RegistryError::InvalidSchema(format!("schema type {schema_type} is not supported")))
+        self.formats.get(&schema_type).ok_or_else(|| {
+            RegistryError::InvalidSchema(format!("schema type {schema_type} is not supported"))
+        })
     }
 
     /// The texts of the schemas `schema` references, in order, as
@@ -510,25 +634,46 @@ impl Registry {
     ///
     /// # Errors
     /// A reference to a version that no longer exists.
-    pub fn referenced_texts(&self, schema: &RegisteredSchema) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
+    pub fn referenced_texts(
+        &self,
+        schema: &RegisteredSchema,
+    ) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
         self.resolve_references(&schema.references)
     }
 
     /// The referenced schemas' texts, in order.
-    fn resolve_references(&self, references: &[SchemaReference]) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
+    fn resolve_references(
+        &self,
+        references: &[SchemaReference],
+    ) -> Result<Vec<(SchemaReference, String)>, RegistryError> {
         references
             .iter()
             .map(|r| {
-                let entry = self.subjects.get(&r.subject).and_then(|vs| vs.get(&r.version)).ok_or_else(|| {
-                    RegistryError::InvalidSchema(format!("reference {:?} names {} version {}, which does not exist", r.name, r.subject, r.version))
-                })?;
-                let text = self.schemas.get(&entry.id).map(|s| s.registered.schema.clone()).unwrap_or_default();
+                let entry =
+                    self.subjects.get(&r.subject).and_then(|vs| vs.get(&r.version)).ok_or_else(
+                        || {
+                            RegistryError::InvalidSchema(format!(
+                                "reference {:?} names {} version {}, which does not exist",
+                                r.name, r.subject, r.version
+                            ))
+                        },
+                    )?;
+                let text = self
+                    .schemas
+                    .get(&entry.id)
+                    .map(|s| s.registered.schema.clone())
+                    .unwrap_or_default();
                 Ok((r.clone(), text))
             })
             .collect()
     }
 
-    fn parse(&self, schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> Result<ParsedSchema, RegistryError> {
+    fn parse(
+        &self,
+        schema_type: SchemaType,
+        text: &str,
+        references: &[SchemaReference],
+    ) -> Result<ParsedSchema, RegistryError> {
         let format = self.format(schema_type)?;
         let resolved = self.resolve_references(references)?;
         format.parse(text, &resolved).map_err(RegistryError::InvalidSchema)
@@ -536,7 +681,13 @@ impl Registry {
 
     /// Why `new` may not follow the subject's live versions (all of them, the
     /// latest, or `only`, as the level says).
-    fn incompatibilities(&self, subject: &str, schema_type: SchemaType, new: &ParsedSchema, only: Option<i32>) -> Vec<String> {
+    fn incompatibilities(
+        &self,
+        subject: &str,
+        schema_type: SchemaType,
+        new: &ParsedSchema,
+        only: Option<i32>,
+    ) -> Vec<String> {
         let level = self.compatibility(Some(subject));
         if level == CompatibilityLevel::None && only.is_none() {
             return Vec::new();
@@ -548,21 +699,38 @@ impl Registry {
             None => live.last().into_iter().collect(),
         };
         // Checking one named version with level NONE still checks backward, as Confluent does.
-        let (backward, forward) = if level == CompatibilityLevel::None { (true, false) } else { (level.checks_backward(), level.checks_forward()) };
+        let (backward, forward) = if level == CompatibilityLevel::None {
+            (true, false)
+        } else {
+            (level.checks_backward(), level.checks_forward())
+        };
         let mut reasons = Vec::new();
         for (version, entry) in targets {
             let Some(old) = self.schemas.get(&entry.id) else { continue };
             if old.registered.schema_type != schema_type {
-                reasons.push(format!("version {version} is a {} schema, the new one {schema_type}", old.registered.schema_type));
+                reasons.push(format!(
+                    "version {version} is a {} schema, the new one {schema_type}",
+                    old.registered.schema_type
+                ));
                 continue;
             }
             let Ok(format) = self.format(schema_type) else { continue };
             let old_parsed = self.parsed_again(format.as_ref(), old);
             if backward {
-                reasons.extend(format.incompatibilities(new, &old_parsed).into_iter().map(|r| format!("{r} (reading version {version}'s data)")));
+                reasons.extend(
+                    format
+                        .incompatibilities(new, &old_parsed)
+                        .into_iter()
+                        .map(|r| format!("{r} (reading version {version}'s data)")),
+                );
             }
             if forward {
-                reasons.extend(format.incompatibilities(&old_parsed, new).into_iter().map(|r| format!("{r} (version {version} reading the new data)")));
+                reasons.extend(
+                    format
+                        .incompatibilities(&old_parsed, new)
+                        .into_iter()
+                        .map(|r| format!("{r} (version {version} reading the new data)")),
+                );
             }
         }
         reasons
@@ -573,14 +741,25 @@ impl Registry {
     ///
     /// # Errors
     /// [`RegistryError::SubjectNotFound`], [`RegistryError::VersionNotFound`].
-    pub fn referenced_by(&self, subject: &str, spec: VersionSpec) -> Result<Vec<i32>, RegistryError> {
+    pub fn referenced_by(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+    ) -> Result<Vec<i32>, RegistryError> {
         let (version, _) = self.find_version(subject, spec, false)?;
         let mut ids: Vec<i32> = self
             .subjects
             .values()
             .flat_map(|vs| vs.values())
             .filter(|e| !e.deleted)
-            .filter(|e| self.schemas.get(&e.id).is_some_and(|s| s.registered.references.iter().any(|r| r.subject == subject && r.version == version)))
+            .filter(|e| {
+                self.schemas.get(&e.id).is_some_and(|s| {
+                    s.registered
+                        .references
+                        .iter()
+                        .any(|r| r.subject == subject && r.version == version)
+                })
+            })
             .map(|e| e.id)
             .collect();
         ids.sort_unstable();
@@ -603,7 +782,9 @@ impl Registry {
 
     fn is_referenced(&self, subject: &str, version: i32) -> bool {
         self.subjects.values().flat_map(|vs| vs.values()).filter(|e| !e.deleted).any(|e| {
-            self.schemas.get(&e.id).is_some_and(|s| s.registered.references.iter().any(|r| r.subject == subject && r.version == version))
+            self.schemas.get(&e.id).is_some_and(|s| {
+                s.registered.references.iter().any(|r| r.subject == subject && r.version == version)
+            })
         })
     }
 
@@ -613,7 +794,8 @@ impl Registry {
             subject: subject.to_string(),
             version,
             id: s.id,
-            schema_type: (s.schema_type != SchemaType::Avro).then(|| s.schema_type.name().to_string()),
+            schema_type: (s.schema_type != SchemaType::Avro)
+                .then(|| s.schema_type.name().to_string()),
             references: s.references,
             schema: s.schema,
             deleted: true,
@@ -623,7 +805,12 @@ impl Registry {
 }
 
 /// Sets (`Some`) or unsets (`None`) a setting of the registry (no subject) or of one subject.
-fn set_scoped<T>(global: &mut Option<T>, by_subject: &mut HashMap<String, T>, subject: Option<String>, value: Option<T>) {
+fn set_scoped<T>(
+    global: &mut Option<T>,
+    by_subject: &mut HashMap<String, T>,
+    subject: Option<String>,
+    value: Option<T>,
+) {
     match (subject, value) {
         (None, value) => *global = value,
         (Some(s), Some(value)) => drop(by_subject.insert(s, value)),

@@ -28,11 +28,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use bytes::{Bytes, BytesMut};
 use floe_protocol::record_batch::BatchIter;
 use floe_storage::{AppendOrigin, IsolationLevel, LogManager, PartitionLog};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
+use crate::error::RegistryError;
 use crate::records::Record as SchemaRecord;
 use crate::registry::{Planned, Registry};
-use crate::error::RegistryError;
 
 /// The topic, by Confluent's default name (`kafkastore.topic`).
 pub const SCHEMAS_TOPIC: &str = "_schemas";
@@ -105,7 +107,11 @@ impl SchemaStore {
     ///
     /// # Errors
     /// The topic cannot be created or read (single broker).
-    pub fn open(logs: Arc<LogManager>, empty: fn() -> Registry, clustered: bool) -> Result<Self, RegistryError> {
+    pub fn open(
+        logs: Arc<LogManager>,
+        empty: fn() -> Registry,
+        clustered: bool,
+    ) -> Result<Self, RegistryError> {
         let store = Self {
             logs,
             cluster: OnceLock::new(),
@@ -155,12 +161,19 @@ impl SchemaStore {
                 Some(c) => c.ensure_topic().err().unwrap_or_else(|| "it is being created".into()),
                 None => "the broker is starting".into(),
             };
-            return Err(RegistryError::UnknownLeader(format!("{SCHEMAS_TOPIC} has no replica on this broker yet: {why}")));
+            return Err(RegistryError::UnknownLeader(format!(
+                "{SCHEMAS_TOPIC} has no replica on this broker yet: {why}"
+            )));
         }
-        let store_error = |e: floe_storage::StorageError| RegistryError::Store(format!("{SCHEMAS_TOPIC}: {e}"));
+        let store_error =
+            |e: floe_storage::StorageError| RegistryError::Store(format!("{SCHEMAS_TOPIC}: {e}"));
         self.logs.create_topic(SCHEMAS_TOPIC, 1, schemas_topic_config()).map_err(store_error)?;
-        tracing::info!("created {SCHEMAS_TOPIC} (compacted, one partition) for the Schema Registry");
-        self.logs.partition(SCHEMAS_TOPIC, 0).ok_or_else(|| RegistryError::Store(format!("{SCHEMAS_TOPIC}-0 does not exist")))
+        tracing::info!(
+            "created {SCHEMAS_TOPIC} (compacted, one partition) for the Schema Registry"
+        );
+        self.logs
+            .partition(SCHEMAS_TOPIC, 0)
+            .ok_or_else(|| RegistryError::Store(format!("{SCHEMAS_TOPIC}-0 does not exist")))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -171,7 +184,10 @@ impl SchemaStore {
     ///
     /// # Errors
     /// What `read` returns, or a failed catch-up.
-    pub fn read<T>(&self, read: impl FnOnce(&Registry) -> Result<T, RegistryError>) -> Result<T, RegistryError> {
+    pub fn read<T>(
+        &self,
+        read: impl FnOnce(&Registry) -> Result<T, RegistryError>,
+    ) -> Result<T, RegistryError> {
         let mut state = self.lock();
         self.catch_up(&mut state)?;
         read(&state.registry)
@@ -182,7 +198,10 @@ impl SchemaStore {
     ///
     /// # Errors
     /// The planner's refusal, or the append / fsync failed ([`RegistryError::Store`]).
-    pub fn write<T>(&self, plan: impl FnOnce(&Registry) -> Result<Planned<T>, RegistryError>) -> Result<T, RegistryError> {
+    pub fn write<T>(
+        &self,
+        plan: impl FnOnce(&Registry) -> Result<Planned<T>, RegistryError>,
+    ) -> Result<T, RegistryError> {
         let mut state = self.lock();
         self.catch_up(&mut state)?;
         let planned = plan(&state.registry)?;
@@ -192,20 +211,31 @@ impl SchemaStore {
         let log = self.log()?;
         let end = match self.cluster.get() {
             Some(cluster) => {
-                let not_leader = |why: String| RegistryError::UnknownLeader(format!("this broker no longer leads {SCHEMAS_TOPIC}: {why}"));
-                let epoch = cluster.leader_epoch().ok_or_else(|| not_leader("not its leader".into()))?;
+                let not_leader = |why: String| {
+                    RegistryError::UnknownLeader(format!(
+                        "this broker no longer leads {SCHEMAS_TOPIC}: {why}"
+                    ))
+                };
+                let epoch =
+                    cluster.leader_epoch().ok_or_else(|| not_leader("not its leader".into()))?;
                 cluster.check_leader(&log, epoch).map_err(not_leader)?;
                 let end = self.append(&log, &planned.records)?;
-                cluster.wait_committed(&log, end).map_err(|why| RegistryError::Store(format!("not replicated: {why}")))?;
+                cluster
+                    .wait_committed(&log, end)
+                    .map_err(|why| RegistryError::Store(format!("not replicated: {why}")))?;
                 end
             }
-            None if self.clustered => return Err(RegistryError::UnknownLeader("the broker is starting".into())),
+            None if self.clustered => {
+                return Err(RegistryError::UnknownLeader("the broker is starting".into()))
+            }
             None => self.append(&log, &planned.records)?,
         };
         // Applied by reading back what was appended, so the state is always the log's fold.
         self.catch_up(&mut state)?;
         if state.next_offset < end {
-            return Err(RegistryError::Store(format!("{SCHEMAS_TOPIC}: the write below {end} is not readable yet")));
+            return Err(RegistryError::Store(format!(
+                "{SCHEMAS_TOPIC}: the write below {end} is not readable yet"
+            )));
         }
         Ok(planned.answer)
     }
@@ -233,8 +263,12 @@ impl SchemaStore {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, batch.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-            .map_err(|e| RegistryError::Store(format!("cannot encode the records: {e}")))?;
+        RecordBatchEncoder::encode(
+            &mut buf,
+            batch.iter(),
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .map_err(|e| RegistryError::Store(format!("cannot encode the records: {e}")))?;
         let limit = log.config().max_message_bytes;
         if buf.len() > limit {
             // The client's to fix (a smaller schema), not a store failure: 422, as an invalid schema.
@@ -243,8 +277,10 @@ impl SchemaStore {
                 buf.len()
             )));
         }
-        let store_error = |e: floe_storage::StorageError| RegistryError::Store(format!("{SCHEMAS_TOPIC}: {e}"));
-        let appended = log.append_as(&mut buf, now, AppendOrigin::Coordinator).map_err(store_error)?;
+        let store_error =
+            |e: floe_storage::StorageError| RegistryError::Store(format!("{SCHEMAS_TOPIC}: {e}"));
+        let appended =
+            log.append_as(&mut buf, now, AppendOrigin::Coordinator).map_err(store_error)?;
         // Appended, not yet fsynced nor answered: a crash here must leave a write a retry finds done.
         floe_storage::failpoint::check("schema.registry.append")
             .map_err(|e| RegistryError::Store(format!("{SCHEMAS_TOPIC}: fsync: {e}")))?;
@@ -280,13 +316,17 @@ impl SchemaStore {
             for b in BatchIter::new(&buf) {
                 let Ok(b) = b else { break };
                 let mut bytes = buf.slice(b.position..b.end());
-                let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| store_error(e.to_string()))?;
-                for r in set.records.iter().filter(|r| !r.control && r.offset >= state.next_offset) {
+                let set = RecordBatchDecoder::decode(&mut bytes)
+                    .map_err(|e| store_error(e.to_string()))?;
+                for r in set.records.iter().filter(|r| !r.control && r.offset >= state.next_offset)
+                {
                     let Some(key) = &r.key else { continue };
                     match state.registry.apply(key, r.value.as_deref()) {
                         Ok(()) => applied += 1,
                         // Confluent skips records it does not understand (NOOP keys, other versions).
-                        Err(e) => tracing::warn!(offset = r.offset, error = %e, "{SCHEMAS_TOPIC}: skipping a record"),
+                        Err(e) => {
+                            tracing::warn!(offset = r.offset, error = %e, "{SCHEMAS_TOPIC}: skipping a record")
+                        }
                     }
                 }
                 state.next_offset = b.header.next_offset();
@@ -302,5 +342,8 @@ impl SchemaStore {
 
 /// Milliseconds since the Unix epoch: the appended records' timestamps.
 fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

@@ -44,10 +44,17 @@ struct Check {
 fn checks(config: &LogConfig, topic: &str) -> Vec<Check> {
     [Part::Key, Part::Value]
         .into_iter()
-        .filter(|p| config.floe.get(&format!("confluent.{}.schema.validation", p.name())).is_some_and(|v| v.eq_ignore_ascii_case("true")))
+        .filter(|p| {
+            config
+                .floe
+                .get(&format!("confluent.{}.schema.validation", p.name()))
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        })
         .map(|part| {
-            let strategy = config.floe.get(&format!("confluent.{}.subject.name.strategy", part.name()));
-            let topic_name = strategy.is_none_or(|s| s.rsplit('.').next() == Some("TopicNameStrategy"));
+            let strategy =
+                config.floe.get(&format!("confluent.{}.subject.name.strategy", part.name()));
+            let topic_name =
+                strategy.is_none_or(|s| s.rsplit('.').next() == Some("TopicNameStrategy"));
             Check { part, subject: topic_name.then(|| format!("{topic}-{}", part.name())) }
         })
         .collect()
@@ -65,7 +72,12 @@ pub fn is_on(config: &LogConfig) -> bool {
 ///
 /// # Errors
 /// INVALID_RECORD with the first bad record; CORRUPT_MESSAGE if a batch does not decode.
-pub fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, records: &[u8]) -> Result<(), (ResponseError, String)> {
+pub fn check(
+    store: Option<&SchemaStore>,
+    config: &LogConfig,
+    topic: &str,
+    records: &[u8],
+) -> Result<(), (ResponseError, String)> {
     let checks = checks(config, topic);
     if checks.is_empty() {
         return Ok(());
@@ -81,7 +93,8 @@ pub fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, recor
         let b = b.map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         // Decoded from the request's own bytes: no copy of the batch.
         let mut bytes = &records[b.position..b.end()];
-        let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
+        let set = RecordBatchDecoder::decode(&mut bytes)
+            .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         decoded.push((index, set.records));
     }
     let outcome = store.read(|registry| {
@@ -94,7 +107,11 @@ pub fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, recor
                     };
                     if let Some(bytes) = bytes {
                         if let Err(why) = check_one(registry, c, bytes) {
-                            return Ok(Err(format!("record {i} of batch {batch} (offset delta {}): {}: {why}", r.offset, c.part.name())));
+                            return Ok(Err(format!(
+                                "record {i} of batch {batch} (offset delta {}): {}: {why}",
+                                r.offset,
+                                c.part.name()
+                            )));
                         }
                     }
                 }
@@ -104,19 +121,31 @@ pub fn check(store: Option<&SchemaStore>, config: &LogConfig, topic: &str, recor
     });
     match outcome {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(why)) => Err((ResponseError::InvalidRecord, format!("schema validation of {topic} refused the batch: {why}"))),
-        Err(e) => Err((ResponseError::UnknownServerError, format!("schema validation of {topic}: the registry failed: {e}"))),
+        Ok(Err(why)) => Err((
+            ResponseError::InvalidRecord,
+            format!("schema validation of {topic} refused the batch: {why}"),
+        )),
+        Err(e) => Err((
+            ResponseError::UnknownServerError,
+            format!("schema validation of {topic}: the registry failed: {e}"),
+        )),
     }
 }
 
 fn check_one(registry: &Registry, check: &Check, bytes: &[u8]) -> Result<(), String> {
     if bytes.len() < 5 || bytes[0] != 0 {
-        return Err("not in the Confluent wire format (magic byte 0, then a 4-byte schema id)".into());
+        return Err(
+            "not in the Confluent wire format (magic byte 0, then a 4-byte schema id)".into()
+        );
     }
     let id = i32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
-    let under = registry.versions_of_id(id, false).map_err(|_| format!("schema id {id} is not registered"))?;
+    let under = registry
+        .versions_of_id(id, false)
+        .map_err(|_| format!("schema id {id} is not registered"))?;
     match &check.subject {
-        Some(subject) if !under.iter().any(|(s, _)| s == subject) => Err(format!("schema id {id} is not registered under subject {subject}")),
+        Some(subject) if !under.iter().any(|(s, _)| s == subject) => {
+            Err(format!("schema id {id} is not registered under subject {subject}"))
+        }
         _ => Ok(()),
     }
 }

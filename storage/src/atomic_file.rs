@@ -69,9 +69,7 @@ pub(crate) fn write_atomically_at(
 /// # Errors
 /// [`crate::StorageError::Io`] if the directory cannot be opened or synced.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx("fsync directory", dir)
+    File::open(dir).and_then(|d| d.sync_all()).ctx("fsync directory", dir)
 }
 
 #[cfg(test)]

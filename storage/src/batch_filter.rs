@@ -25,11 +25,9 @@
 //!
 //! Records are parsed and written by [`floe_protocol::records`].
 
-use floe_protocol::record_batch::{
-    RecordBatchHeader, TimestampType, DELETE_HORIZON_BIT,
-};
-pub(crate) use floe_protocol::records::{parse_records, records_section, RecordView};
+use floe_protocol::record_batch::{RecordBatchHeader, TimestampType, DELETE_HORIZON_BIT};
 use floe_protocol::records::{compress, write_varlong, BatchFields};
+pub(crate) use floe_protocol::records::{parse_records, records_section, RecordView};
 
 /// What [`filter_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,11 +101,8 @@ pub(crate) fn filter_batch(
         delete_horizon: None,
     };
     if needs_horizon {
-        filtered.delete_horizon = Some(if stamp_horizon {
-            new_horizon
-        } else {
-            header.base_timestamp
-        });
+        filtered.delete_horizon =
+            Some(if stamp_horizon { new_horizon } else { header.base_timestamp });
     }
     let start = out.len();
     if kept.len() == records.len() && !stamp_horizon {
@@ -119,22 +114,10 @@ pub(crate) fn filter_batch(
         }
         // Kafka's `writeEmptyHeader`: no codec, no horizon, the batch's max timestamp.
         let attributes = header.attributes & !(0x07 | DELETE_HORIZON_BIT);
-        write_batch(
-            out,
-            header,
-            attributes,
-            header.max_timestamp,
-            header.max_timestamp,
-            0,
-            &[],
-        );
+        write_batch(out, header, attributes, header.max_timestamp, header.max_timestamp, 0, &[]);
         filtered.max_timestamp = header.max_timestamp;
     } else {
-        let base_timestamp = if stamp_horizon {
-            new_horizon
-        } else {
-            header.base_timestamp
-        };
+        let base_timestamp = if stamp_horizon { new_horizon } else { header.base_timestamp };
         let mut plain = Vec::with_capacity(section.len());
         let mut scratch = Vec::new();
         for r in &kept {
@@ -153,19 +136,13 @@ pub(crate) fn filter_batch(
         let max_timestamp = if log_append_time {
             header.max_timestamp
         } else {
-            kept.iter()
-                .map(|r| r.timestamp)
-                .max()
-                .unwrap_or(header.max_timestamp)
+            kept.iter().map(|r| r.timestamp).max().unwrap_or(header.max_timestamp)
         };
         let codec = header.compression().ok_or("unknown codec")?;
         let mut body = Vec::with_capacity(plain.len());
         compress(codec, &plain, &mut body)?;
-        let attributes = if stamp_horizon {
-            header.attributes | DELETE_HORIZON_BIT
-        } else {
-            header.attributes
-        };
+        let attributes =
+            if stamp_horizon { header.attributes | DELETE_HORIZON_BIT } else { header.attributes };
         write_batch(
             out,
             header,
@@ -213,11 +190,11 @@ pub fn keyless_record_index(records: &[u8]) -> Result<Option<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::{Bytes, BytesMut};
     use floe_protocol::kafka_protocol::records::{
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
         TimestampType as KTs,
     };
-    use bytes::{Bytes, BytesMut};
     use floe_protocol::record_batch::{verify_crc, RECORD_BATCH_OVERHEAD};
 
     fn record(offset: i64, key: Option<&str>, value: Option<&str>) -> Record {
@@ -233,9 +210,7 @@ mod tests {
             timestamp: 1_000 + offset,
             key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
             value: value.map(|v| Bytes::copy_from_slice(v.as_bytes())),
-            headers: [("h".into(), Some(Bytes::from_static(b"v")))]
-                .into_iter()
-                .collect(),
+            headers: [("h".into(), Some(Bytes::from_static(b"v")))].into_iter().collect(),
             delete_horizon: false,
         }
     }
@@ -245,19 +220,14 @@ mod tests {
         RecordBatchEncoder::encode(
             &mut buf,
             records.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
+            &RecordEncodeOptions { version: 2, compression },
         )
         .unwrap();
         buf.to_vec()
     }
 
     fn decode(batch: &[u8]) -> Vec<Record> {
-        RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(batch))
-            .unwrap()
-            .records
+        RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(batch)).unwrap().records
     }
 
     fn five() -> Vec<Record> {
@@ -292,10 +262,7 @@ mod tests {
                 &mut out,
             )
             .unwrap();
-            assert_eq!(
-                (f.records_read, f.records_kept, f.bytes_written),
-                (5, 2, out.len())
-            );
+            assert_eq!((f.records_read, f.records_kept, f.bytes_written), (5, 2, out.len()));
             verify_crc(&out, 0).unwrap();
             let h = RecordBatchHeader::parse(&out).unwrap();
             h.check_sanity_in_log(0).unwrap();
@@ -305,22 +272,15 @@ mod tests {
                 "{compression:?}"
             );
             assert_eq!(
-                (
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.partition_leader_epoch
-                ),
+                (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch),
                 (42, 1, 110, 3)
             );
             assert_eq!(h.compression(), header.compression());
             assert!(!h.has_delete_horizon());
             assert_eq!(h.max_timestamp, 1_104);
             let got = decode(&out);
-            let want: Vec<Record> = five()
-                .into_iter()
-                .filter(|r| r.offset == 102 || r.offset == 104)
-                .collect();
+            let want: Vec<Record> =
+                five().into_iter().filter(|r| r.offset == 102 || r.offset == 104).collect();
             assert_eq!(got.len(), 2);
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(
@@ -336,24 +296,13 @@ mod tests {
         let batch = encode(&five(), Compression::None);
         let header = RecordBatchHeader::parse(&batch).unwrap();
         let mut out = Vec::new();
-        filter_batch(
-            &batch,
-            &header,
-            false,
-            50_000,
-            false,
-            |r| r.offset >= 103,
-            &mut out,
-        )
-        .unwrap();
+        filter_batch(&batch, &header, false, 50_000, false, |r| r.offset >= 103, &mut out).unwrap();
         let h = RecordBatchHeader::parse(&out).unwrap();
         assert!(h.has_delete_horizon());
         assert_eq!(h.base_timestamp, 50_000);
         let got = decode(&out);
         assert_eq!(
-            got.iter()
-                .map(|r| (r.offset, r.timestamp))
-                .collect::<Vec<_>>(),
+            got.iter().map(|r| (r.offset, r.timestamp)).collect::<Vec<_>>(),
             vec![(103, 1_103), (104, 1_104)]
         );
         assert!(got[0].value.is_none());
@@ -377,12 +326,7 @@ mod tests {
         verify_crc(&out, 0).unwrap();
         let h = RecordBatchHeader::parse(&out).unwrap();
         assert_eq!(
-            (
-                h.base_offset,
-                h.last_offset(),
-                h.records_count,
-                h.base_sequence
-            ),
+            (h.base_offset, h.last_offset(), h.records_count, h.base_sequence),
             (100, 102, 0, 110)
         );
         assert_eq!(out.len(), RECORD_BATCH_OVERHEAD);

@@ -156,10 +156,7 @@ impl<'a> SegmentBatchReader<'a> {
         self.fill(position, size, BATCH_CHUNK)?;
         if verify {
             if let Err(e) = verify_crc(self.slice(position, size), as_usize(position)) {
-                return Ok(ScannedBatch::Invalid {
-                    position,
-                    reason: e.to_string(),
-                });
+                return Ok(ScannedBatch::Invalid { position, reason: e.to_string() });
             }
         }
         self.advance(position, size);
@@ -210,9 +207,7 @@ impl<'a> SegmentBatchReader<'a> {
         let remaining = self.end - position;
         let invalid = |reason: String| Ok(ScannedBatch::Invalid { position, reason });
         if !self.fill(position, RECORD_BATCH_OVERHEAD, chunk)? {
-            return invalid(format!(
-                "{remaining} trailing bytes are shorter than a batch header"
-            ));
+            return invalid(format!("{remaining} trailing bytes are shorter than a batch header"));
         }
         let header = match RecordBatchHeader::parse(self.slice(position, RECORD_BATCH_OVERHEAD)) {
             Ok(h) => h,
@@ -320,10 +315,7 @@ mod tests {
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), 0, bytes.len() as u64);
         let mut position = 0;
         for (b, base) in batches.iter().zip([0, 3, 4]) {
-            assert_eq!(
-                batch_at_position(reader.next_batch(true).unwrap()),
-                (position, base)
-            );
+            assert_eq!(batch_at_position(reader.next_batch(true).unwrap()), (position, base));
             assert_eq!(reader.batch_bytes().unwrap(), &b[..]);
             position += b.len() as u64;
             assert_eq!(reader.position(), position);
@@ -349,18 +341,12 @@ mod tests {
         let hole = (a.len() as u64, a.len() as u64 + 100);
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), 0, end).with_holes(vec![hole]);
         assert_eq!(batch_at_position(reader.next_batch(true).unwrap()), (0, 0));
-        assert_eq!(
-            batch_at_position(reader.next_batch(true).unwrap()),
-            (hole.1, 7)
-        );
+        assert_eq!(batch_at_position(reader.next_batch(true).unwrap()), (hole.1, 7));
         assert_eq!(reader.next_batch(true).unwrap(), ScannedBatch::End);
         // Starting inside the hole, header-only.
         let mut reader =
             SegmentBatchReader::new(&file, tmp.path(), hole.0 + 5, end).with_holes(vec![hole]);
-        assert_eq!(
-            batch_at_position(reader.next_header().unwrap()),
-            (hole.1, 7)
-        );
+        assert_eq!(batch_at_position(reader.next_header().unwrap()), (hole.1, 7));
         // Without the hole the damage is reported where it starts.
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), 0, end);
         reader.next_batch(true).unwrap();
@@ -414,19 +400,13 @@ mod tests {
         assert_eq!(batch_at_position(reader.next_header().unwrap()), (0, 0));
         assert_eq!(reader.position(), big.len() as u64);
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), 0, end);
-        assert!(matches!(
-            reader.next_batch(false),
-            Err(crate::StorageError::Io { .. })
-        ));
+        assert!(matches!(reader.next_batch(false), Err(crate::StorageError::Io { .. })));
         // On a whole file, the body is read when asked for.
         let (tmp, file) = segment(&bytes);
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), 0, end);
         reader.next_header().unwrap();
         assert_eq!(reader.batch_bytes().unwrap(), &big[..]);
-        assert_eq!(
-            batch_at_position(reader.next_header().unwrap()),
-            (big.len() as u64, 1)
-        );
+        assert_eq!(batch_at_position(reader.next_header().unwrap()), (big.len() as u64, 1));
         assert_eq!(reader.batch_bytes().unwrap(), &small[..]);
     }
 
@@ -445,14 +425,8 @@ mod tests {
                 if position == a.len() as u64 && reason.contains("CRC")));
         // Without verification (header-only or not) the batch passes.
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), a.len() as u64, end);
-        assert_eq!(
-            batch_at_position(reader.next_batch(false).unwrap()),
-            (a.len() as u64, 2)
-        );
+        assert_eq!(batch_at_position(reader.next_batch(false).unwrap()), (a.len() as u64, 2));
         let mut reader = SegmentBatchReader::new(&file, tmp.path(), a.len() as u64, end);
-        assert_eq!(
-            batch_at_position(reader.next_header().unwrap()),
-            (a.len() as u64, 2)
-        );
+        assert_eq!(batch_at_position(reader.next_header().unwrap()), (a.len() as u64, 2));
     }
 }

@@ -55,10 +55,8 @@ impl OffsetCheckpointFile {
         for ((topic, partition), offset) in entries {
             let _ = writeln!(s, "{topic} {partition} {offset}");
         }
-        let points = RenameFailpoints {
-            before: "log.checkpoint.write",
-            after: "log.checkpoint.renamed",
-        };
+        let points =
+            RenameFailpoints { before: "log.checkpoint.write", after: "log.checkpoint.renamed" };
         write_atomically_at(&self.path, s.as_bytes(), Some(points))
     }
 
@@ -104,12 +102,8 @@ fn parse(text: &str) -> std::result::Result<CheckpointEntries, String> {
         else {
             return Err(format!("malformed line {line:?}"));
         };
-        let partition: i32 = partition
-            .parse()
-            .map_err(|_| format!("bad partition in {line:?}"))?;
-        let offset: i64 = offset
-            .parse()
-            .map_err(|_| format!("bad offset in {line:?}"))?;
+        let partition: i32 = partition.parse().map_err(|_| format!("bad partition in {line:?}"))?;
+        let offset: i64 = offset.parse().map_err(|_| format!("bad offset in {line:?}"))?;
         entries.insert((topic.to_string(), partition), offset);
     }
     if entries.len() != count {
@@ -131,10 +125,7 @@ mod tests {
         e.insert(("a.b".into(), 0), 5);
         e.insert(("c".into(), 3), 1234);
         f.write(&e).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(f.path()).unwrap(),
-            "0\n2\na.b 0 5\nc 3 1234\n"
-        );
+        assert_eq!(std::fs::read_to_string(f.path()).unwrap(), "0\n2\na.b 0 5\nc 3 1234\n");
         assert_eq!(f.read().unwrap(), e);
     }
 
@@ -142,12 +133,7 @@ mod tests {
     fn malformed_reads_empty() {
         let dir = tempfile::tempdir().unwrap();
         let f = OffsetCheckpointFile::new(dir.path().join("cp"));
-        for bad in [
-            "1\n0\n",
-            "0\n2\na 0 5\n",
-            "0\n1\na x 5\n",
-            "0\n1\na 0 5 6\n",
-        ] {
+        for bad in ["1\n0\n", "0\n2\na 0 5\n", "0\n1\na x 5\n", "0\n1\na 0 5 6\n"] {
             std::fs::write(f.path(), bad).unwrap();
             assert!(f.read().unwrap().is_empty(), "{bad:?}");
         }

@@ -54,10 +54,7 @@ impl CleanedTxns {
             .copied()
             .collect();
         pending.sort_unstable_by_key(|t| std::cmp::Reverse(t.first_offset));
-        Self {
-            pending,
-            ..Self::default()
-        }
+        Self { pending, ..Self::default() }
     }
 
     /// Starts tracking the aborted transactions that begin at or before `offset`.
@@ -66,10 +63,7 @@ impl CleanedTxns {
             if let Some(txn) = self.pending.pop() {
                 self.ongoing_aborted
                     .entry(txn.producer_id)
-                    .or_insert(OngoingAbort {
-                        txn,
-                        batch_seen: false,
-                    });
+                    .or_insert(OngoingAbort { txn, batch_seen: false });
             }
         }
     }

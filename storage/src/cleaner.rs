@@ -122,10 +122,8 @@ impl DirtyRange {
         let first_dirty = checkpoint
             .filter(|&c| c >= view.log_start_offset && c <= view.active_base_offset)
             .unwrap_or(view.log_start_offset);
-        let mut first_uncleanable = view
-            .active_base_offset
-            .min(view.high_watermark)
-            .min(view.last_stable_offset);
+        let mut first_uncleanable =
+            view.active_base_offset.min(view.high_watermark).min(view.last_stable_offset);
         if let Some(floor) = view.tiering_floor {
             first_uncleanable = first_uncleanable.min(floor);
         }
@@ -189,11 +187,8 @@ pub(crate) fn retain_batch(
     now_ms: i64,
 ) -> BatchRetention {
     let control = header.is_control();
-    let can_discard = if control {
-        txns.on_control_batch(header, marker)
-    } else {
-        txns.on_data_batch(header)
-    };
+    let can_discard =
+        if control { txns.on_control_batch(header, marker) } else { txns.on_data_batch(header) };
     let discard_records = if control {
         can_discard && header.has_delete_horizon() && header.base_timestamp <= now_ms
     } else {
@@ -205,13 +200,9 @@ pub(crate) fn retain_batch(
             // The producer's latest entry is this marker (after its last data batch, or
             // the abort of an epoch bump with no data since): it carries the epoch that fences.
             producers.epoch(pid) == Some(header.producer_epoch)
-                && producers
-                    .last_batch(pid)
-                    .is_none_or(|(_, b)| b.last_offset < header.base_offset)
+                && producers.last_batch(pid).is_none_or(|(_, b)| b.last_offset < header.base_offset)
         } else {
-            producers
-                .last_batch(pid)
-                .is_some_and(|(_, b)| b.last_offset == header.last_offset())
+            producers.last_batch(pid).is_some_and(|(_, b)| b.last_offset == header.last_offset())
         };
     BatchRetention {
         retain_empty: last_of_producer || header.next_offset() == group_next_offset,
@@ -451,7 +442,9 @@ impl Cleaner<'_> {
                 Ok(()) => {}
                 // Written only when the segment keeps aborted transactions.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).ctx("rename cleaned transaction index", &cleaned_paths.txn_index),
+                Err(e) => {
+                    return Err(e).ctx("rename cleaned transaction index", &cleaned_paths.txn_index)
+                }
             }
             failpoint::check("cleaner.swap.index_renamed").ctx("rename cleaned segment", dir)?;
             std::fs::rename(log_file, &swap_paths.log).ctx("rename cleaned segment", log_file)?;
@@ -555,7 +548,8 @@ impl Cleaner<'_> {
                 stats.records_read += f.records_read as u64;
                 stats.records_kept += f.records_kept as u64;
                 if let Some(h) = f.delete_horizon {
-                    stats.max_delete_horizon = Some(stats.max_delete_horizon.map_or(h, |m| m.max(h)));
+                    stats.max_delete_horizon =
+                        Some(stats.max_delete_horizon.map_or(h, |m| m.max(h)));
                 }
                 if f.bytes_written != size || out[at..] != *batch {
                     changed = true;
@@ -642,11 +636,8 @@ mod tests {
 
     type Row = (i64, String, Option<String>);
 
-    const COMPACT: &[(&str, &str)] = &[
-        ("cleanup.policy", "compact"),
-        ("segment.bytes", "700"),
-        ("delete.retention.ms", "1000"),
-    ];
+    const COMPACT: &[(&str, &str)] =
+        &[("cleanup.policy", "compact"), ("segment.bytes", "700"), ("delete.retention.ms", "1000")];
 
     fn open(dir: &Path) -> PartitionLog {
         PartitionLog::open(dir, "t", 0, config(COMPACT), None, None).unwrap()
@@ -657,7 +648,11 @@ mod tests {
         let mut rows = Vec::new();
         let mut offset = log.log_start_offset();
         while offset < log.high_watermark() {
-            let Some(region) = log.read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap().region else {
+            let Some(region) = log
+                .read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
+                .unwrap()
+                .region
+            else {
                 break;
             };
             let bytes = region.read_to_vec().unwrap();
@@ -665,9 +660,7 @@ mod tests {
             assert!(next > offset, "a read at {offset} returns whole batches");
             offset = next;
             rows.extend(
-                decode_keyed(&bytes[..end])
-                    .into_iter()
-                    .filter(|r| r.0 >= log.log_start_offset()),
+                decode_keyed(&bytes[..end]).into_iter().filter(|r| r.0 >= log.log_start_offset()),
             );
         }
         rows
@@ -679,19 +672,11 @@ mod tests {
         for i in 0..30 {
             let v0 = format!("a{i}");
             let v1 = format!("b{i}");
-            let compression = if i % 2 == 0 {
-                Compression::None
-            } else {
-                Compression::Zstd
-            };
+            let compression = if i % 2 == 0 { Compression::None } else { Compression::Zstd };
             let k1 = if i == 29 { None } else { Some(v1.as_str()) };
             log.append(
                 &mut keyed_batch(
-                    &[
-                        ("k0", Some(&v0)),
-                        ("k1", k1),
-                        (&format!("u{i}"), Some("once")),
-                    ],
+                    &[("k0", Some(&v0)), ("k1", k1), (&format!("u{i}"), Some("once"))],
                     ts,
                     compression,
                 ),
@@ -700,11 +685,7 @@ mod tests {
             .unwrap();
         }
         log.roll_now().unwrap();
-        log.append(
-            &mut keyed_batch(&[("k0", Some("active"))], ts, Compression::None),
-            ts,
-        )
-        .unwrap();
+        log.append(&mut keyed_batch(&[("k0", Some("active"))], ts, Compression::None), ts).unwrap();
     }
 
     /// What compaction must leave of `rows`: each key's latest record, tombstones
@@ -726,8 +707,7 @@ mod tests {
     /// Failpoints are process-wide: the tests that clean take turns.
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        LOCK.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn clean(log: &PartitionLog, now: i64) -> (i64, CleanStats) {
@@ -735,13 +715,9 @@ mod tests {
         let mut throttler = Throttler::new(f64::INFINITY);
         let view = log.cleaner_view().unwrap();
         let range = DirtyRange::of(&view, None, now);
-        Cleaner {
-            map_memory: 1 << 20,
-            stop: &stop,
-            throttler: &mut throttler,
-        }
-        .clean(log, &view, &range, now)
-        .unwrap()
+        Cleaner { map_memory: 1 << 20, stop: &stop, throttler: &mut throttler }
+            .clean(log, &view, &range, now)
+            .unwrap()
     }
 
     /// Lets one group take every sealed segment (written at 700 bytes each).
@@ -778,30 +754,20 @@ mod tests {
         one_group(&log);
         let (end, stats) = clean(&log, 2_000);
         assert_eq!(end, active_base);
-        assert!(
-            stats.segments_swapped >= 1 && stats.bytes_written < stats.bytes_read,
-            "{stats:?}"
-        );
+        assert!(stats.segments_swapped >= 1 && stats.bytes_written < stats.bytes_read, "{stats:?}");
         let after = read_all(&log);
         assert_eq!(after, expected(&before, active_base, false));
         assert!(after.windows(2).all(|w| w[0].0 < w[1].0));
         assert!(log.size_bytes() < size && log.segment_count() < segments);
         assert_eq!((log.log_end_offset(), log.high_watermark()), (91, 91));
-        assert!(
-            stray_files(dir.path()).is_empty(),
-            "{:?}",
-            stray_files(dir.path())
-        );
+        assert!(stray_files(dir.path()).is_empty(), "{:?}", stray_files(dir.path()));
         // The cleaned range is clean now; appends go on at the log end.
         let view = log.cleaner_view().unwrap();
         assert_eq!(DirtyRange::of(&view, Some(end), 2_000).dirty_bytes, 0);
         assert_eq!(
-            log.append(
-                &mut keyed_batch(&[("k9", Some("z"))], 3_000, Compression::None),
-                3_000
-            )
-            .unwrap()
-            .first_offset,
+            log.append(&mut keyed_batch(&[("k9", Some("z"))], 3_000, Compression::None), 3_000)
+                .unwrap()
+                .first_offset,
             91
         );
         // Reopened, recovery finds the same log.
@@ -831,27 +797,19 @@ mod tests {
         // More dirty data, so there is something to clean again.
         let more = |log: &PartitionLog| {
             log.roll_now().unwrap();
-            log.append(
-                &mut keyed_batch(&[("x", Some("y"))], 1_000, Compression::None),
-                1_000,
-            )
-            .unwrap();
+            log.append(&mut keyed_batch(&[("x", Some("y"))], 1_000, Compression::None), 1_000)
+                .unwrap();
         };
         more(&log);
         clean(&log, 2_999);
-        assert!(
-            read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()),
-            "before the horizon"
-        );
+        assert!(read_all(&log).iter().any(|r| r.1 == "k1" && r.2.is_none()), "before the horizon");
         more(&log);
         clean(&log, 3_001);
         let after = read_all(&log);
         assert!(!after.iter().any(|r| r.1 == "k1"), "after the horizon");
         // Everything else: each key's latest record (k0's is now the one that was active).
-        let mut want: Vec<Row> = expected(&before, active_base, true)
-            .into_iter()
-            .filter(|r| r.1 != "k0")
-            .collect();
+        let mut want: Vec<Row> =
+            expected(&before, active_base, true).into_iter().filter(|r| r.1 != "k0").collect();
         want.push((active_base, "k0".into(), Some("active".into())));
         want.sort();
         let mut got: Vec<Row> = after.into_iter().filter(|r| r.1 != "x").collect();
@@ -870,11 +828,7 @@ mod tests {
             ("floe.iceberg.enabled", "true"),
         ]));
         let range = |log: &PartitionLog| DirtyRange::of(&log.cleaner_view().unwrap(), None, 2_000);
-        assert_eq!(
-            range(&log).dirty_bytes,
-            0,
-            "nothing tiered yet: nothing to clean"
-        );
+        assert_eq!(range(&log).dirty_bytes, 0, "nothing tiered yet: nothing to clean");
         let second = log.sealed_segments()[1].clone();
         log.set_retention_floor(Some(second.next_offset));
         assert_eq!(range(&log).first_uncleanable_offset, second.next_offset);
@@ -983,17 +937,25 @@ mod tests {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path());
-        log.append(&mut keyed_batch(&[("k1", Some("a"))], 1_000, Compression::None), 1_000).unwrap();
+        log.append(&mut keyed_batch(&[("k1", Some("a"))], 1_000, Compression::None), 1_000)
+            .unwrap();
         log.append(&mut keyed_txn_batch(&[("k1", Some("b"))], 1_000, (7, 0, 0)), 1_000).unwrap(); // 1, open
         for i in 0..20 {
-            log.append(&mut keyed_batch(&[("k1", Some(&format!("v{i}")))], 1_000, Compression::None), 1_000).unwrap();
+            log.append(
+                &mut keyed_batch(&[("k1", Some(&format!("v{i}")))], 1_000, Compression::None),
+                1_000,
+            )
+            .unwrap();
         }
         let view = log.cleaner_view().unwrap();
         assert_eq!(view.last_stable_offset, 1);
         assert_eq!(DirtyRange::of(&view, None, 2_000).first_uncleanable_offset, 1);
         log.append_txn_marker(7, 0, ControlRecordType::Abort, 0, 1_000).unwrap();
         let view = log.cleaner_view().unwrap();
-        assert_eq!(DirtyRange::of(&view, None, 2_000).first_uncleanable_offset, view.active_base_offset);
+        assert_eq!(
+            DirtyRange::of(&view, None, 2_000).first_uncleanable_offset,
+            view.active_base_offset
+        );
     }
 
     /// Not a test: prints the cleaner's rate on 1 KiB records, 10 versions of
@@ -1014,15 +976,11 @@ mod tests {
         let value = "v".repeat(1000);
         for round in 0..10 {
             for chunk in 0..1000 {
-                let keys: Vec<String> = (0..10)
-                    .map(|i| format!("key-{:06}", chunk * 10 + i))
-                    .collect();
-                let records: Vec<(&str, Option<&str>)> = keys
-                    .iter()
-                    .map(|k| (k.as_str(), Some(value.as_str())))
-                    .collect();
-                log.append(&mut keyed_batch(&records, round, Compression::None), round)
-                    .unwrap();
+                let keys: Vec<String> =
+                    (0..10).map(|i| format!("key-{:06}", chunk * 10 + i)).collect();
+                let records: Vec<(&str, Option<&str>)> =
+                    keys.iter().map(|k| (k.as_str(), Some(value.as_str()))).collect();
+                log.append(&mut keyed_batch(&records, round, Compression::None), round).unwrap();
             }
         }
         log.roll_now().unwrap();
@@ -1095,11 +1053,7 @@ mod tests {
             let want = if decided { &after } else { &before };
             assert_eq!(&found, want, "after a crash at {point}");
             assert_eq!(log.log_end_offset(), 91, "{point}");
-            assert!(
-                stray_files(dir.path()).is_empty(),
-                "{point}: {:?}",
-                stray_files(dir.path())
-            );
+            assert!(stray_files(dir.path()).is_empty(), "{point}: {:?}", stray_files(dir.path()));
             // And the next clean finishes the job.
             clean(&log, 2_000);
             assert_eq!(read_all(&log), after, "{point}: cleaned after recovery");

@@ -113,7 +113,8 @@ pub const SCHEMA_VALIDATION_KEYS: &[&str] = &[
 ];
 
 /// The subject name strategies a `confluent.*.subject.name.strategy` may name.
-const SUBJECT_NAME_STRATEGIES: &[&str] = &["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"];
+const SUBJECT_NAME_STRATEGIES: &[&str] =
+    &["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"];
 
 /// Kafka topic keys that Floe accepts, stores and reports, but whose
 /// behaviour does not apply to a single-replica log that never recompresses:
@@ -135,15 +136,8 @@ pub const ACCEPTED_NOT_APPLIED: &[(&str, &str)] = &[
     ("unclean.leader.election.enable", "false"),
 ];
 
-const COMPRESSION_TYPES: &[&str] = &[
-    "producer",
-    "uncompressed",
-    "none",
-    "gzip",
-    "snappy",
-    "lz4",
-    "zstd",
-];
+const COMPRESSION_TYPES: &[&str] =
+    &["producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"];
 
 /// The keys [`LogConfig`] understands, in the order DescribeConfigs lists them.
 pub const KNOWN_KEYS: &[&str] = &[
@@ -189,10 +183,7 @@ pub struct CleanupPolicy {
 impl CleanupPolicy {
     /// Parses Kafka's comma-separated list (`delete`, `compact`, `compact,delete`).
     fn parse(value: &str) -> Option<Self> {
-        let mut policy = Self {
-            delete: false,
-            compact: false,
-        };
+        let mut policy = Self { delete: false, compact: false };
         for item in value.split(',').map(str::trim) {
             match item {
                 "delete" => policy.delete = true,
@@ -283,10 +274,7 @@ impl Default for LogConfig {
     /// Kafka's broker defaults.
     fn default() -> Self {
         Self {
-            cleanup_policy: CleanupPolicy {
-                delete: true,
-                compact: false,
-            },
+            cleanup_policy: CleanupPolicy { delete: true, compact: false },
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
@@ -313,10 +301,7 @@ impl Default for LogConfig {
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> StorageError {
-    StorageError::InvalidConfig {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
+    StorageError::InvalidConfig { key: key.to_string(), reason: reason.into() }
 }
 
 fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
@@ -330,7 +315,13 @@ fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
         .parse()
         .map_err(|_| invalid(key, format!("expected a whole number from {min} to {max}")))?;
     if v < min || v > max {
-        return Err(invalid(key, format!("{} is out of range: expected a whole number from {min} to {max}", value.trim())));
+        return Err(invalid(
+            key,
+            format!(
+                "{} is out of range: expected a whole number from {min} to {max}",
+                value.trim()
+            ),
+        ));
     }
     Ok(v)
 }
@@ -364,13 +355,22 @@ impl LogConfig {
     pub fn validate(&self) -> Result<()> {
         for (key, local, retention_key, retention) in [
             (LOCAL_RETENTION_MS, self.local_retention_ms, RETENTION_MS, self.retention_ms),
-            (LOCAL_RETENTION_BYTES, self.local_retention_bytes, RETENTION_BYTES, self.retention_bytes),
+            (
+                LOCAL_RETENTION_BYTES,
+                self.local_retention_bytes,
+                RETENTION_BYTES,
+                self.retention_bytes,
+            ),
         ] {
             let exceeds = local != LOCAL_RETENTION_AS_RETENTION
                 && retention >= 0
                 && (local == -1 || local > retention);
             if exceeds {
-                let what = if local == -1 { "-1 (keep locally forever)".to_string() } else { local.to_string() };
+                let what = if local == -1 {
+                    "-1 (keep locally forever)".to_string()
+                } else {
+                    local.to_string()
+                };
                 return Err(invalid(
                     key,
                     format!("{what} must not exceed {retention_key} ({retention})"),
@@ -458,7 +458,11 @@ impl LogConfig {
                     SUBJECT_NAME_STRATEGIES.contains(&v.rsplit('.').next().unwrap_or(v))
                 };
                 if !ok {
-                    let expected = if key.ends_with(".validation") { "true or false".to_string() } else { SUBJECT_NAME_STRATEGIES.join(", ") };
+                    let expected = if key.ends_with(".validation") {
+                        "true or false".to_string()
+                    } else {
+                        SUBJECT_NAME_STRATEGIES.join(", ")
+                    };
                     return Err(invalid(key, format!("{value:?} is not one of {expected}")));
                 }
                 self.floe.insert(key.to_string(), v.to_string());
@@ -470,8 +474,7 @@ impl LogConfig {
                 ))
             }
             _ if ACCEPTED_NOT_APPLIED.iter().any(|(k, _)| *k == key) => {
-                self.accepted
-                    .insert(key.to_string(), value.trim().to_string());
+                self.accepted.insert(key.to_string(), value.trim().to_string());
             }
             _ => return Err(invalid(key, unknown_topic_key(key))),
         }
@@ -544,10 +547,7 @@ impl LogConfig {
             _ => {
                 if let Some((k, default)) = ACCEPTED_NOT_APPLIED.iter().find(|(k, _)| *k == key) {
                     return Some(
-                        self.accepted
-                            .get(*k)
-                            .cloned()
-                            .unwrap_or_else(|| default.to_string()),
+                        self.accepted.get(*k).cloned().unwrap_or_else(|| default.to_string()),
                     );
                 }
                 return self.floe.get(key).cloned();
@@ -566,11 +566,7 @@ impl LogConfig {
             .filter_map(|name| {
                 let value = self.get(&name)?;
                 let is_default = !overrides.contains_key(&name);
-                Some(ConfigEntry {
-                    name,
-                    value,
-                    is_default,
-                })
+                Some(ConfigEntry { name, value, is_default })
             })
             .collect()
     }
@@ -581,9 +577,7 @@ mod tests {
     use super::*;
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -597,10 +591,7 @@ mod tests {
         assert_eq!(c.get("compression.type").as_deref(), Some("lz4"));
         assert_eq!(c.get("preallocate").as_deref(), Some("false"));
         let listed = c.describe(&map(&[("compression.type", "lz4")]));
-        let entry = listed
-            .iter()
-            .find(|e| e.name == "compression.type")
-            .unwrap();
+        let entry = listed.iter().find(|e| e.name == "compression.type").unwrap();
         assert!(!entry.is_default);
         assert!(LogConfig::default()
             .with_overrides(&map(&[("compression.type", "brotli")]))
@@ -620,10 +611,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.segment_bytes, 1024);
         assert_eq!(c.retention_ms, -1);
-        assert_eq!(
-            c.message_timestamp_type,
-            MessageTimestampType::LogAppendTime
-        );
+        assert_eq!(c.message_timestamp_type, MessageTimestampType::LogAppendTime);
         assert_eq!(
             c.floe.get("floe.iceberg.partition-spec").map(String::as_str),
             Some("day(timestamp)")
@@ -634,17 +622,11 @@ mod tests {
     #[test]
     fn cleanup_policies_and_compaction_settings() {
         let c = LogConfig::default();
-        assert_eq!(
-            (c.cleanup_policy.delete, c.cleanup_policy.compact),
-            (true, false)
-        );
+        assert_eq!((c.cleanup_policy.delete, c.cleanup_policy.compact), (true, false));
         assert_eq!(c.get("cleanup.policy").as_deref(), Some("delete"));
         assert_eq!(c.get("min.cleanable.dirty.ratio").as_deref(), Some("0.5"));
         assert_eq!(c.get("delete.retention.ms").as_deref(), Some("86400000"));
-        assert_eq!(
-            c.get("max.compaction.lag.ms").as_deref(),
-            Some("9223372036854775807")
-        );
+        assert_eq!(c.get("max.compaction.lag.ms").as_deref(), Some("9223372036854775807"));
         for (value, compact, delete) in [
             ("compact", true, false),
             ("delete, compact", true, true),
@@ -711,7 +693,10 @@ mod tests {
             match LogConfig::default().with_overrides(&map(&[(typed, "1")])) {
                 Err(StorageError::InvalidConfig { key, reason }) => {
                     assert_eq!(key, typed);
-                    assert!(reason.ends_with(&format!("did you mean `{meant}`?")), "{typed}: {reason}");
+                    assert!(
+                        reason.ends_with(&format!("did you mean `{meant}`?")),
+                        "{typed}: {reason}"
+                    );
                 }
                 other => panic!("{typed}: {other:?}"),
             }
@@ -740,11 +725,22 @@ mod tests {
         assert_eq!((ms.value.as_str(), ms.is_default), ("3600000", false));
         let bytes = d.iter().find(|e| e.name == "local.retention.bytes").unwrap();
         assert_eq!((bytes.value.as_str(), bytes.is_default), ("-2", true));
-        assert_eq!(d.iter().filter(|e| e.name.starts_with("local.retention.")).count(), 2, "listed once");
+        assert_eq!(
+            d.iter().filter(|e| e.name.starts_with("local.retention.")).count(),
+            2,
+            "listed once"
+        );
         let c = LogConfig::default()
-            .with_overrides(&map(&[("retention.ms", "-1"), ("local.retention.ms", "-1"), ("local.retention.bytes", "0")]))
+            .with_overrides(&map(&[
+                ("retention.ms", "-1"),
+                ("local.retention.ms", "-1"),
+                ("local.retention.bytes", "0"),
+            ]))
             .unwrap();
-        assert_eq!((c.effective_local_retention_ms(), c.effective_local_retention_bytes()), (-1, 0));
+        assert_eq!(
+            (c.effective_local_retention_ms(), c.effective_local_retention_bytes()),
+            (-1, 0)
+        );
     }
 
     #[test]
@@ -756,19 +752,28 @@ mod tests {
         assert_eq!(key, "local.retention.ms");
         assert_eq!(why, "604800000 must not exceed retention.ms (86400000)");
         let e = LogConfig::default()
-            .with_overrides(&map(&[("local.retention.bytes", "10737418240"), ("retention.bytes", "1073741824")]))
+            .with_overrides(&map(&[
+                ("local.retention.bytes", "10737418240"),
+                ("retention.bytes", "1073741824"),
+            ]))
             .unwrap_err();
         assert_eq!(
             e.to_string(),
             "invalid config local.retention.bytes: 10737418240 must not exceed retention.bytes (1073741824)"
         );
         // Against the broker's default as well as against an override.
-        let defaults = LogConfig::default().with_overrides(&map(&[("retention.ms", "86400000")])).unwrap();
-        let (key, _) = reason(defaults.with_overrides(&map(&[("local.retention.ms", "604800000")])));
+        let defaults =
+            LogConfig::default().with_overrides(&map(&[("retention.ms", "86400000")])).unwrap();
+        let (key, _) =
+            reason(defaults.with_overrides(&map(&[("local.retention.ms", "604800000")])));
         assert_eq!(key, "local.retention.ms");
         let (_, why) = reason(defaults.with_overrides(&map(&[("local.retention.ms", "-1")])));
         assert_eq!(why, "-1 (keep locally forever) must not exceed retention.ms (86400000)");
-        for (k, v) in [("local.retention.ms", "-3"), ("local.retention.bytes", "-3"), ("local.retention.ms", "soon")] {
+        for (k, v) in [
+            ("local.retention.ms", "-3"),
+            ("local.retention.bytes", "-3"),
+            ("local.retention.ms", "soon"),
+        ] {
             let (key, _) = reason(LogConfig::default().with_overrides(&map(&[(k, v)])));
             assert_eq!(key, k, "{k}={v}");
         }

@@ -240,10 +240,6 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn ctx(self, context: &'static str, path: &Path) -> Result<T> {
-        self.map_err(|source| StorageError::Io {
-            context,
-            path: path.to_path_buf(),
-            source,
-        })
+        self.map_err(|source| StorageError::Io { context, path: path.to_path_buf(), source })
     }
 }

@@ -137,10 +137,7 @@ mod registry {
 
     fn points() -> std::sync::MutexGuard<'static, Points> {
         static POINTS: OnceLock<Mutex<Points>> = OnceLock::new();
-        POINTS
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        POINTS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Parses `[count*]task[(arg)]` actions chained by `->`.
@@ -151,11 +148,7 @@ mod registry {
                 let a = a.trim();
                 let (remaining, task) = match a.split_once('*') {
                     Some((n, t)) => (
-                        Some(
-                            n.trim()
-                                .parse::<u64>()
-                                .map_err(|_| format!("bad count in `{a}`"))?,
-                        ),
+                        Some(n.trim().parse::<u64>().map_err(|_| format!("bad count in `{a}`"))?),
                         t.trim(),
                     ),
                     None => (None, a),
@@ -188,10 +181,7 @@ mod registry {
     pub(super) fn eval(name: &str) -> Option<Option<String>> {
         let task = {
             let mut points = points();
-            let action = points
-                .get_mut(name)?
-                .iter_mut()
-                .find(|a| a.remaining != Some(0))?;
+            let action = points.get_mut(name)?.iter_mut().find(|a| a.remaining != Some(0))?;
             if let Some(n) = action.remaining.as_mut() {
                 *n -= 1;
             }
@@ -217,14 +207,8 @@ mod tests {
         assert!(check("test.eio").is_ok());
         assert_eq!(check("test.eio").unwrap_err().raw_os_error(), Some(EIO));
         assert!(check("test.eio").is_ok());
-        assert_eq!(
-            check("test.enospc").unwrap_err().raw_os_error(),
-            Some(ENOSPC)
-        );
-        assert_eq!(
-            check("test.enospc").unwrap_err().raw_os_error(),
-            Some(ENOSPC)
-        );
+        assert_eq!(check("test.enospc").unwrap_err().raw_os_error(), Some(ENOSPC));
+        assert_eq!(check("test.enospc").unwrap_err().raw_os_error(), Some(ENOSPC));
         assert!(arm("no-equals-sign").is_err());
         assert!(arm("x=3*explode").is_err());
     }

@@ -199,10 +199,7 @@ mod tests {
         let p = log_file(Path::new("/d"), 42);
         assert_eq!(p, Path::new("/d/00000000000000000042.log"));
         let name = p.file_name().unwrap().to_str().unwrap();
-        assert_eq!(
-            parse_segment_file_name(name),
-            Some((42, SegmentFileKind::Log))
-        );
+        assert_eq!(parse_segment_file_name(name), Some((42, SegmentFileKind::Log)));
         assert_eq!(
             parse_segment_file_name("00000000000000000007.timeindex"),
             Some((7, SegmentFileKind::TimeIndex))
@@ -215,10 +212,7 @@ mod tests {
             txn_index_file(Path::new("/d"), 7),
             Path::new("/d/00000000000000000007.txnindex")
         );
-        assert_eq!(
-            parse_segment_file_name("00000000000000000007.log.deleted"),
-            None
-        );
+        assert_eq!(parse_segment_file_name("00000000000000000007.log.deleted"), None);
         assert_eq!(parse_segment_file_name("0007.log"), None);
         let snap = snapshot_file(Path::new("/d"), 1000);
         assert_eq!(snap, Path::new("/d/00000000000000001000.snapshot"));
@@ -226,26 +220,14 @@ mod tests {
             parse_snapshot_file_name(snap.file_name().unwrap().to_str().unwrap()),
             Some(1000)
         );
-        assert_eq!(
-            parse_snapshot_file_name("00000000000000001000.snapshot.tmp"),
-            None
-        );
-        assert_eq!(
-            parse_segment_file_name("00000000000000001000.snapshot"),
-            None
-        );
-        assert_eq!(
-            deleted_file(&p),
-            Path::new("/d/00000000000000000042.log.deleted")
-        );
+        assert_eq!(parse_snapshot_file_name("00000000000000001000.snapshot.tmp"), None);
+        assert_eq!(parse_segment_file_name("00000000000000001000.snapshot"), None);
+        assert_eq!(deleted_file(&p), Path::new("/d/00000000000000000042.log.deleted"));
     }
 
     #[test]
     fn partition_dir_names() {
-        assert_eq!(
-            parse_partition_dir_name("my-topic-12"),
-            Some(("my-topic", 12))
-        );
+        assert_eq!(parse_partition_dir_name("my-topic-12"), Some(("my-topic", 12)));
         assert_eq!(parse_partition_dir_name("topics"), None);
         assert_eq!(parse_partition_dir_name("-1"), None);
         let d = deleting_dir_name("a-b", 3, "abc");

@@ -72,11 +72,7 @@ impl<E: IndexEntry> IndexFile<E> {
             Err(e) => return Err(e).ctx("read", path),
         };
         if bytes.len() % E::SIZE != 0 {
-            return Ok(Err(format!(
-                "size {} is not a multiple of {}",
-                bytes.len(),
-                E::SIZE
-            )));
+            return Ok(Err(format!("size {} is not a multiple of {}", bytes.len(), E::SIZE)));
         }
         let mut entries: Vec<E> = Vec::with_capacity(bytes.len() / E::SIZE);
         for chunk in bytes.chunks_exact(E::SIZE) {
@@ -88,12 +84,7 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         let file = open_rw(path, false)?;
         let persisted = entries.len();
-        Ok(Ok(Self {
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            entries,
-            persisted,
-        }))
+        Ok(Ok(Self { path: path.to_path_buf(), file: Arc::new(file), entries, persisted }))
     }
 
     /// The entries, in order.
@@ -116,9 +107,7 @@ impl<E: IndexEntry> IndexFile<E> {
             e.encode(&mut buf);
         }
         let at = (self.persisted * E::SIZE) as u64;
-        self.file
-            .write_all_at(&buf, at)
-            .ctx("append to index", &self.path)?;
+        self.file.write_all_at(&buf, at).ctx("append to index", &self.path)?;
         self.persisted = self.entries.len();
         Ok(())
     }
@@ -133,9 +122,7 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         self.entries.truncate(keep);
         self.persisted = self.persisted.min(keep);
-        self.file
-            .set_len((keep * E::SIZE) as u64)
-            .ctx("truncate index", &self.path)
+        self.file.set_len((keep * E::SIZE) as u64).ctx("truncate index", &self.path)
     }
 
     /// The open file (for fsync outside the log's lock).

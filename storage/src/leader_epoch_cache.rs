@@ -108,7 +108,9 @@ impl LeaderEpochCache {
     }
 
     fn is_update_needed(&self, entry: EpochEntry) -> bool {
-        self.latest_entry().is_none_or(|latest| entry.epoch != latest.epoch || entry.start_offset < latest.start_offset)
+        self.latest_entry().is_none_or(|latest| {
+            entry.epoch != latest.epoch || entry.start_offset < latest.start_offset
+        })
     }
 
     /// Drops the entries `entry` contradicts, then adds it; returns what was dropped.
@@ -191,7 +193,12 @@ impl LeaderEpochCache {
     /// # Errors
     /// I/O errors of the write.
     pub fn truncate_from_start(&mut self, start_offset: i64) -> Result<()> {
-        let covered: Vec<i32> = self.epochs.values().take_while(|e| e.start_offset <= start_offset).map(|e| e.epoch).collect();
+        let covered: Vec<i32> = self
+            .epochs
+            .values()
+            .take_while(|e| e.start_offset <= start_offset)
+            .map(|e| e.epoch)
+            .collect();
         let Some(&last) = covered.last() else { return Ok(()) };
         if covered.len() == 1 && self.epochs[&last].start_offset == start_offset {
             return Ok(());
@@ -220,7 +227,8 @@ fn parse(text: &str) -> std::result::Result<Vec<EpochEntry>, String> {
         Some(VERSION) => {}
         other => return Err(format!("unsupported version line {other:?}")),
     }
-    let count: usize = lines.next().and_then(|l| l.trim().parse().ok()).ok_or("missing entry count")?;
+    let count: usize =
+        lines.next().and_then(|l| l.trim().parse().ok()).ok_or("missing entry count")?;
     let mut entries = Vec::with_capacity(count.min(1024));
     for line in lines.by_ref().take(count) {
         let mut parts = line.split_whitespace();
@@ -263,7 +271,10 @@ mod tests {
         let text = std::fs::read_to_string(dir.path().join(LEADER_EPOCH_CHECKPOINT)).unwrap();
         assert_eq!(text, "0\n3\n0 0\n2 10\n5 25\n");
         drop(c);
-        assert_eq!(pairs(&LeaderEpochCache::open(dir.path()).unwrap()), vec![(0, 0), (2, 10), (5, 25)]);
+        assert_eq!(
+            pairs(&LeaderEpochCache::open(dir.path()).unwrap()),
+            vec![(0, 0), (2, 10), (5, 25)]
+        );
     }
 
     #[test]
@@ -288,10 +299,21 @@ mod tests {
         let c = cache(dir.path(), &[(2, 10), (4, 30), (7, 50)]);
         assert_eq!(c.end_offset_for(7, 80), (7, 80), "the latest epoch ends at the log end");
         assert_eq!(c.end_offset_for(4, 80), (4, 50));
-        assert_eq!(c.end_offset_for(5, 80), (4, 50), "an unknown epoch between two: the one below, ending where the next began");
-        assert_eq!(c.end_offset_for(1, 80), (1, 10), "below every known epoch: the first start offset");
+        assert_eq!(
+            c.end_offset_for(5, 80),
+            (4, 50),
+            "an unknown epoch between two: the one below, ending where the next began"
+        );
+        assert_eq!(
+            c.end_offset_for(1, 80),
+            (1, 10),
+            "below every known epoch: the first start offset"
+        );
         assert_eq!(c.end_offset_for(8, 80), (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET));
-        assert_eq!(c.end_offset_for(UNDEFINED_EPOCH, 80), (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET));
+        assert_eq!(
+            c.end_offset_for(UNDEFINED_EPOCH, 80),
+            (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        );
         let empty = LeaderEpochCache::open(tempfile::tempdir().unwrap().path()).unwrap();
         assert_eq!(empty.end_offset_for(0, 5), (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET));
         assert_eq!(c.epoch_for_offset(9), None);
@@ -313,7 +335,11 @@ mod tests {
         assert_eq!(pairs(&c), vec![(2, 15), (3, 40)], "the epoch covering the new start keeps it");
         c.truncate_from_start(40).unwrap();
         assert_eq!(pairs(&c), vec![(3, 40)]);
-        assert_eq!(pairs(&LeaderEpochCache::open(dir.path()).unwrap()), vec![(3, 40)], "every truncation is written");
+        assert_eq!(
+            pairs(&LeaderEpochCache::open(dir.path()).unwrap()),
+            vec![(3, 40)],
+            "every truncation is written"
+        );
     }
 
     #[test]

@@ -51,7 +51,8 @@ use crate::batch_reader::{ScannedBatch, SegmentBatchReader};
 use crate::error::{IoContext, Result};
 use crate::file_names::{
     index_file, log_file, parse_segment_file_name, parse_snapshot_file_name, snapshot_file,
-    time_index_file, txn_index_file, SegmentFileKind, CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX,
+    time_index_file, txn_index_file, SegmentFileKind, CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX,
+    TMP_SUFFIX,
 };
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
@@ -137,7 +138,8 @@ impl LogLoader<'_> {
                 // then fetches again from its leader.
                 Outcome::Trusted(seg)
                     if seg.next_offset <= recovery_point
-                        && !(self.gaps_are_damage && next_base.is_some_and(|n| seg.next_offset < n)) =>
+                        && !(self.gaps_are_damage
+                            && next_base.is_some_and(|n| seg.next_offset < n)) =>
                 {
                     *seg
                 }
@@ -154,11 +156,7 @@ impl LogLoader<'_> {
                 }
             };
             recovered.push(base);
-            if let Some(prev) = segments
-                .values()
-                .next_back()
-                .map(|s: &LogSegment| s.next_offset)
-            {
+            if let Some(prev) = segments.values().next_back().map(|s: &LogSegment| s.next_offset) {
                 if base < prev {
                     warn!(dir = %dir.display(), base, previous_end = prev, "segment overlaps its predecessor");
                 }
@@ -200,10 +198,8 @@ impl LogLoader<'_> {
         } else {
             checkpointed.max(first_base.unwrap_or(0))
         };
-        let mut log_end_offset = segments
-            .values()
-            .next_back()
-            .map_or(log_start_offset, |s| s.next_offset);
+        let mut log_end_offset =
+            segments.values().next_back().map_or(log_start_offset, |s| s.next_offset);
         if segments.is_empty() || log_end_offset < log_start_offset {
             if !segments.is_empty() {
                 warn!(dir = %dir.display(), log_start_offset, log_end_offset,
@@ -261,15 +257,13 @@ impl LogLoader<'_> {
             warn!(snapshot = %snapshot_file(dir, stray).display(), log_end_offset, "deleting producer snapshot above the log end");
             delete_snapshot(dir, stray)?;
         }
-        let (newest, from) = self
-            .latest_valid_snapshot(&mut snapshots, log_end_offset)?
-            .unwrap_or_default();
+        let (newest, from) =
+            self.latest_valid_snapshot(&mut snapshots, log_end_offset)?.unwrap_or_default();
         // Rebuilt segments below the newest snapshot: replay from an older state first.
         let (mut producers, start, mut switch_at) = match rebuilt.first() {
             Some(&first) if first < from => {
-                let (older, start) = self
-                    .latest_valid_snapshot(&mut snapshots, first)?
-                    .unwrap_or_default();
+                let (older, start) =
+                    self.latest_valid_snapshot(&mut snapshots, first)?.unwrap_or_default();
                 (older, start, Some((newest, from)))
             }
             _ => (newest, from, None),
@@ -277,11 +271,8 @@ impl LogLoader<'_> {
         let mut batches = 0u64;
         for seg in segments.values_mut().filter(|s| s.next_offset > start) {
             let rebuild = rebuilt.contains(&seg.base_offset);
-            let position = if seg.base_offset < start {
-                seg.offset_index.position_for(start)
-            } else {
-                0
-            };
+            let position =
+                if seg.base_offset < start { seg.offset_index.position_for(start) } else { 0 };
             let (log, path) = (seg.log.clone(), seg.log_path.clone());
             let mut scanner =
                 SegmentBatchReader::new(&log, &path, position, seg.size).with_holes(seg.holes());
@@ -291,10 +282,7 @@ impl LogLoader<'_> {
                         if header.last_offset() < start {
                             continue;
                         }
-                        if switch_at
-                            .as_ref()
-                            .is_some_and(|(_, at)| header.base_offset >= *at)
-                        {
+                        if switch_at.as_ref().is_some_and(|(_, at)| header.base_offset >= *at) {
                             if let Some((state, _)) = switch_at.take() {
                                 producers = state;
                             }
@@ -420,11 +408,7 @@ impl LogLoader<'_> {
                 }
             }
             let finals = SegmentPaths::of(dir, *base, "");
-            for (from, to) in swap
-                .indexes_then_log()
-                .into_iter()
-                .zip(finals.indexes_then_log())
-            {
+            for (from, to) in swap.indexes_then_log().into_iter().zip(finals.indexes_then_log()) {
                 match fs::rename(from, to) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -542,15 +526,8 @@ impl LogLoader<'_> {
             Err(reason) => return Ok(Outcome::Recover(format!("transaction index: {reason}"))),
         };
         let indexed_max = time_index.last_timestamp().unwrap_or(-1);
-        let mut seg = LogSegment::assemble(
-            base,
-            log_path,
-            log,
-            size,
-            offset_index,
-            time_index,
-            txn_index,
-        );
+        let mut seg =
+            LogSegment::assemble(base, log_path, log, size, offset_index, time_index, txn_index);
         seg.next_offset = next_offset;
         if tail_max.0 > indexed_max {
             seg.max_timestamp = tail_max.0;
@@ -597,9 +574,7 @@ impl LogLoader<'_> {
         );
         let log = seg.log.clone();
         // Offsets a batch of this segment may hold: below the next segment, relative offsets in a u32.
-        let max_offset = next_base
-            .map_or(i64::MAX, |n| n - 1)
-            .min(base + i64::from(u32::MAX));
+        let max_offset = next_base.map_or(i64::MAX, |n| n - 1).min(base + i64::from(u32::MAX));
         let mut start = 0;
         let valid_end = 'segment: loop {
             let mut scanner = SegmentBatchReader::new(&log, &log_path, start, file_len);
@@ -669,7 +644,8 @@ impl LogLoader<'_> {
             }
         };
         seg.size = valid_end.unwrap_or(file_len);
-        if let Some(next_base) = next_base.filter(|&n| self.gaps_are_damage && seg.next_offset < n) {
+        if let Some(next_base) = next_base.filter(|&n| self.gaps_are_damage && seg.next_offset < n)
+        {
             // A sealed segment that ends short of the next one lost its tail: a
             // power cut kept the next segment but not all of this one (only a
             // replica can restore it; alone, the offsets are reported missing).
@@ -680,7 +656,11 @@ impl LogLoader<'_> {
                     end_position: seg.size,
                     first_offset: seg.next_offset,
                     last_offset: Some(next_base - 1),
-                    reason: format!("offsets {}..={} missing before the next segment", seg.next_offset, next_base - 1),
+                    reason: format!(
+                        "offsets {}..={} missing before the next segment",
+                        seg.next_offset,
+                        next_base - 1
+                    ),
                 };
                 error!(segment = %log_path.display(), first_offset = range.first_offset, last_offset = ?range.last_offset,
                     position = range.position, "a sealed segment ends before the next one begins: its tail was lost (reported as a damaged range)");
@@ -711,9 +691,7 @@ impl LogLoader<'_> {
             %reason,
             "truncating segment at an invalid batch"
         );
-        seg.log
-            .set_len(position)
-            .ctx("truncate segment", &seg.log_path)?;
+        seg.log.set_len(position).ctx("truncate segment", &seg.log_path)?;
         Ok(Some(position))
     }
 }
@@ -736,8 +714,7 @@ mod tests {
     fn write_log(dir: &std::path::Path) -> i64 {
         let log = PartitionLog::open(dir, "t", 0, cfg(), None, None).unwrap();
         for i in 0..30i64 {
-            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0)
-                .unwrap();
+            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0).unwrap();
         }
         log.close().unwrap();
         log.log_end_offset()
@@ -748,12 +725,7 @@ mod tests {
         let mut offset = log.log_start_offset();
         while offset < log.log_end_offset() {
             let bytes = log
-                .read(
-                    offset,
-                    1 << 20,
-                    true,
-                    crate::IsolationLevel::ReadUncommitted,
-                )
+                .read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
                 .unwrap()
                 .region
                 .unwrap()
@@ -774,12 +746,7 @@ mod tests {
     }
 
     fn append_bytes(path: &std::path::Path, bytes: &[u8]) {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .unwrap()
-            .write_all(bytes)
-            .unwrap();
+        std::fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
     }
 
     #[test]
@@ -811,17 +778,10 @@ mod tests {
             let good_len = std::fs::metadata(&path).unwrap().len();
             append_bytes(&path, &[0xab; 333]);
             let log = PartitionLog::open(dir.path(), "t", 0, cfg(), recovery_point, None).unwrap();
-            assert_eq!(
-                std::fs::metadata(&path).unwrap().len(),
-                good_len,
-                "{recovery_point:?}"
-            );
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len, "{recovery_point:?}");
             assert_eq!(log.log_end_offset(), 60);
             let recs = all_records(&log);
-            assert_eq!(
-                recs.iter().map(|r| r.0).collect::<Vec<_>>(),
-                (0..60).collect::<Vec<_>>()
-            );
+            assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
             assert_eq!(log.append(&mut batch(1, 1, 1), 0).unwrap().first_offset, 60);
             assert_eq!(log.recovery_point(), 60);
         }
@@ -863,10 +823,7 @@ mod tests {
             write_log(dir.path());
             let path = log_file(dir.path(), 0);
             let mut bytes = std::fs::read(&path).unwrap();
-            let h = floe_protocol::record_batch::BatchIter::new(&bytes)
-                .nth(1)
-                .unwrap()
-                .unwrap();
+            let h = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
             if damage == "payload" {
                 bytes[h.position + 70] ^= 0xff;
             } else {
@@ -879,17 +836,11 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), files_before);
             let ranges = log.corrupt_ranges();
             assert_eq!(ranges.len(), 1, "{damage}: {ranges:?}");
-            assert_eq!(
-                (ranges[0].first_offset, ranges[0].last_offset),
-                (2, Some(3))
-            );
+            assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (2, Some(3)));
             assert_eq!(ranges[0].position, h.position as u64);
             let offsets: Vec<i64> = all_records(&log).iter().map(|r| r.0).collect();
             let want: Vec<i64> = (0..60).filter(|o| !(2..4).contains(o)).collect();
-            assert_eq!(
-                offsets, want,
-                "{damage}: every intact record served, the gap skipped"
-            );
+            assert_eq!(offsets, want, "{damage}: every intact record served, the gap skipped");
             // A fetch inside the damaged range continues after it.
             let bytes = log
                 .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
@@ -919,14 +870,8 @@ mod tests {
         let base = active_base(dir.path());
         let path = log_file(dir.path(), base);
         let mut bytes = std::fs::read(&path).unwrap();
-        let first = floe_protocol::record_batch::BatchIter::new(&bytes)
-            .next()
-            .unwrap()
-            .unwrap();
-        assert!(
-            first.end() < bytes.len(),
-            "the active segment needs two batches"
-        );
+        let first = floe_protocol::record_batch::BatchIter::new(&bytes).next().unwrap().unwrap();
+        assert!(first.end() < bytes.len(), "the active segment needs two batches");
         bytes[first.position + 17] ^= 0x01; // the CRC field itself
         std::fs::write(&path, &bytes).unwrap();
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), None, None).unwrap();
@@ -956,10 +901,7 @@ mod tests {
             .iter()
             .map(|p| std::fs::metadata(p).unwrap().len())
             .collect();
-        assert!(
-            sizes.iter().all(|&s| s > 0),
-            "indexes were written: {sizes:?}"
-        );
+        assert!(sizes.iter().all(|&s| s > 0), "indexes were written: {sizes:?}");
         let second = {
             let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
             let b = log.sealed_segments()[1].base_offset;
@@ -981,18 +923,11 @@ mod tests {
         std::fs::write(index_file(dir.path(), third), &bad).unwrap();
 
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(end), None).unwrap();
-        assert_eq!(
-            std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(),
-            sizes[0]
-        );
-        let ti = std::fs::metadata(time_index_file(dir.path(), second))
-            .unwrap()
-            .len();
+        assert_eq!(std::fs::metadata(index_file(dir.path(), 0)).unwrap().len(), sizes[0]);
+        let ti = std::fs::metadata(time_index_file(dir.path(), second)).unwrap().len();
         assert!(ti > 0, "time index rebuilt: {ti} bytes");
         assert_eq!(ti % 12, 0);
-        let oi = std::fs::metadata(index_file(dir.path(), third))
-            .unwrap()
-            .len();
+        let oi = std::fs::metadata(index_file(dir.path(), third)).unwrap().len();
         assert_ne!(oi, 8, "offset index rebuilt");
         assert_eq!(oi % 8, 0);
         let now = (
@@ -1003,10 +938,7 @@ mod tests {
         assert_eq!(now, reference);
         assert_eq!(
             reference.1,
-            Some(crate::log::TimestampAndOffset {
-                timestamp: 130,
-                offset: 30
-            })
+            Some(crate::log::TimestampAndOffset { timestamp: 130, offset: 30 })
         );
     }
 }

@@ -67,7 +67,9 @@ fn first_offset_read(log: &PartitionLog, offset: i64) -> Result<Option<i64>, Sto
 fn snapshot_offsets(dir: &Path) -> Vec<i64> {
     let mut v: Vec<i64> = std::fs::read_dir(dir)
         .unwrap()
-        .filter_map(|e| crate::file_names::parse_snapshot_file_name(&e.unwrap().file_name().to_string_lossy()))
+        .filter_map(|e| {
+            crate::file_names::parse_snapshot_file_name(&e.unwrap().file_name().to_string_lossy())
+        })
         .collect();
     v.sort_unstable();
     v
@@ -77,8 +79,15 @@ fn snapshot_offsets(dir: &Path) -> Vec<i64> {
 fn nothing_goes_without_a_floor_nor_at_or_above_it() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let log = filled(dir.path(), shared(&[("local.retention.ms", "0"), ("floe.iceberg.retention-guard", "false")]));
-    assert_eq!(log.apply_retention(1_000_000).unwrap(), 0, "no floor: the table's end is not known");
+    let log = filled(
+        dir.path(),
+        shared(&[("local.retention.ms", "0"), ("floe.iceberg.retention-guard", "false")]),
+    );
+    assert_eq!(
+        log.apply_retention(1_000_000).unwrap(),
+        0,
+        "no floor: the table's end is not known"
+    );
     log.set_retention_floor(Some(0));
     assert_eq!(log.apply_retention(1_000_000).unwrap(), 0);
     // [8,12) holds offset 9, not yet in the table: it and what follows stay.
@@ -117,7 +126,11 @@ fn local_retention_ms_and_bytes_are_honoured() {
     let total = log.size_bytes() as i64;
     let seg = log.sealed_segments()[0].size_bytes as i64;
     let limit = (total - seg - 1).to_string();
-    log.set_config(shared(&[("retention.ms", "-1"), ("local.retention.ms", "-1"), ("local.retention.bytes", &limit)]));
+    log.set_config(shared(&[
+        ("retention.ms", "-1"),
+        ("local.retention.ms", "-1"),
+        ("local.retention.bytes", &limit),
+    ]));
     assert_eq!(log.apply_retention(0).unwrap(), 1);
     assert_eq!(starts(&log), (0, 12));
     assert_eq!(log.apply_retention(0).unwrap(), 0);
@@ -149,13 +162,19 @@ fn epochs_stay_and_snapshots_below_the_local_start_go() {
         }
         log.append(&mut batch(2, 1_000 * (i + 1), 100), 0).unwrap();
     }
-    let epochs = |log: &PartitionLog| log.epoch_entries().into_iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>();
+    let epochs = |log: &PartitionLog| {
+        log.epoch_entries().into_iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>()
+    };
     assert_eq!(epochs(&log), vec![(0, 0), (1, 6)]);
     assert_eq!(snapshot_offsets(dir.path()), vec![12, 16], "one per roll, the last two kept");
     log.set_retention_floor(Some(20));
     assert_eq!(log.apply_retention(1_000_000).unwrap(), 4);
     assert_eq!(starts(&log), (0, 16));
-    assert_eq!(epochs(&log), vec![(0, 0), (1, 6)], "OffsetForLeaderEpoch answers from the log start offset");
+    assert_eq!(
+        epochs(&log),
+        vec![(0, 0), (1, 6)],
+        "OffsetForLeaderEpoch answers from the log start offset"
+    );
     assert_eq!(log.end_offset_for_epoch(0), (0, 6));
     assert_eq!(snapshot_offsets(dir.path()), vec![16], "below the local log start: gone");
     assert!(log.producer_state().producer_count() == 0);
@@ -170,18 +189,33 @@ fn a_read_below_the_local_start_is_below_local_start_and_below_the_log_start_out
     assert_eq!(log.apply_retention(1_000_000).unwrap(), 2);
     for offset in [0, 5, 7] {
         assert!(
-            matches!(log.read(offset, 1 << 20, true, UNCOMMITTED), Err(StorageError::BelowLocalStart { local_start: 8 })),
+            matches!(
+                log.read(offset, 1 << 20, true, UNCOMMITTED),
+                Err(StorageError::BelowLocalStart { local_start: 8 })
+            ),
             "{offset}"
         );
-        assert!(matches!(log.read_for_replica(offset, 1 << 20, true), Err(StorageError::BelowLocalStart { local_start: 8 })));
+        assert!(matches!(
+            log.read_for_replica(offset, 1 << 20, true),
+            Err(StorageError::BelowLocalStart { local_start: 8 })
+        ));
     }
     assert_eq!(first_offset_read(&log, 8).unwrap(), Some(8));
     assert_eq!(first_offset_read(&log, 9).unwrap(), Some(8), "the batch holding it, as ever");
-    assert!(matches!(log.read(21, 1 << 20, true, UNCOMMITTED), Err(StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read(21, 1 << 20, true, UNCOMMITTED),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
     // Table retention moves the log start offset: below it is out of range again.
     assert_eq!(log.set_log_start_offset(3).unwrap(), 3);
-    assert!(matches!(log.read(2, 1 << 20, true, UNCOMMITTED), Err(StorageError::OffsetOutOfRange { log_start: 3, .. })));
-    assert!(matches!(log.read(3, 1 << 20, true, UNCOMMITTED), Err(StorageError::BelowLocalStart { local_start: 8 })));
+    assert!(matches!(
+        log.read(2, 1 << 20, true, UNCOMMITTED),
+        Err(StorageError::OffsetOutOfRange { log_start: 3, .. })
+    ));
+    assert!(matches!(
+        log.read(3, 1 << 20, true, UNCOMMITTED),
+        Err(StorageError::BelowLocalStart { local_start: 8 })
+    ));
     let info = log.read(8, 1 << 20, true, UNCOMMITTED).unwrap();
     assert_eq!(info.log_start_offset, 3, "fetches report the partition's log start offset");
 }
@@ -198,10 +232,16 @@ fn set_log_start_offset_is_monotonic_and_deletes_what_lies_below() {
     assert_eq!(log.set_log_start_offset(5).unwrap(), 10, "never lowered");
     assert_eq!(log.set_log_start_offset(10).unwrap(), 10);
     assert_eq!(starts(&log), (10, 10));
-    assert!(matches!(log.set_log_start_offset(21), Err(StorageError::OffsetOutOfRange { .. })), "not past the high watermark");
+    assert!(
+        matches!(log.set_log_start_offset(21), Err(StorageError::OffsetOutOfRange { .. })),
+        "not past the high watermark"
+    );
     assert!(matches!(log.set_log_start_offset(-1), Err(StorageError::OffsetOutOfRange { .. })));
     assert_eq!(log.epoch_entries()[0].start_offset, 10, "epochs truncated from the new start");
-    assert!(matches!(log.read(9, 1 << 20, true, UNCOMMITTED), Err(StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read(9, 1 << 20, true, UNCOMMITTED),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
     assert_eq!(first_offset_read(&log, 10).unwrap(), Some(10));
 
     // Behind the local log start: only the log start moves, no local segment goes.
@@ -228,7 +268,10 @@ fn a_reopen_keeps_both_starts() {
     // The checkpoint holds the log start offset, below the first local segment.
     let log = open(dir.path(), cfg.clone(), Some(3));
     assert_eq!(starts(&log), (3, 8));
-    assert!(matches!(log.read(4, 1 << 20, true, UNCOMMITTED), Err(StorageError::BelowLocalStart { local_start: 8 })));
+    assert!(matches!(
+        log.read(4, 1 << 20, true, UNCOMMITTED),
+        Err(StorageError::BelowLocalStart { local_start: 8 })
+    ));
     assert_eq!(first_offset_read(&log, 8).unwrap(), Some(8));
     drop(log);
     // A checkpoint that lags (a crash before it was written) stays too: the table is the authority.
@@ -274,16 +317,24 @@ fn a_reopen_through_the_log_manager_keeps_both_starts() {
 #[test]
 fn copy_topics_keep_local_and_log_start_equal() {
     let _serial = serial();
-    for extra in [vec![], vec![("floe.iceberg.enabled", "true")], vec![("floe.iceberg.enabled", "true"), ("floe.iceberg.storage", "copy")]] {
+    for extra in [
+        vec![],
+        vec![("floe.iceberg.enabled", "true")],
+        vec![("floe.iceberg.enabled", "true"), ("floe.iceberg.storage", "copy")],
+    ] {
         let dir = tempfile::tempdir().unwrap();
-        let mut kv = vec![("segment.bytes", "600"), ("retention.ms", "5000"), ("local.retention.ms", "0")];
+        let mut kv =
+            vec![("segment.bytes", "600"), ("retention.ms", "5000"), ("local.retention.ms", "0")];
         kv.extend_from_slice(&extra);
         let log = filled(dir.path(), config(&kv));
         log.set_retention_floor(Some(20));
         // retention.ms applies, local.retention.ms does not.
         assert_eq!(log.apply_retention(7_001).unwrap(), 1, "{extra:?}");
         assert_eq!(starts(&log), (4, 4), "{extra:?}");
-        assert!(matches!(log.read(3, 1 << 20, true, UNCOMMITTED), Err(StorageError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.read(3, 1 << 20, true, UNCOMMITTED),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(log.delete_records_before(5).unwrap(), 5);
         assert_eq!(starts(&log), (5, 5), "{extra:?}");
         assert_eq!(log.set_log_start_offset(9).unwrap(), 9);
@@ -303,7 +354,8 @@ fn a_crash_after_the_segments_were_taken_loses_nothing() {
     let log = filled(dir.path(), cfg.clone());
     log.set_retention_floor(Some(8));
     crate::failpoint::arm("log.local_retention.taken=1*panic->off").unwrap();
-    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.apply_retention(1_000_000)));
+    let crashed =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.apply_retention(1_000_000)));
     crate::failpoint::arm("log.local_retention.taken=off").unwrap();
     assert!(crashed.is_err(), "the failpoint fired");
     std::mem::forget(log);

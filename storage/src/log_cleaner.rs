@@ -93,9 +93,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 impl CleanerStats {
@@ -121,10 +119,7 @@ impl CleanerStats {
 
     /// Every compacted partition seen, with its state.
     pub fn partitions(&self) -> Vec<((String, i32), PartitionCleanState)> {
-        lock(&self.partitions)
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect()
+        lock(&self.partitions).iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 }
 
@@ -166,11 +161,7 @@ impl LogCleaner {
                 CheckpointEntries::new()
             }
         };
-        let threads = if config.enable {
-            config.threads.max(1)
-        } else {
-            0
-        };
+        let threads = if config.enable { config.threads.max(1) } else { 0 };
         let shared = Arc::new(Shared {
             logs,
             config,
@@ -191,10 +182,7 @@ impl LogCleaner {
         if threads > 0 {
             info!(threads, "log cleaner started");
         }
-        Ok(Self {
-            shared,
-            threads: handles,
-        })
+        Ok(Self { shared, threads: handles })
     }
 
     /// The statistics the broker's metrics show.
@@ -209,11 +197,7 @@ impl LogCleaner {
     /// As a clean: [`StorageError::Io`], [`StorageError::Corrupt`].
     pub fn clean_once(&self) -> Result<bool> {
         let mut throttler = Throttler::new(self.shared.config.io_max_bytes_per_second);
-        clean_dirtiest(
-            &self.shared,
-            self.shared.config.dedupe_buffer_size,
-            &mut throttler,
-        )
+        clean_dirtiest(&self.shared, self.shared.config.dedupe_buffer_size, &mut throttler)
     }
 
     /// Stops the threads and waits for them.
@@ -245,10 +229,7 @@ fn run_thread(shared: &Shared, threads: usize) {
             }
         };
         if !cleaned {
-            sleep_unless_stopped(
-                &shared.stop,
-                Duration::from_millis(shared.config.backoff_ms),
-            );
+            sleep_unless_stopped(&shared.stop, Duration::from_millis(shared.config.backoff_ms));
         }
     }
 }
@@ -293,9 +274,7 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
             let range = DirtyRange::of(&view, checkpoint, now);
             let ratio = range.dirty_ratio();
             seen.insert(key.clone(), ratio);
-            let horizon_passed = lock(&shared.delete_horizons)
-                .get(&key)
-                .is_some_and(|&h| h <= now);
+            let horizon_passed = lock(&shared.delete_horizons).get(&key).is_some_and(|&h| h <= now);
             let min_ratio = view.config.min_cleanable_dirty_ratio;
             let range = if horizon_passed && !range.is_due(min_ratio) {
                 // Tombstones are due to go: the whole log is cleaned again.
@@ -307,11 +286,7 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
             if !due || lock(&shared.in_progress).contains(&key) {
                 continue;
             }
-            let priority = if range.past_max_lag {
-                f64::INFINITY
-            } else {
-                ratio
-            };
+            let priority = if range.past_max_lag { f64::INFINITY } else { ratio };
             if best.as_ref().is_none_or(|(p, _, _)| priority > *p) {
                 best = Some((priority, log, range));
             }
@@ -331,35 +306,19 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
     if !lock(&shared.in_progress).insert(key.clone()) {
         return Ok(false);
     }
-    let _guard = InProgress {
-        shared,
-        key: key.clone(),
-    };
+    let _guard = InProgress { shared, key: key.clone() };
     // A fresh view: the one that chose the log may be stale by now.
     let view = log.cleaner_view()?;
-    let mut cleaner = Cleaner {
-        map_memory: memory,
-        stop: &shared.stop,
-        throttler,
-    };
+    let mut cleaner = Cleaner { map_memory: memory, stop: &shared.stop, throttler };
     let (end_offset, stats) = match cleaner.clean(&log, &view, &range, now) {
         Ok(done) => done,
         Err(StorageError::UnknownTopicOrPartition { .. }) => return Ok(false),
         Err(e) => return Err(e),
     };
     shared.stats.runs.fetch_add(1, Ordering::Relaxed);
-    shared
-        .stats
-        .bytes_read
-        .fetch_add(stats.bytes_read, Ordering::Relaxed);
-    shared
-        .stats
-        .bytes_written
-        .fetch_add(stats.bytes_written, Ordering::Relaxed);
-    shared
-        .stats
-        .last_run_ms
-        .store(now_ms().max(0) as u64, Ordering::Relaxed);
+    shared.stats.bytes_read.fetch_add(stats.bytes_read, Ordering::Relaxed);
+    shared.stats.bytes_written.fetch_add(stats.bytes_written, Ordering::Relaxed);
+    shared.stats.last_run_ms.store(now_ms().max(0) as u64, Ordering::Relaxed);
     {
         let mut partitions = lock(&shared.stats.partitions);
         let state = partitions.entry(key.clone()).or_default();
@@ -401,7 +360,11 @@ mod tests {
         let mut rows = Vec::new();
         let mut offset = log.log_start_offset();
         while offset < log.high_watermark() {
-            let Some(region) = log.read(offset, 1 << 24, true, crate::IsolationLevel::ReadUncommitted).unwrap().region else {
+            let Some(region) = log
+                .read(offset, 1 << 24, true, crate::IsolationLevel::ReadUncommitted)
+                .unwrap()
+                .region
+            else {
                 break;
             };
             let b = region.read_to_vec().unwrap();
@@ -431,26 +394,17 @@ mod tests {
         for i in 0..40 {
             let v = format!("v{i}");
             let tomb = if i == 39 { None } else { Some("x") };
-            log.append(
-                &mut keyed_batch(&[("k", Some(&v)), ("t", tomb)], 1, Compression::None),
-                1,
-            )
-            .unwrap();
+            log.append(&mut keyed_batch(&[("k", Some(&v)), ("t", tomb)], 1, Compression::None), 1)
+                .unwrap();
         }
         log.roll_now().unwrap();
         logs.partition("d", 0)
             .unwrap()
-            .append(
-                &mut keyed_batch(&[("k", Some("v"))], 1, Compression::None),
-                1,
-            )
+            .append(&mut keyed_batch(&[("k", Some("v"))], 1, Compression::None), 1)
             .unwrap();
         let cleaner = LogCleaner::start(
             logs.clone(),
-            CleanerConfig {
-                enable: false,
-                ..CleanerConfig::default()
-            },
+            CleanerConfig { enable: false, ..CleanerConfig::default() },
         )
         .unwrap();
         assert!(cleaner.clean_once().unwrap());

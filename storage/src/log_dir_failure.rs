@@ -44,11 +44,7 @@ impl std::fmt::Debug for LogDirFailureChannel {
 impl LogDirFailureChannel {
     /// An online directory.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            dir: dir.into(),
-            offline: OnceLock::new(),
-            listener: Mutex::new(None),
-        }
+        Self { dir: dir.into(), offline: OnceLock::new(), listener: Mutex::new(None) }
     }
 
     /// The log directory.
@@ -104,10 +100,9 @@ impl LogDirFailureChannel {
     pub fn check(&self) -> Result<(), StorageError> {
         match self.offline.get() {
             None => Ok(()),
-            Some(reason) => Err(StorageError::LogDirOffline {
-                dir: self.dir.clone(),
-                reason: reason.clone(),
-            }),
+            Some(reason) => {
+                Err(StorageError::LogDirOffline { dir: self.dir.clone(), reason: reason.clone() })
+            }
         }
     }
 }
@@ -135,9 +130,6 @@ mod tests {
         ch.mark_offline(&cause);
         ch.mark_offline(&cause);
         assert_eq!(told.load(Ordering::SeqCst), 1);
-        assert!(matches!(
-            ch.check(),
-            Err(StorageError::LogDirOffline { .. })
-        ));
+        assert!(matches!(ch.check(), Err(StorageError::LogDirOffline { .. })));
     }
 }

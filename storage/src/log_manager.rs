@@ -169,11 +169,8 @@ impl LogManager {
                 continue;
             };
             let bytes = fs::read(&path).ctx("read topic metadata", &path)?;
-            let meta: TopicMetadata =
-                serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
+            let meta: TopicMetadata = serde_json::from_slice(&bytes)
+                .map_err(|e| StorageError::Corrupt { path: path.clone(), reason: e.to_string() })?;
             if meta.name != name || meta.partitions <= 0 {
                 return Err(StorageError::Corrupt {
                     path,
@@ -214,9 +211,7 @@ impl LogManager {
             if is_deleting_dir_name(&name) {
                 remove_dir(&entry.path(), "deleted topic")?;
             } else if let Some((topic, p)) = parse_partition_dir_name(&name) {
-                let known = topics
-                    .get(topic)
-                    .is_some_and(|t: &Arc<Topic>| p < t.partition_count());
+                let known = topics.get(topic).is_some_and(|t: &Arc<Topic>| p < t.partition_count());
                 if !known {
                     remove_dir(&entry.path(), "partition directory without topic metadata")?;
                 }
@@ -246,7 +241,9 @@ impl LogManager {
     pub fn stored_cluster_id(data_dir: &Path) -> Result<Option<String>> {
         let path = data_dir.join(META_PROPERTIES);
         match fs::read_to_string(&path) {
-            Ok(t) => Ok(parse_properties(&t).get("cluster.id").filter(|id| !id.is_empty()).cloned()),
+            Ok(t) => {
+                Ok(parse_properties(&t).get("cluster.id").filter(|id| !id.is_empty()).cloned())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).ctx("read", &path),
         }
@@ -259,7 +256,10 @@ impl LogManager {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).ctx("read", &path),
         };
-        if let (Some(want), Some(have)) = (required, existing.as_ref().and_then(|p| p.get("cluster.id")).filter(|id| !id.is_empty())) {
+        if let (Some(want), Some(have)) = (
+            required,
+            existing.as_ref().and_then(|p| p.get("cluster.id")).filter(|id| !id.is_empty()),
+        ) {
             if have != want {
                 return Err(StorageError::InvalidConfig {
                     key: "cluster.id".into(),
@@ -323,10 +323,7 @@ impl LogManager {
 
     /// The broker-wide defaults topic overrides apply to.
     pub fn default_config(&self) -> Arc<LogConfig> {
-        self.default_config
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.default_config.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Replaces the broker-wide defaults (a dynamic broker config change):
@@ -344,10 +341,7 @@ impl LogManager {
             .iter()
             .map(|t| defaults.with_overrides(&t.overrides()).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        *self
-            .default_config
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(defaults);
+        *self.default_config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(defaults);
         for (topic, config) in topics.iter().zip(configs) {
             topic.set_config(topic.overrides(), config);
         }
@@ -401,19 +395,15 @@ impl LogManager {
         }
         let config = self.default_config().with_overrides(overrides)?;
         if self.topics_read().contains_key(name) {
-            return Err(StorageError::TopicAlreadyExists {
-                topic: name.to_string(),
-            });
+            return Err(StorageError::TopicAlreadyExists { topic: name.to_string() });
         }
         Ok(config)
     }
 
     fn persist_metadata(&self, meta: &TopicMetadata) -> Result<()> {
         let path = topic_metadata_file(&self.data_dir, &meta.name);
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| StorageError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let json = serde_json::to_vec_pretty(meta)
+            .map_err(|e| StorageError::Corrupt { path: path.clone(), reason: e.to_string() })?;
         write_atomically(&path, &json)
     }
 
@@ -479,13 +469,7 @@ impl LogManager {
         let _admin = lock(&self.admin);
         let config = Arc::new(self.validate_create_topic(name, partitions, &overrides)?);
         let logs = self.open_new_partitions(name, 0..partitions, &config)?;
-        let topic = Arc::new(Topic::new(
-            name.to_string(),
-            id,
-            logs,
-            overrides,
-            config,
-        ));
+        let topic = Arc::new(Topic::new(name.to_string(), id, logs, overrides, config));
         if let Err(e) = self.persist_metadata(&topic.metadata()) {
             for p in topic.partitions() {
                 p.mark_deleted();
@@ -509,10 +493,7 @@ impl LogManager {
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         let _admin = lock(&self.admin);
         let topic = self.topics_write().remove(name).ok_or_else(|| {
-            StorageError::UnknownTopicOrPartition {
-                topic: name.to_string(),
-                partition: None,
-            }
+            StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None }
         })?;
         let partitions = topic.partitions();
         for p in &partitions {
@@ -524,9 +505,7 @@ impl LogManager {
         let unique = topic.id().simple().to_string();
         let mut renamed = Vec::with_capacity(partitions.len());
         for p in &partitions {
-            let to = self
-                .data_dir
-                .join(deleting_dir_name(name, p.partition(), &unique));
+            let to = self.data_dir.join(deleting_dir_name(name, p.partition(), &unique));
             match fs::rename(p.dir(), &to) {
                 Ok(()) => renamed.push(to),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -549,12 +528,10 @@ impl LogManager {
     /// unless `new_count` exceeds the current count; [`StorageError::Io`].
     pub fn create_partitions(&self, name: &str, new_count: i32) -> Result<()> {
         let _admin = lock(&self.admin);
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| StorageError::UnknownTopicOrPartition {
-                topic: name.to_string(),
-                partition: None,
-            })?;
+        let topic = self.topic(name).ok_or_else(|| StorageError::UnknownTopicOrPartition {
+            topic: name.to_string(),
+            partition: None,
+        })?;
         let current = topic.partition_count();
         if new_count <= current {
             return Err(StorageError::InvalidPartitions {
@@ -575,12 +552,7 @@ impl LogManager {
             return Err(e);
         }
         topic.add_partitions(logs);
-        info!(
-            topic = name,
-            from = current,
-            to = new_count,
-            "added partitions"
-        );
+        info!(topic = name, from = current, to = new_count, "added partitions");
         self.write_checkpoints()
     }
 
@@ -614,12 +586,10 @@ impl LogManager {
     ) -> Result<()> {
         let _admin = lock(&self.admin);
         let config = Arc::new(self.validate_topic_config(name, &overrides)?);
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| StorageError::UnknownTopicOrPartition {
-                topic: name.to_string(),
-                partition: None,
-            })?;
+        let topic = self.topic(name).ok_or_else(|| StorageError::UnknownTopicOrPartition {
+            topic: name.to_string(),
+            partition: None,
+        })?;
         let mut meta = topic.metadata();
         meta.config = overrides.clone();
         self.persist_metadata(&meta)?;
@@ -750,12 +720,17 @@ impl LogManager {
 /// is left out with a warning rather than keeping the broker from starting:
 /// the topic then keeps locally what `retention.*` says (`-2`), which copy mode
 /// ignores anyway. Any other bad value still fails the open, as before.
-fn stored_topic_config(defaults: &LogConfig, topic: &str, overrides: &BTreeMap<String, String>) -> Result<LogConfig> {
+fn stored_topic_config(
+    defaults: &LogConfig,
+    topic: &str,
+    overrides: &BTreeMap<String, String>,
+) -> Result<LogConfig> {
     let mut overrides = std::borrow::Cow::Borrowed(overrides);
     loop {
         match defaults.with_overrides(&overrides) {
             Err(StorageError::InvalidConfig { key, reason })
-                if (key == LOCAL_RETENTION_MS || key == LOCAL_RETENTION_BYTES) && overrides.contains_key(&key) =>
+                if (key == LOCAL_RETENTION_MS || key == LOCAL_RETENTION_BYTES)
+                    && overrides.contains_key(&key) =>
             {
                 warn!(topic, %key, %reason, "ignoring a stored topic config that no longer validates; -2 (same as retention) applies");
                 overrides.to_mut().remove(&key);
@@ -781,16 +756,11 @@ mod tests {
     use crate::test_util::{batch, decode};
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn append(m: &LogManager, topic: &str, p: i32, n: usize) {
-        m.partition(topic, p)
-            .unwrap()
-            .append(&mut batch(n, 1_000, 10), 0)
-            .unwrap();
+        m.partition(topic, p).unwrap().append(&mut batch(n, 1_000, 10), 0).unwrap();
     }
 
     #[test]
@@ -841,9 +811,8 @@ mod tests {
             .unwrap();
         assert_eq!(decode(&bytes).len(), 7);
         assert!(m.partition("orders", 3).is_none());
-        let cp = OffsetCheckpointFile::new(dir.path().join(RECOVERY_POINT_CHECKPOINT))
-            .read()
-            .unwrap();
+        let cp =
+            OffsetCheckpointFile::new(dir.path().join(RECOVERY_POINT_CHECKPOINT)).read().unwrap();
         assert_eq!(cp.get(&("orders".to_string(), 1)), Some(&7));
         drop(m);
         assert!(matches!(
@@ -856,12 +825,25 @@ mod tests {
     fn a_cluster_id_is_taken_by_a_new_directory_and_enforced_on_an_old_one() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(LogManager::stored_cluster_id(dir.path()).unwrap(), None);
-        let m = LogManager::open_in_cluster(dir.path(), Some(1), Some("ClusterA"), LogConfig::default()).unwrap();
+        let m = LogManager::open_in_cluster(
+            dir.path(),
+            Some(1),
+            Some("ClusterA"),
+            LogConfig::default(),
+        )
+        .unwrap();
         assert_eq!(m.cluster_id(), "ClusterA");
         drop(m);
         assert_eq!(LogManager::stored_cluster_id(dir.path()).unwrap().as_deref(), Some("ClusterA"));
-        let refused = LogManager::open_in_cluster(dir.path(), Some(1), Some("ClusterB"), LogConfig::default());
-        assert!(matches!(refused, Err(StorageError::InvalidConfig { key, .. }) if key == "cluster.id"));
+        let refused = LogManager::open_in_cluster(
+            dir.path(),
+            Some(1),
+            Some("ClusterB"),
+            LogConfig::default(),
+        );
+        assert!(
+            matches!(refused, Err(StorageError::InvalidConfig { key, .. }) if key == "cluster.id")
+        );
         let m = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).unwrap();
         assert_eq!(m.cluster_id(), "ClusterA", "alone, a broker keeps the id it has");
     }
@@ -874,7 +856,8 @@ mod tests {
         {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
             let o = [("retention.ms", "1000"), ("local.retention.ms", "500")];
-            m.create_topic("t", 1, o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()).unwrap();
+            m.create_topic("t", 1, o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .unwrap();
             append(&m, "t", 0, 3);
         }
         let path = crate::file_names::topic_metadata_file(dir.path(), "t");
@@ -894,10 +877,7 @@ mod tests {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
             m.create_topic("t", 1, BTreeMap::new()).unwrap();
             append(&m, "t", 0, 10);
-            m.partition("t", 0)
-                .unwrap()
-                .delete_records_before(6)
-                .unwrap();
+            m.partition("t", 0).unwrap().delete_records_before(6).unwrap();
             m.run_maintenance(0).unwrap();
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
@@ -961,16 +941,9 @@ mod tests {
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         assert!(m.topics().is_empty());
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert!(
-            names
-                .iter()
-                .all(|n| !n.to_string_lossy().starts_with("gone")),
-            "{names:?}"
-        );
+        let names: Vec<_> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with("gone")), "{names:?}");
     }
 
     #[test]
@@ -980,10 +953,7 @@ mod tests {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
             m.create_topic("t", 1, BTreeMap::new()).unwrap();
             append(&m, "t", 0, 10);
-            m.partition("t", 0)
-                .unwrap()
-                .delete_records_before(8)
-                .unwrap();
+            m.partition("t", 0).unwrap().delete_records_before(8).unwrap();
             m.run_maintenance(0).unwrap();
             m.delete_topic("t").unwrap();
             m.create_topic("t", 1, BTreeMap::new()).unwrap();
@@ -1033,11 +1003,7 @@ mod tests {
                 Err(StorageError::UnknownTopicOrPartition { .. })
             ));
             m.create_partitions("t", 4).unwrap();
-            assert_eq!(
-                t.partition_count(),
-                4,
-                "visible through the existing Arc<Topic>"
-            );
+            assert_eq!(t.partition_count(), 4, "visible through the existing Arc<Topic>");
             append(&m, "t", 3, 2);
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
@@ -1050,19 +1016,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         m.create_topic("plain", 1, BTreeMap::new()).unwrap();
-        m.create_topic("kept", 1, map(&[("retention.ms", "5")]))
-            .unwrap();
-        let defaults = LogConfig::default()
-            .with_overrides(&map(&[("retention.ms", "777")]))
-            .unwrap();
+        m.create_topic("kept", 1, map(&[("retention.ms", "5")])).unwrap();
+        let defaults =
+            LogConfig::default().with_overrides(&map(&[("retention.ms", "777")])).unwrap();
         m.set_default_config(defaults).unwrap();
         assert_eq!(m.topic("plain").unwrap().config().retention_ms, 777);
         assert_eq!(m.partition("plain", 0).unwrap().config().retention_ms, 777);
-        assert_eq!(
-            m.topic("kept").unwrap().config().retention_ms,
-            5,
-            "an override wins"
-        );
+        assert_eq!(m.topic("kept").unwrap().config().retention_ms, 5, "an override wins");
         assert_eq!(m.default_config().retention_ms, 777);
         m.create_topic("later", 1, BTreeMap::new()).unwrap();
         assert_eq!(m.topic("later").unwrap().config().retention_ms, 777);
@@ -1073,29 +1033,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
-            m.create_topic("t", 1, map(&[("retention.ms", "5")]))
-                .unwrap();
+            m.create_topic("t", 1, map(&[("retention.ms", "5")])).unwrap();
             assert!(matches!(
                 m.validate_topic_config("t", &map(&[("segment.bytes", "x")])),
                 Err(StorageError::InvalidConfig { .. })
             ));
             assert!(m.alter_topic_config("t", map(&[("bogus", "1")])).is_err());
             assert_eq!(m.topic("t").unwrap().config().retention_ms, 5);
-            m.alter_topic_config("t", map(&[("message.timestamp.type", "LogAppendTime")]))
-                .unwrap();
-            let info = m
-                .partition("t", 0)
-                .unwrap()
-                .append(&mut batch(1, 1, 1), 1234)
-                .unwrap();
+            m.alter_topic_config("t", map(&[("message.timestamp.type", "LogAppendTime")])).unwrap();
+            let info = m.partition("t", 0).unwrap().append(&mut batch(1, 1, 1), 1234).unwrap();
             assert_eq!(info.log_append_time, 1234, "applied to the partition");
         }
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
         let t = m.topic("t").unwrap();
-        assert_eq!(
-            t.overrides(),
-            map(&[("message.timestamp.type", "LogAppendTime")])
-        );
+        assert_eq!(t.overrides(), map(&[("message.timestamp.type", "LogAppendTime")]));
         assert_eq!(
             t.config().retention_ms,
             LogConfig::default().retention_ms,
@@ -1107,12 +1058,7 @@ mod tests {
     fn maintenance_applies_retention() {
         let dir = tempfile::tempdir().unwrap();
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
-        m.create_topic(
-            "t",
-            1,
-            map(&[("segment.bytes", "100"), ("retention.ms", "100")]),
-        )
-        .unwrap();
+        m.create_topic("t", 1, map(&[("segment.bytes", "100"), ("retention.ms", "100")])).unwrap();
         for _ in 0..4 {
             append(&m, "t", 0, 2);
         }
@@ -1122,9 +1068,8 @@ mod tests {
         let report = m.run_maintenance(10_000).unwrap();
         assert_eq!(report.segments_deleted, 3);
         assert_eq!(m.partition("t", 0).unwrap().log_start_offset(), 6);
-        let starts = OffsetCheckpointFile::new(dir.path().join(LOG_START_OFFSET_CHECKPOINT))
-            .read()
-            .unwrap();
+        let starts =
+            OffsetCheckpointFile::new(dir.path().join(LOG_START_OFFSET_CHECKPOINT)).read().unwrap();
         assert_eq!(starts.get(&("t".to_string(), 0)), Some(&6));
     }
 
@@ -1146,23 +1091,16 @@ mod tests {
         let offline = |r: Result<()>| matches!(r, Err(StorageError::LogDirOffline { .. }));
         assert!(offline(log.append(&mut batch(1, 1_000, 10), 0).map(|_| ())));
         assert!(offline(
-            log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
-                .map(|_| ())
+            log.read(0, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).map(|_| ())
         ));
         assert!(offline(log.offset_for_timestamp(0).map(|_| ())));
         assert!(offline(log.flush()));
         assert!(offline(log.check_online()));
         assert!(offline(m.write_checkpoints()));
-        assert_eq!(
-            m.run_maintenance(i64::MAX / 2).unwrap(),
-            MaintenanceReport::default()
-        );
+        assert_eq!(m.run_maintenance(i64::MAX / 2).unwrap(), MaintenanceReport::default());
         assert!(offline(m.shutdown()));
         // Nothing was written after going offline: the recovery point stays where it was.
-        assert_eq!(
-            fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(),
-            checkpoint
-        );
+        assert_eq!(fs::read(dir.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap(), checkpoint);
         drop(log);
         drop(m);
         let m = LogManager::open(dir.path(), LogConfig::default()).unwrap();
@@ -1175,9 +1113,7 @@ mod tests {
     fn cluster_ids_are_url_safe_base64() {
         let a = new_cluster_id();
         assert_eq!(a.len(), 22);
-        assert!(a
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_ne!(a, new_cluster_id());
     }
 }

@@ -31,29 +31,40 @@ impl Maintenance {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, tick: Duration, retention_check: Duration) -> std::io::Result<Self> {
+    pub fn start(
+        logs: Arc<LogManager>,
+        tick: Duration,
+        retention_check: Duration,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let tick = tick.min(retention_check);
-        let handle = std::thread::Builder::new().name("floe-maintenance".into()).spawn(move || {
-            let mut retention_due = Instant::now() + retention_check.min(INITIAL_RETENTION_DELAY);
-            while !flag.load(Ordering::Relaxed) {
-                sleep_unless_stopped(&flag, tick);
-                if flag.load(Ordering::Relaxed) {
-                    break;
+        let handle =
+            std::thread::Builder::new().name("floe-maintenance".into()).spawn(move || {
+                let mut retention_due =
+                    Instant::now() + retention_check.min(INITIAL_RETENTION_DELAY);
+                while !flag.load(Ordering::Relaxed) {
+                    sleep_unless_stopped(&flag, tick);
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let retention = Instant::now() >= retention_due;
+                    if retention {
+                        retention_due = Instant::now() + retention_check;
+                    }
+                    let now_ms = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_millis() as i64)
+                        .unwrap_or(0);
+                    match logs.run_maintenance_pass(now_ms, retention) {
+                        Ok(report) if report != Default::default() => {
+                            tracing::debug!(?report, "log maintenance")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "log maintenance failed"),
+                    }
                 }
-                let retention = Instant::now() >= retention_due;
-                if retention {
-                    retention_due = Instant::now() + retention_check;
-                }
-                let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-                match logs.run_maintenance_pass(now_ms, retention) {
-                    Ok(report) if report != Default::default() => tracing::debug!(?report, "log maintenance"),
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(error = %e, "log maintenance failed"),
-                }
-            }
-        })?;
+            })?;
         Ok(Self { stop, handle: Some(handle) })
     }
 

@@ -31,10 +31,7 @@ impl IndexEntry for (u32, u32) {
     const SIZE: usize = OFFSET_INDEX_ENTRY_SIZE;
 
     fn decode(b: &[u8]) -> Self {
-        (
-            u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-        )
+        (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -53,10 +50,7 @@ pub(crate) struct OffsetIndex {
 impl OffsetIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        Ok(Self {
-            index: IndexFile::create(path)?,
-            base_offset,
-        })
+        Ok(Self { index: IndexFile::create(path)?, base_offset })
     }
 
     /// Loads the index at `path` for a log of `log_size` bytes. `Ok(Err(reason))`
@@ -69,9 +63,7 @@ impl OffsetIndex {
         let loaded = IndexFile::load(path, |prev: Option<&(u32, u32)>, &(rel, pos)| {
             if let Some(&(prev_rel, prev_pos)) = prev {
                 if rel <= prev_rel || pos <= prev_pos {
-                    return Err(format!(
-                        "({rel}, {pos}) is not after ({prev_rel}, {prev_pos})"
-                    ));
+                    return Err(format!("({rel}, {pos}) is not after ({prev_rel}, {prev_pos})"));
                 }
             }
             if u64::from(pos) >= log_size {
@@ -87,10 +79,9 @@ impl OffsetIndex {
     /// Adds an entry in memory if it is representable and after the last one;
     /// [`OffsetIndex::persist`] writes it.
     pub(crate) fn append(&mut self, offset: i64, position: u64) {
-        let (Ok(rel), Ok(pos)) = (
-            u32::try_from(offset - self.base_offset),
-            u32::try_from(position),
-        ) else {
+        let (Ok(rel), Ok(pos)) =
+            (u32::try_from(offset - self.base_offset), u32::try_from(position))
+        else {
             return;
         };
         if let Some(&(last_rel, last_pos)) = self.index.entries().last() {
@@ -133,11 +124,7 @@ impl OffsetIndex {
 
     /// The last entry.
     pub(crate) fn last_entry(&self) -> Option<(i64, u64)> {
-        self.index
-            .entries()
-            .len()
-            .checked_sub(1)
-            .map(|i| self.entry(i))
+        self.index.entries().len().checked_sub(1).map(|i| self.entry(i))
     }
 
     fn entry(&self, i: usize) -> (i64, u64) {
@@ -208,9 +195,6 @@ mod tests {
         assert!(OffsetIndex::load(&p, 0, 100).unwrap().is_err(), "unsorted");
         std::fs::write(&p, &b[..8]).unwrap();
         assert!(OffsetIndex::load(&p, 0, 100).unwrap().is_ok());
-        assert!(
-            OffsetIndex::load(&p, 0, 50).unwrap().is_err(),
-            "past the log"
-        );
+        assert!(OffsetIndex::load(&p, 0, 50).unwrap().is_err(), "past the log");
     }
 }

@@ -143,10 +143,7 @@ mod tests {
         assert!(m.put(b"b", 4));
         assert!(m.put(b"a", 7));
         assert!(m.put(b"", 8), "an empty key is a key");
-        assert_eq!(
-            (m.get(b"a"), m.get(b"b"), m.get(b""), m.get(b"c")),
-            (7, 4, 8, -1)
-        );
+        assert_eq!((m.get(b"a"), m.get(b"b"), m.get(b""), m.get(b"c")), (7, 4, 8, -1));
         assert_eq!((m.len(), m.latest_offset()), (3, 8));
     }
 

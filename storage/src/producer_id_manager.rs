@@ -62,7 +62,10 @@ pub struct ProducerIdManager {
 
 impl std::fmt::Debug for ProducerIdManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProducerIdManager").field("path", &self.path).field("clustered", &self.source.get().is_some()).finish()
+        f.debug_struct("ProducerIdManager")
+            .field("path", &self.path)
+            .field("clustered", &self.source.get().is_some())
+            .finish()
     }
 }
 
@@ -110,7 +113,8 @@ impl ProducerIdManager {
     fn generate(&self, st: &mut IdState) -> Result<i64> {
         if st.next >= st.block_end {
             if let Some(source) = self.source.get() {
-                let start = source(PRODUCER_ID_BLOCK_SIZE).map_err(|reason| StorageError::ProducerIdBlock { reason })?;
+                let start = source(PRODUCER_ID_BLOCK_SIZE)
+                    .map_err(|reason| StorageError::ProducerIdBlock { reason })?;
                 st.next = start;
                 st.block_end = start + PRODUCER_ID_BLOCK_SIZE;
                 st.own_blocks.push((start, st.block_end));
@@ -181,7 +185,9 @@ mod tests {
         assert_eq!(m.init_producer_id(-1, -1).unwrap(), (0, 0));
         let next = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(5_000));
         let counter = next.clone();
-        m.set_block_source(Box::new(move |n| Ok(counter.fetch_add(n, std::sync::atomic::Ordering::SeqCst))));
+        m.set_block_source(Box::new(move |n| {
+            Ok(counter.fetch_add(n, std::sync::atomic::Ordering::SeqCst))
+        }));
         assert_eq!(m.init_producer_id(-1, -1).unwrap(), (5_000, 0));
         assert_eq!(m.init_producer_id(5_000, 0).unwrap(), (5_000, 1), "its own ids bump");
         assert_eq!(m.init_producer_id(7_777, 3).unwrap(), (5_001, 0), "a foreign id: a new one");
@@ -189,10 +195,18 @@ mod tests {
             m.init_producer_id(-1, -1).unwrap();
         }
         assert_eq!(m.init_producer_id(-1, -1).unwrap().0, 6_002, "the next block from the source");
-        assert!(!fs::read_to_string(dir.path().join(PRODUCER_ID_BLOCK)).unwrap().contains("block.end=6"), "no local file block");
+        assert!(
+            !fs::read_to_string(dir.path().join(PRODUCER_ID_BLOCK))
+                .unwrap()
+                .contains("block.end=6"),
+            "no local file block"
+        );
         let failing = ProducerIdManager::open(tempfile::tempdir().unwrap().path()).unwrap();
         failing.set_block_source(Box::new(|_| Err("etcd unreachable".into())));
-        assert!(matches!(failing.init_producer_id(-1, -1), Err(StorageError::ProducerIdBlock { .. })));
+        assert!(matches!(
+            failing.init_producer_id(-1, -1),
+            Err(StorageError::ProducerIdBlock { .. })
+        ));
     }
 
     #[test]
@@ -206,39 +220,25 @@ mod tests {
         assert_eq!(m.init_producer_id(1, 1).unwrap(), (1, 2));
         assert!(matches!(
             m.init_producer_id(1, 0),
-            Err(StorageError::InvalidProducerEpoch {
-                current_epoch: 2,
-                ..
-            })
+            Err(StorageError::InvalidProducerEpoch { current_epoch: 2, .. })
         ));
         assert!(matches!(
             m.init_producer_id(5, 0),
             Err(StorageError::InvalidProducerIdMapping { producer_id: 5 })
         ));
-        assert_eq!(
-            m.init_producer_id(0, i16::MAX - 1).unwrap(),
-            (2, 0),
-            "epoch exhausted"
-        );
+        assert_eq!(m.init_producer_id(0, i16::MAX - 1).unwrap(), (2, 0), "epoch exhausted");
         drop(m);
         let text = fs::read_to_string(dir.path().join(PRODUCER_ID_BLOCK)).unwrap();
         assert!(text.contains("block.end=1000"), "{text}");
         let m = ProducerIdManager::open(dir.path()).unwrap();
         assert_eq!(m.init_producer_id(-1, -1).unwrap(), (1000, 0));
-        assert_eq!(
-            m.init_producer_id(1, 2).unwrap(),
-            (1, 3),
-            "ids of an earlier run can bump"
-        );
+        assert_eq!(m.init_producer_id(1, 2).unwrap(), (1, 3), "ids of an earlier run can bump");
         for i in 1001..2001 {
             assert_eq!(m.init_producer_id(-1, -1).unwrap().0, i);
         }
         let text = fs::read_to_string(dir.path().join(PRODUCER_ID_BLOCK)).unwrap();
         assert!(text.contains("block.end=3000"), "{text}");
         fs::write(dir.path().join(PRODUCER_ID_BLOCK), "junk").unwrap();
-        assert!(matches!(
-            ProducerIdManager::open(dir.path()),
-            Err(StorageError::Corrupt { .. })
-        ));
+        assert!(matches!(ProducerIdManager::open(dir.path()), Err(StorageError::Corrupt { .. })));
     }
 }

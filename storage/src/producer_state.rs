@@ -218,7 +218,11 @@ impl ProducerStateManager {
     ///
     /// # Errors
     /// [`StorageError::InvalidProducerEpoch`], [`StorageError::OutOfOrderSequence`].
-    pub(crate) fn check(&self, batches: &[ProducerBatch], origin: AppendOrigin) -> Result<AppendCheck> {
+    pub(crate) fn check(
+        &self,
+        batches: &[ProducerBatch],
+        origin: AppendOrigin,
+    ) -> Result<AppendCheck> {
         if origin == AppendOrigin::Replication {
             // The leader judged these batches; a follower only records them.
             return Ok(AppendCheck::Append);
@@ -296,10 +300,8 @@ impl ProducerStateManager {
             last_offset,
             timestamp,
         };
-        let entry = self
-            .producers
-            .entry(b.producer_id)
-            .or_insert_with(|| ProducerStateEntry::new(b.epoch));
+        let entry =
+            self.producers.entry(b.producer_id).or_insert_with(|| ProducerStateEntry::new(b.epoch));
         entry.push(b.epoch, meta);
         entry.last_timestamp = timestamp;
         if b.transactional && entry.current_txn_first_offset.is_none() {
@@ -351,10 +353,8 @@ impl ProducerStateManager {
         offset: i64,
         timestamp: i64,
     ) -> CompletedTxn {
-        let entry = self
-            .producers
-            .entry(producer_id)
-            .or_insert_with(|| ProducerStateEntry::new(epoch));
+        let entry =
+            self.producers.entry(producer_id).or_insert_with(|| ProducerStateEntry::new(epoch));
         if epoch != entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -412,15 +412,12 @@ impl ProducerStateManager {
     /// `lastStableOffset(CompletedTxn)`), for its `.txnindex` entry: the
     /// first offset of the oldest transaction still ongoing, else the offset after the marker.
     pub(crate) fn last_stable_offset_after(&self, completed: &CompletedTxn) -> i64 {
-        self.first_unstable_offset()
-            .unwrap_or(completed.last_offset + 1)
+        self.first_unstable_offset().unwrap_or(completed.last_offset + 1)
     }
 
     /// Whether the producer has a transaction ongoing in this partition.
     pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
-        self.producers
-            .get(&producer_id)
-            .is_some_and(|e| e.current_txn_first_offset.is_some())
+        self.producers.get(&producer_id).is_some_and(|e| e.current_txn_first_offset.is_some())
     }
 
     /// Forgets the producers without an ongoing transaction whose last
@@ -524,11 +521,8 @@ impl ProducerStateManager {
         for _ in 0..count {
             let id = r.i64()?;
             let epoch = r.i16()?;
-            let (coordinator_epoch, txn_first, mut last_timestamp) = if version >= 2 {
-                (r.i32()?, r.i64()?, r.i64()?)
-            } else {
-                (-1, -1, -1)
-            };
+            let (coordinator_epoch, txn_first, mut last_timestamp) =
+                if version >= 2 { (r.i32()?, r.i64()?, r.i64()?) } else { (-1, -1, -1) };
             let n = usize::from(r.u8()?);
             if (n == 0 && version < 2) || n > BATCHES_TO_RETAIN {
                 return Err(format!("producer {id} has {n} batches"));
@@ -661,7 +655,10 @@ mod tests {
             s.check(&[unsequenced], AppendOrigin::Client),
             Err(StorageError::OutOfOrderSequence { expected: 2, .. })
         ));
-        assert_eq!(s.check(&[unsequenced], AppendOrigin::Coordinator).unwrap(), AppendCheck::Append);
+        assert_eq!(
+            s.check(&[unsequenced], AppendOrigin::Coordinator).unwrap(),
+            AppendCheck::Append
+        );
         assert!(matches!(
             s.check(&[pb(1, -1, NO_SEQUENCE, 1)], AppendOrigin::Coordinator),
             Err(StorageError::InvalidProducerEpoch { .. })
@@ -681,14 +678,8 @@ mod tests {
     #[test]
     fn sequences_epochs_and_duplicates() {
         let mut s = ProducerStateManager::default();
-        assert_eq!(
-            append(&mut s, pb(7, 0, 0, 3), 0).unwrap(),
-            AppendCheck::Append
-        );
-        assert_eq!(
-            append(&mut s, pb(7, 0, 3, 2), 3).unwrap(),
-            AppendCheck::Append
-        );
+        assert_eq!(append(&mut s, pb(7, 0, 0, 3), 0).unwrap(), AppendCheck::Append);
+        assert_eq!(append(&mut s, pb(7, 0, 3, 2), 3).unwrap(), AppendCheck::Append);
         // A retry of either batch is a duplicate answered with its offsets.
         let dup = append(&mut s, pb(7, 0, 0, 3), 99).unwrap();
         assert!(
@@ -701,11 +692,7 @@ mod tests {
         // A gap, or an overlapping range that is no exact match, is out of order.
         assert!(matches!(
             append(&mut s, pb(7, 0, 6, 1), 5),
-            Err(StorageError::OutOfOrderSequence {
-                sequence: 6,
-                expected: 5,
-                ..
-            })
+            Err(StorageError::OutOfOrderSequence { sequence: 6, expected: 5, .. })
         ));
         assert!(matches!(
             append(&mut s, pb(7, 0, 1, 2), 5),
@@ -716,17 +703,10 @@ mod tests {
             append(&mut s, pb(7, 1, 5, 1), 5),
             Err(StorageError::OutOfOrderSequence { expected: 0, .. })
         ));
-        assert_eq!(
-            append(&mut s, pb(7, 1, 0, 1), 5).unwrap(),
-            AppendCheck::Append
-        );
+        assert_eq!(append(&mut s, pb(7, 1, 0, 1), 5).unwrap(), AppendCheck::Append);
         assert!(matches!(
             append(&mut s, pb(7, 0, 5, 1), 6),
-            Err(StorageError::InvalidProducerEpoch {
-                epoch: 0,
-                current_epoch: 1,
-                ..
-            })
+            Err(StorageError::InvalidProducerEpoch { epoch: 0, current_epoch: 1, .. })
         ));
         assert!(
             matches!(
@@ -736,10 +716,7 @@ mod tests {
             "an old epoch's batch is no duplicate"
         );
         // An unknown producer starts at any sequence.
-        assert_eq!(
-            append(&mut s, pb(8, 3, 1234, 1), 6).unwrap(),
-            AppendCheck::Append
-        );
+        assert_eq!(append(&mut s, pb(8, 3, 1234, 1), 6).unwrap(), AppendCheck::Append);
         assert_eq!(s.producer_count(), 2);
     }
 
@@ -765,18 +742,12 @@ mod tests {
         let b = pb(1, 0, i32::MAX - 1, 2);
         assert_eq!(b.last_seq, i32::MAX);
         append(&mut s, b, 0).unwrap();
-        assert_eq!(
-            append(&mut s, pb(1, 0, 0, 5), 2).unwrap(),
-            AppendCheck::Append
-        );
+        assert_eq!(append(&mut s, pb(1, 0, 0, 5), 2).unwrap(), AppendCheck::Append);
         // A batch spanning the wrap.
         let mut s = ProducerStateManager::default();
         append(&mut s, pb(1, 0, i32::MAX - 1, 4), 0).unwrap();
         assert_eq!(s.last_batch(1).unwrap().1.last_seq, 1);
-        assert_eq!(
-            append(&mut s, pb(1, 0, 2, 1), 4).unwrap(),
-            AppendCheck::Append
-        );
+        assert_eq!(append(&mut s, pb(1, 0, 2, 1), 4).unwrap(), AppendCheck::Append);
     }
 
     #[test]
@@ -796,12 +767,7 @@ mod tests {
         let mut s = ProducerStateManager::default();
         for i in 0..8 {
             let offset = i64::from(i) * 2;
-            s.update(
-                &pb(i64::from(i % 3), (i % 3) as i16, i * 2, 2),
-                offset,
-                offset + 1,
-                -1,
-            );
+            s.update(&pb(i64::from(i % 3), (i % 3) as i16, i * 2, 2), offset, offset + 1, -1);
         }
         let bytes = s.to_snapshot(16);
         assert_eq!(ProducerStateManager::from_snapshot(&bytes, 16).unwrap(), s);
@@ -814,17 +780,10 @@ mod tests {
         }
         let mut flipped = bytes.clone();
         flipped[30] ^= 1;
-        assert!(ProducerStateManager::from_snapshot(&flipped, 16)
-            .unwrap_err()
-            .contains("CRC"));
+        assert!(ProducerStateManager::from_snapshot(&flipped, 16).unwrap_err().contains("CRC"));
         let empty = ProducerStateManager::default().to_snapshot(0);
         assert_eq!(empty.len(), SNAPSHOT_HEADER);
-        assert_eq!(
-            ProducerStateManager::from_snapshot(&empty, 0)
-                .unwrap()
-                .producer_count(),
-            0
-        );
+        assert_eq!(ProducerStateManager::from_snapshot(&empty, 0).unwrap().producer_count(), 0);
     }
 
     #[test]
@@ -845,10 +804,7 @@ mod tests {
         assert_eq!(back.summaries()[2].last_sequence, -1);
         let mut back = back;
         let done = back.complete_txn(1, 0, ControlRecordType::Abort, 0, 14, 503);
-        assert_eq!(
-            (done.first_offset, done.last_offset, done.aborted),
-            (10, 14, true)
-        );
+        assert_eq!((done.first_offset, done.last_offset, done.aborted), (10, 14, true));
         assert_eq!(back.first_unstable_offset(), None);
 
         // Version 1: producer id, epoch, batch count, batches (no transaction fields).
@@ -879,10 +835,7 @@ mod tests {
             ),
             (7, 3, 4, 999)
         );
-        assert_eq!(
-            (summary.coordinator_epoch, summary.current_txn_start_offset),
-            (-1, -1)
-        );
+        assert_eq!((summary.coordinator_epoch, summary.current_txn_start_offset), (-1, -1));
     }
 
     #[test]
@@ -894,11 +847,7 @@ mod tests {
         s.update(&pb(2, 0, 0, 1), 1, 1, 100);
         s.update(&pb(3, 0, 0, 1), 2, 2, 900);
         assert_eq!(s.remove_expired(1_099, 1_000), 0);
-        assert_eq!(
-            s.remove_expired(1_100, 1_000),
-            1,
-            "producer 2, idle 1000 ms"
-        );
+        assert_eq!(s.remove_expired(1_100, 1_000), 1, "producer 2, idle 1000 ms");
         assert!(s.has_ongoing_txn(1));
         assert_eq!(s.producer_count(), 2);
     }

@@ -69,7 +69,10 @@ fn leader_appends_stamp_the_leader_epoch_and_record_where_it_began() {
     assert_eq!(log.end_offset_for_epoch(3), (3, 6));
     assert_eq!(log.end_offset_for_epoch(2), (0, 2), "an unknown epoch: the one below it");
     assert_eq!(log.end_offset_for_epoch(4), (-1, -1));
-    assert!(matches!(log.become_leader(2), Err(StorageError::FencedLeaderEpoch { epoch: 2, latest: 3 })));
+    assert!(matches!(
+        log.become_leader(2),
+        Err(StorageError::FencedLeaderEpoch { epoch: 2, latest: 3 })
+    ));
     drop(log);
     let log = open(dir.path(), config(&[]));
     assert_eq!(epochs(&log), vec![(0, 0), (3, 2)]);
@@ -166,7 +169,9 @@ fn segment_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "log" || x == "txnindex"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
         .collect();
     files.sort();
     files
@@ -181,15 +186,24 @@ fn a_follower_stores_the_leaders_batches_byte_for_byte() {
     replicate(&leader, &follower, 250);
     assert_eq!(follower.log_end_offset(), end);
     assert_eq!(read_bytes(&follower, 0), read_bytes(&leader, 0));
-    assert_eq!(segment_files(fdir.path()), segment_files(ldir.path()), "same segments, same bytes, same .txnindex");
+    assert_eq!(
+        segment_files(fdir.path()),
+        segment_files(ldir.path()),
+        "same segments, same bytes, same .txnindex"
+    );
     assert_eq!(epochs(&follower), epochs(&leader));
     assert_eq!(epochs(&follower), vec![(0, 0), (4, 34)]);
     assert_eq!(follower.active_producers(), leader.active_producers());
     assert_eq!(follower.last_stable_offset(), leader.last_stable_offset());
-    let committed = |log: &PartitionLog| log.read(30, 1 << 20, true, IsolationLevel::ReadCommitted).unwrap().aborted_transactions;
+    let committed = |log: &PartitionLog| {
+        log.read(30, 1 << 20, true, IsolationLevel::ReadCommitted).unwrap().aborted_transactions
+    };
     let aborted = committed(&follower).unwrap();
     assert_eq!(aborted.len(), 1, "{aborted:?}");
-    assert_eq!((aborted[0].producer_id, aborted[0].first_offset, aborted[0].last_offset), (7, 30, 33));
+    assert_eq!(
+        (aborted[0].producer_id, aborted[0].first_offset, aborted[0].last_offset),
+        (7, 30, 33)
+    );
     assert_eq!(committed(&follower), committed(&leader));
     // And after a restart, from the follower's own files.
     drop(follower);
@@ -215,7 +229,10 @@ fn follower_appends_refuse_going_backwards_and_bad_crcs() {
         Err(StorageError::UnexpectedAppendOffset { expected: 5, first_offset: 3, last_offset: 6 })
     ));
     let overlapping = [batch_at(5, 3), batch_at(7, 2)].concat();
-    assert!(matches!(log.append_as_follower(&overlapping, 0), Err(StorageError::OffsetOutOfOrder { expected: 8, got: 7 })));
+    assert!(matches!(
+        log.append_as_follower(&overlapping, 0),
+        Err(StorageError::OffsetOutOfOrder { expected: 8, got: 7 })
+    ));
     let mut damaged = [batch_at(5, 3), batch_at(8, 2)].concat();
     let last = damaged.len() - 1;
     damaged[last] ^= 0x40;
@@ -260,7 +277,11 @@ fn a_replicated_high_watermark_moves_only_when_told() {
     assert!(!log.update_high_watermark(3).unwrap(), "never backwards");
     assert!(log.update_high_watermark(5).unwrap());
     assert_eq!(log.high_watermark(), 5);
-    assert_eq!(decode(&read_bytes(&log, 0)).len(), 4, "the batch 4-5 is not wholly below 5: not served");
+    assert_eq!(
+        decode(&read_bytes(&log, 0)).len(),
+        4,
+        "the batch 4-5 is not wholly below 5: not served"
+    );
     assert!(log.update_high_watermark(100).unwrap());
     assert_eq!(log.high_watermark(), 8, "capped by the log end offset");
     log.append(&mut batch(2, 1, 10), 0).unwrap();
@@ -299,7 +320,11 @@ fn a_transaction_is_stable_once_the_high_watermark_passes_its_marker() {
     let marker = log.append_txn_marker(7, 0, crate::ControlRecordType::Commit, 0, 0).unwrap();
     assert_eq!(log.last_stable_offset(), 0);
     log.update_high_watermark(marker).unwrap();
-    assert_eq!(log.last_stable_offset(), 0, "the marker itself is not below the high watermark yet");
+    assert_eq!(
+        log.last_stable_offset(),
+        0,
+        "the marker itself is not below the high watermark yet"
+    );
     log.update_high_watermark(marker + 1).unwrap();
     assert_eq!(log.last_stable_offset(), marker + 1);
 }
@@ -350,7 +375,11 @@ fn truncation_inside_a_segment_and_across_segments_then_appending_again() {
     assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
     assert_eq!(offsets_from(&log, 0), (0..20).collect::<Vec<_>>());
     assert_eq!(log.offset_for_timestamp(109).unwrap().map(|t| t.offset), Some(18));
-    assert_eq!(log.offset_for_timestamp(110).unwrap(), None, "later timestamps went with their batches");
+    assert_eq!(
+        log.offset_for_timestamp(110).unwrap(),
+        None,
+        "later timestamps went with their batches"
+    );
     assert_eq!(log.max_timestamp_and_offset().unwrap().map(|t| t.offset), Some(18));
     for _ in 0..20 {
         log.append(&mut batch(2, 7, 30), 0).unwrap();
@@ -378,7 +407,10 @@ fn truncation_rebuilds_producer_state_as_of_the_new_end() {
     assert_eq!(log.last_stable_offset(), 9, "the cut marker's transaction is ongoing again");
     assert!(log.producer_state().has_ongoing_txn(7));
     log.truncate_to(6).unwrap();
-    assert!(!log.producer_state().has_ongoing_txn(7), "a transaction begun above the new end is forgotten");
+    assert!(
+        !log.producer_state().has_ongoing_txn(7),
+        "a transaction begun above the new end is forgotten"
+    );
     assert_eq!(log.last_stable_offset(), 6);
     // Producer 5's next sequence is 6 again: its retry is a new batch, not a duplicate.
     let info = log.append(&mut idempotent_batch((5, 0, 6), 3, 1), 0).unwrap();
@@ -442,7 +474,13 @@ fn truncating_fully_starts_an_empty_log_at_the_offset() {
     log.append(&mut crate::test_util::txn_batch((7, 0, 0), 2, 1), 0).unwrap();
     log.truncate_fully_and_start_at(500).unwrap();
     assert_eq!(
-        (log.log_start_offset(), log.log_end_offset(), log.high_watermark(), log.recovery_point(), log.last_stable_offset()),
+        (
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.high_watermark(),
+            log.recovery_point(),
+            log.last_stable_offset()
+        ),
         (500, 500, 500, 500, 500)
     );
     assert_eq!(log.segment_count(), 1);
@@ -480,7 +518,10 @@ fn truncating_to_a_damaged_range_cuts_where_the_damage_starts() {
     // Recovery (from offset 0) keeps the range and steps over it.
     let log = PartitionLog::open(dir.path(), "t", 0, config(&[]), Some(0), None).unwrap();
     let ranges = log.corrupt_ranges();
-    assert_eq!(ranges.iter().map(|r| (r.first_offset, r.last_offset)).collect::<Vec<_>>(), vec![(12, Some(14))]);
+    assert_eq!(
+        ranges.iter().map(|r| (r.first_offset, r.last_offset)).collect::<Vec<_>>(),
+        vec![(12, Some(14))]
+    );
     assert_eq!(log.log_end_offset(), 30);
 
     assert!(log.truncate_to(12).unwrap());
@@ -511,7 +552,10 @@ fn truncating_below_garbage_that_hides_no_offset_removes_it() {
     std::fs::write(crate::file_names::log_file(dir.path(), 0), &bytes).unwrap();
     let log = PartitionLog::open(dir.path(), "t", 0, config(&[]), Some(0), None).unwrap();
     let ranges = log.corrupt_ranges();
-    assert_eq!(ranges.iter().map(|r| (r.position, r.first_offset, r.last_offset)).collect::<Vec<_>>(), vec![(0, 0, Some(-1))]);
+    assert_eq!(
+        ranges.iter().map(|r| (r.position, r.first_offset, r.last_offset)).collect::<Vec<_>>(),
+        vec![(0, 0, Some(-1))]
+    );
     assert_eq!(log.log_end_offset(), 6);
     assert!(log.truncate_to(0).unwrap());
     assert!(log.corrupt_ranges().is_empty());
@@ -545,7 +589,13 @@ fn a_sealed_segment_missing_its_tail_is_a_damaged_range() {
         }
         let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
             .unwrap()
-            .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_suffix(".log").map(|b| b.parse().unwrap()))
+            .filter_map(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .strip_suffix(".log")
+                    .map(|b| b.parse().unwrap())
+            })
             .collect();
         bases.sort_unstable();
         assert!(bases.len() >= 3, "{bases:?}");
@@ -557,7 +607,8 @@ fn a_sealed_segment_missing_its_tail_is_a_damaged_range() {
         std::fs::write(&first, &bytes[..kept]).unwrap();
 
         let log = PartitionLog::open(dir.path(), "t", 0, cfg(), Some(0), None).unwrap();
-        let ranges: Vec<_> = log.corrupt_ranges().iter().map(|r| (r.first_offset, r.last_offset)).collect();
+        let ranges: Vec<_> =
+            log.corrupt_ranges().iter().map(|r| (r.first_offset, r.last_offset)).collect();
         if compacted {
             assert!(ranges.is_empty(), "a compacted log's gaps are the cleaner's: {ranges:?}");
             continue;
@@ -598,11 +649,13 @@ fn crash_scenario(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
 /// What a truncated log shows of itself: offsets, producers, epochs, last
 /// stable offset, aborted transactions.
 #[cfg(feature = "failpoints")]
-type Observed = (Vec<i64>, Vec<crate::ProducerSummary>, Vec<(i32, i64)>, i64, Option<Vec<crate::AbortedTxn>>);
+type Observed =
+    (Vec<i64>, Vec<crate::ProducerSummary>, Vec<(i32, i64)>, i64, Option<Vec<crate::AbortedTxn>>);
 
 #[cfg(feature = "failpoints")]
 fn observed(log: &PartitionLog) -> Observed {
-    let aborted = log.read(0, 1 << 20, true, IsolationLevel::ReadCommitted).unwrap().aborted_transactions;
+    let aborted =
+        log.read(0, 1 << 20, true, IsolationLevel::ReadCommitted).unwrap().aborted_transactions;
     (offsets_from(log, 0), log.active_producers(), epochs(log), log.last_stable_offset(), aborted)
 }
 
@@ -615,8 +668,16 @@ fn observed(log: &PartitionLog) -> Observed {
 #[test]
 fn a_crash_at_every_truncation_step_leaves_a_consistent_log() {
     let _serial = serial();
-    const POINTS: [&str; 4] = ["log.truncate.segments_deleted", "log.truncate.log_cut", "log.truncate.indexes_cut", "log.truncate.done"];
-    for cfg in [config(&[("index.interval.bytes", "100")]), config(&[("segment.bytes", "400"), ("index.interval.bytes", "100")])] {
+    const POINTS: [&str; 4] = [
+        "log.truncate.segments_deleted",
+        "log.truncate.log_cut",
+        "log.truncate.indexes_cut",
+        "log.truncate.done",
+    ];
+    for cfg in [
+        config(&[("index.interval.bytes", "100")]),
+        config(&[("segment.bytes", "400"), ("index.interval.bytes", "100")]),
+    ] {
         let reference_dir = tempfile::tempdir().unwrap();
         let reference = crash_scenario(reference_dir.path(), cfg.clone());
         reference.truncate_to(26).unwrap();
@@ -628,16 +689,22 @@ fn a_crash_at_every_truncation_step_leaves_a_consistent_log() {
                 let dir = tempfile::tempdir().unwrap();
                 let log = crash_scenario(dir.path(), cfg.clone());
                 crate::failpoint::arm(&format!("{point}=1*panic->off")).unwrap();
-                let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.truncate_to(26)));
+                let crashed =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.truncate_to(26)));
                 crate::failpoint::arm(&format!("{point}=off")).unwrap();
                 assert!(crashed.is_err(), "{point} fired");
                 std::mem::forget(log);
-                let log = PartitionLog::open(dir.path(), "t", 0, cfg.clone(), recovery_point, None).unwrap();
+                let log = PartitionLog::open(dir.path(), "t", 0, cfg.clone(), recovery_point, None)
+                    .unwrap();
                 let end = log.log_end_offset();
                 let case = format!("{point}, recovery point {recovery_point:?}, end {end}");
                 assert!((26..=42).contains(&end), "{case}");
                 assert_eq!(offsets_from(&log, 0), (0..end).collect::<Vec<_>>(), "{case}");
-                assert!(epochs(&log).iter().all(|&(_, start)| start < end), "{case}: {:?}", epochs(&log));
+                assert!(
+                    epochs(&log).iter().all(|&(_, start)| start < end),
+                    "{case}: {:?}",
+                    epochs(&log)
+                );
                 let (_, _, _, _, aborted) = observed(&log);
                 assert!(aborted.unwrap().iter().all(|a| a.last_offset < end), "{case}");
                 if end == 26 {
@@ -645,7 +712,9 @@ fn a_crash_at_every_truncation_step_leaves_a_consistent_log() {
                 }
                 log.truncate_to(26).unwrap();
                 assert_eq!(observed(&log), want, "{case}: truncated again");
-                let info = log.append(&mut crate::test_util::idempotent_batch((5, 0, 24), 3, 1), 0).unwrap();
+                let info = log
+                    .append(&mut crate::test_util::idempotent_batch((5, 0, 24), 3, 1), 0)
+                    .unwrap();
                 assert_eq!((info.first_offset, info.duplicate), (26, false), "{case}");
                 assert!(leftovers(dir.path()).is_empty(), "{case}");
             }
@@ -662,13 +731,19 @@ fn a_replica_fetch_reads_past_the_high_watermark_up_to_the_log_end() {
         log.append(&mut batch(2, 1, 10), 0).unwrap();
     }
     assert_eq!((log.log_end_offset(), log.high_watermark()), (6, 0));
-    assert!(log.read(0, 1 << 20, true, UNCOMMITTED).unwrap().region.is_none(), "consumers see nothing yet");
+    assert!(
+        log.read(0, 1 << 20, true, UNCOMMITTED).unwrap().region.is_none(),
+        "consumers see nothing yet"
+    );
     let info = log.read_for_replica(0, 1 << 20, true).unwrap();
     assert_eq!(info.high_watermark, 0);
     let bytes = info.region.unwrap().read_to_vec().unwrap();
     assert_eq!(decode(&bytes).len(), 6, "a follower gets every record up to the log end");
     assert!(log.read_for_replica(6, 1 << 20, true).unwrap().region.is_none());
-    assert!(matches!(log.read_for_replica(7, 1 << 20, true), Err(crate::StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read_for_replica(7, 1 << 20, true),
+        Err(crate::StorageError::OffsetOutOfRange { .. })
+    ));
 }
 
 /// A flush takes its plan under the lock and fsyncs without it. A follower's
@@ -689,7 +764,11 @@ fn a_flush_that_a_truncation_overtook_moves_no_recovery_point() {
     assert_eq!(log.log_end_offset(), 60);
     let synced = plan.sync(dir.path());
     log.finish_flush(plan, synced).unwrap();
-    assert!(log.recovery_point() <= 20, "recovery point {} vouches for records written after the fsyncs", log.recovery_point());
+    assert!(
+        log.recovery_point() <= 20,
+        "recovery point {} vouches for records written after the fsyncs",
+        log.recovery_point()
+    );
     log.flush().unwrap();
     assert_eq!(log.recovery_point(), 60, "the next flush covers them");
 }
@@ -717,21 +796,38 @@ fn a_trusted_segment_that_ends_before_the_next_one_reports_the_lost_tail() {
     let first = &logs[0];
     let bytes = std::fs::read(first).unwrap();
     let last = BatchIter::new(&bytes).map(Result::unwrap).last().unwrap();
-    std::fs::OpenOptions::new().write(true).open(first).unwrap().set_len(last.position as u64).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(first)
+        .unwrap()
+        .set_len(last.position as u64)
+        .unwrap();
     // The power cut took the indexes' unsynced entries too: they end where the log does,
     // so the loader's cheap checks of a trusted segment find nothing wrong.
     let keep = |path: std::path::PathBuf, width: usize, keep: &dyn Fn(&[u8]) -> bool| {
         let bytes = std::fs::read(&path).unwrap();
-        let kept: Vec<u8> = bytes.chunks(width).filter(|e| e.len() == width && keep(e)).flatten().copied().collect();
+        let kept: Vec<u8> = bytes
+            .chunks(width)
+            .filter(|e| e.len() == width && keep(e))
+            .flatten()
+            .copied()
+            .collect();
         std::fs::write(&path, kept).unwrap();
     };
     let relative = last.header.base_offset as u32; // relative to the first segment, based at 0
-    keep(first.with_extension("index"), 8, &|e| u32::from_be_bytes(e[4..8].try_into().unwrap()) < last.position as u32);
-    keep(first.with_extension("timeindex"), 12, &|e| u32::from_be_bytes(e[8..12].try_into().unwrap()) < relative);
+    keep(first.with_extension("index"), 8, &|e| {
+        u32::from_be_bytes(e[4..8].try_into().unwrap()) < last.position as u32
+    });
+    keep(first.with_extension("timeindex"), 12, &|e| {
+        u32::from_be_bytes(e[8..12].try_into().unwrap()) < relative
+    });
     let next_base: i64 = logs[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
 
     let log = PartitionLog::open(dir.path(), "t", 0, segmented(), Some(60), None).unwrap();
     let damaged = log.corrupt_ranges();
     assert_eq!(damaged.len(), 1, "{damaged:?}");
-    assert_eq!((damaged[0].first_offset, damaged[0].last_offset), (last.header.base_offset, Some(next_base - 1)));
+    assert_eq!(
+        (damaged[0].first_offset, damaged[0].last_offset),
+        (last.header.base_offset, Some(next_base - 1))
+    );
 }

@@ -19,7 +19,9 @@ use floe_protocol::record_batch::RecordBatchHeader;
 
 use crate::error::{IoContext, Result};
 use crate::failpoint;
-use crate::file_names::{deleted_file, index_file, log_file, time_index_file, txn_index_file, with_suffix};
+use crate::file_names::{
+    deleted_file, index_file, log_file, time_index_file, txn_index_file, with_suffix,
+};
 use crate::index_file::open_rw;
 use crate::offset_index::OffsetIndex;
 use crate::time_index::TimeIndex;
@@ -140,15 +142,7 @@ impl LogSegment {
         let offset_index = OffsetIndex::create(&index_file(dir, base_offset), base_offset)?;
         let time_index = TimeIndex::create(&time_index_file(dir, base_offset), base_offset)?;
         let txn_index = TransactionIndex::create(&txn_index_file(dir, base_offset))?;
-        Ok(Self::assemble(
-            base_offset,
-            log_path,
-            log,
-            0,
-            offset_index,
-            time_index,
-            txn_index,
-        ))
+        Ok(Self::assemble(base_offset, log_path, log, 0, offset_index, time_index, txn_index))
     }
 
     /// Creates a new empty segment whose files are at the given paths (the
@@ -274,10 +268,9 @@ impl LogSegment {
         // there unacknowledged while their offsets are handed out again. Index
         // entries that cannot be written (a full disk) stay in memory and are
         // written by the next append; recovery rebuilds an index that lacks them.
-        for (result, index) in [
-            (self.offset_index.persist(), "offset"),
-            (self.time_index.persist(), "time"),
-        ] {
+        for (result, index) in
+            [(self.offset_index.persist(), "offset"), (self.time_index.persist(), "time")]
+        {
             if let Err(e) = result {
                 tracing::warn!(segment = %self.log_path.display(), index, error = %e,
                     "cannot write index entries; keeping them in memory and retrying on the next append");
@@ -291,8 +284,7 @@ impl LogSegment {
     /// land, then the injected error, as a disk that fills mid-write does.
     fn write_at_end(&self, records: &[u8]) -> std::io::Result<()> {
         if let Err(e) = failpoint::check("log.segment.append") {
-            self.log
-                .write_all_at(&records[..records.len() / 2], self.size)?;
+            self.log.write_all_at(&records[..records.len() / 2], self.size)?;
             return Err(e);
         }
         self.log.write_all_at(records, self.size)
@@ -300,10 +292,7 @@ impl LogSegment {
 
     /// The damaged byte ranges as `(start, end)`, for walks outside the log's lock.
     pub(crate) fn holes(&self) -> Vec<(u64, u64)> {
-        self.corrupt
-            .iter()
-            .map(|c| (c.position, c.end_position))
-            .collect()
+        self.corrupt.iter().map(|c| (c.position, c.end_position)).collect()
     }
 
     /// Whether the segment holds no batch.
@@ -315,14 +304,8 @@ impl LogSegment {
     pub(crate) fn files(&self) -> Vec<(Arc<File>, PathBuf)> {
         let mut files = vec![
             (self.log.clone(), self.log_path.to_path_buf()),
-            (
-                self.offset_index.file().clone(),
-                self.offset_index.path().to_path_buf(),
-            ),
-            (
-                self.time_index.file().clone(),
-                self.time_index.path().to_path_buf(),
-            ),
+            (self.offset_index.file().clone(), self.offset_index.path().to_path_buf()),
+            (self.time_index.file().clone(), self.time_index.path().to_path_buf()),
         ];
         files.extend(self.txn_index.file());
         files

@@ -75,10 +75,7 @@ fn encode_with(
     RecordBatchEncoder::encode(
         &mut buf,
         records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
+        &RecordEncodeOptions { version: 2, compression },
     )
     .expect("encode");
     buf.to_vec()
@@ -97,17 +94,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Vec<(i64, i64)> {
         .map_or(0, |b| b.map_or(0, |b| b.end()));
     let sets = RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(&bytes[..whole]))
         .expect("decode");
-    sets.iter()
-        .flat_map(|s| s.records.iter().map(|r| (r.offset, r.timestamp)))
-        .collect()
+    sets.iter().flat_map(|s| s.records.iter().map(|r| (r.offset, r.timestamp))).collect()
 }
 
 /// Defaults with these overrides.
 pub(crate) fn config(kv: &[(&str, &str)]) -> Arc<LogConfig> {
-    let map: BTreeMap<String, String> = kv
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map: BTreeMap<String, String> =
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Arc::new(LogConfig::default().with_overrides(&map).expect("config"))
 }
 
@@ -159,10 +152,7 @@ fn keyed_batch_of(
     RecordBatchEncoder::encode(
         &mut buf,
         records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
+        &RecordEncodeOptions { version: 2, compression },
     )
     .expect("encode");
     buf.to_vec()
@@ -175,11 +165,7 @@ pub(crate) fn decode_keyed(bytes: &[u8]) -> Vec<(i64, String, Option<String>)> {
     sets.iter()
         .flat_map(|s| {
             s.records.iter().map(|r| {
-                (
-                    r.offset,
-                    r.key.as_ref().map(text).unwrap_or_default(),
-                    r.value.as_ref().map(text),
-                )
+                (r.offset, r.key.as_ref().map(text).unwrap_or_default(), r.value.as_ref().map(text))
             })
         })
         .collect()

@@ -18,11 +18,7 @@ pub(crate) struct Throttler {
 impl Throttler {
     /// A throttler for `bytes_per_second`; infinite (or non-positive) means none.
     pub(crate) fn new(bytes_per_second: f64) -> Self {
-        Self {
-            bytes_per_second,
-            window_start: Instant::now(),
-            bytes_in_window: 0.0,
-        }
+        Self { bytes_per_second, window_start: Instant::now(), bytes_in_window: 0.0 }
     }
 
     /// Accounts for `bytes` read or written, sleeping if the rate is exceeded.
@@ -61,10 +57,6 @@ mod tests {
         std::thread::sleep(CHECK_INTERVAL);
         let started = Instant::now();
         t.maybe_throttle(1_000_000);
-        assert!(
-            started.elapsed() >= Duration::from_millis(150),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() >= Duration::from_millis(150), "{:?}", started.elapsed());
     }
 }

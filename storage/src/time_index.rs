@@ -52,10 +52,7 @@ pub(crate) struct TimeIndex {
 impl TimeIndex {
     /// Creates an empty index at `path`, truncating any file there.
     pub(crate) fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        Ok(Self {
-            index: IndexFile::create(path)?,
-            base_offset,
-        })
+        Ok(Self { index: IndexFile::create(path)?, base_offset })
     }
 
     /// Loads the index for a segment whose offsets end before `next_offset`.
@@ -68,9 +65,7 @@ impl TimeIndex {
         let loaded = IndexFile::load(path, |prev: Option<&(i64, u32)>, &(ts, rel)| {
             if let Some(&(prev_ts, prev_rel)) = prev {
                 if ts <= prev_ts || rel <= prev_rel {
-                    return Err(format!(
-                        "({ts}, {rel}) is not after ({prev_ts}, {prev_rel})"
-                    ));
+                    return Err(format!("({ts}, {rel}) is not after ({prev_ts}, {prev_rel})"));
                 }
             }
             if base_offset + i64::from(rel) >= next_offset {
@@ -81,9 +76,7 @@ impl TimeIndex {
             }
             Ok(())
         })?;
-        Ok(loaded
-            .map(|index| Self { index, base_offset })
-            .map_err(|r| format!("time index: {r}")))
+        Ok(loaded.map(|index| Self { index, base_offset }).map_err(|r| format!("time index: {r}")))
     }
 
     /// Adds `(timestamp, offset)` in memory if representable and after the last entry.
@@ -119,8 +112,7 @@ impl TimeIndex {
     pub(crate) fn lookup(&self, target: i64) -> Option<i64> {
         let entries = self.index.entries();
         let idx = entries.partition_point(|&(ts, _)| ts < target);
-        idx.checked_sub(1)
-            .map(|i| self.base_offset + i64::from(entries[i].1))
+        idx.checked_sub(1).map(|i| self.base_offset + i64::from(entries[i].1))
     }
 
     /// The largest timestamp recorded, if any.
@@ -169,10 +161,7 @@ mod tests {
         assert_eq!(idx.lookup(1001), Some(20));
         assert_eq!(idx.lookup(5000), Some(40));
         assert_eq!(idx.last_timestamp(), Some(2000));
-        assert!(
-            TimeIndex::load(&p, 10, 40).unwrap().is_err(),
-            "offset past the end"
-        );
+        assert!(TimeIndex::load(&p, 10, 40).unwrap().is_err(), "offset past the end");
         std::fs::write(&p, [1u8; 13]).unwrap();
         assert!(TimeIndex::load(&p, 10, 50).unwrap().is_err(), "torn");
     }

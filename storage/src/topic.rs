@@ -25,18 +25,14 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
         "\".\" and \"..\" are not allowed".to_string()
     } else if name.len() > MAX_TOPIC_NAME_LEN {
         format!("the name is longer than {MAX_TOPIC_NAME_LEN} characters")
-    } else if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    } else if let Some(c) =
+        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         format!("character {c:?} is not one of [a-zA-Z0-9._-]")
     } else {
         return Ok(());
     };
-    Err(StorageError::InvalidTopic {
-        name: name.to_string(),
-        reason,
-    })
+    Err(StorageError::InvalidTopic { name: name.to_string(), reason })
 }
 
 /// The JSON persisted at `topics/<name>.json`.
@@ -78,15 +74,7 @@ impl Topic {
         overrides: BTreeMap<String, String>,
         config: Arc<LogConfig>,
     ) -> Self {
-        Self {
-            name,
-            id,
-            state: RwLock::new(TopicState {
-                partitions,
-                overrides,
-                config,
-            }),
-        }
+        Self { name, id, state: RwLock::new(TopicState { partitions, overrides, config }) }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, TopicState> {
@@ -110,9 +98,7 @@ impl Topic {
 
     /// One partition's log.
     pub fn partition(&self, index: i32) -> Option<Arc<PartitionLog>> {
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| self.read().partitions.get(i).cloned())
+        usize::try_from(index).ok().and_then(|i| self.read().partitions.get(i).cloned())
     }
 
     /// Number of partitions.
@@ -148,11 +134,7 @@ impl Topic {
     }
 
     pub(crate) fn add_partitions(&self, new: Vec<Arc<PartitionLog>>) {
-        self.state
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .partitions
-            .extend(new);
+        self.state.write().unwrap_or_else(PoisonError::into_inner).partitions.extend(new);
     }
 
     pub(crate) fn set_config(&self, overrides: BTreeMap<String, String>, config: Arc<LogConfig>) {
@@ -176,10 +158,7 @@ mod tests {
         }
         for bad in ["", ".", "..", "a b", "a/b", "ü", &"x".repeat(250)] {
             assert!(
-                matches!(
-                    validate_topic_name(bad),
-                    Err(StorageError::InvalidTopic { .. })
-                ),
+                matches!(validate_topic_name(bad), Err(StorageError::InvalidTopic { .. })),
                 "{bad:?}"
             );
         }

@@ -213,10 +213,8 @@ pub(crate) fn parse_control_batch(batch: &[u8]) -> Option<(ControlRecordType, i3
     let marker = ControlRecordType::from_id(key_type)?;
     let value_len = usize::try_from(varint(batch, &mut pos)?).ok()?;
     let value = batch.get(pos..pos + value_len)?;
-    let coordinator_epoch = value
-        .get(2..6)
-        .and_then(|v| v.try_into().ok())
-        .map_or(-1, i32::from_be_bytes);
+    let coordinator_epoch =
+        value.get(2..6).and_then(|v| v.try_into().ok()).map_or(-1, i32::from_be_bytes);
     Some((marker, coordinator_epoch))
 }
 
@@ -235,18 +233,10 @@ mod tests {
         let h = RecordBatchHeader::parse(&bytes).unwrap();
         assert!(h.is_control() && h.is_transactional());
         assert_eq!(
-            (
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.records_count
-            ),
+            (h.producer_id, h.producer_epoch, h.base_sequence, h.records_count),
             (42, 3, -1, 1)
         );
-        assert_eq!(
-            parse_control_batch(&bytes),
-            Some((ControlRecordType::Abort, 7))
-        );
+        assert_eq!(parse_control_batch(&bytes), Some((ControlRecordType::Abort, 7)));
         // An independent decoder agrees: one control record, key (0, 0), value (0, 7).
         let set = RecordBatchDecoder::decode(&mut Bytes::from(bytes)).unwrap();
         let r = &set.records[0];
@@ -254,10 +244,7 @@ mod tests {
         assert_eq!(r.key.as_deref(), Some(&[0u8, 0, 0, 0][..]));
         assert_eq!(r.value.as_deref(), Some(&[0u8, 0, 0, 0, 0, 7][..]));
         let commit = control_batch(1, 0, ControlRecordType::Commit, -1, 0);
-        assert_eq!(
-            parse_control_batch(&commit),
-            Some((ControlRecordType::Commit, -1))
-        );
+        assert_eq!(parse_control_batch(&commit), Some((ControlRecordType::Commit, -1)));
         assert_eq!(parse_control_batch(&commit[..70]), None);
     }
 }

@@ -38,12 +38,7 @@ fn offsets(info: &FetchDataInfo) -> Vec<i64> {
 }
 
 fn aborted(pid: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
-    AbortedTxn {
-        producer_id: pid,
-        first_offset: first,
-        last_offset: last,
-        last_stable_offset: lso,
-    }
+    AbortedTxn { producer_id: pid, first_offset: first, last_offset: last, last_stable_offset: lso }
 }
 
 /// Offsets: 0-1 plain; 2-4 producer 10's txn; 5-6 producer 20's txn; 7-8 producer 10 again.
@@ -60,11 +55,7 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     let log = open(dir.path(), config(&[]));
     two_transactions(&log);
     assert_eq!(log.high_watermark(), 9);
-    assert_eq!(
-        log.last_stable_offset(),
-        2,
-        "producer 10's transaction from 2"
-    );
+    assert_eq!(log.last_stable_offset(), 2, "producer 10's transaction from 2");
 
     // READ_COMMITTED stops at the LSO, at a batch boundary; READ_UNCOMMITTED does not.
     let info = read(&log, 0, COMMITTED);
@@ -84,34 +75,21 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     // from a fenced epoch; a control batch from a client.
     assert!(matches!(
         log.append(&mut idempotent_batch((10, 0, 5), 1, 5), 0),
-        Err(StorageError::InvalidTxnState {
-            producer_id: 10,
-            ..
-        })
+        Err(StorageError::InvalidTxnState { producer_id: 10, .. })
     ));
     log.append_txn_marker(30, 4, COMMIT, 0, 100).unwrap(); // offset 9: no transaction, written anyway
     assert!(matches!(
         log.append_txn_marker(30, 3, ABORT, 0, 100),
-        Err(StorageError::InvalidProducerEpoch {
-            epoch: 3,
-            current_epoch: 4,
-            ..
-        })
+        Err(StorageError::InvalidProducerEpoch { epoch: 3, current_epoch: 4, .. })
     ));
     assert!(matches!(
         log.append_txn_marker(30, 4, ABORT, -1, 100),
         Err(StorageError::TransactionCoordinatorFenced { .. })
     ));
     let mut marker = crate::transaction::control_batch(10, 0, COMMIT, 0, 1);
-    assert!(matches!(
-        log.append(&mut marker, 0),
-        Err(StorageError::InvalidRecord { .. })
-    ));
+    assert!(matches!(log.append(&mut marker, 0), Err(StorageError::InvalidRecord { .. })));
     let mut anonymous = txn_batch((-1, -1, -1), 1, 5);
-    assert!(matches!(
-        log.append(&mut anonymous, 0),
-        Err(StorageError::InvalidRecord { .. })
-    ));
+    assert!(matches!(log.append(&mut anonymous, 0), Err(StorageError::InvalidRecord { .. })));
     assert_eq!(log.log_end_offset(), 10, "nothing refused was written");
     assert_eq!(log.last_stable_offset(), 2);
 
@@ -124,15 +102,8 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
     assert_eq!(log.last_stable_offset(), 12);
     assert_eq!(log.high_watermark(), 12);
     let info = read(&log, 0, COMMITTED);
-    assert_eq!(
-        offsets(&info),
-        (0..12).collect::<Vec<_>>(),
-        "records are not filtered"
-    );
-    assert_eq!(
-        info.aborted_transactions,
-        Some(vec![aborted(20, 5, 11, 12)])
-    );
+    assert_eq!(offsets(&info), (0..12).collect::<Vec<_>>(), "records are not filtered");
+    assert_eq!(info.aborted_transactions, Some(vec![aborted(20, 5, 11, 12)]));
     assert_eq!(
         read(&log, 11, COMMITTED).aborted_transactions,
         Some(vec![aborted(20, 5, 11, 12)]),
@@ -147,30 +118,13 @@ fn markers_complete_transactions_and_move_the_last_stable_offset() {
 
     // DescribeProducers' view.
     let producers = log.active_producers();
-    let p = |id| {
-        producers
-            .iter()
-            .find(|p| p.producer_id == id)
-            .copied()
-            .unwrap()
-    };
+    let p = |id| producers.iter().find(|p| p.producer_id == id).copied().unwrap();
     assert_eq!(producers.len(), 3);
     assert_eq!(
-        (
-            p(10).last_sequence,
-            p(10).coordinator_epoch,
-            p(10).current_txn_start_offset
-        ),
+        (p(10).last_sequence, p(10).coordinator_epoch, p(10).current_txn_start_offset),
         (4, 0, -1)
     );
-    assert_eq!(
-        (
-            p(30).producer_epoch,
-            p(30).last_sequence,
-            p(30).last_timestamp
-        ),
-        (4, -1, 100)
-    );
+    assert_eq!((p(30).producer_epoch, p(30).last_sequence, p(30).last_timestamp), (4, -1, 100));
     // A new transaction of producer 10 holds the LSO again.
     log.append(&mut txn_batch((10, 0, 5), 1, 5), 0).unwrap();
     assert_eq!(log.last_stable_offset(), 12);
@@ -190,10 +144,7 @@ fn read_committed_stops_at_the_batch_starting_at_the_lso_inside_a_segment() {
         log.append(&mut batch(1, i, 10), 0).unwrap();
     }
     assert_eq!(log.last_stable_offset(), 20);
-    assert_eq!(
-        offsets(&read(&log, 3, COMMITTED)),
-        (3..20).collect::<Vec<_>>()
-    );
+    assert_eq!(offsets(&read(&log, 3, COMMITTED)), (3..20).collect::<Vec<_>>());
     // A small max_bytes cuts the region as at READ_UNCOMMITTED.
     let one = log.read(3, 10, true, COMMITTED).unwrap();
     assert_eq!(offsets(&one), vec![3]);
@@ -201,10 +152,7 @@ fn read_committed_stops_at_the_batch_starting_at_the_lso_inside_a_segment() {
     assert_eq!(log.last_stable_offset(), log.log_end_offset());
     let info = read(&log, 3, COMMITTED);
     assert_eq!(offsets(&info), (3..28).collect::<Vec<_>>());
-    assert_eq!(
-        info.aborted_transactions,
-        Some(vec![aborted(7, 20, 27, 28)])
-    );
+    assert_eq!(info.aborted_transactions, Some(vec![aborted(7, 20, 27, 28)]));
 }
 
 #[test]
@@ -231,18 +179,11 @@ fn log_start_offset_bounds_the_lso_and_ongoing_transactions_survive_deletion() {
     assert_eq!(log.last_stable_offset(), 0);
     assert!(log.sealed_segments().is_empty(), "nothing sealed is stable");
     log.delete_records_before(5).unwrap();
-    assert_eq!(
-        log.last_stable_offset(),
-        5,
-        "clamped to the log start offset"
-    );
+    assert_eq!(log.last_stable_offset(), 5, "clamped to the log start offset");
     assert!(log.producer_state().has_ongoing_txn(7));
     log.append_txn_marker(7, 0, ABORT, 0, 9).unwrap();
     assert_eq!(log.last_stable_offset(), log.log_end_offset());
-    assert_eq!(
-        read(&log, 5, COMMITTED).aborted_transactions,
-        Some(vec![aborted(7, 0, 12, 13)])
-    );
+    assert_eq!(read(&log, 5, COMMITTED).aborted_transactions, Some(vec![aborted(7, 0, 12, 13)]));
 }
 
 /// Several segments; producer 1's transactions alternate commit/abort, producer 2 commits,
@@ -253,8 +194,7 @@ fn many_transactions(dir: &Path) -> PartitionLog {
     for round in 0..12 {
         for pid in [1i64, 2] {
             let p = pid as usize;
-            log.append(&mut txn_batch((pid, 0, seq[p]), 2, 5), 0)
-                .unwrap();
+            log.append(&mut txn_batch((pid, 0, seq[p]), 2, 5), 0).unwrap();
             seq[p] += 2;
         }
         log.append(&mut batch(1, 5, 20), 0).unwrap();
@@ -440,15 +380,12 @@ fn short_lived_producers_expire_and_the_snapshot_shrinks() {
     let log = open(dir.path(), cfg("1000"));
     // A churn of 2,000 idempotent producers, one batch each, timestamps 0..2000.
     for pid in 0..2000i64 {
-        log.append(&mut idempotent_batch((pid, 0, 0), 1, pid), 0)
-            .unwrap();
+        log.append(&mut idempotent_batch((pid, 0, 0), 1, pid), 0).unwrap();
     }
     log.append(&mut txn_batch((9_999, 0, 0), 1, 0), 0).unwrap();
     assert_eq!(log.producer_state().producer_count(), 2001);
     log.close().unwrap();
-    let big = std::fs::metadata(snapshot_file(dir.path(), log.log_end_offset()))
-        .unwrap()
-        .len();
+    let big = std::fs::metadata(snapshot_file(dir.path(), log.log_end_offset())).unwrap().len();
     // At 2,500 the producers stamped up to 1,500 are expired; the open transaction is kept.
     assert_eq!(log.expire_producers(2_500), 1_501);
     assert_eq!(log.producer_state().producer_count(), 500);
@@ -457,13 +394,10 @@ fn short_lived_producers_expire_and_the_snapshot_shrinks() {
     assert_eq!(log.producer_state().producer_count(), 1);
     log.append(&mut batch(1, 1, 1), 0).unwrap();
     log.close().unwrap();
-    let small = std::fs::metadata(snapshot_file(dir.path(), log.log_end_offset()))
-        .unwrap()
-        .len();
+    let small = std::fs::metadata(snapshot_file(dir.path(), log.log_end_offset())).unwrap().len();
     assert!(small < 100 && big > 100 * small, "{big} -> {small} bytes");
     // A forgotten producer is new again: any sequence is accepted.
-    log.append(&mut idempotent_batch((5, 0, 77), 1, 5), 0)
-        .unwrap();
+    log.append(&mut idempotent_batch((5, 0, 77), 1, 5), 0).unwrap();
     drop(log);
     let log = open(dir.path(), cfg("1000"));
     assert_eq!(log.producer_state().producer_count(), 2);
@@ -474,10 +408,7 @@ fn markers_in_a_log_append_time_topic_and_across_rolls() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(
         dir.path(),
-        config(&[
-            ("message.timestamp.type", "LogAppendTime"),
-            ("segment.bytes", "200"),
-        ]),
+        config(&[("message.timestamp.type", "LogAppendTime"), ("segment.bytes", "200")]),
     );
     log.append(&mut txn_batch((1, 0, 0), 3, 5), 77).unwrap();
     log.append(&mut batch(1, 1, 90), 77).unwrap();

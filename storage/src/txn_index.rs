@@ -49,11 +49,7 @@ impl TransactionIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).ctx("remove stale transaction index", path),
         }
-        Ok(Self {
-            path: path.to_path_buf(),
-            file: None,
-            entries: Vec::new(),
-        })
+        Ok(Self { path: path.to_path_buf(), file: None, entries: Vec::new() })
     }
 
     /// Loads `path` (a missing file is an empty index); `Ok(Err(reason))` if
@@ -62,11 +58,7 @@ impl TransactionIndex {
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Ok(Self {
-                    path: path.to_path_buf(),
-                    file: None,
-                    entries: Vec::new(),
-                }))
+                return Ok(Ok(Self { path: path.to_path_buf(), file: None, entries: Vec::new() }))
             }
             Err(e) => return Err(e).ctx("read transaction index", path),
         };
@@ -111,11 +103,7 @@ impl TransactionIndex {
                     .ctx("open transaction index", path)?,
             ))
         };
-        Ok(Ok(Self {
-            path: path.to_path_buf(),
-            file,
-            entries,
-        }))
+        Ok(Ok(Self { path: path.to_path_buf(), file, entries }))
     }
 
     /// Appends one entry (memory and file).
@@ -159,9 +147,9 @@ impl TransactionIndex {
         }
         self.entries.truncate(keep);
         match &self.file {
-            Some(f) => f
-                .set_len((keep * ENTRY_SIZE) as u64)
-                .ctx("truncate transaction index", &self.path),
+            Some(f) => {
+                f.set_len((keep * ENTRY_SIZE) as u64).ctx("truncate transaction index", &self.path)
+            }
             None => Ok(()),
         }
     }
@@ -252,18 +240,11 @@ mod tests {
         assert_eq!(&bytes[26..34], &6i64.to_be_bytes());
         let loaded = TransactionIndex::load(&path, 10).unwrap().unwrap();
         assert_eq!(loaded.entries(), idx.entries());
-        assert!(
-            TransactionIndex::load(&path, 9).unwrap().is_err(),
-            "marker past the segment end"
-        );
+        assert!(TransactionIndex::load(&path, 9).unwrap().is_err(), "marker past the segment end");
         std::fs::write(&path, &bytes[..40]).unwrap();
         assert!(TransactionIndex::load(&path, 10).unwrap().is_err());
         let missing = dir.path().join("x.txnindex");
-        assert!(TransactionIndex::load(&missing, 0)
-            .unwrap()
-            .unwrap()
-            .entries()
-            .is_empty());
+        assert!(TransactionIndex::load(&missing, 0).unwrap().unwrap().entries().is_empty());
     }
 
     #[test]
@@ -274,10 +255,7 @@ mod tests {
         idx.append(txn(2, 2, 20, 21)).unwrap();
         idx.append(txn(3, 25, 30, 31)).unwrap();
         let mut out = Vec::new();
-        assert!(
-            idx.collect(11, 15, &mut out),
-            "LSO 21 after the second covers 15"
-        );
+        assert!(idx.collect(11, 15, &mut out), "LSO 21 after the second covers 15");
         assert_eq!(out, vec![txn(2, 2, 20, 21)]);
         let mut out = Vec::new();
         assert!(!idx.collect(0, 100, &mut out));

@@ -103,8 +103,7 @@ pub(crate) fn find_next_valid_batch(
         // Headers starting in [window_start, window_start + WINDOW) must fit the buffer whole.
         let len = (WINDOW + RECORD_BATCH_OVERHEAD as u64).min(end - window_start) as usize;
         buf.resize(len, 0);
-        file.read_exact_at(&mut buf, window_start)
-            .ctx("read segment", path)?;
+        file.read_exact_at(&mut buf, window_start).ctx("read segment", path)?;
         let last_start = len - RECORD_BATCH_OVERHEAD;
         for at in 0..=last_start {
             let Ok(header) = RecordBatchHeader::parse(&buf[at..at + RECORD_BATCH_OVERHEAD]) else {
@@ -120,8 +119,7 @@ pub(crate) fn find_next_valid_batch(
                 continue;
             }
             let mut batch = vec![0u8; size as usize];
-            file.read_exact_at(&mut batch, position)
-                .ctx("read segment", path)?;
+            file.read_exact_at(&mut batch, position).ctx("read segment", path)?;
             if verify_crc(&batch, 0).is_ok() {
                 return Ok(Some((position, header)));
             }
@@ -178,14 +176,8 @@ pub fn verify_segment(
                 }
             }
         };
-        let next = find_next_valid_batch(
-            &file,
-            path,
-            position + 1,
-            size,
-            report.next_offset,
-            max_offset,
-        )?;
+        let next =
+            find_next_valid_batch(&file, path, position + 1, size, report.next_offset, max_offset)?;
         report.corrupt.push(CorruptRange {
             segment: path.to_path_buf(),
             position,
@@ -261,8 +253,7 @@ mod tests {
         let cfg = config(&[("segment.bytes", "1000"), ("index.interval.bytes", "100")]);
         let log = PartitionLog::open(dir, "t", 0, cfg, None, None).unwrap();
         for i in 0..30i64 {
-            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0)
-                .unwrap();
+            log.append(&mut batch_ts(&[100 + 2 * i, 101 + 2 * i], 20), 0).unwrap();
         }
         log.close().unwrap();
         let mut logs: Vec<PathBuf> = fs::read_dir(dir)
@@ -290,20 +281,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let logs = write_log(dir.path());
         let mut bytes = fs::read(&logs[0]).unwrap();
-        let second = floe_protocol::record_batch::BatchIter::new(&bytes)
-            .nth(1)
-            .unwrap()
-            .unwrap();
+        let second = floe_protocol::record_batch::BatchIter::new(&bytes).nth(1).unwrap().unwrap();
         let (pos, end) = (second.position, second.end());
         bytes[pos + 70] ^= 0x01; // in the records: CRC mismatch
         fs::write(&logs[0], &bytes).unwrap();
         let reports = verify_partition_dir(dir.path()).unwrap();
         let bad = &reports[0].corrupt;
         assert_eq!(bad.len(), 1, "{bad:?}");
-        assert_eq!(
-            (bad[0].position, bad[0].end_position),
-            (pos as u64, end as u64)
-        );
+        assert_eq!((bad[0].position, bad[0].end_position), (pos as u64, end as u64));
         assert_eq!((bad[0].first_offset, bad[0].last_offset), (2, Some(3)));
         assert_eq!(reports.iter().map(|r| r.records).sum::<u64>(), 58);
         assert!(reports[1..].iter().all(|r| r.corrupt.is_empty()));
@@ -314,9 +299,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let logs = write_log(dir.path());
         let mut bytes = fs::read(&logs[0]).unwrap();
-        let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&bytes)
-            .map(|b| b.unwrap())
-            .collect();
+        let batches: Vec<_> =
+            floe_protocol::record_batch::BatchIter::new(&bytes).map(|b| b.unwrap()).collect();
         let (pos, next) = (batches[2].position, batches[3].position);
         bytes[pos + 8..pos + 12].copy_from_slice(&0x7fff_0000i32.to_be_bytes());
         fs::write(&logs[0], &bytes).unwrap();

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use iceberg::io::{LocalFsStorageFactory, StorageFactory};
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
-use iceberg_catalog_rest::{RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE};
+use iceberg_catalog_rest::{
+    RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE,
+};
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use tracing::info;
@@ -22,11 +24,11 @@ use tracing::info;
 use crate::catalog_config::{CatalogConfig, CatalogType};
 use crate::error::{Result, TieringError};
 use crate::schema::{
-    dlq_iceberg_schema, iceberg_schema, lossless_dlq_iceberg_schema, lossless_iceberg_schema, lossless_typed_table_schema,
-    log_iceberg_schema, parse_partition_spec, typed_table_schema,
+    dlq_iceberg_schema, iceberg_schema, log_iceberg_schema, lossless_dlq_iceberg_schema,
+    lossless_iceberg_schema, lossless_typed_table_schema, parse_partition_spec, typed_table_schema,
 };
-use crate::typed::{DataFormat, TypedLayout};
 use crate::table::TopicTable;
+use crate::typed::{DataFormat, TypedLayout};
 
 /// Table property naming the Kafka topic id the table was created for.
 pub const TOPIC_ID_PROPERTY: &str = "floe.topic-id";
@@ -66,7 +68,10 @@ fn storage_factory(config: &CatalogConfig) -> Arc<dyn StorageFactory> {
 /// # Errors
 /// [`TieringError::Iceberg`] if the catalog cannot be opened;
 /// [`TieringError::HttpClient`] if the REST client cannot be built.
-pub(crate) async fn open_catalog(config: &CatalogConfig, mode: SqliteMode) -> Result<Arc<dyn Catalog>> {
+pub(crate) async fn open_catalog(
+    config: &CatalogConfig,
+    mode: SqliteMode,
+) -> Result<Arc<dyn Catalog>> {
     let props: HashMap<String, String> = config.properties().into_iter().collect();
     let factory = storage_factory(config);
     match config.catalog_type {
@@ -128,7 +133,12 @@ impl IcebergCatalog {
     ///
     /// # Errors
     /// As [`IcebergCatalog::open`].
-    pub async fn open_sqlite(catalog_name: &str, catalog_db: &Path, warehouse: &Path, namespace: &str) -> Result<Self> {
+    pub async fn open_sqlite(
+        catalog_name: &str,
+        catalog_db: &Path,
+        warehouse: &Path,
+        namespace: &str,
+    ) -> Result<Self> {
         Self::open(&CatalogConfig::sqlite(catalog_name, catalog_db, warehouse), namespace).await
     }
 
@@ -141,10 +151,12 @@ impl IcebergCatalog {
     /// [`TieringError::Iceberg`] if the catalog cannot be opened or reached, or
     /// the namespace cannot be checked or created.
     pub async fn open(config: &CatalogConfig, namespace: &str) -> Result<Self> {
-        let db_dir = config.sqlite_path().map(|db| db.parent().map(Path::to_path_buf).unwrap_or_default());
+        let db_dir =
+            config.sqlite_path().map(|db| db.parent().map(Path::to_path_buf).unwrap_or_default());
         for dir in db_dir.into_iter().chain(config.local_warehouse()) {
             if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(&dir).map_err(|source| TieringError::SegmentIo { path: dir.clone(), source })?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|source| TieringError::SegmentIo { path: dir.clone(), source })?;
             }
         }
         let catalog = open_catalog(config, SqliteMode::ReadWriteCreate).await?;
@@ -163,7 +175,12 @@ impl IcebergCatalog {
     pub async fn open_read_only(config: &CatalogConfig, namespace: &str) -> Result<Self> {
         let catalog = open_catalog(config, SqliteMode::ReadOnly).await?;
         let ns = NamespaceIdent::new(namespace.to_string());
-        Ok(Self { catalog, namespace: ns, locks: Arc::default(), config: Some(Arc::new(config.clone())) })
+        Ok(Self {
+            catalog,
+            namespace: ns,
+            locks: Arc::default(),
+            config: Some(Arc::new(config.clone())),
+        })
     }
 
     /// Wraps an opened catalog, ensuring `namespace` exists.
@@ -172,7 +189,10 @@ impl IcebergCatalog {
     /// [`TieringError::Iceberg`] if the namespace cannot be checked or created.
     pub async fn new(catalog: Arc<dyn Catalog>, namespace: &str) -> Result<Self> {
         let ns = NamespaceIdent::new(namespace.to_string());
-        let exists = catalog.namespace_exists(&ns).await.map_err(TieringError::iceberg("namespace", namespace))?;
+        let exists = catalog
+            .namespace_exists(&ns)
+            .await
+            .map_err(TieringError::iceberg("namespace", namespace))?;
         if !exists {
             if let Err(e) = catalog.create_namespace(&ns, HashMap::new()).await {
                 // Another broker of the cluster may have created it first.
@@ -203,7 +223,12 @@ impl IcebergCatalog {
     /// # Errors
     /// [`TieringError::InvalidPartitionSpec`]; [`TieringError::TopicMismatch`];
     /// [`TieringError::Iceberg`] if the catalog fails.
-    pub async fn topic_table(&self, topic: &str, topic_id: &str, partition_spec: &str) -> Result<TopicTable> {
+    pub async fn topic_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+    ) -> Result<TopicTable> {
         self.open_table(topic, topic_id, partition_spec, iceberg_schema()).await
     }
 
@@ -223,7 +248,8 @@ impl IcebergCatalog {
         keep_raw: bool,
         schemas: Arc<dyn crate::typed::SchemaSource>,
     ) -> Result<TopicTable> {
-        let layout = TypedLayout { key: DataFormat::Raw, value: DataFormat::SchemaRegistry, keep_raw };
+        let layout =
+            TypedLayout { key: DataFormat::Raw, value: DataFormat::SchemaRegistry, keep_raw };
         self.typed_table(topic, topic_id, partition_spec, layout, Some(schemas)).await
     }
 
@@ -244,8 +270,16 @@ impl IcebergCatalog {
         schemas: Option<Arc<dyn crate::typed::SchemaSource>>,
     ) -> Result<TopicTable> {
         require_registry(&layout, schemas.as_ref())?;
-        let dlq = self.open_table(&dead_letter_table_name(topic), topic_id, partition_spec, dlq_iceberg_schema()).await?;
-        let table = self.open_table(topic, topic_id, partition_spec, typed_table_schema(&layout)).await?;
+        let dlq = self
+            .open_table(
+                &dead_letter_table_name(topic),
+                topic_id,
+                partition_spec,
+                dlq_iceberg_schema(),
+            )
+            .await?;
+        let table =
+            self.open_table(topic, topic_id, partition_spec, typed_table_schema(&layout)).await?;
         Ok(table.with_typed_values(schemas, layout, dlq))
     }
 
@@ -257,12 +291,20 @@ impl IcebergCatalog {
     /// # Errors
     /// As [`IcebergCatalog::topic_table`]; [`TieringError::NotLossless`] for an existing
     /// table created in copy mode.
-    pub async fn shared_topic_table(&self, topic: &str, topic_id: &str, partition_spec: &str) -> Result<TopicTable> {
-        let table = self.open_table(topic, topic_id, partition_spec, lossless_iceberg_schema()).await?;
+    pub async fn shared_topic_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+    ) -> Result<TopicTable> {
+        let table =
+            self.open_table(topic, topic_id, partition_spec, lossless_iceberg_schema()).await?;
         if !crate::schema::is_lossless(table.load().await?.metadata().current_schema()) {
             return Err(TieringError::NotLossless { table: table.ident().to_string() });
         }
-        let log = self.open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema()).await?;
+        let log = self
+            .open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema())
+            .await?;
         Ok(table.with_log_table(log))
     }
 
@@ -296,27 +338,50 @@ impl IcebergCatalog {
             )));
         }
         let dlq = self
-            .open_table(&dead_letter_table_name(topic), topic_id, partition_spec, lossless_dlq_iceberg_schema())
+            .open_table(
+                &dead_letter_table_name(topic),
+                topic_id,
+                partition_spec,
+                lossless_dlq_iceberg_schema(),
+            )
             .await?;
-        let table = self.open_table(topic, topic_id, partition_spec, lossless_typed_table_schema(&layout)).await?;
+        let table = self
+            .open_table(topic, topic_id, partition_spec, lossless_typed_table_schema(&layout))
+            .await?;
         for t in [&table, &dlq] {
             if !crate::schema::is_lossless(t.load().await?.metadata().current_schema()) {
                 return Err(TieringError::NotLossless { table: t.ident().to_string() });
             }
         }
-        let log = self.open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema()).await?;
+        let log = self
+            .open_table(&log_table_name(topic), topic_id, partition_spec, log_iceberg_schema())
+            .await?;
         Ok(table.with_typed_values(schemas, layout, dlq).with_log_table(log))
     }
 
-    async fn open_table(&self, topic: &str, topic_id: &str, partition_spec: &str, schema: iceberg::spec::Schema) -> Result<TopicTable> {
+    async fn open_table(
+        &self,
+        topic: &str,
+        topic_id: &str,
+        partition_spec: &str,
+        schema: iceberg::spec::Schema,
+    ) -> Result<TopicTable> {
         let ident = self.ident(topic);
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             locks.entry(topic.to_string()).or_default().clone()
         };
-        let exists = self.catalog.table_exists(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+        let exists = self
+            .catalog
+            .table_exists(&ident)
+            .await
+            .map_err(TieringError::iceberg("load", &ident))?;
         if exists {
-            let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+            let table = self
+                .catalog
+                .load_table(&ident)
+                .await
+                .map_err(TieringError::iceberg("load", &ident))?;
             Self::check_location(&ident, &table)?;
             Self::check_topic_id(&ident, &table, topic_id)?;
         } else {
@@ -326,8 +391,14 @@ impl IcebergCatalog {
             let kafka_columns = lossless
                 .then(|| {
                     [
-                        (crate::schema::KAFKA_COLUMNS_PROPERTY.to_string(), crate::schema::kafka_columns_property()),
-                        (crate::sink::ROW_GROUP_LIMIT_PROPERTY.to_string(), crate::sink::SHARED_ROW_GROUP_ROWS.to_string()),
+                        (
+                            crate::schema::KAFKA_COLUMNS_PROPERTY.to_string(),
+                            crate::schema::kafka_columns_property(),
+                        ),
+                        (
+                            crate::sink::ROW_GROUP_LIMIT_PROPERTY.to_string(),
+                            crate::sink::SHARED_ROW_GROUP_ROWS.to_string(),
+                        ),
                     ]
                 })
                 .into_iter()
@@ -336,15 +407,23 @@ impl IcebergCatalog {
                 .name(topic.to_string())
                 .schema(schema)
                 .partition_spec(spec)
-                .properties([
-                    ("write.parquet.compression-codec".to_string(), "zstd".to_string()),
-                    (TOPIC_ID_PROPERTY.to_string(), topic_id.to_string()),
-                    // A metadata file per commit: keep the last 100, delete the ones before (Iceberg's names).
-                    (crate::maintenance::METADATA_DELETE_AFTER_COMMIT.to_string(), "true".to_string()),
-                    (crate::maintenance::METADATA_PREVIOUS_VERSIONS_MAX.to_string(), "100".to_string()),
-                ]
-                .into_iter()
-                .chain(kafka_columns))
+                .properties(
+                    [
+                        ("write.parquet.compression-codec".to_string(), "zstd".to_string()),
+                        (TOPIC_ID_PROPERTY.to_string(), topic_id.to_string()),
+                        // A metadata file per commit: keep the last 100, delete the ones before (Iceberg's names).
+                        (
+                            crate::maintenance::METADATA_DELETE_AFTER_COMMIT.to_string(),
+                            "true".to_string(),
+                        ),
+                        (
+                            crate::maintenance::METADATA_PREVIOUS_VERSIONS_MAX.to_string(),
+                            "100".to_string(),
+                        ),
+                    ]
+                    .into_iter()
+                    .chain(kafka_columns),
+                )
                 .build();
             match self.catalog.create_table(&self.namespace, creation).await {
                 Ok(_) => info!(table = %ident, partition_spec, "created iceberg table"),
@@ -356,7 +435,11 @@ impl IcebergCatalog {
                         return Err(TieringError::iceberg("create", &ident)(e));
                     }
                     info!(table = %ident, error = %e, "iceberg table created by another writer meanwhile");
-                    let table = self.catalog.load_table(&ident).await.map_err(TieringError::iceberg("load", &ident))?;
+                    let table = self
+                        .catalog
+                        .load_table(&ident)
+                        .await
+                        .map_err(TieringError::iceberg("load", &ident))?;
                     Self::check_topic_id(&ident, &table, topic_id)?;
                 }
             }
@@ -370,12 +453,20 @@ impl IcebergCatalog {
         let location = table.metadata().location();
         match relative_location(location) {
             None => Ok(()),
-            Some(files_at) => Err(TieringError::RelativeLocation { table: ident.to_string(), location: location.to_string(), files_at }),
+            Some(files_at) => Err(TieringError::RelativeLocation {
+                table: ident.to_string(),
+                location: location.to_string(),
+                files_at,
+            }),
         }
     }
 
     /// A table left by an earlier, deleted topic of the same name is refused.
-    fn check_topic_id(ident: &TableIdent, table: &iceberg::table::Table, topic_id: &str) -> Result<()> {
+    fn check_topic_id(
+        ident: &TableIdent,
+        table: &iceberg::table::Table,
+        topic_id: &str,
+    ) -> Result<()> {
         match table.metadata().properties().get(TOPIC_ID_PROPERTY) {
             Some(id) if id != topic_id => Err(TieringError::TopicMismatch {
                 table: ident.to_string(),
@@ -401,7 +492,10 @@ pub fn relative_location(location: &str) -> Option<String> {
 }
 
 /// A layout that types through the Schema Registry needs it on.
-fn require_registry(layout: &TypedLayout, schemas: Option<&Arc<dyn crate::typed::SchemaSource>>) -> Result<()> {
+fn require_registry(
+    layout: &TypedLayout,
+    schemas: Option<&Arc<dyn crate::typed::SchemaSource>>,
+) -> Result<()> {
     if layout.needs_registry() && schemas.is_none() {
         return Err(TieringError::SchemaRegistry(
             "the key or value format is schema-registry, which needs the Schema Registry (it is off)".into(),
@@ -426,11 +520,24 @@ mod location_tests {
 
     #[test]
     fn only_absolute_locations_are_written_to() {
-        for absolute in ["file:///srv/floe-data/iceberg/warehouse/kafka/t", "s3://bucket/wh/kafka/t", "/srv/wh/kafka/t"] {
+        for absolute in [
+            "file:///srv/floe-data/iceberg/warehouse/kafka/t",
+            "s3://bucket/wh/kafka/t",
+            "/srv/wh/kafka/t",
+        ] {
             assert_eq!(relative_location(absolute), None, "{absolute}");
         }
-        assert_eq!(relative_location("file://./floe-data/iceberg/warehouse/kafka/t").as_deref(), Some("/floe-data/iceberg/warehouse/kafka/t"));
-        assert_eq!(relative_location("file://floe-data/wh/kafka/t").as_deref(), Some("/floe-data/wh/kafka/t"));
-        assert_eq!(relative_location("./floe-data/wh/kafka/t").as_deref(), Some("/floe-data/wh/kafka/t"));
+        assert_eq!(
+            relative_location("file://./floe-data/iceberg/warehouse/kafka/t").as_deref(),
+            Some("/floe-data/iceberg/warehouse/kafka/t")
+        );
+        assert_eq!(
+            relative_location("file://floe-data/wh/kafka/t").as_deref(),
+            Some("/floe-data/wh/kafka/t")
+        );
+        assert_eq!(
+            relative_location("./floe-data/wh/kafka/t").as_deref(),
+            Some("/floe-data/wh/kafka/t")
+        );
     }
 }

@@ -189,7 +189,8 @@ impl CatalogConfig {
         props.insert(S3_PATH_STYLE_ACCESS.to_string(), s3.path_style_access.to_string());
         if self.catalog_type == CatalogType::Rest {
             if !self.rest_credential.is_empty() {
-                props.insert(REST_CREDENTIAL.to_string(), self.rest_credential.expose().to_string());
+                props
+                    .insert(REST_CREDENTIAL.to_string(), self.rest_credential.expose().to_string());
             }
             if !self.rest_token.is_empty() {
                 props.insert(REST_TOKEN.to_string(), self.rest_token.expose().to_string());
@@ -201,7 +202,8 @@ impl CatalogConfig {
     /// A one-line description safe to log or print: type, URI (userinfo
     /// masked), warehouse, S3 endpoint; never a secret.
     pub fn describe(&self) -> String {
-        let mut out = format!("{} catalog {} at {}", self.catalog_type, self.name, mask_userinfo(&self.uri));
+        let mut out =
+            format!("{} catalog {} at {}", self.catalog_type, self.name, mask_userinfo(&self.uri));
         if !self.warehouse.is_empty() {
             out.push_str(&format!(", warehouse {}", mask_userinfo(&self.warehouse)));
         }

@@ -40,8 +40,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::{ArrayRef, RecordBatch, StructArray};
 use arrow_schema::{DataType, SchemaRef as ArrowSchemaRef};
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestWriterBuilder,
-    Operation, PartitionSpecRef, SchemaRef, Snapshot, SnapshotSummaryCollector, Struct, Summary,
+    DataFile, FormatVersion, ManifestEntryRef, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Operation, PartitionSpecRef, SchemaRef, Snapshot,
+    SnapshotSummaryCollector, Struct, Summary,
 };
 use iceberg::table::Table;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -96,7 +97,12 @@ impl CompactionRequest {
         let target = match self.target_file_size {
             Some(t) => t,
             // Unreadable: the default; the compaction itself then says what is wrong.
-            None => table.target_file_size_property().await.ok().flatten().unwrap_or(self.default_target_file_size),
+            None => table
+                .target_file_size_property()
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(self.default_target_file_size),
         };
         CompactionPolicy {
             min_input_files: self.min_input_files.max(2),
@@ -169,7 +175,9 @@ pub fn plan_groups(files: &[Candidate], policy: &CompactionPolicy) -> Vec<Vec<us
     let mut groups = Vec::new();
     for (_, (_, mut members)) in by_key {
         let total: u64 = members.iter().map(|&i| files[i].size).sum();
-        if members.len() < 2 || (members.len() < policy.min_input_files && total < policy.target_file_size) {
+        if members.len() < 2
+            || (members.len() < policy.min_input_files && total < policy.target_file_size)
+        {
             continue;
         }
         let order = |i: usize| (files[i].sequence_number, files[i].first_offset, &files[i].path);
@@ -223,14 +231,31 @@ pub(crate) struct SnapshotKind {
 pub(crate) async fn snapshot_files(table: &Table) -> Result<Option<SnapshotFiles>> {
     let ident = table.identifier().to_string();
     let Some(snapshot) = table.metadata().current_snapshot() else { return Ok(None) };
-    let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
-    let mut out = SnapshotFiles { manifests: Vec::new(), shapes: Vec::new(), entries: Vec::new(), live: Vec::new() };
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(TieringError::iceberg("read", &ident))?;
+    let mut out = SnapshotFiles {
+        manifests: Vec::new(),
+        shapes: Vec::new(),
+        entries: Vec::new(),
+        live: Vec::new(),
+    };
     for manifest in list.entries() {
-        let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
+        let m = manifest
+            .load_manifest(table.file_io())
+            .await
+            .map_err(TieringError::iceberg("read", &ident))?;
         let index = out.manifests.len();
         let (entries, meta) = m.into_parts();
         if manifest.content == iceberg::spec::ManifestContentType::Data {
-            out.live.extend(entries.iter().filter(|e| e.is_alive()).map(|e| LiveEntry { entry: e.clone(), manifest: index }));
+            out.live.extend(
+                entries
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|e| LiveEntry { entry: e.clone(), manifest: index }),
+            );
         }
         out.shapes.push((meta.schema().clone(), Arc::new(meta.partition_spec().clone())));
         out.entries.push(entries);
@@ -250,7 +275,11 @@ fn conform(batch: RecordBatch, to: &ArrowSchemaRef) -> Result<RecordBatch> {
     let whole: ArrayRef = Arc::new(StructArray::from(batch));
     let projected = crate::typed::project::project(&whole, &DataType::Struct(to.fields().clone()))?;
     let columns = projected.as_struct().columns().to_vec();
-    Ok(RecordBatch::try_new_with_options(to.clone(), columns, &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)))?)
+    Ok(RecordBatch::try_new_with_options(
+        to.clone(),
+        columns,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
 }
 
 impl TopicTable {
@@ -275,16 +304,23 @@ impl TopicTable {
             debug!(table = %ident, "compaction skipped: only format v2 tables are compacted");
             return Ok(CompactionReport::default());
         }
-        let Some(files) = snapshot_files(&before).await? else { return Ok(CompactionReport::default()) };
+        let Some(files) = snapshot_files(&before).await? else {
+            return Ok(CompactionReport::default());
+        };
         // By name: a created table's ids are Iceberg's fresh ones, not the layout's.
-        let offset_id = crate::retention::column_id(before.metadata().current_schema(), "offset").unwrap_or(crate::schema::field_id::OFFSET);
+        let offset_id = crate::retention::column_id(before.metadata().current_schema(), "offset")
+            .unwrap_or(crate::schema::field_id::OFFSET);
         let candidates: Vec<Candidate> = files
             .live
             .iter()
             .map(|l| {
                 let (schema, spec) = &files.shapes[l.manifest];
                 Candidate {
-                    key: (spec.spec_id(), schema.schema_id(), l.entry.data_file().partition().clone()),
+                    key: (
+                        spec.spec_id(),
+                        schema.schema_id(),
+                        l.entry.data_file().partition().clone(),
+                    ),
                     size: l.entry.file_size_in_bytes(),
                     sequence_number: l.entry.sequence_number().unwrap_or(0),
                     first_offset: first_offset(l.entry.data_file(), offset_id),
@@ -293,12 +329,20 @@ impl TopicTable {
             })
             .collect();
         let groups = plan_groups(&candidates, policy);
-        let data_manifests = files.manifests.iter().filter(|m| m.content == iceberg::spec::ManifestContentType::Data).count();
+        let data_manifests = files
+            .manifests
+            .iter()
+            .filter(|m| m.content == iceberg::spec::ManifestContentType::Data)
+            .count();
         if groups.is_empty() && data_manifests < MANIFEST_MERGE_MIN_COUNT {
             return Ok(CompactionReport::default());
         }
         let prefix = format!("floe-compact-{}", uuid::Uuid::new_v4());
-        let mut report = CompactionReport { groups: groups.len(), merged_manifests: data_manifests, ..CompactionReport::default() };
+        let mut report = CompactionReport {
+            groups: groups.len(),
+            merged_manifests: data_manifests,
+            ..CompactionReport::default()
+        };
         // Per (spec id, schema id): the files written, and the files they replace.
         let mut added: BTreeMap<(i32, i32), Vec<DataFile>> = BTreeMap::new();
         let mut removed: HashSet<String> = HashSet::new();
@@ -306,9 +350,16 @@ impl TopicTable {
             let first = &files.live[group[0]];
             let (schema, spec) = files.shapes[first.manifest].clone();
             let arrow: ArrowSchemaRef = Arc::new(
-                iceberg::arrow::schema_to_arrow_schema(&schema).map_err(TieringError::iceberg("compact", &ident))?,
+                iceberg::arrow::schema_to_arrow_schema(&schema)
+                    .map_err(TieringError::iceberg("compact", &ident))?,
             );
-            let mut writer = Writer::with_shape(&before, schema.clone(), spec.clone(), policy.target_file_size as usize, prefix.clone())?;
+            let mut writer = Writer::with_shape(
+                &before,
+                schema.clone(),
+                spec.clone(),
+                policy.target_file_size as usize,
+                prefix.clone(),
+            )?;
             let mut rows_in = 0u64;
             for &i in group {
                 let entry = &files.live[i].entry;
@@ -350,11 +401,19 @@ impl TopicTable {
         match committer.commit_snapshot(&before, snapshot).await {
             Ok(()) => {}
             Err(MetadataCommitError::Moved(_)) => {
-                let current = self.load().await.ok().and_then(|t| t.metadata().current_snapshot_id());
-                return Err(TieringError::StaleSnapshot { table: ident, planned: before.metadata().current_snapshot_id(), current });
+                let current =
+                    self.load().await.ok().and_then(|t| t.metadata().current_snapshot_id());
+                return Err(TieringError::StaleSnapshot {
+                    table: ident,
+                    planned: before.metadata().current_snapshot_id(),
+                    current,
+                });
             }
             Err(MetadataCommitError::Failed(why)) => {
-                return Err(TieringError::iceberg("compact", &ident)(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why)))
+                return Err(TieringError::iceberg("compact", &ident)(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    why,
+                )))
             }
         }
         self.failpoint("tiering.compact.committed")?;
@@ -400,7 +459,9 @@ impl TopicTable {
         let ident = self.ident().to_string();
         let err = |e| TieringError::iceberg(label, &ident)(e);
         let metadata = before.metadata();
-        let parent = metadata.current_snapshot().ok_or_else(|| err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, "no current snapshot")))?;
+        let parent = metadata.current_snapshot().ok_or_else(|| {
+            err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, "no current snapshot"))
+        })?;
         let snapshot_id = unique_snapshot_id(metadata);
         let sequence_number = metadata.next_sequence_number();
         let commit = uuid::Uuid::new_v4();
@@ -414,7 +475,8 @@ impl TopicTable {
         // Every data manifest is merged into one per (spec, schema): replaced files
         // DELETED, the others EXISTING (their sequence numbers and adding snapshot
         // kept), the new files ADDED. Delete manifests (Floe writes none) stay as they are.
-        let mut merged: BTreeMap<(i32, i32), (SchemaRef, PartitionSpecRef, Vec<usize>)> = BTreeMap::new();
+        let mut merged: BTreeMap<(i32, i32), (SchemaRef, PartitionSpecRef, Vec<usize>)> =
+            BTreeMap::new();
         let mut manifests = Vec::new();
         for (m, manifest) in files.manifests.iter().enumerate() {
             if manifest.content != iceberg::spec::ManifestContentType::Data {
@@ -422,23 +484,45 @@ impl TopicTable {
                 continue;
             }
             let (schema, spec) = files.shapes[m].clone();
-            merged.entry((spec.spec_id(), schema.schema_id())).or_insert_with(|| (schema, spec, Vec::new())).2.push(m);
+            merged
+                .entry((spec.spec_id(), schema.schema_id()))
+                .or_insert_with(|| (schema, spec, Vec::new()))
+                .2
+                .push(m);
         }
         if let Some(key) = added.keys().find(|k| !merged.contains_key(k)) {
             // A group's files came from a data manifest of that shape: a bug if not.
-            return Err(err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("no manifest of spec and schema {key:?}"))));
+            return Err(err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!("no manifest of spec and schema {key:?}"),
+            )));
         }
         for (key, (schema, spec, sources)) in merged {
-            let output = before.file_io().new_output(manifest_path()).map_err(TieringError::iceberg(label, &ident))?;
-            let mut writer = ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), (*spec).clone()).build_v2_data();
+            let output = before
+                .file_io()
+                .new_output(manifest_path())
+                .map_err(TieringError::iceberg(label, &ident))?;
+            let mut writer = ManifestWriterBuilder::new(
+                output,
+                Some(snapshot_id),
+                schema.clone(),
+                (*spec).clone(),
+            )
+            .build_v2_data();
             for m in sources {
                 for e in files.entries[m].iter().filter(|e| e.is_alive()) {
-                    let (seq, file_seq) = (e.sequence_number().unwrap_or(0), e.file_sequence_number.or(e.sequence_number()));
+                    let (seq, file_seq) = (
+                        e.sequence_number().unwrap_or(0),
+                        e.file_sequence_number.or(e.sequence_number()),
+                    );
                     if removed.contains(e.file_path()) {
                         summary.remove_file(e.data_file(), schema.clone(), spec.clone());
-                        writer.add_delete_file(e.data_file().clone(), seq, file_seq).map_err(TieringError::iceberg(label, &ident))?;
+                        writer
+                            .add_delete_file(e.data_file().clone(), seq, file_seq)
+                            .map_err(TieringError::iceberg(label, &ident))?;
                     } else {
-                        let added_by = e.snapshot_id().unwrap_or(files.manifests[m].added_snapshot_id);
+                        let added_by =
+                            e.snapshot_id().unwrap_or(files.manifests[m].added_snapshot_id);
                         writer
                             .add_existing_file(e.data_file().clone(), added_by, seq, file_seq)
                             .map_err(TieringError::iceberg(label, &ident))?;
@@ -447,12 +531,19 @@ impl TopicTable {
             }
             for f in added.get(&key).into_iter().flatten() {
                 summary.add_file(f, schema.clone(), spec.clone());
-                writer.add_file(f.clone(), sequence_number).map_err(TieringError::iceberg(label, &ident))?;
+                writer
+                    .add_file(f.clone(), sequence_number)
+                    .map_err(TieringError::iceberg(label, &ident))?;
             }
-            manifests.push(writer.write_manifest_file().await.map_err(TieringError::iceberg(label, &ident))?);
+            manifests.push(
+                writer.write_manifest_file().await.map_err(TieringError::iceberg(label, &ident))?,
+            );
         }
         let list_path = format!("{location}/metadata/snap-{snapshot_id}-0-{commit}.avro");
-        let list_out = before.file_io().new_output(&list_path).map_err(TieringError::iceberg(label, &ident))?;
+        let list_out = before
+            .file_io()
+            .new_output(&list_path)
+            .map_err(TieringError::iceberg(label, &ident))?;
         let mut list = ManifestListWriter::v2(
             list_out.writer().await.map_err(TieringError::iceberg(label, &ident))?,
             snapshot_id,
@@ -478,7 +569,6 @@ impl TopicTable {
             .build();
         Ok(snapshot)
     }
-
 }
 
 /// The lower bound of `file`'s Kafka `offset` column, `i64::MIN` when it has none.
@@ -493,13 +583,23 @@ fn first_offset(file: &DataFile, offset_id: i32) -> i64 {
 /// removed files and bytes), and the totals carried from `parent`'s with them
 /// applied. Records are neither added nor removed by a rewrite.
 fn replace_summary(parent: &Summary, changes: HashMap<String, String>) -> HashMap<String, String> {
-    let get = |m: &HashMap<String, String>, k: &str| m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let get = |m: &HashMap<String, String>, k: &str| {
+        m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0)
+    };
     let prev = &parent.additional_properties;
     let mut out = changes.clone();
-    let total = |key: &str, plus: &str, minus: &str| (get(prev, key) + get(&changes, plus) - get(&changes, minus)).max(0).to_string();
-    out.insert("total-data-files".into(), total("total-data-files", "added-data-files", "deleted-data-files"));
+    let total = |key: &str, plus: &str, minus: &str| {
+        (get(prev, key) + get(&changes, plus) - get(&changes, minus)).max(0).to_string()
+    };
+    out.insert(
+        "total-data-files".into(),
+        total("total-data-files", "added-data-files", "deleted-data-files"),
+    );
     out.insert("total-records".into(), total("total-records", "added-records", "deleted-records"));
-    out.insert("total-files-size".into(), total("total-files-size", "added-files-size", "removed-files-size"));
+    out.insert(
+        "total-files-size".into(),
+        total("total-files-size", "added-files-size", "removed-files-size"),
+    );
     for key in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
         out.insert(key.into(), get(prev, key).to_string());
     }
@@ -516,8 +616,6 @@ fn unique_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
         }
     }
 }
-
-
 
 fn parquet_error(table: &str, path: &str, e: parquet::errors::ParquetError) -> TieringError {
     TieringError::iceberg("compact", table)(iceberg::Error::new(
@@ -552,7 +650,15 @@ mod tests {
     #[test]
     fn small_files_of_a_partition_are_grouped_in_commit_order() {
         let policy = CompactionPolicy::for_target(1000, 1 << 30);
-        let files = vec![file(1, 100, 3), file(1, 100, 1), file(1, 900, 2), file(1, 100, 5), file(1, 100, 4), file(1, 100, 6), file(2, 100, 7)];
+        let files = vec![
+            file(1, 100, 3),
+            file(1, 100, 1),
+            file(1, 900, 2),
+            file(1, 100, 5),
+            file(1, 100, 4),
+            file(1, 100, 6),
+            file(2, 100, 7),
+        ];
         let groups = plan_groups(&files, &policy);
         // Day 1: five small files (the 900-byte one is not small); day 2: one file, left alone.
         assert_eq!(groups, vec![vec![1, 0, 4, 3, 5]]);
@@ -563,7 +669,10 @@ mod tests {
         let policy = CompactionPolicy::for_target(1000, 1 << 30);
         assert!(plan_groups(&[file(1, 100, 1), file(1, 100, 2)], &policy).is_empty());
         assert_eq!(plan_groups(&[file(1, 600, 1), file(1, 600, 2)], &policy), vec![vec![0, 1]]);
-        assert!(plan_groups(&[file(1, 600, 1)], &policy).is_empty(), "one file is never rewritten alone");
+        assert!(
+            plan_groups(&[file(1, 600, 1)], &policy).is_empty(),
+            "one file is never rewritten alone"
+        );
     }
 
     #[test]
@@ -579,15 +688,21 @@ mod tests {
 
     #[test]
     fn a_run_stops_at_its_byte_budget() {
-        let policy = CompactionPolicy { max_bytes_per_run: 250, ..CompactionPolicy::for_target(1000, 0) };
+        let policy =
+            CompactionPolicy { max_bytes_per_run: 250, ..CompactionPolicy::for_target(1000, 0) };
         let files: Vec<Candidate> = (0..10).map(|s| file(1, 100, s)).collect();
         assert_eq!(plan_groups(&files, &policy), vec![vec![0, 1]]);
     }
 
     async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
-        IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka")
-            .await
-            .unwrap()
+        IcebergCatalog::open_sqlite(
+            "floe",
+            &dir.join("iceberg/catalog.db"),
+            &dir.join("iceberg/warehouse"),
+            "kafka",
+        )
+        .await
+        .unwrap()
     }
 
     /// Every (partition, offset, value) of the table, sorted, read by the iceberg crate's scan.
@@ -609,8 +724,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn small_files_become_one_replace_snapshot_and_the_offsets_guard_survives() {
         let dir = tempfile::tempdir().unwrap();
-        let logs: Vec<Arc<floe_storage::PartitionLog>> =
-            (0..2).map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[]))).collect();
+        let logs: Vec<Arc<floe_storage::PartitionLog>> = (0..2)
+            .map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[])))
+            .collect();
         let cat = catalog(dir.path()).await;
         let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
         // Twelve commits of a few records each: twelve small files in one day partition.
@@ -639,9 +755,16 @@ mod tests {
         let manifests = table.manifest_list_reader(snapshot).load().await.unwrap();
         assert_eq!(manifests.entries().len(), 1, "twelve manifests merged into one");
         assert_eq!(rows(&t).await, before, "the same rows, once each");
-        assert_eq!(t.committed_next_offsets().await.unwrap(), next_before, "the offsets guard reads the same");
+        assert_eq!(
+            t.committed_next_offsets().await.unwrap(),
+            next_before,
+            "the offsets guard reads the same"
+        );
         assert_eq!(t.stats().await.unwrap().data_files, 1);
-        assert!(t.compact(&policy).await.unwrap().snapshot_id.is_none(), "one file: nothing more to do");
+        assert!(
+            t.compact(&policy).await.unwrap().snapshot_id.is_none(),
+            "one file: nothing more to do"
+        );
 
         // Tiering goes on exactly once on top; expiry then deletes the replaced files.
         for log in &logs {
@@ -651,19 +774,21 @@ mod tests {
         let out = t.tier(&logs, &TierLimits::default()).await.unwrap();
         assert_eq!(out.committed.len(), 2);
         assert_eq!(rows(&t).await.len(), 260);
-        let old: BTreeSet<String> = std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
-            .unwrap()
-            .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
-            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let old: BTreeSet<String> =
+            std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
+                .unwrap()
+                .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+                .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
         let expiry = crate::ExpiryPolicy { max_age_ms: 0, min_to_keep: 1 };
         let expired = t.expire_snapshots(expiry, crate::clock::wall_ms() + 1000).await.unwrap();
         assert!(expired.deleted_files >= 12, "{expired:?}");
-        let left: BTreeSet<String> = std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
-            .unwrap()
-            .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
-            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let left: BTreeSet<String> =
+            std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))
+                .unwrap()
+                .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+                .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
         assert_eq!(left.len(), 2, "the compacted file and the new one: {left:?} (was {old:?})");
         assert_eq!(rows(&t).await.len(), 260);
     }
@@ -682,8 +807,10 @@ mod tests {
         // Build the replace on the current state, then let a tiering commit land first.
         let before = t.load().await.unwrap();
         let files = snapshot_files(&before).await.unwrap().unwrap();
-        let removed: HashSet<String> = files.live.iter().map(|l| l.entry.file_path().to_string()).collect();
-        let snapshot = t.replace_snapshot(&before, &files, &BTreeMap::new(), &removed).await.unwrap();
+        let removed: HashSet<String> =
+            files.live.iter().map(|l| l.entry.file_path().to_string()).collect();
+        let snapshot =
+            t.replace_snapshot(&before, &files, &BTreeMap::new(), &removed).await.unwrap();
         fill(&log, 30, 5);
         log.roll_now().unwrap();
         t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();

@@ -19,13 +19,14 @@ use std::sync::Arc;
 
 use arrow_array::builder::{LargeBinaryBuilder, StringBuilder};
 use arrow_array::{
-    ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StructArray,
+    TimestampMicrosecondArray,
 };
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
-use floe_protocol::records::{parse_records, records_section, HeaderView};
 use floe_protocol::record_batch::{CompressionType, RecordBatchHeader, TimestampType};
+use floe_protocol::records::{parse_records, records_section, HeaderView};
 
 use floe_storage::{AbortedTxn, ControlRecordType};
 
@@ -139,7 +140,8 @@ impl LosslessColumns {
         self.records_count.push(header.records_count);
         self.crc.push(i64::from(header.crc));
         self.timestamp_delta.push(timestamp_delta);
-        self.record_attributes.push((record_attributes != 0).then_some(i32::from(record_attributes)));
+        self.record_attributes
+            .push((record_attributes != 0).then_some(i32::from(record_attributes)));
     }
 
     fn finish(&mut self) -> Vec<ArrayRef> {
@@ -167,7 +169,13 @@ struct LogColumns {
 }
 
 impl LogColumns {
-    fn push(&mut self, kind: LogRowKind, txn: Option<&AbortedTxn>, batch: Option<&[u8]>, hole_last: Option<i64>) {
+    fn push(
+        &mut self,
+        kind: LogRowKind,
+        txn: Option<&AbortedTxn>,
+        batch: Option<&[u8]>,
+        hole_last: Option<i64>,
+    ) {
         self.kind.append_value(kind.as_str());
         self.txn_first_offset.push(txn.map(|t| t.first_offset));
         self.txn_last_stable_offset.push(txn.map(|t| t.last_stable_offset));
@@ -204,7 +212,12 @@ impl ArrowConverter {
     }
 
     /// [`ArrowConverter::new`], making rows of `layout`.
-    pub fn with_layout(partition: i32, max_rows: usize, max_bytes: usize, layout: RowLayout) -> Self {
+    pub fn with_layout(
+        partition: i32,
+        max_rows: usize,
+        max_bytes: usize,
+        layout: RowLayout,
+    ) -> Self {
         let schema = match layout {
             RowLayout::Raw => crate::schema::arrow_schema(),
             RowLayout::Lossless => crate::schema::lossless_arrow_schema(),
@@ -262,7 +275,13 @@ impl ArrowConverter {
 
     /// `__log` rows: the records of a marker or aborted batch with offsets
     /// `>= from_offset`, their `kind` set. A `__log` converter only.
-    pub fn push_log(&mut self, header: &RecordBatchHeader, bytes: &[u8], from_offset: i64, batch: LogBatch<'_>) -> Pushed {
+    pub fn push_log(
+        &mut self,
+        header: &RecordBatchHeader,
+        bytes: &[u8],
+        from_offset: i64,
+        batch: LogBatch<'_>,
+    ) -> Pushed {
         self.push_records(header, bytes, from_offset, Some(batch))
     }
 
@@ -270,7 +289,17 @@ impl ArrowConverter {
     /// (one row at its base offset; fetches serve the bytes back verbatim).
     pub fn push_opaque(&mut self, header: &RecordBatchHeader, bytes: &[u8]) {
         let ts_type = timestamp_type_name(header);
-        self.add_row(header, header.base_offset, header.max_timestamp, ts_type, None, None, &[], 0, 0);
+        self.add_row(
+            header,
+            header.base_offset,
+            header.max_timestamp,
+            ts_type,
+            None,
+            None,
+            &[],
+            0,
+            0,
+        );
         if let Some(log) = self.log.as_mut() {
             log.push(LogRowKind::Opaque, None, Some(bytes), None);
         }
@@ -301,7 +330,13 @@ impl ArrowConverter {
         }
     }
 
-    fn push_records(&mut self, header: &RecordBatchHeader, bytes: &[u8], from_offset: i64, log: Option<LogBatch<'_>>) -> Pushed {
+    fn push_records(
+        &mut self,
+        header: &RecordBatchHeader,
+        bytes: &[u8],
+        from_offset: i64,
+        log: Option<LogBatch<'_>>,
+    ) -> Pushed {
         let undecodable = |reason: String| Pushed::Undecodable {
             base_offset: header.base_offset,
             last_offset: header.last_offset(),
@@ -326,16 +361,29 @@ impl ArrowConverter {
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
         let ts_type = timestamp_type_name(header);
         let mut rows = 0;
-        for (r, r_headers) in records.iter().zip(&headers).filter(|(r, _)| r.offset >= from_offset) {
+        for (r, r_headers) in records.iter().zip(&headers).filter(|(r, _)| r.offset >= from_offset)
+        {
             let ts = if log_append { header.max_timestamp } else { r.timestamp };
-            self.add_row(header, r.offset, ts, ts_type, r.key, r.value, r_headers, r.timestamp_delta, r.attributes);
+            self.add_row(
+                header,
+                r.offset,
+                ts,
+                ts_type,
+                r.key,
+                r.value,
+                r_headers,
+                r.timestamp_delta,
+                r.attributes,
+            );
             if let (Some(columns), Some(batch)) = (self.log.as_mut(), log) {
                 let (kind, txn) = match batch {
                     LogBatch::Aborted => (LogRowKind::Aborted, None),
                     LogBatch::Marker(txns) => match marker_type(r.key) {
                         Some(ControlRecordType::Abort) => (
                             LogRowKind::AbortMarker,
-                            txns.iter().find(|t| t.producer_id == header.producer_id && t.last_offset == r.offset),
+                            txns.iter().find(|t| {
+                                t.producer_id == header.producer_id && t.last_offset == r.offset
+                            }),
                         ),
                         _ => (LogRowKind::CommitMarker, None),
                     },
@@ -402,9 +450,16 @@ impl ArrowConverter {
         }
         let n = self.len();
         let fields = self.schema.fields();
-        let DataType::List(element) = fields[6].data_type() else { unreachable!("headers is a list") };
-        let DataType::Struct(header_fields) = element.data_type() else { unreachable!("of structs") };
-        let mut header_columns = vec![Arc::new(self.header_key.finish()) as ArrayRef, Arc::new(self.header_value.finish())];
+        let DataType::List(element) = fields[6].data_type() else {
+            unreachable!("headers is a list")
+        };
+        let DataType::Struct(header_fields) = element.data_type() else {
+            unreachable!("of structs")
+        };
+        let mut header_columns = vec![
+            Arc::new(self.header_key.finish()) as ArrayRef,
+            Arc::new(self.header_value.finish()),
+        ];
         if let Some(lossless) = self.lossless.as_mut() {
             header_columns.push(Arc::new(lossless.header_key_bytes.finish()));
         }
@@ -419,7 +474,10 @@ impl ArrowConverter {
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(Int32Array::from(vec![self.partition; n])),
             Arc::new(Int64Array::from(std::mem::take(&mut self.offset))),
-            Arc::new(TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp)).with_timezone("+00:00")),
+            Arc::new(
+                TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp))
+                    .with_timezone("+00:00"),
+            ),
             Arc::new(self.timestamp_type.finish()),
             Arc::new(self.key.finish()),
             Arc::new(self.value.finish()),
@@ -455,7 +513,11 @@ mod tests {
     use crate::test_util::*;
 
     /// Reads every sealed segment of `log` from `from` into Arrow batches of at most `max_rows`.
-    fn convert_all(log: &floe_storage::PartitionLog, from: i64, max_rows: usize) -> (Vec<RecordBatch>, usize) {
+    fn convert_all(
+        log: &floe_storage::PartitionLog,
+        from: i64,
+        max_rows: usize,
+    ) -> (Vec<RecordBatch>, usize) {
         let mut conv = ArrowConverter::new(log.partition(), max_rows, usize::MAX);
         let mut out = Vec::new();
         let mut control = 0;
@@ -497,7 +559,9 @@ mod tests {
                 let hk = h.column(0).as_string::<i32>();
                 let hv = h.column(1).as_binary::<i64>();
                 let headers = (0..h.len())
-                    .map(|j| (hk.value(j).to_string(), hv.is_valid(j).then(|| hv.value(j).to_vec())))
+                    .map(|j| {
+                        (hk.value(j).to_string(), hv.is_valid(j).then(|| hv.value(j).to_vec()))
+                    })
                     .collect();
                 v.push((
                     part.value(i),
@@ -541,7 +605,8 @@ mod tests {
             })
             .collect();
         assert_eq!(codecs.len(), 5, "{codecs:?}");
-        let bases: Vec<i64> = b.column(7).as_primitive::<Int64Type>().values().iter().take(12).copied().collect();
+        let bases: Vec<i64> =
+            b.column(7).as_primitive::<Int64Type>().values().iter().take(12).copied().collect();
         assert_eq!(bases, [0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 10, 10], "batch base offsets");
         assert_eq!(b.column(8).as_primitive::<Int64Type>().value(0), -1);
         assert!(!b.column(12).as_boolean().value(0));
@@ -560,7 +625,8 @@ mod tests {
 
     #[test]
     fn control_batches_are_skipped_and_garbage_is_reported() {
-        let mut bytes = encode(&[record(1)], floe_protocol::kafka_protocol::records::Compression::None);
+        let mut bytes =
+            encode(&[record(1)], floe_protocol::kafka_protocol::records::Compression::None);
         let header = RecordBatchHeader::parse(&bytes).unwrap();
         let mut conv = ArrowConverter::new(0, 10, usize::MAX);
         // Attributes bit 5: control. (The CRC is not checked here; the log checked it on append.)
@@ -581,8 +647,15 @@ mod tests {
     fn duplicate_header_keys_are_kept_in_order() {
         use floe_protocol::records::{write_batch, write_record, BatchFields, RecordParts};
         let mut plain = Vec::new();
-        let headers: [HeaderView<'_>; 3] = [(b"h", Some(b"1")), (b"\xffx", None), (b"h", Some(b"2"))];
-        let parts = RecordParts { attributes: 0, timestamp_delta: 2, offset_delta: 0, key: Some(b"k"), value: Some(b"") };
+        let headers: [HeaderView<'_>; 3] =
+            [(b"h", Some(b"1")), (b"\xffx", None), (b"h", Some(b"2"))];
+        let parts = RecordParts {
+            attributes: 0,
+            timestamp_delta: 2,
+            offset_delta: 0,
+            key: Some(b"k"),
+            value: Some(b""),
+        };
         write_record(&mut plain, &parts, headers.into_iter());
         let fields = BatchFields {
             base_offset: 9,
@@ -634,9 +707,18 @@ mod tests {
         };
         for b in 0..8000 {
             let recs: Vec<TestRecord> = (0..5)
-                .map(|i| TestRecord { key: Some(format!("k{b}-{i}").into_bytes()), value: Some(value()), headers: vec![], timestamp: 1 })
+                .map(|i| TestRecord {
+                    key: Some(format!("k{b}-{i}").into_bytes()),
+                    value: Some(value()),
+                    headers: vec![],
+                    timestamp: 1,
+                })
                 .collect();
-            log.append(&mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4), 0).unwrap();
+            log.append(
+                &mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4),
+                0,
+            )
+            .unwrap();
         }
         log.roll_now().unwrap();
         let bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();

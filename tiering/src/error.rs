@@ -118,7 +118,10 @@ pub enum TieringError {
 }
 
 impl TieringError {
-    pub(crate) fn iceberg(operation: &'static str, table: impl ToString) -> impl FnOnce(iceberg::Error) -> Self {
+    pub(crate) fn iceberg(
+        operation: &'static str,
+        table: impl ToString,
+    ) -> impl FnOnce(iceberg::Error) -> Self {
         let table = table.to_string();
         move |source| Self::Iceberg { operation, table, source: Box::new(source) }
     }
@@ -129,7 +132,9 @@ impl TieringError {
             Self::SegmentIo { .. } | Self::Segment(_) => "segment_io".into(),
             Self::Iceberg { operation, .. } => format!("iceberg_{operation}"),
             Self::StaleSnapshot { .. } => "stale_snapshot".into(),
-            Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } | Self::Unsupported(_) => "config".into(),
+            Self::InvalidPartitionSpec { .. } | Self::NotLossless { .. } | Self::Unsupported(_) => {
+                "config".into()
+            }
             Self::TopicMismatch { .. } => "topic_mismatch".into(),
             Self::RelativeLocation { .. } => "relative_location".into(),
             Self::HttpClient(_) => "config".into(),

@@ -32,7 +32,10 @@ pub(crate) const MOVED: &str = "floe: table moved past the planned snapshot";
 
 #[async_trait]
 impl Catalog for ExpectSnapshot {
-    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> iceberg::Result<Vec<NamespaceIdent>> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
         self.inner.list_namespaces(parent).await
     }
     async fn create_namespace(
@@ -61,7 +64,11 @@ impl Catalog for ExpectSnapshot {
     async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
         self.inner.list_tables(namespace).await
     }
-    async fn create_table(&self, namespace: &NamespaceIdent, creation: TableCreation) -> iceberg::Result<Table> {
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
         self.inner.create_table(namespace, creation).await
     }
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
@@ -70,7 +77,11 @@ impl Catalog for ExpectSnapshot {
         if *table == self.ident && current != self.expected {
             return Err(Error::new(
                 ErrorKind::DataInvalid,
-                format!("{MOVED}: planned on snapshot {}, current {}", crate::error::snapshot_name(self.expected), crate::error::snapshot_name(current)),
+                format!(
+                    "{MOVED}: planned on snapshot {}, current {}",
+                    crate::error::snapshot_name(self.expected),
+                    crate::error::snapshot_name(current)
+                ),
             ));
         }
         Ok(loaded)
@@ -87,7 +98,11 @@ impl Catalog for ExpectSnapshot {
     async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
         self.inner.rename_table(src, dest).await
     }
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> iceberg::Result<Table> {
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
         self.inner.register_table(table, metadata_location).await
     }
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {

@@ -57,18 +57,18 @@ pub mod shared;
 mod sink;
 pub mod table;
 pub mod table_reads;
-pub mod text;
-pub mod typed;
 #[cfg(test)]
 mod test_util;
+pub mod text;
+pub mod typed;
 
 pub use catalog::IcebergCatalog;
 pub use catalog_config::{CatalogConfig, CatalogType, S3Settings, Secret};
-pub use iceberg;
-pub use error::{Result, TieringError};
-pub use reader::{CatalogReader, TableState};
 pub use compaction::{CompactionPolicy, CompactionReport};
+pub use error::{Result, TieringError};
+pub use iceberg;
 pub use maintenance::{ExpiryPolicy, ExpiryReport};
+pub use reader::{CatalogReader, TableState};
 pub use retention::{PartitionRetention, RetentionReport};
 pub use table::{PreparedTier, TierLimits, TierOutcome, TopicTable};
 pub use typed::{DataFormat, KeyFormat, SchemaLookupError, SchemaSource, TypedLayout, ValueFormat};

@@ -69,16 +69,28 @@ async fn reachable_files(table: &Table) -> Result<HashSet<String>> {
     let mut manifests_seen = HashSet::new();
     for snapshot in table.metadata().snapshots() {
         files.insert(snapshot.manifest_list().to_string());
-        let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
+        let list = table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .map_err(TieringError::iceberg("read", &ident))?;
         for manifest in list.entries() {
             if !manifests_seen.insert(manifest.manifest_path.clone()) {
                 continue;
             }
             files.insert(manifest.manifest_path.clone());
-            let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
+            let m = manifest
+                .load_manifest(table.file_io())
+                .await
+                .map_err(TieringError::iceberg("read", &ident))?;
             // A DELETED entry (a compaction's replaced file) is not a reference: once the
             // snapshots that still had the file alive expire, the file goes (as Java's cleanup).
-            files.extend(m.entries().iter().filter(|e| e.is_alive()).map(|entry| entry.file_path().to_string()));
+            files.extend(
+                m.entries()
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|entry| entry.file_path().to_string()),
+            );
         }
     }
     Ok(files)
@@ -86,12 +98,20 @@ async fn reachable_files(table: &Table) -> Result<HashSet<String>> {
 
 /// The metadata files a table's metadata still lists (its log), and its current one.
 fn listed_metadata(metadata: &TableMetadata, location: Option<&str>) -> HashSet<String> {
-    metadata.metadata_log().iter().map(|m| m.metadata_file.clone()).chain(location.map(str::to_string)).collect()
+    metadata
+        .metadata_log()
+        .iter()
+        .map(|m| m.metadata_file.clone())
+        .chain(location.map(str::to_string))
+        .collect()
 }
 
 /// Whether the table asks for old metadata files to be deleted.
 fn deletes_old_metadata(metadata: &TableMetadata) -> bool {
-    metadata.properties().get(METADATA_DELETE_AFTER_COMMIT).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    metadata
+        .properties()
+        .get(METADATA_DELETE_AFTER_COMMIT)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 /// Deletes `paths` through the table's FileIO; how many went. A failure is logged
@@ -101,7 +121,9 @@ async fn delete_all(table: &Table, paths: impl IntoIterator<Item = String>, what
     for path in paths {
         match table.file_io().delete(&path).await {
             Ok(()) => deleted += 1,
-            Err(e) => warn!(table = %table.identifier(), path, error = %e, "cannot delete an unreferenced {what}"),
+            Err(e) => {
+                warn!(table = %table.identifier(), path, error = %e, "cannot delete an unreferenced {what}")
+            }
         }
     }
     deleted
@@ -114,7 +136,11 @@ impl TopicTable {
     /// # Errors
     /// [`TieringError::Iceberg`] loading, reading manifests or committing;
     /// [`TieringError::StaleSnapshot`]-like commit failures when the table moved.
-    pub async fn expire_snapshots(&self, policy: ExpiryPolicy, now_ms: i64) -> Result<ExpiryReport> {
+    pub async fn expire_snapshots(
+        &self,
+        policy: ExpiryPolicy,
+        now_ms: i64,
+    ) -> Result<ExpiryReport> {
         let _writer = self.writer_lock().await;
         let before = self.load().await?;
         let cutoff = now_ms.saturating_sub(policy.max_age_ms);
@@ -127,17 +153,22 @@ impl TopicTable {
         let reachable_before = reachable_files(&before).await?;
         let tx = Transaction::new(&before);
         let expire = tx.expire_snapshots().expire_older_than_ms(cutoff).retain_last(min_to_keep);
-        let tx = expire.apply(tx).map_err(TieringError::iceberg("expire snapshots", self.ident()))?;
+        let tx =
+            expire.apply(tx).map_err(TieringError::iceberg("expire snapshots", self.ident()))?;
         let guarded = ExpectSnapshot {
             inner: self.catalog(),
             ident: self.ident().clone(),
             expected: before.metadata().current_snapshot_id(),
         };
-        let after = tx.commit(&guarded).await.map_err(TieringError::iceberg("expire snapshots", self.ident()))?;
+        let after = tx
+            .commit(&guarded)
+            .await
+            .map_err(TieringError::iceberg("expire snapshots", self.ident()))?;
         // Committed, nothing deleted yet: a crash here leaves unreferenced files only.
         self.failpoint("tiering.expire.committed")?;
         let reachable_after = reachable_files(&after).await?;
-        let unreferenced: Vec<String> = reachable_before.difference(&reachable_after).cloned().collect();
+        let unreferenced: Vec<String> =
+            reachable_before.difference(&reachable_after).cloned().collect();
         let deleted_files = delete_all(&after, unreferenced, "file of an expired snapshot").await;
         let deleted_metadata_files = self.delete_dropped_metadata(&before, &after).await;
         let report = ExpiryReport {
@@ -158,8 +189,10 @@ impl TopicTable {
             return 0;
         }
         let still = listed_metadata(after.metadata(), after.metadata_location());
-        let dropped: Vec<String> =
-            listed_metadata(before.metadata(), before.metadata_location()).into_iter().filter(|f| !still.contains(f)).collect();
+        let dropped: Vec<String> = listed_metadata(before.metadata(), before.metadata_location())
+            .into_iter()
+            .filter(|f| !still.contains(f))
+            .collect();
         delete_all(after, dropped, "old metadata file").await
     }
 }
@@ -183,7 +216,8 @@ impl TopicTable {
     pub async fn stats(&self) -> Result<TableStats> {
         let table = self.load().await?;
         let metadata = table.metadata();
-        let mut stats = TableStats { snapshots: metadata.snapshots().len(), ..TableStats::default() };
+        let mut stats =
+            TableStats { snapshots: metadata.snapshots().len(), ..TableStats::default() };
         let size = |path: String| {
             let io = table.file_io().clone();
             async move { io.new_input(path).ok()?.metadata().await.ok().map(|m| m.size) }
@@ -199,8 +233,13 @@ impl TopicTable {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             stats.metadata_bytes += size(snapshot.manifest_list().to_string()).await.unwrap_or(0);
-            let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", self.ident()))?;
-            stats.metadata_bytes += list.entries().iter().map(|m| m.manifest_length.max(0) as u64).sum::<u64>();
+            let list = table
+                .manifest_list_reader(snapshot)
+                .load()
+                .await
+                .map_err(TieringError::iceberg("read", self.ident()))?;
+            stats.metadata_bytes +=
+                list.entries().iter().map(|m| m.manifest_length.max(0) as u64).sum::<u64>();
         }
         Ok(stats)
     }

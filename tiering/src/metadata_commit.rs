@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use iceberg::spec::{Schema, Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder, MAIN_BRANCH};
+use iceberg::spec::{
+    Schema, Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder,
+    MAIN_BRANCH,
+};
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 use sqlx::sqlite::SqliteConnectOptions;
@@ -47,15 +50,21 @@ pub async fn commit_metadata(
     catalog_name: &str,
 ) -> Result<String, MetadataCommitError> {
     let failed = MetadataCommitError::Failed;
-    let current = table.metadata_location().ok_or_else(|| failed("the table has no metadata location".into()))?.to_string();
-    let next = MetadataLocation::from_str(&current).map_err(|e| failed(e.to_string()))?.with_next_version();
-    metadata.write_to(table.file_io(), &next).await.map_err(|e| failed(format!("cannot write {next}: {e}")))?;
-    let next = next.to_string();
-    let mut db = SqliteConnectOptions::new()
-        .filename(sqlite)
-        .connect()
+    let current = table
+        .metadata_location()
+        .ok_or_else(|| failed("the table has no metadata location".into()))?
+        .to_string();
+    let next = MetadataLocation::from_str(&current)
+        .map_err(|e| failed(e.to_string()))?
+        .with_next_version();
+    metadata
+        .write_to(table.file_io(), &next)
         .await
-        .map_err(|e| failed(format!("cannot open the catalog database {}: {e}", sqlite.display())))?;
+        .map_err(|e| failed(format!("cannot write {next}: {e}")))?;
+    let next = next.to_string();
+    let mut db = SqliteConnectOptions::new().filename(sqlite).connect().await.map_err(|e| {
+        failed(format!("cannot open the catalog database {}: {e}", sqlite.display()))
+    })?;
     let ident = table.identifier();
     let swapped = sqlx::query(
         "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
@@ -108,7 +117,10 @@ pub async fn commit_rest(
         .map_err(|e| failed(format!("the REST catalog URI is not a URL: {e}")))?;
     let url_of = |segments: &[&str]| {
         let mut url = base.clone();
-        url.path_segments_mut().map_err(|()| failed("the REST catalog URI cannot take a path".into()))?.pop_if_empty().extend(segments);
+        url.path_segments_mut()
+            .map_err(|()| failed("the REST catalog URI cannot take a path".into()))?
+            .pop_if_empty()
+            .extend(segments);
         Ok::<_, MetadataCommitError>(url)
     };
     let token = rest_token(config, &client, &url_of(&["v1", "oauth", "tokens"])?).await?;
@@ -121,13 +133,17 @@ pub async fn commit_rest(
     if !config.warehouse.is_empty() {
         config_url.query_pairs_mut().append_pair("warehouse", &config.warehouse);
     }
-    let answer = authed(client.get(config_url)).send().await.map_err(|e| failed(format!("GET /v1/config: {e}")))?;
+    let answer = authed(client.get(config_url))
+        .send()
+        .await
+        .map_err(|e| failed(format!("GET /v1/config: {e}")))?;
     let status = answer.status();
     let text = answer.text().await.map_err(|e| failed(format!("GET /v1/config: {e}")))?;
     if !status.is_success() {
         return Err(failed(format!("GET /v1/config answered {status}: {text}")));
     }
-    let catalog_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| failed(format!("GET /v1/config: {e}")))?;
+    let catalog_config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| failed(format!("GET /v1/config: {e}")))?;
     let prefix = ["overrides", "defaults"]
         .iter()
         .find_map(|k| catalog_config.get(k)?.get("prefix")?.as_str().map(str::to_string))
@@ -156,13 +172,19 @@ pub async fn commit_rest(
         409 => Err(MetadataCommitError::Moved(ident.to_string())),
         code => {
             let text = answer.text().await.unwrap_or_default();
-            Err(failed(format!("the REST catalog answered the commit of {ident} with {code}: {text}")))
+            Err(failed(format!(
+                "the REST catalog answered the commit of {ident} with {code}: {text}"
+            )))
         }
     }
 }
 
 /// The bearer token for REST requests: `rest.token`, or one exchanged for `rest.credential`.
-async fn rest_token(config: &crate::CatalogConfig, client: &reqwest::Client, url: &reqwest::Url) -> Result<Option<String>, MetadataCommitError> {
+async fn rest_token(
+    config: &crate::CatalogConfig,
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+) -> Result<Option<String>, MetadataCommitError> {
     let failed = MetadataCommitError::Failed;
     if !config.rest_token.is_empty() {
         return Ok(Some(config.rest_token.expose().to_string()));
@@ -190,7 +212,8 @@ async fn rest_token(config: &crate::CatalogConfig, client: &reqwest::Client, url
     if !status.is_success() {
         return Err(failed(format!("the REST catalog refused the credential ({status})")));
     }
-    let token: serde_json::Value = serde_json::from_str(&text).map_err(|e| failed(format!("OAuth2 token answer: {e}")))?;
+    let token: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| failed(format!("OAuth2 token answer: {e}")))?;
     token
         .get("access_token")
         .and_then(|t| t.as_str())
@@ -214,15 +237,24 @@ impl DirectCommitter {
     ///
     /// # Errors
     /// [`MetadataCommitError::Moved`] when the table moved; `Failed` otherwise.
-    pub async fn commit_snapshot(&self, table: &Table, snapshot: Snapshot) -> Result<(), MetadataCommitError> {
-        let reference = SnapshotReference::new(snapshot.snapshot_id(), SnapshotRetention::branch(None, None, None));
+    pub async fn commit_snapshot(
+        &self,
+        table: &Table,
+        snapshot: Snapshot,
+    ) -> Result<(), MetadataCommitError> {
+        let reference = SnapshotReference::new(
+            snapshot.snapshot_id(),
+            SnapshotRetention::branch(None, None, None),
+        );
         match self {
             Self::Sql(db, name) => {
                 let metadata = builder(table)
                     .add_snapshot(snapshot)
                     .and_then(|b| b.set_ref(MAIN_BRANCH, reference))
                     .and_then(TableMetadataBuilder::build)
-                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the metadata: {e}")))?
+                    .map_err(|e| {
+                        MetadataCommitError::Failed(format!("cannot build the metadata: {e}"))
+                    })?
                     .metadata;
                 commit_metadata(table, metadata, db, name).await.map(drop)
             }
@@ -248,29 +280,40 @@ impl DirectCommitter {
     ///
     /// # Errors
     /// [`MetadataCommitError::Moved`] when the table moved; `Failed` otherwise.
-    pub async fn commit_current_schema(&self, table: &Table, schema: Schema) -> Result<(), MetadataCommitError> {
+    pub async fn commit_current_schema(
+        &self,
+        table: &Table,
+        schema: Schema,
+    ) -> Result<(), MetadataCommitError> {
         match self {
             Self::Sql(db, name) => {
                 let metadata = builder(table)
                     .add_current_schema(schema)
                     .and_then(TableMetadataBuilder::build)
-                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the metadata: {e}")))?
+                    .map_err(|e| {
+                        MetadataCommitError::Failed(format!("cannot build the metadata: {e}"))
+                    })?
                     .metadata;
                 commit_metadata(table, metadata, db, name).await.map(drop)
             }
             Self::Rest(config) => {
-                let fresh_id = table.metadata().schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1;
-                let schema = schema
-                    .into_builder()
-                    .with_schema_id(fresh_id)
-                    .build()
-                    .map_err(|e| MetadataCommitError::Failed(format!("cannot build the schema: {e}")))?;
+                let fresh_id =
+                    table.metadata().schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1;
+                let schema =
+                    schema.into_builder().with_schema_id(fresh_id).build().map_err(|e| {
+                        MetadataCommitError::Failed(format!("cannot build the schema: {e}"))
+                    })?;
                 let requirements = vec![
                     TableRequirement::UuidMatch { uuid: table.metadata().uuid() },
-                    TableRequirement::CurrentSchemaIdMatch { current_schema_id: table.metadata().current_schema_id() },
+                    TableRequirement::CurrentSchemaIdMatch {
+                        current_schema_id: table.metadata().current_schema_id(),
+                    },
                 ];
                 // -1: the schema this commit adds.
-                let updates = vec![TableUpdate::AddSchema { schema }, TableUpdate::SetCurrentSchema { schema_id: -1 }];
+                let updates = vec![
+                    TableUpdate::AddSchema { schema },
+                    TableUpdate::SetCurrentSchema { schema_id: -1 },
+                ];
                 commit_rest(config, table, requirements, updates).await
             }
         }
@@ -278,5 +321,8 @@ impl DirectCommitter {
 }
 
 fn builder(table: &Table) -> TableMetadataBuilder {
-    TableMetadataBuilder::new_from_metadata(table.metadata().clone(), table.metadata_location().map(str::to_string))
+    TableMetadataBuilder::new_from_metadata(
+        table.metadata().clone(),
+        table.metadata_location().map(str::to_string),
+    )
 }

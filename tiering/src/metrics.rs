@@ -53,9 +53,12 @@ pub struct IcebergMetrics {
 impl IcebergMetrics {
     /// The metrics, not yet registered (the broker registers [`Self::collectors`]).
     pub fn new() -> Self {
-        let gauge = |name: &str, help: &str, labels: &[&str]| IntGaugeVec::new(Opts::new(name, help), labels).expect("metric");
-        let counter =
-            |name: &str, help: &str, labels: &[&str]| IntCounterVec::new(Opts::new(name, help), labels).expect("metric");
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            IntGaugeVec::new(Opts::new(name, help), labels).expect("metric")
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).expect("metric")
+        };
         Self {
             committed_offset: gauge("floe_iceberg_committed_offset", "Next offset to tier: everything below is in the table", &["topic", "partition"]),
             lag_records: gauge("floe_iceberg_lag_records", "Records in the log not yet committed to the table", &["topic", "partition"]),
@@ -118,7 +121,6 @@ impl IcebergMetrics {
         self.last_error.with_label_values(&[topic, &message]).set(1);
     }
 }
-
 
 impl Default for IcebergMetrics {
     fn default() -> Self {

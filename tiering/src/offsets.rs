@@ -46,14 +46,19 @@ pub fn summary_properties(
         *e = (*e).max(last + 1);
     }
     let mut props = cumulative_properties(&next, log_starts);
-    props.extend(ranges.iter().map(|(p, (first, last))| (offsets_key(*p), format!("{first}-{last}"))));
+    props.extend(
+        ranges.iter().map(|(p, (first, last))| (offsets_key(*p), format!("{first}-{last}"))),
+    );
     props
 }
 
 /// The cumulative summary properties every commit carries: `floe.next-offset.*`
 /// from `next_offsets` and `floe.log-start.*` from `log_starts`. The one place
 /// that names them, so a commit (tiering, compaction, retention) cannot forget one.
-pub fn cumulative_properties(next_offsets: &BTreeMap<i32, i64>, log_starts: &BTreeMap<i32, i64>) -> HashMap<String, String> {
+pub fn cumulative_properties(
+    next_offsets: &BTreeMap<i32, i64>,
+    log_starts: &BTreeMap<i32, i64>,
+) -> HashMap<String, String> {
     next_offsets
         .iter()
         .map(|(p, n)| (format!("{NEXT_OFFSET_PREFIX}{p}"), n.to_string()))
@@ -111,7 +116,10 @@ pub fn committed_log_starts(metadata: &TableMetadata) -> BTreeMap<i32, i64> {
     let mut budget = metadata.snapshots().len();
     while let Some(s) = snapshot {
         for (k, v) in &s.summary().additional_properties {
-            let found = k.strip_prefix(LOG_START_PREFIX).and_then(|p| p.parse::<i32>().ok()).zip(v.parse::<i64>().ok());
+            let found = k
+                .strip_prefix(LOG_START_PREFIX)
+                .and_then(|p| p.parse::<i32>().ok())
+                .zip(v.parse::<i64>().ok());
             if let Some((p, start)) = found {
                 let e = starts.entry(p).or_insert(start);
                 *e = (*e).max(start);
@@ -166,10 +174,19 @@ mod tests {
         let ranges = BTreeMap::from([(0, (100, 199))]);
         let planned = BTreeMap::from([(0, 100), (1, 50)]);
         assert_eq!(conflicting_partition(&ranges, &planned, &planned), None);
-        assert_eq!(conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 100), (1, 80), (2, 5)])), None);
-        assert_eq!(conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 150), (1, 50)])), Some(0));
+        assert_eq!(
+            conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 100), (1, 80), (2, 5)])),
+            None
+        );
+        assert_eq!(
+            conflicting_partition(&ranges, &planned, &BTreeMap::from([(0, 150), (1, 50)])),
+            Some(0)
+        );
         // First tiering of a partition: someone else's first commit of it conflicts too.
         let first = BTreeMap::from([(3, (0, 9))]);
-        assert_eq!(conflicting_partition(&first, &BTreeMap::new(), &BTreeMap::from([(3, 10)])), Some(3));
+        assert_eq!(
+            conflicting_partition(&first, &BTreeMap::new(), &BTreeMap::from([(3, 10)])),
+            Some(3)
+        );
     }
 }

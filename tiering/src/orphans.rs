@@ -32,11 +32,23 @@ async fn referenced_locations(table: &Table) -> Result<HashSet<String>> {
     let ident = table.identifier().to_string();
     let mut files = HashSet::new();
     for snapshot in table.metadata().snapshots() {
-        let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
+        let list = table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .map_err(TieringError::iceberg("read", &ident))?;
         for manifest in list.entries() {
-            let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
+            let m = manifest
+                .load_manifest(table.file_io())
+                .await
+                .map_err(TieringError::iceberg("read", &ident))?;
             // A file listed only as DELETED (replaced by compaction) is read by no snapshot.
-            files.extend(m.entries().iter().filter(|e| e.is_alive()).map(|entry| entry.file_path().to_string()));
+            files.extend(
+                m.entries()
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|entry| entry.file_path().to_string()),
+            );
         }
     }
     Ok(files)
@@ -57,7 +69,10 @@ pub async fn find_s3_orphans(
     let location = table.metadata().location().trim_end_matches('/');
     let Some((scheme, rest)) = location.split_once("://") else { return Ok(Vec::new()) };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    let store_err = |source: opendal::Error| TieringError::ObjectStore { location: location.to_string(), source };
+    let store_err = |source: opendal::Error| TieringError::ObjectStore {
+        location: location.to_string(),
+        source,
+    };
     let mut cfg = opendal::services::S3Config::default();
     cfg.bucket = bucket.to_string();
     cfg.root = Some("/".to_string());
@@ -66,7 +81,8 @@ pub async fn find_s3_orphans(
     cfg.access_key_id = props.get("s3.access-key-id").cloned();
     cfg.secret_access_key = props.get("s3.secret-access-key").cloned();
     // As FileIO does (Iceberg's default): virtual-host style unless path style is asked for.
-    cfg.enable_virtual_host_style = !props.get("s3.path-style-access").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    cfg.enable_virtual_host_style =
+        !props.get("s3.path-style-access").is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let op = opendal::Operator::new(cfg.into_builder()).map_err(store_err)?.finish();
     let referenced = referenced_locations(table).await?;
     let data = if prefix.is_empty() { "data/".to_string() } else { format!("{prefix}/data/") };
@@ -77,7 +93,9 @@ pub async fn find_s3_orphans(
         .filter(|e| e.path().ends_with(".parquet"))
         .filter(|e| {
             // An object whose age is unknown is treated as young: never deleted.
-            e.metadata().last_modified().is_some_and(|t| now.duration_since(SystemTime::from(t)).unwrap_or_default() >= older_than)
+            e.metadata().last_modified().is_some_and(|t| {
+                now.duration_since(SystemTime::from(t)).unwrap_or_default() >= older_than
+            })
         })
         .map(|e| format!("{scheme}://{bucket}/{}", e.path().trim_start_matches('/')))
         .filter(|l| !referenced.contains(l))
@@ -94,9 +112,16 @@ pub async fn referenced_files(table: &Table) -> Result<HashSet<PathBuf>> {
     let ident = table.identifier().to_string();
     let mut files = HashSet::new();
     for snapshot in table.metadata().snapshots() {
-        let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
+        let list = table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .map_err(TieringError::iceberg("read", &ident))?;
         for manifest in list.entries() {
-            let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
+            let m = manifest
+                .load_manifest(table.file_io())
+                .await
+                .map_err(TieringError::iceberg("read", &ident))?;
             for entry in m.entries() {
                 if let Some(p) = local_path(entry.file_path()) {
                     files.insert(p);
@@ -135,12 +160,14 @@ pub async fn find_orphans(table: &Table, older_than: Duration) -> Result<Vec<Pat
     let data = root.join("data");
     let referenced = referenced_files(table).await?;
     let mut files = Vec::new();
-    walk(&data, &mut files).map_err(|source| TieringError::SegmentIo { path: data.clone(), source })?;
+    walk(&data, &mut files)
+        .map_err(|source| TieringError::SegmentIo { path: data.clone(), source })?;
     let now = SystemTime::now();
     let mut orphans: Vec<PathBuf> = files
         .into_iter()
         .filter(|(p, modified)| {
-            !referenced.contains(p) && now.duration_since(*modified).unwrap_or_default() >= older_than
+            !referenced.contains(p)
+                && now.duration_since(*modified).unwrap_or_default() >= older_than
         })
         .map(|(p, _)| p)
         .collect();

@@ -85,12 +85,16 @@ impl CatalogReader {
     ///
     /// # Errors
     /// [`TieringError::Iceberg`] if the catalog fails.
-    pub async fn namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Option<Vec<NamespaceIdent>>> {
+    pub async fn namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Option<Vec<NamespaceIdent>>> {
         let Some(catalog) = self.catalog().await? else {
             return Ok(parent.is_none().then(Vec::new));
         };
         let what = parent.map_or_else(String::new, |p| p.join("."));
-        let found = not_found_is_none(catalog.list_namespaces(parent).await).map_err(TieringError::iceberg("list namespaces", what))?;
+        let found = not_found_is_none(catalog.list_namespaces(parent).await)
+            .map_err(TieringError::iceberg("list namespaces", what))?;
         Ok(found.map(|mut list| {
             list.sort_by_key(|ns| ns.join("."));
             list
@@ -103,7 +107,8 @@ impl CatalogReader {
     /// [`TieringError::Iceberg`] if the catalog fails.
     pub async fn namespace(&self, namespace: &NamespaceIdent) -> Result<Option<Namespace>> {
         let Some(catalog) = self.catalog().await? else { return Ok(None) };
-        not_found_is_none(catalog.get_namespace(namespace).await).map_err(TieringError::iceberg("load namespace", namespace.join(".")))
+        not_found_is_none(catalog.get_namespace(namespace).await)
+            .map_err(TieringError::iceberg("load namespace", namespace.join(".")))
     }
 
     /// The tables of `namespace`, sorted by name, or `None` if the namespace does not exist.
@@ -112,8 +117,8 @@ impl CatalogReader {
     /// [`TieringError::Iceberg`] if the catalog fails.
     pub async fn tables(&self, namespace: &NamespaceIdent) -> Result<Option<Vec<TableIdent>>> {
         let Some(catalog) = self.catalog().await? else { return Ok(None) };
-        let found =
-            not_found_is_none(catalog.list_tables(namespace).await).map_err(TieringError::iceberg("list tables", namespace.join(".")))?;
+        let found = not_found_is_none(catalog.list_tables(namespace).await)
+            .map_err(TieringError::iceberg("list tables", namespace.join(".")))?;
         Ok(found.map(|mut list| {
             list.sort_by(|a, b| a.name().cmp(b.name()));
             list
@@ -126,8 +131,12 @@ impl CatalogReader {
     /// [`TieringError::Iceberg`] if the catalog fails or the metadata file cannot be read.
     pub async fn table(&self, ident: &TableIdent) -> Result<Option<TableState>> {
         let Some(catalog) = self.catalog().await? else { return Ok(None) };
-        let table = not_found_is_none(catalog.load_table(ident).await).map_err(TieringError::iceberg("load", ident))?;
-        Ok(table.map(|t| TableState { metadata_location: t.metadata_location().map(str::to_string), metadata: t.metadata_ref() }))
+        let table = not_found_is_none(catalog.load_table(ident).await)
+            .map_err(TieringError::iceberg("load", ident))?;
+        Ok(table.map(|t| TableState {
+            metadata_location: t.metadata_location().map(str::to_string),
+            metadata: t.metadata_ref(),
+        }))
     }
 }
 
@@ -135,7 +144,9 @@ impl CatalogReader {
 fn not_found_is_none<T>(result: iceberg::Result<T>) -> iceberg::Result<Option<T>> {
     match result {
         Ok(v) => Ok(Some(v)),
-        Err(e) if matches!(e.kind(), ErrorKind::NamespaceNotFound | ErrorKind::TableNotFound) => Ok(None),
+        Err(e) if matches!(e.kind(), ErrorKind::NamespaceNotFound | ErrorKind::TableNotFound) => {
+            Ok(None)
+        }
         Err(e) => Err(e),
     }
 }
@@ -164,8 +175,14 @@ mod tests {
         let tables = reader.tables(&kafka).await.unwrap().unwrap();
         assert_eq!(tables, vec![TableIdent::new(kafka.clone(), "orders".into())]);
         let state = reader.table(&tables[0]).await.unwrap().unwrap();
-        assert!(state.metadata_location.as_deref().is_some_and(|l| l.ends_with(".metadata.json")), "{state:?}");
-        assert_eq!(state.metadata.properties().get(crate::catalog::TOPIC_ID_PROPERTY).map(String::as_str), Some("id-1"));
+        assert!(
+            state.metadata_location.as_deref().is_some_and(|l| l.ends_with(".metadata.json")),
+            "{state:?}"
+        );
+        assert_eq!(
+            state.metadata.properties().get(crate::catalog::TOPIC_ID_PROPERTY).map(String::as_str),
+            Some("id-1")
+        );
 
         let missing = NamespaceIdent::new("nope".into());
         assert!(reader.tables(&missing).await.unwrap().is_none());

@@ -18,15 +18,24 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
     let catalog_name = &config.name;
     let (catalog, tables) = open_and_list(config, namespace).await?;
     let mut out = String::new();
-    let _ = writeln!(out, "catalog {catalog_name} ({}), namespace {namespace}: {}", config.describe(), count(tables.len(), "table"));
+    let _ = writeln!(
+        out,
+        "catalog {catalog_name} ({}), namespace {namespace}: {}",
+        config.describe(),
+        count(tables.len(), "table")
+    );
     for ident in tables {
-        let table = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
-            operation: "load",
-            table: ident.to_string(),
-            source: Box::new(source),
-        })?;
+        let table =
+            catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
+                operation: "load",
+                table: ident.to_string(),
+                source: Box::new(source),
+            })?;
         let metadata = table.metadata();
-        let summary = metadata.current_snapshot().map(|s| s.summary().additional_properties.clone()).unwrap_or_default();
+        let summary = metadata
+            .current_snapshot()
+            .map(|s| s.summary().additional_properties.clone())
+            .unwrap_or_default();
         let total = |k: &str| summary.get(k).cloned().unwrap_or_else(|| "0".into());
         // Each term by its column's name: day(event_time), not the field id.
         let schema = metadata.current_schema();
@@ -35,7 +44,9 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
             .fields()
             .iter()
             .map(|f| {
-                let column = schema.field_by_id(f.source_id).map_or_else(|| format!("field {}", f.source_id), |c| c.name.clone());
+                let column = schema
+                    .field_by_id(f.source_id)
+                    .map_or_else(|| format!("field {}", f.source_id), |c| c.name.clone());
                 format!("{}({column})", f.transform)
             })
             .collect();
@@ -57,14 +68,18 @@ pub async fn status(config: &CatalogConfig, namespace: &str) -> Result<String, T
 }
 
 /// The catalog and the tables of `namespace` in it (for the `floe iceberg` tools).
-async fn open_and_list(config: &CatalogConfig, namespace: &str) -> Result<(IcebergCatalog, Vec<crate::iceberg::TableIdent>), TieringError> {
+async fn open_and_list(
+    config: &CatalogConfig,
+    namespace: &str,
+) -> Result<(IcebergCatalog, Vec<crate::iceberg::TableIdent>), TieringError> {
     let catalog = IcebergCatalog::open(config, namespace).await?;
     let ns = crate::iceberg::NamespaceIdent::new(namespace.to_string());
-    let tables = catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
-        operation: "list",
-        table: namespace.to_string(),
-        source: Box::new(source),
-    })?;
+    let tables =
+        catalog.catalog().list_tables(&ns).await.map_err(|source| TieringError::Iceberg {
+            operation: "list",
+            table: namespace.to_string(),
+            source: Box::new(source),
+        })?;
     Ok((catalog, tables))
 }
 
@@ -92,12 +107,19 @@ pub async fn maintain(
     for ident in tables.into_iter().filter(|t| only.is_none_or(|o| t.name() == o)) {
         let name = ident.name().to_string();
         let result = async {
-            let loaded = catalog.catalog().load_table(&ident).await.map_err(|source| TieringError::Iceberg {
-                operation: "load",
-                table: ident.to_string(),
-                source: Box::new(source),
+            let loaded = catalog.catalog().load_table(&ident).await.map_err(|source| {
+                TieringError::Iceberg {
+                    operation: "load",
+                    table: ident.to_string(),
+                    source: Box::new(source),
+                }
             })?;
-            let topic_id = loaded.metadata().properties().get(crate::catalog::TOPIC_ID_PROPERTY).cloned().unwrap_or_default();
+            let topic_id = loaded
+                .metadata()
+                .properties()
+                .get(crate::catalog::TOPIC_ID_PROPERTY)
+                .cloned()
+                .unwrap_or_default();
             let table = catalog.topic_table(&name, &topic_id, "").await?;
             let mut expired = table.expire_snapshots(policy, now_ms).await?;
             let mut compacted = None;
@@ -119,19 +141,29 @@ pub async fn maintain(
         .await;
         let _ = match result {
             Ok((r, c, stats)) => {
-                let _ = writeln!(out, "table {ident}: expired {}, {} left, deleted {} and {}",
-                    count(r.expired, "snapshot"), r.snapshots_left, count(r.deleted_files, "file"), count(r.deleted_metadata_files, "metadata file"));
+                let _ = writeln!(
+                    out,
+                    "table {ident}: expired {}, {} left, deleted {} and {}",
+                    count(r.expired, "snapshot"),
+                    r.snapshots_left,
+                    count(r.deleted_files, "file"),
+                    count(r.deleted_metadata_files, "metadata file")
+                );
                 if let Some(c) = c {
                     let _ = writeln!(out, "table {ident}: compacted {} ({} bytes) of {} into {} ({} bytes); {} merged",
                         count(c.rewritten_files, "small data file"), c.rewritten_bytes, count(c.groups, "partition"), c.added_files, c.added_bytes,
                         count(if c.snapshot_id.is_some() { c.merged_manifests as u64 } else { 0 }, "manifest"));
                 }
-                writeln!(out, "table {ident}: {}, {}, {} metadata bytes",
-                    count(stats.snapshots, "snapshot"), count(stats.data_files, "data file"), stats.metadata_bytes)
+                writeln!(
+                    out,
+                    "table {ident}: {}, {}, {} metadata bytes",
+                    count(stats.snapshots, "snapshot"),
+                    count(stats.data_files, "data file"),
+                    stats.metadata_bytes
+                )
             }
             Err(e) => writeln!(out, "table {ident}: failed: {e}"),
         };
     }
     Ok(out)
 }
-

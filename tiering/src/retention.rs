@@ -53,7 +53,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use iceberg::spec::{DataFile, FormatVersion, Literal, Operation, PartitionSpec, PrimitiveLiteral, Schema, Transform};
+use iceberg::spec::{
+    DataFile, FormatVersion, Literal, Operation, PartitionSpec, PrimitiveLiteral, Schema, Transform,
+};
 use iceberg::table::Table;
 use tracing::{debug, info, warn};
 
@@ -130,7 +132,10 @@ pub(crate) fn column_id(schema: &Schema, name: &str) -> Option<i32> {
     schema.field_by_name(name).map(|f| f.id)
 }
 
-fn long_bound(bounds: &std::collections::HashMap<i32, iceberg::spec::Datum>, id: i32) -> Option<i64> {
+fn long_bound(
+    bounds: &std::collections::HashMap<i32, iceberg::spec::Datum>,
+    id: i32,
+) -> Option<i64> {
     match bounds.get(&id).map(iceberg::spec::Datum::literal) {
         Some(PrimitiveLiteral::Long(v)) => Some(*v),
         Some(PrimitiveLiteral::Int(v)) => Some(i64::from(*v)),
@@ -150,7 +155,9 @@ fn kafka_partition(file: &DataFile, spec: &PartitionSpec, partition_id: i32) -> 
         Some(Literal::Primitive(PrimitiveLiteral::Int(p))) => Some(p),
         _ => {
             let lo = long_bound(file.lower_bounds(), partition_id)?;
-            (long_bound(file.upper_bounds(), partition_id) == Some(lo)).then(|| i32::try_from(lo).ok()).flatten()
+            (long_bound(file.upper_bounds(), partition_id) == Some(lo))
+                .then(|| i32::try_from(lo).ok())
+                .flatten()
         }
     }
 }
@@ -159,14 +166,21 @@ fn kafka_partition(file: &DataFile, spec: &PartitionSpec, partition_id: i32) -> 
 /// how many front files go by `input`'s limits at `now_ms` (or lie wholly below
 /// the committed `log_start`, or the broker's up to `table_end`), and the first
 /// offset of the first one kept, else `table_end`, never below that floor.
-pub(crate) fn plan_cut(files: &[FileStats], input: &PartitionRetention, log_start: i64, table_end: i64, now_ms: i64) -> (usize, i64) {
+pub(crate) fn plan_cut(
+    files: &[FileStats],
+    input: &PartitionRetention,
+    log_start: i64,
+    table_end: i64,
+    now_ms: i64,
+) -> (usize, i64) {
     let log_start = log_start.max(input.log_start_offset.min(table_end));
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + input.local_bytes;
     let mut excess = (input.retention_bytes >= 0).then(|| total as i64 - input.retention_bytes);
     let mut cut = 0;
     for f in files {
         let below_start = f.last_offset < log_start;
-        let by_time = input.retention_ms >= 0 && f.max_timestamp_ms.is_some_and(|ts| now_ms.saturating_sub(ts) > input.retention_ms);
+        let by_time = input.retention_ms >= 0
+            && f.max_timestamp_ms.is_some_and(|ts| now_ms.saturating_sub(ts) > input.retention_ms);
         let by_size = excess.is_some_and(|e| e - f.size as i64 >= 0);
         if !(below_start || by_time || by_size) {
             break;
@@ -191,7 +205,12 @@ struct Columns {
 impl Columns {
     fn of(table: &Table) -> Result<Self> {
         let schema = table.metadata().current_schema();
-        let missing = |c: &str| TieringError::Unsupported(format!("table {} has no {c} column: no table retention", table.identifier()));
+        let missing = |c: &str| {
+            TieringError::Unsupported(format!(
+                "table {} has no {c} column: no table retention",
+                table.identifier()
+            ))
+        };
         Ok(Self {
             partition: column_id(schema, "partition").ok_or_else(|| missing("partition"))?,
             offset: column_id(schema, "offset").ok_or_else(|| missing("offset"))?,
@@ -203,7 +222,11 @@ impl Columns {
 /// Per Kafka partition, the live files of `files` with their statistics, in offset
 /// order; a partition with a file lacking `offset` bounds is left out (it cannot be
 /// ordered: no retention for it, logged).
-fn files_by_partition(table: &Table, files: &SnapshotFiles, columns: &Columns) -> BTreeMap<i32, Vec<FileStats>> {
+fn files_by_partition(
+    table: &Table,
+    files: &SnapshotFiles,
+    columns: &Columns,
+) -> BTreeMap<i32, Vec<FileStats>> {
     let mut by: BTreeMap<i32, Vec<FileStats>> = BTreeMap::new();
     let mut unordered = HashSet::new();
     for (index, live) in files.live.iter().enumerate() {
@@ -213,14 +236,25 @@ fn files_by_partition(table: &Table, files: &SnapshotFiles, columns: &Columns) -
             warn!(table = %table.identifier(), path = file.file_path(), "data file of no single Kafka partition: left to table retention");
             continue;
         };
-        let bounds = long_bound(file.lower_bounds(), columns.offset).zip(long_bound(file.upper_bounds(), columns.offset));
+        let bounds = long_bound(file.lower_bounds(), columns.offset)
+            .zip(long_bound(file.upper_bounds(), columns.offset));
         let Some((first_offset, last_offset)) = bounds else {
             unordered.insert(p);
             continue;
         };
         // Iceberg's timestamptz statistics are µs; Kafka's timestamps ms.
-        let max_timestamp_ms = columns.timestamp.and_then(|id| long_bound(file.upper_bounds(), id)).map(|us| us.div_euclid(1000));
-        by.entry(p).or_default().push(FileStats { index, main: true, first_offset, last_offset, max_timestamp_ms, size: file.file_size_in_bytes() });
+        let max_timestamp_ms = columns
+            .timestamp
+            .and_then(|id| long_bound(file.upper_bounds(), id))
+            .map(|us| us.div_euclid(1000));
+        by.entry(p).or_default().push(FileStats {
+            index,
+            main: true,
+            first_offset,
+            last_offset,
+            max_timestamp_ms,
+            size: file.file_size_in_bytes(),
+        });
     }
     for p in unordered {
         warn!(table = %table.identifier(), partition = p, "a data file has no offset statistics: no table retention for this partition");
@@ -254,7 +288,11 @@ impl TopicTable {
     /// `__log` cut may have been committed: harmless, the main table's log start
     /// is the authority and the next pass cuts the main table);
     /// [`TieringError::Iceberg`] reading or committing.
-    pub async fn apply_retention(&self, inputs: &BTreeMap<i32, PartitionRetention>, now_ms: i64) -> Result<RetentionReport> {
+    pub async fn apply_retention(
+        &self,
+        inputs: &BTreeMap<i32, PartitionRetention>,
+        now_ms: i64,
+    ) -> Result<RetentionReport> {
         let Some(committer) = self.direct_committer() else {
             debug!(table = %self.ident(), "table retention skipped: the table's catalog takes no hand-built commit");
             return Ok(RetentionReport::default());
@@ -263,9 +301,11 @@ impl TopicTable {
         let before = self.load().await?;
         let metadata = before.metadata();
         let starts = committed_log_starts(metadata);
-        let mut report = RetentionReport { log_starts: starts.clone(), ..RetentionReport::default() };
+        let mut report =
+            RetentionReport { log_starts: starts.clone(), ..RetentionReport::default() };
         // Nothing can move (no limit, no DeleteRecords ahead of the table): no manifest is read.
-        let movable = inputs.iter().any(|(p, input)| input.can_cut(starts.get(p).copied().unwrap_or(0)));
+        let movable =
+            inputs.iter().any(|(p, input)| input.can_cut(starts.get(p).copied().unwrap_or(0)));
         if metadata.format_version() != FormatVersion::V2 || !movable {
             return Ok(report);
         }
@@ -277,7 +317,10 @@ impl TopicTable {
         let mut companions = self.companion_files().await?;
         for (p, mut stats) in files_by_partition(&before, &files, &columns) {
             let Some(input) = inputs.get(&p) else { continue };
-            let (Some(&table_end), start) = (next.get(&p), starts.get(&p).copied().unwrap_or(0)) else { continue };
+            let (Some(&table_end), start) = (next.get(&p), starts.get(&p).copied().unwrap_or(0))
+            else {
+                continue;
+            };
             // The companions' files are the partition's log too: planned with the
             // main table's, so a recent pass of dead letters or aborted records only
             // is kept as a recent main file would be (and counts for the size).
@@ -301,7 +344,16 @@ impl TopicTable {
             }
         }
         if !removed.is_empty() || !report.moved.is_empty() {
-            self.cut_main_table(&committer, &before, &files, &removed, &next, &new_starts, &mut report).await?;
+            self.cut_main_table(
+                &committer,
+                &before,
+                &files,
+                &removed,
+                &next,
+                &new_starts,
+                &mut report,
+            )
+            .await?;
         }
         // `__log` after the main table, cut at the committed log starts: a crash
         // between the two leaves `__log` rows below the log start, which no read
@@ -328,7 +380,9 @@ impl TopicTable {
             let Some(files) = snapshot_files(&table).await? else { continue };
             let columns = Columns::of(&table)?;
             for (p, stats) in files_by_partition(&table, &files, &columns) {
-                by.entry(p).or_default().extend(stats.into_iter().map(|f| FileStats { main: false, ..f }));
+                by.entry(p)
+                    .or_default()
+                    .extend(stats.into_iter().map(|f| FileStats { main: false, ..f }));
             }
         }
         Ok(by)
@@ -350,7 +404,8 @@ impl TopicTable {
         let mut properties = cumulative_properties(next, new_starts);
         properties.insert(RETENTION_REMOVED_FILES_PROPERTY.to_string(), removed.len().to_string());
         let kind = SnapshotKind { operation: Operation::Delete, label: "retention", properties };
-        let snapshot = self.rewrite_snapshot(before, files, &BTreeMap::new(), removed, kind).await?;
+        let snapshot =
+            self.rewrite_snapshot(before, files, &BTreeMap::new(), removed, kind).await?;
         let snapshot_id = snapshot.snapshot_id();
         self.failpoint("tiering.retention.written")?;
         self.commit_cut(committer, before, snapshot).await?;
@@ -395,7 +450,8 @@ impl TopicTable {
         let mut properties = cumulative_properties(&committed_next_offsets(metadata), &starts);
         properties.insert(RETENTION_REMOVED_FILES_PROPERTY.to_string(), removed.len().to_string());
         let kind = SnapshotKind { operation: Operation::Delete, label: "retention", properties };
-        let snapshot = self.rewrite_snapshot(&before, &files, &BTreeMap::new(), &removed, kind).await?;
+        let snapshot =
+            self.rewrite_snapshot(&before, &files, &BTreeMap::new(), &removed, kind).await?;
         self.commit_cut(&committer, &before, snapshot).await?;
         if let Ok(after) = self.load().await {
             self.delete_dropped_metadata(&before, &after).await;
@@ -413,11 +469,19 @@ impl TopicTable {
         match committer.commit_snapshot(before, snapshot).await {
             Ok(()) => Ok(()),
             Err(MetadataCommitError::Moved(_)) => {
-                let current = self.load().await.ok().and_then(|t| t.metadata().current_snapshot_id());
-                Err(TieringError::StaleSnapshot { table: self.ident().to_string(), planned: before.metadata().current_snapshot_id(), current })
+                let current =
+                    self.load().await.ok().and_then(|t| t.metadata().current_snapshot_id());
+                Err(TieringError::StaleSnapshot {
+                    table: self.ident().to_string(),
+                    planned: before.metadata().current_snapshot_id(),
+                    current,
+                })
             }
             Err(MetadataCommitError::Failed(why)) => {
-                Err(TieringError::iceberg("retention", self.ident())(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why)))
+                Err(TieringError::iceberg("retention", self.ident())(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    why,
+                )))
             }
         }
     }
@@ -443,29 +507,69 @@ mod tests {
     const NOW: i64 = 1_800_000_000_000;
 
     fn stats(first: i64, last: i64, ts: Option<i64>, size: u64) -> FileStats {
-        FileStats { index: 0, main: true, first_offset: first, last_offset: last, max_timestamp_ms: ts, size }
+        FileStats {
+            index: 0,
+            main: true,
+            first_offset: first,
+            last_offset: last,
+            max_timestamp_ms: ts,
+            size,
+        }
     }
 
     fn limits(ms: i64, bytes: i64, local: u64) -> PartitionRetention {
-        PartitionRetention { retention_ms: ms, retention_bytes: bytes, local_bytes: local, log_start_offset: 0 }
+        PartitionRetention {
+            retention_ms: ms,
+            retention_bytes: bytes,
+            local_bytes: local,
+            log_start_offset: 0,
+        }
     }
 
     #[test]
     fn front_files_go_by_time_until_the_first_that_is_not_older() {
-        let files = [stats(0, 9, Some(NOW - 9 * DAY), 10), stats(10, 19, Some(NOW - DAY), 10), stats(20, 29, Some(NOW - 9 * DAY), 10)];
-        assert_eq!(plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 30, NOW), (1, 10), "the third is old too but comes after a young one");
-        assert_eq!(plan_cut(&files, &limits(-1, -1, 0), 0, 30, NOW), (0, 0), "no limits: nothing goes");
-        assert_eq!(plan_cut(&files, &limits(0, -1, 0), 0, 30, NOW), (3, 30), "all go: the log starts at the table end");
+        let files = [
+            stats(0, 9, Some(NOW - 9 * DAY), 10),
+            stats(10, 19, Some(NOW - DAY), 10),
+            stats(20, 29, Some(NOW - 9 * DAY), 10),
+        ];
+        assert_eq!(
+            plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 30, NOW),
+            (1, 10),
+            "the third is old too but comes after a young one"
+        );
+        assert_eq!(
+            plan_cut(&files, &limits(-1, -1, 0), 0, 30, NOW),
+            (0, 0),
+            "no limits: nothing goes"
+        );
+        assert_eq!(
+            plan_cut(&files, &limits(0, -1, 0), 0, 30, NOW),
+            (3, 30),
+            "all go: the log starts at the table end"
+        );
         let unknown = [stats(0, 9, None, 10)];
-        assert_eq!(plan_cut(&unknown, &limits(0, -1, 0), 0, 10, NOW), (0, 0), "no timestamp statistic: kept");
+        assert_eq!(
+            plan_cut(&unknown, &limits(0, -1, 0), 0, 10, NOW),
+            (0, 0),
+            "no timestamp statistic: kept"
+        );
     }
 
     #[test]
     fn front_files_go_by_size_while_what_is_left_stays_at_the_limit() {
         let files = [stats(0, 9, None, 100), stats(10, 19, None, 100), stats(20, 29, None, 100)];
         assert_eq!(plan_cut(&files, &limits(-1, 200, 0), 0, 30, NOW), (1, 10));
-        assert_eq!(plan_cut(&files, &limits(-1, 201, 0), 0, 30, NOW), (0, 0), "removing one would leave too little");
-        assert_eq!(plan_cut(&files, &limits(-1, 200, 100), 0, 30, NOW), (2, 20), "local bytes above the table end count");
+        assert_eq!(
+            plan_cut(&files, &limits(-1, 201, 0), 0, 30, NOW),
+            (0, 0),
+            "removing one would leave too little"
+        );
+        assert_eq!(
+            plan_cut(&files, &limits(-1, 200, 100), 0, 30, NOW),
+            (2, 20),
+            "local bytes above the table end count"
+        );
         assert_eq!(plan_cut(&files, &limits(-1, 0, 0), 0, 30, NOW), (3, 30));
     }
 
@@ -479,38 +583,88 @@ mod tests {
 
     #[test]
     fn companion_files_are_planned_with_the_main_tables() {
-        let companion = |first, last, ts, size| FileStats { main: false, ..stats(first, last, ts, size) };
+        let companion =
+            |first, last, ts, size| FileStats { main: false, ..stats(first, last, ts, size) };
         // Main 0-99 (old), a pass of dead letters only at 100-149 (recent), main 150-199 (recent).
-        let files = [stats(0, 99, Some(NOW - 9 * DAY), 10), companion(100, 149, Some(NOW - DAY), 10), stats(150, 199, Some(NOW), 10)];
-        assert_eq!(plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 200, NOW), (1, 100), "the recent dead letters stay");
-        let old = [stats(0, 99, Some(NOW - 9 * DAY), 10), companion(100, 149, Some(NOW - 9 * DAY), 10), stats(150, 199, Some(NOW), 10)];
-        assert_eq!(plan_cut(&old, &limits(7 * DAY, -1, 0), 0, 200, NOW), (2, 150), "old ones go with the main file");
+        let files = [
+            stats(0, 99, Some(NOW - 9 * DAY), 10),
+            companion(100, 149, Some(NOW - DAY), 10),
+            stats(150, 199, Some(NOW), 10),
+        ];
+        assert_eq!(
+            plan_cut(&files, &limits(7 * DAY, -1, 0), 0, 200, NOW),
+            (1, 100),
+            "the recent dead letters stay"
+        );
+        let old = [
+            stats(0, 99, Some(NOW - 9 * DAY), 10),
+            companion(100, 149, Some(NOW - 9 * DAY), 10),
+            stats(150, 199, Some(NOW), 10),
+        ];
+        assert_eq!(
+            plan_cut(&old, &limits(7 * DAY, -1, 0), 0, 200, NOW),
+            (2, 150),
+            "old ones go with the main file"
+        );
         // One pass wrote main rows 0-20 and aborted records 10-15: the start never falls inside the removed main file.
-        let overlapping = [stats(0, 20, Some(NOW - 9 * DAY), 10), companion(10, 15, Some(NOW), 10), stats(21, 30, Some(NOW), 10)];
+        let overlapping = [
+            stats(0, 20, Some(NOW - 9 * DAY), 10),
+            companion(10, 15, Some(NOW), 10),
+            stats(21, 30, Some(NOW), 10),
+        ];
         assert_eq!(plan_cut(&overlapping, &limits(7 * DAY, -1, 0), 0, 31, NOW), (1, 21));
     }
 
     #[test]
     fn a_delete_records_start_ahead_of_the_table_cuts_it_up_to_the_table_end() {
         let files = [stats(0, 9, None, 100), stats(10, 19, None, 100), stats(20, 29, None, 100)];
-        let deleted_to = |offset| PartitionRetention { log_start_offset: offset, ..limits(-1, -1, 0) };
-        assert_eq!(plan_cut(&files, &deleted_to(15), 0, 30, NOW), (1, 15), "inside a file: it stays whole, the start is 15");
+        let deleted_to =
+            |offset| PartitionRetention { log_start_offset: offset, ..limits(-1, -1, 0) };
+        assert_eq!(
+            plan_cut(&files, &deleted_to(15), 0, 30, NOW),
+            (1, 15),
+            "inside a file: it stays whole, the start is 15"
+        );
         assert_eq!(plan_cut(&files, &deleted_to(20), 0, 30, NOW), (2, 20));
-        assert_eq!(plan_cut(&files, &deleted_to(45), 0, 30, NOW), (3, 30), "beyond the table: capped at its end");
-        assert_eq!(plan_cut(&files, &deleted_to(5), 10, 30, NOW), (1, 10), "behind the committed start: nothing moves back");
-        assert!(deleted_to(15).can_cut(10) && !deleted_to(10).can_cut(10) && limits(0, -1, 0).can_cut(99));
+        assert_eq!(
+            plan_cut(&files, &deleted_to(45), 0, 30, NOW),
+            (3, 30),
+            "beyond the table: capped at its end"
+        );
+        assert_eq!(
+            plan_cut(&files, &deleted_to(5), 10, 30, NOW),
+            (1, 10),
+            "behind the committed start: nothing moves back"
+        );
+        assert!(
+            deleted_to(15).can_cut(10)
+                && !deleted_to(10).can_cut(10)
+                && limits(0, -1, 0).can_cut(99)
+        );
     }
 
     async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
-        IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka").await.unwrap()
+        IcebergCatalog::open_sqlite(
+            "floe",
+            &dir.join("iceberg/catalog.db"),
+            &dir.join("iceberg/warehouse"),
+            "kafka",
+        )
+        .await
+        .unwrap()
     }
 
     /// Appends `n` records with timestamp `ts`, in batches of 5; returns the first offset.
     fn fill_at(log: &PartitionLog, n: usize, ts: i64) -> i64 {
         let first = log.log_end_offset();
-        let recs: Vec<TestRecord> = (0..n).map(|i| TestRecord { timestamp: ts, ..record(i) }).collect();
+        let recs: Vec<TestRecord> =
+            (0..n).map(|i| TestRecord { timestamp: ts, ..record(i) }).collect();
         for chunk in recs.chunks(5) {
-            log.append(&mut encode(chunk, floe_protocol::kafka_protocol::records::Compression::None), 0).unwrap();
+            log.append(
+                &mut encode(chunk, floe_protocol::kafka_protocol::records::Compression::None),
+                0,
+            )
+            .unwrap();
         }
         first
     }
@@ -520,7 +674,8 @@ mod tests {
             .await
             .iter()
             .flat_map(|b| {
-                let p = b.column(0).as_primitive::<arrow_array::types::Int32Type>().values().to_vec();
+                let p =
+                    b.column(0).as_primitive::<arrow_array::types::Int32Type>().values().to_vec();
                 let o = b.column(1).as_primitive::<Int64Type>().values().to_vec();
                 p.into_iter().zip(o)
             })
@@ -542,13 +697,20 @@ mod tests {
         let table = t.load().await.unwrap();
         let files = snapshot_files(&table).await.unwrap().unwrap();
         let columns = Columns::of(&table).unwrap();
-        files_by_partition(&table, &files, &columns).remove(&partition).unwrap_or_default().iter().map(|f| f.size).collect()
+        files_by_partition(&table, &files, &columns)
+            .remove(&partition)
+            .unwrap_or_default()
+            .iter()
+            .map(|f| f.size)
+            .collect()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn retention_by_time_and_size_drops_front_files_and_every_commit_carries_the_log_start() {
         let dir = tempfile::tempdir().unwrap();
-        let logs: Vec<Arc<PartitionLog>> = (0..2).map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[]))).collect();
+        let logs: Vec<Arc<PartitionLog>> = (0..2)
+            .map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[])))
+            .collect();
         let cat = catalog(dir.path()).await;
         let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
         let tier_limits = TierLimits::default();
@@ -568,7 +730,11 @@ mod tests {
             }
             tier().await.unwrap();
         }
-        let log_rows_before = scan_columns(t.log_table().unwrap(), &["offset"]).await.iter().map(|b| b.num_rows()).sum::<usize>();
+        let log_rows_before = scan_columns(t.log_table().unwrap(), &["offset"])
+            .await
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>();
         assert_eq!(log_rows_before, 6, "five aborted records and their marker");
         let all0 = offsets(&t, 0).await;
 
@@ -578,54 +744,95 @@ mod tests {
         assert_eq!((r.removed_files, r.log_removed_files), (1, 1), "{r:?}");
         assert_eq!(r.moved, BTreeMap::from([(0, firsts[1])]));
         assert_eq!(r.log_starts, BTreeMap::from([(0, firsts[1])]));
-        assert_eq!(offsets(&t, 0).await, all0.iter().copied().filter(|o| *o >= firsts[1]).collect::<Vec<_>>());
+        assert_eq!(
+            offsets(&t, 0).await,
+            all0.iter().copied().filter(|o| *o >= firsts[1]).collect::<Vec<_>>()
+        );
         assert_eq!(offsets(&t, 1).await.len(), 40, "partition 1 untouched");
-        assert!(scan_columns(t.log_table().unwrap(), &["offset"]).await.iter().all(|b| b.num_rows() == 0));
+        assert!(scan_columns(t.log_table().unwrap(), &["offset"])
+            .await
+            .iter()
+            .all(|b| b.num_rows() == 0));
         let (op, props) = summary(&t).await;
         assert_eq!(op, Operation::Delete);
         assert_eq!(props["floe.log-start.0"], firsts[1].to_string());
-        assert_eq!(props["floe.next-offset.0"], logs[0].log_end_offset().to_string(), "next offsets carried");
+        assert_eq!(
+            props["floe.next-offset.0"],
+            logs[0].log_end_offset().to_string(),
+            "next offsets carried"
+        );
         assert_eq!(props["total-records"], "70");
         let (_, log_props) = summary(t.log_table().unwrap()).await;
-        assert_eq!(log_props["floe.log-start.0"], firsts[1].to_string(), "the __log cut records it too");
-        assert_eq!(t.apply_retention(&week, NOW).await.unwrap().removed_files, 0, "again: nothing more");
+        assert_eq!(
+            log_props["floe.log-start.0"],
+            firsts[1].to_string(),
+            "the __log cut records it too"
+        );
+        assert_eq!(
+            t.apply_retention(&week, NOW).await.unwrap().removed_files,
+            0,
+            "again: nothing more"
+        );
 
         // A tiering commit carries it.
         fill_at(&logs[0], 10, NOW);
         logs[0].roll_now().unwrap();
         tier().await.unwrap();
         let (op, props) = summary(&t).await;
-        assert_eq!((op, props["floe.log-start.0"].as_str()), (Operation::Append, firsts[1].to_string().as_str()));
+        assert_eq!(
+            (op, props["floe.log-start.0"].as_str()),
+            (Operation::Append, firsts[1].to_string().as_str())
+        );
 
         // By size, partition 1 only: keep all but its first file's bytes.
         let s1 = sizes(&t, 1).await;
         let keep = (s1.iter().sum::<u64>() - s1[0]) as i64;
         let r = t.apply_retention(&BTreeMap::from([(1, limits(-1, keep, 0))]), NOW).await.unwrap();
         assert_eq!(r.removed_files, 1, "{r:?}");
-        assert_eq!(r.log_starts, BTreeMap::from([(0, firsts[1]), (1, 10)]), "partition 0's carried");
+        assert_eq!(
+            r.log_starts,
+            BTreeMap::from([(0, firsts[1]), (1, 10)]),
+            "partition 0's carried"
+        );
         assert_eq!(offsets(&t, 1).await, (10..40).collect::<Vec<_>>());
         // Local bytes above the table end count: with as many local bytes as a file, two more go.
         let s1 = sizes(&t, 1).await;
         let keep = s1.iter().sum::<u64>() as i64;
-        let r = t.apply_retention(&BTreeMap::from([(1, limits(-1, keep, s1[0] + s1[1]))]), NOW).await.unwrap();
+        let r = t
+            .apply_retention(&BTreeMap::from([(1, limits(-1, keep, s1[0] + s1[1]))]), NOW)
+            .await
+            .unwrap();
         assert_eq!((r.removed_files, r.moved.get(&1).copied()), (2, Some(30)), "{r:?}");
 
         // A compaction carries both.
-        let policy = CompactionPolicy { min_input_files: 2, ..CompactionPolicy::for_target(64 << 20, 1 << 30) };
+        let policy = CompactionPolicy {
+            min_input_files: 2,
+            ..CompactionPolicy::for_target(64 << 20, 1 << 30)
+        };
         assert!(t.compact(&policy).await.unwrap().snapshot_id.is_some());
         let (op, props) = summary(&t).await;
         assert_eq!(op, Operation::Replace);
-        assert_eq!((props["floe.log-start.0"].as_str(), props["floe.log-start.1"].as_str()), (firsts[1].to_string().as_str(), "30"));
+        assert_eq!(
+            (props["floe.log-start.0"].as_str(), props["floe.log-start.1"].as_str()),
+            (firsts[1].to_string().as_str(), "30")
+        );
         assert_eq!(t.committed_next_offsets().await.unwrap()[&0], logs[0].log_end_offset());
 
         // Everything expired: the log starts at the table end, and tiering goes on from there.
         let end0 = logs[0].log_end_offset();
-        let r = t.apply_retention(&BTreeMap::from([(0, limits(0, -1, 0)), (1, limits(0, -1, 0))]), NOW + 1).await.unwrap();
+        let r = t
+            .apply_retention(
+                &BTreeMap::from([(0, limits(0, -1, 0)), (1, limits(0, -1, 0))]),
+                NOW + 1,
+            )
+            .await
+            .unwrap();
         assert_eq!(r.log_starts, BTreeMap::from([(0, end0), (1, 40)]), "{r:?}");
         assert!(offsets(&t, 0).await.is_empty() && offsets(&t, 1).await.is_empty());
         let next = fill_at(&logs[0], 5, NOW);
         logs[0].roll_now().unwrap();
-        let out = t.tier_until(&logs, &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+        let out =
+            t.tier_until(&logs, &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
         assert_eq!(out.committed[&0], (next, next + 4));
         assert_eq!(summary(&t).await.1["floe.log-start.0"], end0.to_string());
     }

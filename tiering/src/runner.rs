@@ -59,8 +59,8 @@ use crate::compaction::CompactionRequest;
 use crate::metrics::IcebergMetrics;
 use crate::settings::*;
 use crate::{
-    DataFormat, IcebergCatalog, PartitionRetention, RetentionReport, SchemaSource, TierLimits, TieringError,
-    TopicTable, TypedLayout,
+    DataFormat, IcebergCatalog, PartitionRetention, RetentionReport, SchemaSource, TierLimits,
+    TieringError, TopicTable, TypedLayout,
 };
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -181,7 +181,6 @@ struct TopicState {
     retention_checked: Option<Instant>,
 }
 
-
 struct Tierer {
     logs: Arc<LogManager>,
     data_dir: PathBuf,
@@ -198,10 +197,14 @@ struct Tierer {
 /// Bytes of `log`'s segments not wholly below `table_end` (the active one included):
 /// what a shared partition holds beyond its table, for `retention.bytes`.
 fn local_bytes_above(log: &PartitionLog, table_end: i64) -> u64 {
-    let in_table: u64 = log.sealed_segments().iter().filter(|s| s.next_offset <= table_end).map(|s| s.size_bytes).sum();
+    let in_table: u64 = log
+        .sealed_segments()
+        .iter()
+        .filter(|s| s.next_offset <= table_end)
+        .map(|s| s.size_bytes)
+        .sum();
     log.size_bytes().saturating_sub(in_table)
 }
-
 
 fn backoff(tick: Duration, failures: u32) -> Duration {
     tick.saturating_mul(1 << failures.min(10)).min(MAX_BACKOFF)
@@ -216,13 +219,20 @@ impl Tierer {
             self.pass().await;
             let until = Instant::now() + tick;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now()))).await;
+                tokio::time::sleep(
+                    Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())),
+                )
+                .await;
             }
         }
     }
 
     fn enabled(&self, topic: &Topic) -> bool {
-        topic.config().floe.get(ENABLED).map_or(self.settings.enabled_default, |v| v.trim().eq_ignore_ascii_case("true"))
+        topic
+            .config()
+            .floe
+            .get(ENABLED)
+            .map_or(self.settings.enabled_default, |v| v.trim().eq_ignore_ascii_case("true"))
     }
 
     async fn catalog(&mut self) -> Option<IcebergCatalog> {
@@ -234,7 +244,8 @@ impl Tierer {
                 return None;
             }
         }
-        let config = self.settings.catalog.catalog_config(&self.data_dir, &self.settings.catalog_name);
+        let config =
+            self.settings.catalog.catalog_config(&self.data_dir, &self.settings.catalog_name);
         match IcebergCatalog::open(&config, &self.settings.namespace).await {
             Ok(c) => {
                 info!(catalog = %config.describe(), "iceberg catalog open");
@@ -257,8 +268,12 @@ impl Tierer {
     async fn pass(&mut self) {
         // Every topic but the coordinators' own logs (storage holds retention for
         // any topic with tiering on until a floor is set, so none may be skipped here).
-        let topics: Vec<Arc<Topic>> =
-            self.logs.topics().into_iter().filter(|t| !floe_protocol::topic::is_internal(t.name())).collect();
+        let topics: Vec<Arc<Topic>> = self
+            .logs
+            .topics()
+            .into_iter()
+            .filter(|t| !floe_protocol::topic::is_internal(t.name()))
+            .collect();
         for topic in &topics {
             if self.stop.load(Ordering::Relaxed) {
                 return;
@@ -279,7 +294,9 @@ impl Tierer {
                 None
             } else {
                 // Until the committed offsets are known, hold everything.
-                Some(next.map_or(log.log_start_offset(), |n| n.get(&log.partition()).copied().unwrap_or(0)))
+                Some(next.map_or(log.log_start_offset(), |n| {
+                    n.get(&log.partition()).copied().unwrap_or(0)
+                }))
             };
             log.set_retention_floor(floor);
         }
@@ -290,11 +307,16 @@ impl Tierer {
         let partitions = topic.partitions();
         let config = topic.config();
         let spec = table_partition_spec(&config, &self.settings.partition_spec);
-        let format = |key: &str| config.floe.get(key).and_then(|v| DataFormat::parse(v).ok()).unwrap_or_default();
+        let format = |key: &str| {
+            config.floe.get(key).and_then(|v| DataFormat::parse(v).ok()).unwrap_or_default()
+        };
         let layout = Layout {
             key: format(KEY_FORMAT),
             value: format(VALUE_FORMAT),
-            keep_raw: config.floe.get(KEEP_RAW).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+            keep_raw: config
+                .floe
+                .get(KEEP_RAW)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
         };
         let target_lag = config
             .floe
@@ -331,7 +353,8 @@ impl Tierer {
         let state = self.topics.get_mut(&name).expect("inserted above");
         state.active_since.retain(|p, _| state.led.contains(p));
         for log in &led {
-            let sealed_end = log.sealed_segments().last().map_or(log.log_start_offset(), |s| s.next_offset);
+            let sealed_end =
+                log.sealed_segments().last().map_or(log.log_start_offset(), |s| s.next_offset);
             if log.log_end_offset() > sealed_end {
                 let since = *state.active_since.entry(log.partition()).or_insert_with(Instant::now);
                 if since.elapsed() >= Duration::from_millis(target_lag) {
@@ -339,7 +362,9 @@ impl Tierer {
                         Ok(_) => {
                             state.active_since.remove(&log.partition());
                         }
-                        Err(e) => warn!(topic = %name, partition = log.partition(), error = %e, "cannot roll for tiering"),
+                        Err(e) => {
+                            warn!(topic = %name, partition = log.partition(), error = %e, "cannot roll for tiering")
+                        }
                     }
                 }
             } else {
@@ -353,7 +378,8 @@ impl Tierer {
         // read the table's committed offsets, to hold retention at them.
         let pending = self.topics[&name].next.as_ref().is_none_or(|next| {
             led.iter().any(|log| {
-                let done = next.get(&log.partition()).copied().unwrap_or(0).max(log.log_start_offset());
+                let done =
+                    next.get(&log.partition()).copied().unwrap_or(0).max(log.log_start_offset());
                 log.sealed_segments().last().is_some_and(|s| s.next_offset > done)
             })
         });
@@ -363,7 +389,8 @@ impl Tierer {
             } else if let Some(next) = &self.topics[&name].next {
                 self.update_lag(&name, &partitions, next);
             }
-            self.shared_retention(&catalog, &name, &topic_id, &spec, &config, &led, &partitions).await;
+            self.shared_retention(&catalog, &name, &topic_id, &spec, &config, &led, &partitions)
+                .await;
             return;
         }
         let limits = TierLimits {
@@ -395,11 +422,15 @@ impl Tierer {
                 m.skipped_batches.with_label_values(&[&name]).inc_by(outcome.skipped.len() as u64);
                 state.next = Some(outcome.next_offsets);
                 let next = state.next.clone();
-                let check_orphans = state.orphans_checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.settings.orphan_check_interval_ms));
+                let check_orphans = state.orphans_checked.is_none_or(|t| {
+                    t.elapsed() >= Duration::from_millis(self.settings.orphan_check_interval_ms)
+                });
                 if check_orphans {
                     state.orphans_checked = Some(Instant::now());
                 }
-                let maintain = state.maintained.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.settings.maintenance_interval_ms));
+                let maintain = state.maintained.is_none_or(|t| {
+                    t.elapsed() >= Duration::from_millis(self.settings.maintenance_interval_ms)
+                });
                 if maintain {
                     state.maintained = Some(Instant::now());
                 }
@@ -413,7 +444,16 @@ impl Tierer {
                 if maintain {
                     self.maintain(&name, &config).await;
                 }
-                self.shared_retention(&catalog, &name, &topic_id, &spec, &config, &led, &partitions).await;
+                self.shared_retention(
+                    &catalog,
+                    &name,
+                    &topic_id,
+                    &spec,
+                    &config,
+                    &led,
+                    &partitions,
+                )
+                .await;
             }
             Err(e) => {
                 state.failures += 1;
@@ -490,7 +530,11 @@ impl Tierer {
         let due = state.retention_checked.is_none_or(|t| t.elapsed() >= interval);
         let next = state.next.clone().unwrap_or_default();
         // `cleanup.policy` without `delete` turns retention off, as for segments (shared refuses compact anyway).
-        let (ms, bytes) = if config.cleanup_policy.delete { (config.retention_ms, config.retention_bytes) } else { (-1, -1) };
+        let (ms, bytes) = if config.cleanup_policy.delete {
+            (config.retention_ms, config.retention_bytes)
+        } else {
+            (-1, -1)
+        };
         // Due even without limits: a DeleteRecords on the leader moved its log start
         // offset, and the table (which every replica reads) must follow.
         let inputs: BTreeMap<i32, PartitionRetention> = if due {
@@ -517,7 +561,10 @@ impl Tierer {
             }
         };
         let result = if inputs.is_empty() {
-            table.committed_log_starts().await.map(|s| RetentionReport { log_starts: s, ..RetentionReport::default() })
+            table
+                .committed_log_starts()
+                .await
+                .map(|s| RetentionReport { log_starts: s, ..RetentionReport::default() })
         } else {
             table.apply_retention(&inputs, wall_ms()).await
         };
@@ -542,7 +589,10 @@ impl Tierer {
             }
         };
         if report.removed_files > 0 {
-            self.metrics.retention_removed_files.with_label_values(&[name]).inc_by(report.removed_files as u64);
+            self.metrics
+                .retention_removed_files
+                .with_label_values(&[name])
+                .inc_by(report.removed_files as u64);
         }
         for log in partitions {
             let Some(&start) = report.log_starts.get(&log.partition()) else { continue };
@@ -550,9 +600,13 @@ impl Tierer {
                 continue;
             }
             match log.set_log_start_offset(start) {
-                Ok(now) => info!(topic = %name, partition = log.partition(), log_start = now, "log start offset moved by table retention"),
+                Ok(now) => {
+                    info!(topic = %name, partition = log.partition(), log_start = now, "log start offset moved by table retention")
+                }
                 // A follower whose high watermark is still below it: folded on a later pass.
-                Err(e) => debug!(topic = %name, partition = log.partition(), start, error = %e, "cannot fold the table's log start offset yet"),
+                Err(e) => {
+                    debug!(topic = %name, partition = log.partition(), start, error = %e, "cannot fold the table's log start offset yet")
+                }
             }
         }
     }
@@ -563,7 +617,9 @@ impl Tierer {
             let next = next.get(&log.partition()).copied().unwrap_or(0);
             let p = log.partition().to_string();
             m.committed_offset.with_label_values(&[name, &p]).set(next);
-            m.lag_records.with_label_values(&[name, &p]).set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
+            m.lag_records
+                .with_label_values(&[name, &p])
+                .set((log.log_end_offset() - next.max(log.log_start_offset())).max(0));
         }
     }
 
@@ -575,13 +631,18 @@ impl Tierer {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
         let setting = |key: &str| config.floe.get(key).and_then(|v| v.trim().parse::<u64>().ok());
         let policy = crate::ExpiryPolicy {
-            max_age_ms: setting(SNAPSHOT_MAX_AGE_MS).map_or(self.settings.snapshot_max_age_ms, |v| v.min(i64::MAX as u64) as i64),
-            min_to_keep: setting(SNAPSHOT_MIN_TO_KEEP).map_or(self.settings.snapshot_min_to_keep, |v| v as usize).max(1),
+            max_age_ms: setting(SNAPSHOT_MAX_AGE_MS)
+                .map_or(self.settings.snapshot_max_age_ms, |v| v.min(i64::MAX as u64) as i64),
+            min_to_keep: setting(SNAPSHOT_MIN_TO_KEEP)
+                .map_or(self.settings.snapshot_min_to_keep, |v| v as usize)
+                .max(1),
         };
         let now_ms = wall_ms();
         let m = &self.metrics;
         match table.expire_snapshots(policy, now_ms).await {
-            Ok(report) => m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64),
+            Ok(report) => {
+                m.expired_snapshots.with_label_values(&[name]).inc_by(report.expired as u64)
+            }
             Err(e) => warn!(topic = %name, error = %e, "cannot expire snapshots"),
         }
         // A typed table's dead-letter table and a shared table's `__log` get commits too: the same policy.
@@ -598,7 +659,8 @@ impl Tierer {
             let policy = CompactionRequest {
                 target_file_size: setting(TARGET_FILE_SIZE),
                 default_target_file_size: self.settings.target_file_size,
-                min_input_files: setting(COMPACTION_MIN_INPUT_FILES).map_or(self.settings.compaction_min_input_files, |v| v as usize),
+                min_input_files: setting(COMPACTION_MIN_INPUT_FILES)
+                    .map_or(self.settings.compaction_min_input_files, |v| v as usize),
                 max_bytes_per_run: self.settings.compaction_max_bytes_per_run,
             }
             .policy(table)
@@ -607,12 +669,18 @@ impl Tierer {
                 match table.compact(&policy).await {
                     Ok(r) if r.snapshot_id.is_some() => {
                         m.compactions.with_label_values(&[name]).inc();
-                        m.compacted_files.with_label_values(&[name]).inc_by(r.rewritten_files as u64);
+                        m.compacted_files
+                            .with_label_values(&[name])
+                            .inc_by(r.rewritten_files as u64);
                     }
                     Ok(_) => {}
                     // Tiering committed first (another broker's partitions): the next run re-plans.
-                    Err(e @ TieringError::StaleSnapshot { .. }) => debug!(topic = %name, table = %table.ident(), error = %e, "compaction lost its race"),
-                    Err(e) => warn!(topic = %name, table = %table.ident(), error = %e, "cannot compact small data files"),
+                    Err(e @ TieringError::StaleSnapshot { .. }) => {
+                        debug!(topic = %name, table = %table.ident(), error = %e, "compaction lost its race")
+                    }
+                    Err(e) => {
+                        warn!(topic = %name, table = %table.ident(), error = %e, "cannot compact small data files")
+                    }
                 }
             }
         }
@@ -630,18 +698,29 @@ impl Tierer {
     async fn clean_orphans(&self, name: &str) {
         let Some(table) = self.topics.get(name).and_then(|s| s.table.as_ref()) else { return };
         for table in std::iter::once(table).chain(table.companion_tables()) {
-            match table.clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true).await {
+            match table
+                .clean_orphans(Duration::from_millis(self.settings.orphan_min_age_ms), true)
+                .await
+            {
                 Ok(removed) if !removed.is_empty() => {
                     info!(topic = %name, table = %table.ident(), files = removed.len(), "removed orphan data files");
                 }
                 Ok(_) => {}
-                Err(e) => warn!(topic = %name, table = %table.ident(), error = %e, "cannot look for orphan data files"),
+                Err(e) => {
+                    warn!(topic = %name, table = %table.ident(), error = %e, "cannot look for orphan data files")
+                }
             }
         }
     }
 
     /// The topic's table, opened (created if missing) once and kept.
-    async fn table(&mut self, catalog: &IcebergCatalog, name: &str, topic_id: &str, spec: &str) -> Result<&TopicTable, TieringError> {
+    async fn table(
+        &mut self,
+        catalog: &IcebergCatalog,
+        name: &str,
+        topic_id: &str,
+        spec: &str,
+    ) -> Result<&TopicTable, TieringError> {
         if self.topics[name].table.is_none() {
             let layout = self.topics[name].layout;
             let shared = self.topics[name].storage == StorageMode::Shared;
@@ -652,13 +731,17 @@ impl Tierer {
             }
             let mut table = if shared && layout.is_typed() {
                 // Validation demanded keep-raw: the fetch path rebuilds batches from the kept bytes.
-                catalog.shared_typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone()).await?
+                catalog
+                    .shared_typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone())
+                    .await?
             } else if shared {
                 catalog.shared_topic_table(name, topic_id, spec).await?
             } else if !layout.is_typed() {
                 catalog.topic_table(name, topic_id, spec).await?
             } else {
-                catalog.typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone()).await?
+                catalog
+                    .typed_table(name, topic_id, spec, layout, self.tierers.schemas.clone())
+                    .await?
             };
             if let Some(id) = self.tierers.broker_id {
                 table = table.with_broker_id(id);

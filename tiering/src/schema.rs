@@ -124,7 +124,8 @@ pub const KAFKA_COLUMNS_PROPERTY: &str = "floe.kafka-columns";
 
 /// The value of [`KAFKA_COLUMNS_PROPERTY`]: every column of the lossless layout, comma-separated.
 pub fn kafka_columns_property() -> String {
-    let mut names: Vec<String> = iceberg_schema().as_struct().fields().iter().map(|f| f.name.clone()).collect();
+    let mut names: Vec<String> =
+        iceberg_schema().as_struct().fields().iter().map(|f| f.name.clone()).collect();
     names.extend(LOSSLESS_COLUMNS.iter().map(|(n, _)| n.to_string()));
     names.push(format!("headers.element.{HEADER_KEY_BYTES_COLUMN}"));
     names.join(",")
@@ -182,10 +183,21 @@ pub fn log_iceberg_schema() -> Schema {
     let p = |t| Type::Primitive(t);
     let mut fields = lossless_iceberg_schema().as_struct().fields().to_vec();
     fields.push(NestedField::required(KIND, "kind", p(PrimitiveType::String)).into());
-    fields.push(NestedField::optional(TXN_FIRST_OFFSET, "txn_first_offset", p(PrimitiveType::Long)).into());
-    fields.push(NestedField::optional(TXN_LAST_STABLE_OFFSET, "txn_last_stable_offset", p(PrimitiveType::Long)).into());
+    fields.push(
+        NestedField::optional(TXN_FIRST_OFFSET, "txn_first_offset", p(PrimitiveType::Long)).into(),
+    );
+    fields.push(
+        NestedField::optional(
+            TXN_LAST_STABLE_OFFSET,
+            "txn_last_stable_offset",
+            p(PrimitiveType::Long),
+        )
+        .into(),
+    );
     fields.push(NestedField::optional(BATCH_BYTES, "batch_bytes", p(PrimitiveType::Binary)).into());
-    fields.push(NestedField::optional(HOLE_LAST_OFFSET, "hole_last_offset", p(PrimitiveType::Long)).into());
+    fields.push(
+        NestedField::optional(HOLE_LAST_OFFSET, "hole_last_offset", p(PrimitiveType::Long)).into(),
+    );
     Schema::builder()
         .with_schema_id(0)
         .with_fields(fields)
@@ -244,13 +256,19 @@ fn raw_schema(lossless: bool) -> Schema {
     ];
     if lossless {
         header_fields.push(
-            NestedField::optional(HEADER_KEY_BYTES, HEADER_KEY_BYTES_COLUMN, Type::Primitive(PrimitiveType::Binary))
-                .with_doc("Kafka record v2: a header key that is not UTF-8, as sent (null otherwise)")
-                .into(),
+            NestedField::optional(
+                HEADER_KEY_BYTES,
+                HEADER_KEY_BYTES_COLUMN,
+                Type::Primitive(PrimitiveType::Binary),
+            )
+            .with_doc("Kafka record v2: a header key that is not UTF-8, as sent (null otherwise)")
+            .into(),
         );
     }
     let header = StructType::new(header_fields);
-    let headers = ListType::new(NestedField::required(HEADERS_ELEMENT, "element", Type::Struct(header)).into());
+    let headers = ListType::new(
+        NestedField::required(HEADERS_ELEMENT, "element", Type::Struct(header)).into(),
+    );
     let p = |t| Type::Primitive(t);
     let base = Schema::builder()
         .with_schema_id(0)
@@ -258,17 +276,25 @@ fn raw_schema(lossless: bool) -> Schema {
             NestedField::required(PARTITION, "partition", p(PrimitiveType::Int)).into(),
             NestedField::required(OFFSET, "offset", p(PrimitiveType::Long)).into(),
             NestedField::required(TIMESTAMP, "timestamp", p(PrimitiveType::Timestamptz)).into(),
-            NestedField::required(TIMESTAMP_TYPE, "timestamp_type", p(PrimitiveType::String)).into(),
+            NestedField::required(TIMESTAMP_TYPE, "timestamp_type", p(PrimitiveType::String))
+                .into(),
             NestedField::optional(KEY, "key", p(PrimitiveType::Binary)).into(),
             NestedField::optional(VALUE, "value", p(PrimitiveType::Binary)).into(),
             NestedField::required(HEADERS, "headers", Type::List(headers)).into(),
-            NestedField::required(BATCH_BASE_OFFSET, "batch_base_offset", p(PrimitiveType::Long)).into(),
+            NestedField::required(BATCH_BASE_OFFSET, "batch_base_offset", p(PrimitiveType::Long))
+                .into(),
             NestedField::required(PRODUCER_ID, "producer_id", p(PrimitiveType::Long)).into(),
             NestedField::required(PRODUCER_EPOCH, "producer_epoch", p(PrimitiveType::Int)).into(),
             NestedField::required(BASE_SEQUENCE, "base_sequence", p(PrimitiveType::Int)).into(),
             NestedField::required(COMPRESSION, "compression", p(PrimitiveType::String)).into(),
-            NestedField::required(IS_TRANSACTIONAL, "is_transactional", p(PrimitiveType::Boolean)).into(),
-            NestedField::required(PARTITION_LEADER_EPOCH, "partition_leader_epoch", p(PrimitiveType::Int)).into(),
+            NestedField::required(IS_TRANSACTIONAL, "is_transactional", p(PrimitiveType::Boolean))
+                .into(),
+            NestedField::required(
+                PARTITION_LEADER_EPOCH,
+                "partition_leader_epoch",
+                p(PrimitiveType::Int),
+            )
+            .into(),
         ])
         .build()
         .expect("the table schema is well formed (a unit test builds it)");
@@ -336,9 +362,10 @@ fn typed_of(layout: &crate::typed::TypedLayout, all: Schema) -> Schema {
         .filter_map(|f| match f.id {
             field_id::VALUE if layout.value != Raw && !layout.keep_raw => None,
             field_id::KEY if layout.key != Raw && !layout.keep_raw => None,
-            field_id::KEY if layout.key != Raw => {
-                Some(Arc::new(NestedField { name: KEY_RAW_COLUMN.to_string(), ..NestedField::clone(f) }))
-            }
+            field_id::KEY if layout.key != Raw => Some(Arc::new(NestedField {
+                name: KEY_RAW_COLUMN.to_string(),
+                ..NestedField::clone(f)
+            })),
             _ => Some(f.clone()),
         })
         .collect::<Vec<_>>();
@@ -352,7 +379,9 @@ fn typed_of(layout: &crate::typed::TypedLayout, all: Schema) -> Schema {
 /// The dead-letter table's schema: the raw layout and an `error` column (id 18).
 pub fn dlq_iceberg_schema() -> Schema {
     let mut fields = iceberg_schema().as_struct().fields().to_vec();
-    fields.push(NestedField::required(18, DLQ_ERROR_COLUMN, Type::Primitive(PrimitiveType::String)).into());
+    fields.push(
+        NestedField::required(18, DLQ_ERROR_COLUMN, Type::Primitive(PrimitiveType::String)).into(),
+    );
     Schema::builder()
         .with_schema_id(0)
         .with_fields(fields)
@@ -365,7 +394,14 @@ pub fn dlq_iceberg_schema() -> Schema {
 /// table row's.
 pub fn lossless_dlq_iceberg_schema() -> Schema {
     let mut fields = lossless_iceberg_schema().as_struct().fields().to_vec();
-    fields.push(NestedField::required(field_id::HEADER_KEY_BYTES + 1, DLQ_ERROR_COLUMN, Type::Primitive(PrimitiveType::String)).into());
+    fields.push(
+        NestedField::required(
+            field_id::HEADER_KEY_BYTES + 1,
+            DLQ_ERROR_COLUMN,
+            Type::Primitive(PrimitiveType::String),
+        )
+        .into(),
+    );
     Schema::builder()
         .with_schema_id(0)
         .with_fields(fields)
@@ -388,7 +424,8 @@ pub fn arrow_schema() -> ArrowSchemaRef {
 /// [`TieringError::InvalidPartitionSpec`] for an unknown column or transform.
 pub fn parse_partition_spec(spec: &str) -> Result<UnboundPartitionSpec> {
     let schema = iceberg_schema();
-    let invalid = |reason: String| TieringError::InvalidPartitionSpec { spec: spec.to_string(), reason };
+    let invalid =
+        |reason: String| TieringError::InvalidPartitionSpec { spec: spec.to_string(), reason };
     let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
     for term in spec.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         let (transform, column) = term
@@ -396,12 +433,10 @@ pub fn parse_partition_spec(spec: &str) -> Result<UnboundPartitionSpec> {
             .and_then(|t| t.split_once('('))
             .ok_or_else(|| invalid(format!("`{term}` is not TRANSFORM(COLUMN)")))?;
         let (transform, column) = (transform.trim(), column.trim());
-        let field = schema
-            .field_by_name(column)
-            .ok_or_else(|| invalid(format!("no column `{column}`")))?;
-        let t: Transform = transform
-            .parse()
-            .map_err(|e| invalid(format!("transform `{transform}`: {e}")))?;
+        let field =
+            schema.field_by_name(column).ok_or_else(|| invalid(format!("no column `{column}`")))?;
+        let t: Transform =
+            transform.parse().map_err(|e| invalid(format!("transform `{transform}`: {e}")))?;
         if t.result_type(&field.field_type).is_err() {
             return Err(invalid(format!("`{transform}` does not apply to `{column}`")));
         }
@@ -409,9 +444,8 @@ pub fn parse_partition_spec(spec: &str) -> Result<UnboundPartitionSpec> {
             Transform::Identity => column.to_string(),
             _ => format!("{column}_{}", transform.split('[').next().unwrap_or(transform)),
         };
-        builder = builder
-            .add_partition_field(field.id, name, t)
-            .map_err(|e| invalid(e.to_string()))?;
+        builder =
+            builder.add_partition_field(field.id, name, t).map_err(|e| invalid(e.to_string()))?;
     }
     Ok(builder.build())
 }
@@ -424,10 +458,16 @@ mod tests {
     fn schema_converts_to_arrow_with_large_binary_and_utc() {
         let a = arrow_schema();
         assert_eq!(a.fields().len(), 14);
-        assert_eq!(a.field_with_name("key").unwrap().data_type(), &arrow_schema::DataType::LargeBinary);
+        assert_eq!(
+            a.field_with_name("key").unwrap().data_type(),
+            &arrow_schema::DataType::LargeBinary
+        );
         assert_eq!(
             a.field_with_name("timestamp").unwrap().data_type(),
-            &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into()))
+            &arrow_schema::DataType::Timestamp(
+                arrow_schema::TimeUnit::Microsecond,
+                Some("+00:00".into())
+            )
         );
     }
 
@@ -440,7 +480,10 @@ mod tests {
         assert_eq!(s.field_by_name("batch_crc").unwrap().id, field_id::BATCH_CRC);
         assert_eq!(s.field_by_name("record_attributes").unwrap().id, field_id::RECORD_ATTRIBUTES);
         assert!(s.field_by_name("batch_crc").unwrap().doc.as_deref().unwrap().starts_with("Kafka"));
-        assert_eq!(s.field_by_id(field_id::HEADER_KEY_BYTES).unwrap().name, HEADER_KEY_BYTES_COLUMN);
+        assert_eq!(
+            s.field_by_id(field_id::HEADER_KEY_BYTES).unwrap().name,
+            HEADER_KEY_BYTES_COLUMN
+        );
         let log = log_iceberg_schema();
         assert_eq!(log.field_by_name("kind").unwrap().id, field_id::KIND);
         assert_eq!(log_arrow_schema().fields().len(), l.fields().len() + 5);
@@ -461,7 +504,11 @@ mod tests {
         assert_eq!(s.field_by_name(KEY_RAW_COLUMN).unwrap().id, field_id::KEY);
         assert_eq!(dlq_iceberg_schema().field_by_name(DLQ_ERROR_COLUMN).unwrap().id, 18);
         // Shared typed tables: the typed layout and the lossless columns; the dead letters lossless.
-        let shared = TypedLayout { key: DataFormat::SchemaRegistry, value: DataFormat::SchemaRegistry, keep_raw: true };
+        let shared = TypedLayout {
+            key: DataFormat::SchemaRegistry,
+            value: DataFormat::SchemaRegistry,
+            keep_raw: true,
+        };
         let s = lossless_typed_table_schema(&shared);
         assert!(is_lossless(&s) && s.field_by_name("key").is_none());
         assert_eq!(s.field_by_name(KEY_RAW_COLUMN).unwrap().id, field_id::KEY);

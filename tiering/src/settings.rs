@@ -12,7 +12,6 @@ use crate::{CatalogConfig, CatalogType, DataFormat, S3Settings, Secret};
 
 pub use floe_storage::iceberg_keys::*;
 
-
 /// `floe.iceberg.*` broker settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TieringSettings {
@@ -125,7 +124,8 @@ impl CatalogSettings {
     /// The catalog to open for a broker whose data directory is `data_dir`, named `name`.
     pub fn catalog_config(&self, data_dir: &std::path::Path, name: &str) -> CatalogConfig {
         let dir = data_dir.join("iceberg");
-        let mut config = CatalogConfig::sqlite(name, &dir.join("catalog.db"), &dir.join("warehouse"));
+        let mut config =
+            CatalogConfig::sqlite(name, &dir.join("catalog.db"), &dir.join("warehouse"));
         config.catalog_type = self.catalog_type;
         match self.catalog_type {
             CatalogType::Sql if !self.uri.is_empty() => config.uri = self.uri.clone(),
@@ -196,7 +196,6 @@ impl std::fmt::Display for StorageMode {
     }
 }
 
-
 /// Parses a `floe.iceberg.shared.fetch-compression` value.
 ///
 /// # Errors
@@ -215,7 +214,11 @@ pub fn parse_fetch_compression(value: &str) -> Result<FetchCompression, String> 
 
 /// The codec a shared topic's table-served batches are rebuilt with.
 pub fn fetch_compression(config: &floe_storage::LogConfig) -> FetchCompression {
-    config.floe.get(SHARED_FETCH_COMPRESSION).and_then(|v| parse_fetch_compression(v).ok()).unwrap_or(FetchCompression::Original)
+    config
+        .floe
+        .get(SHARED_FETCH_COMPRESSION)
+        .and_then(|v| parse_fetch_compression(v).ok())
+        .unwrap_or(FetchCompression::Original)
 }
 
 /// A topic's storage mode, from its effective config. A value that does not parse
@@ -248,8 +251,11 @@ pub fn table_partition_spec(config: &floe_storage::LogConfig, broker_default: &s
 fn has_identity_partition(spec: &str) -> bool {
     use crate::iceberg::spec::Transform;
     use crate::schema::field_id;
-    crate::schema::parse_partition_spec(spec)
-        .is_ok_and(|s| s.fields().iter().any(|f| f.source_id == field_id::PARTITION && f.transform == Transform::Identity))
+    crate::schema::parse_partition_spec(spec).is_ok_and(|s| {
+        s.fields()
+            .iter()
+            .any(|f| f.source_id == field_id::PARTITION && f.transform == Transform::Identity)
+    })
 }
 
 /// Whether a shared table can use `spec`: `identity(partition)`, so each data file holds
@@ -258,9 +264,17 @@ fn has_identity_partition(spec: &str) -> bool {
 /// over parallel files (`bucket[16](key)`: sixteen). Any timestamp transform is fine.
 fn spec_fits_shared(spec: &str) -> bool {
     use crate::schema::field_id;
-    let on_record_content = [field_id::KEY, field_id::VALUE, field_id::HEADERS, field_id::HEADERS_ELEMENT, field_id::HEADER_KEY, field_id::HEADER_VALUE];
+    let on_record_content = [
+        field_id::KEY,
+        field_id::VALUE,
+        field_id::HEADERS,
+        field_id::HEADERS_ELEMENT,
+        field_id::HEADER_KEY,
+        field_id::HEADER_VALUE,
+    ];
     has_identity_partition(spec)
-        && crate::schema::parse_partition_spec(spec).is_ok_and(|s| s.fields().iter().all(|f| !on_record_content.contains(&f.source_id)))
+        && crate::schema::parse_partition_spec(spec)
+            .is_ok_and(|s| s.fields().iter().all(|f| !on_record_content.contains(&f.source_id)))
 }
 
 /// Checks the `floe.iceberg.*` topic settings a topic would have with `overrides`, so
@@ -303,7 +317,9 @@ pub fn validate_topic_change(
     next: &BTreeMap<String, String>,
     defaults: &floe_storage::LogConfig,
 ) -> Result<(), String> {
-    let mode = |overrides: &BTreeMap<String, String>| defaults.with_overrides(overrides).ok().map(|c| storage_mode(&c));
+    let mode = |overrides: &BTreeMap<String, String>| {
+        defaults.with_overrides(overrides).ok().map(|c| storage_mode(&c))
+    };
     match (mode(current), mode(next)) {
         (Some(before), Some(after)) if before != after => Err(format!(
             "{STORAGE}: cannot change from {before} to {after} on an existing topic; it is fixed when the topic is created (create a new topic and copy the records to it)"
@@ -315,7 +331,10 @@ pub fn validate_topic_change(
 /// The `floe.iceberg.storage=shared` rows of `docs/shared-mode.md` 1.3 that need no
 /// catalog, on the effective config. (Those on an existing table's spec and on
 /// offsets only the table holds need the tiering thread, and are a later stage.)
-fn validate_storage_mode(config: &floe_storage::LogConfig, settings: &TieringSettings) -> Result<(), String> {
+fn validate_storage_mode(
+    config: &floe_storage::LogConfig,
+    settings: &TieringSettings,
+) -> Result<(), String> {
     if storage_mode(config) != StorageMode::Shared {
         return Ok(());
     }
@@ -359,7 +378,9 @@ fn validate_each_override(overrides: &BTreeMap<String, String>) -> Result<(), St
             STORAGE => {
                 StorageMode::parse(v)?;
             }
-            ENABLED | KEEP_RAW | COMPACTION_ENABLED | RETENTION_GUARD if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") => {
+            ENABLED | KEEP_RAW | COMPACTION_ENABLED | RETENTION_GUARD
+                if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") =>
+            {
                 return Err(format!("{key}: {value:?} is not true or false"));
             }
             VALUE_FORMAT | KEY_FORMAT => {
@@ -377,7 +398,9 @@ fn validate_each_override(overrides: &BTreeMap<String, String>) -> Result<(), St
             TARGET_LAG_MS if v.parse::<u64>().is_err() => {
                 return Err(format!("{key}: {value:?} is not a non-negative integer"));
             }
-            TARGET_FILE_SIZE | COMPACTION_MIN_INPUT_FILES if v.parse::<u64>().map_or(true, |n| n == 0) => {
+            TARGET_FILE_SIZE | COMPACTION_MIN_INPUT_FILES
+                if v.parse::<u64>().map_or(true, |n| n == 0) =>
+            {
                 return Err(format!("{key}: {value:?} is not a positive integer"));
             }
             SHARED_FETCH_COMPRESSION => {
@@ -415,7 +438,11 @@ mod tests {
         for key in keys {
             assert!(floe_storage::config::FLOE_TOPIC_KEYS.contains(&key), "{key}");
         }
-        assert_eq!(keys.len(), floe_storage::config::FLOE_TOPIC_KEYS.len(), "storage lists a key tiering does not read");
+        assert_eq!(
+            keys.len(),
+            floe_storage::config::FLOE_TOPIC_KEYS.len(),
+            "storage lists a key tiering does not read"
+        );
     }
 
     fn settings() -> TieringSettings {
@@ -437,14 +464,22 @@ mod tests {
             compaction_min_input_files: 5,
             compaction_max_bytes_per_run: 512 << 20,
             catalog: CatalogSettings::default(),
-            shared_reads: SharedReadSettings { threads: 1, queue: 64, cache_bytes: 256 << 20, fetch_max_wait_ms: 500 },
+            shared_reads: SharedReadSettings {
+                threads: 1,
+                queue: 64,
+                cache_bytes: 256 << 20,
+                fetch_max_wait_ms: 500,
+            },
             retention_check_interval_ms: 300_000,
         }
     }
 
     /// The broker's topic defaults as `BrokerConfig` builds them (tiering off, guard on).
     fn broker_defaults() -> floe_storage::LogConfig {
-        let keys = BTreeMap::from([(ENABLED.to_string(), "false".to_string()), (RETENTION_GUARD.to_string(), "true".to_string())]);
+        let keys = BTreeMap::from([
+            (ENABLED.to_string(), "false".to_string()),
+            (RETENTION_GUARD.to_string(), "true".to_string()),
+        ]);
         floe_storage::LogConfig::default().with_overrides(&keys).unwrap()
     }
 
@@ -489,9 +524,18 @@ mod tests {
     fn storage_mode_values() {
         assert_eq!(check(&[(STORAGE, "copy")]), Ok(()));
         assert_eq!(shared_with(&[]), Ok(()), "the shared default spec has identity(partition)");
-        assert_eq!(check(&[(STORAGE, "x")]), Err(r#"floe.iceberg.storage: "x" is not copy or shared"#.to_string()));
-        assert_eq!(check(&[(STORAGE, "Shared")]), Err(r#"floe.iceberg.storage: "Shared" is not copy or shared"#.to_string()));
-        assert_eq!(check(&[(STORAGE, "")]), Err(r#"floe.iceberg.storage: "" is not copy or shared"#.to_string()));
+        assert_eq!(
+            check(&[(STORAGE, "x")]),
+            Err(r#"floe.iceberg.storage: "x" is not copy or shared"#.to_string())
+        );
+        assert_eq!(
+            check(&[(STORAGE, "Shared")]),
+            Err(r#"floe.iceberg.storage: "Shared" is not copy or shared"#.to_string())
+        );
+        assert_eq!(
+            check(&[(STORAGE, "")]),
+            Err(r#"floe.iceberg.storage: "" is not copy or shared"#.to_string())
+        );
     }
 
     #[test]
@@ -500,9 +544,20 @@ mod tests {
         assert_eq!(check(&[(STORAGE, "shared")]), e, "the broker default is off");
         assert_eq!(check(&[(STORAGE, "shared"), (ENABLED, "false")]), e);
         // The broker default counts: on there, a topic need not set it.
-        let on = floe_storage::LogConfig::default().with_overrides(&map(&[(ENABLED, "true")])).unwrap();
-        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared")]), &on, &settings()), Ok(()));
-        assert_eq!(validate_topic_overrides(&map(&[(STORAGE, "shared"), (ENABLED, "false")]), &on, &settings()), e);
+        let on =
+            floe_storage::LogConfig::default().with_overrides(&map(&[(ENABLED, "true")])).unwrap();
+        assert_eq!(
+            validate_topic_overrides(&map(&[(STORAGE, "shared")]), &on, &settings()),
+            Ok(())
+        );
+        assert_eq!(
+            validate_topic_overrides(
+                &map(&[(STORAGE, "shared"), (ENABLED, "false")]),
+                &on,
+                &settings()
+            ),
+            e
+        );
     }
 
     #[test]
@@ -512,7 +567,8 @@ mod tests {
         assert_eq!(shared_with(&[("cleanup.policy", "compact,delete")]), e);
         assert_eq!(shared_with(&[("cleanup.policy", "delete")]), Ok(()));
         // The broker's log.cleanup.policy is the topic's default.
-        let compacted = broker_defaults().with_overrides(&map(&[("cleanup.policy", "compact")])).unwrap();
+        let compacted =
+            broker_defaults().with_overrides(&map(&[("cleanup.policy", "compact")])).unwrap();
         assert_eq!(validate_topic_overrides(&map(SHARED), &compacted, &settings()), e);
         // A bad cleanup.policy is storage's to answer.
         assert_eq!(shared_with(&[("cleanup.policy", "sometimes")]), Ok(()));
@@ -527,18 +583,36 @@ mod tests {
         };
         assert_eq!(shared_with(&[(PARTITION_SPEC, "day(timestamp)")]), e("day(timestamp)"));
         assert_eq!(shared_with(&[(PARTITION_SPEC, "")]), e(""));
-        assert_eq!(shared_with(&[(PARTITION_SPEC, "bucket[4](partition)")]), e("bucket[4](partition)"));
-        assert_eq!(shared_with(&[(PARTITION_SPEC, "identity(partition),bucket[16](key)")]), e("identity(partition),bucket[16](key)"));
-        assert_eq!(shared_with(&[(PARTITION_SPEC, "identity(partition),truncate[4](value)")]), e("identity(partition),truncate[4](value)"));
+        assert_eq!(
+            shared_with(&[(PARTITION_SPEC, "bucket[4](partition)")]),
+            e("bucket[4](partition)")
+        );
+        assert_eq!(
+            shared_with(&[(PARTITION_SPEC, "identity(partition),bucket[16](key)")]),
+            e("identity(partition),bucket[16](key)")
+        );
+        assert_eq!(
+            shared_with(&[(PARTITION_SPEC, "identity(partition),truncate[4](value)")]),
+            e("identity(partition),truncate[4](value)")
+        );
         assert_eq!(shared_with(&[(PARTITION_SPEC, "identity(partition)")]), Ok(()));
-        assert_eq!(shared_with(&[(PARTITION_SPEC, "hour(timestamp), identity(partition)")]), Ok(()));
-        assert_eq!(shared_with(&[(PARTITION_SPEC, "identity(partition),bucket[8](offset)")]), Ok(()));
+        assert_eq!(
+            shared_with(&[(PARTITION_SPEC, "hour(timestamp), identity(partition)")]),
+            Ok(())
+        );
+        assert_eq!(
+            shared_with(&[(PARTITION_SPEC, "identity(partition),bucket[8](offset)")]),
+            Ok(())
+        );
         // A copy topic keeps any spec.
         assert_eq!(check(&[(ENABLED, "true"), (PARTITION_SPEC, "bucket[16](key)")]), Ok(()));
         // The broker's spec is the topic's default: one with a key term is refused too.
         let mut keyed = settings();
         keyed.partition_spec = "bucket[16](key)".into();
-        assert_eq!(validate_topic_overrides(&map(SHARED), &broker_defaults(), &keyed), e("identity(partition),bucket[16](key)"));
+        assert_eq!(
+            validate_topic_overrides(&map(SHARED), &broker_defaults(), &keyed),
+            e("identity(partition),bucket[16](key)")
+        );
     }
 
     #[test]
@@ -547,7 +621,8 @@ mod tests {
         assert_eq!(shared_with(&[(RETENTION_GUARD, "false")]), e);
         assert_eq!(shared_with(&[(RETENTION_GUARD, "FALSE")]), e);
         assert_eq!(shared_with(&[(RETENTION_GUARD, "true")]), Ok(()));
-        let unguarded = broker_defaults().with_overrides(&map(&[(RETENTION_GUARD, "false")])).unwrap();
+        let unguarded =
+            broker_defaults().with_overrides(&map(&[(RETENTION_GUARD, "false")])).unwrap();
         assert_eq!(validate_topic_overrides(&map(SHARED), &unguarded, &settings()), e);
     }
 
@@ -563,9 +638,17 @@ mod tests {
         assert_eq!(validate_topic_change(&copy, &shared, &defaults), e("copy", "shared"));
         assert_eq!(validate_topic_change(&shared, &copy, &defaults), e("shared", "copy"));
         assert_eq!(validate_topic_change(&shared, &explicit_copy, &defaults), e("shared", "copy"));
-        assert_eq!(validate_topic_change(&copy, &explicit_copy, &defaults), Ok(()), "unset is copy");
+        assert_eq!(
+            validate_topic_change(&copy, &explicit_copy, &defaults),
+            Ok(()),
+            "unset is copy"
+        );
         let retention = map(&[(ENABLED, "true"), (STORAGE, "shared"), ("retention.ms", "1000")]);
-        assert_eq!(validate_topic_change(&shared, &retention, &defaults), Ok(()), "other settings of a shared topic change freely");
+        assert_eq!(
+            validate_topic_change(&shared, &retention, &defaults),
+            Ok(()),
+            "other settings of a shared topic change freely"
+        );
     }
 
     #[test]
@@ -573,30 +656,67 @@ mod tests {
         let e = |key: &str, format: &str| {
             Err(format!("floe.iceberg.storage: shared with {key}={format} needs floe.iceberg.keep-raw=true (the table must hold the bytes a consumer fetches)"))
         };
-        assert_eq!(shared_with(&[(VALUE_FORMAT, "schema-registry")]), e(VALUE_FORMAT, "schema-registry"));
-        assert_eq!(shared_with(&[(VALUE_FORMAT, "json"), (KEEP_RAW, "false")]), e(VALUE_FORMAT, "json"));
+        assert_eq!(
+            shared_with(&[(VALUE_FORMAT, "schema-registry")]),
+            e(VALUE_FORMAT, "schema-registry")
+        );
+        assert_eq!(
+            shared_with(&[(VALUE_FORMAT, "json"), (KEEP_RAW, "false")]),
+            e(VALUE_FORMAT, "json")
+        );
         assert_eq!(shared_with(&[(KEY_FORMAT, "json")]), e(KEY_FORMAT, "json"));
-        assert_eq!(shared_with(&[(KEY_FORMAT, "schema-registry"), (VALUE_FORMAT, "json")]), e(VALUE_FORMAT, "json"));
-        assert_eq!(shared_with(&[(VALUE_FORMAT, "schema-registry"), (KEY_FORMAT, "json"), (KEEP_RAW, "true")]), Ok(()));
+        assert_eq!(
+            shared_with(&[(KEY_FORMAT, "schema-registry"), (VALUE_FORMAT, "json")]),
+            e(VALUE_FORMAT, "json")
+        );
+        assert_eq!(
+            shared_with(&[
+                (VALUE_FORMAT, "schema-registry"),
+                (KEY_FORMAT, "json"),
+                (KEEP_RAW, "true")
+            ]),
+            Ok(())
+        );
         assert_eq!(shared_with(&[(VALUE_FORMAT, "raw"), (KEY_FORMAT, "raw")]), Ok(()));
     }
 
     #[test]
     fn the_mode_and_the_table_spec_of_a_topic() {
-        let config = |pairs: &[(&str, &str)]| broker_defaults().with_overrides(&map(pairs)).unwrap();
+        let config =
+            |pairs: &[(&str, &str)]| broker_defaults().with_overrides(&map(pairs)).unwrap();
         assert_eq!(storage_mode(&config(&[])), StorageMode::Copy);
         assert_eq!(storage_mode(&config(&[(STORAGE, "shared")])), StorageMode::Shared);
         assert_eq!(storage_mode(&config(&[(STORAGE, "bogus")])), StorageMode::Copy);
         assert_eq!(StorageMode::Shared.to_string(), "shared");
         let day = crate::schema::DEFAULT_PARTITION_SPEC;
         assert_eq!(table_partition_spec(&config(&[]), day), "day(timestamp)");
-        assert_eq!(table_partition_spec(&config(&[(STORAGE, "shared")]), day), SHARED_PARTITION_SPEC);
-        assert_eq!(table_partition_spec(&config(&[(STORAGE, "shared")]), "hour(timestamp)"), "identity(partition),hour(timestamp)");
-        assert_eq!(table_partition_spec(&config(&[(STORAGE, "shared")]), "hour(timestamp),identity(partition)"), "hour(timestamp),identity(partition)");
-        assert_eq!(table_partition_spec(&config(&[(STORAGE, "shared")]), ""), "identity(partition)");
+        assert_eq!(
+            table_partition_spec(&config(&[(STORAGE, "shared")]), day),
+            SHARED_PARTITION_SPEC
+        );
+        assert_eq!(
+            table_partition_spec(&config(&[(STORAGE, "shared")]), "hour(timestamp)"),
+            "identity(partition),hour(timestamp)"
+        );
+        assert_eq!(
+            table_partition_spec(
+                &config(&[(STORAGE, "shared")]),
+                "hour(timestamp),identity(partition)"
+            ),
+            "hour(timestamp),identity(partition)"
+        );
+        assert_eq!(
+            table_partition_spec(&config(&[(STORAGE, "shared")]), ""),
+            "identity(partition)"
+        );
         // The topic's own spec is taken as it is (validation refuses it if unfit).
-        assert_eq!(table_partition_spec(&config(&[(STORAGE, "shared"), (PARTITION_SPEC, " day(timestamp) ")]), day), "day(timestamp)");
+        assert_eq!(
+            table_partition_spec(
+                &config(&[(STORAGE, "shared"), (PARTITION_SPEC, " day(timestamp) ")]),
+                day
+            ),
+            "day(timestamp)"
+        );
         assert!(spec_fits_shared(SHARED_PARTITION_SPEC));
     }
 }
-

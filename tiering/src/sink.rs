@@ -23,7 +23,9 @@ use iceberg::spec::{DataFile, PartitionSpecRef, SchemaRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{DefaultLocationGenerator, FileNameGenerator};
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, FileNameGenerator,
+};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
@@ -38,7 +40,9 @@ use crate::table::{TierLimits, TopicTable};
 use crate::typed::evolve::{is_kafka_column, plan_columns, plan_key, Evolution};
 use crate::typed::promote::commit_promotions;
 use crate::typed::rows::{TypedKeys, KEY_COLUMN, VALUE_COLUMN};
-use crate::typed::{json, project::project, rows, DataFormat, SchemaLookupError, SchemaSource, TypedLayout};
+use crate::typed::{
+    json, project::project, rows, DataFormat, SchemaLookupError, SchemaSource, TypedLayout,
+};
 
 /// File names that cannot collide across runs or processes: `<prefix>-<uuid v4>.parquet`.
 #[derive(Debug, Clone)]
@@ -52,7 +56,8 @@ impl FileNameGenerator for UuidFileNames {
     }
 }
 
-pub(crate) type DataWriterBuilder = DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, UuidFileNames>;
+pub(crate) type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, UuidFileNames>;
 
 /// The writer for one commit: fan-out by partition key, or a single writer when unpartitioned.
 pub(crate) enum Writer {
@@ -116,7 +121,8 @@ impl Writer {
             .set_max_row_group_row_count(Some(row_group_rows(metadata)))
             .build();
         let parquet = ParquetWriterBuilder::new(props, schema.clone());
-        let location = DefaultLocationGenerator::new(metadata).map_err(TieringError::iceberg("write", &ident))?;
+        let location = DefaultLocationGenerator::new(metadata)
+            .map_err(TieringError::iceberg("write", &ident))?;
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             target_file_size,
@@ -155,7 +161,6 @@ impl Writer {
     }
 }
 
-
 /// The Arrow schema (field ids in its metadata) of `table`'s current schema.
 fn arrow_schema_of(table: &Table) -> Result<ArrowSchemaRef> {
     let schema = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
@@ -179,7 +184,11 @@ pub(crate) struct DeadLetters {
 }
 
 impl DeadLetters {
-    pub(crate) fn new(schemas: Option<Arc<dyn SchemaSource>>, layout: TypedLayout, table: Table) -> Result<Self> {
+    pub(crate) fn new(
+        schemas: Option<Arc<dyn SchemaSource>>,
+        layout: TypedLayout,
+        table: Table,
+    ) -> Result<Self> {
         let arrow = arrow_schema_of(&table)?;
         let next = crate::offsets::committed_next_offsets(table.metadata());
         Ok(Self { schemas, layout, table, arrow, next, writer: None, rows: BTreeMap::new() })
@@ -205,7 +214,10 @@ pub(crate) struct Sink {
 
 impl std::fmt::Debug for Sink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sink").field("table", self.table.identifier()).field("closed", &self.closed.len()).finish()
+        f.debug_struct("Sink")
+            .field("table", self.table.identifier())
+            .field("closed", &self.closed.len())
+            .finish()
     }
 }
 
@@ -214,16 +226,31 @@ pub(crate) type Written = (Vec<DataFile>, Option<(Vec<DataFile>, DeadLetters)>);
 
 impl Sink {
     /// Writes to `table` as it is now; a typed table with `dead` (its dead-letter side).
-    pub(crate) fn new(table: Table, limits: &TierLimits, prefix: String, dead: Option<DeadLetters>) -> Result<Self> {
+    pub(crate) fn new(
+        table: Table,
+        limits: &TierLimits,
+        prefix: String,
+        dead: Option<DeadLetters>,
+    ) -> Result<Self> {
         let arrow = arrow_schema_of(&table)?;
         Ok(Self { table, arrow, writer: None, closed: Vec::new(), limits: *limits, prefix, dead })
     }
 
     /// Writes the rows of one converted batch of Kafka `partition` (the raw layout).
-    pub(crate) async fn write(&mut self, owner: &TopicTable, raw: RecordBatch, partition: i32) -> Result<()> {
+    pub(crate) async fn write(
+        &mut self,
+        owner: &TopicTable,
+        raw: RecordBatch,
+        partition: i32,
+    ) -> Result<()> {
         if self.dead.is_none() {
             let same_names = raw.schema().fields().len() == self.arrow.fields().len()
-                && raw.schema().fields().iter().zip(self.arrow.fields()).all(|(a, b)| a.name() == b.name());
+                && raw
+                    .schema()
+                    .fields()
+                    .iter()
+                    .zip(self.arrow.fields())
+                    .all(|(a, b)| a.name() == b.name());
             let batch = if raw.schema().fields() == self.arrow.fields() {
                 raw
             } else if same_names {
@@ -265,7 +292,9 @@ impl Sink {
                 self.write_rows(batch).await?;
             }
             DataFormat::Json => self.json_values(owner, &raw, &live, keys, &mut dead).await?,
-            DataFormat::SchemaRegistry => self.registry_values(owner, &raw, &live, keys, &mut dead).await?,
+            DataFormat::SchemaRegistry => {
+                self.registry_values(owner, &raw, &live, keys, &mut dead).await?
+            }
         }
         self.write_dead(&raw, partition, dead).await
     }
@@ -293,14 +322,20 @@ impl Sink {
                 Ok(false) => BTreeMap::from([(Vec::new(), of_id)]),
                 Ok(true) => {
                     let (messages, unreadable) = rows::by_message(raw, VALUE_COLUMN, of_id);
-                    dead.extend(unreadable.into_iter().map(|(r, why)| (r, format!("schema id {id}: {why}"))));
+                    dead.extend(
+                        unreadable
+                            .into_iter()
+                            .map(|(r, why)| (r, format!("schema id {id}: {why}"))),
+                    );
                     messages
                 }
                 Err(SchemaLookupError::Missing(why)) => {
                     dead.extend(of_id.iter().map(|&r| (r, format!("schema id {id}: {why}"))));
                     continue;
                 }
-                Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+                Err(SchemaLookupError::Unavailable(why)) => {
+                    return Err(TieringError::SchemaRegistry(why))
+                }
             };
             for (indexes, of_message) in messages {
                 self.write_schema_rows(owner, raw, id, &indexes, of_message, keys, dead).await?;
@@ -317,7 +352,12 @@ impl Sink {
     /// Every row's key of `raw` in the wire format, typed by its schema id into the
     /// table's `key` column (evolved first if a key schema needs it). Keys that
     /// cannot be typed make their records dead letters (`dead`), their keys null here.
-    async fn registry_keys(&mut self, owner: &TopicTable, raw: &RecordBatch, dead: &mut Vec<(usize, String)>) -> Result<Option<ArrayRef>> {
+    async fn registry_keys(
+        &mut self,
+        owner: &TopicTable,
+        raw: &RecordBatch,
+        dead: &mut Vec<(usize, String)>,
+    ) -> Result<Option<ArrayRef>> {
         let all: Vec<usize> = (0..raw.num_rows()).collect();
         let grouped = rows::group(raw, KEY_COLUMN, &all);
         let key_dead = |r: usize, why: &str| (r, format!("key: {why}"));
@@ -333,23 +373,37 @@ impl Sink {
                 Ok(false) => BTreeMap::from([(Vec::new(), of_id)]),
                 Ok(true) => {
                     let (messages, unreadable) = rows::by_message(raw, KEY_COLUMN, of_id);
-                    dead.extend(unreadable.into_iter().map(|(r, why)| key_dead(r, &format!("schema id {id}: {why}"))));
+                    dead.extend(
+                        unreadable
+                            .into_iter()
+                            .map(|(r, why)| key_dead(r, &format!("schema id {id}: {why}"))),
+                    );
                     messages
                 }
                 Err(SchemaLookupError::Missing(why)) => {
-                    dead.extend(of_id.iter().map(|&r| key_dead(r, &format!("schema id {id}: {why}"))));
+                    dead.extend(
+                        of_id.iter().map(|&r| key_dead(r, &format!("schema id {id}: {why}"))),
+                    );
                     continue;
                 }
-                Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+                Err(SchemaLookupError::Unavailable(why)) => {
+                    return Err(TieringError::SchemaRegistry(why))
+                }
             };
             for (indexes, of_message) in messages {
                 let decoder = match schemas.decoder(id, &indexes) {
                     Ok(d) => d,
                     Err(SchemaLookupError::Missing(why)) => {
-                        dead.extend(of_message.iter().map(|&r| key_dead(r, &format!("schema id {id}: {why}"))));
+                        dead.extend(
+                            of_message
+                                .iter()
+                                .map(|&r| key_dead(r, &format!("schema id {id}: {why}"))),
+                        );
                         continue;
                     }
-                    Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+                    Err(SchemaLookupError::Unavailable(why)) => {
+                        return Err(TieringError::SchemaRegistry(why))
+                    }
                 };
                 let fields = decoder.arrow_schema().fields();
                 let key_type = match (decoder.wraps_value(), fields.first()) {
@@ -375,11 +429,19 @@ impl Sink {
                 let decoded = match decoder.decode(&rows::values(raw, KEY_COLUMN, &of_message)) {
                     Ok(d) => d,
                     Err(e) => {
-                        dead.extend(of_message.iter().map(|&r| key_dead(r, &format!("schema id {id}: {e}"))));
+                        dead.extend(
+                            of_message
+                                .iter()
+                                .map(|&r| key_dead(r, &format!("schema id {id}: {e}"))),
+                        );
                         continue;
                     }
                 };
-                dead.extend(decoded.rejected.iter().map(|(k, why)| key_dead(of_message[*k], &format!("schema id {id}: {why}"))));
+                dead.extend(
+                    decoded.rejected.iter().map(|(k, why)| {
+                        key_dead(of_message[*k], &format!("schema id {id}: {why}"))
+                    }),
+                );
                 if decoded.rows.is_empty() {
                     continue;
                 }
@@ -414,7 +476,12 @@ impl Sink {
     }
 
     /// Every row's key of `raw` as schemaless JSON, the table's `key` column evolved to take them.
-    async fn json_keys(&mut self, owner: &TopicTable, raw: &RecordBatch, dead: &mut Vec<(usize, String)>) -> Result<Option<ArrayRef>> {
+    async fn json_keys(
+        &mut self,
+        owner: &TopicTable,
+        raw: &RecordBatch,
+        dead: &mut Vec<(usize, String)>,
+    ) -> Result<Option<ArrayRef>> {
         let all: Vec<usize> = (0..raw.num_rows()).collect();
         let table_type = self.arrow.field_with_name(KEY_COLUMN).ok().map(|f| f.data_type().clone());
         let mut inference = json::Inference::default();
@@ -424,7 +491,9 @@ impl Sink {
                 keys.push(None);
                 continue;
             };
-            match json::key_value(bytes).and_then(|v| inference.take(KEY_COLUMN, table_type.as_ref(), &v).map(|()| v)) {
+            match json::key_value(bytes)
+                .and_then(|v| inference.take(KEY_COLUMN, table_type.as_ref(), &v).map(|()| v))
+            {
                 Ok(v) => keys.push(Some(v)),
                 Err(why) => {
                     dead.push((*r, format!("key: {why}")));
@@ -445,7 +514,9 @@ impl Sink {
                 }
                 Ok(ev) if !ev.is_empty() => self.evolve(owner, "JSON keys", ev).await?,
                 Ok(_) => {}
-                Err(why) => return Err(self.bug(format!("inferred JSON keys do not fit the table: {why}"))),
+                Err(why) => {
+                    return Err(self.bug(format!("inferred JSON keys do not fit the table: {why}")))
+                }
             }
         }
         let Ok(field) = self.arrow.field_with_name(KEY_COLUMN) else { return Ok(None) };
@@ -480,7 +551,9 @@ impl Sink {
                 tombstones.push(*r);
                 continue;
             };
-            match json::value_object_in(bytes, crate::schema::is_lossless_arrow(&self.arrow)).and_then(|v| inference.take("", Some(&table_type), &v).map(|()| v)) {
+            match json::value_object_in(bytes, crate::schema::is_lossless_arrow(&self.arrow))
+                .and_then(|v| inference.take("", Some(&table_type), &v).map(|()| v))
+            {
                 Ok(v) => typed.push((*r, v)),
                 Err(why) => dead.push((*r, why)),
             }
@@ -493,7 +566,11 @@ impl Sink {
                 }
                 Ok(ev) if !ev.is_empty() => self.evolve(owner, "JSON values", ev).await?,
                 Ok(_) => {}
-                Err(why) => return Err(self.bug(format!("inferred JSON values do not fit the table: {why}"))),
+                Err(why) => {
+                    return Err(
+                        self.bug(format!("inferred JSON values do not fit the table: {why}"))
+                    )
+                }
             }
         }
         if !typed.is_empty() {
@@ -502,12 +579,18 @@ impl Sink {
             let arrays = columns
                 .iter()
                 .map(|f| {
-                    let of_field: Vec<Option<&serde_json::Value>> = values.iter().map(|v| v.get(f.name())).collect();
+                    let of_field: Vec<Option<&serde_json::Value>> =
+                        values.iter().map(|v| v.get(f.name())).collect();
                     json::to_array(&of_field, f.data_type())
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(of_rows.len()));
-            let decoded = RecordBatch::try_new_with_options(Arc::new(arrow_schema::Schema::new(columns)), arrays, &options)?;
+            let options =
+                arrow_array::RecordBatchOptions::new().with_row_count(Some(of_rows.len()));
+            let decoded = RecordBatch::try_new_with_options(
+                Arc::new(arrow_schema::Schema::new(columns)),
+                arrays,
+                &options,
+            )?;
             let batch = rows::typed_batch(raw, &of_rows, Some(&decoded), &self.arrow, keys)?;
             self.write_rows(batch).await?;
         }
@@ -519,7 +602,10 @@ impl Sink {
     }
 
     fn bug(&self, why: String) -> TieringError {
-        TieringError::iceberg("evolve", self.table.identifier())(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why))
+        TieringError::iceberg("evolve", self.table.identifier())(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            why,
+        ))
     }
 
     /// Writes `of_id`, rows of `raw` whose values are of schema `id` (and Protobuf
@@ -544,11 +630,16 @@ impl Sink {
                 dead.extend(of_id.iter().map(|&r| (r, format!("schema id {id}: {why}"))));
                 return Ok(());
             }
-            Err(SchemaLookupError::Unavailable(why)) => return Err(TieringError::SchemaRegistry(why)),
+            Err(SchemaLookupError::Unavailable(why)) => {
+                return Err(TieringError::SchemaRegistry(why))
+            }
         };
-        match plan_columns(self.table.metadata().current_schema(), decoder.arrow_schema().fields()) {
+        match plan_columns(self.table.metadata().current_schema(), decoder.arrow_schema().fields())
+        {
             Err(why) => {
-                dead.extend(of_id.iter().map(|&r| (r, format!("schema id {id} cannot be written to the table: {why}"))));
+                dead.extend(of_id.iter().map(|&r| {
+                    (r, format!("schema id {id} cannot be written to the table: {why}"))
+                }));
                 return Ok(());
             }
             Ok(ev) if !ev.promotions.is_empty() && owner.direct_committer().is_none() => {
@@ -556,7 +647,9 @@ impl Sink {
                 dead.extend(of_id.iter().map(|&r| (r, why.clone())));
                 return Ok(());
             }
-            Ok(ev) if !ev.is_empty() => self.evolve(owner, &format!("value schema id {id}"), ev).await?,
+            Ok(ev) if !ev.is_empty() => {
+                self.evolve(owner, &format!("value schema id {id}"), ev).await?
+            }
             Ok(_) => {}
         }
         let values = rows::values(raw, VALUE_COLUMN, &of_id);
@@ -567,10 +660,16 @@ impl Sink {
                 return Ok(());
             }
         };
-        dead.extend(decoded.rejected.into_iter().map(|(k, why)| (of_id[k], format!("schema id {id}: {why}"))));
+        dead.extend(
+            decoded
+                .rejected
+                .into_iter()
+                .map(|(k, why)| (of_id[k], format!("schema id {id}: {why}"))),
+        );
         if !decoded.rows.is_empty() {
             let typed_rows: Vec<usize> = decoded.rows.iter().map(|&k| of_id[k]).collect();
-            let batch = rows::typed_batch(raw, &typed_rows, Some(&decoded.batch), &self.arrow, keys)?;
+            let batch =
+                rows::typed_batch(raw, &typed_rows, Some(&decoded.batch), &self.arrow, keys)?;
             self.write_rows(batch).await?;
         }
         Ok(())
@@ -584,10 +683,20 @@ impl Sink {
             self.writer = Some(Writer::new(&self.table, &self.limits, self.prefix.clone())?);
         }
         let ident = self.table.identifier().to_string();
-        self.writer.as_mut().expect("just set").write(batch).await.map_err(TieringError::iceberg("write", ident))
+        self.writer
+            .as_mut()
+            .expect("just set")
+            .write(batch)
+            .await
+            .map_err(TieringError::iceberg("write", ident))
     }
 
-    async fn write_dead(&mut self, raw: &RecordBatch, partition: i32, mut dead: Vec<(usize, String)>) -> Result<()> {
+    async fn write_dead(
+        &mut self,
+        raw: &RecordBatch,
+        partition: i32,
+        mut dead: Vec<(usize, String)>,
+    ) -> Result<()> {
         let Some(d) = self.dead.as_mut() else { return Ok(()) };
         let floor = d.next.get(&partition).copied().unwrap_or(0);
         if let Some(offsets) = raw.column_by_name("offset") {
@@ -607,7 +716,12 @@ impl Sink {
             d.writer = Some(Writer::new(&d.table, &self.limits, self.prefix.clone())?);
         }
         let ident = d.table.identifier().to_string();
-        d.writer.as_mut().expect("just set").write(batch).await.map_err(TieringError::iceberg("write", ident))?;
+        d.writer
+            .as_mut()
+            .expect("just set")
+            .write(batch)
+            .await
+            .map_err(TieringError::iceberg("write", ident))?;
         *d.rows.entry(partition).or_default() += dead.len() as u64;
         Ok(())
     }
@@ -617,10 +731,17 @@ impl Sink {
     /// with the new schema: files written so far are closed as they are.
     async fn evolve(&mut self, owner: &TopicTable, what: &str, ev: Evolution) -> Result<()> {
         let ident = self.table.identifier().to_string();
-        let failed = |why: String| TieringError::iceberg("evolve", &ident)(iceberg::Error::new(iceberg::ErrorKind::Unexpected, why));
+        let failed = |why: String| {
+            TieringError::iceberg("evolve", &ident)(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                why,
+            ))
+        };
         let mut before = owner.load().await?;
         if !ev.promotions.is_empty() {
-            let committer = owner.direct_committer().ok_or_else(|| failed("this table's catalog takes no type promotion".into()))?;
+            let committer = owner
+                .direct_committer()
+                .ok_or_else(|| failed("this table's catalog takes no type promotion".into()))?;
             commit_promotions(&before, &ev.promotions, &committer).await.map_err(failed)?;
             let promoted = owner.load().await?;
             owner.delete_dropped_metadata(&before, &promoted).await;
@@ -633,9 +754,13 @@ impl Sink {
         } else {
             let count = ev.adds.len();
             let tx = Transaction::new(&before);
-            let action = ev.adds.into_iter().fold(tx.update_schema(), |action, add| action.add_column(add));
+            let action =
+                ev.adds.into_iter().fold(tx.update_schema(), |action, add| action.add_column(add));
             let tx = action.apply(tx).map_err(TieringError::iceberg("evolve", &ident))?;
-            let after = tx.commit(owner.catalog().as_ref()).await.map_err(TieringError::iceberg("evolve", &ident))?;
+            let after = tx
+                .commit(owner.catalog().as_ref())
+                .await
+                .map_err(TieringError::iceberg("evolve", &ident))?;
             owner.delete_dropped_metadata(&before, &after).await;
             info!(table = %ident, source = what, columns_added = count,
                 table_schema = after.metadata().current_schema_id(), "columns added");
@@ -658,7 +783,10 @@ impl Sink {
         let dead = match self.dead {
             Some(mut d) => {
                 let files = match d.writer.take() {
-                    Some(w) => w.close().await.map_err(TieringError::iceberg("write", d.table.identifier()))?,
+                    Some(w) => w
+                        .close()
+                        .await
+                        .map_err(TieringError::iceberg("write", d.table.identifier()))?,
                     None => Vec::new(),
                 };
                 Some((files, d))

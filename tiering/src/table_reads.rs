@@ -100,7 +100,12 @@ struct Rebuilt {
 
 /// The batches from the one holding `from`, consecutive (a gap, a hole the
 /// log stepped over, ends them), at most `max_bytes` but the first whole.
-fn cut<'a>(batches: impl Iterator<Item = (&'a i64, &'a CachedBatch)>, from: i64, max_bytes: usize, markers: &[(i64, i64, i64)]) -> Option<Served> {
+fn cut<'a>(
+    batches: impl Iterator<Item = (&'a i64, &'a CachedBatch)>,
+    from: i64,
+    max_bytes: usize,
+    markers: &[(i64, i64, i64)],
+) -> Option<Served> {
     let mut out = bytes::BytesMut::new();
     let mut next: Option<i64> = None;
     for (base, b) in batches {
@@ -118,7 +123,11 @@ fn cut<'a>(batches: impl Iterator<Item = (&'a i64, &'a CachedBatch)>, from: i64,
     }
     let next_offset = next?;
     // KIP-98: every abort marker at or after the fetch offset whose transaction began before the range's end.
-    let aborted = markers.iter().filter(|(m, _, first)| *m >= from && *first < next_offset).map(|(_, p, first)| (*p, *first)).collect();
+    let aborted = markers
+        .iter()
+        .filter(|(m, _, first)| *m >= from && *first < next_offset)
+        .map(|(_, p, first)| (*p, *first))
+        .collect();
     Some(Served { bytes: out.freeze(), next_offset, aborted })
 }
 
@@ -126,7 +135,14 @@ enum Job {
     /// Rebuild batches (answered to the fetches in `Shared::inflight`).
     Read { read: TableRead, upper: i64 },
     /// A ListOffsets lookup by time in `[from, upper)`.
-    Lookup { topic: String, partition: i32, what: Lookup, from: i64, upper: i64, reply: oneshot::Sender<LookupResult> },
+    Lookup {
+        topic: String,
+        partition: i32,
+        what: Lookup,
+        from: i64,
+        upper: i64,
+        reply: oneshot::Sender<LookupResult>,
+    },
 }
 
 /// What a ListOffsets lookup in the table asks (`docs/shared-mode.md` 4.7).
@@ -159,7 +175,10 @@ struct Cache {
 
 impl Cache {
     fn insert(&mut self, key: &RangeKey, rebuilt: &Rebuilt, cap: u64) {
-        let (batches, markers, upto) = self.ranges.entry(key.clone()).or_insert_with(|| (BTreeMap::new(), Vec::new(), i64::MIN));
+        let (batches, markers, upto) = self
+            .ranges
+            .entry(key.clone())
+            .or_insert_with(|| (BTreeMap::new(), Vec::new(), i64::MIN));
         // The newest markers win: a slower read of an older snapshot never replaces them.
         if rebuilt.markers_upto >= *upto {
             *markers = rebuilt.markers.clone();
@@ -217,7 +236,12 @@ impl std::fmt::Debug for TableReads {
 }
 
 /// How a catalog is opened by each read thread.
-pub type OpenCatalog = Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<IcebergCatalog, String>> + Send>> + Send + Sync>;
+pub type OpenCatalog = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<IcebergCatalog, String>> + Send>,
+        > + Send
+        + Sync,
+>;
 
 impl TableReads {
     /// Starts `settings.threads` read threads, each opening its catalog with `open`.
@@ -227,20 +251,40 @@ impl TableReads {
     pub fn start(settings: SharedReadSettings, open: OpenCatalog) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>(settings.queue.max(1));
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        let shared = Arc::new(Shared { cache: Mutex::default(), inflight: Mutex::default(), settings });
+        let shared =
+            Arc::new(Shared { cache: Mutex::default(), inflight: Mutex::default(), settings });
         for n in 0..settings.threads.max(1) {
             let (rx, shared, open) = (rx.clone(), shared.clone(), open.clone());
-            std::thread::Builder::new().name(format!("floe-shared-read-{n}")).spawn(move || read_thread(rx, shared, open))?;
+            std::thread::Builder::new()
+                .name(format!("floe-shared-read-{n}"))
+                .spawn(move || read_thread(rx, shared, open))?;
         }
-        info!(threads = settings.threads, queue = settings.queue, cache_bytes = settings.cache_bytes, "shared-storage table readers started");
+        info!(
+            threads = settings.threads,
+            queue = settings.queue,
+            cache_bytes = settings.cache_bytes,
+            "shared-storage table readers started"
+        );
         Ok(Self { jobs: tx, shared })
     }
 
     /// The rebuilt batches of `read` up to `upper`, about `max_bytes` of them,
     /// within `wait`; `None` when they are not ready by then (or the queue is
     /// full): answer the partition empty, the client fetches the same offset again.
-    pub async fn read(&self, read: TableRead, upper: i64, max_bytes: usize, wait: Duration) -> Option<ReadResult> {
-        if let Some(hit) = self.shared.cache.lock().unwrap_or_else(PoisonError::into_inner).serve(&read, max_bytes, upper) {
+    pub async fn read(
+        &self,
+        read: TableRead,
+        upper: i64,
+        max_bytes: usize,
+        wait: Duration,
+    ) -> Option<ReadResult> {
+        if let Some(hit) = self
+            .shared
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .serve(&read, max_bytes, upper)
+        {
             return Some(Ok(hit));
         }
         let (tx, rx) = oneshot::channel();
@@ -267,7 +311,15 @@ impl TableReads {
 
     /// A ListOffsets lookup by time over `[from, upper)` of the table, within
     /// `wait`; `None` when the queue is full or the wait ran out.
-    pub async fn lookup(&self, topic: &str, partition: i32, what: Lookup, from: i64, upper: i64, wait: Duration) -> Option<LookupResult> {
+    pub async fn lookup(
+        &self,
+        topic: &str,
+        partition: i32,
+        what: Lookup,
+        from: i64,
+        upper: i64,
+        wait: Duration,
+    ) -> Option<LookupResult> {
         let (reply, rx) = oneshot::channel();
         let job = Job::Lookup { topic: topic.to_string(), partition, what, from, upper, reply };
         if self.jobs.try_send(job).is_err() {
@@ -292,7 +344,11 @@ struct Loaded {
     index: FileIndex,
 }
 
-fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Shared>, open: OpenCatalog) {
+fn read_thread(
+    rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    shared: Arc<Shared>,
+    open: OpenCatalog,
+) {
     lower_priority();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -309,7 +365,17 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
             let (read, upper, max_bytes) = match job {
                 None => return,
                 Some(Job::Lookup { topic, partition, what, from, upper, reply }) => {
-                    let found = lookup(&open, &mut catalog, &mut tables, &topic, partition, what, from, upper).await;
+                    let found = lookup(
+                        &open,
+                        &mut catalog,
+                        &mut tables,
+                        &topic,
+                        partition,
+                        what,
+                        from,
+                        upper,
+                    )
+                    .await;
                     let _ = reply.send(found);
                     continue;
                 }
@@ -320,18 +386,36 @@ fn read_thread(rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>, shared: Arc<Sha
                 // The batches are rebuilt, neither cached nor answered: a crash here
                 // kills the broker with a table read in flight (test_shared_crash.py).
                 if let Err(e) = floe_storage::failpoint::check("shared.read.rebuilt") {
-                    result = Err(format!("table read of {} partition {} from {}: {e}", read.topic, read.partition, read.from));
+                    result = Err(format!(
+                        "table read of {} partition {} from {}: {e}",
+                        read.topic, read.partition, read.from
+                    ));
                 }
             }
             if let Ok(rebuilt) = &result {
                 let cap = shared.settings.cache_bytes;
-                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(&read.range_key(), rebuilt, cap);
+                shared.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(
+                    &read.range_key(),
+                    rebuilt,
+                    cap,
+                );
             }
-            let waiters = shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&read).unwrap_or_default();
+            let waiters = shared
+                .inflight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&read)
+                .unwrap_or_default();
             for (max_bytes, w) in waiters {
                 // Cut from the read itself: the cache may be too small to hold it.
                 let answer = match &result {
-                    Ok(rebuilt) => Ok(cut(rebuilt.batches.iter().map(|(b, c)| (b, c)), read.from, max_bytes, &rebuilt.markers).unwrap_or_default()),
+                    Ok(rebuilt) => Ok(cut(
+                        rebuilt.batches.iter().map(|(b, c)| (b, c)),
+                        read.from,
+                        max_bytes,
+                        &rebuilt.markers,
+                    )
+                    .unwrap_or_default()),
                     Err(e) => Err(e.clone()),
                 };
                 let _ = w.send(answer);
@@ -349,9 +433,18 @@ async fn serve(
     max_bytes: usize,
 ) -> Result<Rebuilt, String> {
     let l = loaded(open, catalog, tables, &read.topic, Some((read.partition, upper))).await?;
-    let range = read_batches_with_index(&l.main, &l.log, &l.index, read.partition, read.from, upper, max_bytes, read.codec)
-        .await
-        .map_err(|e| e.to_string())?;
+    let range = read_batches_with_index(
+        &l.main,
+        &l.log,
+        &l.index,
+        read.partition,
+        read.from,
+        upper,
+        max_bytes,
+        read.codec,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     if range.mismatches > 0 {
         warn!(topic = %read.topic, partition = read.partition, from = read.from,
             mismatches = range.mismatches, "rebuilt batches whose CRC differs from the stored one (a bug: served with the new CRC)");
@@ -361,9 +454,19 @@ async fn serve(
     for b in BatchIter::new(&bytes) {
         let b = b.map_err(|e| format!("a rebuilt batch does not parse (a bug): {e}"))?;
         let end = b.position + b.header.total_size();
-        batches.push((b.header.base_offset, CachedBatch { last: b.header.last_offset(), bytes: bytes.slice(b.position..end) }));
+        batches.push((
+            b.header.base_offset,
+            CachedBatch { last: b.header.last_offset(), bytes: bytes.slice(b.position..end) },
+        ));
     }
-    let markers = l.index.abort_markers.get(&read.partition).into_iter().flatten().map(|m| (m.offset, m.producer_id, m.first_offset)).collect();
+    let markers = l
+        .index
+        .abort_markers
+        .get(&read.partition)
+        .into_iter()
+        .flatten()
+        .map(|m| (m.offset, m.producer_id, m.first_offset))
+        .collect();
     let markers_upto = l.index.next_offset(read.partition).unwrap_or(i64::MIN);
     if markers_upto < upper {
         // Local deletion follows the table's committed offsets: a fresh index is never behind it.
@@ -386,8 +489,16 @@ async fn lookup(
 ) -> LookupResult {
     let l = loaded(open, catalog, tables, topic, None).await?;
     let found = match what {
-        Lookup::Timestamp(ts) => crate::shared::lookup::offset_for_timestamp(&l.main, &l.log, &l.index, partition, ts, from, upper).await,
-        Lookup::MaxTimestamp => crate::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper).await,
+        Lookup::Timestamp(ts) => {
+            crate::shared::lookup::offset_for_timestamp(
+                &l.main, &l.log, &l.index, partition, ts, from, upper,
+            )
+            .await
+        }
+        Lookup::MaxTimestamp => {
+            crate::shared::lookup::max_timestamp(&l.main, &l.log, &l.index, partition, from, upper)
+                .await
+        }
     };
     found.map_err(|e| e.to_string())
 }
@@ -408,11 +519,15 @@ async fn loaded<'a>(
     // offsets at least at the local log start it reads below (its abort markers
     // must reach where the local log's take over).
     let fresh = tables.get(topic).is_some_and(|l| {
-        l.at.elapsed() < TABLE_TTL && need.is_none_or(|(p, upper)| l.index.next_offset(p).unwrap_or(i64::MIN) >= upper)
+        l.at.elapsed() < TABLE_TTL
+            && need.is_none_or(|(p, upper)| l.index.next_offset(p).unwrap_or(i64::MIN) >= upper)
     });
     if !fresh {
         let load = |name: String| async move {
-            cat.catalog().load_table(&cat.ident(&name)).await.map_err(|e| format!("cannot load table {name}: {e}"))
+            cat.catalog()
+                .load_table(&cat.ident(&name))
+                .await
+                .map_err(|e| format!("cannot load table {name}: {e}"))
         };
         let main = load(topic.to_string()).await?;
         let log = load(crate::catalog::log_table_name(topic)).await?;
@@ -424,7 +539,9 @@ async fn loaded<'a>(
             Ok(false) => None,
             Err(e) => return Err(format!("cannot look for table {dlq_name}: {e}")),
         };
-        let index = FileIndex::load_with_dead_letters(&main, &log, dlq.as_ref()).await.map_err(|e| e.to_string())?;
+        let index = FileIndex::load_with_dead_letters(&main, &log, dlq.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
         tables.insert(topic.to_string(), Loaded { at: Instant::now(), main, log, index });
     }
     tables.get(topic).ok_or_else(|| "table not loaded".to_string())
@@ -456,7 +573,12 @@ mod tests {
     fn cuts_start_at_the_batch_holding_the_offset_and_stop_at_gaps_and_limits() {
         // Batches [0,4] [5,9] [10,14], a hole 15-19, [20,24].
         let rebuilt = Rebuilt {
-            batches: vec![(0, batch(4, 100)), (5, batch(9, 100)), (10, batch(14, 100)), (20, batch(24, 100))],
+            batches: vec![
+                (0, batch(4, 100)),
+                (5, batch(9, 100)),
+                (10, batch(14, 100)),
+                (20, batch(24, 100)),
+            ],
             // An abort marker at 12 for a transaction from 6; one at 3 (before any fetch below).
             markers: vec![(3, 7, 1), (12, 9, 6)],
             markers_upto: 25,
@@ -464,15 +586,31 @@ mod tests {
         let mut cache = Cache::default();
         cache.insert(&read(0).range_key(), &rebuilt, 1 << 20);
         let s = cache.serve(&read(7), 1 << 20, 25).expect("hit");
-        assert_eq!((s.bytes.len(), s.next_offset), (200, 15), "from the batch holding 7 to the hole");
+        assert_eq!(
+            (s.bytes.len(), s.next_offset),
+            (200, 15),
+            "from the batch holding 7 to the hole"
+        );
         assert_eq!(s.aborted, vec![(9, 6)], "KIP-98: markers at or after the fetch offset only");
         let s = cache.serve(&read(0), 150, 25).expect("hit");
-        assert_eq!((s.bytes.len(), s.next_offset), (100, 5), "the first batch whole, then the limit");
-        assert_eq!(cache.serve(&read(0), 1, 25).expect("hit").bytes.len(), 100, "the first batch even above the limit");
+        assert_eq!(
+            (s.bytes.len(), s.next_offset),
+            (100, 5),
+            "the first batch whole, then the limit"
+        );
+        assert_eq!(
+            cache.serve(&read(0), 1, 25).expect("hit").bytes.len(),
+            100,
+            "the first batch even above the limit"
+        );
         assert!(cache.serve(&read(17), 1 << 20, 25).is_none(), "inside the hole: read the table");
         assert!(cache.serve(&read(30), 1 << 20, 25).is_none(), "past the cached batches");
         // Over the cap the oldest batches go.
-        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![(25, batch(29, 300))], markers: vec![], markers_upto: 30 }, 400);
+        cache.insert(
+            &read(0).range_key(),
+            &Rebuilt { batches: vec![(25, batch(29, 300))], markers: vec![], markers_upto: 30 },
+            400,
+        );
         assert!(cache.serve(&read(0), 1 << 20, 25).is_none());
         assert!(cache.bytes <= 400);
         assert_eq!(cache.serve(&read(26), 1 << 20, 30).expect("hit").next_offset, 30);
@@ -482,14 +620,29 @@ mod tests {
     fn cached_markers_behind_the_local_log_start_are_read_again() {
         // Batches of an aborted transaction at [0,4]; its marker at 8 was above the
         // table's end (6) when the markers were read, so it was the local log's.
-        let rebuilt = Rebuilt { batches: vec![(0, batch(4, 100))], markers: vec![], markers_upto: 6 };
+        let rebuilt =
+            Rebuilt { batches: vec![(0, batch(4, 100))], markers: vec![], markers_upto: 6 };
         let mut cache = Cache::default();
         cache.insert(&read(0).range_key(), &rebuilt, 1 << 20);
-        assert!(cache.serve(&read(0), 1 << 20, 6).is_some(), "the local log still holds the marker");
-        assert!(cache.serve(&read(0), 1 << 20, 10).is_none(), "local deletion passed the marker: read the table's markers again");
+        assert!(
+            cache.serve(&read(0), 1 << 20, 6).is_some(),
+            "the local log still holds the marker"
+        );
+        assert!(
+            cache.serve(&read(0), 1 << 20, 10).is_none(),
+            "local deletion passed the marker: read the table's markers again"
+        );
         // A newer read brings the marker; an older one never takes it away again.
-        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![], markers: vec![(8, 9, 0)], markers_upto: 12 }, 1 << 20);
-        cache.insert(&read(0).range_key(), &Rebuilt { batches: vec![], markers: vec![], markers_upto: 6 }, 1 << 20);
+        cache.insert(
+            &read(0).range_key(),
+            &Rebuilt { batches: vec![], markers: vec![(8, 9, 0)], markers_upto: 12 },
+            1 << 20,
+        );
+        cache.insert(
+            &read(0).range_key(),
+            &Rebuilt { batches: vec![], markers: vec![], markers_upto: 6 },
+            1 << 20,
+        );
         assert_eq!(cache.serve(&read(0), 1 << 20, 10).expect("hit").aborted, vec![(9, 0)]);
     }
 }

@@ -25,7 +25,9 @@ pub(crate) fn record(i: usize) -> TestRecord {
     TestRecord {
         key: (!i.is_multiple_of(3)).then(|| format!("key-{i}").into_bytes()),
         value: (i % 7 != 5).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes()),
-        headers: (0..i % 3).map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3]))).collect(),
+        headers: (0..i % 3)
+            .map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3])))
+            .collect(),
         timestamp: 1_700_000_000_000 + i as i64 * 1_000,
     }
 }
@@ -59,7 +61,12 @@ pub(crate) fn encode(records: &[TestRecord], compression: Compression) -> Vec<u8
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        recs.iter(),
+        &RecordEncodeOptions { version: 2, compression },
+    )
+    .unwrap();
     buf.to_vec()
 }
 
@@ -83,16 +90,26 @@ pub(crate) fn transactional(producer_id: i64, first_seq: i32, n: usize) -> Vec<u
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        recs.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .unwrap();
     buf.to_vec()
 }
 
-pub(crate) const CODECS: [Compression; 5] =
-    [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+pub(crate) const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
 
 pub(crate) fn open_log(dir: &Path, partition: i32, overrides: &[(&str, &str)]) -> PartitionLog {
-    let o: BTreeMap<String, String> = overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let o: BTreeMap<String, String> =
+        overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let config = Arc::new(LogConfig::default().with_overrides(&o).unwrap());
     PartitionLog::open(dir, "t", partition, config, None, None).unwrap()
 }
@@ -108,7 +125,10 @@ pub(crate) fn fill(log: &PartitionLog, first: usize, n: usize) -> Vec<TestRecord
 }
 
 /// The table's rows as the iceberg crate's scan reads them, `columns` only.
-pub(crate) async fn scan_columns(t: &crate::table::TopicTable, columns: &[&str]) -> Vec<arrow_array::RecordBatch> {
+pub(crate) async fn scan_columns(
+    t: &crate::table::TopicTable,
+    columns: &[&str],
+) -> Vec<arrow_array::RecordBatch> {
     use futures::TryStreamExt;
     let table = t.load().await.unwrap();
     let scan = table.scan().select(columns.iter().copied()).build().unwrap();

@@ -79,16 +79,53 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills, commits } => {
+        Cmd::Run {
+            scenario,
+            quick,
+            bootstrap,
+            broker_pid,
+            out,
+            floe_bin,
+            floe_args,
+            overrides,
+            rate,
+            backlog_mb,
+            target_lags_ms,
+            workload,
+            kills,
+            commits,
+        } => {
             let overrides = overrides
                 .iter()
-                .map(|o| o.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("--override `{o}` is not KEY=VALUE")))
+                .map(|o| {
+                    o.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .with_context(|| format!("--override `{o}` is not KEY=VALUE"))
+                })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let out = out.unwrap_or_else(|| {
-                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
                 PathBuf::from("bench-results").join(format!("{scenario}-{t}"))
             });
-            let code = scenario::run(Options { scenario, quick, bootstrap, broker_pid, out, floe_bin, floe_args, overrides, rate, backlog_mb, target_lags_ms, workload, kills, commits })?;
+            let code = scenario::run(Options {
+                scenario,
+                quick,
+                bootstrap,
+                broker_pid,
+                out,
+                floe_bin,
+                floe_args,
+                overrides,
+                rate,
+                backlog_mb,
+                target_lags_ms,
+                workload,
+                kills,
+                commits,
+            })?;
             std::process::exit(code);
         }
     }

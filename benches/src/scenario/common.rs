@@ -14,7 +14,10 @@ use crate::procstat::{self, ProcStats};
 /// A spinner with `prefix`, for a phase of unknown length.
 pub(super) fn spinner(prefix: &str) -> ProgressBar {
     let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} {prefix:.bold} [{elapsed}] {msg}").expect("template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix:.bold} [{elapsed}] {msg}")
+            .expect("template"),
+    );
     bar.set_prefix(prefix.to_string());
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
@@ -82,14 +85,25 @@ pub(super) const MIB: f64 = (1u64 << 20) as f64;
 pub(super) fn request_times(b: &Broker) -> Option<BTreeMap<String, (f64, f64)>> {
     let text = b.metrics_text()?;
     let of = |name: &str| -> BTreeMap<String, f64> {
-        crate::broker::parse_samples(&text, name).into_iter().filter_map(|(l, v)| Some((l.get("api")?.clone(), v))).collect()
+        crate::broker::parse_samples(&text, name)
+            .into_iter()
+            .filter_map(|(l, v)| Some((l.get("api")?.clone(), v)))
+            .collect()
     };
     let sums = of("floe_request_duration_seconds_sum");
-    Some(of("floe_request_duration_seconds_count").into_iter().map(|(api, n)| (api.clone(), (n, sums.get(&api).copied().unwrap_or(0.0)))).collect())
+    Some(
+        of("floe_request_duration_seconds_count")
+            .into_iter()
+            .map(|(api, n)| (api.clone(), (n, sums.get(&api).copied().unwrap_or(0.0))))
+            .collect(),
+    )
 }
 
 /// Per API, the requests between two [`request_times`] readings: (count, mean ms).
-pub(super) fn request_delta(a: &Option<BTreeMap<String, (f64, f64)>>, z: &Option<BTreeMap<String, (f64, f64)>>) -> BTreeMap<String, (f64, f64)> {
+pub(super) fn request_delta(
+    a: &Option<BTreeMap<String, (f64, f64)>>,
+    z: &Option<BTreeMap<String, (f64, f64)>>,
+) -> BTreeMap<String, (f64, f64)> {
     let (Some(a), Some(z)) = (a, z) else { return BTreeMap::new() };
     z.iter()
         .filter_map(|(api, (n, sum))| {
@@ -98,7 +112,6 @@ pub(super) fn request_delta(a: &Option<BTreeMap<String, (f64, f64)>>, z: &Option
         })
         .collect()
 }
-
 
 /// How a report says whether a target was reached.
 pub(super) fn met(ok: bool) -> &'static str {

@@ -70,9 +70,19 @@ struct CompactionArm {
 /// cleaner by `min.compaction.lag.ms`, a fixed-rate producer into another topic, then
 /// AlterConfigs releases the backlog (lag 0); with the cleaner on, the window lasts
 /// until the clean is seen (at least `min_window_s`); without, `window_s`.
-fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, window_s: Option<f64>) -> anyhow::Result<CompactionArm> {
+fn compaction_arm(
+    ctx: &Ctx,
+    label: &str,
+    cleaner: bool,
+    p: &CompactionParams,
+    window_s: Option<f64>,
+) -> anyhow::Result<CompactionArm> {
     let data = temp_data_dir()?;
-    let b = ctx.broker(label, data.path(), &[kv("log.cleaner.backoff.ms", p.backoff_ms), kv("log.cleaner.enable", cleaner)])?;
+    let b = ctx.broker(
+        label,
+        data.path(),
+        &[kv("log.cleaner.backoff.ms", p.backoff_ms), kv("log.cleaner.enable", cleaner)],
+    )?;
     let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
     let compacted = format!("floe-bench-compaction-{tag}-compacted");
     let latency_topic = format!("floe-bench-compaction-{tag}-latency");
@@ -85,13 +95,31 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
         ]
     };
     // Held back: every segment is younger than an hour, so nothing is cleanable yet.
-    load::create_topics_with(&b.bootstrap, std::slice::from_ref(&compacted), 1, &topic_config(3_600_000))?;
+    load::create_topics_with(
+        &b.bootstrap,
+        std::slice::from_ref(&compacted),
+        1,
+        &topic_config(3_600_000),
+    )?;
     load::create_topics(&b.bootstrap, std::slice::from_ref(&latency_topic), p.latency_partitions)?;
-    let keys = (p.backlog_mb * 1_000_000 / (p.value_size as u64 * u64::from(COMPACTION_VERSIONS))).max(1);
+    let keys =
+        (p.backlog_mb * 1_000_000 / (p.value_size as u64 * u64::from(COMPACTION_VERSIONS))).max(1);
     let pb = bar(&format!("{label}: keyed backlog"), true);
-    let backlog = compaction::produce_keyed(&b.bootstrap, &compacted, keys, COMPACTION_VERSIONS, p.value_size, &pb)?;
+    let backlog = compaction::produce_keyed(
+        &b.bootstrap,
+        &compacted,
+        keys,
+        COMPACTION_VERSIONS,
+        p.value_size,
+        &pb,
+    )?;
     pb.finish_with_message(format!("{:.1} MB/s", backlog.mb_per_s));
-    anyhow::ensure!(backlog.errors == 0, "compaction: {} backlog records failed (see floe-{label}.log in {})", backlog.errors, ctx.opts.out.display());
+    anyhow::ensure!(
+        backlog.errors == 0,
+        "compaction: {} backlog records failed (see floe-{label}.log in {})",
+        backlog.errors,
+        ctx.opts.out.display()
+    );
     let dir = data.path().join(format!("{compacted}-0"));
     let (log_bytes_before, log_segments_before) = compaction::log_files(&dir);
 
@@ -118,7 +146,10 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
                 ctx.opts.out.display()
             );
             if let Some(now) = CleanerCounters::read(&b) {
-                sp.set_message(format!("{:.1} MB read by the cleaner", (now.bytes_read - before.map_or(0.0, |c| c.bytes_read)) / 1e6));
+                sp.set_message(format!(
+                    "{:.1} MB read by the cleaner",
+                    (now.bytes_read - before.map_or(0.0, |c| c.bytes_read)) / 1e6
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -141,7 +172,10 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
     let (log_bytes_after, log_segments_after) = compaction::log_files(&dir);
     b.stop()?;
     let hist = rated::window_histogram(&samples, alter_us, end_us);
-    anyhow::ensure!(!hist.is_empty(), "compaction: no produce latency sample in the {window:.2} s window of {label}");
+    anyhow::ensure!(
+        !hist.is_empty(),
+        "compaction: no produce latency sample in the {window:.2} s window of {label}"
+    );
     let warm_us = (p.warmup_s * 1e6) as u64;
     Ok(CompactionArm {
         arm: if cleaner { "cleaning" } else { "no cleaning (log.cleaner.enable=false)" }.into(),
@@ -157,7 +191,13 @@ fn compaction_arm(ctx: &Ctx, label: &str, cleaner: bool, p: &CompactionParams, w
         cost,
         latency: LatencySummary::of(&hist),
         producer_errors,
-        p99_timeline: rated::p99_timeline(&samples, alter_us.saturating_sub(warm_us), end_us, alter_us, 250_000),
+        p99_timeline: rated::p99_timeline(
+            &samples,
+            alter_us.saturating_sub(warm_us),
+            end_us,
+            alter_us,
+            250_000,
+        ),
         hist,
     })
 }
@@ -194,7 +234,11 @@ pub(super) fn compaction(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mb_per_core = cpu_s.map(|s| c.bytes_read / 1e6 / s);
     let log_mb_per_core = cpu_s.map(|s| on.log_bytes_before as f64 / 1e6 / s);
     let reclaimed = on.log_bytes_before as f64 - on.log_bytes_after as f64;
-    anyhow::ensure!(c.runs >= 1.0 && reclaimed > 0.0, "compaction: the cleaner ran {} time(s) and reclaimed {reclaimed} bytes", c.runs);
+    anyhow::ensure!(
+        c.runs >= 1.0 && reclaimed > 0.0,
+        "compaction: the cleaner ran {} time(s) and reclaimed {reclaimed} bytes",
+        c.runs
+    );
     let p99_ratio = on.latency.p99_ms / off.latency.p99_ms;
     let mib = |b: u64| b as f64 / MIB;
 
@@ -214,16 +258,59 @@ pub(super) fn compaction(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.report.table(
         &["figure", "value"],
         &[
-            vec!["backlog".into(), format!("{} records, {:.1} MB of values, written at {:.1} MB/s", on.backlog.records, on.backlog.value_bytes as f64 / 1e6, on.backlog.mb_per_s)],
-            vec!["log before → after the clean".into(), format!("{:.1} MiB in {} segment(s) → {:.1} MiB in {} segment(s)", mib(on.log_bytes_before), on.log_segments_before, mib(on.log_bytes_after), on.log_segments_after)],
-            vec!["bytes reclaimed".into(), format!("{:.1} MiB ({:.0}% of the log)", reclaimed / MIB, reclaimed / on.log_bytes_before.max(1) as f64 * 100.0)],
-            vec!["time to clean (AlterConfigs → clean seen)".into(), f2(on.clean_seconds).to_string() + " s"],
-            vec!["cleaner runs, MB read / written".into(), format!("{:.0}, {:.1} / {:.1}", c.runs, c.bytes_read / 1e6, c.bytes_written / 1e6)],
+            vec![
+                "backlog".into(),
+                format!(
+                    "{} records, {:.1} MB of values, written at {:.1} MB/s",
+                    on.backlog.records,
+                    on.backlog.value_bytes as f64 / 1e6,
+                    on.backlog.mb_per_s
+                ),
+            ],
+            vec![
+                "log before → after the clean".into(),
+                format!(
+                    "{:.1} MiB in {} segment(s) → {:.1} MiB in {} segment(s)",
+                    mib(on.log_bytes_before),
+                    on.log_segments_before,
+                    mib(on.log_bytes_after),
+                    on.log_segments_after
+                ),
+            ],
+            vec![
+                "bytes reclaimed".into(),
+                format!(
+                    "{:.1} MiB ({:.0}% of the log)",
+                    reclaimed / MIB,
+                    reclaimed / on.log_bytes_before.max(1) as f64 * 100.0
+                ),
+            ],
+            vec![
+                "time to clean (AlterConfigs → clean seen)".into(),
+                f2(on.clean_seconds).to_string() + " s",
+            ],
+            vec![
+                "cleaner runs, MB read / written".into(),
+                format!("{:.0}, {:.1} / {:.1}", c.runs, c.bytes_read / 1e6, c.bytes_written / 1e6),
+            ],
             vec!["cleaner thread CPU s".into(), f2(c.thread_cpu_s)],
-            vec!["**cleaner MB/s per core** (MB read ÷ CPU s)".into(), format!("{} (target ≥ {CLEANER_MB_PER_CORE_TARGET:.0}: {})", f1(mb_per_core), met(mb_per_core.is_some_and(|v| v >= CLEANER_MB_PER_CORE_TARGET)))],
+            vec![
+                "**cleaner MB/s per core** (MB read ÷ CPU s)".into(),
+                format!(
+                    "{} (target ≥ {CLEANER_MB_PER_CORE_TARGET:.0}: {})",
+                    f1(mb_per_core),
+                    met(mb_per_core.is_some_and(|v| v >= CLEANER_MB_PER_CORE_TARGET))
+                ),
+            ],
             vec!["log MB compacted per cleaner CPU-second".into(), f1(log_mb_per_core)],
-            vec!["cleaner MB/s (wall clock)".into(), f1(on.clean_seconds.map(|s| c.bytes_read / 1e6 / s))],
-            vec!["broker CPU s over the window (cleaning / no cleaning)".into(), format!("{} / {}", f2(on.cost.broker_cpu_s), f2(off.cost.broker_cpu_s))],
+            vec![
+                "cleaner MB/s (wall clock)".into(),
+                f1(on.clean_seconds.map(|s| c.bytes_read / 1e6 / s)),
+            ],
+            vec![
+                "broker CPU s over the window (cleaning / no cleaning)".into(),
+                format!("{} / {}", f2(on.cost.broker_cpu_s), f2(off.cost.broker_cpu_s)),
+            ],
         ],
     );
     ctx.report.para(&format!(
@@ -249,7 +336,13 @@ pub(super) fn compaction(ctx: &mut Ctx) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    ctx.report.table(&["arm", "msg/s", "window s", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "errors"], &lrows);
+    ctx.report.table(
+        &[
+            "arm", "msg/s", "window s", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
+            "max ms", "errors",
+        ],
+        &lrows,
+    );
     let cleaning_share = on.clean_seconds.map(|s| (s / on.window_seconds).min(1.0));
     ctx.report.para(&format!(
         "**Produce p99 while cleaning ÷ without: {p99_ratio:.2}×** (target ≤ {CLEANING_P99_TARGET}×: {}); the cleaner was \
@@ -271,7 +364,10 @@ pub(super) fn compaction(ctx: &mut Ctx) -> anyhow::Result<()> {
         &ctx.plot_path("latency-timeline.svg"),
         "publish p99 per 250 ms (0 = AlterConfigs releases the backlog)",
         "p99 ms",
-        &[("cleaning", on.p99_timeline.iter().map(|(t, v)| (t + p.warmup_s, *v)).collect()), ("no cleaning", off.p99_timeline.iter().map(|(t, v)| (t + p.warmup_s, *v)).collect())],
+        &[
+            ("cleaning", on.p99_timeline.iter().map(|(t, v)| (t + p.warmup_s, *v)).collect()),
+            ("no cleaning", off.p99_timeline.iter().map(|(t, v)| (t + p.warmup_s, *v)).collect()),
+        ],
     )?;
     ctx.report.image("latency-cdf.svg", "publish latency CDF");
     ctx.report.image("latency-timeline.svg", "publish p99 over time");

@@ -10,8 +10,8 @@
 //! `--override` settings other than the tiering-on arm's.
 
 use super::common::{kv, MIB};
-use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
 use super::ctx::Ctx;
+use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
 use crate::load::LoadResult;
 use crate::plot;
 use crate::report::{f1, f2};
@@ -32,23 +32,30 @@ pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
             Some(load_phase(ctx, "coupling-probe", &probe_w, &[], &[])?.0)
         }
     };
-    let rate = ctx.opts.rate.unwrap_or_else(|| probe.as_ref().map_or(1, |p| ((p.publish_msg_per_s / 2.0) as u64).max(1)));
+    let rate = ctx.opts.rate.unwrap_or_else(|| {
+        probe.as_ref().map_or(1, |p| ((p.publish_msg_per_s / 2.0) as u64).max(1))
+    });
     // 2. The arms at that rate. Tiering on: a short target lag and tick, so the active
     // segments roll and are tiered several times within the measured window.
     let (lag_ms, tick_ms) = if ctx.opts.quick { (500, 200) } else { (2000, 500) };
     let mut w = base.clone();
     w.producer_rate = rate;
-    let tiering_topic = vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag_ms)];
+    let tiering_topic =
+        vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag_ms)];
     let mut tiering_broker = vec![kv("floe.iceberg.tick-ms", tick_ms)];
     tiering_broker.extend(ctx.opts.overrides.iter().cloned());
     let arms: Vec<Arm> = if ctx.opts.bootstrap.is_some() {
         vec![("as configured".into(), vec![], vec![])]
     } else {
-        vec![("tiering off".into(), vec![], vec![]), ("tiering on".into(), tiering_broker.clone(), tiering_topic.clone())]
+        vec![
+            ("tiering off".into(), vec![], vec![]),
+            ("tiering on".into(), tiering_broker.clone(), tiering_topic.clone()),
+        ]
     };
     let mut results = Vec::new();
     for (i, (name, overrides, topic_config)) in arms.iter().enumerate() {
-        let (r, cost, tiering) = load_phase(ctx, &format!("coupling-arm{i}"), &w, overrides, topic_config)?;
+        let (r, cost, tiering) =
+            load_phase(ctx, &format!("coupling-arm{i}"), &w, overrides, topic_config)?;
         if !topic_config.is_empty() {
             // The arm must have tiered while it was measured, or it measured nothing.
             let rows = tiering.counters.map_or(0.0, |c| c.rows);
@@ -60,7 +67,10 @@ pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
         }
         results.push((name.clone(), r, cost, tiering, !topic_config.is_empty()));
     }
-    ctx.report.heading(&format!("Coupling: latency at a fixed rate, Iceberg tiering off vs on (workload `{}`)", w.name));
+    ctx.report.heading(&format!(
+        "Coupling: latency at a fixed rate, Iceberg tiering off vs on (workload `{}`)",
+        w.name
+    ));
     ctx.report.para(&format!(
         "{} Each arm runs on a fresh broker for {:.0} s (+{:.0} s warm-up). Tiering on: topic created with \
          `floe.iceberg.enabled=true`, `floe.iceberg.target-lag-ms={lag_ms}`, broker `floe.iceberg.tick-ms={tick_ms}`{}, \
@@ -101,8 +111,21 @@ pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
         })
         .collect();
     ctx.report.table(
-        &["arm", "target msg/s", "achieved msg/s", "publish p50 ms", "publish p99 ms", "e2e p99 ms", "broker CPU s", "broker peak RSS MiB",
-          "rows tiered", "tiered payload MiB/s", "Parquet MiB", "commits", "tiering thread CPU s"],
+        &[
+            "arm",
+            "target msg/s",
+            "achieved msg/s",
+            "publish p50 ms",
+            "publish p99 ms",
+            "e2e p99 ms",
+            "broker CPU s",
+            "broker peak RSS MiB",
+            "rows tiered",
+            "tiered payload MiB/s",
+            "Parquet MiB",
+            "commits",
+            "tiering thread CPU s",
+        ],
         &rows,
     );
     if let [(_, off, off_cost, _, _), (_, on, on_cost, _, _)] = &results[..] {
@@ -115,17 +138,29 @@ pub(super) fn coupling(ctx: &mut Ctx) -> anyhow::Result<()> {
             off_cost.broker_cpu_s.zip(on_cost.broker_cpu_s).map_or("–".into(), |(a, b)| ratio(a, b)),
         ));
     }
-    let named: Vec<(&str, &LoadResult)> = results.iter().map(|(n, r, ..)| (n.as_str(), r)).collect();
+    let named: Vec<(&str, &LoadResult)> =
+        results.iter().map(|(n, r, ..)| (n.as_str(), r)).collect();
     ctx.report.table(LATENCY_HEADERS, &latency_rows(&named));
-    let labels: Vec<(String, String)> = results.iter().map(|(n, ..)| (format!("publish, {n}"), format!("end-to-end, {n}"))).collect();
+    let labels: Vec<(String, String)> = results
+        .iter()
+        .map(|(n, ..)| (format!("publish, {n}"), format!("end-to-end, {n}")))
+        .collect();
     let mut series = Vec::new();
     for ((_, r, ..), (lp, le)) in results.iter().zip(&labels) {
         series.push((lp.as_str(), &r.publish_hist));
         series.push((le.as_str(), &r.e2e_hist));
     }
-    plot::latency_cdf(&ctx.plot_path("latency-cdf.svg"), &format!("latency at {rate} msg/s"), &series)?;
-    let tl: Vec<(&str, Vec<(f64, f64)>)> =
-        results.iter().map(|(n, r, ..)| (n.as_str(), r.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
+    plot::latency_cdf(
+        &ctx.plot_path("latency-cdf.svg"),
+        &format!("latency at {rate} msg/s"),
+        &series,
+    )?;
+    let tl: Vec<(&str, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|(n, r, ..)| {
+            (n.as_str(), r.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())
+        })
+        .collect();
     plot::timeline(&ctx.plot_path("throughput.svg"), "publish rate over time", "msg/s", &tl)?;
     ctx.report.image("latency-cdf.svg", "latency CDF");
     ctx.report.image("throughput.svg", "publish rate over time");

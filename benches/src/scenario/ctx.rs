@@ -85,7 +85,12 @@ impl Ctx {
     }
 
     /// A broker for one arm: ours on `data_dir` with `overrides`, or the external one.
-    pub(super) fn broker(&self, label: &str, data_dir: &std::path::Path, overrides: &[(String, String)]) -> anyhow::Result<Broker> {
+    pub(super) fn broker(
+        &self,
+        label: &str,
+        data_dir: &std::path::Path,
+        overrides: &[(String, String)],
+    ) -> anyhow::Result<Broker> {
         match &self.opts.bootstrap {
             Some(b) => Ok(Broker::external(b.clone(), self.opts.broker_pid)),
             None => self.launcher.start(label, data_dir, overrides),

@@ -33,13 +33,18 @@ struct FreshnessRun {
 pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
     let quick = ctx.opts.quick;
     let lags: Vec<u64> = if ctx.opts.target_lags_ms.is_empty() {
-        if quick { vec![300, 1000] } else { vec![1000, 5000] }
+        if quick {
+            vec![300, 1000]
+        } else {
+            vec![1000, 5000]
+        }
     } else {
         ctx.opts.target_lags_ms.clone()
     };
     let tick_ms: u64 = if quick { 50 } else { 100 };
     let poll = Duration::from_millis(20);
-    let (rate, duration_s, partitions, message_size) = if quick { (200, 2.0, 4, 1024) } else { (1000, 30.0, 4, 1024) };
+    let (rate, duration_s, partitions, message_size) =
+        if quick { (200, 2.0, 4, 1024) } else { (1000, 30.0, 4, 1024) };
     let mut runs: Vec<FreshnessRun> = Vec::new();
     for arm in [None, Some(ValueKind::Avro), Some(ValueKind::Protobuf)] {
         let arm_name = arm.map_or("raw", ValueKind::name);
@@ -52,18 +57,26 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
         }
         let b = ctx.broker(&label, data.path(), &overrides)?;
         for &lag in &lags {
-            let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
+            let tag: String =
+                (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
             let topic = format!("floe-bench-freshness-{tag}-{arm_name}-lag{lag}");
-            let mut config = vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag)];
+            let mut config =
+                vec![kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", lag)];
             let values = match arm {
                 None => freshness::Values::Raw,
                 Some(kind) => {
                     config.push(kv("floe.iceberg.value.format", "schema-registry"));
-                    let schema_id = typed_payload::register(&registry, &format!("{topic}-value"), kind)?;
+                    let schema_id =
+                        typed_payload::register(&registry, &format!("{topic}-value"), kind)?;
                     freshness::Values::Typed { kind, schema_id }
                 }
             };
-            load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &config)?;
+            load::create_topics_with(
+                &b.bootstrap,
+                std::slice::from_ref(&topic),
+                partitions,
+                &config,
+            )?;
             let spec = FreshnessSpec {
                 topic: topic.clone(),
                 partitions,
@@ -76,7 +89,10 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
             };
             let pb = bar(&format!("freshness ({arm_name}), target lag {lag} ms"), false);
             let f = freshness::measure(&b, &spec, &pb)?;
-            pb.finish_with_message(format!("p50 {:.0} ms p99 {:.0} ms", f.latency.p50_ms, f.latency.p99_ms));
+            pb.finish_with_message(format!(
+                "p50 {:.0} ms p99 {:.0} ms",
+                f.latency.p50_ms, f.latency.p99_ms
+            ));
             anyhow::ensure!(
                 f.acked > 0 && f.visible == f.acked,
                 "freshness: {} of {} acknowledged records became visible in the table ({arm_name}, target lag {lag} ms; see floe-{label}.log in {})",
@@ -84,7 +100,9 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
             );
             // A typed value that cannot be decoded goes to the dead-letter table and still
             // moves the committed offset: the arm would then measure the wrong table.
-            let dead_letters = b.metric("floe_iceberg_dead_letters_total", &format!("topic=\"{topic}\"")).unwrap_or(0.0);
+            let dead_letters = b
+                .metric("floe_iceberg_dead_letters_total", &format!("topic=\"{topic}\""))
+                .unwrap_or(0.0);
             anyhow::ensure!(dead_letters == 0.0, "freshness ({arm_name}): {dead_letters} records went to {topic}__dlq (see floe-{label}.log in {})", ctx.opts.out.display());
             runs.push(FreshnessRun { arm: arm_name, lag_ms: lag, f, dead_letters });
         }
@@ -122,7 +140,20 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    ctx.report.table(&["arm", "target lag ms", "visible / acked", "p50 ms", "p95 ms", "p99 ms", "max ms", "p50 ÷ lag", "p99 ÷ lag"], &rows);
+    ctx.report.table(
+        &[
+            "arm",
+            "target lag ms",
+            "visible / acked",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "p50 ÷ lag",
+            "p99 ÷ lag",
+        ],
+        &rows,
+    );
     ctx.report.para(
         "A partition's active segment is rolled once its oldest untiered record has waited the target lag (as \
          seen by the tiering thread, which looks every tick), then converted and committed: a record waits \
@@ -131,7 +162,8 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
          typed arms add decoding every value against its schema (and, once per table, creating it from the schema).",
     );
     // Each arm against raw at the same lag, this run.
-    let raw_of = |lag: u64| runs.iter().find(|r| r.arm == "raw" && r.lag_ms == lag).map(|r| &r.f.latency);
+    let raw_of =
+        |lag: u64| runs.iter().find(|r| r.arm == "raw" && r.lag_ms == lag).map(|r| &r.f.latency);
     let mut summary = Vec::new();
     let mut srows = Vec::new();
     for r in &runs {
@@ -152,10 +184,16 @@ pub(super) fn freshness(ctx: &mut Ctx) -> anyhow::Result<()> {
         }));
     }
     ctx.report.heading("Freshness by value format (one run)");
-    ctx.report.para("Each arm's p50 and p99 against `raw` at the same target lag, measured in this run.");
-    ctx.report.table(&["arm", "target lag ms", "p50 / p99 ms", "p50 ÷ raw", "p99 ÷ raw", "p50 / p99 − raw, ms"], &srows);
-    let labels: Vec<String> = runs.iter().map(|r| format!("{}, target lag {} ms", r.arm, r.lag_ms)).collect();
-    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> = labels.iter().zip(&runs).map(|(n, r)| (n.as_str(), &r.f.hist)).collect();
+    ctx.report
+        .para("Each arm's p50 and p99 against `raw` at the same target lag, measured in this run.");
+    ctx.report.table(
+        &["arm", "target lag ms", "p50 / p99 ms", "p50 ÷ raw", "p99 ÷ raw", "p50 / p99 − raw, ms"],
+        &srows,
+    );
+    let labels: Vec<String> =
+        runs.iter().map(|r| format!("{}, target lag {} ms", r.arm, r.lag_ms)).collect();
+    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> =
+        labels.iter().zip(&runs).map(|(n, r)| (n.as_str(), &r.f.hist)).collect();
     plot::latency_cdf(&ctx.plot_path("freshness-cdf.svg"), "ack → visible in Iceberg", &series)?;
     ctx.report.image("freshness-cdf.svg", "freshness CDF");
     ctx.report.set("tick_ms", tick_ms);

@@ -25,15 +25,27 @@ pub(super) fn load_phase(
     let topics = ctx.topics(w);
     load::create_topics_with(&b.bootstrap, &topics, w.partitions_per_topic, topic_config)?;
     let pb = bar(label, false);
-    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics.clone(), consume: w.consumers_per_topic > 0, produce_bytes: None };
+    let spec = RunSpec {
+        bootstrap: b.bootstrap.clone(),
+        workload: w.clone(),
+        topics: topics.clone(),
+        consume: w.consumers_per_topic > 0,
+        produce_bytes: None,
+    };
     let meter = CostMeter::start(&b);
     let tiering_before = TieringCounters::read(&b, &topics);
     let started = std::time::Instant::now();
     let result = load::run(&spec, &pb)?;
     let seconds = started.elapsed().as_secs_f64();
-    let tiering = TieringPhase { seconds, counters: tiering_before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)) };
+    let tiering = TieringPhase {
+        seconds,
+        counters: tiering_before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)),
+    };
     let cost = meter.finish(&b);
-    pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
+    pb.finish_with_message(format!(
+        "{:.0} msg/s, {:.1} MB/s",
+        result.publish_msg_per_s, result.publish_mb_per_s
+    ));
     b.stop()?;
     Ok((result, cost, tiering))
 }
@@ -65,4 +77,5 @@ pub(super) fn latency_rows(arms: &[(&str, &LoadResult)]) -> Vec<Vec<String>> {
     rows
 }
 
-pub(super) const LATENCY_HEADERS: &[&str] = &["arm", "latency", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms"];
+pub(super) const LATENCY_HEADERS: &[&str] =
+    &["arm", "latency", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms"];

@@ -7,8 +7,8 @@
 //! queued in the producer; `coupling` measures that), catch-up reads, tiering,
 //! replication, and a second machine (the clients share the cores with the broker).
 
-use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
 use super::ctx::Ctx;
+use super::load_phase::{latency_rows, load_phase, LATENCY_HEADERS};
 use crate::plot;
 use crate::report::{f1, f2, pct};
 
@@ -24,7 +24,17 @@ pub(super) fn max_throughput(ctx: &mut Ctx) -> anyhow::Result<()> {
     ));
     let gb = r.publish_mb_per_s * r.seconds / 1e3;
     ctx.report.table(
-        &["publish msg/s", "publish MB/s", "of ceiling", "consume MB/s", "errors", "broker CPU s", "broker CPU s/GB published", "broker peak RSS MiB", "harness CPU s"],
+        &[
+            "publish msg/s",
+            "publish MB/s",
+            "of ceiling",
+            "consume MB/s",
+            "errors",
+            "broker CPU s",
+            "broker CPU s/GB published",
+            "broker peak RSS MiB",
+            "harness CPU s",
+        ],
         &[vec![
             format!("{:.0}", r.publish_msg_per_s),
             format!("{:.1}", r.publish_mb_per_s),
@@ -38,7 +48,11 @@ pub(super) fn max_throughput(ctx: &mut Ctx) -> anyhow::Result<()> {
         ]],
     );
     ctx.report.table(LATENCY_HEADERS, &latency_rows(&[("max rate", &r)]));
-    plot::latency_cdf(&ctx.plot_path("latency-cdf.svg"), "latency at maximum rate", &[("publish", &r.publish_hist), ("end-to-end", &r.e2e_hist)])?;
+    plot::latency_cdf(
+        &ctx.plot_path("latency-cdf.svg"),
+        "latency at maximum rate",
+        &[("publish", &r.publish_hist), ("end-to-end", &r.e2e_hist)],
+    )?;
     let series = [
         ("publish MB/s", r.timeline.iter().map(|s| (s.t_s, s.publish_mb_per_s)).collect()),
         ("consume MB/s", r.timeline.iter().map(|s| (s.t_s, s.consume_mb_per_s)).collect()),

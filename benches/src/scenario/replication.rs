@@ -55,17 +55,25 @@ struct FetchCounters {
 impl FetchCounters {
     fn read(b: &crate::broker::Broker) -> Option<FetchCounters> {
         let text = b.metrics_text()?;
-        let served_by_path = crate::broker::parse_samples(&text, "floe_replication_bytes_out_total")
-            .into_iter()
-            .filter_map(|(labels, v)| Some((labels.get("path")?.clone(), v)))
-            .collect();
-        let appended_as_follower = crate::broker::parse_samples(&text, "floe_replica_fetch_bytes_total").first().map_or(0.0, |(_, v)| *v);
+        let served_by_path =
+            crate::broker::parse_samples(&text, "floe_replication_bytes_out_total")
+                .into_iter()
+                .filter_map(|(labels, v)| Some((labels.get("path")?.clone(), v)))
+                .collect();
+        let appended_as_follower =
+            crate::broker::parse_samples(&text, "floe_replica_fetch_bytes_total")
+                .first()
+                .map_or(0.0, |(_, v)| *v);
         Some(FetchCounters { served_by_path, appended_as_follower })
     }
 
     fn delta(&self, later: &FetchCounters) -> FetchCounters {
         FetchCounters {
-            served_by_path: later.served_by_path.iter().map(|(k, v)| (k.clone(), v - self.served_by_path.get(k).copied().unwrap_or(0.0))).collect(),
+            served_by_path: later
+                .served_by_path
+                .iter()
+                .map(|(k, v)| (k.clone(), v - self.served_by_path.get(k).copied().unwrap_or(0.0)))
+                .collect(),
             appended_as_follower: later.appended_as_follower - self.appended_as_follower,
         }
     }
@@ -83,7 +91,9 @@ impl FetchCounters {
 type Snapshot = BTreeMap<i32, (Option<f64>, Option<FetchCounters>)>;
 
 fn snapshot(c: &Cluster) -> Snapshot {
-    c.brokers().map(|(id, b)| (id, (b.stats().map(|s| s.cpu_seconds), FetchCounters::read(b)))).collect()
+    c.brokers()
+        .map(|(id, b)| (id, (b.stats().map(|s| s.cpu_seconds), FetchCounters::read(b))))
+        .collect()
 }
 
 /// One producer arm.
@@ -110,34 +120,68 @@ struct Arm {
     requests: BTreeMap<String, (f64, f64)>,
 }
 
-fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workload, rf: i32) -> anyhow::Result<Arm> {
-    let kind = if w.producer_rate == 0 { "max".to_string() } else { format!("rate{}", w.producer_rate) };
+fn run_arm(
+    ctx: &Ctx,
+    cluster: &mut Cluster,
+    tag: &str,
+    label: &str,
+    w: &Workload,
+    rf: i32,
+) -> anyhow::Result<Arm> {
+    let kind =
+        if w.producer_rate == 0 { "max".to_string() } else { format!("rate{}", w.producer_rate) };
     let topic = format!("floe-bench-replication-{tag}-rf{rf}-{kind}");
     let config = if rf > 1 { vec![kv("min.insync.replicas", MIN_INSYNC)] } else { vec![] };
-    load::create_replicated_topics(&cluster.bootstrap(), std::slice::from_ref(&topic), w.partitions_per_topic, rf, &config)?;
-    cluster.wait_full_isr(&topic, w.partitions_per_topic as i32, rf as usize, Duration::from_secs(60))?;
+    load::create_replicated_topics(
+        &cluster.bootstrap(),
+        std::slice::from_ref(&topic),
+        w.partitions_per_topic,
+        rf,
+        &config,
+    )?;
+    cluster.wait_full_isr(
+        &topic,
+        w.partitions_per_topic as i32,
+        rf as usize,
+        Duration::from_secs(60),
+    )?;
     let before = snapshot(cluster);
-    let requests_before: BTreeMap<i32, _> = cluster.brokers().map(|(id, b)| (id, request_times(b))).collect();
+    let requests_before: BTreeMap<i32, _> =
+        cluster.brokers().map(|(id, b)| (id, request_times(b))).collect();
     let harness_before = crate::procstat::read(0).unwrap_or_default();
     let pb = bar(label, false);
     // No consumers: what the brokers fetch is replication alone (see the module doc).
-    let spec = RunSpec { bootstrap: cluster.bootstrap(), workload: w.clone(), topics: vec![topic.clone()], consume: false, produce_bytes: None };
+    let spec = RunSpec {
+        bootstrap: cluster.bootstrap(),
+        workload: w.clone(),
+        topics: vec![topic.clone()],
+        consume: false,
+        produce_bytes: None,
+    };
     let result = load::run(&spec, &pb)?;
-    pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
+    pb.finish_with_message(format!(
+        "{:.0} msg/s, {:.1} MB/s",
+        result.publish_msg_per_s, result.publish_mb_per_s
+    ));
     let after = snapshot(cluster);
     // Summed over the brokers: (count, total ms), then the mean.
     let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (id, b) in cluster.brokers() {
-        for (api, (n, ms)) in request_delta(requests_before.get(&id).unwrap_or(&None), &request_times(b)) {
+        for (api, (n, ms)) in
+            request_delta(requests_before.get(&id).unwrap_or(&None), &request_times(b))
+        {
             let t = totals.entry(api).or_default();
             t.0 += n;
             t.1 += n * ms;
         }
     }
-    let requests = totals.into_iter().map(|(api, (n, total))| (api, (n, total / n.max(1.0)))).collect();
-    let records: i64 = load::end_offsets(&cluster.bootstrap(), &topic, w.partitions_per_topic)?.iter().sum();
+    let requests =
+        totals.into_iter().map(|(api, (n, total))| (api, (n, total / n.max(1.0)))).collect();
+    let records: i64 =
+        load::end_offsets(&cluster.bootstrap(), &topic, w.partitions_per_topic)?.iter().sum();
     let payload_bytes_written = records.max(0) as u64 * w.message_size as u64;
-    let harness_cpu_s = crate::procstat::read(0).unwrap_or_default().cpu_seconds - harness_before.cpu_seconds;
+    let harness_cpu_s =
+        crate::procstat::read(0).unwrap_or_default().cpu_seconds - harness_before.cpu_seconds;
     cluster.check_running()?;
     let cpu: Option<f64> = before
         .iter()
@@ -148,7 +192,11 @@ fn run_arm(ctx: &Ctx, cluster: &mut Cluster, tag: &str, label: &str, w: &Workloa
         .filter_map(|(id, (_, f0))| Some((*id, f0.as_ref()?.delta(after.get(id)?.1.as_ref()?))))
         .collect();
     let gb = payload_bytes_written as f64 / 1e9;
-    anyhow::ensure!(result.published_messages > 0, "replication: the {label} arm acknowledged nothing (broker logs in {})", ctx.opts.out.display());
+    anyhow::ensure!(
+        result.published_messages > 0,
+        "replication: the {label} arm acknowledged nothing (broker logs in {})",
+        ctx.opts.out.display()
+    );
     Ok(Arm {
         label: label.to_string(),
         replication_factor: rf,
@@ -189,14 +237,29 @@ fn percentile(values: &[f64], q: f64) -> Option<f64> {
     v.get(rank - 1).copied()
 }
 
-fn failover(ctx: &Ctx, cluster: &mut Cluster, tag: &str, kills: usize) -> anyhow::Result<(Vec<Kill>, u64, String)> {
+fn failover(
+    ctx: &Ctx,
+    cluster: &mut Cluster,
+    tag: &str,
+    kills: usize,
+) -> anyhow::Result<(Vec<Kill>, u64, String)> {
     let topic = format!("floe-bench-replication-{tag}-failover");
-    load::create_replicated_topics(&cluster.bootstrap(), std::slice::from_ref(&topic), 1, BROKERS, &[kv("min.insync.replicas", MIN_INSYNC)])?;
+    load::create_replicated_topics(
+        &cluster.bootstrap(),
+        std::slice::from_ref(&topic),
+        1,
+        BROKERS,
+        &[kv("min.insync.replicas", MIN_INSYNC)],
+    )?;
     cluster.wait_full_isr(&topic, 1, BROKERS as usize, Duration::from_secs(60))?;
-    let rated = RatedProducer::start(&cluster.bootstrap(), &topic, FAILOVER_RATE, FAILOVER_MESSAGE_SIZE)?;
+    let rated =
+        RatedProducer::start(&cluster.bootstrap(), &topic, FAILOVER_RATE, FAILOVER_MESSAGE_SIZE)?;
     let started = Instant::now();
     while rated.first_ack_since(0).is_none() {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "replication: the failover producer got no acknowledgement within 30 s");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "replication: the failover producer got no acknowledgement within 30 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let pb = bar("failover: kill -9 the leader", false);
@@ -240,14 +303,22 @@ fn failover(ctx: &Ctx, cluster: &mut Cluster, tag: &str, kills: usize) -> anyhow
         // restart could be the state from before the kill rather than its return.
         let left = Instant::now();
         while cluster.partition_state(&topic, 0)?.is_some_and(|s| s.isr.contains(&victim)) {
-            anyhow::ensure!(left.elapsed() < Duration::from_secs(30), "replication: killed broker {victim} stayed in the ISR of {topic}-0 for 30 s");
+            anyhow::ensure!(
+                left.elapsed() < Duration::from_secs(30),
+                "replication: killed broker {victim} stayed in the ISR of {topic}-0 for 30 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let restart = Instant::now();
         cluster.restart(victim)?;
-        cluster.wait_full_isr(&topic, 1, BROKERS as usize, Duration::from_secs(120)).with_context(|| {
-            format!("broker {victim} did not rejoin the ISR after its restart; its log:\n{}", cluster.log_tail(victim))
-        })?;
+        cluster.wait_full_isr(&topic, 1, BROKERS as usize, Duration::from_secs(120)).with_context(
+            || {
+                format!(
+                    "broker {victim} did not rejoin the ISR after its restart; its log:\n{}",
+                    cluster.log_tail(victim)
+                )
+            },
+        )?;
         cluster.wait_agreed(Duration::from_secs(60))?;
         let kill = Kill {
             kill: k,
@@ -288,11 +359,13 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     // (at half, RF=3 of debug brokers fell behind in a trial run: its latency was queueing).
     let rf1 = run_arm(ctx, &mut cluster, &tag, "RF=1 flat out", &w, 1)?;
     let rf3 = run_arm(ctx, &mut cluster, &tag, "RF=3 flat out", &w, BROKERS)?;
-    let rate = ctx.opts.rate.unwrap_or_else(|| ((rf3.result.publish_msg_per_s / 4.0) as u64).max(100));
+    let rate =
+        ctx.opts.rate.unwrap_or_else(|| ((rf3.result.publish_msg_per_s / 4.0) as u64).max(100));
     let mut fixed = w.clone();
     fixed.producer_rate = rate;
     let rf1_fixed = run_arm(ctx, &mut cluster, &tag, &format!("RF=1 at {rate} msg/s"), &fixed, 1)?;
-    let rf3_fixed = run_arm(ctx, &mut cluster, &tag, &format!("RF=3 at {rate} msg/s"), &fixed, BROKERS)?;
+    let rf3_fixed =
+        run_arm(ctx, &mut cluster, &tag, &format!("RF=3 at {rate} msg/s"), &fixed, BROKERS)?;
 
     // 3. Failover.
     let (kill_results, failover_errors, failover_topic) = failover(ctx, &mut cluster, &tag, kills)?;
@@ -332,12 +405,27 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
         })
         .collect();
     ctx.report.table(
-        &["arm", "msg/s", "MB/s", "of ceiling", "publish p50 ms", "publish p99 ms", "publish p99.9 ms", "errors", "brokers CPU s", "brokers CPU s/GB"],
+        &[
+            "arm",
+            "msg/s",
+            "MB/s",
+            "of ceiling",
+            "publish p50 ms",
+            "publish p99 ms",
+            "publish p99.9 ms",
+            "errors",
+            "brokers CPU s",
+            "brokers CPU s/GB",
+        ],
         &rows,
     );
     let lat_ratio = |f: fn(&LatencySummary) -> f64| {
         let (a, b) = (f(&rf1_fixed.result.publish_latency), f(&rf3_fixed.result.publish_latency));
-        if a > 0.0 { format!("{:.2}×", b / a) } else { "–".into() }
+        if a > 0.0 {
+            format!("{:.2}×", b / a)
+        } else {
+            "–".into()
+        }
     };
     ctx.report.para(&format!(
         "**RF=3 ÷ RF=1 publish throughput, flat out: {ratio:.2}×** (target ≥ {THROUGHPUT_RATIO_TARGET}×: {}). At {rate} msg/s, \
@@ -350,7 +438,9 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
         lat_ratio(|l| l.p99_ms),
         lat_ratio(|l| l.p999_ms),
     ));
-    let cell = |a: &Arm, api: &str| a.requests.get(api).map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"));
+    let cell = |a: &Arm, api: &str| {
+        a.requests.get(api).map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"))
+    };
     let rows: Vec<Vec<String>> = arms
         .iter()
         .map(|a| {
@@ -358,7 +448,14 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
             vec![
                 a.label.clone(),
                 cell(a, "Produce"),
-                if produce_n > 0.0 { format!("{:.0}", a.payload_bytes_written as f64 / a.message_size.max(1) as f64 / produce_n) } else { "–".into() },
+                if produce_n > 0.0 {
+                    format!(
+                        "{:.0}",
+                        a.payload_bytes_written as f64 / a.message_size.max(1) as f64 / produce_n
+                    )
+                } else {
+                    "–".into()
+                },
                 cell(a, "Fetch"),
             ]
         })
@@ -369,11 +466,17 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
          once the followers' next fetches have moved the high watermark past it, so on RF=3 its time is the replication \
          round trip. Fetches here are the followers' (no consumers); their time includes the long poll.",
     );
-    ctx.report.table(&["arm", "Produce: requests × mean", "records per Produce", "Fetch: requests × mean"], &rows);
+    ctx.report.table(
+        &["arm", "Produce: requests × mean", "records per Produce", "Fetch: requests × mean"],
+        &rows,
+    );
     plot::latency_cdf(
         &ctx.plot_path("latency-cdf.svg"),
         &format!("publish latency at {rate} msg/s, acks=all"),
-        &[("RF=1", &rf1_fixed.result.publish_hist), ("RF=3, min.insync.replicas=2", &rf3_fixed.result.publish_hist)],
+        &[
+            ("RF=1", &rf1_fixed.result.publish_hist),
+            ("RF=3, min.insync.replicas=2", &rf3_fixed.result.publish_hist),
+        ],
     )?;
     plot::timeline(
         &ctx.plot_path("throughput.svg"),
@@ -404,7 +507,12 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
             e.appended_as_follower += f.appended_as_follower;
         }
     }
-    let mut paths: Vec<String> = per_broker.values().flat_map(|f| f.served_by_path.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut paths: Vec<String> = per_broker
+        .values()
+        .flat_map(|f| f.served_by_path.keys().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     paths.sort_by_key(|p| (!p.starts_with("sendfile"), p.clone()));
     let mb = |v: f64| format!("{:.1}", v / 1e6);
     let mut rows: Vec<Vec<String>> = per_broker
@@ -416,9 +524,13 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
             row
         })
         .collect();
-    let (served, sendfile, appended) = per_broker.values().fold((0.0, 0.0, 0.0), |(s, z, a), f| (s + f.served(), z + f.sendfile(), a + f.appended_as_follower));
+    let (served, sendfile, appended) = per_broker.values().fold((0.0, 0.0, 0.0), |(s, z, a), f| {
+        (s + f.served(), z + f.sendfile(), a + f.appended_as_follower)
+    });
     let mut total = vec!["**all**".to_string()];
-    total.extend(paths.iter().map(|p| mb(per_broker.values().map(|f| f.served_by_path.get(p).copied().unwrap_or(0.0)).sum())));
+    total.extend(paths.iter().map(|p| {
+        mb(per_broker.values().map(|f| f.served_by_path.get(p).copied().unwrap_or(0.0)).sum())
+    }));
     total.push(mb(appended));
     rows.push(total);
     let mut headers: Vec<String> = vec!["broker".into()];
@@ -427,7 +539,8 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     ctx.report.table(&headers, &rows);
     let share = (served > 0.0).then(|| sendfile / served);
-    let rf1_served: f64 = [&rf1, &rf1_fixed].iter().flat_map(|a| a.fetch.values()).map(FetchCounters::served).sum();
+    let rf1_served: f64 =
+        [&rf1, &rf1_fixed].iter().flat_map(|a| a.fetch.values()).map(FetchCounters::served).sum();
     ctx.report.para(&format!(
         "**Share of replica fetch bytes served by sendfile: {}** (target 100% on plaintext: {}); {:.1} MB served vs {:.1} MB \
          appended by followers ({}). During the RF=1 arms the brokers served {:.1} MB to fetches (no replicas, no consumers: \
@@ -443,7 +556,8 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
     // 3. Failover.
     let failovers: Vec<f64> = kill_results.iter().map(|k| k.failover_s).collect();
     let elections: Vec<f64> = kill_results.iter().map(|k| k.election_s).collect();
-    let (p50, p99, max) = (percentile(&failovers, 0.5), percentile(&failovers, 0.99), percentile(&failovers, 1.0));
+    let (p50, p99, max) =
+        (percentile(&failovers, 0.5), percentile(&failovers, 0.99), percentile(&failovers, 1.0));
     ctx.report.heading("Failover: kill -9 of a partition's leader under acks=all");
     ctx.report.para(&format!(
         "A topic of one partition, RF=3, `min.insync.replicas={MIN_INSYNC}`; a librdkafka producer sends {FAILOVER_RATE} msg/s \
@@ -464,14 +578,20 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
             vec![
                 k.kill.to_string(),
                 k.victim.to_string(),
-                format!("{} (epoch {} → {})", k.new_leader, k.leader_epoch_before, k.leader_epoch_after),
+                format!(
+                    "{} (epoch {} → {})",
+                    k.new_leader, k.leader_epoch_before, k.leader_epoch_after
+                ),
                 format!("{:.2}", k.election_s),
                 format!("{:.2}", k.failover_s),
                 format!("{:.2}", k.rejoin_s),
             ]
         })
         .collect();
-    ctx.report.table(&["kill", "killed leader", "new leader", "election s", "**failover s**", "rejoin s"], &rows);
+    ctx.report.table(
+        &["kill", "killed leader", "new leader", "election s", "**failover s**", "rejoin s"],
+        &rows,
+    );
     ctx.report.para(&format!(
         "**Failover over {} kills: p50 {} s, p99 {} s, max {} s** (target p99 ≤ {FAILOVER_P99_TARGET_S} s: {}); election \
          p50 {} s. Records the failover producer failed to deliver: {failover_errors}. Percentiles are nearest-rank \
@@ -489,8 +609,14 @@ pub(super) fn replication(ctx: &mut Ctx) -> anyhow::Result<()> {
         "kill",
         "seconds",
         &[
-            ("first acks=all acknowledgement (failover)", kill_results.iter().map(|k| (k.kill as f64, k.failover_s)).collect()),
-            ("new leader in etcd (election)", kill_results.iter().map(|k| (k.kill as f64, k.election_s)).collect()),
+            (
+                "first acks=all acknowledgement (failover)",
+                kill_results.iter().map(|k| (k.kill as f64, k.failover_s)).collect(),
+            ),
+            (
+                "new leader in etcd (election)",
+                kill_results.iter().map(|k| (k.kill as f64, k.election_s)).collect(),
+            ),
         ],
         Some(("target p99", FAILOVER_P99_TARGET_S)),
     )?;

@@ -255,21 +255,36 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
     // 1. Backlogs, tiered; the shared one deleted locally down to its active segment.
     let b = ctx.launcher.start("setup", data.path(), &base_overrides)?;
     load::create_topics_with(&b.bootstrap, std::slice::from_ref(&copy_topic), 1, &copy_config)?;
-    load::create_topics_with(&b.bootstrap, std::slice::from_ref(&shared_topic), 1, &shared_config("original"))?;
+    load::create_topics_with(
+        &b.bootstrap,
+        std::slice::from_ref(&shared_topic),
+        1,
+        &shared_config("original"),
+    )?;
     load::create_topics(&b.bootstrap, std::slice::from_ref(&latency_topic), 4)?;
     let timeout = Duration::from_secs(if quick { 45 } else { 900 });
     let mut tiered = Vec::new();
     for (mode, topic) in [("copy", &copy_topic), ("shared", &shared_topic)] {
         let before = tiering::TieringCounters::read(&b, std::slice::from_ref(topic));
         let pb = bar(&format!("backlog ({mode}): produce"), true);
-        let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: vec![topic.clone()], consume: false, produce_bytes: Some(backlog) };
+        let spec = RunSpec {
+            bootstrap: b.bootstrap.clone(),
+            workload: w.clone(),
+            topics: vec![topic.clone()],
+            consume: false,
+            produce_bytes: Some(backlog),
+        };
         let produced = load::run(&spec, &pb)?;
         pb.finish();
         let end = load::end_offsets(&b.bootstrap, topic, 1)?[0];
         let started = Instant::now();
         let sp = spinner(&format!("tiering ({mode})"));
         loop {
-            let committed = tiering::committed_offsets(&b, topic).unwrap_or_default().get(&0).copied().unwrap_or(0);
+            let committed = tiering::committed_offsets(&b, topic)
+                .unwrap_or_default()
+                .get(&0)
+                .copied()
+                .unwrap_or(0);
             sp.set_message(format!("{committed} / {end}"));
             if committed >= end {
                 break;
@@ -278,7 +293,10 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(50));
         }
         let seconds_to_commit = started.elapsed().as_secs_f64();
-        let counters = before.zip(tiering::TieringCounters::read(&b, std::slice::from_ref(topic))).map(|(a, z)| a.delta(&z)).unwrap_or_default();
+        let counters = before
+            .zip(tiering::TieringCounters::read(&b, std::slice::from_ref(topic)))
+            .map(|(a, z)| a.delta(&z))
+            .unwrap_or_default();
         let dir = data.path().join(format!("{topic}-0"));
         let (mut local_log_start, mut seconds_to_local_deletion) = (None, None);
         if mode == "shared" {
@@ -286,7 +304,9 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             loop {
                 let start = fetch_client::list_offset(&b.bootstrap, topic, 0, LOCAL_LOG_START)?;
                 let active = segment_bases(&dir).last().copied().unwrap_or(0);
-                sp.set_message(format!("local log start {start}, active segment {active}, end {end}"));
+                sp.set_message(format!(
+                    "local log start {start}, active segment {active}, end {end}"
+                ));
                 if start >= active && start > 0 {
                     local_log_start = Some(start);
                     seconds_to_local_deletion = Some(started.elapsed().as_secs_f64());
@@ -309,7 +329,9 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             log_bytes_written,
             seconds_to_commit,
             tiering_thread_cpu_s: counters.thread_cpu_s,
-            tiering_cpu_s_per_gb: counters.thread_cpu_s.map(|c| c / (log_bytes_written as f64 / 1e9)),
+            tiering_cpu_s_per_gb: counters
+                .thread_cpu_s
+                .map(|c| c / (log_bytes_written as f64 / 1e9)),
             parquet_bytes_committed: counters.parquet_bytes,
             local_log_start,
             seconds_to_local_deletion,
@@ -324,21 +346,37 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
     let stored: Vec<Stored> = [("copy", &copy_topic), ("shared", &shared_topic)]
         .into_iter()
         .map(|(mode, topic)| {
-            let (local_bytes, local_log_bytes) = dir_bytes(&data.path().join(format!("{topic}-0")), ".log");
-            let (table_data_bytes, table_metadata_bytes) = table_bytes(&warehouse, &[topic.clone(), format!("{topic}__log")]);
-            Stored { mode, local_bytes, local_log_bytes, table_data_bytes, table_metadata_bytes, total_bytes: local_bytes + table_data_bytes + table_metadata_bytes }
+            let (local_bytes, local_log_bytes) =
+                dir_bytes(&data.path().join(format!("{topic}-0")), ".log");
+            let (table_data_bytes, table_metadata_bytes) =
+                table_bytes(&warehouse, &[topic.clone(), format!("{topic}__log")]);
+            Stored {
+                mode,
+                local_bytes,
+                local_log_bytes,
+                table_data_bytes,
+                table_metadata_bytes,
+                total_bytes: local_bytes + table_data_bytes + table_metadata_bytes,
+            }
         })
         .collect();
     let shared_tiered = &tiered[1];
-    let table_share = shared_tiered.local_log_start.map(|s| s as f64 / shared_tiered.records.max(1) as f64);
+    let table_share =
+        shared_tiered.local_log_start.map(|s| s as f64 / shared_tiered.records.max(1) as f64);
 
     // 3. Catch-up rounds; the arms' order alternates between rounds.
     let mut reads: Vec<Read> = Vec::new();
     for round in 1..=rounds {
-        let b = ctx.launcher.start(&format!("catch-up-{round}"), data.path(), &catch_up_overrides)?;
+        let b =
+            ctx.launcher.start(&format!("catch-up-{round}"), data.path(), &catch_up_overrides)?;
         // (fetch compression of the shared topic, or None for the copy topic; cold)
-        let mut arms: Vec<(Option<&str>, bool)> =
-            vec![(None, true), (Some("original"), true), (Some("original"), false), (Some("none"), true), (Some("none"), false)];
+        let mut arms: Vec<(Option<&str>, bool)> = vec![
+            (None, true),
+            (Some("original"), true),
+            (Some("original"), false),
+            (Some("none"), true),
+            (Some("none"), false),
+        ];
         if round % 2 == 0 {
             arms.rotate_left(1);
         }
@@ -353,7 +391,10 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             let path = fc.unwrap_or("sendfile").to_string();
             let arm = match fc {
                 None => "copy: local log, sendfile".to_string(),
-                Some(fc) => format!("shared: table, fetch-compression={fc}, {}", if cold { "cold" } else { "warm" }),
+                Some(fc) => format!(
+                    "shared: table, fetch-compression={fc}, {}",
+                    if cold { "cold" } else { "warm" }
+                ),
             };
             let pb = bar(&format!("catch-up #{round} {arm}"), false);
             let paths_before = fetch_paths(&b);
@@ -414,9 +455,17 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut hists = Vec::new();
     // Alone before and after: a fresh broker's first seconds (and the machine's neighbours)
     // move a single baseline's tail; the backfill is compared with the quieter of the two.
-    for (phase, backfill) in [("alone", false), ("with table-served backfill", true), ("alone, again", false)] {
+    for (phase, backfill) in
+        [("alone", false), ("with table-served backfill", true), ("alone, again", false)]
+    {
         let pb = bar(&format!("latency at {rate} msg/s, {phase}"), false);
-        let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: lw.clone(), topics: vec![latency_topic.clone()], consume: true, produce_bytes: None };
+        let spec = RunSpec {
+            bootstrap: b.bootstrap.clone(),
+            workload: lw.clone(),
+            topics: vec![latency_topic.clone()],
+            consume: true,
+            produce_bytes: None,
+        };
         let stop = AtomicBool::new(false);
         let (passes, backfill_bytes) = (AtomicU64::new(0), AtomicU64::new(0));
         let table_before = fetch_paths(&b)[2];
@@ -426,7 +475,12 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             let looping = backfill.then(|| {
                 s.spawn(|| -> anyhow::Result<()> {
                     while !stop.load(Ordering::Relaxed) {
-                        let one = load::catch_up(&b.bootstrap, &w, std::slice::from_ref(&shared_topic), &ProgressBar::hidden())?;
+                        let one = load::catch_up(
+                            &b.bootstrap,
+                            &w,
+                            std::slice::from_ref(&shared_topic),
+                            &ProgressBar::hidden(),
+                        )?;
                         passes.fetch_add(1, Ordering::Relaxed);
                         backfill_bytes.fetch_add(one.bytes, Ordering::Relaxed);
                     }
@@ -446,7 +500,10 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
         })?;
         let backfill_seconds = started.elapsed().as_secs_f64();
         let cost = meter.finish(&b);
-        pb.finish_with_message(format!("publish p99 {:.1} ms, e2e p99 {:.1} ms", result.publish_latency.p99_ms, result.e2e_latency.p99_ms));
+        pb.finish_with_message(format!(
+            "publish p99 {:.1} ms, e2e p99 {:.1} ms",
+            result.publish_latency.p99_ms, result.e2e_latency.p99_ms
+        ));
         phases.push(Interference {
             phase,
             publish: result.publish_latency.clone(),
@@ -463,9 +520,26 @@ pub(super) fn shared_vs_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
     b.stop()?;
 
-    write_report(ctx, &w, backlog_mb, segment_bytes, rate, &tiered, &stored, table_share, &reads, &phases, &hists, &lw, cache_bytes)?;
+    write_report(
+        ctx,
+        &w,
+        backlog_mb,
+        segment_bytes,
+        rate,
+        &tiered,
+        &stored,
+        table_share,
+        &reads,
+        &phases,
+        &hists,
+        &lw,
+        cache_bytes,
+    )?;
     anyhow::ensure!(
-        reads.iter().filter(|r| r.path != "sendfile").all(|r| r.table_rebuild_mb.unwrap_or(0.0) > 0.0 || r.read.bytes == 0),
+        reads
+            .iter()
+            .filter(|r| r.path != "sendfile")
+            .all(|r| r.table_rebuild_mb.unwrap_or(0.0) > 0.0 || r.read.bytes == 0),
         "a shared-topic read served nothing through the table-rebuild path: the table was not read"
     );
     Ok(())
@@ -506,7 +580,16 @@ fn write_report(
         pct(table_share),
     ));
     r.table(
-        &["mode", "records", "produced MB/s", "time to commit (s)", "tiering thread CPU s", "**tiering CPU-s per GB**", "Parquet MiB committed", "local log start / time to it"],
+        &[
+            "mode",
+            "records",
+            "produced MB/s",
+            "time to commit (s)",
+            "tiering thread CPU s",
+            "**tiering CPU-s per GB**",
+            "Parquet MiB committed",
+            "local log start / time to it",
+        ],
         &tiered
             .iter()
             .map(|t| {
@@ -518,12 +601,15 @@ fn write_report(
                     f2(t.tiering_thread_cpu_s),
                     f2(t.tiering_cpu_s_per_gb),
                     format!("{:.1}", t.parquet_bytes_committed / MIB),
-                    t.local_log_start.map_or("– (log kept)".into(), |s| format!("{s} / {} s", f1(t.seconds_to_local_deletion))),
+                    t.local_log_start.map_or("– (log kept)".into(), |s| {
+                        format!("{s} / {} s", f1(t.seconds_to_local_deletion))
+                    }),
                 ]
             })
             .collect::<Vec<_>>(),
     );
-    let tier_ratio = tiered[0].tiering_cpu_s_per_gb.zip(tiered[1].tiering_cpu_s_per_gb).map(|(c, s)| s / c);
+    let tier_ratio =
+        tiered[0].tiering_cpu_s_per_gb.zip(tiered[1].tiering_cpu_s_per_gb).map(|(c, s)| s / c);
     r.para(&format!(
         "Tiering CPU is the `floe-tiering` thread's (`/proc/PID/task/*/stat`) from the backlog's first record to its commit, per GB of \
          payload; shared tiers the lossless columns and writes `<topic>__log` as well: **shared ÷ copy {}×**.",
@@ -533,14 +619,26 @@ fn write_report(
     r.heading("Bytes stored after tiering and local deletion");
     let copy_total = stored[0].total_bytes.max(1) as f64;
     r.table(
-        &["mode", "local segments (all files / .log) MiB", "table data (Parquet) MiB", "table metadata MiB", "**total MiB**", "÷ copy", "÷ payload written"],
+        &[
+            "mode",
+            "local segments (all files / .log) MiB",
+            "table data (Parquet) MiB",
+            "table metadata MiB",
+            "**total MiB**",
+            "÷ copy",
+            "÷ payload written",
+        ],
         &stored
             .iter()
             .zip(tiered)
             .map(|(s, t)| {
                 vec![
                     format!("`{}`", s.mode),
-                    format!("{:.1} / {:.1}", s.local_bytes as f64 / MIB, s.local_log_bytes as f64 / MIB),
+                    format!(
+                        "{:.1} / {:.1}",
+                        s.local_bytes as f64 / MIB,
+                        s.local_log_bytes as f64 / MIB
+                    ),
                     format!("{:.1}", s.table_data_bytes as f64 / MIB),
                     format!("{:.2}", s.table_metadata_bytes as f64 / MIB),
                     format!("{:.1}", s.total_bytes as f64 / MIB),
@@ -570,7 +668,17 @@ fn write_report(
          fetch round trips)."
     ));
     r.table(
-        &["arm", "round", "MB/s", "of ceiling", "broker CPU s/GB", "of which read threads", "read threads busy", "consumer CPU s/GB", "MB via sendfile / copy / table-rebuild"],
+        &[
+            "arm",
+            "round",
+            "MB/s",
+            "of ceiling",
+            "broker CPU s/GB",
+            "of which read threads",
+            "read threads busy",
+            "consumer CPU s/GB",
+            "MB via sendfile / copy / table-rebuild",
+        ],
         &reads
             .iter()
             .map(|x| {
@@ -583,27 +691,47 @@ fn write_report(
                     f2(x.read_threads_cpu_s_per_gb),
                     pct(x.read_threads_busy),
                     f2(Some(x.consumer_cpu_s_per_gb)),
-                    format!("{} / {} / {}", f1(x.sendfile_mb), f1(x.copy_mb), f1(x.table_rebuild_mb)),
+                    format!(
+                        "{} / {} / {}",
+                        f1(x.sendfile_mb),
+                        f1(x.copy_mb),
+                        f1(x.table_rebuild_mb)
+                    ),
                 ]
             })
             .collect::<Vec<_>>(),
     );
     // Per arm the best round (noise on a shared machine only slows a run down).
     let best = |path: &str, cold: bool| -> Option<(f64, Option<f64>, Option<f64>)> {
-        let of: Vec<&Read> = reads.iter().filter(|x| x.path == path && (path == "sendfile" || x.cold == cold)).collect();
+        let of: Vec<&Read> = reads
+            .iter()
+            .filter(|x| x.path == path && (path == "sendfile" || x.cold == cold))
+            .collect();
         let mbps = of.iter().map(|x| x.read.mb_per_s).reduce(f64::max)?;
         let cpu = of.iter().filter_map(|x| x.broker_cpu_s_per_gb).reduce(f64::min);
         let threads = of.iter().filter_map(|x| x.read_threads_cpu_s_per_gb).reduce(f64::min);
         Some((mbps, cpu, threads))
     };
     let sendfile = best("sendfile", true);
-    let arms = [("original", true, "table lz4, cold"), ("original", false, "table lz4, warm"), ("none", true, "table none, cold"), ("none", false, "table none, warm")];
+    let arms = [
+        ("original", true, "table lz4, cold"),
+        ("original", false, "table lz4, warm"),
+        ("none", true, "table none, cold"),
+        ("none", false, "table none, warm"),
+    ];
     let mut summary_rows = vec![];
     let mut bars_mbps = vec![];
     let mut bars_cpu = vec![];
     let mut summary = serde_json::Map::new();
     if let Some((s_mbps, s_cpu, _)) = sendfile {
-        summary_rows.push(vec!["copy: sendfile".into(), format!("{s_mbps:.0}"), "1.00".into(), "–".into(), f2(s_cpu), "1.0".into()]);
+        summary_rows.push(vec![
+            "copy: sendfile".into(),
+            format!("{s_mbps:.0}"),
+            "1.00".into(),
+            "–".into(),
+            f2(s_cpu),
+            "1.0".into(),
+        ]);
         bars_mbps.push(("sendfile".to_string(), 1.0));
         bars_cpu.push(("sendfile".to_string(), s_cpu.unwrap_or(0.0)));
         summary.insert("sendfile_mb_per_s".into(), s_mbps.into());
@@ -628,7 +756,10 @@ fn write_report(
         }
     }
     r.para(&format!("**Summary** (best round of each arm; target: table-served ≥ {TARGET_RATIO}× the sendfile MB/s):"));
-    r.table(&["arm", "MB/s", "÷ sendfile", "≥ 0.25×", "broker CPU s/GB", "÷ sendfile's CPU/GB"], &summary_rows);
+    r.table(
+        &["arm", "MB/s", "÷ sendfile", "≥ 0.25×", "broker CPU s/GB", "÷ sendfile's CPU/GB"],
+        &summary_rows,
+    );
 
     // CPU per GB, step by step, from the arms' differences (lowest CPU/GB of each arm).
     let cpu = |path: &str, cold: bool| best(path, cold).and_then(|b| b.1);
@@ -641,7 +772,9 @@ fn write_report(
         vec!["lz4 compression (`original` cold − `none` cold)".into(), f2(sub(cpu("original", true), cpu("none", true))), format!("read threads, original − none: {} s/GB", f2(sub(threads("original", true), threads("none", true))))],
         vec!["cache → socket (`original`, warm)".into(), f2(cpu("original", false)), "as `none` warm, with about half the bytes (lz4)".into()],
     ];
-    r.para("**Broker CPU per GB of payload, step by step** (differences between arms of this run):");
+    r.para(
+        "**Broker CPU per GB of payload, step by step** (differences between arms of this run):",
+    );
     r.table(&["step", "CPU-s/GB", "how"], &steps);
 
     r.heading("Interference: produce and tail latency while a table-served backfill runs");
@@ -657,13 +790,25 @@ fn write_report(
         latency.warmup_s,
     ));
     r.table(
-        &["phase", "publish p50 / p99 / p99.9 ms", "e2e p50 / p99 / p99.9 ms", "msg/s", "errors", "backfill passes, MB", "table-rebuild MB", "broker CPU s"],
+        &[
+            "phase",
+            "publish p50 / p99 / p99.9 ms",
+            "e2e p50 / p99 / p99.9 ms",
+            "msg/s",
+            "errors",
+            "backfill passes, MB",
+            "table-rebuild MB",
+            "broker CPU s",
+        ],
         &phases
             .iter()
             .map(|p| {
                 vec![
                     p.phase.to_string(),
-                    format!("{:.2} / {:.2} / {:.2}", p.publish.p50_ms, p.publish.p99_ms, p.publish.p999_ms),
+                    format!(
+                        "{:.2} / {:.2} / {:.2}",
+                        p.publish.p50_ms, p.publish.p99_ms, p.publish.p999_ms
+                    ),
                     format!("{:.2} / {:.2} / {:.2}", p.e2e.p50_ms, p.e2e.p99_ms, p.e2e.p999_ms),
                     format!("{:.0}", p.publish_msg_per_s),
                     p.errors.to_string(),
@@ -684,22 +829,55 @@ fn write_report(
             with.e2e.p99_ms / alone.e2e.p99_ms.max(1e-3),
             backfill_mbps,
         ));
-        summary.insert("publish_p99_with_backfill_over_alone".into(), (with.publish.p99_ms / alone.publish.p99_ms.max(1e-3)).into());
-        summary.insert("e2e_p99_with_backfill_over_alone".into(), (with.e2e.p99_ms / alone.e2e.p99_ms.max(1e-3)).into());
+        summary.insert(
+            "publish_p99_with_backfill_over_alone".into(),
+            (with.publish.p99_ms / alone.publish.p99_ms.max(1e-3)).into(),
+        );
+        summary.insert(
+            "e2e_p99_with_backfill_over_alone".into(),
+            (with.e2e.p99_ms / alone.e2e.p99_ms.max(1e-3)).into(),
+        );
     }
     if let [copy, shared] = stored {
-        summary.insert("stored_shared_over_copy".into(), (shared.total_bytes as f64 / copy.total_bytes.max(1) as f64).into());
+        summary.insert(
+            "stored_shared_over_copy".into(),
+            (shared.total_bytes as f64 / copy.total_bytes.max(1) as f64).into(),
+        );
     }
-    summary.insert("tiering_cpu_shared_over_copy".into(), serde_json::to_value(tiered[0].tiering_cpu_s_per_gb.zip(tiered[1].tiering_cpu_s_per_gb).map(|(c, s)| s / c))?);
+    summary.insert(
+        "tiering_cpu_shared_over_copy".into(),
+        serde_json::to_value(
+            tiered[0].tiering_cpu_s_per_gb.zip(tiered[1].tiering_cpu_s_per_gb).map(|(c, s)| s / c),
+        )?,
+    );
 
     // Plots.
     let out = |n: &str| ctx.opts.out.join(n);
     let b1: Vec<(&str, f64)> = bars_mbps.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-    plot::bars(&out("catch-up-ratio.svg"), "catch-up MB/s ÷ sendfile (best round)", "÷ sendfile", &b1, Some(("target 0.25×", TARGET_RATIO)))?;
+    plot::bars(
+        &out("catch-up-ratio.svg"),
+        "catch-up MB/s ÷ sendfile (best round)",
+        "÷ sendfile",
+        &b1,
+        Some(("target 0.25×", TARGET_RATIO)),
+    )?;
     let b2: Vec<(&str, f64)> = bars_cpu.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-    plot::bars(&out("catch-up-cpu.svg"), "broker CPU-s per GB read (best round)", "CPU-s/GB", &b2, None)?;
-    let b3: Vec<(&str, f64)> = stored.iter().map(|s| (s.mode, s.total_bytes as f64 / MIB)).collect();
-    plot::bars(&out("stored.svg"), "bytes stored after tiering and local deletion", "MiB", &b3, None)?;
+    plot::bars(
+        &out("catch-up-cpu.svg"),
+        "broker CPU-s per GB read (best round)",
+        "CPU-s/GB",
+        &b2,
+        None,
+    )?;
+    let b3: Vec<(&str, f64)> =
+        stored.iter().map(|s| (s.mode, s.total_bytes as f64 / MIB)).collect();
+    plot::bars(
+        &out("stored.svg"),
+        "bytes stored after tiering and local deletion",
+        "MiB",
+        &b3,
+        None,
+    )?;
     if let [alone, with, _] = hists {
         plot::latency_cdf(
             &out("latency-cdf.svg"),

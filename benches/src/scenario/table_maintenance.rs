@@ -30,7 +30,11 @@ struct TableReading {
     skipped: Option<String>,
 }
 
-fn read_table(python: &std::path::Path, metadata_dir: &std::path::Path, runs: usize) -> anyhow::Result<TableReading> {
+fn read_table(
+    python: &std::path::Path,
+    metadata_dir: &std::path::Path,
+    runs: usize,
+) -> anyhow::Result<TableReading> {
     let metadata = iceberg_query::MetadataFiles::read(metadata_dir)?;
     let (query, skipped) = match iceberg_query::measure(python, &metadata.current, runs)? {
         iceberg_query::QueryOutcome::Measured(q) => (Some(q), None),
@@ -61,14 +65,19 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
     let b = ctx.broker(
         "table-maintenance",
         data.path(),
-        &[kv("floe.iceberg.tick-ms", tick_ms), kv("floe.iceberg.maintenance-interval-ms", 86_400_000)],
+        &[
+            kv("floe.iceberg.tick-ms", tick_ms),
+            kv("floe.iceberg.maintenance-interval-ms", 86_400_000),
+        ],
     )?;
     let tag: String = (0..6).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
     let topic = format!("floe-bench-table-maintenance-{tag}");
-    load::create_topics_with(&b.bootstrap, std::slice::from_ref(&topic), partitions, &[
-        kv("floe.iceberg.enabled", "true"),
-        kv("floe.iceberg.target-lag-ms", 0),
-    ])?;
+    load::create_topics_with(
+        &b.bootstrap,
+        std::slice::from_ref(&topic),
+        partitions,
+        &[kv("floe.iceberg.enabled", "true"), kv("floe.iceberg.target-lag-ms", 0)],
+    )?;
     let producer: rdkafka::producer::BaseProducer = load::client_config(&b.bootstrap)
         .set("acks", "all")
         .set("linger.ms", "2")
@@ -84,11 +93,17 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
         let t = std::time::Instant::now();
         for i in 0..per_partition * i64::from(partitions) {
             let partition = (i % i64::from(partitions)) as i32;
-            let mut record = BaseRecord::<(), [u8]>::to(&topic).partition(partition).payload(&value[..]);
+            let mut record =
+                BaseRecord::<(), [u8]>::to(&topic).partition(partition).payload(&value[..]);
             loop {
                 match producer.send(record) {
                     Ok(()) => break,
-                    Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(
+                            rdkafka::types::RDKafkaErrorCode::QueueFull,
+                        ),
+                        r,
+                    )) => {
                         record = r;
                         producer.poll(Duration::from_millis(5));
                     }
@@ -113,11 +128,15 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
         round_ms.push((round as f64, t.elapsed().as_secs_f64() * 1000.0));
         pb.set_position(round as u64);
     }
-    let made = before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)).unwrap_or_default();
+    let made = before
+        .zip(TieringCounters::read(&b, &topics))
+        .map(|(a, z)| a.delta(&z))
+        .unwrap_or_default();
     pb.finish_with_message(format!("{:.0} commits", made.commits));
     b.stop()?;
 
-    let metadata_dir = data.path().join("iceberg").join("warehouse").join("kafka").join(&topic).join("metadata");
+    let metadata_dir =
+        data.path().join("iceberg").join("warehouse").join("kafka").join(&topic).join("metadata");
     let (python, python_from) = iceberg_query::find_python();
     let sp = spinner("DuckDB query on the unmaintained table");
     let unmaintained = read_table(&python, &metadata_dir, query_runs)?;
@@ -132,7 +151,9 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "warn");
     }
-    let out = cmd.output().with_context(|| format!("cannot run {} iceberg maintain", ctx.launcher.bin.display()))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {} iceberg maintain", ctx.launcher.bin.display()))?;
     let maintain_s = started.elapsed().as_secs_f64();
     let maintain_out = String::from_utf8_lossy(&out.stdout).trim().to_string();
     anyhow::ensure!(
@@ -148,15 +169,25 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // Both readings must see every produced record, once: per partition the count and the last offset.
     let records = per_partition * commits as i64;
-    let expected: Vec<(i64, i64, i64)> = (0..i64::from(partitions)).map(|p| (p, records, records - 1)).collect();
+    let expected: Vec<(i64, i64, i64)> =
+        (0..i64::from(partitions)).map(|p| (p, records, records - 1)).collect();
     for (name, r) in [("unmaintained", &unmaintained), ("maintained", &maintained)] {
         if let Some(q) = &r.query {
-            anyhow::ensure!(q.result == expected, "table-maintenance: the {name} table answered {:?}, expected {expected:?}", q.result);
+            anyhow::ensure!(
+                q.result == expected,
+                "table-maintenance: the {name} table answered {:?}, expected {expected:?}",
+                q.result
+            );
         }
     }
-    anyhow::ensure!(maintained.metadata.snapshots == 1, "table-maintenance: {} snapshots left after maintain --max-age-ms 0 --min-to-keep 1", maintained.metadata.snapshots);
+    anyhow::ensure!(
+        maintained.metadata.snapshots == 1,
+        "table-maintenance: {} snapshots left after maintain --max-age-ms 0 --min-to-keep 1",
+        maintained.metadata.snapshots
+    );
 
-    ctx.report.heading("Table maintenance: a DuckDB query on an unmaintained vs a maintained table");
+    ctx.report
+        .heading("Table maintenance: a DuckDB query on an unmaintained vs a maintained table");
     ctx.report.para(&format!(
         "One broker (`floe.iceberg.tick-ms={tick_ms}`, `floe.iceberg.maintenance-interval-ms=86400000` so its own \
          maintenance never runs here); a topic of {partitions} partitions with `floe.iceberg.enabled=true`, \
@@ -177,28 +208,51 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
         ctx.report.para(&line);
     }
     let ratio = |a: f64, z: f64| if a > 0.0 { format!("{:.2}", z / a) } else { "–".into() };
-    let q = |r: &TableReading, f: &dyn Fn(&iceberg_query::QueryTimes) -> f64| r.query.as_ref().map(f);
-    let qrow = |name: &str, f: &dyn Fn(&iceberg_query::QueryTimes) -> f64, fmt: &dyn Fn(f64) -> String| -> Vec<String> {
+    let q =
+        |r: &TableReading, f: &dyn Fn(&iceberg_query::QueryTimes) -> f64| r.query.as_ref().map(f);
+    let qrow = |name: &str,
+                f: &dyn Fn(&iceberg_query::QueryTimes) -> f64,
+                fmt: &dyn Fn(f64) -> String|
+     -> Vec<String> {
         let (a, z) = (q(&unmaintained, f), q(&maintained, f));
-        vec![name.into(), a.map_or("–".into(), fmt), z.map_or("–".into(), fmt), a.zip(z).map_or("–".into(), |(a, z)| ratio(a, z))]
+        vec![
+            name.into(),
+            a.map_or("–".into(), fmt),
+            z.map_or("–".into(), fmt),
+            a.zip(z).map_or("–".into(), |(a, z)| ratio(a, z)),
+        ]
     };
-    let mrow = |name: &str, a: f64, z: f64| vec![name.into(), format!("{a:.0}"), format!("{z:.0}"), ratio(a, z)];
+    let mrow = |name: &str, a: f64, z: f64| {
+        vec![name.into(), format!("{a:.0}"), format!("{z:.0}"), ratio(a, z)]
+    };
     let (um, mm) = (&unmaintained.metadata, &maintained.metadata);
-    let runs = |r: &TableReading| r.query.as_ref().map_or("–".into(), |q| q.runs_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "));
+    let runs = |r: &TableReading| {
+        r.query.as_ref().map_or("–".into(), |q| {
+            q.runs_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", ")
+        })
+    };
     ctx.report.table(
         &["figure", "unmaintained", "maintained", "maintained ÷ unmaintained"],
         &[
-            qrow(&format!("**query time, median of {query_runs}** (ms)"), &|q| q.median_ms, &|v| format!("{v:.1}")),
+            qrow(&format!("**query time, median of {query_runs}** (ms)"), &|q| q.median_ms, &|v| {
+                format!("{v:.1}")
+            }),
             vec!["query runs (ms)".into(), runs(&unmaintained), runs(&maintained), String::new()],
             mrow("snapshots", um.snapshots as f64, mm.snapshots as f64),
             mrow("snapshot-log entries", um.snapshot_log as f64, mm.snapshot_log as f64),
-            qrow("manifests of the current snapshot", &|q| q.manifests as f64, &|v| format!("{v:.0}")),
+            qrow("manifests of the current snapshot", &|q| q.manifests as f64, &|v| {
+                format!("{v:.0}")
+            }),
             qrow("data files", &|q| q.data_files as f64, &|v| format!("{v:.0}")),
             qrow("data bytes", &|q| q.data_bytes as f64, &|v| format!("{v:.0}")),
             qrow("rows", &|q| q.rows as f64, &|v| format!("{v:.0}")),
             mrow("current metadata.json bytes", um.current_bytes as f64, mm.current_bytes as f64),
             mrow("metadata/ files", um.dir_files as f64, mm.dir_files as f64),
-            mrow("metadata/ bytes (metadata files, manifest lists, manifests)", um.dir_bytes as f64, mm.dir_bytes as f64),
+            mrow(
+                "metadata/ bytes (metadata files, manifest lists, manifests)",
+                um.dir_bytes as f64,
+                mm.dir_bytes as f64,
+            ),
         ],
     );
     ctx.report.para(&format!("`floe iceberg maintain` printed: `{maintain_out}`"));
@@ -218,12 +272,24 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
         None,
     )?;
     ctx.report.image("round-times.svg", "time per tiering round");
-    let series: Vec<(&str, Vec<(f64, f64)>)> = [("unmaintained", &unmaintained), ("maintained", &maintained)]
-        .iter()
-        .filter_map(|(n, r)| r.query.as_ref().map(|q| (*n, q.runs_ms.iter().enumerate().map(|(i, v)| ((i + 1) as f64, *v)).collect())))
-        .collect();
+    let series: Vec<(&str, Vec<(f64, f64)>)> =
+        [("unmaintained", &unmaintained), ("maintained", &maintained)]
+            .iter()
+            .filter_map(|(n, r)| {
+                r.query.as_ref().map(|q| {
+                    (*n, q.runs_ms.iter().enumerate().map(|(i, v)| ((i + 1) as f64, *v)).collect())
+                })
+            })
+            .collect();
     if !series.is_empty() {
-        plot::trials(&ctx.plot_path("query-times.svg"), "DuckDB aggregate over iceberg_scan, per run", "run", "ms", &series, None)?;
+        plot::trials(
+            &ctx.plot_path("query-times.svg"),
+            "DuckDB aggregate over iceberg_scan, per run",
+            "run",
+            "ms",
+            &series,
+            None,
+        )?;
         ctx.report.image("query-times.svg", "query time per run");
     }
     ctx.report.set("commits_requested", commits);
@@ -233,7 +299,8 @@ pub(super) fn table_maintenance(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.report.set("value_size", value_size);
     ctx.report.set("tick_ms", tick_ms);
     ctx.report.set("query_runs", query_runs);
-    ctx.report.set("python", serde_json::json!({"path": display_path(&python), "from": python_from}));
+    ctx.report
+        .set("python", serde_json::json!({"path": display_path(&python), "from": python_from}));
     ctx.report.set("round_ms", round_ms.iter().map(|(_, v)| *v).collect::<Vec<_>>());
     ctx.report.set("maintain_seconds", maintain_s);
     ctx.report.set("maintain_output", &maintain_out);

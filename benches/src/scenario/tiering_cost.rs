@@ -52,7 +52,11 @@ pub(super) fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
     // Every payload's random share is fresh, so Parquet's dictionary and zstd cannot
     // exploit the load generator's repeated templates: the size ratio is honest.
     w.fresh_random = true;
-    let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick { 8 } else { w.consumer_backlog_mb.max(1) });
+    let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick {
+        8
+    } else {
+        w.consumer_backlog_mb.max(1)
+    });
     let mut rows = Vec::new();
     let mut raw_rate = None;
     for arm in [None, Some(ValueKind::Avro), Some(ValueKind::Protobuf)] {
@@ -66,7 +70,9 @@ pub(super) fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
             f1(c.log_mib_per_cpu_s),
             f2(c.cpu_s_per_gb),
             format!("{:.3}", c.parquet_over_log),
-            c.log_mib_per_cpu_s.zip(raw_rate).map_or("–".into(), |(t, r)| format!("{:.2}", t / r)),
+            c.log_mib_per_cpu_s
+                .zip(raw_rate)
+                .map_or("–".into(), |(t, r)| format!("{:.2}", t / r)),
         ]);
     }
     ctx.report.heading("Tiering cost by value format (one run)");
@@ -77,17 +83,26 @@ pub(super) fn tiering_cost(ctx: &mut Ctx) -> anyhow::Result<()> {
          (numbers, strings, an enum, a timestamp, a list, a map, a nullable field and a text body). \
          The ratio is typed ÷ raw throughput per broker CPU-second, measured in this run.",
     );
-    ctx.report.table(&["arm", "log MiB per broker CPU-s", "broker CPU-s per GB", "Parquet ÷ log", "÷ raw"], &rows);
+    ctx.report.table(
+        &["arm", "log MiB per broker CPU-s", "broker CPU-s per GB", "Parquet ÷ log", "÷ raw"],
+        &rows,
+    );
     Ok(())
 }
 
-fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<ValueKind>) -> anyhow::Result<TieringCost> {
+fn tiering_cost_arm(
+    ctx: &mut Ctx,
+    w: &Workload,
+    backlog_mb: u64,
+    arm: Option<ValueKind>,
+) -> anyhow::Result<TieringCost> {
     let arm_name = arm.map_or("raw", ValueKind::name);
     let backlog = backlog_mb * 1_000_000;
     let partitions = w.partitions_per_topic.max(1);
     // One segment per partition holds the whole backlog (Kafka caps segment.bytes at 2 GiB),
     // so a full run tiers single segments of ~1 GiB: the memory figure is for that case.
-    let segment_bytes = (backlog / u64::from(partitions) * 11 / 10 + (16 << 20)).min(i32::MAX as u64);
+    let segment_bytes =
+        (backlog / u64::from(partitions) * 11 / 10 + (16 << 20)).min(i32::MAX as u64);
     let tick_ms = if ctx.opts.quick { 100 } else { 200 };
     let data = temp_data_dir()?;
     let registry = format!("127.0.0.1:{}", crate::broker::free_port()?);
@@ -98,28 +113,54 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
     let b = ctx.broker(&format!("tiering-cost-{arm_name}"), data.path(), &overrides)?;
     let topics = ctx.topics(w);
     let topic = topics[0].clone();
-    load::create_topics_with(&b.bootstrap, &topics[..1], partitions, &[kv("segment.bytes", segment_bytes)])?;
+    load::create_topics_with(
+        &b.bootstrap,
+        &topics[..1],
+        partitions,
+        &[kv("segment.bytes", segment_bytes)],
+    )?;
 
     // 1. The backlog, tiering off.
     let pb = bar(&format!("backlog ({arm_name}): produce (tiering off)"), true);
     let (produced_mb_per_s, produced_json) = match arm {
         None => {
-            let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics[..1].to_vec(), consume: false, produce_bytes: Some(backlog) };
+            let spec = RunSpec {
+                bootstrap: b.bootstrap.clone(),
+                workload: w.clone(),
+                topics: topics[..1].to_vec(),
+                consume: false,
+                produce_bytes: Some(backlog),
+            };
             let produced = load::run(&spec, &pb)?;
             (produced.publish_mb_per_s, serde_json::to_value(&produced)?)
         }
         Some(kind) => {
             let id = typed_payload::register(&registry, &format!("{topic}-value"), kind)?;
-            let produced = typed_payload::produce(&b.bootstrap, &topic, partitions, kind, id, w.message_size, backlog, &w.compression)?;
-            (produced.bytes as f64 / 1e6 / produced.seconds, serde_json::json!({"records": produced.records, "bytes": produced.bytes, "seconds": produced.seconds}))
+            let produced = typed_payload::produce(
+                &b.bootstrap,
+                &topic,
+                partitions,
+                kind,
+                id,
+                w.message_size,
+                backlog,
+                &w.compression,
+            )?;
+            (
+                produced.bytes as f64 / 1e6 / produced.seconds,
+                serde_json::json!({"records": produced.records, "bytes": produced.bytes, "seconds": produced.seconds}),
+            )
         }
     };
     pb.finish();
     let end_offsets = load::end_offsets(&b.bootstrap, &topic, partitions)?;
     let records: i64 = end_offsets.iter().sum();
-    let partition_dirs: Vec<PathBuf> = (0..partitions).map(|p| data.path().join(format!("{topic}-{p}"))).collect();
+    let partition_dirs: Vec<PathBuf> =
+        (0..partitions).map(|p| data.path().join(format!("{topic}-{p}"))).collect();
     let log_bytes: u64 = partition_dirs.iter().map(|d| tiering::file_bytes(d, ".log")).sum();
-    let largest_segment_bytes = partition_dirs.iter().flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+    let largest_segment_bytes = partition_dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
         .filter_map(|e| e.metadata().ok().map(|m| m.len()))
         .max()
@@ -145,9 +186,12 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
     let timeout = Duration::from_secs(if ctx.opts.quick { 60 } else { 900 });
     loop {
         let committed = tiering::committed_offsets(&b, &topic).unwrap_or_default();
-        let done: i64 = (0..partitions as i32).map(|p| committed.get(&p).copied().unwrap_or(0)).sum();
+        let done: i64 =
+            (0..partitions as i32).map(|p| committed.get(&p).copied().unwrap_or(0)).sum();
         pb.set_position(done.max(0) as u64);
-        if (0..partitions as i32).all(|p| committed.get(&p).copied().unwrap_or(0) >= end_offsets[p as usize]) {
+        if (0..partitions as i32)
+            .all(|p| committed.get(&p).copied().unwrap_or(0) >= end_offsets[p as usize])
+        {
             break;
         }
         anyhow::ensure!(
@@ -158,10 +202,14 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
         std::thread::sleep(Duration::from_millis(50));
     }
     let seconds = started.elapsed().as_secs_f64();
-    let counters = counters_before.zip(TieringCounters::read(&b, &topics)).map(|(a, z)| a.delta(&z)).unwrap_or_default();
+    let counters = counters_before
+        .zip(TieringCounters::read(&b, &topics))
+        .map(|(a, z)| a.delta(&z))
+        .unwrap_or_default();
     let cost = meter.finish(&b);
     pb.finish_with_message(format!("{seconds:.1} s"));
-    let parquet_on_disk = tiering::file_bytes(&data.path().join("iceberg").join("warehouse"), ".parquet");
+    let parquet_on_disk =
+        tiering::file_bytes(&data.path().join("iceberg").join("warehouse"), ".parquet");
     b.stop()?;
 
     let log_mib = log_bytes as f64 / MIB;
@@ -185,7 +233,10 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
         peak_rss_mib: cost.broker_peak_rss_mib,
         peak_rss_delta_mib: cost.broker_peak_rss_mib.zip(rss_before_mib).map(|(p, b)| p - b),
     };
-    ctx.report.heading(&format!("Tiering cost ({arm_name}): a {backlog_mb} MB backlog to Iceberg (workload `{}`)", w.name));
+    ctx.report.heading(&format!(
+        "Tiering cost ({arm_name}): a {backlog_mb} MB backlog to Iceberg (workload `{}`)",
+        w.name
+    ));
     ctx.report.para(&format!(
         "Backlog: {} records of {} bytes ({:.0}% random) in {partitions} partition(s), written with tiering off at \
          {:.0} MB/s (acks={}, compression={}); {:.1} MiB of log, largest segment {:.1} MiB (topic `segment.bytes={segment_bytes}`, \
@@ -201,17 +252,43 @@ fn tiering_cost_arm(ctx: &mut Ctx, w: &Workload, backlog_mb: u64, arm: Option<Va
         &[
             vec!["time to commit everything".into(), format!("{seconds:.2} s")],
             vec!["log MiB/s tiered (wall clock)".into(), format!("{:.1}", c.log_mib_per_s)],
-            vec!["broker CPU s (tiering thread)".into(), format!("{} ({})", f2(c.broker_cpu_s), f2(c.tiering_thread_cpu_s))],
-            vec!["**log MiB per broker CPU-second** (MiB/s per core)".into(), f1(c.log_mib_per_cpu_s)],
+            vec![
+                "broker CPU s (tiering thread)".into(),
+                format!("{} ({})", f2(c.broker_cpu_s), f2(c.tiering_thread_cpu_s)),
+            ],
+            vec![
+                "**log MiB per broker CPU-second** (MiB/s per core)".into(),
+                f1(c.log_mib_per_cpu_s),
+            ],
             vec!["**broker CPU-s per GB of log**".into(), f2(c.cpu_s_per_gb)],
-            vec!["Parquet bytes committed ÷ log bytes".into(), format!("{:.3} ({:.1} MiB of {:.1} MiB; {:.1} MiB of .parquet on disk)", c.parquet_over_log, c.parquet_bytes_committed / MIB, log_mib, parquet_on_disk as f64 / MIB)],
+            vec![
+                "Parquet bytes committed ÷ log bytes".into(),
+                format!(
+                    "{:.3} ({:.1} MiB of {:.1} MiB; {:.1} MiB of .parquet on disk)",
+                    c.parquet_over_log,
+                    c.parquet_bytes_committed / MIB,
+                    log_mib,
+                    parquet_on_disk as f64 / MIB
+                ),
+            ],
             vec!["rows committed / records".into(), format!("{:.0} / {records}", c.rows_committed)],
             vec!["Iceberg commits".into(), format!("{:.0}", c.commits)],
-            vec!["broker RSS before → peak while tiering".into(), format!("{} → {} MiB (+{} MiB)", f1(c.rss_before_mib), f1(c.peak_rss_mib), f1(c.peak_rss_delta_mib))],
+            vec![
+                "broker RSS before → peak while tiering".into(),
+                format!(
+                    "{} → {} MiB (+{} MiB)",
+                    f1(c.rss_before_mib),
+                    f1(c.peak_rss_mib),
+                    f1(c.peak_rss_delta_mib)
+                ),
+            ],
         ],
     );
     if c.rows_committed as i64 != records {
-        ctx.report.para(&format!("**Warning**: {} rows committed for {records} records.", c.rows_committed));
+        ctx.report.para(&format!(
+            "**Warning**: {} rows committed for {records} records.",
+            c.rows_committed
+        ));
     }
     ctx.report.para(
         "Peak RSS is `VmHWM` after resetting it through `/proc/PID/clear_refs` when tiering was switched on; \

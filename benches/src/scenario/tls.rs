@@ -37,7 +37,12 @@ struct TlsRun {
 /// `openssl` CLI: no new crates). Returns (CA, certificate, key) PEM paths.
 fn test_pki(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)> {
     let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let (cert, key, csr, ext) = (dir.join("broker.pem"), dir.join("broker.key"), dir.join("broker.csr"), dir.join("broker.ext"));
+    let (cert, key, csr, ext) = (
+        dir.join("broker.pem"),
+        dir.join("broker.key"),
+        dir.join("broker.csr"),
+        dir.join("broker.ext"),
+    );
     std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")?;
     let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
     let openssl = |args: Vec<&std::ffi::OsStr>| -> anyhow::Result<()> {
@@ -53,15 +58,44 @@ fn test_pki(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)
     let os = |s: &'static str| std::ffi::OsStr::new(s);
     let mut a: Vec<&std::ffi::OsStr> = vec![os("req"), os("-x509")];
     a.extend(p256.iter().map(|s| os(s)));
-    a.extend([os("-days"), os("2"), os("-subj"), os("/CN=floe-bench CA"), os("-keyout"), ca_key.as_os_str(), os("-out"), ca.as_os_str()]);
+    a.extend([
+        os("-days"),
+        os("2"),
+        os("-subj"),
+        os("/CN=floe-bench CA"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        ca.as_os_str(),
+    ]);
     openssl(a)?;
     let mut a: Vec<&std::ffi::OsStr> = vec![os("req")];
     a.extend(p256.iter().map(|s| os(s)));
-    a.extend([os("-subj"), os("/CN=127.0.0.1"), os("-keyout"), key.as_os_str(), os("-out"), csr.as_os_str()]);
+    a.extend([
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+        os("-keyout"),
+        key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+    ]);
     openssl(a)?;
     openssl(vec![
-        os("x509"), os("-req"), os("-days"), os("2"), os("-in"), csr.as_os_str(), os("-CA"), ca.as_os_str(), os("-CAkey"),
-        ca_key.as_os_str(), os("-CAcreateserial"), os("-extfile"), ext.as_os_str(), os("-out"), cert.as_os_str(),
+        os("x509"),
+        os("-req"),
+        os("-days"),
+        os("2"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-extfile"),
+        ext.as_os_str(),
+        os("-out"),
+        cert.as_os_str(),
     ])?;
     Ok((ca, cert, key))
 }
@@ -69,7 +103,11 @@ fn test_pki(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)
 pub(super) fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
     use crate::fetch_client::{self, Transport};
     let w = ctx.workload("catch-up-16kb")?;
-    let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick { 32 } else { w.consumer_backlog_mb.max(1) });
+    let backlog_mb = ctx.opts.backlog_mb.unwrap_or(if ctx.opts.quick {
+        32
+    } else {
+        w.consumer_backlog_mb.max(1)
+    });
     let data = temp_data_dir()?;
     let certs = temp_data_dir()?;
     let (ca, cert, key) = test_pki(certs.path())?;
@@ -79,17 +117,26 @@ pub(super) fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
     let b = ctx.broker("backlog", data.path(), &[])?;
     load::create_topics(&b.bootstrap, &topics, w.partitions_per_topic)?;
     let pb = bar("backlog: produce", true);
-    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics.clone(), consume: false, produce_bytes: Some(backlog_mb * 1_000_000) };
+    let spec = RunSpec {
+        bootstrap: b.bootstrap.clone(),
+        workload: w.clone(),
+        topics: topics.clone(),
+        consume: false,
+        produce_bytes: Some(backlog_mb * 1_000_000),
+    };
     let produced = load::run(&spec, &pb)?;
     pb.finish();
     let mut partitions = Vec::new();
     for t in &topics {
-        for (p, end) in load::end_offsets(&b.bootstrap, t, w.partitions_per_topic)?.into_iter().enumerate() {
+        for (p, end) in
+            load::end_offsets(&b.bootstrap, t, w.partitions_per_topic)?.into_iter().enumerate()
+        {
             partitions.push((t.clone(), p as i32, end));
         }
     }
     b.stop()?;
-    ctx.report.heading(&format!("Catch-up read: plaintext sendfile vs TLS copy (workload `{}`)", w.name));
+    ctx.report
+        .heading(&format!("Catch-up read: plaintext sendfile vs TLS copy (workload `{}`)", w.name));
     ctx.report.para(&format!(
         "Backlog: {:.0} MB of {}-byte messages in {} partition(s). Each arm starts `floe` with a PLAINTEXT and an SSL \
          listener (a P-256 certificate from a throwaway CA, TLS 1.3 negotiated by rustls on both ends) and reads the backlog from \
@@ -103,8 +150,10 @@ pub(super) fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // 2. kTLS: an arm only if the broker says it uses it.
     let probe_dir = temp_data_dir()?;
-    let (probe, _) = ctx.launcher.start_with_ssl("ktls-probe", probe_dir.path(), &[], &cert, &key)?;
-    let ktls = probe.metric_samples("floe_ktls_enabled").and_then(|s| s.first().map(|(_, v)| *v > 0.0));
+    let (probe, _) =
+        ctx.launcher.start_with_ssl("ktls-probe", probe_dir.path(), &[], &cert, &key)?;
+    let ktls =
+        probe.metric_samples("floe_ktls_enabled").and_then(|s| s.first().map(|(_, v)| *v > 0.0));
     probe.stop()?;
     let mut arms: Vec<&str> = vec!["plaintext-sendfile", "tls-copy"];
     if ktls == Some(true) {
@@ -120,9 +169,17 @@ pub(super) fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
                 "tls-copy" => Some("off"),
                 _ => None,
             };
-            let overrides: Vec<(String, String)> =
-                ktls_setting.map(|v| ("floe.ssl.ktls".to_string(), v.to_string())).into_iter().collect();
-            let (b, ssl) = ctx.launcher.start_with_ssl(&format!("{arm}-{round}"), data.path(), &overrides, &cert, &key)?;
+            let overrides: Vec<(String, String)> = ktls_setting
+                .map(|v| ("floe.ssl.ktls".to_string(), v.to_string()))
+                .into_iter()
+                .collect();
+            let (b, ssl) = ctx.launcher.start_with_ssl(
+                &format!("{arm}-{round}"),
+                data.path(),
+                &overrides,
+                &cert,
+                &key,
+            )?;
             let (bootstrap, transport) = match *arm {
                 "plaintext-sendfile" => (b.bootstrap.clone(), Transport::Plaintext),
                 _ => (ssl, Transport::Tls { ca: ca.clone() }),
@@ -158,14 +215,32 @@ pub(super) fn tls(ctx: &mut Ctx) -> anyhow::Result<()> {
                 f2(r.cost.broker_cpu_s),
                 f2(r.broker_cpu_s_per_gb),
                 f2(Some(r.cost.harness_cpu_s / (r.bytes as f64 / 1e9))),
-                format!("{} / {}", f1(r.fetch_bytes_sendfile.map(|b| b / 1e6)), f1(r.fetch_bytes_copy_tls.map(|b| b / 1e6))),
+                format!(
+                    "{} / {}",
+                    f1(r.fetch_bytes_sendfile.map(|b| b / 1e6)),
+                    f1(r.fetch_bytes_copy_tls.map(|b| b / 1e6))
+                ),
             ]
         })
         .collect();
-    ctx.report.table(&["arm", "round", "MB/s", "broker CPU s", "broker CPU s/GB", "client CPU s/GB", "MB via sendfile / TLS copy"], &rows);
+    ctx.report.table(
+        &[
+            "arm",
+            "round",
+            "MB/s",
+            "broker CPU s",
+            "broker CPU s/GB",
+            "client CPU s/GB",
+            "MB via sendfile / TLS copy",
+        ],
+        &rows,
+    );
     let best = |arm: &str| -> (Option<f64>, Option<f64>) {
         let of: Vec<&TlsRun> = runs.iter().filter(|r| r.arm == arm).collect();
-        (of.iter().map(|r| r.mb_per_s).reduce(f64::max), of.iter().filter_map(|r| r.broker_cpu_s_per_gb).reduce(f64::min))
+        (
+            of.iter().map(|r| r.mb_per_s).reduce(f64::max),
+            of.iter().filter_map(|r| r.broker_cpu_s_per_gb).reduce(f64::min),
+        )
     };
     let (p_mbps, p_cpu) = best("plaintext-sendfile");
     let (t_mbps, t_cpu) = best("tls-copy");

@@ -77,7 +77,10 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     // 1. The producer arms, one after the other on the same broker: one idempotent and
     // one transactional producer, then as many of each as an application with several
     // tasks runs. Idempotent arms write one topic, transactional arms the other.
-    let txn_mode = |n: usize| txn::Mode::Transactional { id: format!("floe-bench-{tag}-{n}"), records_per_txn: RECORDS_PER_TXN };
+    let txn_mode = |n: usize| txn::Mode::Transactional {
+        id: format!("floe-bench-{tag}-{n}"),
+        records_per_txn: RECORDS_PER_TXN,
+    };
     let modes = [
         (idem_topic.clone(), txn::Mode::Idempotent, 1),
         (txn_topic.clone(), txn_mode(1), 1),
@@ -86,19 +89,40 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     ];
     let mut arms = Vec::new();
     for (topic, mode, producers) in modes {
-        let kind = if matches!(mode, txn::Mode::Idempotent) { "idempotent" } else { "transactional" };
+        let kind =
+            if matches!(mode, txn::Mode::Idempotent) { "idempotent" } else { "transactional" };
         let name = if producers == 1 { kind.to_string() } else { format!("{kind} ×{producers}") };
         let pb = bar(&format!("{name} producer"), false);
-        let spec = txn::ProduceSpec { bootstrap: b.bootstrap.clone(), topic: topic.clone(), workload: w.clone(), mode, producers };
+        let spec = txn::ProduceSpec {
+            bootstrap: b.bootstrap.clone(),
+            topic: topic.clone(),
+            workload: w.clone(),
+            mode,
+            producers,
+        };
         let meter = CostMeter::start(&b);
         let requests_before = request_times(&b);
         let result = txn::produce(&spec, &pb)?;
         let broker_requests = request_delta(&requests_before, &request_times(&b));
         let cost = meter.finish(&b);
-        pb.finish_with_message(format!("{:.0} msg/s, {:.1} MB/s", result.publish_msg_per_s, result.publish_mb_per_s));
-        anyhow::ensure!(result.published_messages > 0, "transactions: the {name} producer delivered nothing (see floe-transactions.log in {})", ctx.opts.out.display());
+        pb.finish_with_message(format!(
+            "{:.0} msg/s, {:.1} MB/s",
+            result.publish_msg_per_s, result.publish_mb_per_s
+        ));
+        anyhow::ensure!(
+            result.published_messages > 0,
+            "transactions: the {name} producer delivered nothing (see floe-transactions.log in {})",
+            ctx.opts.out.display()
+        );
         let gb = result.total_messages as f64 * w.message_size as f64 / 1e9;
-        arms.push(TxnArm { label: name, topic, broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb), result, cost, broker_requests });
+        arms.push(TxnArm {
+            label: name,
+            topic,
+            broker_cpu_s_per_gb: cost.broker_cpu_s.map(|c| c / gb),
+            result,
+            cost,
+            broker_requests,
+        });
     }
     let (idem, tx, idem_n, tx_n) = (&arms[0], &arms[1], &arms[2], &arms[3]);
 
@@ -119,7 +143,8 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             let pb = bar(&format!("catch-up {label} #{round}"), false);
             let (s0, c0) = fetch_counters(&b);
             let meter = CostMeter::start(&b);
-            let read = txn::catch_up(&b.bootstrap, &txn_topic, partitions, committed, expected, &pb)?;
+            let read =
+                txn::catch_up(&b.bootstrap, &txn_topic, partitions, committed, expected, &pb)?;
             let cost = meter.finish(&b);
             let (s1, c1) = fetch_counters(&b);
             pb.finish_with_message(format!("{:.0} MB/s", read.mb_per_s));
@@ -140,7 +165,10 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
     // The report.
     let ratio = tx.result.publish_msg_per_s / idem.result.publish_msg_per_s;
     let ratio_n = tx_n.result.publish_msg_per_s / idem_n.result.publish_msg_per_s;
-    ctx.report.heading(&format!("Transactions: idempotent vs transactional producer, flat out (workload `{}`)", w.name));
+    ctx.report.heading(&format!(
+        "Transactions: idempotent vs transactional producer, flat out (workload `{}`)",
+        w.name
+    ));
     ctx.report.para(&format!(
         "One broker, two topics of {partitions} partitions. Each arm runs flat out for {:.0} s \
          (+{:.0} s warm-up), {}-byte messages ({:.0}% random), acks=all, compression={}, batch.size={}, linger.ms={}: \
@@ -153,7 +181,9 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
          the broker answers once the markers are written.",
         w.duration_s, w.warmup_s, w.message_size, w.random_payload_share * 100.0, w.compression, w.batch_size, w.linger_ms,
     ));
-    let lat = |l: Option<&LatencySummary>, f: fn(&LatencySummary) -> f64| l.map_or("–".into(), |l| format!("{:.2}", f(l)));
+    let lat = |l: Option<&LatencySummary>, f: fn(&LatencySummary) -> f64| {
+        l.map_or("–".into(), |l| format!("{:.2}", f(l)))
+    };
     let rows: Vec<Vec<String>> = arms
         .iter()
         .map(|a| {
@@ -163,7 +193,11 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
                 format!("{:.0}", r.publish_msg_per_s),
                 format!("{:.1}", r.publish_mb_per_s),
                 pct(ctx.of_ceiling(r.publish_mb_per_s)),
-                if r.records_per_txn.is_some() { format!("{:.0}", r.transactions_per_s) } else { "–".into() },
+                if r.records_per_txn.is_some() {
+                    format!("{:.0}", r.transactions_per_s)
+                } else {
+                    "–".into()
+                },
                 format!("{:.2}", r.publish_latency.p50_ms),
                 format!("{:.2}", r.publish_latency.p99_ms),
                 lat(r.commit_latency.as_ref(), |l| l.p50_ms),
@@ -174,8 +208,19 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
         })
         .collect();
     ctx.report.table(
-        &["producer", "msg/s", "MB/s", "of ceiling", "txn/s", "publish p50 ms", "publish p99 ms", "commit p50 ms", "commit p99 ms",
-          "errors / aborted txns", "broker CPU s/GB"],
+        &[
+            "producer",
+            "msg/s",
+            "MB/s",
+            "of ceiling",
+            "txn/s",
+            "publish p50 ms",
+            "publish p99 ms",
+            "commit p50 ms",
+            "commit p99 ms",
+            "errors / aborted txns",
+            "broker CPU s/GB",
+        ],
         &rows,
     );
     ctx.report.para(&format!(
@@ -211,19 +256,32 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             ]);
         }
     }
-    ctx.report.table(&["latency", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms"], &lrows);
-    let apis: std::collections::BTreeSet<&String> = arms.iter().flat_map(|a| a.broker_requests.keys()).collect();
+    ctx.report
+        .table(&["latency", "samples", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms"], &lrows);
+    let apis: std::collections::BTreeSet<&String> =
+        arms.iter().flat_map(|a| a.broker_requests.keys()).collect();
     if !apis.is_empty() {
-        let cell = |a: &TxnArm, api: &str| a.broker_requests.get(api).map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"));
-        let rows: Vec<Vec<String>> =
-            apis.iter().map(|api| std::iter::once(format!("`{api}`")).chain(arms.iter().map(|a| cell(a, api))).collect()).collect();
+        let cell = |a: &TxnArm, api: &str| {
+            a.broker_requests
+                .get(api)
+                .map_or("–".into(), |(n, ms)| format!("{n:.0} × {ms:.2} ms"))
+        };
+        let rows: Vec<Vec<String>> = apis
+            .iter()
+            .map(|api| {
+                std::iter::once(format!("`{api}`"))
+                    .chain(arms.iter().map(|a| cell(a, api)))
+                    .collect()
+            })
+            .collect();
         ctx.report.para(
             "Requests the broker handled during each arm (warm-up included) and their mean time inside the broker, from \
              decoded request to response written (`floe_request_duration_seconds`): what of the latencies above is the \
              broker's.",
         );
-        let headers: Vec<String> =
-            std::iter::once("API".to_string()).chain(arms.iter().map(|a| format!("{}: requests × mean", a.label))).collect();
+        let headers: Vec<String> = std::iter::once("API".to_string())
+            .chain(arms.iter().map(|a| format!("{}: requests × mean", a.label)))
+            .collect();
         let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
         ctx.report.table(&headers, &rows);
     }
@@ -242,7 +300,9 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             tx.result.transactions_per_s,
             lat(tx.result.commit_latency.as_ref(), |l| l.p50_ms),
         );
-        if let (Some((an, ams)), Some((en, ems))) = (per_txn("AddPartitionsToTxn"), per_txn("EndTxn")) {
+        if let (Some((an, ams)), Some((en, ems))) =
+            (per_txn("AddPartitionsToTxn"), per_txn("EndTxn"))
+        {
             text.push_str(&format!(
                 " Inside the broker, per transaction: {ams:.1} ms of `AddPartitionsToTxn` ({an:.1} request(s)) and {ems:.1} ms \
                  of `EndTxn` ({en:.1}), {:.1} ms together. A transaction touched {partitions_per_txn:.1} partition(s) on \
@@ -268,16 +328,27 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             ("idempotent: publish", &idem.result.publish_hist),
             ("transactional: publish", &tx.result.publish_hist),
             ("transactional: commit", &tx.result.commit_hist),
-            (&format!("transactional ×{TXN_CONCURRENT_PRODUCERS}: commit"), &tx_n.result.commit_hist),
+            (
+                &format!("transactional ×{TXN_CONCURRENT_PRODUCERS}: commit"),
+                &tx_n.result.commit_hist,
+            ),
         ],
     )?;
-    let tl: Vec<(&str, Vec<(f64, f64)>)> =
-        arms.iter().map(|a| (a.label.as_str(), a.result.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect())).collect();
+    let tl: Vec<(&str, Vec<(f64, f64)>)> = arms
+        .iter()
+        .map(|a| {
+            (
+                a.label.as_str(),
+                a.result.timeline.iter().map(|s| (s.t_s, s.publish_msg_per_s)).collect(),
+            )
+        })
+        .collect();
     plot::timeline(&ctx.plot_path("throughput.svg"), "publish rate over time", "msg/s", &tl)?;
     ctx.report.image("latency-cdf.svg", "latency CDF");
     ctx.report.image("throughput.svg", "publish rate over time");
 
-    ctx.report.heading("Catch-up read of the transactional topic: read_committed vs read_uncommitted");
+    ctx.report
+        .heading("Catch-up read of the transactional topic: read_committed vs read_uncommitted");
     ctx.report.para(&format!(
         "A librdkafka consumer (explicit assignment, `enable.partition.eof`) reads the transactional topic — {expected} \
          records in {:.0} transactions, one commit marker per partition written to — from offset 0 to the end of every \
@@ -302,8 +373,22 @@ pub(super) fn transactions(ctx: &mut Ctx) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    ctx.report.table(&["isolation", "round", "messages", "MB/s", "of ceiling", "broker CPU s/GB", "consumer CPU s/GB", "MB via sendfile / copy"], &rrows);
-    let best = |iso: &str| reads.iter().filter(|r| r.read.isolation == iso).map(|r| r.read.mb_per_s).reduce(f64::max);
+    ctx.report.table(
+        &[
+            "isolation",
+            "round",
+            "messages",
+            "MB/s",
+            "of ceiling",
+            "broker CPU s/GB",
+            "consumer CPU s/GB",
+            "MB via sendfile / copy",
+        ],
+        &rrows,
+    );
+    let best = |iso: &str| {
+        reads.iter().filter(|r| r.read.isolation == iso).map(|r| r.read.mb_per_s).reduce(f64::max)
+    };
     let sum = |iso: &str, f: fn(&IsolatedReadRun) -> Option<f64>| -> Option<f64> {
         reads.iter().filter(|r| r.read.isolation == iso).map(f).sum::<Option<f64>>()
     };

@@ -43,7 +43,13 @@ pub(super) fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
     let b = ctx.broker("backlog", data.path(), &[])?;
     load::create_topics(&b.bootstrap, &topics, w.partitions_per_topic)?;
     let pb = bar("backlog: produce", true);
-    let spec = RunSpec { bootstrap: b.bootstrap.clone(), workload: w.clone(), topics: topics.clone(), consume: false, produce_bytes: Some(backlog) };
+    let spec = RunSpec {
+        bootstrap: b.bootstrap.clone(),
+        workload: w.clone(),
+        topics: topics.clone(),
+        consume: false,
+        produce_bytes: Some(backlog),
+    };
     let produced = load::run(&spec, &pb)?;
     pb.finish();
     b.stop()?;
@@ -59,14 +65,21 @@ pub(super) fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
         w.consumers_per_topic
     ));
     let timeline: Vec<_> = produced.timeline.iter().map(|s| (s.t_s, s.publish_mb_per_s)).collect();
-    plot::timeline(&ctx.plot_path("backlog-throughput.svg"), "backlog: publish MB/s", "MB/s", &[("publish", timeline)])?;
+    plot::timeline(
+        &ctx.plot_path("backlog-throughput.svg"),
+        "backlog: publish MB/s",
+        "MB/s",
+        &[("publish", timeline)],
+    )?;
     ctx.report.set("backlog", &produced);
 
     // 2. The catch-up reads, alternating arms on the same data dir.
     let arms: Vec<Option<bool>> = match (&ctx.opts.bootstrap, ctx.opts.quick) {
         (Some(_), _) => vec![None],
         (None, true) => vec![Some(true), Some(false)],
-        (None, false) => vec![Some(true), Some(false), Some(true), Some(false), Some(true), Some(false)],
+        (None, false) => {
+            vec![Some(true), Some(false), Some(true), Some(false), Some(true), Some(false)]
+        }
     };
     let mut runs = Vec::new();
     for (i, zc) in arms.iter().enumerate() {
@@ -75,7 +88,8 @@ pub(super) fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
             Some(false) => "copy (pread + write)",
             None => "as configured",
         };
-        let overrides: Vec<(String, String)> = zc.map(|z| vec![("fetch.zero.copy".into(), z.to_string())]).unwrap_or_default();
+        let overrides: Vec<(String, String)> =
+            zc.map(|z| vec![("fetch.zero.copy".into(), z.to_string())]).unwrap_or_default();
         let b = ctx.broker(&format!("catch-up-{i}"), data.path(), &overrides)?;
         let pb = bar(&format!("catch-up {} #{}", arm, i / 2 + 1), false);
         let meter = CostMeter::start(&b);
@@ -109,12 +123,26 @@ pub(super) fn zero_copy(ctx: &mut Ctx) -> anyhow::Result<()> {
                 f2(r.broker_cpu_s_per_gb),
                 f2(Some(r.harness_cpu_s_per_gb)),
                 f1(r.cost.broker_peak_rss_mib),
-                format!("{} / {}", f1(r.fetch_bytes_sendfile.map(|b| b / 1e6)), f1(r.fetch_bytes_copy.map(|b| b / 1e6))),
+                format!(
+                    "{} / {}",
+                    f1(r.fetch_bytes_sendfile.map(|b| b / 1e6)),
+                    f1(r.fetch_bytes_copy.map(|b| b / 1e6))
+                ),
             ]
         })
         .collect();
     ctx.report.table(
-        &["arm", "round", "MB/s", "of ceiling", "broker CPU s", "broker CPU s/GB", "consumer CPU s/GB", "broker peak RSS MiB", "MB via sendfile / copy"],
+        &[
+            "arm",
+            "round",
+            "MB/s",
+            "of ceiling",
+            "broker CPU s",
+            "broker CPU s/GB",
+            "consumer CPU s/GB",
+            "broker peak RSS MiB",
+            "MB via sendfile / copy",
+        ],
         &rows,
     );
     // Per arm: the best throughput and the lowest CPU/GB over the rounds (noise on a

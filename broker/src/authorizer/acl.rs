@@ -258,7 +258,8 @@ pub struct AccessControlEntry {
 impl AccessControlEntry {
     /// Whether the entry names this principal and host (or their wildcards).
     pub fn applies_to(&self, principal: &str, host: &str) -> bool {
-        (self.principal == principal || self.principal == WILDCARD_PRINCIPAL) && (self.host == WILDCARD || self.host == host)
+        (self.principal == principal || self.principal == WILDCARD_PRINCIPAL)
+            && (self.host == WILDCARD || self.host == host)
     }
 }
 
@@ -303,7 +304,11 @@ impl AclBinding {
         permission: i8,
     ) -> Result<Self, InvalidAcl> {
         let resource_type = match ResourceType::from_code(resource_type) {
-            Some(ResourceType::Any) | None => return Err(InvalidAcl::BadCode("resource type must be TOPIC, GROUP, CLUSTER or TRANSACTIONAL_ID")),
+            Some(ResourceType::Any) | None => {
+                return Err(InvalidAcl::BadCode(
+                    "resource type must be TOPIC, GROUP, CLUSTER or TRANSACTIONAL_ID",
+                ))
+            }
             Some(t) => t,
         };
         let pattern_type = match PatternType::from_code(pattern_type) {
@@ -311,7 +316,9 @@ impl AclBinding {
             _ => return Err(InvalidAcl::BadCode("pattern type must be LITERAL or PREFIXED")),
         };
         let operation = match AclOperation::from_code(operation) {
-            Some(AclOperation::Any) | None => return Err(InvalidAcl::BadCode("operation must be a concrete operation or ALL")),
+            Some(AclOperation::Any) | None => {
+                return Err(InvalidAcl::BadCode("operation must be a concrete operation or ALL"))
+            }
             Some(o) => o,
         };
         let permission = match PermissionType::from_code(permission) {
@@ -329,11 +336,18 @@ impl AclBinding {
             return Err(InvalidAcl::BadName("resource name must not be empty".into()));
         }
         if resource_type == ResourceType::Cluster && name != CLUSTER_NAME {
-            return Err(InvalidAcl::BadName(format!("the CLUSTER resource is named {CLUSTER_NAME}, not `{name}`")));
+            return Err(InvalidAcl::BadName(format!(
+                "the CLUSTER resource is named {CLUSTER_NAME}, not `{name}`"
+            )));
         }
         Ok(AclBinding {
             pattern: ResourcePattern { resource_type, name: name.to_string(), pattern_type },
-            entry: AccessControlEntry { principal: principal.to_string(), host: host.to_string(), operation, permission },
+            entry: AccessControlEntry {
+                principal: principal.to_string(),
+                host: host.to_string(),
+                operation,
+                permission,
+            },
         })
     }
 }
@@ -372,13 +386,17 @@ impl AclBindingFilter {
         permission: i8,
     ) -> Result<Self, InvalidAcl> {
         Ok(AclBindingFilter {
-            resource_type: ResourceType::from_code(resource_type).ok_or(InvalidAcl::BadCode("unknown resource type"))?,
+            resource_type: ResourceType::from_code(resource_type)
+                .ok_or(InvalidAcl::BadCode("unknown resource type"))?,
             name: name.map(str::to_string),
-            pattern_type: PatternType::from_code(pattern_type).ok_or(InvalidAcl::BadCode("unknown pattern type"))?,
+            pattern_type: PatternType::from_code(pattern_type)
+                .ok_or(InvalidAcl::BadCode("unknown pattern type"))?,
             principal: principal.map(str::to_string),
             host: host.map(str::to_string),
-            operation: AclOperation::from_code(operation).ok_or(InvalidAcl::BadCode("unknown operation"))?,
-            permission: PermissionType::from_code(permission).ok_or(InvalidAcl::BadCode("unknown permission type"))?,
+            operation: AclOperation::from_code(operation)
+                .ok_or(InvalidAcl::BadCode("unknown operation"))?,
+            permission: PermissionType::from_code(permission)
+                .ok_or(InvalidAcl::BadCode("unknown permission type"))?,
         })
     }
 
@@ -386,7 +404,8 @@ impl AclBindingFilter {
     pub fn matches(&self, binding: &AclBinding) -> bool {
         let p = &binding.pattern;
         let e = &binding.entry;
-        let type_ok = self.resource_type == ResourceType::Any || self.resource_type == p.resource_type;
+        let type_ok =
+            self.resource_type == ResourceType::Any || self.resource_type == p.resource_type;
         let pattern_ok = match (self.pattern_type, &self.name) {
             (PatternType::Any, None) => true,
             (PatternType::Any, Some(name)) => &p.name == name,
@@ -397,7 +416,9 @@ impl AclBindingFilter {
                 PatternType::Prefixed => name.starts_with(p.name.as_str()),
                 PatternType::Any | PatternType::Match => false,
             },
-            (wanted, name) => wanted == p.pattern_type && name.as_ref().is_none_or(|n| n == &p.name),
+            (wanted, name) => {
+                wanted == p.pattern_type && name.as_ref().is_none_or(|n| n == &p.name)
+            }
         };
         type_ok
             && pattern_ok

@@ -33,8 +33,11 @@ use crate::server::limits::LogLimiter;
 /// The `authorizer.class.name` values that turn authorization on: Kafka's
 /// two built-in authorizers (Floe behaves as `StandardAuthorizer` for both)
 /// and a short name.
-pub const AUTHORIZER_NAMES: &[&str] =
-    &["org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer", "floe"];
+pub const AUTHORIZER_NAMES: &[&str] = &[
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+    "floe",
+];
 
 /// The principal of a connection that has not authenticated (PLAINTEXT, SSL).
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -74,8 +77,15 @@ impl AuthorizerSettings {
         };
         let mut super_users = BTreeSet::new();
         // Kafka separates super users with semicolons (a DN may contain commas).
-        for user in crate::raw_config::get(raw, "super.users").split(';').map(str::trim).filter(|u| !u.is_empty()) {
-            if !user.split_once(':').is_some_and(|(kind, name)| !kind.is_empty() && !name.is_empty()) {
+        for user in crate::raw_config::get(raw, "super.users")
+            .split(';')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        {
+            if !user
+                .split_once(':')
+                .is_some_and(|(kind, name)| !kind.is_empty() && !name.is_empty())
+            {
                 return Err(ConfigError::InvalidValue {
                     key: "super.users".into(),
                     value: user.into(),
@@ -87,7 +97,10 @@ impl AuthorizerSettings {
         Ok(AuthorizerSettings {
             enabled,
             super_users,
-            allow_everyone_if_no_acl_found: crate::raw_config::parse(raw, "allow.everyone.if.no.acl.found")?,
+            allow_everyone_if_no_acl_found: crate::raw_config::parse(
+                raw,
+                "allow.everyone.if.no.acl.found",
+            )?,
         })
     }
 }
@@ -117,7 +130,10 @@ impl Authorizer {
     ///
     /// # Errors
     /// [`store::AclStoreError`] when the ACL file cannot be read.
-    pub fn open(settings: AuthorizerSettings, data_dir: &std::path::Path) -> Result<Self, store::AclStoreError> {
+    pub fn open(
+        settings: AuthorizerSettings,
+        data_dir: &std::path::Path,
+    ) -> Result<Self, store::AclStoreError> {
         let store = if settings.enabled { Some(AclStore::open(data_dir)?) } else { None };
         Ok(Authorizer { settings, store, denied: None })
     }
@@ -143,7 +159,13 @@ impl Authorizer {
     }
 
     /// Whether `ctx` may perform `op` on the resource; a denial is logged.
-    pub fn authorize(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType, name: &str) -> bool {
+    pub fn authorize(
+        &self,
+        ctx: &RequestContext,
+        op: AclOperation,
+        resource_type: ResourceType,
+        name: &str,
+    ) -> bool {
         let allowed = self.check(ctx, op, resource_type, name);
         if !allowed {
             self.denied(ctx, op, resource_type, name);
@@ -151,7 +173,13 @@ impl Authorizer {
         allowed
     }
 
-    fn denied(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType, name: &str) {
+    fn denied(
+        &self,
+        ctx: &RequestContext,
+        op: AclOperation,
+        resource_type: ResourceType,
+        name: &str,
+    ) {
         log_denial(ctx, op, resource_type, name);
         if let Some(c) = &self.denied {
             c.with_label_values(&[resource_type.name()]).inc();
@@ -166,7 +194,13 @@ impl Authorizer {
     /// [`Self::authorize`] without the log line: for filtering listings
     /// (Metadata of all topics, ListGroups), where an omitted resource is not
     /// a refused request.
-    pub fn check(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType, name: &str) -> bool {
+    pub fn check(
+        &self,
+        ctx: &RequestContext,
+        op: AclOperation,
+        resource_type: ResourceType,
+        name: &str,
+    ) -> bool {
         let Some(store) = &self.store else { return true };
         if self.settings.super_users.contains(&ctx.principal) {
             return true;
@@ -199,7 +233,12 @@ impl Authorizer {
     ///
     /// Simplified from Kafka: an ALLOW binding of the type that applies is
     /// enough unless a DENY on the literal `*` resource of the type applies.
-    pub fn authorize_any(&self, ctx: &RequestContext, op: AclOperation, resource_type: ResourceType) -> bool {
+    pub fn authorize_any(
+        &self,
+        ctx: &RequestContext,
+        op: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
         let Some(store) = &self.store else { return true };
         if self.settings.super_users.contains(&ctx.principal) {
             return true;
@@ -207,7 +246,10 @@ impl Authorizer {
         let host = ctx.host.to_string();
         let acls = store.snapshot();
         let applying = || {
-            acls.iter().filter(|b| b.pattern.resource_type == resource_type && b.entry.applies_to(&ctx.principal, &host))
+            acls.iter().filter(|b| {
+                b.pattern.resource_type == resource_type
+                    && b.entry.applies_to(&ctx.principal, &host)
+            })
         };
         let denied_everywhere = applying().any(|b| {
             b.entry.permission == PermissionType::Deny
@@ -215,7 +257,10 @@ impl Authorizer {
                 && b.pattern.pattern_type == PatternType::Literal
                 && b.pattern.name == WILDCARD
         });
-        let allowed = !denied_everywhere && applying().any(|b| b.entry.permission == PermissionType::Allow && b.entry.operation.allows(op));
+        let allowed = !denied_everywhere
+            && applying().any(|b| {
+                b.entry.permission == PermissionType::Allow && b.entry.operation.allows(op)
+            });
         if !allowed {
             self.denied(ctx, op, resource_type, "(any)");
         }
@@ -224,8 +269,16 @@ impl Authorizer {
 
     /// Kafka's authorized-operations bitfield (bit `1 << code`) of `ops` on
     /// the resource, for Metadata and DescribeCluster.
-    pub fn authorized_operations(&self, ctx: &RequestContext, resource_type: ResourceType, name: &str, ops: &[AclOperation]) -> i32 {
-        ops.iter().filter(|op| self.check(ctx, **op, resource_type, name)).fold(0, |bits, op| bits | (1 << op.code()))
+    pub fn authorized_operations(
+        &self,
+        ctx: &RequestContext,
+        resource_type: ResourceType,
+        name: &str,
+        ops: &[AclOperation],
+    ) -> i32 {
+        ops.iter()
+            .filter(|op| self.check(ctx, **op, resource_type, name))
+            .fold(0, |bits, op| bits | (1 << op.code()))
     }
 }
 
@@ -290,7 +343,15 @@ mod tests {
         a
     }
 
-    fn acl(rt: i8, name: &str, pattern: i8, principal: &str, host: &str, op: i8, perm: i8) -> AclBinding {
+    fn acl(
+        rt: i8,
+        name: &str,
+        pattern: i8,
+        principal: &str,
+        host: &str,
+        op: i8,
+        perm: i8,
+    ) -> AclBinding {
         AclBinding::from_wire(rt, name, pattern, principal, host, op, perm).expect("valid binding")
     }
 
@@ -305,15 +366,22 @@ mod tests {
     #[test]
     fn literal_prefixed_and_wildcard_patterns() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a = authorizer(dir.path(), &[
-            acl(TOPIC, "orders-", PREFIXED, "User:alice", "*", WRITE, ALLOW),
-            acl(TOPIC, "audit", LITERAL, "User:*", "*", READ, ALLOW),
-            acl(TOPIC, "*", LITERAL, "User:bob", "*", DESCRIBE, ALLOW),
-        ], false);
+        let a = authorizer(
+            dir.path(),
+            &[
+                acl(TOPIC, "orders-", PREFIXED, "User:alice", "*", WRITE, ALLOW),
+                acl(TOPIC, "audit", LITERAL, "User:*", "*", READ, ALLOW),
+                acl(TOPIC, "*", LITERAL, "User:bob", "*", DESCRIBE, ALLOW),
+            ],
+            false,
+        );
         use AclOperation::*;
         use ResourceType::Topic;
         assert!(can(&a, "alice", Write, Topic, "orders-eu"));
-        assert!(!can(&a, "alice", Write, Topic, "order"), "a prefix covers names that start with it only");
+        assert!(
+            !can(&a, "alice", Write, Topic, "order"),
+            "a prefix covers names that start with it only"
+        );
         assert!(!can(&a, "alice", Write, Topic, "payments"), "no binding: denied by default");
         assert!(!can(&a, "alice", Read, Topic, "orders-eu"));
         assert!(can(&a, "carol", Read, Topic, "audit"), "User:* covers everyone");
@@ -324,12 +392,16 @@ mod tests {
     #[test]
     fn deny_wins_and_all_matches_every_operation() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a = authorizer(dir.path(), &[
-            acl(TOPIC, "t", LITERAL, "User:*", "*", ALL, ALLOW),
-            acl(TOPIC, "t", LITERAL, "User:mallory", "*", WRITE, DENY),
-            acl(TOPIC, "secret", PREFIXED, "User:*", "*", ALL, DENY),
-            acl(TOPIC, "secret-x", LITERAL, "User:alice", "*", READ, ALLOW),
-        ], false);
+        let a = authorizer(
+            dir.path(),
+            &[
+                acl(TOPIC, "t", LITERAL, "User:*", "*", ALL, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:mallory", "*", WRITE, DENY),
+                acl(TOPIC, "secret", PREFIXED, "User:*", "*", ALL, DENY),
+                acl(TOPIC, "secret-x", LITERAL, "User:alice", "*", READ, ALLOW),
+            ],
+            false,
+        );
         use AclOperation::*;
         use ResourceType::Topic;
         assert!(can(&a, "mallory", Read, Topic, "t"));
@@ -342,17 +414,24 @@ mod tests {
     #[test]
     fn implied_operations_apply_to_allows_only() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a = authorizer(dir.path(), &[
-            acl(TOPIC, "t", LITERAL, "User:alice", "*", READ, ALLOW),
-            acl(TOPIC, "t", LITERAL, "User:alice", "*", ALTER_CONFIGS, ALLOW),
-            acl(TOPIC, "u", LITERAL, "User:alice", "*", ALL, ALLOW),
-            acl(TOPIC, "u", LITERAL, "User:alice", "*", READ, DENY),
-            acl(GROUP, "g", LITERAL, "User:alice", "*", WRITE, ALLOW),
-        ], false);
+        let a = authorizer(
+            dir.path(),
+            &[
+                acl(TOPIC, "t", LITERAL, "User:alice", "*", READ, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:alice", "*", ALTER_CONFIGS, ALLOW),
+                acl(TOPIC, "u", LITERAL, "User:alice", "*", ALL, ALLOW),
+                acl(TOPIC, "u", LITERAL, "User:alice", "*", READ, DENY),
+                acl(GROUP, "g", LITERAL, "User:alice", "*", WRITE, ALLOW),
+            ],
+            false,
+        );
         use AclOperation::*;
         use ResourceType::{Group, Topic};
         assert!(can(&a, "alice", Describe, Topic, "t"), "READ implies DESCRIBE");
-        assert!(can(&a, "alice", DescribeConfigs, Topic, "t"), "ALTER_CONFIGS implies DESCRIBE_CONFIGS");
+        assert!(
+            can(&a, "alice", DescribeConfigs, Topic, "t"),
+            "ALTER_CONFIGS implies DESCRIBE_CONFIGS"
+        );
         assert!(!can(&a, "alice", Write, Topic, "t"));
         assert!(can(&a, "alice", Describe, Topic, "u"), "denying READ does not deny DESCRIBE");
         assert!(!can(&a, "alice", Read, Topic, "u"));
@@ -362,37 +441,73 @@ mod tests {
     #[test]
     fn hosts_and_the_no_acl_default() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a = authorizer(dir.path(), &[acl(TOPIC, "t", LITERAL, "User:alice", "10.0.0.2", READ, ALLOW)], true);
+        let a = authorizer(
+            dir.path(),
+            &[acl(TOPIC, "t", LITERAL, "User:alice", "10.0.0.2", READ, ALLOW)],
+            true,
+        );
         use AclOperation::*;
         use ResourceType::Topic;
         assert!(!can(&a, "alice", Read, Topic, "t"), "bound to another host");
-        let from_there = RequestContext { principal: "User:alice".into(), host: "10.0.0.2".parse().expect("ip") };
+        let from_there = RequestContext {
+            principal: "User:alice".into(),
+            host: "10.0.0.2".parse().expect("ip"),
+        };
         assert!(a.check(&from_there, Read, Topic, "t"));
-        assert!(can(&a, "bob", Write, Topic, "free"), "allow.everyone.if.no.acl.found=true opens unbound resources");
+        assert!(
+            can(&a, "bob", Write, Topic, "free"),
+            "allow.everyone.if.no.acl.found=true opens unbound resources"
+        );
         assert!(!can(&a, "bob", Read, Topic, "t"), "but not resources with bindings");
-        assert!(Authorizer::disabled().check(&user("x"), Write, Topic, "t"), "off: everything is allowed");
+        assert!(
+            Authorizer::disabled().check(&user("x"), Write, Topic, "t"),
+            "off: everything is allowed"
+        );
     }
 
     #[test]
     fn idempotent_write_by_resource_type() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a = authorizer(dir.path(), &[
-            acl(TOPIC, "orders-", PREFIXED, "User:alice", "*", WRITE, ALLOW),
-            acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, ALLOW),
-        ], false);
+        let a = authorizer(
+            dir.path(),
+            &[
+                acl(TOPIC, "orders-", PREFIXED, "User:alice", "*", WRITE, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, ALLOW),
+            ],
+            false,
+        );
         assert!(a.authorize_any(&user("alice"), AclOperation::Write, ResourceType::Topic));
         assert!(!a.authorize_any(&user("bob"), AclOperation::Write, ResourceType::Topic));
     }
 
     #[test]
     fn bad_bindings_and_settings_are_refused() {
-        assert!(AclBinding::from_wire(1, "t", LITERAL, "User:a", "*", READ, ALLOW).is_err(), "ANY type");
-        assert!(AclBinding::from_wire(TOPIC, "t", 2, "User:a", "*", READ, ALLOW).is_err(), "MATCH pattern");
-        assert!(AclBinding::from_wire(TOPIC, "t", LITERAL, "alice", "*", READ, ALLOW).is_err(), "principal");
-        assert!(AclBinding::from_wire(TOPIC, "t", LITERAL, "User:a", "example.com", READ, ALLOW).is_err(), "host");
-        assert!(AclBinding::from_wire(4, "c", LITERAL, "User:a", "*", READ, ALLOW).is_err(), "cluster name");
+        assert!(
+            AclBinding::from_wire(1, "t", LITERAL, "User:a", "*", READ, ALLOW).is_err(),
+            "ANY type"
+        );
+        assert!(
+            AclBinding::from_wire(TOPIC, "t", 2, "User:a", "*", READ, ALLOW).is_err(),
+            "MATCH pattern"
+        );
+        assert!(
+            AclBinding::from_wire(TOPIC, "t", LITERAL, "alice", "*", READ, ALLOW).is_err(),
+            "principal"
+        );
+        assert!(
+            AclBinding::from_wire(TOPIC, "t", LITERAL, "User:a", "example.com", READ, ALLOW)
+                .is_err(),
+            "host"
+        );
+        assert!(
+            AclBinding::from_wire(4, "c", LITERAL, "User:a", "*", READ, ALLOW).is_err(),
+            "cluster name"
+        );
         let mut raw = std::collections::BTreeMap::new();
-        raw.insert("authorizer.class.name".to_string(), "kafka.security.authorizer.AclAuthorizer".to_string());
+        raw.insert(
+            "authorizer.class.name".to_string(),
+            "kafka.security.authorizer.AclAuthorizer".to_string(),
+        );
         raw.insert("super.users".to_string(), "User:admin; User:ops".to_string());
         raw.insert("allow.everyone.if.no.acl.found".to_string(), "false".to_string());
         let s = AuthorizerSettings::from_raw(&raw).expect("settings");
@@ -408,11 +523,14 @@ mod tests {
         let star = acl(TOPIC, "*", LITERAL, "User:a", "*", READ, ALLOW);
         let pre = acl(TOPIC, "orders-", PREFIXED, "User:a", "*", READ, ALLOW);
         let other = acl(TOPIC, "payments", LITERAL, "User:a", "*", READ, ALLOW);
-        let m = AclBindingFilter::from_wire(TOPIC, Some("orders-eu"), 2, None, None, 1, 1).expect("filter");
+        let m = AclBindingFilter::from_wire(TOPIC, Some("orders-eu"), 2, None, None, 1, 1)
+            .expect("filter");
         assert!(m.matches(&lit) && m.matches(&star) && m.matches(&pre) && !m.matches(&other));
-        let any = AclBindingFilter::from_wire(1, Some("orders-"), 1, None, None, 1, 1).expect("filter");
+        let any =
+            AclBindingFilter::from_wire(1, Some("orders-"), 1, None, None, 1, 1).expect("filter");
         assert!(any.matches(&pre) && !any.matches(&lit));
-        let lit_only = AclBindingFilter::from_wire(TOPIC, None, LITERAL, None, None, READ, 1).expect("filter");
+        let lit_only =
+            AclBindingFilter::from_wire(TOPIC, None, LITERAL, None, None, READ, 1).expect("filter");
         assert!(lit_only.matches(&lit) && !lit_only.matches(&pre));
     }
 }

@@ -105,12 +105,17 @@ impl AclStore {
     ///
     /// # Errors
     /// [`AclStoreError::Io`]; nothing changes then.
-    pub fn remove(&self, filters: &[AclBindingFilter]) -> Result<Vec<Vec<AclBinding>>, AclStoreError> {
+    pub fn remove(
+        &self,
+        filters: &[AclBindingFilter],
+    ) -> Result<Vec<Vec<AclBinding>>, AclStoreError> {
         self.change(|set| {
             // Each filter reports what it matched in the set before any removal,
             // so two overlapping filters both list a binding, as Kafka answers.
-            let matched: Vec<Vec<AclBinding>> =
-                filters.iter().map(|f| set.iter().filter(|b| f.matches(b)).cloned().collect()).collect();
+            let matched: Vec<Vec<AclBinding>> = filters
+                .iter()
+                .map(|f| set.iter().filter(|b| f.matches(b)).cloned().collect())
+                .collect();
             for b in matched.iter().flatten() {
                 set.remove(b);
             }
@@ -127,7 +132,10 @@ impl AclStore {
         self.change(|set| *set = acls)
     }
 
-    fn change<T>(&self, apply: impl FnOnce(&mut BTreeSet<AclBinding>) -> T) -> Result<T, AclStoreError> {
+    fn change<T>(
+        &self,
+        apply: impl FnOnce(&mut BTreeSet<AclBinding>) -> T,
+    ) -> Result<T, AclStoreError> {
         let _writing = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut next = (*self.snapshot()).clone();
         let out = apply(&mut next);
@@ -138,7 +146,8 @@ impl AclStore {
 
     fn write(&self, acls: &BTreeSet<AclBinding>) -> Result<(), AclStoreError> {
         let disk = OnDisk { version: json_file::VERSION, acls: acls.iter().cloned().collect() };
-        json_file::write(&self.path, &disk).map_err(|source| AclStoreError::Io { path: self.path.clone(), source })
+        json_file::write(&self.path, &disk)
+            .map_err(|source| AclStoreError::Io { path: self.path.clone(), source })
     }
 }
 
@@ -161,9 +170,12 @@ mod tests {
         store.add(&[a.clone(), b.clone(), c.clone(), a.clone()]).expect("add");
         let reopened = AclStore::open(dir.path()).expect("reopen");
         assert_eq!(reopened.snapshot().len(), 3);
-        let alice_payments = AclBindingFilter::from_wire(2, Some("payments"), 3, Some("User:alice"), None, 1, 1).expect("filter");
+        let alice_payments =
+            AclBindingFilter::from_wire(2, Some("payments"), 3, Some("User:alice"), None, 1, 1)
+                .expect("filter");
         assert_eq!(reopened.remove(&[alice_payments]).expect("remove"), vec![vec![b]]);
-        let left: Vec<_> = AclStore::open(dir.path()).expect("reopen").snapshot().iter().cloned().collect();
+        let left: Vec<_> =
+            AclStore::open(dir.path()).expect("reopen").snapshot().iter().cloned().collect();
         assert_eq!(left, vec![a, c]);
         assert!(!dir.path().join("acls.json.tmp").exists());
     }

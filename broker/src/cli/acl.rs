@@ -167,7 +167,9 @@ impl PrincipalArgs {
 fn parse_principal(text: &str) -> Result<String, String> {
     match text.split_once(':') {
         Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Ok(text.to_string()),
-        _ => Err(format!("`{text}` is not a principal: write TYPE:NAME, e.g. User:alice (User:* for everyone)")),
+        _ => Err(format!(
+            "`{text}` is not a principal: write TYPE:NAME, e.g. User:alice (User:* for everyone)"
+        )),
     }
 }
 
@@ -267,7 +269,8 @@ impl FilterArgs {
     /// any pattern type when no resource is named.
     fn filters(&self) -> Vec<Filter> {
         let named = self.resources.resources();
-        let default_pattern = if named.is_empty() { PatternType::Any } else { PatternType::Literal };
+        let default_pattern =
+            if named.is_empty() { PatternType::Any } else { PatternType::Literal };
         let resources: Vec<(i8, Option<String>)> = match named {
             r if r.is_empty() => vec![(RESOURCE_ANY, None)],
             r => r.into_iter().map(|(t, n)| (t, Some(n))).collect(),
@@ -276,7 +279,11 @@ impl FilterArgs {
             p if p.is_empty() => vec![(ANY, None)],
             p => p.into_iter().map(|(perm, p)| (perm, Some(p))).collect(),
         };
-        let operations: Vec<i8> = if self.operations.is_empty() { vec![ANY] } else { self.operations.iter().map(|o| o.code()).collect() };
+        let operations: Vec<i8> = if self.operations.is_empty() {
+            vec![ANY]
+        } else {
+            self.operations.iter().map(|o| o.code()).collect()
+        };
         let pattern = self.resource_pattern_type.unwrap_or(default_pattern).code();
         let mut out = Vec::new();
         for (resource_type, resource_name) in &resources {
@@ -322,7 +329,10 @@ pub fn validate(command: &AclCommand) -> Result<(), String> {
                 return Err("give the principal with --allow-principal User:NAME or --deny-principal User:NAME".into());
             }
             if resources.resources().is_empty() {
-                return Err("give the resource: --topic T, --group G, --transactional-id ID or --cluster".into());
+                return Err(
+                    "give the resource: --topic T, --group G, --transactional-id ID or --cluster"
+                        .into(),
+                );
             }
             if matches!(resource_pattern_type, PatternType::Any | PatternType::Match) {
                 return Err(format!(
@@ -347,7 +357,8 @@ pub fn validate(command: &AclCommand) -> Result<(), String> {
 pub async fn execute(admin: &mut Admin, command: AclCommand, out: Output) -> anyhow::Result<()> {
     match command {
         AclCommand::Create { principals, operations, resources, resource_pattern_type, host } => {
-            create(admin, out, &principals, &operations, &resources, resource_pattern_type, &host).await
+            create(admin, out, &principals, &operations, &resources, resource_pattern_type, &host)
+                .await
         }
         AclCommand::List { filter } => list(admin, out, &filter).await,
         AclCommand::Delete { filter } => delete(admin, out, &filter).await,
@@ -361,7 +372,15 @@ pub fn usage_error(message: &str) -> ! {
 }
 
 /// An ACL as JSON, in Kafka's names.
-fn acl_json(resource_type: i8, name: &str, pattern: i8, principal: &str, host: &str, operation: i8, permission: i8) -> Value {
+fn acl_json(
+    resource_type: i8,
+    name: &str,
+    pattern: i8,
+    principal: &str,
+    host: &str,
+    operation: i8,
+    permission: i8,
+) -> Value {
     json!({
         "principal": principal, "host": host, "operation": operation_name(operation), "permission": permission_name(permission),
         "resource_type": resource_type_name(resource_type), "resource_name": name, "pattern_type": pattern_name(pattern),
@@ -370,10 +389,26 @@ fn acl_json(resource_type: i8, name: &str, pattern: i8, principal: &str, host: &
 
 /// The table of ACLs `acl list` and `acl delete` print.
 fn acl_table(acls: &[Value]) -> Table {
-    let mut table = Table::new(&["principal", "host", "operation", "permission", "resource-type", "name", "pattern"]);
+    let mut table = Table::new(&[
+        "principal",
+        "host",
+        "operation",
+        "permission",
+        "resource-type",
+        "name",
+        "pattern",
+    ]);
     for a in acls {
         let cell = |k: &str| a[k].as_str().unwrap_or("").to_string();
-        table.row([cell("principal"), cell("host"), cell("operation"), cell("permission"), cell("resource_type"), cell("resource_name"), cell("pattern_type")]);
+        table.row([
+            cell("principal"),
+            cell("host"),
+            cell("operation"),
+            cell("permission"),
+            cell("resource_type"),
+            cell("resource_name"),
+            cell("pattern_type"),
+        ]);
     }
     table
 }
@@ -419,13 +454,32 @@ async fn create(
     let request = CreateAclsRequest::default().with_creations(creations.clone());
     let response = admin.call(Target::Any, &request).await?;
     if response.results.len() != creations.len() {
-        bail!("CreateAcls answered {} results for {} ACLs", response.results.len(), creations.len());
+        bail!(
+            "CreateAcls answered {} results for {} ACLs",
+            response.results.len(),
+            creations.len()
+        );
     }
     let mut created = Vec::new();
     let mut failures = Vec::new();
     for (c, result) in creations.iter().zip(&response.results) {
-        let acl = acl_json(c.resource_type, c.resource_name.as_str(), c.resource_pattern_type, c.principal.as_str(), c.host.as_str(), c.operation, c.permission_type);
-        let what = format!("creating the ACL {} {} {} on {} {}", c.principal.as_str(), permission_name(c.permission_type), operation_name(c.operation), resource_type_name(c.resource_type), c.resource_name.as_str());
+        let acl = acl_json(
+            c.resource_type,
+            c.resource_name.as_str(),
+            c.resource_pattern_type,
+            c.principal.as_str(),
+            c.host.as_str(),
+            c.operation,
+            c.permission_type,
+        );
+        let what = format!(
+            "creating the ACL {} {} {} on {} {}",
+            c.principal.as_str(),
+            permission_name(c.permission_type),
+            operation_name(c.operation),
+            resource_type_name(c.resource_type),
+            c.resource_name.as_str()
+        );
         match check_acl(result.error_code, result.error_message.as_ref(), &what) {
             Ok(()) => created.push(acl),
             Err(e) => failures.push(e),
@@ -439,7 +493,10 @@ async fn create(
     match failures.len() {
         0 => Ok(()),
         1 => Err(failures.remove(0)),
-        _ => Err(anyhow!("{}", failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("\n"))),
+        _ => Err(anyhow!(
+            "{}",
+            failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("\n")
+        )),
     }
 }
 
@@ -458,7 +515,15 @@ async fn list(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::Re
         check_acl(response.error_code, response.error_message.as_ref(), "listing ACLs")?;
         for r in &response.resources {
             for a in &r.acls {
-                let acl = acl_json(r.resource_type, r.resource_name.as_str(), r.pattern_type, a.principal.as_str(), a.host.as_str(), a.operation, a.permission_type);
+                let acl = acl_json(
+                    r.resource_type,
+                    r.resource_name.as_str(),
+                    r.pattern_type,
+                    a.principal.as_str(),
+                    a.host.as_str(),
+                    a.operation,
+                    a.permission_type,
+                );
                 // Several filters may match one ACL.
                 if !acls.contains(&acl) {
                     acls.push(acl);
@@ -467,9 +532,22 @@ async fn list(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::Re
         }
     }
     acls.sort_by_key(|a| {
-        ["resource_type", "resource_name", "pattern_type", "principal", "permission", "operation", "host"].map(|k| a[k].as_str().unwrap_or("").to_string())
+        [
+            "resource_type",
+            "resource_name",
+            "pattern_type",
+            "principal",
+            "permission",
+            "operation",
+            "host",
+        ]
+        .map(|k| a[k].as_str().unwrap_or("").to_string())
     });
-    let notes = if acls.is_empty() { vec!["no ACLs match (add one: floe acl create --allow-principal User:NAME --operation Read --topic T)".to_string()] } else { vec![] };
+    let notes = if acls.is_empty() {
+        vec!["no ACLs match (add one: floe acl create --allow-principal User:NAME --operation Read --topic T)".to_string()]
+    } else {
+        vec![]
+    };
     out.print(&Value::Array(acls.clone()), &acl_table(&acls), &notes);
     Ok(())
 }
@@ -489,17 +567,31 @@ async fn delete(admin: &mut Admin, out: Output, filter: &FilterArgs) -> anyhow::
                 .with_permission_type(f.permission)
         })
         .collect();
-    let response = admin.call(Target::Any, &DeleteAclsRequest::default().with_filters(filters)).await?;
+    let response =
+        admin.call(Target::Any, &DeleteAclsRequest::default().with_filters(filters)).await?;
     let mut removed: Vec<Value> = Vec::new();
     let mut failures = Vec::new();
     for result in &response.filter_results {
-        if let Err(e) = check_acl(result.error_code, result.error_message.as_ref(), "deleting ACLs") {
+        if let Err(e) = check_acl(result.error_code, result.error_message.as_ref(), "deleting ACLs")
+        {
             failures.push(format!("{e:#}"));
             continue;
         }
         for m in &result.matching_acls {
-            let acl = acl_json(m.resource_type, m.resource_name.as_str(), m.pattern_type, m.principal.as_str(), m.host.as_str(), m.operation, m.permission_type);
-            match check_acl(m.error_code, m.error_message.as_ref(), &format!("deleting the ACL {acl}")) {
+            let acl = acl_json(
+                m.resource_type,
+                m.resource_name.as_str(),
+                m.pattern_type,
+                m.principal.as_str(),
+                m.host.as_str(),
+                m.operation,
+                m.permission_type,
+            );
+            match check_acl(
+                m.error_code,
+                m.error_message.as_ref(),
+                &format!("deleting the ACL {acl}"),
+            ) {
                 Ok(()) if !removed.contains(&acl) => removed.push(acl),
                 Ok(()) => {}
                 Err(e) => failures.push(format!("{e:#}")),
@@ -586,27 +678,46 @@ mod tests {
     #[test]
     fn filters_are_every_combination_and_what_is_not_given_matches_anything() {
         let args = FilterArgs {
-            principals: PrincipalArgs { allow: vec!["User:alice".into()], deny: vec!["User:bob".into()] },
+            principals: PrincipalArgs {
+                allow: vec!["User:alice".into()],
+                deny: vec!["User:bob".into()],
+            },
             operations: vec![Operation::Read, Operation::Write],
-            resources: ResourceArgs { topics: vec!["t".into()], groups: vec![], transactional_ids: vec![], cluster: true },
+            resources: ResourceArgs {
+                topics: vec!["t".into()],
+                groups: vec![],
+                transactional_ids: vec![],
+                cluster: true,
+            },
             resource_pattern_type: None,
             host: None,
         };
         let filters = args.filters();
         assert_eq!(filters.len(), 2 * 2 * 2);
-        assert!(filters.iter().any(|f| f.resource_type == RESOURCE_CLUSTER && f.resource_name.as_deref() == Some(CLUSTER_NAME)
-            && f.permission == PERMISSION_DENY && f.principal.as_deref() == Some("User:bob") && f.operation == 4));
+        assert!(filters.iter().any(|f| f.resource_type == RESOURCE_CLUSTER
+            && f.resource_name.as_deref() == Some(CLUSTER_NAME)
+            && f.permission == PERMISSION_DENY
+            && f.principal.as_deref() == Some("User:bob")
+            && f.operation == 4));
         assert!(filters.iter().all(|f| f.pattern_type == 3 && f.host.is_none()));
 
         let everything = FilterArgs {
             principals: PrincipalArgs { allow: vec![], deny: vec![] },
             operations: vec![],
-            resources: ResourceArgs { topics: vec![], groups: vec![], transactional_ids: vec![], cluster: false },
+            resources: ResourceArgs {
+                topics: vec![],
+                groups: vec![],
+                transactional_ids: vec![],
+                cluster: false,
+            },
             resource_pattern_type: None,
             host: None,
         };
         let [f] = everything.filters().try_into().unwrap_or_else(|_| panic!("one filter"));
-        assert_eq!((f.resource_type, f.pattern_type, f.operation, f.permission), (RESOURCE_ANY, 1, ANY, ANY));
+        assert_eq!(
+            (f.resource_type, f.pattern_type, f.operation, f.permission),
+            (RESOURCE_ANY, 1, ANY, ANY)
+        );
         assert!(f.principal.is_none() && f.resource_name.is_none());
     }
 

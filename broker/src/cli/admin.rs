@@ -14,10 +14,10 @@ use floe_broker::listeners::SecurityProtocol;
 use floe_broker::security::inter_broker;
 use floe_client::{BrokerConnection, ClientError, ClientSecurity, Endpoint};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest, MetadataResponse, TopicName,
 };
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::connect::ConnectArgs;
@@ -81,7 +81,9 @@ pub fn combine_failures(mut failures: Vec<anyhow::Error>) -> anyhow::Result<()> 
         0 => Ok(()),
         1 => Err(failures.remove(0)),
         _ => {
-            let not_found = failures.iter().all(|e| matches!(e.downcast_ref::<CliFailure>(), Some(CliFailure::NotFound(_))));
+            let not_found = failures
+                .iter()
+                .all(|e| matches!(e.downcast_ref::<CliFailure>(), Some(CliFailure::NotFound(_))));
             let text = failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("; ");
             if not_found {
                 Err(CliFailure::NotFound(text).into())
@@ -119,9 +121,14 @@ pub fn check(code: i16, message: Option<&StrBytes>, what: &str) -> anyhow::Resul
     match error_name(code) {
         None => Ok(()),
         Some(name) => {
-            let detail = message.map(|m| m.as_str()).filter(|m| !m.is_empty()).map(|m| format!(": {m}")).unwrap_or_default();
+            let detail = message
+                .map(|m| m.as_str())
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
             let hint = hint(code);
-            if code == ResponseError::UnknownTopicOrPartition.code() || code == ResponseError::GroupIdNotFound.code()
+            if code == ResponseError::UnknownTopicOrPartition.code()
+                || code == ResponseError::GroupIdNotFound.code()
                 || code == ResponseError::ResourceNotFound.code()
             {
                 return Err(CliFailure::NotFound(format!("{what}: {name}{detail}{hint}")).into());
@@ -199,7 +206,9 @@ impl Admin {
                 }
                 Err(e) => {
                     // A refused login is not a missing broker: say what to check instead.
-                    if let Some(ClientError::Authentication { addr, mechanism, message }) = e.downcast_ref::<ClientError>() {
+                    if let Some(ClientError::Authentication { addr, mechanism, message }) =
+                        e.downcast_ref::<ClientError>()
+                    {
                         return Err(CliFailure::Unreachable(format!(
                             "the broker at {addr} refused the SASL {mechanism} login: {message} \
                              (check -X sasl.username, sasl.password and sasl.mechanism, or the profile)"
@@ -221,13 +230,15 @@ impl Admin {
     async fn open(&mut self, addr: &str) -> anyhow::Result<()> {
         let (host, port) = split_host_port(addr)?;
         let endpoint = Endpoint { host, port, protocol: self.protocol };
-        let mut conn = BrokerConnection::connect(&endpoint, CLIENT_ID, self.timeout, &self.security).await?;
+        let mut conn =
+            BrokerConnection::connect(&endpoint, CLIENT_ID, self.timeout, &self.security).await?;
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("floe-cli"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let response = conn.call(3, &request).await?;
         check(response.error_code, None, &format!("ApiVersions from {addr}"))?;
-        let versions = response.api_keys.iter().map(|k| (k.api_key, (k.min_version, k.max_version))).collect();
+        let versions =
+            response.api_keys.iter().map(|k| (k.api_key, (k.min_version, k.max_version))).collect();
         self.connections.insert(addr.to_string(), Connection { conn, versions });
         Ok(())
     }
@@ -241,7 +252,10 @@ impl Admin {
     fn version<R: Request>(&self, addr: &str, cap: Option<i16>) -> anyhow::Result<i16> {
         let conn = self.connections.get(addr).ok_or_else(|| anyhow!("not connected to {addr}"))?;
         let Some(&(lo, hi)) = conn.versions.get(&R::KEY) else {
-            bail!("the broker at {addr} does not support API key {} (not in its ApiVersions)", R::KEY);
+            bail!(
+                "the broker at {addr} does not support API key {} (not in its ApiVersions)",
+                R::KEY
+            );
         };
         let mut v = hi.min(R::VERSIONS.max);
         if let Some(cap) = cap {
@@ -257,19 +271,30 @@ impl Admin {
     ///
     /// # Errors
     /// The connection's error, or no common version.
-    pub async fn call_versioned<R: Request>(&mut self, target: Target, request: &R, cap: Option<i16>) -> anyhow::Result<(R::Response, i16)> {
+    pub async fn call_versioned<R: Request>(
+        &mut self,
+        target: Target,
+        request: &R,
+        cap: Option<i16>,
+    ) -> anyhow::Result<(R::Response, i16)> {
         let addr = self.address(target).await?;
         self.call_at(&addr, request, cap).await
     }
 
     /// Sends `request` to the broker at `addr`, connecting first if need be.
-    async fn call_at<R: Request>(&mut self, addr: &str, request: &R, cap: Option<i16>) -> anyhow::Result<(R::Response, i16)> {
+    async fn call_at<R: Request>(
+        &mut self,
+        addr: &str,
+        request: &R,
+        cap: Option<i16>,
+    ) -> anyhow::Result<(R::Response, i16)> {
         let addr = addr.to_string();
         if !self.connections.contains_key(&addr) {
             self.open(&addr).await.with_context(|| format!("cannot connect to broker {addr}"))?;
         }
         let version = self.version::<R>(&addr, cap)?;
-        let conn = self.connections.get_mut(&addr).ok_or_else(|| anyhow!("not connected to {addr}"))?;
+        let conn =
+            self.connections.get_mut(&addr).ok_or_else(|| anyhow!("not connected to {addr}"))?;
         match conn.conn.call(version, request).await {
             Ok(r) => Ok((r, version)),
             Err(e) => {
@@ -295,7 +320,11 @@ impl Admin {
     }
 
     /// [`call_versioned`](Self::call_versioned) without a cap, the response only.
-    pub async fn call<R: Request>(&mut self, target: Target, request: &R) -> anyhow::Result<R::Response> {
+    pub async fn call<R: Request>(
+        &mut self,
+        target: Target,
+        request: &R,
+    ) -> anyhow::Result<R::Response> {
         Ok(self.call_versioned(target, request, None).await?.0)
     }
 
@@ -311,7 +340,10 @@ impl Admin {
         if !self.brokers.contains_key(&node) {
             self.metadata(Some(&[])).await?;
         }
-        self.brokers.get(&node).cloned().ok_or_else(|| anyhow!("broker {node} is not in the cluster's metadata"))
+        self.brokers
+            .get(&node)
+            .cloned()
+            .ok_or_else(|| anyhow!("broker {node} is not in the cluster's metadata"))
     }
 
     /// Metadata for `topics` (`None`: every topic; `Some(&[])`: brokers only);
@@ -319,16 +351,29 @@ impl Admin {
     ///
     /// # Errors
     /// The call's error.
-    pub async fn metadata(&mut self, topics: Option<&[String]>) -> anyhow::Result<MetadataResponse> {
+    pub async fn metadata(
+        &mut self,
+        topics: Option<&[String]>,
+    ) -> anyhow::Result<MetadataResponse> {
         let request = MetadataRequest::default()
             .with_topics(topics.map(|names| {
-                names.iter().map(|n| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(n.clone()))))).collect()
+                names
+                    .iter()
+                    .map(|n| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+                    })
+                    .collect()
             }))
             .with_allow_auto_topic_creation(false)
             .with_include_topic_authorized_operations(false);
         let addr = self.bootstrap_addr.clone();
         let (response, _) = self.call_at(&addr, &request, None).await?;
-        self.brokers = response.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+        self.brokers = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+            .collect();
         self.controller = Some(response.controller_id.0);
         Ok(response)
     }
@@ -347,14 +392,20 @@ impl Admin {
             } else {
                 request.key = StrBytes::from_string(key.to_string());
             }
-            let (response, version) = self.call_versioned(Target::Any, &request, Some(version)).await?;
+            let (response, version) =
+                self.call_versioned(Target::Any, &request, Some(version)).await?;
             let (code, message, node) = if version >= 4 {
-                let c = response.coordinators.first().ok_or_else(|| anyhow!("FindCoordinator answered no coordinator for {key}"))?;
+                let c = response
+                    .coordinators
+                    .first()
+                    .ok_or_else(|| anyhow!("FindCoordinator answered no coordinator for {key}"))?;
                 (c.error_code, c.error_message.clone(), c.node_id.0)
             } else {
                 (response.error_code, response.error_message.clone(), response.node_id.0)
             };
-            if code == ResponseError::CoordinatorNotAvailable.code() || code == ResponseError::CoordinatorLoadInProgress.code() {
+            if code == ResponseError::CoordinatorNotAvailable.code()
+                || code == ResponseError::CoordinatorLoadInProgress.code()
+            {
                 last = error_name(code).unwrap_or_default();
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
@@ -368,7 +419,9 @@ impl Admin {
 
 /// `host:port` split; IPv6 addresses in brackets.
 fn split_host_port(addr: &str) -> anyhow::Result<(String, u16)> {
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| anyhow!("broker address `{addr}` is not HOST:PORT"))?;
-    let port = port.parse().map_err(|_| anyhow!("broker address `{addr}`: `{port}` is not a port"))?;
+    let (host, port) =
+        addr.rsplit_once(':').ok_or_else(|| anyhow!("broker address `{addr}` is not HOST:PORT"))?;
+    let port =
+        port.parse().map_err(|_| anyhow!("broker address `{addr}`: `{port}` is not a port"))?;
     Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
 }

@@ -34,7 +34,8 @@ use serde_json::{json, Map, Value};
 /// A schema whose named references do not resolve.
 pub fn to_json(value: Avro, schema: &Schema) -> Result<Value, String> {
     let resolved = ResolvedSchema::try_from(schema).map_err(|e| e.to_string())?;
-    let names: HashMap<Name, &Schema> = resolved.get_names().iter().map(|(n, s)| (n.clone(), *s)).collect();
+    let names: HashMap<Name, &Schema> =
+        resolved.get_names().iter().map(|(n, s)| (n.clone(), *s)).collect();
     Ok(convert(value, Some(schema), &names))
 }
 
@@ -51,7 +52,9 @@ fn convert(value: Avro, schema: Option<&Schema>, names: &HashMap<Name, &Schema>)
         Avro::Long(l) => json!(l),
         Avro::Float(f) => float(f64::from(f)),
         Avro::Double(d) => float(d),
-        Avro::Bytes(b) | Avro::Fixed(_, b) => Value::Array(b.into_iter().map(|x| json!(x)).collect()),
+        Avro::Bytes(b) | Avro::Fixed(_, b) => {
+            Value::Array(b.into_iter().map(|x| json!(x)).collect())
+        }
         Avro::String(s) | Avro::Enum(_, s) => Value::String(s),
         Avro::Union(i, inner) => {
             let branch = match schema {
@@ -83,7 +86,9 @@ fn convert(value: Avro, schema: Option<&Schema>, names: &HashMap<Name, &Schema>)
             };
             let mut out = Map::new();
             for (name, v) in fields {
-                let field = record.and_then(|r| r.lookup.get(&name).and_then(|&i| r.fields.get(i))).map(|f| &f.schema);
+                let field = record
+                    .and_then(|r| r.lookup.get(&name).and_then(|&i| r.fields.get(i)))
+                    .map(|f| &f.schema);
                 out.insert(name, convert(v, field, names));
             }
             Value::Object(out)
@@ -102,13 +107,27 @@ fn convert(value: Avro, schema: Option<&Schema>, names: &HashMap<Name, &Schema>)
         Avro::Date(days) => Value::String(date_text(i64::from(days))),
         Avro::TimeMillis(ms) => time_text(i64::from(ms), 1_000, 3).map_or(json!(ms), Value::String),
         Avro::TimeMicros(us) => time_text(us, 1_000_000, 6).map_or(json!(us), Value::String),
-        Avro::TimestampMillis(t) => timestamp_text(t, 1_000, 3, "Z").map_or(json!(t), Value::String),
-        Avro::TimestampMicros(t) => timestamp_text(t, 1_000_000, 6, "Z").map_or(json!(t), Value::String),
-        Avro::TimestampNanos(t) => timestamp_text(t, 1_000_000_000, 9, "Z").map_or(json!(t), Value::String),
-        Avro::LocalTimestampMillis(t) => timestamp_text(t, 1_000, 3, "").map_or(json!(t), Value::String),
-        Avro::LocalTimestampMicros(t) => timestamp_text(t, 1_000_000, 6, "").map_or(json!(t), Value::String),
-        Avro::LocalTimestampNanos(t) => timestamp_text(t, 1_000_000_000, 9, "").map_or(json!(t), Value::String),
-        Avro::Duration(d) => json!({"months": u32::from(d.months()), "days": u32::from(d.days()), "millis": u32::from(d.millis())}),
+        Avro::TimestampMillis(t) => {
+            timestamp_text(t, 1_000, 3, "Z").map_or(json!(t), Value::String)
+        }
+        Avro::TimestampMicros(t) => {
+            timestamp_text(t, 1_000_000, 6, "Z").map_or(json!(t), Value::String)
+        }
+        Avro::TimestampNanos(t) => {
+            timestamp_text(t, 1_000_000_000, 9, "Z").map_or(json!(t), Value::String)
+        }
+        Avro::LocalTimestampMillis(t) => {
+            timestamp_text(t, 1_000, 3, "").map_or(json!(t), Value::String)
+        }
+        Avro::LocalTimestampMicros(t) => {
+            timestamp_text(t, 1_000_000, 6, "").map_or(json!(t), Value::String)
+        }
+        Avro::LocalTimestampNanos(t) => {
+            timestamp_text(t, 1_000_000_000, 9, "").map_or(json!(t), Value::String)
+        }
+        Avro::Duration(d) => {
+            json!({"months": u32::from(d.months()), "days": u32::from(d.days()), "millis": u32::from(d.millis())})
+        }
         Avro::Uuid(u) => Value::String(u.as_hyphenated().to_string()),
     }
 }
@@ -128,7 +147,8 @@ fn float(f: f64) -> Value {
 pub fn decimal_text(bytes: &[u8], scale: usize) -> String {
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     // The magnitude: two's complement negated for a negative value.
-    let mut magnitude: Vec<u8> = if negative { bytes.iter().map(|b| !b).collect() } else { bytes.to_vec() };
+    let mut magnitude: Vec<u8> =
+        if negative { bytes.iter().map(|b| !b).collect() } else { bytes.to_vec() };
     if negative {
         for b in magnitude.iter_mut().rev() {
             let (sum, carry) = b.overflowing_add(1);
@@ -160,7 +180,8 @@ pub fn decimal_text(bytes: &[u8], scale: usize) -> String {
     }
     digits.reverse();
     let point = digits.len() - scale;
-    let (whole, fraction): (String, String) = (digits[..point].iter().collect(), digits[point..].iter().collect());
+    let (whole, fraction): (String, String) =
+        (digits[..point].iter().collect(), digits[point..].iter().collect());
     let sign = if negative { "-" } else { "" };
     if scale == 0 {
         format!("{sign}{whole}")
@@ -201,7 +222,12 @@ fn time_text(units: i64, per_second: i64, digits: usize) -> Option<String> {
         return None;
     }
     let (seconds, fraction) = (units / per_second, units % per_second);
-    Some(format!("{:02}:{:02}:{:02}.{fraction:0digits$}", seconds / 3600, seconds / 60 % 60, seconds % 60))
+    Some(format!(
+        "{:02}:{:02}:{:02}.{fraction:0digits$}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    ))
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.fff…` and `zone` of `units` since the epoch, for
@@ -243,10 +269,17 @@ mod tests {
         let mut big = vec![0x01];
         big.extend([0u8; 16]);
         assert_eq!(decimal_text(&big, 10), "34028236692093846346337460743.1768211456");
-        let bytes_schema = r#"{"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}"#;
+        let bytes_schema =
+            r#"{"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}"#;
         assert_eq!(decode(bytes_schema, Avro::Decimal(vec![0x04u8, 0xD2].into())), json!("12.34"));
         let fixed_schema = r#"{"type": "fixed", "name": "money", "size": 8, "logicalType": "decimal", "precision": 18, "scale": 4}"#;
-        assert_eq!(decode(fixed_schema, Avro::Decimal(vec![0xFFu8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE].into())), json!("-0.0002"));
+        assert_eq!(
+            decode(
+                fixed_schema,
+                Avro::Decimal(vec![0xFFu8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE].into())
+            ),
+            json!("-0.0002")
+        );
     }
 
     #[test]
@@ -255,9 +288,15 @@ mod tests {
         assert_eq!(date_text(19_844), "2024-05-01");
         assert_eq!(date_text(-1), "1969-12-31");
         assert_eq!(date_text(11_016), "2000-02-29");
-        assert_eq!(timestamp_text(1_714_564_800_123, 1_000, 3, "Z").as_deref(), Some("2024-05-01T12:00:00.123Z"));
+        assert_eq!(
+            timestamp_text(1_714_564_800_123, 1_000, 3, "Z").as_deref(),
+            Some("2024-05-01T12:00:00.123Z")
+        );
         assert_eq!(timestamp_text(-1, 1_000, 3, "Z").as_deref(), Some("1969-12-31T23:59:59.999Z"));
-        assert_eq!(timestamp_text(1_714_564_800_000_001, 1_000_000, 6, "").as_deref(), Some("2024-05-01T12:00:00.000001"));
+        assert_eq!(
+            timestamp_text(1_714_564_800_000_001, 1_000_000, 6, "").as_deref(),
+            Some("2024-05-01T12:00:00.000001")
+        );
         assert_eq!(timestamp_text(i64::MAX, 1_000, 3, "Z"), None);
         assert_eq!(time_text(45_296_789, 1_000, 3).as_deref(), Some("12:34:56.789"));
         assert_eq!(time_text(1, 1_000_000, 6).as_deref(), Some("00:00:00.000001"));
@@ -281,9 +320,15 @@ mod tests {
             {"name": "ratio", "type": "double"}
         ]}"#;
         let value = Avro::Record(vec![
-            ("id".into(), Avro::Uuid("550e8400-e29b-41d4-a716-446655440000".parse().expect("uuid"))),
+            (
+                "id".into(),
+                Avro::Uuid("550e8400-e29b-41d4-a716-446655440000".parse().expect("uuid")),
+            ),
             ("amount".into(), Avro::Decimal(vec![0x04u8, 0xD2].into())),
-            ("fee".into(), Avro::Union(1, Box::new(Avro::Decimal(vec![0u8, 0, 0x01, 0xF4].into())))),
+            (
+                "fee".into(),
+                Avro::Union(1, Box::new(Avro::Decimal(vec![0u8, 0, 0x01, 0xF4].into()))),
+            ),
             ("at".into(), Avro::TimestampMillis(1_714_564_800_123)),
             ("at_us".into(), Avro::TimestampMicros(1_714_564_800_123_456)),
             ("local".into(), Avro::LocalTimestampMillis(0)),

@@ -42,7 +42,11 @@ pub enum ClusterCommand {
 ///
 /// # Errors
 /// What went wrong, for people; for `health`, an unhealthy cluster (exit code 1).
-pub async fn run(command: ClusterCommand, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
+pub async fn run(
+    command: ClusterCommand,
+    connect: &ConnectArgs,
+    out: Output,
+) -> anyhow::Result<()> {
     let mut admin = Admin::connect(connect).await?;
     execute(&mut admin, command, out).await
 }
@@ -51,7 +55,11 @@ pub async fn run(command: ClusterCommand, connect: &ConnectArgs, out: Output) ->
 ///
 /// # Errors
 /// As [`run`].
-pub async fn execute(admin: &mut Admin, command: ClusterCommand, out: Output) -> anyhow::Result<()> {
+pub async fn execute(
+    admin: &mut Admin,
+    command: ClusterCommand,
+    out: Output,
+) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Info => info(admin, out).await,
         ClusterCommand::Health => health(admin, out).await,
@@ -151,7 +159,10 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
         b["error"] = json!(error);
     }
     let no_controller = metadata.controller_id.0 < 0;
-    let healthy = under_replicated.is_empty() && offline.is_empty() && unreachable.is_empty() && !no_controller;
+    let healthy = under_replicated.is_empty()
+        && offline.is_empty()
+        && unreachable.is_empty()
+        && !no_controller;
     let doc = json!({
         "healthy": healthy, "controller": (!no_controller).then_some(metadata.controller_id.0), "brokers": brokers,
         "unreachable_brokers": unreachable, "under_replicated_partitions": under_replicated, "offline_partitions": offline,
@@ -173,12 +184,20 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
         if no_controller {
             println!("no controller: the brokers have not elected one");
         }
-        let join = |v: &Value| v.as_array().map(|a| a.iter().map(Value::to_string).collect::<Vec<_>>().join(",")).unwrap_or_default();
-        for (title, list) in [("Offline partitions (no leader)", &offline), ("Under-replicated partitions", &under_replicated)] {
+        let join = |v: &Value| {
+            v.as_array()
+                .map(|a| a.iter().map(Value::to_string).collect::<Vec<_>>().join(","))
+                .unwrap_or_default()
+        };
+        for (title, list) in [
+            ("Offline partitions (no leader)", &offline),
+            ("Under-replicated partitions", &under_replicated),
+        ] {
             if list.is_empty() {
                 continue;
             }
-            let mut table = Table::new(&["topic", "partition", "leader", "replicas", "isr", "offline"]);
+            let mut table =
+                Table::new(&["topic", "partition", "leader", "replicas", "isr", "offline"]);
             for p in list {
                 table.row([
                     p["topic"].as_str().unwrap_or("").to_string(),
@@ -193,19 +212,33 @@ async fn health(admin: &mut Admin, out: Output) -> anyhow::Result<()> {
             print!("{}", table.render());
         }
         for b in brokers.iter().filter(|b| b["reachable"] == false) {
-            println!("\nbroker {} at {} does not answer: {}", b["id"], b["address"].as_str().unwrap_or(""), b["error"].as_str().unwrap_or(""));
+            println!(
+                "\nbroker {} at {} does not answer: {}",
+                b["id"],
+                b["address"].as_str().unwrap_or(""),
+                b["error"].as_str().unwrap_or("")
+            );
         }
     }
     if !healthy {
         let mut what = Vec::new();
         if !offline.is_empty() {
-            what.push(format!("offline: {}", offline.iter().map(name).collect::<Vec<_>>().join(", ")));
+            what.push(format!(
+                "offline: {}",
+                offline.iter().map(name).collect::<Vec<_>>().join(", ")
+            ));
         }
         if !under_replicated.is_empty() {
-            what.push(format!("under-replicated: {}", under_replicated.iter().map(name).collect::<Vec<_>>().join(", ")));
+            what.push(format!(
+                "under-replicated: {}",
+                under_replicated.iter().map(name).collect::<Vec<_>>().join(", ")
+            ));
         }
         if !unreachable.is_empty() {
-            what.push(format!("brokers not answering: {}", unreachable.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")));
+            what.push(format!(
+                "brokers not answering: {}",
+                unreachable.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+            ));
         }
         if no_controller {
             what.push("no controller".to_string());

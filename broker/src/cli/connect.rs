@@ -24,7 +24,13 @@ pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
 pub struct ConnectArgs {
     /// Bootstrap brokers, comma-separated [default: 127.0.0.1:9092, or
     /// `bootstrap.servers` from -X or the profile].
-    #[arg(long, short = 'b', global = true, env = "FLOE_BROKERS", value_name = "HOST:PORT[,HOST:PORT]")]
+    #[arg(
+        long,
+        short = 'b',
+        global = true,
+        env = "FLOE_BROKERS",
+        value_name = "HOST:PORT[,HOST:PORT]"
+    )]
     pub brokers: Option<String>,
     /// A client property, librdkafka's names: `-X security.protocol=SASL_SSL
     /// -X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=...
@@ -52,7 +58,8 @@ impl ConnectArgs {
     pub fn properties(&self) -> anyhow::Result<BTreeMap<String, String>> {
         let mut props = BTreeMap::new();
         if let Some(path) = &self.profile {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the profile {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the profile {}", path.display()))?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
@@ -60,7 +67,9 @@ impl ConnectArgs {
                 }
                 let at = format!("{}:{}", path.display(), n + 1);
                 let Some((k, v)) = line.split_once('=') else {
-                    return Err(CliFailure::Usage(format!("{at}: `{line}` is not key=value")).into());
+                    return Err(
+                        CliFailure::Usage(format!("{at}: `{line}` is not key=value")).into()
+                    );
                 };
                 let (k, v) = (k.trim(), v.trim());
                 check_property(k, v).map_err(|e| CliFailure::Usage(format!("{at}: {e}")))?;
@@ -69,7 +78,10 @@ impl ConnectArgs {
         }
         for p in &self.properties {
             let Some((k, v)) = p.split_once('=') else {
-                return Err(CliFailure::Usage(format!("-X {p}: not key=value (e.g. -X security.protocol=SSL)")).into());
+                return Err(CliFailure::Usage(format!(
+                    "-X {p}: not key=value (e.g. -X security.protocol=SSL)"
+                ))
+                .into());
             };
             let k = k.trim();
             check_property(k, v).map_err(|e| CliFailure::Usage(format!("-X {e}")))?;
@@ -81,8 +93,11 @@ impl ConnectArgs {
     /// The bootstrap addresses: --brokers, else `bootstrap.servers` (or
     /// librdkafka's older `metadata.broker.list`), else the default.
     pub fn bootstrap(&self) -> Vec<String> {
-        let from_props = self.properties().ok().and_then(|p| p.get("bootstrap.servers").or_else(|| p.get("metadata.broker.list")).cloned());
-        let list = self.brokers.clone().or(from_props).unwrap_or_else(|| DEFAULT_BROKERS.to_string());
+        let from_props = self.properties().ok().and_then(|p| {
+            p.get("bootstrap.servers").or_else(|| p.get("metadata.broker.list")).cloned()
+        });
+        let list =
+            self.brokers.clone().or(from_props).unwrap_or_else(|| DEFAULT_BROKERS.to_string());
         list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
     }
 }
@@ -188,7 +203,10 @@ fn check_property(key: &str, value: &str) -> Result<(), String> {
     if let Some((_, choices)) = USED.iter().find(|(k, _)| *k == key) {
         return match choices {
             Some(choices) if !choices.iter().any(|c| c.eq_ignore_ascii_case(value.trim())) => {
-                Err(format!("{key}={value}: `{value}` is not a value of {key}; use {}", choices.join(", ")))
+                Err(format!(
+                    "{key}={value}: `{value}` is not a value of {key}; use {}",
+                    choices.join(", ")
+                ))
             }
             _ => Ok(()),
         };
@@ -200,10 +218,15 @@ fn check_property(key: &str, value: &str) -> Result<(), String> {
     let nearest = closest(key, known);
     let hint = match nearest {
         Some(k) => format!(" (did you mean {k}?)"),
-        None => format!(" (the CLI takes {})", USED.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
+        None => format!(
+            " (the CLI takes {})",
+            USED.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+        ),
     };
     // A mistyped secret's name must not put the secret in a terminal's scrollback.
-    let looks_secret = |k: &str| ["pass", "secret", "token", "credential"].iter().any(|w| k.to_ascii_lowercase().contains(w));
+    let looks_secret = |k: &str| {
+        ["pass", "secret", "token", "credential"].iter().any(|w| k.to_ascii_lowercase().contains(w))
+    };
     let secret = looks_secret(key) || nearest.is_some_and(looks_secret);
     let shown = if secret { format!("{key}=(value hidden)") } else { format!("{key}={value}") };
     Err(format!("{shown}: unknown property `{key}`{hint}"))
@@ -216,7 +239,9 @@ fn closest<'a>(typed: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a 
     let typed_lower = typed.to_ascii_lowercase();
     let known: Vec<&str> = known.collect();
     if typed_lower.len() >= 4 {
-        if let Some(k) = known.iter().filter(|k| k.starts_with(&typed_lower)).min_by_key(|k| k.len()) {
+        if let Some(k) =
+            known.iter().filter(|k| k.starts_with(&typed_lower)).min_by_key(|k| k.len())
+        {
             return Some(k);
         }
     }
@@ -228,7 +253,9 @@ pub fn key_value(text: &str, what: &str) -> anyhow::Result<(String, String)> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.to_string()))
         .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("{what} `{text}` is not KEY=VALUE (e.g. retention.ms=86400000)"))
+        .ok_or_else(|| {
+            anyhow::anyhow!("{what} `{text}` is not KEY=VALUE (e.g. retention.ms=86400000)")
+        })
 }
 
 #[cfg(test)]
@@ -236,7 +263,12 @@ mod tests {
     use super::*;
 
     fn args(properties: &[&str]) -> ConnectArgs {
-        ConnectArgs { brokers: None, properties: properties.iter().map(|p| (*p).to_string()).collect(), profile: None, timeout_ms: 1 }
+        ConnectArgs {
+            brokers: None,
+            properties: properties.iter().map(|p| (*p).to_string()).collect(),
+            profile: None,
+            timeout_ms: 1,
+        }
     }
 
     fn usage(properties: &[&str]) -> String {
@@ -247,9 +279,14 @@ mod tests {
 
     #[test]
     fn known_properties_pass_and_choices_ignore_case() {
-        let props = args(&["security.protocol=sasl_ssl", "sasl.mechanism=SCRAM-SHA-512", "client.id=x", "ssl.endpoint.identification.algorithm=none"])
-            .properties()
-            .expect("accepted");
+        let props = args(&[
+            "security.protocol=sasl_ssl",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "client.id=x",
+            "ssl.endpoint.identification.algorithm=none",
+        ])
+        .properties()
+        .expect("accepted");
         assert_eq!(props["security.protocol"], "sasl_ssl");
         assert_eq!(args(&["metadata.broker.list=h:1"]).bootstrap(), vec!["h:1".to_string()]);
     }
@@ -257,7 +294,11 @@ mod tests {
     #[test]
     fn a_bad_value_names_the_key_the_value_and_the_choices() {
         let e = usage(&["security.protocol=FOO"]);
-        assert!(e.contains("security.protocol=FOO") && e.contains("PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"), "{e}");
+        assert!(
+            e.contains("security.protocol=FOO")
+                && e.contains("PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+            "{e}"
+        );
         let e = usage(&["sasl.mechanism=bogus"]);
         assert!(e.contains("`bogus`") && e.contains("SCRAM-SHA-256"), "{e}");
         assert!(usage(&["security.protocol"]).contains("not key=value"));
@@ -266,7 +307,11 @@ mod tests {
     #[test]
     fn an_unknown_key_is_refused_with_the_nearest_known_one() {
         let e = usage(&["security.protocl=SSL"]);
-        assert!(e.contains("unknown property `security.protocl`") && e.contains("did you mean security.protocol?"), "{e}");
+        assert!(
+            e.contains("unknown property `security.protocl`")
+                && e.contains("did you mean security.protocol?"),
+            "{e}"
+        );
         assert!(usage(&["sasl.user=alice"]).contains("did you mean sasl.username?"));
         let e = usage(&["sasl.pasword=hunter2"]);
         assert!(e.contains("did you mean sasl.password?") && !e.contains("hunter2"), "{e}");

@@ -85,7 +85,9 @@ pub fn parse_consume_format(text: &str) -> Result<PrintFormat, String> {
         parse_template(text)?;
         return Ok(PrintFormat::Template(text.to_string()));
     }
-    parse_output_format(text).map_err(|_| format!("`{text}` is neither table, json, yaml nor a template with % tokens (e.g. '%k %v')"))
+    parse_output_format(text).map_err(|_| {
+        format!("`{text}` is neither table, json, yaml nor a template with % tokens (e.g. '%k %v')")
+    })
 }
 
 /// Where to start in each partition (`--offset`).
@@ -104,7 +106,9 @@ pub enum StartAt {
 }
 
 fn parse_start(text: &str) -> Result<StartAt, String> {
-    let bad = || format!("`{text}` is not an offset: use beginning, end, a number N, -N (N before the end) or @MS (a timestamp in ms)");
+    let bad = || {
+        format!("`{text}` is not an offset: use beginning, end, a number N, -N (N before the end) or @MS (a timestamp in ms)")
+    };
     match text {
         "beginning" | "earliest" | "start" | "oldest" => Ok(StartAt::Beginning),
         "end" | "latest" | "newest" => Ok(StartAt::End),
@@ -113,7 +117,12 @@ fn parse_start(text: &str) -> Result<StartAt, String> {
                 return ms.parse().map(StartAt::Timestamp).map_err(|_| bad());
             }
             if let Some(n) = text.strip_prefix('-') {
-                return n.parse::<i64>().ok().filter(|&n| n >= 0).map(StartAt::BeforeEnd).ok_or_else(bad);
+                return n
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|&n| n >= 0)
+                    .map(StartAt::BeforeEnd)
+                    .ok_or_else(bad);
             }
             text.parse::<i64>().ok().filter(|&n| n >= 0).map(StartAt::Offset).ok_or_else(bad)
         }
@@ -217,12 +226,19 @@ impl SchemaDecoder {
             self.schemas.insert(id, schema);
         }
         let result = match self.schemas.get(&id) {
-            Some(Ok(WireSchema::Avro(schema))) => apache_avro::from_avro_datum(schema, &mut &b[5..], None)
-                .map_err(|e| format!("not Avro of schema {id}: {e}"))
-                .and_then(|v| super::avro_json::to_json(v, schema).map_err(|e| format!("schema {id}: {e}")))
-                .map(|v| v.to_string().into_bytes()),
+            Some(Ok(WireSchema::Avro(schema))) => {
+                apache_avro::from_avro_datum(schema, &mut &b[5..], None)
+                    .map_err(|e| format!("not Avro of schema {id}: {e}"))
+                    .and_then(|v| {
+                        super::avro_json::to_json(v, schema)
+                            .map_err(|e| format!("schema {id}: {e}"))
+                    })
+                    .map(|v| v.to_string().into_bytes())
+            }
             Some(Ok(WireSchema::Json)) => Ok(b[5..].to_vec()),
-            Some(Ok(WireSchema::Other(kind))) => Err(format!("{kind} schemas are not decoded here")),
+            Some(Ok(WireSchema::Other(kind))) => {
+                Err(format!("{kind} schemas are not decoded here"))
+            }
             Some(Err(e)) => Err(e.clone()),
             None => Err(format!("schema {id} missing")),
         };
@@ -240,14 +256,19 @@ impl SchemaDecoder {
     /// GET /schemas/ids/{id} of the registry, parsed.
     async fn fetch(&self, id: i32) -> Result<WireSchema, String> {
         let url = self.url.trim_end_matches('/');
-        let authority = url.strip_prefix("http://").ok_or_else(|| format!("the registry {url}: only http:// URLs are supported"))?;
+        let authority = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("the registry {url}: only http:// URLs are supported"))?;
         let path = format!("/schemas/ids/{id}");
         let exchange = async {
             use http_body_util::BodyExt as _;
-            let stream = tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connecting to the registry {url}: {e}"))?;
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            let stream = tokio::net::TcpStream::connect(authority)
                 .await
-                .map_err(|e| format!("HTTP handshake with {url}: {e}"))?;
+                .map_err(|e| format!("connecting to the registry {url}: {e}"))?;
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .map_err(|e| format!("HTTP handshake with {url}: {e}"))?;
             tokio::spawn(async move {
                 let _ = connection.await;
             });
@@ -257,23 +278,42 @@ impl SchemaDecoder {
                 .header(hyper::header::ACCEPT, "application/vnd.schemaregistry.v1+json")
                 .body(http_body_util::Empty::<bytes::Bytes>::new())
                 .map_err(|e| format!("building the request: {e}"))?;
-            let response = sender.send_request(request).await.map_err(|e| format!("asking {url}{path}: {e}"))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| format!("asking {url}{path}: {e}"))?;
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await.map_err(|e| format!("reading {url}{path}: {e}"))?.to_bytes();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("reading {url}{path}: {e}"))?
+                .to_bytes();
             Ok::<_, String>((status, body))
         };
-        let (status, body) = tokio::time::timeout(Duration::from_secs(10), exchange).await.map_err(|_| format!("{url} did not answer within 10 s"))??;
-        let doc: Value = serde_json::from_slice(&body).map_err(|e| format!("{url}{path} answered {status}, not JSON: {e}"))?;
+        let (status, body) = tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .map_err(|_| format!("{url} did not answer within 10 s"))??;
+        let doc: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("{url}{path} answered {status}, not JSON: {e}"))?;
         if status != 200 {
-            return Err(format!("{url}{path} answered {status}: {}", doc.get("message").and_then(Value::as_str).unwrap_or("")));
+            return Err(format!(
+                "{url}{path} answered {status}: {}",
+                doc.get("message").and_then(Value::as_str).unwrap_or("")
+            ));
         }
-        let text = doc.get("schema").and_then(Value::as_str).ok_or_else(|| format!("{url}{path}: no `schema` in the answer"))?;
+        let text = doc
+            .get("schema")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{url}{path}: no `schema` in the answer"))?;
         match doc.get("schemaType").and_then(Value::as_str).unwrap_or("AVRO") {
             "AVRO" => {
                 if doc.get("references").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
                     return Err("Avro schemas with references are not decoded here".into());
                 }
-                apache_avro::Schema::parse_str(text).map(WireSchema::Avro).map_err(|e| format!("the registry's Avro schema does not parse: {e}"))
+                apache_avro::Schema::parse_str(text)
+                    .map(WireSchema::Avro)
+                    .map_err(|e| format!("the registry's Avro schema does not parse: {e}"))
             }
             "JSON" => Ok(WireSchema::Json),
             other => Ok(WireSchema::Other(other.to_string())),
@@ -304,7 +344,9 @@ fn parse_template(text: &str) -> Result<Vec<Token>, String> {
     while let Some(c) = chars.next() {
         match c {
             '%' => {
-                let next = chars.next().ok_or("the template ends with a lone %: write %% for a percent sign")?;
+                let next = chars
+                    .next()
+                    .ok_or("the template ends with a lone %: write %% for a percent sign")?;
                 let token = match next {
                     '%' => {
                         literal.push(b'%');
@@ -319,7 +361,11 @@ fn parse_template(text: &str) -> Result<Vec<Token>, String> {
                     'h' => Token::Headers,
                     'K' => Token::KeyLength,
                     'S' => Token::ValueLength,
-                    other => return Err(format!("%{other} is not a template token: use %t %p %o %k %v %T %h %K %S or %%")),
+                    other => {
+                        return Err(format!(
+                        "%{other} is not a template token: use %t %p %o %k %v %T %h %K %S or %%"
+                    ))
+                    }
                 };
                 if !literal.is_empty() {
                     tokens.push(Token::Text(std::mem::take(&mut literal)));
@@ -354,7 +400,13 @@ fn parse_template(text: &str) -> Result<Vec<Token>, String> {
 }
 
 /// Appends `record` as `tokens` say.
-fn render(tokens: &[Token], topic: &str, partition: i32, record: &FetchedRecord, out: &mut Vec<u8>) {
+fn render(
+    tokens: &[Token],
+    topic: &str,
+    partition: i32,
+    record: &FetchedRecord,
+    out: &mut Vec<u8>,
+) {
     let length = |b: &Option<Vec<u8>>| b.as_ref().map_or(-1, |b| b.len() as i64);
     for token in tokens {
         match token {
@@ -366,7 +418,9 @@ fn render(tokens: &[Token], topic: &str, partition: i32, record: &FetchedRecord,
             Token::Value => out.extend_from_slice(record.value.as_deref().unwrap_or_default()),
             Token::Timestamp => out.extend_from_slice(record.timestamp.to_string().as_bytes()),
             Token::KeyLength => out.extend_from_slice(length(&record.key).to_string().as_bytes()),
-            Token::ValueLength => out.extend_from_slice(length(&record.value).to_string().as_bytes()),
+            Token::ValueLength => {
+                out.extend_from_slice(length(&record.value).to_string().as_bytes())
+            }
             Token::Headers => {
                 for (i, (k, v)) in record.headers.iter().enumerate() {
                     if i > 0 {
@@ -399,7 +453,10 @@ pub fn record_json(topic: &str, partition: i32, record: &FetchedRecord) -> Value
     doc.insert("partition".into(), json!(partition));
     doc.insert("offset".into(), json!(record.offset));
     doc.insert("timestamp".into(), json!(record.timestamp));
-    doc.insert("timestamp_type".into(), json!(if record.log_append_time { "LogAppendTime" } else { "CreateTime" }));
+    doc.insert(
+        "timestamp_type".into(),
+        json!(if record.log_append_time { "LogAppendTime" } else { "CreateTime" }),
+    );
     let (key, key_b64) = json_bytes(record.key.as_deref());
     let (value, value_b64) = json_bytes(record.value.as_deref());
     doc.insert("key".into(), key);
@@ -442,10 +499,14 @@ enum Printer {
 pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyhow::Result<()> {
     let _ = out; // consume prints by its own --format
     let printer = match &args.format {
-        PrintFormat::Template(t) => Printer::Template(parse_template(t).map_err(|e| anyhow!("--format: {e}"))?),
+        PrintFormat::Template(t) => {
+            Printer::Template(parse_template(t).map_err(|e| anyhow!("--format: {e}"))?)
+        }
         PrintFormat::Output(Format::Json) => Printer::Json,
         PrintFormat::Output(Format::Yaml) => Printer::Yaml,
-        PrintFormat::Output(Format::Table) => Printer::Template(vec![Token::Value, Token::Text(b"\n".to_vec())]),
+        PrintFormat::Output(Format::Table) => {
+            Printer::Template(vec![Token::Value, Token::Text(b"\n".to_vec())])
+        }
     };
     let topic = args.topic.clone();
     let read_committed = args.isolation == Isolation::ReadCommitted;
@@ -453,7 +514,11 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
         Some(url) => Some(url.clone()),
         None => connect.properties()?.get("schema.registry.url").cloned(),
     };
-    let mut schemas = registry.map(|url| SchemaDecoder { url, schemas: Default::default(), warned: BTreeSet::new() });
+    let mut schemas = registry.map(|url| SchemaDecoder {
+        url,
+        schemas: Default::default(),
+        warned: BTreeSet::new(),
+    });
     let mut admin = Admin::connect(connect).await?;
     let mut metadata = topic_metadata(&mut admin, &topic).await?;
     let all: Vec<i32> = metadata
@@ -464,11 +529,21 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let partitions: Vec<i32> = if args.partition.is_empty() { all.clone() } else { args.partition.iter().copied().collect::<BTreeSet<_>>().into_iter().collect() };
+    let partitions: Vec<i32> = if args.partition.is_empty() {
+        all.clone()
+    } else {
+        args.partition.iter().copied().collect::<BTreeSet<_>>().into_iter().collect()
+    };
     if let Some(p) = partitions.iter().find(|p| !all.contains(p)) {
-        return Err(CliFailure::NotFound(format!("topic {topic} has no partition {p} (it has {})", range_text(&all))).into());
+        return Err(CliFailure::NotFound(format!(
+            "topic {topic} has no partition {p} (it has {})",
+            range_text(&all)
+        ))
+        .into());
     }
-    let mut positions = start_offsets(&mut admin, &metadata, &topic, &partitions, args.offset, read_committed).await?;
+    let mut positions =
+        start_offsets(&mut admin, &metadata, &topic, &partitions, args.offset, read_committed)
+            .await?;
     // With a group: its committed offsets win, and what is printed is committed.
     let group = match &args.group {
         Some(g) => {
@@ -511,13 +586,23 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                 .with_min_bytes(1)
                 .with_max_bytes(50 * 1024 * 1024)
                 .with_isolation_level(i8::from(read_committed))
-                .with_topics(vec![FetchTopic::default().with_topic(TopicName(StrBytes::from_string(topic.clone()))).with_partitions(
-                    parts
-                        .iter()
-                        .map(|&p| FetchPartition::default().with_partition(p).with_fetch_offset(positions[&p]).with_partition_max_bytes(PARTITION_MAX_BYTES))
-                        .collect(),
-                )]);
-            let response = match admin.call_versioned(Target::Node(leader), &request, Some(FETCH_VERSION_CAP)).await {
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(topic.clone())))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|&p| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(positions[&p])
+                                    .with_partition_max_bytes(PARTITION_MAX_BYTES)
+                            })
+                            .collect(),
+                    )]);
+            let response = match admin
+                .call_versioned(Target::Node(leader), &request, Some(FETCH_VERSION_CAP))
+                .await
+            {
                 Ok((r, _)) => r,
                 // A leader that went away: ask again where the partitions are.
                 Err(e) if retries < 10 && super::admin::exit_code(&e) == 3 => {
@@ -534,10 +619,17 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                     let code = p.error_code;
                     if code == ResponseError::OffsetOutOfRange.code() {
                         let at = positions.get(&partition).copied().unwrap_or_default();
-                        return Err(out_of_range(&mut admin, &metadata, &topic, partition, at).await);
+                        return Err(
+                            out_of_range(&mut admin, &metadata, &topic, partition, at).await
+                        );
                     }
-                    if [ResponseError::NotLeaderOrFollower.code(), ResponseError::LeaderNotAvailable.code(), ResponseError::UnknownLeaderEpoch.code(), ResponseError::FencedLeaderEpoch.code()]
-                        .contains(&code)
+                    if [
+                        ResponseError::NotLeaderOrFollower.code(),
+                        ResponseError::LeaderNotAvailable.code(),
+                        ResponseError::UnknownLeaderEpoch.code(),
+                        ResponseError::FencedLeaderEpoch.code(),
+                    ]
+                    .contains(&code)
                         && retries < 20
                     {
                         retries += 1;
@@ -550,11 +642,17 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                         p.aborted_transactions
                             .iter()
                             .flatten()
-                            .map(|a| AbortedTxn { first_offset: a.first_offset, producer_id: a.producer_id.0 })
+                            .map(|a| AbortedTxn {
+                                first_offset: a.first_offset,
+                                producer_id: a.producer_id.0,
+                            })
                             .collect()
                     });
                     let records = p.records.as_deref().unwrap_or_default();
-                    let mut decoded = decode_fetched(records, at, aborted.as_deref()).map_err(|e| anyhow!("reading {topic} [{partition}] at offset {at}: {e}"))?;
+                    let mut decoded =
+                        decode_fetched(records, at, aborted.as_deref()).map_err(|e| {
+                            anyhow!("reading {topic} [{partition}] at offset {at}: {e}")
+                        })?;
                     if let Some(schemas) = schemas.as_mut() {
                         for r in &mut decoded.records {
                             r.key = schemas.decode(r.key.take()).await;
@@ -565,12 +663,21 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                     let mut stop = false;
                     for record in &decoded.records {
                         match &printer {
-                            Printer::Template(tokens) => render(tokens, &topic, partition, record, &mut text),
+                            Printer::Template(tokens) => {
+                                render(tokens, &topic, partition, record, &mut text)
+                            }
                             Printer::Json => {
-                                text.extend_from_slice(record_json(&topic, partition, record).to_string().as_bytes());
+                                text.extend_from_slice(
+                                    record_json(&topic, partition, record).to_string().as_bytes(),
+                                );
                                 text.push(b'\n');
                             }
-                            Printer::Yaml => text.extend_from_slice(to_yaml(&Value::Array(vec![record_json(&topic, partition, record)])).as_bytes()),
+                            Printer::Yaml => text.extend_from_slice(
+                                to_yaml(&Value::Array(vec![record_json(
+                                    &topic, partition, record,
+                                )]))
+                                .as_bytes(),
+                            ),
                         }
                         printed += 1;
                         if args.num.is_some_and(|n| printed >= n) {
@@ -592,7 +699,11 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs, out: Output) -> anyho
                         return Ok(());
                     }
                     positions.insert(partition, decoded.next_offset);
-                    let end = if read_committed && p.last_stable_offset >= 0 { p.last_stable_offset } else { p.high_watermark };
+                    let end = if read_committed && p.last_stable_offset >= 0 {
+                        p.last_stable_offset
+                    } else {
+                        p.high_watermark
+                    };
                     if decoded.next_offset >= end {
                         at_end.insert(partition);
                     } else {
@@ -623,7 +734,12 @@ struct GroupCommits {
 
 impl GroupCommits {
     /// Commits the positions that moved since the last commit.
-    async fn commit(&mut self, admin: &mut Admin, topic: &str, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+    async fn commit(
+        &mut self,
+        admin: &mut Admin,
+        topic: &str,
+        positions: &BTreeMap<i32, i64>,
+    ) -> anyhow::Result<()> {
         let moved: Vec<(String, i32, i64)> = positions
             .iter()
             .filter(|(p, o)| self.committed.get(p) != Some(o))
@@ -650,8 +766,13 @@ impl GroupCommits {
 /// `0..5` or `0, 2, 7` for messages.
 fn range_text(partitions: &[i32]) -> String {
     match (partitions.first(), partitions.last()) {
-        (Some(&a), Some(&b)) if (b - a) as usize + 1 == partitions.len() => format!("partitions {a}..{b}"),
-        _ => format!("partitions {}", partitions.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")),
+        (Some(&a), Some(&b)) if (b - a) as usize + 1 == partitions.len() => {
+            format!("partitions {a}..{b}")
+        }
+        _ => format!(
+            "partitions {}",
+            partitions.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 
@@ -701,7 +822,13 @@ async fn start_offsets(
 }
 
 /// The error for a start offset outside the partition, naming its range.
-async fn out_of_range(admin: &mut Admin, metadata: &MetadataResponse, topic: &str, partition: i32, at: i64) -> anyhow::Error {
+async fn out_of_range(
+    admin: &mut Admin,
+    metadata: &MetadataResponse,
+    topic: &str,
+    partition: i32,
+    at: i64,
+) -> anyhow::Error {
     let topics = [topic.to_string()];
     let range = async {
         let lo = list_offsets(admin, metadata, &topics, EARLIEST, false).await?;
@@ -730,7 +857,11 @@ mod tests {
             log_append_time: false,
             key: Some(b"k1".to_vec()),
             value: Some(b"hello".to_vec()),
-            headers: vec![(b"h".to_vec(), Some(b"1".to_vec())), (b"h".to_vec(), Some(b"2".to_vec())), (b"n".to_vec(), None)],
+            headers: vec![
+                (b"h".to_vec(), Some(b"1".to_vec())),
+                (b"h".to_vec(), Some(b"2".to_vec())),
+                (b"n".to_vec(), None),
+            ],
         }
     }
 
@@ -745,7 +876,10 @@ mod tests {
     fn templates_take_kcats_tokens_and_end_in_a_newline() {
         let r = record();
         assert_eq!(rendered("%k %v", &r), "k1 hello\n");
-        assert_eq!(rendered("%t/%p@%o %T %h|%K %S 100%%\\n", &r), "orders/3@42 1700000000123 h=1,h=2,n=|2 5 100%\n");
+        assert_eq!(
+            rendered("%t/%p@%o %T %h|%K %S 100%%\\n", &r),
+            "orders/3@42 1700000000123 h=1,h=2,n=|2 5 100%\n"
+        );
         assert_eq!(rendered("%v\\t%k\\\\", &r), "hello\tk1\\\n");
         let null = FetchedRecord { key: None, value: None, headers: vec![], ..record() };
         assert_eq!(rendered("[%k][%v] %K %S %h", &null), "[][] -1 -1 \n");

@@ -13,10 +13,13 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::consumer_protocol_assignment::ConsumerProtocolAssignment;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
-    DeleteGroupsRequest, DescribeGroupsRequest, GroupId, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
+    DeleteGroupsRequest, DescribeGroupsRequest, GroupId, ListGroupsRequest, OffsetCommitRequest,
+    OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use serde_json::{json, Value};
@@ -151,7 +154,9 @@ pub async fn execute(admin: &mut Admin, command: GroupCommand, out: Output) -> a
     match command {
         GroupCommand::List { state } => list(admin, out, state).await,
         GroupCommand::Describe { group } => describe(admin, out, &group).await,
-        GroupCommand::Seek { group, to, topics, dry_run } => seek(admin, out, &group, to, &topics, dry_run).await,
+        GroupCommand::Seek { group, to, topics, dry_run } => {
+            seek(admin, out, &group, to, &topics, dry_run).await
+        }
         GroupCommand::Delete { groups } => delete(admin, out, groups).await,
     }
 }
@@ -175,7 +180,8 @@ async fn list(admin: &mut Admin, out: Output, states: Vec<String>) -> anyhow::Re
             if version < 4 {
                 bail!("broker {node} speaks ListGroups v{version}, which has no state filter (v4, Kafka 2.6): leave out --state");
             }
-            request.states_filter = states.iter().map(|s| StrBytes::from_string(s.clone())).collect();
+            request.states_filter =
+                states.iter().map(|s| StrBytes::from_string(s.clone())).collect();
         }
         let response = match admin.call_versioned(target, &request, Some(version)).await {
             Ok((r, _)) => r,
@@ -204,7 +210,11 @@ async fn list(admin: &mut Admin, out: Output, states: Vec<String>) -> anyhow::Re
         ]);
     }
     if rows.is_empty() {
-        notes.push(if states.is_empty() { "no groups".to_string() } else { format!("no groups in state {}", states.join(" or ")) });
+        notes.push(if states.is_empty() {
+            "no groups".to_string()
+        } else {
+            format!("no groups in state {}", states.join(" or "))
+        });
     }
     out.print(&Value::Array(rows), &table, &notes);
     Ok(())
@@ -233,14 +243,28 @@ struct GroupView {
 /// as state `Dead` (GROUP_ID_NOT_FOUND from v6 on is read the same way).
 async fn describe_group(admin: &mut Admin, group: &str) -> anyhow::Result<GroupView> {
     let coordinator = admin.coordinator(group, GROUP_KEY).await?;
-    let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
+    let request = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
     let response = admin.call(Target::Node(coordinator), &request).await?;
-    let described: DescribedGroup =
-        response.groups.into_iter().next().ok_or_else(|| anyhow!("DescribeGroups answered nothing for group {group}"))?;
+    let described: DescribedGroup = response
+        .groups
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("DescribeGroups answered nothing for group {group}"))?;
     if described.error_code == ResponseError::GroupIdNotFound.code() {
-        return Ok(GroupView { coordinator, state: "Dead".into(), protocol_type: String::new(), protocol: String::new(), members: vec![] });
+        return Ok(GroupView {
+            coordinator,
+            state: "Dead".into(),
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: vec![],
+        });
     }
-    check(described.error_code, described.error_message.as_ref(), &format!("describing group {group}"))?;
+    check(
+        described.error_code,
+        described.error_message.as_ref(),
+        &format!("describing group {group}"),
+    )?;
     let consumer = described.protocol_type.as_str() == "consumer";
     let members = described
         .members
@@ -288,13 +312,18 @@ fn decode_assignment(bytes: &Bytes) -> Vec<(String, i32)> {
 ///
 /// # Errors
 /// The call's error or the group's error code.
-pub async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
+pub async fn committed_offsets(
+    admin: &mut Admin,
+    coordinator: i32,
+    group: &str,
+) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
     let target = Target::Node(coordinator);
     let version = admin.negotiate::<OffsetFetchRequest>(target).await?;
     let group_id = GroupId(StrBytes::from_string(group.to_string()));
     let mut request = OffsetFetchRequest::default();
     if version >= 8 {
-        request.groups = vec![OffsetFetchRequestGroup::default().with_group_id(group_id).with_topics(None)];
+        request.groups =
+            vec![OffsetFetchRequestGroup::default().with_group_id(group_id).with_topics(None)];
     } else {
         request.group_id = group_id;
         // Null topics (every partition) needs v2.
@@ -308,7 +337,11 @@ pub async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str)
             check(g.error_code, None, &what)?;
             for t in g.topics {
                 for p in t.partitions {
-                    check(p.error_code, None, &format!("{what}, {}-{}", t.name.as_str(), p.partition_index))?;
+                    check(
+                        p.error_code,
+                        None,
+                        &format!("{what}, {}-{}", t.name.as_str(), p.partition_index),
+                    )?;
                     if p.committed_offset >= 0 {
                         offsets.insert((t.name.to_string(), p.partition_index), p.committed_offset);
                     }
@@ -319,7 +352,11 @@ pub async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str)
         check(response.error_code, None, &what)?;
         for t in response.topics {
             for p in t.partitions {
-                check(p.error_code, None, &format!("{what}, {}-{}", t.name.as_str(), p.partition_index))?;
+                check(
+                    p.error_code,
+                    None,
+                    &format!("{what}, {}-{}", t.name.as_str(), p.partition_index),
+                )?;
                 if p.committed_offset >= 0 {
                     offsets.insert((t.name.to_string(), p.partition_index), p.committed_offset);
                 }
@@ -337,10 +374,19 @@ pub async fn committed_offsets(admin: &mut Admin, coordinator: i32, group: &str)
 /// # Errors
 /// The call's error, or a partition's error code (UNKNOWN_MEMBER_ID or
 /// ILLEGAL_GENERATION when the group has members).
-pub async fn commit_offsets(admin: &mut Admin, coordinator: i32, group: &str, offsets: &[(String, i32, i64)]) -> anyhow::Result<()> {
+pub async fn commit_offsets(
+    admin: &mut Admin,
+    coordinator: i32,
+    group: &str,
+    offsets: &[(String, i32, i64)],
+) -> anyhow::Result<()> {
     let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
     for (t, p, offset) in offsets {
-        by_topic.entry(t).or_default().push(OffsetCommitRequestPartition::default().with_partition_index(*p).with_committed_offset(*offset));
+        by_topic.entry(t).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(*p)
+                .with_committed_offset(*offset),
+        );
     }
     let request = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
@@ -349,13 +395,21 @@ pub async fn commit_offsets(admin: &mut Admin, coordinator: i32, group: &str, of
         .with_topics(
             by_topic
                 .into_iter()
-                .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(TopicName(StrBytes::from_string(t.to_string()))).with_partitions(ps))
+                .map(|(t, ps)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                        .with_partitions(ps)
+                })
                 .collect(),
         );
     let response = admin.call(Target::Node(coordinator), &request).await?;
     for t in &response.topics {
         for p in &t.partitions {
-            check(p.error_code, None, &format!("committing {}-{} for group {group}", t.name.as_str(), p.partition_index))?;
+            check(
+                p.error_code,
+                None,
+                &format!("committing {}-{} for group {group}", t.name.as_str(), p.partition_index),
+            )?;
         }
     }
     Ok(())
@@ -378,8 +432,10 @@ async fn describe(admin: &mut Admin, out: Output, group: &str) -> anyhow::Result
             owner.insert(tp.clone(), m);
         }
     }
-    let partitions: BTreeSet<(String, i32)> = committed.keys().cloned().chain(owner.keys().cloned()).collect();
-    let topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let partitions: BTreeSet<(String, i32)> =
+        committed.keys().cloned().chain(owner.keys().cloned()).collect();
+    let topics: Vec<String> =
+        partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
     // The log end offset as kafka-consumer-groups reads it: ListOffsets latest
     // at the default isolation (read_uncommitted), i.e. the high watermark.
     let mut ends = BTreeMap::new();
@@ -389,16 +445,33 @@ async fn describe(admin: &mut Admin, out: Output, group: &str) -> anyhow::Result
         for t in &metadata.topics {
             if t.error_code != 0 {
                 let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
-                notes.push(format!("topic {name}: {} (no log end offset)", error_name(t.error_code).unwrap_or_default()));
+                notes.push(format!(
+                    "topic {name}: {} (no log end offset)",
+                    error_name(t.error_code).unwrap_or_default()
+                ));
             }
         }
-        let present: Vec<String> = metadata.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect();
+        let present: Vec<String> = metadata
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+            .collect();
         ends = list_offsets(admin, &metadata, &present, LATEST, false).await?;
     }
     let coordinator_addr = admin.brokers().get(&view.coordinator).cloned().unwrap_or_default();
     let mut rows = Vec::new();
     let mut total_lag: i64 = 0;
-    let mut table = Table::new(&["topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id", "host", "client-id"]);
+    let mut table = Table::new(&[
+        "topic",
+        "partition",
+        "current-offset",
+        "log-end-offset",
+        "lag",
+        "consumer-id",
+        "host",
+        "client-id",
+    ]);
     let dash = |v: Option<i64>| v.map_or("-".to_string(), |o| o.to_string());
     for tp in &partitions {
         let current = committed.get(tp).copied();
@@ -463,7 +536,12 @@ async fn describe(admin: &mut Admin, out: Output, group: &str) -> anyhow::Result
     if !view.members.is_empty() {
         let mut mt = Table::new(&["member-id", "client-id", "host", "partitions"]);
         for m in &view.members {
-            mt.row([m.member_id.clone(), m.client_id.clone(), m.host.clone(), m.assigned.len().to_string()]);
+            mt.row([
+                m.member_id.clone(),
+                m.client_id.clone(),
+                m.host.clone(),
+                m.assigned.len().to_string(),
+            ]);
         }
         println!();
         print!("{}", mt.render());
@@ -487,20 +565,37 @@ fn parse_topic_arg(text: &str) -> anyhow::Result<(String, Vec<i32>)> {
         Some((topic, parts)) => {
             let partitions = parts
                 .split(',')
-                .map(|p| p.trim().parse::<i32>().map_err(|_| anyhow!("--topic `{text}`: `{p}` is not a partition number (TOPIC:0,1,2)")))
+                .map(|p| {
+                    p.trim().parse::<i32>().map_err(|_| {
+                        anyhow!("--topic `{text}`: `{p}` is not a partition number (TOPIC:0,1,2)")
+                    })
+                })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Ok((topic.to_string(), partitions))
         }
     }
 }
 
-async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_args: &[String], dry_run: bool) -> anyhow::Result<()> {
-    let wanted = topic_args.iter().map(|t| parse_topic_arg(t)).collect::<anyhow::Result<Vec<_>>>()?;
+async fn seek(
+    admin: &mut Admin,
+    out: Output,
+    group: &str,
+    to: SeekTo,
+    topic_args: &[String],
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    let wanted =
+        topic_args.iter().map(|t| parse_topic_arg(t)).collect::<anyhow::Result<Vec<_>>>()?;
     let view = describe_group(admin, group).await?;
     // Kafka refuses an admin commit for a group with members (UNKNOWN_MEMBER_ID);
     // say so, and who they are, before trying.
     if !view.members.is_empty() || !matches!(view.state.as_str(), "Empty" | "Dead") {
-        let who = view.members.iter().map(|m| format!("{} ({} at {})", m.member_id, m.client_id, m.host)).collect::<Vec<_>>().join(", ");
+        let who = view
+            .members
+            .iter()
+            .map(|m| format!("{} ({} at {})", m.member_id, m.client_id, m.host))
+            .collect::<Vec<_>>()
+            .join(", ");
         bail!(
             "group {group} is {} with {}: {who}. Offsets can be moved only while the group is inactive: stop its consumers, then seek again",
             view.state,
@@ -519,8 +614,15 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
         }
         partitions.extend(committed.keys().cloned());
     }
-    let named: Vec<String> = wanted.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-    let topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).chain(named.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
+    let named: Vec<String> =
+        wanted.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let topics: Vec<String> = partitions
+        .iter()
+        .map(|(t, _)| t.clone())
+        .chain(named.iter().cloned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let metadata = admin.metadata(Some(&topics)).await?;
     let mut existing: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     for t in &metadata.topics {
@@ -537,7 +639,11 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
         }
         for &p in parts {
             if !all.contains(&p) {
-                return Err(CliFailure::NotFound(format!("topic {topic} has no partition {p} (it has {})", all.len())).into());
+                return Err(CliFailure::NotFound(format!(
+                    "topic {topic} has no partition {p} (it has {})",
+                    all.len()
+                ))
+                .into());
             }
             partitions.insert((topic.clone(), p));
         }
@@ -547,7 +653,8 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
     if partitions.is_empty() {
         bail!("none of the group's partitions exist any more; name some with --topic");
     }
-    let live: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let live: Vec<String> =
+        partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
     let earliest = list_offsets(admin, &metadata, &live, EARLIEST, false).await?;
     let latest = list_offsets(admin, &metadata, &live, LATEST, false).await?;
     let at_time = match to {
@@ -575,20 +682,31 @@ async fn seek(admin: &mut Admin, out: Output, group: &str, to: SeekTo, topic_arg
         // Kafka's tool keeps the offset within the log, saying so.
         let new = target.clamp(start, end.max(start));
         if new != target {
-            notes.push(format!("{}-{}: {target} is outside the log ({start}..{end}); {new} instead", tp.0, tp.1));
+            notes.push(format!(
+                "{}-{}: {target} is outside the log ({start}..{end}); {new} instead",
+                tp.0, tp.1
+            ));
         }
         moves.push((tp.clone(), old, new));
     }
     if !dry_run {
-        let offsets: Vec<(String, i32, i64)> = moves.iter().map(|((t, p), _, new)| (t.clone(), *p, *new)).collect();
-        commit_offsets(admin, view.coordinator, group, &offsets)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:#} (a consumer joined the group meanwhile? stop it, then seek again)"))?;
+        let offsets: Vec<(String, i32, i64)> =
+            moves.iter().map(|((t, p), _, new)| (t.clone(), *p, *new)).collect();
+        commit_offsets(admin, view.coordinator, group, &offsets).await.map_err(|e| {
+            anyhow::anyhow!(
+                "{e:#} (a consumer joined the group meanwhile? stop it, then seek again)"
+            )
+        })?;
     }
     let mut table = Table::new(&["topic", "partition", "old-offset", "new-offset"]);
     let mut rows = Vec::new();
     for ((t, p), old, new) in &moves {
-        table.row([t.clone(), p.to_string(), old.map_or("-".into(), |o| o.to_string()), new.to_string()]);
+        table.row([
+            t.clone(),
+            p.to_string(),
+            old.map_or("-".into(), |o| o.to_string()),
+            new.to_string(),
+        ]);
         rows.push(json!({"topic": t, "partition": p, "old_offset": old, "new_offset": new}));
     }
     if dry_run {
@@ -604,7 +722,9 @@ async fn delete(admin: &mut Admin, out: Output, groups: Vec<String>) -> anyhow::
     let mut results = Vec::new();
     for group in &groups {
         let outcome = delete_one(admin, group).await;
-        results.push(json!({"group": group, "error": outcome.as_ref().err().map(|e| format!("{e:#}"))}));
+        results.push(
+            json!({"group": group, "error": outcome.as_ref().err().map(|e| format!("{e:#}"))}),
+        );
         match outcome {
             Ok(()) if out.format == Format::Table => println!("group {group} deleted"),
             Ok(()) => {}
@@ -619,9 +739,13 @@ async fn delete(admin: &mut Admin, out: Output, groups: Vec<String>) -> anyhow::
 
 async fn delete_one(admin: &mut Admin, group: &str) -> anyhow::Result<()> {
     let coordinator = admin.coordinator(group, GROUP_KEY).await?;
-    let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
+    let request = DeleteGroupsRequest::default()
+        .with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
     let response = admin.call(Target::Node(coordinator), &request).await?;
-    let result = response.results.first().ok_or_else(|| anyhow!("DeleteGroups answered nothing for group {group}"))?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("DeleteGroups answered nothing for group {group}"))?;
     if result.error_code == ResponseError::NonEmptyGroup.code() {
         bail!("deleting group {group}: NON_EMPTY_GROUP: it has active members (consumers still in the group); stop them (or wait for their session to time out), then delete it");
     }
@@ -641,7 +765,11 @@ mod tests {
         assert_eq!(parse_seek_to("42"), Ok(SeekTo::Offset(42)));
         assert_eq!(parse_seek_to("@1700000000000"), Ok(SeekTo::Timestamp(1_700_000_000_000)));
         assert_eq!(parse_seek_to("shift:-2"), Ok(SeekTo::Shift(-2)));
-        assert!(parse_seek_to("-3").is_err() && parse_seek_to("soon").is_err() && parse_seek_to("shift:x").is_err());
+        assert!(
+            parse_seek_to("-3").is_err()
+                && parse_seek_to("soon").is_err()
+                && parse_seek_to("shift:x").is_err()
+        );
     }
 
     #[test]
@@ -653,9 +781,11 @@ mod tests {
 
     #[test]
     fn an_assignment_decodes_from_its_versioned_bytes() {
-        let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![TopicPartition::default()
-            .with_topic(TopicName(StrBytes::from_static_str("orders")))
-            .with_partitions(vec![0, 2])]);
+        let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+            TopicPartition::default()
+                .with_topic(TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![0, 2]),
+        ]);
         let mut buf = bytes::BytesMut::new();
         bytes::BufMut::put_i16(&mut buf, 1);
         assignment.encode(&mut buf, 1).map_err(|e| e.to_string()).unwrap_or_else(|e| panic!("{e}"));

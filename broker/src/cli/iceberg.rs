@@ -124,9 +124,19 @@ pub fn run(command: IcebergCommand, builder: ConfigBuilder) -> u8 {
 }
 
 fn run_inner(command: IcebergCommand, mut builder: ConfigBuilder) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
     match command {
-        IcebergCommand::Maintain { data_dir, table, max_age_ms, min_to_keep, target_file_size_bytes, no_compact } => {
+        IcebergCommand::Maintain {
+            data_dir,
+            table,
+            max_age_ms,
+            min_to_keep,
+            target_file_size_bytes,
+            no_compact,
+        } => {
             if let Some(dir) = data_dir {
                 builder.set("log.dirs", dir.display().to_string(), Layer::CommandLine)?;
             }
@@ -143,7 +153,13 @@ fn run_inner(command: IcebergCommand, mut builder: ConfigBuilder) -> anyhow::Res
                 min_input_files: tiering.compaction_min_input_files,
                 max_bytes_per_run: tiering.compaction_max_bytes_per_run,
             });
-            let text = runtime.block_on(floe_tiering::report::maintain(&catalog, &tiering.namespace, policy, compaction, table.as_deref()))?;
+            let text = runtime.block_on(floe_tiering::report::maintain(
+                &catalog,
+                &tiering.namespace,
+                policy,
+                compaction,
+                table.as_deref(),
+            ))?;
             print!("{text}");
         }
         IcebergCommand::Status { catalog } => {
@@ -164,7 +180,10 @@ fn run_inner(command: IcebergCommand, mut builder: ConfigBuilder) -> anyhow::Res
 }
 
 /// The catalog and namespace the settings and the flags name.
-fn catalog_config(mut builder: ConfigBuilder, args: &CatalogArgs) -> anyhow::Result<(CatalogConfig, String)> {
+fn catalog_config(
+    mut builder: ConfigBuilder,
+    args: &CatalogArgs,
+) -> anyhow::Result<(CatalogConfig, String)> {
     let flags = [
         ("log.dirs", args.data_dir.as_ref().map(|p| p.display().to_string())),
         ("floe.iceberg.catalog-name", args.catalog_name.clone()),
@@ -177,7 +196,10 @@ fn catalog_config(mut builder: ConfigBuilder, args: &CatalogArgs) -> anyhow::Res
     }
     let config = builder.build()?;
     let tiering = &config.tiering;
-    Ok((tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name), tiering.namespace.clone()))
+    Ok((
+        tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name),
+        tiering.namespace.clone(),
+    ))
 }
 
 /// Opens the catalog as `floe iceberg status` does, once sure an embedded
@@ -190,12 +212,18 @@ async fn open(config: &CatalogConfig, namespace: &str) -> anyhow::Result<Iceberg
         ))
         .into());
     }
-    IcebergCatalog::open(config, namespace).await.with_context(|| format!("cannot open the catalog {} ({})", config.name, config.describe()))
+    IcebergCatalog::open(config, namespace)
+        .await
+        .with_context(|| format!("cannot open the catalog {} ({})", config.name, config.describe()))
 }
 
 /// A summary total of the current snapshot (`total-records`...), 0 if absent.
 fn total(metadata: &TableMetadata, key: &str) -> u64 {
-    metadata.current_snapshot().and_then(|s| s.summary().additional_properties.get(key)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    metadata
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn format_version(v: FormatVersion) -> u8 {
@@ -209,14 +237,24 @@ fn format_version(v: FormatVersion) -> u8 {
 pub async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> anyhow::Result<()> {
     let catalog = open(config, namespace).await?;
     let ns = NamespaceIdent::new(namespace.to_string());
-    let mut idents = catalog.catalog().list_tables(&ns).await.with_context(|| format!("cannot list the tables of namespace {namespace}"))?;
+    let mut idents = catalog
+        .catalog()
+        .list_tables(&ns)
+        .await
+        .with_context(|| format!("cannot list the tables of namespace {namespace}"))?;
     idents.sort_by(|a, b| a.name().cmp(b.name()));
     let mut rows = Vec::new();
     for ident in idents {
-        let table = catalog.catalog().load_table(&ident).await.with_context(|| format!("cannot load table {ident}"))?;
+        let table = catalog
+            .catalog()
+            .load_table(&ident)
+            .await
+            .with_context(|| format!("cannot load table {ident}"))?;
         let metadata = table.metadata();
-        let committed: Map<String, Value> =
-            floe_tiering::offsets::committed_next_offsets(metadata).into_iter().map(|(p, next)| (p.to_string(), json!(next))).collect();
+        let committed: Map<String, Value> = floe_tiering::offsets::committed_next_offsets(metadata)
+            .into_iter()
+            .map(|(p, next)| (p.to_string(), json!(next)))
+            .collect();
         rows.push(json!({
             "table": ident.name(),
             "namespace": namespace,
@@ -231,9 +269,18 @@ pub async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> any
             "committed_next_offsets": committed,
         }));
     }
-    let mut t = Table::new(&["table", "format", "current-snapshot", "snapshots", "data-files", "records", "bytes"]);
+    let mut t = Table::new(&[
+        "table",
+        "format",
+        "current-snapshot",
+        "snapshots",
+        "data-files",
+        "records",
+        "bytes",
+    ]);
     for r in &rows {
-        let current = r["current_snapshot_id"].as_i64().map_or_else(|| "-".to_string(), |id| id.to_string());
+        let current =
+            r["current_snapshot_id"].as_i64().map_or_else(|| "-".to_string(), |id| id.to_string());
         t.row([
             r["table"].as_str().unwrap_or("").to_string(),
             format!("v{}", r["format_version"]),
@@ -261,7 +308,8 @@ pub async fn tables(config: &CatalogConfig, namespace: &str, out: Output) -> any
 fn snapshot_json(s: &SnapshotRef, current: Option<i64>) -> Value {
     let summary = &s.summary().additional_properties;
     let count = |k: &str| summary.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let timestamp = s.timestamp().map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default();
+    let timestamp =
+        s.timestamp().map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default();
     let mut sorted: Vec<(&String, &String)> = summary.iter().collect();
     sorted.sort();
     json!({
@@ -281,10 +329,19 @@ fn snapshot_json(s: &SnapshotRef, current: Option<i64>) -> Value {
     })
 }
 
-pub async fn snapshots(config: &CatalogConfig, namespace: &str, name: &str, out: Output) -> anyhow::Result<()> {
+pub async fn snapshots(
+    config: &CatalogConfig,
+    namespace: &str,
+    name: &str,
+    out: Output,
+) -> anyhow::Result<()> {
     let catalog = open(config, namespace).await?;
     let ident = TableIdent::new(NamespaceIdent::new(namespace.to_string()), name.to_string());
-    let exists = catalog.catalog().table_exists(&ident).await.with_context(|| format!("cannot look up table {ident}"))?;
+    let exists = catalog
+        .catalog()
+        .table_exists(&ident)
+        .await
+        .with_context(|| format!("cannot look up table {ident}"))?;
     if !exists {
         return Err(CliFailure::NotFound(format!(
             "no table {name} in namespace {namespace} of catalog {} ({}) (see `floe iceberg tables`)",
@@ -293,13 +350,26 @@ pub async fn snapshots(config: &CatalogConfig, namespace: &str, name: &str, out:
         ))
         .into());
     }
-    let table = catalog.catalog().load_table(&ident).await.with_context(|| format!("cannot load table {ident}"))?;
+    let table = catalog
+        .catalog()
+        .load_table(&ident)
+        .await
+        .with_context(|| format!("cannot load table {ident}"))?;
     let metadata = table.metadata();
     let current = metadata.current_snapshot_id();
     let mut snaps: Vec<&SnapshotRef> = metadata.snapshots().collect();
     snaps.sort_by_key(|s| (s.sequence_number(), s.timestamp_ms(), s.snapshot_id()));
     let rows: Vec<Value> = snaps.iter().map(|s| snapshot_json(s, current)).collect();
-    let mut t = Table::new(&["snapshot-id", "parent", "timestamp", "operation", "added-files", "deleted-files", "added-records", "deleted-records"]);
+    let mut t = Table::new(&[
+        "snapshot-id",
+        "parent",
+        "timestamp",
+        "operation",
+        "added-files",
+        "deleted-files",
+        "added-records",
+        "deleted-records",
+    ]);
     for r in &rows {
         let mark = if r["current"].as_bool() == Some(true) { " *" } else { "" };
         t.row([
@@ -313,7 +383,11 @@ pub async fn snapshots(config: &CatalogConfig, namespace: &str, name: &str, out:
             r["deleted_records"].to_string(),
         ]);
     }
-    let notes = if rows.is_empty() { vec![format!("table {name} has no snapshot yet")] } else { vec!["* the current snapshot".to_string()] };
+    let notes = if rows.is_empty() {
+        vec![format!("table {name} has no snapshot yet")]
+    } else {
+        vec!["* the current snapshot".to_string()]
+    };
     out.print(&Value::Array(rows), &t, &notes);
     Ok(())
 }

@@ -112,11 +112,24 @@ pub fn run(command: AdminCommand) -> u8 {
     };
     let result = runtime.block_on(async move {
         match command {
-            AdminCommand::Topic { common, command } => topic::run(command, &common.connect, Output { format: common.format.output() }).await,
-            AdminCommand::Group { common, command } => group::run(command, &common.connect, Output { format: common.format.output() }).await,
-            AdminCommand::Cluster { common, command } => cluster::run(command, &common.connect, Output { format: common.format.output() }).await,
-            AdminCommand::Acl { common, command } => acl::run(command, &common.connect, Output { format: common.format.output() }).await,
-            AdminCommand::User { common, command } => user::run(command, &common.connect, Output { format: common.format.output() }).await,
+            AdminCommand::Topic { common, command } => {
+                topic::run(command, &common.connect, Output { format: common.format.output() })
+                    .await
+            }
+            AdminCommand::Group { common, command } => {
+                group::run(command, &common.connect, Output { format: common.format.output() })
+                    .await
+            }
+            AdminCommand::Cluster { common, command } => {
+                cluster::run(command, &common.connect, Output { format: common.format.output() })
+                    .await
+            }
+            AdminCommand::Acl { common, command } => {
+                acl::run(command, &common.connect, Output { format: common.format.output() }).await
+            }
+            AdminCommand::User { common, command } => {
+                user::run(command, &common.connect, Output { format: common.format.output() }).await
+            }
         }
     });
     match result {

@@ -37,7 +37,12 @@ pub async fn list_offsets(
             continue;
         }
         for p in &t.partitions {
-            by_leader.entry(p.leader_id.0).or_default().entry(name.clone()).or_default().push(p.partition_index);
+            by_leader
+                .entry(p.leader_id.0)
+                .or_default()
+                .entry(name.clone())
+                .or_default()
+                .push(p.partition_index);
         }
     }
     let mut out = BTreeMap::new();
@@ -49,12 +54,19 @@ pub async fn list_offsets(
                 topics
                     .iter()
                     .map(|(name, parts)| {
-                        ListOffsetsTopic::default().with_name(TopicName(StrBytes::from_string(name.clone()))).with_partitions(
-                            parts
-                                .iter()
-                                .map(|&p| ListOffsetsPartition::default().with_partition_index(p).with_current_leader_epoch(-1).with_timestamp(timestamp))
-                                .collect(),
-                        )
+                        ListOffsetsTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(name.clone())))
+                            .with_partitions(
+                                parts
+                                    .iter()
+                                    .map(|&p| {
+                                        ListOffsetsPartition::default()
+                                            .with_partition_index(p)
+                                            .with_current_leader_epoch(-1)
+                                            .with_timestamp(timestamp)
+                                    })
+                                    .collect(),
+                            )
                     })
                     .collect(),
             );
@@ -62,7 +74,11 @@ pub async fn list_offsets(
         let response = admin.call(target, &request).await?;
         for t in response.topics {
             for p in t.partitions {
-                check(p.error_code, None, &format!("offsets of {}-{}", t.name.0.as_str(), p.partition_index))?;
+                check(
+                    p.error_code,
+                    None,
+                    &format!("offsets of {}-{}", t.name.0.as_str(), p.partition_index),
+                )?;
                 out.insert((t.name.0.to_string(), p.partition_index), p.offset);
             }
         }

@@ -54,7 +54,10 @@ pub struct Table {
 impl Table {
     /// A table with these column names (printed upper-case, as kafka-topics and rpk do).
     pub fn new(headers: &[&str]) -> Self {
-        Table { headers: headers.iter().map(|h| h.to_ascii_uppercase()).collect(), rows: Vec::new() }
+        Table {
+            headers: headers.iter().map(|h| h.to_ascii_uppercase()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row; missing cells print empty.
@@ -108,7 +111,10 @@ impl Output {
             return;
         }
         match self.format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into())),
+            Format::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into())
+            ),
             Format::Yaml => print!("{}", to_yaml(value)),
             Format::Table => {
                 print!("{}", table.render());
@@ -210,7 +216,10 @@ fn yaml_string(s: &str) -> String {
         && !s.starts_with(['-', ' ', '.'])
         && !s.ends_with(' ')
         && s.parse::<f64>().is_err()
-        && !matches!(s.to_ascii_lowercase().as_str(), "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n" | "~");
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n" | "~"
+        );
     if plain {
         s.to_string()
     } else {
@@ -228,7 +237,10 @@ mod tests {
         let mut t = Table::new(&["topic", "partitions"]);
         t.row(["orders", "3"]);
         t.row(["a-much-longer-name", "12"]);
-        assert_eq!(t.render(), "TOPIC               PARTITIONS\norders              3\na-much-longer-name  12\n");
+        assert_eq!(
+            t.render(),
+            "TOPIC               PARTITIONS\norders              3\na-much-longer-name  12\n"
+        );
     }
 
     #[test]

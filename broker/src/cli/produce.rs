@@ -119,7 +119,17 @@ pub async fn run(args: ProduceArgs, connect: &ConnectArgs, out: Output) -> anyho
     }
     let mut admin = Admin::connect(connect).await?;
     let acks: i16 = if args.acks == "1" { 1 } else { -1 };
-    produce(&mut admin, &args.topic, records, args.partition, acks, args.compression.compression(), connect.timeout_ms, out).await
+    produce(
+        &mut admin,
+        &args.topic,
+        records,
+        args.partition,
+        acks,
+        args.compression.compression(),
+        connect.timeout_ms,
+        out,
+    )
+    .await
 }
 
 /// Sends `records` to `topic` (to `partition`, else by key as Kafka's
@@ -143,11 +153,16 @@ pub async fn produce(
     let partitions = partition_count(&metadata, topic)?;
     if let Some(p) = partition {
         if p < 0 || p >= partitions {
-            return Err(CliFailure::NotFound(format!("topic {topic} has partitions 0..{}; there is no partition {p}", partitions - 1)).into());
+            return Err(CliFailure::NotFound(format!(
+                "topic {topic} has partitions 0..{}; there is no partition {p}",
+                partitions - 1
+            ))
+            .into());
         }
     }
     // Unkeyed records stick to one partition for the run, picked at random.
-    let sticky = (SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % partitions as u32) as i32;
+    let sticky = (SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+        % partitions as u32) as i32;
     let mut by_partition: BTreeMap<i32, Vec<NewRecord>> = BTreeMap::new();
     for r in records {
         let p = match (partition, &r.key) {
@@ -176,9 +191,15 @@ fn read_records(args: &ProduceArgs) -> anyhow::Result<Vec<NewRecord>> {
         .iter()
         .map(|h| key_value(h, "-H").map(|(k, v)| (k.into_bytes(), Some(v.into_bytes()))))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let timestamp =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let key = args.key.as_ref().map(|k| k.as_bytes().to_vec());
-    let record = |key: Option<Vec<u8>>, value: Vec<u8>| NewRecord { key, value: Some(value), headers: headers.clone(), timestamp };
+    let record = |key: Option<Vec<u8>>, value: Vec<u8>| NewRecord {
+        key,
+        value: Some(value),
+        headers: headers.clone(),
+        timestamp,
+    };
     if !args.value.is_empty() {
         if args.key_delimiter.is_some() {
             bail!("-K/--key-delimiter splits stdin lines; with --value give the key with --key");
@@ -241,8 +262,13 @@ fn partition_count(metadata: &MetadataResponse, topic: &str) -> anyhow::Result<i
         .topics
         .iter()
         .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .ok_or_else(|| CliFailure::NotFound(format!("topic {topic}: not in the cluster's metadata (see `floe topic list`)")))?;
-    let n = i32::try_from(t.partitions.len()).map_err(|_| anyhow!("topic {topic} has too many partitions"))?;
+        .ok_or_else(|| {
+            CliFailure::NotFound(format!(
+                "topic {topic}: not in the cluster's metadata (see `floe topic list`)"
+            ))
+        })?;
+    let n = i32::try_from(t.partitions.len())
+        .map_err(|_| anyhow!("topic {topic} has too many partitions"))?;
     if n == 0 {
         bail!("topic {topic} has no partitions yet (is it still being created?)");
     }
@@ -263,13 +289,22 @@ pub fn leader_of(metadata: &MetadataResponse, topic: &str, partition: i32) -> Op
 
 /// Sends one batch to the partition's leader; returns its base offset. Retries
 /// while leadership moves (the batch was not written then).
-async fn send(admin: &mut Admin, topic: &str, partition: i32, batch: Bytes, acks: i16, timeout_ms: u64) -> anyhow::Result<i64> {
+async fn send(
+    admin: &mut Admin,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+    acks: i16,
+    timeout_ms: u64,
+) -> anyhow::Result<i64> {
     let request = ProduceRequest::default()
         .with_acks(acks)
         .with_timeout_ms(i32::try_from(timeout_ms).unwrap_or(i32::MAX))
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(batch))])]);
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch))])]);
     let retriable = [
         ResponseError::NotLeaderOrFollower.code(),
         ResponseError::LeaderNotAvailable.code(),
@@ -288,7 +323,8 @@ async fn send(admin: &mut Admin, topic: &str, partition: i32, batch: Bytes, acks
             }
             None => bail!("producing to {topic}[{partition}]: the partition has no leader (see `floe topic describe {topic}`)"),
         };
-        let (response, _) = admin.call_versioned(target, &request, Some(PRODUCE_VERSION_CAP)).await?;
+        let (response, _) =
+            admin.call_versioned(target, &request, Some(PRODUCE_VERSION_CAP)).await?;
         let p = response
             .responses
             .iter()
@@ -301,10 +337,19 @@ async fn send(admin: &mut Admin, topic: &str, partition: i32, batch: Bytes, acks
             continue;
         }
         if let Some(e) = p.record_errors.first() {
-            let why = e.batch_index_error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            bail!("producing to {topic}[{partition}]: {} (record {} of the batch: {why})", error_name(p.error_code).unwrap_or_default(), e.batch_index);
+            let why =
+                e.batch_index_error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            bail!(
+                "producing to {topic}[{partition}]: {} (record {} of the batch: {why})",
+                error_name(p.error_code).unwrap_or_default(),
+                e.batch_index
+            );
         }
-        check(p.error_code, p.error_message.as_ref(), &format!("producing to {topic}[{partition}]"))?;
+        check(
+            p.error_code,
+            p.error_message.as_ref(),
+            &format!("producing to {topic}[{partition}]"),
+        )?;
         return Ok(p.base_offset);
     }
 }
@@ -319,8 +364,15 @@ fn report(topic: &str, results: &[Produced], codec: CompressionType, out: Output
             for r in results {
                 let last = r.base_offset + r.records as i64 - 1;
                 let plural = if r.records == 1 { "" } else { "s" };
-                let offsets = if r.records == 1 { format!("offset {}", r.base_offset) } else { format!("offsets {}..{last}", r.base_offset) };
-                println!("produced {} record{plural} to {topic} [{}] at {offsets}", r.records, r.partition);
+                let offsets = if r.records == 1 {
+                    format!("offset {}", r.base_offset)
+                } else {
+                    format!("offsets {}..{last}", r.base_offset)
+                };
+                println!(
+                    "produced {} record{plural} to {topic} [{}] at {offsets}",
+                    r.records, r.partition
+                );
             }
         }
         _ => out.print(&Value::Array(docs), &Table::default(), &[]),
@@ -333,7 +385,12 @@ mod tests {
 
     #[test]
     fn batches_stay_under_the_size_cap_and_keep_order() {
-        let big = |n: u8| NewRecord { key: None, value: Some(vec![n; 200 * 1024]), headers: vec![], timestamp: 0 };
+        let big = |n: u8| NewRecord {
+            key: None,
+            value: Some(vec![n; 200 * 1024]),
+            headers: vec![],
+            timestamp: 0,
+        };
         let records: Vec<_> = (0..5).map(big).collect();
         let parts = chunks(&records);
         assert_eq!(parts.iter().map(|c| c.len()).collect::<Vec<_>>(), vec![2, 2, 1]);

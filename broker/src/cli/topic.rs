@@ -5,16 +5,20 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
-use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
-use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeLogDirsRequest,
-    IncrementalAlterConfigsRequest, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, DescribeLogDirsRequest, IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
@@ -167,37 +171,76 @@ pub async fn run(command: TopicCommand, connect: &ConnectArgs, out: Output) -> a
 /// As [`run`]; produce and consume are refused (they read stdin or follow).
 pub async fn execute(admin: &mut Admin, command: TopicCommand, out: Output) -> anyhow::Result<()> {
     match command {
-        TopicCommand::Create { name, partitions, replicas, configs, dry_run } => create(admin, out, name, partitions, replicas, configs, dry_run).await,
+        TopicCommand::Create { name, partitions, replicas, configs, dry_run } => {
+            create(admin, out, name, partitions, replicas, configs, dry_run).await
+        }
         TopicCommand::List { internal } => list(admin, out, internal).await,
-        TopicCommand::Describe { names, all_configs } => describe(admin, out, names, all_configs).await,
+        TopicCommand::Describe { names, all_configs } => {
+            describe(admin, out, names, all_configs).await
+        }
         TopicCommand::Delete { names } => delete(admin, out, names).await,
-        TopicCommand::AlterConfig { name, set, delete, dry_run } => alter_config(admin, out, name, set, delete, dry_run).await,
-        TopicCommand::AddPartitions { name, total, dry_run } => add_partitions(admin, out, name, total, dry_run).await,
-        TopicCommand::TrimPrefix { name, partitions, offset } => trim_prefix(admin, out, name, partitions, offset).await,
-        TopicCommand::Produce(_) | TopicCommand::Consume(_) => bail!("topic produce and consume run on their own, not through execute"),
+        TopicCommand::AlterConfig { name, set, delete, dry_run } => {
+            alter_config(admin, out, name, set, delete, dry_run).await
+        }
+        TopicCommand::AddPartitions { name, total, dry_run } => {
+            add_partitions(admin, out, name, total, dry_run).await
+        }
+        TopicCommand::TrimPrefix { name, partitions, offset } => {
+            trim_prefix(admin, out, name, partitions, offset).await
+        }
+        TopicCommand::Produce(_) | TopicCommand::Consume(_) => {
+            bail!("topic produce and consume run on their own, not through execute")
+        }
     }
 }
 
-async fn create(admin: &mut Admin, out: Output, name: String, partitions: Option<i32>, replicas: Option<i16>, configs: Vec<String>, dry_run: bool) -> anyhow::Result<()> {
+async fn create(
+    admin: &mut Admin,
+    out: Output,
+    name: String,
+    partitions: Option<i32>,
+    replicas: Option<i16>,
+    configs: Vec<String>,
+    dry_run: bool,
+) -> anyhow::Result<()> {
     let configs = configs
         .iter()
-        .map(|c| key_value(c, "-c").map(|(k, v)| CreatableTopicConfig::default().with_name(StrBytes::from_string(k)).with_value(Some(StrBytes::from_string(v)))))
+        .map(|c| {
+            key_value(c, "-c").map(|(k, v)| {
+                CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_string(k))
+                    .with_value(Some(StrBytes::from_string(v)))
+            })
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let topic = CreatableTopic::default()
         .with_name(TopicName(StrBytes::from_string(name.clone())))
         .with_num_partitions(partitions.unwrap_or(-1))
         .with_replication_factor(replicas.unwrap_or(-1))
         .with_configs(configs);
-    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000).with_validate_only(dry_run);
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(30_000)
+        .with_validate_only(dry_run);
     let response = admin.call(Target::Controller, &request).await?;
-    let result = response.topics.first().ok_or_else(|| anyhow!("CreateTopics answered nothing for {name}"))?;
+    let result = response
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("CreateTopics answered nothing for {name}"))?;
     check(result.error_code, result.error_message.as_ref(), &format!("creating topic {name}"))?;
     let value = json!({
         "topic": name, "partitions": result.num_partitions, "replication_factor": result.replication_factor,
         "topic_id": result.topic_id.to_string(), "validate_only": dry_run,
     });
     let verb = if dry_run { "would be created (dry run)" } else { "created" };
-    out.done(&value, &format!("topic {name} {verb}: {}, replication factor {}", count(result.num_partitions, "partition"), result.replication_factor));
+    out.done(
+        &value,
+        &format!(
+            "topic {name} {verb}: {}, replication factor {}",
+            count(result.num_partitions, "partition"),
+            result.replication_factor
+        ),
+    );
     Ok(())
 }
 
@@ -218,15 +261,26 @@ async fn list(admin: &mut Admin, out: Output, internal: bool) -> anyhow::Result<
     rows.sort_by(|a, b| a["topic"].as_str().cmp(&b["topic"].as_str()));
     let mut table = Table::new(&["topic", "partitions", "replicas"]);
     for r in &rows {
-        table.row([r["topic"].as_str().unwrap_or("").to_string(), r["partitions"].to_string(), r["replication_factor"].to_string()]);
+        table.row([
+            r["topic"].as_str().unwrap_or("").to_string(),
+            r["partitions"].to_string(),
+            r["replication_factor"].to_string(),
+        ]);
     }
-    let notes = if rows.is_empty() { vec!["no topics (create one: floe topic create NAME --partitions N)".to_string()] } else { vec![] };
+    let notes = if rows.is_empty() {
+        vec!["no topics (create one: floe topic create NAME --partitions N)".to_string()]
+    } else {
+        vec![]
+    };
     out.print(&Value::Array(rows), &table, &notes);
     Ok(())
 }
 
 /// Each topic's settings: (name, value, source, read-only, sensitive), from DescribeConfigs.
-pub async fn topic_configs(admin: &mut Admin, names: &[String]) -> anyhow::Result<BTreeMap<String, Vec<Value>>> {
+pub async fn topic_configs(
+    admin: &mut Admin,
+    names: &[String],
+) -> anyhow::Result<BTreeMap<String, Vec<Value>>> {
     let mut out = BTreeMap::new();
     for (name, configs) in topic_configs_each(admin, names).await? {
         out.insert(name, configs?);
@@ -237,14 +291,29 @@ pub async fn topic_configs(admin: &mut Admin, names: &[String]) -> anyhow::Resul
 /// As [`topic_configs`], with each topic's own outcome: a principal may
 /// describe a topic without DESCRIBE_CONFIGS on it, and `describe` still
 /// shows its partitions then.
-async fn topic_configs_each(admin: &mut Admin, names: &[String]) -> anyhow::Result<BTreeMap<String, anyhow::Result<Vec<Value>>>> {
+async fn topic_configs_each(
+    admin: &mut Admin,
+    names: &[String],
+) -> anyhow::Result<BTreeMap<String, anyhow::Result<Vec<Value>>>> {
     let request = DescribeConfigsRequest::default().with_resources(
-        names.iter().map(|n| DescribeConfigsResource::default().with_resource_type(TOPIC_RESOURCE).with_resource_name(StrBytes::from_string(n.clone())).with_configuration_keys(None)).collect(),
+        names
+            .iter()
+            .map(|n| {
+                DescribeConfigsResource::default()
+                    .with_resource_type(TOPIC_RESOURCE)
+                    .with_resource_name(StrBytes::from_string(n.clone()))
+                    .with_configuration_keys(None)
+            })
+            .collect(),
     );
     let response = admin.call(Target::Any, &request).await?;
     let mut out = BTreeMap::new();
     for r in response.results {
-        if let Err(e) = check(r.error_code, r.error_message.as_ref(), &format!("settings of topic {}", r.resource_name.as_str())) {
+        if let Err(e) = check(
+            r.error_code,
+            r.error_message.as_ref(),
+            &format!("settings of topic {}", r.resource_name.as_str()),
+        ) {
             out.insert(r.resource_name.to_string(), Err(e));
             continue;
         }
@@ -269,20 +338,35 @@ async fn topic_configs_each(admin: &mut Admin, names: &[String]) -> anyhow::Resu
 /// each leader for the partitions it leads). Best effort: Kafka guards
 /// DescribeLogDirs with DESCRIBE on the cluster, and a principal without it
 /// still gets the rest of `describe`, with no sizes.
-async fn leader_sizes(admin: &mut Admin, metadata: &kafka_protocol::messages::MetadataResponse) -> BTreeMap<(String, i32), i64> {
+async fn leader_sizes(
+    admin: &mut Admin,
+    metadata: &kafka_protocol::messages::MetadataResponse,
+) -> BTreeMap<(String, i32), i64> {
     let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
     for t in &metadata.topics {
         let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
         for p in &t.partitions {
             if p.leader_id.0 >= 0 {
-                by_leader.entry(p.leader_id.0).or_default().entry(name.clone()).or_default().push(p.partition_index);
+                by_leader
+                    .entry(p.leader_id.0)
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default()
+                    .push(p.partition_index);
             }
         }
     }
     let mut sizes = BTreeMap::new();
     for (leader, topics) in by_leader {
         let request = DescribeLogDirsRequest::default().with_topics(Some(
-            topics.iter().map(|(t, ps)| DescribableLogDirTopic::default().with_topic(TopicName(StrBytes::from_string(t.clone()))).with_partitions(ps.clone())).collect(),
+            topics
+                .iter()
+                .map(|(t, ps)| {
+                    DescribableLogDirTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(t.clone())))
+                        .with_partitions(ps.clone())
+                })
+                .collect(),
         ));
         let Ok(response) = admin.call(Target::Node(leader), &request).await else { continue };
         if response.error_code != 0 {
@@ -291,8 +375,11 @@ async fn leader_sizes(admin: &mut Admin, metadata: &kafka_protocol::messages::Me
         for dir in response.results.iter().filter(|d| d.error_code == 0) {
             for t in &dir.topics {
                 let asked = topics.get(t.name.0.as_str());
-                for p in t.partitions.iter().filter(|p| !p.is_future_key && asked.is_some_and(|a| a.contains(&p.partition_index))) {
-                    *sizes.entry((t.name.0.to_string(), p.partition_index)).or_insert(0) += p.partition_size;
+                for p in t.partitions.iter().filter(|p| {
+                    !p.is_future_key && asked.is_some_and(|a| a.contains(&p.partition_index))
+                }) {
+                    *sizes.entry((t.name.0.to_string(), p.partition_index)).or_insert(0) +=
+                        p.partition_size;
                 }
             }
         }
@@ -309,7 +396,11 @@ fn human_bytes(bytes: i64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// DescribeConfigs' `config_source` as Kafka's `ConfigSource` names it.
@@ -327,7 +418,12 @@ pub fn config_source(source: i8) -> &'static str {
     }
 }
 
-async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_configs: bool) -> anyhow::Result<()> {
+async fn describe(
+    admin: &mut Admin,
+    out: Output,
+    names: Vec<String>,
+    all_configs: bool,
+) -> anyhow::Result<()> {
     let metadata = admin.metadata(Some(&names)).await?;
     for t in &metadata.topics {
         let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
@@ -356,10 +452,23 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
         let mut parts: Vec<_> = t.partitions.iter().collect();
         parts.sort_by_key(|p| p.partition_index);
-        let mut table = Table::new(&["partition", "leader", "epoch", "replicas", "isr", "offline", "log-start", "high-watermark", "records", "size"]);
+        let mut table = Table::new(&[
+            "partition",
+            "leader",
+            "epoch",
+            "replicas",
+            "isr",
+            "offline",
+            "log-start",
+            "high-watermark",
+            "records",
+            "size",
+        ]);
         let mut partitions = Vec::new();
         for p in parts {
-            let ids = |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+            let ids = |v: &[kafka_protocol::messages::BrokerId]| {
+                v.iter().map(|b| b.0).collect::<Vec<_>>()
+            };
             let start = earliest.get(&(name.clone(), p.partition_index)).copied();
             let end = latest.get(&(name.clone(), p.partition_index)).copied();
             let records = match (start, end) {
@@ -387,7 +496,10 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
             }));
         }
         let topic_configs = configs.get(&name).cloned().unwrap_or_default();
-        let shown: Vec<&Value> = topic_configs.iter().filter(|c| all_configs || c["source"] == "DYNAMIC_TOPIC_CONFIG").collect();
+        let shown: Vec<&Value> = topic_configs
+            .iter()
+            .filter(|c| all_configs || c["source"] == "DYNAMIC_TOPIC_CONFIG")
+            .collect();
         let replicas = t.partitions.first().map_or(0, |p| p.replica_nodes.len());
         text.push_str(&format!(
             "Topic: {name}  Id: {}  Partitions: {}  Replication: {replicas}{}\n",
@@ -398,11 +510,19 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         if let Some(e) = configs_errors.get(&name) {
             text.push_str(&format!("Configs: not shown: {e}\n"));
         } else if shown.is_empty() {
-            text.push_str(if all_configs { "Configs: none\n" } else { "Configs: all defaults (--all-configs shows them)\n" });
+            text.push_str(if all_configs {
+                "Configs: none\n"
+            } else {
+                "Configs: all defaults (--all-configs shows them)\n"
+            });
         } else {
             let mut ct = Table::new(&["config", "value", "source"]);
             for c in &shown {
-                ct.row([c["name"].as_str().unwrap_or("").to_string(), config_cell(c), c["source"].as_str().unwrap_or("").to_string()]);
+                ct.row([
+                    c["name"].as_str().unwrap_or("").to_string(),
+                    config_cell(c),
+                    c["source"].as_str().unwrap_or("").to_string(),
+                ]);
             }
             text.push_str(&ct.render());
         }
@@ -415,7 +535,9 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
         }));
     }
     match out.format {
-        super::output::Format::Table => print!("{}", text.trim_end_matches('\n').to_string() + "\n"),
+        super::output::Format::Table => {
+            print!("{}", text.trim_end_matches('\n').to_string() + "\n")
+        }
         _ => out.print(&Value::Array(docs), &Table::default(), &[]),
     }
     Ok(())
@@ -424,9 +546,16 @@ async fn describe(admin: &mut Admin, out: Output, names: Vec<String>, all_config
 async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::Result<()> {
     let mut request = DeleteTopicsRequest::default().with_timeout_ms(30_000);
     if admin.negotiate::<DeleteTopicsRequest>(Target::Controller).await? >= 6 {
-        request.topics = names.iter().map(|n| DeleteTopicState::default().with_name(Some(TopicName(StrBytes::from_string(n.clone()))))).collect();
+        request.topics = names
+            .iter()
+            .map(|n| {
+                DeleteTopicState::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+            })
+            .collect();
     } else {
-        request.topic_names = names.iter().map(|n| TopicName(StrBytes::from_string(n.clone()))).collect();
+        request.topic_names =
+            names.iter().map(|n| TopicName(StrBytes::from_string(n.clone()))).collect();
     }
     let response = admin.call(Target::Controller, &request).await?;
     let mut failures = Vec::new();
@@ -434,7 +563,9 @@ async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::R
     for r in &response.responses {
         let name = r.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
         let err = error_name(r.error_code);
-        if let Err(e) = check(r.error_code, r.error_message.as_ref(), &format!("deleting topic {name}")) {
+        if let Err(e) =
+            check(r.error_code, r.error_message.as_ref(), &format!("deleting topic {name}"))
+        {
             failures.push(e);
         } else if out.format == super::output::Format::Table {
             println!("topic {name} deleted");
@@ -451,7 +582,14 @@ async fn delete(admin: &mut Admin, out: Output, names: Vec<String>) -> anyhow::R
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 
-async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<String>, delete: Vec<String>, dry_run: bool) -> anyhow::Result<()> {
+async fn alter_config(
+    admin: &mut Admin,
+    out: Output,
+    name: String,
+    set: Vec<String>,
+    delete: Vec<String>,
+    dry_run: bool,
+) -> anyhow::Result<()> {
     if set.is_empty() && delete.is_empty() {
         bail!("nothing to change: give -s KEY=VALUE to set a setting or -d KEY to remove one");
     }
@@ -460,22 +598,49 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
     for s in &set {
         let (k, v) = key_value(s, "-s")?;
         changes.push(json!({"name": k, "operation": "SET", "value": v}));
-        ops.push(AlterableConfig::default().with_name(StrBytes::from_string(k)).with_config_operation(OP_SET).with_value(Some(StrBytes::from_string(v))));
+        ops.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(k))
+                .with_config_operation(OP_SET)
+                .with_value(Some(StrBytes::from_string(v))),
+        );
     }
     for k in &delete {
         changes.push(json!({"name": k, "operation": "DELETE", "value": null}));
-        ops.push(AlterableConfig::default().with_name(StrBytes::from_string(k.clone())).with_config_operation(OP_DELETE).with_value(None));
+        ops.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(k.clone()))
+                .with_config_operation(OP_DELETE)
+                .with_value(None),
+        );
     }
     let request = IncrementalAlterConfigsRequest::default()
-        .with_resources(vec![AlterConfigsResource::default().with_resource_type(TOPIC_RESOURCE).with_resource_name(StrBytes::from_string(name.clone())).with_configs(ops)])
+        .with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE)
+            .with_resource_name(StrBytes::from_string(name.clone()))
+            .with_configs(ops)])
         .with_validate_only(dry_run);
     let response = admin.call(Target::Any, &request).await?;
-    let result = response.responses.first().ok_or_else(|| anyhow!("IncrementalAlterConfigs answered nothing for {name}"))?;
-    check(result.error_code, result.error_message.as_ref(), &format!("changing the settings of topic {name}"))?;
+    let result = response
+        .responses
+        .first()
+        .ok_or_else(|| anyhow!("IncrementalAlterConfigs answered nothing for {name}"))?;
+    check(
+        result.error_code,
+        result.error_message.as_ref(),
+        &format!("changing the settings of topic {name}"),
+    )?;
     // What the topic's settings are now (before, for a dry run: nothing changed).
     let configs = topic_configs(admin, std::slice::from_ref(&name)).await?;
-    let set_now: Vec<Value> = configs.get(&name).cloned().unwrap_or_default().into_iter().filter(|c| c["source"] == "DYNAMIC_TOPIC_CONFIG").collect();
-    let doc = json!({"topic": name, "validate_only": dry_run, "changes": changes, "configs": set_now});
+    let set_now: Vec<Value> = configs
+        .get(&name)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["source"] == "DYNAMIC_TOPIC_CONFIG")
+        .collect();
+    let doc =
+        json!({"topic": name, "validate_only": dry_run, "changes": changes, "configs": set_now});
     if out.format != super::output::Format::Table {
         out.print(&doc, &Table::default(), &[]);
         return Ok(());
@@ -484,7 +649,11 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
         println!("topic {name}: the change is valid (dry run: nothing changed)");
         let mut t = Table::new(&["config", "operation", "value"]);
         for c in &changes {
-            t.row([c["name"].as_str().unwrap_or("").to_string(), c["operation"].as_str().unwrap_or("").to_string(), unlimited_or(c["value"].as_str().unwrap_or(""))]);
+            t.row([
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["operation"].as_str().unwrap_or("").to_string(),
+                unlimited_or(c["value"].as_str().unwrap_or("")),
+            ]);
         }
         print!("{}", t.render());
         return Ok(());
@@ -495,24 +664,47 @@ async fn alter_config(admin: &mut Admin, out: Output, name: String, set: Vec<Str
     } else {
         let mut t = Table::new(&["config", "value", "source"]);
         for c in &set_now {
-            t.row([c["name"].as_str().unwrap_or("").to_string(), config_cell(c), c["source"].as_str().unwrap_or("").to_string()]);
+            t.row([
+                c["name"].as_str().unwrap_or("").to_string(),
+                config_cell(c),
+                c["source"].as_str().unwrap_or("").to_string(),
+            ]);
         }
         print!("{}", t.render());
     }
     Ok(())
 }
 
-async fn add_partitions(admin: &mut Admin, out: Output, name: String, total: i32, dry_run: bool) -> anyhow::Result<()> {
+async fn add_partitions(
+    admin: &mut Admin,
+    out: Output,
+    name: String,
+    total: i32,
+    dry_run: bool,
+) -> anyhow::Result<()> {
     let request = CreatePartitionsRequest::default()
-        .with_topics(vec![CreatePartitionsTopic::default().with_name(TopicName(StrBytes::from_string(name.clone()))).with_count(total).with_assignments(None)])
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.clone())))
+            .with_count(total)
+            .with_assignments(None)])
         .with_timeout_ms(30_000)
         .with_validate_only(dry_run);
     let response = admin.call(Target::Controller, &request).await?;
-    let result = response.results.first().ok_or_else(|| anyhow!("CreatePartitions answered nothing for {name}"))?;
-    check(result.error_code, result.error_message.as_ref(), &format!("adding partitions to topic {name}"))?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("CreatePartitions answered nothing for {name}"))?;
+    check(
+        result.error_code,
+        result.error_message.as_ref(),
+        &format!("adding partitions to topic {name}"),
+    )?;
     let verb = if dry_run { "would have" } else { "now has" };
     let suffix = if dry_run { " (dry run: nothing changed)" } else { "" };
-    out.done(&json!({"topic": name, "partitions": total, "validate_only": dry_run}), &format!("topic {name} {verb} {}{suffix}", count(total, "partition")));
+    out.done(
+        &json!({"topic": name, "partitions": total, "validate_only": dry_run}),
+        &format!("topic {name} {verb} {}{suffix}", count(total, "partition")),
+    );
     Ok(())
 }
 
@@ -529,7 +721,13 @@ fn config_cell(c: &Value) -> String {
 /// DeleteRecords' offset for "up to the high watermark".
 const TRIM_TO_END: i64 = -1;
 
-async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: Vec<i32>, offset: String) -> anyhow::Result<()> {
+async fn trim_prefix(
+    admin: &mut Admin,
+    out: Output,
+    name: String,
+    partitions: Vec<i32>,
+    offset: String,
+) -> anyhow::Result<()> {
     let offset = match offset.as_str() {
         "end" => TRIM_TO_END,
         n => match n.parse::<i64>() {
@@ -538,15 +736,24 @@ async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: V
         },
     };
     let metadata = admin.metadata(Some(std::slice::from_ref(&name))).await?;
-    let topic = metadata.topics.first().ok_or_else(|| anyhow!("Metadata answered nothing for topic {name}"))?;
+    let topic = metadata
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("Metadata answered nothing for topic {name}"))?;
     check(topic.error_code, None, &format!("topic {name}"))?;
-    let leaders: BTreeMap<i32, i32> = topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
-    let chosen: Vec<i32> = if partitions.is_empty() { leaders.keys().copied().collect() } else { partitions };
+    let leaders: BTreeMap<i32, i32> =
+        topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
+    let chosen: Vec<i32> =
+        if partitions.is_empty() { leaders.keys().copied().collect() } else { partitions };
     // One request per leader, each for its partitions.
     let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     for p in &chosen {
         let Some(&leader) = leaders.get(p) else {
-            return Err(CliFailure::NotFound(format!("topic {name} has no partition {p} (it has {})", leaders.len())).into());
+            return Err(CliFailure::NotFound(format!(
+                "topic {name} has no partition {p} (it has {})",
+                leaders.len()
+            ))
+            .into());
         };
         if leader < 0 {
             bail!("partition {name}-{p} has no leader (see `floe cluster health`); nothing trimmed there");
@@ -556,14 +763,33 @@ async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: V
     let mut results = BTreeMap::new();
     let mut failures = Vec::new();
     for (leader, parts) in by_leader {
-        let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![DeleteRecordsTopic::default()
-            .with_name(TopicName(StrBytes::from_string(name.clone())))
-            .with_partitions(parts.iter().map(|&p| DeleteRecordsPartition::default().with_partition_index(p).with_offset(offset)).collect())]);
+        let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(name.clone())))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|&p| {
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(p)
+                                .with_offset(offset)
+                        })
+                        .collect(),
+                ),
+        ]);
         let response = admin.call(Target::Node(leader), &request).await?;
         for t in response.topics {
             for p in t.partitions {
-                let hint = if p.error_code == kafka_protocol::error::ResponseError::OffsetOutOfRange.code() { " (past the high watermark: see `floe topic describe`)" } else { "" };
-                if let Err(e) = check(p.error_code, None, &format!("trimming {name}-{}", p.partition_index)) {
+                let hint = if p.error_code
+                    == kafka_protocol::error::ResponseError::OffsetOutOfRange.code()
+                {
+                    " (past the high watermark: see `floe topic describe`)"
+                } else {
+                    ""
+                };
+                if let Err(e) =
+                    check(p.error_code, None, &format!("trimming {name}-{}", p.partition_index))
+                {
                     failures.push(format!("{e}{hint}"));
                 }
                 results.insert(p.partition_index, (p.low_watermark, error_name(p.error_code)));
@@ -571,10 +797,15 @@ async fn trim_prefix(admin: &mut Admin, out: Output, name: String, partitions: V
         }
     }
     // The error column only when a partition failed.
-    let mut table = if failures.is_empty() { Table::new(&["partition", "low-watermark"]) } else { Table::new(&["partition", "low-watermark", "error"]) };
+    let mut table = if failures.is_empty() {
+        Table::new(&["partition", "low-watermark"])
+    } else {
+        Table::new(&["partition", "low-watermark", "error"])
+    };
     let mut rows = Vec::new();
     for (p, (low, err)) in &results {
-        let mut cells = vec![p.to_string(), if err.is_some() { "-".to_string() } else { low.to_string() }];
+        let mut cells =
+            vec![p.to_string(), if err.is_some() { "-".to_string() } else { low.to_string() }];
         if !failures.is_empty() {
             cells.push(err.clone().unwrap_or_default());
         }

@@ -12,9 +12,13 @@ use std::num::NonZeroU32;
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use floe_broker::security::scram::{ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
-use kafka_protocol::messages::alter_user_scram_credentials_request::{ScramCredentialDeletion, ScramCredentialUpsertion};
+use kafka_protocol::messages::alter_user_scram_credentials_request::{
+    ScramCredentialDeletion, ScramCredentialUpsertion,
+};
 use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
-use kafka_protocol::messages::{AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use ring::rand::SecureRandom;
 use serde_json::{json, Value};
@@ -116,7 +120,9 @@ pub async fn run(command: UserCommand, connect: &ConnectArgs, out: Output) -> an
         UserCommand::Create { name, password_stdin, password, mechanism, iterations } => {
             // Everything the user controls is checked before connecting.
             if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
-                usage_error(&format!("--iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}"));
+                usage_error(&format!(
+                    "--iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}"
+                ));
             }
             let password = read_password(password_stdin, password)?;
             let mut admin = Admin::connect(connect).await?;
@@ -145,12 +151,18 @@ pub async fn execute(admin: &mut Admin, command: UserCommand, out: Output) -> an
     match command {
         UserCommand::Create { name, password, mechanism, iterations, .. } => {
             if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
-                anyhow::bail!("iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}");
+                anyhow::bail!(
+                    "iterations {iterations}: Kafka takes {MIN_ITERATIONS} to {MAX_ITERATIONS}"
+                );
             }
-            let password = password.filter(|p| !p.is_empty()).ok_or_else(|| anyhow!("give the user's password"))?;
+            let password = password
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| anyhow!("give the user's password"))?;
             create(admin, out, &name, &password, mechanism.scram(), iterations).await
         }
-        UserCommand::Delete { name, mechanism } => delete(admin, out, &name, mechanism.map(Mechanism::scram)).await,
+        UserCommand::Delete { name, mechanism } => {
+            delete(admin, out, &name, mechanism.map(Mechanism::scram)).await
+        }
         UserCommand::List { names } => {
             let users = describe(admin, &names).await?;
             print_users(out, &users);
@@ -169,7 +181,10 @@ fn read_password(from_stdin: bool, given: Option<String>) -> anyhow::Result<Stri
             eprintln!("password (one line):");
         }
         let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).context("cannot read the password from stdin")?;
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .context("cannot read the password from stdin")?;
         line.trim_end_matches(['\n', '\r']).to_string()
     } else {
         usage_error("give the password: `--password-stdin` (e.g. `echo \"$PW\" | floe user create NAME --password-stdin`) or `--password P`");
@@ -180,10 +195,22 @@ fn read_password(from_stdin: bool, given: Option<String>) -> anyhow::Result<Stri
     Ok(password)
 }
 
-async fn create(admin: &mut Admin, out: Output, name: &str, password: &str, mechanism: ScramMechanism, iterations: i32) -> anyhow::Result<()> {
+async fn create(
+    admin: &mut Admin,
+    out: Output,
+    name: &str,
+    password: &str,
+    mechanism: ScramMechanism,
+    iterations: i32,
+) -> anyhow::Result<()> {
     let mut salt = vec![0u8; SALT_BYTES];
-    ring::rand::SystemRandom::new().fill(&mut salt).map_err(|_| anyhow!("the system's random number generator failed; no salt to make the credential with"))?;
-    let rounds = u32::try_from(iterations).ok().and_then(NonZeroU32::new).ok_or_else(|| anyhow!("--iterations {iterations} is not a positive count"))?;
+    ring::rand::SystemRandom::new().fill(&mut salt).map_err(|_| {
+        anyhow!("the system's random number generator failed; no salt to make the credential with")
+    })?;
+    let rounds = u32::try_from(iterations)
+        .ok()
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| anyhow!("--iterations {iterations} is not a positive count"))?;
     let salted = mechanism.salted_password(password.as_bytes(), &salt, rounds);
     let upsertion = ScramCredentialUpsertion::default()
         .with_name(StrBytes::from_string(name.to_string()))
@@ -193,8 +220,15 @@ async fn create(admin: &mut Admin, out: Output, name: &str, password: &str, mech
         .with_salted_password(Bytes::from(salted));
     let request = AlterUserScramCredentialsRequest::default().with_upsertions(vec![upsertion]);
     let response = admin.call(Target::Controller, &request).await?;
-    let result = response.results.first().ok_or_else(|| anyhow!("AlterUserScramCredentials answered nothing for {name}"))?;
-    check(result.error_code, result.error_message.as_ref(), &format!("setting {}'s {} credential", name, mechanism.name()))?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("AlterUserScramCredentials answered nothing for {name}"))?;
+    check(
+        result.error_code,
+        result.error_message.as_ref(),
+        &format!("setting {}'s {} credential", name, mechanism.name()),
+    )?;
     out.done(
         &json!({"user": name, "mechanism": mechanism.name(), "iterations": iterations}),
         &format!("user {name}: {} credential set ({iterations} iterations); it logs in with sasl.mechanism={}", mechanism.name(), mechanism.name()),
@@ -202,51 +236,86 @@ async fn create(admin: &mut Admin, out: Output, name: &str, password: &str, mech
     Ok(())
 }
 
-async fn delete(admin: &mut Admin, out: Output, name: &str, mechanism: Option<ScramMechanism>) -> anyhow::Result<()> {
+async fn delete(
+    admin: &mut Admin,
+    out: Output,
+    name: &str,
+    mechanism: Option<ScramMechanism>,
+) -> anyhow::Result<()> {
     let mechanisms: Vec<ScramMechanism> = match mechanism {
         Some(m) => vec![m],
         None => {
             let users = describe(admin, &[name.to_string()]).await?;
-            users.iter().flat_map(|u| u["credentials"].as_array().cloned().unwrap_or_default())
+            users
+                .iter()
+                .flat_map(|u| u["credentials"].as_array().cloned().unwrap_or_default())
                 .filter_map(|c| c["mechanism"].as_str().and_then(ScramMechanism::from_name))
                 .collect()
         }
     };
     if mechanisms.is_empty() {
-        return Err(CliFailure::NotFound(format!("user {name} has no SCRAM credential (see `floe user list`)")).into());
+        return Err(CliFailure::NotFound(format!(
+            "user {name} has no SCRAM credential (see `floe user list`)"
+        ))
+        .into());
     }
     let deletions = mechanisms
         .iter()
-        .map(|m| ScramCredentialDeletion::default().with_name(StrBytes::from_string(name.to_string())).with_mechanism(m.wire_type()))
+        .map(|m| {
+            ScramCredentialDeletion::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_mechanism(m.wire_type())
+        })
         .collect();
     let request = AlterUserScramCredentialsRequest::default().with_deletions(deletions);
     let response = admin.call(Target::Controller, &request).await?;
     for result in &response.results {
-        check(result.error_code, result.error_message.as_ref(), &format!("deleting {}'s credentials", result.user.as_str()))?;
+        check(
+            result.error_code,
+            result.error_message.as_ref(),
+            &format!("deleting {}'s credentials", result.user.as_str()),
+        )?;
     }
     let names: Vec<&str> = mechanisms.iter().map(|m| m.name()).collect();
-    out.done(&json!({"user": name, "deleted": names}), &format!("user {name}: deleted its {} {}", names.join(" and "), if names.len() == 1 { "credential" } else { "credentials" }));
+    out.done(
+        &json!({"user": name, "deleted": names}),
+        &format!(
+            "user {name}: deleted its {} {}",
+            names.join(" and "),
+            if names.len() == 1 { "credential" } else { "credentials" }
+        ),
+    );
     Ok(())
 }
 
 /// The users' credentials: `[{user, credentials: [{mechanism, iterations}]}]`.
 async fn describe(admin: &mut Admin, names: &[String]) -> anyhow::Result<Vec<Value>> {
-    let users = (!names.is_empty()).then(|| names.iter().map(|n| UserName::default().with_name(StrBytes::from_string(n.clone()))).collect());
-    let response = admin.call(Target::Any, &DescribeUserScramCredentialsRequest::default().with_users(users)).await?;
+    let users = (!names.is_empty()).then(|| {
+        names
+            .iter()
+            .map(|n| UserName::default().with_name(StrBytes::from_string(n.clone())))
+            .collect()
+    });
+    let response = admin
+        .call(Target::Any, &DescribeUserScramCredentialsRequest::default().with_users(users))
+        .await?;
     check(response.error_code, response.error_message.as_ref(), "listing SCRAM users")?;
     let mut out = Vec::new();
     for r in &response.results {
         check(r.error_code, r.error_message.as_ref(), &format!("user {}", r.user.as_str()))
-            .map_err(|e| if r.error_code == kafka_protocol::error::ResponseError::ResourceNotFound.code() {
-                CliFailure::NotFound(format!("{e:#} (see `floe user list`)")).into()
-            } else {
-                e
+            .map_err(|e| {
+                if r.error_code == kafka_protocol::error::ResponseError::ResourceNotFound.code() {
+                    CliFailure::NotFound(format!("{e:#} (see `floe user list`)")).into()
+                } else {
+                    e
+                }
             })?;
         let credentials: Vec<Value> = r
             .credential_infos
             .iter()
             .map(|c| {
-                let mechanism = ScramMechanism::from_wire_type(c.mechanism).map_or_else(|| format!("UNKNOWN({})", c.mechanism), |m| m.name().to_string());
+                let mechanism = ScramMechanism::from_wire_type(c.mechanism)
+                    .map_or_else(|| format!("UNKNOWN({})", c.mechanism), |m| m.name().to_string());
                 json!({"mechanism": mechanism, "iterations": c.iterations})
             })
             .collect();
@@ -260,9 +329,17 @@ fn print_users(out: Output, users: &[Value]) {
     let mut table = Table::new(&["user", "mechanism", "iterations"]);
     for u in users {
         for c in u["credentials"].as_array().into_iter().flatten() {
-            table.row([u["user"].as_str().unwrap_or(""), c["mechanism"].as_str().unwrap_or(""), &c["iterations"].to_string()]);
+            table.row([
+                u["user"].as_str().unwrap_or(""),
+                c["mechanism"].as_str().unwrap_or(""),
+                &c["iterations"].to_string(),
+            ]);
         }
     }
-    let notes = if users.is_empty() { vec!["no SCRAM users (create one: floe user create NAME --password-stdin)".to_string()] } else { vec![] };
+    let notes = if users.is_empty() {
+        vec!["no SCRAM users (create one: floe user create NAME --password-stdin)".to_string()]
+    } else {
+        vec![]
+    };
     out.print(&Value::Array(users.to_vec()), &table, &notes);
 }

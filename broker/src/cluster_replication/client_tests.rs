@@ -31,16 +31,22 @@ struct Pki {
 fn pki(dir: &Path, tag: &str, names: &[&str]) -> Pki {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
     let leaf_key = KeyPair::generate().expect("key");
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let leaf = CertificateParams::new(names).expect("params").signed_by(&leaf_key, &ca).expect("leaf");
+    let leaf =
+        CertificateParams::new(names).expect("params").signed_by(&leaf_key, &ca).expect("leaf");
     let write = |name: &str, text: String| {
         let path = dir.join(format!("{tag}-{name}"));
         std::fs::write(&path, text).expect("write");
         path
     };
-    Pki { ca: write("ca.pem", ca.pem()), cert: write("cert.pem", leaf.pem()), key: write("key.pem", leaf_key.serialize_pem()) }
+    Pki {
+        ca: write("ca.pem", ca.pem()),
+        cert: write("cert.pem", leaf.pem()),
+        key: write("key.pem", leaf_key.serialize_pem()),
+    }
 }
 
 fn tls_settings(p: &Pki, client_auth: ClientAuth) -> TlsSettings {
@@ -86,7 +92,12 @@ fn client(p: &Pki, verify_hostname: bool) -> ClientSecurity {
     inter_broker::load(&settings, &tls_settings(p, ClientAuth::None)).expect("client TLS")
 }
 
-async fn connect(host: &str, port: u16, protocol: SecurityProtocol, security: &ClientSecurity) -> Result<BrokerConnection, ClientError> {
+async fn connect(
+    host: &str,
+    port: u16,
+    protocol: SecurityProtocol,
+    security: &ClientSecurity,
+) -> Result<BrokerConnection, ClientError> {
     let endpoint = Endpoint { host: host.into(), port, protocol };
     BrokerConnection::connect(&endpoint, "test", Duration::from_secs(5), security).await
 }
@@ -99,14 +110,25 @@ async fn the_peer_certificate_is_checked_as_kafkas_endpoint_identification_says(
     let port = serve(&ours).await;
 
     let strict = client(&ours, true);
-    let e = connect("127.0.0.1", port, SecurityProtocol::Ssl, &strict).await.expect_err("127.0.0.1 is not in the certificate");
-    assert!(matches!(&e, ClientError::Tls { .. }) && e.to_string().contains("not valid for name"), "{e}");
-    connect("localhost", port, SecurityProtocol::Ssl, &strict).await.expect("the registered host matches");
-    connect("127.0.0.1", port, SecurityProtocol::Ssl, &client(&ours, false)).await.expect("chain only");
+    let e = connect("127.0.0.1", port, SecurityProtocol::Ssl, &strict)
+        .await
+        .expect_err("127.0.0.1 is not in the certificate");
+    assert!(
+        matches!(&e, ClientError::Tls { .. }) && e.to_string().contains("not valid for name"),
+        "{e}"
+    );
+    connect("localhost", port, SecurityProtocol::Ssl, &strict)
+        .await
+        .expect("the registered host matches");
+    connect("127.0.0.1", port, SecurityProtocol::Ssl, &client(&ours, false))
+        .await
+        .expect("chain only");
 
     // Another CA's certificate is refused even without host name checks.
     let theirs = pki(dir.path(), "theirs", &["localhost"]);
-    let e = connect("localhost", port, SecurityProtocol::Ssl, &client(&theirs, false)).await.expect_err("untrusted chain");
+    let e = connect("localhost", port, SecurityProtocol::Ssl, &client(&theirs, false))
+        .await
+        .expect_err("untrusted chain");
     assert!(matches!(e, ClientError::Tls { .. }), "{e}");
 }
 
@@ -117,7 +139,10 @@ async fn sasl_broker(dir: &Path, reauth_ms: u64) -> (u16, tokio::sync::watch::Se
     use crate::config::{ConfigBuilder, Layer};
     let users = dir.join("plain-users");
     std::fs::write(&users, "broker:plain-pw\n").expect("users file");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
     let mut b = ConfigBuilder::new();
     for (k, v) in [
         ("listeners", format!("SASL_PLAINTEXT://127.0.0.1:{port}")),
@@ -152,7 +177,16 @@ fn sasl_client(mechanism: SaslMechanism, username: &str, password: &str) -> Clie
         mechanism,
         credentials: Some(SaslCredentials { username: username.into(), password: password.into() }),
     };
-    let no_tls = TlsSettings { certificate: None, key: None, truststore: None, client_auth: ClientAuth::None, tls12: true, tls13: true, ktls: KtlsMode::Off, reload_interval_ms: 0 };
+    let no_tls = TlsSettings {
+        certificate: None,
+        key: None,
+        truststore: None,
+        client_auth: ClientAuth::None,
+        tls12: true,
+        tls13: true,
+        ktls: KtlsMode::Off,
+        reload_interval_ms: 0,
+    };
     inter_broker::load(&settings, &no_tls).expect("client")
 }
 
@@ -169,10 +203,17 @@ async fn plain_and_scram_logins_against_a_broker() {
     let sasl = SecurityProtocol::SaslPlaintext;
 
     // PLAIN, then SCRAM credentials for the same user set over that connection.
-    let mut conn = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "plain-pw")).await.expect("PLAIN login");
+    let mut conn =
+        connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "plain-pw"))
+            .await
+            .expect("PLAIN login");
     let upsert = |m: ScramMechanism| {
         let salt = b"unit-test-salt-1".to_vec();
-        let salted = m.salted_password(b"scram-pw", &salt, std::num::NonZeroU32::new(4096).expect("nonzero"));
+        let salted = m.salted_password(
+            b"scram-pw",
+            &salt,
+            std::num::NonZeroU32::new(4096).expect("nonzero"),
+        );
         ScramCredentialUpsertion::default()
             .with_name(StrBytes::from_static_str("broker"))
             .with_mechanism(m.wire_type())
@@ -181,20 +222,52 @@ async fn plain_and_scram_logins_against_a_broker() {
             .with_salted_password(salted.into())
     };
     let altered = conn
-        .call(0, &AlterUserScramCredentialsRequest::default().with_upsertions(vec![upsert(ScramMechanism::Sha256), upsert(ScramMechanism::Sha512)]))
+        .call(
+            0,
+            &AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+                upsert(ScramMechanism::Sha256),
+                upsert(ScramMechanism::Sha512),
+            ]),
+        )
         .await
         .expect("AlterUserScramCredentials");
     assert!(altered.results.iter().all(|r| r.error_code == 0), "{altered:?}");
 
     for m in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
-        let mut conn = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Scram(m), "broker", "scram-pw")).await.expect("SCRAM login");
+        let mut conn = connect(
+            "127.0.0.1",
+            port,
+            sasl,
+            &sasl_client(SaslMechanism::Scram(m), "broker", "scram-pw"),
+        )
+        .await
+        .expect("SCRAM login");
         conn.call(12, &MetadataRequest::default()).await.expect("a request after the login");
-        let e = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Scram(m), "broker", "guessed-pw")).await.expect_err("wrong password");
+        let e = connect(
+            "127.0.0.1",
+            port,
+            sasl,
+            &sasl_client(SaslMechanism::Scram(m), "broker", "guessed-pw"),
+        )
+        .await
+        .expect_err("wrong password");
         let text = e.to_string();
-        assert!(matches!(e, ClientError::Authentication { .. }) && text.contains(m.name()) && text.contains("SaslAuthenticationFailed"), "{text}");
+        assert!(
+            matches!(e, ClientError::Authentication { .. })
+                && text.contains(m.name())
+                && text.contains("SaslAuthenticationFailed"),
+            "{text}"
+        );
         assert!(!text.contains("guessed-pw"), "{text}");
     }
-    let e = connect("127.0.0.1", port, sasl, &sasl_client(SaslMechanism::Plain, "broker", "guessed-pw")).await.expect_err("wrong PLAIN password");
+    let e = connect(
+        "127.0.0.1",
+        port,
+        sasl,
+        &sasl_client(SaslMechanism::Plain, "broker", "guessed-pw"),
+    )
+    .await
+    .expect_err("wrong PLAIN password");
     assert!(matches!(e, ClientError::Authentication { mechanism: "PLAIN", .. }), "{e}");
 }
 
@@ -206,7 +279,9 @@ async fn a_session_with_a_lifetime_is_renewed_on_the_same_connection() {
     // The broker closes a connection whose login is older than 600 ms (KIP-368).
     let (port, _shutdown) = sasl_broker(dir.path(), 600).await;
     let security = sasl_client(SaslMechanism::Plain, "broker", "plain-pw");
-    let mut conn = connect("127.0.0.1", port, SecurityProtocol::SaslPlaintext, &security).await.expect("login");
+    let mut conn = connect("127.0.0.1", port, SecurityProtocol::SaslPlaintext, &security)
+        .await
+        .expect("login");
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(400)).await;
         conn.call(12, &MetadataRequest::default()).await.expect("renewed in time, never closed");

@@ -20,13 +20,17 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use tokio::sync::watch;
 
-use floe_cluster::replication::fetcher::{FetcherSettings, FollowedPartition, ReplicaFetcherManager};
 use crate::config::{ConfigBuilder, Layer};
-use crate::metrics::Metrics;
 use crate::listeners::SecurityProtocol;
+use crate::metrics::Metrics;
+use floe_cluster::replication::fetcher::{
+    FetcherSettings, FollowedPartition, ReplicaFetcherManager,
+};
 
 const TOPIC: &str = "replicated";
 const LEADER: i32 = 1;
@@ -45,9 +49,15 @@ struct Leader {
 impl Leader {
     async fn start() -> Self {
         // Logs show with --nocapture (RUST_LOG picks the level).
-        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
         let mut b = ConfigBuilder::new();
         for (k, v) in [
             ("listeners", format!("PLAINTEXT://127.0.0.1:{port}")),
@@ -62,7 +72,10 @@ impl Leader {
         }
         let config = b.build().expect("config");
         let (shutdown, rx) = watch::channel(false);
-        let server = tokio::spawn(async move { crate::run::serve(config, rx).await.expect("leader serves") });
+        let server =
+            tokio::spawn(
+                async move { crate::run::serve(config, rx).await.expect("leader serves") },
+            );
         for _ in 0..200 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
                 return Self { port, dir, shutdown, server: Some(server) };
@@ -73,13 +86,38 @@ impl Leader {
     }
 
     async fn connect(&self) -> BrokerConnection {
-        let endpoint = Endpoint { host: "127.0.0.1".into(), port: self.port, protocol: SecurityProtocol::Plaintext };
-        BrokerConnection::connect(&endpoint, "test-client", Duration::from_secs(10), &ClientSecurity::plaintext()).await.expect("connect")
+        let endpoint = Endpoint {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            protocol: SecurityProtocol::Plaintext,
+        };
+        BrokerConnection::connect(
+            &endpoint,
+            "test-client",
+            Duration::from_secs(10),
+            &ClientSecurity::plaintext(),
+        )
+        .await
+        .expect("connect")
     }
 
     fn registration(&self) -> BTreeMap<i32, BrokerRegistration> {
-        let endpoint = BrokerEndpoint { listener: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: i32::from(self.port), security_protocol: "PLAINTEXT".into() };
-        BTreeMap::from([(LEADER, BrokerRegistration { node_id: LEADER, rack: None, endpoints: vec![endpoint], shutting_down: false, schema_registry: None })])
+        let endpoint = BrokerEndpoint {
+            listener: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: i32::from(self.port),
+            security_protocol: "PLAINTEXT".into(),
+        };
+        BTreeMap::from([(
+            LEADER,
+            BrokerRegistration {
+                node_id: LEADER,
+                rack: None,
+                endpoints: vec![endpoint],
+                shutting_down: false,
+                schema_registry: None,
+            },
+        )])
     }
 
     fn log_dir(&self) -> std::path::PathBuf {
@@ -103,7 +141,9 @@ fn name(s: &str) -> TopicName {
 /// time-based rolling (`retention.ms`, `segment.ms`) act during the test.
 fn batch(n: i64, producer: Option<(i64, i16, i32)>, transactional: bool) -> Bytes {
     let (id, epoch, seq) = producer.unwrap_or((-1, -1, -1));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
             transactional,
@@ -122,23 +162,39 @@ fn batch(n: i64, producer: Option<(i64, i16, i32)>, transactional: bool) -> Byte
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None }).expect("encode");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .expect("encode");
     buf.freeze()
 }
 
 async fn create_topic(conn: &mut BrokerConnection) {
-    let config = CreatableTopicConfig::default().with_name(StrBytes::from_static_str("segment.bytes")).with_value(Some(StrBytes::from_static_str(SEGMENT_BYTES)));
-    let topic = CreatableTopic::default().with_name(name(TOPIC)).with_num_partitions(1).with_replication_factor(1).with_configs(vec![config]);
-    let r = conn.call(5, &CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(10_000)).await.expect("CreateTopics");
+    let config = CreatableTopicConfig::default()
+        .with_name(StrBytes::from_static_str("segment.bytes"))
+        .with_value(Some(StrBytes::from_static_str(SEGMENT_BYTES)));
+    let topic = CreatableTopic::default()
+        .with_name(name(TOPIC))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![config]);
+    let r = conn
+        .call(5, &CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(10_000))
+        .await
+        .expect("CreateTopics");
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
 }
 
 async fn produce(conn: &mut BrokerConnection, records: Bytes, transactional_id: Option<&str>) {
-    let data = TopicProduceData::default()
-        .with_name(name(TOPIC))
-        .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(records))]);
+    let data = TopicProduceData::default().with_name(name(TOPIC)).with_partition_data(vec![
+        PartitionProduceData::default().with_index(0).with_records(Some(records)),
+    ]);
     let request = ProduceRequest::default()
-        .with_transactional_id(transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))))
+        .with_transactional_id(
+            transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))),
+        )
         .with_acks(-1)
         .with_timeout_ms(10_000)
         .with_topic_data(vec![data]);
@@ -161,7 +217,9 @@ async fn produce_plain(conn: &mut BrokerConnection, n: usize) {
 
 async fn init_producer(conn: &mut BrokerConnection, transactional_id: Option<&str>) -> (i64, i16) {
     let request = InitProducerIdRequest::default()
-        .with_transactional_id(transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))))
+        .with_transactional_id(
+            transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))),
+        )
         .with_transaction_timeout_ms(60_000)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
@@ -171,20 +229,33 @@ async fn init_producer(conn: &mut BrokerConnection, transactional_id: Option<&st
 }
 
 /// One transaction of `batches` batches of 2 records, committed or aborted; returns the next sequence.
-async fn transaction(conn: &mut BrokerConnection, id: &str, (pid, epoch): (i64, i16), mut seq: i32, batches: usize, commit: bool) -> i32 {
+async fn transaction(
+    conn: &mut BrokerConnection,
+    id: &str,
+    (pid, epoch): (i64, i16),
+    mut seq: i32,
+    batches: usize,
+    commit: bool,
+) -> i32 {
     let txn_id = TransactionalId(StrBytes::from_string(id.into()));
     let add = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(txn_id.clone())
         .with_v3_and_below_producer_id(ProducerId(pid))
         .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default().with_name(name(TOPIC)).with_partitions(vec![0])]);
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(name(TOPIC))
+            .with_partitions(vec![0])]);
     let r = conn.call(3, &add).await.expect("AddPartitionsToTxn");
     assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
     for _ in 0..batches {
         produce(conn, batch(2, Some((pid, epoch, seq)), true), Some(id)).await;
         seq += 2;
     }
-    let end = EndTxnRequest::default().with_transactional_id(txn_id).with_producer_id(ProducerId(pid)).with_producer_epoch(epoch).with_committed(commit);
+    let end = EndTxnRequest::default()
+        .with_transactional_id(txn_id)
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
     let r = conn.call(3, &end).await.expect("EndTxn");
     assert_eq!(r.error_code, 0);
     seq
@@ -192,9 +263,11 @@ async fn transaction(conn: &mut BrokerConnection, id: &str, (pid, epoch): (i64, 
 
 /// The leader's high watermark (ListOffsets latest, as a consumer sees it).
 async fn leader_high_watermark(conn: &mut BrokerConnection) -> i64 {
-    let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
-        .with_name(name(TOPIC))
-        .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]);
+    let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default().with_name(name(TOPIC)).with_partitions(vec![
+            ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1),
+        ]),
+    ]);
     let r = conn.call(7, &request).await.expect("ListOffsets");
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, 0);
@@ -213,23 +286,47 @@ fn segment_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .expect("read dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "log" || x == "txnindex"))
-        .map(|p| (p.file_name().expect("name").to_string_lossy().into_owned(), std::fs::read(&p).expect("read")))
+        .map(|p| {
+            (
+                p.file_name().expect("name").to_string_lossy().into_owned(),
+                std::fs::read(&p).expect("read"),
+            )
+        })
         .collect();
     files.sort();
     files
 }
 
 fn settings() -> FetcherSettings {
-    FetcherSettings { max_bytes: 700, max_wait_ms: 2000, backoff: Duration::from_millis(100), ..FetcherSettings::default() }
+    FetcherSettings {
+        max_bytes: 700,
+        max_wait_ms: 2000,
+        backoff: Duration::from_millis(100),
+        ..FetcherSettings::default()
+    }
 }
 
 fn manager() -> (ReplicaFetcherManager, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
-    (ReplicaFetcherManager::new(FOLLOWER, "PLAINTEXT".into(), settings(), metrics.replication.clone(), metrics.log_corrupt_ranges.clone()), metrics)
+    (
+        ReplicaFetcherManager::new(
+            FOLLOWER,
+            "PLAINTEXT".into(),
+            settings(),
+            metrics.replication.clone(),
+            metrics.log_corrupt_ranges.clone(),
+        ),
+        metrics,
+    )
 }
 
 fn followed(log: &Arc<PartitionLog>) -> Vec<FollowedPartition> {
-    vec![FollowedPartition { tp: TopicPartition::new(TOPIC, 0), leader: LEADER, leader_epoch: 0, log: log.clone() }]
+    vec![FollowedPartition {
+        tp: TopicPartition::new(TOPIC, 0),
+        leader: LEADER,
+        leader_epoch: 0,
+        log: log.clone(),
+    }]
 }
 
 /// Every `.log` file of a partition directory, concatenated in offset order:
@@ -237,7 +334,11 @@ fn followed(log: &Arc<PartitionLog>) -> Vec<FollowedPartition> {
 /// segment based at its point (as Kafka's `truncateTo` does), so segment
 /// boundaries can differ from the leader's after one.
 fn log_bytes(dir: &Path) -> Vec<u8> {
-    segment_files(dir).into_iter().filter(|(n, _)| n.ends_with(".log")).flat_map(|(_, bytes)| bytes).collect()
+    segment_files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".log"))
+        .flat_map(|(_, bytes)| bytes)
+        .collect()
 }
 
 /// How a follower must match its leader.
@@ -250,7 +351,13 @@ enum Same {
 }
 
 /// Waits until the follower has the leader's records (as `same` says) and high watermark.
-async fn wait_in_sync(leader: &Leader, conn: &mut BrokerConnection, follower: &PartitionLog, fdir: &Path, same: Same) {
+async fn wait_in_sync(
+    leader: &Leader,
+    conn: &mut BrokerConnection,
+    follower: &PartitionLog,
+    fdir: &Path,
+    same: Same,
+) {
     let hw = leader_high_watermark(conn).await;
     let matches = || match same {
         Same::Files => segment_files(fdir) == segment_files(&leader.log_dir()),
@@ -264,7 +371,11 @@ async fn wait_in_sync(leader: &Leader, conn: &mut BrokerConnection, follower: &P
     }
     assert_eq!((follower.log_end_offset(), follower.high_watermark()), (hw, hw), "caught up");
     match same {
-        Same::Files => assert_eq!(describe(&segment_files(fdir)), describe(&segment_files(&leader.log_dir())), "same segments, same bytes"),
+        Same::Files => assert_eq!(
+            describe(&segment_files(fdir)),
+            describe(&segment_files(&leader.log_dir())),
+            "same segments, same bytes"
+        ),
         Same::Bytes => assert!(log_bytes(fdir) == log_bytes(&leader.log_dir()), "same log bytes"),
     }
 }
@@ -288,7 +399,10 @@ async fn a_follower_copies_its_leader_byte_for_byte() {
     let seq = transaction(&mut conn, "txn", txn, 0, 2, false).await;
     transaction(&mut conn, "txn", txn, seq, 1, true).await;
     produce_plain(&mut conn, 20).await;
-    assert!(segment_files(&leader.log_dir()).iter().filter(|(n, _)| n.ends_with(".log")).count() >= 3, "several segments");
+    assert!(
+        segment_files(&leader.log_dir()).iter().filter(|(n, _)| n.ends_with(".log")).count() >= 3,
+        "several segments"
+    );
 
     let fdir = tempfile::tempdir().expect("tempdir");
     let follower = follower_log(fdir.path());
@@ -296,7 +410,10 @@ async fn a_follower_copies_its_leader_byte_for_byte() {
     fetchers.follow(followed(&follower), &leader.registration());
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Files).await;
     assert!(follower.is_replicated(), "a followed log takes its high watermark from the leader");
-    assert_eq!(follower.epoch_entries().iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>(), vec![(0, 0)]);
+    assert_eq!(
+        follower.epoch_entries().iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>(),
+        vec![(0, 0)]
+    );
     let before = follower.log_end_offset();
 
     // The fetcher waits in a long poll (max_wait_ms 2000): an append wakes it
@@ -305,7 +422,11 @@ async fn a_follower_copies_its_leader_byte_for_byte() {
     let started = std::time::Instant::now();
     produce_plain(&mut conn, 1).await;
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Files).await;
-    assert!(started.elapsed() < Duration::from_millis(1500), "woken by the append: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "woken by the append: {:?}",
+        started.elapsed()
+    );
     produce_plain(&mut conn, 4).await;
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Files).await;
     assert_eq!(follower.log_end_offset(), before + 5);
@@ -366,7 +487,10 @@ async fn a_divergent_tail_is_truncated_to_the_leaders_log() {
     produce(&mut conn, batch(3, None, false), None).await;
     wait_in_sync(&leader, &mut conn, &follower, fdir.path(), Same::Bytes).await;
     assert_eq!(follower.log_end_offset(), shared + 3);
-    assert_eq!(metrics.replication.replica_fetch_errors.with_label_values(&["connection"]).get(), 0);
+    assert_eq!(
+        metrics.replication.replica_fetch_errors.with_label_values(&["connection"]).get(),
+        0
+    );
 
     fetchers.shutdown().await;
     drop(conn);

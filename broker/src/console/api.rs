@@ -19,16 +19,20 @@ use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Map, Value};
 
-use super::session::{self, Session};
 use super::cli_call::{cli_json, run_cli, ApiError, ApiResult};
+use super::session::{self, Session};
 use super::state::Console;
+use crate::cli;
 use crate::cli::admin::{check, Admin, Target};
 use crate::cli::output::{capture, Format, Output};
-use crate::cli;
 
 /// A response with `body` of `content_type`, and the headers every answer (the API's and
 /// the static files') carries.
-pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub fn response(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     let h = r.headers_mut();
@@ -47,14 +51,17 @@ fn argv(items: &[&str]) -> Vec<String> {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`, 2^53 - 1).
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Fields that hold 64-bit ids: strings in every answer, whatever their value.
-const ID_FIELDS: &[&str] = &["snapshot_id", "parent_snapshot_id", "current_snapshot_id", "producer_id"];
+const ID_FIELDS: &[&str] =
+    &["snapshot_id", "parent_snapshot_id", "current_snapshot_id", "producer_id"];
 
 /// `value` made safe for `JSON.parse`, which reads every number as a double
 /// and so rounds integers beyond 2^53 (a snapshot id 2780273657115940031
@@ -68,14 +75,22 @@ pub fn for_javascript(value: &mut Value) {
         Value::Object(map) => {
             for (key, v) in map.iter_mut() {
                 match v {
-                    Value::Number(n) if ID_FIELDS.contains(&key.as_str()) && (n.is_i64() || n.is_u64()) => *v = Value::String(n.to_string()),
+                    Value::Number(n)
+                        if ID_FIELDS.contains(&key.as_str()) && (n.is_i64() || n.is_u64()) =>
+                    {
+                        *v = Value::String(n.to_string())
+                    }
                     _ => for_javascript(v),
                 }
             }
         }
         Value::Array(items) => items.iter_mut().for_each(for_javascript),
         Value::Number(n) => {
-            let safe = n.as_i64().map(i64::unsigned_abs).or(n.as_u64()).is_none_or(|m| m <= MAX_SAFE_INTEGER);
+            let safe = n
+                .as_i64()
+                .map(i64::unsigned_abs)
+                .or(n.as_u64())
+                .is_none_or(|m| m <= MAX_SAFE_INTEGER);
             if !safe {
                 *value = Value::String(n.to_string());
             }
@@ -85,7 +100,11 @@ pub fn for_javascript(value: &mut Value) {
 }
 
 /// A JSON answer (its integers made safe by [`for_javascript`]), with `Set-Cookie` when given.
-fn json_response(status: StatusCode, body: &Value, cookie: Option<String>) -> Response<Full<Bytes>> {
+fn json_response(
+    status: StatusCode,
+    body: &Value,
+    cookie: Option<String>,
+) -> Response<Full<Bytes>> {
     let mut body = body.clone();
     for_javascript(&mut body);
     let mut r = response(status, "application/json", body.to_string());
@@ -100,7 +119,12 @@ fn error_response(e: &ApiError, cookie: Option<String>) -> Response<Full<Bytes>>
 }
 
 /// Handles one `/api/...` request.
-pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str, body: Bytes) -> Response<Full<Bytes>> {
+pub async fn handle(
+    console: &Console,
+    parts: &http::request::Parts,
+    path: &str,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let segments: Vec<String> = match path
         .trim_start_matches("/api")
         .split('/')
@@ -109,12 +133,19 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(s) => s,
-        Err(_) => return error_response(&ApiError::bad("the path is not UTF-8 once decoded"), None),
+        Err(_) => {
+            return error_response(&ApiError::bad("the path is not UTF-8 once decoded"), None)
+        }
     };
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = &parts.method;
-    let query: BTreeMap<String, String> = form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()).into_owned().collect();
-    let cookie = parts.headers.get(header::COOKIE).and_then(|v| v.to_str().ok()).and_then(session::cookie_value);
+    let query: BTreeMap<String, String> =
+        form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()).into_owned().collect();
+    let cookie = parts
+        .headers
+        .get(header::COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(session::cookie_value);
     let existing = cookie.and_then(|id| console.sessions.get(id));
     let settings = &console.settings;
     let login_required = settings.broker.login_required();
@@ -141,7 +172,11 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
             return match login(console, &body).await {
                 Ok(new) => {
                     console.sessions.remove(&old.id);
-                    json_response(StatusCode::OK, &json!({"user": new.user, "csrf": new.csrf}), Some(session::set_cookie(&new.id)))
+                    json_response(
+                        StatusCode::OK,
+                        &json!({"user": new.user, "csrf": new.csrf}),
+                        Some(session::set_cookie(&new.id)),
+                    )
                 }
                 Err(e) => error_response(&e, None),
             };
@@ -162,8 +197,12 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
     let mut new_cookie = None;
     let session = match existing {
         Some(s) if !login_required || s.user.is_some() => s,
-        Some(_) => return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None),
-        None if login_required => return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None),
+        Some(_) => {
+            return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None)
+        }
+        None if login_required => {
+            return error_response(&ApiError::new(StatusCode::UNAUTHORIZED, "log in first"), None)
+        }
         None => {
             let s = console.sessions.create(None, None);
             new_cookie = Some(session::set_cookie(&s.id));
@@ -173,7 +212,13 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
     let write = matches!(*method, Method::POST | Method::DELETE | Method::PUT | Method::PATCH);
     if write {
         if settings.read_only {
-            return error_response(&ApiError::new(StatusCode::FORBIDDEN, "the console is read-only (floe.console.read-only=true)"), new_cookie);
+            return error_response(
+                &ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "the console is read-only (floe.console.read-only=true)",
+                ),
+                new_cookie,
+            );
         }
         if !csrf_ok(&session, parts) {
             return error_response(&csrf_error(), new_cookie);
@@ -183,7 +228,8 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
         if body.is_empty() {
             return Ok(json!({}));
         }
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))
     };
 
     // Benchmark files are not JSON.
@@ -191,7 +237,12 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
         return match super::bench::file(settings.bench_dir.as_deref(), name, file) {
             Ok((content_type, bytes)) => {
                 let mut r = response(StatusCode::OK, content_type, bytes);
-                r.headers_mut().insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:"));
+                r.headers_mut().insert(
+                    header::CONTENT_SECURITY_POLICY,
+                    header::HeaderValue::from_static(
+                        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:",
+                    ),
+                );
                 r
             }
             Err(e) => error_response(&e, new_cookie),
@@ -200,43 +251,79 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
 
     let result = match (method, segs.as_slice()) {
         (&Method::GET, ["overview"]) => overview(console, &session).await,
-        (&Method::GET, ["topics"]) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &argv(&["topic", "list", "--internal"])).await })).await,
+        (&Method::GET, ["topics"]) => {
+            with_admin(console, &session, |a| {
+                Box::pin(async move { cli_json(a, &argv(&["topic", "list", "--internal"])).await })
+            })
+            .await
+        }
         (&Method::POST, ["topics"]) => match body_json().and_then(|b| create_topic_argv(&b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
+            Ok(args) => {
+                with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                    .await
+            }
             Err(e) => Err(e),
         },
         (&Method::GET, ["topics", name]) => {
             let args = argv(&["topic", "describe", "--all-configs", "--", name]);
             with_admin(console, &session, |a| {
-                Box::pin(async move { cli_json(a, &args).await.map(|d| d.as_array().and_then(|v| v.first().cloned()).unwrap_or(Value::Null)) })
+                Box::pin(async move {
+                    cli_json(a, &args).await.map(|d| {
+                        d.as_array().and_then(|v| v.first().cloned()).unwrap_or(Value::Null)
+                    })
+                })
             })
             .await
         }
-        (&Method::POST, ["topics", name, "configs"]) => match body_json().and_then(|b| alter_config_argv(name, &b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
+        (&Method::POST, ["topics", name, "configs"]) => match body_json()
+            .and_then(|b| alter_config_argv(name, &b))
+        {
+            Ok(args) => {
+                with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                    .await
+            }
             Err(e) => Err(e),
         },
         (&Method::DELETE, ["topics", name]) => {
             let args = argv(&["topic", "delete", "--", name]);
             let name = name.to_string();
-            with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await.map(|_| json!({ "deleted": name })) })).await
+            with_admin(console, &session, |a| {
+                Box::pin(
+                    async move { cli_json(a, &args).await.map(|_| json!({ "deleted": name })) },
+                )
+            })
+            .await
         }
         (&Method::GET, ["topics", name, "messages"]) => {
             let name = name.to_string();
             let registry = settings.schema_registry.clone();
-            with_admin(console, &session, |a| Box::pin(async move { messages(a, &name, &query, registry).await })).await
+            with_admin(console, &session, |a| {
+                Box::pin(async move { messages(a, &name, &query, registry).await })
+            })
+            .await
         }
         (&Method::POST, ["topics", name, "messages"]) => match body_json() {
             Ok(b) => {
                 let name = name.to_string();
-                with_admin(console, &session, |a| Box::pin(async move { produce(a, &name, &b).await })).await
+                with_admin(console, &session, |a| {
+                    Box::pin(async move { produce(a, &name, &b).await })
+                })
+                .await
             }
             Err(e) => Err(e),
         },
-        (&Method::GET, ["groups"]) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &argv(&["group", "list"])).await })).await,
+        (&Method::GET, ["groups"]) => {
+            with_admin(console, &session, |a| {
+                Box::pin(async move { cli_json(a, &argv(&["group", "list"])).await })
+            })
+            .await
+        }
         (&Method::GET, ["groups", id]) => {
             let args = argv(&["group", "describe", "--", id]);
-            let doc = with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await;
+            let doc = with_admin(console, &session, |a| {
+                Box::pin(async move { cli_json(a, &args).await })
+            })
+            .await;
             doc.map(|mut d| {
                 if let Some(obj) = d.as_object_mut() {
                     obj.insert("history".into(), console.lag.history(id));
@@ -244,32 +331,64 @@ pub async fn handle(console: &Console, parts: &http::request::Parts, path: &str,
                 d
             })
         }
-        (&Method::POST, ["groups", id, "seek"]) => match body_json().and_then(|b| seek_argv(id, &b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
-            Err(e) => Err(e),
-        },
+        (&Method::POST, ["groups", id, "seek"]) => {
+            match body_json().and_then(|b| seek_argv(id, &b)) {
+                Ok(args) => {
+                    with_admin(console, &session, |a| {
+                        Box::pin(async move { cli_json(a, &args).await })
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            }
+        }
         (&Method::GET, ["iceberg"]) => iceberg_overview(console, &session).await,
-        (&Method::GET, ["iceberg", table, "snapshots"]) => iceberg_snapshots(console, &session, table).await,
-        (&Method::GET, ["acls"]) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &argv(&["acl", "list"])).await })).await,
+        (&Method::GET, ["iceberg", table, "snapshots"]) => {
+            iceberg_snapshots(console, &session, table).await
+        }
+        (&Method::GET, ["acls"]) => {
+            with_admin(console, &session, |a| {
+                Box::pin(async move { cli_json(a, &argv(&["acl", "list"])).await })
+            })
+            .await
+        }
         (&Method::POST, ["acls"]) => match body_json().and_then(|b| acl_argv("create", &b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
+            Ok(args) => {
+                with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                    .await
+            }
             Err(e) => Err(e),
         },
         (&Method::DELETE, ["acls"]) => match body_json().and_then(|b| acl_argv("delete", &b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
+            Ok(args) => {
+                with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                    .await
+            }
             Err(e) => Err(e),
         },
-        (&Method::GET, ["users"]) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &argv(&["user", "list"])).await })).await,
+        (&Method::GET, ["users"]) => {
+            with_admin(console, &session, |a| {
+                Box::pin(async move { cli_json(a, &argv(&["user", "list"])).await })
+            })
+            .await
+        }
         (&Method::POST, ["users"]) => match body_json().and_then(|b| create_user_argv(&b)) {
-            Ok(args) => with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await,
+            Ok(args) => {
+                with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                    .await
+            }
             Err(e) => Err(e),
         },
         (&Method::DELETE, ["users", name]) => {
             let args = argv(&["user", "delete", "--", name]);
-            with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await })).await
+            with_admin(console, &session, |a| Box::pin(async move { cli_json(a, &args).await }))
+                .await
         }
         (&Method::GET, ["bench"]) => Ok(super::bench::list(settings.bench_dir.as_deref())),
-        _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no route {method} {path} (see the README's Web console section)"))),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no route {method} {path} (see the README's Web console section)"),
+        )),
     };
     match result {
         Ok(doc) => json_response(StatusCode::OK, &doc, new_cookie),
@@ -282,7 +401,11 @@ fn csrf_error() -> ApiError {
 }
 
 fn csrf_ok(session: &Session, parts: &http::request::Parts) -> bool {
-    parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).is_some_and(|t| session.csrf_matches(t))
+    parts
+        .headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| session.csrf_matches(t))
 }
 
 /// A boxed future borrowing the session's client, for [`with_admin`].
@@ -324,9 +447,17 @@ async fn login(console: &Console, body: &Bytes) -> Result<std::sync::Arc<Session
             settings.broker.protocol.name()
         )));
     }
-    let doc: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
-    let user = doc.get("username").and_then(Value::as_str).filter(|u| !u.is_empty()).ok_or_else(|| ApiError::bad("give \"username\""))?;
-    let password = doc.get("password").and_then(Value::as_str).ok_or_else(|| ApiError::bad("give \"password\""))?;
+    let doc: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
+    let user = doc
+        .get("username")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| ApiError::bad("give \"username\""))?;
+    let password = doc
+        .get("password")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad("give \"password\""))?;
     // Each mechanism the listener enables, SCRAM first: a user may exist for PLAIN only.
     let mut refusals = Vec::new();
     for &mechanism in &settings.broker.mechanisms {
@@ -334,7 +465,10 @@ async fn login(console: &Console, body: &Bytes) -> Result<std::sync::Arc<Session
         match Admin::connect(&args).await.map_err(ApiError::from) {
             Ok(admin) => {
                 console.lag.set_login(user, password, mechanism);
-                return Ok(console.sessions.create(Some((user.to_string(), password.to_string(), mechanism)), Some(admin)));
+                return Ok(console.sessions.create(
+                    Some((user.to_string(), password.to_string(), mechanism)),
+                    Some(admin),
+                ));
             }
             Err(e) if e.status == StatusCode::UNAUTHORIZED => refusals.push(mechanism),
             Err(e) => return Err(e),
@@ -342,7 +476,10 @@ async fn login(console: &Console, body: &Bytes) -> Result<std::sync::Arc<Session
     }
     Err(ApiError::new(
         StatusCode::UNAUTHORIZED,
-        format!("login refused: the broker accepted that user name and password with none of {}", refusals.join(", ")),
+        format!(
+            "login refused: the broker accepted that user name and password with none of {}",
+            refusals.join(", ")
+        ),
     ))
 }
 
@@ -372,7 +509,9 @@ fn str_field<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn required<'a>(body: &'a Value, key: &str) -> Result<&'a str, ApiError> {
-    str_field(body, key).filter(|s| !s.is_empty()).ok_or_else(|| ApiError::bad(format!("give \"{key}\" (a non-empty string)")))
+    str_field(body, key)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::bad(format!("give \"{key}\" (a non-empty string)")))
 }
 
 /// A JSON number or numeric string field as text, if present and not null.
@@ -396,10 +535,14 @@ fn string_map(body: &Value, key: &str) -> Result<Vec<String>, ApiError> {
                 Value::String(s) => Ok(format!("{k}={s}")),
                 Value::Number(n) => Ok(format!("{k}={n}")),
                 Value::Bool(b) => Ok(format!("{k}={b}")),
-                other => Err(ApiError::bad(format!("\"{key}\".\"{k}\" must be a string, not {other}"))),
+                other => {
+                    Err(ApiError::bad(format!("\"{key}\".\"{k}\" must be a string, not {other}")))
+                }
             })
             .collect(),
-        Some(other) => Err(ApiError::bad(format!("\"{key}\" must be an object of settings, not {other}"))),
+        Some(other) => {
+            Err(ApiError::bad(format!("\"{key}\" must be an object of settings, not {other}")))
+        }
     }
 }
 
@@ -428,7 +571,9 @@ fn alter_config_argv(name: &str, body: &Value) -> Result<Vec<String>, ApiError> 
         None | Some(Value::Null) => {}
         Some(Value::Array(keys)) => {
             for k in keys {
-                let k = k.as_str().ok_or_else(|| ApiError::bad("\"delete\" must be a list of setting names"))?;
+                let k = k
+                    .as_str()
+                    .ok_or_else(|| ApiError::bad("\"delete\" must be a list of setting names"))?;
                 args.push(format!("--delete={k}"));
             }
         }
@@ -456,11 +601,16 @@ fn acl_argv(verb: &str, body: &Value) -> Result<Vec<String>, ApiError> {
     let mut args = vec!["acl".to_string(), verb.to_string()];
     let create = verb == "create";
     if let Some(principal) = str_field(body, "principal").filter(|p| !p.is_empty()) {
-        let flag = match str_field(body, "permission").unwrap_or("allow").to_ascii_lowercase().as_str() {
-            "allow" => "--allow-principal",
-            "deny" => "--deny-principal",
-            other => return Err(ApiError::bad(format!("\"permission\" is allow or deny, not {other}"))),
-        };
+        let flag =
+            match str_field(body, "permission").unwrap_or("allow").to_ascii_lowercase().as_str() {
+                "allow" => "--allow-principal",
+                "deny" => "--deny-principal",
+                other => {
+                    return Err(ApiError::bad(format!(
+                        "\"permission\" is allow or deny, not {other}"
+                    )))
+                }
+            };
         args.push(format!("{flag}={principal}"));
     } else if create {
         return Err(ApiError::bad("give \"principal\", e.g. User:alice"));
@@ -470,18 +620,25 @@ fn acl_argv(verb: &str, body: &Value) -> Result<Vec<String>, ApiError> {
     } else if create {
         return Err(ApiError::bad("give \"operation\": Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite or All"));
     }
-    let resource_type = str_field(body, "resource_type").unwrap_or("").to_ascii_lowercase().replace('_', "-");
+    let resource_type =
+        str_field(body, "resource_type").unwrap_or("").to_ascii_lowercase().replace('_', "-");
     let name = str_field(body, "name").unwrap_or("");
     match resource_type.as_str() {
         "topic" | "group" | "transactional-id" => {
             if name.is_empty() {
-                return Err(ApiError::bad(format!("give \"name\" of the {resource_type} (`*` for every one)")));
+                return Err(ApiError::bad(format!(
+                    "give \"name\" of the {resource_type} (`*` for every one)"
+                )));
             }
             args.push(format!("--{resource_type}={name}"));
         }
         "cluster" => args.push("--cluster".to_string()),
         "" if !create => {}
-        other => return Err(ApiError::bad(format!("\"resource_type\" is topic, group, cluster or transactional-id, not `{other}`"))),
+        other => {
+            return Err(ApiError::bad(format!(
+                "\"resource_type\" is topic, group, cluster or transactional-id, not `{other}`"
+            )))
+        }
     }
     if let Some(pattern) = str_field(body, "pattern").filter(|p| !p.is_empty()) {
         args.push(format!("--resource-pattern-type={pattern}"));
@@ -509,7 +666,9 @@ async fn produce(admin: &mut Admin, topic: &str, body: &Value) -> ApiResult {
         match body.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone().into_bytes())),
-            Some(other) => Err(ApiError::bad(format!("\"{key}\" must be a string or null, not {other}"))),
+            Some(other) => {
+                Err(ApiError::bad(format!("\"{key}\" must be a string or null, not {other}")))
+            }
         }
     };
     let (key, value) = (text("key")?, text("value")?);
@@ -518,8 +677,13 @@ async fn produce(admin: &mut Admin, topic: &str, body: &Value) -> ApiResult {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
             for h in items {
-                let pair = h.as_array().filter(|p| p.len() == 2).ok_or_else(|| ApiError::bad("each header is [\"key\", \"value\"]"))?;
-                let k = pair[0].as_str().ok_or_else(|| ApiError::bad("a header's key must be a string"))?;
+                let pair = h
+                    .as_array()
+                    .filter(|p| p.len() == 2)
+                    .ok_or_else(|| ApiError::bad("each header is [\"key\", \"value\"]"))?;
+                let k = pair[0]
+                    .as_str()
+                    .ok_or_else(|| ApiError::bad("a header's key must be a string"))?;
                 let v = match &pair[1] {
                     Value::Null => None,
                     Value::String(s) => Some(s.clone().into_bytes()),
@@ -530,17 +694,32 @@ async fn produce(admin: &mut Admin, topic: &str, body: &Value) -> ApiResult {
         }
         Some(_) => return Err(ApiError::bad("\"headers\" must be a list of [\"key\", \"value\"]")),
     }
-    let partition = number_field(body, "partition")?.map(|p| p.parse::<i32>()).transpose().map_err(|_| ApiError::bad("\"partition\" is out of range"))?;
+    let partition = number_field(body, "partition")?
+        .map(|p| p.parse::<i32>())
+        .transpose()
+        .map_err(|_| ApiError::bad("\"partition\" is out of range"))?;
     let record = cli::records::NewRecord { key, value, headers, timestamp: now_ms() };
     let out = Output { format: Format::Json };
-    let (mut docs, result) = capture(cli::produce::produce(admin, topic, vec![record], partition, -1, CompressionType::None, 30_000, out)).await;
+    let (mut docs, result) = capture(cli::produce::produce(
+        admin,
+        topic,
+        vec![record],
+        partition,
+        -1,
+        CompressionType::None,
+        30_000,
+        out,
+    ))
+    .await;
     result.map_err(ApiError::from)?;
     Ok(docs.pop().unwrap_or(Value::Null))
 }
 
 /// Where a message page starts in a partition (`offset=`).
 fn start_offset(spec: &str, log_start: i64, high_watermark: i64) -> Result<i64, ApiError> {
-    let bad = || ApiError::bad(format!("offset `{spec}` is not beginning, end, N or -N (N before the end)"));
+    let bad = || {
+        ApiError::bad(format!("offset `{spec}` is not beginning, end, N or -N (N before the end)"))
+    };
     Ok(match spec {
         "beginning" | "earliest" => log_start,
         "end" | "latest" => high_watermark,
@@ -548,7 +727,12 @@ fn start_offset(spec: &str, log_start: i64, high_watermark: i64) -> Result<i64, 
             let n: i64 = s[1..].parse().map_err(|_| bad())?;
             (high_watermark - n).max(log_start)
         }
-        s => s.parse::<i64>().ok().filter(|o| *o >= 0).ok_or_else(bad)?.clamp(log_start, high_watermark),
+        s => s
+            .parse::<i64>()
+            .ok()
+            .filter(|o| *o >= 0)
+            .ok_or_else(bad)?
+            .clamp(log_start, high_watermark),
     })
 }
 
@@ -556,34 +740,65 @@ fn start_offset(spec: &str, log_start: i64, high_watermark: i64) -> Result<i64, 
 /// without `partition=`, from each: `limit` records per partition, from
 /// `offset`, or from `offsets=P:O,...` where given), as `floe topic consume
 /// --format json` prints them.
-async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, String>, registry: Option<String>) -> ApiResult {
+async fn messages(
+    admin: &mut Admin,
+    topic: &str,
+    query: &BTreeMap<String, String>,
+    registry: Option<String>,
+) -> ApiResult {
     let limit: usize = match query.get("limit") {
         None => 50,
-        Some(l) => l.parse::<usize>().ok().filter(|l| (1..=500).contains(l)).ok_or_else(|| ApiError::bad(format!("limit `{l}` is not 1 to 500")))?,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=500).contains(l))
+            .ok_or_else(|| ApiError::bad(format!("limit `{l}` is not 1 to 500")))?,
     };
     let spec = query.get("offset").map_or("beginning", String::as_str);
     let metadata = cli::produce::topic_metadata(admin, topic).await?;
-    let all: Vec<i32> = metadata.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.partition_index)).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let all: Vec<i32> = metadata
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let chosen: Vec<i32> = match query.get("partition").filter(|p| !p.is_empty()) {
         Some(p) => {
-            let p: i32 = p.parse().map_err(|_| ApiError::bad(format!("partition `{p}` is not a number")))?;
+            let p: i32 =
+                p.parse().map_err(|_| ApiError::bad(format!("partition `{p}` is not a number")))?;
             if !all.contains(&p) {
-                return Err(ApiError::new(StatusCode::NOT_FOUND, format!("topic {topic} has no partition {p} (it has {})", all.len())));
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("topic {topic} has no partition {p} (it has {})", all.len()),
+                ));
             }
             vec![p]
         }
         None => all.clone(),
     };
     let names = [topic.to_string()];
-    let earliest = cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::EARLIEST, false).await?;
-    let latest = cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::LATEST, false).await?;
+    let earliest =
+        cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::EARLIEST, false).await?;
+    let latest =
+        cli::offsets::list_offsets(admin, &metadata, &names, cli::offsets::LATEST, false).await?;
     // `offsets=P:O,P:O`: where each partition goes on from (the `next_offsets` of the page before).
     let mut per_partition: BTreeMap<i32, String> = BTreeMap::new();
-    for item in query.get("offsets").map(String::as_str).unwrap_or("").split(',').filter(|i| !i.trim().is_empty()) {
+    for item in query
+        .get("offsets")
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+        .filter(|i| !i.trim().is_empty())
+    {
         let (p, o) = item
             .split_once(':')
             .and_then(|(p, o)| Some((p.trim().parse::<i32>().ok()?, o.trim().to_string())))
-            .ok_or_else(|| ApiError::bad(format!("offsets: `{item}` is not PARTITION:OFFSET (e.g. offsets=0:120,1:97)")))?;
+            .ok_or_else(|| {
+                ApiError::bad(format!(
+                    "offsets: `{item}` is not PARTITION:OFFSET (e.g. offsets=0:120,1:97)"
+                ))
+            })?;
         per_partition.insert(p, o);
     }
     let mut decoder = registry.map(cli::consume::SchemaDecoder::new);
@@ -593,26 +808,47 @@ async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, Strin
     for &p in &chosen {
         let log_start = earliest.get(&(topic.to_string(), p)).copied().unwrap_or(0);
         let hw = latest.get(&(topic.to_string(), p)).copied().unwrap_or(0);
-        let mut position = start_offset(per_partition.get(&p).map_or(spec, String::as_str), log_start, hw)?;
+        let mut position =
+            start_offset(per_partition.get(&p).map_or(spec, String::as_str), log_start, hw)?;
         let mut taken = 0usize;
         for _round in 0..20 {
             if taken >= limit || position >= hw {
                 break;
             }
-            let leader = cli::produce::leader_of(&metadata, topic, p).ok_or_else(|| ApiError::new(StatusCode::BAD_GATEWAY, format!("{topic} [{p}] has no leader")))?;
+            let leader = cli::produce::leader_of(&metadata, topic, p).ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_GATEWAY, format!("{topic} [{p}] has no leader"))
+            })?;
             let request = FetchRequest::default()
                 .with_max_wait_ms(0)
                 .with_min_bytes(1)
                 .with_max_bytes(4 * 1024 * 1024)
                 .with_topics(vec![FetchTopic::default()
                     .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                    .with_partitions(vec![FetchPartition::default().with_partition(p).with_fetch_offset(position).with_partition_max_bytes(1024 * 1024)])]);
-            let (response, _) = admin.call_versioned(Target::Node(leader), &request, Some(cli::consume::FETCH_VERSION_CAP)).await?;
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(p)
+                        .with_fetch_offset(position)
+                        .with_partition_max_bytes(1024 * 1024)])]);
+            let (response, _) = admin
+                .call_versioned(
+                    Target::Node(leader),
+                    &request,
+                    Some(cli::consume::FETCH_VERSION_CAP),
+                )
+                .await?;
             check(response.error_code, None, &format!("fetching {topic} [{p}]"))?;
-            let Some(part) = response.responses.iter().flat_map(|t| t.partitions.iter()).find(|x| x.partition_index == p) else { break };
+            let Some(part) = response
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find(|x| x.partition_index == p)
+            else {
+                break;
+            };
             check(part.error_code, None, &format!("fetching {topic} [{p}] at offset {position}"))?;
             let bytes = part.records.as_deref().unwrap_or_default();
-            let mut decoded = cli::records::decode_fetched(bytes, position, None).map_err(|e| ApiError::bad(format!("reading {topic} [{p}] at offset {position}: {e}")))?;
+            let mut decoded = cli::records::decode_fetched(bytes, position, None).map_err(|e| {
+                ApiError::bad(format!("reading {topic} [{p}] at offset {position}: {e}"))
+            })?;
             if let Some(d) = decoder.as_mut() {
                 for r in &mut decoded.records {
                     r.key = d.decode(r.key.take()).await;
@@ -639,7 +875,9 @@ async fn messages(admin: &mut Admin, topic: &str, query: &BTreeMap<String, Strin
         ends.insert(p.to_string(), json!({"log_start_offset": log_start, "high_watermark": hw}));
     }
     let single = if chosen.len() == 1 { next.values().next().cloned() } else { None };
-    Ok(json!({"topic": topic, "messages": out, "next_offset": single, "next_offsets": next, "offsets": ends}))
+    Ok(
+        json!({"topic": topic, "messages": out, "next_offset": single, "next_offsets": next, "offsets": ends}),
+    )
 }
 
 /// Runs a catalog read on a blocking thread with its own runtime and a
@@ -654,7 +892,10 @@ where
         Ok::<_, anyhow::Error>(runtime.block_on(capture(f())))
     });
     match tokio::time::timeout(std::time::Duration::from_secs(30), task).await {
-        Err(_) => Err(ApiError::new(StatusCode::BAD_GATEWAY, format!("{what}: the Iceberg catalog did not answer within 30 s"))),
+        Err(_) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("{what}: the Iceberg catalog did not answer within 30 s"),
+        )),
         Ok(Err(e)) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{what}: {e}"))),
         Ok(Ok(Err(e))) => Err(ApiError::from(e)),
         Ok(Ok(Ok(r))) => Ok(r),
@@ -666,7 +907,9 @@ fn queries(console: &Console, table: &str, metadata_location: Option<&str>) -> V
     let s = &console.settings;
     let ns = &s.namespace;
     let location = metadata_location.unwrap_or("METADATA_LOCATION");
-    let duckdb = format!("INSTALL iceberg; LOAD iceberg;\nSELECT * FROM iceberg_scan('{location}') LIMIT 10;");
+    let duckdb = format!(
+        "INSTALL iceberg; LOAD iceberg;\nSELECT * FROM iceberg_scan('{location}') LIMIT 10;"
+    );
     let catalog_name = &s.catalog.name;
     let pyiceberg = match (&s.iceberg_rest, s.catalog.sqlite_path()) {
         (Some(rest), _) => format!(
@@ -688,7 +931,10 @@ fn queries(console: &Console, table: &str, metadata_location: Option<&str>) -> V
 /// GET /api/iceberg: the tables, each partition's committed offset and lag, and query snippets.
 async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
     let (catalog, ns) = (console.settings.catalog.clone(), console.settings.namespace.clone());
-    let (mut docs, result) = on_catalog("listing the Iceberg tables", move || async move { cli::iceberg::tables(&catalog, &ns, Output { format: Format::Json }).await }).await?;
+    let (mut docs, result) = on_catalog("listing the Iceberg tables", move || async move {
+        cli::iceberg::tables(&catalog, &ns, Output { format: Format::Json }).await
+    })
+    .await?;
     if let Err(e) = result {
         let e = ApiError::from(e);
         if e.status == StatusCode::NOT_FOUND {
@@ -698,7 +944,10 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
         return Err(e);
     }
     let mut tables = docs.pop().unwrap_or(Value::Array(Vec::new()));
-    let names: Vec<String> = tables.as_array().map(|t| t.iter().filter_map(|r| r["table"].as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let names: Vec<String> = tables
+        .as_array()
+        .map(|t| t.iter().filter_map(|r| r["table"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
     // What the logged-in user may see: the tables of topics it may describe
     // (the broker's ACLs, through Metadata), with their high watermarks.
     let (visible, hws) = visible_topics(console, session, names).await?;
@@ -710,7 +959,8 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
         for row in rows {
             let table = row["table"].as_str().unwrap_or("").to_string();
             let committed = row["committed_next_offsets"].as_object().cloned().unwrap_or_default();
-            let mut partitions: BTreeMap<i32, Option<i64>> = committed.iter().filter_map(|(p, o)| Some((p.parse().ok()?, o.as_i64()))).collect();
+            let mut partitions: BTreeMap<i32, Option<i64>> =
+                committed.iter().filter_map(|(p, o)| Some((p.parse().ok()?, o.as_i64()))).collect();
             for (t, p) in hws.keys() {
                 if *t == table {
                     partitions.entry(*p).or_insert(None);
@@ -739,12 +989,23 @@ async fn iceberg_overview(console: &Console, session: &Session) -> ApiResult {
 /// oldest of them was written (its timestamp, read with a one-record fetch at
 /// the committed offset). Left null where it cannot be read; at most 64
 /// partitions per table, so that a page view stays a handful of fetches.
-async fn with_lag_in_time(console: &Console, session: &Session, table: &str, mut parts: Vec<Value>) -> Vec<Value> {
+async fn with_lag_in_time(
+    console: &Console,
+    session: &Session,
+    table: &str,
+    mut parts: Vec<Value>,
+) -> Vec<Value> {
     let lagging: Vec<(usize, i32, i64)> = parts
         .iter()
         .enumerate()
         .filter(|(_, p)| p["lag_records"].as_i64().is_some_and(|l| l > 0))
-        .filter_map(|(i, p)| Some((i, i32::try_from(p["partition"].as_i64()?).ok()?, p["committed_offset"].as_i64().unwrap_or(0))))
+        .filter_map(|(i, p)| {
+            Some((
+                i,
+                i32::try_from(p["partition"].as_i64()?).ok()?,
+                p["committed_offset"].as_i64().unwrap_or(0),
+            ))
+        })
         .take(64)
         .collect();
     if lagging.is_empty() {
@@ -756,8 +1017,12 @@ async fn with_lag_in_time(console: &Console, session: &Session, table: &str, mut
         Box::pin(async move {
             let mut stamps = Vec::new();
             for (i, p, committed) in wanted {
-                let query: BTreeMap<String, String> =
-                    [("partition".to_string(), p.to_string()), ("offset".to_string(), committed.to_string()), ("limit".to_string(), "1".to_string())].into();
+                let query: BTreeMap<String, String> = [
+                    ("partition".to_string(), p.to_string()),
+                    ("offset".to_string(), committed.to_string()),
+                    ("limit".to_string(), "1".to_string()),
+                ]
+                .into();
                 if let Ok(doc) = messages(a, &topic, &query, None).await {
                     if let Some(ts) = doc["messages"][0]["timestamp"].as_i64() {
                         stamps.push(json!([i, ts]));
@@ -770,7 +1035,11 @@ async fn with_lag_in_time(console: &Console, session: &Session, table: &str, mut
     .await;
     let now = now_ms();
     for stamp in found.ok().and_then(|v| v.as_array().cloned()).unwrap_or_default() {
-        let (Some(i), Some(ts)) = (stamp[0].as_u64().and_then(|i| usize::try_from(i).ok()), stamp[1].as_i64()) else { continue };
+        let (Some(i), Some(ts)) =
+            (stamp[0].as_u64().and_then(|i| usize::try_from(i).ok()), stamp[1].as_i64())
+        else {
+            continue;
+        };
         if let Some(obj) = parts.get_mut(i).and_then(Value::as_object_mut) {
             obj.insert("lag_ms".into(), json!((now - ts).max(0)));
         }
@@ -780,7 +1049,11 @@ async fn with_lag_in_time(console: &Console, session: &Session, table: &str, mut
 
 /// Of `names`, the topics the session's user may describe (Metadata answers
 /// them without an error), and their partitions' high watermarks.
-async fn visible_topics(console: &Console, session: &Session, names: Vec<String>) -> Result<(BTreeSet<String>, BTreeMap<(String, i32), i64>), ApiError> {
+async fn visible_topics(
+    console: &Console,
+    session: &Session,
+    names: Vec<String>,
+) -> Result<(BTreeSet<String>, BTreeMap<(String, i32), i64>), ApiError> {
     if names.is_empty() {
         return Ok((BTreeSet::new(), BTreeMap::new()));
     }
@@ -793,13 +1066,21 @@ async fn visible_topics(console: &Console, session: &Session, names: Vec<String>
         })
     })
     .await?;
-    let visible = doc["present"].as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let visible = doc["present"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
     let hws = doc["hw"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|e| Some(((e[0].as_str()?.to_string(), i32::try_from(e[1].as_i64()?).ok()?), e[2].as_i64()?)))
+        .filter_map(|e| {
+            Some((
+                (e[0].as_str()?.to_string(), i32::try_from(e[1].as_i64()?).ok()?),
+                e[2].as_i64()?,
+            ))
+        })
         .collect();
     Ok((visible, hws))
 }
@@ -812,21 +1093,38 @@ async fn iceberg_snapshots(console: &Console, session: &Session, table: &str) ->
         Box::pin(async move {
             let metadata = a.metadata(Some(std::slice::from_ref(&topic))).await?;
             for t in &metadata.topics {
-                check(t.error_code, None, &format!("topic {topic} (its table is shown to those who may describe it)"))?;
+                check(
+                    t.error_code,
+                    None,
+                    &format!("topic {topic} (its table is shown to those who may describe it)"),
+                )?;
             }
             Ok(Value::Null)
         })
     })
     .await?;
-    let (catalog, ns, name) = (console.settings.catalog.clone(), console.settings.namespace.clone(), table.to_string());
-    let (mut docs, result) = on_catalog("listing the snapshots", move || async move { cli::iceberg::snapshots(&catalog, &ns, &name, Output { format: Format::Json }).await }).await?;
+    let (catalog, ns, name) =
+        (console.settings.catalog.clone(), console.settings.namespace.clone(), table.to_string());
+    let (mut docs, result) = on_catalog("listing the snapshots", move || async move {
+        cli::iceberg::snapshots(&catalog, &ns, &name, Output { format: Format::Json }).await
+    })
+    .await?;
     result.map_err(ApiError::from)?;
     let (catalog, ns) = (console.settings.catalog.clone(), console.settings.namespace.clone());
-    let (mut tables, _) = on_catalog("listing the Iceberg tables", move || async move { cli::iceberg::tables(&catalog, &ns, Output { format: Format::Json }).await }).await?;
-    let location = tables
-        .pop()
-        .and_then(|t| t.as_array().and_then(|rows| rows.iter().find(|r| r["table"] == table).and_then(|r| r["metadata_location"].as_str().map(str::to_string))));
-    Ok(json!({"table": table, "snapshots": docs.pop().unwrap_or(Value::Array(Vec::new())), "queries": queries(console, table, location.as_deref())}))
+    let (mut tables, _) = on_catalog("listing the Iceberg tables", move || async move {
+        cli::iceberg::tables(&catalog, &ns, Output { format: Format::Json }).await
+    })
+    .await?;
+    let location = tables.pop().and_then(|t| {
+        t.as_array().and_then(|rows| {
+            rows.iter()
+                .find(|r| r["table"] == table)
+                .and_then(|r| r["metadata_location"].as_str().map(str::to_string))
+        })
+    });
+    Ok(
+        json!({"table": table, "snapshots": docs.pop().unwrap_or(Value::Array(Vec::new())), "queries": queries(console, table, location.as_deref())}),
+    )
 }
 
 #[cfg(test)]
@@ -850,16 +1148,37 @@ mod tests {
     #[test]
     fn bodies_become_the_clis_flags() {
         let b = json!({"name": "orders", "partitions": 3, "replicas": null, "configs": {"retention.ms": "1000"}});
-        assert_eq!(create_topic_argv(&b).unwrap(), argv(&["topic", "create", "--partitions=3", "--config=retention.ms=1000", "--", "orders"]));
+        assert_eq!(
+            create_topic_argv(&b).unwrap(),
+            argv(&[
+                "topic",
+                "create",
+                "--partitions=3",
+                "--config=retention.ms=1000",
+                "--",
+                "orders"
+            ])
+        );
         assert!(create_topic_argv(&json!({"partitions": 3})).is_err());
         assert!(create_topic_argv(&json!({"name": "x", "partitions": "many"})).is_err());
         let a = json!({"principal": "User:alice", "operation": "Read", "permission": "allow", "resource_type": "topic", "name": "t", "pattern": "literal", "host": "*"});
         assert_eq!(
             acl_argv("create", &a).unwrap(),
-            argv(&["acl", "create", "--allow-principal=User:alice", "--operation=Read", "--topic=t", "--resource-pattern-type=literal", "--host=*"])
+            argv(&[
+                "acl",
+                "create",
+                "--allow-principal=User:alice",
+                "--operation=Read",
+                "--topic=t",
+                "--resource-pattern-type=literal",
+                "--host=*"
+            ])
         );
         assert!(acl_argv("create", &json!({"operation": "Read"})).is_err());
-        assert_eq!(seek_argv("g", &json!({"to": "shift:-5", "dry_run": true})).unwrap(), argv(&["group", "seek", "--to=shift:-5", "--dry-run", "--", "g"]));
+        assert_eq!(
+            seek_argv("g", &json!({"to": "shift:-5", "dry_run": true})).unwrap(),
+            argv(&["group", "seek", "--to=shift:-5", "--dry-run", "--", "g"])
+        );
     }
 
     #[test]
@@ -878,13 +1197,29 @@ mod tests {
         assert_eq!(doc["snapshots"][1]["snapshot_id"], "12", "an id is a string even when small");
         assert_eq!(doc["snapshots"][1]["parent_snapshot_id"], "2780273657115940031");
         assert_eq!(doc["current_snapshot_id"], "-4611686018427387904");
-        assert_eq!(doc["offsets"], json!([9_007_199_254_740_991_i64, "9007199254740992", "9223372036854775807", "-9007199254740993", "18446744073709551615"]));
+        assert_eq!(
+            doc["offsets"],
+            json!([
+                9_007_199_254_740_991_i64,
+                "9007199254740992",
+                "9223372036854775807",
+                "-9007199254740993",
+                "18446744073709551615"
+            ])
+        );
         assert_eq!(doc["ratio"], 0.5);
     }
 
     #[test]
     fn argv_parses_as_the_cli_does() {
-        assert!(Argv::try_parse_from(argv(&["topic", "describe", "--all-configs", "--", "-weird"])).is_ok());
+        assert!(Argv::try_parse_from(argv(&[
+            "topic",
+            "describe",
+            "--all-configs",
+            "--",
+            "-weird"
+        ]))
+        .is_ok());
         assert!(Argv::try_parse_from(argv(&["topic", "nonsense"])).is_err());
     }
 }

@@ -45,7 +45,9 @@ pub fn list(dir: Option<&Path>) -> Value {
     let mut reports = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) => return json!({"dir": dir.display().to_string(), "reports": [], "error": format!("cannot read {}: {e}", dir.display())}),
+        Err(e) => {
+            return json!({"dir": dir.display().to_string(), "reports": [], "error": format!("cannot read {}: {e}", dir.display())})
+        }
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
@@ -74,19 +76,37 @@ pub fn list(dir: Option<&Path>) -> Value {
 /// # Errors
 /// 404 without a reports directory or for a missing file; 400 for a name
 /// that would leave the report's directory or a type not served.
-pub fn file(dir: Option<&Path>, name: &str, file: &str) -> Result<(&'static str, Vec<u8>), ApiError> {
-    let not_found = || ApiError { status: StatusCode::NOT_FOUND, message: format!("no benchmark file {name}/{file}") };
-    let dir = dir.ok_or_else(|| ApiError { status: StatusCode::NOT_FOUND, message: "no benchmark reports: floe.console.bench-reports-dir is empty".into() })?;
+pub fn file(
+    dir: Option<&Path>,
+    name: &str,
+    file: &str,
+) -> Result<(&'static str, Vec<u8>), ApiError> {
+    let not_found = || ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("no benchmark file {name}/{file}"),
+    };
+    let dir = dir.ok_or_else(|| ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "no benchmark reports: floe.console.bench-reports-dir is empty".into(),
+    })?;
     if !plain_component(name) || !plain_component(file) {
         return Err(ApiError::bad(format!("`{name}/{file}` is not a report's file: names may not contain `/`, `..` or start with a dot")));
     }
-    let content_type = content_type(file).ok_or_else(|| ApiError::bad(format!("{file}: only {} files are served", TYPES.iter().map(|(e, _)| *e).collect::<Vec<_>>().join(", "))))?;
+    let content_type = content_type(file).ok_or_else(|| {
+        ApiError::bad(format!(
+            "{file}: only {} files are served",
+            TYPES.iter().map(|(e, _)| *e).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
     let root = dir.canonicalize().map_err(|_| not_found())?;
     let report = root.join(name).canonicalize().map_err(|_| not_found())?;
     let path = report.join(file).canonicalize().map_err(|_| not_found())?;
     // A symlink pointing out of the report's directory resolves outside it.
     if !report.starts_with(&root) || !path.starts_with(&report) {
-        return Err(ApiError { status: StatusCode::FORBIDDEN, message: format!("{name}/{file} leads out of its report's directory") });
+        return Err(ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: format!("{name}/{file} leads out of its report's directory"),
+        });
     }
     let meta = std::fs::metadata(&path).map_err(|_| not_found())?;
     if !meta.is_file() {
@@ -109,7 +129,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("run1")).unwrap();
         std::fs::write(dir.path().join("run1/report.md"), "# hi").unwrap();
         std::fs::write(dir.path().join("secret.md"), "no").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.md"), dir.path().join("run1/link.md")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.md"), dir.path().join("run1/link.md"))
+            .unwrap();
         let d = Some(dir.path());
         assert_eq!(file(d, "run1", "report.md").unwrap().1, b"# hi");
         assert_eq!(file(d, "..", "secret.md").unwrap_err().status, StatusCode::BAD_REQUEST);

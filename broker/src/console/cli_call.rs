@@ -65,7 +65,10 @@ pub(super) struct Argv {
 /// Runs `floe ARGV... --format json` on `admin` and returns what it would
 /// print, with the command's result (a command may print and still fail:
 /// `cluster health` of an unhealthy cluster).
-pub(super) async fn run_cli(admin: &mut Admin, argv: &[String]) -> (Option<Value>, Result<(), ApiError>) {
+pub(super) async fn run_cli(
+    admin: &mut Admin,
+    argv: &[String],
+) -> (Option<Value>, Result<(), ApiError>) {
     let parsed = match Argv::try_parse_from(argv) {
         Ok(p) => p,
         Err(e) => return (None, Err(ApiError::bad(e.render().to_string().trim().to_string()))),
@@ -80,7 +83,9 @@ pub(super) async fn run_cli(admin: &mut Admin, argv: &[String]) -> (Option<Value
         match parsed.command {
             AdminCommand::Topic { command, .. } => cli::topic::execute(admin, command, out).await,
             AdminCommand::Group { command, .. } => cli::group::execute(admin, command, out).await,
-            AdminCommand::Cluster { command, .. } => cli::cluster::execute(admin, command, out).await,
+            AdminCommand::Cluster { command, .. } => {
+                cli::cluster::execute(admin, command, out).await
+            }
             AdminCommand::Acl { command, .. } => cli::acl::execute(admin, command, out).await,
             AdminCommand::User { command, .. } => cli::user::execute(admin, command, out).await,
         }

@@ -27,7 +27,9 @@ const KEEP: Duration = Duration::from_secs(3600);
 pub const MAX_GROUPS: usize = 100;
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -68,7 +70,10 @@ pub fn parse_metrics(text: &str) -> Scrape {
             "floe_fetch_bytes_total" => s.fetch_bytes += value,
             "floe_requests_total" => s.requests += value,
             "floe_request_duration_seconds_bucket" => {
-                let le = labels.split(',').find_map(|l| l.trim().strip_prefix("le=")).map(|v| v.trim_matches('"'));
+                let le = labels
+                    .split(',')
+                    .find_map(|l| l.trim().strip_prefix("le="))
+                    .map(|v| v.trim_matches('"'));
                 let bound = match le {
                     Some("+Inf") => f64::INFINITY,
                     Some(v) => match v.parse::<f64>() {
@@ -96,7 +101,9 @@ pub fn p99_ms(before: &Scrape, after: &Scrape) -> Option<f64> {
     let deltas: Vec<(f64, f64)> = after
         .latency_buckets
         .iter()
-        .map(|(b, c)| (*b, c - before.latency_buckets.iter().find(|(x, _)| x == b).map_or(0.0, |(_, c0)| *c0)))
+        .map(|(b, c)| {
+            (*b, c - before.latency_buckets.iter().find(|(x, _)| x == b).map_or(0.0, |(_, c0)| *c0))
+        })
         .collect();
     let total = deltas.last().map(|(_, c)| *c)?;
     if total <= 0.0 {
@@ -130,7 +137,8 @@ impl MetricsHistory {
     /// `{"interval_ms", "samples"}` for `/api/overview`.
     pub fn json(&self, enabled: bool) -> Value {
         let samples: Vec<Value> = lock(&self.samples).iter().cloned().collect();
-        let mut doc = json!({"interval_ms": METRICS_INTERVAL.as_millis() as u64, "samples": samples});
+        let mut doc =
+            json!({"interval_ms": METRICS_INTERVAL.as_millis() as u64, "samples": samples});
         if !enabled {
             doc["note"] = json!("metrics.listen is empty: the broker serves no metrics to chart");
         }
@@ -151,8 +159,13 @@ impl MetricsHistory {
 async fn fetch_metrics(authority: &str) -> Result<String, String> {
     use http_body_util::BodyExt as _;
     let exchange = async {
-        let stream = tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connecting to {authority}: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        let stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| format!("connecting to {authority}: {e}"))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -165,10 +178,16 @@ async fn fetch_metrics(authority: &str) -> Result<String, String> {
         if !response.status().is_success() {
             return Err(format!("{authority}/metrics answered {}", response.status()));
         }
-        let body = http_body_util::Limited::new(response.into_body(), 64 * 1024 * 1024).collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = http_body_util::Limited::new(response.into_body(), 64 * 1024 * 1024)
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         Ok(String::from_utf8_lossy(&body).into_owned())
     };
-    tokio::time::timeout(Duration::from_secs(4), exchange).await.map_err(|_| format!("{authority}/metrics did not answer within 4 s"))?
+    tokio::time::timeout(Duration::from_secs(4), exchange)
+        .await
+        .map_err(|_| format!("{authority}/metrics did not answer within 4 s"))?
 }
 
 /// Scrapes the broker's metrics every [`METRICS_INTERVAL`] and keeps the rates; sweeps idle sessions too.
@@ -244,7 +263,11 @@ impl LagHistory {
     /// `group`'s samples, oldest first: `[{"t", "total_lag", "partitions": {"topic/partition": lag}}]`.
     pub fn history(&self, group: &str) -> Value {
         let groups = lock(&self.groups);
-        let samples = groups.get(group).map(|d| d.iter().map(|s| json!({"t": s.t, "total_lag": s.total_lag, "partitions": s.partitions})).collect::<Vec<_>>());
+        let samples = groups.get(group).map(|d| {
+            d.iter()
+                .map(|s| json!({"t": s.t, "total_lag": s.total_lag, "partitions": s.partitions}))
+                .collect::<Vec<_>>()
+        });
         Value::Array(samples.unwrap_or_default())
     }
 
@@ -264,12 +287,23 @@ impl LagHistory {
 
 /// One round: every group's lag (at most [`MAX_GROUPS`]).
 async fn lag_round(console: &Console, admin: &mut Admin) -> Result<(), String> {
-    let groups = cli_json(admin, &["group".to_string(), "list".to_string()]).await.map_err(|e| e.message)?;
-    let mut ids: Vec<String> = groups.as_array().map(|g| g.iter().filter_map(|r| r["group"].as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let groups =
+        cli_json(admin, &["group".to_string(), "list".to_string()]).await.map_err(|e| e.message)?;
+    let mut ids: Vec<String> = groups
+        .as_array()
+        .map(|g| g.iter().filter_map(|r| r["group"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
     ids.sort();
     ids.truncate(MAX_GROUPS);
     for id in ids {
-        let Ok(doc) = cli_json(admin, &["group".to_string(), "describe".to_string(), "--".to_string(), id.clone()]).await else { continue };
+        let Ok(doc) = cli_json(
+            admin,
+            &["group".to_string(), "describe".to_string(), "--".to_string(), id.clone()],
+        )
+        .await
+        else {
+            continue;
+        };
         let mut partitions = Map::new();
         for p in doc["partitions"].as_array().into_iter().flatten() {
             let key = format!("{}/{}", p["topic"].as_str().unwrap_or(""), p["partition"]);
@@ -297,7 +331,10 @@ pub async fn sample_lag(console: Arc<Console>) {
             used_login = login.clone();
         }
         if admin.is_none() {
-            let args = console.settings.broker.connect_args(login.as_ref().map(|(u, p, m)| (u.as_str(), p.as_str(), *m)));
+            let args = console
+                .settings
+                .broker
+                .connect_args(login.as_ref().map(|(u, p, m)| (u.as_str(), p.as_str(), *m)));
             match tokio::time::timeout(Duration::from_secs(15), Admin::connect(&args)).await {
                 Ok(Ok(a)) => admin = Some(a),
                 _ => continue, // Not ready yet; next tick.
@@ -333,7 +370,10 @@ mod tests {
     #[test]
     fn p99_interpolates_within_the_bucket_of_the_rank() {
         let before = Scrape::default();
-        let after = Scrape { latency_buckets: vec![(0.001, 0.0), (0.01, 100.0), (f64::INFINITY, 100.0)], ..Scrape::default() };
+        let after = Scrape {
+            latency_buckets: vec![(0.001, 0.0), (0.01, 100.0), (f64::INFINITY, 100.0)],
+            ..Scrape::default()
+        };
         let p = p99_ms(&before, &after).unwrap();
         assert!((p - 9.91).abs() < 0.01, "{p}");
         assert_eq!(p99_ms(&after, &after), None);

@@ -68,13 +68,17 @@ pub async fn start(config: &BrokerConfig) -> anyhow::Result<()> {
     tokio::spawn(history::sample_metrics(console.clone()));
     tokio::spawn(history::sample_lag(console.clone()));
     let options = http_server::Options { name: "web console", ..Default::default() };
-    let serving = http_server::serve(listener, options, move |req, _peer| handle(console.clone(), req))
-        .context("the web console's listener cannot join the runtime")?;
+    let serving =
+        http_server::serve(listener, options, move |req, _peer| handle(console.clone(), req))
+            .context("the web console's listener cannot join the runtime")?;
     tokio::spawn(serving);
     Ok(())
 }
 
-async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+async fn handle(
+    console: Arc<Console>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     if !path.starts_with("/api/") && path != "/api" {
@@ -85,13 +89,23 @@ async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> R
         Ok(b) => b,
         Err(e) => {
             let (status, text) = match e {
-                BodyError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes")),
+                BodyError::TooLarge(_) => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body is over {MAX_BODY_BYTES} bytes"),
+                ),
                 BodyError::Read(_) => (StatusCode::BAD_REQUEST, e.to_string()),
             };
-            let mut r = response(status, "application/json", serde_json::json!({ "error": text }).to_string());
+            let mut r = response(
+                status,
+                "application/json",
+                serde_json::json!({ "error": text }).to_string(),
+            );
             // The rest of the body is left unread, so this connection cannot carry another
             // request: say so, or a client reusing it races the close.
-            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+            r.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
             return r;
         }
     };
@@ -100,7 +114,11 @@ async fn handle(console: Arc<Console>, req: Request<hyper::body::Incoming>) -> R
 
 fn static_file(method: &hyper::Method, path: &str) -> Response<Full<Bytes>> {
     if method != hyper::Method::GET && method != hyper::Method::HEAD {
-        return response(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "method not allowed\n");
+        return response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "method not allowed\n",
+        );
     }
     let (content_type, body) = match path {
         "/" | "/index.html" => ("text/html; charset=utf-8", INDEX_HTML),

@@ -44,7 +44,8 @@ impl Session {
     /// Whether `token` is this session's CSRF token (compared in constant time).
     pub fn csrf_matches(&self, token: &str) -> bool {
         // Every byte is compared, whatever differs first: the time says nothing of where.
-        token.len() == self.csrf.len() && token.bytes().zip(self.csrf.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        token.len() == self.csrf.len()
+            && token.bytes().zip(self.csrf.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 }
 
@@ -62,7 +63,9 @@ pub fn token() -> String {
     // fallback from the clock and the address of the buffer is not used.
     if SystemRandom::new().fill(&mut bytes).is_err() {
         tracing::error!("the system random generator failed; console sessions are not safe");
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         bytes[..16].copy_from_slice(&nanos.to_le_bytes());
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -85,7 +88,11 @@ impl Sessions {
     }
 
     /// A new session for `login` (user, password, mechanism; `None`: anonymous), with `admin` if already connected.
-    pub fn create(&self, login: Option<(String, String, &'static str)>, admin: Option<Admin>) -> Arc<Session> {
+    pub fn create(
+        &self,
+        login: Option<(String, String, &'static str)>,
+        admin: Option<Admin>,
+    ) -> Arc<Session> {
         let (user, password, mechanism) = match login {
             Some((u, p, m)) => (Some(u), Some(p), Some(m)),
             None => (None, None, None),
@@ -101,10 +108,17 @@ impl Sessions {
         });
         let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= MAX_SESSIONS {
-            map.retain(|_, s| s.last_seen.lock().map(|t| t.elapsed() <= IDLE_EXPIRY).unwrap_or(false));
+            map.retain(|_, s| {
+                s.last_seen.lock().map(|t| t.elapsed() <= IDLE_EXPIRY).unwrap_or(false)
+            });
         }
         if map.len() >= MAX_SESSIONS {
-            let oldest = map.iter().min_by_key(|(_, s)| *s.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).map(|(k, _)| k.clone());
+            let oldest = map
+                .iter()
+                .min_by_key(|(_, s)| {
+                    *s.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+                })
+                .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 map.remove(&k);
             }
@@ -129,7 +143,10 @@ impl Sessions {
 
 /// The `floe_console` cookie's value in a `Cookie` header, if any.
 pub fn cookie_value(header: &str) -> Option<&str> {
-    header.split(';').map(str::trim).find_map(|pair| pair.strip_prefix(COOKIE).and_then(|rest| rest.strip_prefix('=')))
+    header
+        .split(';')
+        .map(str::trim)
+        .find_map(|pair| pair.strip_prefix(COOKIE).and_then(|rest| rest.strip_prefix('=')))
 }
 
 /// The `Set-Cookie` value that hands out session `id`.

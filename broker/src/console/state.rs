@@ -47,7 +47,12 @@ impl BrokerTarget {
             properties.push(format!("sasl.username={user}"));
             properties.push(format!("sasl.password={password}"));
         }
-        ConnectArgs { brokers: Some(self.bootstrap.clone()), properties, profile: None, timeout_ms: 10_000 }
+        ConnectArgs {
+            brokers: Some(self.bootstrap.clone()),
+            properties,
+            profile: None,
+            timeout_ms: 10_000,
+        }
     }
 }
 
@@ -77,8 +82,12 @@ pub struct Settings {
 /// `addr` as a client dials it: a wildcard bind is this machine.
 fn dialable(addr: SocketAddr) -> String {
     let ip = match addr.ip() {
-        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+        }
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        }
         ip => ip,
     };
     SocketAddr::new(ip, addr.port()).to_string()
@@ -91,8 +100,12 @@ impl Settings {
     /// No listener the console can reach (port 0, or TLS without a truststore).
     pub fn from_config(config: &BrokerConfig) -> anyhow::Result<Option<Settings>> {
         let Some(listen) = config.console_listen else { return Ok(None) };
-        let plain = config.listeners.iter().find(|l| matches!(l.protocol, SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext));
-        let listener = plain.or_else(|| config.listeners.first()).context("the broker has no listener for the console to connect to")?;
+        let plain = config.listeners.iter().find(|l| {
+            matches!(l.protocol, SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext)
+        });
+        let listener = plain
+            .or_else(|| config.listeners.first())
+            .context("the broker has no listener for the console to connect to")?;
         if listener.bind.port() == 0 {
             anyhow::bail!(
                 "floe.console.listen: the console connects to listener {} but it binds port 0 (any free port), which the console cannot know; give the listener a port, or set floe.console.listen to empty",
@@ -122,10 +135,21 @@ impl Settings {
                 }
             }
         }
-        let mechanisms = if matches!(listener.protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
+        let mechanisms = if matches!(
+            listener.protocol,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        ) {
             let enabled = config.sasl.enabled.get(&listener.name).cloned().unwrap_or_default();
-            let preferred = [SaslMechanism::Scram(ScramMechanism::Sha256), SaslMechanism::Scram(ScramMechanism::Sha512), SaslMechanism::Plain];
-            let chosen: Vec<&'static str> = preferred.into_iter().filter(|m| enabled.contains(m)).map(SaslMechanism::name).collect();
+            let preferred = [
+                SaslMechanism::Scram(ScramMechanism::Sha256),
+                SaslMechanism::Scram(ScramMechanism::Sha512),
+                SaslMechanism::Plain,
+            ];
+            let chosen: Vec<&'static str> = preferred
+                .into_iter()
+                .filter(|m| enabled.contains(m))
+                .map(SaslMechanism::name)
+                .collect();
             if chosen.is_empty() {
                 anyhow::bail!("floe.console.listen: listener {} enables no SASL mechanism the console speaks (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)", listener.name);
             }
@@ -138,9 +162,17 @@ impl Settings {
             listen,
             read_only: config.console_read_only,
             bench_dir: config.console_bench_reports_dir.clone(),
-            broker: BrokerTarget { bootstrap: dialable(listener.bind), protocol: listener.protocol, mechanisms, tls },
+            broker: BrokerTarget {
+                bootstrap: dialable(listener.bind),
+                protocol: listener.protocol,
+                mechanisms,
+                tls,
+            },
             metrics: config.metrics_listen.map(dialable),
-            schema_registry: config.schema_registry_listen.filter(|_| !config.schema_registry_tls).map(|a| format!("http://{}", dialable(a))),
+            schema_registry: config
+                .schema_registry_listen
+                .filter(|_| !config.schema_registry_tls)
+                .map(|a| format!("http://{}", dialable(a))),
             catalog: tiering.catalog.catalog_config(&config.data_dir, &tiering.catalog_name),
             namespace: tiering.namespace.clone(),
             iceberg_rest: config.iceberg_rest_listen.map(|a| format!("http://{}", dialable(a))),
@@ -182,7 +214,11 @@ mod tests {
         ]);
         let s = both.expect("a plaintext listener is usable").expect("console on by default");
         assert_eq!(s.broker.bootstrap, "127.0.0.1:9092");
-        let only_mtls = settings(&[("listeners", "SSL://127.0.0.1:9093"), ("ssl.client.auth", "required"), ("ssl.truststore.location", "/ca.pem")]);
+        let only_mtls = settings(&[
+            ("listeners", "SSL://127.0.0.1:9093"),
+            ("ssl.client.auth", "required"),
+            ("ssl.truststore.location", "/ca.pem"),
+        ]);
         let err = only_mtls.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("every visitor would act as the broker"), "{err}");
         assert!(settings(&[("floe.console.listen", "")]).expect("off").is_none());

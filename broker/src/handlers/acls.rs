@@ -15,31 +15,43 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
-use kafka_protocol::messages::delete_acls_response::{DeleteAclsFilterResult, DeleteAclsMatchingAcl};
+use kafka_protocol::messages::delete_acls_response::{
+    DeleteAclsFilterResult, DeleteAclsMatchingAcl,
+};
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
 use kafka_protocol::messages::{
-    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest, DescribeAclsResponse,
+    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclBinding, AclBindingFilter, AclOperation, ResourcePattern};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
+use floe_protocol::response::message;
 
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse {
+pub(super) fn handle_describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeAclsRequest,
+) -> DescribeAclsResponse {
     let refuse = |code: ResponseError, why: String| {
-        DescribeAclsResponse::default().with_error_code(code.code()).with_error_message(message(why))
+        DescribeAclsResponse::default()
+            .with_error_code(code.code())
+            .with_error_message(message(why))
     };
     let Some(store) = broker.authorizer.store() else {
         return refuse(ResponseError::SecurityDisabled, "no authorizer is configured".into());
     };
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
-        return refuse(ResponseError::ClusterAuthorizationFailed, "DescribeAcls needs DESCRIBE on the cluster".into());
+        return refuse(
+            ResponseError::ClusterAuthorizationFailed,
+            "DescribeAcls needs DESCRIBE on the cluster".into(),
+        );
     }
     let filter = match AclBindingFilter::from_wire(
         request.resource_type_filter,
@@ -77,12 +89,20 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
     DescribeAclsResponse::default().with_resources(resources)
 }
 
-pub(super) async fn handle_create(broker: &Broker, ctx: &RequestContext, request: CreateAclsRequest) -> CreateAclsResponse {
+pub(super) async fn handle_create(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: CreateAclsRequest,
+) -> CreateAclsResponse {
     let all_failed = |code: ResponseError, why: &str| {
         let results = request
             .creations
             .iter()
-            .map(|_| AclCreationResult::default().with_error_code(code.code()).with_error_message(message(why)))
+            .map(|_| {
+                AclCreationResult::default()
+                    .with_error_code(code.code())
+                    .with_error_message(message(why))
+            })
             .collect();
         CreateAclsResponse::default().with_results(results)
     };
@@ -90,7 +110,10 @@ pub(super) async fn handle_create(broker: &Broker, ctx: &RequestContext, request
         return all_failed(ResponseError::SecurityDisabled, "no authorizer is configured");
     }
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
-        return all_failed(ResponseError::ClusterAuthorizationFailed, "CreateAcls needs ALTER on the cluster");
+        return all_failed(
+            ResponseError::ClusterAuthorizationFailed,
+            "CreateAcls needs ALTER on the cluster",
+        );
     }
     // Valid bindings are stored together; each invalid one gets its own error.
     let parsed: Vec<Result<AclBinding, String>> = request
@@ -117,7 +140,9 @@ pub(super) async fn handle_create(broker: &Broker, ctx: &RequestContext, request
     } else {
         let authorizer = broker.authorizer.clone();
         let to_store = valid.clone();
-        match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.add(&to_store))).await {
+        match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.add(&to_store)))
+            .await
+        {
             Ok(Some(Ok(()))) => Ok(()),
             Ok(Some(Err(e))) => Err(e.to_string()),
             Ok(None) => Err("no authorizer is configured".to_string()),
@@ -132,22 +157,32 @@ pub(super) async fn handle_create(broker: &Broker, ctx: &RequestContext, request
     let results = parsed
         .into_iter()
         .map(|p| match (p, &stored) {
-            (Err(why), _) => AclCreationResult::default().with_error_code(ResponseError::InvalidRequest.code()).with_error_message(message(why)),
-            (Ok(_), Err(why)) => {
-                AclCreationResult::default().with_error_code(ResponseError::UnknownServerError.code()).with_error_message(message(why.clone()))
-            }
+            (Err(why), _) => AclCreationResult::default()
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(message(why)),
+            (Ok(_), Err(why)) => AclCreationResult::default()
+                .with_error_code(ResponseError::UnknownServerError.code())
+                .with_error_message(message(why.clone())),
             (Ok(_), Ok(())) => AclCreationResult::default(),
         })
         .collect();
     CreateAclsResponse::default().with_results(results)
 }
 
-pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse {
+pub(super) async fn handle_delete(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DeleteAclsRequest,
+) -> DeleteAclsResponse {
     let all_failed = |code: ResponseError, why: &str| {
         let results = request
             .filters
             .iter()
-            .map(|_| DeleteAclsFilterResult::default().with_error_code(code.code()).with_error_message(message(why)))
+            .map(|_| {
+                DeleteAclsFilterResult::default()
+                    .with_error_code(code.code())
+                    .with_error_message(message(why))
+            })
             .collect();
         DeleteAclsResponse::default().with_filter_results(results)
     };
@@ -155,7 +190,10 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
         return all_failed(ResponseError::SecurityDisabled, "no authorizer is configured");
     }
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
-        return all_failed(ResponseError::ClusterAuthorizationFailed, "DeleteAcls needs ALTER on the cluster");
+        return all_failed(
+            ResponseError::ClusterAuthorizationFailed,
+            "DeleteAcls needs ALTER on the cluster",
+        );
     }
     let parsed: Vec<Result<AclBindingFilter, String>> = request
         .filters
@@ -173,12 +211,15 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
             .map_err(|e| e.to_string())
         })
         .collect();
-    let valid: Vec<AclBindingFilter> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    let valid: Vec<AclBindingFilter> =
+        parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let authorizer = broker.authorizer.clone();
     let removed = if broker.cluster.shared().is_some() {
         delete_in_cluster(broker, &valid).await
     } else {
-        match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.remove(&valid))).await {
+        match tokio::task::spawn_blocking(move || authorizer.store().map(|s| s.remove(&valid)))
+            .await
+        {
             Ok(Some(Ok(removed))) => Ok(removed),
             Ok(Some(Err(e))) => Err(e.to_string()),
             Ok(None) => Err("no authorizer is configured".to_string()),
@@ -199,7 +240,9 @@ pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request
     let results = parsed
         .into_iter()
         .map(|p| match p {
-            Err(why) => DeleteAclsFilterResult::default().with_error_code(ResponseError::InvalidRequest.code()).with_error_message(message(why)),
+            Err(why) => DeleteAclsFilterResult::default()
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(message(why)),
             Ok(_) => {
                 let matched = removed.next().unwrap_or_default();
                 DeleteAclsFilterResult::default().with_matching_acls(
@@ -229,12 +272,18 @@ fn stored(current: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, BTreeSet<AclB
 }
 
 /// The writes that turn `before` into `after`: changed keys, an emptied one deleted.
-fn acl_changes(before: &BTreeMap<String, BTreeSet<AclBinding>>, after: &BTreeMap<String, BTreeSet<AclBinding>>) -> Vec<floe_cluster::Change> {
+fn acl_changes(
+    before: &BTreeMap<String, BTreeSet<AclBinding>>,
+    after: &BTreeMap<String, BTreeSet<AclBinding>>,
+) -> Vec<floe_cluster::Change> {
     let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
         .filter(|k| before.get(*k) != after.get(*k))
         .map(|k| {
-            let value = after.get(k).filter(|set| !set.is_empty()).map(|set| serde_json::to_vec(&set.iter().collect::<Vec<_>>()).unwrap_or_default());
+            let value = after
+                .get(k)
+                .filter(|set| !set.is_empty())
+                .map(|set| serde_json::to_vec(&set.iter().collect::<Vec<_>>()).unwrap_or_default());
             (k.clone(), value)
         })
         .collect()
@@ -253,7 +302,12 @@ async fn create_in_cluster(broker: &Broker, bindings: &[AclBinding]) -> Result<(
     };
     match shared.update(crate::cluster_configs::ACLS_DIR, decide).await {
         Ok(Ok(Some(revision))) => {
-            crate::cluster_configs::await_applied(broker, crate::cluster_configs::ACLS_DIR, revision).await;
+            crate::cluster_configs::await_applied(
+                broker,
+                crate::cluster_configs::ACLS_DIR,
+                revision,
+            )
+            .await;
             Ok(())
         }
         Ok(Ok(None)) => Ok(()),
@@ -265,7 +319,10 @@ async fn create_in_cluster(broker: &Broker, bindings: &[AclBinding]) -> Result<(
 /// DeleteAcls in a cluster: removes from etcd's bindings those the filters match (each
 /// filter reports its matches in the set before any removal, as on a broker alone),
 /// then waits until this broker enforces the rest.
-async fn delete_in_cluster(broker: &Broker, filters: &[AclBindingFilter]) -> Result<Vec<Vec<AclBinding>>, String> {
+async fn delete_in_cluster(
+    broker: &Broker,
+    filters: &[AclBindingFilter],
+) -> Result<Vec<Vec<AclBinding>>, String> {
     let Some(shared) = broker.cluster.shared() else { return Err("not in a cluster".into()) };
     let mut matched: Vec<Vec<AclBinding>> = Vec::new();
     let decide = |current: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {
@@ -281,7 +338,12 @@ async fn delete_in_cluster(broker: &Broker, filters: &[AclBindingFilter]) -> Res
     };
     match shared.update(crate::cluster_configs::ACLS_DIR, decide).await {
         Ok(Ok(Some(revision))) => {
-            crate::cluster_configs::await_applied(broker, crate::cluster_configs::ACLS_DIR, revision).await;
+            crate::cluster_configs::await_applied(
+                broker,
+                crate::cluster_configs::ACLS_DIR,
+                revision,
+            )
+            .await;
             Ok(matched)
         }
         Ok(Ok(None)) => Ok(matched),

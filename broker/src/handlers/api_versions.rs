@@ -10,7 +10,11 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
 use crate::broker::Broker;
 
-pub(super) fn handle(_broker: &Broker, request: ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+pub(super) fn handle(
+    _broker: &Broker,
+    request: ApiVersionsRequest,
+    version: i16,
+) -> ApiVersionsResponse {
     if version >= 3 {
         tracing::debug!(
             client = %request.client_software_name.as_str(),
@@ -32,6 +36,11 @@ pub(super) fn unsupported_version() -> ApiVersionsResponse {
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED_APIS
         .iter()
-        .map(|r| ApiVersion::default().with_api_key(r.key as i16).with_min_version(r.min).with_max_version(r.max))
+        .map(|r| {
+            ApiVersion::default()
+                .with_api_key(r.key as i16)
+                .with_min_version(r.min)
+                .with_max_version(r.max)
+        })
         .collect()
 }

@@ -21,15 +21,18 @@
 use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse};
+use kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::quota::entity::{EntityName, QuotaEntity, CLIENT_ID, USER};
 use crate::quota::QUOTA_KEYS;
+use floe_protocol::response::message;
 
 const MATCH_EXACT: i8 = 0;
 const MATCH_DEFAULT: i8 = 1;
@@ -41,12 +44,22 @@ enum Match {
     Any,
 }
 
-pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+pub(super) fn handle_describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeClientQuotasRequest,
+) -> DescribeClientQuotasResponse {
     let failed = |error: ResponseError, reason: String| {
-        DescribeClientQuotasResponse::default().with_error_code(error.code()).with_error_message(message(reason)).with_entries(None)
+        DescribeClientQuotasResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(message(reason))
+            .with_entries(None)
     };
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::DescribeConfigs) {
-        return failed(ResponseError::ClusterAuthorizationFailed, "DESCRIBE_CONFIGS on the cluster is needed".into());
+        return failed(
+            ResponseError::ClusterAuthorizationFailed,
+            "DESCRIBE_CONFIGS on the cluster is needed".into(),
+        );
     }
     let mut filter: BTreeMap<&str, Match> = BTreeMap::new();
     for c in &request.components {
@@ -55,20 +68,39 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             return failed(ResponseError::InvalidRequest, "Invalid empty entity type.".into());
         }
         if filter.contains_key(kind) {
-            return failed(ResponseError::InvalidRequest, format!("Entity type {kind} cannot appear more than once in the filter."));
+            return failed(
+                ResponseError::InvalidRequest,
+                format!("Entity type {kind} cannot appear more than once in the filter."),
+            );
         }
         if kind != USER && kind != CLIENT_ID {
-            return failed(ResponseError::UnsupportedVersion, format!("Unsupported entity type {kind}"));
+            return failed(
+                ResponseError::UnsupportedVersion,
+                format!("Unsupported entity type {kind}"),
+            );
         }
         let m = match (c.match_type, &c._match) {
             (MATCH_EXACT, Some(name)) => Match::Is(EntityName::Named(name.to_string())),
-            (MATCH_EXACT, None) => return failed(ResponseError::InvalidRequest, "Request specified MATCH_TYPE_EXACT, but set match string to null.".into()),
+            (MATCH_EXACT, None) => {
+                return failed(
+                    ResponseError::InvalidRequest,
+                    "Request specified MATCH_TYPE_EXACT, but set match string to null.".into(),
+                )
+            }
             (MATCH_DEFAULT, None) => Match::Is(EntityName::Default),
             (MATCH_SPECIFIED, None) => Match::Any,
             (MATCH_DEFAULT | MATCH_SPECIFIED, Some(_)) => {
-                return failed(ResponseError::InvalidRequest, format!("match type {} takes no match string", c.match_type))
+                return failed(
+                    ResponseError::InvalidRequest,
+                    format!("match type {} takes no match string", c.match_type),
+                )
             }
-            (other, _) => return failed(ResponseError::UnsupportedVersion, format!("Unknown match type {other}")),
+            (other, _) => {
+                return failed(
+                    ResponseError::UnsupportedVersion,
+                    format!("Unknown match type {other}"),
+                )
+            }
         };
         filter.insert(kind, m);
     }
@@ -86,7 +118,9 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             }
         })
     };
-    use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
+    use kafka_protocol::messages::describe_client_quotas_response::{
+        EntityData, EntryData, ValueData,
+    };
     let entries = broker
         .quotas
         .snapshot()
@@ -96,17 +130,28 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             let mut parts = Vec::new();
             for (kind, part) in [(USER, &entity.user), (CLIENT_ID, &entity.client_id)] {
                 if let Some(name) = part {
-                    parts.push(EntityData::default().with_entity_type(str_bytes(kind)).with_entity_name(name.to_wire().map(str_bytes)));
+                    parts.push(
+                        EntityData::default()
+                            .with_entity_type(str_bytes(kind))
+                            .with_entity_name(name.to_wire().map(str_bytes)),
+                    );
                 }
             }
-            let values = values.iter().map(|(k, v)| ValueData::default().with_key(str_bytes(k)).with_value(*v)).collect();
+            let values = values
+                .iter()
+                .map(|(k, v)| ValueData::default().with_key(str_bytes(k)).with_value(*v))
+                .collect();
             EntryData::default().with_entity(parts).with_values(values)
         })
         .collect();
     DescribeClientQuotasResponse::default().with_entries(Some(entries))
 }
 
-pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+pub(super) async fn handle_alter(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: AlterClientQuotasRequest,
+) -> AlterClientQuotasResponse {
     use kafka_protocol::messages::alter_client_quotas_response::{EntityData, EntryData};
     let authorized = broker.authorizer.authorize_cluster(ctx, AclOperation::AlterConfigs);
     // Each entity: its echo for the response, and the checked change or the error.
@@ -116,22 +161,33 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         let echo: Vec<EntityData> = entry
             .entity
             .iter()
-            .map(|e| EntityData::default().with_entity_type(e.entity_type.clone()).with_entity_name(e.entity_name.clone()))
+            .map(|e| {
+                EntityData::default()
+                    .with_entity_type(e.entity_type.clone())
+                    .with_entity_name(e.entity_name.clone())
+            })
             .collect();
         let outcome = if authorized {
             check(entry).and_then(|(entity, ops)| {
                 if seen.contains(&entity) {
-                    return Err((ResponseError::InvalidRequest, format!("Ignoring duplicate entity {entity:?}")));
+                    return Err((
+                        ResponseError::InvalidRequest,
+                        format!("Ignoring duplicate entity {entity:?}"),
+                    ));
                 }
                 seen.push(entity.clone());
                 Ok((entity, ops))
             })
         } else {
-            Err((ResponseError::ClusterAuthorizationFailed, "ALTER_CONFIGS on the cluster is needed".to_string()))
+            Err((
+                ResponseError::ClusterAuthorizationFailed,
+                "ALTER_CONFIGS on the cluster is needed".to_string(),
+            ))
         };
         checked.push((echo, outcome));
     }
-    let changes: Vec<QuotaChange> = checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
+    let changes: Vec<QuotaChange> =
+        checked.iter().filter_map(|(_, o)| o.as_ref().ok().cloned()).collect();
     let mut write_error = None;
     if !request.validate_only && !changes.is_empty() && broker.cluster.shared().is_some() {
         write_error = alter_in_cluster(broker, &changes).await.err();
@@ -152,7 +208,10 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         })
         .await;
         match written {
-            Ok(Ok(())) => tracing::info!(entities = checked.iter().filter(|(_, o)| o.is_ok()).count(), "altered client quotas"),
+            Ok(Ok(())) => tracing::info!(
+                entities = checked.iter().filter(|(_, o)| o.is_ok()).count(),
+                "altered client quotas"
+            ),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "cannot persist client quotas");
                 write_error = Some((ResponseError::KafkaStorageError, e.to_string()));
@@ -172,7 +231,9 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
                 Ok(_) => write_error.clone(),
             };
             match failure {
-                Some((error, reason)) => entry.with_error_code(error.code()).with_error_message(message(reason)),
+                Some((error, reason)) => {
+                    entry.with_error_code(error.code()).with_error_message(message(reason))
+                }
                 None => entry,
             }
         })
@@ -197,7 +258,11 @@ fn check(entry: &kafka_protocol::messages::alter_client_quotas_request::EntryDat
         let slot = match kind {
             USER => &mut entity.user,
             CLIENT_ID => &mut entity.client_id,
-            "ip" => return invalid("IP quotas (connection_creation_rate) are not supported by Floe".into()),
+            "ip" => {
+                return invalid(
+                    "IP quotas (connection_creation_rate) are not supported by Floe".into(),
+                )
+            }
             other => return invalid(format!("Unhandled client quota entity type: {other}")),
         };
         if slot.is_some() {
@@ -212,7 +277,9 @@ fn check(entry: &kafka_protocol::messages::alter_client_quotas_request::EntryDat
     for op in &entry.ops {
         let key = op.key.as_str();
         if ops.iter().any(|(k, _)| k == key) {
-            return invalid(format!("Duplicate quota key {key} not updating quota for this entity"));
+            return invalid(format!(
+                "Duplicate quota key {key} not updating quota for this entity"
+            ));
         }
         if op.remove {
             ops.push((key.to_string(), None));
@@ -238,7 +305,10 @@ fn str_bytes(s: &str) -> StrBytes {
 
 /// AlterClientQuotas in a cluster: applies `changes` to the entities stored in etcd,
 /// then waits until this broker enforces them.
-async fn alter_in_cluster(broker: &Broker, changes: &[QuotaChange]) -> Result<(), (ResponseError, String)> {
+async fn alter_in_cluster(
+    broker: &Broker,
+    changes: &[QuotaChange],
+) -> Result<(), (ResponseError, String)> {
     use crate::cluster_configs::{quota_key, StoredQuota, CONFIGS_DIR};
     let Some(shared) = broker.cluster.shared() else { return Ok(()) };
     let decide = |stored: &BTreeMap<String, Vec<u8>>| -> Result<Vec<floe_cluster::Change>, std::convert::Infallible> {

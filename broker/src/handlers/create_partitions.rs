@@ -15,13 +15,18 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
+use floe_protocol::response::message;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: CreatePartitionsRequest,
+    _version: i16,
+) -> CreatePartitionsResponse {
     let mut named: BTreeMap<String, usize> = BTreeMap::new();
     for topic in &request.topics {
         *named.entry(topic.name.0.to_string()).or_default() += 1;
@@ -31,7 +36,11 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
         let name = topic.name.0.to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         if named.get(&name).is_some_and(|n| *n > 1) {
-            results.push(result.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(message("Duplicate topic in request.")));
+            results.push(
+                result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(message("Duplicate topic in request.")),
+            );
             continue;
         }
         if !broker.authorizer.authorize(ctx, AclOperation::Alter, ResourceType::Topic, &name) {
@@ -62,7 +71,9 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
             .await;
         results.push(match outcome {
             Some(Ok(())) => result,
-            Some(Err(e)) => result.with_error_code(kafka_error(&e).code()).with_error_message(message(e.to_string())),
+            Some(Err(e)) => result
+                .with_error_code(kafka_error(&e).code())
+                .with_error_message(message(e.to_string())),
             None => result.with_error_code(ResponseError::UnknownServerError.code()),
         });
     }
@@ -70,12 +81,26 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
 }
 
 /// One topic's new partitions in a cluster.
-async fn in_cluster(broker: &Broker, topic: CreatePartitionsTopic, name: &str, validate_only: bool, result: CreatePartitionsTopicResult) -> CreatePartitionsTopicResult {
-    let manual = topic.assignments.map(|a| a.into_iter().map(|a| a.broker_ids.into_iter().map(|b| b.0).collect()).collect());
-    match crate::cluster_admin::create_partitions(broker, name, topic.count, manual, validate_only).await {
+async fn in_cluster(
+    broker: &Broker,
+    topic: CreatePartitionsTopic,
+    name: &str,
+    validate_only: bool,
+    result: CreatePartitionsTopicResult,
+) -> CreatePartitionsTopicResult {
+    let manual = topic
+        .assignments
+        .map(|a| a.into_iter().map(|a| a.broker_ids.into_iter().map(|b| b.0).collect()).collect());
+    match crate::cluster_admin::create_partitions(broker, name, topic.count, manual, validate_only)
+        .await
+    {
         Ok(()) => {
             if !validate_only {
-                tracing::info!(topic = name, partitions = topic.count, "added partitions to a topic in the cluster");
+                tracing::info!(
+                    topic = name,
+                    partitions = topic.count,
+                    "added partitions to a topic in the cluster"
+                );
             }
             result
         }
@@ -87,15 +112,23 @@ async fn in_cluster(broker: &Broker, topic: CreatePartitionsTopic, name: &str, v
 }
 
 /// What `create_partitions` would refuse, without changing anything.
-fn validate_create_partitions(logs: &floe_storage::LogManager, name: &str, count: i32) -> Result<(), floe_storage::StorageError> {
-    let topic = logs
-        .topic(name)
-        .ok_or_else(|| floe_storage::StorageError::UnknownTopicOrPartition { topic: name.to_string(), partition: None })?;
+fn validate_create_partitions(
+    logs: &floe_storage::LogManager,
+    name: &str,
+    count: i32,
+) -> Result<(), floe_storage::StorageError> {
+    let topic =
+        logs.topic(name).ok_or_else(|| floe_storage::StorageError::UnknownTopicOrPartition {
+            topic: name.to_string(),
+            partition: None,
+        })?;
     let current = topic.partition_count();
     if count <= current {
         return Err(floe_storage::StorageError::InvalidPartitions {
             topic: name.to_string(),
-            reason: format!("topic {name} has {current} partitions; the new count {count} must be larger"),
+            reason: format!(
+                "topic {name} has {current} partitions; the new count {count} must be larger"
+            ),
         });
     }
     Ok(())

@@ -5,24 +5,38 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
+use floe_protocol::response::message;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     // CREATE on the cluster covers every topic; else CREATE on each topic.
-    let cluster_create = broker.authorizer.check(ctx, AclOperation::Create, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
+    let cluster_create = broker.authorizer.check(
+        ctx,
+        AclOperation::Create,
+        ResourceType::Cluster,
+        crate::authorizer::acl::CLUSTER_NAME,
+    );
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
-        if !cluster_create && !broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name) {
+        if !cluster_create
+            && !broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name)
+        {
             results.push(
                 result
                     .with_error_code(ResponseError::TopicAuthorizationFailed.code())
@@ -33,7 +47,9 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
             continue;
         }
         if broker.is_clustered() {
-            results.push(create_in_cluster(broker, &topic, &name, request.validate_only, version).await);
+            results.push(
+                create_in_cluster(broker, &topic, &name, request.validate_only, version).await,
+            );
             continue;
         }
         let partitions = if topic.num_partitions == -1 && topic.assignments.is_empty() {
@@ -44,7 +60,10 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
             topic.num_partitions
         };
         let node = broker.node_id();
-        let bad_assignment = topic.assignments.iter().any(|a| a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() > 1);
+        let bad_assignment = topic
+            .assignments
+            .iter()
+            .any(|a| a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() > 1);
         if !(topic.replication_factor == -1 || topic.replication_factor == 1) || bad_assignment {
             results.push(
                 result
@@ -57,9 +76,15 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
             continue;
         }
         let overrides = overrides_of(&topic);
-        if let Err(reason) = floe_tiering::settings::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
+        if let Err(reason) = floe_tiering::settings::validate_topic_overrides(
+            &overrides,
+            &broker.logs.default_config(),
+            &broker.config.tiering,
+        ) {
             results.push(
-                result.with_error_code(ResponseError::InvalidConfig.code()).with_error_message(message(reason)),
+                result
+                    .with_error_code(ResponseError::InvalidConfig.code())
+                    .with_error_message(message(reason)),
             );
             continue;
         }
@@ -68,7 +93,8 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
         let outcome = broker
             .blocking(move |logs| {
                 if validate_only {
-                    let config = logs.validate_create_topic(&create_name, partitions, &overrides)?;
+                    let config =
+                        logs.validate_create_topic(&create_name, partitions, &overrides)?;
                     Ok(config.describe(&overrides))
                 } else {
                     let t = logs.create_topic(&create_name, partitions, overrides)?;
@@ -118,34 +144,77 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Creat
 
 /// The config overrides a CreateTopics entry carries (null values left out).
 fn overrides_of(topic: &CreatableTopic) -> BTreeMap<String, String> {
-    topic.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect()
+    topic
+        .configs
+        .iter()
+        .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+        .collect()
 }
 
 /// One topic of CreateTopics in a cluster: placed over the live brokers (or as the
 /// request assigns), written to the metadata store unless `validate_only`.
-async fn create_in_cluster(broker: &Broker, topic: &CreatableTopic, name: &str, validate_only: bool, version: i16) -> CreatableTopicResult {
+async fn create_in_cluster(
+    broker: &Broker,
+    topic: &CreatableTopic,
+    name: &str,
+    validate_only: bool,
+    version: i16,
+) -> CreatableTopicResult {
     let result = CreatableTopicResult::default().with_name(topic.name.clone());
     let refused = |code: ResponseError, reason: String| {
         tracing::info!(topic = %name, error = ?code, %reason, "CreateTopics refused");
-        result.clone().with_error_code(code.code()).with_error_message(message(reason)).with_num_partitions(-1).with_replication_factor(-1)
+        result
+            .clone()
+            .with_error_code(code.code())
+            .with_error_message(message(reason))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
     };
     let overrides = overrides_of(topic);
-    if let Err(reason) = floe_tiering::settings::validate_topic_overrides(&overrides, &broker.logs.default_config(), &broker.config.tiering) {
+    if let Err(reason) = floe_tiering::settings::validate_topic_overrides(
+        &overrides,
+        &broker.logs.default_config(),
+        &broker.config.tiering,
+    ) {
         return refused(ResponseError::InvalidConfig, reason);
     }
-    let assignments: Vec<(i32, Vec<i32>)> = topic.assignments.iter().map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())).collect();
+    let assignments: Vec<(i32, Vec<i32>)> = topic
+        .assignments
+        .iter()
+        .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+        .collect();
     let outcome = if validate_only {
-        crate::cluster_admin::plan_topic(broker, name, topic.num_partitions, topic.replication_factor.into(), &assignments).and_then(|planned| {
-            broker.logs.validate_create_topic(name, planned.len() as i32, &overrides).map_err(|e| (kafka_error(&e), e.to_string()))?;
+        crate::cluster_admin::plan_topic(
+            broker,
+            name,
+            topic.num_partitions,
+            topic.replication_factor.into(),
+            &assignments,
+        )
+        .and_then(|planned| {
+            broker
+                .logs
+                .validate_create_topic(name, planned.len() as i32, &overrides)
+                .map_err(|e| (kafka_error(&e), e.to_string()))?;
             if broker.cluster.with_view(|v| v.topics.contains_key(name)) {
-                return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
+                return Err((
+                    ResponseError::TopicAlreadyExists,
+                    format!("topic '{name}' already exists"),
+                ));
             }
             Ok((planned, uuid::Uuid::nil()))
         })
     } else {
-        crate::cluster_admin::create_topic(broker, name, topic.num_partitions, topic.replication_factor.into(), &assignments, overrides.clone())
-            .await
-            .map(|a| (a.partitions.clone(), uuid::Uuid::parse_str(&a.topic_id).unwrap_or_default()))
+        crate::cluster_admin::create_topic(
+            broker,
+            name,
+            topic.num_partitions,
+            topic.replication_factor.into(),
+            &assignments,
+            overrides.clone(),
+        )
+        .await
+        .map(|a| (a.partitions.clone(), uuid::Uuid::parse_str(&a.topic_id).unwrap_or_default()))
     };
     let (planned, id) = match outcome {
         Ok(planned) => planned,
@@ -155,10 +224,14 @@ async fn create_in_cluster(broker: &Broker, topic: &CreatableTopic, name: &str, 
         tracing::info!(topic = %name, partitions = planned.len(), "created topic in the cluster");
     }
     let rf = planned.values().next().map_or(0, Vec::len) as i16;
-    let mut result = result.with_num_partitions(planned.len() as i32).with_replication_factor(rf).with_topic_id(id);
+    let mut result = result
+        .with_num_partitions(planned.len() as i32)
+        .with_replication_factor(rf)
+        .with_topic_id(id);
     if version >= 5 {
         let config = broker.logs.default_config().with_overrides(&overrides);
-        result.configs = config.ok().map(|c| c.describe(&overrides).into_iter().map(described).collect());
+        result.configs =
+            config.ok().map(|c| c.describe(&overrides).into_iter().map(described).collect());
     }
     result
 }

@@ -9,11 +9,21 @@ use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::session::Session;
 
-pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
+pub(super) fn handle(
+    broker: &Broker,
+    session: &Session,
+    ctx: &RequestContext,
+    request: DescribeClusterRequest,
+    version: i16,
+) -> DescribeClusterResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
         return DescribeClusterResponse::default()
-            .with_error_code(kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code())
-            .with_error_message(floe_protocol::response::message("DESCRIBE on the cluster is needed"));
+            .with_error_code(
+                kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code(),
+            )
+            .with_error_message(floe_protocol::response::message(
+                "DESCRIBE on the cluster is needed",
+            ));
     }
     let (brokers, controller_id) = broker.cluster_brokers(&session.endpoint);
     let brokers = brokers
@@ -42,5 +52,10 @@ pub(super) fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, r
 /// Kafka's bitfield of the cluster operations `ctx` may perform.
 pub(super) fn cluster_operations(broker: &Broker, ctx: &RequestContext) -> i32 {
     use crate::authorizer::{acl::ResourceType, acl::CLUSTER_NAME, CLUSTER_OPERATIONS};
-    broker.authorizer.authorized_operations(ctx, ResourceType::Cluster, CLUSTER_NAME, CLUSTER_OPERATIONS)
+    broker.authorizer.authorized_operations(
+        ctx,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+        CLUSTER_OPERATIONS,
+    )
 }

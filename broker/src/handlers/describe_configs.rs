@@ -15,11 +15,11 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::dynamic_config::{ConfigSource, Scope, DYNAMIC_SETTINGS};
+use floe_protocol::response::message;
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
 pub(crate) const RESOURCE_BROKER: i8 = 4;
@@ -27,7 +27,12 @@ pub(crate) const RESOURCE_BROKER: i8 = 4;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
 
-pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+pub(super) fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
     let results = request
         .resources
         .into_iter()
@@ -44,26 +49,41 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
                 .with_resource_name(resource.resource_name.clone());
             match resource.resource_type {
                 RESOURCE_TOPIC
-                    if !broker.authorizer.authorize(ctx, AclOperation::DescribeConfigs, ResourceType::Topic, resource.resource_name.as_str()) =>
+                    if !broker.authorizer.authorize(
+                        ctx,
+                        AclOperation::DescribeConfigs,
+                        ResourceType::Topic,
+                        resource.resource_name.as_str(),
+                    ) =>
                 {
                     base.with_error_code(ResponseError::TopicAuthorizationFailed.code())
                 }
-                RESOURCE_BROKER if !broker.authorizer.authorize_cluster(ctx, AclOperation::DescribeConfigs) => {
+                RESOURCE_BROKER
+                    if !broker.authorizer.authorize_cluster(ctx, AclOperation::DescribeConfigs) =>
+                {
                     base.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
                 }
                 RESOURCE_TOPIC => {
                     let Some(topic) = broker.logs.topic(resource.resource_name.as_str()) else {
                         return base
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                            .with_error_message(message(format!("topic {} does not exist", resource.resource_name.as_str())));
+                            .with_error_message(message(format!(
+                                "topic {} does not exist",
+                                resource.resource_name.as_str()
+                            )));
                     };
                     let configs = topic
                         .describe_config()
                         .into_iter()
                         .filter(|e| wanted(&e.name))
                         .map(|e| {
-                            let source = if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC };
-                            let synonyms = if request.include_synonyms { vec![(e.value.clone(), source)] } else { Vec::new() };
+                            let source =
+                                if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC };
+                            let synonyms = if request.include_synonyms {
+                                vec![(e.value.clone(), source)]
+                            } else {
+                                Vec::new()
+                            };
                             entry(&e.name, &e.value, false, source, &synonyms, version)
                         })
                         .collect();
@@ -77,14 +97,26 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
                             .layer(Scope::ClusterDefault)
                             .iter()
                             .filter(|(k, _)| wanted(k))
-                            .map(|(k, v)| entry(k, v, false, ConfigSource::DynamicDefaultBroker as i8, &[], version))
+                            .map(|(k, v)| {
+                                entry(
+                                    k,
+                                    v,
+                                    false,
+                                    ConfigSource::DynamicDefaultBroker as i8,
+                                    &[],
+                                    version,
+                                )
+                            })
                             .collect();
                         return base.with_configs(configs);
                     }
                     if name != broker.node_id().to_string() {
                         return base
                             .with_error_code(ResponseError::InvalidRequest.code())
-                            .with_error_message(message(format!("this is broker {}, not {name}", broker.node_id())));
+                            .with_error_message(message(format!(
+                                "this is broker {}, not {name}",
+                                broker.node_id()
+                            )));
                     }
                     let configs = dynamic
                         .effective()
@@ -93,12 +125,20 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeCon
                         .map(|(k, v, source)| {
                             let read_only = !DYNAMIC_SETTINGS.contains(&k.as_str());
                             let synonyms: Vec<(String, i8)> = if request.include_synonyms {
-                                dynamic.synonyms(&k).into_iter().map(|(v, s)| (v, s as i8)).collect()
+                                dynamic
+                                    .synonyms(&k)
+                                    .into_iter()
+                                    .map(|(v, s)| (v, s as i8))
+                                    .collect()
                             } else {
                                 Vec::new()
                             };
                             let e = entry(&k, &v, read_only, source as i8, &synonyms, version);
-                            if crate::config::is_sensitive(&k) { sensitive(e) } else { e }
+                            if crate::config::is_sensitive(&k) {
+                                sensitive(e)
+                            } else {
+                                e
+                            }
                         })
                         .collect();
                     base.with_configs(configs)
@@ -122,7 +162,14 @@ fn sensitive(mut e: DescribeConfigsResourceResult) -> DescribeConfigsResourceRes
     e
 }
 
-fn entry(name: &str, value: &str, read_only: bool, source: i8, synonyms: &[(String, i8)], version: i16) -> DescribeConfigsResourceResult {
+fn entry(
+    name: &str,
+    value: &str,
+    read_only: bool,
+    source: i8,
+    synonyms: &[(String, i8)],
+    version: i16,
+) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_string(name.to_string()))
         .with_value(Some(StrBytes::from_string(value.to_string())))

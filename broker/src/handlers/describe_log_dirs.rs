@@ -13,7 +13,9 @@
 use std::path::Path;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::describe_log_dirs_response::{DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic};
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -21,15 +23,25 @@ use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeLogDirsRequest, _version: i16) -> DescribeLogDirsResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeLogDirsRequest,
+    _version: i16,
+) -> DescribeLogDirsResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
-        return DescribeLogDirsResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        return DescribeLogDirsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
     }
     let mut topics = Vec::new();
     match request.topics {
         None => {
             for topic in broker.logs.topics() {
-                let partitions: Vec<_> = topic.partitions().iter().map(|log| partition(log.partition(), log.size_bytes())).collect();
+                let partitions: Vec<_> = topic
+                    .partitions()
+                    .iter()
+                    .map(|log| partition(log.partition(), log.size_bytes()))
+                    .collect();
                 topics.push(entry(topic.name(), partitions));
             }
         }
@@ -49,8 +61,13 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Descr
         }
     }
     let dir = broker.logs.data_dir().to_path_buf();
-    let (log_dir, space) = broker.blocking(move |_| (absolute(&dir), file_system_space(&dir))).await.unwrap_or_default();
-    let mut result = DescribeLogDirsResult::default().with_log_dir(StrBytes::from_string(log_dir)).with_topics(topics);
+    let (log_dir, space) = broker
+        .blocking(move |_| (absolute(&dir), file_system_space(&dir)))
+        .await
+        .unwrap_or_default();
+    let mut result = DescribeLogDirsResult::default()
+        .with_log_dir(StrBytes::from_string(log_dir))
+        .with_topics(topics);
     match space {
         Some((total, usable)) => {
             result.total_bytes = total;
@@ -80,7 +97,9 @@ fn partition(index: i32, size: u64) -> DescribeLogDirsPartition {
 }
 
 fn entry(name: &str, partitions: Vec<DescribeLogDirsPartition>) -> DescribeLogDirsTopic {
-    DescribeLogDirsTopic::default().with_name(TopicName(StrBytes::from_string(name.to_string()))).with_partitions(partitions)
+    DescribeLogDirsTopic::default()
+        .with_name(TopicName(StrBytes::from_string(name.to_string())))
+        .with_partitions(partitions)
 }
 
 /// The directory as an absolute path, as Kafka reports it.

@@ -4,32 +4,44 @@
 //! Needs READ on each topic, as in Kafka.
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
+use floe_protocol::response::message;
 
-pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse {
+pub(super) fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
     let topics = request
         .topics
         .into_iter()
         .map(|t| {
             let name = t.name.0.as_str();
-            let allowed = broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name);
+            let allowed =
+                broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&p| {
                     let response = PartitionResponse::default().with_partition_index(p);
                     if !allowed {
-                        return response.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                        return response
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
                     }
                     let log = match broker.leader_log(name, p) {
                         Ok(log) => log,
-                        Err((code, reason)) => return response.with_error_code(code.code()).with_error_message(message(reason)),
+                        Err((code, reason)) => {
+                            return response
+                                .with_error_code(code.code())
+                                .with_error_message(message(reason))
+                        }
                     };
                     let producers = log
                         .active_producers()

@@ -23,7 +23,9 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
-use kafka_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName};
+use kafka_protocol::messages::{
+    DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::metadata::is_internal;
@@ -34,13 +36,24 @@ use crate::broker::Broker;
 /// Kafka's `max.request.partition.size.limit` default: most partitions in one response.
 const MAX_PARTITIONS_PER_RESPONSE: i32 = 2000;
 
-pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTopicPartitionsRequest, _version: i16) -> DescribeTopicPartitionsResponse {
+pub(super) fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeTopicPartitionsRequest,
+    _version: i16,
+) -> DescribeTopicPartitionsResponse {
     let fetch_all = request.topics.is_empty();
-    let cursor_topic = request.cursor.as_ref().map(|c| c.topic_name.as_str().to_string()).unwrap_or_default();
+    let cursor_topic =
+        request.cursor.as_ref().map(|c| c.topic_name.as_str().to_string()).unwrap_or_default();
     let names: BTreeSet<String> = if fetch_all {
         super::metadata::topic_names(broker).into_iter().filter(|n| *n >= cursor_topic).collect()
     } else {
-        request.topics.iter().map(|t| t.name.as_str().to_string()).filter(|n| *n >= cursor_topic).collect()
+        request
+            .topics
+            .iter()
+            .map(|t| t.name.as_str().to_string())
+            .filter(|n| *n >= cursor_topic)
+            .collect()
     };
     if let Some(cursor) = &request.cursor {
         let refusal = if !fetch_all && !names.contains(&cursor_topic) {
@@ -60,7 +73,9 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
             return DescribeTopicPartitionsResponse::default().with_topics(topics);
         }
     }
-    let start_of = |name: &str| request.cursor.as_ref().filter(|_| name == cursor_topic).map_or(0, |c| c.partition_index);
+    let start_of = |name: &str| {
+        request.cursor.as_ref().filter(|_| name == cursor_topic).map_or(0, |c| c.partition_index)
+    };
 
     let mut unauthorized = Vec::new();
     let mut response = DescribeTopicPartitionsResponse::default();
@@ -74,7 +89,8 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
         }
         if remaining == 0 {
             // The next page starts at this topic's first partition.
-            response.next_cursor = Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(0));
+            response.next_cursor =
+                Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(0));
             break;
         }
         let Some(described) = super::metadata::describe_by_name(broker, &name) else {
@@ -116,10 +132,17 @@ pub(super) fn handle(broker: &Broker, ctx: &RequestContext, request: DescribeTop
                 .with_topic_id(described.topic_id)
                 .with_is_internal(is_internal(&name))
                 .with_partitions(partitions)
-                .with_topic_authorized_operations(broker.authorizer.authorized_operations(ctx, ResourceType::Topic, &name, TOPIC_OPERATIONS)),
+                .with_topic_authorized_operations(broker.authorizer.authorized_operations(
+                    ctx,
+                    ResourceType::Topic,
+                    &name,
+                    TOPIC_OPERATIONS,
+                )),
         );
         if end < count {
-            response.next_cursor = Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(end));
+            response.next_cursor = Some(
+                Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(end),
+            );
             break;
         }
     }

@@ -24,22 +24,37 @@ use kafka_protocol::protocol::StrBytes;
 
 use floe_cluster::ElectionType;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
+use floe_protocol::response::message;
 
 const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ElectLeadersRequest, _version: i16) -> ElectLeadersResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ElectLeadersRequest,
+    _version: i16,
+) -> ElectLeadersResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
-        return refused(&request, ResponseError::ClusterAuthorizationFailed, "ALTER on the cluster is needed");
+        return refused(
+            &request,
+            ResponseError::ClusterAuthorizationFailed,
+            "ALTER on the cluster is needed",
+        );
     }
     let election = match request.election_type {
         PREFERRED => ElectionType::Preferred,
         UNCLEAN => ElectionType::Unclean,
-        other => return refused(&request, ResponseError::InvalidRequest, &format!("unknown election type {other}")),
+        other => {
+            return refused(
+                &request,
+                ResponseError::InvalidRequest,
+                &format!("unknown election type {other}"),
+            )
+        }
     };
     if broker.is_clustered() {
         return in_cluster(broker, request, election).await;
@@ -50,7 +65,10 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Elect
             .logs
             .topics()
             .iter()
-            .map(|t| ReplicaElectionResult::default().with_topic(TopicName(StrBytes::from_string(t.name().to_string()))))
+            .map(|t| {
+                ReplicaElectionResult::default()
+                    .with_topic(TopicName(StrBytes::from_string(t.name().to_string())))
+            })
             .collect(),
         Some(topics) => topics
             .iter()
@@ -67,14 +85,22 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Elect
                             }
                             Some(_) => result
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                                .with_error_message(message(format!("No such partition as {}-{p}", t.topic.as_str()))),
+                                .with_error_message(message(format!(
+                                    "No such partition as {}-{p}",
+                                    t.topic.as_str()
+                                ))),
                             None => result
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                                .with_error_message(message(format!("No such topic as {}", t.topic.as_str()))),
+                                .with_error_message(message(format!(
+                                    "No such topic as {}",
+                                    t.topic.as_str()
+                                ))),
                         }
                     })
                     .collect();
-                ReplicaElectionResult::default().with_topic(t.topic.clone()).with_partition_result(partitions)
+                ReplicaElectionResult::default()
+                    .with_topic(t.topic.clone())
+                    .with_partition_result(partitions)
             })
             .collect(),
     };
@@ -83,8 +109,14 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Elect
 
 /// ElectLeaders in a cluster: every named partition (or every partition) elected
 /// through the metadata store.
-async fn in_cluster(broker: &Broker, request: ElectLeadersRequest, election: ElectionType) -> ElectLeadersResponse {
-    let named = request.topic_partitions.map(|topics| topics.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
+async fn in_cluster(
+    broker: &Broker,
+    request: ElectLeadersRequest,
+    election: ElectionType,
+) -> ElectLeadersResponse {
+    let named = request
+        .topic_partitions
+        .map(|topics| topics.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
     let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let results = crate::cluster_admin::elect_leaders(broker, election, named, timeout)
         .await
@@ -97,19 +129,29 @@ async fn in_cluster(broker: &Broker, request: ElectLeadersRequest, election: Ele
                     match outcome {
                         Ok(()) => result,
                         // Kafka answers this one without a message.
-                        Err((ResponseError::ElectionNotNeeded, _)) => result.with_error_code(ResponseError::ElectionNotNeeded.code()),
-                        Err((code, reason)) => result.with_error_code(code.code()).with_error_message(message(reason)),
+                        Err((ResponseError::ElectionNotNeeded, _)) => {
+                            result.with_error_code(ResponseError::ElectionNotNeeded.code())
+                        }
+                        Err((code, reason)) => {
+                            result.with_error_code(code.code()).with_error_message(message(reason))
+                        }
                     }
                 })
                 .collect();
-            ReplicaElectionResult::default().with_topic(TopicName(StrBytes::from_string(topic))).with_partition_result(partitions)
+            ReplicaElectionResult::default()
+                .with_topic(TopicName(StrBytes::from_string(topic)))
+                .with_partition_result(partitions)
         })
         .collect();
     ElectLeadersResponse::default().with_replica_election_results(results)
 }
 
 /// Kafka's error response: the error for the request (v1+) and for every partition named.
-fn refused(request: &ElectLeadersRequest, error: ResponseError, reason: &str) -> ElectLeadersResponse {
+fn refused(
+    request: &ElectLeadersRequest,
+    error: ResponseError,
+    reason: &str,
+) -> ElectLeadersResponse {
     let results = request
         .topic_partitions
         .iter()
@@ -118,10 +160,19 @@ fn refused(request: &ElectLeadersRequest, error: ResponseError, reason: &str) ->
             let partitions = t
                 .partitions
                 .iter()
-                .map(|&p| PartitionResult::default().with_partition_id(p).with_error_code(error.code()).with_error_message(message(reason)))
+                .map(|&p| {
+                    PartitionResult::default()
+                        .with_partition_id(p)
+                        .with_error_code(error.code())
+                        .with_error_message(message(reason))
+                })
                 .collect();
-            ReplicaElectionResult::default().with_topic(t.topic.clone()).with_partition_result(partitions)
+            ReplicaElectionResult::default()
+                .with_topic(t.topic.clone())
+                .with_partition_result(partitions)
         })
         .collect();
-    ElectLeadersResponse::default().with_error_code(error.code()).with_replica_election_results(results)
+    ElectLeadersResponse::default()
+        .with_error_code(error.code())
+        .with_replica_election_results(results)
 }

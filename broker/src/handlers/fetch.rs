@@ -33,7 +33,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_protocol::fetch::{AbortedTransaction, FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse};
+use floe_protocol::fetch::{
+    AbortedTransaction, FetchPartitionResponse, FetchRecords, FetchResponseData, FetchTopicResponse,
+};
 use floe_protocol::record_batch::BatchIter;
 use floe_storage::{IsolationLevel, PartitionLog};
 use kafka_protocol::error::ResponseError;
@@ -48,37 +50,54 @@ use crate::broker::Broker;
 use crate::errors::kafka_error;
 use floe_tiering::table_reads::{Served, TableRead, TableReads};
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponseData {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: FetchRequest,
+    version: i16,
+) -> FetchResponseData {
     let replica = follower_id(&request, version);
     let targets = resolve(broker, ctx, &request, version, replica);
     if let Some(follower) = replica {
         // The fetch offset is the follower's log end offset: the high watermark may move.
         for t in targets.iter().filter(|t| t.log.is_some()) {
-            broker.replicas.record_follower_fetch(&floe_cluster::TopicPartition::new(t.topic_name.clone(), t.partition), follower, t.fetch_offset);
+            broker.replicas.record_follower_fetch(
+                &floe_cluster::TopicPartition::new(t.topic_name.clone(), t.partition),
+                follower,
+                t.fetch_offset,
+            );
         }
     }
     // isolation_level exists from v4; before it every read is READ_UNCOMMITTED.
-    let isolation = if version >= 4 { IsolationLevel::from_wire(request.isolation_level) } else { IsolationLevel::ReadUncommitted };
+    let isolation = if version >= 4 {
+        IsolationLevel::from_wire(request.isolation_level)
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = request.min_bytes.max(0) as u64;
-    let max_bytes = if version >= 3 { request.max_bytes } else { i32::MAX }.clamp(0, broker.config.fetch_max_bytes) as u64;
+    let max_bytes = if version >= 3 { request.max_bytes } else { i32::MAX }
+        .clamp(0, broker.config.fetch_max_bytes) as u64;
     let tabled = match (&broker.table_reads, replica) {
         (Some(reads), None) => table_parts(broker, reads, &targets, max_bytes).await,
         _ => HashMap::new(),
     };
-    let read_all = |targets: &[Target], max_bytes: u64, isolation: IsolationLevel, for_replica: bool| {
-        read_all(broker, targets, &tabled, max_bytes, isolation, for_replica)
-    };
+    let read_all =
+        |targets: &[Target], max_bytes: u64, isolation: IsolationLevel, for_replica: bool| {
+            read_all(broker, targets, &tabled, max_bytes, isolation, for_replica)
+        };
     loop {
         // Listen before reading, so an append between the read and the wait
         // still wakes us.
         let logs: Vec<_> = targets.iter().filter_map(|t| t.log.clone()).collect();
-        let mut waits: Vec<Pin<Box<Notified<'_>>>> = logs.iter().map(|l| Box::pin(l.append_notify().notified())).collect();
+        let mut waits: Vec<Pin<Box<Notified<'_>>>> =
+            logs.iter().map(|l| Box::pin(l.append_notify().notified())).collect();
         for w in waits.iter_mut() {
             w.as_mut().enable();
         }
-        let (response, bytes, has_error) = read_all(&targets, max_bytes, isolation, replica.is_some());
+        let (response, bytes, has_error) =
+            read_all(&targets, max_bytes, isolation, replica.is_some());
         if bytes >= min_bytes || has_error || waits.is_empty() || Instant::now() >= deadline {
             return response;
         }
@@ -117,11 +136,22 @@ pub(super) fn follower_id(request: &FetchRequest, version: i16) -> Option<i32> {
     (id >= 0).then_some(id)
 }
 
-fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, version: i16, replica: Option<i32>) -> Vec<Target> {
+fn resolve(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: &FetchRequest,
+    version: i16,
+    replica: Option<i32>,
+) -> Vec<Target> {
     // A follower's fetch needs CLUSTER_ACTION on the cluster (as Kafka's); refused, every
     // partition answers TOPIC_AUTHORIZATION_FAILED.
     let follower_denied = replica.is_some()
-        && !broker.authorizer.authorize(ctx, AclOperation::ClusterAction, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
+        && !broker.authorizer.authorize(
+            ctx,
+            AclOperation::ClusterAction,
+            ResourceType::Cluster,
+            crate::authorizer::acl::CLUSTER_NAME,
+        );
     let mut targets = Vec::new();
     for (slot, topic) in request.topics.iter().enumerate() {
         let by_id = version >= 13;
@@ -130,13 +160,21 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
         } else {
             broker.logs.topic(topic.topic.0.as_str())
         };
-        let mut unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        let mut unknown = if by_id {
+            ResponseError::UnknownTopicId
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
         // READ on the topic, checked before existence (as Kafka does) so a
         // refused client cannot tell which topics exist. A topic id nobody
         // knows has no name to check.
-        let checked_name = found.as_ref().map(|t| t.name()).or_else(|| (!by_id).then(|| topic.topic.0.as_str()));
+        let checked_name =
+            found.as_ref().map(|t| t.name()).or_else(|| (!by_id).then(|| topic.topic.0.as_str()));
         let denied = follower_denied
-            || (replica.is_none() && checked_name.is_some_and(|name| !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name)));
+            || (replica.is_none()
+                && checked_name.is_some_and(|name| {
+                    !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Topic, name)
+                }));
         let found = if denied {
             unknown = ResponseError::TopicAuthorizationFailed;
             None
@@ -147,7 +185,11 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
             // A partition of a known topic: readable here only on its leader.
             let (log, partition_error) = match &found {
                 Some(t) => match broker.leader_log(t.name(), p.partition) {
-                    Ok(log) => match broker.check_current_leader_epoch(t.name(), p.partition, p.current_leader_epoch) {
+                    Ok(log) => match broker.check_current_leader_epoch(
+                        t.name(),
+                        p.partition,
+                        p.current_leader_epoch,
+                    ) {
                         None => (Some(log), ResponseError::UnknownTopicOrPartition),
                         Some(fenced) => (None, fenced),
                     },
@@ -156,7 +198,10 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
                 None => (None, unknown),
             };
             targets.push(Target {
-                topic_name: found.as_ref().map(|t| t.name().to_string()).unwrap_or_else(|| topic.topic.0.to_string()),
+                topic_name: found
+                    .as_ref()
+                    .map(|t| t.name().to_string())
+                    .unwrap_or_else(|| topic.topic.0.to_string()),
                 topic_id: topic.topic_id,
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
@@ -174,7 +219,12 @@ fn resolve(broker: &Broker, ctx: &RequestContext, request: &FetchRequest, versio
 /// offset, run together, each waited for at most `floe.iceberg.shared.fetch-max-wait-ms`
 /// (not the request's `max_wait_ms`: a consumer asking 0 would never get a cold
 /// range; KIP-1018's `remote.fetch.max.wait.ms` is as independent). By target index.
-async fn table_parts(broker: &Broker, reads: &TableReads, targets: &[Target], max_bytes: u64) -> HashMap<usize, Served> {
+async fn table_parts(
+    broker: &Broker,
+    reads: &TableReads,
+    targets: &[Target],
+    max_bytes: u64,
+) -> HashMap<usize, Served> {
     let wait = Duration::from_millis(broker.config.tiering.shared_reads.fetch_max_wait_ms);
     let mut pending = Vec::new();
     for (i, t) in targets.iter().enumerate() {
@@ -229,7 +279,11 @@ fn read_all(
     let mut has_error = false;
     for (i, t) in targets.iter().enumerate() {
         if t.topic_slot != last_slot {
-            topics.push(FetchTopicResponse { topic: StrBytes::from_string(t.topic_name.clone()), topic_id: t.topic_id, partitions: Vec::new() });
+            topics.push(FetchTopicResponse {
+                topic: StrBytes::from_string(t.topic_name.clone()),
+                topic_id: t.topic_id,
+                partitions: Vec::new(),
+            });
             last_slot = t.topic_slot;
         }
         let remaining = max_bytes.saturating_sub(total);
@@ -238,7 +292,11 @@ fn read_all(
             (Some(range), Some(log)) => {
                 let answer = from_table(t, log, range, limit, total == 0, isolation);
                 if let FetchRecords::Bytes(b) = &answer.records {
-                    broker.metrics.fetch_bytes.with_label_values(&[TABLE_REBUILD_PATH]).inc_by(b.len() as u64);
+                    broker
+                        .metrics
+                        .fetch_bytes
+                        .with_label_values(&[TABLE_REBUILD_PATH])
+                        .inc_by(b.len() as u64);
                 }
                 answer
             }
@@ -267,7 +325,14 @@ pub const TABLE_REBUILD_PATH: &str = "table-rebuild";
 /// READ_COMMITTED the aborted transactions of the range from the table's
 /// abort markers and the local `.txnindex` (markers above the local log start
 /// offset of transactions that began below it).
-fn from_table(t: &Target, log: &PartitionLog, range: &Served, limit: u64, min_one: bool, isolation: IsolationLevel) -> FetchPartitionResponse {
+fn from_table(
+    t: &Target,
+    log: &PartitionLog,
+    range: &Served,
+    limit: u64,
+    min_one: bool,
+    isolation: IsolationLevel,
+) -> FetchPartitionResponse {
     let mut end = 0usize;
     let mut next_offset = t.fetch_offset;
     for batch in BatchIter::new(&range.bytes) {
@@ -280,7 +345,10 @@ fn from_table(t: &Target, log: &PartitionLog, range: &Served, limit: u64, min_on
         next_offset = batch.header.last_offset() + 1;
     }
     let aborted = (isolation == IsolationLevel::ReadCommitted).then(|| {
-        let local = log.local_aborted_transactions_before(next_offset).into_iter().map(|a| (a.producer_id, a.first_offset));
+        let local = log
+            .local_aborted_transactions_before(next_offset)
+            .into_iter()
+            .map(|a| (a.producer_id, a.first_offset));
         range
             .aborted
             .iter()
@@ -301,7 +369,13 @@ fn from_table(t: &Target, log: &PartitionLog, range: &Served, limit: u64, min_on
     }
 }
 
-fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationLevel, for_replica: bool) -> FetchPartitionResponse {
+fn read_one(
+    t: &Target,
+    limit: u64,
+    first_with_data: bool,
+    isolation: IsolationLevel,
+    for_replica: bool,
+) -> FetchPartitionResponse {
     let failed = |code: ResponseError, hw: i64, start: i64| FetchPartitionResponse {
         partition_index: t.partition,
         error_code: code.code(),
@@ -333,7 +407,11 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
     }
     let max_bytes = limit.min(u64::from(u32::MAX)) as u32;
     // A follower reads up to the log end: the high watermark waits for it.
-    let read = if for_replica { log.read_for_replica(t.fetch_offset, max_bytes, min_one) } else { log.read(t.fetch_offset, max_bytes, min_one, isolation) };
+    let read = if for_replica {
+        log.read_for_replica(t.fetch_offset, max_bytes, min_one)
+    } else {
+        log.read(t.fetch_offset, max_bytes, min_one, isolation)
+    };
     match read {
         Ok(info) => FetchPartitionResponse {
             partition_index: t.partition,
@@ -342,7 +420,10 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
             log_start_offset: info.log_start_offset,
             aborted_transactions: info.aborted_transactions.map(|list| {
                 list.into_iter()
-                    .map(|a| AbortedTransaction { producer_id: a.producer_id, first_offset: a.first_offset })
+                    .map(|a| AbortedTransaction {
+                        producer_id: a.producer_id,
+                        first_offset: a.first_offset,
+                    })
                     .collect()
             }),
             records: match info.region {
@@ -355,9 +436,11 @@ fn read_one(t: &Target, limit: u64, first_with_data: bool, isolation: IsolationL
         // OFFSET_MOVED_TO_TIERED_STORAGE (followers are never served from the
         // table, docs/shared-mode.md 4.8); the fetcher retries after its
         // backoff, loudly, until it learns to start at the local log start.
-        Err(floe_storage::StorageError::BelowLocalStart { .. }) if for_replica => {
-            failed(ResponseError::OffsetMovedToTieredStorage, log.high_watermark(), log.log_start_offset())
-        }
+        Err(floe_storage::StorageError::BelowLocalStart { .. }) if for_replica => failed(
+            ResponseError::OffsetMovedToTieredStorage,
+            log.high_watermark(),
+            log.log_start_offset(),
+        ),
         // Shared storage, a consumer: the offset is in the table only. Until
         // the table reader serves it (docs/shared-mode.md 4.2), an empty
         // answer without error: the client fetches the same offset again,

@@ -24,11 +24,11 @@ use floe_coordinator::partitioned::partition_for;
 use floe_coordinator::replicated::NO_TERM;
 use floe_coordinator::transaction::TRANSACTION_STATE_TOPIC;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::session::Session;
+use floe_protocol::response::message;
 
 /// Key types: 0 group, 1 transaction.
 fn known_key_type(key_type: i8) -> bool {
@@ -37,7 +37,8 @@ fn known_key_type(key_type: i8) -> bool {
 
 /// DESCRIBE on the group (key type 0) or transactional id (1) the key names.
 fn authorized(broker: &Broker, ctx: &RequestContext, key_type: i8, key: &str) -> bool {
-    let resource_type = if key_type == 1 { ResourceType::TransactionalId } else { ResourceType::Group };
+    let resource_type =
+        if key_type == 1 { ResourceType::TransactionalId } else { ResourceType::Group };
     broker.authorizer.authorize(ctx, AclOperation::Describe, resource_type, key)
 }
 
@@ -49,23 +50,43 @@ fn denied_error(key_type: i8) -> ResponseError {
     }
 }
 
-pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    session: &Session,
+    ctx: &RequestContext,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
     let key_type = request.key_type;
     if version >= 4 {
         let mut coordinators = Vec::with_capacity(request.coordinator_keys.len());
         for key in request.coordinator_keys {
             let failed = |e: ResponseError| {
-                Coordinator::default().with_key(key.clone()).with_node_id(BrokerId(-1)).with_host(StrBytes::default()).with_port(-1).with_error_code(e.code())
+                Coordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(BrokerId(-1))
+                    .with_host(StrBytes::default())
+                    .with_port(-1)
+                    .with_error_code(e.code())
             };
             if !known_key_type(key_type) {
-                coordinators.push(failed(ResponseError::InvalidRequest).with_error_message(message(format!("unknown key type {key_type}"))));
+                coordinators.push(
+                    failed(ResponseError::InvalidRequest)
+                        .with_error_message(message(format!("unknown key type {key_type}"))),
+                );
                 continue;
             }
             let found = coordinator(broker, session, key_type, key.as_str()).await;
             coordinators.push(match found {
                 Err((e, why)) => failed(e).with_error_message(message(why)),
-                Ok(_) if !authorized(broker, ctx, key_type, key.as_str()) => failed(denied_error(key_type)),
-                Ok((node, host, port)) => Coordinator::default().with_key(key.clone()).with_node_id(node).with_host(host).with_port(port),
+                Ok(_) if !authorized(broker, ctx, key_type, key.as_str()) => {
+                    failed(denied_error(key_type))
+                }
+                Ok((node, host, port)) => Coordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(node)
+                    .with_host(host)
+                    .with_port(port),
             });
         }
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
@@ -76,14 +97,26 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
         Err((ResponseError::InvalidRequest, format!("unknown key type {key_type}")))
     };
     let found = match found {
-        Ok(_) if !authorized(broker, ctx, key_type, request.key.as_str()) => Err((denied_error(key_type), String::new())),
+        Ok(_) if !authorized(broker, ctx, key_type, request.key.as_str()) => {
+            Err((denied_error(key_type), String::new()))
+        }
         found => found,
     };
     match found {
-        Ok((node, host, port)) => FindCoordinatorResponse::default().with_node_id(node).with_host(host).with_port(port),
+        Ok((node, host, port)) => {
+            FindCoordinatorResponse::default().with_node_id(node).with_host(host).with_port(port)
+        }
         Err((e, why)) => {
-            let response = FindCoordinatorResponse::default().with_error_code(e.code()).with_node_id(BrokerId(-1)).with_port(-1);
-            if version >= 1 && matches!(e, ResponseError::InvalidRequest | ResponseError::CoordinatorNotAvailable) {
+            let response = FindCoordinatorResponse::default()
+                .with_error_code(e.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            if version >= 1
+                && matches!(
+                    e,
+                    ResponseError::InvalidRequest | ResponseError::CoordinatorNotAvailable
+                )
+            {
                 response.with_error_message(message(why))
             } else {
                 response
@@ -95,18 +128,30 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
 /// The coordinating broker of `key` (of `key_type`) as this client's listener reaches
 /// it — the leader of the key's partition of the internal topic — or
 /// COORDINATOR_NOT_AVAILABLE and why.
-async fn coordinator(broker: &Broker, session: &Session, key_type: i8, key: &str) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
+async fn coordinator(
+    broker: &Broker,
+    session: &Session,
+    key_type: i8,
+    key: &str,
+) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
     if !broker.is_clustered() {
-        return Ok((BrokerId(broker.node_id()), StrBytes::from_string(session.endpoint.advertised_host.clone()), session.endpoint.advertised_port));
+        return Ok((
+            BrokerId(broker.node_id()),
+            StrBytes::from_string(session.endpoint.advertised_host.clone()),
+            session.endpoint.advertised_port,
+        ));
     }
     let topic = if key_type == 1 { TRANSACTION_STATE_TOPIC } else { OFFSETS_TOPIC };
     let unavailable = |why: String| Err((ResponseError::CoordinatorNotAvailable, why));
-    let count = broker.cluster.with_view(|v| v.topics.get(topic).map(|t| t.partitions.len() as i32));
+    let count =
+        broker.cluster.with_view(|v| v.topics.get(topic).map(|t| t.partitions.len() as i32));
     let Some(count) = count else {
         // As Kafka: the lookup that creates the topic answers COORDINATOR_NOT_AVAILABLE,
         // and the client asks again once a leader has taken the coordinator's term.
         return unavailable(match create_internal_topic(broker, topic).await {
-            Ok(()) => format!("{topic} was just created; its leaders are taking the coordinator's role"),
+            Ok(()) => {
+                format!("{topic} was just created; its leaders are taking the coordinator's role")
+            }
             Err(why) => why,
         });
     };
@@ -128,7 +173,10 @@ async fn coordinator(broker: &Broker, session: &Session, key_type: i8, key: &str
     let (brokers, _) = broker.cluster_brokers(&session.endpoint);
     match brokers.into_iter().find(|b| b.node_id == leader) {
         Some(b) => Ok((BrokerId(b.node_id), StrBytes::from_string(b.host), b.port)),
-        None => unavailable(format!("the leader of {tp}, broker {leader}, has no listener {} registered", session.endpoint.name)),
+        None => unavailable(format!(
+            "the leader of {tp}, broker {leader}, has no listener {} registered",
+            session.endpoint.name
+        )),
     }
 }
 
@@ -137,11 +185,26 @@ async fn coordinator(broker: &Broker, session: &Session, key_type: i8, key: &str
 /// meanwhile is fine.
 async fn create_internal_topic(broker: &Broker, topic: &str) -> Result<(), String> {
     let (partitions, rf, configs) = if topic == OFFSETS_TOPIC {
-        (broker.config.offsets_topic_num_partitions, broker.config.offsets_topic_replication_factor, floe_coordinator::group::offsets_topic_config())
+        (
+            broker.config.offsets_topic_num_partitions,
+            broker.config.offsets_topic_replication_factor,
+            floe_coordinator::group::offsets_topic_config(),
+        )
     } else {
         let mut c = floe_coordinator::transaction::transaction_state_topic_config();
-        c.insert("min.insync.replicas".into(), broker.config.transaction_state_log_min_isr.min(broker.config.transaction_state_log_replication_factor).to_string());
-        (broker.config.transaction_state_log_num_partitions, broker.config.transaction_state_log_replication_factor, c)
+        c.insert(
+            "min.insync.replicas".into(),
+            broker
+                .config
+                .transaction_state_log_min_isr
+                .min(broker.config.transaction_state_log_replication_factor)
+                .to_string(),
+        );
+        (
+            broker.config.transaction_state_log_num_partitions,
+            broker.config.transaction_state_log_replication_factor,
+            c,
+        )
     };
     let live = broker.cluster.with_view(|v| v.brokers.len()) as i32;
     if live < rf {

@@ -5,40 +5,68 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
-    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest,
-    ListGroupsResponse,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use floe_coordinator::group::state::GroupState;
+use floe_protocol::response::message;
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
 /// The operations Kafka reports for a group.
-pub(super) const GROUP_OPERATIONS: &[AclOperation] = &[AclOperation::Read, AclOperation::Delete, AclOperation::Describe];
+pub(super) const GROUP_OPERATIONS: &[AclOperation] =
+    &[AclOperation::Read, AclOperation::Delete, AclOperation::Describe];
 
-pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub(super) fn handle_list(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
     let groups = match broker.groups.list_groups() {
         Ok(g) => g,
         Err(e) => return ListGroupsResponse::default().with_error_code(e.code()),
     };
-    let states: Vec<String> = if version >= 4 { request.states_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
-    let types: Vec<String> = if version >= 5 { request.types_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
+    let states: Vec<String> = if version >= 4 {
+        request.states_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
+    let types: Vec<String> = if version >= 5 {
+        request.types_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
     // DESCRIBE on the cluster lists every group; else the groups DESCRIBE is allowed on.
-    let all = broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME);
+    let all = broker.authorizer.check(
+        ctx,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        crate::authorizer::acl::CLUSTER_NAME,
+    );
     let listed = groups
         .into_iter()
-        .filter(|g| all || broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Group, &g.group_id))
+        .filter(|g| {
+            all || broker.authorizer.check(
+                ctx,
+                AclOperation::Describe,
+                ResourceType::Group,
+                &g.group_id,
+            )
+        })
         .filter(|g| states.is_empty() || states.contains(&g.state_name.to_lowercase()))
         .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
-            let mut l = ListedGroup::default().with_group_id(GroupId(s(g.group_id))).with_protocol_type(s(g.protocol_type));
+            let mut l = ListedGroup::default()
+                .with_group_id(GroupId(s(g.group_id)))
+                .with_protocol_type(s(g.protocol_type));
             if version >= 4 {
                 l.group_state = s(g.state_name);
             }
@@ -51,7 +79,12 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListGr
     ListGroupsResponse::default().with_groups(listed)
 }
 
-pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+pub(super) fn handle_describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
     let groups = request
         .groups
         .into_iter()
@@ -59,12 +92,22 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             let mut d = DescribedGroup::default().with_group_id(id.clone());
             if version >= 3 {
                 d.authorized_operations = if request.include_authorized_operations {
-                    broker.authorizer.authorized_operations(ctx, ResourceType::Group, id.as_str(), GROUP_OPERATIONS)
+                    broker.authorizer.authorized_operations(
+                        ctx,
+                        ResourceType::Group,
+                        id.as_str(),
+                        GROUP_OPERATIONS,
+                    )
                 } else {
                     i32::MIN
                 };
             }
-            if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Group, id.as_str()) {
+            if !broker.authorizer.authorize(
+                ctx,
+                AclOperation::Describe,
+                ResourceType::Group,
+                id.as_str(),
+            ) {
                 return d.with_error_code(ResponseError::GroupAuthorizationFailed.code());
             }
             match broker.groups.of(id.as_str()).describe_group(id.as_str()) {
@@ -102,15 +145,29 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub(super) async fn handle_delete(broker: &Broker, ctx: &RequestContext, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+pub(super) async fn handle_delete(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DeleteGroupsRequest,
+    _version: i16,
+) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(request.groups_names.len());
     for id in request.groups_names {
-        let e = if broker.authorizer.authorize(ctx, AclOperation::Delete, ResourceType::Group, id.as_str()) {
+        let e = if broker.authorizer.authorize(
+            ctx,
+            AclOperation::Delete,
+            ResourceType::Group,
+            id.as_str(),
+        ) {
             broker.groups.of(id.as_str()).delete_group(id.as_str()).await.err()
         } else {
             Some(ResponseError::GroupAuthorizationFailed)
         };
-        results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(e.map_or(0, |e| e.code())));
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(id)
+                .with_error_code(e.map_or(0, |e| e.code())),
+        );
     }
     DeleteGroupsResponse::default().with_results(results)
 }

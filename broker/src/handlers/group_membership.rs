@@ -7,13 +7,13 @@
 
 use std::net::SocketAddr;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest,
-    SyncGroupResponse,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
-use kafka_protocol::error::ResponseError;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::authorizer::acl::{AclOperation, ResourceType};
@@ -34,7 +34,14 @@ fn code(e: Option<kafka_protocol::error::ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
 }
 
-pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: JoinGroupRequest, version: i16, client_id: String, peer: SocketAddr) -> JoinGroupResponse {
+pub(super) async fn handle_join(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+    peer: SocketAddr,
+) -> JoinGroupResponse {
     if !group_read(broker, ctx, request.group_id.as_str()) {
         return JoinGroupResponse::default()
             .with_error_code(ResponseError::GroupAuthorizationFailed.code())
@@ -47,9 +54,17 @@ pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: 
         client_id,
         client_host: format!("/{}", peer.ip()),
         session_timeout_ms: request.session_timeout_ms,
-        rebalance_timeout_ms: if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms },
+        rebalance_timeout_ms: if version >= 1 {
+            request.rebalance_timeout_ms
+        } else {
+            request.session_timeout_ms
+        },
         protocol_type: request.protocol_type.to_string(),
-        protocols: request.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
         require_known_member_id: version >= 4,
     };
     let r = broker.groups.of(request.group_id.as_str()).join(request.group_id.as_str(), req).await;
@@ -57,7 +72,9 @@ pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: 
         .members
         .into_iter()
         .map(|m| {
-            let member = JoinGroupResponseMember::default().with_member_id(s(m.member_id)).with_metadata(m.metadata);
+            let member = JoinGroupResponseMember::default()
+                .with_member_id(s(m.member_id))
+                .with_metadata(m.metadata);
             if version >= 5 {
                 member.with_group_instance_id(m.instance_id.map(s))
             } else {
@@ -86,11 +103,18 @@ pub(super) async fn handle_join(broker: &Broker, ctx: &RequestContext, request: 
     response
 }
 
-pub(super) async fn handle_sync(broker: &Broker, ctx: &RequestContext, request: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub(super) async fn handle_sync(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
     if !group_read(broker, ctx, request.group_id.as_str()) {
-        return SyncGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return SyncGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
-    let assignments = request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
+    let assignments =
+        request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
     let r = broker
         .groups
         .of(request.group_id.as_str())
@@ -104,7 +128,8 @@ pub(super) async fn handle_sync(broker: &Broker, ctx: &RequestContext, request: 
             assignments,
         )
         .await;
-    let mut response = SyncGroupResponse::default().with_error_code(code(r.error)).with_assignment(r.assignment);
+    let mut response =
+        SyncGroupResponse::default().with_error_code(code(r.error)).with_assignment(r.assignment);
     if version >= 5 {
         response.protocol_type = r.protocol_type.map(s);
         response.protocol_name = r.protocol_name.map(s);
@@ -112,9 +137,15 @@ pub(super) async fn handle_sync(broker: &Broker, ctx: &RequestContext, request: 
     response
 }
 
-pub(super) fn handle_heartbeat(broker: &Broker, ctx: &RequestContext, request: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+pub(super) fn handle_heartbeat(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: HeartbeatRequest,
+    _version: i16,
+) -> HeartbeatResponse {
     if !group_read(broker, ctx, request.group_id.as_str()) {
-        return HeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return HeartbeatResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
     let e = broker.groups.of(request.group_id.as_str()).heartbeat(
         request.group_id.as_str(),
@@ -125,24 +156,39 @@ pub(super) fn handle_heartbeat(broker: &Broker, ctx: &RequestContext, request: H
     HeartbeatResponse::default().with_error_code(code(e))
 }
 
-pub(super) fn handle_leave(broker: &Broker, ctx: &RequestContext, request: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub(super) fn handle_leave(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     if !group_read(broker, ctx, request.group_id.as_str()) {
-        return LeaveGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return LeaveGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
-        request.members.iter().map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string()))).collect()
+        request
+            .members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string())))
+            .collect()
     } else {
         vec![(request.member_id.to_string(), None)]
     };
     match broker.groups.of(request.group_id.as_str()).leave(request.group_id.as_str(), &members) {
         Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
-        Ok(results) if version < 3 => LeaveGroupResponse::default().with_error_code(code(results.first().copied().flatten())),
+        Ok(results) if version < 3 => {
+            LeaveGroupResponse::default().with_error_code(code(results.first().copied().flatten()))
+        }
         Ok(results) => {
             let members = members
                 .into_iter()
                 .zip(results)
                 .map(|((id, instance), e)| {
-                    MemberResponse::default().with_member_id(s(id)).with_group_instance_id(instance.map(s)).with_error_code(code(e))
+                    MemberResponse::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(instance.map(s))
+                        .with_error_code(code(e))
                 })
                 .collect();
             LeaveGroupResponse::default().with_members(members)

@@ -16,7 +16,9 @@
 //! over the whole partition.
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use floe_storage::IsolationLevel;
@@ -36,12 +38,22 @@ const EARLIEST_LOCAL: i64 = -4;
 /// partition answers REQUEST_TIMED_OUT (clients retry ListOffsets on it).
 const TABLE_LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(request.topics.len());
-    let isolation = if version >= 2 { IsolationLevel::from_wire(request.isolation_level) } else { IsolationLevel::ReadUncommitted };
+    let isolation = if version >= 2 {
+        IsolationLevel::from_wire(request.isolation_level)
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
     for topic in request.topics {
         let name = topic.name.0.as_str().to_string();
-        let authorized = broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name);
+        let authorized =
+            broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             partitions.push(async {
@@ -124,7 +136,9 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: ListO
             });
         }
         let partitions = futures_util::future::join_all(partitions).await;
-        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name).with_partitions(partitions));
+        topics.push(
+            ListOffsetsTopicResponse::default().with_name(topic.name).with_partitions(partitions),
+        );
     }
     ListOffsetsResponse::default().with_topics(topics)
 }

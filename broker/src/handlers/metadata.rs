@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -25,7 +27,13 @@ use crate::session::Session;
 
 use crate::broker::LEADER_EPOCH;
 
-pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestContext, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub(super) async fn handle(
+    broker: &Broker,
+    session: &Session,
+    ctx: &RequestContext,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
     // v0 sends an empty list for "all topics"; v1+ sends null.
     let wanted: Option<Vec<MetadataNameOrId>> = match request.topics {
         None => None,
@@ -40,29 +48,43 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
                 .collect(),
         ),
     };
-    let allow_create = broker.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let allow_create =
+        broker.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
 
     let topics = match wanted {
         // Internal topics are listed only when asked for by name, as Kafka's clients expect.
         None => topic_names(broker)
             .into_iter()
             .filter(|name| !is_internal(name))
-            .filter(|name| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, name))
+            .filter(|name| {
+                broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::Topic, name)
+            })
             .filter_map(|name| describe_by_name(broker, &name))
             .collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for w in wanted {
                 out.push(match w {
-                    MetadataNameOrId::Name(name) => topic_by_name(broker, ctx, name, allow_create).await,
+                    MetadataNameOrId::Name(name) => {
+                        topic_by_name(broker, ctx, name, allow_create).await
+                    }
                     MetadataNameOrId::Id(id) => match topic_name_by_id(broker, id) {
-                        Some(name) if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::Topic, &name) => {
+                        Some(name)
+                            if !broker.authorizer.authorize(
+                                ctx,
+                                AclOperation::Describe,
+                                ResourceType::Topic,
+                                &name,
+                            ) =>
+                        {
                             MetadataResponseTopic::default()
                                 .with_topic_id(id)
                                 .with_error_code(ResponseError::TopicAuthorizationFailed.code())
                         }
                         Some(name) => describe_by_name(broker, &name).unwrap_or_else(|| {
-                            MetadataResponseTopic::default().with_topic_id(id).with_error_code(ResponseError::UnknownTopicId.code())
+                            MetadataResponseTopic::default()
+                                .with_topic_id(id)
+                                .with_error_code(ResponseError::UnknownTopicId.code())
                         }),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(id)
@@ -78,7 +100,12 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
     if version >= 8 && request.include_topic_authorized_operations {
         for t in topics.iter_mut().filter(|t| t.error_code == 0) {
             if let Some(name) = &t.name {
-                t.topic_authorized_operations = broker.authorizer.authorized_operations(ctx, ResourceType::Topic, name.0.as_str(), TOPIC_OPERATIONS);
+                t.topic_authorized_operations = broker.authorizer.authorized_operations(
+                    ctx,
+                    ResourceType::Topic,
+                    name.0.as_str(),
+                    TOPIC_OPERATIONS,
+                );
             }
         }
     }
@@ -94,12 +121,16 @@ pub(super) async fn handle(broker: &Broker, session: &Session, ctx: &RequestCont
                 .with_rack(b.rack.map(StrBytes::from_string))
         })
         .collect();
-    let mut response = MetadataResponse::default().with_brokers(brokers).with_controller_id(BrokerId(controller_id)).with_topics(topics);
+    let mut response = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_controller_id(BrokerId(controller_id))
+        .with_topics(topics);
     if version >= 2 {
         response.cluster_id = Some(StrBytes::from_string(broker.logs.cluster_id().to_string()));
     }
     if (8..=10).contains(&version) && request.include_cluster_authorized_operations {
-        response.cluster_authorized_operations = super::describe_cluster::cluster_operations(broker, ctx);
+        response.cluster_authorized_operations =
+            super::describe_cluster::cluster_operations(broker, ctx);
     }
     response
 }
@@ -109,7 +140,12 @@ enum MetadataNameOrId {
     Id(uuid::Uuid),
 }
 
-async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allow_create: bool) -> MetadataResponseTopic {
+async fn topic_by_name(
+    broker: &Broker,
+    ctx: &RequestContext,
+    name: String,
+    allow_create: bool,
+) -> MetadataResponseTopic {
     let unknown = || {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name.clone()))))
@@ -125,8 +161,9 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
     if !allow_create {
         return unknown();
     }
-    let may_create = broker.authorizer.check(ctx, AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME)
-        || broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name);
+    let may_create =
+        broker.authorizer.check(ctx, AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME)
+            || broker.authorizer.authorize(ctx, AclOperation::Create, ResourceType::Topic, &name);
     if !may_create {
         return unknown().with_error_code(ResponseError::TopicAuthorizationFailed.code());
     }
@@ -137,13 +174,26 @@ async fn topic_by_name(broker: &Broker, ctx: &RequestContext, name: String, allo
     }
     if broker.is_clustered() {
         let rf = broker.config.default_replication_factor;
-        return match crate::cluster_admin::create_topic(broker, &name, partitions, rf, &[], BTreeMap::new()).await {
+        return match crate::cluster_admin::create_topic(
+            broker,
+            &name,
+            partitions,
+            rf,
+            &[],
+            BTreeMap::new(),
+        )
+        .await
+        {
             Ok(_) => {
                 tracing::info!(topic = %name, partitions, "auto-created topic in the cluster");
-                describe_by_name(broker, &name).unwrap_or_else(|| unknown().with_error_code(ResponseError::LeaderNotAvailable.code()))
+                describe_by_name(broker, &name).unwrap_or_else(|| {
+                    unknown().with_error_code(ResponseError::LeaderNotAvailable.code())
+                })
             }
             // A concurrent auto-create of the same name is fine.
-            Err(_) if describe_by_name(broker, &name).is_some() => describe_by_name(broker, &name).unwrap_or_else(unknown),
+            Err(_) if describe_by_name(broker, &name).is_some() => {
+                describe_by_name(broker, &name).unwrap_or_else(unknown)
+            }
             Err((code, reason)) => {
                 tracing::info!(topic = %name, %reason, "cannot auto-create topic");
                 unknown().with_error_code(code.code())
@@ -188,7 +238,9 @@ pub(crate) fn topic_names(broker: &Broker) -> Vec<String> {
 fn topic_name_by_id(broker: &Broker, id: uuid::Uuid) -> Option<String> {
     if broker.is_clustered() {
         let wanted = id.hyphenated().to_string();
-        let found = broker.cluster.with_view(|v| v.topics.iter().find(|(_, t)| t.topic_id == wanted).map(|(n, _)| n.clone()));
+        let found = broker.cluster.with_view(|v| {
+            v.topics.iter().find(|(_, t)| t.topic_id == wanted).map(|(n, _)| n.clone())
+        });
         if found.is_some() {
             return found;
         }
@@ -200,7 +252,9 @@ fn topic_name_by_id(broker: &Broker, id: uuid::Uuid) -> Option<String> {
 /// directory. `None` if there is no such topic.
 pub(crate) fn describe_by_name(broker: &Broker, name: &str) -> Option<MetadataResponseTopic> {
     if broker.is_clustered() {
-        return broker.cluster.with_view(|v| v.topics.get(name).map(|t| describe_cluster_topic(v, name, t)));
+        return broker
+            .cluster
+            .with_view(|v| v.topics.get(name).map(|t| describe_cluster_topic(v, name, t)));
     }
     broker.logs.topic(name).map(|t| describe_topic(broker, &t))
 }
@@ -208,21 +262,27 @@ pub(crate) fn describe_by_name(broker: &Broker, name: &str) -> Option<MetadataRe
 /// A cluster topic: per partition its leader and epoch, replicas, ISR, and the
 /// replicas that are not alive. A partition without a leader answers
 /// LEADER_NOT_AVAILABLE, as Kafka does.
-fn describe_cluster_topic(view: &floe_cluster::ClusterView, name: &str, topic: &floe_cluster::TopicAssignment) -> MetadataResponseTopic {
+fn describe_cluster_topic(
+    view: &floe_cluster::ClusterView,
+    name: &str,
+    topic: &floe_cluster::TopicAssignment,
+) -> MetadataResponseTopic {
     let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
     let partitions = topic
         .partitions
         .iter()
         .map(|(&p, replicas)| {
-            let offline: Vec<i32> = replicas.iter().copied().filter(|r| !view.is_alive(*r)).collect();
+            let offline: Vec<i32> =
+                replicas.iter().copied().filter(|r| !view.is_alive(*r)).collect();
             let base = MetadataResponsePartition::default()
                 .with_partition_index(p)
                 .with_replica_nodes(ids(replicas))
                 .with_offline_replicas(ids(&offline));
             match view.partition(name, p) {
-                Some(s) if s.leader != floe_cluster::NO_LEADER => {
-                    base.with_leader_id(BrokerId(s.leader)).with_leader_epoch(s.leader_epoch).with_isr_nodes(ids(&s.isr))
-                }
+                Some(s) if s.leader != floe_cluster::NO_LEADER => base
+                    .with_leader_id(BrokerId(s.leader))
+                    .with_leader_epoch(s.leader_epoch)
+                    .with_isr_nodes(ids(&s.isr)),
                 state => base
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))

@@ -11,9 +11,9 @@
 //! [`RequestContext`](crate::authorizer::RequestContext).
 
 mod acls;
-mod client_quotas;
 mod alter_configs;
 mod api_versions;
+mod client_quotas;
 mod consumer_group;
 mod create_partitions;
 mod create_topics;
@@ -54,8 +54,8 @@ use crate::broker::Broker;
 use crate::quota::charge::{BusyTimed, Charge};
 use crate::quota::{quota_user, QuotaType};
 use crate::session::Session;
-pub use reply::{PendingProduce, Reject, Reply};
 use reply::{clamp_ms, decode, encode_failure, frame};
+pub use reply::{PendingProduce, Reject, Reply};
 use throttle::ThrottleTime;
 
 /// The API's name for logs and metric labels.
@@ -123,7 +123,11 @@ pub const REQUEST_LOG_TARGET: &str = "floe_broker::request";
 /// sends after a SaslHandshake v0 (`session.auth.unframed_tokens`). The reply is
 /// the framed answer token, or [`Reply::None`] when the login failed and
 /// `session.close_after_reply` is set.
-pub async fn sasl_unframed_token(broker: &Broker, session: &mut Session, token: bytes::Bytes) -> Reply {
+pub async fn sasl_unframed_token(
+    broker: &Broker,
+    session: &mut Session,
+    token: bytes::Bytes,
+) -> Reply {
     sasl::handle_unframed_token(broker, session, token).await
 }
 
@@ -132,7 +136,11 @@ pub async fn sasl_unframed_token(broker: &Broker, session: &mut Session, token: 
 ///
 /// # Errors
 /// [`Reject`] when the connection must be closed.
-pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Session) -> Result<Reply, Reject> {
+pub async fn dispatch(
+    broker: &Broker,
+    request: RequestFrame,
+    session: &mut Session,
+) -> Result<Reply, Reject> {
     // With the request log off this check is its whole cost: no clock read, no principal
     // string, no field is formatted (tracing caches the callsite's interest).
     if !tracing::enabled!(target: REQUEST_LOG_TARGET, tracing::Level::DEBUG) {
@@ -166,21 +174,36 @@ pub async fn dispatch(broker: &Broker, request: RequestFrame, session: &mut Sess
 }
 
 /// [`dispatch`] without the request log: charges the client's quotas when any are set.
-async fn dispatch_quota(broker: &Broker, request: RequestFrame, session: &mut Session) -> Result<Reply, Reject> {
+async fn dispatch_quota(
+    broker: &Broker,
+    request: RequestFrame,
+    session: &mut Session,
+) -> Result<Reply, Reject> {
     // The one check on the request path when no quota is configured.
-    if !broker.quotas.active() || matches!(request.api_key, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+    if !broker.quotas.active()
+        || matches!(
+            request.api_key,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    {
         return dispatch_charged(broker, request, session, None).await;
     }
     let principal = session.request_context().principal;
     let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let charge = Charge::new(broker.quotas.clone(), quota_user(&principal).to_string(), client_id);
-    let reply = BusyTimed::new(dispatch_charged(broker, request, session, Some(&charge)), &charge).await;
+    let reply =
+        BusyTimed::new(dispatch_charged(broker, request, session, Some(&charge)), &charge).await;
     session.throttled_for = charge.mute();
     reply
 }
 
 /// [`dispatch`], counting the request against `charge` when the client has quotas.
-async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut Session, charge: Option<&Charge>) -> Result<Reply, Reject> {
+async fn dispatch_charged(
+    broker: &Broker,
+    request: RequestFrame,
+    session: &mut Session,
+    charge: Option<&Charge>,
+) -> Result<Reply, Reject> {
     let RequestFrame { api_key, header, mut body } = request;
     let request_bytes = body.len();
     let peer = session.peer;
@@ -215,7 +238,11 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
             let appended = produce::append_all(broker, ctx, req, peer);
             if charge.is_none() && appended.awaits_replication() {
                 // No quota to charge the wait to: the second stage may overlap the next request.
-                return Ok(Reply::AwaitingReplication(PendingProduce { appended, correlation_id, version }));
+                return Ok(Reply::AwaitingReplication(PendingProduce {
+                    appended,
+                    correlation_id,
+                    version,
+                }));
             }
             let response = appended.finish(broker).await;
             if acks == 0 {
@@ -245,7 +272,10 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
             }
             // As Kafka: a throttled fetch sends no records, and they are not counted.
             charge.unrecord(QuotaType::Fetch, full.total_len);
-            encode(&floe_protocol::fetch::FetchResponseData { throttle_time_ms: clamp_ms(throttle), ..Default::default() })
+            encode(&floe_protocol::fetch::FetchResponseData {
+                throttle_time_ms: clamp_ms(throttle),
+                ..Default::default()
+            })
         }
         ApiKey::ListOffsets => {
             let req = decode(api_key, body, version)?;
@@ -294,7 +324,9 @@ async fn dispatch_charged(broker: &Broker, request: RequestFrame, session: &mut 
         ApiKey::JoinGroup => {
             let req = decode(api_key, body, version)?;
             let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            out.frame(group_membership::handle_join(broker, ctx, req, version, client_id, peer).await)
+            out.frame(
+                group_membership::handle_join(broker, ctx, req, version, client_id, peer).await,
+            )
         }
         ApiKey::SyncGroup => {
             let req = decode(api_key, body, version)?;
@@ -446,7 +478,10 @@ struct Responder<'a> {
 }
 
 impl Responder<'_> {
-    fn frame<R: Encodable + HeaderVersion + ThrottleTime>(&self, mut response: R) -> Result<Reply, Reject> {
+    fn frame<R: Encodable + HeaderVersion + ThrottleTime>(
+        &self,
+        mut response: R,
+    ) -> Result<Reply, Reject> {
         if let Some(charge) = self.charge {
             response.set_throttle_time_ms(clamp_ms(charge.finish()));
         }

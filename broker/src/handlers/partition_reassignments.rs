@@ -30,20 +30,26 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use floe_cluster::{cancel_reassignment, start_reassignment, ClusterError, ReassignmentError, TopicPartition};
+use floe_cluster::{
+    cancel_reassignment, start_reassignment, ClusterError, ReassignmentError, TopicPartition,
+};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::alter_partition_reassignments_response::{ReassignablePartitionResponse, ReassignableTopicResponse};
-use kafka_protocol::messages::list_partition_reassignments_response::{OngoingPartitionReassignment, OngoingTopicReassignment};
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
-    TopicName,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
+use floe_protocol::response::message;
 
 /// The longest an alter waits for this broker's view to show its writes.
 const VIEW_WAIT: Duration = Duration::from_secs(5);
@@ -51,9 +57,18 @@ const VIEW_WAIT: Duration = Duration::from_secs(5);
 /// A refusal of one partition: the Kafka error and why.
 type Refusal = (ResponseError, String);
 
-pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterPartitionReassignmentsRequest, _version: i16) -> AlterPartitionReassignmentsResponse {
+pub(super) async fn handle_alter(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: AlterPartitionReassignmentsRequest,
+    _version: i16,
+) -> AlterPartitionReassignmentsResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
-        return alter_refused(&request, ResponseError::ClusterAuthorizationFailed, "ALTER on the cluster is needed");
+        return alter_refused(
+            &request,
+            ResponseError::ClusterAuthorizationFailed,
+            "ALTER on the cluster is needed",
+        );
     }
     let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64).min(VIEW_WAIT);
     let mut written = Vec::new();
@@ -62,9 +77,15 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let tp = TopicPartition::new(topic.name.as_str(), p.partition_index);
-            let target: Option<Vec<i32>> = p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect());
-            let outcome = if broker.is_clustered() { alter_in_cluster(broker, &tp, target.as_deref()).await } else { alter_alone(broker, &tp, target.as_deref()) };
-            let response = ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
+            let target: Option<Vec<i32>> =
+                p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect());
+            let outcome = if broker.is_clustered() {
+                alter_in_cluster(broker, &tp, target.as_deref()).await
+            } else {
+                alter_alone(broker, &tp, target.as_deref())
+            };
+            let response =
+                ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
             partitions.push(match outcome {
                 Ok(epoch) => {
                     written.extend(epoch.map(|e| (tp, e)));
@@ -76,12 +97,20 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
                 }
             });
         }
-        responses.push(ReassignableTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
+        responses.push(
+            ReassignableTopicResponse::default()
+                .with_name(topic.name.clone())
+                .with_partitions(partitions),
+        );
     }
     if !written.is_empty() {
         let shown = broker
             .cluster
-            .wait_for_view(timeout, |v| written.iter().all(|(tp, epoch)| v.partitions.get(tp).is_none_or(|s| s.partition_epoch >= *epoch)))
+            .wait_for_view(timeout, |v| {
+                written.iter().all(|(tp, epoch)| {
+                    v.partitions.get(tp).is_none_or(|s| s.partition_epoch >= *epoch)
+                })
+            })
             .await;
         if !shown {
             tracing::warn!(partitions = written.len(), "reassignments written to the metadata store, yet not all seen in this broker's view in time");
@@ -92,9 +121,16 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
 
 /// One partition's move in the cluster: decided and written through the metadata
 /// store. Returns the partition epoch written, if anything was.
-async fn alter_in_cluster(broker: &Broker, tp: &TopicPartition, target: Option<&[i32]>) -> Result<Option<i64>, Refusal> {
+async fn alter_in_cluster(
+    broker: &Broker,
+    tp: &TopicPartition,
+    target: Option<&[i32]>,
+) -> Result<Option<i64>, Refusal> {
     let (registered, live): (BTreeSet<i32>, BTreeSet<i32>) = broker.cluster.with_view(|v| {
-        (v.brokers.keys().copied().collect(), v.brokers.values().filter(|b| !b.shutting_down).map(|b| b.node_id).collect())
+        (
+            v.brokers.keys().copied().collect(),
+            v.brokers.values().filter(|b| !b.shutting_down).map(|b| b.node_id).collect(),
+        )
     });
     let unclean = broker.config.unclean_leader_election;
     let written = broker
@@ -108,32 +144,51 @@ async fn alter_in_cluster(broker: &Broker, tp: &TopicPartition, target: Option<&
     // Crash point: the move is in etcd, its requester has no answer. The move goes on
     // without this broker (the controller completes it); a retry finds it under way.
     if written.is_some() {
-        floe_storage::failpoint::check("cluster.reassignment.written").map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
+        floe_storage::failpoint::check("cluster.reassignment.written")
+            .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
     }
     Ok(written.map(|s| s.partition_epoch))
 }
 
 /// One partition's move on a broker alone: it exists, and the only registered broker
 /// is this one, which holds it already.
-fn alter_alone(broker: &Broker, tp: &TopicPartition, target: Option<&[i32]>) -> Result<Option<i64>, Refusal> {
+fn alter_alone(
+    broker: &Broker,
+    tp: &TopicPartition,
+    target: Option<&[i32]>,
+) -> Result<Option<i64>, Refusal> {
     let unknown = |what: String| Err((ResponseError::UnknownTopicOrPartition, what));
-    let Some(topic) = broker.logs.topic(&tp.topic) else { return unknown(format!("Unable to find a topic named {}.", tp.topic)) };
+    let Some(topic) = broker.logs.topic(&tp.topic) else {
+        return unknown(format!("Unable to find a topic named {}.", tp.topic));
+    };
     if topic.partition(tp.partition).is_none() {
         return unknown(format!("Unable to find partition {}:{}.", tp.topic, tp.partition));
     }
-    let Some(target) = target else { return Err((ResponseError::NoReassignmentInProgress, ReassignmentError::NoReassignmentInProgress.to_string())) };
+    let Some(target) = target else {
+        return Err((
+            ResponseError::NoReassignmentInProgress,
+            ReassignmentError::NoReassignmentInProgress.to_string(),
+        ));
+    };
     let node_id = broker.config.node_id;
     let registered = BTreeSet::from([node_id]);
     let current = floe_cluster::initial_partition_state(&[node_id]);
-    start_reassignment(&[node_id], &current, target, &registered, &registered).map_err(|e| refusal(e.into()))?;
+    start_reassignment(&[node_id], &current, target, &registered, &registered)
+        .map_err(|e| refusal(e.into()))?;
     Ok(None)
 }
 
 fn refusal(e: ClusterError) -> Refusal {
     let code = match &e {
-        ClusterError::UnknownTopic(_) | ClusterError::UnknownPartition { .. } => ResponseError::UnknownTopicOrPartition,
-        ClusterError::Reassignment(ReassignmentError::InvalidReplicaAssignment(_)) => ResponseError::InvalidReplicaAssignment,
-        ClusterError::Reassignment(ReassignmentError::NoReassignmentInProgress) => ResponseError::NoReassignmentInProgress,
+        ClusterError::UnknownTopic(_) | ClusterError::UnknownPartition { .. } => {
+            ResponseError::UnknownTopicOrPartition
+        }
+        ClusterError::Reassignment(ReassignmentError::InvalidReplicaAssignment(_)) => {
+            ResponseError::InvalidReplicaAssignment
+        }
+        ClusterError::Reassignment(ReassignmentError::NoReassignmentInProgress) => {
+            ResponseError::NoReassignmentInProgress
+        }
         ClusterError::Timeout { .. } => ResponseError::RequestTimedOut,
         _ => ResponseError::UnknownServerError,
     };
@@ -141,7 +196,11 @@ fn refusal(e: ClusterError) -> Refusal {
 }
 
 /// Kafka's error response to an alter: the error for the request and every partition.
-fn alter_refused(request: &AlterPartitionReassignmentsRequest, error: ResponseError, reason: &str) -> AlterPartitionReassignmentsResponse {
+fn alter_refused(
+    request: &AlterPartitionReassignmentsRequest,
+    error: ResponseError,
+    reason: &str,
+) -> AlterPartitionReassignmentsResponse {
     let responses = request
         .topics
         .iter()
@@ -149,15 +208,30 @@ fn alter_refused(request: &AlterPartitionReassignmentsRequest, error: ResponseEr
             let partitions = t
                 .partitions
                 .iter()
-                .map(|p| ReassignablePartitionResponse::default().with_partition_index(p.partition_index).with_error_code(error.code()).with_error_message(message(reason)))
+                .map(|p| {
+                    ReassignablePartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error.code())
+                        .with_error_message(message(reason))
+                })
                 .collect();
-            ReassignableTopicResponse::default().with_name(t.name.clone()).with_partitions(partitions)
+            ReassignableTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
         })
         .collect();
-    AlterPartitionReassignmentsResponse::default().with_error_code(error.code()).with_error_message(message(reason)).with_responses(responses)
+    AlterPartitionReassignmentsResponse::default()
+        .with_error_code(error.code())
+        .with_error_message(message(reason))
+        .with_responses(responses)
 }
 
-pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListPartitionReassignmentsRequest, _version: i16) -> ListPartitionReassignmentsResponse {
+pub(super) fn handle_list(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ListPartitionReassignmentsRequest,
+    _version: i16,
+) -> ListPartitionReassignmentsResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
         return ListPartitionReassignmentsResponse::default()
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
@@ -165,7 +239,9 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListPa
     }
     // A broker alone has an empty view of topics: nothing is ever moving.
     let topics = broker.cluster.with_view(|v| {
-        let ongoing = |name: &str, partitions: &mut dyn Iterator<Item = i32>| -> Option<OngoingTopicReassignment> {
+        let ongoing = |name: &str,
+                       partitions: &mut dyn Iterator<Item = i32>|
+         -> Option<OngoingTopicReassignment> {
             let assignment = v.topics.get(name)?;
             let moving: Vec<OngoingPartitionReassignment> = partitions
                 .filter_map(|p| {
@@ -174,17 +250,31 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListPa
                     Some(
                         OngoingPartitionReassignment::default()
                             .with_partition_index(p)
-                            .with_replicas(ids(assignment.partitions.get(&p).map_or(&[][..], Vec::as_slice)))
+                            .with_replicas(ids(assignment
+                                .partitions
+                                .get(&p)
+                                .map_or(&[][..], Vec::as_slice)))
                             .with_adding_replicas(ids(&state.adding_replicas))
                             .with_removing_replicas(ids(&state.removing_replicas)),
                     )
                 })
                 .collect();
-            (!moving.is_empty()).then(|| OngoingTopicReassignment::default().with_name(TopicName(StrBytes::from_string(name.to_string()))).with_partitions(moving))
+            (!moving.is_empty()).then(|| {
+                OngoingTopicReassignment::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                    .with_partitions(moving)
+            })
         };
         match &request.topics {
-            None => v.topics.iter().filter_map(|(name, t)| ongoing(name, &mut t.partitions.keys().copied())).collect::<Vec<_>>(),
-            Some(named) => named.iter().filter_map(|t| ongoing(t.name.as_str(), &mut t.partition_indexes.iter().copied())).collect(),
+            None => v
+                .topics
+                .iter()
+                .filter_map(|(name, t)| ongoing(name, &mut t.partitions.keys().copied()))
+                .collect::<Vec<_>>(),
+            Some(named) => named
+                .iter()
+                .filter_map(|t| ongoing(t.name.as_str(), &mut t.partition_indexes.iter().copied()))
+                .collect(),
         }
     });
     ListPartitionReassignmentsResponse::default().with_topics(topics)

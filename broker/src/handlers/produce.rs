@@ -36,11 +36,11 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::errors::kafka_error;
+use floe_protocol::response::message;
 
 /// A Produce whose appends are done, with the `acks=all` partitions still to be
 /// replicated: the second stage, [`Appended::finish`], needs no request state and
@@ -72,7 +72,12 @@ impl Appended {
 }
 
 /// The first stage: checks and appends every partition's batches, in request order.
-pub(super) fn append_all(broker: &Broker, ctx: &RequestContext, request: ProduceRequest, peer: SocketAddr) -> Appended {
+pub(super) fn append_all(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ProduceRequest,
+    peer: SocketAddr,
+) -> Appended {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
@@ -80,36 +85,60 @@ pub(super) fn append_all(broker: &Broker, ctx: &RequestContext, request: Produce
     // transactional id with WRITE on it, checked once for the whole request;
     // without either, every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     let txn_denied = has_transactional_batches(&request)
-        && transactional_id
-            .as_deref()
-            .is_none_or(|id| !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, id));
+        && transactional_id.as_deref().is_none_or(|id| {
+            !broker.authorizer.authorize(
+                ctx,
+                AclOperation::Write,
+                ResourceType::TransactionalId,
+                id,
+            )
+        });
     let mut responses = Vec::with_capacity(request.topic_data.len());
     // acks=all appends to wait for: (topic slot, partition slot, topic, partition, offset to pass).
     let mut waits: Vec<(usize, usize, String, i32, i64)> = Vec::new();
     let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
-        let authorized = broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
+        let authorized =
+            broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let result = if !valid_acks {
                 Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")))
             } else if !authorized {
-                Err((ResponseError::TopicAuthorizationFailed, format!("{} may not WRITE to {name}", ctx.principal)))
+                Err((
+                    ResponseError::TopicAuthorizationFailed,
+                    format!("{} may not WRITE to {name}", ctx.principal),
+                ))
             } else if super::metadata::is_internal(&name) {
                 Err((ResponseError::InvalidTopicException, format!("{name} is an internal topic")))
             } else if txn_denied {
                 let reason = match &transactional_id {
                     Some(id) => format!("{} may not WRITE to transactional id {id}", ctx.principal),
-                    None => "transactional batches in a request without a transactional id".to_string(),
+                    None => {
+                        "transactional batches in a request without a transactional id".to_string()
+                    }
                 };
                 Err((ResponseError::TransactionalIdAuthorizationFailed, reason))
             } else {
-                append(broker, &name, data.index, data.records.as_deref(), transactional_id.as_deref(), acks)
+                append(
+                    broker,
+                    &name,
+                    data.index,
+                    data.records.as_deref(),
+                    transactional_id.as_deref(),
+                    acks,
+                )
             };
             if let Ok(info) = &result {
                 if acks == -1 && broker.is_clustered() && info.last_offset >= 0 {
-                    waits.push((responses.len(), partitions.len(), name.clone(), data.index, info.last_offset + 1));
+                    waits.push((
+                        responses.len(),
+                        partitions.len(),
+                        name.clone(),
+                        data.index,
+                        info.last_offset + 1,
+                    ));
                 }
             }
             let response = match result {
@@ -153,17 +182,21 @@ async fn wait_for_replication(
     peer: SocketAddr,
 ) {
     let deadline = tokio::time::Instant::now() + timeout;
-    let outcomes = futures_util::future::join_all(waits.iter().map(|(_, _, topic, partition, required)| async move {
-        let tp = floe_cluster::TopicPartition::new(topic.clone(), *partition);
-        let log = broker.leader_log(topic, *partition)?;
-        let min_isr = log.config().min_insync_replicas;
-        broker.replicas.wait_for_replication(&tp, &log, *required, min_isr, deadline).await
-    }))
+    let outcomes = futures_util::future::join_all(waits.iter().map(
+        |(_, _, topic, partition, required)| async move {
+            let tp = floe_cluster::TopicPartition::new(topic.clone(), *partition);
+            let log = broker.leader_log(topic, *partition)?;
+            let min_isr = log.config().min_insync_replicas;
+            broker.replicas.wait_for_replication(&tp, &log, *required, min_isr, deadline).await
+        },
+    ))
     .await;
     for ((topic_slot, slot, topic, partition, _), outcome) in waits.into_iter().zip(outcomes) {
         let Err((code, reason)) = outcome else { continue };
         tracing::info!(%peer, topic = %topic, partition, error = ?code, %reason, "acks=all produce not replicated");
-        if let Some(r) = responses.get_mut(topic_slot).and_then(|t| t.partition_responses.get_mut(slot)) {
+        if let Some(r) =
+            responses.get_mut(topic_slot).and_then(|t| t.partition_responses.get_mut(slot))
+        {
             *r = PartitionProduceResponse::default()
                 .with_index(partition)
                 .with_error_code(code.code())
@@ -226,17 +259,21 @@ fn append_checked(
     transactional_id: Option<&str>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let config = log.config();
-    let validated = record_batch::validate_batches(records, config.max_message_bytes).map_err(|e| {
-        // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or
-        // does not parse, MESSAGE_TOO_LARGE for one over max.message.bytes.
-        let code = match e {
-            BatchError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
-            _ => ResponseError::CorruptMessage,
-        };
-        (code, e.to_string())
-    })?;
+    let validated =
+        record_batch::validate_batches(records, config.max_message_bytes).map_err(|e| {
+            // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or
+            // does not parse, MESSAGE_TOO_LARGE for one over max.message.bytes.
+            let code = match e {
+                BatchError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+                _ => ResponseError::CorruptMessage,
+            };
+            (code, e.to_string())
+        })?;
     if validated.has_control {
-        return Err((ResponseError::InvalidRecord, "clients may not write control batches (transaction markers)".into()));
+        return Err((
+            ResponseError::InvalidRecord,
+            "clients may not write control batches (transaction markers)".into(),
+        ));
     }
     if config.cleanup_policy.compact {
         // Kafka's LogValidator: a compacted topic needs a key on every record.
@@ -272,7 +309,9 @@ fn append_checked(
             broker
                 .txns
                 .of(id)
-                .verify_and_append(id, producer_id, epoch, &tp, || store(broker, log, records, &validated, topic, partition))
+                .verify_and_append(id, producer_id, epoch, &tp, || {
+                    store(broker, log, records, &validated, topic, partition)
+                })
                 .map_err(|e| {
                     let code = match crate::errors::txn_error(&e) {
                         // Produce predates PRODUCER_FENCED: a zombie gets INVALID_PRODUCER_EPOCH.
@@ -283,7 +322,10 @@ fn append_checked(
                 })?
         }
         // Refused for the whole request above; kept for safety.
-        (None, true) => Err((ResponseError::TransactionalIdAuthorizationFailed, "transactional batches need the producer's transactional id in the request".into())),
+        (None, true) => Err((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactional batches need the producer's transactional id in the request".into(),
+        )),
         // As Kafka: accepted unless the producer has a transaction open in the
         // partition (storage answers INVALID_TXN_STATE then).
         (_, false) => store(broker, log, records, &validated, topic, partition),
@@ -303,7 +345,8 @@ fn store(
     // One copy: the request's bytes are shared with the frame buffer, and the
     // offsets must be written into them.
     let mut owned = BytesMut::from(records);
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let now_ms =
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     let fsyncs = config.flush_messages < i64::MAX;
     let appended = if fsyncs {
         // This append may fsync before returning: let the runtime move other
@@ -315,8 +358,13 @@ fn store(
     };
     match appended {
         Ok(info) if info.duplicate => {
-            tracing::debug!(topic, partition, producer_id = validated.producer_id, base_offset = info.first_offset,
-                "duplicate idempotent batch acknowledged with its original offset");
+            tracing::debug!(
+                topic,
+                partition,
+                producer_id = validated.producer_id,
+                base_offset = info.first_offset,
+                "duplicate idempotent batch acknowledged with its original offset"
+            );
             Ok(info)
         }
         Ok(info) => {
@@ -325,9 +373,11 @@ fn store(
             Ok(info)
         }
         // The producer's own mistake (or a zombie): logged by the caller as a refusal.
-        Err(e @ (StorageError::OutOfOrderSequence { .. } | StorageError::InvalidProducerEpoch { .. } | StorageError::InvalidTxnState { .. })) => {
-            Err((kafka_error(&e), e.to_string()))
-        }
+        Err(
+            e @ (StorageError::OutOfOrderSequence { .. }
+            | StorageError::InvalidProducerEpoch { .. }
+            | StorageError::InvalidTxnState { .. }),
+        ) => Err((kafka_error(&e), e.to_string())),
         // Said once, loudly, when the directory went offline; not again per request.
         Err(e @ StorageError::LogDirOffline { .. }) => {
             tracing::debug!(topic, partition, error = %e, "append refused");
@@ -348,7 +398,10 @@ mod tests {
 
     use bytes::{BufMut, Bytes, BytesMut};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName};
+    use kafka_protocol::messages::{
+        ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+        ProducerId, TopicName,
+    };
     use kafka_protocol::protocol::StrBytes;
 
     use super::super::version_tests::{broker, roundtrip};
@@ -402,15 +455,22 @@ mod tests {
     /// Produces `records` to t-0 with acks=all (v9, flexible); (error code, base offset).
     async fn produce(broker: &Broker, records: Bytes) -> (i16, i64) {
         let p = PartitionProduceData::default().with_index(0).with_records(Some(records));
-        let t = TopicProduceData::default().with_name(TopicName(StrBytes::from_static_str("t"))).with_partition_data(vec![p]);
-        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
+        let t = TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_data(vec![p]);
+        let req =
+            ProduceRequest::default().with_acks(-1).with_timeout_ms(1000).with_topic_data(vec![t]);
         let r: ProduceResponse = roundtrip(broker, ApiKey::Produce, 9, &req).await;
         let p = &r.responses[0].partition_responses[0];
         (p.error_code, p.base_offset)
     }
 
     async fn init_producer_id(broker: &Broker, producer_id: i64, epoch: i16) -> (i16, i64, i16) {
-        let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000).with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch);
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch);
         let r: InitProducerIdResponse = roundtrip(broker, ApiKey::InitProducerId, 4, &req).await;
         (r.error_code, r.producer_id.0, r.producer_epoch)
     }
@@ -427,13 +487,28 @@ mod tests {
 
         let first = batch(pid, 0, 0, &["a", "b"]);
         assert_eq!(produce(&broker, first.clone()).await, (0, 1));
-        assert_eq!(produce(&broker, first).await, (0, 1), "the retry gets the original base offset");
+        assert_eq!(
+            produce(&broker, first).await,
+            (0, 1),
+            "the retry gets the original base offset"
+        );
         let log = broker.logs.partition("t", 0).expect("t-0");
         assert_eq!(log.log_end_offset(), 3, "stored once");
-        let stored = log.read(0, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted).expect("read").region.expect("region").read_to_vec().expect("bytes");
-        let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&stored).map(|b| b.expect("batch").header).collect();
+        let stored = log
+            .read(0, 1 << 20, true, floe_storage::IsolationLevel::ReadUncommitted)
+            .expect("read")
+            .region
+            .expect("region")
+            .read_to_vec()
+            .expect("bytes");
+        let batches: Vec<_> = floe_protocol::record_batch::BatchIter::new(&stored)
+            .map(|b| b.expect("batch").header)
+            .collect();
         assert_eq!(batches.len(), 2);
-        assert_eq!((batches[1].producer_id, batches[1].base_sequence, batches[1].base_offset), (pid, 0, 1));
+        assert_eq!(
+            (batches[1].producer_id, batches[1].base_sequence, batches[1].base_offset),
+            (pid, 0, 1)
+        );
 
         assert_eq!(produce(&broker, batch(pid, 0, 2, &["c"])).await, (0, 3));
         let gap = produce(&broker, batch(pid, 0, 9, &["z"])).await.0;

@@ -95,11 +95,24 @@ pub(super) fn clamp_ms(ms: u64) -> i32 {
     i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
-pub(super) fn decode<T: Decodable>(api: ApiKey, body: &mut Bytes, version: i16) -> Result<T, Reject> {
-    T::decode(body, version).map_err(|e| Reject::Undecodable { api, version, reason: e.to_string() })
+pub(super) fn decode<T: Decodable>(
+    api: ApiKey,
+    body: &mut Bytes,
+    version: i16,
+) -> Result<T, Reject> {
+    T::decode(body, version).map_err(|e| Reject::Undecodable {
+        api,
+        version,
+        reason: e.to_string(),
+    })
 }
 
-pub(super) fn frame<R: Encodable + HeaderVersion>(api: ApiKey, correlation_id: i32, version: i16, response: &R) -> Result<Reply, Reject> {
+pub(super) fn frame<R: Encodable + HeaderVersion>(
+    api: ApiKey,
+    correlation_id: i32,
+    version: i16,
+    response: &R,
+) -> Result<Reply, Reject> {
     encode_response(correlation_id, version, api, response)
         .map(Reply::Frame)
         .map_err(|e| encode_failure(api, version, e.to_string()))

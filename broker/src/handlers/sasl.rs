@@ -23,20 +23,28 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+use kafka_protocol::messages::{
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::Reply;
-use floe_protocol::response::message;
 use crate::broker::Broker;
 use crate::security::sasl::SaslMechanism;
 use crate::security::scram::{self, ScramMechanism};
 use crate::session::Session;
+use floe_protocol::response::message;
 
-pub(super) fn handle_handshake(broker: &Broker, session: &mut Session, request: SaslHandshakeRequest, version: i16) -> SaslHandshakeResponse {
+pub(super) fn handle_handshake(
+    broker: &Broker,
+    session: &mut Session,
+    request: SaslHandshakeRequest,
+    version: i16,
+) -> SaslHandshakeResponse {
     let endpoint = &session.endpoint;
     let offered = broker.config.sasl.mechanisms_of(&endpoint.name);
-    let names: Vec<StrBytes> = offered.iter().map(|m| StrBytes::from_static_str(m.name())).collect();
+    let names: Vec<StrBytes> =
+        offered.iter().map(|m| StrBytes::from_static_str(m.name())).collect();
     if !endpoint.protocol.uses_sasl() {
         // Kafka answers ILLEGAL_SASL_STATE with no mechanisms here too; the log says where SASL is.
         let sasl_listeners: Vec<String> = broker
@@ -54,12 +62,15 @@ pub(super) fn handle_handshake(broker: &Broker, session: &mut Session, request: 
             "SaslHandshake on a listener without SASL: the client must connect to a SASL_PLAINTEXT or SASL_SSL listener, or not use SASL"
         );
         session.close_after_reply = Some("illegal_sasl_state");
-        return SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code());
+        return SaslHandshakeResponse::default()
+            .with_error_code(ResponseError::IllegalSaslState.code());
     }
     if version == 0 && session.auth.principal.is_some() {
         tracing::warn!(peer = %session.peer, listener = %endpoint.name, "SaslHandshake v0 on an authenticated connection: re-authentication needs v1");
         session.close_after_reply = Some("illegal_sasl_state");
-        return SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()).with_mechanisms(names);
+        return SaslHandshakeResponse::default()
+            .with_error_code(ResponseError::IllegalSaslState.code())
+            .with_mechanisms(names);
     }
     let asked = request.mechanism.to_string();
     match SaslMechanism::from_name(&asked).filter(|m| offered.contains(m)) {
@@ -107,7 +118,8 @@ pub(super) async fn handle_authenticate(
         Step::Done { reply, .. } => {
             let mut response = SaslAuthenticateResponse::default().with_auth_bytes(reply);
             if version >= 1 {
-                response.session_lifetime_ms = i64::try_from(broker.config.sasl.max_reauth_ms).unwrap_or(i64::MAX);
+                response.session_lifetime_ms =
+                    i64::try_from(broker.config.sasl.max_reauth_ms).unwrap_or(i64::MAX);
             }
             response
         }
@@ -123,7 +135,11 @@ pub(super) async fn handle_authenticate(
 /// One SASL token sent bare after a SaslHandshake v0 (see the module doc):
 /// the answer is the mechanism's reply with a 4-byte length in front, and
 /// nothing when the authentication fails (the connection is then closed).
-pub(super) async fn handle_unframed_token(broker: &Broker, session: &mut Session, token: Bytes) -> Reply {
+pub(super) async fn handle_unframed_token(
+    broker: &Broker,
+    session: &mut Session,
+    token: Bytes,
+) -> Reply {
     let Some(mechanism) = session.auth.mechanism else {
         // Only a v0 handshake that chose a mechanism turns framing off; never reached.
         tracing::error!(peer = %session.peer, "bare SASL token without a mechanism");
@@ -156,7 +172,12 @@ pub(super) async fn handle_unframed_token(broker: &Broker, session: &mut Session
 /// Runs one token of `mechanism`'s exchange and records its outcome in the
 /// session: the principal and KIP-368 deadline on success; on failure a log
 /// line, the close after the answer, and the delay that slows guessing.
-async fn step(broker: &Broker, session: &mut Session, mechanism: SaslMechanism, token: Bytes) -> Step {
+async fn step(
+    broker: &Broker,
+    session: &mut Session,
+    mechanism: SaslMechanism,
+    token: Bytes,
+) -> Step {
     let step = match mechanism {
         SaslMechanism::Plain => plain(broker, token).await,
         SaslMechanism::Scram(m) => scram_step(broker, session, m, &token),
@@ -164,7 +185,9 @@ async fn step(broker: &Broker, session: &mut Session, mechanism: SaslMechanism, 
     let step = match step {
         // KIP-368: a re-authentication may not switch users.
         Step::Done { user, .. } if session.auth.principal.as_ref().is_some_and(|p| *p != user) => {
-            Step::Failed(format!("re-authentication as `{user}` on a connection authenticated as another user"))
+            Step::Failed(format!(
+                "re-authentication as `{user}` on a connection authenticated as another user"
+            ))
         }
         other => other,
     };
@@ -173,12 +196,17 @@ async fn step(broker: &Broker, session: &mut Session, mechanism: SaslMechanism, 
         Step::Done { user, .. } => {
             let reauth_ms = broker.config.sasl.max_reauth_ms;
             let reauthenticating = session.auth.principal.is_some();
-            let framing = if session.auth.unframed_tokens { "SaslHandshake v0, unframed tokens" } else { "SaslAuthenticate" };
+            let framing = if session.auth.unframed_tokens {
+                "SaslHandshake v0, unframed tokens"
+            } else {
+                "SaslAuthenticate"
+            };
             tracing::info!(peer = %session.peer, listener = %session.endpoint.name, %user, mechanism = mechanism.name(), reauthenticating, framing, "SASL authentication succeeded");
             session.auth.principal = Some(user.clone());
             session.auth.mechanism = None;
             session.auth.scram = None;
-            session.auth.expires_at = (reauth_ms > 0).then(|| Instant::now() + Duration::from_millis(reauth_ms));
+            session.auth.expires_at =
+                (reauth_ms > 0).then(|| Instant::now() + Duration::from_millis(reauth_ms));
         }
         Step::Failed(reason) => {
             tracing::warn!(peer = %session.peer, listener = %session.endpoint.name, mechanism = mechanism.name(), %reason, "SASL authentication failed");
@@ -194,7 +222,9 @@ async fn step(broker: &Broker, session: &mut Session, mechanism: SaslMechanism, 
 /// PLAIN: `authzid NUL user NUL password`; an authzid other than the user is refused.
 async fn plain(broker: &Broker, token: Bytes) -> Step {
     let mut fields = token.split(|b| *b == 0);
-    let (Some(authzid), Some(user), Some(password), None) = (fields.next(), fields.next(), fields.next(), fields.next()) else {
+    let (Some(authzid), Some(user), Some(password), None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
         return Step::Failed("malformed PLAIN token".into());
     };
     let (Ok(authzid), Ok(user), Ok(password)) =
@@ -251,14 +281,16 @@ mod tests {
     use crate::security::scram::ScramCredential;
 
     fn sasl_session() -> Session {
-        let mut endpoint = crate::server::endpoint::Endpoint::plaintext_for_tests("127.0.0.1", 9093);
+        let mut endpoint =
+            crate::server::endpoint::Endpoint::plaintext_for_tests("127.0.0.1", 9093);
         endpoint.name = "SASL_PLAINTEXT".into();
         endpoint.protocol = crate::listeners::SecurityProtocol::SaslPlaintext;
         Session::new("127.0.0.1:1".parse().expect("addr"), Arc::new(endpoint))
     }
 
     fn handshake(broker: &Broker, session: &mut Session, mechanism: &str, version: i16) -> i16 {
-        let request = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(mechanism.into()));
+        let request =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(mechanism.into()));
         handle_handshake(broker, session, request, version).error_code
     }
 
@@ -277,7 +309,8 @@ mod tests {
 
     fn add_scram_user(broker: &Broker, user: &str, password: &str, m: ScramMechanism) {
         let salt = b"0123456789abcdef";
-        let salted = m.salted_password(password.as_bytes(), salt, NonZeroU32::new(4096).expect("nonzero"));
+        let salted =
+            m.salted_password(password.as_bytes(), salt, NonZeroU32::new(4096).expect("nonzero"));
         let credential = ScramCredential::from_salted_password(m, salt, 4096, &salted);
         broker.credentials.alter(&[], vec![(user.into(), m, credential)]).expect("alter");
     }
@@ -292,18 +325,24 @@ mod tests {
         assert_eq!(handshake(&broker, &mut session, "PLAIN", 0), 0);
         assert!(session.auth.unframed_tokens);
         // Kafka answers PLAIN's empty challenge with a zero length.
-        let reply = handle_unframed_token(&broker, &mut session, Bytes::from_static(b"\0alice\0pw")).await;
+        let reply =
+            handle_unframed_token(&broker, &mut session, Bytes::from_static(b"\0alice\0pw")).await;
         assert_eq!(unframe(reply), Some(vec![]));
         assert_eq!(session.auth.principal.as_deref(), Some("alice"));
         assert!(!session.auth.unframed_tokens && session.close_after_reply.is_none());
         // Re-authentication needs v1 (KIP-368).
-        assert_eq!(handshake(&broker, &mut session, "PLAIN", 0), ResponseError::IllegalSaslState.code());
+        assert_eq!(
+            handshake(&broker, &mut session, "PLAIN", 0),
+            ResponseError::IllegalSaslState.code()
+        );
         assert!(session.close_after_reply.is_some());
 
         // A wrong password: no answer, and the connection is closed.
         let mut session = sasl_session();
         assert_eq!(handshake(&broker, &mut session, "PLAIN", 0), 0);
-        let reply = handle_unframed_token(&broker, &mut session, Bytes::from_static(b"\0alice\0nope")).await;
+        let reply =
+            handle_unframed_token(&broker, &mut session, Bytes::from_static(b"\0alice\0nope"))
+                .await;
         assert_eq!(unframe(reply), None);
         assert_eq!(session.close_after_reply, Some("authentication_failed"));
         assert!(session.auth.principal.is_none() && !session.auth.unframed_tokens);
@@ -323,11 +362,17 @@ mod tests {
             let mut session = sasl_session();
             assert_eq!(handshake(&broker, &mut session, m.name(), 0), 0);
             let (mut client, first) = ScramClient::client_first(m, "bob", "bob-pw");
-            let server_first = unframe(handle_unframed_token(&broker, &mut session, Bytes::from(first)).await).expect("server-first");
+            let server_first =
+                unframe(handle_unframed_token(&broker, &mut session, Bytes::from(first)).await)
+                    .expect("server-first");
             assert!(session.auth.unframed_tokens, "{m:?}: still mid-exchange");
             let last = client.client_final(&server_first).expect("client-final");
-            let server_final = unframe(handle_unframed_token(&broker, &mut session, Bytes::from(last)).await).expect("server-final");
-            client.verify_server_final(&server_final).expect("the broker proves it knows the credential");
+            let server_final =
+                unframe(handle_unframed_token(&broker, &mut session, Bytes::from(last)).await)
+                    .expect("server-final");
+            client
+                .verify_server_final(&server_final)
+                .expect("the broker proves it knows the credential");
             assert_eq!(session.auth.principal.as_deref(), Some("bob"), "{m:?}");
             assert!(!session.auth.unframed_tokens);
         }

@@ -16,20 +16,26 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
-use kafka_protocol::messages::describe_user_scram_credentials_response::{CredentialInfo, DescribeUserScramCredentialsResult};
+use kafka_protocol::messages::describe_user_scram_credentials_response::{
+    CredentialInfo, DescribeUserScramCredentialsResult,
+};
 use kafka_protocol::messages::{
-    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse,
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use floe_protocol::response::message;
 use crate::authorizer::acl::AclOperation;
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 use crate::security::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+use floe_protocol::response::message;
 
-pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
+pub(super) fn handle_describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeUserScramCredentialsRequest,
+) -> DescribeUserScramCredentialsResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Describe) {
         return DescribeUserScramCredentialsResponse::default()
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
@@ -37,12 +43,19 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
     }
     let known = broker.credentials.describe();
     let info = |mechanisms: &[(ScramMechanism, i32)]| -> Vec<CredentialInfo> {
-        mechanisms.iter().map(|(m, i)| CredentialInfo::default().with_mechanism(m.wire_type()).with_iterations(*i)).collect()
+        mechanisms
+            .iter()
+            .map(|(m, i)| {
+                CredentialInfo::default().with_mechanism(m.wire_type()).with_iterations(*i)
+            })
+            .collect()
     };
     let results = match request.users {
         // Null or empty: every user.
         None => known.iter().map(|(u, m)| ok_result(u, info(m))).collect(),
-        Some(users) if users.is_empty() => known.iter().map(|(u, m)| ok_result(u, info(m))).collect(),
+        Some(users) if users.is_empty() => {
+            known.iter().map(|(u, m)| ok_result(u, info(m))).collect()
+        }
         Some(users) => {
             let mut counts: BTreeMap<String, usize> = BTreeMap::new();
             for u in &users {
@@ -51,9 +64,17 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             counts
                 .into_iter()
                 .map(|(user, n)| match known.get(&user) {
-                    _ if n > 1 => error_result(&user, ResponseError::DuplicateResource, "user named more than once"),
+                    _ if n > 1 => error_result(
+                        &user,
+                        ResponseError::DuplicateResource,
+                        "user named more than once",
+                    ),
                     Some(m) => ok_result(&user, info(m)),
-                    None => error_result(&user, ResponseError::ResourceNotFound, "no SCRAM credential for this user"),
+                    None => error_result(
+                        &user,
+                        ResponseError::ResourceNotFound,
+                        "no SCRAM credential for this user",
+                    ),
                 })
                 .collect()
         }
@@ -62,7 +83,9 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
 }
 
 fn ok_result(user: &str, infos: Vec<CredentialInfo>) -> DescribeUserScramCredentialsResult {
-    DescribeUserScramCredentialsResult::default().with_user(StrBytes::from_string(user.to_string())).with_credential_infos(infos)
+    DescribeUserScramCredentialsResult::default()
+        .with_user(StrBytes::from_string(user.to_string()))
+        .with_credential_infos(infos)
 }
 
 fn error_result(user: &str, e: ResponseError, text: &str) -> DescribeUserScramCredentialsResult {
@@ -72,10 +95,18 @@ fn error_result(user: &str, e: ResponseError, text: &str) -> DescribeUserScramCr
         .with_error_message(message(text))
 }
 
-pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+pub(super) async fn handle_alter(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: AlterUserScramCredentialsRequest,
+) -> AlterUserScramCredentialsResponse {
     if !broker.authorizer.authorize_cluster(ctx, AclOperation::Alter) {
-        let users: BTreeSet<String> =
-            request.deletions.iter().map(|d| d.name.to_string()).chain(request.upsertions.iter().map(|u| u.name.to_string())).collect();
+        let users: BTreeSet<String> = request
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(request.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
         let results = users
             .into_iter()
             .map(|u| {
@@ -103,9 +134,17 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
     for d in &request.deletions {
         let user = d.name.to_string();
         match ScramMechanism::from_wire_type(d.mechanism) {
-            _ if user.is_empty() => fail(&user, ResponseError::UnacceptableCredential, "empty user name".into()),
-            _ if seen[&(user.clone(), d.mechanism)] > 1 => fail(&user, ResponseError::DuplicateResource, "credential named twice".into()),
-            None => fail(&user, ResponseError::UnsupportedSaslMechanism, format!("unknown mechanism {}", d.mechanism)),
+            _ if user.is_empty() => {
+                fail(&user, ResponseError::UnacceptableCredential, "empty user name".into())
+            }
+            _ if seen[&(user.clone(), d.mechanism)] > 1 => {
+                fail(&user, ResponseError::DuplicateResource, "credential named twice".into())
+            }
+            None => fail(
+                &user,
+                ResponseError::UnsupportedSaslMechanism,
+                format!("unknown mechanism {}", d.mechanism),
+            ),
             Some(m) => deletions.push((user, m)),
         }
     }
@@ -113,18 +152,35 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
     for u in &request.upsertions {
         let user = u.name.to_string();
         match ScramMechanism::from_wire_type(u.mechanism) {
-            _ if user.is_empty() => fail(&user, ResponseError::UnacceptableCredential, "empty user name".into()),
-            _ if seen[&(user.clone(), u.mechanism)] > 1 => fail(&user, ResponseError::DuplicateResource, "credential named twice".into()),
-            None => fail(&user, ResponseError::UnsupportedSaslMechanism, format!("unknown mechanism {}", u.mechanism)),
+            _ if user.is_empty() => {
+                fail(&user, ResponseError::UnacceptableCredential, "empty user name".into())
+            }
+            _ if seen[&(user.clone(), u.mechanism)] > 1 => {
+                fail(&user, ResponseError::DuplicateResource, "credential named twice".into())
+            }
+            None => fail(
+                &user,
+                ResponseError::UnsupportedSaslMechanism,
+                format!("unknown mechanism {}", u.mechanism),
+            ),
             Some(_) if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&u.iterations) => fail(
                 &user,
                 ResponseError::UnacceptableCredential,
-                format!("iterations must be in {MIN_ITERATIONS}..={MAX_ITERATIONS}, got {}", u.iterations),
+                format!(
+                    "iterations must be in {MIN_ITERATIONS}..={MAX_ITERATIONS}, got {}",
+                    u.iterations
+                ),
             ),
-            Some(_) if u.salt.is_empty() || u.salted_password.is_empty() => {
-                fail(&user, ResponseError::UnacceptableCredential, "empty salt or salted password".into())
-            }
-            Some(m) => upsertions.push((user, m, ScramCredential::from_salted_password(m, &u.salt, u.iterations, &u.salted_password))),
+            Some(_) if u.salt.is_empty() || u.salted_password.is_empty() => fail(
+                &user,
+                ResponseError::UnacceptableCredential,
+                "empty salt or salted password".into(),
+            ),
+            Some(m) => upsertions.push((
+                user,
+                m,
+                ScramCredential::from_salted_password(m, &u.salt, u.iterations, &u.salted_password),
+            )),
         }
     }
     // A user with any refused change keeps all its credentials as they were (Kafka applies per user).
@@ -170,17 +226,22 @@ pub(super) async fn handle_alter(broker: &Broker, ctx: &RequestContext, request:
     let results = users
         .into_iter()
         .map(|user| {
-            let result = AlterUserScramCredentialsResult::default().with_user(StrBytes::from_string(user.clone()));
+            let result = AlterUserScramCredentialsResult::default()
+                .with_user(StrBytes::from_string(user.clone()));
             if let Some((e, text)) = failed.get(&user) {
                 return result.with_error_code(e.code()).with_error_message(message(text.clone()));
             }
             if let Some(text) = &store_error {
-                return result.with_error_code(ResponseError::UnknownServerError.code()).with_error_message(message(text.clone()));
+                return result
+                    .with_error_code(ResponseError::UnknownServerError.code())
+                    .with_error_message(message(text.clone()));
             }
             if missing.contains(&user) {
                 return result
                     .with_error_code(ResponseError::ResourceNotFound.code())
-                    .with_error_message(message("attempt to delete a user credential that does not exist"));
+                    .with_error_message(message(
+                        "attempt to delete a user credential that does not exist",
+                    ));
             }
             tracing::info!(%user, "SCRAM credentials altered");
             result
@@ -224,7 +285,14 @@ async fn alter_in_cluster(
             .collect())
     };
     match shared.update(crate::cluster_configs::SCRAM_DIR, decide).await? {
-        Ok(Some(revision)) => crate::cluster_configs::await_applied(broker, crate::cluster_configs::SCRAM_DIR, revision).await,
+        Ok(Some(revision)) => {
+            crate::cluster_configs::await_applied(
+                broker,
+                crate::cluster_configs::SCRAM_DIR,
+                revision,
+            )
+            .await
+        }
         Ok(None) => {}
         Err(never) => match never {},
     }

@@ -19,9 +19,10 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
 use kafka_protocol::messages::list_transactions_response;
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName,
-    TransactionalId,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -37,7 +38,12 @@ pub(super) fn offsets_partition(broker: &Broker, group: &str) -> TopicPartition 
 }
 
 fn denied_transactional_id(broker: &Broker, ctx: &RequestContext, transactional_id: &str) -> bool {
-    !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::TransactionalId, transactional_id)
+    !broker.authorizer.authorize(
+        ctx,
+        AclOperation::Write,
+        ResourceType::TransactionalId,
+        transactional_id,
+    )
 }
 
 /// One transaction's AddPartitions: per topic, per partition, the error code.
@@ -58,7 +64,8 @@ async fn add_partitions(
     let txn_denied = denied_transactional_id(broker, ctx, transactional_id);
     for t in topics {
         let name = t.name.0.to_string();
-        let topic_denied = !txn_denied && !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
+        let topic_denied = !txn_denied
+            && !broker.authorizer.authorize(ctx, AclOperation::Write, ResourceType::Topic, &name);
         for &p in &t.partitions {
             let refusal = if txn_denied {
                 Some(ResponseError::TransactionalIdAuthorizationFailed)
@@ -102,15 +109,24 @@ async fn add_partitions(
                         .map(|r| r.2)
                         .or(outcome.err())
                         .map_or(0, |e| e.code());
-                    AddPartitionsToTxnPartitionResult::default().with_partition_index(p).with_partition_error_code(code)
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_partition_error_code(code)
                 })
                 .collect();
-            AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(results)
         })
         .collect()
 }
 
-pub(super) async fn handle_add_partitions(broker: &Broker, ctx: &RequestContext, request: AddPartitionsToTxnRequest, version: i16) -> AddPartitionsToTxnResponse {
+pub(super) async fn handle_add_partitions(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
     if version <= 3 {
         let id = request.v3_and_below_transactional_id.0.to_string();
         let results = add_partitions(
@@ -127,20 +143,44 @@ pub(super) async fn handle_add_partitions(broker: &Broker, ctx: &RequestContext,
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
     }
     // v4+: the batched form brokers send (KIP-890), several transactions at once.
-    if !broker.authorizer.authorize(ctx, AclOperation::ClusterAction, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME) {
-        return AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    if !broker.authorizer.authorize(
+        ctx,
+        AclOperation::ClusterAction,
+        ResourceType::Cluster,
+        crate::authorizer::acl::CLUSTER_NAME,
+    ) {
+        return AddPartitionsToTxnResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
     }
     let mut results = Vec::with_capacity(request.transactions.len());
     for txn in &request.transactions {
         let id = txn.transactional_id.0.to_string();
-        let topic_results =
-            add_partitions(broker, ctx, &id, txn.producer_id.0, txn.producer_epoch, &txn.topics, txn.verify_only, version).await;
-        results.push(AddPartitionsToTxnResult::default().with_transactional_id(txn.transactional_id.clone()).with_topic_results(topic_results));
+        let topic_results = add_partitions(
+            broker,
+            ctx,
+            &id,
+            txn.producer_id.0,
+            txn.producer_epoch,
+            &txn.topics,
+            txn.verify_only,
+            version,
+        )
+        .await;
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id.clone())
+                .with_topic_results(topic_results),
+        );
     }
     AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
 }
 
-pub(super) async fn handle_add_offsets(broker: &Broker, ctx: &RequestContext, request: AddOffsetsToTxnRequest, version: i16) -> AddOffsetsToTxnResponse {
+pub(super) async fn handle_add_offsets(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
     let id = request.transactional_id.0.as_str();
     let group = request.group_id.0.as_str();
     let code = if denied_transactional_id(broker, ctx, id) {
@@ -148,7 +188,18 @@ pub(super) async fn handle_add_offsets(broker: &Broker, ctx: &RequestContext, re
     } else if !broker.authorizer.authorize(ctx, AclOperation::Read, ResourceType::Group, group) {
         ResponseError::GroupAuthorizationFailed
     } else {
-        match broker.txns.of(id).add_partitions(id, request.producer_id.0, request.producer_epoch, &[offsets_partition(broker, group)], false).await {
+        match broker
+            .txns
+            .of(id)
+            .add_partitions(
+                id,
+                request.producer_id.0,
+                request.producer_epoch,
+                &[offsets_partition(broker, group)],
+                false,
+            )
+            .await
+        {
             Ok(()) => return AddOffsetsToTxnResponse::default(),
             Err(e) => {
                 tracing::debug!(transactional_id = id, group, error = %e, "AddOffsetsToTxn refused");
@@ -159,10 +210,16 @@ pub(super) async fn handle_add_offsets(broker: &Broker, ctx: &RequestContext, re
     AddOffsetsToTxnResponse::default().with_error_code(code.code())
 }
 
-pub(super) async fn handle_end_txn(broker: &Broker, ctx: &RequestContext, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub(super) async fn handle_end_txn(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let id = request.transactional_id.0.as_str();
     let (producer_id, epoch) = (request.producer_id.0, request.producer_epoch);
-    let response = EndTxnResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+    let response =
+        EndTxnResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     if denied_transactional_id(broker, ctx, id) {
         return response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
     }
@@ -175,14 +232,27 @@ pub(super) async fn handle_end_txn(broker: &Broker, ctx: &RequestContext, reques
     }
 }
 
-pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+pub(super) fn handle_describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
     let states = request
         .transactional_ids
         .iter()
         .map(|id| {
-            let state = describe_transactions_response::TransactionState::default().with_transactional_id(id.clone()).with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-            if !broker.authorizer.authorize(ctx, AclOperation::Describe, ResourceType::TransactionalId, id.0.as_str()) {
-                return state.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+            let state = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            if !broker.authorizer.authorize(
+                ctx,
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                id.0.as_str(),
+            ) {
+                return state
+                    .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
             }
             // In a cluster, only the coordinator (the leader of the id's __transaction_state partition) knows it.
             let coordinator = broker.txns.of(id.0.as_str());
@@ -192,13 +262,18 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
             let Some(m) = coordinator.describe(id.0.as_str()) else {
                 return state.with_error_code(ResponseError::TransactionalIdNotFound.code());
             };
-            let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = std::collections::BTreeMap::new();
+            let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> =
+                std::collections::BTreeMap::new();
             for (t, p) in &m.partitions {
                 by_topic.entry(t.as_str()).or_default().push(*p);
             }
             let topics = by_topic
                 .into_iter()
-                .map(|(t, ps)| TopicData::default().with_topic(TopicName(StrBytes::from_string(t.to_string()))).with_partitions(ps))
+                .map(|(t, ps)| {
+                    TopicData::default()
+                        .with_topic(TopicName(StrBytes::from_string(t.to_string())))
+                        .with_partitions(ps)
+                })
                 .collect();
             state
                 .with_transaction_state(StrBytes::from_static_str(m.state.name()))
@@ -212,7 +287,12 @@ pub(super) fn handle_describe(broker: &Broker, ctx: &RequestContext, request: De
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
-pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListTransactionsRequest, version: i16) -> ListTransactionsResponse {
+pub(super) fn handle_list(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
     let mut states = BTreeSet::new();
     let mut unknown = Vec::new();
     for name in &request.state_filters {
@@ -235,10 +315,19 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListTr
         .txns
         .list(&states, &producer_ids)
         .into_iter()
-        .filter(|t| broker.authorizer.check(ctx, AclOperation::Describe, ResourceType::TransactionalId, &t.transactional_id))
+        .filter(|t| {
+            broker.authorizer.check(
+                ctx,
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                &t.transactional_id,
+            )
+        })
         .filter(|t| {
             min_duration < 0
-                || broker.txns.of(&t.transactional_id).describe(&t.transactional_id).is_some_and(|m| m.txn_start_timestamp >= 0 && now - m.txn_start_timestamp > min_duration)
+                || broker.txns.of(&t.transactional_id).describe(&t.transactional_id).is_some_and(
+                    |m| m.txn_start_timestamp >= 0 && now - m.txn_start_timestamp > min_duration,
+                )
         })
         .map(|t| {
             list_transactions_response::TransactionState::default()
@@ -247,5 +336,7 @@ pub(super) fn handle_list(broker: &Broker, ctx: &RequestContext, request: ListTr
                 .with_transaction_state(StrBytes::from_static_str(t.state.name()))
         })
         .collect();
-    ListTransactionsResponse::default().with_unknown_state_filters(unknown).with_transaction_states(listed)
+    ListTransactionsResponse::default()
+        .with_unknown_state_filters(unknown)
+        .with_transaction_states(listed)
 }

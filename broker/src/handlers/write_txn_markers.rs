@@ -15,32 +15,50 @@
 use floe_coordinator::transaction::TxnMarker;
 use futures_util::future::join_all;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::write_txn_markers_response::{WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult};
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use crate::authorizer::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::authorizer::RequestContext;
 use crate::broker::Broker;
 
-pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: WriteTxnMarkersRequest, _version: i16) -> WriteTxnMarkersResponse {
-    let allowed = broker.authorizer.authorize(ctx, AclOperation::ClusterAction, ResourceType::Cluster, CLUSTER_NAME);
+pub(super) async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: WriteTxnMarkersRequest,
+    _version: i16,
+) -> WriteTxnMarkersResponse {
+    let allowed = broker.authorizer.authorize(
+        ctx,
+        AclOperation::ClusterAction,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    );
     // Every partition of every marker at once: their waits for replication overlap.
     let markers = join_all(request.markers.into_iter().map(|mut marker| async move {
         let topics = std::mem::take(&mut marker.topics);
         let marker = &marker;
-        let topics = join_all(topics.into_iter().map(|topic| {
-            async move {
-                let name = topic.name.0.to_string();
-                let partitions = join_all(topic.partition_indexes.iter().map(|&p| {
-                    let name = name.clone();
-                    async move {
-                        let code = if allowed { write(broker, marker, name, p).await } else { ResponseError::ClusterAuthorizationFailed.code() };
-                        WritableTxnMarkerPartitionResult::default().with_partition_index(p).with_error_code(code)
-                    }
-                }))
-                .await;
-                WritableTxnMarkerTopicResult::default().with_name(topic.name).with_partitions(partitions)
-            }
+        let topics = join_all(topics.into_iter().map(|topic| async move {
+            let name = topic.name.0.to_string();
+            let partitions = join_all(topic.partition_indexes.iter().map(|&p| {
+                let name = name.clone();
+                async move {
+                    let code = if allowed {
+                        write(broker, marker, name, p).await
+                    } else {
+                        ResponseError::ClusterAuthorizationFailed.code()
+                    };
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_error_code(code)
+                }
+            }))
+            .await;
+            WritableTxnMarkerTopicResult::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
         }))
         .await;
         WritableTxnMarkerResult::default().with_producer_id(marker.producer_id).with_topics(topics)
@@ -50,7 +68,12 @@ pub(super) async fn handle(broker: &Broker, ctx: &RequestContext, request: Write
 }
 
 /// Writes one partition's marker; its error code.
-async fn write(broker: &Broker, marker: &kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker, topic: String, partition: i32) -> i16 {
+async fn write(
+    broker: &Broker,
+    marker: &kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker,
+    topic: String,
+    partition: i32,
+) -> i16 {
     let m = TxnMarker {
         partition: (topic, partition),
         producer_id: marker.producer_id.0,

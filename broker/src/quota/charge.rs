@@ -67,8 +67,14 @@ impl Charge {
     /// and returns the request's throttle time: the larger of that and the
     /// byte-rate throttle. Called once, as the response is built.
     pub fn finish(&self) -> u64 {
-        let busy = self.busy_ns.load(Ordering::Relaxed) + self.elapsed_ns().saturating_sub(self.poll_started_ns.load(Ordering::Relaxed));
-        let throttle = self.quotas.record(QuotaType::Request, &self.user, &self.client_id, busy as f64 * NANOS_TO_PERCENT);
+        let busy = self.busy_ns.load(Ordering::Relaxed)
+            + self.elapsed_ns().saturating_sub(self.poll_started_ns.load(Ordering::Relaxed));
+        let throttle = self.quotas.record(
+            QuotaType::Request,
+            &self.user,
+            &self.client_id,
+            busy as f64 * NANOS_TO_PERCENT,
+        );
         self.throttle_ms.fetch_max(throttle, Ordering::Relaxed);
         self.throttle_ms()
     }

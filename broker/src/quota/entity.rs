@@ -88,7 +88,13 @@ mod tests {
     #[test]
     fn precedence_runs_from_user_and_client_to_default_client() {
         let levels = precedence("alice", "app");
-        assert_eq!(levels[0].0, QuotaEntity { user: Some(EntityName::Named("alice".into())), client_id: Some(EntityName::Named("app".into())) });
+        assert_eq!(
+            levels[0].0,
+            QuotaEntity {
+                user: Some(EntityName::Named("alice".into())),
+                client_id: Some(EntityName::Named("app".into()))
+            }
+        );
         assert_eq!(levels[2].1, RateKey { user: "alice".into(), client_id: String::new() });
         assert_eq!(levels[7].0, QuotaEntity { user: None, client_id: Some(EntityName::Default) });
         assert_eq!(levels[7].1, RateKey { user: String::new(), client_id: "app".into() });

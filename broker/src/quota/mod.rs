@@ -73,7 +73,8 @@ pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
 
 /// The quota keys Floe enforces, and whether each takes whole numbers only.
-pub const QUOTA_KEYS: &[(&str, bool)] = &[(PRODUCER_BYTE_RATE, true), (CONSUMER_BYTE_RATE, true), (REQUEST_PERCENTAGE, false)];
+pub const QUOTA_KEYS: &[(&str, bool)] =
+    &[(PRODUCER_BYTE_RATE, true), (CONSUMER_BYTE_RATE, true), (REQUEST_PERCENTAGE, false)];
 
 #[derive(Debug)]
 struct TrackedRate {
@@ -137,9 +138,9 @@ impl ClientQuotas {
     /// and `client_id`, and the rate it is counted in.
     fn resolve(&self, kind: QuotaType, user: &str, client_id: &str) -> Option<(f64, RateKey)> {
         let set = self.store.snapshot();
-        precedence(user, client_id)
-            .into_iter()
-            .find_map(|(entity, key)| set.get(&entity).and_then(|v| v.get(kind.key())).map(|bound| (*bound, key)))
+        precedence(user, client_id).into_iter().find_map(|(entity, key)| {
+            set.get(&entity).and_then(|v| v.get(kind.key())).map(|bound| (*bound, key))
+        })
     }
 
     fn now_ms(&self) -> u64 {
@@ -155,7 +156,10 @@ impl ClientQuotas {
         if rates.len() > 10_000 {
             rates.retain(|_, r| now.saturating_sub(r.last_ms) < RATE_IDLE_EXPIRY_MS);
         }
-        let tracked = rates.entry((kind, key)).or_insert_with(|| TrackedRate { rate: SampledRate::new(WINDOW_NUM, WINDOW_MS), last_ms: now });
+        let tracked = rates.entry((kind, key)).or_insert_with(|| TrackedRate {
+            rate: SampledRate::new(WINDOW_NUM, WINDOW_MS),
+            last_ms: now,
+        });
         tracked.last_ms = now;
         tracked.rate.record(value, now);
         let observed = tracked.rate.measure(now);
@@ -166,7 +170,9 @@ impl ClientQuotas {
     pub fn unrecord(&self, kind: QuotaType, user: &str, client_id: &str, value: f64) {
         let Some((_, key)) = self.resolve(kind, user, client_id) else { return };
         let now = self.now_ms();
-        if let Some(tracked) = self.rates.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&(kind, key)) {
+        if let Some(tracked) =
+            self.rates.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&(kind, key))
+        {
             tracked.rate.record(-value, now);
         }
     }
@@ -187,8 +193,18 @@ mod tests {
     use super::entity::{EntityName, QuotaEntity};
     use super::*;
 
-    fn set(quotas: &ClientQuotas, user: Option<EntityName>, client_id: Option<EntityName>, key: &str, value: f64) {
-        quotas.change(|s| s.entry(QuotaEntity { user, client_id }).or_default().insert(key.to_string(), value)).expect("change");
+    fn set(
+        quotas: &ClientQuotas,
+        user: Option<EntityName>,
+        client_id: Option<EntityName>,
+        key: &str,
+        value: f64,
+    ) {
+        quotas
+            .change(|s| {
+                s.entry(QuotaEntity { user, client_id }).or_default().insert(key.to_string(), value)
+            })
+            .expect("change");
     }
 
     #[test]

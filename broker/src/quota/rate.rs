@@ -30,7 +30,12 @@ impl SampledRate {
     /// An empty rate of `num_samples` windows of `window_ms` (Kafka's
     /// `quota.window.num` = 11, `quota.window.size.seconds` = 1).
     pub fn new(num_samples: usize, window_ms: u64) -> Self {
-        Self { samples: Vec::with_capacity(num_samples), current: 0, num_samples: num_samples.max(1), window_ms: window_ms.max(1) }
+        Self {
+            samples: Vec::with_capacity(num_samples),
+            current: 0,
+            num_samples: num_samples.max(1),
+            window_ms: window_ms.max(1),
+        }
     }
 
     /// Adds `value` at `now_ms` (a negative value takes back an earlier record).

@@ -100,7 +100,9 @@ impl QuotaStore {
             }
             Ok(None) => QuotaSet::new(),
             Err(ReadError::Corrupt(reason)) => return Err(corrupt(reason)),
-            Err(ReadError::Io(e)) => return Err(QuotaStoreError::Io { path, reason: e.to_string() }),
+            Err(ReadError::Io(e)) => {
+                return Err(QuotaStoreError::Io { path, reason: e.to_string() })
+            }
         };
         Ok(Self { path, current: RwLock::new(Arc::new(set)), writer: Mutex::new(()) })
     }
@@ -115,7 +117,10 @@ impl QuotaStore {
     ///
     /// # Errors
     /// [`QuotaStoreError::Io`]; nothing changes then.
-    pub fn change<T>(&self, change: impl FnOnce(&mut QuotaSet) -> T) -> Result<(T, Arc<QuotaSet>), QuotaStoreError> {
+    pub fn change<T>(
+        &self,
+        change: impl FnOnce(&mut QuotaSet) -> T,
+    ) -> Result<(T, Arc<QuotaSet>), QuotaStoreError> {
         let _writing = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = (*self.snapshot()).clone();
         let out = change(&mut next);
@@ -153,7 +158,10 @@ mod tests {
     fn quotas_survive_reopening_and_empty_entities_vanish() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = QuotaStore::open(dir.path()).expect("open");
-        let alice = QuotaEntity { user: Some(EntityName::Named("alice".into())), client_id: Some(EntityName::Default) };
+        let alice = QuotaEntity {
+            user: Some(EntityName::Named("alice".into())),
+            client_id: Some(EntityName::Default),
+        };
         let clients = QuotaEntity { user: None, client_id: Some(EntityName::Default) };
         store
             .change(|set| {
@@ -162,7 +170,10 @@ mod tests {
             })
             .expect("change");
         let reopened = QuotaStore::open(dir.path()).expect("reopen");
-        assert_eq!(reopened.snapshot().get(&alice).and_then(|v| v.get("producer_byte_rate")), Some(&1024.0));
+        assert_eq!(
+            reopened.snapshot().get(&alice).and_then(|v| v.get("producer_byte_rate")),
+            Some(&1024.0)
+        );
         reopened.change(|set| set.get_mut(&clients).map(|v| v.clear())).expect("remove");
         assert!(!QuotaStore::open(dir.path()).expect("reopen").snapshot().contains_key(&clients));
     }

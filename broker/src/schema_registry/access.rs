@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
-use floe_schema::rest::Route;
 use crate::authorizer::acl::{AclOperation, ResourceType};
 use crate::authorizer::{Authorizer, RequestContext, ANONYMOUS};
 use crate::security::credentials::CredentialStore;
+use floe_schema::rest::Route;
 
 /// Why a request may not go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,40 +58,62 @@ impl Access {
     /// (a SCRAM password check is PBKDF2): call off the async workers.
     pub(crate) fn authenticate(&self, authorization: Option<&[u8]>) -> Result<String, Denied> {
         let Some(credentials) = &self.credentials else { return Ok(ANONYMOUS.to_string()) };
-        let header = authorization.ok_or_else(|| Denied::Unauthenticated("no Authorization header (basic auth is required)".into()))?;
-        let header = std::str::from_utf8(header).map_err(|_| Denied::Unauthenticated("the Authorization header is not UTF-8".into()))?;
-        let encoded = header
-            .strip_prefix("Basic ")
-            .or_else(|| header.strip_prefix("basic "))
-            .ok_or_else(|| Denied::Unauthenticated("the Authorization header is not basic auth".into()))?;
+        let header = authorization.ok_or_else(|| {
+            Denied::Unauthenticated("no Authorization header (basic auth is required)".into())
+        })?;
+        let header = std::str::from_utf8(header)
+            .map_err(|_| Denied::Unauthenticated("the Authorization header is not UTF-8".into()))?;
+        let encoded =
+            header.strip_prefix("Basic ").or_else(|| header.strip_prefix("basic ")).ok_or_else(
+                || Denied::Unauthenticated("the Authorization header is not basic auth".into()),
+            )?;
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(|| Denied::Unauthenticated("the basic auth credentials are not base64 of user:password".into()))?;
-        let (user, password) =
-            decoded.split_once(':').ok_or_else(|| Denied::Unauthenticated("the basic auth credentials have no ':'".into()))?;
+            .ok_or_else(|| {
+                Denied::Unauthenticated(
+                    "the basic auth credentials are not base64 of user:password".into(),
+                )
+            })?;
+        let (user, password) = decoded.split_once(':').ok_or_else(|| {
+            Denied::Unauthenticated("the basic auth credentials have no ':'".into())
+        })?;
         if user.is_empty() || !credentials.check_plain(user, password) {
-            return Err(Denied::Unauthenticated(format!("authentication failed for user {user:?}")));
+            return Err(Denied::Unauthenticated(format!(
+                "authentication failed for user {user:?}"
+            )));
         }
         Ok(format!("User:{user}"))
     }
 
     /// Whether `principal` (from `host`) may make the request `route` names.
-    pub(crate) fn authorize(&self, principal: &str, host: IpAddr, route: &Route) -> Result<(), Denied> {
+    pub(crate) fn authorize(
+        &self,
+        principal: &str,
+        host: IpAddr,
+        route: &Route,
+    ) -> Result<(), Denied> {
         if !self.authorizer.enabled() {
             return Ok(());
         }
         let ctx = RequestContext { principal: principal.to_string(), host };
         let (op, resource, name) = match required(route) {
             Required::Authenticated => return Ok(()),
-            Required::Subject(op, subject) => (op, ResourceType::Topic, topic_of(subject).to_string()),
-            Required::Cluster(op) => (op, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME.to_string()),
+            Required::Subject(op, subject) => {
+                (op, ResourceType::Topic, topic_of(subject).to_string())
+            }
+            Required::Cluster(op) => {
+                (op, ResourceType::Cluster, crate::authorizer::acl::CLUSTER_NAME.to_string())
+            }
         };
         if self.authorizer.authorize(&ctx, op, resource, &name) {
             Ok(())
         } else {
-            Err(Denied::Forbidden(format!("User {principal} is denied operation {op:?} on {} {name}", resource.name())))
+            Err(Denied::Forbidden(format!(
+                "User {principal} is denied operation {op:?} on {} {name}",
+                resource.name()
+            )))
         }
     }
 
@@ -125,23 +147,27 @@ fn required(route: &Route) -> Required<'_> {
         | Route::Compatibility { subject, .. }
         | Route::GetConfig { subject: Some(subject), .. }
         | Route::GetMode { subject: Some(subject), .. } => Required::Subject(Describe, subject),
-        Route::Register { subject, .. } | Route::DeleteSubject { subject, .. } | Route::DeleteVersion { subject, .. } => {
-            Required::Subject(Write, subject)
-        }
+        Route::Register { subject, .. }
+        | Route::DeleteSubject { subject, .. }
+        | Route::DeleteVersion { subject, .. } => Required::Subject(Write, subject),
         Route::SetConfig { subject: Some(subject) }
         | Route::DeleteConfig { subject: Some(subject) }
         | Route::SetMode { subject: Some(subject) }
         | Route::DeleteMode { subject } => Required::Subject(AlterConfigs, subject),
-        Route::SetConfig { subject: None } | Route::DeleteConfig { subject: None } | Route::SetMode { subject: None } => {
-            Required::Cluster(AlterConfigs)
-        }
+        Route::SetConfig { subject: None }
+        | Route::DeleteConfig { subject: None }
+        | Route::SetMode { subject: None } => Required::Cluster(AlterConfigs),
         _ => Required::Authenticated,
     }
 }
 
 /// The topic a subject is guarded by: its name without `-key` / `-value`.
 fn topic_of(subject: &str) -> &str {
-    subject.strip_suffix("-value").or_else(|| subject.strip_suffix("-key")).filter(|t| !t.is_empty()).unwrap_or(subject)
+    subject
+        .strip_suffix("-value")
+        .or_else(|| subject.strip_suffix("-key"))
+        .filter(|t| !t.is_empty())
+        .unwrap_or(subject)
 }
 
 #[cfg(test)]
@@ -154,9 +180,18 @@ mod tests {
         assert_eq!(topic_of("orders-key"), "orders");
         assert_eq!(topic_of("shop.Order"), "shop.Order");
         assert_eq!(topic_of("-value"), "-value");
-        assert!(matches!(required(&Route::Register { subject: "s".into(), normalize: false }), Required::Subject(AclOperation::Write, "s")));
-        assert!(matches!(required(&Route::SetConfig { subject: None }), Required::Cluster(AclOperation::AlterConfigs)));
-        assert!(matches!(required(&Route::SchemaById { id: "1".into(), format: None }), Required::Authenticated));
+        assert!(matches!(
+            required(&Route::Register { subject: "s".into(), normalize: false }),
+            Required::Subject(AclOperation::Write, "s")
+        ));
+        assert!(matches!(
+            required(&Route::SetConfig { subject: None }),
+            Required::Cluster(AclOperation::AlterConfigs)
+        ));
+        assert!(matches!(
+            required(&Route::SchemaById { id: "1".into(), format: None }),
+            Required::Authenticated
+        ));
     }
 
     #[test]

@@ -11,9 +11,9 @@ use floe_coordinator::replicated::ReplicatedWrites;
 use floe_storage::PartitionLog;
 use kafka_protocol::error::ResponseError;
 
-use floe_schema::store::{schemas_topic_config, ClusterSide, SCHEMAS_TOPIC};
 use crate::broker::Broker;
 use crate::coordinator_terms::ReplicaGate;
+use floe_schema::store::{schemas_topic_config, ClusterSide, SCHEMAS_TOPIC};
 
 /// How long a write waits for the in-sync replicas.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,7 +40,10 @@ impl BrokerCluster {
 
 /// Asks for `_schemas` every second until the cluster has it (enough brokers up,
 /// a controller), so the registry is writable before its first request.
-pub async fn create_topic_when_possible(side: Arc<BrokerCluster>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn create_topic_when_possible(
+    side: Arc<BrokerCluster>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         let attempt = side.clone();
         match tokio::task::spawn_blocking(move || attempt.ensure_topic()).await {
@@ -67,7 +70,14 @@ impl ClusterSide for BrokerCluster {
         if live < rf {
             return Err(format!("{SCHEMAS_TOPIC} needs {rf} live brokers (offsets.topic.replication.factor) and the cluster has {live}"));
         }
-        let created = self.runtime.block_on(crate::cluster_admin::create_topic(&broker, SCHEMAS_TOPIC, 1, rf, &[], schemas_topic_config()));
+        let created = self.runtime.block_on(crate::cluster_admin::create_topic(
+            &broker,
+            SCHEMAS_TOPIC,
+            1,
+            rf,
+            &[],
+            schemas_topic_config(),
+        ));
         match created {
             Ok(a) => {
                 tracing::info!(replicas = ?a.partitions, "created {SCHEMAS_TOPIC} in the cluster for the Schema Registry");
@@ -79,7 +89,10 @@ impl ClusterSide for BrokerCluster {
     }
 
     fn leader_epoch(&self) -> Option<i32> {
-        self.broker.upgrade()?.replicas.leader_epoch_of(&TopicPartition::new(SCHEMAS_TOPIC.to_string(), 0))
+        self.broker
+            .upgrade()?
+            .replicas
+            .leader_epoch_of(&TopicPartition::new(SCHEMAS_TOPIC.to_string(), 0))
     }
 
     fn check_leader(&self, log: &PartitionLog, leader_epoch: i32) -> Result<(), String> {

@@ -40,14 +40,19 @@ pub(crate) async fn forward(
     authorization: Option<&[u8]>,
 ) -> Result<Forwarded, String> {
     let Some(authority) = leader_url.strip_prefix("http://") else {
-        return Err(format!("the leading registry is at {leader_url}; forwarding is over plain http only"));
+        return Err(format!(
+            "the leading registry is at {leader_url}; forwarding is over plain http only"
+        ));
     };
     let authority = authority.trim_end_matches('/');
     let exchange = async {
-        let stream = tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connecting to {leader_url}: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        let stream = tokio::net::TcpStream::connect(authority)
             .await
-            .map_err(|e| format!("HTTP handshake with {leader_url}: {e}"))?;
+            .map_err(|e| format!("connecting to {leader_url}: {e}"))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("HTTP handshake with {leader_url}: {e}"))?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -60,12 +65,29 @@ pub(crate) async fn forward(
         if let Some(a) = authorization {
             request = request.header(hyper::header::AUTHORIZATION, a);
         }
-        let request = request.body(Full::new(body)).map_err(|e| format!("building the forwarded request: {e}"))?;
-        let response = sender.send_request(request).await.map_err(|e| format!("forwarding to {leader_url}: {e}"))?;
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| format!("building the forwarded request: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("forwarding to {leader_url}: {e}"))?;
         let status = response.status().as_u16();
-        let schemas_offset = response.headers().get(SCHEMAS_OFFSET).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-        let body = response.into_body().collect().await.map_err(|e| format!("reading {leader_url}'s answer: {e}"))?.to_bytes().to_vec();
+        let schemas_offset = response
+            .headers()
+            .get(SCHEMAS_OFFSET)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading {leader_url}'s answer: {e}"))?
+            .to_bytes()
+            .to_vec();
         Ok(Forwarded { status, body, schemas_offset })
     };
-    tokio::time::timeout(FORWARD_TIMEOUT, exchange).await.map_err(|_| format!("{leader_url} did not answer within {FORWARD_TIMEOUT:?}"))?
+    tokio::time::timeout(FORWARD_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("{leader_url} did not answer within {FORWARD_TIMEOUT:?}"))?
 }

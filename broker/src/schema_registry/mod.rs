@@ -29,7 +29,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use floe_schema::rest::{self, Reply, Route, CONTENT_TYPE};
-use floe_schema::{AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat, SchemaStore};
+use floe_schema::{
+    AvroFormat, JsonSchemaFormat, ProtobufFormat, Registry, SchemaFormat, SchemaStore,
+};
 use floe_storage::LogManager;
 use http_body_util::Full;
 use hyper::body::Bytes as HttpBytes;
@@ -60,7 +62,10 @@ fn formats() -> Vec<Arc<dyn SchemaFormat>> {
 /// # Errors
 /// [`StartError::Store`].
 pub fn open_store(logs: Arc<LogManager>, clustered: bool) -> Result<Arc<SchemaStore>, StartError> {
-    Ok(Arc::new(SchemaStore::open(logs, || Registry::new(formats()), clustered).map_err(StartError::Store)?))
+    Ok(Arc::new(
+        SchemaStore::open(logs, || Registry::new(formats()), clustered)
+            .map_err(StartError::Store)?,
+    ))
 }
 
 /// The running server. Dropping it without [`SchemaRegistryServer::stop`] stops it without joining its thread.
@@ -109,9 +114,18 @@ impl SchemaRegistryServer {
         let local = listener.local_addr();
         let addr = local.as_ref().map_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)), |a| *a);
         let bind_error = |source| StartError::Bind { addr, source };
-        let options = http_server::Options { name: "schema registry", max_connections: Some(MAX_CONNECTIONS), tls };
-        let server = http_server::spawn_thread("floe-schema-registry", listener, options, move |req, peer| handle(req, served.clone(), peer))
-            .map_err(bind_error)?;
+        let options = http_server::Options {
+            name: "schema registry",
+            max_connections: Some(MAX_CONNECTIONS),
+            tls,
+        };
+        let server = http_server::spawn_thread(
+            "floe-schema-registry",
+            listener,
+            options,
+            move |req, peer| handle(req, served.clone(), peer),
+        )
+        .map_err(bind_error)?;
         info!(url = %format!("{scheme}://{addr}"), "schema registry listening");
         Ok(Self(server))
     }
@@ -135,20 +149,30 @@ struct Served {
     metrics: Arc<Metrics>,
 }
 
-async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: SocketAddr) -> Response<Full<HttpBytes>> {
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    served: Arc<Served>,
+    peer: SocketAddr,
+) -> Response<Full<HttpBytes>> {
     let route = rest::route(req.method(), req.uri().path(), req.uri().query());
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let incoming = Incoming {
         method: method.clone(),
-        path_and_query: uri.path_and_query().map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string()),
-        authorization: req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec()),
+        path_and_query: uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string()),
+        authorization: req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec()),
         forwarded: req.headers().contains_key(forward::FORWARDED),
         host: peer.ip(),
     };
     let reply = match http_server::read_body(req.into_body(), MAX_BODY_BYTES).await {
         Ok(body) => {
             let (answering, s) = (route.clone(), served.clone());
-            match tokio::task::spawn_blocking(move || answer(&s, &answering, &incoming, body)).await {
+            match tokio::task::spawn_blocking(move || answer(&s, &answering, &incoming, body)).await
+            {
                 Ok(reply) => reply,
                 Err(e) => service_error(format!("the request's task failed: {e}")),
             }
@@ -156,7 +180,11 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
         Err(e @ BodyError::TooLarge(_)) => Reply::error(413, 413, e.to_string()),
         Err(e @ BodyError::Read(_)) => service_error(e.to_string()),
     };
-    served.metrics.schema_registry_requests.with_label_values(&[route.label(), reply.status.as_str()]).inc();
+    served
+        .metrics
+        .schema_registry_requests
+        .with_label_values(&[route.label(), reply.status.as_str()])
+        .inc();
     if let Some(problem) = &reply.problem {
         match reply.status.as_u16() {
             404 => debug!(%peer, %method, %uri, problem, "schema registry: not found"),
@@ -167,13 +195,21 @@ async fn handle(req: Request<hyper::body::Incoming>, served: Arc<Served>, peer: 
     let unauthorized = reply.status == hyper::StatusCode::UNAUTHORIZED;
     let mut response = Response::new(Full::new(HttpBytes::from(reply.body)));
     *response.status_mut() = reply.status;
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(CONTENT_TYPE));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(CONTENT_TYPE));
     if route.is_write() && served.store.is_clustered() {
         // Where `_schemas` ends after this write, for a forwarding follower to wait for.
-        response.headers_mut().insert(forward::SCHEMAS_OFFSET, hyper::header::HeaderValue::from(served.store.high_watermark()));
+        response.headers_mut().insert(
+            forward::SCHEMAS_OFFSET,
+            hyper::header::HeaderValue::from(served.store.high_watermark()),
+        );
     }
     if unauthorized {
-        response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Basic realm=\"floe\""));
+        response.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Basic realm=\"floe\""),
+        );
     }
     response
 }
@@ -198,18 +234,28 @@ const READ_YOUR_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs
 fn answer(served: &Served, route: &Route, incoming: &Incoming, body: HttpBytes) -> Reply {
     let principal = match served.access.authenticate(incoming.authorization.as_deref()) {
         Ok(p) => p,
-        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => return Reply::error(401, 40101, why),
+        Err(access::Denied::Unauthenticated(why) | access::Denied::Forbidden(why)) => {
+            return Reply::error(401, 40101, why)
+        }
     };
-    if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) = served.access.authorize(&principal, incoming.host, route) {
+    if let Err(access::Denied::Forbidden(why) | access::Denied::Unauthenticated(why)) =
+        served.access.authorize(&principal, incoming.host, route)
+    {
         return Reply::error(403, 40301, why);
     }
     if route.is_write() && served.store.is_clustered() && !served.store.leads() {
         return forward_write(served, incoming, body);
     }
     let mut reply = rest::answer(&served.store, route, &body);
-    if matches!(route, Route::Subjects { .. }) && served.access.filters_listings() && reply.status.is_success() {
+    if matches!(route, Route::Subjects { .. })
+        && served.access.filters_listings()
+        && reply.status.is_success()
+    {
         if let Ok(subjects) = serde_json::from_slice::<Vec<String>>(&reply.body) {
-            let visible: Vec<String> = subjects.into_iter().filter(|s| served.access.may_see(&principal, incoming.host, s)).collect();
+            let visible: Vec<String> = subjects
+                .into_iter()
+                .filter(|s| served.access.may_see(&principal, incoming.host, s))
+                .collect();
             reply.body = serde_json::to_vec(&visible).unwrap_or_default();
         }
     }
@@ -219,7 +265,8 @@ fn answer(served: &Served, route: &Route, incoming: &Incoming, body: HttpBytes) 
 /// A write this broker cannot make: the leader's registry makes it; then this
 /// broker's replica is awaited, so the client reads its write back here.
 fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> Reply {
-    let unknown = |why: String| Reply::registry_error(&floe_schema::RegistryError::UnknownLeader(why));
+    let unknown =
+        |why: String| Reply::registry_error(&floe_schema::RegistryError::UnknownLeader(why));
     if incoming.forwarded {
         return unknown("a forwarded write reached a broker that does not lead _schemas (leadership moved): retry".into());
     }
@@ -237,14 +284,17 @@ fn forward_write(served: &Served, incoming: &Incoming, body: HttpBytes) -> Reply
         Ok(answer) => {
             if let Some(offset) = answer.schemas_offset {
                 let deadline = std::time::Instant::now() + READ_YOUR_WRITE_WAIT;
-                while served.store.high_watermark() < offset && std::time::Instant::now() < deadline {
+                while served.store.high_watermark() < offset && std::time::Instant::now() < deadline
+                {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
             }
             Reply {
-                status: hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY),
+                status: hyper::StatusCode::from_u16(answer.status)
+                    .unwrap_or(hyper::StatusCode::BAD_GATEWAY),
                 body: answer.body,
-                problem: (answer.status >= 400).then(|| format!("the leading registry {leader} answered {}", answer.status)),
+                problem: (answer.status >= 400)
+                    .then(|| format!("the leading registry {leader} answered {}", answer.status)),
             }
         }
         Err(why) => Reply::registry_error(&floe_schema::RegistryError::Forwarding(why)),

@@ -77,7 +77,9 @@ impl CredentialStore {
         let path = data_dir.join(CREDENTIALS_FILE);
         let users = match json_file::read::<OnDisk>(&path, |d| d.version) {
             Ok(disk) => disk.map(|d| d.users).unwrap_or_default(),
-            Err(ReadError::Corrupt(reason)) => return Err(CredentialError::Corrupt { path, reason }),
+            Err(ReadError::Corrupt(reason)) => {
+                return Err(CredentialError::Corrupt { path, reason })
+            }
             Err(ReadError::Io(source)) => return Err(CredentialError::Io { path, source }),
         };
         let plain = match plain_users {
@@ -99,8 +101,11 @@ impl CredentialStore {
         if let Some(expected) = self.plain.get(user) {
             return super::scram::constant_time_eq(expected.as_bytes(), password.as_bytes());
         }
-        let credentials: Vec<(ScramMechanism, ScramCredential)> =
-            self.lock().get(user).map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect()).unwrap_or_default();
+        let credentials: Vec<(ScramMechanism, ScramCredential)> = self
+            .lock()
+            .get(user)
+            .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
         credentials.iter().any(|(m, c)| c.matches_password(*m, password.as_bytes()))
     }
 
@@ -160,11 +165,17 @@ impl CredentialStore {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>>
+    {
         self.users.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self, users: &BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>) -> Result<(), CredentialError> {
+    fn write(
+        &self,
+        users: &BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
+    ) -> Result<(), CredentialError> {
         let io = |source| CredentialError::Io { path: self.path.clone(), source };
         let disk = OnDisk { version: 1, users: users.clone() };
         let bytes = serde_json::to_vec_pretty(&disk).map_err(|e| io(std::io::Error::other(e)))?;
@@ -174,7 +185,8 @@ impl CredentialStore {
 }
 
 fn parse_plain_users(file: &Path) -> Result<BTreeMap<String, String>, CredentialError> {
-    let text = std::fs::read_to_string(file).map_err(|source| CredentialError::Io { path: file.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|source| CredentialError::Io { path: file.to_path_buf(), source })?;
     let mut users = BTreeMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -196,7 +208,8 @@ mod tests {
     use std::num::NonZeroU32;
 
     fn cred(m: ScramMechanism, password: &str) -> ScramCredential {
-        let salted = m.salted_password(password.as_bytes(), b"salt", NonZeroU32::new(4096).unwrap());
+        let salted =
+            m.salted_password(password.as_bytes(), b"salt", NonZeroU32::new(4096).unwrap());
         ScramCredential::from_salted_password(m, b"salt", 4096, &salted)
     }
 
@@ -205,17 +218,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = CredentialStore::open(dir.path(), None).unwrap();
         store
-            .alter(&[], vec![("alice".into(), ScramMechanism::Sha256, cred(ScramMechanism::Sha256, "correct horse"))])
+            .alter(
+                &[],
+                vec![(
+                    "alice".into(),
+                    ScramMechanism::Sha256,
+                    cred(ScramMechanism::Sha256, "correct horse"),
+                )],
+            )
             .unwrap();
         let existed = store.alter(&[("bob".into(), ScramMechanism::Sha256)], vec![]).unwrap();
         assert_eq!(existed, vec![false]);
         let reopened = CredentialStore::open(dir.path(), None).unwrap();
-        assert_eq!(reopened.scram("alice", ScramMechanism::Sha256), Some(cred(ScramMechanism::Sha256, "correct horse")));
+        assert_eq!(
+            reopened.scram("alice", ScramMechanism::Sha256),
+            Some(cred(ScramMechanism::Sha256, "correct horse"))
+        );
         assert!(reopened.check_plain("alice", "correct horse"));
         assert!(!reopened.check_plain("alice", "battery"));
         let text = std::fs::read_to_string(dir.path().join(CREDENTIALS_FILE)).unwrap();
         assert!(!text.contains("correct horse"));
-        assert_eq!(reopened.alter(&[("alice".into(), ScramMechanism::Sha256)], vec![]).unwrap(), vec![true]);
+        assert_eq!(
+            reopened.alter(&[("alice".into(), ScramMechanism::Sha256)], vec![]).unwrap(),
+            vec![true]
+        );
         assert!(CredentialStore::open(dir.path(), None).unwrap().describe().is_empty());
     }
 
@@ -228,6 +254,9 @@ mod tests {
         assert!(store.check_plain("admin", "s3cr:et"));
         assert!(!store.check_plain("admin", "s3cr"));
         std::fs::write(dir.path().join(CREDENTIALS_FILE), "{not json").unwrap();
-        assert!(matches!(CredentialStore::open(dir.path(), None), Err(CredentialError::Corrupt { .. })));
+        assert!(matches!(
+            CredentialStore::open(dir.path(), None),
+            Err(CredentialError::Corrupt { .. })
+        ));
     }
 }

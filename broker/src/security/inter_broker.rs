@@ -51,8 +51,16 @@ impl InterBrokerSettings {
     /// [`ConfigError::InvalidValue`]: an unknown listener, mechanism or
     /// identification algorithm; in a cluster, a TLS inter-broker listener
     /// without `ssl.truststore.location`, a SASL one without usable JAAS credentials.
-    pub(crate) fn from_raw(raw: &BTreeMap<String, String>, listeners: &[ListenerSpec], clustered: bool) -> Result<Self, ConfigError> {
-        let invalid = |key: &str, value: &str, reason: String| ConfigError::InvalidValue { key: key.into(), value: value.into(), reason };
+    pub(crate) fn from_raw(
+        raw: &BTreeMap<String, String>,
+        listeners: &[ListenerSpec],
+        clustered: bool,
+    ) -> Result<Self, ConfigError> {
+        let invalid = |key: &str, value: &str, reason: String| ConfigError::InvalidValue {
+            key: key.into(),
+            value: value.into(),
+            reason,
+        };
         let named = get(raw, "inter.broker.listener.name").trim();
         let spec = if named.is_empty() {
             listeners.first()
@@ -61,7 +69,13 @@ impl InterBrokerSettings {
         };
         let (listener, protocol) = match spec {
             Some(l) => (l.name.clone(), l.protocol),
-            None if clustered => return Err(invalid("inter.broker.listener.name", named, "no listener of this broker has that name".into())),
+            None if clustered => {
+                return Err(invalid(
+                    "inter.broker.listener.name",
+                    named,
+                    "no listener of this broker has that name".into(),
+                ))
+            }
             // Alone, the setting names nothing this broker connects to.
             None => (named.to_string(), SecurityProtocol::Plaintext),
         };
@@ -69,13 +83,20 @@ impl InterBrokerSettings {
         let verify_hostname = match algorithm.to_ascii_lowercase().as_str() {
             "https" => true,
             "" => false,
-            _ => return Err(invalid("ssl.endpoint.identification.algorithm", algorithm, "expected `https` or empty".into())),
+            _ => {
+                return Err(invalid(
+                    "ssl.endpoint.identification.algorithm",
+                    algorithm,
+                    "expected `https` or empty".into(),
+                ))
+            }
         };
         let mechanism_name = get(raw, "sasl.mechanism.inter.broker.protocol").trim();
         let mechanism = SaslMechanism::from_name(&mechanism_name.to_ascii_uppercase()).ok_or_else(|| {
             invalid("sasl.mechanism.inter.broker.protocol", mechanism_name, "Floe speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 between brokers (no GSSAPI)".into())
         })?;
-        if clustered && protocol.uses_tls() && get(raw, "ssl.truststore.location").trim().is_empty() {
+        if clustered && protocol.uses_tls() && get(raw, "ssl.truststore.location").trim().is_empty()
+        {
             return Err(invalid(
                 "ssl.truststore.location",
                 "",
@@ -83,7 +104,11 @@ impl InterBrokerSettings {
             ));
         }
         let credentials = if clustered && protocol.uses_sasl() {
-            let scoped = format!("listener.name.{}.{}.sasl.jaas.config", listener.to_ascii_lowercase(), mechanism.name().to_ascii_lowercase());
+            let scoped = format!(
+                "listener.name.{}.{}.sasl.jaas.config",
+                listener.to_ascii_lowercase(),
+                mechanism.name().to_ascii_lowercase()
+            );
             let (key, text) = match raw.get(&scoped).filter(|t| !t.trim().is_empty()) {
                 Some(text) => (scoped.as_str(), text.as_str()),
                 None => ("sasl.jaas.config", get(raw, "sasl.jaas.config")),
@@ -147,7 +172,8 @@ fn parse_jaas(text: &str) -> Result<SaslCredentials, &'static str> {
         options.insert(key.to_string(), value);
         rest = remaining.trim_start();
     }
-    let username = options.remove("username").filter(|u| !u.is_empty()).ok_or("no username option")?;
+    let username =
+        options.remove("username").filter(|u| !u.is_empty()).ok_or("no username option")?;
     let password = options.remove("password").ok_or("no password option")?;
     Ok(SaslCredentials { username, password })
 }
@@ -160,7 +186,11 @@ fn parse_jaas(text: &str) -> Result<SaslCredentials, &'static str> {
 /// # Errors
 /// [`TlsError`] naming the file or setting at fault.
 pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<ClientSecurity, TlsError> {
-    let tls_config = if settings.protocol.uses_tls() { Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?)) } else { None };
+    let tls_config = if settings.protocol.uses_tls() {
+        Some(Arc::new(client_tls(tls, settings.verify_hostname).client_config()?))
+    } else {
+        None
+    };
     let sasl = settings.credentials.clone().map(|c| (settings.mechanism, c));
     Ok(ClientSecurity::new(tls_config, sasl))
 }
@@ -174,18 +204,29 @@ pub fn load(settings: &InterBrokerSettings, tls: &TlsSettings) -> Result<ClientS
 ///
 /// # Errors
 /// A message naming the property at fault and what it should be.
-pub fn for_client(props: &BTreeMap<String, String>) -> Result<(ClientSecurity, SecurityProtocol), String> {
+pub fn for_client(
+    props: &BTreeMap<String, String>,
+) -> Result<(ClientSecurity, SecurityProtocol), String> {
     let prop = |key: &str| props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
     let protocol_name = prop("security.protocol").unwrap_or("PLAINTEXT");
-    let protocol = SecurityProtocol::parse(&protocol_name.to_ascii_uppercase())
-        .ok_or_else(|| format!("security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+    let protocol =
+        SecurityProtocol::parse(&protocol_name.to_ascii_uppercase()).ok_or_else(|| {
+            format!(
+                "security.protocol={protocol_name}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+            )
+        })?;
     let tls = if protocol.uses_tls() {
         let ca = prop("ssl.ca.location")
             .ok_or_else(|| format!("security.protocol={protocol} needs ssl.ca.location=FILE (the PEM CA certificates the brokers' certificates chain to)"))?;
-        let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https") {
+        let verify_hostname = match prop("ssl.endpoint.identification.algorithm").unwrap_or("https")
+        {
             "https" => true,
             "none" => false,
-            other => return Err(format!("ssl.endpoint.identification.algorithm={other}: use https or none")),
+            other => {
+                return Err(format!(
+                    "ssl.endpoint.identification.algorithm={other}: use https or none"
+                ))
+            }
         };
         let settings = TlsClientSettings {
             certificate: prop("ssl.certificate.location").map(Into::into),
@@ -201,12 +242,19 @@ pub fn for_client(props: &BTreeMap<String, String>) -> Result<(ClientSecurity, S
     };
     let sasl = if protocol.uses_sasl() {
         let name = prop("sasl.mechanism").or(prop("sasl.mechanisms")).unwrap_or("PLAIN");
-        let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase())
-            .ok_or_else(|| format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?;
-        let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password")) else {
-            return Err(format!("security.protocol={protocol} needs sasl.username and sasl.password"));
+        let mechanism = SaslMechanism::from_name(&name.to_ascii_uppercase()).ok_or_else(|| {
+            format!("sasl.mechanism={name}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        })?;
+        let (Some(username), Some(password)) = (prop("sasl.username"), props.get("sasl.password"))
+        else {
+            return Err(format!(
+                "security.protocol={protocol} needs sasl.username and sasl.password"
+            ));
         };
-        Some((mechanism, SaslCredentials { username: username.to_string(), password: password.clone() }))
+        Some((
+            mechanism,
+            SaslCredentials { username: username.to_string(), password: password.clone() },
+        ))
     } else {
         None
     };
@@ -244,7 +292,12 @@ mod tests {
     }
 
     fn listeners(text: &str) -> Vec<ListenerSpec> {
-        crate::listeners::parse_listeners(text, "", &format!("{},INTERNAL:SASL_SSL", crate::listeners::DEFAULT_PROTOCOL_MAP)).expect("listeners")
+        crate::listeners::parse_listeners(
+            text,
+            "",
+            &format!("{},INTERNAL:SASL_SSL", crate::listeners::DEFAULT_PROTOCOL_MAP),
+        )
+        .expect("listeners")
     }
 
     #[test]
@@ -253,7 +306,14 @@ mod tests {
         assert_eq!(c, SaslCredentials { username: "admin".into(), password: "se cr\"et".into() });
         let c = parse_jaas("org.apache.kafka.common.security.plain.PlainLoginModule required\n  username=broker\n  password=pw\n  user_alice=\"x\";").expect("parsed");
         assert_eq!((c.username.as_str(), c.password.as_str()), ("broker", "pw"));
-        for bad in ["", "Module", "Module maybe username=a password=b;", "M required username=\"a;", "M required password=b;", "M required username=a;"] {
+        for bad in [
+            "",
+            "Module",
+            "Module maybe username=a password=b;",
+            "M required username=\"a;",
+            "M required password=b;",
+            "M required username=a;",
+        ] {
             assert!(parse_jaas(bad).is_err(), "{bad:?}");
         }
         assert!(!format!("{c:?}").contains("pw"));
@@ -265,7 +325,10 @@ mod tests {
         let r = raw(&[
             ("ssl.truststore.location", "/ca.pem"),
             ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
-            ("listener.name.internal.scram-sha-512.sasl.jaas.config", r#"S required username="broker" password="b";"#),
+            (
+                "listener.name.internal.scram-sha-512.sasl.jaas.config",
+                r#"S required username="broker" password="b";"#,
+            ),
             ("sasl.jaas.config", r#"S required username="other" password="o";"#),
         ]);
         let s = InterBrokerSettings::from_raw(&r, &ls, true).expect("settings");
@@ -274,7 +337,11 @@ mod tests {
         let mut r2 = r.clone();
         r2.remove("listener.name.internal.scram-sha-512.sasl.jaas.config");
         let s = InterBrokerSettings::from_raw(&r2, &ls, true).expect("settings");
-        assert_eq!(s.credentials.map(|c| c.username), Some("other".into()), "falls back to sasl.jaas.config");
+        assert_eq!(
+            s.credentials.map(|c| c.username),
+            Some("other".into()),
+            "falls back to sasl.jaas.config"
+        );
     }
 
     #[test]
@@ -286,14 +353,38 @@ mod tests {
         };
         assert_eq!(err(&raw(&[])).0, "ssl.truststore.location");
         let ssl = listeners("SSL://127.0.0.1:0");
-        let s = InterBrokerSettings::from_raw(&raw(&[("ssl.truststore.location", "/ca.pem")]), &ssl, true).expect("SSL needs no login");
-        assert_eq!((s.listener.as_str(), s.protocol, s.verify_hostname), ("SSL", SecurityProtocol::Ssl, true));
+        let s = InterBrokerSettings::from_raw(
+            &raw(&[("ssl.truststore.location", "/ca.pem")]),
+            &ssl,
+            true,
+        )
+        .expect("SSL needs no login");
+        assert_eq!(
+            (s.listener.as_str(), s.protocol, s.verify_hostname),
+            ("SSL", SecurityProtocol::Ssl, true)
+        );
         assert!(s.credentials.is_none());
-        assert_eq!(err(&raw(&[("ssl.truststore.location", "/ca.pem")])).0, "listener.name.internal.plain.sasl.jaas.config");
-        let (key, value) = err(&raw(&[("ssl.truststore.location", "/ca.pem"), ("sasl.jaas.config", "M maybe username=a password=secret")]));
-        assert_eq!((key.as_str(), value.as_str()), ("sasl.jaas.config", "****"), "a secret is not echoed");
-        assert_eq!(err(&raw(&[("sasl.mechanism.inter.broker.protocol", "GSSAPI")])).0, "sasl.mechanism.inter.broker.protocol");
-        assert_eq!(err(&raw(&[("ssl.endpoint.identification.algorithm", "http")])).0, "ssl.endpoint.identification.algorithm");
+        assert_eq!(
+            err(&raw(&[("ssl.truststore.location", "/ca.pem")])).0,
+            "listener.name.internal.plain.sasl.jaas.config"
+        );
+        let (key, value) = err(&raw(&[
+            ("ssl.truststore.location", "/ca.pem"),
+            ("sasl.jaas.config", "M maybe username=a password=secret"),
+        ]));
+        assert_eq!(
+            (key.as_str(), value.as_str()),
+            ("sasl.jaas.config", "****"),
+            "a secret is not echoed"
+        );
+        assert_eq!(
+            err(&raw(&[("sasl.mechanism.inter.broker.protocol", "GSSAPI")])).0,
+            "sasl.mechanism.inter.broker.protocol"
+        );
+        assert_eq!(
+            err(&raw(&[("ssl.endpoint.identification.algorithm", "http")])).0,
+            "ssl.endpoint.identification.algorithm"
+        );
         // Alone, a broker connects to no one: nothing more is needed.
         let alone = InterBrokerSettings::from_raw(&raw(&[]), &ls, false).expect("alone");
         assert!(alone.credentials.is_none());

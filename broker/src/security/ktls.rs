@@ -60,10 +60,13 @@ const AVAILABLE_ULP: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
 
 /// Asks the kernel whether it has kTLS. Blocking (a loopback connect).
 pub fn probe() -> KtlsSupport {
-    let listed = std::fs::read_to_string(AVAILABLE_ULP).map(|s| s.trim().to_string()).unwrap_or_default();
+    let listed =
+        std::fs::read_to_string(AVAILABLE_ULP).map(|s| s.trim().to_string()).unwrap_or_default();
     match try_tls_ulp() {
         Ok(()) => KtlsSupport::Available,
-        Err(e) => KtlsSupport::Unavailable(format!("setsockopt(TCP_ULP, \"tls\") failed: {e} ({AVAILABLE_ULP}: {listed:?})")),
+        Err(e) => KtlsSupport::Unavailable(format!(
+            "setsockopt(TCP_ULP, \"tls\") failed: {e} ({AVAILABLE_ULP}: {listed:?})"
+        )),
     }
 }
 
@@ -77,14 +80,21 @@ fn try_tls_ulp() -> std::io::Result<()> {
     let _server = listener.accept()?;
     setsockopt(&client, TcpUlp::default(), b"tls").map_err(std::io::Error::from)?;
     let throwaway = TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
-        info: libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type: libc::TLS_CIPHER_AES_GCM_128 },
+        info: libc::tls_crypto_info {
+            version: libc::TLS_1_3_VERSION,
+            cipher_type: libc::TLS_CIPHER_AES_GCM_128,
+        },
         iv: [0; 8],
         key: [0; 16],
         salt: [0; 4],
         rec_seq: [0; 8],
     });
     let keyed = |what: &str, r: nix::Result<()>| {
-        r.map_err(|e| std::io::Error::other(format!("the tls ULP is there, but setsockopt({what}) with TLS 1.3 keys failed: {e}")))
+        r.map_err(|e| {
+            std::io::Error::other(format!(
+                "the tls ULP is there, but setsockopt({what}) with TLS 1.3 keys failed: {e}"
+            ))
+        })
     };
     keyed("TLS_TX", setsockopt(&client, TcpTlsTx, &throwaway))?;
     keyed("TLS_RX", setsockopt(&client, TcpTlsRx, &throwaway))
@@ -166,12 +176,17 @@ pub async fn offload(mut stream: TlsStream<RecordIo>) -> Result<Offload, Offload
     }
     let session = take_session(stream).await?;
     let suite = session.suite.clone();
-    let tx = crypto_info(session.secrets.tx.0, &session.secrets.tx.1).ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
-    let rx = crypto_info(session.secrets.rx.0, &session.secrets.rx.1).ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
+    let tx = crypto_info(session.secrets.tx.0, &session.secrets.tx.1)
+        .ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
+    let rx = crypto_info(session.secrets.rx.0, &session.secrets.rx.1)
+        .ok_or_else(|| OffloadError::Cipher(suite.clone()))?;
     let socket = session.socket;
     let keyed = setsockopt(&socket.as_fd(), TcpTlsTx, &tx)
         .map_err(|errno| OffloadError::Kernel { what: "TLS_TX", errno })
-        .and_then(|()| setsockopt(&socket.as_fd(), TcpTlsRx, &rx).map_err(|errno| OffloadError::Kernel { what: "TLS_RX", errno }));
+        .and_then(|()| {
+            setsockopt(&socket.as_fd(), TcpTlsRx, &rx)
+                .map_err(|errno| OffloadError::Kernel { what: "TLS_RX", errno })
+        });
     if let Err(e) = keyed {
         if !KERNEL_REFUSED_KEYS.swap(true, Ordering::Relaxed) {
             tracing::warn!(error = %e, suite = %suite, "the kernel refused a TLS session's keys: later TLS sessions stay in user space (copying path) until restart");
@@ -224,10 +239,8 @@ async fn take_session(stream: TlsStream<RecordIo>) -> Result<TakenSession, Offlo
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(OffloadError::Io(e)),
     }
-    let suite = conn
-        .negotiated_cipher_suite()
-        .map(|s| format!("{:?}", s.suite()))
-        .unwrap_or_default();
+    let suite =
+        conn.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite())).unwrap_or_default();
     let secrets = conn.dangerous_extract_secrets()?;
     let socket = io.into_socket();
     Ok(TakenSession { socket, plaintext: Bytes::from(plaintext), secrets, suite })
@@ -314,9 +327,15 @@ mod tests {
         fn new(info: &TlsCryptoInfo) -> Self {
             use ring::aead::{UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305};
             let (alg, key, iv, seq): (_, Vec<u8>, Vec<u8>, [u8; 8]) = match info {
-                TlsCryptoInfo::Aes128Gcm(c) => (&AES_128_GCM, c.key.to_vec(), [&c.salt[..], &c.iv[..]].concat(), c.rec_seq),
-                TlsCryptoInfo::Aes256Gcm(c) => (&AES_256_GCM, c.key.to_vec(), [&c.salt[..], &c.iv[..]].concat(), c.rec_seq),
-                TlsCryptoInfo::Chacha20Poly1305(c) => (&CHACHA20_POLY1305, c.key.to_vec(), c.iv.to_vec(), c.rec_seq),
+                TlsCryptoInfo::Aes128Gcm(c) => {
+                    (&AES_128_GCM, c.key.to_vec(), [&c.salt[..], &c.iv[..]].concat(), c.rec_seq)
+                }
+                TlsCryptoInfo::Aes256Gcm(c) => {
+                    (&AES_256_GCM, c.key.to_vec(), [&c.salt[..], &c.iv[..]].concat(), c.rec_seq)
+                }
+                TlsCryptoInfo::Chacha20Poly1305(c) => {
+                    (&CHACHA20_POLY1305, c.key.to_vec(), c.iv.to_vec(), c.rec_seq)
+                }
             };
             let key = ring::aead::LessSafeKey::new(UnboundKey::new(alg, &key).unwrap());
             Self { key, iv: iv.try_into().unwrap(), seq: u64::from_be_bytes(seq) }
@@ -336,7 +355,9 @@ mod tests {
             let len = (inner.len() + 16) as u16;
             let header = [23, 3, 3, (len >> 8) as u8, len as u8];
             let nonce = self.nonce();
-            self.key.seal_in_place_append_tag(nonce, ring::aead::Aad::from(header), &mut inner).unwrap();
+            self.key
+                .seal_in_place_append_tag(nonce, ring::aead::Aad::from(header), &mut inner)
+                .unwrap();
             [&header[..], &inner].concat()
         }
 
@@ -345,7 +366,10 @@ mod tests {
             let (header, body) = record.split_at(5);
             let mut body = body.to_vec();
             let nonce = self.nonce();
-            let plain = self.key.open_in_place(nonce, ring::aead::Aad::from(header), &mut body).expect("record decrypts");
+            let plain = self
+                .key
+                .open_in_place(nonce, ring::aead::Aad::from(header), &mut body)
+                .expect("record decrypts");
             let end = plain.iter().rposition(|&b| b != 0).unwrap();
             (plain[end], plain[..end].to_vec())
         }
@@ -370,21 +394,27 @@ mod tests {
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
         let chain = vec![cert.cert.der().clone()];
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-        let mut server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(provider::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain.clone(), key)
-            .unwrap();
+        let mut server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            provider::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain.clone(), key)
+        .unwrap();
         server.enable_secret_extraction = true;
         let mut roots = rustls::RootCertStore::empty();
         roots.add(chain[0].clone()).unwrap();
-        let client_provider = rustls::crypto::CryptoProvider { cipher_suites: vec![suite], ..provider::default_provider() };
-        let client = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(client_provider))
-            .with_protocol_versions(&[version])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let client_provider = rustls::crypto::CryptoProvider {
+            cipher_suites: vec![suite],
+            ..provider::default_provider()
+        };
+        let client =
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(client_provider))
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         (server, client)
     }
 
@@ -438,9 +468,14 @@ mod tests {
             let (stream, client_task) = handshake(server, client).await;
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             let mut session = take_session(stream).await.unwrap();
-            assert!(session.secrets.tx.0 > 0, "{suite:?}: rustls sent session tickets under the traffic key");
+            assert!(
+                session.secrets.tx.0 > 0,
+                "{suite:?}: rustls sent session tickets under the traffic key"
+            );
 
-            let mut rx = KernelModel::new(&crypto_info(session.secrets.rx.0, &session.secrets.rx.1).unwrap());
+            let mut rx = KernelModel::new(
+                &crypto_info(session.secrets.rx.0, &session.secrets.rx.1).unwrap(),
+            );
             let mut received = session.plaintext.to_vec();
             while received.len() < b"request-1request-2".len() {
                 let (content_type, plain) = rx.open(&read_record(&mut session.socket).await);
@@ -449,7 +484,9 @@ mod tests {
             }
             assert_eq!(received, b"request-1request-2", "{suite:?}");
 
-            let mut tx = KernelModel::new(&crypto_info(session.secrets.tx.0, &session.secrets.tx.1).unwrap());
+            let mut tx = KernelModel::new(
+                &crypto_info(session.secrets.tx.0, &session.secrets.tx.1).unwrap(),
+            );
             session.socket.write_all(&tx.seal(b"response")).await.unwrap();
             assert_eq!(&client_task.await.unwrap(), b"response", "{suite:?}");
         }
@@ -465,7 +502,10 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let kernel_has_ktls = probe() == KtlsSupport::Available;
         let tls12 = rustls::crypto::ring::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
-        let cases = TLS13_SUITES.into_iter().map(|s| (s, &rustls::version::TLS13)).chain([(tls12, &rustls::version::TLS12)]);
+        let cases = TLS13_SUITES
+            .into_iter()
+            .map(|s| (s, &rustls::version::TLS13))
+            .chain([(tls12, &rustls::version::TLS12)]);
         for (suite, version) in cases {
             let (server, client) = configs(suite, version);
             let (stream, client_task) = handshake(server, client).await;

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 // The mechanisms are floe-client's: outbound connections log in with them too.
 pub use floe_client::SaslMechanism;
 
-use crate::raw_config::{get, parse, ConfigError};
 use crate::listeners::ListenerSpec;
+use crate::raw_config::{get, parse, ConfigError};
 
 /// The SASL settings.
 #[derive(Debug, Clone)]
@@ -30,11 +30,16 @@ impl SaslSettings {
     ///
     /// # Errors
     /// [`ConfigError::InvalidValue`] for an unknown mechanism.
-    pub(crate) fn from_raw(raw: &BTreeMap<String, String>, listeners: &[ListenerSpec]) -> Result<Self, ConfigError> {
-        let default = parse_mechanisms("sasl.enabled.mechanisms", get(raw, "sasl.enabled.mechanisms"))?;
+    pub(crate) fn from_raw(
+        raw: &BTreeMap<String, String>,
+        listeners: &[ListenerSpec],
+    ) -> Result<Self, ConfigError> {
+        let default =
+            parse_mechanisms("sasl.enabled.mechanisms", get(raw, "sasl.enabled.mechanisms"))?;
         let mut enabled = BTreeMap::new();
         for l in listeners {
-            let key = format!("listener.name.{}.sasl.enabled.mechanisms", l.name.to_ascii_lowercase());
+            let key =
+                format!("listener.name.{}.sasl.enabled.mechanisms", l.name.to_ascii_lowercase());
             let mechanisms = match raw.get(&key) {
                 Some(text) => parse_mechanisms(&key, text)?,
                 None => default.clone(),
@@ -63,10 +68,14 @@ fn parse_mechanisms(key: &str, text: &str) -> Result<Vec<SaslMechanism>, ConfigE
         .map(str::trim)
         .filter(|m| !m.is_empty())
         .map(|m| {
-            SaslMechanism::from_name(&m.to_ascii_uppercase()).ok_or_else(|| ConfigError::InvalidValue {
-                key: key.into(),
-                value: text.into(),
-                reason: format!("unknown SASL mechanism `{m}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+            SaslMechanism::from_name(&m.to_ascii_uppercase()).ok_or_else(|| {
+                ConfigError::InvalidValue {
+                    key: key.into(),
+                    value: text.into(),
+                    reason: format!(
+                        "unknown SASL mechanism `{m}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                    ),
+                }
             })
         })
         .collect()

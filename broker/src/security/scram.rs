@@ -21,8 +21,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use floe_client::scram::{constant_time_eq, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use floe_client::scram::random_nonce;
+pub use floe_client::scram::{constant_time_eq, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 
 /// What the broker keeps for one user and mechanism.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +42,12 @@ pub struct ScramCredential {
 
 impl ScramCredential {
     /// Derives the stored keys from a salted password (what AlterUserScramCredentials sends).
-    pub fn from_salted_password(mechanism: ScramMechanism, salt: &[u8], iterations: i32, salted_password: &[u8]) -> Self {
+    pub fn from_salted_password(
+        mechanism: ScramMechanism,
+        salt: &[u8],
+        iterations: i32,
+        salted_password: &[u8],
+    ) -> Self {
         let client_key = mechanism.hmac(salted_password, b"Client Key");
         ScramCredential {
             salt: salt.to_vec(),
@@ -58,7 +63,8 @@ impl ScramCredential {
             return false;
         };
         let salted = mechanism.salted_password(password, &self.salt, iterations);
-        let candidate = ScramCredential::from_salted_password(mechanism, &self.salt, self.iterations, &salted);
+        let candidate =
+            ScramCredential::from_salted_password(mechanism, &self.salt, self.iterations, &salted);
         constant_time_eq(&candidate.stored_key, &self.stored_key)
     }
 }
@@ -127,10 +133,12 @@ pub fn client_first(
         // Other attributes are extensions (Kafka's `tokenauth=...`): ignored.
     }
     let user = user.ok_or(ScramError::Malformed("no user name"))?;
-    let client_nonce = client_nonce.filter(|n| !n.is_empty()).ok_or(ScramError::Malformed("no nonce"))?;
+    let client_nonce =
+        client_nonce.filter(|n| !n.is_empty()).ok_or(ScramError::Malformed("no nonce"))?;
     let credential = lookup(&user).ok_or_else(|| ScramError::UnknownUser(user.clone()))?;
     let nonce = format!("{client_nonce}{}", random_nonce());
-    let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
+    let server_first =
+        format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
     let exchange = ScramExchange {
         mechanism,
         user,
@@ -154,7 +162,8 @@ impl ScramExchange {
     /// [`ScramError::Proof`] for a wrong password; others for malformed messages.
     pub fn client_final(self, message: &[u8]) -> Result<Vec<u8>, ScramError> {
         let text = std::str::from_utf8(message).map_err(|_| ScramError::Malformed("not UTF-8"))?;
-        let (without_proof, proof) = text.rsplit_once(",p=").ok_or(ScramError::Malformed("no proof"))?;
+        let (without_proof, proof) =
+            text.rsplit_once(",p=").ok_or(ScramError::Malformed("no proof"))?;
         let mut nonce = None;
         let mut has_binding = false;
         for attr in without_proof.split(',') {
@@ -173,8 +182,10 @@ impl ScramExchange {
         if !nonce.is_some_and(|n| n.ends_with(self.nonce.as_str())) {
             return Err(ScramError::Nonce);
         }
-        let proof = BASE64.decode(proof).map_err(|_| ScramError::Malformed("proof is not base64"))?;
-        let auth_message = format!("{},{},{}", self.client_first_bare, self.server_first, without_proof);
+        let proof =
+            BASE64.decode(proof).map_err(|_| ScramError::Malformed("proof is not base64"))?;
+        let auth_message =
+            format!("{},{},{}", self.client_first_bare, self.server_first, without_proof);
         let m = self.mechanism;
         let client_signature = m.hmac(&self.credential.stored_key, auth_message.as_bytes());
         if proof.len() != client_signature.len() {
@@ -226,11 +237,18 @@ mod tests {
     use super::*;
 
     /// A client's side of the exchange, written from the RFC, to drive the server.
-    fn client_proof(m: ScramMechanism, password: &str, client_first_bare: &str, server_first: &str, final_without_proof: &str) -> (String, Vec<u8>) {
+    fn client_proof(
+        m: ScramMechanism,
+        password: &str,
+        client_first_bare: &str,
+        server_first: &str,
+        final_without_proof: &str,
+    ) -> (String, Vec<u8>) {
         let fields: Vec<&str> = server_first.split(',').collect();
         let salt = BASE64.decode(&fields[1][2..]).unwrap();
         let iterations: u32 = fields[2][2..].parse().unwrap();
-        let salted = m.salted_password(password.as_bytes(), &salt, NonZeroU32::new(iterations).unwrap());
+        let salted =
+            m.salted_password(password.as_bytes(), &salt, NonZeroU32::new(iterations).unwrap());
         let client_key = m.hmac(&salted, b"Client Key");
         let stored_key = m.hash(&client_key);
         let auth = format!("{client_first_bare},{server_first},{final_without_proof}");
@@ -246,7 +264,11 @@ mod tests {
         ScramCredential::from_salted_password(m, salt, 4096, &salted)
     }
 
-    fn run(m: ScramMechanism, stored_password: &str, client_password: &str) -> Result<(Vec<u8>, Vec<u8>), ScramError> {
+    fn run(
+        m: ScramMechanism,
+        stored_password: &str,
+        client_password: &str,
+    ) -> Result<(Vec<u8>, Vec<u8>), ScramError> {
         run_with_nonce(m, stored_password, client_password, |server_nonce| server_nonce.to_string())
     }
 
@@ -258,16 +280,24 @@ mod tests {
         final_nonce: impl Fn(&str) -> String,
     ) -> Result<(Vec<u8>, Vec<u8>), ScramError> {
         let cred = credential(m, stored_password);
-        let (exchange, server_first) = client_first(m, b"n,,n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL", |u| {
-            assert_eq!(u, "al=ice");
-            Some(cred.clone())
-        })?;
+        let (exchange, server_first) =
+            client_first(m, b"n,,n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL", |u| {
+                assert_eq!(u, "al=ice");
+                Some(cred.clone())
+            })?;
         let server_first = String::from_utf8(server_first).unwrap();
         assert!(server_first.starts_with("r=fyko+d2lbbFgONRv9qkxdawL"));
         let nonce = &server_first.split(',').next().unwrap()[2..];
         let without_proof = format!("c=biws,r={}", final_nonce(nonce));
-        let (proof, expected_signature) = client_proof(m, client_password, "n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL", &server_first, &without_proof);
-        let server_final = exchange.client_final(format!("{without_proof},p={proof}").as_bytes())?;
+        let (proof, expected_signature) = client_proof(
+            m,
+            client_password,
+            "n=al=3Dice,r=fyko+d2lbbFgONRv9qkxdawL",
+            &server_first,
+            &without_proof,
+        );
+        let server_final =
+            exchange.client_final(format!("{without_proof},p={proof}").as_bytes())?;
         Ok((server_final, format!("v={}", BASE64.encode(expected_signature)).into_bytes()))
     }
 
@@ -286,8 +316,17 @@ mod tests {
             client_first(ScramMechanism::Sha256, b"n,,n=bob,r=abc", |_| None),
             Err(ScramError::UnknownUser(u)) if u == "bob"
         ));
-        for bad in [&b""[..], b"n", b"x,,n=a,r=b", b"n,,r=abc", b"n,,n=a", b"\xff\xfe", b"n,,n=a=,r=x"] {
-            assert!(client_first(ScramMechanism::Sha512, bad, |_| Some(credential(ScramMechanism::Sha512, "p"))).is_err(), "{bad:?}");
+        for bad in
+            [&b""[..], b"n", b"x,,n=a,r=b", b"n,,r=abc", b"n,,n=a", b"\xff\xfe", b"n,,n=a=,r=x"]
+        {
+            assert!(
+                client_first(ScramMechanism::Sha512, bad, |_| Some(credential(
+                    ScramMechanism::Sha512,
+                    "p"
+                )))
+                .is_err(),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             client_first(ScramMechanism::Sha256, b"p=tls-unique,,n=a,r=b", |_| None).unwrap_err(),
@@ -298,10 +337,20 @@ mod tests {
     #[test]
     fn the_nonce_must_end_with_the_servers_as_kafka_checks() {
         // librdkafka < 2.6.1 puts its own nonce in front once more; Kafka (and Floe) accept it.
-        let doubled = run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", |n| format!("fyko+d2lbbFgONRv9qkxdawL{n}")).unwrap();
+        let doubled = run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", |n| {
+            format!("fyko+d2lbbFgONRv9qkxdawL{n}")
+        })
+        .unwrap();
         assert_eq!(doubled.0, doubled.1);
-        for wrong in [|n: &str| n[..n.len() - 1].to_string(), |n: &str| format!("{n}x"), |_: &str| "fyko+d2lbbFgONRv9qkxdawL".to_string()] {
-            assert_eq!(run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", wrong).unwrap_err(), ScramError::Nonce);
+        for wrong in [
+            |n: &str| n[..n.len() - 1].to_string(),
+            |n: &str| format!("{n}x"),
+            |_: &str| "fyko+d2lbbFgONRv9qkxdawL".to_string(),
+        ] {
+            assert_eq!(
+                run_with_nonce(ScramMechanism::Sha256, "pencil", "pencil", wrong).unwrap_err(),
+                ScramError::Nonce
+            );
         }
     }
 
@@ -323,7 +372,8 @@ mod client_tests {
 
     fn credential(m: ScramMechanism, password: &str) -> ScramCredential {
         let salt = b"client-test-salt";
-        let salted = m.salted_password(password.as_bytes(), salt, NonZeroU32::new(4096).expect("nonzero"));
+        let salted =
+            m.salted_password(password.as_bytes(), salt, NonZeroU32::new(4096).expect("nonzero"));
         ScramCredential::from_salted_password(m, salt, 4096, &salted)
     }
 
@@ -331,7 +381,8 @@ mod client_tests {
     fn exchange(m: ScramMechanism, stored: &str, used: &str, user: &str) -> Result<(), String> {
         let cred = credential(m, stored);
         let (mut client, first) = ScramClient::client_first(m, user, used);
-        let (server, server_first) = client_first(m, &first, |u| (u == user).then(|| cred.clone())).map_err(|e| e.to_string())?;
+        let (server, server_first) = client_first(m, &first, |u| (u == user).then(|| cred.clone()))
+            .map_err(|e| e.to_string())?;
         let last = client.client_final(&server_first).map_err(|e| e.to_string())?;
         let server_final = server.client_final(&last).map_err(|e| e.to_string())?;
         client.verify_server_final(&server_final).map_err(|e| e.to_string())

@@ -81,11 +81,18 @@ impl TlsSettings {
             _ => return Err(invalid("ssl.client.auth", "expected none, requested or required")),
         };
         let (mut tls12, mut tls13) = (false, false);
-        for p in get(raw, "ssl.enabled.protocols").split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for p in
+            get(raw, "ssl.enabled.protocols").split(',').map(str::trim).filter(|p| !p.is_empty())
+        {
             match p {
                 "TLSv1.2" => tls12 = true,
                 "TLSv1.3" => tls13 = true,
-                _ => return Err(invalid("ssl.enabled.protocols", "only TLSv1.2 and TLSv1.3 are offered")),
+                _ => {
+                    return Err(invalid(
+                        "ssl.enabled.protocols",
+                        "only TLSv1.2 and TLSv1.3 are offered",
+                    ))
+                }
             }
         }
         if !tls12 && !tls13 {
@@ -180,27 +187,37 @@ fn modification_times(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
 fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     // Read the times first: a file replaced while we read it is then seen as changed again.
     let modified = modification_times(settings);
-    let cert_path = settings.certificate.as_deref().ok_or(TlsError::Missing("ssl.certificate.location"))?;
+    let cert_path =
+        settings.certificate.as_deref().ok_or(TlsError::Missing("ssl.certificate.location"))?;
     let key_path = settings.key.as_deref().ok_or(TlsError::Missing("ssl.key.location"))?;
     let chain = read_certificates("certificate chain", cert_path)?;
     let key = read_private_key(key_path)?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&protocol_versions(settings.tls12, settings.tls13))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&protocol_versions(settings.tls12, settings.tls13))?;
     let builder = match settings.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         mode => {
-            let ca_path = settings.truststore.as_deref().ok_or(TlsError::Missing("ssl.truststore.location"))?;
+            let ca_path = settings
+                .truststore
+                .as_deref()
+                .ok_or(TlsError::Missing("ssl.truststore.location"))?;
             let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca_path).map_err(|e| pem_error("CA certificates", ca_path, e))? {
+            for cert in CertificateDer::pem_file_iter(ca_path)
+                .map_err(|e| pem_error("CA certificates", ca_path, e))?
+            {
                 let cert = cert.map_err(|e| pem_error("CA certificates", ca_path, e))?;
                 roots.add(cert).map_err(|e| pem_error("CA certificates", ca_path, e))?;
             }
-            let mut verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             if mode == ClientAuth::Requested {
                 verifier = verifier.allow_unauthenticated();
             }
-            builder.with_client_cert_verifier(verifier.build().map_err(|e| TlsError::Verifier(e.to_string()))?)
+            builder.with_client_cert_verifier(
+                verifier.build().map_err(|e| TlsError::Verifier(e.to_string()))?,
+            )
         }
     };
     let mut config = builder.with_single_cert(chain, key)?;
@@ -213,7 +230,10 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
 /// Reloads `tls` on SIGHUP and, with `floe.ssl.reload.interval.ms`, when its
 /// files change; returns when `shutdown` turns true. New connections get the
 /// new certificate; established ones keep their session.
-pub async fn reload_on_signal(tls: Arc<TlsContext>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn reload_on_signal(
+    tls: Arc<TlsContext>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = match signal(SignalKind::hangup()) {
         Ok(s) => Some(s),
@@ -238,8 +258,12 @@ pub async fn reload_on_signal(tls: Arc<TlsContext>, mut shutdown: tokio::sync::w
         };
         let ctx = tls.clone();
         match tokio::task::spawn_blocking(move || ctx.reload()).await {
-            Ok(Ok(())) => tracing::info!(trigger = why, "reloaded TLS certificate, key and truststore"),
-            Ok(Err(e)) => tracing::error!(trigger = why, error = %e, "TLS reload failed; keeping the previous certificate"),
+            Ok(Ok(())) => {
+                tracing::info!(trigger = why, "reloaded TLS certificate, key and truststore")
+            }
+            Ok(Err(e)) => {
+                tracing::error!(trigger = why, error = %e, "TLS reload failed; keeping the previous certificate")
+            }
             Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
         }
     }

@@ -102,7 +102,8 @@ fn attribute(oid: &[u8], value_tag: u8, value: &[u8], value_der: &[u8]) -> Strin
     };
     // UTF8String, PrintableString, IA5String, TeletexString (read as Latin-1 would be
     // wrong for T.61, but real certificates use it for ASCII).
-    let text = matches!(value_tag, 0x0c | 0x13 | 0x16 | 0x14).then(|| String::from_utf8_lossy(value).into_owned());
+    let text = matches!(value_tag, 0x0c | 0x13 | 0x16 | 0x14)
+        .then(|| String::from_utf8_lossy(value).into_owned());
     match (name, text) {
         (Some(n), Some(t)) => format!("{n}={}", escape(&t)),
         (n, _) => {

@@ -24,17 +24,17 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use floe_protocol::frame::{parse_frame, parse_request_header, HeaderError};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::ApiKey;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
-use crate::server::limits::{ReadClock, ReadExpiry, READ_DEADLINE_LOG};
 use crate::security::ktls;
 use crate::server::endpoint::Endpoint;
+use crate::server::limits::{ReadClock, ReadExpiry, READ_DEADLINE_LOG};
 use crate::server::record_io::RecordIo;
 use crate::server::stream::ClientStream;
 use crate::server::transmit;
@@ -58,7 +58,12 @@ pub struct Connection {
 const MAX_AWAITING_PRODUCES: usize = 16;
 
 /// The second stage of a Produce: its API name, when it was read, its reply.
-type AwaitedReply = std::pin::Pin<Box<dyn std::future::Future<Output = (&'static str, Instant, Result<Reply, handlers::Reject>)> + Send>>;
+type AwaitedReply = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = (&'static str, Instant, Result<Reply, handlers::Reject>)>
+            + Send,
+    >,
+>;
 
 /// What ended a wait for the next request's bytes.
 enum Woke {
@@ -85,17 +90,32 @@ enum Closed {
 
 impl Connection {
     /// Wraps a socket accepted on `endpoint`.
-    pub fn new(socket: TcpStream, peer: SocketAddr, broker: Arc<Broker>, endpoint: Arc<Endpoint>) -> Self {
+    pub fn new(
+        socket: TcpStream,
+        peer: SocketAddr,
+        broker: Arc<Broker>,
+        endpoint: Arc<Endpoint>,
+    ) -> Self {
         // Nagle would hold back the small buffers written between sendfile
         // regions (measured: it halves sendfile throughput at 64 KiB).
         if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
-        broker.metrics.connections_accepted.with_label_values(&[&endpoint.name, endpoint.protocol.name()]).inc();
+        broker
+            .metrics
+            .connections_accepted
+            .with_label_values(&[&endpoint.name, endpoint.protocol.name()])
+            .inc();
         let session = Session::new(peer, endpoint);
         // The buffer starts small and grows with the bytes a client sends, so
         // thousands of idle connections cost little memory.
-        Self { socket: Some(socket), peer, buffer: BytesMut::with_capacity(4 * 1024), broker, session }
+        Self {
+            socket: Some(socket),
+            peer,
+            buffer: BytesMut::with_capacity(4 * 1024),
+            broker,
+            session,
+        }
     }
 
     /// Serves requests until the peer leaves, bad input arrives, or shutdown
@@ -119,13 +139,19 @@ impl Connection {
     fn account(&self, closed: Closed) {
         self.broker.metrics.connections.dec();
         match closed {
-            Closed::ByPeer | Closed::Shutdown => tracing::debug!(peer = %self.peer, ?closed, "connection closed"),
+            Closed::ByPeer | Closed::Shutdown => {
+                tracing::debug!(peer = %self.peer, ?closed, "connection closed")
+            }
             Closed::Expired(expiry) => {
                 if let Some(closed) = READ_DEADLINE_LOG.admit() {
                     let (reason, buffered) = (expiry.metric_label(), self.buffer.len());
                     tracing::info!(peer = %self.peer, reason, buffered, closed, "closing connections: read deadline passed");
                 }
-                self.broker.metrics.connections_rejected.with_label_values(&[expiry.metric_label()]).inc();
+                self.broker
+                    .metrics
+                    .connections_rejected
+                    .with_label_values(&[expiry.metric_label()])
+                    .inc();
             }
             Closed::BadInput(reason) => {
                 self.broker.metrics.connections_rejected.with_label_values(&[reason]).inc();
@@ -151,10 +177,15 @@ impl Connection {
             Ok(Ok(mut stream)) => {
                 // A client certificate rustls has verified names the principal (Kafka's default).
                 let (_, tls_conn) = stream.get_ref();
-                let subject = tls_conn.peer_certificates().and_then(|chain| chain.first()).map(|leaf| crate::security::x500::subject_dn(leaf));
+                let subject = tls_conn
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|leaf| crate::security::x500::subject_dn(leaf));
                 match subject {
                     Some(Some(dn)) => self.session.ssl_principal = Some(format!("User:{dn}")),
-                    Some(None) => tracing::warn!(peer = %self.peer, "client certificate subject unreadable: the principal is User:ANONYMOUS"),
+                    Some(None) => {
+                        tracing::warn!(peer = %self.peer, "client certificate subject unreadable: the principal is User:ANONYMOUS")
+                    }
                     None => {}
                 }
                 if !self.broker.ktls {
@@ -177,11 +208,16 @@ impl Connection {
     /// Hands a TLS session to the kernel (kTLS) where it can be; see
     /// [`ktls::offload`]. A session the kernel took is counted and logged at
     /// debug level; one that stays in user space too, with the reason.
-    async fn offload_to_kernel(&mut self, stream: tokio_rustls::server::TlsStream<RecordIo>) -> Result<ClientStream, Closed> {
+    async fn offload_to_kernel(
+        &mut self,
+        stream: tokio_rustls::server::TlsStream<RecordIo>,
+    ) -> Result<ClientStream, Closed> {
         let sessions = &self.broker.metrics.ktls_sessions;
         // The handover may wait for the rest of a record the client started:
         // it gets the handshake's deadline, so a stalled client cannot hold it.
-        let Ok(offloaded) = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, ktls::offload(stream)).await else {
+        let Ok(offloaded) =
+            tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, ktls::offload(stream)).await
+        else {
             sessions.with_label_values(&["failed"]).inc();
             tracing::warn!(peer = %self.peer, listener = %self.session.endpoint.name, "closing connection: handing the TLS session to the kernel timed out");
             return Err(Closed::BadInput("ktls_offload_timeout"));
@@ -205,7 +241,11 @@ impl Connection {
         }
     }
 
-    async fn serve(&mut self, stream: &mut ClientStream, shutdown: &mut watch::Receiver<bool>) -> Closed {
+    async fn serve(
+        &mut self,
+        stream: &mut ClientStream,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Closed {
         let max_frame = self.broker.config.socket_request_max_bytes;
         let mut clock = ReadClock::new(
             Duration::from_millis(self.broker.config.connections_max_idle_ms),
@@ -256,8 +296,11 @@ impl Connection {
                 // handlers/sasl.rs). Nothing is waiting in `awaiting`: no Produce is
                 // admitted before the login, and a v0 handshake is refused after one.
                 let started = Instant::now();
-                let reply = handlers::sasl_unframed_token(&self.broker, &mut self.session, frame).await;
-                if let Err(closed) = self.answer(stream, "SaslAuthenticate", started, Ok(reply)).await {
+                let reply =
+                    handlers::sasl_unframed_token(&self.broker, &mut self.session, frame).await;
+                if let Err(closed) =
+                    self.answer(stream, "SaslAuthenticate", started, Ok(reply)).await
+                {
                     return closed;
                 }
                 if let Some(reason) = self.session.close_after_reply.take() {
@@ -304,7 +347,9 @@ impl Connection {
             match reply {
                 Ok(Reply::AwaitingReplication(pending)) => {
                     let broker = self.broker.clone();
-                    awaiting.push_back(Box::pin(async move { (name, started, pending.finish(&broker).await) }));
+                    awaiting.push_back(Box::pin(async move {
+                        (name, started, pending.finish(&broker).await)
+                    }));
                     continue;
                 }
                 // Behind an earlier Produce still waiting: answered after it.
@@ -333,7 +378,13 @@ impl Connection {
     }
 
     /// Writes one request's reply and counts it.
-    async fn answer(&mut self, stream: &mut ClientStream, name: &'static str, started: Instant, reply: Result<Reply, handlers::Reject>) -> Result<(), Closed> {
+    async fn answer(
+        &mut self,
+        stream: &mut ClientStream,
+        name: &'static str,
+        started: Instant,
+        reply: Result<Reply, handlers::Reject>,
+    ) -> Result<(), Closed> {
         let reply = match reply {
             Ok(reply) => reply,
             Err(reject) => {
@@ -348,9 +399,17 @@ impl Connection {
                 let zero_copy = self.broker.config.fetch_zero_copy;
                 match transmit::write_parts(stream, &parts, zero_copy).await {
                     Ok(sent) => {
-                        self.broker.metrics.fetch_bytes.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                        self.broker
+                            .metrics
+                            .fetch_bytes
+                            .with_label_values(&[sent.path.label()])
+                            .inc_by(sent.file_bytes);
                         if std::mem::take(&mut self.session.reply_to_replica) {
-                            self.broker.metrics.replication_bytes_out.with_label_values(&[sent.path.label()]).inc_by(sent.file_bytes);
+                            self.broker
+                                .metrics
+                                .replication_bytes_out
+                                .with_label_values(&[sent.path.label()])
+                                .inc_by(sent.file_bytes);
                         }
                         Ok(())
                     }
@@ -363,7 +422,11 @@ impl Connection {
             }
         };
         self.broker.metrics.requests.with_label_values(&[name]).inc();
-        self.broker.metrics.request_duration.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
+        self.broker
+            .metrics
+            .request_duration
+            .with_label_values(&[name])
+            .observe(started.elapsed().as_secs_f64());
         written.map_err(Closed::Io)
     }
 }

@@ -30,7 +30,9 @@ impl Endpoint {
     pub fn advertised_of(configured: Option<&(String, u16)>, bound: SocketAddr) -> (String, i32) {
         match configured {
             Some((host, port)) => (host.clone(), i32::from(*port)),
-            None if bound.ip().is_unspecified() => ("127.0.0.1".to_string(), i32::from(bound.port())),
+            None if bound.ip().is_unspecified() => {
+                ("127.0.0.1".to_string(), i32::from(bound.port()))
+            }
             None => (bound.ip().to_string(), i32::from(bound.port())),
         }
     }

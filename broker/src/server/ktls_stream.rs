@@ -55,7 +55,8 @@ impl KtlsStream {
     /// Counts `bytes` sent in `writes` calls: every call may end a record
     /// early, and none carries more than 16 KiB of plaintext per record.
     pub fn note_sent(&mut self, bytes: u64, writes: u64) {
-        self.records_sent = self.records_sent.saturating_add(bytes.div_ceil(MAX_RECORD_PLAINTEXT) + writes);
+        self.records_sent =
+            self.records_sent.saturating_add(bytes.div_ceil(MAX_RECORD_PLAINTEXT) + writes);
     }
 
     /// True once the connection should close before its key wears out.
@@ -69,7 +70,8 @@ impl KtlsStream {
 fn recv_record(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     let mut cmsg = nix::cmsg_space!(u8);
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()).map_err(io::Error::from)?;
+    let msg = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty())
+        .map_err(io::Error::from)?;
     let n = msg.bytes;
     let mut record_type = TlsGetRecordType::ApplicationData;
     for c in msg.cmsgs().map_err(io::Error::from)? {
@@ -98,7 +100,11 @@ fn recv_record(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 impl AsyncRead for KtlsStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.pending.is_empty() {
             let n = this.pending.len().min(buf.remaining());
@@ -129,14 +135,22 @@ impl AsyncRead for KtlsStream {
 }
 
 impl AsyncWrite for KtlsStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let n = ready!(Pin::new(&mut this.socket).poll_write(cx, buf))?;
         this.note_sent(n as u64, 1);
         Poll::Ready(Ok(n))
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let n = ready!(Pin::new(&mut this.socket).poll_write_vectored(cx, bufs))?;
         this.note_sent(n as u64, 1);
@@ -180,6 +194,10 @@ mod tests {
         stream.note_sent(0, 1);
         assert!(stream.key_exhausted());
         client.write_all(b"more").await.unwrap();
-        assert_eq!(stream.read(&mut got).await.unwrap(), 0, "an exhausted key reads as EOF between requests");
+        assert_eq!(
+            stream.read(&mut got).await.unwrap(),
+            0,
+            "an exhausted key reads as EOF between requests"
+        );
     }
 }

@@ -65,7 +65,11 @@ struct OpenConnections {
 impl ConnectionLimits {
     /// Limits of `max_total` connections, `max_per_ip` from any one address.
     pub fn new(max_total: usize, max_per_ip: usize) -> Arc<Self> {
-        Arc::new(Self { max_total: AtomicUsize::new(max_total), max_per_ip: AtomicUsize::new(max_per_ip), open: Mutex::new(OpenConnections::default()) })
+        Arc::new(Self {
+            max_total: AtomicUsize::new(max_total),
+            max_per_ip: AtomicUsize::new(max_per_ip),
+            open: Mutex::new(OpenConnections::default()),
+        })
     }
 
     /// New limits (`max.connections`, `max.connections.per.ip` altered at

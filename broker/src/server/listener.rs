@@ -19,8 +19,8 @@ use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use crate::server::connection::Connection;
-use crate::server::limits::{ConnectionLimits, REFUSAL_LOG};
 use crate::server::endpoint::Endpoint;
+use crate::server::limits::{ConnectionLimits, REFUSAL_LOG};
 
 /// Accepts connections on `endpoint` until `shutdown` flips to true, then drains.
 ///
@@ -77,9 +77,14 @@ pub async fn run(
     if open > 0 {
         tracing::info!(listener = %endpoint.name, open, "waiting for connections to finish their requests");
     }
-    let drained = tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} }).await;
+    let drained =
+        tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} })
+            .await;
     if drained.is_err() {
-        tracing::warn!(remaining = connections.len(), "shutdown deadline passed; aborting connections");
+        tracing::warn!(
+            remaining = connections.len(),
+            "shutdown deadline passed; aborting connections"
+        );
         connections.abort_all();
     }
 }

@@ -67,7 +67,10 @@ impl RecordIo {
                 let n = self.socket.read(&mut self.record[start..]).await?;
                 self.record.truncate(start + n);
                 if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "EOF inside a TLS record"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "EOF inside a TLS record",
+                    ));
                 }
             }
         }
@@ -118,7 +121,11 @@ impl RecordIo {
 }
 
 impl AsyncRead for RecordIo {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.record_complete() {
             this.deliver(buf);
@@ -141,7 +148,10 @@ impl AsyncRead for RecordIo {
                 if start == 0 {
                     return Poll::Ready(Ok(())); // EOF between records
                 }
-                return Poll::Ready(Err(io::Error::new(io::ErrorKind::UnexpectedEof, "EOF inside a TLS record")));
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "EOF inside a TLS record",
+                )));
             }
             if this.record_complete() {
                 this.deliver(buf);
@@ -152,11 +162,19 @@ impl AsyncRead for RecordIo {
 }
 
 impl AsyncWrite for RecordIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().socket).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().socket).poll_write_vectored(cx, bufs)
     }
 
@@ -206,14 +224,19 @@ mod tests {
         let mut io = RecordIo::new(server);
         let mut buf = vec![0u8; 4096];
         let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], &a[..], "one read, one record, though more is buffered in the socket");
+        assert_eq!(
+            &buf[..n],
+            &a[..],
+            "one read, one record, though more is buffered in the socket"
+        );
         let n = io.read(&mut buf[..10]).await.unwrap();
         assert_eq!(&buf[..n], &b[..10], "a short buffer gets part of the record");
         let n = io.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], &b[10..]);
 
         // Start the third record (nothing of it is handed out: it is incomplete)...
-        let read = tokio::time::timeout(std::time::Duration::from_millis(100), io.read(&mut buf)).await;
+        let read =
+            tokio::time::timeout(std::time::Duration::from_millis(100), io.read(&mut buf)).await;
         assert!(read.is_err(), "an incomplete record is not handed out");
         // ...then finish it: its bytes come back whole, and the socket is on a boundary.
         let writer = tokio::spawn(async move {
@@ -238,7 +261,10 @@ mod tests {
         client.write_all(&[0, 0, 0, 0x11, 0, 0x12, 0, 0]).await.unwrap();
         let mut io = RecordIo::new(server);
         let mut buf = vec![0u8; 64];
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), io.read(&mut buf)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), io.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(&buf[..n], &[0, 0, 0, 0x11, 0]);
     }
 
@@ -249,7 +275,9 @@ mod tests {
         client.write_all(&a[..8]).await.unwrap();
         let mut io = RecordIo::new(server);
         let mut buf = vec![0u8; 64];
-        assert!(tokio::time::timeout(std::time::Duration::from_millis(100), io.read(&mut buf)).await.is_err());
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(100), io.read(&mut buf))
+            .await
+            .is_err());
         io.pass_through();
         client.write_all(&a[8..]).await.unwrap();
         client.write_all(b"xyz").await.unwrap();

@@ -76,7 +76,11 @@ pub async fn write_bytes(stream: &mut ClientStream, frame: &Bytes) -> io::Result
 /// # Errors
 /// Any socket or file error; the connection is then closed (a response cut
 /// midway cannot be resumed).
-pub async fn write_parts(stream: &mut ClientStream, response: &EncodedResponse, zero_copy: bool) -> io::Result<Transmitted> {
+pub async fn write_parts(
+    stream: &mut ClientStream,
+    response: &EncodedResponse,
+    zero_copy: bool,
+) -> io::Result<Transmitted> {
     let file_bytes = file_bytes(response);
     let path = match stream {
         ClientStream::Plain(socket) if zero_copy => {
@@ -146,7 +150,11 @@ fn response_len(response: &EncodedResponse) -> u64 {
 }
 
 /// Reads a file region with `pread`, chunk by chunk, and writes it.
-async fn copy_region(stream: &mut ClientStream, region: &FileRegion, chunk: &mut Vec<u8>) -> io::Result<()> {
+async fn copy_region(
+    stream: &mut ClientStream,
+    region: &FileRegion,
+    chunk: &mut Vec<u8>,
+) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut position = region.position;
     let end = region.position + u64::from(region.len);
@@ -186,15 +194,23 @@ async fn sendfile_all(stream: &TcpStream, region: &FileRegion) -> io::Result<u64
         let remaining = (end - offset) as usize;
         let result = stream.try_io(Interest::WRITABLE, || {
             let mut off: nix::libc::off_t = offset;
-            nix::sys::sendfile::sendfile(stream.as_fd(), region.file.as_fd(), Some(&mut off), remaining)
-                .map_err(io::Error::from)
+            nix::sys::sendfile::sendfile(
+                stream.as_fd(),
+                region.file.as_fd(),
+                Some(&mut off),
+                remaining,
+            )
+            .map_err(io::Error::from)
         });
         match result {
             Ok(0) => {
                 // The file is shorter than the region: it was truncated under us.
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("segment file (fd {}) ended before the fetch region", region.file.as_raw_fd()),
+                    format!(
+                        "segment file (fd {}) ended before the fetch region",
+                        region.file.as_raw_fd()
+                    ),
                 ));
             }
             Ok(n) => {

@@ -63,13 +63,17 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+};
 use kafka_protocol::protocol::{Request, StrBytes};
+use prometheus::IntGaugeVec;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use prometheus::IntGaugeVec;
 use tracing::{debug, error, info, warn};
 
 use super::metrics::ReplicationMetrics;
@@ -221,8 +225,21 @@ impl ReplicaFetcherManager {
     /// endpoint ([`BrokerRegistration::endpoint`]) fetchers connect to (Kafka's
     /// `inter.broker.listener.name`), in that endpoint's security protocol.
     /// `log_corrupt_ranges` is the broker's gauge of the damaged ranges kept in its logs.
-    pub fn new(node_id: i32, listener: String, settings: FetcherSettings, metrics: ReplicationMetrics, log_corrupt_ranges: IntGaugeVec) -> Self {
-        Self { node_id, listener, settings, metrics, log_corrupt_ranges, state: Mutex::new(ManagerState::default()) }
+    pub fn new(
+        node_id: i32,
+        listener: String,
+        settings: FetcherSettings,
+        metrics: ReplicationMetrics,
+        log_corrupt_ranges: IntGaugeVec,
+    ) -> Self {
+        Self {
+            node_id,
+            listener,
+            settings,
+            metrics,
+            log_corrupt_ranges,
+            state: Mutex::new(ManagerState::default()),
+        }
     }
 
     /// Replaces the set of partitions this broker follows (and where their
@@ -234,7 +251,11 @@ impl ReplicaFetcherManager {
     ///
     /// Returns once no fetcher writes a partition it no longer owns, which may
     /// wait for an append or truncation in progress on such a partition.
-    pub fn follow(&self, partitions: Vec<FollowedPartition>, brokers: &BTreeMap<i32, BrokerRegistration>) {
+    pub fn follow(
+        &self,
+        partitions: Vec<FollowedPartition>,
+        brokers: &BTreeMap<i32, BrokerRegistration>,
+    ) {
         let mut st = lock(&self.state);
         if st.shut_down {
             warn!("replica fetchers are shut down: follow() ignored");
@@ -255,7 +276,9 @@ impl ReplicaFetcherManager {
                 Ok(addr) => {
                     reachable.insert(leader, addr);
                 }
-                Err(why) => warn!(leader, listener = %self.listener, %why, "cannot follow partitions of this leader yet"),
+                Err(why) => {
+                    warn!(leader, listener = %self.listener, %why, "cannot follow partitions of this leader yet")
+                }
             }
         }
         // 1. Retire the fetchers no longer needed (or whose leader moved), revoking their claims.
@@ -283,15 +306,22 @@ impl ReplicaFetcherManager {
             if !reachable.contains_key(&leader) {
                 continue;
             }
-            let current: Assignments = st.fetchers.get(&leader).map(|f| f.partitions.borrow().clone()).unwrap_or_default();
+            let current: Assignments =
+                st.fetchers.get(&leader).map(|f| f.partitions.borrow().clone()).unwrap_or_default();
             let mut set = Assignments::new();
             for p in wanted {
-                let kept = current.get(&p.tp).filter(|a| a.leader_epoch == p.leader_epoch && Arc::ptr_eq(&a.log, &p.log));
+                let kept = current
+                    .get(&p.tp)
+                    .filter(|a| a.leader_epoch == p.leader_epoch && Arc::ptr_eq(&a.log, &p.log));
                 let a = match kept {
                     Some(a) => a.clone(),
                     None => {
                         info!(topic = %p.tp.topic, partition = p.tp.partition, leader, leader_epoch = p.leader_epoch, "following partition");
-                        Assignment { leader_epoch: p.leader_epoch, log: p.log.clone(), claim: Claim::new() }
+                        Assignment {
+                            leader_epoch: p.leader_epoch,
+                            log: p.log.clone(),
+                            claim: Claim::new(),
+                        }
                     }
                 };
                 set.insert(p.tp.clone(), a);
@@ -357,7 +387,11 @@ impl ReplicaFetcherManager {
     }
 
     /// Where `leader` is reached on the fetchers' listener.
-    fn endpoint_of(&self, leader: i32, brokers: &BTreeMap<i32, BrokerRegistration>) -> Result<Endpoint, String> {
+    fn endpoint_of(
+        &self,
+        leader: i32,
+        brokers: &BTreeMap<i32, BrokerRegistration>,
+    ) -> Result<Endpoint, String> {
         let broker = brokers.get(&leader).ok_or("the leader is not a registered broker")?;
         super::registered_endpoint(broker, &self.listener)
     }
@@ -426,11 +460,17 @@ impl FetcherTask {
                     match &e {
                         // The operator must act (a password, a certificate): loud, but retried
                         // after the same backoff, so a fixed setting heals without a restart.
-                        ClientError::Authentication { mechanism, message, .. } => error!(leader = self.leader, addr = %self.endpoint.addr(), mechanism, error = %message,
-                            "replica fetcher cannot authenticate to the leader (SASL authentication failed); retrying after the backoff"),
-                        ClientError::Tls { .. } | ClientError::Security { .. } => error!(leader = self.leader, protocol = %self.endpoint.protocol, error = %e,
-                            "replica fetcher cannot open a secured connection to the leader; retrying after the backoff"),
-                        _ => warn!(leader = self.leader, error = %e, "replica fetcher lost its connection to the leader; reconnecting after the backoff"),
+                        ClientError::Authentication { mechanism, message, .. } => {
+                            error!(leader = self.leader, addr = %self.endpoint.addr(), mechanism, error = %message,
+                            "replica fetcher cannot authenticate to the leader (SASL authentication failed); retrying after the backoff")
+                        }
+                        ClientError::Tls { .. } | ClientError::Security { .. } => {
+                            error!(leader = self.leader, protocol = %self.endpoint.protocol, error = %e,
+                            "replica fetcher cannot open a secured connection to the leader; retrying after the backoff")
+                        }
+                        _ => {
+                            warn!(leader = self.leader, error = %e, "replica fetcher lost its connection to the leader; reconnecting after the backoff")
+                        }
                     }
                     let kind = match e {
                         ClientError::Authentication { .. } => "authentication",
@@ -467,14 +507,21 @@ impl FetcherTask {
     /// Takes the current assignment: new (or re-claimed) partitions start truncating.
     fn sync(&mut self) {
         let current = self.assignments.borrow_and_update().clone();
-        self.partitions.retain(|tp, p| current.get(tp).is_some_and(|a| Arc::ptr_eq(&a.claim, &p.assignment.claim)));
+        self.partitions.retain(|tp, p| {
+            current.get(tp).is_some_and(|a| Arc::ptr_eq(&a.claim, &p.assignment.claim))
+        });
         for (tp, a) in current {
             self.partitions.entry(tp).or_insert_with(|| {
                 // A follower's high watermark is its leader's, not its own log end.
                 if !a.log.is_replicated() {
                     a.log.set_replicated(true);
                 }
-                PartitionFetch { assignment: a, state: FetchState::Truncating, delayed_until: None, damage_cut: false }
+                PartitionFetch {
+                    assignment: a,
+                    state: FetchState::Truncating,
+                    delayed_until: None,
+                    damage_cut: false,
+                }
             });
         }
     }
@@ -489,28 +536,52 @@ impl FetcherTask {
                 return Ok(Step::Wait(at.saturating_duration_since(Instant::now())));
             }
             let client_id = format!("broker-{}-fetcher-{}", self.node_id, self.leader);
-            let conn = BrokerConnection::connect(&self.endpoint, &client_id, self.settings.socket_timeout, &self.settings.security).await?;
+            let conn = BrokerConnection::connect(
+                &self.endpoint,
+                &client_id,
+                self.settings.socket_timeout,
+                &self.settings.security,
+            )
+            .await?;
             info!(leader = self.leader, addr = %conn.addr(), protocol = %self.endpoint.protocol, "replica fetcher connected to the leader");
             self.conn = Some(conn);
         }
         let now = Instant::now();
-        let truncating: Vec<TopicPartition> =
-            self.partitions.iter().filter(|(_, p)| p.state == FetchState::Truncating && p.ready(now)).map(|(tp, _)| tp.clone()).collect();
+        let truncating: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.state == FetchState::Truncating && p.ready(now))
+            .map(|(tp, _)| tp.clone())
+            .collect();
         if !truncating.is_empty() {
             match self.truncate(truncating).await? {
                 Some(()) => {}
                 None => return Ok(Step::Stop),
             }
         }
-        let fetching: Vec<TopicPartition> =
-            self.partitions.iter().filter(|(_, p)| p.state == FetchState::Fetching && p.ready(now)).map(|(tp, _)| tp.clone()).collect();
+        let fetching: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.state == FetchState::Fetching && p.ready(now))
+            .map(|(tp, _)| tp.clone())
+            .collect();
         if fetching.is_empty() {
-            if self.partitions.values().any(|p| p.state == FetchState::Truncating && p.ready(Instant::now())) {
+            if self
+                .partitions
+                .values()
+                .any(|p| p.state == FetchState::Truncating && p.ready(Instant::now()))
+            {
                 return Ok(Step::Continue);
             }
             // Wait for the first delayed partition, or an assignment change.
-            let next = self.partitions.values().filter(|p| p.state != FetchState::Failed).filter_map(|p| p.delayed_until).min();
-            let wait = next.map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(Instant::now()));
+            let next = self
+                .partitions
+                .values()
+                .filter(|p| p.state != FetchState::Failed)
+                .filter_map(|p| p.delayed_until)
+                .min();
+            let wait = next
+                .map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(Instant::now()));
             return Ok(Step::Wait(wait.max(Duration::from_millis(1))));
         }
         match self.fetch(fetching).await? {
@@ -522,7 +593,9 @@ impl FetcherTask {
     /// The leader's local log start offset of `tp` (ListOffsets -4, KIP-405);
     /// `Ok(None)` when the leader does not answer one (retry after the backoff).
     async fn earliest_local(&mut self, tp: &TopicPartition) -> Result<Option<i64>, ClientError> {
-        use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
         use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
         let request = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(self.node_id))
@@ -531,8 +604,14 @@ impl FetcherTask {
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(tp.partition)
                     .with_timestamp(EARLIEST_LOCAL_TIMESTAMP)])]);
-        let Some(response) = self.call(EARLIEST_LOCAL_VERSION, &request).await? else { return Ok(None) };
-        let answer = response.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == tp.partition);
+        let Some(response) = self.call(EARLIEST_LOCAL_VERSION, &request).await? else {
+            return Ok(None);
+        };
+        let answer = response
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == tp.partition);
         Ok(match answer {
             Some(p) if p.error_code == 0 && p.offset >= 0 => Some(p.offset),
             other => {
@@ -544,7 +623,11 @@ impl FetcherTask {
     }
 
     /// Sends `request` on the connection; `None` if the task is stopped meanwhile.
-    async fn call<Req: Request>(&mut self, version: i16, request: &Req) -> Result<Option<Req::Response>, ClientError> {
+    async fn call<Req: Request>(
+        &mut self,
+        version: i16,
+        request: &Req,
+    ) -> Result<Option<Req::Response>, ClientError> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(ClientError::Broken { addr: self.endpoint.addr() });
         };
@@ -579,7 +662,8 @@ impl FetcherTask {
         for tp in tps {
             let Some(p) = self.partitions.get_mut(&tp) else { continue };
             let a = p.assignment.clone();
-            let first_damage = if p.damage_cut { None } else { a.log.corrupt_ranges().into_iter().next() };
+            let first_damage =
+                if p.damage_cut { None } else { a.log.corrupt_ranges().into_iter().next() };
             p.damage_cut = true;
             if let Some(damage) = first_damage {
                 // Recovery kept a damaged range (the single broker's rule: step over it, keep
@@ -593,7 +677,9 @@ impl FetcherTask {
                 self.metrics.replica_damaged_truncations.inc();
                 self.truncate_log(&tp, &a, damage.first_offset, false).await;
                 let left = a.log.corrupt_ranges().len() as i64;
-                self.log_corrupt_ranges.with_label_values(&[tp.topic.as_str(), &tp.partition.to_string()]).set(left);
+                self.log_corrupt_ranges
+                    .with_label_values(&[tp.topic.as_str(), &tp.partition.to_string()])
+                    .set(left);
                 continue;
             }
             match a.log.latest_epoch() {
@@ -617,12 +703,18 @@ impl FetcherTask {
         if topics.is_empty() {
             return Ok(Some(()));
         }
-        let request = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(self.node_id)).with_topics(
-            topics
-                .into_iter()
-                .map(|(topic, partitions)| OffsetForLeaderTopic::default().with_topic(topic_name(&topic)).with_partitions(partitions))
-                .collect(),
-        );
+        let request = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(self.node_id))
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        OffsetForLeaderTopic::default()
+                            .with_topic(topic_name(&topic))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
         let Some(response) = self.call(OFFSET_FOR_LEADER_EPOCH_VERSION, &request).await? else {
             return Ok(None);
         };
@@ -630,7 +722,11 @@ impl FetcherTask {
             for answer in topic.partitions {
                 let tp = TopicPartition::new(topic.topic.0.as_str(), answer.partition);
                 let Some((claim, asked_epoch)) = asked.get(&tp) else { continue };
-                let Some(p) = self.partitions.get(&tp).filter(|p| Arc::ptr_eq(&p.assignment.claim, claim)) else { continue };
+                let Some(p) =
+                    self.partitions.get(&tp).filter(|p| Arc::ptr_eq(&p.assignment.claim, claim))
+                else {
+                    continue;
+                };
                 let a = p.assignment.clone();
                 if let Some(e) = ResponseError::try_from_code(answer.error_code) {
                     warn!(topic = %tp.topic, partition = tp.partition, leader = self.leader, error = %e, "OffsetForLeaderEpoch failed; retrying after the backoff");
@@ -640,7 +736,8 @@ impl FetcherTask {
                 let local = a.log.end_offset_for_epoch(answer.leader_epoch);
                 let local = (local.1 != UNDEFINED_OFFSET).then_some(local);
                 let (log_end, hw) = (a.log.log_end_offset(), a.log.high_watermark());
-                let target = truncation_target((answer.leader_epoch, answer.end_offset), local, log_end, hw);
+                let target =
+                    truncation_target((answer.leader_epoch, answer.end_offset), local, log_end, hw);
                 info!(topic = %tp.topic, partition = tp.partition, leader = self.leader, requested_epoch = asked_epoch,
                     leader_epoch = answer.leader_epoch, leader_end_offset = answer.end_offset, log_end_offset = log_end,
                     truncate_to = target.offset, complete = target.complete, "leader epoch answer");
@@ -652,7 +749,13 @@ impl FetcherTask {
 
     /// Cuts `tp`'s log at `offset` (if it goes further) under its claim; the
     /// partition then fetches, or truncates again if `complete` is false.
-    async fn truncate_log(&mut self, tp: &TopicPartition, a: &Assignment, offset: i64, complete: bool) {
+    async fn truncate_log(
+        &mut self,
+        tp: &TopicPartition,
+        a: &Assignment,
+        offset: i64,
+        complete: bool,
+    ) {
         let done = run_under_claim(a, true, move |log| log.truncate_to(offset.max(0))).await;
         match done {
             None => {}
@@ -670,7 +773,9 @@ impl FetcherTask {
     /// anything else (I/O, an offline directory) stops the partition.
     fn storage_failure(&mut self, tp: &TopicPartition, e: &StorageError) {
         match e {
-            StorageError::Corrupt { .. } | StorageError::OffsetOutOfOrder { .. } | StorageError::UnexpectedAppendOffset { .. } => {
+            StorageError::Corrupt { .. }
+            | StorageError::OffsetOutOfOrder { .. }
+            | StorageError::UnexpectedAppendOffset { .. } => {
                 warn!(topic = %tp.topic, partition = tp.partition, leader = self.leader, error = %e, "cannot append the leader's records; retrying after the backoff");
                 self.delay(tp, "storage");
             }
@@ -714,7 +819,11 @@ impl FetcherTask {
             .with_topics(
                 topics
                     .into_iter()
-                    .map(|(topic, partitions)| FetchTopic::default().with_topic(topic_name(&topic)).with_partitions(partitions))
+                    .map(|(topic, partitions)| {
+                        FetchTopic::default()
+                            .with_topic(topic_name(&topic))
+                            .with_partitions(partitions)
+                    })
                     .collect(),
             );
         self.metrics.replica_fetch_requests.inc();
@@ -734,11 +843,11 @@ impl FetcherTask {
                 let tp = TopicPartition::new(topic.topic.0.as_str(), data.partition_index);
                 let Some((claim, fetch_offset)) = sent.get(&tp) else { continue };
                 // As Kafka: only if the partition is still here, fetching, from that offset.
-                let Some(p) = self
-                    .partitions
-                    .get(&tp)
-                    .filter(|p| Arc::ptr_eq(&p.assignment.claim, claim) && p.state == FetchState::Fetching && p.assignment.log.log_end_offset() == *fetch_offset)
-                else {
+                let Some(p) = self.partitions.get(&tp).filter(|p| {
+                    Arc::ptr_eq(&p.assignment.claim, claim)
+                        && p.state == FetchState::Fetching
+                        && p.assignment.log.log_end_offset() == *fetch_offset
+                }) else {
                     continue;
                 };
                 let a = p.assignment.clone();
@@ -751,7 +860,13 @@ impl FetcherTask {
     }
 
     /// Applies one partition's fetch answer. `None` if stopped.
-    async fn apply(&mut self, tp: &TopicPartition, a: &Assignment, fetch_offset: i64, data: PartitionData) -> Result<Option<()>, ClientError> {
+    async fn apply(
+        &mut self,
+        tp: &TopicPartition,
+        a: &Assignment,
+        fetch_offset: i64,
+        data: PartitionData,
+    ) -> Result<Option<()>, ClientError> {
         match fetch_outcome(&data) {
             FetchOutcome::Append { high_watermark } => {
                 let records = data.records.unwrap_or_default();
@@ -772,7 +887,12 @@ impl FetcherTask {
             FetchOutcome::Diverging { epoch, end_offset } => {
                 let local = a.log.end_offset_for_epoch(epoch);
                 let local = (local.1 != UNDEFINED_OFFSET).then_some(local);
-                let target = truncation_target((epoch, end_offset), local, a.log.log_end_offset(), a.log.high_watermark());
+                let target = truncation_target(
+                    (epoch, end_offset),
+                    local,
+                    a.log.log_end_offset(),
+                    a.log.high_watermark(),
+                );
                 info!(topic = %tp.topic, partition = tp.partition, leader = self.leader, diverging_epoch = epoch, leader_end_offset = end_offset,
                     truncate_to = target.offset, "the leader reports a diverging epoch");
                 // The leader checks the next fetch's last_fetched_epoch again (KIP-320):
@@ -780,7 +900,10 @@ impl FetcherTask {
                 self.truncate_log(tp, a, target.offset, true).await;
             }
             FetchOutcome::MovedToTiered { leader_log_start } => {
-                self.metrics.replica_fetch_errors.with_label_values(&["OFFSET_MOVED_TO_TIERED_STORAGE"]).inc();
+                self.metrics
+                    .replica_fetch_errors
+                    .with_label_values(&["OFFSET_MOVED_TO_TIERED_STORAGE"])
+                    .inc();
                 // Kafka's follower asks the leader's local log start (ListOffsets
                 // EARLIEST_LOCAL) and starts its log there; the table holds the rest.
                 let Some(local_start) = self.earliest_local(tp).await? else {
@@ -794,7 +917,11 @@ impl FetcherTask {
                 }
                 info!(topic = %tp.topic, partition = tp.partition, leader = self.leader, fetch_offset, local_start, leader_log_start,
                     "fetch offset in the leader's table only: starting the local log at the leader's local log start");
-                match run_under_claim(a, true, move |log| log.start_at_local_log_start(local_start, leader_log_start)).await {
+                match run_under_claim(a, true, move |log| {
+                    log.start_at_local_log_start(local_start, leader_log_start)
+                })
+                .await
+                {
                     None | Some(Ok(())) => {}
                     Some(Err(e)) => self.storage_failure(tp, &e),
                 }
@@ -816,7 +943,11 @@ impl FetcherTask {
                 if fetch_offset < leader_log_start {
                     warn!(topic = %tp.topic, partition = tp.partition, leader = self.leader, fetch_offset, leader_log_start,
                         "fetch offset below the leader's log start: starting the log over there");
-                    match run_under_claim(a, true, move |log| log.truncate_fully_and_start_at(leader_log_start)).await {
+                    match run_under_claim(a, true, move |log| {
+                        log.truncate_fully_and_start_at(leader_log_start)
+                    })
+                    .await
+                    {
                         None | Some(Ok(())) => {}
                         Some(Err(e)) => self.storage_failure(tp, &e),
                     }
@@ -839,13 +970,19 @@ impl FetcherTask {
 
     /// The leader's log start offset for `tp` (ListOffsets, earliest).
     /// `None` if stopped; `Some(Err)` for the leader's error.
-    async fn leader_log_start(&mut self, tp: &TopicPartition, leader_epoch: i32) -> Result<Option<Result<i64, ResponseError>>, ClientError> {
-        let request = ListOffsetsRequest::default().with_replica_id(BrokerId(self.node_id)).with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(&tp.topic))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(tp.partition)
-                .with_current_leader_epoch(leader_epoch)
-                .with_timestamp(EARLIEST_TIMESTAMP)])]);
+    async fn leader_log_start(
+        &mut self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+    ) -> Result<Option<Result<i64, ResponseError>>, ClientError> {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(self.node_id))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(&tp.topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_current_leader_epoch(leader_epoch)
+                    .with_timestamp(EARLIEST_TIMESTAMP)])]);
         let Some(response) = self.call(LIST_OFFSETS_VERSION, &request).await? else {
             return Ok(None);
         };
@@ -868,7 +1005,11 @@ impl FetcherTask {
 /// Runs `f` on the log under the assignment's claim: on the blocking pool if
 /// `blocking` (it may fsync), else here. `None` if the claim was revoked (or
 /// `f` panicked, which is logged).
-async fn run_under_claim<T: Send + 'static>(a: &Assignment, blocking: bool, f: impl FnOnce(&PartitionLog) -> T + Send + 'static) -> Option<T> {
+async fn run_under_claim<T: Send + 'static>(
+    a: &Assignment,
+    blocking: bool,
+    f: impl FnOnce(&PartitionLog) -> T + Send + 'static,
+) -> Option<T> {
     if !blocking {
         return a.claim.with(|| f(&a.log));
     }
@@ -888,11 +1029,15 @@ async fn run_under_claim<T: Send + 'static>(a: &Assignment, blocking: bool, f: i
 /// the batch (Kafka's `UnexpectedAppendOffsetException` handling in
 /// `Partition.appendRecordsToFollowerOrFutureReplica`).
 fn append(log: &PartitionLog, records: &[u8]) -> floe_storage::Result<u64> {
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     match log.append_as_follower(records, now_ms) {
         Ok(_) => Ok(whole_batches_len(records)),
         Err(StorageError::UnexpectedAppendOffset { expected, first_offset, last_offset })
-            if log.log_end_offset() == log.log_start_offset() && first_offset < expected && last_offset >= expected =>
+            if log.log_end_offset() == log.log_start_offset()
+                && first_offset < expected
+                && last_offset >= expected =>
         {
             info!(topic = %log.topic(), partition = log.partition(), log_start = expected, first_offset,
                 "the first fetched batch starts below the empty log's start: starting the log at the batch");
@@ -938,13 +1083,18 @@ enum FetchOutcome {
 fn fetch_outcome(data: &PartitionData) -> FetchOutcome {
     match ResponseError::try_from_code(data.error_code) {
         None if data.diverging_epoch.epoch >= 0 && data.diverging_epoch.end_offset >= 0 => {
-            FetchOutcome::Diverging { epoch: data.diverging_epoch.epoch, end_offset: data.diverging_epoch.end_offset }
+            FetchOutcome::Diverging {
+                epoch: data.diverging_epoch.epoch,
+                end_offset: data.diverging_epoch.end_offset,
+            }
         }
         None => FetchOutcome::Append { high_watermark: data.high_watermark },
-        Some(ResponseError::OffsetOutOfRange) => {
-            FetchOutcome::OutOfRange { leader_log_start: (data.log_start_offset >= 0).then_some(data.log_start_offset) }
+        Some(ResponseError::OffsetOutOfRange) => FetchOutcome::OutOfRange {
+            leader_log_start: (data.log_start_offset >= 0).then_some(data.log_start_offset),
+        },
+        Some(ResponseError::OffsetMovedToTieredStorage) => {
+            FetchOutcome::MovedToTiered { leader_log_start: data.log_start_offset }
         }
-        Some(ResponseError::OffsetMovedToTieredStorage) => FetchOutcome::MovedToTiered { leader_log_start: data.log_start_offset },
         Some(e) => FetchOutcome::Retry(e),
     }
 }
@@ -970,7 +1120,12 @@ struct Truncation {
 /// - else the smaller of the two ends of the epoch.
 ///
 /// Never past the log end offset.
-fn truncation_target(leader: (i32, i64), local: Option<(i32, i64)>, log_end: i64, high_watermark: i64) -> Truncation {
+fn truncation_target(
+    leader: (i32, i64),
+    local: Option<(i32, i64)>,
+    log_end: i64,
+    high_watermark: i64,
+) -> Truncation {
     let (leader_epoch, leader_end) = leader;
     let done = |offset: i64| Truncation { offset: offset.min(log_end), complete: true };
     if leader_end == UNDEFINED_OFFSET {
@@ -981,7 +1136,9 @@ fn truncation_target(leader: (i32, i64), local: Option<(i32, i64)>, log_end: i64
     }
     match local {
         None => done(leader_end),
-        Some((local_epoch, local_end)) if local_epoch != leader_epoch => Truncation { offset: local_end.min(log_end), complete: false },
+        Some((local_epoch, local_end)) if local_epoch != leader_epoch => {
+            Truncation { offset: local_end.min(log_end), complete: false }
+        }
         Some((_, local_end)) => done(local_end.min(leader_end)),
     }
 }
@@ -1013,22 +1170,42 @@ mod tests {
     use super::*;
 
     fn answer(error: i16, hw: i64, log_start: i64, diverging: Option<(i32, i64)>) -> PartitionData {
-        let mut d = PartitionData::default().with_error_code(error).with_high_watermark(hw).with_log_start_offset(log_start);
+        let mut d = PartitionData::default()
+            .with_error_code(error)
+            .with_high_watermark(hw)
+            .with_log_start_offset(log_start);
         if let Some((epoch, end)) = diverging {
-            d = d.with_diverging_epoch(EpochEndOffset::default().with_epoch(epoch).with_end_offset(end));
+            d = d.with_diverging_epoch(
+                EpochEndOffset::default().with_epoch(epoch).with_end_offset(end),
+            );
         }
         d
     }
 
     #[test]
     fn fetch_answers_map_to_kafkas_follower_actions() {
-        assert_eq!(fetch_outcome(&answer(0, 42, 0, None)), FetchOutcome::Append { high_watermark: 42 });
-        assert_eq!(fetch_outcome(&answer(0, 42, 0, Some((3, 17)))), FetchOutcome::Diverging { epoch: 3, end_offset: 17 });
+        assert_eq!(
+            fetch_outcome(&answer(0, 42, 0, None)),
+            FetchOutcome::Append { high_watermark: 42 }
+        );
+        assert_eq!(
+            fetch_outcome(&answer(0, 42, 0, Some((3, 17)))),
+            FetchOutcome::Diverging { epoch: 3, end_offset: 17 }
+        );
         // The default diverging epoch (-1, -1) is "none".
-        assert_eq!(fetch_outcome(&answer(0, 42, 0, Some((-1, -1)))), FetchOutcome::Append { high_watermark: 42 });
+        assert_eq!(
+            fetch_outcome(&answer(0, 42, 0, Some((-1, -1)))),
+            FetchOutcome::Append { high_watermark: 42 }
+        );
         let oor = ResponseError::OffsetOutOfRange.code();
-        assert_eq!(fetch_outcome(&answer(oor, 42, 10, None)), FetchOutcome::OutOfRange { leader_log_start: Some(10) });
-        assert_eq!(fetch_outcome(&answer(oor, -1, -1, None)), FetchOutcome::OutOfRange { leader_log_start: None });
+        assert_eq!(
+            fetch_outcome(&answer(oor, 42, 10, None)),
+            FetchOutcome::OutOfRange { leader_log_start: Some(10) }
+        );
+        assert_eq!(
+            fetch_outcome(&answer(oor, -1, -1, None)),
+            FetchOutcome::OutOfRange { leader_log_start: None }
+        );
         for e in [
             ResponseError::FencedLeaderEpoch,
             ResponseError::NotLeaderOrFollower,

@@ -23,7 +23,12 @@ impl FollowerState {
     /// it has `replica.lag.time.max.ms` to start fetching before it leaves the ISR
     /// (as Kafka resets followers when a broker becomes leader).
     pub fn new(now_ms: i64) -> Self {
-        Self { log_end_offset: -1, last_caught_up_ms: now_ms, last_fetch_ms: -1, last_fetch_leader_log_end: -1 }
+        Self {
+            log_end_offset: -1,
+            last_caught_up_ms: now_ms,
+            last_fetch_ms: -1,
+            last_fetch_leader_log_end: -1,
+        }
     }
 
     /// Records a fetch from `fetch_offset` made when the leader's log ended at
@@ -33,7 +38,9 @@ impl FollowerState {
     pub fn record_fetch(&mut self, fetch_offset: i64, leader_log_end: i64, now_ms: i64) {
         if fetch_offset >= leader_log_end {
             self.last_caught_up_ms = self.last_caught_up_ms.max(now_ms);
-        } else if self.last_fetch_leader_log_end >= 0 && fetch_offset >= self.last_fetch_leader_log_end {
+        } else if self.last_fetch_leader_log_end >= 0
+            && fetch_offset >= self.last_fetch_leader_log_end
+        {
             self.last_caught_up_ms = self.last_caught_up_ms.max(self.last_fetch_ms);
         }
         self.log_end_offset = fetch_offset;
@@ -49,8 +56,13 @@ impl FollowerState {
 
 /// The high watermark: the lowest log end offset of the leader and its in-sync
 /// followers (`None` for a follower of the ISR with no state, which holds it back).
-pub fn high_watermark<'a>(leader_log_end: i64, isr_followers: impl IntoIterator<Item = Option<&'a FollowerState>>) -> i64 {
-    isr_followers.into_iter().fold(leader_log_end, |hw, f| hw.min(f.map_or(-1, |f| f.log_end_offset)))
+pub fn high_watermark<'a>(
+    leader_log_end: i64,
+    isr_followers: impl IntoIterator<Item = Option<&'a FollowerState>>,
+) -> i64 {
+    isr_followers
+        .into_iter()
+        .fold(leader_log_end, |hw, f| hw.min(f.map_or(-1, |f| f.log_end_offset)))
 }
 
 /// The ISR without the followers that have not caught up for `lag_max_ms` (the
@@ -65,7 +77,10 @@ pub fn shrunk_isr(
 ) -> Vec<i32> {
     isr.iter()
         .copied()
-        .filter(|&r| r == leader || follower(r).is_some_and(|f| f.is_caught_up(leader_log_end, now_ms, lag_max_ms)))
+        .filter(|&r| {
+            r == leader
+                || follower(r).is_some_and(|f| f.is_caught_up(leader_log_end, now_ms, lag_max_ms))
+        })
         .collect()
 }
 
@@ -73,7 +88,11 @@ pub fn shrunk_isr(
 /// has everything below the high watermark, and has fetched into the current leader
 /// epoch (its log end is at least where the epoch began), so it cannot hold a
 /// divergent tail of an older epoch.
-pub fn may_join_isr(follower: &FollowerState, high_watermark: i64, epoch_start_offset: i64) -> bool {
+pub fn may_join_isr(
+    follower: &FollowerState,
+    high_watermark: i64,
+    epoch_start_offset: i64,
+) -> bool {
     follower.log_end_offset >= high_watermark && follower.log_end_offset >= epoch_start_offset
 }
 
@@ -106,21 +125,38 @@ mod tests {
         let b = FollowerState { log_end_offset: 55, ..FollowerState::new(0) };
         assert_eq!(high_watermark(60, [Some(&a), Some(&b)]), 40);
         assert_eq!(high_watermark(60, []), 60, "alone in the ISR: the leader's end");
-        assert_eq!(high_watermark(60, [Some(&b), None]), -1, "a member that has not fetched holds it back");
+        assert_eq!(
+            high_watermark(60, [Some(&b), None]),
+            -1,
+            "a member that has not fetched holds it back"
+        );
     }
 
     #[test]
     fn lagging_followers_leave_the_isr_but_the_leader_stays() {
-        let fresh = FollowerState { log_end_offset: 10, last_caught_up_ms: 50_000, ..FollowerState::new(0) };
-        let stale = FollowerState { log_end_offset: 10, last_caught_up_ms: 1_000, ..FollowerState::new(0) };
+        let fresh = FollowerState {
+            log_end_offset: 10,
+            last_caught_up_ms: 50_000,
+            ..FollowerState::new(0)
+        };
+        let stale =
+            FollowerState { log_end_offset: 10, last_caught_up_ms: 1_000, ..FollowerState::new(0) };
         let state = |r: i32| match r {
             2 => Some(fresh),
             3 => Some(stale),
             _ => None,
         };
         assert_eq!(shrunk_isr(&[1, 2, 3], 1, state, 20, 60_000, 30_000), vec![1, 2]);
-        assert_eq!(shrunk_isr(&[1, 2, 3, 4], 1, state, 20, 60_000, 30_000), vec![1, 2], "no state: out");
-        assert_eq!(shrunk_isr(&[1, 3], 1, state, 10, 60_000, 30_000), vec![1, 3], "at the leader's end: in");
+        assert_eq!(
+            shrunk_isr(&[1, 2, 3, 4], 1, state, 20, 60_000, 30_000),
+            vec![1, 2],
+            "no state: out"
+        );
+        assert_eq!(
+            shrunk_isr(&[1, 3], 1, state, 10, 60_000, 30_000),
+            vec![1, 3],
+            "at the leader's end: in"
+        );
     }
 
     #[test]

@@ -33,10 +33,20 @@ pub use replica_manager::ReplicaManager;
 ///
 /// # Errors
 /// Why it has none usable (for a log line).
-pub fn registered_endpoint(broker: &BrokerRegistration, listener: &str) -> Result<Endpoint, String> {
-    let ep = broker.endpoint(listener).ok_or_else(|| format!("broker {} has no endpoint on the inter-broker listener {listener}", broker.node_id))?;
-    let port = u16::try_from(ep.port).map_err(|_| format!("broker {} has an invalid port {}", broker.node_id, ep.port))?;
-    let protocol = SecurityProtocol::parse(&ep.security_protocol)
-        .ok_or_else(|| format!("broker {} registered an unknown security protocol {}", broker.node_id, ep.security_protocol))?;
+pub fn registered_endpoint(
+    broker: &BrokerRegistration,
+    listener: &str,
+) -> Result<Endpoint, String> {
+    let ep = broker.endpoint(listener).ok_or_else(|| {
+        format!("broker {} has no endpoint on the inter-broker listener {listener}", broker.node_id)
+    })?;
+    let port = u16::try_from(ep.port)
+        .map_err(|_| format!("broker {} has an invalid port {}", broker.node_id, ep.port))?;
+    let protocol = SecurityProtocol::parse(&ep.security_protocol).ok_or_else(|| {
+        format!(
+            "broker {} registered an unknown security protocol {}",
+            broker.node_id, ep.security_protocol
+        )
+    })?;
     Ok(Endpoint { host: ep.host.clone(), port, protocol })
 }

@@ -94,7 +94,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl ReplicaManager {
@@ -138,13 +140,21 @@ impl ReplicaManager {
                     continue;
                 }
                 let tp = TopicPartition::new(topic.clone(), p);
-                let (Some(state), Some(log)) = (view.partitions.get(&tp), logs.partition(topic, p)) else { continue };
+                let (Some(state), Some(log)) = (view.partitions.get(&tp), logs.partition(topic, p))
+                else {
+                    continue;
+                };
                 if state.leader == self.node_id {
                     log.set_replicated(replicas.len() > 1);
                     leading.push((tp, state, replicas, log));
                 } else if state.leader != crate::NO_LEADER {
                     self.first_follow(&tp, &log);
-                    following.push(FollowedPartition { tp, leader: state.leader, leader_epoch: state.leader_epoch, log });
+                    following.push(FollowedPartition {
+                        tp,
+                        leader: state.leader,
+                        leader_epoch: state.leader_epoch,
+                        log,
+                    });
                 }
             }
         }
@@ -165,7 +175,13 @@ impl ReplicaManager {
         });
         // As Kafka counts a partition being reassigned: against its replicas without the
         // ones still being added.
-        let under = leaders.values().filter(|lp| lp.state.isr.len() < lp.replicas.len().saturating_sub(lp.state.adding_replicas.len())).count();
+        let under = leaders
+            .values()
+            .filter(|lp| {
+                lp.state.isr.len()
+                    < lp.replicas.len().saturating_sub(lp.state.adding_replicas.len())
+            })
+            .count();
         self.metrics.under_replicated_partitions.set(under as i64);
         self.metrics.leader_partitions.set(leaders.len() as i64);
     }
@@ -182,7 +198,15 @@ impl ReplicaManager {
     }
 
     /// Becomes (or stays) the leader of `tp` at `state`'s epoch.
-    fn lead(&self, leaders: &mut HashMap<TopicPartition, LeaderPartition>, tp: TopicPartition, state: &PartitionState, replicas: &[i32], log: Arc<PartitionLog>, now: i64) {
+    fn lead(
+        &self,
+        leaders: &mut HashMap<TopicPartition, LeaderPartition>,
+        tp: TopicPartition,
+        state: &PartitionState,
+        replicas: &[i32],
+        log: Arc<PartitionLog>,
+        now: i64,
+    ) {
         match leaders.get_mut(&tp) {
             Some(lp) if lp.state.leader_epoch == state.leader_epoch => {
                 if lp.state.partition_epoch != state.partition_epoch {
@@ -202,8 +226,18 @@ impl ReplicaManager {
                 }
                 info!(partition = %tp, leader_epoch = state.leader_epoch, isr = ?state.isr, log_end_offset = log.log_end_offset(),
                       "became the leader");
-                let followers = replicas.iter().filter(|&&r| r != self.node_id).map(|&r| (r, FollowerState::new(now))).collect();
-                let lp = LeaderPartition { log, state: state.clone(), replicas: replicas.to_vec(), followers, pending_isr: None };
+                let followers = replicas
+                    .iter()
+                    .filter(|&&r| r != self.node_id)
+                    .map(|&r| (r, FollowerState::new(now)))
+                    .collect();
+                let lp = LeaderPartition {
+                    log,
+                    state: state.clone(),
+                    replicas: replicas.to_vec(),
+                    followers,
+                    pending_isr: None,
+                };
                 lp.update_high_watermark(self.node_id);
                 leaders.insert(tp, lp);
             }
@@ -214,7 +248,13 @@ impl ReplicaManager {
     /// changed or completed without a new leader epoch): replicas added become followers
     /// whose fetches count (they join the ISR by the usual rule), replicas removed are
     /// forgotten. Those that stay keep what the leader knows of them.
-    fn sync_followers(&self, tp: &TopicPartition, lp: &mut LeaderPartition, replicas: &[i32], now: i64) {
+    fn sync_followers(
+        &self,
+        tp: &TopicPartition,
+        lp: &mut LeaderPartition,
+        replicas: &[i32],
+        now: i64,
+    ) {
         let node_id = self.node_id;
         lp.followers.retain(|r, _| replicas.contains(r));
         for &r in replicas.iter().filter(|&&r| r != node_id) {
@@ -243,7 +283,12 @@ impl ReplicaManager {
     /// A follower fetched `tp` from `fetch_offset`: its log end offset. Moves the high
     /// watermark, and asks for the follower to join the ISR once it qualifies.
     /// Returns false if this broker does not lead `tp` or `follower` is not a replica.
-    pub fn record_follower_fetch(&self, tp: &TopicPartition, follower: i32, fetch_offset: i64) -> bool {
+    pub fn record_follower_fetch(
+        &self,
+        tp: &TopicPartition,
+        follower: i32,
+        fetch_offset: i64,
+    ) -> bool {
         let now = now_ms();
         let mut leaders = lock(&self.leaders);
         let Some(lp) = leaders.get_mut(tp) else { return false };
@@ -280,7 +325,14 @@ impl ReplicaManager {
                 continue;
             }
             let end = lp.log.log_end_offset();
-            let shrunk = isr::shrunk_isr(&lp.state.isr, self.node_id, |r| lp.followers.get(&r).copied(), end, now, self.lag_max_ms);
+            let shrunk = isr::shrunk_isr(
+                &lp.state.isr,
+                self.node_id,
+                |r| lp.followers.get(&r).copied(),
+                end,
+                now,
+                self.lag_max_ms,
+            );
             if shrunk != lp.state.isr {
                 warn!(partition = %tp, isr = ?lp.state.isr, shrunk = ?shrunk, lag_max_ms = self.lag_max_ms,
                       "followers fell behind for replica.lag.time.max.ms; shrinking the ISR");
@@ -291,7 +343,8 @@ impl ReplicaManager {
 
     fn request_isr(&self, tp: &TopicPartition, lp: &mut LeaderPartition, isr: Vec<i32>) {
         lp.pending_isr = Some(isr.clone());
-        let _ = self.isr_requests.send(IsrRequest { tp: tp.clone(), expected: lp.state.clone(), isr });
+        let _ =
+            self.isr_requests.send(IsrRequest { tp: tp.clone(), expected: lp.state.clone(), isr });
     }
 
     /// An ISR change was refused or failed: allow another once the view has the truth.
@@ -324,7 +377,11 @@ impl ReplicaManager {
 
     /// Checks, before an `acks=all` append to `tp`, that its ISR has at least
     /// `min.insync.replicas` members (NOT_ENOUGH_REPLICAS otherwise).
-    pub fn check_min_isr(&self, tp: &TopicPartition, min_isr: i32) -> Result<(), (ResponseError, String)> {
+    pub fn check_min_isr(
+        &self,
+        tp: &TopicPartition,
+        min_isr: i32,
+    ) -> Result<(), (ResponseError, String)> {
         match self.isr_size(tp) {
             Some(n) if (n as i32) < min_isr => Err((
                 ResponseError::NotEnoughReplicas,
@@ -342,13 +399,23 @@ impl ReplicaManager {
     /// REQUEST_TIMED_OUT at `deadline`; NOT_LEADER_OR_FOLLOWER if this broker stops
     /// leading `tp` meanwhile; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the records were
     /// replicated while the ISR was smaller than `min_isr`.
-    pub async fn wait_for_replication(&self, tp: &TopicPartition, log: &PartitionLog, required_offset: i64, min_isr: i32, deadline: Instant) -> Result<(), (ResponseError, String)> {
+    pub async fn wait_for_replication(
+        &self,
+        tp: &TopicPartition,
+        log: &PartitionLog,
+        required_offset: i64,
+        min_isr: i32,
+        deadline: Instant,
+    ) -> Result<(), (ResponseError, String)> {
         loop {
             let notified = log.append_notify().notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let Some(isr) = self.isr_size(tp) else {
-                return Err((ResponseError::NotLeaderOrFollower, format!("{tp}: leadership moved before the records were replicated")));
+                return Err((
+                    ResponseError::NotLeaderOrFollower,
+                    format!("{tp}: leadership moved before the records were replicated"),
+                ));
             };
             if log.high_watermark() >= required_offset {
                 if (isr as i32) < min_isr {
@@ -360,7 +427,10 @@ impl ReplicaManager {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err((ResponseError::RequestTimedOut, format!("{tp}: the in-sync replicas did not fetch the records in time")));
+                return Err((
+                    ResponseError::RequestTimedOut,
+                    format!("{tp}: the in-sync replicas did not fetch the records in time"),
+                ));
             }
             // A bounded wait: leadership can move without an append to wake us.
             let nap = deadline.min(Instant::now() + Duration::from_millis(200));
@@ -376,7 +446,12 @@ impl ReplicaManager {
             .values()
             .flat_map(|lp| {
                 let end = lp.log.log_end_offset();
-                lp.state.isr.iter().filter_map(|r| lp.followers.get(r)).map(move |f| (end - f.log_end_offset.max(0)).max(0)).collect::<Vec<_>>()
+                lp.state
+                    .isr
+                    .iter()
+                    .filter_map(|r| lp.followers.get(r))
+                    .map(move |f| (end - f.log_end_offset.max(0)).max(0))
+                    .collect::<Vec<_>>()
             })
             .max()
             .unwrap_or(0)
@@ -394,7 +469,11 @@ mod tests {
     use crate::TopicAssignment;
 
     fn view(replicas: &[i32], state: PartitionState) -> ClusterView {
-        let assignment = TopicAssignment { topic_id: "id".into(), partitions: BTreeMap::from([(0, replicas.to_vec())]), ..TopicAssignment::default() };
+        let assignment = TopicAssignment {
+            topic_id: "id".into(),
+            partitions: BTreeMap::from([(0, replicas.to_vec())]),
+            ..TopicAssignment::default()
+        };
         ClusterView {
             topics: Arc::new(BTreeMap::from([("t".to_string(), assignment)])),
             partitions: Arc::new(BTreeMap::from([(TopicPartition::new("t", 0), state)])),
@@ -409,21 +488,34 @@ mod tests {
     #[tokio::test]
     async fn replicas_added_within_an_epoch_become_followers() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let logs = LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("logs");
+        let logs =
+            LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("logs");
         logs.create_topic("t", 1, BTreeMap::new()).expect("topic");
         let metrics = ReplicationMetrics::new();
-        let log_corrupt_ranges = prometheus::IntGaugeVec::new(prometheus::Opts::new("floe_log_corrupt_ranges", "test"), &["topic", "partition"]).expect("metric");
-        let fetchers = ReplicaFetcherManager::new(1, "PLAINTEXT".into(), FetcherSettings::default(), metrics.clone(), log_corrupt_ranges);
-        let (manager, mut isr_requests) = ReplicaManager::new(1, Duration::from_secs(30), fetchers, metrics);
+        let log_corrupt_ranges = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new("floe_log_corrupt_ranges", "test"),
+            &["topic", "partition"],
+        )
+        .expect("metric");
+        let fetchers = ReplicaFetcherManager::new(
+            1,
+            "PLAINTEXT".into(),
+            FetcherSettings::default(),
+            metrics.clone(),
+            log_corrupt_ranges,
+        );
+        let (manager, mut isr_requests) =
+            ReplicaManager::new(1, Duration::from_secs(30), fetchers, metrics);
         let tp = TopicPartition::new("t", 0);
-        let state = |isr: &[i32], adding: &[i32], removing: &[i32], partition_epoch: i64| PartitionState {
-            leader: 1,
-            leader_epoch: 3,
-            isr: isr.to_vec(),
-            adding_replicas: adding.to_vec(),
-            removing_replicas: removing.to_vec(),
-            partition_epoch,
-        };
+        let state =
+            |isr: &[i32], adding: &[i32], removing: &[i32], partition_epoch: i64| PartitionState {
+                leader: 1,
+                leader_epoch: 3,
+                isr: isr.to_vec(),
+                adding_replicas: adding.to_vec(),
+                removing_replicas: removing.to_vec(),
+                partition_epoch,
+            };
         manager.apply(&view(&[1, 2], state(&[1, 2], &[], &[], 10)), &logs);
         assert!(manager.is_leader(&tp));
         assert!(!manager.record_follower_fetch(&tp, 3, 0), "3 is no replica yet");

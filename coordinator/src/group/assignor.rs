@@ -43,10 +43,15 @@ pub fn assign(
 
 /// Per topic, the subscribed members (by id) get consecutive ranges; the
 /// first `partitions % members` get one more.
-fn range(members: &[AssignorMember<'_>], partitions: &BTreeMap<String, i32>) -> BTreeMap<String, Assignment> {
-    let mut out: BTreeMap<String, Assignment> = members.iter().map(|m| (m.id.to_string(), Assignment::new())).collect();
+fn range(
+    members: &[AssignorMember<'_>],
+    partitions: &BTreeMap<String, i32>,
+) -> BTreeMap<String, Assignment> {
+    let mut out: BTreeMap<String, Assignment> =
+        members.iter().map(|m| (m.id.to_string(), Assignment::new())).collect();
     for (topic, &count) in partitions {
-        let mut subscribed: Vec<&str> = members.iter().filter(|m| m.topics.contains(topic)).map(|m| m.id).collect();
+        let mut subscribed: Vec<&str> =
+            members.iter().filter(|m| m.topics.contains(topic)).map(|m| m.id).collect();
         if subscribed.is_empty() {
             continue;
         }
@@ -57,7 +62,11 @@ fn range(members: &[AssignorMember<'_>], partitions: &BTreeMap<String, i32>) -> 
         for (i, id) in subscribed.iter().enumerate() {
             let take = per + i32::from((i as i32) < extra);
             if take > 0 {
-                out.entry(id.to_string()).or_default().entry(topic.clone()).or_default().extend(next..next + take);
+                out.entry(id.to_string())
+                    .or_default()
+                    .entry(topic.clone())
+                    .or_default()
+                    .extend(next..next + take);
             }
             next += take;
         }
@@ -77,7 +86,9 @@ fn uniform(
 ) -> BTreeMap<String, Assignment> {
     let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
     let mut load: BTreeMap<&str, usize> = members.iter().map(|m| (m.id, 0)).collect();
-    let eligible = |topic: &str| -> Vec<&str> { members.iter().filter(|m| m.topics.contains(topic)).map(|m| m.id).collect() };
+    let eligible = |topic: &str| -> Vec<&str> {
+        members.iter().filter(|m| m.topics.contains(topic)).map(|m| m.id).collect()
+    };
     for m in members {
         for (topic, parts) in previous.get(m.id).into_iter().flatten() {
             let Some(&count) = partitions.get(topic) else { continue };
@@ -100,7 +111,9 @@ fn uniform(
             if owner.contains_key(&key) {
                 continue;
             }
-            let Some(&least) = candidates.iter().min_by_key(|id| (load[*id], **id)) else { continue };
+            let Some(&least) = candidates.iter().min_by_key(|id| (load[*id], **id)) else {
+                continue;
+            };
             owner.insert(key, least.to_string());
             *load.entry(least).or_default() += 1;
         }
@@ -113,9 +126,17 @@ fn uniform(
         'donors: for donor in by_load {
             let donor_load = load[donor];
             // The donor's partitions, newest topic-partition first (arbitrary but deterministic).
-            let owned: Vec<(String, i32)> = owner.iter().filter(|(_, o)| o.as_str() == donor).map(|(k, _)| k.clone()).rev().collect();
+            let owned: Vec<(String, i32)> = owner
+                .iter()
+                .filter(|(_, o)| o.as_str() == donor)
+                .map(|(k, _)| k.clone())
+                .rev()
+                .collect();
             for key in owned {
-                let receiver = eligible(&key.0).into_iter().filter(|r| *r != donor).min_by_key(|id| (load[*id], *id));
+                let receiver = eligible(&key.0)
+                    .into_iter()
+                    .filter(|r| *r != donor)
+                    .min_by_key(|id| (load[*id], *id));
                 if let Some(receiver) = receiver {
                     if load[receiver] + 1 < donor_load {
                         owner.insert(key, receiver.to_string());
@@ -131,7 +152,8 @@ fn uniform(
             break;
         }
     }
-    let mut out: BTreeMap<String, Assignment> = members.iter().map(|m| (m.id.to_string(), Assignment::new())).collect();
+    let mut out: BTreeMap<String, Assignment> =
+        members.iter().map(|m| (m.id.to_string(), Assignment::new())).collect();
     for ((topic, p), id) in owner {
         out.entry(id).or_default().entry(topic).or_default().insert(p);
     }
@@ -155,13 +177,19 @@ mod tests {
         let parts: BTreeMap<String, i32> = [("t".to_string(), 6), ("u".to_string(), 1)].into();
         let one = assign("uniform", &[member("a", &["t", "u"])], &parts, &BTreeMap::new());
         assert_eq!(count(&one, "a"), 7);
-        let two = assign("uniform", &[member("a", &["t", "u"]), member("b", &["t", "u"])], &parts, &one);
+        let two =
+            assign("uniform", &[member("a", &["t", "u"]), member("b", &["t", "u"])], &parts, &one);
         assert_eq!((count(&two, "a"), count(&two, "b")), (4, 3));
         // Sticky: a kept what it keeps, b got only what a gave up.
         for (t, ps) in &two["a"] {
             assert!(ps.is_subset(&one["a"][t]));
         }
-        let three = assign("uniform", &[member("a", &["t", "u"]), member("b", &["t", "u"]), member("c", &["t"])], &parts, &two);
+        let three = assign(
+            "uniform",
+            &[member("a", &["t", "u"]), member("b", &["t", "u"]), member("c", &["t"])],
+            &parts,
+            &two,
+        );
         let counts: Vec<usize> = ["a", "b", "c"].iter().map(|m| count(&three, m)).collect();
         assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{counts:?}");
         assert!(three["c"].keys().all(|t| t == "t"));
@@ -170,7 +198,12 @@ mod tests {
     #[test]
     fn range_gives_consecutive_ranges_per_topic() {
         let parts: BTreeMap<String, i32> = [("t".to_string(), 5)].into();
-        let a = assign("range", &[member("b", &["t"]), member("a", &["t"]), member("c", &["x"])], &parts, &BTreeMap::new());
+        let a = assign(
+            "range",
+            &[member("b", &["t"]), member("a", &["t"]), member("c", &["x"])],
+            &parts,
+            &BTreeMap::new(),
+        );
         assert_eq!(a["a"]["t"], [0, 1, 2].into());
         assert_eq!(a["b"]["t"], [3, 4].into());
         assert!(a["c"].is_empty());

@@ -46,7 +46,11 @@ pub struct ConsumerGroupConfig {
 
 impl Default for ConsumerGroupConfig {
     fn default() -> Self {
-        Self { session_timeout: Duration::from_millis(45_000), heartbeat_interval: Duration::from_millis(5000), max_size: i32::MAX as usize }
+        Self {
+            session_timeout: Duration::from_millis(45_000),
+            heartbeat_interval: Duration::from_millis(5000),
+            max_size: i32::MAX as usize,
+        }
     }
 }
 
@@ -156,7 +160,8 @@ fn overlaps(a: &Assignment, b: &Assignment) -> bool {
 fn intersection(a: &Assignment, b: &Assignment) -> Assignment {
     a.iter()
         .filter_map(|(t, ps)| {
-            let both: BTreeSet<i32> = b.get(t).map(|qs| ps.intersection(qs).copied().collect()).unwrap_or_default();
+            let both: BTreeSet<i32> =
+                b.get(t).map(|qs| ps.intersection(qs).copied().collect()).unwrap_or_default();
             (!both.is_empty()).then(|| (t.clone(), both))
         })
         .collect()
@@ -219,7 +224,11 @@ impl ConsumerGroup {
             "Empty"
         } else if self.group_epoch > self.assignment_epoch {
             "Assigning"
-        } else if self.members.values().any(|m| m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch) {
+        } else if self
+            .members
+            .values()
+            .any(|m| m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch)
+        {
             "Reconciling"
         } else {
             "Stable"
@@ -249,12 +258,20 @@ impl ConsumerGroup {
             LEAVE_EPOCH | STATIC_LEAVE_EPOCH => return self.leave(&hb, topics, now),
             0 => self.join(&hb, cfg, now)?,
             epoch => {
-                self.check_member(&hb.member_id, hb.instance_id.as_deref(), epoch, hb.owned.as_ref())?;
+                self.check_member(
+                    &hb.member_id,
+                    hb.instance_id.as_deref(),
+                    epoch,
+                    hb.owned.as_ref(),
+                )?;
                 (hb.member_id.clone(), false)
             }
         };
         let (id, mut changed) = id;
-        let full = hb.member_epoch == 0 || (hb.rebalance_timeout_ms != -1 && hb.subscribed_topic_names.is_some() && hb.owned.is_some());
+        let full = hb.member_epoch == 0
+            || (hb.rebalance_timeout_ms != -1
+                && hb.subscribed_topic_names.is_some()
+                && hb.owned.is_some());
         let m = self.members.get_mut(&id).ok_or(ResponseError::UnknownMemberId)?;
         m.last_heartbeat = now;
         m.client_id = hb.client_id;
@@ -284,15 +301,31 @@ impl ConsumerGroup {
         self.reconcile(&id, hb.owned.as_ref(), now);
         let m = &self.members[&id];
         let send = full || m.assigned != before || m.member_epoch != epoch_before;
-        Ok(HeartbeatResult { member_id: id, member_epoch: m.member_epoch, assignment: send.then(|| m.assigned.clone()) })
+        Ok(HeartbeatResult {
+            member_id: id,
+            member_epoch: m.member_epoch,
+            assignment: send.then(|| m.assigned.clone()),
+        })
     }
 
     /// Adds (or restarts) the member; returns its id and whether it is new.
-    fn join(&mut self, hb: &Heartbeat, cfg: &ConsumerGroupConfig, now: Instant) -> Result<(String, bool), ResponseError> {
-        if hb.subscribed_topic_names.is_none() || hb.rebalance_timeout_ms < 0 || hb.owned.as_ref().is_some_and(|o| !o.is_empty()) {
+    fn join(
+        &mut self,
+        hb: &Heartbeat,
+        cfg: &ConsumerGroupConfig,
+        now: Instant,
+    ) -> Result<(String, bool), ResponseError> {
+        if hb.subscribed_topic_names.is_none()
+            || hb.rebalance_timeout_ms < 0
+            || hb.owned.as_ref().is_some_and(|o| !o.is_empty())
+        {
             return Err(ResponseError::InvalidRequest);
         }
-        let id = if hb.member_id.is_empty() { uuid::Uuid::new_v4().to_string() } else { hb.member_id.clone() };
+        let id = if hb.member_id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            hb.member_id.clone()
+        };
         if let Some(m) = self.members.get_mut(&id) {
             // A member rejoining with epoch 0 lost its assignment: start it over.
             m.member_epoch = 0;
@@ -322,7 +355,12 @@ impl ConsumerGroup {
             revocation_deadline: None,
         };
         if let Some(instance) = &hb.instance_id {
-            if let Some(old) = self.members.values().find(|m| m.instance_id.as_ref() == Some(instance)).map(|m| m.member_id.clone()) {
+            if let Some(old) = self
+                .members
+                .values()
+                .find(|m| m.instance_id.as_ref() == Some(instance))
+                .map(|m| m.member_id.clone())
+            {
                 if self.members[&old].member_epoch != STATIC_LEAVE_EPOCH {
                     return Err(ResponseError::UnreleasedInstanceId);
                 }
@@ -346,7 +384,13 @@ impl ConsumerGroup {
     }
 
     /// Kafka's `throwIfMemberEpochIsInvalid`, plus the member and instance checks.
-    fn check_member(&self, member_id: &str, instance_id: Option<&str>, epoch: i32, owned: Option<&Assignment>) -> Result<(), ResponseError> {
+    fn check_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        epoch: i32,
+        owned: Option<&Assignment>,
+    ) -> Result<(), ResponseError> {
         let m = self.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
         if instance_id.is_some() && m.instance_id.as_deref() != instance_id {
             return Err(ResponseError::FencedInstanceId);
@@ -357,7 +401,8 @@ impl ConsumerGroup {
         if epoch < m.member_epoch {
             // The response that bumped the epoch may have been lost: accept the
             // previous epoch if the member owns no more than it has now.
-            let lost_response = epoch == m.previous_member_epoch && owned.is_some_and(|o| is_subset(o, &m.assigned));
+            let lost_response = epoch == m.previous_member_epoch
+                && owned.is_some_and(|o| is_subset(o, &m.assigned));
             if !lost_response {
                 return Err(ResponseError::FencedMemberEpoch);
             }
@@ -365,7 +410,12 @@ impl ConsumerGroup {
         Ok(())
     }
 
-    fn leave(&mut self, hb: &Heartbeat, topics: &BTreeMap<String, i32>, now: Instant) -> Result<HeartbeatResult, ResponseError> {
+    fn leave(
+        &mut self,
+        hb: &Heartbeat,
+        topics: &BTreeMap<String, i32>,
+        now: Instant,
+    ) -> Result<HeartbeatResult, ResponseError> {
         let id = match &hb.instance_id {
             Some(instance) => self
                 .members
@@ -407,8 +457,11 @@ impl ConsumerGroup {
     /// subscription) or the subscribed topics changed shape, and computes a
     /// new target assignment if the group epoch moved.
     fn refresh(&mut self, topics: &BTreeMap<String, i32>, changed: bool) {
-        let subscribed: BTreeMap<String, i32> =
-            self.subscribed_topics().into_iter().filter_map(|t| topics.get(&t).map(|&n| (t, n))).collect();
+        let subscribed: BTreeMap<String, i32> = self
+            .subscribed_topics()
+            .into_iter()
+            .filter_map(|t| topics.get(&t).map(|&n| (t, n)))
+            .collect();
         if changed || subscribed != self.subscribed_partitions {
             self.subscribed_partitions = subscribed;
             self.group_epoch += 1;
@@ -422,10 +475,16 @@ impl ConsumerGroup {
             .values()
             .map(|m| AssignorMember {
                 id: &m.member_id,
-                topics: m.subscribed_topic_names.iter().filter(|t| self.subscribed_partitions.contains_key(*t)).cloned().collect(),
+                topics: m
+                    .subscribed_topic_names
+                    .iter()
+                    .filter(|t| self.subscribed_partitions.contains_key(*t))
+                    .cloned()
+                    .collect(),
             })
             .collect();
-        self.target = assignor::assign(&assignor, &members, &self.subscribed_partitions, &self.target);
+        self.target =
+            assignor::assign(&assignor, &members, &self.subscribed_partitions, &self.target);
         self.assignment_epoch = self.group_epoch;
         self.assignor = assignor;
         tracing::debug!(group_epoch = self.group_epoch, assignor = %self.assignor, "new target assignment");
@@ -433,8 +492,13 @@ impl ConsumerGroup {
 
     /// The assignor most members ask for (ties: the first in [`ASSIGNORS`]).
     fn select_assignor(&self) -> String {
-        let votes = |a: &str| self.members.values().filter(|m| m.server_assignor.as_deref() == Some(a)).count();
-        let best = ASSIGNORS.iter().copied().max_by_key(|a| (votes(a), std::cmp::Reverse(ASSIGNORS.iter().position(|x| x == a))));
+        let votes = |a: &str| {
+            self.members.values().filter(|m| m.server_assignor.as_deref() == Some(a)).count()
+        };
+        let best = ASSIGNORS
+            .iter()
+            .copied()
+            .max_by_key(|a| (votes(a), std::cmp::Reverse(ASSIGNORS.iter().position(|x| x == a))));
         match best {
             Some(a) if votes(a) > 0 => a.to_string(),
             _ => DEFAULT_ASSIGNOR.to_string(),
@@ -495,11 +559,19 @@ impl ConsumerGroup {
 
     /// Removes members whose session expired or who did not revoke in time.
     /// Returns whether anything changed.
-    pub fn tick(&mut self, topics: &BTreeMap<String, i32>, cfg: &ConsumerGroupConfig, now: Instant) -> bool {
+    pub fn tick(
+        &mut self,
+        topics: &BTreeMap<String, i32>,
+        cfg: &ConsumerGroupConfig,
+        now: Instant,
+    ) -> bool {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| now >= m.last_heartbeat + cfg.session_timeout || m.revocation_deadline.is_some_and(|d| now >= d))
+            .filter(|m| {
+                now >= m.last_heartbeat + cfg.session_timeout
+                    || m.revocation_deadline.is_some_and(|d| now >= d)
+            })
             .map(|m| m.member_id.clone())
             .collect();
         for id in &gone {
@@ -514,7 +586,11 @@ impl ConsumerGroup {
 
     /// Kafka's `validateOffsetCommit` for OffsetCommit (and OffsetFetch v9+):
     /// a member of the group at its current epoch, or anyone (epoch < 0) when the group is empty.
-    pub fn validate_offset_request(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+    pub fn validate_offset_request(
+        &self,
+        member_id: &str,
+        epoch: i32,
+    ) -> Result<(), ResponseError> {
         if epoch < 0 && self.members.is_empty() {
             return Ok(());
         }
@@ -532,7 +608,9 @@ impl ConsumerGroup {
     /// protocol's layouts (v0), so classic tools can read them.
     pub fn summary(&self) -> GroupSummary {
         use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
-        use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName};
+        use kafka_protocol::messages::{
+            ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
+        };
         use kafka_protocol::protocol::{Encodable, StrBytes};
         fn encode(m: &impl Encodable) -> bytes::Bytes {
             let mut buf = bytes::BytesMut::new();
@@ -546,12 +624,20 @@ impl ConsumerGroup {
             .members
             .values()
             .map(|m| {
-                let sub = ConsumerProtocolSubscription::default()
-                    .with_topics(m.subscribed_topic_names.iter().map(|t| StrBytes::from_string(t.clone())).collect());
+                let sub = ConsumerProtocolSubscription::default().with_topics(
+                    m.subscribed_topic_names
+                        .iter()
+                        .map(|t| StrBytes::from_string(t.clone()))
+                        .collect(),
+                );
                 let assigned = m
                     .assigned
                     .iter()
-                    .map(|(t, ps)| TopicPartition::default().with_topic(TopicName(StrBytes::from_string(t.clone()))).with_partitions(ps.iter().copied().collect()))
+                    .map(|(t, ps)| {
+                        TopicPartition::default()
+                            .with_topic(TopicName(StrBytes::from_string(t.clone())))
+                            .with_partitions(ps.iter().copied().collect())
+                    })
                     .collect();
                 MemberSummary {
                     member_id: m.member_id.clone(),
@@ -559,7 +645,9 @@ impl ConsumerGroup {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     metadata: encode(&sub),
-                    assignment: encode(&ConsumerProtocolAssignment::default().with_assigned_partitions(assigned)),
+                    assignment: encode(
+                        &ConsumerProtocolAssignment::default().with_assigned_partitions(assigned),
+                    ),
                 }
             })
             .collect();

@@ -7,7 +7,11 @@ fn topics() -> BTreeMap<String, i32> {
 }
 
 fn cfg() -> ConsumerGroupConfig {
-    ConsumerGroupConfig { session_timeout: Duration::from_secs(45), heartbeat_interval: Duration::from_secs(5), max_size: 3 }
+    ConsumerGroupConfig {
+        session_timeout: Duration::from_secs(45),
+        heartbeat_interval: Duration::from_secs(5),
+        max_size: 3,
+    }
 }
 
 fn join(id: &str) -> Heartbeat {
@@ -23,7 +27,13 @@ fn join(id: &str) -> Heartbeat {
 
 /// A heartbeat with only the epoch (and owned partitions, if given).
 fn beat(id: &str, epoch: i32, owned: Option<&Assignment>) -> Heartbeat {
-    Heartbeat { member_id: id.into(), member_epoch: epoch, rebalance_timeout_ms: -1, owned: owned.cloned(), ..Default::default() }
+    Heartbeat {
+        member_id: id.into(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: -1,
+        owned: owned.cloned(),
+        ..Default::default()
+    }
 }
 
 fn parts(a: &Assignment) -> usize {
@@ -51,7 +61,10 @@ fn partitions_move_only_after_their_owner_revokes_them() {
     let a_keep = a2.assignment.expect("a's shrunk assignment");
     assert_eq!((a2.member_epoch, parts(&a_keep)), (1, 3));
     // Still owning the revoked partitions (or not saying): no progress, b still waits.
-    assert_eq!(g.heartbeat(beat("a", 1, Some(&a_owned)), &t, &cfg(), now).expect("a").member_epoch, 1);
+    assert_eq!(
+        g.heartbeat(beat("a", 1, Some(&a_owned)), &t, &cfg(), now).expect("a").member_epoch,
+        1
+    );
     assert_eq!(g.heartbeat(beat("a", 1, None), &t, &cfg(), now).expect("a").member_epoch, 1);
     let b2 = g.heartbeat(beat("b", 2, Some(&Assignment::new())), &t, &cfg(), now).expect("b");
     assert_eq!(b2.assignment.as_ref().map_or(0, parts), 0);
@@ -87,7 +100,9 @@ fn epochs_are_monotonic_and_stale_or_future_epochs_are_fenced() {
         // Everyone heartbeats (acknowledging whatever they were told) until the group is stable.
         for _ in 0..4 {
             for (m, epoch) in epochs.clone() {
-                let r = g.heartbeat(beat(&m, epoch, owned.get(&m)), &t, &cfg(), now).expect("heartbeat");
+                let r = g
+                    .heartbeat(beat(&m, epoch, owned.get(&m)), &t, &cfg(), now)
+                    .expect("heartbeat");
                 assert!(r.member_epoch >= epoch, "member epoch went back");
                 epochs.insert(m.clone(), r.member_epoch);
                 if let Some(a) = r.assignment {
@@ -102,9 +117,18 @@ fn epochs_are_monotonic_and_stale_or_future_epochs_are_fenced() {
     let counts: Vec<usize> = owned.values().map(parts).collect();
     assert_eq!(counts, vec![2, 2, 2]);
     let e = epochs["a"];
-    assert_eq!(g.heartbeat(beat("a", e + 1, None), &t, &cfg(), now), Err(ResponseError::FencedMemberEpoch));
-    assert_eq!(g.heartbeat(beat("a", e - 1, None), &t, &cfg(), now), Err(ResponseError::FencedMemberEpoch));
-    assert_eq!(g.heartbeat(beat("zz", e, None), &t, &cfg(), now), Err(ResponseError::UnknownMemberId));
+    assert_eq!(
+        g.heartbeat(beat("a", e + 1, None), &t, &cfg(), now),
+        Err(ResponseError::FencedMemberEpoch)
+    );
+    assert_eq!(
+        g.heartbeat(beat("a", e - 1, None), &t, &cfg(), now),
+        Err(ResponseError::FencedMemberEpoch)
+    );
+    assert_eq!(
+        g.heartbeat(beat("zz", e, None), &t, &cfg(), now),
+        Err(ResponseError::UnknownMemberId)
+    );
     assert_eq!(g.heartbeat(join("d"), &t, &cfg(), now), Err(ResponseError::GroupMaxSizeReached));
     let mut bad = join("d");
     bad.server_assignor = Some("nope".into());
@@ -126,7 +150,10 @@ fn sessions_expire_and_static_members_come_back() {
     // Same instance, new member id, while the first is still in: refused.
     let mut again = s.clone();
     again.member_id = "s2".into();
-    assert_eq!(g.heartbeat(again.clone(), &t, &cfg(), now), Err(ResponseError::UnreleasedInstanceId));
+    assert_eq!(
+        g.heartbeat(again.clone(), &t, &cfg(), now),
+        Err(ResponseError::UnreleasedInstanceId)
+    );
     // A static leave keeps its place; the new incarnation takes it over without an epoch bump.
     let mut leave = beat("s1", STATIC_LEAVE_EPOCH, None);
     leave.instance_id = Some("i".into());

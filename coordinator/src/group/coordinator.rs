@@ -58,8 +58,8 @@ pub type GroupCoordinators = Partitioned<GroupCoordinator>;
 
 mod offsets;
 
-pub use offsets::TopicOffsets;
 use offsets::PendingTxnOffset;
+pub use offsets::TopicOffsets;
 
 const LOADING: u8 = 0;
 const ACTIVE: u8 = 1;
@@ -152,7 +152,11 @@ impl GroupCoordinator {
     ///
     /// # Errors
     /// If the log writer thread cannot be started.
-    pub fn for_partition(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32) -> std::io::Result<Self> {
+    pub fn for_partition(
+        config: CoordinatorConfig,
+        logs: Arc<LogManager>,
+        partition: i32,
+    ) -> std::io::Result<Self> {
         Self::with_term(config, logs, partition, CoordinatorTerm::single(), LOADING)
     }
 
@@ -161,11 +165,22 @@ impl GroupCoordinator {
     ///
     /// # Errors
     /// If the log writer thread cannot be started.
-    pub fn replicated(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32, writes: Arc<dyn ReplicatedWrites>) -> std::io::Result<Self> {
+    pub fn replicated(
+        config: CoordinatorConfig,
+        logs: Arc<LogManager>,
+        partition: i32,
+        writes: Arc<dyn ReplicatedWrites>,
+    ) -> std::io::Result<Self> {
         Self::with_term(config, logs, partition, CoordinatorTerm::replicated(writes), INACTIVE)
     }
 
-    fn with_term(config: CoordinatorConfig, logs: Arc<LogManager>, partition: i32, term: CoordinatorTerm, status: u8) -> std::io::Result<Self> {
+    fn with_term(
+        config: CoordinatorConfig,
+        logs: Arc<LogManager>,
+        partition: i32,
+        term: CoordinatorTerm,
+        status: u8,
+    ) -> std::io::Result<Self> {
         let term = Arc::new(term);
         let store = OffsetStore::start(logs.clone(), partition, config.compaction, term.clone())?;
         Ok(Self {
@@ -209,7 +224,9 @@ impl GroupCoordinator {
         let partition = self.partition;
         let loaded = self
             .replay(move |logs| {
-                logs.partition(store::OFFSETS_TOPIC, partition).ok_or_else(|| StoreError::Storage(format!("this broker has no log of partition {partition}")))
+                logs.partition(store::OFFSETS_TOPIC, partition).ok_or_else(|| {
+                    StoreError::Storage(format!("this broker has no log of partition {partition}"))
+                })
             })
             .await;
         if self.term.epoch() != leader_epoch {
@@ -219,8 +236,14 @@ impl GroupCoordinator {
         match loaded {
             Ok(records) => {
                 self.status.store(ACTIVE, Ordering::Release);
-                tracing::info!(partition, leader_epoch, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
-                    "became the group coordinator of the partition: __consumer_offsets loaded");
+                tracing::info!(
+                    partition,
+                    leader_epoch,
+                    records,
+                    groups = self.groups_read().len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "became the group coordinator of the partition: __consumer_offsets loaded"
+                );
                 Ok(())
             }
             Err(e) => {
@@ -250,12 +273,17 @@ impl GroupCoordinator {
         let groups = self.groups_read().len();
         self.fence();
         self.unload(ResponseError::NotCoordinator);
-        tracing::info!(partition = self.partition, groups, "no longer the group coordinator of the partition");
+        tracing::info!(
+            partition = self.partition,
+            groups,
+            "no longer the group coordinator of the partition"
+        );
     }
 
     /// Answers every waiting request with `error` and forgets every group.
     fn unload(&self, error: ResponseError) {
-        let groups: Vec<GroupRef> = std::mem::take(&mut *self.groups_write()).into_values().collect();
+        let groups: Vec<GroupRef> =
+            std::mem::take(&mut *self.groups_write()).into_values().collect();
         for g in groups {
             lock(&g).fail_waiters(error);
         }
@@ -273,8 +301,13 @@ impl GroupCoordinator {
         match loaded {
             Ok(records) => {
                 self.status.store(ACTIVE, Ordering::Release);
-                tracing::info!(partition, records, groups = self.groups_read().len(), elapsed_ms = started.elapsed().as_millis() as u64,
-                    "group coordinator loaded");
+                tracing::info!(
+                    partition,
+                    records,
+                    groups = self.groups_read().len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "group coordinator loaded"
+                );
                 Ok(())
             }
             Err(e) => {
@@ -289,7 +322,9 @@ impl GroupCoordinator {
     /// pending transactional offsets and the writer's live state; the record count.
     async fn replay(
         self: &Arc<Self>,
-        open: impl FnOnce(&LogManager) -> Result<Arc<floe_storage::PartitionLog>, StoreError> + Send + 'static,
+        open: impl FnOnce(&LogManager) -> Result<Arc<floe_storage::PartitionLog>, StoreError>
+            + Send
+            + 'static,
     ) -> Result<u64, StoreError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -319,7 +354,10 @@ impl GroupCoordinator {
             }
             LogEntry::Group { group, value: Some(meta) } => {
                 let mut groups = self.groups_write();
-                let offsets = groups.remove(&group).map(|g| std::mem::take(&mut lock(&g).offsets)).unwrap_or_default();
+                let offsets = groups
+                    .remove(&group)
+                    .map(|g| std::mem::take(&mut lock(&g).offsets))
+                    .unwrap_or_default();
                 let mut loaded = Group::loaded(&group, &meta, Instant::now());
                 loaded.offsets = offsets;
                 groups.insert(group, Arc::new(Mutex::new(loaded)));
@@ -346,7 +384,10 @@ impl GroupCoordinator {
         if let Some(g) = self.group(id) {
             return g;
         }
-        self.groups_write().entry(id.to_string()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id)))).clone()
+        self.groups_write()
+            .entry(id.to_string())
+            .or_insert_with(|| Arc::new(Mutex::new(Group::new(id))))
+            .clone()
     }
 
     /// `Err` while loading or after a failed load, and between terms (NOT_COORDINATOR).
@@ -421,7 +462,9 @@ impl GroupCoordinator {
         match self.with_group(&g, |g| g.join(req, cfg, Instant::now())) {
             Outcome::Now(r) => r,
             // A closed channel: a later JoinGroup of the same member replaced this one.
-            Outcome::Wait(rx) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::RebalanceInProgress, &member_id)),
+            Outcome::Wait(rx) => rx.await.unwrap_or_else(|_| {
+                JoinResult::error(ResponseError::RebalanceInProgress, &member_id)
+            }),
         }
     }
 
@@ -444,16 +487,32 @@ impl GroupCoordinator {
             return SyncResult::error(ResponseError::UnknownMemberId);
         };
         let outcome = self.with_group(&g, |g| {
-            g.sync(member_id, instance_id, generation, protocol_type, protocol_name, assignments, Instant::now())
+            g.sync(
+                member_id,
+                instance_id,
+                generation,
+                protocol_type,
+                protocol_name,
+                assignments,
+                Instant::now(),
+            )
         });
         match outcome {
             Outcome::Now(r) => r,
-            Outcome::Wait(rx) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::RebalanceInProgress)),
+            Outcome::Wait(rx) => {
+                rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::RebalanceInProgress))
+            }
         }
     }
 
     /// Heartbeat.
-    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation: i32) -> Option<ResponseError> {
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
         if let Err(e) = self.check_active() {
             return Some(e);
         }
@@ -464,17 +523,23 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup: one result per member, in order.
-    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+    pub fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         self.check_active()?;
         let Some(g) = self.group(group_id) else {
             return Ok(members.iter().map(|_| Some(ResponseError::UnknownMemberId)).collect());
         };
         let cfg = &self.config.group;
         Ok(self.with_group(&g, |g| {
-            members.iter().map(|(id, instance)| g.leave(id, instance.as_deref(), cfg, Instant::now())).collect()
+            members
+                .iter()
+                .map(|(id, instance)| g.leave(id, instance.as_deref(), cfg, Instant::now()))
+                .collect()
         }))
     }
-
 
     // ---- administration ------------------------------------------------------
 
@@ -573,7 +638,11 @@ impl GroupCoordinator {
             self.with_group(&g, |g| {
                 g.tick(&self.config.group, now);
                 if let Some(c) = g.consumer.as_mut().filter(|c| !c.is_empty()) {
-                    c.tick(topics.get_or_insert_with(|| self.topic_partitions()), &self.config.consumer, now);
+                    c.tick(
+                        topics.get_or_insert_with(|| self.topic_partitions()),
+                        &self.config.consumer,
+                        now,
+                    );
                 }
             });
         }
@@ -586,7 +655,10 @@ impl GroupCoordinator {
         self.logs
             .topics()
             .into_iter()
-            .filter(|t| t.name() != store::OFFSETS_TOPIC && t.name() != crate::transaction::TRANSACTION_STATE_TOPIC)
+            .filter(|t| {
+                t.name() != store::OFFSETS_TOPIC
+                    && t.name() != crate::transaction::TRANSACTION_STATE_TOPIC
+            })
             .map(|t| (t.name().to_string(), t.partition_count()))
             .collect()
     }
@@ -598,7 +670,11 @@ impl GroupCoordinator {
 
     /// ConsumerGroupHeartbeat. A group id held by classic members is not
     /// found (as in Kafka); an empty classic group becomes a consumer group.
-    pub fn consumer_heartbeat(&self, group_id: &str, hb: Heartbeat) -> Result<HeartbeatResult, ResponseError> {
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        hb: Heartbeat,
+    ) -> Result<HeartbeatResult, ResponseError> {
         self.check_active()?;
         if group_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
@@ -606,10 +682,17 @@ impl GroupCoordinator {
         if hb.subscribed_topic_regex.is_some() {
             return Err(ResponseError::InvalidRegularExpression);
         }
-        let g = if hb.member_epoch == 0 { self.group_or_create(group_id) } else { self.group(group_id).ok_or(ResponseError::GroupIdNotFound)? };
+        let g = if hb.member_epoch == 0 {
+            self.group_or_create(group_id)
+        } else {
+            self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?
+        };
         let topics = self.topic_partitions();
         let mut g = lock(&g);
-        if g.state() == GroupState::Dead || g.member_count() > 0 && g.consumer.is_none() || g.has_pending_members() {
+        if g.state() == GroupState::Dead
+            || g.member_count() > 0 && g.consumer.is_none()
+            || g.has_pending_members()
+        {
             return Err(ResponseError::GroupIdNotFound);
         }
         if g.consumer.is_none() {

@@ -7,16 +7,25 @@ use super::*;
 use crate::group::records::OffsetAndMetadata;
 
 fn open(dir: &std::path::Path) -> (Arc<LogManager>, Arc<GroupCoordinator>) {
-    let logs = Arc::new(LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"));
+    let logs = Arc::new(
+        LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"),
+    );
     if logs.topic("t").is_none() {
         logs.create_topic("t", 3, Default::default()).expect("create t");
     }
-    let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+    let c = Arc::new(
+        GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"),
+    );
     (logs, c)
 }
 
 fn offset(o: i64, ts: i64) -> OffsetAndMetadata {
-    OffsetAndMetadata { offset: o, leader_epoch: 0, metadata: format!("m{o}"), commit_timestamp: ts }
+    OffsetAndMetadata {
+        offset: o,
+        leader_epoch: 0,
+        metadata: format!("m{o}"),
+        commit_timestamp: ts,
+    }
 }
 
 fn all(c: &GroupCoordinator, group: &str) -> Vec<TopicOffsets> {
@@ -30,19 +39,33 @@ async fn transactional_offsets_apply_at_their_commit_marker_and_survive_a_reopen
     let dir = tempfile::tempdir().expect("tempdir");
     let now = wall_ms();
     let committed = |c: &GroupCoordinator, p: i32| {
-        c.fetch_offsets("g", Some(vec![("t".into(), vec![p])])).expect("fetch")[0].1[0].1.as_ref().map(|o| o.offset)
+        c.fetch_offsets("g", Some(vec![("t".into(), vec![p])])).expect("fetch")[0].1[0]
+            .1
+            .as_ref()
+            .map(|o| o.offset)
     };
     {
         let (_logs, c) = open(dir.path());
         c.load().await.expect("load");
-        c.commit_offsets("g", "", None, -1, vec![("t".into(), 0, offset(1, now))]).await.expect("plain commit");
-        c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 0, offset(5, now))]).await.expect("txn commit");
-        c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 1, offset(6, now))]).await.expect("txn commit 2");
-        c.txn_commit_offsets("g", (11, 0), "", None, -1, vec![("t".into(), 2, offset(9, now))]).await.expect("other txn");
+        c.commit_offsets("g", "", None, -1, vec![("t".into(), 0, offset(1, now))])
+            .await
+            .expect("plain commit");
+        c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 0, offset(5, now))])
+            .await
+            .expect("txn commit");
+        c.txn_commit_offsets("g", (10, 0), "", None, -1, vec![("t".into(), 1, offset(6, now))])
+            .await
+            .expect("txn commit 2");
+        c.txn_commit_offsets("g", (11, 0), "", None, -1, vec![("t".into(), 2, offset(9, now))])
+            .await
+            .expect("other txn");
         assert_eq!(committed(&c, 0), Some(1), "pending offsets are not visible");
         assert!(c.has_pending_txn_offset("g", "t", 0));
         let c2 = c.clone();
-        tokio::task::spawn_blocking(move || c2.complete_txn(10, 0, true)).await.expect("join").expect("commit marker");
+        tokio::task::spawn_blocking(move || c2.complete_txn(10, 0, true))
+            .await
+            .expect("join")
+            .expect("commit marker");
         assert_eq!((committed(&c, 0), committed(&c, 1)), (Some(5), Some(6)));
         assert!(!c.has_pending_txn_offset("g", "t", 0));
         assert!(c.has_pending_txn_offset("g", "t", 2), "producer 11's transaction is still open");
@@ -50,9 +73,15 @@ async fn transactional_offsets_apply_at_their_commit_marker_and_survive_a_reopen
     let (_logs, c) = open(dir.path());
     c.load().await.expect("reload");
     assert_eq!((committed(&c, 0), committed(&c, 1), committed(&c, 2)), (Some(5), Some(6), None));
-    assert!(c.has_pending_txn_offset("g", "t", 2), "the open transaction's offsets are pending again");
+    assert!(
+        c.has_pending_txn_offset("g", "t", 2),
+        "the open transaction's offsets are pending again"
+    );
     let c2 = c.clone();
-    tokio::task::spawn_blocking(move || c2.complete_txn(11, 0, false)).await.expect("join").expect("abort marker");
+    tokio::task::spawn_blocking(move || c2.complete_txn(11, 0, false))
+        .await
+        .expect("join")
+        .expect("abort marker");
     assert_eq!(committed(&c, 2), None, "aborted offsets vanish");
     assert!(!c.has_pending_txn_offset("g", "t", 2));
 }
@@ -65,13 +94,30 @@ async fn offsets_and_groups_survive_a_reopen() {
     {
         let (logs, c) = open(dir.path());
         assert_eq!(c.check_active(), Err(ResponseError::CoordinatorLoadInProgress));
-        assert!(c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, 5))]).await.is_err());
+        assert!(c
+            .commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, 5))])
+            .await
+            .is_err());
         c.load().await.expect("load");
         let now = wall_ms();
-        c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(1, now)), ("t".into(), 1, offset(2, now))]).await.expect("commit");
-        c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(7, now))]).await.expect("recommit");
-        c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit b");
-        c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("commit gone");
+        c.commit_offsets(
+            "a",
+            "",
+            None,
+            -1,
+            vec![("t".into(), 0, offset(1, now)), ("t".into(), 1, offset(2, now))],
+        )
+        .await
+        .expect("commit");
+        c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(7, now))])
+            .await
+            .expect("recommit");
+        c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now))])
+            .await
+            .expect("commit b");
+        c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))])
+            .await
+            .expect("commit gone");
         assert_eq!(c.delete_offsets("b", vec![("t".into(), 2)]).await, Ok(vec![None]));
         c.delete_group("gone").await.expect("delete group");
         // A consumer group that reached Stable: its metadata is persisted too.
@@ -88,18 +134,36 @@ async fn offsets_and_groups_survive_a_reopen() {
         };
         let mut cfg = c.config.clone();
         cfg.group.initial_rebalance_delay = Duration::ZERO;
-        let c0 = Arc::new(GroupCoordinator { config: cfg, ..GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("c") });
+        let c0 = Arc::new(GroupCoordinator {
+            config: cfg,
+            ..GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("c")
+        });
         c0.status.store(ACTIVE, Ordering::Release);
         let j = c0.join("s", req).await;
         let assignment = vec![(j.member_id.clone(), Bytes::from_static(b"t-1"))];
         let s = c0.sync("s", &j.member_id, None, j.generation, None, None, assignment).await;
         assert_eq!((j.error, s.error), (None, None));
-        c0.commit_offsets("s", &j.member_id, None, j.generation, vec![("t".into(), 1, offset(9, now))]).await.expect("member commit");
+        c0.commit_offsets(
+            "s",
+            &j.member_id,
+            None,
+            j.generation,
+            vec![("t".into(), 1, offset(9, now))],
+        )
+        .await
+        .expect("member commit");
         member = (j.member_id.clone(), j.generation);
         drop(c0);
         before = (all(&c, "a"), all(&c, "b"));
         assert_eq!(before.0.len(), 1);
-        assert_eq!(before.0[0].1.iter().map(|(p, o)| (*p, o.as_ref().map(|o| o.offset))).collect::<Vec<_>>(), vec![(0, Some(7)), (1, Some(2))]);
+        assert_eq!(
+            before.0[0]
+                .1
+                .iter()
+                .map(|(p, o)| (*p, o.as_ref().map(|o| o.offset)))
+                .collect::<Vec<_>>(),
+            vec![(0, Some(7)), (1, Some(2))]
+        );
         assert!(before.1.is_empty());
         logs.shutdown().expect("shutdown");
     }
@@ -107,22 +171,39 @@ async fn offsets_and_groups_survive_a_reopen() {
     c.load().await.expect("reload");
     assert_eq!((all(&c, "a"), all(&c, "b")), before);
     assert!(all(&c, "gone").is_empty());
-    let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+    let listed: Vec<String> =
+        c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
     assert_eq!(listed, vec!["a", "b", "s"]);
     // The Stable group comes back Stable, with its member and the member's assignment.
     let s = c.describe_group("s").expect("describe").expect("s exists");
-    assert_eq!((s.state, s.protocol_type.as_str(), s.protocol.as_str()), (GroupState::Stable, "consumer", "range"));
-    assert_eq!(s.members.iter().map(|m| (m.member_id.as_str(), m.client_id.as_str(), m.assignment.clone())).collect::<Vec<_>>(),
-        vec![(member.0.as_str(), "c", Bytes::from_static(b"t-1"))]);
+    assert_eq!(
+        (s.state, s.protocol_type.as_str(), s.protocol.as_str()),
+        (GroupState::Stable, "consumer", "range")
+    );
+    assert_eq!(
+        s.members
+            .iter()
+            .map(|m| (m.member_id.as_str(), m.client_id.as_str(), m.assignment.clone()))
+            .collect::<Vec<_>>(),
+        vec![(member.0.as_str(), "c", Bytes::from_static(b"t-1"))]
+    );
     assert_eq!(all(&c, "s")[0].1[0].1.as_ref().map(|o| o.offset), Some(9));
     // The member goes on in its generation: heartbeats, SyncGroup and commits, no rebalance.
     assert_eq!(c.heartbeat("s", &member.0, None, member.1), None);
     let synced = c.sync("s", &member.0, None, member.1, None, None, vec![]).await;
     assert_eq!((synced.error, synced.assignment), (None, Bytes::from_static(b"t-1")));
-    c.commit_offsets("s", &member.0, None, member.1, vec![("t".into(), 1, offset(10, wall_ms()))]).await.expect("commit after load");
+    c.commit_offsets("s", &member.0, None, member.1, vec![("t".into(), 1, offset(10, wall_ms()))])
+        .await
+        .expect("commit after load");
     // Anyone else is unknown, and the member's old generation is illegal.
-    assert_eq!(c.heartbeat("s", "old-member", None, member.1), Some(ResponseError::UnknownMemberId));
-    assert_eq!(c.heartbeat("s", &member.0, None, member.1 - 1), Some(ResponseError::IllegalGeneration));
+    assert_eq!(
+        c.heartbeat("s", "old-member", None, member.1),
+        Some(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(
+        c.heartbeat("s", &member.0, None, member.1 - 1),
+        Some(ResponseError::IllegalGeneration)
+    );
 }
 
 #[tokio::test]
@@ -132,15 +213,22 @@ async fn offsets_of_empty_groups_expire_with_tombstones() {
         let (logs, c) = open(dir.path());
         c.load().await.expect("load");
         let now = wall_ms();
-        c.commit_offsets("old", "", None, -1, vec![("t".into(), 0, offset(1, now - 1000))]).await.expect("commit");
-        c.commit_offsets("new", "", None, -1, vec![("t".into(), 0, offset(1, now + 10_000_000))]).await.expect("commit");
+        c.commit_offsets("old", "", None, -1, vec![("t".into(), 0, offset(1, now - 1000))])
+            .await
+            .expect("commit");
+        c.commit_offsets("new", "", None, -1, vec![("t".into(), 0, offset(1, now + 10_000_000))])
+            .await
+            .expect("commit");
         c.expire_offsets(now + c.config.offsets_retention.as_millis() as i64 + 60_000);
         assert!(all(&c, "old").is_empty());
         assert_eq!(all(&c, "new").len(), 1);
-        let listed: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+        let listed: Vec<String> =
+            c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
         assert_eq!(listed, vec!["new"]);
         // Let the writer thread persist the tombstones.
-        c.commit_offsets("sync", "", None, -1, vec![("t".into(), 0, offset(1, now))]).await.expect("barrier");
+        c.commit_offsets("sync", "", None, -1, vec![("t".into(), 0, offset(1, now))])
+            .await
+            .expect("barrier");
         logs.shutdown().expect("shutdown");
     }
     let (_logs, c) = open(dir.path());
@@ -154,10 +242,13 @@ async fn offsets_of_empty_groups_expire_with_tombstones() {
 async fn commit_many(c: &GroupCoordinator, group: &str, n: i64) {
     let now = wall_ms();
     for i in 0..n {
-        let rec = (records::offset_key(group, "t", 0), Some(records::offset_value(&offset(i, now))));
+        let rec =
+            (records::offset_key(group, "t", 0), Some(records::offset_value(&offset(i, now))));
         c.store.append(vec![rec], Box::new(|_| {}));
     }
-    c.commit_offsets(group, "", None, -1, vec![("t".into(), 0, offset(n, now))]).await.expect("barrier");
+    c.commit_offsets(group, "", None, -1, vec![("t".into(), 0, offset(n, now))])
+        .await
+        .expect("barrier");
 }
 
 fn offsets_log(logs: &LogManager) -> Arc<floe_storage::PartitionLog> {
@@ -169,15 +260,32 @@ async fn varied_state(c: &GroupCoordinator) {
     let now = wall_ms();
     commit_many(c, "a", 10_000).await;
     c.commit_offsets("a", "", None, -1, vec![("t".into(), 1, offset(2, now))]).await.expect("a-1");
-    c.commit_offsets("b", "", None, -1, vec![("t".into(), 2, offset(3, now)), ("t".into(), 1, offset(4, now))]).await.expect("b");
+    c.commit_offsets(
+        "b",
+        "",
+        None,
+        -1,
+        vec![("t".into(), 2, offset(3, now)), ("t".into(), 1, offset(4, now))],
+    )
+    .await
+    .expect("b");
     assert_eq!(c.delete_offsets("b", vec![("t".into(), 2)]).await, Ok(vec![None]));
-    c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))]).await.expect("gone");
+    c.commit_offsets("gone", "", None, -1, vec![("t".into(), 2, offset(3, now))])
+        .await
+        .expect("gone");
     c.delete_group("gone").await.expect("delete gone");
-    let meta = records::GroupMetadata { protocol_type: "consumer".into(), generation: 4, ..Default::default() };
+    let meta = records::GroupMetadata {
+        protocol_type: "consumer".into(),
+        generation: 4,
+        ..Default::default()
+    };
     let (tx, rx) = oneshot::channel();
-    c.store.append(vec![(records::group_key("m"), Some(records::group_value(&meta)))], Box::new(move |r| {
-        let _ = tx.send(r);
-    }));
+    c.store.append(
+        vec![(records::group_key("m"), Some(records::group_value(&meta)))],
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
     rx.await.expect("written").expect("group m");
 }
 
@@ -193,12 +301,17 @@ async fn written_and_reloaded(dir: &std::path::Path) -> Vec<(String, Vec<TopicOf
     c.load().await.expect("reload");
     let state = snapshot(&c);
     logs.shutdown().expect("shutdown");
-    assert_eq!(state.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), vec!["a", "b", "m"], "gone was deleted");
+    assert_eq!(
+        state.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b", "m"],
+        "gone was deleted"
+    );
     state
 }
 
 fn snapshot(c: &GroupCoordinator) -> Vec<(String, Vec<TopicOffsets>)> {
-    let mut groups: Vec<String> = c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
+    let mut groups: Vec<String> =
+        c.list_groups().expect("list").into_iter().map(|g| g.group_id).collect();
     groups.sort();
     groups.into_iter().map(|g| (g.clone(), all(c, &g))).collect()
 }
@@ -229,9 +342,13 @@ async fn compaction_shrinks_the_log_and_keeps_the_live_state() {
     assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(10_000));
     // Compacting a compacted log changes nothing; writes continue after it.
     c.compact_offsets_log().await.expect("again");
-    c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(77, wall_ms()))]).await.expect("after");
+    c.commit_offsets("a", "", None, -1, vec![("t".into(), 0, offset(77, wall_ms()))])
+        .await
+        .expect("after");
     drop(c);
-    let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+    let c = Arc::new(
+        GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"),
+    );
     c.load().await.expect("reload");
     assert_eq!(all(&c, "a")[0].1[0].1.as_ref().map(|o| o.offset), Some(77));
 }
@@ -249,7 +366,13 @@ async fn a_crash_during_compaction_replays_to_the_same_state() {
             // Build the live state as a replay would, then stop where the crash happens.
             let mut live = LiveRecords::default();
             store::replay(&offsets_log(&logs), |e| live.apply(&e)).expect("replay");
-            store::compact(&store::Target { logs: logs.clone(), partition: 0 }, &crate::replicated::CoordinatorTerm::single(), &live, delete).expect("compact");
+            store::compact(
+                &store::Target { logs: logs.clone(), partition: 0 },
+                &crate::replicated::CoordinatorTerm::single(),
+                &live,
+                delete,
+            )
+            .expect("compact");
             // No shutdown: no checkpoints are written, as in a crash.
             drop(c);
             drop(logs);
@@ -270,11 +393,18 @@ async fn the_writer_compacts_on_its_own_when_the_log_outgrows_the_live_state() {
     for policy in ["compact", "delete"] {
         let dir = tempfile::tempdir().expect("tempdir");
         let (logs, _) = open(dir.path());
-        let config = CoordinatorConfig { compaction: CompactionConfig { min_bytes: 64 << 10, dirty_ratio: 2 }, ..Default::default() };
+        let config = CoordinatorConfig {
+            compaction: CompactionConfig { min_bytes: 64 << 10, dirty_ratio: 2 },
+            ..Default::default()
+        };
         let c = Arc::new(GroupCoordinator::new(config, logs.clone()).expect("coordinator"));
         c.load().await.expect("load");
         let mut overrides = logs.topic(store::OFFSETS_TOPIC).expect("topic").overrides();
-        assert_eq!(overrides.get("cleanup.policy").map(String::as_str), Some("compact"), "created compacted, as Kafka's");
+        assert_eq!(
+            overrides.get("cleanup.policy").map(String::as_str),
+            Some("compact"),
+            "created compacted, as Kafka's"
+        );
         overrides.insert("cleanup.policy".into(), policy.into());
         logs.alter_topic_config(store::OFFSETS_TOPIC, overrides).expect("alter");
         commit_many(&c, "a", 10_000).await;
@@ -307,8 +437,11 @@ async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_delet
         // Seal the segment: the cleaner never touches the active one.
         log.roll_now().expect("roll");
         let size = log.size_bytes();
-        let cleaner = floe_storage::LogCleaner::start(logs.clone(), floe_storage::CleanerConfig { enable: false, ..Default::default() })
-            .expect("cleaner");
+        let cleaner = floe_storage::LogCleaner::start(
+            logs.clone(),
+            floe_storage::CleanerConfig { enable: false, ..Default::default() },
+        )
+        .expect("cleaner");
         // The first pass keeps tombstones and gives them their delete horizon; a later pass drops them.
         assert!(cleaner.clean_once().expect("clean"), "the offsets log was due");
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -326,7 +459,11 @@ async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_delet
     let log = offsets_log(&logs);
     let mut tombstones = 0;
     store::replay(&log, |e| {
-        if matches!(e, records::LogEntry::Offset { value: None, .. } | records::LogEntry::Group { value: None, .. }) {
+        if matches!(
+            e,
+            records::LogEntry::Offset { value: None, .. }
+                | records::LogEntry::Group { value: None, .. }
+        ) {
             tombstones += 1;
         }
     })
@@ -341,16 +478,26 @@ async fn the_log_cleaner_compacts_the_offsets_log_and_deleted_offsets_stay_delet
 async fn an_offsets_topic_from_before_the_cleaner_becomes_compacted() {
     for (old, now) in [(None, "compact"), (Some("delete"), "delete")] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let logs = Arc::new(LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default()).expect("open logs"));
-        let mut config = std::collections::BTreeMap::from([("retention.ms".to_string(), "-1".to_string())]);
+        let logs = Arc::new(
+            LogManager::open_with_node_id(dir.path(), Some(1), LogConfig::default())
+                .expect("open logs"),
+        );
+        let mut config =
+            std::collections::BTreeMap::from([("retention.ms".to_string(), "-1".to_string())]);
         if let Some(policy) = old {
             config.insert("cleanup.policy".into(), policy.into());
         }
         logs.create_topic(store::OFFSETS_TOPIC, 1, config).expect("old topic");
-        let c = Arc::new(GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"));
+        let c = Arc::new(
+            GroupCoordinator::new(CoordinatorConfig::default(), logs.clone()).expect("coordinator"),
+        );
         c.load().await.expect("load");
         let overrides = logs.topic(store::OFFSETS_TOPIC).expect("topic").overrides();
         assert_eq!(overrides.get("cleanup.policy").map(String::as_str), Some(now), "was {old:?}");
-        assert_eq!(overrides.get("retention.ms").map(String::as_str), Some("-1"), "other settings kept");
+        assert_eq!(
+            overrides.get("retention.ms").map(String::as_str),
+            Some("-1"),
+            "other settings kept"
+        );
     }
 }

@@ -21,11 +21,21 @@ impl Partitioned<GroupCoordinator> {
     ///
     /// # Errors
     /// [`StoreError`] if the topic cannot be created or a writer thread started.
-    pub fn single(config: CoordinatorConfig, logs: Arc<LogManager>, configured: i32) -> Result<Self, StoreError> {
+    pub fn single(
+        config: CoordinatorConfig,
+        logs: Arc<LogManager>,
+        configured: i32,
+    ) -> Result<Self, StoreError> {
         let existing = logs.topic(OFFSETS_TOPIC).map(|t| t.partition_count());
         let count = store::create_log(&logs, effective_count(OFFSETS_TOPIC, configured, existing))?;
-        Partitioned::new(OFFSETS_TOPIC, count, Box::new(move |p| Ok(Arc::new(GroupCoordinator::for_partition(config.clone(), logs.clone(), p)?))))
-            .map_err(|e| StoreError::Storage(e.to_string()))
+        Partitioned::new(
+            OFFSETS_TOPIC,
+            count,
+            Box::new(move |p| {
+                Ok(Arc::new(GroupCoordinator::for_partition(config.clone(), logs.clone(), p)?))
+            }),
+        )
+        .map_err(|e| StoreError::Storage(e.to_string()))
     }
 
     /// A cluster broker's: every partition NOT_COORDINATOR until elected. Keys map with
@@ -33,11 +43,23 @@ impl Partitioned<GroupCoordinator> {
     ///
     /// # Errors
     /// If a writer thread cannot be started.
-    pub fn replicated(config: CoordinatorConfig, logs: Arc<LogManager>, configured: i32, writes: Arc<dyn ReplicatedWrites>) -> std::io::Result<Self> {
+    pub fn replicated(
+        config: CoordinatorConfig,
+        logs: Arc<LogManager>,
+        configured: i32,
+        writes: Arc<dyn ReplicatedWrites>,
+    ) -> std::io::Result<Self> {
         Partitioned::new(
             OFFSETS_TOPIC,
             configured,
-            Box::new(move |p| Ok(Arc::new(GroupCoordinator::replicated(config.clone(), logs.clone(), p, writes.clone())?))),
+            Box::new(move |p| {
+                Ok(Arc::new(GroupCoordinator::replicated(
+                    config.clone(),
+                    logs.clone(),
+                    p,
+                    writes.clone(),
+                )?))
+            }),
         )
     }
 
@@ -57,7 +79,10 @@ impl Partitioned<GroupCoordinator> {
 
     /// Starts the sweep of every partition (see [`GroupCoordinator::start`]); on
     /// shutdown every waiting JoinGroup/SyncGroup is answered.
-    pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    pub fn start(
+        self: &Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
@@ -96,7 +121,6 @@ impl Partitioned<GroupCoordinator> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,8 +130,13 @@ mod tests {
     use floe_storage::LogConfig;
 
     fn open(dir: &std::path::Path, configured: i32) -> (Arc<LogManager>, Arc<GroupCoordinators>) {
-        let logs = Arc::new(LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"));
-        let groups = Arc::new(GroupCoordinators::single(CoordinatorConfig::default(), logs.clone(), configured).expect("coordinators"));
+        let logs = Arc::new(
+            LogManager::open_with_node_id(dir, Some(1), LogConfig::default()).expect("open logs"),
+        );
+        let groups = Arc::new(
+            GroupCoordinators::single(CoordinatorConfig::default(), logs.clone(), configured)
+                .expect("coordinators"),
+        );
         (logs, groups)
     }
 
@@ -122,8 +151,17 @@ mod tests {
             groups.load_all().await.expect("load");
             assert_eq!(logs.topic(OFFSETS_TOPIC).expect("created").partition_count(), 4);
             for (i, id) in ids.iter().enumerate() {
-                let o = OffsetAndMetadata { offset: i as i64, leader_epoch: -1, metadata: String::new(), commit_timestamp: 1 };
-                groups.of(id).commit_offsets(id, "", None, -1, vec![("t".into(), 0, o)]).await.expect("commit");
+                let o = OffsetAndMetadata {
+                    offset: i as i64,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp: 1,
+                };
+                groups
+                    .of(id)
+                    .commit_offsets(id, "", None, -1, vec![("t".into(), 0, o)])
+                    .await
+                    .expect("commit");
                 assert_eq!(groups.of(id).partition(), partition_for(id, 4));
             }
             for p in 0..4 {

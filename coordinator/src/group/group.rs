@@ -86,7 +86,6 @@ pub struct JoinRequest {
     pub require_known_member_id: bool,
 }
 
-
 /// One classic group: members, generation, protocol, committed offsets.
 ///
 /// Not thread-safe by itself: the coordinator keeps each group behind a
@@ -143,7 +142,12 @@ enum PendingStep {
     Assignment(HashMap<String, Bytes>),
     /// A static member took `old_id`'s place as `new_id` in a Stable group;
     /// its JoinGroup is answered on `reply`.
-    StaticRejoin { old_id: String, new_id: String, old_client: (String, String), reply: oneshot::Sender<JoinResult> },
+    StaticRejoin {
+        old_id: String,
+        new_id: String,
+        old_client: (String, String),
+        reply: oneshot::Sender<JoinResult>,
+    },
 }
 
 impl Group {
@@ -192,29 +196,43 @@ impl Group {
             return g;
         };
         for m in &meta.members {
-            let session_timeout = Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0));
+            let session_timeout =
+                Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0));
             // A v0 value has no rebalance timeout: Kafka then uses the session timeout.
-            let rebalance_ms = if m.rebalance_timeout_ms >= 0 { m.rebalance_timeout_ms } else { m.session_timeout_ms };
+            let rebalance_ms = if m.rebalance_timeout_ms >= 0 {
+                m.rebalance_timeout_ms
+            } else {
+                m.session_timeout_ms
+            };
             if let Some(instance) = &m.instance_id {
                 g.static_members.insert(instance.clone(), m.member_id.clone());
             }
-            g.members.insert(m.member_id.clone(), Member {
-                member_id: m.member_id.clone(),
-                instance_id: m.instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                session_timeout,
-                rebalance_timeout: Duration::from_millis(u64::try_from(rebalance_ms).unwrap_or(0)),
-                protocols: vec![(protocol.clone(), m.subscription.clone())],
-                assignment: m.assignment.clone(),
-                last_heartbeat: now,
-                join_waiter: None,
-                sync_waiter: None,
-                is_new: false,
-            });
+            g.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout,
+                    rebalance_timeout: Duration::from_millis(
+                        u64::try_from(rebalance_ms).unwrap_or(0),
+                    ),
+                    protocols: vec![(protocol.clone(), m.subscription.clone())],
+                    assignment: m.assignment.clone(),
+                    last_heartbeat: now,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    is_new: false,
+                },
+            );
         }
         g.protocol = Some(protocol);
-        g.leader = meta.leader.clone().filter(|l| g.members.contains_key(l)).or_else(|| g.members.keys().next().cloned());
+        g.leader = meta
+            .leader
+            .clone()
+            .filter(|l| g.members.contains_key(l))
+            .or_else(|| g.members.keys().next().cloned());
         g.state = GroupState::Stable;
         g
     }
@@ -283,8 +301,10 @@ impl Group {
                 instance_id: m.instance_id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
-                rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
-                session_timeout_ms: i32::try_from(m.session_timeout.as_millis()).unwrap_or(i32::MAX),
+                rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis())
+                    .unwrap_or(i32::MAX),
+                session_timeout_ms: i32::try_from(m.session_timeout.as_millis())
+                    .unwrap_or(i32::MAX),
                 subscription: m.metadata(protocol).cloned().unwrap_or_default(),
                 assignment: assignment(m),
             })
@@ -297,9 +317,9 @@ impl Group {
     pub fn take_pending_write(&mut self) -> Option<(GroupMetadata, PendingWrite)> {
         let w = self.pending_write.take()?;
         let meta = match &w.step {
-            PendingStep::Assignment(by_member) => {
-                self.metadata_with_members(|m| by_member.get(&m.member_id).cloned().unwrap_or_default())
-            }
+            PendingStep::Assignment(by_member) => self.metadata_with_members(|m| {
+                by_member.get(&m.member_id).cloned().unwrap_or_default()
+            }),
             PendingStep::StaticRejoin { .. } => self.metadata(),
         };
         Some((meta, w))
@@ -308,13 +328,20 @@ impl Group {
     /// The group record of `w` was written (`Ok`) or not (the error its
     /// requests get). A step the group moved past meanwhile (a rebalance
     /// began, the generation changed) is left alone, as Kafka does.
-    pub fn write_done(&mut self, w: PendingWrite, result: Result<(), ResponseError>, cfg: &GroupConfig, now: Instant) {
+    pub fn write_done(
+        &mut self,
+        w: PendingWrite,
+        result: Result<(), ResponseError>,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) {
         match w.step {
             PendingStep::Assignment(by_member) => {
                 if self.assignment_in_flight == Some(w.generation) {
                     self.assignment_in_flight = None;
                 }
-                if self.state != GroupState::CompletingRebalance || self.generation != w.generation {
+                if self.state != GroupState::CompletingRebalance || self.generation != w.generation
+                {
                     return;
                 }
                 match result {
@@ -349,7 +376,13 @@ impl Group {
     }
 
     /// Gives a static member its old member id back (Kafka's revert after a failed write).
-    fn revert_static_rejoin(&mut self, old_id: &str, new_id: &str, old_client: (String, String), now: Instant) {
+    fn revert_static_rejoin(
+        &mut self,
+        old_id: &str,
+        new_id: &str,
+        old_client: (String, String),
+        now: Instant,
+    ) {
         let Some(mut member) = self.members.remove(new_id) else { return };
         member.member_id = old_id.to_string();
         (member.client_id, member.client_host) = old_client;
@@ -422,14 +455,21 @@ impl Group {
     // ---- JoinGroup -----------------------------------------------------
 
     /// JoinGroup.
-    pub fn join(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+    pub fn join(
+        &mut self,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
         let fail = |e| Outcome::Now(JoinResult::error(e, &req.member_id));
         if self.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
             return fail(ResponseError::InconsistentGroupProtocol);
         }
         // An empty consumer group becomes a classic one.
         self.consumer = None;
-        if req.session_timeout_ms < cfg.min_session_timeout_ms || req.session_timeout_ms > cfg.max_session_timeout_ms {
+        if req.session_timeout_ms < cfg.min_session_timeout_ms
+            || req.session_timeout_ms > cfg.max_session_timeout_ms
+        {
             return fail(ResponseError::InvalidSessionTimeout);
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
@@ -442,7 +482,12 @@ impl Group {
         }
     }
 
-    fn join_new_member(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+    fn join_new_member(
+        &mut self,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
         let prefix = req.instance_id.as_deref().unwrap_or(&req.client_id);
         let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
         if let Some(instance) = &req.instance_id {
@@ -459,7 +504,12 @@ impl Group {
         self.add_member_and_rebalance(new_id, req, cfg, now)
     }
 
-    fn join_known_member(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+    fn join_known_member(
+        &mut self,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
         let id = req.member_id.clone();
         if self.pending_members.remove(&id).is_some() {
             return self.add_member_and_rebalance(id, req, cfg, now);
@@ -475,14 +525,28 @@ impl Group {
         let unchanged = member.matches(&req.protocols);
         match self.state {
             GroupState::PreparingRebalance => self.update_member_and_rebalance(req, cfg, now),
-            GroupState::CompletingRebalance if unchanged => Outcome::Now(self.current_join_result(&id)),
-            GroupState::Stable if unchanged && !self.is_leader(&id) => Outcome::Now(self.current_join_result(&id)),
-            GroupState::CompletingRebalance | GroupState::Stable => self.update_member_and_rebalance(req, cfg, now),
-            GroupState::Empty | GroupState::Dead => Outcome::Now(JoinResult::error(ResponseError::UnknownMemberId, &id)),
+            GroupState::CompletingRebalance if unchanged => {
+                Outcome::Now(self.current_join_result(&id))
+            }
+            GroupState::Stable if unchanged && !self.is_leader(&id) => {
+                Outcome::Now(self.current_join_result(&id))
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                self.update_member_and_rebalance(req, cfg, now)
+            }
+            GroupState::Empty | GroupState::Dead => {
+                Outcome::Now(JoinResult::error(ResponseError::UnknownMemberId, &id))
+            }
         }
     }
 
-    fn add_member_and_rebalance(&mut self, id: String, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+    fn add_member_and_rebalance(
+        &mut self,
+        id: String,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
         if self.members.is_empty() {
             self.protocol_type = Some(req.protocol_type.clone());
         }
@@ -513,7 +577,12 @@ impl Group {
         Outcome::Wait(rx)
     }
 
-    fn update_member_and_rebalance(&mut self, req: JoinRequest, cfg: &GroupConfig, now: Instant) -> Outcome<JoinResult> {
+    fn update_member_and_rebalance(
+        &mut self,
+        req: JoinRequest,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Outcome<JoinResult> {
         let (tx, rx) = oneshot::channel();
         if let Some(m) = self.members.get_mut(&req.member_id) {
             m.protocols = req.protocols;
@@ -574,7 +643,12 @@ impl Group {
         match self.state {
             GroupState::Stable if unchanged => {
                 let (reply, rx) = oneshot::channel();
-                let step = PendingStep::StaticRejoin { old_id: old_id.to_string(), new_id, old_client, reply };
+                let step = PendingStep::StaticRejoin {
+                    old_id: old_id.to_string(),
+                    new_id,
+                    old_client,
+                    reply,
+                };
                 self.pending_write = Some(PendingWrite { generation: self.generation, step });
                 Outcome::Wait(rx)
             }
@@ -612,7 +686,10 @@ impl Group {
     }
 
     fn maybe_prepare_rebalance(&mut self, cfg: &GroupConfig, now: Instant) {
-        if matches!(self.state, GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance) {
+        if matches!(
+            self.state,
+            GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance
+        ) {
             self.prepare_rebalance(cfg, now);
         }
     }
@@ -630,7 +707,8 @@ impl Group {
         if self.state == GroupState::Empty && !cfg.initial_rebalance_delay.is_zero() {
             // Kafka's InitialDelayedJoin: wait for more members of a new group.
             self.join_deadline = Some(now + cfg.initial_rebalance_delay);
-            self.initial_delay_remaining = Some(rebalance_timeout.saturating_sub(cfg.initial_rebalance_delay));
+            self.initial_delay_remaining =
+                Some(rebalance_timeout.saturating_sub(cfg.initial_rebalance_delay));
             self.new_member_added = false;
         } else {
             self.join_deadline = Some(now + rebalance_timeout);
@@ -653,7 +731,12 @@ impl Group {
     fn complete_join(&mut self, now: Instant) {
         self.join_deadline = None;
         self.initial_delay_remaining = None;
-        let laggards: Vec<String> = self.members.values().filter(|m| !m.awaiting_join()).map(|m| m.member_id.clone()).collect();
+        let laggards: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| !m.awaiting_join())
+            .map(|m| m.member_id.clone())
+            .collect();
         for id in laggards {
             tracing::info!(group = %self.id, member = %id, "member did not rejoin in time; removed");
             self.drop_member(&id);
@@ -759,7 +842,10 @@ impl Group {
                     self.sync_deadline = None;
                     self.pending_sync.clear();
                     self.assignment_in_flight = Some(self.generation);
-                    self.pending_write = Some(PendingWrite { generation: self.generation, step: PendingStep::Assignment(by_member) });
+                    self.pending_write = Some(PendingWrite {
+                        generation: self.generation,
+                        step: PendingStep::Assignment(by_member),
+                    });
                 }
                 Outcome::Wait(rx)
             }
@@ -798,7 +884,12 @@ impl Group {
     }
 
     /// The member exists, is not fenced and is of the current generation.
-    fn check_member(&self, member_id: &str, instance_id: Option<&str>, generation: i32) -> Result<(), ResponseError> {
+    fn check_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
         if let Some(instance) = instance_id {
             if let Some(owner) = self.static_members.get(instance) {
                 if owner != member_id {
@@ -816,7 +907,13 @@ impl Group {
     }
 
     /// Heartbeat: `None` is success.
-    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: Instant) -> Option<ResponseError> {
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: Instant,
+    ) -> Option<ResponseError> {
         if matches!(self.state, GroupState::Empty | GroupState::Dead) {
             return Some(ResponseError::UnknownMemberId);
         }
@@ -830,11 +927,19 @@ impl Group {
     }
 
     /// LeaveGroup of one member: `None` is success.
-    pub fn leave(&mut self, member_id: &str, instance_id: Option<&str>, cfg: &GroupConfig, now: Instant) -> Option<ResponseError> {
+    pub fn leave(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        cfg: &GroupConfig,
+        now: Instant,
+    ) -> Option<ResponseError> {
         let id = match instance_id {
             Some(instance) => match self.static_members.get(instance) {
                 None => return Some(ResponseError::UnknownMemberId),
-                Some(owner) if !member_id.is_empty() && owner != member_id => return Some(ResponseError::FencedInstanceId),
+                Some(owner) if !member_id.is_empty() && owner != member_id => {
+                    return Some(ResponseError::FencedInstanceId)
+                }
                 Some(owner) => owner.clone(),
             },
             None => member_id.to_string(),
@@ -856,21 +961,28 @@ impl Group {
     /// deadline (with the initial delay) and the sync deadline.
     pub fn tick(&mut self, cfg: &GroupConfig, now: Instant) {
         self.pending_members.retain(|_, deadline| *deadline > now);
-        let expired: Vec<String> = self.members.values().filter(|m| m.has_expired(now)).map(|m| m.member_id.clone()).collect();
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.has_expired(now))
+            .map(|m| m.member_id.clone())
+            .collect();
         for id in expired {
             tracing::info!(group = %self.id, member = %id, "member session expired");
             self.remove_member(&id, cfg, now);
         }
         match self.state {
-            GroupState::PreparingRebalance if self.join_deadline.is_some_and(|d| now >= d) => match self.initial_delay_remaining {
-                Some(remaining) if self.new_member_added && !remaining.is_zero() => {
-                    let delay = cfg.initial_rebalance_delay.min(remaining);
-                    self.join_deadline = Some(now + delay);
-                    self.initial_delay_remaining = Some(remaining - delay);
-                    self.new_member_added = false;
+            GroupState::PreparingRebalance if self.join_deadline.is_some_and(|d| now >= d) => {
+                match self.initial_delay_remaining {
+                    Some(remaining) if self.new_member_added && !remaining.is_zero() => {
+                        let delay = cfg.initial_rebalance_delay.min(remaining);
+                        self.join_deadline = Some(now + delay);
+                        self.initial_delay_remaining = Some(remaining - delay);
+                        self.new_member_added = false;
+                    }
+                    _ => self.complete_join(now),
                 }
-                _ => self.complete_join(now),
-            },
+            }
             GroupState::PreparingRebalance => self.try_complete_join(now),
             GroupState::CompletingRebalance if self.sync_deadline.is_some_and(|d| now >= d) => {
                 let laggards: Vec<String> = self.pending_sync.iter().cloned().collect();
@@ -906,7 +1018,11 @@ impl Group {
         }
         if member_id.is_empty() && generation < 0 {
             // A consumer without group management, or an admin client: only for empty groups.
-            return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
+            return if self.members.is_empty() {
+                Ok(())
+            } else {
+                Err(ResponseError::UnknownMemberId)
+            };
         }
         self.check_member(member_id, instance_id, generation)?;
         if self.state == GroupState::CompletingRebalance {
@@ -976,7 +1092,11 @@ impl Group {
                 instance_id: m.instance_id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
-                metadata: if stable { m.metadata(&protocol).cloned().unwrap_or_default() } else { Bytes::new() },
+                metadata: if stable {
+                    m.metadata(&protocol).cloned().unwrap_or_default()
+                } else {
+                    Bytes::new()
+                },
                 assignment: if stable { m.assignment.clone() } else { Bytes::new() },
             })
             .collect();

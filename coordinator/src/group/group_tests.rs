@@ -5,7 +5,10 @@ use super::*;
 const SESSION: Duration = Duration::from_millis(10_000);
 
 fn cfg(delay_ms: u64) -> GroupConfig {
-    GroupConfig { initial_rebalance_delay: Duration::from_millis(delay_ms), ..GroupConfig::default() }
+    GroupConfig {
+        initial_rebalance_delay: Duration::from_millis(delay_ms),
+        ..GroupConfig::default()
+    }
 }
 
 fn req(member_id: &str, protocols: &[(&str, &'static [u8])]) -> JoinRequest {
@@ -47,7 +50,12 @@ fn write(g: &mut Group, result: Result<(), ResponseError>, now: Instant) {
 }
 
 /// KIP-394: a first join gets MEMBER_ID_REQUIRED and an id; the rejoin with it waits.
-fn join_with_id(g: &mut Group, c: &GroupConfig, r: JoinRequest, now: Instant) -> (String, oneshot::Receiver<JoinResult>) {
+fn join_with_id(
+    g: &mut Group,
+    c: &GroupConfig,
+    r: JoinRequest,
+    now: Instant,
+) -> (String, oneshot::Receiver<JoinResult>) {
     let first = now_result(g.join(r.clone(), c, now));
     assert_eq!(first.error, Some(ResponseError::MemberIdRequired));
     assert!(!first.member_id.is_empty());
@@ -84,7 +92,11 @@ fn stable_group(n: usize, t0: Instant) -> (Group, Vec<String>) {
             (id.clone(), g.sync(id, None, generation, None, None, assignments, t0))
         })
         .collect();
-    assert_eq!(g.state(), GroupState::CompletingRebalance, "stable only once the assignment is written");
+    assert_eq!(
+        g.state(),
+        GroupState::CompletingRebalance,
+        "stable only once the assignment is written"
+    );
     let (meta, w) = g.take_pending_write().expect("the assignment is written");
     assert_eq!(meta.members.len(), n, "the record holds the new assignment");
     g.write_done(w, Ok(()), &cfg(0), t0);
@@ -117,7 +129,15 @@ fn join_sync_stable_with_the_initial_delay() {
     assert_eq!(r.protocol_name.as_deref(), Some("range"));
     assert_eq!(r.members.len(), 1);
     assert_eq!(g.state(), GroupState::CompletingRebalance);
-    let mut rx = waiting(g.sync(&id, None, 1, Some("consumer"), Some("range"), vec![(id.clone(), Bytes::from_static(b"a"))], t0));
+    let mut rx = waiting(g.sync(
+        &id,
+        None,
+        1,
+        Some("consumer"),
+        Some("range"),
+        vec![(id.clone(), Bytes::from_static(b"a"))],
+        t0,
+    ));
     write(&mut g, Ok(()), t0);
     assert_eq!(rx.try_recv().expect("synced").assignment, Bytes::from_static(b"a"));
     assert_eq!(g.state(), GroupState::Stable);
@@ -149,7 +169,10 @@ fn a_leaving_member_triggers_a_rebalance() {
     let generation = g.generation();
     assert_eq!(g.leave(&ids[1], None, &c, t0), None);
     assert_eq!(g.state(), GroupState::PreparingRebalance);
-    assert_eq!(g.heartbeat(&ids[0], None, generation, t0), Some(ResponseError::RebalanceInProgress));
+    assert_eq!(
+        g.heartbeat(&ids[0], None, generation, t0),
+        Some(ResponseError::RebalanceInProgress)
+    );
     let mut rx = waiting(g.join(JoinRequest { member_id: ids[0].clone(), ..range() }, &c, t0));
     let r = rx.try_recv().expect("rejoined");
     assert_eq!((r.generation, r.members.len()), (generation + 1, 1));
@@ -172,7 +195,10 @@ fn an_expired_session_removes_the_member() {
     g.tick(&c, t0 + SESSION);
     assert_eq!(g.state(), GroupState::PreparingRebalance);
     assert_eq!(g.member_count(), 1);
-    assert_eq!(g.heartbeat(&ids[1], None, generation, t0 + SESSION), Some(ResponseError::UnknownMemberId));
+    assert_eq!(
+        g.heartbeat(&ids[1], None, generation, t0 + SESSION),
+        Some(ResponseError::UnknownMemberId)
+    );
     // The survivor does not rejoin within the rebalance timeout either: the group empties.
     g.tick(&c, t0 + SESSION + Duration::from_secs(20));
     assert_eq!(g.state(), GroupState::Empty);
@@ -183,12 +209,23 @@ fn a_static_member_rejoins_without_a_rebalance() {
     let t0 = Instant::now();
     let c = cfg(0);
     let mut g = Group::new("g");
-    let static_req = |member_id: &str| JoinRequest { instance_id: Some("instance-1".into()), ..req(member_id, &[("range", b"r")]) };
+    let static_req = |member_id: &str| JoinRequest {
+        instance_id: Some("instance-1".into()),
+        ..req(member_id, &[("range", b"r")])
+    };
     // Static members skip MEMBER_ID_REQUIRED.
     let mut rx = waiting(g.join(static_req(""), &c, t0));
     let joined = rx.try_recv().expect("joined");
     let old = joined.member_id.clone();
-    let mut rx = waiting(g.sync(&old, Some("instance-1"), 1, None, None, vec![(old.clone(), Bytes::from_static(b"mine"))], t0));
+    let mut rx = waiting(g.sync(
+        &old,
+        Some("instance-1"),
+        1,
+        None,
+        None,
+        vec![(old.clone(), Bytes::from_static(b"mine"))],
+        t0,
+    ));
     write(&mut g, Ok(()), t0);
     assert_eq!(rx.try_recv().expect("synced").assignment, Bytes::from_static(b"mine"));
     assert_eq!(g.state(), GroupState::Stable);
@@ -207,10 +244,17 @@ fn a_static_member_rejoins_without_a_rebalance() {
     assert_eq!(s.assignment, Bytes::from_static(b"mine"));
     // The old member id is fenced.
     assert_eq!(g.heartbeat(&old, Some("instance-1"), 1, t0), Some(ResponseError::FencedInstanceId));
-    assert_eq!(g.validate_commit(&old, Some("instance-1"), 1, false), Err(ResponseError::FencedInstanceId));
+    assert_eq!(
+        g.validate_commit(&old, Some("instance-1"), 1, false),
+        Err(ResponseError::FencedInstanceId)
+    );
 
     // New metadata: a rebalance.
-    let o = g.join(JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"changed")]) }, &c, t0);
+    let o = g.join(
+        JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"changed")]) },
+        &c,
+        t0,
+    );
     let r = waiting(o).try_recv().expect("rebalanced");
     assert_eq!(r.generation, 2);
 }
@@ -220,7 +264,8 @@ fn a_static_member_rejoining_while_the_group_completes_a_rebalance_starts_anothe
     let t0 = Instant::now();
     let c = cfg(0);
     let mut g = Group::new("g");
-    let static_req = JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
+    let static_req =
+        JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
     let mut rx = waiting(g.join(static_req.clone(), &c, t0));
     let old = rx.try_recv().expect("joined").member_id;
     assert_eq!((g.state(), g.generation()), (GroupState::CompletingRebalance, 1));
@@ -241,16 +286,34 @@ fn a_loaded_group_is_stable_with_its_members_and_their_assignments() {
     assert_eq!(meta.leader.as_deref(), Some(ids[0].as_str()));
     let loaded_at = t0 + Duration::from_secs(60);
     let mut g = Group::loaded("g", &meta, loaded_at);
-    assert_eq!((g.state(), g.generation(), g.protocol_type()), (GroupState::Stable, before.generation(), "consumer"));
+    assert_eq!(
+        (g.state(), g.generation(), g.protocol_type()),
+        (GroupState::Stable, before.generation(), "consumer")
+    );
     assert_eq!(g.metadata(), meta, "what a reload persists again is what was loaded");
     let c = cfg(0);
     for id in &ids {
-        assert_eq!(g.heartbeat(id, None, meta.generation, loaded_at), None, "{id}'s session goes on");
-        let s = now_result(g.sync(id, None, meta.generation, Some("consumer"), Some("range"), Vec::new(), loaded_at));
+        assert_eq!(
+            g.heartbeat(id, None, meta.generation, loaded_at),
+            None,
+            "{id}'s session goes on"
+        );
+        let s = now_result(g.sync(
+            id,
+            None,
+            meta.generation,
+            Some("consumer"),
+            Some("range"),
+            Vec::new(),
+            loaded_at,
+        ));
         assert_eq!((s.error, s.assignment), (None, Bytes::from(format!("for {id}"))));
         assert_eq!(g.validate_commit(id, None, meta.generation, true), Ok(()));
     }
-    assert_eq!(g.heartbeat("stranger", None, meta.generation, loaded_at), Some(ResponseError::UnknownMemberId));
+    assert_eq!(
+        g.heartbeat("stranger", None, meta.generation, loaded_at),
+        Some(ResponseError::UnknownMemberId)
+    );
     // Sessions run from the load: the member that keeps heartbeating stays, the other expires.
     let later = loaded_at + SESSION - Duration::from_millis(1);
     assert_eq!(g.heartbeat(&ids[0], None, meta.generation, later), None);
@@ -276,14 +339,37 @@ fn wrong_generations_are_illegal() {
     let t0 = Instant::now();
     let (mut g, ids) = stable_group(1, t0);
     let generation = g.generation();
-    assert_eq!(g.heartbeat(&ids[0], None, generation - 1, t0), Some(ResponseError::IllegalGeneration));
-    assert_eq!(now_result(g.sync(&ids[0], None, generation + 1, None, None, Vec::new(), t0)).error, Some(ResponseError::IllegalGeneration));
-    assert_eq!(g.validate_commit(&ids[0], None, generation - 1, false), Err(ResponseError::IllegalGeneration));
+    assert_eq!(
+        g.heartbeat(&ids[0], None, generation - 1, t0),
+        Some(ResponseError::IllegalGeneration)
+    );
+    assert_eq!(
+        now_result(g.sync(&ids[0], None, generation + 1, None, None, Vec::new(), t0)).error,
+        Some(ResponseError::IllegalGeneration)
+    );
+    assert_eq!(
+        g.validate_commit(&ids[0], None, generation - 1, false),
+        Err(ResponseError::IllegalGeneration)
+    );
     assert_eq!(g.validate_commit(&ids[0], None, generation, false), Ok(()));
-    assert_eq!(g.validate_commit("", None, -1, false), Err(ResponseError::UnknownMemberId), "simple commits only to empty groups");
-    assert_eq!(g.validate_commit("", None, -1, true), Ok(()), "TxnOffsetCommit v0-2 names no member");
-    assert_eq!(g.validate_commit("stranger", None, generation, true), Err(ResponseError::UnknownMemberId));
-    assert_eq!(g.validate_commit("stranger", None, generation, false), Err(ResponseError::UnknownMemberId));
+    assert_eq!(
+        g.validate_commit("", None, -1, false),
+        Err(ResponseError::UnknownMemberId),
+        "simple commits only to empty groups"
+    );
+    assert_eq!(
+        g.validate_commit("", None, -1, true),
+        Ok(()),
+        "TxnOffsetCommit v0-2 names no member"
+    );
+    assert_eq!(
+        g.validate_commit("stranger", None, generation, true),
+        Err(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(
+        g.validate_commit("stranger", None, generation, false),
+        Err(ResponseError::UnknownMemberId)
+    );
 }
 
 #[test]
@@ -295,11 +381,20 @@ fn bad_joins_are_refused() {
     assert_eq!(now_result(g.join(short, &c, t0)).error, Some(ResponseError::InvalidSessionTimeout));
     let long = JoinRequest { session_timeout_ms: 1_800_001, ..range() };
     assert_eq!(now_result(g.join(long, &c, t0)).error, Some(ResponseError::InvalidSessionTimeout));
-    assert_eq!(now_result(g.join(req("", &[]), &c, t0)).error, Some(ResponseError::InconsistentGroupProtocol));
-    assert_eq!(now_result(g.join(req("nobody", &[("range", b"")]), &c, t0)).error, Some(ResponseError::UnknownMemberId));
+    assert_eq!(
+        now_result(g.join(req("", &[]), &c, t0)).error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    assert_eq!(
+        now_result(g.join(req("nobody", &[("range", b"")]), &c, t0)).error,
+        Some(ResponseError::UnknownMemberId)
+    );
     let (_, _rx) = join_with_id(&mut g, &c, range(), t0);
     let other = JoinRequest { require_known_member_id: false, ..req("", &[("roundrobin", b"")]) };
-    assert_eq!(now_result(g.join(other, &c, t0)).error, Some(ResponseError::InconsistentGroupProtocol));
+    assert_eq!(
+        now_result(g.join(other, &c, t0)).error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
 }
 
 #[test]
@@ -314,14 +409,19 @@ fn the_protocol_with_most_votes_that_everyone_supports_wins() {
     ];
     g.tick(&c, t0 + Duration::from_secs(3));
     g.tick(&c, t0 + Duration::from_secs(6));
-    let results: Vec<JoinResult> = waits.iter_mut().map(|rx| rx.try_recv().expect("joined")).collect();
+    let results: Vec<JoinResult> =
+        waits.iter_mut().map(|rx| rx.try_recv().expect("joined")).collect();
     // The first votes range (sticky is not common), the second range, the third rr.
     assert!(results.iter().all(|r| r.protocol_name.as_deref() == Some("range")));
     let leaders: Vec<&JoinResult> = results.iter().filter(|r| !r.members.is_empty()).collect();
     assert_eq!(leaders.len(), 1, "only the leader gets the members");
     let mut metadata: Vec<&[u8]> = leaders[0].members.iter().map(|m| &m.metadata[..]).collect();
     metadata.sort();
-    assert_eq!(metadata, vec![&b"2"[..], &b"4"[..], &b"7"[..]], "each member's metadata for the chosen protocol");
+    assert_eq!(
+        metadata,
+        vec![&b"2"[..], &b"4"[..], &b"7"[..]],
+        "each member's metadata for the chosen protocol"
+    );
 }
 
 #[test]
@@ -334,7 +434,8 @@ fn a_pending_member_id_expires() {
     g.tick(&c, t0 + SESSION);
     assert!(!g.has_pending_members());
     assert_eq!(
-        now_result(g.join(JoinRequest { member_id: first.member_id, ..range() }, &c, t0 + SESSION)).error,
+        now_result(g.join(JoinRequest { member_id: first.member_id, ..range() }, &c, t0 + SESSION))
+            .error,
         Some(ResponseError::UnknownMemberId)
     );
 }
@@ -354,18 +455,32 @@ fn a_failed_assignment_write_answers_the_error_and_rebalances() {
     let generation = g.generation();
     assert_eq!(generation, rb.generation);
     let mut follower_rx = waiting(g.sync(&follower, None, generation, None, None, Vec::new(), t0));
-    let assignment = vec![(a.clone(), Bytes::from_static(b"x")), (b.clone(), Bytes::from_static(b"y"))];
-    let mut leader_rx = waiting(g.sync(&leader, None, generation, None, None, assignment.clone(), t0));
+    let assignment =
+        vec![(a.clone(), Bytes::from_static(b"x")), (b.clone(), Bytes::from_static(b"y"))];
+    let mut leader_rx =
+        waiting(g.sync(&leader, None, generation, None, None, assignment.clone(), t0));
     // A second SyncGroup of the leader while the write is out does not write again.
     let mut again_rx = waiting(g.sync(&leader, None, generation, None, None, assignment, t0));
     let (_, w) = g.take_pending_write().expect("the assignment is written");
     assert!(g.take_pending_write().is_none(), "one write per generation");
-    assert!(follower_rx.try_recv().is_err() && again_rx.try_recv().is_err(), "nobody is answered before the write");
-    assert_eq!(g.validate_commit(&follower, None, generation, false), Err(ResponseError::RebalanceInProgress));
+    assert!(
+        follower_rx.try_recv().is_err() && again_rx.try_recv().is_err(),
+        "nobody is answered before the write"
+    );
+    assert_eq!(
+        g.validate_commit(&follower, None, generation, false),
+        Err(ResponseError::RebalanceInProgress)
+    );
     g.write_done(w, Err(ResponseError::NotCoordinator), &c, t0);
-    assert_eq!(follower_rx.try_recv().expect("answered").error, Some(ResponseError::NotCoordinator));
+    assert_eq!(
+        follower_rx.try_recv().expect("answered").error,
+        Some(ResponseError::NotCoordinator)
+    );
     assert_eq!(again_rx.try_recv().expect("answered").error, Some(ResponseError::NotCoordinator));
-    assert!(leader_rx.try_recv().is_err(), "the leader's first SyncGroup was replaced by its second");
+    assert!(
+        leader_rx.try_recv().is_err(),
+        "the leader's first SyncGroup was replaced by its second"
+    );
     assert_eq!(g.state(), GroupState::PreparingRebalance, "Kafka rebalances after a failed write");
     assert!(g.metadata().members.is_empty());
 }
@@ -378,7 +493,8 @@ fn an_assignment_written_after_the_group_moved_on_is_ignored() {
     let (a, mut ja) = join_with_id(&mut g, &c, range(), t0);
     g.tick(&c, t0);
     assert!(ja.try_recv().is_ok());
-    let mut rx = waiting(g.sync(&a, None, 1, None, None, vec![(a.clone(), Bytes::from_static(b"x"))], t0));
+    let mut rx =
+        waiting(g.sync(&a, None, 1, None, None, vec![(a.clone(), Bytes::from_static(b"x"))], t0));
     let (_, w) = g.take_pending_write().expect("pending");
     // The member leaves before the write is done: the group empties.
     assert_eq!(g.leave(&a, None, &c, t0), None);
@@ -392,9 +508,18 @@ fn a_static_member_whose_new_id_cannot_be_written_keeps_the_old_one() {
     let t0 = Instant::now();
     let c = cfg(0);
     let mut g = Group::new("g");
-    let static_req = JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
+    let static_req =
+        JoinRequest { instance_id: Some("instance-1".into()), ..req("", &[("range", b"r")]) };
     let old = waiting(g.join(static_req.clone(), &c, t0)).try_recv().expect("joined").member_id;
-    let _rx = waiting(g.sync(&old, Some("instance-1"), 1, None, None, vec![(old.clone(), Bytes::from_static(b"mine"))], t0));
+    let _rx = waiting(g.sync(
+        &old,
+        Some("instance-1"),
+        1,
+        None,
+        None,
+        vec![(old.clone(), Bytes::from_static(b"mine"))],
+        t0,
+    ));
     write(&mut g, Ok(()), t0);
     let mut rx = waiting(g.join(static_req, &c, t0));
     let (meta, w) = g.take_pending_write().expect("the new id is written");
@@ -403,8 +528,15 @@ fn a_static_member_whose_new_id_cannot_be_written_keeps_the_old_one() {
     g.write_done(w, Err(ResponseError::CoordinatorNotAvailable), &c, t0);
     let r = rx.try_recv().expect("answered");
     assert_eq!((r.error, r.member_id.as_str()), (Some(ResponseError::CoordinatorNotAvailable), ""));
-    assert_eq!(g.heartbeat(&old, Some("instance-1"), 1, t0), None, "the old id is the member again");
-    assert_eq!(g.heartbeat(&new_id, Some("instance-1"), 1, t0), Some(ResponseError::FencedInstanceId));
+    assert_eq!(
+        g.heartbeat(&old, Some("instance-1"), 1, t0),
+        None,
+        "the old id is the member again"
+    );
+    assert_eq!(
+        g.heartbeat(&new_id, Some("instance-1"), 1, t0),
+        Some(ResponseError::FencedInstanceId)
+    );
     assert_eq!(g.metadata().members[0].member_id, old);
     assert_eq!(g.metadata().leader.as_deref(), Some(old.as_str()));
     assert_eq!(g.state(), GroupState::Stable);

@@ -64,6 +64,8 @@ impl Member {
 
     /// The session is over: no heartbeat (nor join/sync in flight) for `session_timeout`.
     pub(crate) fn has_expired(&self, now: Instant) -> bool {
-        !self.awaiting_join() && !self.awaiting_sync() && now >= self.last_heartbeat + self.session_timeout
+        !self.awaiting_join()
+            && !self.awaiting_sync()
+            && now >= self.last_heartbeat + self.session_timeout
     }
 }

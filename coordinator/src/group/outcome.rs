@@ -72,7 +72,12 @@ pub struct SyncResult {
 impl SyncResult {
     /// An error answer.
     pub fn error(error: ResponseError) -> Self {
-        Self { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+        Self {
+            error: Some(error),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
     }
 }
 

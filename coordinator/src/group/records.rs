@@ -150,7 +150,9 @@ fn get_nullable_str(buf: &mut Bytes, what: &str) -> Result<Option<String>, Decod
     }
     need(buf, len as usize, what)?;
     let raw = buf.split_to(len as usize);
-    String::from_utf8(raw.to_vec()).map(Some).map_err(|_| DecodeError(format!("{what} is not UTF-8")))
+    String::from_utf8(raw.to_vec())
+        .map(Some)
+        .map_err(|_| DecodeError(format!("{what} is not UTF-8")))
 }
 
 fn get_str(buf: &mut Bytes, what: &str) -> Result<String, DecodeError> {
@@ -211,8 +213,14 @@ pub fn group_value(g: &GroupMetadata) -> Bytes {
     let members: usize = g
         .members
         .iter()
-        .map(|m| 24 + m.member_id.len() + m.instance_id.as_ref().map_or(0, String::len) + m.client_id.len() + m.client_host.len()
-            + m.subscription.len() + m.assignment.len())
+        .map(|m| {
+            24 + m.member_id.len()
+                + m.instance_id.as_ref().map_or(0, String::len)
+                + m.client_id.len()
+                + m.client_host.len()
+                + m.subscription.len()
+                + m.assignment.len()
+        })
         .sum();
     let mut buf = BytesMut::with_capacity(32 + g.protocol_type.len() + members);
     buf.put_i16(GROUP_VALUE_VERSION);
@@ -293,10 +301,12 @@ fn decode_group_value(mut v: Bytes) -> Result<GroupMetadata, DecodeError> {
     let mut members = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let member_id = get_str(&mut v, "member id")?;
-        let instance_id = if version >= 3 { get_nullable_str(&mut v, "group instance id")? } else { None };
+        let instance_id =
+            if version >= 3 { get_nullable_str(&mut v, "group instance id")? } else { None };
         let client_id = get_str(&mut v, "client id")?;
         let client_host = get_str(&mut v, "client host")?;
-        let rebalance_timeout_ms = if version >= 1 { get_i32(&mut v, "rebalance timeout")? } else { -1 };
+        let rebalance_timeout_ms =
+            if version >= 1 { get_i32(&mut v, "rebalance timeout")? } else { -1 };
         let session_timeout_ms = get_i32(&mut v, "session timeout")?;
         let subscription = get_bytes(&mut v, "subscription")?;
         let assignment = get_bytes(&mut v, "assignment")?;
@@ -320,9 +330,17 @@ mod tests {
 
     #[test]
     fn offsets_and_groups_round_trip() {
-        let o = OffsetAndMetadata { offset: 42, leader_epoch: 0, metadata: "m".into(), commit_timestamp: 7 };
+        let o = OffsetAndMetadata {
+            offset: 42,
+            leader_epoch: 0,
+            metadata: "m".into(),
+            commit_timestamp: 7,
+        };
         let e = decode(Some(&offset_key("g", "t", 3)), Some(&offset_value(&o))).unwrap();
-        assert_eq!(e, LogEntry::Offset { group: "g".into(), topic: "t".into(), partition: 3, value: Some(o) });
+        assert_eq!(
+            e,
+            LogEntry::Offset { group: "g".into(), topic: "t".into(), partition: 3, value: Some(o) }
+        );
         let e = decode(Some(&offset_key("g", "t", 3)), None).unwrap();
         assert!(matches!(e, LogEntry::Offset { value: None, .. }));
         let g = GroupMetadata {
@@ -342,7 +360,11 @@ mod tests {
                     subscription: Bytes::from_static(b"sub"),
                     assignment: Bytes::from_static(b"assigned"),
                 },
-                MemberMetadata { member_id: "m-2".into(), session_timeout_ms: 10_000, ..Default::default() },
+                MemberMetadata {
+                    member_id: "m-2".into(),
+                    session_timeout_ms: 10_000,
+                    ..Default::default()
+                },
             ],
         };
         let e = decode(Some(&group_key("g")), Some(&group_value(&g))).unwrap();
@@ -350,7 +372,10 @@ mod tests {
         assert!(decode(Some(&Bytes::from_static(&[0, 9])), None).is_err());
         assert!(decode(Some(&offset_key("g", "t", 3).slice(..5)), None).is_err());
         let value = group_value(&g);
-        assert!(decode(Some(&group_key("g")), Some(&value.slice(..value.len() - 1))).is_err(), "a member cut short");
+        assert!(
+            decode(Some(&group_key("g")), Some(&value.slice(..value.len() - 1))).is_err(),
+            "a member cut short"
+        );
     }
 
     /// A value of an older version, laid out by hand from Kafka's
@@ -375,16 +400,19 @@ mod tests {
         let e = decode(Some(&group_key("g")), Some(&v.freeze())).unwrap();
         let LogEntry::Group { value: Some(g), .. } = e else { panic!("a group value: {e:?}") };
         assert_eq!((g.generation, g.state_timestamp, g.leader.as_deref()), (3, -1, Some("m")));
-        assert_eq!(g.members, vec![MemberMetadata {
-            member_id: "m".into(),
-            instance_id: None,
-            client_id: "client".into(),
-            client_host: "/10.0.0.1".into(),
-            rebalance_timeout_ms: 60_000,
-            session_timeout_ms: 10_000,
-            subscription: Bytes::from_static(b"s"),
-            assignment: Bytes::from_static(b"a"),
-        }]);
+        assert_eq!(
+            g.members,
+            vec![MemberMetadata {
+                member_id: "m".into(),
+                instance_id: None,
+                client_id: "client".into(),
+                client_host: "/10.0.0.1".into(),
+                rebalance_timeout_ms: 60_000,
+                session_timeout_ms: 10_000,
+                subscription: Bytes::from_static(b"s"),
+                assignment: Bytes::from_static(b"a"),
+            }]
+        );
     }
 
     #[test]

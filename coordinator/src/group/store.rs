@@ -68,7 +68,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use floe_protocol::record_batch::BatchIter;
 use floe_storage::{ControlRecordType, LogManager, PartitionLog, StorageError};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 use super::records::{self, GroupMetadata, LogEntry, OffsetAndMetadata};
 use crate::clock::wall_ms;
@@ -221,7 +223,8 @@ impl LiveRecords {
                 self.groups.remove(group);
             }
         }
-        self.count = self.groups.values().map(|g| g.offsets.len() + usize::from(g.metadata.is_some())).sum();
+        self.count =
+            self.groups.values().map(|g| g.offsets.len() + usize::from(g.metadata.is_some())).sum();
     }
 
     /// Number of live records.
@@ -237,9 +240,13 @@ impl LiveRecords {
     /// Every live record, group by group (its offsets, then its metadata).
     pub fn records(&self) -> impl Iterator<Item = LogRecord> + '_ {
         self.groups.iter().flat_map(|(id, g)| {
-            let offsets =
-                g.offsets.iter().map(move |((t, p), o)| (records::offset_key(id, t, *p), Some(records::offset_value(o))));
-            let meta = g.metadata.iter().map(move |m| (records::group_key(id), Some(records::group_value(m))));
+            let offsets = g.offsets.iter().map(move |((t, p), o)| {
+                (records::offset_key(id, t, *p), Some(records::offset_value(o)))
+            });
+            let meta = g
+                .metadata
+                .iter()
+                .map(move |m| (records::group_key(id), Some(records::group_value(m))));
             offsets.chain(meta)
         })
     }
@@ -248,10 +255,22 @@ impl LiveRecords {
 enum Job {
     /// Records to append; `producer` makes them a transactional batch of that producer id and epoch (TxnOffsetCommit).
     /// `term` is the coordinator's term (leader epoch) the write was made in.
-    Write { records: Vec<LogRecord>, producer: Option<(i64, i16)>, term: i32, done: WriteCallback },
+    Write {
+        records: Vec<LogRecord>,
+        producer: Option<(i64, i16)>,
+        term: i32,
+        done: WriteCallback,
+    },
     /// A transaction marker for a producer's pending offsets: COMMIT makes them live.
     /// `coordinator_epoch` is the transaction coordinator's, fencing an older one's markers.
-    Marker { producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32, term: i32, done: WriteCallback },
+    Marker {
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        term: i32,
+        done: WriteCallback,
+    },
     /// The replay finished: the live state to start from, and the offsets of
     /// transactions still open; compaction may run from now on.
     Loaded(LiveRecords, PendingTxnOffsets),
@@ -281,7 +300,12 @@ impl OffsetStore {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(logs: Arc<LogManager>, partition: i32, compaction: CompactionConfig, term: Arc<CoordinatorTerm>) -> std::io::Result<Self> {
+    pub fn start(
+        logs: Arc<LogManager>,
+        partition: i32,
+        compaction: CompactionConfig,
+        term: Arc<CoordinatorTerm>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let gate = term.clone();
         std::thread::Builder::new().name(format!("floe-group-log-{partition}")).spawn(move || {
@@ -350,22 +374,42 @@ impl OffsetStore {
 
     /// Queues `records` as a transactional batch of `producer` (id, epoch): TxnOffsetCommit.
     /// They are pending until [`OffsetStore::marker`] writes the transaction's marker.
-    pub fn append_transactional(&self, records: Vec<LogRecord>, producer: (i64, i16), done: WriteCallback) {
+    pub fn append_transactional(
+        &self,
+        records: Vec<LogRecord>,
+        producer: (i64, i16),
+        done: WriteCallback,
+    ) {
         self.append_as(records, Some(producer), done);
     }
 
-    fn append_as(&self, records: Vec<LogRecord>, producer: Option<(i64, i16)>, done: WriteCallback) {
+    fn append_as(
+        &self,
+        records: Vec<LogRecord>,
+        producer: Option<(i64, i16)>,
+        done: WriteCallback,
+    ) {
         let term = self.term.epoch();
-        if let Err(Job::Write { done, .. }) = self.send(Job::Write { records, producer, term, done }) {
+        if let Err(Job::Write { done, .. }) =
+            self.send(Job::Write { records, producer, term, done })
+        {
             fail_elsewhere(done);
         }
     }
 
     /// Queues a transaction marker for `producer_id`'s pending offsets; `done`
     /// runs once it is durable (after the writes queued before it).
-    pub fn marker(&self, producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32, done: WriteCallback) {
+    pub fn marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        done: WriteCallback,
+    ) {
         let term = self.term.epoch();
-        let job = Job::Marker { producer_id, producer_epoch, commit, coordinator_epoch, term, done };
+        let job =
+            Job::Marker { producer_id, producer_epoch, commit, coordinator_epoch, term, done };
         if let Err(Job::Marker { done, .. }) = self.send(job) {
             fail_elsewhere(done);
         }
@@ -389,19 +433,29 @@ impl OffsetStore {
 /// Writes the jobs (one append, one fsync, and in a cluster one wait for the
 /// in-sync replicas), updates `live`, runs the callbacks. Jobs of an older term
 /// fail without being written.
-fn write_all(logs: &Target, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut live: Option<&mut LiveRecords>, pending: &mut PendingTxnOffsets) {
+fn write_all(
+    logs: &Target,
+    gate: &CoordinatorTerm,
+    jobs: Vec<WriteJob>,
+    mut live: Option<&mut LiveRecords>,
+    pending: &mut PendingTxnOffsets,
+) {
     if jobs.is_empty() {
         return;
     }
     let term = gate.epoch();
-    let (jobs, stale): (Vec<WriteJob>, Vec<WriteJob>) = jobs.into_iter().partition(|(_, _, t, _)| *t == term);
+    let (jobs, stale): (Vec<WriteJob>, Vec<WriteJob>) =
+        jobs.into_iter().partition(|(_, _, t, _)| *t == term);
     for (_, _, t, done) in stale {
-        done(Err(StoreError::NotCoordinator(format!("a write of the coordinator's term {t} reached term {term}"))));
+        done(Err(StoreError::NotCoordinator(format!(
+            "a write of the coordinator's term {t} reached term {term}"
+        ))));
     }
     if jobs.is_empty() {
         return;
     }
-    let result = write(logs, gate, term, jobs.iter().map(|(r, producer, _, _)| (r.as_slice(), *producer)));
+    let result =
+        write(logs, gate, term, jobs.iter().map(|(r, producer, _, _)| (r.as_slice(), *producer)));
     match &result {
         Err(e) => tracing::error!(error = %e, "writing __consumer_offsets failed"),
         Ok(()) => {
@@ -409,7 +463,9 @@ fn write_all(logs: &Target, gate: &CoordinatorTerm, jobs: Vec<WriteJob>, mut liv
                 for (key, value) in records {
                     let Ok(entry) = records::decode(Some(key), value.as_ref()) else { continue };
                     match producer {
-                        Some((producer_id, _)) => pending.entry(*producer_id).or_default().push(entry),
+                        Some((producer_id, _)) => {
+                            pending.entry(*producer_id).or_default().push(entry)
+                        }
                         None => {
                             if let Some(live) = live.as_deref_mut() {
                                 live.apply(&entry);
@@ -439,7 +495,8 @@ fn write_marker(
     let log = offsets_log(logs)?;
     gate.before_append(&log, term)?;
     let marker = if commit { ControlRecordType::Commit } else { ControlRecordType::Abort };
-    let offset = log.append_txn_marker(producer_id, producer_epoch, marker, coordinator_epoch, wall_ms())?;
+    let offset =
+        log.append_txn_marker(producer_id, producer_epoch, marker, coordinator_epoch, wall_ms())?;
     log.flush()?;
     gate.after_append(&log, offset + 1)?;
     Ok(())
@@ -454,10 +511,17 @@ pub(crate) struct Target {
 
 fn offsets_log(logs: &Target) -> Result<Arc<PartitionLog>, StoreError> {
     let p = logs.partition;
-    logs.logs.partition(OFFSETS_TOPIC, p).ok_or_else(|| StoreError::Storage(format!("the log of partition {p} does not exist")))
+    logs.logs
+        .partition(OFFSETS_TOPIC, p)
+        .ok_or_else(|| StoreError::Storage(format!("the log of partition {p} does not exist")))
 }
 
-fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: Option<(i64, i16)>) -> Result<(), StoreError> {
+fn encode_batch(
+    buf: &mut BytesMut,
+    records: &[LogRecord],
+    now: i64,
+    producer: Option<(i64, i16)>,
+) -> Result<(), StoreError> {
     let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
     let batch: Vec<Record> = records
         .iter()
@@ -478,12 +542,21 @@ fn encode_batch(buf: &mut BytesMut, records: &[LogRecord], now: i64, producer: O
             headers: Default::default(),
         })
         .collect();
-    RecordBatchEncoder::encode(buf, batch.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .map_err(|e| StoreError::Format(e.to_string()))
+    RecordBatchEncoder::encode(
+        buf,
+        batch.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .map_err(|e| StoreError::Format(e.to_string()))
 }
 
 /// Appends one batch per job, then fsyncs (then, in a cluster, waits for the in-sync replicas).
-fn write<'a>(logs: &Target, gate: &CoordinatorTerm, term: i32, jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>) -> Result<(), StoreError> {
+fn write<'a>(
+    logs: &Target,
+    gate: &CoordinatorTerm,
+    term: i32,
+    jobs: impl Iterator<Item = (&'a [LogRecord], Option<(i64, i16)>)>,
+) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     gate.before_append(&log, term)?;
     let now = wall_ms();
@@ -499,7 +572,11 @@ fn write<'a>(logs: &Target, gate: &CoordinatorTerm, term: i32, jobs: impl Iterat
     let appended = log.append_as(&mut buf, now, floe_storage::AppendOrigin::Coordinator)?;
     // Appended, not yet fsynced nor acknowledged: a crash here must cost nothing acknowledged.
     if let Err(source) = floe_storage::failpoint::check("group.offsets.write") {
-        let e = StorageError::Io { context: "fsync group offsets", path: log.dir().to_path_buf(), source };
+        let e = StorageError::Io {
+            context: "fsync group offsets",
+            path: log.dir().to_path_buf(),
+            source,
+        };
         logs.logs.log_dir_failure().mark_offline(&e);
         return Err(e.into());
     }
@@ -508,13 +585,20 @@ fn write<'a>(logs: &Target, gate: &CoordinatorTerm, term: i32, jobs: impl Iterat
     Ok(())
 }
 
-fn maybe_compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords, cfg: CompactionConfig) -> Result<(), StoreError> {
+fn maybe_compact(
+    logs: &Target,
+    gate: &CoordinatorTerm,
+    live: &LiveRecords,
+    cfg: CompactionConfig,
+) -> Result<(), StoreError> {
     let log = offsets_log(logs)?;
     if log.config().cleanup_policy.compact {
         return Ok(()); // the log cleaner's job
     }
     let records = (log.log_end_offset() - log.log_start_offset()).max(0) as u64;
-    if log.size_bytes() <= cfg.min_bytes || records <= cfg.dirty_ratio.saturating_mul(live.len() as u64) {
+    if log.size_bytes() <= cfg.min_bytes
+        || records <= cfg.dirty_ratio.saturating_mul(live.len() as u64)
+    {
         return Ok(());
     }
     compact(logs, gate, live, true).map(|_| ())
@@ -523,7 +607,12 @@ fn maybe_compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords, cfg:
 /// Rolls, re-appends `live` and fsyncs; then, if `delete`, moves the log
 /// start offset past everything before the re-append (see the module doc).
 /// `delete: false` stops where a crash between the steps would.
-pub(crate) fn compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords, delete: bool) -> Result<Compacted, StoreError> {
+pub(crate) fn compact(
+    logs: &Target,
+    gate: &CoordinatorTerm,
+    live: &LiveRecords,
+    delete: bool,
+) -> Result<Compacted, StoreError> {
     let log = offsets_log(logs)?;
     gate.before_append(&log, gate.epoch())?;
     let started = std::time::Instant::now();
@@ -542,9 +631,20 @@ pub(crate) fn compact(logs: &Target, gate: &CoordinatorTerm, live: &LiveRecords,
     if delete {
         log.delete_records_before(first)?;
     }
-    let done = Compacted { live_records: all.len(), log_start_offset: log.log_start_offset(), bytes_before, bytes_after: log.size_bytes() };
-    tracing::info!(live = done.live_records, log_start_offset = done.log_start_offset, bytes_before, bytes_after = done.bytes_after,
-        elapsed_ms = started.elapsed().as_millis() as u64, "compacted __consumer_offsets");
+    let done = Compacted {
+        live_records: all.len(),
+        log_start_offset: log.log_start_offset(),
+        bytes_before,
+        bytes_after: log.size_bytes(),
+    };
+    tracing::info!(
+        live = done.live_records,
+        log_start_offset = done.log_start_offset,
+        bytes_before,
+        bytes_after = done.bytes_after,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "compacted __consumer_offsets"
+    );
     Ok(done)
 }
 
@@ -566,7 +666,9 @@ pub fn create_log(logs: &LogManager, partitions: i32) -> Result<i32, StoreError>
                 // Created before Floe had a log cleaner: hand the topic to it, as Kafka's is.
                 overrides.insert("cleanup.policy".into(), "compact".into());
                 logs.alter_topic_config(OFFSETS_TOPIC, overrides)?;
-                tracing::info!("{OFFSETS_TOPIC} is now compacted by the log cleaner (cleanup.policy=compact)");
+                tracing::info!(
+                    "{OFFSETS_TOPIC} is now compacted by the log cleaner (cleanup.policy=compact)"
+                );
             }
             Ok(topic.partition_count())
         }
@@ -580,7 +682,8 @@ pub fn create_log(logs: &LogManager, partitions: i32) -> Result<i32, StoreError>
 /// [`StoreError::Storage`].
 pub fn open_log(logs: &LogManager, partition: i32) -> Result<Arc<PartitionLog>, StoreError> {
     create_log(logs, 1)?;
-    logs.partition(OFFSETS_TOPIC, partition).ok_or_else(|| StoreError::Storage(format!("partition {partition} is missing")))
+    logs.partition(OFFSETS_TOPIC, partition)
+        .ok_or_else(|| StoreError::Storage(format!("partition {partition} is missing")))
 }
 
 /// Reads the whole log in order, calling `apply` for every record.
@@ -588,7 +691,10 @@ pub fn open_log(logs: &LogManager, partition: i32) -> Result<Arc<PartitionLog>, 
 ///
 /// # Errors
 /// [`StoreError`] if the log cannot be read or a batch does not decode.
-pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u64, PendingTxnOffsets), StoreError> {
+pub fn replay(
+    log: &PartitionLog,
+    mut apply: impl FnMut(LogEntry),
+) -> Result<(u64, PendingTxnOffsets), StoreError> {
     // To the log end, past the high watermark: a new leader's tail is the partition's
     // history from now on (its followers truncate to it), as Kafka's loader reads it.
     let mut offset = log.log_start_offset();
@@ -599,12 +705,14 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u6
     while offset < end {
         let info = log.read_for_replica(offset, 8 << 20, true)?;
         let Some(region) = info.region else { break };
-        let buf = Bytes::from(region.read_to_vec().map_err(|e| StoreError::Storage(e.to_string()))?);
+        let buf =
+            Bytes::from(region.read_to_vec().map_err(|e| StoreError::Storage(e.to_string()))?);
         let mut progressed = false;
         for b in BatchIter::new(&buf) {
             let Ok(b) = b else { break };
             let mut batch = buf.slice(b.position..b.end());
-            let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| StoreError::Format(e.to_string()))?;
+            let set = RecordBatchDecoder::decode(&mut batch)
+                .map_err(|e| StoreError::Format(e.to_string()))?;
             let producer_id = b.header.producer_id;
             for r in set.records {
                 if r.offset < offset {
@@ -612,7 +720,10 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u6
                 }
                 if r.control {
                     // Key: version i16, type i16 (0 ABORT, 1 COMMIT).
-                    let commit = r.key.as_ref().is_some_and(|k| k.len() >= 4 && i16::from_be_bytes([k[2], k[3]]) == 1);
+                    let commit = r
+                        .key
+                        .as_ref()
+                        .is_some_and(|k| k.len() >= 4 && i16::from_be_bytes([k[2], k[3]]) == 1);
                     let entries = pending.remove(&producer_id).unwrap_or_default();
                     if commit {
                         count += entries.len() as u64;
@@ -621,7 +732,9 @@ pub fn replay(log: &PartitionLog, mut apply: impl FnMut(LogEntry)) -> Result<(u6
                     continue;
                 }
                 match records::decode(r.key.as_ref(), r.value.as_ref()) {
-                    Ok(entry) if b.header.is_transactional() => pending.entry(producer_id).or_default().push(entry),
+                    Ok(entry) if b.header.is_transactional() => {
+                        pending.entry(producer_id).or_default().push(entry)
+                    }
                     Ok(entry) => {
                         apply(entry);
                         count += 1;

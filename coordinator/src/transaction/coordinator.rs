@@ -210,11 +210,19 @@ fn fenced(m: &TransactionMetadata, epoch: i16) -> TxnError {
 }
 
 fn invalid_state(m: &TransactionMetadata, reason: &'static str) -> TxnError {
-    TxnError::InvalidTxnState { transactional_id: m.transactional_id.clone(), state: m.state.name(), reason }
+    TxnError::InvalidTxnState {
+        transactional_id: m.transactional_id.clone(),
+        state: m.state.name(),
+        reason,
+    }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, TxnError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| TxnError::Log(TxnLogError::Storage(format!("blocking task failed: {e}"))))
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TxnError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| TxnError::Log(TxnLogError::Storage(format!("blocking task failed: {e}"))))
 }
 
 impl TransactionCoordinator {
@@ -224,7 +232,11 @@ impl TransactionCoordinator {
     ///
     /// # Errors
     /// [`TxnLogError`] if the log cannot be opened or read.
-    pub fn open(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>) -> Result<Self, TxnLogError> {
+    pub fn open(
+        config: TransactionConfig,
+        logs: Arc<LogManager>,
+        markers: Arc<dyn TxnMarkerWriter>,
+    ) -> Result<Self, TxnLogError> {
         Self::open_partition(config, logs, markers, 0)
     }
 
@@ -232,7 +244,12 @@ impl TransactionCoordinator {
     ///
     /// # Errors
     /// [`TxnLogError`] if the log cannot be opened or read.
-    pub fn open_partition(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, partition: i32) -> Result<Self, TxnLogError> {
+    pub fn open_partition(
+        config: TransactionConfig,
+        logs: Arc<LogManager>,
+        markers: Arc<dyn TxnMarkerWriter>,
+        partition: i32,
+    ) -> Result<Self, TxnLogError> {
         let log = TransactionLog::open(&logs, partition)?;
         let loaded = log.replay()?;
         let txns = Self::entries(loaded, COORDINATOR_EPOCH);
@@ -252,7 +269,13 @@ impl TransactionCoordinator {
 
     /// A cluster broker's coordinator: NOT_COORDINATOR until
     /// [`TransactionCoordinator::elect`]; its writes pass `writes`.
-    pub fn replicated(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, partition: i32, writes: Arc<dyn ReplicatedWrites>) -> Self {
+    pub fn replicated(
+        config: TransactionConfig,
+        logs: Arc<LogManager>,
+        markers: Arc<dyn TxnMarkerWriter>,
+        partition: i32,
+        writes: Arc<dyn ReplicatedWrites>,
+    ) -> Self {
         Self {
             config,
             partition,
@@ -266,7 +289,10 @@ impl TransactionCoordinator {
         }
     }
 
-    fn entries(loaded: HashMap<String, TransactionMetadata>, term: i32) -> HashMap<String, Arc<TxnEntry>> {
+    fn entries(
+        loaded: HashMap<String, TransactionMetadata>,
+        term: i32,
+    ) -> HashMap<String, Arc<TxnEntry>> {
         let mut states: HashMap<&'static str, usize> = HashMap::new();
         let txns: HashMap<String, Arc<TxnEntry>> = loaded
             .into_iter()
@@ -326,7 +352,11 @@ impl TransactionCoordinator {
             .await
             .unwrap_or_else(|e| Err(TxnLogError::Storage(format!("load task failed: {e}"))));
             if self.term.epoch() != leader_epoch {
-                tracing::info!(partition, leader_epoch, "the transaction coordinator's term ended while it loaded");
+                tracing::info!(
+                    partition,
+                    leader_epoch,
+                    "the transaction coordinator's term ended while it loaded"
+                );
                 return Ok(());
             }
             match loaded {
@@ -366,11 +396,19 @@ impl TransactionCoordinator {
         self.fence();
         let ids = std::mem::take(&mut *self.txns()).len();
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
-        tracing::info!(partition = self.partition, transactional_ids = ids, "no longer the transaction coordinator of the partition");
+        tracing::info!(
+            partition = self.partition,
+            transactional_ids = ids,
+            "no longer the transaction coordinator of the partition"
+        );
     }
 
     fn log(&self) -> Result<TransactionLog, TxnError> {
-        self.log.read().unwrap_or_else(PoisonError::into_inner).clone().ok_or(TxnError::NotCoordinator)
+        self.log
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(TxnError::NotCoordinator)
     }
 
     /// The settings in force.
@@ -388,14 +426,30 @@ impl TransactionCoordinator {
 
     fn entry_or_create(&self, transactional_id: &str) -> Arc<TxnEntry> {
         let term = self.term.epoch();
-        self.txns().entry(transactional_id.to_string()).or_insert_with(|| Arc::new(TxnEntry::new(term, None))).clone()
+        self.txns()
+            .entry(transactional_id.to_string())
+            .or_insert_with(|| Arc::new(TxnEntry::new(term, None)))
+            .clone()
     }
 
     /// Makes `next` durable (in the entry's term), then current.
-    async fn persist(&self, entry: &TxnEntry, next: TransactionMetadata) -> Result<TransactionMetadata, TxnError> {
+    async fn persist(
+        &self,
+        entry: &TxnEntry,
+        next: TransactionMetadata,
+    ) -> Result<TransactionMetadata, TxnError> {
         let (log, gate, term) = (self.log()?, self.term.clone(), entry.term);
         let record = next.clone();
-        blocking(move || log.append(&gate, term, &record.transactional_id, Some(&record), record.txn_last_update_timestamp)).await??;
+        blocking(move || {
+            log.append(
+                &gate,
+                term,
+                &record.transactional_id,
+                Some(&record),
+                record.txn_last_update_timestamp,
+            )
+        })
+        .await??;
         *entry.meta() = Some(next.clone());
         Ok(next)
     }
@@ -409,24 +463,40 @@ impl TransactionCoordinator {
     /// [`TxnError::InvalidTransactionTimeout`], [`TxnError::ProducerFenced`]
     /// (`expected` is not the current or previous instance),
     /// [`TxnError::ConcurrentTransactions`], [`TxnError::Log`].
-    pub async fn init_producer_id(&self, transactional_id: &str, timeout_ms: i32, expected: Option<(i64, i16)>) -> Result<(i64, i16), TxnError> {
+    pub async fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), TxnError> {
         self.check_active()?;
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
-            return Err(TxnError::InvalidTransactionTimeout { timeout_ms, max_ms: self.config.max_timeout_ms });
+            return Err(TxnError::InvalidTransactionTimeout {
+                timeout_ms,
+                max_ms: self.config.max_timeout_ms,
+            });
         }
         let entry = self.entry_or_create(transactional_id);
         let _op = entry.op.lock().await;
         let now = wall_ms();
         let Some(current) = entry.current() else {
             let producer_id = blocking_alloc(self).await?;
-            let next = TransactionMetadata::new(transactional_id, producer_id, timeout_ms, now).prepare_new_epoch(timeout_ms, None, now);
+            let next = TransactionMetadata::new(transactional_id, producer_id, timeout_ms, now)
+                .prepare_new_epoch(timeout_ms, None, now);
             let m = self.persist(&entry, next).await?;
-            tracing::info!(transactional_id, producer_id = m.producer_id, epoch = m.producer_epoch, "new transactional id");
+            tracing::info!(
+                transactional_id,
+                producer_id = m.producer_id,
+                epoch = m.producer_epoch,
+                "new transactional id"
+            );
             return Ok((m.producer_id, m.producer_epoch));
         };
         if let Some((producer_id, epoch)) = expected.filter(|(id, _)| *id >= 0) {
-            let current_instance = producer_id == current.producer_id && epoch == current.producer_epoch;
-            let retried_bump = producer_id == current.producer_id && epoch == current.last_producer_epoch;
+            let current_instance =
+                producer_id == current.producer_id && epoch == current.producer_epoch;
+            let retried_bump =
+                producer_id == current.producer_id && epoch == current.last_producer_epoch;
             let rotated = producer_id == current.last_producer_id && current.producer_epoch == 0;
             if retried_bump && current.state == TransactionState::Empty {
                 // The bump this producer asked for happened; its answer was lost.
@@ -440,16 +510,33 @@ impl TransactionCoordinator {
         if current.state == TransactionState::Ongoing {
             // A new instance: the old one's transaction is aborted under a
             // bumped epoch, so its late writes are fenced.
-            tracing::info!(transactional_id, producer_id = current.producer_id, epoch = current.producer_epoch,
-                "aborting the open transaction of a fenced producer instance");
+            tracing::info!(
+                transactional_id,
+                producer_id = current.producer_id,
+                epoch = current.producer_epoch,
+                "aborting the open transaction of a fenced producer instance"
+            );
             let prepared = self.persist(&entry, current.prepare_fence(now)).await?;
             current = self.complete(&entry, prepared).await?;
         }
         match current.state {
-            TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
-                let rotate = if current.epoch_exhausted() { Some(blocking_alloc(self).await?) } else { None };
-                let m = self.persist(&entry, current.prepare_new_epoch(timeout_ms, rotate, wall_ms())).await?;
-                tracing::debug!(transactional_id, producer_id = m.producer_id, epoch = m.producer_epoch, "producer epoch bumped");
+            TransactionState::Empty
+            | TransactionState::CompleteCommit
+            | TransactionState::CompleteAbort => {
+                let rotate = if current.epoch_exhausted() {
+                    Some(blocking_alloc(self).await?)
+                } else {
+                    None
+                };
+                let m = self
+                    .persist(&entry, current.prepare_new_epoch(timeout_ms, rotate, wall_ms()))
+                    .await?;
+                tracing::debug!(
+                    transactional_id,
+                    producer_id = m.producer_id,
+                    epoch = m.producer_epoch,
+                    "producer epoch bumped"
+                );
                 Ok((m.producer_id, m.producer_epoch))
             }
             // A decision whose markers could not be written yet: retried by the coordinator.
@@ -458,8 +545,17 @@ impl TransactionCoordinator {
     }
 
     /// Checks that `producer_id`/`epoch` own `transactional_id` (under the op lock).
-    fn owned(&self, transactional_id: &str, entry: Option<&TxnEntry>, producer_id: i64, epoch: i16) -> Result<TransactionMetadata, TxnError> {
-        let mapping = || TxnError::InvalidProducerIdMapping { transactional_id: transactional_id.to_string(), producer_id };
+    fn owned(
+        &self,
+        transactional_id: &str,
+        entry: Option<&TxnEntry>,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<TransactionMetadata, TxnError> {
+        let mapping = || TxnError::InvalidProducerIdMapping {
+            transactional_id: transactional_id.to_string(),
+            producer_id,
+        };
         let m = entry.and_then(TxnEntry::current).ok_or_else(mapping)?;
         if m.producer_id != producer_id {
             return Err(mapping());
@@ -478,7 +574,14 @@ impl TransactionCoordinator {
     /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`],
     /// [`TxnError::ConcurrentTransactions`] while a commit or abort completes,
     /// [`TxnError::InvalidTxnState`], [`TxnError::Log`].
-    pub async fn add_partitions(&self, transactional_id: &str, producer_id: i64, epoch: i16, partitions: &[TopicPartition], verify_only: bool) -> Result<(), TxnError> {
+    pub async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TopicPartition],
+        verify_only: bool,
+    ) -> Result<(), TxnError> {
         self.check_active()?;
         let entry = self.entry(transactional_id);
         let _op = match &entry {
@@ -486,18 +589,31 @@ impl TransactionCoordinator {
             None => None,
         };
         let m = self.owned(transactional_id, entry.as_deref(), producer_id, epoch)?;
-        let entry = entry.as_deref().ok_or_else(|| TxnError::ConcurrentTransactions(transactional_id.to_string()))?;
+        let entry = entry
+            .as_deref()
+            .ok_or_else(|| TxnError::ConcurrentTransactions(transactional_id.to_string()))?;
         let all_in = partitions.iter().all(|p| m.partitions.contains(p));
         match m.state {
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort => Err(TxnError::ConcurrentTransactions(transactional_id.to_string())),
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                Err(TxnError::ConcurrentTransactions(transactional_id.to_string()))
+            }
             TransactionState::Ongoing if all_in => Ok(()),
             _ if verify_only => Err(invalid_state(&m, "partitions are not in the transaction")),
-            TransactionState::Dead | TransactionState::PrepareEpochFence => Err(invalid_state(&m, "cannot add partitions")),
+            TransactionState::Dead | TransactionState::PrepareEpochFence => {
+                Err(invalid_state(&m, "cannot add partitions"))
+            }
             _ => {
                 let began = m.state.is_idle();
-                let next = self.persist(entry, m.prepare_add_partitions(partitions, wall_ms())).await?;
+                let next =
+                    self.persist(entry, m.prepare_add_partitions(partitions, wall_ms())).await?;
                 if began {
-                    tracing::debug!(transactional_id, producer_id, epoch, partitions = next.partitions.len(), "transaction began");
+                    tracing::debug!(
+                        transactional_id,
+                        producer_id,
+                        epoch,
+                        partitions = next.partitions.len(),
+                        "transaction began"
+                    );
                 }
                 Ok(())
             }
@@ -513,7 +629,13 @@ impl TransactionCoordinator {
     /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`],
     /// [`TxnError::InvalidTxnState`] (nothing open, or the other decision),
     /// [`TxnError::ConcurrentTransactions`], [`TxnError::Log`].
-    pub async fn end_txn(&self, transactional_id: &str, producer_id: i64, epoch: i16, commit: bool) -> Result<(), TxnError> {
+    pub async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnError> {
         self.check_active()?;
         let entry = self.entry(transactional_id);
         let _op = match &entry {
@@ -521,7 +643,9 @@ impl TransactionCoordinator {
             None => None,
         };
         let m = self.owned(transactional_id, entry.as_deref(), producer_id, epoch)?;
-        let entry = entry.as_deref().ok_or_else(|| TxnError::ConcurrentTransactions(transactional_id.to_string()))?;
+        let entry = entry
+            .as_deref()
+            .ok_or_else(|| TxnError::ConcurrentTransactions(transactional_id.to_string()))?;
         match (m.state, commit) {
             (TransactionState::Ongoing, _) => {
                 let prepared = self.persist(entry, m.prepare_end(commit, wall_ms())).await?;
@@ -529,7 +653,9 @@ impl TransactionCoordinator {
                 crash_point("txn.end.prepared");
                 self.complete(entry, prepared).await.map(|_| ())
             }
-            (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => Ok(()),
+            (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => {
+                Ok(())
+            }
             (TransactionState::PrepareCommit, true) | (TransactionState::PrepareAbort, false) => {
                 // Its markers failed earlier: try again now.
                 self.complete(entry, m).await.map(|_| ())
@@ -543,7 +669,11 @@ impl TransactionCoordinator {
     /// completion. A marker that cannot be written leaves it prepared (the
     /// periodic [`TransactionCoordinator::tick`] retries) and is not an error
     /// for the caller: the decision stands.
-    async fn complete(&self, entry: &TxnEntry, prepared: TransactionMetadata) -> Result<TransactionMetadata, TxnError> {
+    async fn complete(
+        &self,
+        entry: &TxnEntry,
+        prepared: TransactionMetadata,
+    ) -> Result<TransactionMetadata, TxnError> {
         let commit = prepared.state == TransactionState::PrepareCommit;
         let markers: Vec<TxnMarker> = prepared
             .partitions
@@ -562,7 +692,9 @@ impl TransactionCoordinator {
                 if i > 0 {
                     crash_point("txn.markers.between");
                 }
-                writer.write_marker(marker).map_err(|e| format!("{}-{}: {e}", marker.partition.0, marker.partition.1))?;
+                writer
+                    .write_marker(marker)
+                    .map_err(|e| format!("{}-{}: {e}", marker.partition.0, marker.partition.1))?;
             }
             Ok::<_, String>(())
         })
@@ -587,9 +719,19 @@ impl TransactionCoordinator {
     /// # Errors
     /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`],
     /// [`TxnError::InvalidTxnState`] (not Ongoing, or the partition was not added).
-    pub fn verify_and_append<T>(&self, transactional_id: &str, producer_id: i64, epoch: i16, partition: &TopicPartition, append: impl FnOnce() -> T) -> Result<T, TxnError> {
+    pub fn verify_and_append<T>(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: &TopicPartition,
+        append: impl FnOnce() -> T,
+    ) -> Result<T, TxnError> {
         self.check_active()?;
-        let mapping = || TxnError::InvalidProducerIdMapping { transactional_id: transactional_id.to_string(), producer_id };
+        let mapping = || TxnError::InvalidProducerIdMapping {
+            transactional_id: transactional_id.to_string(),
+            producer_id,
+        };
         let entry = self.entry(transactional_id).ok_or_else(mapping)?;
         let meta = entry.meta();
         let m = meta.as_ref().ok_or_else(mapping)?;
@@ -614,13 +756,15 @@ impl TransactionCoordinator {
             let Some(m) = entry.current() else { continue };
             let prepared = match m.state {
                 TransactionState::PrepareCommit | TransactionState::PrepareAbort => m,
-                TransactionState::PrepareEpochFence => match self.persist(&entry, m.prepare_fence(wall_ms())).await {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::warn!(transactional_id = %m.transactional_id, error = %e, "cannot abort a fenced transaction");
-                        continue;
+                TransactionState::PrepareEpochFence => {
+                    match self.persist(&entry, m.prepare_fence(wall_ms())).await {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::warn!(transactional_id = %m.transactional_id, error = %e, "cannot abort a fenced transaction");
+                            continue;
+                        }
                     }
-                },
+                }
                 _ => continue,
             };
             tracing::info!(transactional_id = %prepared.transactional_id, state = prepared.state.name(), "completing a prepared transaction");
@@ -633,8 +777,12 @@ impl TransactionCoordinator {
     /// Aborts every Ongoing transaction older than its timeout, bumping the
     /// epoch first so the producer that opened it is fenced. Returns how many.
     pub async fn abort_timed_out(&self, now_ms: i64) -> usize {
-        let candidates: Vec<Arc<TxnEntry>> =
-            self.txns().values().filter(|e| e.meta().as_ref().is_some_and(|m| m.timed_out(now_ms))).cloned().collect();
+        let candidates: Vec<Arc<TxnEntry>> = self
+            .txns()
+            .values()
+            .filter(|e| e.meta().as_ref().is_some_and(|m| m.timed_out(now_ms)))
+            .cloned()
+            .collect();
         let mut aborted = 0;
         for entry in candidates {
             let _op = entry.op.lock().await;
@@ -647,7 +795,9 @@ impl TransactionCoordinator {
             };
             match result {
                 Ok(()) => aborted += 1,
-                Err(e) => tracing::warn!(transactional_id = %m.transactional_id, error = %e, "aborting a timed-out transaction failed"),
+                Err(e) => {
+                    tracing::warn!(transactional_id = %m.transactional_id, error = %e, "aborting a timed-out transaction failed")
+                }
             }
         }
         aborted
@@ -657,9 +807,15 @@ impl TransactionCoordinator {
     /// (a tombstone in the log). Returns how many.
     pub async fn remove_expired(&self, now_ms: i64) -> usize {
         let expiration = self.config.id_expiration_ms;
-        let expired = |m: &TransactionMetadata| m.state.is_idle() && now_ms.saturating_sub(m.txn_last_update_timestamp) > expiration;
-        let candidates: Vec<(String, Arc<TxnEntry>)> =
-            self.txns().iter().filter(|(_, e)| e.meta().as_ref().is_some_and(expired)).map(|(k, e)| (k.clone(), e.clone())).collect();
+        let expired = |m: &TransactionMetadata| {
+            m.state.is_idle() && now_ms.saturating_sub(m.txn_last_update_timestamp) > expiration
+        };
+        let candidates: Vec<(String, Arc<TxnEntry>)> = self
+            .txns()
+            .iter()
+            .filter(|(_, e)| e.meta().as_ref().is_some_and(expired))
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
         let mut removed = 0;
         for (id, entry) in candidates {
             let _op = entry.op.lock().await;
@@ -668,13 +824,18 @@ impl TransactionCoordinator {
             }
             let Ok(log) = self.log() else { break };
             let (gate, term, tombstone_id) = (self.term.clone(), entry.term, id.clone());
-            match blocking(move || log.append(&gate, term, &tombstone_id, None, now_ms)).await.and_then(|r| r.map_err(TxnError::from)) {
+            match blocking(move || log.append(&gate, term, &tombstone_id, None, now_ms))
+                .await
+                .and_then(|r| r.map_err(TxnError::from))
+            {
                 Ok(()) => {
                     *entry.meta() = None;
                     self.txns().remove(&id);
                     removed += 1;
                 }
-                Err(e) => tracing::warn!(transactional_id = %id, error = %e, "removing an expired transactional id failed"),
+                Err(e) => {
+                    tracing::warn!(transactional_id = %id, error = %e, "removing an expired transactional id failed")
+                }
             }
         }
         if removed > 0 {
@@ -699,13 +860,24 @@ impl TransactionCoordinator {
 
     /// Every known transaction whose state is in `states` (all if empty) and
     /// whose producer id is in `producer_ids` (all if empty) (ListTransactions).
-    pub fn list(&self, states: &BTreeSet<TransactionState>, producer_ids: &BTreeSet<i64>) -> Vec<ListedTransaction> {
+    pub fn list(
+        &self,
+        states: &BTreeSet<TransactionState>,
+        producer_ids: &BTreeSet<i64>,
+    ) -> Vec<ListedTransaction> {
         let mut out: Vec<ListedTransaction> = self
             .txns()
             .values()
             .filter_map(|e| e.current())
-            .filter(|m| (states.is_empty() || states.contains(&m.state)) && (producer_ids.is_empty() || producer_ids.contains(&m.producer_id)))
-            .map(|m| ListedTransaction { transactional_id: m.transactional_id, producer_id: m.producer_id, state: m.state })
+            .filter(|m| {
+                (states.is_empty() || states.contains(&m.state))
+                    && (producer_ids.is_empty() || producer_ids.contains(&m.producer_id))
+            })
+            .map(|m| ListedTransaction {
+                transactional_id: m.transactional_id,
+                producer_id: m.producer_id,
+                state: m.state,
+            })
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
         out

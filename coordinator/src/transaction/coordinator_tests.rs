@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use floe_storage::{LogConfig, LogManager};
 
-use crate::clock::wall_ms;
 use super::*;
+use crate::clock::wall_ms;
 
 #[derive(Debug, Default)]
 struct RecordedMarkers {
@@ -59,9 +59,18 @@ async fn commit_writes_a_marker_to_every_partition_and_a_retry_is_answered() {
     assert_eq!(c.describe("app").unwrap().state, TransactionState::CompleteCommit);
     c.end_txn("app", pid, epoch, true).await.expect("a retried commit succeeds");
     assert!(markers.take().is_empty(), "and writes nothing");
-    assert!(matches!(c.end_txn("app", pid, epoch, false).await, Err(TxnError::InvalidTxnState { .. })));
-    assert!(matches!(c.end_txn("app", pid + 1, epoch, true).await, Err(TxnError::InvalidProducerIdMapping { .. })));
-    assert!(matches!(c.end_txn("nobody", pid, epoch, true).await, Err(TxnError::InvalidProducerIdMapping { .. })));
+    assert!(matches!(
+        c.end_txn("app", pid, epoch, false).await,
+        Err(TxnError::InvalidTxnState { .. })
+    ));
+    assert!(matches!(
+        c.end_txn("app", pid + 1, epoch, true).await,
+        Err(TxnError::InvalidProducerIdMapping { .. })
+    ));
+    assert!(matches!(
+        c.end_txn("nobody", pid, epoch, true).await,
+        Err(TxnError::InvalidProducerIdMapping { .. })
+    ));
 }
 
 #[tokio::test]
@@ -73,12 +82,22 @@ async fn a_new_instance_fences_the_old_one_and_aborts_its_transaction() {
     c.add_partitions("app", pid, e0, &[tp("a", 0)], false).await.unwrap();
     let (pid2, e2) = c.init_producer_id("app", 60_000, None).await.unwrap();
     assert_eq!(pid2, pid);
-    assert_eq!(markers.take(), vec![("a".into(), 0, e0 + 1, false)], "aborted under the bumped epoch");
+    assert_eq!(
+        markers.take(),
+        vec![("a".into(), 0, e0 + 1, false)],
+        "aborted under the bumped epoch"
+    );
     assert_eq!(e2, e0 + 2);
-    assert!(matches!(c.add_partitions("app", pid, e0, &[tp("a", 0)], false).await, Err(TxnError::ProducerFenced { .. })));
+    assert!(matches!(
+        c.add_partitions("app", pid, e0, &[tp("a", 0)], false).await,
+        Err(TxnError::ProducerFenced { .. })
+    ));
     assert!(matches!(c.end_txn("app", pid, e0, true).await, Err(TxnError::ProducerFenced { .. })));
     // KIP-360: the fenced instance may not take the id back by naming its old epoch.
-    assert!(matches!(c.init_producer_id("app", 60_000, Some((pid, e0))).await, Err(TxnError::ProducerFenced { .. })));
+    assert!(matches!(
+        c.init_producer_id("app", 60_000, Some((pid, e0))).await,
+        Err(TxnError::ProducerFenced { .. })
+    ));
     assert_eq!(c.init_producer_id("app", 60_000, Some((pid, e2))).await.unwrap(), (pid, e2 + 1));
 }
 
@@ -93,7 +112,10 @@ async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
     assert_eq!(c.abort_timed_out(wall_ms() + 1000).await, 1);
     assert_eq!(markers.take(), vec![("a".into(), 0, epoch + 1, false)]);
     assert_eq!(c.describe("slow").unwrap().state, TransactionState::CompleteAbort);
-    assert!(matches!(c.end_txn("slow", pid, epoch, true).await, Err(TxnError::ProducerFenced { .. })));
+    assert!(matches!(
+        c.end_txn("slow", pid, epoch, true).await,
+        Err(TxnError::ProducerFenced { .. })
+    ));
 }
 
 #[tokio::test]
@@ -105,21 +127,33 @@ async fn a_decision_survives_a_restart_and_is_completed_then() {
         let (pid, epoch) = c.init_producer_id("app", 60_000, None).await.unwrap();
         c.add_partitions("app", pid, epoch, &[tp("a", 0), tp("a", 1)], false).await.unwrap();
         markers.fail.store(true, Ordering::SeqCst);
-        c.end_txn("app", pid, epoch, true).await.expect("the decision is durable; markers are retried");
+        c.end_txn("app", pid, epoch, true)
+            .await
+            .expect("the decision is durable; markers are retried");
         assert_eq!(c.describe("app").unwrap().state, TransactionState::PrepareCommit);
-        assert!(matches!(c.add_partitions("app", pid, epoch, &[tp("a", 0)], false).await, Err(TxnError::ConcurrentTransactions(_))));
+        assert!(matches!(
+            c.add_partitions("app", pid, epoch, &[tp("a", 0)], false).await,
+            Err(TxnError::ConcurrentTransactions(_))
+        ));
         (pid, epoch)
     };
     markers.fail.store(false, Ordering::SeqCst);
     let c = open(dir.path(), markers.clone());
     let loaded = c.describe("app").unwrap();
-    assert_eq!((loaded.producer_id, loaded.producer_epoch, loaded.state), (pid, epoch, TransactionState::PrepareCommit));
+    assert_eq!(
+        (loaded.producer_id, loaded.producer_epoch, loaded.state),
+        (pid, epoch, TransactionState::PrepareCommit)
+    );
     assert_eq!(loaded.partitions, [tp("a", 0), tp("a", 1)].into_iter().collect::<BTreeSet<_>>());
     c.complete_prepared().await;
     assert_eq!(markers.take(), vec![("a".into(), 0, epoch, true), ("a".into(), 1, epoch, true)]);
     assert_eq!(c.describe("app").unwrap().state, TransactionState::CompleteCommit);
     let c = open(dir.path(), markers.clone());
-    assert_eq!(c.describe("app").unwrap().state, TransactionState::CompleteCommit, "the completion is durable too");
+    assert_eq!(
+        c.describe("app").unwrap().state,
+        TransactionState::CompleteCommit,
+        "the completion is durable too"
+    );
 }
 
 #[tokio::test]
@@ -128,21 +162,33 @@ async fn produce_is_verified_against_the_open_transaction() {
     let c = open(dir.path(), Arc::new(RecordedMarkers::default()));
     let (pid, epoch) = c.init_producer_id("app", 60_000, None).await.unwrap();
     let run = |p: &TopicPartition, e: i16| c.verify_and_append("app", pid, e, p, || 7);
-    assert!(matches!(run(&tp("a", 0), epoch), Err(TxnError::InvalidTxnState { .. })), "nothing added yet");
+    assert!(
+        matches!(run(&tp("a", 0), epoch), Err(TxnError::InvalidTxnState { .. })),
+        "nothing added yet"
+    );
     c.add_partitions("app", pid, epoch, &[tp("a", 0)], false).await.unwrap();
     assert_eq!(run(&tp("a", 0), epoch), Ok(7));
     assert!(matches!(run(&tp("a", 1), epoch), Err(TxnError::InvalidTxnState { .. })));
     assert!(matches!(run(&tp("a", 0), epoch - 1), Err(TxnError::ProducerFenced { .. })));
     c.end_txn("app", pid, epoch, false).await.unwrap();
-    assert!(matches!(run(&tp("a", 0), epoch), Err(TxnError::InvalidTxnState { .. })), "not after the end");
+    assert!(
+        matches!(run(&tp("a", 0), epoch), Err(TxnError::InvalidTxnState { .. })),
+        "not after the end"
+    );
 }
 
 #[tokio::test]
 async fn timeouts_are_bounded_and_idle_ids_expire() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), Arc::new(RecordedMarkers::default()));
-    assert!(matches!(c.init_producer_id("app", 900_001, None).await, Err(TxnError::InvalidTransactionTimeout { .. })));
-    assert!(matches!(c.init_producer_id("app", 0, None).await, Err(TxnError::InvalidTransactionTimeout { .. })));
+    assert!(matches!(
+        c.init_producer_id("app", 900_001, None).await,
+        Err(TxnError::InvalidTransactionTimeout { .. })
+    ));
+    assert!(matches!(
+        c.init_producer_id("app", 0, None).await,
+        Err(TxnError::InvalidTransactionTimeout { .. })
+    ));
     c.init_producer_id("idle", 1000, None).await.unwrap();
     let (pid, epoch) = c.init_producer_id("busy", 60_000, None).await.unwrap();
     c.add_partitions("busy", pid, epoch, &[tp("a", 0)], false).await.unwrap();

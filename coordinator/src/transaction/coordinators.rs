@@ -27,16 +27,29 @@ impl Partitioned<TransactionCoordinator> {
     ///
     /// # Errors
     /// [`TxnLogError`] if the topic cannot be created or a partition read.
-    pub fn open(config: TransactionConfig, logs: Arc<LogManager>, markers: Arc<dyn TxnMarkerWriter>, configured: i32) -> Result<Self, TxnLogError> {
+    pub fn open(
+        config: TransactionConfig,
+        logs: Arc<LogManager>,
+        markers: Arc<dyn TxnMarkerWriter>,
+        configured: i32,
+    ) -> Result<Self, TxnLogError> {
         let existing = logs.topic(TRANSACTION_STATE_TOPIC).map(|t| t.partition_count());
-        let count = TransactionLog::create(&logs, effective_count(TRANSACTION_STATE_TOPIC, configured, existing))?;
+        let count = TransactionLog::create(
+            &logs,
+            effective_count(TRANSACTION_STATE_TOPIC, configured, existing),
+        )?;
         let opened = Partitioned::new(
             TRANSACTION_STATE_TOPIC,
             count,
             Box::new(move |p| {
-                TransactionCoordinator::open_partition(config.clone(), logs.clone(), markers.clone(), p)
-                    .map(Arc::new)
-                    .map_err(|e| std::io::Error::other(e.to_string()))
+                TransactionCoordinator::open_partition(
+                    config.clone(),
+                    logs.clone(),
+                    markers.clone(),
+                    p,
+                )
+                .map(Arc::new)
+                .map_err(|e| std::io::Error::other(e.to_string()))
             }),
         );
         opened.map_err(|e| TxnLogError::Storage(e.to_string()))
@@ -57,7 +70,15 @@ impl Partitioned<TransactionCoordinator> {
         Partitioned::new(
             TRANSACTION_STATE_TOPIC,
             configured,
-            Box::new(move |p| Ok(Arc::new(TransactionCoordinator::replicated(config.clone(), logs.clone(), markers.clone(), p, writes.clone())))),
+            Box::new(move |p| {
+                Ok(Arc::new(TransactionCoordinator::replicated(
+                    config.clone(),
+                    logs.clone(),
+                    markers.clone(),
+                    p,
+                    writes.clone(),
+                )))
+            }),
         )
     }
 
@@ -85,8 +106,13 @@ impl Partitioned<TransactionCoordinator> {
     }
 
     /// ListTransactions: the matching transactions of every partition this broker coordinates.
-    pub fn list(&self, states: &BTreeSet<TransactionState>, producer_ids: &BTreeSet<i64>) -> Vec<ListedTransaction> {
-        let mut out: Vec<ListedTransaction> = self.all().iter().flat_map(|c| c.list(states, producer_ids)).collect();
+    pub fn list(
+        &self,
+        states: &BTreeSet<TransactionState>,
+        producer_ids: &BTreeSet<i64>,
+    ) -> Vec<ListedTransaction> {
+        let mut out: Vec<ListedTransaction> =
+            self.all().iter().flat_map(|c| c.list(states, producer_ids)).collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
         out
     }

@@ -167,8 +167,12 @@ impl TransactionLog {
             headers: Default::default(),
         };
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, std::iter::once(&record), &RecordEncodeOptions { version: 2, compression: Compression::None })
-            .map_err(|e| TxnLogError::Format(e.to_string()))?;
+        RecordBatchEncoder::encode(
+            &mut buf,
+            std::iter::once(&record),
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .map_err(|e| TxnLogError::Format(e.to_string()))?;
         gate.before_append(&self.log, term)?;
         let appended = self.log.append(&mut buf, now_ms)?;
         gate.after_append(&self.log, appended.last_offset + 1)?;
@@ -189,12 +193,14 @@ impl TransactionLog {
         while offset < end {
             let info = log.read_for_replica(offset, 8 << 20, true)?;
             let Some(region) = info.region else { break };
-            let buf = Bytes::from(region.read_to_vec().map_err(|e| TxnLogError::Storage(e.to_string()))?);
+            let buf =
+                Bytes::from(region.read_to_vec().map_err(|e| TxnLogError::Storage(e.to_string()))?);
             let mut progressed = false;
             for b in BatchIter::new(&buf) {
                 let Ok(b) = b else { break };
                 let mut batch = buf.slice(b.position..b.end());
-                let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| TxnLogError::Format(e.to_string()))?;
+                let set = RecordBatchDecoder::decode(&mut batch)
+                    .map_err(|e| TxnLogError::Format(e.to_string()))?;
                 for r in set.records {
                     if r.offset < offset || r.control {
                         continue;
@@ -214,7 +220,9 @@ impl TransactionLog {
                         Some(Ok(m)) => {
                             state.insert(id, m);
                         }
-                        Some(Err(e)) => tracing::warn!(offset = r.offset, transactional_id = %id, error = %e, "skipping __transaction_state record"),
+                        Some(Err(e)) => {
+                            tracing::warn!(offset = r.offset, transactional_id = %id, error = %e, "skipping __transaction_state record")
+                        }
                     }
                 }
                 offset = b.header.next_offset();

@@ -68,7 +68,12 @@ impl TransactionMetadata {
 
     /// InitProducerId on an idle id: the next epoch (or `new_producer_id` at
     /// epoch 0 once the epoch is exhausted), an empty transaction.
-    pub fn prepare_new_epoch(&self, txn_timeout_ms: i32, new_producer_id: Option<i64>, now_ms: i64) -> Self {
+    pub fn prepare_new_epoch(
+        &self,
+        txn_timeout_ms: i32,
+        new_producer_id: Option<i64>,
+        now_ms: i64,
+    ) -> Self {
         let mut next = self.clone();
         match new_producer_id {
             Some(id) => {
@@ -107,7 +112,8 @@ impl TransactionMetadata {
     /// EndTxn (or an abort by the coordinator): the decision, durable before any marker.
     pub fn prepare_end(&self, commit: bool, now_ms: i64) -> Self {
         let mut next = self.clone();
-        next.state = if commit { TransactionState::PrepareCommit } else { TransactionState::PrepareAbort };
+        next.state =
+            if commit { TransactionState::PrepareCommit } else { TransactionState::PrepareAbort };
         next.txn_last_update_timestamp = now_ms;
         next
     }
@@ -167,7 +173,10 @@ mod tests {
     #[test]
     fn a_transaction_begins_at_its_first_partition_and_completes_empty() {
         let m = TransactionMetadata::new("t", 7, 60_000, 1).prepare_new_epoch(60_000, None, 2);
-        assert_eq!((m.producer_epoch, m.last_producer_epoch, m.state), (0, -1, TransactionState::Empty));
+        assert_eq!(
+            (m.producer_epoch, m.last_producer_epoch, m.state),
+            (0, -1, TransactionState::Empty)
+        );
         let a = m.prepare_add_partitions(&[tp("a", 0)], 10);
         let b = a.prepare_add_partitions(&[tp("b", 1)], 20);
         assert_eq!(b.txn_start_timestamp, 10, "the start stays at the first add");
@@ -182,11 +191,16 @@ mod tests {
 
     #[test]
     fn fencing_bumps_the_epoch_and_aborts() {
-        let m = TransactionMetadata::new("t", 7, 1000, 0).prepare_new_epoch(1000, None, 0).prepare_add_partitions(&[tp("a", 0)], 0);
+        let m = TransactionMetadata::new("t", 7, 1000, 0)
+            .prepare_new_epoch(1000, None, 0)
+            .prepare_add_partitions(&[tp("a", 0)], 0);
         assert!(!m.timed_out(1000));
         assert!(m.timed_out(1001));
         let f = m.prepare_fence(1001);
-        assert_eq!((f.producer_epoch, f.last_producer_epoch, f.state), (1, 0, TransactionState::PrepareAbort));
+        assert_eq!(
+            (f.producer_epoch, f.last_producer_epoch, f.state),
+            (1, 0, TransactionState::PrepareAbort)
+        );
         assert_eq!(f.prepare_complete(1002).state, TransactionState::CompleteAbort);
     }
 

@@ -19,8 +19,13 @@ pub mod metadata;
 pub mod records;
 pub mod state;
 
-pub use coordinator::{ListedTransaction, TransactionConfig, TransactionCoordinator, TransactionCoordinators, TxnError, COORDINATOR_EPOCH};
-pub use log::{transaction_state_topic_config, TransactionLog, TxnLogError, TRANSACTION_STATE_TOPIC};
+pub use coordinator::{
+    ListedTransaction, TransactionConfig, TransactionCoordinator, TransactionCoordinators,
+    TxnError, COORDINATOR_EPOCH,
+};
+pub use log::{
+    transaction_state_topic_config, TransactionLog, TxnLogError, TRANSACTION_STATE_TOPIC,
+};
 pub use markers::{TxnMarker, TxnMarkerWriter};
 pub use metadata::{TopicPartition, TransactionMetadata};
 pub use state::TransactionState;

@@ -99,7 +99,9 @@ impl Reader<'_> {
         let len = self.i16()?;
         let len = usize::try_from(len).map_err(|_| RecordError(format!("string length {len}")))?;
         self.need(len)?;
-        let s = std::str::from_utf8(&self.0[..len]).map_err(|e| RecordError(e.to_string()))?.to_string();
+        let s = std::str::from_utf8(&self.0[..len])
+            .map_err(|e| RecordError(e.to_string()))?
+            .to_string();
         self.0.advance(len);
         Ok(s)
     }
@@ -108,7 +110,10 @@ impl Reader<'_> {
         let n = usize::try_from(n).map_err(|_| RecordError(format!("array length {n}")))?;
         // Every element takes at least 4 bytes: a count beyond that is a lie.
         if n > self.0.remaining() / 4 {
-            return Err(RecordError(format!("array length {n} with {} bytes left", self.0.remaining())));
+            return Err(RecordError(format!(
+                "array length {n} with {} bytes left",
+                self.0.remaining()
+            )));
         }
         Ok(n)
     }
@@ -131,7 +136,10 @@ pub fn decode_key(bytes: &[u8]) -> Result<String, RecordError> {
 ///
 /// # Errors
 /// [`RecordError`] for a value that is not a v0 value.
-pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TransactionMetadata, RecordError> {
+pub fn decode_value(
+    transactional_id: &str,
+    bytes: &[u8],
+) -> Result<TransactionMetadata, RecordError> {
     let mut r = Reader(bytes);
     let version = r.i16()?;
     if version != VALUE_VERSION {
@@ -141,7 +149,8 @@ pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TransactionM
     let producer_epoch = r.i16()?;
     let txn_timeout_ms = r.i32()?;
     let status = r.i8()?;
-    let state = TransactionState::from_id(status).ok_or_else(|| RecordError(format!("transaction status {status}")))?;
+    let state = TransactionState::from_id(status)
+        .ok_or_else(|| RecordError(format!("transaction status {status}")))?;
     let mut m = TransactionMetadata::new(transactional_id, producer_id, txn_timeout_ms, 0);
     m.producer_epoch = producer_epoch;
     m.state = state;

@@ -228,7 +228,11 @@ struct Query(Vec<(String, String)>);
 
 impl Query {
     fn parse(query: Option<&str>) -> Self {
-        Self(query.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default())
+        Self(
+            query
+                .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+                .unwrap_or_default(),
+        )
     }
 
     fn get(&self, name: &str) -> Option<String> {
@@ -252,23 +256,47 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
     }
     let q = Query::parse(query);
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let only = |wanted: &Method, route: Route| if method == wanted { route } else { Route::MethodNotAllowed };
+    let only = |wanted: &Method, route: Route| {
+        if method == wanted {
+            route
+        } else {
+            Route::MethodNotAllowed
+        }
+    };
     match segments.as_slice() {
         [] => only(&Method::GET, Route::Root),
         ["schemas", "types"] => only(&Method::GET, Route::SchemaTypes),
         ["contexts"] => only(&Method::GET, Route::Contexts),
-        ["schemas", "ids", id] => only(&Method::GET, Route::SchemaById { id: id.to_string(), format: q.get("format") }),
-        ["schemas", "ids", id, "schema"] => only(&Method::GET, Route::SchemaTextById { id: id.to_string() }),
-        ["schemas", "ids", id, "subjects"] => only(&Method::GET, Route::SubjectsOfId { id: id.to_string(), deleted: q.flag("deleted") }),
-        ["schemas", "ids", id, "versions"] => only(&Method::GET, Route::VersionsOfId { id: id.to_string(), deleted: q.flag("deleted") }),
+        ["schemas", "ids", id] => {
+            only(&Method::GET, Route::SchemaById { id: id.to_string(), format: q.get("format") })
+        }
+        ["schemas", "ids", id, "schema"] => {
+            only(&Method::GET, Route::SchemaTextById { id: id.to_string() })
+        }
+        ["schemas", "ids", id, "subjects"] => only(
+            &Method::GET,
+            Route::SubjectsOfId { id: id.to_string(), deleted: q.flag("deleted") },
+        ),
+        ["schemas", "ids", id, "versions"] => only(
+            &Method::GET,
+            Route::VersionsOfId { id: id.to_string(), deleted: q.flag("deleted") },
+        ),
         ["subjects"] => only(
             &Method::GET,
-            Route::Subjects { prefix: q.get("subjectPrefix"), deleted: q.flag("deleted"), deleted_only: q.flag("deletedOnly") },
+            Route::Subjects {
+                prefix: q.get("subjectPrefix"),
+                deleted: q.flag("deleted"),
+                deleted_only: q.flag("deletedOnly"),
+            },
         ),
         ["subjects", subject] => {
             let subject = subject.to_string();
             match *method {
-                Method::POST => Route::Lookup { subject, deleted: q.flag("deleted"), normalize: q.flag("normalize") },
+                Method::POST => Route::Lookup {
+                    subject,
+                    deleted: q.flag("deleted"),
+                    normalize: q.flag("normalize"),
+                },
                 Method::DELETE => Route::DeleteSubject { subject, permanent: q.flag("permanent") },
                 _ => Route::MethodNotAllowed,
             }
@@ -276,7 +304,11 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
         ["subjects", subject, "versions"] => {
             let subject = subject.to_string();
             match *method {
-                Method::GET => Route::Versions { subject, deleted: q.flag("deleted"), deleted_only: q.flag("deletedOnly") },
+                Method::GET => Route::Versions {
+                    subject,
+                    deleted: q.flag("deleted"),
+                    deleted_only: q.flag("deletedOnly"),
+                },
                 Method::POST => Route::Register { subject, normalize: q.flag("normalize") },
                 _ => Route::MethodNotAllowed,
             }
@@ -284,18 +316,30 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
         ["subjects", subject, "versions", version] => {
             let (subject, version) = (subject.to_string(), version.to_string());
             match *method {
-                Method::GET => Route::Version { subject, version, deleted: q.flag("deleted"), format: q.get("format") },
-                Method::DELETE => Route::DeleteVersion { subject, version, permanent: q.flag("permanent") },
+                Method::GET => Route::Version {
+                    subject,
+                    version,
+                    deleted: q.flag("deleted"),
+                    format: q.get("format"),
+                },
+                Method::DELETE => {
+                    Route::DeleteVersion { subject, version, permanent: q.flag("permanent") }
+                }
                 _ => Route::MethodNotAllowed,
             }
         }
         ["subjects", subject, "versions", version, "schema"] => only(
             &Method::GET,
-            Route::VersionText { subject: subject.to_string(), version: version.to_string(), deleted: q.flag("deleted") },
+            Route::VersionText {
+                subject: subject.to_string(),
+                version: version.to_string(),
+                deleted: q.flag("deleted"),
+            },
         ),
-        ["subjects", subject, "versions", version, "referencedby"] => {
-            only(&Method::GET, Route::ReferencedBy { subject: subject.to_string(), version: version.to_string() })
-        }
+        ["subjects", subject, "versions", version, "referencedby"] => only(
+            &Method::GET,
+            Route::ReferencedBy { subject: subject.to_string(), version: version.to_string() },
+        ),
         ["compatibility", "subjects", subject, "versions", rest @ ..] if rest.len() <= 1 => only(
             &Method::POST,
             Route::Compatibility {
@@ -338,58 +382,78 @@ mod tests {
 
     #[test]
     fn subjects_and_versions() {
-        assert_eq!(r(Method::GET, "/subjects", Some("deleted=true")), Route::Subjects { prefix: None, deleted: true, deleted_only: false });
-        assert_eq!(r(Method::POST, "/subjects/orders-value/versions", Some("normalize=false")), Route::Register {
-            subject: "orders-value".into(),
-            normalize: false
-        });
-        assert_eq!(r(Method::GET, "/subjects/a%2Fb/versions/latest", None), Route::Version {
-            subject: "a/b".into(),
-            version: "latest".into(),
-            deleted: false,
-            format: None
-        });
-        assert_eq!(r(Method::DELETE, "/subjects/s/versions/2", Some("permanent=true")), Route::DeleteVersion {
-            subject: "s".into(),
-            version: "2".into(),
-            permanent: true
-        });
-        assert_eq!(r(Method::POST, "/subjects/s", Some("deleted=true")), Route::Lookup { subject: "s".into(), deleted: true, normalize: false });
-        assert_eq!(r(Method::DELETE, "/subjects/s/", None), Route::DeleteSubject { subject: "s".into(), permanent: false });
-        assert_eq!(r(Method::GET, "/subjects/s/versions/1/referencedby", None), Route::ReferencedBy {
-            subject: "s".into(),
-            version: "1".into()
-        });
+        assert_eq!(
+            r(Method::GET, "/subjects", Some("deleted=true")),
+            Route::Subjects { prefix: None, deleted: true, deleted_only: false }
+        );
+        assert_eq!(
+            r(Method::POST, "/subjects/orders-value/versions", Some("normalize=false")),
+            Route::Register { subject: "orders-value".into(), normalize: false }
+        );
+        assert_eq!(
+            r(Method::GET, "/subjects/a%2Fb/versions/latest", None),
+            Route::Version {
+                subject: "a/b".into(),
+                version: "latest".into(),
+                deleted: false,
+                format: None
+            }
+        );
+        assert_eq!(
+            r(Method::DELETE, "/subjects/s/versions/2", Some("permanent=true")),
+            Route::DeleteVersion { subject: "s".into(), version: "2".into(), permanent: true }
+        );
+        assert_eq!(
+            r(Method::POST, "/subjects/s", Some("deleted=true")),
+            Route::Lookup { subject: "s".into(), deleted: true, normalize: false }
+        );
+        assert_eq!(
+            r(Method::DELETE, "/subjects/s/", None),
+            Route::DeleteSubject { subject: "s".into(), permanent: false }
+        );
+        assert_eq!(
+            r(Method::GET, "/subjects/s/versions/1/referencedby", None),
+            Route::ReferencedBy { subject: "s".into(), version: "1".into() }
+        );
         assert_eq!(r(Method::PUT, "/subjects/s/versions", None), Route::MethodNotAllowed);
     }
 
     #[test]
     fn schemas_config_mode_compatibility() {
-        assert_eq!(r(Method::GET, "/schemas/ids/7", Some("subject=s&format=serialized")), Route::SchemaById {
-            id: "7".into(),
-            format: Some("serialized".into())
-        });
-        assert_eq!(r(Method::GET, "/schemas/ids/7/versions", None), Route::VersionsOfId { id: "7".into(), deleted: false });
+        assert_eq!(
+            r(Method::GET, "/schemas/ids/7", Some("subject=s&format=serialized")),
+            Route::SchemaById { id: "7".into(), format: Some("serialized".into()) }
+        );
+        assert_eq!(
+            r(Method::GET, "/schemas/ids/7/versions", None),
+            Route::VersionsOfId { id: "7".into(), deleted: false }
+        );
         assert_eq!(r(Method::GET, "/schemas/types", None), Route::SchemaTypes);
         assert_eq!(r(Method::PUT, "/config", None), Route::SetConfig { subject: None });
-        assert_eq!(r(Method::GET, "/config/s", Some("defaultToGlobal=true")), Route::GetConfig {
-            subject: Some("s".into()),
-            default_to_global: true
-        });
+        assert_eq!(
+            r(Method::GET, "/config/s", Some("defaultToGlobal=true")),
+            Route::GetConfig { subject: Some("s".into()), default_to_global: true }
+        );
         assert_eq!(r(Method::DELETE, "/mode", None), Route::MethodNotAllowed);
         assert_eq!(r(Method::DELETE, "/mode/s", None), Route::DeleteMode { subject: "s".into() });
-        assert_eq!(r(Method::POST, "/compatibility/subjects/s/versions/latest", Some("verbose=true")), Route::Compatibility {
-            subject: "s".into(),
-            version: Some("latest".into()),
-            verbose: true,
-            normalize: false
-        });
-        assert_eq!(r(Method::POST, "/compatibility/subjects/s/versions", None), Route::Compatibility {
-            subject: "s".into(),
-            version: None,
-            verbose: false,
-            normalize: false
-        });
+        assert_eq!(
+            r(Method::POST, "/compatibility/subjects/s/versions/latest", Some("verbose=true")),
+            Route::Compatibility {
+                subject: "s".into(),
+                version: Some("latest".into()),
+                verbose: true,
+                normalize: false
+            }
+        );
+        assert_eq!(
+            r(Method::POST, "/compatibility/subjects/s/versions", None),
+            Route::Compatibility {
+                subject: "s".into(),
+                version: None,
+                verbose: false,
+                normalize: false
+            }
+        );
         assert_eq!(r(Method::GET, "/nope", None), Route::NotFound);
         assert_eq!(r(Method::GET, "/subjects/%FF", None), Route::NotFound);
         assert!(Route::Register { subject: "s".into(), normalize: false }.is_write());

@@ -48,7 +48,11 @@ impl Reply {
     /// Confluent's error body with `status`.
     pub fn error(status: u16, code: i32, message: String) -> Self {
         let body = json!({ "error_code": code, "message": message }).to_string().into_bytes();
-        Self { status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body, problem: Some(message) }
+        Self {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+            problem: Some(message),
+        }
     }
 
     /// A registry error, with its own status and code.
@@ -126,7 +130,11 @@ fn version_reply(v: &SchemaVersion) -> Reply {
 }
 
 fn schema_reply(s: &RegisteredSchema) -> Reply {
-    Reply::json(&SchemaById { schema: &s.schema, schema_type: type_name(s.schema_type), references: &s.references })
+    Reply::json(&SchemaById {
+        schema: &s.schema,
+        schema_type: type_name(s.schema_type),
+        references: &s.references,
+    })
 }
 
 /// An id path segment; Confluent answers a non-number as a missing schema.
@@ -135,13 +143,15 @@ fn parse_id(id: &str) -> Result<i32, RegistryError> {
 }
 
 fn parse_body<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reply> {
-    serde_json::from_slice(body).map_err(|e| Reply::error(422, 422, format!("Unrecognizable request body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| Reply::error(422, 422, format!("Unrecognizable request body: {e}")))
 }
 
 /// The schema of a request, checked for the basics every type shares.
 fn schema_request(body: &[u8]) -> Result<(SchemaType, String, Vec<SchemaReference>), Reply> {
     let req: SchemaRequest = parse_body(body)?;
-    let schema_type = SchemaType::parse(req.schema_type.as_deref()).map_err(|e| Reply::registry_error(&RegistryError::InvalidSchema(e)))?;
+    let schema_type = SchemaType::parse(req.schema_type.as_deref())
+        .map_err(|e| Reply::registry_error(&RegistryError::InvalidSchema(e)))?;
     match req.schema {
         Some(text) if !text.trim().is_empty() => Ok((schema_type, text, req.references)),
         _ => Err(Reply::registry_error(&RegistryError::InvalidSchema("Empty schema".into()))),
@@ -155,7 +165,9 @@ pub fn answer(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
         Route::Root => Ok(Reply::json(&json!({}))),
         Route::SchemaTypes => Ok(Reply::json(&["JSON", "PROTOBUF", "AVRO"])),
         Route::Contexts => Ok(Reply::json(&["."])),
-        Route::MethodNotAllowed => return Reply::error(405, 405, "HTTP 405 Method Not Allowed".into()),
+        Route::MethodNotAllowed => {
+            return Reply::error(405, 405, "HTTP 405 Method Not Allowed".into())
+        }
         Route::NotFound => return Reply::error(404, 404, "HTTP 404 Not Found".into()),
         _ if route.is_write() => return write(store, route, body),
         _ => read(store, route, body),
@@ -196,20 +208,30 @@ fn read(store: &SchemaStore, route: &Route, body: &[u8]) -> Result<Reply, Failur
         }
         Route::SubjectsOfId { id, deleted } => {
             let id = parse_id(id)?;
-            let mut subjects: Vec<String> = store.read(|r| r.versions_of_id(id, *deleted))?.into_iter().map(|(s, _)| s).collect();
+            let mut subjects: Vec<String> = store
+                .read(|r| r.versions_of_id(id, *deleted))?
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
             subjects.dedup();
             Reply::json(&subjects)
         }
         Route::VersionsOfId { id, deleted } => {
             let id = parse_id(id)?;
             let pairs = store.read(|r| r.versions_of_id(id, *deleted))?;
-            Reply::json(&pairs.iter().map(|(subject, version)| json!({ "subject": subject, "version": version })).collect::<Vec<_>>())
+            Reply::json(
+                &pairs
+                    .iter()
+                    .map(|(subject, version)| json!({ "subject": subject, "version": version }))
+                    .collect::<Vec<_>>(),
+            )
         }
         Route::Subjects { prefix, deleted, deleted_only } => {
             let (all, live) = store.read(|r| Ok((r.subjects(true), r.subjects(false))))?;
             let keep = |s: &String| {
                 let is_live = live.binary_search(s).is_ok();
-                (if *deleted_only { !is_live } else { *deleted || is_live }) && prefix.as_deref().is_none_or(|p| s.starts_with(p))
+                (if *deleted_only { !is_live } else { *deleted || is_live })
+                    && prefix.as_deref().is_none_or(|p| s.starts_with(p))
             };
             Reply::json(&all.into_iter().filter(keep).collect::<Vec<_>>())
         }
@@ -217,7 +239,10 @@ fn read(store: &SchemaStore, route: &Route, body: &[u8]) -> Result<Reply, Failur
             let versions = if *deleted_only {
                 store.read(|r| {
                     let live = r.versions(subject, false).unwrap_or_default();
-                    Ok(r.versions(subject, true)?.into_iter().filter(|v| !live.contains(v)).collect::<Vec<_>>())
+                    Ok(r.versions(subject, true)?
+                        .into_iter()
+                        .filter(|v| !live.contains(v))
+                        .collect::<Vec<_>>())
                 })?
             } else {
                 store.read(|r| r.versions(subject, *deleted))?
@@ -230,7 +255,9 @@ fn read(store: &SchemaStore, route: &Route, body: &[u8]) -> Result<Reply, Failur
         }
         Route::VersionText { subject, version, deleted } => {
             let spec = VersionSpec::parse(version)?;
-            store.read(|r| r.version(subject, spec, *deleted).map(|v| Reply::text(v.schema.schema)))?
+            store.read(|r| {
+                r.version(subject, spec, *deleted).map(|v| Reply::text(v.schema.schema))
+            })?
         }
         Route::ReferencedBy { subject, version } => {
             let spec = VersionSpec::parse(version)?;
@@ -238,28 +265,47 @@ fn read(store: &SchemaStore, route: &Route, body: &[u8]) -> Result<Reply, Failur
         }
         Route::Lookup { subject, deleted, .. } => {
             let (schema_type, text, references) = schema_request(body)?;
-            store.read(|r| r.lookup(subject, schema_type, &text, &references, *deleted).map(|v| version_reply(&v)))?
+            store.read(|r| {
+                r.lookup(subject, schema_type, &text, &references, *deleted)
+                    .map(|v| version_reply(&v))
+            })?
         }
         Route::Compatibility { subject, version, verbose, .. } => {
             let (schema_type, text, references) = schema_request(body)?;
             let against = version.as_deref().map(VersionSpec::parse).transpose()?;
-            let reasons = store.read(|r| r.check_compatibility(subject, against, schema_type, &text, &references))?;
+            let reasons = store.read(|r| {
+                r.check_compatibility(subject, against, schema_type, &text, &references)
+            })?;
             let mut reply = json!({ "is_compatible": reasons.is_empty() });
             if *verbose {
                 reply["messages"] = json!(reasons);
             }
             Reply::json(&reply)
         }
-        Route::GetConfig { subject: None, .. } => {
-            Reply::json(&json!({ "compatibilityLevel": store.read(|r| Ok(r.compatibility(None)))?.name() }))
-        }
+        Route::GetConfig { subject: None, .. } => Reply::json(
+            &json!({ "compatibilityLevel": store.read(|r| Ok(r.compatibility(None)))?.name() }),
+        ),
         Route::GetConfig { subject: Some(s), default_to_global } => {
-            let level = store.read(|r| if *default_to_global { Ok(r.compatibility(Some(s))) } else { r.subject_compatibility(s) })?;
+            let level = store.read(|r| {
+                if *default_to_global {
+                    Ok(r.compatibility(Some(s)))
+                } else {
+                    r.subject_compatibility(s)
+                }
+            })?;
             Reply::json(&json!({ "compatibilityLevel": level.name() }))
         }
-        Route::GetMode { subject: None, .. } => Reply::json(&json!({ "mode": store.read(|r| Ok(r.mode(None)))?.name() })),
+        Route::GetMode { subject: None, .. } => {
+            Reply::json(&json!({ "mode": store.read(|r| Ok(r.mode(None)))?.name() }))
+        }
         Route::GetMode { subject: Some(s), default_to_global } => {
-            let mode = store.read(|r| if *default_to_global { Ok(r.mode(Some(s))) } else { r.subject_mode(s) })?;
+            let mode = store.read(|r| {
+                if *default_to_global {
+                    Ok(r.mode(Some(s)))
+                } else {
+                    r.subject_mode(s)
+                }
+            })?;
             Reply::json(&json!({ "mode": mode.name() }))
         }
         _ => Reply::error(404, 404, "HTTP 404 Not Found".into()),
@@ -273,12 +319,18 @@ fn write(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
                 let (schema_type, text, references) = schema_request(body)?;
                 let id = store.write(|r| {
                     // normalize=true registers the schema's normalized text (identity is normalized either way).
-                    let text = if *normalize { r.normalized(schema_type, &text, &references)? } else { text.clone() };
+                    let text = if *normalize {
+                        r.normalized(schema_type, &text, &references)?
+                    } else {
+                        text.clone()
+                    };
                     r.register(subject, schema_type, &text, &references)
                 })?;
                 Reply::json(&json!({ "id": id }))
             }
-            Route::DeleteSubject { subject, permanent } => Reply::json(&store.write(|r| r.delete_subject(subject, *permanent))?),
+            Route::DeleteSubject { subject, permanent } => {
+                Reply::json(&store.write(|r| r.delete_subject(subject, *permanent))?)
+            }
             Route::DeleteVersion { subject, version, permanent } => {
                 let spec = VersionSpec::parse(version)?;
                 Reply::json(&store.write(|r| r.delete_version(subject, spec, *permanent))?)
@@ -286,7 +338,8 @@ fn write(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
             Route::SetConfig { subject } => {
                 let req: ConfigRequest = parse_body(body)?;
                 let name = req.compatibility.or(req.compatibility_level).unwrap_or_default();
-                let level = CompatibilityLevel::parse(&name).ok_or(RegistryError::InvalidCompatibilityLevel)?;
+                let level = CompatibilityLevel::parse(&name)
+                    .ok_or(RegistryError::InvalidCompatibilityLevel)?;
                 let level = store.write(|r| Ok(r.set_compatibility(subject.as_deref(), level)))?;
                 Reply::json(&json!({ "compatibility": level.name() }))
             }
@@ -296,7 +349,8 @@ fn write(store: &SchemaStore, route: &Route, body: &[u8]) -> Reply {
             }
             Route::SetMode { subject } => {
                 let req: ModeRequest = parse_body(body)?;
-                let mode = Mode::parse(req.mode.as_deref().unwrap_or_default()).ok_or(RegistryError::InvalidMode)?;
+                let mode = Mode::parse(req.mode.as_deref().unwrap_or_default())
+                    .ok_or(RegistryError::InvalidMode)?;
                 let mode = store.write(|r| Ok(r.set_mode(subject.as_deref(), mode)))?;
                 Reply::json(&json!({ "mode": mode.name() }))
             }

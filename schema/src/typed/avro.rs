@@ -16,9 +16,9 @@ use arrow_schema::{DataType, Fields};
 
 use super::arrow_types::{self, field, list_of, string_map_of, MAX_DECIMAL_PRECISION};
 use super::columns::{mismatch, Column};
+use super::error::MAX_DEPTH;
 use super::error::{child_path, DecodeError};
 use super::wire::read_zigzag;
-use super::error::MAX_DEPTH;
 
 /// How to read one Avro value, and into which column shape.
 #[derive(Debug)]
@@ -39,10 +39,16 @@ enum Node {
     /// Fields in order; `None` for a field that has no column (see [`Node::Nothing`]).
     Record(Vec<(Node, Option<usize>)>),
     /// `[null, T]` or `[T, null]`: T's column, null for the null branch.
-    Nullable { null_branch: i64, inner: Box<Node> },
+    Nullable {
+        null_branch: i64,
+        inner: Box<Node>,
+    },
     /// Any other union: a struct with one nullable child per non-null branch.
     Union(Vec<Option<Node>>),
-    Decimal { fixed: Option<usize>, bound: i128 },
+    Decimal {
+        fixed: Option<usize>,
+        bound: i128,
+    },
     Date,
     TimeMillis,
     TimeMicros,
@@ -70,7 +76,11 @@ impl AvroDecoder {
     pub(crate) fn new(id: i32, text: &str, references: &[String]) -> Result<Self, DecodeError> {
         let invalid = |reason: String| DecodeError::InvalidSchema { id, reason };
         let text = fixed_uuid_as_fixed(text).map_err(invalid)?;
-        let references = references.iter().map(|r| fixed_uuid_as_fixed(r)).collect::<Result<Vec<_>, _>>().map_err(invalid)?;
+        let references = references
+            .iter()
+            .map(|r| fixed_uuid_as_fixed(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
         let (schema, dependencies) = if references.is_empty() {
             (Schema::parse_str(&text).map_err(|e| invalid(e.to_string()))?, Vec::new())
         } else {
@@ -94,7 +104,9 @@ impl AvroDecoder {
             // Not a record: one column, `value`.
             other => {
                 let (node, data_type) = compiler.compile(other, "value", 1)?;
-                let data_type = data_type.ok_or_else(|| DecodeError::unsupported("value", "a null schema has no column"))?;
+                let data_type = data_type.ok_or_else(|| {
+                    DecodeError::unsupported("value", "a null schema has no column")
+                })?;
                 (Node::Record(vec![(node, Some(0))]), Fields::from(vec![field("value", data_type)]))
             }
         };
@@ -120,7 +132,10 @@ impl AvroDecoder {
         let mut bytes = payload;
         read(&self.root, &mut bytes, row)?;
         if !bytes.is_empty() {
-            return Err(format!("{} bytes left after the value: written with another schema?", bytes.len()));
+            return Err(format!(
+                "{} bytes left after the value: written with another schema?",
+                bytes.len()
+            ));
         }
         Ok(())
     }
@@ -133,7 +148,9 @@ fn fixed_uuid_as_fixed(text: &str) -> Result<String, String> {
     fn strip(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(map) => {
-                if map.get("type").and_then(|t| t.as_str()) == Some("fixed") && map.get("logicalType").and_then(|t| t.as_str()) == Some("uuid") {
+                if map.get("type").and_then(|t| t.as_str()) == Some("fixed")
+                    && map.get("logicalType").and_then(|t| t.as_str()) == Some("uuid")
+                {
                     map.remove("logicalType");
                 }
                 map.values_mut().for_each(strip);
@@ -159,15 +176,20 @@ struct Compiler<'s> {
 impl<'s> Compiler<'s> {
     fn resolve(&self, schema: &'s Schema, path: &str) -> Result<&'s Schema, DecodeError> {
         match schema {
-            Schema::Ref { name } => {
-                self.names.get(name).copied().ok_or_else(|| DecodeError::unsupported(path, format!("unknown type {}", name.fullname(None))))
-            }
+            Schema::Ref { name } => self.names.get(name).copied().ok_or_else(|| {
+                DecodeError::unsupported(path, format!("unknown type {}", name.fullname(None)))
+            }),
             other => Ok(other),
         }
     }
 
     /// The node and Arrow type (`None`: no column) of `schema` at `path`.
-    fn compile(&mut self, schema: &'s Schema, path: &str, depth: usize) -> Result<(Node, Option<DataType>), DecodeError> {
+    fn compile(
+        &mut self,
+        schema: &'s Schema,
+        path: &str,
+        depth: usize,
+    ) -> Result<(Node, Option<DataType>), DecodeError> {
         if depth > MAX_DEPTH {
             return Err(DecodeError::TooDeep { path: path.to_string() });
         }
@@ -183,18 +205,31 @@ impl<'s> Compiler<'s> {
             Schema::Bytes => typed(Node::Bytes, DataType::LargeBinary),
             Schema::String | Schema::Uuid => typed(Node::String, DataType::Utf8),
             Schema::Fixed(f) => {
-                let width = i32::try_from(f.size).map_err(|_| DecodeError::unsupported(path, "fixed size beyond i32"))?;
+                let width = i32::try_from(f.size)
+                    .map_err(|_| DecodeError::unsupported(path, "fixed size beyond i32"))?;
                 typed(Node::Fixed(f.size), DataType::FixedSizeBinary(width))
             }
             Schema::Enum(e) => typed(Node::Enum(e.symbols.clone()), DataType::Utf8),
             Schema::Array(a) => {
-                let (items, item_type) = self.compile(&a.items, &child_path(path, "element"), depth + 1)?;
-                let item_type = item_type.ok_or_else(|| DecodeError::unsupported(path, "an array of nulls or empty records has no Iceberg type"))?;
+                let (items, item_type) =
+                    self.compile(&a.items, &child_path(path, "element"), depth + 1)?;
+                let item_type = item_type.ok_or_else(|| {
+                    DecodeError::unsupported(
+                        path,
+                        "an array of nulls or empty records has no Iceberg type",
+                    )
+                })?;
                 typed(Node::Array(Box::new(items)), list_of(item_type))
             }
             Schema::Map(m) => {
-                let (values, value_type) = self.compile(&m.types, &child_path(path, "value"), depth + 1)?;
-                let value_type = value_type.ok_or_else(|| DecodeError::unsupported(path, "a map of nulls or empty records has no Iceberg type"))?;
+                let (values, value_type) =
+                    self.compile(&m.types, &child_path(path, "value"), depth + 1)?;
+                let value_type = value_type.ok_or_else(|| {
+                    DecodeError::unsupported(
+                        path,
+                        "a map of nulls or empty records has no Iceberg type",
+                    )
+                })?;
                 typed(Node::Map(Box::new(values)), string_map_of(value_type))
             }
             Schema::Record(r) => {
@@ -206,7 +241,8 @@ impl<'s> Compiler<'s> {
                 let mut nodes = Vec::with_capacity(r.fields.len());
                 let mut fields = Vec::with_capacity(r.fields.len());
                 for f in &r.fields {
-                    let (node, data_type) = self.compile(&f.schema, &child_path(path, &f.name), depth + 1)?;
+                    let (node, data_type) =
+                        self.compile(&f.schema, &child_path(path, &f.name), depth + 1)?;
                     let column = data_type.map(|t| {
                         fields.push(field(&f.name, t));
                         fields.len() - 1
@@ -221,44 +257,83 @@ impl<'s> Compiler<'s> {
             }
             Schema::Union(u) => self.compile_union(u.variants(), path, depth),
             Schema::Decimal(d) => {
-                let precision = u8::try_from(d.precision).ok().filter(|p| (1..=MAX_DECIMAL_PRECISION).contains(p));
+                let precision = u8::try_from(d.precision)
+                    .ok()
+                    .filter(|p| (1..=MAX_DECIMAL_PRECISION).contains(p));
                 let precision = precision.ok_or_else(|| {
-                    DecodeError::unsupported(path, format!("decimal precision {} outside 1..={MAX_DECIMAL_PRECISION}", d.precision))
+                    DecodeError::unsupported(
+                        path,
+                        format!(
+                            "decimal precision {} outside 1..={MAX_DECIMAL_PRECISION}",
+                            d.precision
+                        ),
+                    )
                 })?;
                 let scale = i8::try_from(d.scale).ok().filter(|s| *s as u8 <= precision);
-                let scale = scale.ok_or_else(|| DecodeError::unsupported(path, format!("decimal scale {} above its precision", d.scale)))?;
+                let scale = scale.ok_or_else(|| {
+                    DecodeError::unsupported(
+                        path,
+                        format!("decimal scale {} above its precision", d.scale),
+                    )
+                })?;
                 let fixed = match self.resolve(&d.inner, path)? {
                     Schema::Fixed(f) => Some(f.size),
                     _ => None,
                 };
-                typed(Node::Decimal { fixed, bound: arrow_types::decimal_bound(precision) }, DataType::Decimal128(precision, scale))
+                typed(
+                    Node::Decimal { fixed, bound: arrow_types::decimal_bound(precision) },
+                    DataType::Decimal128(precision, scale),
+                )
             }
-            Schema::BigDecimal => Err(DecodeError::unsupported(path, "big-decimal has no fixed precision, so no Iceberg decimal type")),
+            Schema::BigDecimal => Err(DecodeError::unsupported(
+                path,
+                "big-decimal has no fixed precision, so no Iceberg decimal type",
+            )),
             Schema::Date => typed(Node::Date, DataType::Date32),
             Schema::TimeMillis => typed(Node::TimeMillis, arrow_types::time()),
             Schema::TimeMicros => typed(Node::TimeMicros, arrow_types::time()),
             Schema::TimestampMillis => typed(Node::TimestampMillis, arrow_types::timestamptz()),
             Schema::TimestampMicros => typed(Node::TimestampMicros, arrow_types::timestamptz()),
             Schema::TimestampNanos => typed(Node::TimestampNanos, arrow_types::timestamptz()),
-            Schema::LocalTimestampMillis => typed(Node::TimestampMillis, arrow_types::local_timestamp()),
-            Schema::LocalTimestampMicros => typed(Node::TimestampMicros, arrow_types::local_timestamp()),
-            Schema::LocalTimestampNanos => typed(Node::TimestampNanos, arrow_types::local_timestamp()),
+            Schema::LocalTimestampMillis => {
+                typed(Node::TimestampMillis, arrow_types::local_timestamp())
+            }
+            Schema::LocalTimestampMicros => {
+                typed(Node::TimestampMicros, arrow_types::local_timestamp())
+            }
+            Schema::LocalTimestampNanos => {
+                typed(Node::TimestampNanos, arrow_types::local_timestamp())
+            }
             Schema::Duration => {
                 let parts = ["months", "days", "milliseconds"].map(|n| field(n, DataType::Int64));
                 typed(Node::Duration, DataType::Struct(Fields::from(parts.to_vec())))
             }
-            Schema::Ref { name } => Err(DecodeError::unsupported(path, format!("unresolved reference to {}", name.fullname(None)))),
+            Schema::Ref { name } => Err(DecodeError::unsupported(
+                path,
+                format!("unresolved reference to {}", name.fullname(None)),
+            )),
         }
     }
 
-    fn compile_union(&mut self, variants: &'s [Schema], path: &str, depth: usize) -> Result<(Node, Option<DataType>), DecodeError> {
+    fn compile_union(
+        &mut self,
+        variants: &'s [Schema],
+        path: &str,
+        depth: usize,
+    ) -> Result<(Node, Option<DataType>), DecodeError> {
         let null_branch = variants.iter().position(|v| matches!(v, Schema::Null));
         if let (Some(null_branch), 2) = (null_branch, variants.len()) {
             let (inner, data_type) = self.compile(&variants[1 - null_branch], path, depth + 1)?;
             if data_type.is_none() {
-                return Err(DecodeError::unsupported(path, "a union of null and a type without columns has no Iceberg type"));
+                return Err(DecodeError::unsupported(
+                    path,
+                    "a union of null and a type without columns has no Iceberg type",
+                ));
             }
-            return Ok((Node::Nullable { null_branch: null_branch as i64, inner: Box::new(inner) }, data_type));
+            return Ok((
+                Node::Nullable { null_branch: null_branch as i64, inner: Box::new(inner) },
+                data_type,
+            ));
         }
         let mut branches = Vec::with_capacity(variants.len());
         let mut fields = Vec::with_capacity(variants.len());
@@ -271,10 +346,13 @@ impl<'s> Compiler<'s> {
             let mut name = branch_name(resolved);
             if fields.iter().any(|f: &arrow_schema::Field| f.name() == &name) {
                 // Two named types of one simple name in different namespaces.
-                name = full_branch_name(resolved).unwrap_or_else(|| format!("{name}_{}", fields.len()));
+                name = full_branch_name(resolved)
+                    .unwrap_or_else(|| format!("{name}_{}", fields.len()));
             }
             let (node, data_type) = self.compile(variant, &child_path(path, &name), depth + 1)?;
-            let data_type = data_type.ok_or_else(|| DecodeError::unsupported(path, format!("union branch {name} has no Iceberg type")))?;
+            let data_type = data_type.ok_or_else(|| {
+                DecodeError::unsupported(path, format!("union branch {name} has no Iceberg type"))
+            })?;
             fields.push(field(&name, data_type));
             branches.push(Some(node));
         }
@@ -306,8 +384,16 @@ fn branch_name(schema: &Schema) -> String {
         other => {
             let json = serde_json::to_value(other).ok();
             let plain = json.as_ref().and_then(|j| j.as_str().map(str::to_string));
-            let logical = json.as_ref().and_then(|j| j.get("logicalType")).and_then(|t| t.as_str()).map(str::to_string);
-            let container = json.as_ref().and_then(|j| j.get("type")).and_then(|t| t.as_str()).map(str::to_string);
+            let logical = json
+                .as_ref()
+                .and_then(|j| j.get("logicalType"))
+                .and_then(|t| t.as_str())
+                .map(str::to_string);
+            let container = json
+                .as_ref()
+                .and_then(|j| j.get("type"))
+                .and_then(|t| t.as_str())
+                .map(str::to_string);
             plain.or(logical).or(container).unwrap_or_else(|| "branch".to_string())
         }
     }
@@ -356,7 +442,10 @@ fn fixed_array<const N: usize>(bytes: &mut &[u8]) -> Result<[u8; N], String> {
 }
 
 /// Calls `item` for each item of an array or map, block by block; the number of items.
-fn read_blocks(bytes: &mut &[u8], mut item: impl FnMut(&mut &[u8]) -> Result<(), String>) -> Result<(), String> {
+fn read_blocks(
+    bytes: &mut &[u8],
+    mut item: impl FnMut(&mut &[u8]) -> Result<(), String>,
+) -> Result<(), String> {
     loop {
         let count = read_zigzag(bytes)?;
         if count == 0 {
@@ -370,7 +459,10 @@ fn read_blocks(bytes: &mut &[u8], mut item: impl FnMut(&mut &[u8]) -> Result<(),
         // Every item takes at least one byte, except in schemas nobody writes
         // (arrays of empty records are refused when compiling).
         if count > bytes.len() as u64 {
-            return Err(format!("truncated: a block of {count} items with {} bytes left", bytes.len()));
+            return Err(format!(
+                "truncated: a block of {count} items with {} bytes left",
+                bytes.len()
+            ));
         }
         for _ in 0..count {
             item(bytes)?;
@@ -427,7 +519,10 @@ fn read(node: &Node, bytes: &mut &[u8], column: &mut Column) -> Result<(), Strin
         }
         (Node::Enum(symbols), Column::Utf8(c)) => {
             let index = read_int(bytes)?;
-            let symbol = usize::try_from(index).ok().and_then(|i| symbols.get(i)).ok_or_else(|| format!("enum index {index} out of range"))?;
+            let symbol = usize::try_from(index)
+                .ok()
+                .and_then(|i| symbols.get(i))
+                .ok_or_else(|| format!("enum index {index} out of range"))?;
             c.push(symbol.as_bytes())?;
         }
         (Node::Array(item), column @ Column::List { .. }) => {
@@ -463,15 +558,22 @@ fn read(node: &Node, bytes: &mut &[u8], column: &mut Column) -> Result<(), Strin
         }
         (Node::Union(branches), column @ Column::Struct { .. }) => {
             let branch = read_zigzag(bytes)?;
-            let chosen = usize::try_from(branch).ok().and_then(|b| branches.get(b)).ok_or_else(|| format!("union branch {branch} out of range"))?;
+            let chosen = usize::try_from(branch)
+                .ok()
+                .and_then(|b| branches.get(b))
+                .ok_or_else(|| format!("union branch {branch} out of range"))?;
             let Some(chosen) = chosen else {
                 column.push_null();
                 return Ok(());
             };
-            let Column::Struct { valid, children, .. } = column else { unreachable!("matched above") };
+            let Column::Struct { valid, children, .. } = column else {
+                unreachable!("matched above")
+            };
             let mut child = children.iter_mut();
             for node in branches.iter().flatten() {
-                let Some(c) = child.next() else { return Err("internal: union without its column".to_string()) };
+                let Some(c) = child.next() else {
+                    return Err("internal: union without its column".to_string());
+                };
                 if std::ptr::eq(node, chosen) {
                     read(node, bytes, c)?;
                 } else {
@@ -490,14 +592,19 @@ fn read(node: &Node, bytes: &mut &[u8], column: &mut Column) -> Result<(), Strin
         (Node::Date, Column::Date(c)) => c.push(read_int(bytes)?),
         (Node::TimeMillis, Column::Time(c)) => c.push(i64::from(read_int(bytes)?) * 1000),
         (Node::TimeMicros, Column::Time(c)) => c.push(read_zigzag(bytes)?),
-        (Node::TimestampMillis, Column::Timestamp(c)) => c.push(scaled(read_zigzag(bytes)?, 1000, "timestamp-millis")?),
+        (Node::TimestampMillis, Column::Timestamp(c)) => {
+            c.push(scaled(read_zigzag(bytes)?, 1000, "timestamp-millis")?)
+        }
         (Node::TimestampMicros, Column::Timestamp(c)) => c.push(read_zigzag(bytes)?),
-        (Node::TimestampNanos, Column::Timestamp(c)) => c.push(read_zigzag(bytes)?.div_euclid(1000)),
+        (Node::TimestampNanos, Column::Timestamp(c)) => {
+            c.push(read_zigzag(bytes)?.div_euclid(1000))
+        }
         (Node::Duration, Column::Struct { valid, children, .. }) => {
             let raw: [u8; 12] = fixed_array(bytes)?;
             for (i, child) in children.iter_mut().enumerate() {
                 let Column::Int64(c) = child else { return Err(mismatch("duration part", child)) };
-                let part: [u8; 4] = raw[i * 4..i * 4 + 4].try_into().map_err(|_| "duration".to_string())?;
+                let part: [u8; 4] =
+                    raw[i * 4..i * 4 + 4].try_into().map_err(|_| "duration".to_string())?;
                 c.push(i64::from(u32::from_le_bytes(part)));
             }
             valid.push(true);

@@ -3,7 +3,10 @@ use std::collections::HashMap;
 use apache_avro::types::Value;
 use apache_avro::{to_avro_datum, Decimal, Schema};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType, TimestampMicrosecondType};
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType,
+    TimestampMicrosecondType,
+};
 use arrow_array::Array;
 use arrow_schema::DataType;
 
@@ -40,11 +43,21 @@ fn address(city: &str) -> Value {
 
 fn order(id: i64, with_customer: bool) -> Value {
     let customer = if with_customer {
-        Value::Union(1, Box::new(Value::Record(vec![("name".into(), Value::String("Ada".into())), ("address".into(), address("Paris"))])))
+        Value::Union(
+            1,
+            Box::new(Value::Record(vec![
+                ("name".into(), Value::String("Ada".into())),
+                ("address".into(), address("Paris")),
+            ])),
+        )
     } else {
         Value::Union(0, Box::new(Value::Null))
     };
-    let note = if with_customer { Value::Union(1, Box::new(Value::String("fragile".into()))) } else { Value::Union(0, Box::new(Value::Null)) };
+    let note = if with_customer {
+        Value::Union(1, Box::new(Value::String("fragile".into())))
+    } else {
+        Value::Union(0, Box::new(Value::Null))
+    };
     Value::Record(vec![
         ("id".into(), Value::Long(id)),
         ("qty".into(), Value::Int(3)),
@@ -65,9 +78,19 @@ fn order(id: i64, with_customer: bool) -> Value {
         ("customer".into(), customer),
         (
             "lines".into(),
-            Value::Array(vec![Value::Record(vec![("sku".into(), Value::String("X1".into())), ("n".into(), Value::Int(2))])]),
+            Value::Array(vec![Value::Record(vec![
+                ("sku".into(), Value::String("X1".into())),
+                ("n".into(), Value::Int(2)),
+            ])]),
         ),
-        ("either".into(), if with_customer { Value::Union(2, Box::new(Value::String("s".into()))) } else { Value::Union(3, Box::new(address("Oslo"))) }),
+        (
+            "either".into(),
+            if with_customer {
+                Value::Union(2, Box::new(Value::String("s".into())))
+            } else {
+                Value::Union(3, Box::new(address("Oslo")))
+            },
+        ),
     ])
 }
 
@@ -80,14 +103,22 @@ fn encoded(schema: &str, value: Value) -> Vec<u8> {
 fn an_order_decodes_field_by_field() {
     let d = decoder(7, SchemaType::Avro, ORDER);
     assert_iceberg_types(&d);
-    let values = vec![Some(framed(7, false, &encoded(ORDER, order(1, true)))), None, Some(framed(7, false, &encoded(ORDER, order(2, false))))];
+    let values = vec![
+        Some(framed(7, false, &encoded(ORDER, order(1, true)))),
+        None,
+        Some(framed(7, false, &encoded(ORDER, order(2, false)))),
+    ];
     let out = decode(&d, &values);
     assert!(out.rejected.is_empty(), "{:?}", out.rejected);
     assert_eq!(out.rows, vec![0, 1, 2]);
     let b = &out.batch;
     assert_eq!(b.num_rows(), 3);
     let ids = column(b, "id").as_primitive::<Int64Type>();
-    assert_eq!((ids.value(0), ids.is_null(1), ids.value(2)), (1, true, 2), "the tombstone is a row of nulls");
+    assert_eq!(
+        (ids.value(0), ids.is_null(1), ids.value(2)),
+        (1, true, 2),
+        "the tombstone is a row of nulls"
+    );
     assert_eq!(column(b, "qty").as_primitive::<Int32Type>().value(0), 3);
     assert_eq!(column(b, "price").as_primitive::<Float64Type>().value(0), 9.5);
     assert!(column(b, "paid").as_boolean().value(0));
@@ -97,14 +128,20 @@ fn an_order_decodes_field_by_field() {
     assert_eq!((total.value(0), total.precision(), total.scale()), (-12345, 10, 2));
     assert_eq!(column(b, "tax").as_primitive::<Decimal128Type>().value(0), 1500);
     let at = column(b, "at");
-    assert_eq!(at.data_type(), &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())));
+    assert_eq!(
+        at.data_type(),
+        &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into()))
+    );
     assert_eq!(at.as_primitive::<TimestampMicrosecondType>().value(0), 1_700_000_000_123_000);
     let local = column(b, "local_at");
     assert_eq!(local.data_type(), &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, None));
     assert_eq!(local.as_primitive::<TimestampMicrosecondType>().value(0), 42);
     assert_eq!(column(b, "day").as_primitive::<Date32Type>().value(0), 19_000);
     assert_eq!(column(b, "time").as_primitive::<Time64MicrosecondType>().value(0), 1_000_000);
-    assert_eq!(strings(column(b, "uid"))[0].as_deref(), Some("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"));
+    assert_eq!(
+        strings(column(b, "uid"))[0].as_deref(),
+        Some("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+    );
     assert_eq!(column(b, "hash").as_fixed_size_binary().value(0), &[0xab, 0xcd]);
     let tags = column(b, "tags").as_list::<i32>();
     assert_eq!(strings(tags.value(0).as_ref()), vec![Some("a".into()), Some("b".into())]);
@@ -114,14 +151,32 @@ fn an_order_decodes_field_by_field() {
     assert_eq!(attrs.value(0).column(1).as_primitive::<Int64Type>().value(0), 7);
     let customer = column(b, "customer").as_struct();
     assert!(customer.is_valid(0) && customer.is_null(2));
-    assert_eq!(strings(customer.column_by_name("name").expect("name").as_ref())[0].as_deref(), Some("Ada"));
-    let city = customer.column_by_name("address").expect("address").as_struct().column_by_name("city").expect("city").clone();
+    assert_eq!(
+        strings(customer.column_by_name("name").expect("name").as_ref())[0].as_deref(),
+        Some("Ada")
+    );
+    let city = customer
+        .column_by_name("address")
+        .expect("address")
+        .as_struct()
+        .column_by_name("city")
+        .expect("city")
+        .clone();
     assert_eq!(strings(city.as_ref())[0].as_deref(), Some("Paris"));
     let lines = column(b, "lines").as_list::<i32>().value(0);
-    assert_eq!(strings(lines.as_struct().column_by_name("sku").expect("sku").as_ref()), vec![Some("X1".into())]);
+    assert_eq!(
+        strings(lines.as_struct().column_by_name("sku").expect("sku").as_ref()),
+        vec![Some("X1".into())]
+    );
     let either = column(b, "either").as_struct();
-    assert_eq!(either.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["int", "string", "Address"]);
-    assert_eq!(strings(either.column_by_name("string").expect("string").as_ref())[0].as_deref(), Some("s"));
+    assert_eq!(
+        either.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(),
+        ["int", "string", "Address"]
+    );
+    assert_eq!(
+        strings(either.column_by_name("string").expect("string").as_ref())[0].as_deref(),
+        Some("s")
+    );
     assert!(either.column_by_name("int").expect("int").is_null(0));
     let oslo = either.column_by_name("Address").expect("Address").as_struct().column(0).clone();
     assert_eq!(strings(oslo.as_ref())[2].as_deref(), Some("Oslo"));
@@ -135,17 +190,22 @@ fn bad_values_are_rejected_one_by_one() {
     trailing.push(0);
     let values = vec![
         Some(framed(7, false, &good)),
-        Some(good.clone()),                                    // no magic byte
-        Some(framed(8, false, &good)),                         // another id
-        Some(framed(7, false, &good[..good.len() / 2])),      // truncated
-        Some(framed(7, false, &[0xff; 40])),                   // garbage
-        Some(trailing),                                        // bytes left over
-        Some(vec![0, 0]),                                      // short header
+        Some(good.clone()),                              // no magic byte
+        Some(framed(8, false, &good)),                   // another id
+        Some(framed(7, false, &good[..good.len() / 2])), // truncated
+        Some(framed(7, false, &[0xff; 40])),             // garbage
+        Some(trailing),                                  // bytes left over
+        Some(vec![0, 0]),                                // short header
         Some(framed(7, false, &good)),
     ];
     let out = decode(&d, &values);
     assert_eq!(out.rows, vec![0, 7]);
-    assert_eq!(out.rejected.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6], "{:?}", out.rejected);
+    assert_eq!(
+        out.rejected.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5, 6],
+        "{:?}",
+        out.rejected
+    );
     assert!(out.rejected[1].1.contains("schema id 8"), "{:?}", out.rejected[1]);
     let b = &out.batch;
     assert_eq!(b.num_rows(), 2);
@@ -173,7 +233,8 @@ fn out_of_range_values_are_rejected() {
         payload.push(zz as u8);
         Some(framed(1, false, &payload))
     };
-    let out = decode(&d, &[row(999, 0, 5), row(1000, 0, 5), row(5, 2, 5), row(5, 0, i64::MAX / 10)]);
+    let out =
+        decode(&d, &[row(999, 0, 5), row(1000, 0, 5), row(5, 2, 5), row(5, 0, i64::MAX / 10)]);
     assert_eq!(out.rows, vec![0]);
     assert_eq!(out.rejected.len(), 3, "{:?}", out.rejected);
 }
@@ -196,11 +257,20 @@ fn decimals_wider_than_16_bytes_must_be_sign_extensions() {
 
 #[test]
 fn schemas_without_an_iceberg_type_are_refused() {
-    let recursive = r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#;
-    let err = super::super::TypedDecoder::new(&super::super::tests::registered(1, SchemaType::Avro, recursive), &[]).expect_err("recursive");
+    let recursive =
+        r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#;
+    let err = super::super::TypedDecoder::new(
+        &super::super::tests::registered(1, SchemaType::Avro, recursive),
+        &[],
+    )
+    .expect_err("recursive");
     assert!(err.to_string().contains("recursive"), "{err}");
     let wide = r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":39,"scale":0}}]}"#;
-    assert!(super::super::TypedDecoder::new(&super::super::tests::registered(1, SchemaType::Avro, wide), &[]).is_err());
+    assert!(super::super::TypedDecoder::new(
+        &super::super::tests::registered(1, SchemaType::Avro, wide),
+        &[]
+    )
+    .is_err());
 }
 
 #[test]
@@ -208,7 +278,9 @@ fn deep_nesting_is_refused_or_read_without_overflow() {
     let nested = |depth: usize| {
         let mut schema = r#""int""#.to_string();
         for i in 0..depth {
-            schema = format!(r#"{{"type":"record","name":"R{i}","fields":[{{"name":"f","type":{schema}}}]}}"#);
+            schema = format!(
+                r#"{{"type":"record","name":"R{i}","fields":[{{"name":"f","type":{schema}}}]}}"#
+            );
         }
         schema
     };
@@ -217,9 +289,17 @@ fn deep_nesting_is_refused_or_read_without_overflow() {
     let out = decode(&d, &[Some(framed(1, false, &[4]))]);
     assert!(out.rejected.is_empty(), "{:?}", out.rejected);
     // Arrays nest one JSON level each, so this parses (serde_json stops at 128) and is refused here.
-    let too_deep = format!("{}\"int\"{}", r#"{"type":"array","items":"#.repeat(super::super::MAX_DEPTH + 2), "}".repeat(super::super::MAX_DEPTH + 2));
+    let too_deep = format!(
+        "{}\"int\"{}",
+        r#"{"type":"array","items":"#.repeat(super::super::MAX_DEPTH + 2),
+        "}".repeat(super::super::MAX_DEPTH + 2)
+    );
     assert!(Schema::parse_str(&too_deep).is_ok());
-    let err = super::super::TypedDecoder::new(&super::super::tests::registered(1, SchemaType::Avro, &too_deep), &[]).expect_err("too deep");
+    let err = super::super::TypedDecoder::new(
+        &super::super::tests::registered(1, SchemaType::Avro, &too_deep),
+        &[],
+    )
+    .expect_err("too deep");
     assert!(matches!(err, super::super::DecodeError::TooDeep { .. }), "{err}");
 }
 
@@ -248,7 +328,12 @@ fn avro_throughput() {
     let out = d.decode(&values).expect("decodes");
     let elapsed = start.elapsed();
     let mib = (one.len() * values.len()) as f64 / (1024.0 * 1024.0);
-    println!("{} records of {} bytes: {:.1} MiB/s", out.batch.num_rows(), one.len(), mib / elapsed.as_secs_f64());
+    println!(
+        "{} records of {} bytes: {:.1} MiB/s",
+        out.batch.num_rows(),
+        one.len(),
+        mib / elapsed.as_secs_f64()
+    );
 }
 
 #[test]
@@ -257,11 +342,23 @@ fn negative_block_counts_and_fixed_uuids() {
     let d = decoder(3, SchemaType::Avro, r#"{"type":"array","items":"long"}"#);
     let out = decode(&d, &[Some(framed(3, false, &[3, 4, 2, 4, 0]))]);
     assert!(out.rejected.is_empty(), "{:?}", out.rejected);
-    assert_eq!(column(&out.batch, "value").as_list::<i32>().value(0).as_primitive::<Int64Type>().values().to_vec(), vec![1, 2]);
+    assert_eq!(
+        column(&out.batch, "value")
+            .as_list::<i32>()
+            .value(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec(),
+        vec![1, 2]
+    );
 
     let schema = r#"{"type":"record","name":"R","fields":[{"name":"u","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}}]}"#;
     let d = decoder(4, SchemaType::Avro, schema);
-    assert_eq!(d.arrow_schema().field(0).data_type(), &DataType::FixedSizeBinary(16), "a uuid on fixed is its 16 bytes");
+    assert_eq!(
+        d.arrow_schema().field(0).data_type(),
+        &DataType::FixedSizeBinary(16),
+        "a uuid on fixed is its 16 bytes"
+    );
     let out = decode(&d, &[Some(framed(4, false, &[7u8; 16]))]);
     assert_eq!(column(&out.batch, "u").as_fixed_size_binary().value(0), &[7u8; 16]);
 }
@@ -272,7 +369,9 @@ fn union_branches_with_one_simple_name_get_distinct_columns() {
         {"type":"record","name":"Id","namespace":"a","fields":[{"name":"n","type":"int"}]},
         {"type":"record","name":"Id","namespace":"b","fields":[{"name":"s","type":"string"}]}]}]}"#;
     let d = decoder(1, SchemaType::Avro, schema);
-    let DataType::Struct(branches) = d.arrow_schema().field(0).data_type() else { panic!("a struct") };
+    let DataType::Struct(branches) = d.arrow_schema().field(0).data_type() else {
+        panic!("a struct")
+    };
     assert_eq!(branches.iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["Id", "b_Id"]);
     let out = decode(&d, &[Some(framed(1, false, &[2, 2, b'x']))]);
     assert!(out.rejected.is_empty(), "{:?}", out.rejected);

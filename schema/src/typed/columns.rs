@@ -8,11 +8,12 @@
 use std::sync::Arc;
 
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType, TimestampMicrosecondType,
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType,
 };
 use arrow_array::{
-    ArrayRef, ArrowPrimitiveType, BooleanArray, FixedSizeBinaryArray, LargeBinaryArray, ListArray, MapArray, PrimitiveArray, StringArray,
-    StructArray,
+    ArrayRef, ArrowPrimitiveType, BooleanArray, FixedSizeBinaryArray, LargeBinaryArray, ListArray,
+    MapArray, PrimitiveArray, StringArray, StructArray,
 };
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, FieldRef, Fields, TimeUnit};
@@ -48,7 +49,8 @@ impl<T: ArrowPrimitiveType> Primitive<T> {
     }
 
     fn finish(self) -> Result<ArrayRef, ArrowError> {
-        let array = PrimitiveArray::<T>::try_new(ScalarBuffer::from(self.values), nulls(self.valid))?;
+        let array =
+            PrimitiveArray::<T>::try_new(ScalarBuffer::from(self.values), nulls(self.valid))?;
         Ok(Arc::new(array.with_data_type(self.data_type)))
     }
 }
@@ -106,7 +108,10 @@ fn nulls(valid: Vec<bool>) -> Option<NullBuffer> {
 /// A growing column of any type the decoders produce (see the parent module's table).
 #[derive(Debug)]
 pub(crate) enum Column {
-    Boolean { values: Vec<bool>, valid: Vec<bool> },
+    Boolean {
+        values: Vec<bool>,
+        valid: Vec<bool>,
+    },
     Int32(Primitive<Int32Type>),
     Int64(Primitive<Int64Type>),
     Float32(Primitive<Float32Type>),
@@ -117,12 +122,31 @@ pub(crate) enum Column {
     Timestamp(Primitive<TimestampMicrosecondType>),
     Utf8(Bytes<i32>),
     Binary(Bytes<i64>),
-    Fixed { width: usize, bytes: Vec<u8>, valid: Vec<bool> },
+    Fixed {
+        width: usize,
+        bytes: Vec<u8>,
+        valid: Vec<bool>,
+    },
     /// A list: `offsets[i]..offsets[i + 1]` are row i's items.
-    List { item_field: FieldRef, offsets: Vec<i32>, valid: Vec<bool>, items: Box<Column> },
+    List {
+        item_field: FieldRef,
+        offsets: Vec<i32>,
+        valid: Vec<bool>,
+        items: Box<Column>,
+    },
     /// A map: a list of (key, value) entries.
-    Map { entries_field: FieldRef, offsets: Vec<i32>, valid: Vec<bool>, keys: Box<Column>, values: Box<Column> },
-    Struct { fields: Fields, valid: Vec<bool>, children: Vec<Column> },
+    Map {
+        entries_field: FieldRef,
+        offsets: Vec<i32>,
+        valid: Vec<bool>,
+        keys: Box<Column>,
+        values: Box<Column>,
+    },
+    Struct {
+        fields: Fields,
+        valid: Vec<bool>,
+        children: Vec<Column>,
+    },
 }
 
 impl Column {
@@ -140,19 +164,30 @@ impl Column {
             DataType::Float64 => Column::Float64(Primitive::new(data_type.clone())),
             DataType::Decimal128(_, _) => Column::Decimal(Primitive::new(data_type.clone())),
             DataType::Date32 => Column::Date(Primitive::new(data_type.clone())),
-            DataType::Time64(TimeUnit::Microsecond) => Column::Time(Primitive::new(data_type.clone())),
-            DataType::Timestamp(TimeUnit::Microsecond, _) => Column::Timestamp(Primitive::new(data_type.clone())),
+            DataType::Time64(TimeUnit::Microsecond) => {
+                Column::Time(Primitive::new(data_type.clone()))
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                Column::Timestamp(Primitive::new(data_type.clone()))
+            }
             DataType::Utf8 => Column::Utf8(Bytes::new()?),
             DataType::LargeBinary => Column::Binary(Bytes::new()?),
-            DataType::FixedSizeBinary(width) => {
-                Column::Fixed { width: usize::try_from(*width).map_err(|_| unsupported())?, bytes: Vec::new(), valid: Vec::new() }
-            }
-            DataType::List(item) => {
-                Column::List { item_field: item.clone(), offsets: vec![0], valid: Vec::new(), items: Box::new(Column::new(item.data_type())?) }
-            }
+            DataType::FixedSizeBinary(width) => Column::Fixed {
+                width: usize::try_from(*width).map_err(|_| unsupported())?,
+                bytes: Vec::new(),
+                valid: Vec::new(),
+            },
+            DataType::List(item) => Column::List {
+                item_field: item.clone(),
+                offsets: vec![0],
+                valid: Vec::new(),
+                items: Box::new(Column::new(item.data_type())?),
+            },
             DataType::Map(entries, _) => {
                 let DataType::Struct(kv) = entries.data_type() else { return Err(unsupported()) };
-                let [key, value] = kv.iter().collect::<Vec<_>>()[..] else { return Err(unsupported()) };
+                let [key, value] = kv.iter().collect::<Vec<_>>()[..] else {
+                    return Err(unsupported());
+                };
                 Column::Map {
                     entries_field: entries.clone(),
                     offsets: vec![0],
@@ -164,7 +199,10 @@ impl Column {
             DataType::Struct(fields) => Column::Struct {
                 fields: fields.clone(),
                 valid: Vec::new(),
-                children: fields.iter().map(|f| Column::new(f.data_type())).collect::<Result<_, _>>()?,
+                children: fields
+                    .iter()
+                    .map(|f| Column::new(f.data_type()))
+                    .collect::<Result<_, _>>()?,
             },
             _ => return Err(unsupported()),
         })
@@ -268,7 +306,9 @@ impl Column {
     /// Arrow's own checks (they hold for what the decoders write; an error is a bug).
     pub(crate) fn finish(self) -> Result<ArrayRef, ArrowError> {
         Ok(match self {
-            Column::Boolean { values, valid } => Arc::new(BooleanArray::new(values.into(), nulls(valid))),
+            Column::Boolean { values, valid } => {
+                Arc::new(BooleanArray::new(values.into(), nulls(valid)))
+            }
             Column::Int32(p) => p.finish()?,
             Column::Int64(p) => p.finish()?,
             Column::Float32(p) => p.finish()?,
@@ -288,22 +328,40 @@ impl Column {
                 nulls(b.valid),
             )?),
             Column::Fixed { width, bytes, valid } => {
-                let width = i32::try_from(width).map_err(|_| ArrowError::InvalidArgumentError("fixed width".into()))?;
-                Arc::new(FixedSizeBinaryArray::try_new(width, Buffer::from_vec(bytes), nulls(valid))?)
+                let width = i32::try_from(width)
+                    .map_err(|_| ArrowError::InvalidArgumentError("fixed width".into()))?;
+                Arc::new(FixedSizeBinaryArray::try_new(
+                    width,
+                    Buffer::from_vec(bytes),
+                    nulls(valid),
+                )?)
             }
-            Column::List { item_field, offsets, valid, items } => {
-                Arc::new(ListArray::try_new(item_field, OffsetBuffer::new(ScalarBuffer::from(offsets)), items.finish()?, nulls(valid))?)
-            }
+            Column::List { item_field, offsets, valid, items } => Arc::new(ListArray::try_new(
+                item_field,
+                OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                items.finish()?,
+                nulls(valid),
+            )?),
             Column::Map { entries_field, offsets, valid, keys, values } => {
                 let DataType::Struct(kv) = entries_field.data_type() else {
-                    return Err(ArrowError::InvalidArgumentError("map entries are not a struct".into()));
+                    return Err(ArrowError::InvalidArgumentError(
+                        "map entries are not a struct".into(),
+                    ));
                 };
-                let entries = StructArray::try_new(kv.clone(), vec![keys.finish()?, values.finish()?], None)?;
-                Arc::new(MapArray::try_new(entries_field, OffsetBuffer::new(ScalarBuffer::from(offsets)), entries, nulls(valid), false)?)
+                let entries =
+                    StructArray::try_new(kv.clone(), vec![keys.finish()?, values.finish()?], None)?;
+                Arc::new(MapArray::try_new(
+                    entries_field,
+                    OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                    entries,
+                    nulls(valid),
+                    false,
+                )?)
             }
             Column::Struct { fields, valid, children } => {
                 let len = valid.len();
-                let arrays = children.into_iter().map(Column::finish).collect::<Result<Vec<_>, _>>()?;
+                let arrays =
+                    children.into_iter().map(Column::finish).collect::<Result<Vec<_>, _>>()?;
                 Arc::new(StructArray::try_new_with_length(fields, arrays, nulls(valid), len)?)
             }
         })
@@ -328,12 +386,18 @@ impl Column {
     pub(crate) fn end_entries(&mut self) -> Result<(), String> {
         match self {
             Column::List { offsets, valid, items, .. } => {
-                offsets.push(i32::try_from(items.len()).map_err(|_| "list items exceed i32 offsets".to_string())?);
+                offsets.push(
+                    i32::try_from(items.len())
+                        .map_err(|_| "list items exceed i32 offsets".to_string())?,
+                );
                 valid.push(true);
                 Ok(())
             }
             Column::Map { offsets, valid, keys, .. } => {
-                offsets.push(i32::try_from(keys.len()).map_err(|_| "map entries exceed i32 offsets".to_string())?);
+                offsets.push(
+                    i32::try_from(keys.len())
+                        .map_err(|_| "map entries exceed i32 offsets".to_string())?,
+                );
                 valid.push(true);
                 Ok(())
             }

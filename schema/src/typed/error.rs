@@ -52,7 +52,10 @@ pub enum DecodeError {
 
 impl DecodeError {
     pub(crate) fn unsupported(path: &str, reason: impl Into<String>) -> Self {
-        DecodeError::Unsupported { path: if path.is_empty() { "(top level)".into() } else { path.to_string() }, reason: reason.into() }
+        DecodeError::Unsupported {
+            path: if path.is_empty() { "(top level)".into() } else { path.to_string() },
+            reason: reason.into(),
+        }
     }
 }
 

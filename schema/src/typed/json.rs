@@ -20,11 +20,11 @@ use std::collections::HashMap;
 use arrow_schema::{DataType, Fields};
 use serde_json::Value;
 
-use crate::json_schema::kind_of;
 use super::arrow_types::{self, field, list_of};
 use super::columns::{mismatch, Column};
-use super::error::{child_path, DecodeError};
 use super::error::MAX_DEPTH;
+use super::error::{child_path, DecodeError};
+use crate::json_schema::kind_of;
 use crate::records::SchemaReference;
 
 #[derive(Debug)]
@@ -56,8 +56,15 @@ impl JsonDecoder {
     ///
     /// # Errors
     /// A schema that is not JSON.
-    pub(crate) fn new(id: i32, text: &str, references: &[(SchemaReference, String)]) -> Result<Self, DecodeError> {
-        let parse = |t: &str| serde_json::from_str::<Value>(t).map_err(|e| DecodeError::InvalidSchema { id, reason: e.to_string() });
+    pub(crate) fn new(
+        id: i32,
+        text: &str,
+        references: &[(SchemaReference, String)],
+    ) -> Result<Self, DecodeError> {
+        let parse = |t: &str| {
+            serde_json::from_str::<Value>(t)
+                .map_err(|e| DecodeError::InvalidSchema { id, reason: e.to_string() })
+        };
         let root_doc = parse(text)?;
         let mut documents = HashMap::new();
         for (reference, text) in references {
@@ -67,7 +74,9 @@ impl JsonDecoder {
         let mut mapper = Mapper { documents: &documents, refs_open: vec!["#".to_string()] };
         let (root, data_type) = mapper.map(&root_doc, &root_doc, "", 0)?;
         Ok(match (root, data_type) {
-            (root @ Node::Object(_), DataType::Struct(fields)) => Self { root, fields, wrapped: false },
+            (root @ Node::Object(_), DataType::Struct(fields)) => {
+                Self { root, fields, wrapped: false }
+            }
             (node, data_type) => Self {
                 root: Node::Object(vec![("value".to_string(), node)]),
                 fields: Fields::from(vec![field("value", data_type)]),
@@ -108,7 +117,13 @@ struct Mapper<'d> {
 }
 
 impl<'d> Mapper<'d> {
-    fn map(&mut self, schema: &'d Value, document: &'d Value, path: &str, depth: usize) -> Result<(Node, DataType), DecodeError> {
+    fn map(
+        &mut self,
+        schema: &'d Value,
+        document: &'d Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<(Node, DataType), DecodeError> {
         if depth > MAX_DEPTH {
             return Err(DecodeError::TooDeep { path: path.to_string() });
         }
@@ -116,7 +131,10 @@ impl<'d> Mapper<'d> {
         let Value::Object(schema) = schema else { return Ok(text) };
         if let Some(Value::String(reference)) = schema.get("$ref") {
             let Some((target, target_doc)) = self.resolve(reference, document) else {
-                return Err(DecodeError::unsupported(path, format!("$ref {reference} names nothing")));
+                return Err(DecodeError::unsupported(
+                    path,
+                    format!("$ref {reference} names nothing"),
+                ));
             };
             if self.refs_open.contains(reference) {
                 return Ok(text); // recursive: kept as JSON text
@@ -131,14 +149,18 @@ impl<'d> Mapper<'d> {
         }
         let types: Vec<&str> = match schema.get("type") {
             Some(Value::String(t)) => vec![t.as_str()],
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+            Some(Value::Array(ts)) => {
+                ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect()
+            }
             _ if schema.contains_key("properties") => vec!["object"],
             _ => Vec::new(),
         };
         let [kind] = types[..] else { return Ok(text) };
         Ok(match kind {
             "object" => {
-                let Some(Value::Object(properties)) = schema.get("properties") else { return Ok(text) };
+                let Some(Value::Object(properties)) = schema.get("properties") else {
+                    return Ok(text);
+                };
                 let mut nodes = Vec::with_capacity(properties.len());
                 let mut fields = Vec::with_capacity(properties.len());
                 // By name, whatever order serde_json keeps (its `preserve_order`
@@ -146,7 +168,8 @@ impl<'d> Mapper<'d> {
                 let mut properties: Vec<(&String, &'d Value)> = properties.iter().collect();
                 properties.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 for (name, property) in properties {
-                    let (node, data_type) = self.map(property, document, &child_path(path, name), depth + 1)?;
+                    let (node, data_type) =
+                        self.map(property, document, &child_path(path, name), depth + 1)?;
                     nodes.push((name.clone(), node));
                     fields.push(field(name, data_type));
                 }
@@ -157,7 +180,8 @@ impl<'d> Mapper<'d> {
             }
             "array" => match schema.get("items") {
                 Some(items @ Value::Object(_)) => {
-                    let (node, data_type) = self.map(items, document, &child_path(path, "element"), depth + 1)?;
+                    let (node, data_type) =
+                        self.map(items, document, &child_path(path, "element"), depth + 1)?;
                     (Node::Array(Box::new(node)), list_of(data_type))
                 }
                 _ => (Node::Array(Box::new(Node::Text)), list_of(DataType::Utf8)),
@@ -186,7 +210,9 @@ impl<'d> Mapper<'d> {
 
 /// A schema that is not an object: its one `value` column in a valid row.
 fn write_wrapped(root: &Node, value: &Value, row: &mut Column) -> Result<(), String> {
-    let Node::Object(props) = root else { return Err("internal: the top level is not an object".to_string()) };
+    let Node::Object(props) = root else {
+        return Err("internal: the top level is not an object".to_string());
+    };
     let Column::Struct { valid, children, .. } = row else { return Err(mismatch("row", row)) };
     match (props.first(), children.first_mut()) {
         (Some((_, node)), Some(child)) => write(node, value, child)?,
@@ -203,7 +229,9 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
     }
     match (node, column) {
         (Node::Object(props), Column::Struct { valid, children, .. }) => {
-            let Value::Object(object) = value else { return Err(format!("{} where an object belongs", kind_of(value))) };
+            let Value::Object(object) = value else {
+                return Err(format!("{} where an object belongs", kind_of(value)));
+            };
             for ((name, node), child) in props.iter().zip(children.iter_mut()) {
                 match object.get(name) {
                     Some(v) => write(node, v, child).map_err(|e| format!("{name}: {e}"))?,
@@ -213,7 +241,9 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
             valid.push(true);
         }
         (Node::Array(item), column @ Column::List { .. }) => {
-            let Value::Array(items) = value else { return Err(format!("{} where an array belongs", kind_of(value))) };
+            let Value::Array(items) = value else {
+                return Err(format!("{} where an array belongs", kind_of(value)));
+            };
             let Column::List { items: out, .. } = column else { unreachable!("matched above") };
             for v in items {
                 write(item, v, out)?;
@@ -221,12 +251,20 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
             column.end_entries()?;
         }
         (Node::Integer, Column::Int64(c)) => {
-            let n = value.as_i64().or_else(|| value.as_f64().filter(|x| x.fract() == 0.0 && x.abs() < 9.2e18).map(|x| x as i64));
+            let n = value.as_i64().or_else(|| {
+                value.as_f64().filter(|x| x.fract() == 0.0 && x.abs() < 9.2e18).map(|x| x as i64)
+            });
             c.push(n.ok_or_else(|| format!("{value} is not an integer within 64 bits"))?);
         }
-        (Node::Number, Column::Float64(c)) => c.push(value.as_f64().ok_or_else(|| format!("{} where a number belongs", kind_of(value)))?),
+        (Node::Number, Column::Float64(c)) => c.push(
+            value.as_f64().ok_or_else(|| format!("{} where a number belongs", kind_of(value)))?,
+        ),
         (Node::Boolean, Column::Boolean { values, valid }) => {
-            values.push(value.as_bool().ok_or_else(|| format!("{} where a boolean belongs", kind_of(value)))?);
+            values.push(
+                value
+                    .as_bool()
+                    .ok_or_else(|| format!("{} where a boolean belongs", kind_of(value)))?,
+            );
             valid.push(true);
         }
         (Node::String, Column::Utf8(c)) => c.push(string(value)?.as_bytes())?,
@@ -241,7 +279,6 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
 fn string(value: &Value) -> Result<&str, String> {
     value.as_str().ok_or_else(|| format!("{} where a string belongs", kind_of(value)))
 }
-
 
 // ---- dates and times (RFC 3339) --------------------------------------------------
 
@@ -278,7 +315,9 @@ fn date_days(text: &str) -> Option<i64> {
 }
 
 fn parse_date(text: &str) -> Result<i32, String> {
-    let days = date_days(text).filter(|_| text.len() == 10).ok_or_else(|| format!("{text:?} is not a YYYY-MM-DD date"))?;
+    let days = date_days(text)
+        .filter(|_| text.len() == 10)
+        .ok_or_else(|| format!("{text:?} is not a YYYY-MM-DD date"))?;
     i32::try_from(days).map_err(|_| format!("{text:?} out of range"))
 }
 
@@ -291,7 +330,11 @@ fn parse_date_time(text: &str) -> Result<i64, String> {
     if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
         return Err(bad());
     }
-    let (hour, minute, second) = (digits(text, 11..13).ok_or_else(bad)?, digits(text, 14..16).ok_or_else(bad)?, digits(text, 17..19).ok_or_else(bad)?);
+    let (hour, minute, second) = (
+        digits(text, 11..13).ok_or_else(bad)?,
+        digits(text, 14..16).ok_or_else(bad)?,
+        digits(text, 17..19).ok_or_else(bad)?,
+    );
     if hour > 23 || minute > 59 || second > 60 {
         return Err(bad());
     }
@@ -311,7 +354,10 @@ fn parse_date_time(text: &str) -> Result<i64, String> {
     }
     let offset_seconds = match rest {
         "Z" | "z" => 0,
-        _ if rest.len() == 6 && matches!(rest.as_bytes()[0], b'+' | b'-') && rest.as_bytes()[3] == b':' => {
+        _ if rest.len() == 6
+            && matches!(rest.as_bytes()[0], b'+' | b'-')
+            && rest.as_bytes()[3] == b':' =>
+        {
             let (h, m) = (digits(rest, 1..3).ok_or_else(bad)?, digits(rest, 4..6).ok_or_else(bad)?);
             let seconds = i64::from(h * 3600 + m * 60);
             if rest.starts_with('-') {

@@ -142,7 +142,10 @@ impl TypedDecoder {
     ///
     /// # Errors
     /// The schema does not parse or cannot be typed (see the module doc).
-    pub fn new(schema: &RegisteredSchema, references: &[(SchemaReference, String)]) -> Result<Self, DecodeError> {
+    pub fn new(
+        schema: &RegisteredSchema,
+        references: &[(SchemaReference, String)],
+    ) -> Result<Self, DecodeError> {
         Self::for_message(schema, references, &[0])
     }
 
@@ -161,7 +164,11 @@ impl TypedDecoder {
     ///
     /// # Errors
     /// As [`TypedDecoder::from_registry`] and [`TypedDecoder::for_message`].
-    pub fn from_registry_for_message(registry: &Registry, id: i32, message_indexes: &[i32]) -> Result<Self, DecodeError> {
+    pub fn from_registry_for_message(
+        registry: &Registry,
+        id: i32,
+        message_indexes: &[i32],
+    ) -> Result<Self, DecodeError> {
         let schema = registry.schema_by_id(id)?;
         let references = registry.referenced_texts(schema)?;
         Self::for_message(schema, &references, message_indexes)
@@ -173,7 +180,11 @@ impl TypedDecoder {
     ///
     /// # Errors
     /// As [`TypedDecoder::new`], and no message at those indexes.
-    pub fn for_message(schema: &RegisteredSchema, references: &[(SchemaReference, String)], message_indexes: &[i32]) -> Result<Self, DecodeError> {
+    pub fn for_message(
+        schema: &RegisteredSchema,
+        references: &[(SchemaReference, String)],
+        message_indexes: &[i32],
+    ) -> Result<Self, DecodeError> {
         let id = schema.id;
         let (format, fields, wraps_value) = match schema.schema_type {
             SchemaType::Avro => {
@@ -184,7 +195,12 @@ impl TypedDecoder {
                 (FormatDecoder::Avro(decoder), fields, wraps)
             }
             SchemaType::Protobuf => {
-                let decoder = protobuf::ProtobufDecoder::new(id, &schema.schema, references, message_indexes)?;
+                let decoder = protobuf::ProtobufDecoder::new(
+                    id,
+                    &schema.schema,
+                    references,
+                    message_indexes,
+                )?;
                 let fields = decoder.fields().clone();
                 (FormatDecoder::Protobuf(decoder), fields, false)
             }
@@ -235,7 +251,10 @@ impl TypedDecoder {
                 Ok(()) if root.len() == before + 1 => rows.push(index),
                 Ok(()) => {
                     root.truncate(before);
-                    rejected.push((index, "internal: the value did not make exactly one row".to_string()));
+                    rejected.push((
+                        index,
+                        "internal: the value did not make exactly one row".to_string(),
+                    ));
                 }
                 Err(reason) => {
                     root.truncate(before);

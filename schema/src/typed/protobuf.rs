@@ -16,13 +16,16 @@
 use std::collections::BTreeMap;
 
 use arrow_schema::{DataType, Fields};
-use prost_reflect::{Cardinality, DynamicMessage, ReflectMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, Value};
+use prost_reflect::{
+    Cardinality, DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor,
+    ReflectMessage, Value,
+};
 
 use super::arrow_types::{self, field, list_of, map_of};
 use super::columns::{mismatch, Column};
+use super::error::MAX_DEPTH;
 use super::error::{child_path, DecodeError};
 use super::wire::split_message_indexes;
-use super::error::MAX_DEPTH;
 use crate::protobuf::{descriptor_pool, SCHEMA_FILE};
 use crate::records::SchemaReference;
 
@@ -89,10 +92,21 @@ impl ProtobufDecoder {
     ///
     /// # Errors
     /// A schema that does not compile, no such message, or no Iceberg type for it.
-    pub(crate) fn new(id: i32, text: &str, references: &[(SchemaReference, String)], message_indexes: &[i32]) -> Result<Self, DecodeError> {
-        let pool = descriptor_pool(text, references).map_err(|reason| DecodeError::InvalidSchema { id, reason })?;
-        let file = pool.get_file_by_name(SCHEMA_FILE).ok_or_else(|| DecodeError::InvalidSchema { id, reason: format!("no {SCHEMA_FILE}") })?;
-        let no_message = || DecodeError::InvalidSchema { id, reason: format!("no message at indexes {message_indexes:?}") };
+    pub(crate) fn new(
+        id: i32,
+        text: &str,
+        references: &[(SchemaReference, String)],
+        message_indexes: &[i32],
+    ) -> Result<Self, DecodeError> {
+        let pool = descriptor_pool(text, references)
+            .map_err(|reason| DecodeError::InvalidSchema { id, reason })?;
+        let file = pool.get_file_by_name(SCHEMA_FILE).ok_or_else(|| {
+            DecodeError::InvalidSchema { id, reason: format!("no {SCHEMA_FILE}") }
+        })?;
+        let no_message = || DecodeError::InvalidSchema {
+            id,
+            reason: format!("no message at indexes {message_indexes:?}"),
+        };
         let mut indexes = message_indexes.iter().map(|i| usize::try_from(*i).ok());
         let first = indexes.next().flatten().ok_or_else(no_message)?;
         let mut message = file.messages().nth(first).ok_or_else(no_message)?;
@@ -118,21 +132,34 @@ impl ProtobufDecoder {
     pub(crate) fn decode_row(&self, bytes: &[u8], row: &mut Column) -> Result<(), String> {
         let (indexes, payload) = split_message_indexes(bytes)?;
         if indexes != self.message_indexes {
-            return Err(format!("message indexes {indexes:?}, not {:?} ({})", self.message_indexes, self.message.full_name()));
+            return Err(format!(
+                "message indexes {indexes:?}, not {:?} ({})",
+                self.message_indexes,
+                self.message.full_name()
+            ));
         }
-        let message = DynamicMessage::decode(self.message.clone(), payload).map_err(|e| format!("not a {}: {e}", self.message.full_name()))?;
+        let message = DynamicMessage::decode(self.message.clone(), payload)
+            .map_err(|e| format!("not a {}: {e}", self.message.full_name()))?;
         write_message(&self.plan, &message, row)
     }
 }
 
 // ---- mapping -------------------------------------------------------------------
 
-fn message_plan(message: &MessageDescriptor, path: &str, depth: usize, open: &mut Vec<String>) -> Result<(MessagePlan, Fields), DecodeError> {
+fn message_plan(
+    message: &MessageDescriptor,
+    path: &str,
+    depth: usize,
+    open: &mut Vec<String>,
+) -> Result<(MessagePlan, Fields), DecodeError> {
     let mut plans = Vec::new();
     let mut fields = Vec::new();
     for descriptor in message.fields() {
         let field_path = child_path(path, descriptor.name());
-        let Some((shape, data_type)) = field_shape(&descriptor, &field_path, depth + 1, open)? else { continue };
+        let Some((shape, data_type)) = field_shape(&descriptor, &field_path, depth + 1, open)?
+        else {
+            continue;
+        };
         fields.push(field(descriptor.name(), data_type));
         let has_presence = descriptor.supports_presence();
         plans.push(FieldPlan { descriptor, shape, has_presence });
@@ -141,19 +168,34 @@ fn message_plan(message: &MessageDescriptor, path: &str, depth: usize, open: &mu
 }
 
 /// `None`: a field without columns (a message without fields).
-fn field_shape(descriptor: &FieldDescriptor, path: &str, depth: usize, open: &mut Vec<String>) -> Result<Option<(Shape, DataType)>, DecodeError> {
+fn field_shape(
+    descriptor: &FieldDescriptor,
+    path: &str,
+    depth: usize,
+    open: &mut Vec<String>,
+) -> Result<Option<(Shape, DataType)>, DecodeError> {
     if depth > MAX_DEPTH {
         return Err(DecodeError::TooDeep { path: path.to_string() });
     }
     if descriptor.is_map() {
-        let Kind::Message(entry) = descriptor.kind() else { return Err(DecodeError::unsupported(path, "a map without an entry message")) };
-        let (key, key_type) = scalar(&entry.map_entry_key_field().kind()).ok_or_else(|| DecodeError::unsupported(path, "map key type"))?;
-        let Some((value, value_type)) = node(&entry.map_entry_value_field().kind(), path, depth + 1, open)? else {
-            return Err(DecodeError::unsupported(path, "a map of messages without fields has no Iceberg type"));
+        let Kind::Message(entry) = descriptor.kind() else {
+            return Err(DecodeError::unsupported(path, "a map without an entry message"));
+        };
+        let (key, key_type) = scalar(&entry.map_entry_key_field().kind())
+            .ok_or_else(|| DecodeError::unsupported(path, "map key type"))?;
+        let Some((value, value_type)) =
+            node(&entry.map_entry_value_field().kind(), path, depth + 1, open)?
+        else {
+            return Err(DecodeError::unsupported(
+                path,
+                "a map of messages without fields has no Iceberg type",
+            ));
         };
         return Ok(Some((Shape::Map { key, value }, map_of(key_type, value_type))));
     }
-    let Some((item, data_type)) = node(&descriptor.kind(), path, depth, open)? else { return Ok(None) };
+    let Some((item, data_type)) = node(&descriptor.kind(), path, depth, open)? else {
+        return Ok(None);
+    };
     Ok(Some(match descriptor.cardinality() {
         Cardinality::Repeated => (Shape::List(item), list_of(data_type)),
         _ => (Shape::Single(item), data_type),
@@ -164,7 +206,9 @@ fn scalar(kind: &Kind) -> Option<(Scalar, DataType)> {
     Some(match kind {
         Kind::Bool => (Scalar::Bool, DataType::Boolean),
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => (Scalar::Int32, DataType::Int32),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint32 | Kind::Fixed32 => (Scalar::Int64, DataType::Int64),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint32 | Kind::Fixed32 => {
+            (Scalar::Int64, DataType::Int64)
+        }
         Kind::Uint64 | Kind::Fixed64 => (Scalar::UInt64, DataType::Decimal128(20, 0)),
         Kind::Float => (Scalar::Float, DataType::Float32),
         Kind::Double => (Scalar::Double, DataType::Float64),
@@ -175,15 +219,26 @@ fn scalar(kind: &Kind) -> Option<(Scalar, DataType)> {
     })
 }
 
-fn node(kind: &Kind, path: &str, depth: usize, open: &mut Vec<String>) -> Result<Option<(Node, DataType)>, DecodeError> {
+fn node(
+    kind: &Kind,
+    path: &str,
+    depth: usize,
+    open: &mut Vec<String>,
+) -> Result<Option<(Node, DataType)>, DecodeError> {
     if let Some((s, data_type)) = scalar(kind) {
         return Ok(Some((Node::Scalar(s), data_type)));
     }
-    let Kind::Message(message) = kind else { return Err(DecodeError::unsupported(path, "unknown kind")) };
+    let Kind::Message(message) = kind else {
+        return Err(DecodeError::unsupported(path, "unknown kind"));
+    };
     let name = message.full_name();
     match name {
-        "google.protobuf.Timestamp" => return Ok(Some((Node::Timestamp, arrow_types::timestamptz()))),
-        "google.protobuf.Struct" | "google.protobuf.Value" | "google.protobuf.ListValue" => return Ok(Some((Node::JsonText, DataType::Utf8))),
+        "google.protobuf.Timestamp" => {
+            return Ok(Some((Node::Timestamp, arrow_types::timestamptz())))
+        }
+        "google.protobuf.Struct" | "google.protobuf.Value" | "google.protobuf.ListValue" => {
+            return Ok(Some((Node::JsonText, DataType::Utf8)))
+        }
         _ => {}
     }
     if name.starts_with("google.protobuf.") && name.ends_with("Value") {
@@ -192,7 +247,10 @@ fn node(kind: &Kind, path: &str, depth: usize, open: &mut Vec<String>) -> Result
         }
     }
     if open.iter().any(|o| o == name) {
-        return Err(DecodeError::unsupported(path, format!("message {name} contains itself: a recursive type has no Iceberg type")));
+        return Err(DecodeError::unsupported(
+            path,
+            format!("message {name} contains itself: a recursive type has no Iceberg type"),
+        ));
     }
     open.push(name.to_string());
     let (plan, fields) = message_plan(message, path, depth, open)?;
@@ -205,8 +263,14 @@ fn node(kind: &Kind, path: &str, depth: usize, open: &mut Vec<String>) -> Result
 
 // ---- writing values --------------------------------------------------------------
 
-fn write_message(plan: &MessagePlan, message: &DynamicMessage, column: &mut Column) -> Result<(), String> {
-    let Column::Struct { valid, children, .. } = column else { return Err(mismatch("message", column)) };
+fn write_message(
+    plan: &MessagePlan,
+    message: &DynamicMessage,
+    column: &mut Column,
+) -> Result<(), String> {
+    let Column::Struct { valid, children, .. } = column else {
+        return Err(mismatch("message", column));
+    };
     for (f, child) in plan.fields.iter().zip(children.iter_mut()) {
         if f.has_presence && !message.has_field(&f.descriptor) {
             child.push_null();
@@ -216,14 +280,18 @@ fn write_message(plan: &MessagePlan, message: &DynamicMessage, column: &mut Colu
         match (&f.shape, value.as_ref()) {
             (Shape::Single(node), v) => write(node, v, child)?,
             (Shape::List(node), Value::List(items)) => {
-                let Column::List { items: out, .. } = child else { return Err(mismatch("repeated", child)) };
+                let Column::List { items: out, .. } = child else {
+                    return Err(mismatch("repeated", child));
+                };
                 for item in items {
                     write(node, item, out)?;
                 }
                 child.end_entries()?;
             }
             (Shape::Map { key, value }, Value::Map(entries)) => {
-                let Column::Map { keys, values, .. } = child else { return Err(mismatch("map", child)) };
+                let Column::Map { keys, values, .. } = child else {
+                    return Err(mismatch("map", child));
+                };
                 // Sorted, so equal messages make equal rows (the decoder's map is a HashMap).
                 let sorted: BTreeMap<&MapKey, &Value> = entries.iter().collect();
                 for (k, v) in sorted {
@@ -232,7 +300,9 @@ fn write_message(plan: &MessagePlan, message: &DynamicMessage, column: &mut Colu
                 }
                 child.end_entries()?;
             }
-            (_, other) => return Err(format!("field {}: unexpected value {other:?}", f.descriptor.name())),
+            (_, other) => {
+                return Err(format!("field {}: unexpected value {other:?}", f.descriptor.name()))
+            }
         }
     }
     valid.push(true);
@@ -258,7 +328,9 @@ fn write(node: &Node, value: &Value, column: &mut Column) -> Result<(), String> 
             let Column::Timestamp(c) = column else { return Err(mismatch("timestamp", column)) };
             let seconds = m.get_field_by_number(1).and_then(|v| v.as_i64()).unwrap_or(0);
             let nanos = m.get_field_by_number(2).and_then(|v| v.as_i32()).unwrap_or(0);
-            let micros = seconds.checked_mul(1_000_000).and_then(|s| s.checked_add(i64::from(nanos).div_euclid(1000)));
+            let micros = seconds
+                .checked_mul(1_000_000)
+                .and_then(|s| s.checked_add(i64::from(nanos).div_euclid(1000)));
             c.push(micros.ok_or_else(|| format!("timestamp of {seconds} seconds out of range"))?);
             Ok(())
         }
@@ -292,7 +364,9 @@ fn write_scalar(scalar: &Scalar, value: &Value, column: &mut Column) -> Result<(
             Some(v) => c.push(v.name().as_bytes())?,
             None => c.push(n.to_string().as_bytes())?,
         },
-        (scalar, value, column) => return Err(format!("{value:?} for {scalar:?}: {}", mismatch("scalar", column))),
+        (scalar, value, column) => {
+            return Err(format!("{value:?} for {scalar:?}: {}", mismatch("scalar", column)))
+        }
     }
     Ok(())
 }
@@ -305,7 +379,9 @@ fn json_of_message(message: &DynamicMessage) -> serde_json::Value {
                 let sorted: BTreeMap<String, serde_json::Value> = fields
                     .iter()
                     .filter_map(|(k, v)| match (k, v) {
-                        (MapKey::String(k), Value::Message(m)) => Some((k.clone(), json_of_message(m))),
+                        (MapKey::String(k), Value::Message(m)) => {
+                            Some((k.clone(), json_of_message(m)))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -315,7 +391,16 @@ fn json_of_message(message: &DynamicMessage) -> serde_json::Value {
         },
         "google.protobuf.ListValue" => match message.get_field_by_number(1).as_deref() {
             Some(Value::List(items)) => serde_json::Value::Array(
-                items.iter().filter_map(|v| if let Value::Message(m) = v { Some(json_of_message(m)) } else { None }).collect(),
+                items
+                    .iter()
+                    .filter_map(|v| {
+                        if let Value::Message(m) = v {
+                            Some(json_of_message(m))
+                        } else {
+                            None
+                        }
+                    })
+                    .collect(),
             ),
             _ => serde_json::Value::Array(Vec::new()),
         },
@@ -323,7 +408,8 @@ fn json_of_message(message: &DynamicMessage) -> serde_json::Value {
         _ => {
             let set = message.fields().next();
             match set {
-                Some((f, Value::F64(x))) if f.number() == 2 => serde_json::Number::from_f64(*x).map_or(serde_json::Value::Null, serde_json::Value::Number),
+                Some((f, Value::F64(x))) if f.number() == 2 => serde_json::Number::from_f64(*x)
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number),
                 Some((_, Value::String(s))) => serde_json::Value::String(s.clone()),
                 Some((_, Value::Bool(b))) => serde_json::Value::Bool(*b),
                 Some((_, Value::Message(m))) => json_of_message(m),

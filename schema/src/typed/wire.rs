@@ -19,7 +19,9 @@ pub const MAGIC_BYTE: u8 = 0;
 pub fn split_header(value: &[u8]) -> Result<(i32, &[u8]), String> {
     match value {
         [MAGIC_BYTE, a, b, c, d, rest @ ..] => Ok((i32::from_be_bytes([*a, *b, *c, *d]), rest)),
-        [MAGIC_BYTE, ..] => Err(format!("{} bytes: too short for the wire format's 5-byte header", value.len())),
+        [MAGIC_BYTE, ..] => {
+            Err(format!("{} bytes: too short for the wire format's 5-byte header", value.len()))
+        }
         [first, ..] => Err(format!("magic byte {first}, not 0: not in the Confluent wire format")),
         [] => Err("empty value: not in the Confluent wire format".to_string()),
     }
@@ -44,7 +46,12 @@ pub fn split_message_indexes(bytes: &[u8]) -> Result<(Vec<i32>, &[u8]), String> 
     let mut indexes = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     for _ in 0..count {
         let index = read_zigzag(&mut rest)?;
-        indexes.push(i32::try_from(index).ok().filter(|i| *i >= 0).ok_or_else(|| format!("message index {index} out of range"))?);
+        indexes.push(
+            i32::try_from(index)
+                .ok()
+                .filter(|i| *i >= 0)
+                .ok_or_else(|| format!("message index {index} out of range"))?,
+        );
     }
     Ok((indexes, rest))
 }
@@ -53,7 +60,9 @@ pub fn split_message_indexes(bytes: &[u8]) -> Result<(Vec<i32>, &[u8]), String> 
 pub(crate) fn read_zigzag(bytes: &mut &[u8]) -> Result<i64, String> {
     let mut value: u64 = 0;
     for shift in (0..64).step_by(7) {
-        let Some((&byte, rest)) = bytes.split_first() else { return Err("truncated varint".to_string()) };
+        let Some((&byte, rest)) = bytes.split_first() else {
+            return Err("truncated varint".to_string());
+        };
         *bytes = rest;
         value |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {

@@ -12,7 +12,9 @@
 //! `flush.messages` fsync if due and the waiters' wake-up. Follower appends
 //! live in `replica`.
 
-use floe_protocol::record_batch::{assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter};
+use floe_protocol::record_batch::{
+    assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter,
+};
 use tracing::debug;
 
 use super::{LogState, PartitionLog};
@@ -44,7 +46,14 @@ pub struct LogAppendInfo {
 impl LogAppendInfo {
     /// The answer to an append of nothing (offsets -1, as Kafka answers).
     pub(super) fn empty(log_start_offset: i64) -> Self {
-        Self { first_offset: -1, last_offset: -1, log_append_time: -1, log_start_offset, record_count: 0, duplicate: false }
+        Self {
+            first_offset: -1,
+            last_offset: -1,
+            log_append_time: -1,
+            log_start_offset,
+            record_count: 0,
+            duplicate: false,
+        }
     }
 }
 
@@ -94,7 +103,12 @@ impl PartitionLog {
     ///
     /// # Errors
     /// As [`PartitionLog::append`].
-    pub fn append_as(&self, records: &mut [u8], now_ms: i64, origin: AppendOrigin) -> Result<LogAppendInfo> {
+    pub fn append_as(
+        &self,
+        records: &mut [u8],
+        now_ms: i64,
+        origin: AppendOrigin,
+    ) -> Result<LogAppendInfo> {
         let (info, flush_due) = self.write_batches(records, now_ms, origin)?;
         if flush_due {
             // `flush` moves the high watermark past this append when it returns.
@@ -109,14 +123,21 @@ impl PartitionLog {
     /// The first half of [`PartitionLog::append`]: writes the batches under
     /// the lock and says whether `flush.messages` asks for an fsync before
     /// the append is complete (until then the high watermark stays below it).
-    fn write_batches(&self, records: &mut [u8], now_ms: i64, origin: AppendOrigin) -> Result<(LogAppendInfo, bool)> {
+    fn write_batches(
+        &self,
+        records: &mut [u8],
+        now_ms: i64,
+        origin: AppendOrigin,
+    ) -> Result<(LogAppendInfo, bool)> {
         self.check_live()?;
         if origin == AppendOrigin::Replication {
             return Err(StorageError::InvalidRecord {
-                reason: "a leader's batches are appended by append_as_follower, offsets kept".into(),
+                reason: "a leader's batches are appended by append_as_follower, offsets kept"
+                    .into(),
             });
         }
-        let AnalyzedBatches { mut batches, producer_batches, record_count, max_batch } = self.analyze_batches(records)?;
+        let AnalyzedBatches { mut batches, producer_batches, record_count, max_batch } =
+            self.analyze_batches(records)?;
 
         let mut st = self.state();
         if batches.is_empty() {
@@ -145,8 +166,7 @@ impl PartitionLog {
             self.write_locked(&mut st, records, &mut batches, record_count, now_ms)?;
         for (i, pb) in &producer_batches {
             let b = &batches[*i];
-            st.producers
-                .update(pb, b.base_offset, b.next_offset - 1, b.max_timestamp);
+            st.producers.update(pb, b.base_offset, b.next_offset - 1, b.max_timestamp);
         }
         Self::complete_append(&mut st, flush_due);
         let info = LogAppendInfo {
@@ -208,19 +228,21 @@ impl PartitionLog {
     /// `original`: nothing is appended. If the original append's fsync has not
     /// returned yet, the retry is acknowledged only once the batch is durable
     /// (the `bool`: an fsync is due).
-    fn duplicate_answer(&self, st: &LogState, producer_id: i64, original: BatchMetadata) -> (LogAppendInfo, bool) {
+    fn duplicate_answer(
+        &self,
+        st: &LogState,
+        producer_id: i64,
+        original: BatchMetadata,
+    ) -> (LogAppendInfo, bool) {
         debug!(topic = %self.topic, partition = self.partition, producer_id,
             first_offset = original.first_offset, "duplicate batch not appended");
         let flush_due = original.last_offset >= st.completed_end;
-        let log_append_time_topic = st.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
+        let log_append_time_topic =
+            st.config.message_timestamp_type == MessageTimestampType::LogAppendTime;
         let info = LogAppendInfo {
             first_offset: original.first_offset,
             last_offset: original.last_offset,
-            log_append_time: if log_append_time_topic {
-                original.timestamp
-            } else {
-                -1
-            },
+            log_append_time: if log_append_time_topic { original.timestamp } else { -1 },
             log_start_offset: st.log_start_offset,
             record_count: 0,
             duplicate: true,
@@ -266,9 +288,7 @@ impl PartitionLog {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
         }
-        let written = st
-            .active_mut()
-            .append(records, batches, now_ms, config.index_interval_bytes);
+        let written = st.active_mut().append(records, batches, now_ms, config.index_interval_bytes);
         self.refuse_or_go_offline(written)?;
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
@@ -313,17 +333,11 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<i64> {
         self.check_live()?;
-        let mut records = control_batch(
-            producer_id,
-            producer_epoch,
-            marker,
-            coordinator_epoch,
-            now_ms,
-        );
+        let mut records =
+            control_batch(producer_id, producer_epoch, marker, coordinator_epoch, now_ms);
         let (offset, flush_due, indexed) = {
             let mut st = self.state();
-            st.producers
-                .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+            st.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)?;
             let injected = failpoint::check("log.txn_marker.append")
                 .ctx("append transaction marker", &self.dir);
             self.refuse_or_go_offline(injected)?;
@@ -346,8 +360,7 @@ impl PartitionLog {
             );
             if completed.first_offset < completed.last_offset {
                 // Unstable until the high watermark passes the marker (Kafka's unreplicated txns).
-                st.unreplicated
-                    .insert(completed.first_offset, completed.last_offset);
+                st.unreplicated.insert(completed.first_offset, completed.last_offset);
             }
             let mut indexed = Ok(());
             if completed.aborted {
@@ -410,10 +423,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), config(&[]));
         let info = log.append(&mut [], 0).unwrap();
-        assert_eq!(
-            (info.first_offset, info.last_offset, info.record_count),
-            (-1, -1, 0)
-        );
+        assert_eq!((info.first_offset, info.last_offset, info.record_count), (-1, -1, 0));
         assert_eq!(log.log_end_offset(), 0);
     }
 
@@ -432,10 +442,7 @@ mod tests {
     #[test]
     fn log_append_time_is_applied() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(
-            dir.path(),
-            config(&[("message.timestamp.type", "LogAppendTime")]),
-        );
+        let log = open(dir.path(), config(&[("message.timestamp.type", "LogAppendTime")]));
         let mut b = batch_with(&[1, 2, 3], 10, Compression::Gzip);
         let info = log.append(&mut b, 777_000).unwrap();
         assert_eq!(info.log_append_time, 777_000);
@@ -448,23 +455,14 @@ mod tests {
             .unwrap();
         floe_protocol::record_batch::validate_batches(&bytes, 1 << 20).unwrap();
         let h = RecordBatchHeader::parse(&bytes).unwrap();
-        assert_eq!(
-            (h.timestamp_type(), h.max_timestamp),
-            (TimestampType::LogAppendTime, 777_000)
-        );
+        assert_eq!((h.timestamp_type(), h.max_timestamp), (TimestampType::LogAppendTime, 777_000));
         assert_eq!(
             log.offset_for_timestamp(500_000).unwrap(),
-            Some(TimestampAndOffset {
-                timestamp: 777_000,
-                offset: 0
-            })
+            Some(TimestampAndOffset { timestamp: 777_000, offset: 0 })
         );
         assert_eq!(
             log.max_timestamp_and_offset().unwrap(),
-            Some(TimestampAndOffset {
-                timestamp: 777_000,
-                offset: 0
-            })
+            Some(TimestampAndOffset { timestamp: 777_000, offset: 0 })
         );
     }
 
@@ -476,15 +474,14 @@ mod tests {
         assert_eq!((log.log_end_offset(), log.high_watermark()), (2, 2));
 
         // Written, its fsync not yet run: not readable, not tiered, not "latest".
-        let (info, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (info, flush_due) =
+            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
         assert!(flush_due);
         assert_eq!(info.first_offset, 2);
         assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
         let offsets: Vec<i64> = read_all(&log, 0).iter().map(|r| r.0).collect();
         assert_eq!(offsets, vec![0, 1], "the unflushed batch is not sent");
-        let at_hw = log
-            .read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
-            .unwrap();
+        let at_hw = log.read(2, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap();
         assert!(at_hw.region.is_none());
         assert_eq!(at_hw.high_watermark, 2);
         assert!(
@@ -494,10 +491,7 @@ mod tests {
             ),
             "past the log end offset is still out of range"
         );
-        assert!(
-            log.delete_records_before(4).is_err(),
-            "DeleteRecords stops at the high watermark"
-        );
+        assert!(log.delete_records_before(4).is_err(), "DeleteRecords stops at the high watermark");
 
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5);
@@ -512,14 +506,16 @@ mod tests {
         let log = open(dir.path(), config(&[("flush.messages", "1")]));
         log.set_replicated(true);
         log.append(&mut batch(2, 1, 10), 0).unwrap();
-        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (_, flush_due) =
+            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
         assert!(flush_due);
         assert_eq!(log.high_watermark(), 0, "replicated: appends do not move it");
         assert!(log.update_high_watermark(5).unwrap());
         assert_eq!(log.high_watermark(), 2, "held at what is durable");
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5, "the asked-for high watermark once the fsync returned");
-        let (_, flush_due) = log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (_, flush_due) =
+            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
         assert!(flush_due);
         log.update_high_watermark(6).unwrap();
         log.flush().unwrap();
@@ -539,11 +535,7 @@ mod tests {
         let info = log.append(&mut retry, 0).unwrap();
         assert!(info.duplicate);
         assert_eq!((info.first_offset, info.last_offset), (0, 1));
-        assert_eq!(
-            log.high_watermark(),
-            2,
-            "the retry's answer waited for the fsync"
-        );
+        assert_eq!(log.high_watermark(), 2, "the retry's answer waited for the fsync");
         assert_eq!(log.recovery_point(), 2);
     }
 
@@ -552,39 +544,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), config(&[]));
         log.append(&mut batch(2, 1, 10), 0).unwrap();
-        let first = log
-            .append(&mut idempotent_batch((7, 0, 0), 3, 5), 0)
-            .unwrap();
-        assert_eq!(
-            (first.first_offset, first.last_offset, first.duplicate),
-            (2, 4, false)
-        );
-        let second = log
-            .append(&mut idempotent_batch((7, 0, 3), 2, 5), 0)
-            .unwrap();
+        let first = log.append(&mut idempotent_batch((7, 0, 0), 3, 5), 0).unwrap();
+        assert_eq!((first.first_offset, first.last_offset, first.duplicate), (2, 4, false));
+        let second = log.append(&mut idempotent_batch((7, 0, 3), 2, 5), 0).unwrap();
         assert_eq!((second.first_offset, second.last_offset), (5, 6));
         for (seq, n, want) in [(0, 3, (2, 4)), (3, 2, (5, 6))] {
-            let again = log
-                .append(&mut idempotent_batch((7, 0, seq), n, 5), 0)
-                .unwrap();
+            let again = log.append(&mut idempotent_batch((7, 0, seq), n, 5), 0).unwrap();
             assert_eq!(
-                (
-                    again.first_offset,
-                    again.last_offset,
-                    again.record_count,
-                    again.duplicate
-                ),
+                (again.first_offset, again.last_offset, again.record_count, again.duplicate),
                 (want.0, want.1, 0, true)
             );
         }
         assert_eq!(log.log_end_offset(), 7, "nothing appended twice");
         assert_eq!(read_all(&log, 0).len(), 7);
-        assert_eq!(
-            log.append(&mut idempotent_batch((7, 0, 5), 1, 5), 0)
-                .unwrap()
-                .first_offset,
-            7
-        );
+        assert_eq!(log.append(&mut idempotent_batch((7, 0, 5), 1, 5), 0).unwrap().first_offset, 7);
     }
 
     #[test]
@@ -592,8 +565,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), config(&[]));
         // An unknown producer may start at any sequence.
-        log.append(&mut idempotent_batch((3, 2, 40), 2, 5), 0)
-            .unwrap();
+        log.append(&mut idempotent_batch((3, 2, 40), 2, 5), 0).unwrap();
         assert!(matches!(
             log.append(&mut idempotent_batch((3, 2, 43), 1, 5), 0),
             Err(StorageError::OutOfOrderSequence {
@@ -605,11 +577,7 @@ mod tests {
         ));
         assert!(matches!(
             log.append(&mut idempotent_batch((3, 1, 42), 1, 5), 0),
-            Err(StorageError::InvalidProducerEpoch {
-                epoch: 1,
-                current_epoch: 2,
-                ..
-            })
+            Err(StorageError::InvalidProducerEpoch { epoch: 1, current_epoch: 2, .. })
         ));
         assert!(
             matches!(
@@ -619,8 +587,7 @@ mod tests {
             "a new epoch starts at 0"
         );
         assert_eq!(log.log_end_offset(), 2, "refused batches are not appended");
-        log.append(&mut idempotent_batch((3, 3, 0), 1, 5), 0)
-            .unwrap();
+        log.append(&mut idempotent_batch((3, 3, 0), 1, 5), 0).unwrap();
         assert_eq!(log.log_end_offset(), 3);
     }
 }

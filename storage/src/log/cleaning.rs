@@ -156,10 +156,7 @@ impl PartitionLog {
             let replaced = |p: &SegmentPosition| {
                 p.segment_base_offset >= base && p.segment_base_offset < group_end.max(base + 1)
             };
-            let cleaned_end = SegmentPosition {
-                segment_base_offset: base,
-                position: size,
-            };
+            let cleaned_end = SegmentPosition { segment_base_offset: base, position: size };
             if replaced(&st.high_watermark_position) {
                 st.high_watermark_position = cleaned_end;
             }
@@ -204,9 +201,7 @@ impl PartitionLog {
                 match std::fs::rename(&path, &to) {
                     Ok(()) => deleted.push(to),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(e).ctx("rename replaced segment for deletion", &path)
-                    }
+                    Err(e) => return Err(e).ctx("rename replaced segment for deletion", &path),
                 }
             }
         }
@@ -221,7 +216,9 @@ impl PartitionLog {
             match std::fs::rename(from, to) {
                 Ok(()) => {}
                 // A segment without aborted transactions has no `.txnindex`.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && from == swap.txn_index.as_path() => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && from == swap.txn_index.as_path() => {}
                 Err(e) => return Err(e).ctx("rename swap file", from),
             }
         }

@@ -95,10 +95,17 @@ pub(super) fn load(dir: &Path, loaded: &LoadedLog) -> Result<LeaderEpochCache> {
 /// never decrease along a log, so a segment whose first and last batches
 /// carry the same epoch holds no change and is not scanned: the rebuild
 /// reads two headers per segment plus the segments where an epoch began.
-fn rebuild(cache: &mut LeaderEpochCache, segments: &BTreeMap<i64, LogSegment>, log_start: i64) -> Result<()> {
+fn rebuild(
+    cache: &mut LeaderEpochCache,
+    segments: &BTreeMap<i64, LogSegment>,
+    log_start: i64,
+) -> Result<()> {
     for seg in segments.values().filter(|s| !s.is_empty()) {
         let tail = seg.offset_index.last_entry().map_or(0, |(_, p)| p);
-        let (Some(first), Some(last)) = (epochs_in(seg, 0, true)?.first().copied(), epochs_in(seg, tail, false)?.last().copied()) else {
+        let (Some(first), Some(last)) = (
+            epochs_in(seg, 0, true)?.first().copied(),
+            epochs_in(seg, tail, false)?.last().copied(),
+        ) else {
             continue;
         };
         let changes = if first.0 == last.0 { vec![first] } else { epochs_in(seg, 0, false)? };
@@ -112,7 +119,8 @@ fn rebuild(cache: &mut LeaderEpochCache, segments: &BTreeMap<i64, LogSegment>, l
 /// The (epoch, base offset) of the batches of `seg` from `position` on where
 /// a new stamped epoch begins; only the first batch's if `first_only`.
 fn epochs_in(seg: &LogSegment, position: u64, first_only: bool) -> Result<Vec<(i32, i64)>> {
-    let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, position, seg.size).with_holes(seg.holes());
+    let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, position, seg.size)
+        .with_holes(seg.holes());
     let mut found: Vec<(i32, i64)> = Vec::new();
     loop {
         match batches.next_header()? {

@@ -91,8 +91,10 @@ impl PartitionLog {
             // Kafka flushes the segments a roll sealed right after the roll, so a crash
             // can lose only the active segment's tail, not a sealed segment's middle
             // of the log while later segments survive.
-            let sealed_unflushed = st.segments.keys().next_back().is_some_and(|&active| st.recovery_point < active);
-            sealed_unflushed || (st.unflushed_messages > 0 && now_ms.saturating_sub(last) >= st.config.flush_ms)
+            let sealed_unflushed =
+                st.segments.keys().next_back().is_some_and(|&active| st.recovery_point < active);
+            sealed_unflushed
+                || (st.unflushed_messages > 0 && now_ms.saturating_sub(last) >= st.config.flush_ms)
         };
         if due {
             self.flush()?;
@@ -128,7 +130,9 @@ impl FlushPlan {
     /// Fsyncs the planned files, and the directory if segments were created.
     pub(crate) fn sync(&self, dir: &Path) -> Result<()> {
         for (file, path) in &self.files {
-            failpoint::check("log.segment.flush").and_then(|()| file.sync_data()).ctx("fsync", path)?;
+            failpoint::check("log.segment.flush")
+                .and_then(|()| file.sync_data())
+                .ctx("fsync", path)?;
         }
         if self.dir_dirty {
             sync_dir(dir)?;
@@ -145,10 +149,7 @@ mod tests {
     #[test]
     fn flush_messages_and_flush_ms_move_the_recovery_point() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(
-            dir.path(),
-            config(&[("flush.messages", "4"), ("flush.ms", "1000")]),
-        );
+        let log = open(dir.path(), config(&[("flush.messages", "4"), ("flush.ms", "1000")]));
         log.append(&mut batch(3, 1, 10), 0).unwrap();
         assert_eq!(log.recovery_point(), 0);
         log.append(&mut batch(1, 1, 10), 0).unwrap();

@@ -145,10 +145,7 @@ impl LogState {
     /// The position of the log end offset: the end of the active segment.
     fn log_end_position(&self) -> SegmentPosition {
         let active = self.active();
-        SegmentPosition {
-            segment_base_offset: active.base_offset,
-            position: active.size,
-        }
+        SegmentPosition { segment_base_offset: active.base_offset, position: active.size }
     }
 
     /// Moves the high watermark up to `offset`, which sits at `position`
@@ -182,9 +179,8 @@ impl LogState {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        first_unstable.map_or(self.high_watermark, |f| {
-            f.max(self.log_start_offset).min(self.high_watermark)
-        })
+        first_unstable
+            .map_or(self.high_watermark, |f| f.max(self.log_start_offset).min(self.high_watermark))
     }
 
     /// Where a read of the segment based at `base_offset` must stop: the
@@ -208,17 +204,11 @@ impl LogState {
     }
 
     fn active(&self) -> &LogSegment {
-        self.segments
-            .values()
-            .next_back()
-            .expect("a log always has an active segment")
+        self.segments.values().next_back().expect("a log always has an active segment")
     }
 
     fn active_mut(&mut self) -> &mut LogSegment {
-        self.segments
-            .values_mut()
-            .next_back()
-            .expect("a log always has an active segment")
+        self.segments.values_mut().next_back().expect("a log always has an active segment")
     }
 
     /// The segment holding `offset`, or the first one after it.
@@ -226,11 +216,7 @@ impl LogState {
         let floor = self.segments.range(..=offset).next_back().map(|(_, s)| s);
         match floor {
             Some(s) if s.next_offset > offset => Some(s),
-            _ => self
-                .segments
-                .range(offset + 1..)
-                .map(|(_, s)| s)
-                .find(|s| !s.is_empty()),
+            _ => self.segments.range(offset + 1..).map(|(_, s)| s).find(|s| !s.is_empty()),
         }
     }
 }
@@ -311,15 +297,9 @@ impl PartitionLog {
             // Everything recovery kept is readable (it was flushed, or was
             // never promised to be).
             high_watermark: loaded.log_end_offset,
-            high_watermark_position: SegmentPosition {
-                segment_base_offset: 0,
-                position: 0,
-            },
+            high_watermark_position: SegmentPosition { segment_base_offset: 0, position: 0 },
             completed_end: loaded.log_end_offset,
-            completed_position: SegmentPosition {
-                segment_base_offset: 0,
-                position: 0,
-            },
+            completed_position: SegmentPosition { segment_base_offset: 0, position: 0 },
             replicated: false,
             high_watermark_target: loaded.log_end_offset,
             recovery_point: loaded.recovery_point,
@@ -494,10 +474,7 @@ impl PartitionLog {
     /// The damaged ranges recovery found and kept (see [`crate::verify`]), in log order.
     pub fn corrupt_ranges(&self) -> Vec<CorruptRange> {
         let st = self.state();
-        st.segments
-            .values()
-            .flat_map(|s| s.corrupt.iter().cloned())
-            .collect()
+        st.segments.values().flat_map(|s| s.corrupt.iter().cloned()).collect()
     }
 
     /// Total bytes of all segments.
@@ -584,12 +561,7 @@ mod tests {
                     let mut offset = 0;
                     while offset < hw {
                         let bytes = log
-                            .read(
-                                offset,
-                                1 << 20,
-                                true,
-                                crate::IsolationLevel::ReadUncommitted,
-                            )
+                            .read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted)
                             .unwrap()
                             .region
                             .unwrap()
@@ -602,10 +574,7 @@ mod tests {
                 }
             })
         };
-        let mut firsts: Vec<i64> = writers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap())
-            .collect();
+        let mut firsts: Vec<i64> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
         reader.join().unwrap();
         firsts.sort_unstable();
         assert_eq!(firsts, (0..200).map(|i| i * 2).collect::<Vec<_>>());

@@ -63,9 +63,7 @@ impl PartitionLog {
     /// segment, so one below it is of no use.
     pub(super) fn take_snapshots_below_local_start(st: &mut LogState) -> Vec<i64> {
         let keep = st.snapshots.split_off(&st.local_log_start_offset());
-        std::mem::replace(&mut st.snapshots, keep)
-            .into_iter()
-            .collect()
+        std::mem::replace(&mut st.snapshots, keep).into_iter().collect()
     }
 
     /// A copy of the idempotent producers' state (epochs and last batches).
@@ -90,10 +88,7 @@ mod tests {
         let snaps = snapshot_offsets(dir.path());
         assert_eq!(snaps.len(), 2, "the last two are kept: {snaps:?}");
         assert_eq!(*snaps.last().unwrap(), active_base);
-        assert!(
-            log.log_end_offset() > active_base,
-            "a tail after the last snapshot"
-        );
+        assert!(log.log_end_offset() > active_base, "a tail after the last snapshot");
         log.flush().unwrap();
         std::mem::forget(log); // a crash: no snapshot at close
 
@@ -101,9 +96,7 @@ mod tests {
         let log = reopen(dir.path());
         assert_eq!(log.producer_state(), reference);
         // A retry is still recognised, a gap still refused.
-        let dup = log
-            .append(&mut idempotent_batch((200, 1, 14), 2, 10), 0)
-            .unwrap();
+        let dup = log.append(&mut idempotent_batch((200, 1, 14), 2, 10), 0).unwrap();
         assert!(dup.duplicate);
         assert!(matches!(
             log.append(&mut idempotent_batch((300, 1, 99), 1, 10), 0),
@@ -112,10 +105,7 @@ mod tests {
         log.close().unwrap();
         let end = log.log_end_offset();
         drop(log);
-        assert!(
-            snapshot_offsets(dir.path()).contains(&end),
-            "snapshot at close"
-        );
+        assert!(snapshot_offsets(dir.path()).contains(&end), "snapshot at close");
 
         // From the log alone.
         for o in snapshot_offsets(dir.path()) {
@@ -141,15 +131,8 @@ mod tests {
             std::fs::remove_file(crate::file_names::snapshot_file(dir.path(), o)).unwrap();
         }
         let log = reopen(dir.path());
-        assert_eq!(
-            log.producer_state().last_batch(100),
-            None,
-            "only the log is left"
-        );
-        assert_eq!(
-            log.producer_state().last_batch(200),
-            reference.last_batch(200)
-        );
+        assert_eq!(log.producer_state().last_batch(100), None, "only the log is left");
+        assert_eq!(log.producer_state().last_batch(200), reference.last_batch(200));
     }
 
     #[test]
@@ -165,16 +148,9 @@ mod tests {
         let newest = crate::file_names::snapshot_file(dir.path(), *snaps.last().unwrap());
         let bytes = std::fs::read(&newest).unwrap();
         std::fs::write(&newest, &bytes[..bytes.len() - 3]).unwrap();
-        std::fs::write(
-            crate::file_names::snapshot_file(dir.path(), end + 50),
-            &bytes,
-        )
-        .unwrap();
+        std::fs::write(crate::file_names::snapshot_file(dir.path(), end + 50), &bytes).unwrap();
         let log = reopen(dir.path());
         assert_eq!(log.producer_state(), reference);
-        assert_eq!(
-            snapshot_offsets(dir.path()),
-            snaps[..snaps.len() - 1].to_vec()
-        );
+        assert_eq!(snapshot_offsets(dir.path()), snaps[..snaps.len() - 1].to_vec());
     }
 }

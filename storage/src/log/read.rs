@@ -70,7 +70,8 @@ impl SegmentSlice {
 
     /// The batch headers from `start` (a batch boundary) to the slice's end.
     fn batches_from(&self, start: u64) -> SegmentBatchReader<'_> {
-        SegmentBatchReader::new(&self.file, &self.path, start, self.end).with_holes(self.holes.clone())
+        SegmentBatchReader::new(&self.file, &self.path, start, self.end)
+            .with_holes(self.holes.clone())
     }
 }
 
@@ -141,8 +142,19 @@ impl PartitionLog {
     ///
     /// # Errors
     /// As [`PartitionLog::read`].
-    pub fn read_for_replica(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FetchDataInfo> {
-        self.read_bounded(fetch_offset, max_bytes, min_one_batch, IsolationLevel::ReadUncommitted, true)
+    pub fn read_for_replica(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+    ) -> Result<FetchDataInfo> {
+        self.read_bounded(
+            fetch_offset,
+            max_bytes,
+            min_one_batch,
+            IsolationLevel::ReadUncommitted,
+            true,
+        )
     }
 
     /// [`PartitionLog::read`] up to the high watermark (or the last stable
@@ -157,7 +169,8 @@ impl PartitionLog {
         to_log_end: bool,
     ) -> Result<FetchDataInfo> {
         self.check_live()?;
-        let ReadPlan { mut info, slice, lso_scan_from } = self.plan_read(fetch_offset, isolation, to_log_end)?;
+        let ReadPlan { mut info, slice, lso_scan_from } =
+            self.plan_read(fetch_offset, isolation, to_log_end)?;
         if let Some(slice) = slice {
             info.region = region(slice, fetch_offset, max_bytes, min_one_batch, lso_scan_from)?;
         }
@@ -168,7 +181,12 @@ impl PartitionLog {
     /// log's offsets and captures the answer's offsets, the aborted
     /// transactions (READ_COMMITTED) and the slice of the segment holding
     /// `fetch_offset` that this read may return.
-    fn plan_read(&self, fetch_offset: i64, isolation: IsolationLevel, to_log_end: bool) -> Result<ReadPlan> {
+    fn plan_read(
+        &self,
+        fetch_offset: i64,
+        isolation: IsolationLevel,
+        to_log_end: bool,
+    ) -> Result<ReadPlan> {
         let committed = isolation == IsolationLevel::ReadCommitted;
         let st = self.state();
         let (hw, log_start) = (st.high_watermark, st.log_start_offset);
@@ -210,7 +228,11 @@ impl PartitionLog {
         let Some(seg) = st.segment_for(fetch_offset) else {
             return Ok(ReadPlan::empty(info));
         };
-        let end = if to_log_end { Some(seg.size) } else { st.high_watermark_end(seg.base_offset, seg.size) };
+        let end = if to_log_end {
+            Some(seg.size)
+        } else {
+            st.high_watermark_end(seg.base_offset, seg.size)
+        };
         let Some(end) = end else {
             return Ok(ReadPlan::empty(info));
         };
@@ -263,11 +285,7 @@ fn region(
         u64::from(max_bytes).min(available)
     };
     let len = u32::try_from(len).unwrap_or(u32::MAX);
-    Ok(Some(FileRegion {
-        file: slice.file,
-        position,
-        len,
-    }))
+    Ok(Some(FileRegion { file: slice.file, position, len }))
 }
 
 /// The position and size of the first batch of `slice` whose last offset is
@@ -315,17 +333,15 @@ fn batch_start_at_or_after(slice: &SegmentSlice, from: u64, offset: i64) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use crate::log::test_helpers::{open, read_all};
     use crate::error::StorageError;
+    use crate::log::test_helpers::{open, read_all};
     use crate::test_util::{batch, config, decode};
 
     #[test]
     fn append_and_read_across_rolls() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(
-            dir.path(),
-            config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]),
-        );
+        let log =
+            open(dir.path(), config(&[("segment.bytes", "2000"), ("index.interval.bytes", "200")]));
         for i in 0..50 {
             let mut b = batch(3, 1_000 + i, 100);
             let info = log.append(&mut b, 5_000).unwrap();
@@ -337,11 +353,7 @@ mod tests {
         }
         assert_eq!(log.log_end_offset(), 150);
         assert_eq!(log.high_watermark(), 150);
-        assert!(
-            log.segment_count() > 3,
-            "rolled into {} segments",
-            log.segment_count()
-        );
+        assert!(log.segment_count() > 3, "rolled into {} segments", log.segment_count());
         let sealed = log.sealed_segments();
         assert_eq!(sealed.len(), log.segment_count() - 1);
         for w in sealed.windows(2) {
@@ -367,11 +379,7 @@ mod tests {
             .is_none());
         assert!(matches!(
             log.read(151, 1000, true, crate::IsolationLevel::ReadUncommitted),
-            Err(StorageError::OffsetOutOfRange {
-                requested: 151,
-                log_start: 0,
-                log_end: 150
-            })
+            Err(StorageError::OffsetOutOfRange { requested: 151, log_start: 0, log_end: 150 })
         ));
         assert!(matches!(
             log.read(-1, 1000, true, crate::IsolationLevel::ReadUncommitted),
@@ -393,11 +401,7 @@ mod tests {
         }
         let st = log.state();
         let seg = st.active();
-        assert!(
-            seg.offset_index.len() >= 10,
-            "{} entries",
-            seg.offset_index.len()
-        );
+        assert!(seg.offset_index.len() >= 10, "{} entries", seg.offset_index.len());
         for offset in 0..80 {
             let (entry_offset, entry_pos) = seg.offset_index.lookup(offset).unwrap_or((0, 0));
             assert!(entry_offset <= offset);
@@ -425,16 +429,9 @@ mod tests {
         let small_len = small.len() as u32;
         log.append(&mut small, 0).unwrap();
 
-        let r = log
-            .read(0, 100, true, crate::IsolationLevel::ReadUncommitted)
-            .unwrap()
-            .region
-            .unwrap();
-        assert_eq!(
-            (r.position, r.len),
-            (0, big_len),
-            "KIP-74: the whole first batch"
-        );
+        let r =
+            log.read(0, 100, true, crate::IsolationLevel::ReadUncommitted).unwrap().region.unwrap();
+        assert_eq!((r.position, r.len), (0, big_len), "KIP-74: the whole first batch");
         assert!(log
             .read(0, 100, false, crate::IsolationLevel::ReadUncommitted)
             .unwrap()

@@ -113,7 +113,8 @@ impl PartitionLog {
         let mut batches: Vec<FollowerBatch> = Vec::new();
         let mut position = 0;
         while records.len() - position >= RECORD_BATCH_OVERHEAD {
-            let header = RecordBatchHeader::parse(&records[position..]).map_err(|e| corrupt(e.to_string()))?;
+            let header = RecordBatchHeader::parse(&records[position..])
+                .map_err(|e| corrupt(e.to_string()))?;
             // Compaction may have removed records: a leader's batch is judged as one in a log.
             header.check_sanity_in_log(position).map_err(|e| corrupt(e.to_string()))?;
             let end = position + header.total_size();
@@ -121,7 +122,9 @@ impl PartitionLog {
                 break;
             }
             verify_crc(&records[position..end], position).map_err(|e| corrupt(e.to_string()))?;
-            if let Some(prev) = batches.last().filter(|p| header.base_offset < p.header.next_offset()) {
+            if let Some(prev) =
+                batches.last().filter(|p| header.base_offset < p.header.next_offset())
+            {
                 return Err(StorageError::OffsetOutOfOrder {
                     expected: prev.header.next_offset(),
                     got: header.base_offset,
@@ -147,10 +150,18 @@ impl PartitionLog {
     /// Writes the longest run of `batches` (at least one) that fits the
     /// active segment, rolling first if the first one does not, and records
     /// the run's producer state. Returns how many batches it wrote.
-    fn write_follower_run(&self, st: &mut LogState, records: &[u8], batches: &[FollowerBatch], now_ms: i64) -> Result<usize> {
+    fn write_follower_run(
+        &self,
+        st: &mut LogState,
+        records: &[u8],
+        batches: &[FollowerBatch],
+        now_ms: i64,
+    ) -> Result<usize> {
         let first = batches[0];
         let size = |b: &FollowerBatch| b.header.total_size() as u64;
-        if let Some(reason) = Self::roll_reason(st, size(&first), first.header.last_offset(), now_ms) {
+        if let Some(reason) =
+            Self::roll_reason(st, size(&first), first.header.last_offset(), now_ms)
+        {
             let rolled = self.roll_at(st, first.header.base_offset, reason);
             self.refuse_or_go_offline(rolled)?;
         }
@@ -189,7 +200,12 @@ impl PartitionLog {
     /// Kafka's REPLICATION origin: the batch updates its producer's state
     /// without checks; a marker completes the transaction, an ABORT is added
     /// to the active segment's `.txnindex`.
-    fn record_replicated_producer_state(&self, st: &mut LogState, b: &FollowerBatch, bytes: &[u8]) -> Result<()> {
+    fn record_replicated_producer_state(
+        &self,
+        st: &mut LogState,
+        b: &FollowerBatch,
+        bytes: &[u8],
+    ) -> Result<()> {
         let marker = if b.header.is_control() { parse_control_batch(bytes) } else { None };
         let Some(completed) = st.producers.update_from_header(&b.header, marker) else {
             return Ok(());
@@ -314,7 +330,8 @@ impl PartitionLog {
         if to <= st.high_watermark {
             return Ok(false);
         }
-        let position = if to == st.completed_end { st.completed_position } else { Self::position_of(st, to)? };
+        let position =
+            if to == st.completed_end { st.completed_position } else { Self::position_of(st, to)? };
         st.advance_high_watermark(to, position);
         Ok(true)
     }
@@ -335,10 +352,13 @@ impl PartitionLog {
             return Ok(at(seg.size));
         }
         let start = seg.offset_index.position_for(offset);
-        let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, start, seg.size).with_holes(seg.holes());
+        let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, start, seg.size)
+            .with_holes(seg.holes());
         loop {
             match batches.next_header()? {
-                ScannedBatch::Batch { position, header } if header.last_offset() >= offset => return Ok(at(position)),
+                ScannedBatch::Batch { position, header } if header.last_offset() >= offset => {
+                    return Ok(at(position))
+                }
                 ScannedBatch::Batch { .. } => {}
                 ScannedBatch::End => return Ok(at(seg.size)),
                 ScannedBatch::Invalid { position, reason } => {

@@ -87,10 +87,7 @@ impl PartitionLog {
             let Some(seg) = st.segments.get(base) else {
                 break;
             };
-            if st
-                .retention_floor
-                .is_some_and(|floor| seg.next_offset > floor)
-            {
+            if st.retention_floor.is_some_and(|floor| seg.next_offset > floor) {
                 break;
             }
             let below_start = bases[i + 1] <= st.log_start_offset;
@@ -147,7 +144,13 @@ impl PartitionLog {
             // `cleanup.policy=compact` alone: no time or size retention (as
             // Kafka); only segments below the log start offset go.
             let by_policy = config.cleanup_policy.delete;
-            let expired = retention_rule(by_policy, config.retention_ms, config.retention_bytes, total, now_ms);
+            let expired = retention_rule(
+                by_policy,
+                config.retention_ms,
+                config.retention_bytes,
+                total,
+                now_ms,
+            );
             let removed = Self::take_segments(&mut st, true, expired);
             let start = st.log_start_offset;
             let epochs = st.epochs.truncate_from_start(start);
@@ -195,7 +198,8 @@ impl PartitionLog {
             // The segments are out of the log (reads start at the new local
             // log start) but every file is still on disk: a crash here
             // reloads them, and the next pass deletes them again.
-            let taken = failpoint::check("log.local_retention.taken").ctx("delete local segments", &self.dir);
+            let taken = failpoint::check("log.local_retention.taken")
+                .ctx("delete local segments", &self.dir);
             self.offline_on_io_error(taken)?;
         }
         snapshots.into_iter().for_each(|o| self.remove_snapshot(o));
@@ -221,11 +225,8 @@ impl PartitionLog {
         let st = self.state();
         let n = st.segments.len();
         let last_stable = st.last_stable_offset();
-        let aborted: Vec<AbortedTxn> = st
-            .segments
-            .values()
-            .flat_map(|s| s.txn_index.entries().iter().copied())
-            .collect();
+        let aborted: Vec<AbortedTxn> =
+            st.segments.values().flat_map(|s| s.txn_index.entries().iter().copied()).collect();
         st.segments
             .values()
             .take(n.saturating_sub(1))
@@ -255,13 +256,12 @@ fn retention_rule(
     total: u64,
     now_ms: i64,
 ) -> impl FnMut(&LogSegment, &LogState) -> bool {
-    let mut excess = if by_policy && retention_bytes >= 0 {
-        total as i64 - retention_bytes
-    } else {
-        i64::MIN
-    };
+    let mut excess =
+        if by_policy && retention_bytes >= 0 { total as i64 - retention_bytes } else { i64::MIN };
     move |seg, _| {
-        let by_time = by_policy && retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > retention_ms;
+        let by_time = by_policy
+            && retention_ms >= 0
+            && now_ms.saturating_sub(seg.max_timestamp) > retention_ms;
         let by_size = excess != i64::MIN && excess - seg.size as i64 >= 0;
         if by_time || by_size {
             if excess != i64::MIN {
@@ -286,11 +286,7 @@ mod tests {
         let log = segmented_log(dir.path(), &[("retention.ms", "5000")]);
         assert_eq!(log.segment_count(), 5);
         // Segment max timestamps: 2000, 4000, 6000, 8000, (active) 10000.
-        assert_eq!(
-            log.apply_retention(7_000).unwrap(),
-            0,
-            "exactly retention.ms old is kept"
-        );
+        assert_eq!(log.apply_retention(7_000).unwrap(), 0, "exactly retention.ms old is kept");
         assert_eq!(log.apply_retention(10_500).unwrap(), 2);
         assert_eq!(log.log_start_offset(), 8);
         assert!(matches!(
@@ -339,11 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = segmented_log(dir.path(), &[("retention.ms", "0")]);
         log.set_retention_floor(Some(5));
-        assert_eq!(
-            log.apply_retention(1_000_000).unwrap(),
-            1,
-            "segment [0,4) only"
-        );
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 1, "segment [0,4) only");
         log.set_retention_floor(None);
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 3);
     }
@@ -351,15 +343,9 @@ mod tests {
     #[test]
     fn tiered_topic_holds_retention_until_a_floor_is_set() {
         let dir = tempfile::tempdir().unwrap();
-        let log = segmented_log(
-            dir.path(),
-            &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")],
-        );
-        assert_eq!(
-            log.apply_retention(1_000_000).unwrap(),
-            0,
-            "no floor yet: everything kept"
-        );
+        let log =
+            segmented_log(dir.path(), &[("retention.ms", "0"), ("floe.iceberg.enabled", "true")]);
+        assert_eq!(log.apply_retention(1_000_000).unwrap(), 0, "no floor yet: everything kept");
         log.set_retention_floor(Some(5));
         assert_eq!(log.apply_retention(1_000_000).unwrap(), 1);
         log.set_config(config(&[
@@ -395,11 +381,7 @@ mod tests {
         ));
         assert_eq!(log.delete_records_before(9).unwrap(), 9);
         assert_eq!(log.log_start_offset(), 9);
-        assert_eq!(
-            log.sealed_segments()[0].base_offset,
-            8,
-            "segments [0,4) and [4,8) deleted"
-        );
+        assert_eq!(log.sealed_segments()[0].base_offset, 8, "segments [0,4) and [4,8) deleted");
         assert!(matches!(
             log.read(8, 100, true, crate::IsolationLevel::ReadUncommitted),
             Err(StorageError::OffsetOutOfRange { .. })
@@ -421,18 +403,11 @@ mod tests {
         let log = idempotent_log(dir.path());
         let snaps = snapshot_offsets(dir.path());
         log.delete_records_before(log.log_end_offset()).unwrap();
-        assert!(
-            snapshot_offsets(dir.path()).is_empty(),
-            "{snaps:?} all below the log start"
-        );
-        log.append(&mut idempotent_batch((100, 0, 6), 1, 10), 0)
-            .unwrap();
+        assert!(snapshot_offsets(dir.path()).is_empty(), "{snaps:?} all below the log start");
+        log.append(&mut idempotent_batch((100, 0, 6), 1, 10), 0).unwrap();
         log.close().unwrap();
         let snaps = snapshot_offsets(dir.path());
-        assert!(
-            snaps.iter().all(|&o| o >= log.log_start_offset()),
-            "{snaps:?}"
-        );
+        assert!(snaps.iter().all(|&o| o >= log.log_start_offset()), "{snaps:?}");
         assert_eq!(snaps.last(), Some(&log.log_end_offset()));
     }
 }

@@ -15,7 +15,13 @@ impl PartitionLog {
     /// Rolls before an append of `len` bytes ending at `last_offset` if the active
     /// segment would pass `segment.bytes`, is older than `segment.ms`, or could not
     /// index `last_offset` relative to its base.
-    pub(super) fn maybe_roll(&self, st: &mut LogState, len: u64, last_offset: i64, now_ms: i64) -> Result<()> {
+    pub(super) fn maybe_roll(
+        &self,
+        st: &mut LogState,
+        len: u64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Result<()> {
         match Self::roll_reason(st, len, last_offset, now_ms) {
             Some(reason) => self.roll(st, reason),
             None => Ok(()),
@@ -24,7 +30,12 @@ impl PartitionLog {
 
     /// Why an append of `len` bytes ending at `last_offset` must go to a new
     /// segment, if it must (see [`Self::maybe_roll`]).
-    pub(super) fn roll_reason(st: &LogState, len: u64, last_offset: i64, now_ms: i64) -> Option<&'static str> {
+    pub(super) fn roll_reason(
+        st: &LogState,
+        len: u64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Option<&'static str> {
         let active = st.active();
         if active.is_empty() {
             None
@@ -120,9 +131,6 @@ mod tests {
         assert!(!log.roll_if_due(11_500).unwrap());
         assert!(log.roll_if_due(12_002).unwrap());
         assert_eq!(log.segment_count(), 3);
-        assert!(
-            !log.roll_if_due(20_000).unwrap(),
-            "an empty active segment is not rolled"
-        );
+        assert!(!log.roll_if_due(20_000).unwrap(), "an empty active segment is not rolled");
     }
 }

@@ -15,17 +15,8 @@ pub(super) fn open(dir: &Path, cfg: Arc<LogConfig>) -> PartitionLog {
 
 /// (offset, timestamp) of every record a READ_UNCOMMITTED read at `offset` returns.
 pub(super) fn read_all(log: &PartitionLog, offset: i64) -> Vec<(i64, i64)> {
-    let info = log
-        .read(
-            offset,
-            1 << 20,
-            true,
-            crate::IsolationLevel::ReadUncommitted,
-        )
-        .unwrap();
-    info.region
-        .map(|r| decode(&r.read_to_vec().unwrap()))
-        .unwrap_or_default()
+    let info = log.read(offset, 1 << 20, true, crate::IsolationLevel::ReadUncommitted).unwrap();
+    info.region.map(|r| decode(&r.read_to_vec().unwrap())).unwrap_or_default()
 }
 
 /// Ten batches of two records (timestamps 1000, 2000, …), two batches a segment: five segments.
@@ -58,15 +49,13 @@ pub(super) fn snapshot_offsets(dir: &Path) -> Vec<i64> {
 pub(super) fn idempotent_log(dir: &Path) -> PartitionLog {
     let log = open(dir, config(&[("segment.bytes", "400")]));
     for i in 0..3 {
-        log.append(&mut idempotent_batch((100, 0, i * 2), 2, 10), 0)
-            .unwrap();
+        log.append(&mut idempotent_batch((100, 0, i * 2), 2, 10), 0).unwrap();
     }
     let mut next_seq = [0, 0];
     for i in 0..12 {
         let p = usize::from(i % 3 == 0);
         let pid = [200, 300][p];
-        log.append(&mut idempotent_batch((pid, 1, next_seq[p]), 2, 10), 0)
-            .unwrap();
+        log.append(&mut idempotent_batch((pid, 1, next_seq[p]), 2, 10), 0).unwrap();
         next_seq[p] += 2;
     }
     log.append(&mut batch(1, 1, 10), 0).unwrap();
@@ -78,4 +67,3 @@ pub(super) fn idempotent_log(dir: &Path) -> PartitionLog {
 pub(super) fn reopen(dir: &Path) -> PartitionLog {
     PartitionLog::open(dir, "t", 0, config(&[("segment.bytes", "400")]), None, None).unwrap()
 }
-

@@ -56,9 +56,10 @@ impl PartitionLog {
             while let ScannedBatch::Batch { position, header } = batches.next_header()? {
                 if header.max_timestamp >= timestamp && header.last_offset() >= lso {
                     let batch = batches.batch_bytes()?;
-                    let found = find_record(&slice.path, position, batch, &header, |offset, ts| {
-                        offset >= lso && ts >= timestamp
-                    })?;
+                    let found =
+                        find_record(&slice.path, position, batch, &header, |offset, ts| {
+                            offset >= lso && ts >= timestamp
+                        })?;
                     if found.is_some() {
                         return Ok(found);
                     }
@@ -88,19 +89,23 @@ impl PartitionLog {
             else {
                 return Ok(None);
             };
-            (SegmentSlice::of(seg, 0, seg.size), seg.max_timestamp, seg.offset_of_max_timestamp, st.log_start_offset)
+            (
+                SegmentSlice::of(seg, 0, seg.size),
+                seg.max_timestamp,
+                seg.offset_of_max_timestamp,
+                st.log_start_offset,
+            )
         };
         let mut batches = slice.batches();
         // A batch that cannot be read ends the search.
         while let ScannedBatch::Batch { position, header } = batches.next_header()? {
-            let candidate = known.map_or(header.max_timestamp == max_ts, |base| {
-                header.base_offset == base
-            });
+            let candidate =
+                known.map_or(header.max_timestamp == max_ts, |base| header.base_offset == base);
             if candidate && header.last_offset() >= lso {
                 let batch = batches.batch_bytes()?;
-                if let Some(found) =
-                    find_record(&slice.path, position, batch, &header, |o, ts| o >= lso && ts >= max_ts)?
-                {
+                if let Some(found) = find_record(&slice.path, position, batch, &header, |o, ts| {
+                    o >= lso && ts >= max_ts
+                })? {
                     return Ok(Some(found));
                 }
             }
@@ -132,10 +137,7 @@ fn find_record(
         } else {
             r.timestamp
         };
-        want(r.offset, ts).then_some(TimestampAndOffset {
-            timestamp: ts,
-            offset: r.offset,
-        })
+        want(r.offset, ts).then_some(TimestampAndOffset { timestamp: ts, offset: r.offset })
     }))
 }
 
@@ -149,10 +151,8 @@ mod tests {
     #[test]
     fn offset_for_timestamp_and_max() {
         let dir = tempfile::tempdir().unwrap();
-        let log = open(
-            dir.path(),
-            config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]),
-        );
+        let log =
+            open(dir.path(), config(&[("segment.bytes", "600"), ("index.interval.bytes", "100")]));
         let mut expected = Vec::new();
         let mut offset = 0;
         for i in 0..20i64 {
@@ -171,19 +171,12 @@ mod tests {
                 .iter()
                 .find(|&&(_, t)| t >= target)
                 .map(|&(offset, timestamp)| TimestampAndOffset { timestamp, offset });
-            assert_eq!(
-                log.offset_for_timestamp(target).unwrap(),
-                want,
-                "target {target}"
-            );
+            assert_eq!(log.offset_for_timestamp(target).unwrap(), want, "target {target}");
         }
         assert_eq!(log.offset_for_timestamp(2_921).unwrap(), None);
         assert_eq!(
             log.max_timestamp_and_offset().unwrap(),
-            Some(TimestampAndOffset {
-                timestamp: 2_920,
-                offset: 57
-            })
+            Some(TimestampAndOffset { timestamp: 2_920, offset: 57 })
         );
         drop(log);
         // Reopened with everything trusted: the max is found by a scan.
@@ -198,17 +191,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             log.max_timestamp_and_offset().unwrap(),
-            Some(TimestampAndOffset {
-                timestamp: 2_920,
-                offset: 57
-            })
+            Some(TimestampAndOffset { timestamp: 2_920, offset: 57 })
         );
         assert_eq!(
             log.offset_for_timestamp(1_505).unwrap(),
-            Some(TimestampAndOffset {
-                timestamp: 1_520,
-                offset: 15
-            })
+            Some(TimestampAndOffset { timestamp: 1_520, offset: 15 })
         );
     }
 }

@@ -77,7 +77,11 @@ impl PartitionLog {
             let mut st = self.state();
             let from = st.log_end_offset;
             if offset < 0 {
-                return Err(StorageError::OffsetOutOfRange { requested: offset, log_start: st.log_start_offset, log_end: from });
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    log_start: st.log_start_offset,
+                    log_end: from,
+                });
             }
             if offset >= from {
                 let epochs = st.epochs.truncate_from_end(from);
@@ -112,7 +116,11 @@ impl PartitionLog {
         let (deleted, from) = {
             let mut st = self.state();
             if offset < 0 {
-                return Err(StorageError::OffsetOutOfRange { requested: offset, log_start: st.log_start_offset, log_end: st.log_end_offset });
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    log_start: st.log_start_offset,
+                    log_end: st.log_end_offset,
+                });
             }
             let from = st.log_end_offset;
             let truncated = self.truncate_fully_locked(&mut st, offset);
@@ -162,7 +170,10 @@ impl PartitionLog {
         let deleted = self.delete_above(st, above, cut.end)?;
         failpoint::check("log.truncate.segments_deleted").ctx("truncate log", &self.dir)?;
         let seg = st.active_mut();
-        seg.log.set_len(cut.position).and_then(|()| seg.log.sync_data()).ctx("truncate segment", &seg.log_path)?;
+        seg.log
+            .set_len(cut.position)
+            .and_then(|()| seg.log.sync_data())
+            .ctx("truncate segment", &seg.log_path)?;
         failpoint::check("log.truncate.log_cut").ctx("truncate log", &self.dir)?;
         cut_indexes(seg, cut)?;
         failpoint::check("log.truncate.indexes_cut").ctx("truncate log", &self.dir)?;
@@ -194,7 +205,12 @@ impl PartitionLog {
 
     /// Renames the segments `above` for deletion (highest first) and deletes
     /// the producer snapshots above `end`, then fsyncs the directory.
-    fn delete_above(&self, st: &mut LogState, above: std::collections::BTreeMap<i64, LogSegment>, end: i64) -> Result<Vec<PathBuf>> {
+    fn delete_above(
+        &self,
+        st: &mut LogState,
+        above: std::collections::BTreeMap<i64, LogSegment>,
+        end: i64,
+    ) -> Result<Vec<PathBuf>> {
         let mut deleted = Vec::new();
         for (_, seg) in above.into_iter().rev() {
             deleted.extend(seg.rename_for_deletion()?);
@@ -241,7 +257,8 @@ impl PartitionLog {
         };
         let snapshots = std::mem::take(&mut st.snapshots);
         let end = st.log_end_offset;
-        let (producers, snapshots) = loader.load_producer_state(&mut st.segments, end, snapshots, &BTreeSet::new())?;
+        let (producers, snapshots) =
+            loader.load_producer_state(&mut st.segments, end, snapshots, &BTreeSet::new())?;
         st.producers = producers;
         st.snapshots = snapshots;
         Ok(())
@@ -257,7 +274,8 @@ impl PartitionLog {
 /// that hides no offset (garbage before a batch).
 fn find_cut(seg: &LogSegment, offset: i64) -> Result<Cut> {
     let start = seg.offset_index.position_for(offset);
-    let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, start, seg.size).with_holes(seg.holes());
+    let mut batches =
+        SegmentBatchReader::new(&seg.log, &seg.log_path, start, seg.size).with_holes(seg.holes());
     let batch_cut = loop {
         match batches.next_header()? {
             ScannedBatch::Batch { position, header } if header.last_offset() >= offset => {
@@ -266,7 +284,10 @@ fn find_cut(seg: &LogSegment, offset: i64) -> Result<Cut> {
             ScannedBatch::Batch { .. } => {}
             ScannedBatch::End => break Cut { position: seg.size, end: offset },
             ScannedBatch::Invalid { position, reason } => {
-                return Err(StorageError::Corrupt { path: seg.log_path.to_path_buf(), reason: format!("batch at {position}: {reason}") })
+                return Err(StorageError::Corrupt {
+                    path: seg.log_path.to_path_buf(),
+                    reason: format!("batch at {position}: {reason}"),
+                })
             }
         }
     };
@@ -274,7 +295,10 @@ fn find_cut(seg: &LogSegment, offset: i64) -> Result<Cut> {
         .corrupt
         .iter()
         .filter(|c| c.position < batch_cut.position)
-        .filter(|c| c.first_offset >= batch_cut.end || c.last_offset.is_none_or(|last| last >= batch_cut.end))
+        .filter(|c| {
+            c.first_offset >= batch_cut.end
+                || c.last_offset.is_none_or(|last| last >= batch_cut.end)
+        })
         .map(|c| Cut { position: c.position, end: c.first_offset.min(batch_cut.end) })
         .min_by_key(|c| c.position);
     Ok(damaged_cut.unwrap_or(batch_cut))
@@ -297,7 +321,8 @@ fn cut_indexes(seg: &mut LogSegment, cut: Cut) -> Result<()> {
     }
     let (_, tail) = seg.offset_index.last_entry().unwrap_or((seg.base_offset, 0));
     let mut max = (seg.time_index.last_timestamp().unwrap_or(-1), None);
-    let mut batches = SegmentBatchReader::new(&seg.log, &seg.log_path, tail, seg.size).with_holes(seg.holes());
+    let mut batches =
+        SegmentBatchReader::new(&seg.log, &seg.log_path, tail, seg.size).with_holes(seg.holes());
     while let ScannedBatch::Batch { header, .. } = batches.next_header()? {
         if header.max_timestamp > max.0 {
             max = (header.max_timestamp, Some(header.base_offset));

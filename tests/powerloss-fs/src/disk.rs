@@ -139,12 +139,7 @@ struct Inode {
 impl Inode {
     fn new(body: Body, perm: u16) -> Self {
         let now = SystemTime::now();
-        Self {
-            body,
-            perm,
-            mtime: now,
-            ctime: now,
-        }
+        Self { body, perm, mtime: now, ctime: now }
     }
 
     fn kind(&self) -> Kind {
@@ -181,18 +176,10 @@ impl Disk {
     /// An empty filesystem: a root directory, durable from the start (as a
     /// freshly made filesystem's root is).
     pub fn new() -> Self {
-        let root = DirBody {
-            entries: BTreeMap::new(),
-            durable: BTreeMap::new(),
-            parent: ROOT,
-        };
+        let root = DirBody { entries: BTreeMap::new(), durable: BTreeMap::new(), parent: ROOT };
         let mut inodes = HashMap::new();
         inodes.insert(ROOT, Inode::new(Body::Dir(root), 0o755));
-        Self {
-            inodes,
-            next_ino: ROOT + 1,
-            syncs: SyncCounts::default(),
-        }
+        Self { inodes, next_ino: ROOT + 1, syncs: SyncCounts::default() }
     }
 
     pub fn syncs(&self) -> SyncCounts {
@@ -238,14 +225,7 @@ impl Disk {
             Body::File(f) => f.data.len() as u64,
             Body::Dir(d) => d.entries.len() as u64,
         };
-        Ok(Attr {
-            ino,
-            kind: i.kind(),
-            size,
-            perm: i.perm,
-            mtime: i.mtime,
-            ctime: i.ctime,
-        })
+        Ok(Attr { ino, kind: i.kind(), size, perm: i.perm, mtime: i.mtime, ctime: i.ctime })
     }
 
     /// The inode `name` names in directory `parent`.
@@ -283,16 +263,12 @@ impl Disk {
         let ino = self.next_ino;
         self.next_ino += 1;
         let body = match kind {
-            Kind::File => Body::File(FileBody {
-                data: Vec::new(),
-                durable: Vec::new(),
-                dirty: None,
-            }),
-            Kind::Dir => Body::Dir(DirBody {
-                entries: BTreeMap::new(),
-                durable: BTreeMap::new(),
-                parent,
-            }),
+            Kind::File => {
+                Body::File(FileBody { data: Vec::new(), durable: Vec::new(), dirty: None })
+            }
+            Kind::Dir => {
+                Body::Dir(DirBody { entries: BTreeMap::new(), durable: BTreeMap::new(), parent })
+            }
         };
         self.inodes.insert(ino, Inode::new(body, perm));
         self.dir_mut(parent)?.entries.insert(name.to_owned(), ino);
@@ -370,9 +346,7 @@ impl Disk {
             }
         }
         self.dir_mut(parent)?.entries.remove(name);
-        self.dir_mut(new_parent)?
-            .entries
-            .insert(new_name.to_owned(), ino);
+        self.dir_mut(new_parent)?.entries.insert(new_name.to_owned(), ino);
         if moving_dir {
             self.dir_mut(ino)?.parent = new_parent;
         }
@@ -387,9 +361,7 @@ impl Disk {
     /// [`FsError::NotFound`], [`FsError::IsDir`].
     pub fn read(&mut self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
         let f = self.file_mut(ino)?;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(f.data.len());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(f.data.len());
         let end = start.saturating_add(size as usize).min(f.data.len());
         Ok(f.data[start..end].to_vec())
     }
@@ -486,10 +458,7 @@ impl Disk {
     /// [`FsError::NotFound`], [`FsError::NotDir`].
     pub fn entries(&self, ino: u64) -> Result<Vec<(OsString, u64, Kind)>, FsError> {
         let d = self.dir(ino)?;
-        d.entries
-            .iter()
-            .map(|(n, &i)| Ok((n.clone(), i, self.inode(i)?.kind())))
-            .collect()
+        d.entries.iter().map(|(n, &i)| Ok((n.clone(), i, self.inode(i)?.kind()))).collect()
     }
 
     /// The directory's parent (for `..`).
@@ -508,11 +477,7 @@ impl Disk {
             match &mut inode.body {
                 Body::File(f) => {
                     let Some((lo, hi)) = f.dirty else { continue };
-                    let len = if rng.coin() {
-                        f.data.len()
-                    } else {
-                        f.durable.len()
-                    };
+                    let len = if rng.coin() { f.data.len() } else { f.durable.len() };
                     f.durable.resize(len, 0);
                     let end = hi.min(len).min(f.data.len());
                     let mut page = lo - lo % PAGE;
@@ -551,20 +516,13 @@ impl Disk {
     pub fn power_cut(&mut self) -> CutReport {
         let mut report = CutReport::default();
         let paths = self.current_paths();
-        let name = |ino: u64| {
-            paths
-                .get(&ino)
-                .cloned()
-                .unwrap_or_else(|| format!("<unlinked {ino}>"))
-        };
+        let name =
+            |ino: u64| paths.get(&ino).cloned().unwrap_or_else(|| format!("<unlinked {ino}>"));
         // What survives: reachable from the root through durable entries only.
         let mut reachable = HashSet::from([ROOT]);
         let mut stack = vec![ROOT];
         while let Some(ino) = stack.pop() {
-            if let Some(Inode {
-                body: Body::Dir(d), ..
-            }) = self.inodes.get(&ino)
-            {
+            if let Some(Inode { body: Body::Dir(d), .. }) = self.inodes.get(&ino) {
                 for &child in d.durable.values() {
                     if reachable.insert(child) {
                         stack.push(child);
@@ -616,10 +574,7 @@ impl Disk {
         let mut paths = HashMap::from([(ROOT, String::new())]);
         let mut stack = vec![ROOT];
         while let Some(ino) = stack.pop() {
-            let Some(Inode {
-                body: Body::Dir(d), ..
-            }) = self.inodes.get(&ino)
-            else {
+            let Some(Inode { body: Body::Dir(d), .. }) = self.inodes.get(&ino) else {
                 continue;
             };
             let prefix = paths.get(&ino).cloned().unwrap_or_default();
@@ -660,11 +615,7 @@ mod tests {
         assert_eq!(r.files_reverted, 1);
         assert_eq!(r.bytes_dropped, 6);
         assert_eq!(r.reverted, ["/a.log"]);
-        assert_eq!(
-            d.power_cut(),
-            CutReport::default(),
-            "a second cut finds nothing unsynced"
-        );
+        assert_eq!(d.power_cut(), CutReport::default(), "a second cut finds nothing unsynced");
     }
 
     #[test]
@@ -720,11 +671,7 @@ mod tests {
         d.rename(ROOT, n("cp.tmp"), ROOT, n("cp"), false).unwrap();
         d.power_cut();
         let now = d.lookup(ROOT, n("cp")).unwrap();
-        assert_eq!(
-            content(&mut d, now),
-            b"v1",
-            "the rename was never made durable"
-        );
+        assert_eq!(content(&mut d, now), b"v1", "the rename was never made durable");
         assert_eq!(d.lookup(ROOT, n("cp.tmp")), Err(FsError::NotFound));
 
         let tmp = d.create(ROOT, n("cp.tmp"), Kind::File, 0o644).unwrap();
@@ -755,9 +702,7 @@ mod tests {
         d.sync_dir(dir).unwrap();
         d.sync_dir(ROOT).unwrap();
         d.power_cut();
-        let f = d
-            .lookup(d.lookup(ROOT, n("topic-0")).unwrap(), n("0.log"))
-            .unwrap();
+        let f = d.lookup(d.lookup(ROOT, n("topic-0")).unwrap(), n("0.log")).unwrap();
         assert_eq!(content(&mut d, f), b"batch");
     }
 
@@ -789,11 +734,7 @@ mod tests {
             d.persist_some(seed);
             d.power_cut();
             let got = content(&mut d, f);
-            assert!(
-                got.len() == 3 * PAGE || got.len() == 3 * PAGE + 100,
-                "length {}",
-                got.len()
-            );
+            assert!(got.len() == 3 * PAGE || got.len() == 3 * PAGE + 100, "length {}", got.len());
             for (i, page) in got.chunks(PAGE).enumerate() {
                 let lo = if i == 0 { 100 } else { 0 };
                 let old = page[lo..].iter().all(|&b| b == if i == 3 { 0 } else { 1 });
@@ -817,26 +758,14 @@ mod tests {
         let mut d = Disk::new();
         let dir = d.create(ROOT, n("d"), Kind::Dir, 0o755).unwrap();
         d.create(dir, n("f"), Kind::File, 0o644).unwrap();
-        assert_eq!(
-            d.create(ROOT, n("d"), Kind::File, 0o644),
-            Err(FsError::Exists)
-        );
+        assert_eq!(d.create(ROOT, n("d"), Kind::File, 0o644), Err(FsError::Exists));
         assert_eq!(d.remove(ROOT, n("d"), false), Err(FsError::IsDir));
         assert_eq!(d.remove(ROOT, n("d"), true), Err(FsError::NotEmpty));
         assert_eq!(d.remove(dir, n("f"), true), Err(FsError::NotDir));
-        assert_eq!(
-            d.rename(ROOT, n("d"), dir, n("inside"), false),
-            Err(FsError::Invalid)
-        );
-        assert_eq!(
-            d.rename(dir, n("f"), ROOT, n("d"), false),
-            Err(FsError::IsDir)
-        );
+        assert_eq!(d.rename(ROOT, n("d"), dir, n("inside"), false), Err(FsError::Invalid));
+        assert_eq!(d.rename(dir, n("f"), ROOT, n("d"), false), Err(FsError::IsDir));
         d.create(ROOT, n("g"), Kind::File, 0o644).unwrap();
-        assert_eq!(
-            d.rename(dir, n("f"), ROOT, n("g"), true),
-            Err(FsError::Exists)
-        );
+        assert_eq!(d.rename(dir, n("f"), ROOT, n("g"), true), Err(FsError::Exists));
         d.rename(dir, n("f"), ROOT, n("g"), false).unwrap();
         assert_eq!(d.entries(ROOT).unwrap().len(), 2);
         d.remove(ROOT, n("d"), true).unwrap();

@@ -217,10 +217,7 @@ impl Filesystem for PowerLossFs {
             return;
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self
-            .disk()
-            .rename(parent.0, name, newparent.0, newname, no_replace)
-        {
+        match self.disk().rename(parent.0, name, newparent.0, newname, no_replace) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -346,9 +343,7 @@ impl Filesystem for PowerLossFs {
         mut reply: ReplyDirectory,
     ) {
         let disk = self.disk();
-        let listing = disk
-            .entries(ino.0)
-            .and_then(|e| Ok((disk.parent(ino.0)?, e)));
+        let listing = disk.entries(ino.0).and_then(|e| Ok((disk.parent(ino.0)?, e)));
         let (parent, entries) = match listing {
             Ok(l) => l,
             Err(e) => {
@@ -356,16 +351,12 @@ impl Filesystem for PowerLossFs {
                 return;
             }
         };
-        let all = [
-            (".".into(), ino.0, Kind::Dir),
-            ("..".into(), parent, Kind::Dir),
-        ]
-        .into_iter()
-        .chain(entries);
+        let all = [(".".into(), ino.0, Kind::Dir), ("..".into(), parent, Kind::Dir)]
+            .into_iter()
+            .chain(entries);
         // The offset handed back with each entry is the index of the next one.
-        for (i, (name, child, kind)) in all
-            .enumerate()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        for (i, (name, child, kind)) in
+            all.enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX))
         {
             if reply.add(INodeNo(child), i as u64 + 1, file_type(kind), &name) {
                 break;

@@ -56,10 +56,8 @@ struct Args {
 
 fn mount(disk: &Arc<Mutex<Disk>>, mountpoint: &Path) -> Result<BackgroundSession> {
     let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("floe-powerloss".into()),
-        MountOption::DefaultPermissions,
-    ];
+    config.mount_options =
+        vec![MountOption::FSName("floe-powerloss".into()), MountOption::DefaultPermissions];
     fuser::spawn_mount(PowerLossFs::new(Arc::clone(disk)), mountpoint, &config)
         .with_context(|| format!("mount on {}", mountpoint.display()))
 }
@@ -76,11 +74,8 @@ fn unmount(session: &mut Option<BackgroundSession>, mountpoint: &Path) -> Result
     }
     if is_mounted(mountpoint)? {
         warn!(mountpoint = %mountpoint.display(), "still mounted after the session ended: umount -l");
-        let status = Command::new("umount")
-            .arg("-l")
-            .arg(mountpoint)
-            .status()
-            .context("run umount -l")?;
+        let status =
+            Command::new("umount").arg("-l").arg(mountpoint).status().context("run umount -l")?;
         if !status.success() || is_mounted(mountpoint)? {
             bail!("{} is still mounted", mountpoint.display());
         }

@@ -59,7 +59,14 @@ impl Floe {
             .args(["--listen", &listen, "--advertised-listener", &listen])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
             // Brokers run side by side: none takes the default REST catalog, registry or console port.
-            .args(["--iceberg-rest-listen", "", "--schema-registry-listen", "", "--console-listen", ""]);
+            .args([
+                "--iceberg-rest-listen",
+                "",
+                "--schema-registry-listen",
+                "",
+                "--console-listen",
+                "",
+            ]);
         for (k, v) in overrides {
             cmd.args(["--override", &format!("{k}={v}")]);
         }
@@ -81,13 +88,20 @@ impl Floe {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("floe exited during startup ({status})\n--- floe stderr ---\n{}", self.stderr());
+                panic!(
+                    "floe exited during startup ({status})\n--- floe stderr ---\n{}",
+                    self.stderr()
+                );
             }
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return;
             }
             if Instant::now() > deadline {
-                panic!("floe did not listen on port {} within {timeout:?}\n--- floe stderr ---\n{}", self.port, self.stderr());
+                panic!(
+                    "floe did not listen on port {} within {timeout:?}\n--- floe stderr ---\n{}",
+                    self.port,
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

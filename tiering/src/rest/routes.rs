@@ -154,7 +154,9 @@ pub fn route(method: &Method, path: &str, query: Option<&str>, prefix: &str) -> 
             _ => Route::MethodNotAllowed { allow: "POST" },
         },
         ["namespaces", ns, rest @ ..] => {
-            let Some(namespace) = namespace_levels(ns) else { return not_found("empty namespace level") };
+            let Some(namespace) = namespace_levels(ns) else {
+                return not_found("empty namespace level");
+            };
             namespace_route(method, namespace, rest)
         }
         _ => not_found("no such route"),
@@ -190,7 +192,9 @@ fn namespace_route(method: &Method, namespace: Vec<String>, rest: &[&str]) -> Ro
             _ => Route::MethodNotAllowed { allow: "GET, POST" },
         },
         ["views", _] => match *method {
-            Method::GET | Method::HEAD => Route::NotFound { reason: "Floe's catalog has no views".into() },
+            Method::GET | Method::HEAD => {
+                Route::NotFound { reason: "Floe's catalog has no views".into() }
+            }
             Method::POST => write("replace view"),
             Method::DELETE => write("drop view"),
             _ => Route::MethodNotAllowed { allow: "GET, HEAD, POST, DELETE" },
@@ -240,14 +244,35 @@ mod tests {
     #[test]
     fn read_routes() {
         assert_eq!(r(Method::GET, "/v1/config"), Route::Config { warehouse: None });
-        assert_eq!(r(Method::GET, "/v1/config?warehouse=floe"), Route::Config { warehouse: Some("floe".into()) });
-        assert_eq!(r(Method::GET, "/v1/config?warehouse=file%3A%2F%2F%2Fw"), Route::Config { warehouse: Some("file:///w".into()) });
+        assert_eq!(
+            r(Method::GET, "/v1/config?warehouse=floe"),
+            Route::Config { warehouse: Some("floe".into()) }
+        );
+        assert_eq!(
+            r(Method::GET, "/v1/config?warehouse=file%3A%2F%2F%2Fw"),
+            Route::Config { warehouse: Some("file:///w".into()) }
+        );
         assert_eq!(r(Method::GET, "/v1/namespaces"), Route::ListNamespaces { parent: None });
-        assert_eq!(r(Method::GET, "/v1/namespaces?parent=a%1Fb"), Route::ListNamespaces { parent: Some(ns(&["a", "b"])) });
-        assert_eq!(r(Method::GET, "/v1/namespaces/kafka"), Route::Namespace { namespace: ns(&["kafka"]), head: false });
-        assert_eq!(r(Method::HEAD, "/v1/namespaces/kafka"), Route::Namespace { namespace: ns(&["kafka"]), head: true });
-        assert_eq!(r(Method::GET, "/v1/namespaces/a%1Fb/tables"), Route::ListTables { namespace: ns(&["a", "b"]) });
-        assert_eq!(r(Method::GET, "/v1/namespaces/kafka/views"), Route::ListViews { namespace: ns(&["kafka"]) });
+        assert_eq!(
+            r(Method::GET, "/v1/namespaces?parent=a%1Fb"),
+            Route::ListNamespaces { parent: Some(ns(&["a", "b"])) }
+        );
+        assert_eq!(
+            r(Method::GET, "/v1/namespaces/kafka"),
+            Route::Namespace { namespace: ns(&["kafka"]), head: false }
+        );
+        assert_eq!(
+            r(Method::HEAD, "/v1/namespaces/kafka"),
+            Route::Namespace { namespace: ns(&["kafka"]), head: true }
+        );
+        assert_eq!(
+            r(Method::GET, "/v1/namespaces/a%1Fb/tables"),
+            Route::ListTables { namespace: ns(&["a", "b"]) }
+        );
+        assert_eq!(
+            r(Method::GET, "/v1/namespaces/kafka/views"),
+            Route::ListViews { namespace: ns(&["kafka"]) }
+        );
         assert_eq!(
             r(Method::GET, "/v1/namespaces/kafka/tables/my%20topic"),
             Route::Table { namespace: ns(&["kafka"]), table: "my topic".into(), head: false }
@@ -291,7 +316,10 @@ mod tests {
     #[test]
     fn other_methods_and_paths() {
         assert_eq!(r(Method::PUT, "/v1/config"), Route::MethodNotAllowed { allow: "GET" });
-        assert_eq!(r(Method::PUT, "/v1/namespaces/kafka/tables/t"), Route::MethodNotAllowed { allow: "GET, HEAD, POST, DELETE" });
+        assert_eq!(
+            r(Method::PUT, "/v1/namespaces/kafka/tables/t"),
+            Route::MethodNotAllowed { allow: "GET, HEAD, POST, DELETE" }
+        );
         assert_eq!(r(Method::GET, "/v1/tables/rename"), Route::MethodNotAllowed { allow: "POST" });
         for path in [
             "/",
@@ -305,7 +333,11 @@ mod tests {
             "/v1/namespaces/kafka/views/v",
             "/v1/namespaces?parent=a%1F",
         ] {
-            assert!(matches!(r(Method::GET, path), Route::NotFound { .. }), "{path}: {:?}", r(Method::GET, path));
+            assert!(
+                matches!(r(Method::GET, path), Route::NotFound { .. }),
+                "{path}: {:?}",
+                r(Method::GET, path)
+            );
         }
     }
 }

@@ -15,8 +15,8 @@ use http::StatusCode;
 
 use super::routes::{Route, ENDPOINTS};
 use super::wire::{
-    ConfigResponse, ErrorModel, ErrorResponse, GetNamespaceResponse, ListNamespacesResponse, ListTablesResponse,
-    LoadTableResult, TableIdentifier,
+    ConfigResponse, ErrorModel, ErrorResponse, GetNamespaceResponse, ListNamespacesResponse,
+    ListTablesResponse, LoadTableResult, TableIdentifier,
 };
 
 /// A reply before it becomes an HTTP response.
@@ -35,8 +35,14 @@ pub struct Reply {
 impl Reply {
     fn json(value: &impl serde::Serialize) -> Self {
         match serde_json::to_vec(value) {
-            Ok(body) => Self { status: StatusCode::OK, body: Some(body), allow: None, problem: None },
-            Err(e) => Self::error(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", format!("cannot encode the reply: {e}")),
+            Ok(body) => {
+                Self { status: StatusCode::OK, body: Some(body), allow: None, problem: None }
+            }
+            Err(e) => Self::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalServerError",
+                format!("cannot encode the reply: {e}"),
+            ),
         }
     }
 
@@ -45,7 +51,9 @@ impl Reply {
     }
 
     fn error(status: StatusCode, kind: &'static str, message: String) -> Self {
-        let model = ErrorResponse { error: ErrorModel { message: message.clone(), kind, code: status.as_u16() } };
+        let model = ErrorResponse {
+            error: ErrorModel { message: message.clone(), kind, code: status.as_u16() },
+        };
         // An ErrorModel of strings and a number always encodes.
         let body = serde_json::to_vec(&model).unwrap_or_default();
         Self { status, body: Some(body), allow: None, problem: Some(message) }
@@ -71,7 +79,11 @@ impl RestCatalog {
     /// Serves `reader`'s catalog as `catalog_name` (the `{prefix}` of its paths), its warehouse
     /// also nameable by `warehouse_location`.
     pub fn new(reader: CatalogReader, catalog_name: &str, warehouse_location: &str) -> Self {
-        Self { reader, catalog_name: catalog_name.to_string(), warehouse_location: warehouse_location.to_string() }
+        Self {
+            reader,
+            catalog_name: catalog_name.to_string(),
+            warehouse_location: warehouse_location.to_string(),
+        }
     }
 
     /// The name a `{prefix}` path segment may carry.
@@ -165,7 +177,10 @@ impl RestCatalog {
                 return Reply::error(
                     StatusCode::BAD_REQUEST,
                     "BadRequestException",
-                    format!("unknown warehouse `{w}`: this server serves catalog `{}` (warehouse {})", self.catalog_name, self.warehouse_location),
+                    format!(
+                        "unknown warehouse `{w}`: this server serves catalog `{}` (warehouse {})",
+                        self.catalog_name, self.warehouse_location
+                    ),
                 );
             }
         }
@@ -179,7 +194,8 @@ impl RestCatalog {
 
 fn ident(levels: &[String]) -> NamespaceIdent {
     // `Route` guarantees at least one non-empty level, so `from_vec` cannot fail; fall back to one level anyway.
-    NamespaceIdent::from_vec(levels.to_vec()).unwrap_or_else(|_| NamespaceIdent::new(levels.join(".")))
+    NamespaceIdent::from_vec(levels.to_vec())
+        .unwrap_or_else(|_| NamespaceIdent::new(levels.join(".")))
 }
 
 fn levels(ns: &NamespaceIdent) -> Vec<String> {
@@ -187,7 +203,11 @@ fn levels(ns: &NamespaceIdent) -> Vec<String> {
 }
 
 fn no_such_namespace(namespace: &[String]) -> Reply {
-    Reply::error(StatusCode::NOT_FOUND, "NoSuchNamespaceException", format!("namespace does not exist: {}", namespace.join(".")))
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "NoSuchNamespaceException",
+        format!("namespace does not exist: {}", namespace.join(".")),
+    )
 }
 
 fn failed(e: crate::TieringError) -> Reply {
@@ -213,20 +233,37 @@ mod tests {
     async fn answers_from_the_catalog_and_refuses_writes() {
         let dir = tempfile::tempdir().unwrap();
         let (db, warehouse) = (dir.path().join("catalog.db"), dir.path().join("warehouse"));
-        let writer = crate::IcebergCatalog::open_sqlite("floe", &db, &warehouse, "kafka").await.unwrap();
+        let writer =
+            crate::IcebergCatalog::open_sqlite("floe", &db, &warehouse, "kafka").await.unwrap();
         writer.topic_table("orders", "id-1", "day(timestamp)").await.unwrap();
         let location = format!("file://{}", warehouse.display());
-        let rest = RestCatalog::new(CatalogReader::sqlite("floe", &db, &warehouse), "floe", &location);
+        let rest =
+            RestCatalog::new(CatalogReader::sqlite("floe", &db, &warehouse), "floe", &location);
 
         let config = get(&rest, Method::GET, "/v1/config?warehouse=floe").await;
         assert_eq!(config.status, StatusCode::OK);
-        assert!(body(&config)["endpoints"].as_array().unwrap().contains(&"GET /v1/{prefix}/namespaces".into()));
-        assert_eq!(get(&rest, Method::GET, &format!("/v1/config?warehouse={location}")).await.status, StatusCode::OK);
+        assert!(body(&config)["endpoints"]
+            .as_array()
+            .unwrap()
+            .contains(&"GET /v1/{prefix}/namespaces".into()));
+        assert_eq!(
+            get(&rest, Method::GET, &format!("/v1/config?warehouse={location}")).await.status,
+            StatusCode::OK
+        );
         let bad = get(&rest, Method::GET, "/v1/config?warehouse=elsewhere").await;
-        assert_eq!((bad.status, body(&bad)["error"]["type"].as_str()), (StatusCode::BAD_REQUEST, Some("BadRequestException")));
+        assert_eq!(
+            (bad.status, body(&bad)["error"]["type"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("BadRequestException"))
+        );
 
-        assert_eq!(body(&get(&rest, Method::GET, "/v1/namespaces").await), serde_json::json!({"namespaces": [["kafka"]]}));
-        assert_eq!(body(&get(&rest, Method::GET, "/v1/namespaces/kafka").await)["namespace"], serde_json::json!(["kafka"]));
+        assert_eq!(
+            body(&get(&rest, Method::GET, "/v1/namespaces").await),
+            serde_json::json!({"namespaces": [["kafka"]]})
+        );
+        assert_eq!(
+            body(&get(&rest, Method::GET, "/v1/namespaces/kafka").await)["namespace"],
+            serde_json::json!(["kafka"])
+        );
         assert_eq!(
             body(&get(&rest, Method::GET, "/v1/namespaces/kafka/tables").await),
             serde_json::json!({"identifiers": [{"namespace": ["kafka"], "name": "orders"}]})
@@ -234,14 +271,20 @@ mod tests {
         let table = get(&rest, Method::GET, "/v1/namespaces/kafka/tables/orders").await;
         assert_eq!(table.status, StatusCode::OK);
         let table = body(&table);
-        assert!(table["metadata-location"].as_str().unwrap().ends_with(".metadata.json"), "{table}");
+        assert!(
+            table["metadata-location"].as_str().unwrap().ends_with(".metadata.json"),
+            "{table}"
+        );
         assert_eq!(table["metadata"]["properties"]["floe.topic-id"], "id-1");
         assert_eq!(table["metadata"]["format-version"], 2);
         let head = get(&rest, Method::HEAD, "/v1/namespaces/kafka/tables/orders").await;
         assert_eq!((head.status, head.body), (StatusCode::NO_CONTENT, None));
 
         let missing = get(&rest, Method::GET, "/v1/namespaces/kafka/tables/nope").await;
-        assert_eq!((missing.status, body(&missing)["error"]["type"].as_str()), (StatusCode::NOT_FOUND, Some("NoSuchTableException")));
+        assert_eq!(
+            (missing.status, body(&missing)["error"]["type"].as_str()),
+            (StatusCode::NOT_FOUND, Some("NoSuchTableException"))
+        );
         let missing = get(&rest, Method::HEAD, "/v1/namespaces/kafka/tables/nope").await;
         assert_eq!((missing.status, missing.body), (StatusCode::NOT_FOUND, None));
         let missing = get(&rest, Method::GET, "/v1/namespaces/nope/tables").await;
@@ -249,14 +292,20 @@ mod tests {
             (missing.status, body(&missing)["error"]["type"].as_str()),
             (StatusCode::NOT_FOUND, Some("NoSuchNamespaceException"))
         );
-        assert_eq!(get(&rest, Method::HEAD, "/v1/namespaces/nope").await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            get(&rest, Method::HEAD, "/v1/namespaces/nope").await.status,
+            StatusCode::NOT_FOUND
+        );
 
         let drop = get(&rest, Method::DELETE, "/v1/namespaces/kafka/tables/orders").await;
         assert_eq!(drop.status, StatusCode::FORBIDDEN);
         assert_eq!(body(&drop)["error"]["code"], 403);
         assert!(body(&drop)["error"]["message"].as_str().unwrap().contains("read-only"));
         // Still there: nothing was written.
-        assert_eq!(get(&rest, Method::HEAD, "/v1/namespaces/kafka/tables/orders").await.status, StatusCode::NO_CONTENT);
+        assert_eq!(
+            get(&rest, Method::HEAD, "/v1/namespaces/kafka/tables/orders").await.status,
+            StatusCode::NO_CONTENT
+        );
         let put = get(&rest, Method::PUT, "/v1/config").await;
         assert_eq!((put.status, put.allow), (StatusCode::METHOD_NOT_ALLOWED, Some("GET")));
         assert_eq!(get(&rest, Method::GET, "/v1/nope").await.status, StatusCode::NOT_FOUND);

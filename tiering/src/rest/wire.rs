@@ -88,17 +88,28 @@ mod tests {
 
     #[test]
     fn bodies_have_the_spec_field_names() {
-        let err = ErrorResponse { error: ErrorModel { message: "m".into(), kind: "NoSuchTableException", code: 404 } };
+        let err = ErrorResponse {
+            error: ErrorModel { message: "m".into(), kind: "NoSuchTableException", code: 404 },
+        };
         assert_eq!(
             serde_json::to_value(&err).unwrap(),
             serde_json::json!({"error": {"message": "m", "type": "NoSuchTableException", "code": 404}})
         );
-        let tables = ListTablesResponse { identifiers: vec![TableIdentifier { namespace: vec!["kafka".into()], name: "t".into() }] };
+        let tables = ListTablesResponse {
+            identifiers: vec![TableIdentifier {
+                namespace: vec!["kafka".into()],
+                name: "t".into(),
+            }],
+        };
         assert_eq!(
             serde_json::to_value(&tables).unwrap(),
             serde_json::json!({"identifiers": [{"namespace": ["kafka"], "name": "t"}]})
         );
-        let config = ConfigResponse { defaults: BTreeMap::new(), overrides: BTreeMap::new(), endpoints: vec!["GET /v1/{prefix}/namespaces".into()] };
+        let config = ConfigResponse {
+            defaults: BTreeMap::new(),
+            overrides: BTreeMap::new(),
+            endpoints: vec!["GET /v1/{prefix}/namespaces".into()],
+        };
         assert_eq!(
             serde_json::to_value(&config).unwrap(),
             serde_json::json!({"defaults": {}, "overrides": {}, "endpoints": ["GET /v1/{prefix}/namespaces"]})

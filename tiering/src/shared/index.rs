@@ -95,7 +95,11 @@ impl FileIndex {
     ///
     /// # Errors
     /// As [`FileIndex::load`].
-    pub async fn load_with_dead_letters(main: &Table, log: &Table, dlq: Option<&Table>) -> Result<Self> {
+    pub async fn load_with_dead_letters(
+        main: &Table,
+        log: &Table,
+        dlq: Option<&Table>,
+    ) -> Result<Self> {
         let next_offsets = crate::offsets::committed_next_offsets(main.metadata());
         let main_files = table_files(main).await?;
         let mut log_files = table_files(log).await?;
@@ -109,7 +113,13 @@ impl FileIndex {
             let next = next_offsets.get(p).copied().unwrap_or(i64::MIN);
             files.retain(|f| f.lower < next);
         }
-        let mut index = Self { main: main_files, log: log_files, dlq: dlq_files, next_offsets, ..Self::default() };
+        let mut index = Self {
+            main: main_files,
+            log: log_files,
+            dlq: dlq_files,
+            next_offsets,
+            ..Self::default()
+        };
         let partitions: Vec<i32> = index.log.keys().copied().collect();
         for p in partitions {
             let (markers, opaque) = crate::shared::read::log_entries(log, &index, p).await?;
@@ -131,21 +141,40 @@ impl FileIndex {
     /// The base offset of the opaque batch of `partition` holding `offset`
     /// past its base, if one does: a fetch from there starts at the base.
     pub fn opaque_base(&self, partition: i32, offset: i64) -> Option<i64> {
-        self.opaque.get(&partition)?.iter().find(|(base, last)| *base < offset && offset <= *last).map(|(base, _)| *base)
+        self.opaque
+            .get(&partition)?
+            .iter()
+            .find(|(base, last)| *base < offset && offset <= *last)
+            .map(|(base, _)| *base)
     }
 
     /// `partition`'s main-table files that may hold offsets in `[from, upper)`.
-    pub fn main_files(&self, partition: i32, from: i64, upper: i64) -> impl Iterator<Item = &DataFileRef> {
+    pub fn main_files(
+        &self,
+        partition: i32,
+        from: i64,
+        upper: i64,
+    ) -> impl Iterator<Item = &DataFileRef> {
         overlapping(&self.main, partition, from, upper)
     }
 
     /// `partition`'s `__dlq` files that may hold offsets in `[from, upper)`.
-    pub fn dlq_files(&self, partition: i32, from: i64, upper: i64) -> impl Iterator<Item = &DataFileRef> {
+    pub fn dlq_files(
+        &self,
+        partition: i32,
+        from: i64,
+        upper: i64,
+    ) -> impl Iterator<Item = &DataFileRef> {
         overlapping(&self.dlq, partition, from, upper)
     }
 
     /// `partition`'s `__log` files that may hold offsets in `[from, upper)`.
-    pub fn log_files(&self, partition: i32, from: i64, upper: i64) -> impl Iterator<Item = &DataFileRef> {
+    pub fn log_files(
+        &self,
+        partition: i32,
+        from: i64,
+        upper: i64,
+    ) -> impl Iterator<Item = &DataFileRef> {
         overlapping(&self.log, partition, from, upper)
     }
 
@@ -180,12 +209,19 @@ async fn table_files(table: &Table) -> Result<BTreeMap<i32, Vec<DataFileRef>>> {
     let mut by_partition: BTreeMap<i32, Vec<DataFileRef>> = BTreeMap::new();
     let mut unknown: Vec<DataFileRef> = Vec::new();
     let Some(snapshot) = table.metadata().current_snapshot() else { return Ok(by_partition) };
-    let list = table.manifest_list_reader(snapshot).load().await.map_err(TieringError::iceberg("read", &ident))?;
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(TieringError::iceberg("read", &ident))?;
     for manifest in list.entries() {
         if manifest.content != iceberg::spec::ManifestContentType::Data {
             continue;
         }
-        let m = manifest.load_manifest(table.file_io()).await.map_err(TieringError::iceberg("read", &ident))?;
+        let m = manifest
+            .load_manifest(table.file_io())
+            .await
+            .map_err(TieringError::iceberg("read", &ident))?;
         let (entries, meta) = m.into_parts();
         // Each manifest carries the schema and spec its files were written with.
         let offset_id = meta.schema().field_id_by_name("offset");
@@ -195,7 +231,13 @@ async fn table_files(table: &Table) -> Result<BTreeMap<i32, Vec<DataFileRef>>> {
             let file = entry.data_file();
             let (lower, upper) = offset_bounds(file, offset_id);
             let max_timestamp_ms = max_timestamp_ms(file, timestamp_id);
-            let f = DataFileRef { lower, upper, path: file.file_path().to_string(), size: file.file_size_in_bytes(), max_timestamp_ms };
+            let f = DataFileRef {
+                lower,
+                upper,
+                path: file.file_path().to_string(),
+                size: file.file_size_in_bytes(),
+                max_timestamp_ms,
+            };
             match partition_pos.and_then(|pos| partition_value(file, pos)) {
                 Some(p) => by_partition.entry(p).or_default().push(f),
                 None => unknown.push(f),

@@ -60,10 +60,14 @@ pub async fn offset_for_timestamp(
     // Files by lower bound: the first that can hold the target, read with every
     // row of both tables in its range, holds the first match (files of the two
     // tables overlap in offsets, so its range is read merged).
-    for file in files(index, partition, from, upper).into_iter().filter(|f| f.max_timestamp_ms >= target_ms) {
+    for file in
+        files(index, partition, from, upper).into_iter().filter(|f| f.max_timestamp_ms >= target_ms)
+    {
         let (lo, hi) = (file.lower.max(from), file.upper.saturating_add(1).min(upper));
         let rows = read_rows(main, log, index, partition, lo, hi).await?;
-        if let Some(r) = rows.iter().filter(|r| is_record(r)).find(|r| record_timestamp(r) >= target_ms) {
+        if let Some(r) =
+            rows.iter().filter(|r| is_record(r)).find(|r| record_timestamp(r) >= target_ms)
+        {
             return Ok(Some((r.offset, record_timestamp(r))));
         }
     }
@@ -88,7 +92,9 @@ pub async fn max_timestamp(
     let mut found: Option<(i64, i64)> = None;
     for file in all.into_iter().filter(|f| f.max_timestamp_ms >= best) {
         let (lo, hi) = (file.lower.max(from), file.upper.saturating_add(1).min(upper));
-        for r in read_rows(main, log, index, partition, lo, hi).await?.iter().filter(|r| is_record(r)) {
+        for r in
+            read_rows(main, log, index, partition, lo, hi).await?.iter().filter(|r| is_record(r))
+        {
             let ts = record_timestamp(r);
             if found.is_none_or(|(_, t)| ts > t) {
                 found = Some((r.offset, ts));

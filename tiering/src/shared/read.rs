@@ -183,7 +183,12 @@ async fn open(table: &Table, path: &str) -> Result<Source> {
 
 /// The `offset` statistics of every row group of a file.
 fn row_group_bounds(meta: &ParquetMetaData) -> Vec<(i64, i64)> {
-    let column = meta.file_metadata().schema_descr().columns().iter().position(|c| c.path().string() == "offset");
+    let column = meta
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().string() == "offset");
     meta.row_groups()
         .iter()
         .map(|rg| match column.and_then(|c| rg.column(c).statistics()) {
@@ -195,7 +200,10 @@ fn row_group_bounds(meta: &ParquetMetaData) -> Vec<(i64, i64)> {
         .collect()
 }
 
-fn builder<T: ChunkReader + 'static>(src: T, path: &str) -> Result<ParquetRecordBatchReaderBuilder<T>> {
+fn builder<T: ChunkReader + 'static>(
+    src: T,
+    path: &str,
+) -> Result<ParquetRecordBatchReaderBuilder<T>> {
     ParquetRecordBatchReaderBuilder::try_new(src).map_err(|e| read_error(path)(e.to_string()))
 }
 
@@ -203,7 +211,13 @@ fn builder<T: ChunkReader + 'static>(src: T, path: &str) -> Result<ParquetRecord
 ///
 /// # Errors
 /// A file that cannot be opened or has no valid footer.
-pub async fn row_groups(table: &Table, side: Side, files: &[&DataFileRef], from: i64, upper: i64) -> Result<Vec<RowGroupRef>> {
+pub async fn row_groups(
+    table: &Table,
+    side: Side,
+    files: &[&DataFileRef],
+    from: i64,
+    upper: i64,
+) -> Result<Vec<RowGroupRef>> {
     let mut out = Vec::new();
     for f in files {
         let bounds = match open(table, &f.path).await? {
@@ -220,7 +234,12 @@ pub async fn row_groups(table: &Table, side: Side, files: &[&DataFileRef], from:
     Ok(out)
 }
 
-fn decode<T: ChunkReader + 'static>(src: T, path: &str, row_group: usize, columns: &[&str]) -> Result<Vec<RecordBatch>> {
+fn decode<T: ChunkReader + 'static>(
+    src: T,
+    path: &str,
+    row_group: usize,
+    columns: &[&str],
+) -> Result<Vec<RecordBatch>> {
     let b = builder(src, path)?;
     // A typed key is read from its bytes (`key_raw`), never decoded typed.
     let typed_key = b.schema().field_with_name(KEY_RAW_COLUMN).is_ok();
@@ -246,7 +265,13 @@ fn decode<T: ChunkReader + 'static>(src: T, path: &str, row_group: usize, column
 ///
 /// # Errors
 /// The file cannot be read, or lacks a column the rebuild needs.
-pub async fn read_row_group(table: &Table, rg: &RowGroupRef, partition: i32, from: i64, upper: i64) -> Result<Vec<Row>> {
+pub async fn read_row_group(
+    table: &Table,
+    rg: &RowGroupRef,
+    partition: i32,
+    from: i64,
+    upper: i64,
+) -> Result<Vec<Row>> {
     let mut columns: Vec<&str> = MAIN_COLUMNS.to_vec();
     columns.push(KEY_RAW_COLUMN);
     if rg.side == Side::Log {
@@ -269,7 +294,14 @@ pub async fn read_row_group(table: &Table, rg: &RowGroupRef, partition: i32, fro
 ///
 /// # Errors
 /// As [`read_row_group`].
-pub async fn read_rows(main: &Table, log: &Table, index: &FileIndex, partition: i32, from: i64, upper: i64) -> Result<Vec<Row>> {
+pub async fn read_rows(
+    main: &Table,
+    log: &Table,
+    index: &FileIndex,
+    partition: i32,
+    from: i64,
+    upper: i64,
+) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for rg in plan(main, log, index, partition, from, upper).await? {
         let table = table_of(main, log, rg.side);
@@ -284,14 +316,24 @@ pub async fn read_rows(main: &Table, log: &Table, index: &FileIndex, partition: 
 ///
 /// # Errors
 /// As [`row_groups`].
-pub async fn plan(main: &Table, log: &Table, index: &FileIndex, partition: i32, from: i64, upper: i64) -> Result<Vec<RowGroupRef>> {
+pub async fn plan(
+    main: &Table,
+    log: &Table,
+    index: &FileIndex,
+    partition: i32,
+    from: i64,
+    upper: i64,
+) -> Result<Vec<RowGroupRef>> {
     let main_files: Vec<&DataFileRef> = index.main_files(partition, from, upper).collect();
     let (lf, lu) = clamp(index, Side::Log, partition, from, upper);
     let log_files: Vec<&DataFileRef> = index.log_files(partition, lf, lu).collect();
     let mut units = row_groups(main, Side::Main, &main_files, from, upper).await?;
     units.extend(row_groups(log, Side::Log, &log_files, lf, lu).await?);
     let dlq_files: Vec<&DataFileRef> = index.dlq_files(partition, lf, lu).collect();
-    units.extend(row_groups(table_of(main, log, Side::DeadLetters), Side::DeadLetters, &dlq_files, lf, lu).await?);
+    units.extend(
+        row_groups(table_of(main, log, Side::DeadLetters), Side::DeadLetters, &dlq_files, lf, lu)
+            .await?,
+    );
     units.sort_by(|a, b| (a.min, &a.path, a.row_group).cmp(&(b.min, &b.path, b.row_group)));
     Ok(units)
 }
@@ -301,7 +343,9 @@ pub async fn plan(main: &Table, log: &Table, index: &FileIndex, partition: i32, 
 pub fn clamp(index: &FileIndex, side: Side, partition: i32, from: i64, upper: i64) -> (i64, i64) {
     match side {
         Side::Main => (from, upper),
-        Side::Log | Side::DeadLetters => (from, upper.min(index.next_offset(partition).unwrap_or(i64::MIN))),
+        Side::Log | Side::DeadLetters => {
+            (from, upper.min(index.next_offset(partition).unwrap_or(i64::MIN)))
+        }
     }
 }
 
@@ -311,7 +355,11 @@ pub fn clamp(index: &FileIndex, side: Side, partition: i32, from: i64, upper: i6
 ///
 /// # Errors
 /// As [`read_row_group`].
-pub(crate) async fn log_entries(log: &Table, index: &FileIndex, partition: i32) -> Result<(Vec<AbortMarker>, Vec<(i64, i64)>)> {
+pub(crate) async fn log_entries(
+    log: &Table,
+    index: &FileIndex,
+    partition: i32,
+) -> Result<(Vec<AbortMarker>, Vec<(i64, i64)>)> {
     let (from, upper) = clamp(index, Side::Log, partition, i64::MIN, i64::MAX);
     let files: Vec<&DataFileRef> = index.log_files(partition, from, upper).collect();
     let (mut markers, mut opaque) = (Vec::new(), Vec::new());
@@ -319,7 +367,11 @@ pub(crate) async fn log_entries(log: &Table, index: &FileIndex, partition: i32) 
         for r in read_row_group(log, &rg, partition, from, upper).await? {
             match (r.kind, r.txn_first_offset) {
                 (Some(LogRowKind::AbortMarker), Some(first_offset)) => {
-                    markers.push(AbortMarker { offset: r.offset, producer_id: r.producer_id, first_offset });
+                    markers.push(AbortMarker {
+                        offset: r.offset,
+                        producer_id: r.producer_id,
+                        first_offset,
+                    });
                 }
                 (Some(LogRowKind::Opaque), _) => opaque.push((r.offset, r.batch_last_offset())),
                 _ => {}
@@ -350,19 +402,36 @@ fn kind_of(s: &str) -> Option<LogRowKind> {
 }
 
 /// The rows of `b` for `partition` in `[from, upper)`, appended to `out`.
-fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, path: &str, out: &mut Vec<Row>) -> Result<()> {
+fn rows_of(
+    b: &RecordBatch,
+    side: Side,
+    partition: i32,
+    from: i64,
+    upper: i64,
+    path: &str,
+    out: &mut Vec<Row>,
+) -> Result<()> {
     let fail = read_error(path);
-    let need = |name: &str, t: &DataType| column(b, name, t)?.ok_or_else(|| fail(format!("no column {name}")));
+    let need = |name: &str, t: &DataType| {
+        column(b, name, t)?.ok_or_else(|| fail(format!("no column {name}")))
+    };
     let long = |name: &str| need(name, &DataType::Int64);
     let int = |name: &str| need(name, &DataType::Int32);
     let bin = |name: &str| need(name, &DataType::LargeBinary);
     let part = int("partition")?;
     let offset = long("offset")?;
     let (part, offset) = (part.as_primitive::<Int32Type>(), offset.as_primitive::<Int64Type>());
-    let longs: Vec<ArrayRef> = ["batch_base_offset", "producer_id", "batch_base_timestamp", "batch_max_timestamp", "batch_crc", "timestamp_delta"]
-        .iter()
-        .map(|n| long(n))
-        .collect::<Result<_>>()?;
+    let longs: Vec<ArrayRef> = [
+        "batch_base_offset",
+        "producer_id",
+        "batch_base_timestamp",
+        "batch_max_timestamp",
+        "batch_crc",
+        "timestamp_delta",
+    ]
+    .iter()
+    .map(|n| long(n))
+    .collect::<Result<_>>()?;
     let ints: Vec<ArrayRef> = [
         "partition_leader_epoch",
         "batch_attributes",
@@ -375,14 +444,21 @@ fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, p
     .iter()
     .map(|n| int(n))
     .collect::<Result<_>>()?;
-    let longs: Vec<&arrow_array::Int64Array> = longs.iter().map(|a| a.as_primitive::<Int64Type>()).collect();
-    let ints: Vec<&arrow_array::Int32Array> = ints.iter().map(|a| a.as_primitive::<Int32Type>()).collect();
+    let longs: Vec<&arrow_array::Int64Array> =
+        longs.iter().map(|a| a.as_primitive::<Int64Type>()).collect();
+    let ints: Vec<&arrow_array::Int32Array> =
+        ints.iter().map(|a| a.as_primitive::<Int32Type>()).collect();
     // A typed key's bytes are `key_raw` (keep-raw); a raw key's, `key`. A typed
     // value's bytes stay in `value` (keep-raw, which shared mode demands).
-    let key_column = if b.schema().index_of(KEY_RAW_COLUMN).is_ok() { KEY_RAW_COLUMN } else { "key" };
+    let key_column =
+        if b.schema().index_of(KEY_RAW_COLUMN).is_ok() { KEY_RAW_COLUMN } else { "key" };
     let (key, value) = (bin(key_column)?, bin("value")?);
     let (key, value) = (key.as_binary::<i64>(), value.as_binary::<i64>());
-    let headers = b.schema().index_of("headers").map(|i| b.column(i).clone()).map_err(|_| fail("no column headers".into()))?;
+    let headers = b
+        .schema()
+        .index_of("headers")
+        .map(|i| b.column(i).clone())
+        .map_err(|_| fail("no column headers".into()))?;
     let log = if side == Side::Log {
         let kind = need("kind", &DataType::Utf8)?;
         Some((kind, long("txn_first_offset")?, bin("batch_bytes")?, long("hole_last_offset")?))
@@ -390,7 +466,8 @@ fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, p
         None
     };
     let opt_long = |a: &arrow_array::Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
-    let opt_bin = |a: &arrow_array::LargeBinaryArray, i: usize| a.is_valid(i).then(|| a.value(i).to_vec());
+    let opt_bin =
+        |a: &arrow_array::LargeBinaryArray, i: usize| a.is_valid(i).then(|| a.value(i).to_vec());
     for i in 0..b.num_rows() {
         if part.is_null(i) || part.value(i) != partition || offset.is_null(i) {
             continue;
@@ -401,15 +478,25 @@ fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, p
         }
         // The lossless columns are optional in the schema but always written in
         // a shared table: a null is damage, not a default.
-        let lossless = |a: &arrow_array::Int64Array| opt_long(a, i).ok_or_else(|| fail(format!("offset {o}: a lossless column is null")));
+        let lossless = |a: &arrow_array::Int64Array| {
+            opt_long(a, i).ok_or_else(|| fail(format!("offset {o}: a lossless column is null")))
+        };
         let lossless_int = |a: &arrow_array::Int32Array| {
-            a.is_valid(i).then(|| a.value(i)).ok_or_else(|| fail(format!("offset {o}: a lossless column is null")))
+            a.is_valid(i)
+                .then(|| a.value(i))
+                .ok_or_else(|| fail(format!("offset {o}: a lossless column is null")))
         };
         let (kind, txn_first_offset, batch_bytes, hole_last_offset) = match &log {
             Some((k, t, bb, h)) => {
                 let k = k.as_string::<i32>();
-                let kind = kind_of(k.value(i)).ok_or_else(|| fail(format!("offset {o}: unknown kind {}", k.value(i))))?;
-                (Some(kind), opt_long(t.as_primitive(), i), opt_bin(bb.as_binary(), i), opt_long(h.as_primitive(), i))
+                let kind = kind_of(k.value(i))
+                    .ok_or_else(|| fail(format!("offset {o}: unknown kind {}", k.value(i))))?;
+                (
+                    Some(kind),
+                    opt_long(t.as_primitive(), i),
+                    opt_bin(bb.as_binary(), i),
+                    opt_long(h.as_primitive(), i),
+                )
             }
             None => (None, None, None, None),
         };
@@ -419,12 +506,15 @@ fn rows_of(b: &RecordBatch, side: Side, partition: i32, from: i64, upper: i64, p
             producer_id: lossless(longs[1])?,
             base_timestamp: lossless(longs[2])?,
             max_timestamp: lossless(longs[3])?,
-            crc: u32::try_from(lossless(longs[4])?).map_err(|_| fail(format!("offset {o}: batch_crc out of range")))?,
+            crc: u32::try_from(lossless(longs[4])?)
+                .map_err(|_| fail(format!("offset {o}: batch_crc out of range")))?,
             timestamp_delta: lossless(longs[5])?,
             partition_leader_epoch: lossless_int(ints[0])?,
-            batch_attributes: i16::try_from(lossless_int(ints[1])?).map_err(|_| fail(format!("offset {o}: batch_attributes out of range")))?,
+            batch_attributes: i16::try_from(lossless_int(ints[1])?)
+                .map_err(|_| fail(format!("offset {o}: batch_attributes out of range")))?,
             last_offset_delta: lossless_int(ints[2])?,
-            producer_epoch: i16::try_from(lossless_int(ints[3])?).map_err(|_| fail(format!("offset {o}: producer_epoch out of range")))?,
+            producer_epoch: i16::try_from(lossless_int(ints[3])?)
+                .map_err(|_| fail(format!("offset {o}: producer_epoch out of range")))?,
             base_sequence: lossless_int(ints[4])?,
             records_count: lossless_int(ints[5])?,
             // Null when 0 (the layout's rule).
@@ -452,7 +542,8 @@ fn headers_at(headers: &ArrayRef, i: usize, path: &str) -> Result<Vec<Header>> {
         DataType::LargeList(_) => headers.as_list::<i64>().value(i),
         other => return Err(fail(format!("headers is {other}, not a list"))),
     };
-    let s = element.as_struct_opt().ok_or_else(|| fail("headers' elements are not structs".into()))?;
+    let s =
+        element.as_struct_opt().ok_or_else(|| fail("headers' elements are not structs".into()))?;
     let child = |name: &str, to: &DataType| -> Result<Option<ArrayRef>> {
         match s.column_by_name(name) {
             Some(c) if c.data_type() == to => Ok(Some(c.clone())),
@@ -460,8 +551,10 @@ fn headers_at(headers: &ArrayRef, i: usize, path: &str) -> Result<Vec<Header>> {
             None => Ok(None),
         }
     };
-    let key = child("key", &DataType::Utf8)?.ok_or_else(|| fail("no column headers.element.key".into()))?;
-    let value = child("value", &DataType::LargeBinary)?.ok_or_else(|| fail("no column headers.element.value".into()))?;
+    let key = child("key", &DataType::Utf8)?
+        .ok_or_else(|| fail("no column headers.element.key".into()))?;
+    let value = child("value", &DataType::LargeBinary)?
+        .ok_or_else(|| fail("no column headers.element.value".into()))?;
     let key_bytes = child(crate::schema::HEADER_KEY_BYTES_COLUMN, &DataType::LargeBinary)?;
     let (key, value) = (key.as_string::<i32>(), value.as_binary::<i64>());
     let key_bytes = key_bytes.as_ref().map(|k| k.as_binary::<i64>());

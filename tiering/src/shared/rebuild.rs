@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 
 use floe_protocol::record_batch::CompressionType;
-use floe_protocol::records::{compress, write_batch, write_record, BatchFields, HeaderView, RecordParts};
+use floe_protocol::records::{
+    compress, write_batch, write_record, BatchFields, HeaderView, RecordParts,
+};
 use iceberg::table::Table;
 
 use crate::error::{Result, TieringError};
@@ -121,7 +123,10 @@ pub async fn read_batches_with_index(
         if !completed_first {
             // The batch containing `from` comes whole: its rows below `from` too.
             if let Some((&offset, r)) = buffer.first_key_value() {
-                if offset < frontier && r.batch_base_offset < from && r.kind.is_none_or(is_record_kind) {
+                if offset < frontier
+                    && r.batch_base_offset < from
+                    && r.kind.is_none_or(is_record_kind)
+                {
                     let base = r.batch_base_offset;
                     for row in read_rows(main, log, index, partition, base, from).await? {
                         buffer.entry(row.offset).or_insert(row);
@@ -200,7 +205,10 @@ pub(crate) fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) 
     match first.kind {
         Some(LogRowKind::Hole) => return Ok(false),
         Some(LogRowKind::Opaque) => {
-            let bytes = first.batch_bytes.as_deref().ok_or_else(|| fail("an opaque row without its bytes".into()))?;
+            let bytes = first
+                .batch_bytes
+                .as_deref()
+                .ok_or_else(|| fail("an opaque row without its bytes".into()))?;
             out.extend_from_slice(bytes);
             return Ok(false);
         }
@@ -208,11 +216,14 @@ pub(crate) fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) 
     }
     const CODEC_BITS: i16 = 0x07;
     let original = CompressionType::from_id((first.batch_attributes & CODEC_BITS) as u8)
-        .ok_or_else(|| fail(format!("unknown codec in attributes {:#x}", first.batch_attributes)))?;
+        .ok_or_else(|| {
+            fail(format!("unknown codec in attributes {:#x}", first.batch_attributes))
+        })?;
     let chosen = codec.codec(original);
     let mut plain = Vec::new();
     for r in rows {
-        let offset_delta = i32::try_from(r.offset - base).map_err(|_| fail(format!("offset {} too far from its base", r.offset)))?;
+        let offset_delta = i32::try_from(r.offset - base)
+            .map_err(|_| fail(format!("offset {} too far from its base", r.offset)))?;
         let parts = RecordParts {
             attributes: r.record_attributes,
             timestamp_delta: r.timestamp_delta,
@@ -220,7 +231,8 @@ pub(crate) fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) 
             key: r.key.as_deref(),
             value: r.value.as_deref(),
         };
-        let headers: Vec<HeaderView<'_>> = r.headers.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+        let headers: Vec<HeaderView<'_>> =
+            r.headers.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
         write_record(&mut plain, &parts, headers.into_iter());
     }
     let mut body = Vec::new();
@@ -246,7 +258,12 @@ pub(crate) fn rebuild(rows: &[Row], codec: FetchCompression, out: &mut Vec<u8>) 
         && original == CompressionType::None
         && i32::try_from(rows.len()).is_ok_and(|n| n == first.records_count);
     if comparable {
-        let crc = u32::from_be_bytes([out[start + 17], out[start + 18], out[start + 19], out[start + 20]]);
+        let crc = u32::from_be_bytes([
+            out[start + 17],
+            out[start + 18],
+            out[start + 19],
+            out[start + 20],
+        ]);
         if crc != first.crc {
             tracing::warn!(base_offset = base, stored = first.crc, rebuilt = crc, "shared mode: a rebuilt batch's CRC differs from the stored one (a bug); served with the rebuilt CRC");
             return Ok(true);

@@ -7,7 +7,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use floe_protocol::record_batch::{CompressionType, RecordBatchHeader};
-use floe_protocol::records::{compress, parse_records, records_section, write_batch, write_record, BatchFields, HeaderView, RecordParts};
+use floe_protocol::records::{
+    compress, parse_records, records_section, write_batch, write_record, BatchFields, HeaderView,
+    RecordParts,
+};
 use floe_storage::ControlRecordType::{Abort, Commit};
 use floe_storage::{PartitionLog, ScannedBatch, SegmentBatchReader};
 
@@ -17,7 +20,14 @@ use crate::table::{TierLimits, TopicTable};
 use crate::test_util::*;
 
 async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
-    IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka").await.unwrap()
+    IcebergCatalog::open_sqlite(
+        "floe",
+        &dir.join("iceberg/catalog.db"),
+        &dir.join("iceberg/warehouse"),
+        "kafka",
+    )
+    .await
+    .unwrap()
 }
 
 /// Every batch of the log's sealed segments, as stored (CRC not checked: damaged ones too).
@@ -57,8 +67,20 @@ fn records_of(batch: &[u8]) -> Vec<Rec> {
         .unwrap()
         .iter()
         .map(|r| {
-            let headers = r.headers().unwrap().iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect();
-            (r.offset, r.timestamp_delta, r.attributes, r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec), headers)
+            let headers = r
+                .headers()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect();
+            (
+                r.offset,
+                r.timestamp_delta,
+                r.attributes,
+                r.key.map(<[u8]>::to_vec),
+                r.value.map(<[u8]>::to_vec),
+                headers,
+            )
         })
         .collect()
 }
@@ -66,7 +88,8 @@ fn records_of(batch: &[u8]) -> Vec<Rec> {
 /// `rebuilt` is `original` with its records compressed as `codec` says:
 /// every header field and every record equal; byte for byte when both are uncompressed.
 fn assert_same(original: &[u8], rebuilt: &[u8], codec: FetchCompression) {
-    let (o, r) = (RecordBatchHeader::parse(original).unwrap(), RecordBatchHeader::parse(rebuilt).unwrap());
+    let (o, r) =
+        (RecordBatchHeader::parse(original).unwrap(), RecordBatchHeader::parse(rebuilt).unwrap());
     let want_codec = match codec {
         FetchCompression::Original => o.compression().unwrap(),
         FetchCompression::None => CompressionType::None,
@@ -95,9 +118,29 @@ async fn tables(t: &TopicTable) -> (iceberg::table::Table, iceberg::table::Table
 fn hand_written(codec: CompressionType) -> Vec<u8> {
     let mut plain = Vec::new();
     let none: [HeaderView<'_>; 0] = [];
-    write_record(&mut plain, &RecordParts { attributes: 0, timestamp_delta: 0, offset_delta: 0, key: None, value: Some(b"") }, none.into_iter());
+    write_record(
+        &mut plain,
+        &RecordParts {
+            attributes: 0,
+            timestamp_delta: 0,
+            offset_delta: 0,
+            key: None,
+            value: Some(b""),
+        },
+        none.into_iter(),
+    );
     let hs: [HeaderView<'_>; 3] = [(b"h", Some(b"1")), (b"\xff\xfe", None), (b"h", Some(b""))];
-    write_record(&mut plain, &RecordParts { attributes: 0, timestamp_delta: 7, offset_delta: 1, key: Some(b""), value: None }, hs.into_iter());
+    write_record(
+        &mut plain,
+        &RecordParts {
+            attributes: 0,
+            timestamp_delta: 7,
+            offset_delta: 1,
+            key: Some(b""),
+            value: None,
+        },
+        hs.into_iter(),
+    );
     let mut body = Vec::new();
     compress(codec, &plain, &mut body).unwrap();
     let fields = BatchFields {
@@ -138,7 +181,12 @@ async fn every_codec_and_header_shape_rebuilds_to_the_logs_batches() {
     let t = tier_shared(dir.path(), &log).await;
     let (main, log_table) = tables(&t).await;
     let originals = original_batches(&log);
-    for codec in [FetchCompression::Original, FetchCompression::None, FetchCompression::Lz4, FetchCompression::Snappy] {
+    for codec in [
+        FetchCompression::Original,
+        FetchCompression::None,
+        FetchCompression::Lz4,
+        FetchCompression::Snappy,
+    ] {
         let got = read_batches(&main, &log_table, 0, 0, 86, usize::MAX, codec).await.unwrap();
         assert_eq!(got.mismatches, 0);
         assert_eq!(got.next_offset, 86);
@@ -150,8 +198,16 @@ async fn every_codec_and_header_shape_rebuilds_to_the_logs_batches() {
         }
     }
     // The original bytes again, for the uncompressed ones.
-    let got = read_batches(&main, &log_table, 0, 0, 86, usize::MAX, FetchCompression::Original).await.unwrap();
-    let plain = split(&got.bytes).into_iter().zip(&originals).filter(|(_, o)| RecordBatchHeader::parse(o).unwrap().compression() == Some(CompressionType::None)).count();
+    let got = read_batches(&main, &log_table, 0, 0, 86, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
+    let plain = split(&got.bytes)
+        .into_iter()
+        .zip(&originals)
+        .filter(|(_, o)| {
+            RecordBatchHeader::parse(o).unwrap().compression() == Some(CompressionType::None)
+        })
+        .count();
     assert!(plain >= 4, "{plain} uncompressed batches compared byte for byte");
 }
 
@@ -176,7 +232,9 @@ async fn markers_aborted_records_and_a_damaged_batch_come_back_as_the_log_holds_
     let (main, log_table) = tables(&t).await;
     let originals = original_batches(&log);
     assert_eq!(originals.len(), 7);
-    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!((got.next_offset, got.mismatches), (27, 0));
     assert_eq!(got.aborted, vec![(1, 10)]);
     let rebuilt = split(&got.bytes);
@@ -187,25 +245,36 @@ async fn markers_aborted_records_and_a_damaged_batch_come_back_as_the_log_holds_
         assert_same(&originals[i], &rebuilt[i], FetchCompression::Original);
     }
     for i in [3, 5] {
-        assert!(RecordBatchHeader::parse(&rebuilt[i]).unwrap().is_control(), "batch {i} is a marker");
+        assert!(
+            RecordBatchHeader::parse(&rebuilt[i]).unwrap().is_control(),
+            "batch {i} is a marker"
+        );
     }
     // Forced compression leaves the opaque batch alone and compresses the markers too.
-    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Zstd).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 0, 27, usize::MAX, FetchCompression::Zstd)
+        .await
+        .unwrap();
     let rebuilt = split(&got.bytes);
     assert_eq!(rebuilt[1], originals[1]);
     assert_same(&originals[3], &rebuilt[3], FetchCompression::Zstd);
     // KIP-98: from inside the aborted transaction its marker is listed; after the marker, not.
-    let got = read_batches(&main, &log_table, 0, 12, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 12, 27, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!(split(&got.bytes)[0], originals[2], "the batch containing the fetch offset, whole");
     assert_eq!(got.aborted, vec![(1, 10)]);
     // From inside the damaged batch: it comes whole, verbatim.
-    let got = read_batches(&main, &log_table, 0, 7, 27, 1, FetchCompression::Original).await.unwrap();
+    let got =
+        read_batches(&main, &log_table, 0, 7, 27, 1, FetchCompression::Original).await.unwrap();
     assert_eq!((got.bytes.as_slice(), got.next_offset), (originals[1].as_slice(), 10));
-    let got = read_batches(&main, &log_table, 0, 16, 27, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 16, 27, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert!(got.aborted.is_empty());
     assert_eq!(split(&got.bytes).len(), 3);
     // Below the transaction's first offset the response [0, 5) does not list it.
-    let got = read_batches(&main, &log_table, 0, 0, 27, 1, FetchCompression::Original).await.unwrap();
+    let got =
+        read_batches(&main, &log_table, 0, 0, 27, 1, FetchCompression::Original).await.unwrap();
     assert_eq!((got.batches, got.next_offset), (1, 5));
     assert!(got.aborted.is_empty());
 }
@@ -213,39 +282,75 @@ async fn markers_aborted_records_and_a_damaged_batch_come_back_as_the_log_holds_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_bytes_a_mid_batch_offset_and_log_append_time() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(open_log(&dir.path().join("t-0"), 0, &[("message.timestamp.type", "LogAppendTime")]));
+    let log = Arc::new(open_log(
+        &dir.path().join("t-0"),
+        0,
+        &[("message.timestamp.type", "LogAppendTime")],
+    ));
     let records: Vec<TestRecord> = (0..30).map(record).collect();
     for (b, chunk) in records.chunks(5).enumerate() {
-        log.append(&mut encode(chunk, CODECS[b % CODECS.len()]), 1_700_000_500_000 + b as i64).unwrap();
+        log.append(&mut encode(chunk, CODECS[b % CODECS.len()]), 1_700_000_500_000 + b as i64)
+            .unwrap();
     }
     log.roll_now().unwrap();
     let t = tier_shared(dir.path(), &log).await;
     let (main, log_table) = tables(&t).await;
     let originals = original_batches(&log);
     assert_eq!(originals.len(), 6);
-    assert_eq!(RecordBatchHeader::parse(&originals[0]).unwrap().timestamp_type(), floe_protocol::record_batch::TimestampType::LogAppendTime);
-    let all = read_batches(&main, &log_table, 0, 0, 30, usize::MAX, FetchCompression::Original).await.unwrap();
+    assert_eq!(
+        RecordBatchHeader::parse(&originals[0]).unwrap().timestamp_type(),
+        floe_protocol::record_batch::TimestampType::LogAppendTime
+    );
+    let all = read_batches(&main, &log_table, 0, 0, 30, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     for (o, r) in originals.iter().zip(split(&all.bytes)) {
         assert_same(o, &r, FetchCompression::Original);
     }
     let sizes: Vec<usize> = originals.iter().map(Vec::len).collect();
     // The first batch whole even past max_bytes (KIP-74).
-    let one = read_batches(&main, &log_table, 0, 0, 30, 1, FetchCompression::Original).await.unwrap();
+    let one =
+        read_batches(&main, &log_table, 0, 0, 30, 1, FetchCompression::Original).await.unwrap();
     assert_eq!((one.batches, one.next_offset, one.bytes.len()), (1, 5, sizes[0]));
     // Stops before the batch that would pass max_bytes.
-    let two = read_batches(&main, &log_table, 0, 0, 30, sizes[0] + sizes[1] + sizes[2] - 1, FetchCompression::Original).await.unwrap();
+    let two = read_batches(
+        &main,
+        &log_table,
+        0,
+        0,
+        30,
+        sizes[0] + sizes[1] + sizes[2] - 1,
+        FetchCompression::Original,
+    )
+    .await
+    .unwrap();
     assert_eq!((two.batches, two.next_offset), (2, 10));
-    let three = read_batches(&main, &log_table, 0, 0, 30, sizes[0] + sizes[1] + sizes[2], FetchCompression::Original).await.unwrap();
+    let three = read_batches(
+        &main,
+        &log_table,
+        0,
+        0,
+        30,
+        sizes[0] + sizes[1] + sizes[2],
+        FetchCompression::Original,
+    )
+    .await
+    .unwrap();
     assert_eq!((three.batches, three.next_offset), (3, 15));
     // From an offset in the middle of a batch: that batch whole.
-    let mid = read_batches(&main, &log_table, 0, 7, 30, 1, FetchCompression::Original).await.unwrap();
+    let mid =
+        read_batches(&main, &log_table, 0, 7, 30, 1, FetchCompression::Original).await.unwrap();
     assert_eq!(mid.next_offset, 10);
     assert_same(&originals[1], &split(&mid.bytes)[0], FetchCompression::Original);
     // `upper` bounds the range: the batch at it is not served.
-    let bounded = read_batches(&main, &log_table, 0, 0, 20, usize::MAX, FetchCompression::Original).await.unwrap();
+    let bounded = read_batches(&main, &log_table, 0, 0, 20, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!((bounded.batches, bounded.next_offset), (4, 20));
     // Nothing at or above the table's end.
-    let past = read_batches(&main, &log_table, 0, 30, 40, usize::MAX, FetchCompression::Original).await.unwrap();
+    let past = read_batches(&main, &log_table, 0, 30, 40, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!((past.batches, past.next_offset), (0, 30));
 }
 
@@ -260,19 +365,26 @@ async fn log_rows_of_a_crashed_pass_are_ignored() {
     log.append(&mut transactional(1, 0, 5), 0).unwrap(); // 10-14
     log.append_txn_marker(1, 0, Abort, 0, 1).unwrap(); // 15
     log.roll_now().unwrap();
-    let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    let prepared = t
+        .prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false))
+        .await
+        .unwrap();
     t.commit_log_only(prepared).await.unwrap();
     let (main, log_table) = tables(&t).await;
     let index = FileIndex::load(&main, &log_table).await.unwrap();
     assert_eq!(index.next_offset(0), Some(10));
     assert!(index.abort_markers.is_empty(), "{:?}", index.abort_markers);
-    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!((got.batches, got.next_offset), (2, 10));
     assert!(got.aborted.is_empty());
     // The pass that commits the main table makes them live.
     t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
     let (main, log_table) = tables(&t).await;
-    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 0, 16, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!((got.batches, got.next_offset), (4, 16));
     assert_eq!(got.aborted, vec![(1, 10)]);
     let originals = original_batches(&log);
@@ -283,16 +395,26 @@ async fn log_rows_of_a_crashed_pass_are_ignored() {
 
 #[test]
 fn the_file_index_picks_overlapping_files_and_lists_aborts_by_kip_98() {
-    let f = |lower, upper| DataFileRef { lower, upper, path: format!("{lower}"), size: 1, max_timestamp_ms: i64::MAX };
+    let f = |lower, upper| DataFileRef {
+        lower,
+        upper,
+        path: format!("{lower}"),
+        size: 1,
+        max_timestamp_ms: i64::MAX,
+    };
     let index = FileIndex {
         main: [(0, vec![f(0, 9), f(10, 19), f(20, 29)])].into(),
         log: [(0, vec![f(5, 15)])].into(),
         dlq: Default::default(),
         next_offsets: [(0, 30)].into(),
-        abort_markers: [(0, vec![AbortMarker { offset: 15, producer_id: 1, first_offset: 10 }])].into(),
+        abort_markers: [(0, vec![AbortMarker { offset: 15, producer_id: 1, first_offset: 10 }])]
+            .into(),
         opaque: [(0, vec![(40, 44)])].into(),
     };
-    assert_eq!((index.opaque_base(0, 40), index.opaque_base(0, 42), index.opaque_base(0, 45)), (None, Some(40), None));
+    assert_eq!(
+        (index.opaque_base(0, 40), index.opaque_base(0, 42), index.opaque_base(0, 45)),
+        (None, Some(40), None)
+    );
     let paths: Vec<&str> = index.main_files(0, 9, 20).map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["0", "10"]);
     assert_eq!(index.main_files(1, 0, 100).count(), 0);
@@ -313,9 +435,15 @@ async fn only_the_row_groups_whose_offset_statistics_overlap_are_read() {
     // A file of ten-row row groups (the sink's are 64 Ki rows: one per file in these tests).
     let mut conv = ArrowConverter::with_layout(0, 10, usize::MAX, RowLayout::Lossless);
     let path = dir.path().join("groups.parquet");
-    let props = parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(10)).build();
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), crate::schema::lossless_arrow_schema(), Some(props)).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(10))
+        .build();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        crate::schema::lossless_arrow_schema(),
+        Some(props),
+    )
+    .unwrap();
     for b in original_batches(&log) {
         let h = RecordBatchHeader::parse(&b).unwrap();
         conv.push(&h, bytes::Bytes::from(b), 0);
@@ -326,16 +454,26 @@ async fn only_the_row_groups_whose_offset_statistics_overlap_are_read() {
     writer.close().unwrap();
     let t = tier_shared(dir.path(), &log).await;
     let (main, _) = tables(&t).await;
-    let file = DataFileRef { lower: 0, upper: 99, path: path.display().to_string(), size: 0, max_timestamp_ms: i64::MAX };
+    let file = DataFileRef {
+        lower: 0,
+        upper: 99,
+        path: path.display().to_string(),
+        size: 0,
+        max_timestamp_ms: i64::MAX,
+    };
     let groups = row_groups(&main, Side::Main, &[&file], 35, 47).await.unwrap();
-    let picked: Vec<(usize, i64, i64)> = groups.iter().map(|g| (g.row_group, g.min, g.max)).collect();
+    let picked: Vec<(usize, i64, i64)> =
+        groups.iter().map(|g| (g.row_group, g.min, g.max)).collect();
     assert_eq!(picked, [(3, 30, 39), (4, 40, 49)]);
     let mut offsets = Vec::new();
     for g in &groups {
         offsets.extend(read_row_group(&main, g, 0, 35, 47).await.unwrap().iter().map(|r| r.offset));
     }
     assert_eq!(offsets, (35..47).collect::<Vec<_>>());
-    assert!(read_row_group(&main, &groups[0], 1, 0, 100).await.unwrap().is_empty(), "another partition's rows are filtered");
+    assert!(
+        read_row_group(&main, &groups[0], 1, 0, 100).await.unwrap().is_empty(),
+        "another partition's rows are filtered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,7 +501,18 @@ async fn paging_through_several_passes_files_equals_the_log() {
     let mut from = 0;
     let mut aborted = Vec::new();
     while from < next as i64 {
-        let r = read_batches_with_index(&main, &log_table, &index, 0, from, next as i64, 200, FetchCompression::Original).await.unwrap();
+        let r = read_batches_with_index(
+            &main,
+            &log_table,
+            &index,
+            0,
+            from,
+            next as i64,
+            200,
+            FetchCompression::Original,
+        )
+        .await
+        .unwrap();
         assert!(r.next_offset > from, "progress from {from}");
         assert_eq!(r.mismatches, 0);
         aborted.extend(r.aborted);
@@ -387,14 +536,24 @@ async fn a_rebuild_that_differs_from_the_stored_crc_is_counted() {
     let t = tier_shared(dir.path(), &log).await;
     let (main, log_table) = tables(&t).await;
     let index = FileIndex::load(&main, &log_table).await.unwrap();
-    let mut rows = crate::shared::read::read_rows(&main, &log_table, &index, 0, 0, 5).await.unwrap();
+    let mut rows =
+        crate::shared::read::read_rows(&main, &log_table, &index, 0, 0, 5).await.unwrap();
     let mut out = Vec::new();
     assert!(!crate::shared::rebuild::rebuild(&rows, FetchCompression::Original, &mut out).unwrap());
     assert_eq!(out, original_batches(&log)[0]);
     rows[2].value = Some(b"changed".to_vec());
-    assert!(crate::shared::rebuild::rebuild(&rows, FetchCompression::Original, &mut Vec::new()).unwrap(), "a mismatch");
+    assert!(
+        crate::shared::rebuild::rebuild(&rows, FetchCompression::Original, &mut Vec::new())
+            .unwrap(),
+        "a mismatch"
+    );
     // Fewer rows than recordsCount (a batch straddling the log start): not comparable, not counted.
-    assert!(!crate::shared::rebuild::rebuild(&rows[3..], FetchCompression::Original, &mut Vec::new()).unwrap());
+    assert!(!crate::shared::rebuild::rebuild(
+        &rows[3..],
+        FetchCompression::Original,
+        &mut Vec::new()
+    )
+    .unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,19 +577,24 @@ async fn a_damaged_range_recovery_kept_is_stepped_over() {
     assert_eq!((ranges[0].first_offset, ranges[0].last_offset), (5, Some(9)));
     let t = tier_shared(dir.path(), &log).await;
     let (main, log_table) = tables(&t).await;
-    let got = read_batches(&main, &log_table, 0, 0, 60, usize::MAX, FetchCompression::Original).await.unwrap();
+    let got = read_batches(&main, &log_table, 0, 0, 60, usize::MAX, FetchCompression::Original)
+        .await
+        .unwrap();
     assert_eq!(got.next_offset, 60);
     let rebuilt = split(&got.bytes);
-    let want: Vec<&Vec<u8>> = before.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, b)| b).collect();
+    let want: Vec<&Vec<u8>> =
+        before.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, b)| b).collect();
     assert_eq!(rebuilt.len(), want.len());
     for (o, r) in want.iter().zip(&rebuilt) {
         assert_same(o, r, FetchCompression::Original);
     }
     // From inside the hole: the next batch, as the log's own read does.
-    let got = read_batches(&main, &log_table, 0, 7, 60, 1, FetchCompression::Original).await.unwrap();
+    let got =
+        read_batches(&main, &log_table, 0, 7, 60, 1, FetchCompression::Original).await.unwrap();
     assert_eq!(RecordBatchHeader::parse(&got.bytes).unwrap().base_offset, 10);
     assert_eq!(got.next_offset, 15);
     // From the hole's first offset: the hole is stepped over within one answer.
-    let got = read_batches(&main, &log_table, 0, 5, 60, 1, FetchCompression::Original).await.unwrap();
+    let got =
+        read_batches(&main, &log_table, 0, 5, 60, 1, FetchCompression::Original).await.unwrap();
     assert_eq!((got.batches, got.next_offset), (1, 15));
 }

@@ -9,7 +9,9 @@ use tracing::{debug, error, warn};
 use super::{PreparedTier, TierOutcome, TopicTable, BROKER_ID_PROPERTY};
 use crate::error::{Result, TieringError};
 use crate::guard::{ExpectSnapshot, MOVED};
-use crate::offsets::{committed_log_starts, committed_next_offsets, conflicting_partition, summary_properties};
+use crate::offsets::{
+    committed_log_starts, committed_next_offsets, conflicting_partition, summary_properties,
+};
 
 /// How many times [`TopicTable::commit`] tries when other partitions keep being
 /// committed under it (each try re-checks its own partitions' offsets).
@@ -78,7 +80,14 @@ impl TopicTable {
     }
 
     async fn commit_one(&self, prepared: PreparedTier) -> Result<TierOutcome> {
-        let PreparedTier { _writer, base_snapshot: planned_snapshot, planned, mut outcome, data_files, .. } = prepared;
+        let PreparedTier {
+            _writer,
+            base_snapshot: planned_snapshot,
+            planned,
+            mut outcome,
+            data_files,
+            ..
+        } = prepared;
         if outcome.committed.is_empty() {
             return Ok(outcome);
         }
@@ -92,7 +101,11 @@ impl TopicTable {
             let now = current.metadata().current_snapshot_id();
             if now != base_snapshot {
                 let fresh = committed_next_offsets(current.metadata());
-                let stale = || TieringError::StaleSnapshot { table: self.ident.to_string(), planned: planned_snapshot, current: now };
+                let stale = || TieringError::StaleSnapshot {
+                    table: self.ident.to_string(),
+                    planned: planned_snapshot,
+                    current: now,
+                };
                 if let Some(p) = conflicting_partition(&outcome.committed, &planned, &fresh) {
                     warn!(table = %self.ident, partition = p, planned = planned.get(&p), committed = fresh.get(&p),
                         files = data_files.len(), "another writer tiered this partition since the plan: data files left uncommitted");
@@ -108,7 +121,11 @@ impl TopicTable {
             }
             let tx = Transaction::new(&current);
             // Table retention's log starts ride along unchanged (`floe.log-start.*`, cumulative).
-            let mut properties = summary_properties(&outcome.committed, &next, &committed_log_starts(current.metadata()));
+            let mut properties = summary_properties(
+                &outcome.committed,
+                &next,
+                &committed_log_starts(current.metadata()),
+            );
             if let Some(id) = self.broker_id {
                 properties.insert(BROKER_ID_PROPERTY.to_string(), id.to_string());
             }
@@ -118,11 +135,17 @@ impl TopicTable {
                 .add_data_files(data_files.clone())
                 .set_snapshot_properties(properties);
             let tx = append.apply(tx).map_err(TieringError::iceberg("commit", &self.ident))?;
-            let guarded = ExpectSnapshot { inner: self.catalog.clone(), ident: self.ident.clone(), expected: base_snapshot };
+            let guarded = ExpectSnapshot {
+                inner: self.catalog.clone(),
+                ident: self.ident.clone(),
+                expected: base_snapshot,
+            };
             match tx.commit(&guarded).await {
                 Ok(t) => break (current, t),
                 // Moved between the load above and the commit: look again.
-                Err(e) if e.message().starts_with(MOVED) => debug!(table = %self.ident, error = %e, "table moved during the commit"),
+                Err(e) if e.message().starts_with(MOVED) => {
+                    debug!(table = %self.ident, error = %e, "table moved during the commit")
+                }
                 Err(e) => return Err(TieringError::iceberg("commit", &self.ident)(e)),
             }
         };

@@ -218,7 +218,9 @@ impl TopicTable {
         use crate::metadata_commit::DirectCommitter;
         let config = self.config.as_ref()?;
         match config.catalog_type {
-            crate::CatalogType::Sql => Some(DirectCommitter::Sql(config.sqlite_path()?, config.name.clone())),
+            crate::CatalogType::Sql => {
+                Some(DirectCommitter::Sql(config.sqlite_path()?, config.name.clone()))
+            }
             crate::CatalogType::Rest => Some(DirectCommitter::Rest(config.clone())),
         }
     }
@@ -257,7 +259,10 @@ impl TopicTable {
     /// # Errors
     /// [`TieringError::Iceberg`] if the catalog cannot be reached.
     pub async fn load(&self) -> Result<Table> {
-        self.catalog.load_table(&self.ident).await.map_err(TieringError::iceberg("load", &self.ident))
+        self.catalog
+            .load_table(&self.ident)
+            .await
+            .map_err(TieringError::iceberg("load", &self.ident))
     }
 
     /// Per partition, the next offset to tier, from the snapshot ancestry.
@@ -276,7 +281,11 @@ impl TopicTable {
     /// [`TieringError::StaleSnapshot`] if the table changed since the plan (nothing
     /// committed); [`TieringError::Iceberg`] and [`TieringError::SegmentIo`] on failures
     /// (nothing committed either: written files are orphans).
-    pub async fn tier(&self, partitions: &[Arc<PartitionLog>], limits: &TierLimits) -> Result<TierOutcome> {
+    pub async fn tier(
+        &self,
+        partitions: &[Arc<PartitionLog>],
+        limits: &TierLimits,
+    ) -> Result<TierOutcome> {
         self.tier_until(partitions, limits, &AtomicBool::new(false)).await
     }
 
@@ -323,7 +332,11 @@ impl TopicTable {
     ///
     /// # Errors
     /// As [`crate::orphans::find_orphans`] and [`crate::orphans::find_s3_orphans`].
-    pub async fn clean_orphans(&self, older_than: std::time::Duration, delete: bool) -> Result<Vec<String>> {
+    pub async fn clean_orphans(
+        &self,
+        older_than: std::time::Duration,
+        delete: bool,
+    ) -> Result<Vec<String>> {
         let _writer = self.lock.lock().await;
         let table = self.load().await?;
         if !crate::orphans::is_listable(&table) {
@@ -336,8 +349,12 @@ impl TopicTable {
             for path in &orphans {
                 if delete {
                     match std::fs::remove_file(path) {
-                        Ok(()) => warn!(table = %self.ident, path = %path.display(), "deleted orphan data file"),
-                        Err(e) => warn!(table = %self.ident, path = %path.display(), error = %e, "cannot delete orphan data file"),
+                        Ok(()) => {
+                            warn!(table = %self.ident, path = %path.display(), "deleted orphan data file")
+                        }
+                        Err(e) => {
+                            warn!(table = %self.ident, path = %path.display(), error = %e, "cannot delete orphan data file")
+                        }
                     }
                 } else {
                     warn!(table = %self.ident, path = %path.display(), "orphan data file (in no snapshot)");
@@ -345,13 +362,18 @@ impl TopicTable {
             }
             return Ok(orphans.iter().map(|p| p.display().to_string()).collect());
         }
-        let props = self.config.as_ref().map(|c| c.properties().into_iter().collect()).unwrap_or_default();
+        let props =
+            self.config.as_ref().map(|c| c.properties().into_iter().collect()).unwrap_or_default();
         let orphans = crate::orphans::find_s3_orphans(&table, &props, older_than).await?;
         for location in &orphans {
             if delete {
                 match table.file_io().delete(location).await {
-                    Ok(()) => warn!(table = %self.ident, path = %location, "deleted orphan data file"),
-                    Err(e) => warn!(table = %self.ident, path = %location, error = %e, "cannot delete orphan data file"),
+                    Ok(()) => {
+                        warn!(table = %self.ident, path = %location, "deleted orphan data file")
+                    }
+                    Err(e) => {
+                        warn!(table = %self.ident, path = %location, error = %e, "cannot delete orphan data file")
+                    }
                 }
             } else {
                 warn!(table = %self.ident, path = %location, "orphan data file (in no snapshot)");

@@ -85,7 +85,14 @@ impl TopicTable {
         let (dead_lock, dead) = match &self.typed {
             Some(t) => {
                 let lock = t.dead_letters.lock.clone().lock_owned().await;
-                (Some(lock), Some(DeadLetters::new(t.schemas.clone(), t.layout, t.dead_letters.load().await?)?))
+                (
+                    Some(lock),
+                    Some(DeadLetters::new(
+                        t.schemas.clone(),
+                        t.layout,
+                        t.dead_letters.load().await?,
+                    )?),
+                )
             }
             None => (None, None),
         };
@@ -103,7 +110,17 @@ impl TopicTable {
             None => None,
         };
         let layout = if self.log_table.is_some() { RowLayout::Lossless } else { RowLayout::Raw };
-        Ok(Pass { writer_lock, base_snapshot, next, dead_lock, sink, log_side, layout, outcome: TierOutcome::default(), stopped: false })
+        Ok(Pass {
+            writer_lock,
+            base_snapshot,
+            next,
+            dead_lock,
+            sink,
+            log_side,
+            layout,
+            outcome: TierOutcome::default(),
+            stopped: false,
+        })
     }
 }
 
@@ -112,7 +129,9 @@ impl Pass {
     /// and a typed table's dead letters as its companions. A pass that covered no
     /// offsets prepares nothing (its next offsets are the plan's).
     async fn finish(self) -> Result<PreparedTier> {
-        let Pass { writer_lock, base_snapshot, next, dead_lock, sink, log_side, mut outcome, .. } = self;
+        let Pass {
+            writer_lock, base_snapshot, next, dead_lock, sink, log_side, mut outcome, ..
+        } = self;
         let (data_files, dead) = sink.finish().await?;
         if outcome.committed.is_empty() {
             outcome.next_offsets = next.clone();
@@ -134,17 +153,32 @@ impl Pass {
         outcome.bytes = data_files.iter().map(DataFile::file_size_in_bytes).sum();
         outcome.rows = data_files.iter().map(DataFile::record_count).sum();
         let dead_letters = match (dead, dead_lock) {
-            (Some((files, dead)), Some(lock)) if !files.is_empty() => Some(dead_letters_prepared(lock, files, &dead, &mut outcome)),
+            (Some((files, dead)), Some(lock)) if !files.is_empty() => {
+                Some(dead_letters_prepared(lock, files, &dead, &mut outcome))
+            }
             _ => None,
         };
-        Ok(PreparedTier { _writer: writer_lock, base_snapshot, planned: next, outcome, data_files, dead_letters, log_rows })
+        Ok(PreparedTier {
+            _writer: writer_lock,
+            base_snapshot,
+            planned: next,
+            outcome,
+            data_files,
+            dead_letters,
+            log_rows,
+        })
     }
 }
 
 /// A typed table's dead letters of a pass as a commit of their own (counted in the
 /// pass's `outcome`): the pass's ranges of the partitions with dead letters, each from
 /// where the dead-letter table stands.
-fn dead_letters_prepared(lock: OwnedMutexGuard<()>, files: Vec<DataFile>, dead: &DeadLetters, outcome: &mut TierOutcome) -> Box<PreparedTier> {
+fn dead_letters_prepared(
+    lock: OwnedMutexGuard<()>,
+    files: Vec<DataFile>,
+    dead: &DeadLetters,
+    outcome: &mut TierOutcome,
+) -> Box<PreparedTier> {
     // The dead letters' ranges: the pass's, from where the dead-letter table stands.
     let committed: BTreeMap<i32, (i64, i64)> = dead
         .rows
@@ -177,7 +211,10 @@ fn dead_letters_prepared(lock: OwnedMutexGuard<()>, files: Vec<DataFile>, dead: 
 impl LogSide {
     /// The `__log` commit of a pass tiering `committed`: its partitions with rows,
     /// each from where the `__log` table stands; `None` without rows.
-    async fn prepared(self, committed: &BTreeMap<i32, (i64, i64)>) -> Result<Option<Box<PreparedTier>>> {
+    async fn prepared(
+        self,
+        committed: &BTreeMap<i32, (i64, i64)>,
+    ) -> Result<Option<Box<PreparedTier>>> {
         let (files, _) = self.sink.finish().await?;
         if files.is_empty() {
             return Ok(None);

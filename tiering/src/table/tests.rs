@@ -12,15 +12,22 @@ use crate::catalog::IcebergCatalog;
 use crate::test_util::*;
 
 async fn catalog(dir: &std::path::Path) -> IcebergCatalog {
-    IcebergCatalog::open_sqlite("floe", &dir.join("iceberg/catalog.db"), &dir.join("iceberg/warehouse"), "kafka")
-        .await
-        .unwrap()
+    IcebergCatalog::open_sqlite(
+        "floe",
+        &dir.join("iceberg/catalog.db"),
+        &dir.join("iceberg/warehouse"),
+        "kafka",
+    )
+    .await
+    .unwrap()
 }
 
 async fn scanned_offsets(t: &TopicTable) -> Vec<i64> {
     let batches = scan_columns(t, &["offset"]).await;
-    let mut v: Vec<i64> =
-        batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec()).collect();
+    let mut v: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
     v.sort_unstable();
     v
 }
@@ -50,10 +57,13 @@ async fn sealed_segments_are_tiered_once_and_resume_from_the_summary() {
     let cat = catalog(dir.path()).await;
     let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
     assert_eq!(t.committed_next_offsets().await.unwrap()[&0], sealed_end);
-    assert!(matches!(
-        cat.topic_table("t", "id-2", "day(timestamp)").await,
-        Err(TieringError::TopicMismatch { .. })
-    ), "a re-created topic of the same name");
+    assert!(
+        matches!(
+            cat.topic_table("t", "id-2", "day(timestamp)").await,
+            Err(TieringError::TopicMismatch { .. })
+        ),
+        "a re-created topic of the same name"
+    );
     let out = t.tier(std::slice::from_ref(&log), &limits).await.unwrap();
     assert_eq!(out.committed[&0], (sealed_end, 229));
     assert_eq!(scanned_offsets(&t).await, (0..230).collect::<Vec<_>>());
@@ -91,10 +101,15 @@ async fn aborted_open_and_control_records_never_become_rows() {
 
 /// `(offset, kind)` of a shared table's `__log` rows, in offset order.
 async fn log_rows(t: &TopicTable) -> Vec<(i64, String, Option<i64>)> {
-    let batches = scan_columns(t.log_table().unwrap(), &["offset", "kind", "txn_first_offset"]).await;
+    let batches =
+        scan_columns(t.log_table().unwrap(), &["offset", "kind", "txn_first_offset"]).await;
     let mut v = Vec::new();
     for b in &batches {
-        let (o, k, f) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_string::<i32>(), b.column(2).as_primitive::<Int64Type>());
+        let (o, k, f) = (
+            b.column(0).as_primitive::<Int64Type>(),
+            b.column(1).as_string::<i32>(),
+            b.column(2).as_primitive::<Int64Type>(),
+        );
         for i in 0..b.num_rows() {
             v.push((o.value(i), k.value(i).to_string(), f.is_valid(i).then(|| f.value(i))));
         }
@@ -124,7 +139,10 @@ async fn a_shared_table_holds_every_offset_once_across_it_and_its_log_table() {
     let cat = catalog(dir.path()).await;
     let t = cat.shared_topic_table("t", "id-1", "identity(partition)").await.unwrap();
     // A crash after the `__log` commit: the next pass commits the main table and no `__log` row twice.
-    let prepared = t.prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    let prepared = t
+        .prepare(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(false))
+        .await
+        .unwrap();
     t.commit_log_only(prepared).await.unwrap();
     assert!(scanned_offsets(&t).await.is_empty());
     let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
@@ -142,9 +160,22 @@ async fn a_shared_table_holds_every_offset_once_across_it_and_its_log_table() {
     all.dedup();
     assert_eq!(all.len(), main.len() + want.len(), "no offset in both tables");
     // The lossless columns hold each batch's header as stored.
-    let b = scan_columns(&t, &["offset", "batch_crc", "batch_last_offset_delta", "batch_records_count", "batch_base_timestamp"]).await;
+    let b = scan_columns(
+        &t,
+        &[
+            "offset",
+            "batch_crc",
+            "batch_last_offset_delta",
+            "batch_records_count",
+            "batch_base_timestamp",
+        ],
+    )
+    .await;
     let headers: std::collections::BTreeMap<i64, floe_protocol::record_batch::RecordBatchHeader> =
-        floe_protocol::record_batch::BatchIter::new(&damaged).map(|h| h.unwrap().header).map(|h| (h.base_offset, h)).collect();
+        floe_protocol::record_batch::BatchIter::new(&damaged)
+            .map(|h| h.unwrap().header)
+            .map(|h| (h.base_offset, h))
+            .collect();
     for batch in &b {
         let (off, crc, lod, count, base_ts) = (
             batch.column(0).as_primitive::<Int64Type>(),
@@ -156,12 +187,18 @@ async fn a_shared_table_holds_every_offset_once_across_it_and_its_log_table() {
         for i in 0..batch.num_rows() {
             let h = headers.range(..=off.value(i)).next_back().unwrap().1;
             assert_eq!(crc.value(i), i64::from(h.crc));
-            assert_eq!((lod.value(i), count.value(i), base_ts.value(i)), (h.last_offset_delta, h.records_count, h.base_timestamp));
+            assert_eq!(
+                (lod.value(i), count.value(i), base_ts.value(i)),
+                (h.last_offset_delta, h.records_count, h.base_timestamp)
+            );
         }
     }
     // A copy-mode table cannot be opened shared.
     cat.topic_table("c", "id-2", "").await.unwrap();
-    assert!(matches!(cat.shared_topic_table("c", "id-2", "").await, Err(TieringError::NotLossless { .. })));
+    assert!(matches!(
+        cat.shared_topic_table("c", "id-2", "").await,
+        Err(TieringError::NotLossless { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +235,10 @@ async fn a_stopped_pass_commits_whole_batches_and_the_next_resumes() {
     log.roll_now().unwrap();
     let cat = catalog(dir.path()).await;
     let t = cat.topic_table("t", "id-1", "").await.unwrap();
-    let out = t.tier_until(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(true)).await.unwrap();
+    let out = t
+        .tier_until(std::slice::from_ref(&log), &TierLimits::default(), &AtomicBool::new(true))
+        .await
+        .unwrap();
     assert!(out.committed.is_empty(), "stopped before the first batch: {out:?}");
     let out = t.tier(std::slice::from_ref(&log), &TierLimits::default()).await.unwrap();
     assert_eq!(out.committed[&0], (0, 14));
@@ -237,7 +277,9 @@ async fn orphans_are_files_in_no_snapshot() {
 async fn racing_writers_never_duplicate() {
     let dir = tempfile::tempdir().unwrap();
     let logs: Vec<Arc<PartitionLog>> = (0..2)
-        .map(|p| Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[("segment.bytes", "1500")])))
+        .map(|p| {
+            Arc::new(open_log(&dir.path().join(format!("t-{p}")), p, &[("segment.bytes", "1500")]))
+        })
         .collect();
     for log in &logs {
         fill(log, 0, 100);
@@ -300,16 +342,25 @@ async fn a_commit_of_another_partition_under_the_plan_is_not_a_conflict() {
     let dir = tempfile::tempdir().unwrap();
     let (logs, ta, tb) = two_writers(dir.path()).await;
     // A plans partition 0; B commits partition 1 meanwhile; A's commit goes on top of B's.
-    let prepared = ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    let prepared =
+        ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
     assert_eq!(prepared.ranges()[&0], (0, 99));
     let b_out = tb.tier(&logs[1..], &TierLimits::default()).await.unwrap();
     assert_eq!(b_out.committed[&1], (0, 99));
     let a_out = ta.commit(prepared).await.unwrap();
     assert_eq!(a_out.committed[&0], (0, 99));
-    assert_eq!(a_out.next_offsets, BTreeMap::from([(0, 100), (1, 100)]), "planned on a stale table, reported from the fresh one");
+    assert_eq!(
+        a_out.next_offsets,
+        BTreeMap::from([(0, 100), (1, 100)]),
+        "planned on a stale table, reported from the fresh one"
+    );
     let table = ta.load().await.unwrap();
     let current = table.metadata().current_snapshot().unwrap();
-    assert_eq!(current.parent_snapshot_id(), b_out.snapshot_id, "on top of B's commit, not over it");
+    assert_eq!(
+        current.parent_snapshot_id(),
+        b_out.snapshot_id,
+        "on top of B's commit, not over it"
+    );
     let summary = &current.summary().additional_properties;
     assert_eq!(summary["floe.next-offset.1"], "100", "the summary carries B's offsets");
     assert_eq!(summary[BROKER_ID_PROPERTY], "1");
@@ -322,7 +373,8 @@ async fn a_deposed_writer_cannot_commit_a_partition_tiered_since_its_plan() {
     let dir = tempfile::tempdir().unwrap();
     let (logs, ta, tb) = two_writers(dir.path()).await;
     // A (the old leader of partition 0) plans it and stalls; B (the new leader) tiers it.
-    let stale = ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
+    let stale =
+        ta.prepare(&logs[..1], &TierLimits::default(), &AtomicBool::new(false)).await.unwrap();
     let b_out = tb.tier(&logs[..1], &TierLimits::default()).await.unwrap();
     assert_eq!(b_out.committed[&0], (0, 99));
     match ta.commit(stale).await {
@@ -334,7 +386,16 @@ async fn a_deposed_writer_cannot_commit_a_partition_tiered_since_its_plan() {
     assert!(again.committed.is_empty(), "{again:?}");
     let want: Vec<(i32, i64)> = (0..100).map(|o| (0, o)).collect();
     assert_eq!(scanned_partition_offsets(&ta).await, want, "every offset once");
-    let summary = ta.load().await.unwrap().metadata().current_snapshot().unwrap().summary().additional_properties.clone();
+    let summary = ta
+        .load()
+        .await
+        .unwrap()
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties
+        .clone();
     assert_eq!(summary[BROKER_ID_PROPERTY], "2");
 }
 
@@ -351,19 +412,39 @@ async fn tier_throughput() {
             .map(|i| TestRecord {
                 key: Some(format!("k{b}-{i}").into_bytes()),
                 // Half-compressible values: 512 random bytes then 512 zeros.
-                value: Some((0..1024).map(|j| if j < 512 { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 } else { 0 }).collect()),
+                value: Some(
+                    (0..1024)
+                        .map(|j| {
+                            if j < 512 {
+                                x ^= x << 13;
+                                x ^= x >> 7;
+                                x ^= x << 17;
+                                x as u8
+                            } else {
+                                0
+                            }
+                        })
+                        .collect(),
+                ),
                 headers: vec![],
                 timestamp: 1_700_000_000_000 + b,
             })
             .collect();
-        log.append(&mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4), 0).unwrap();
+        log.append(&mut encode(&recs, floe_protocol::kafka_protocol::records::Compression::Lz4), 0)
+            .unwrap();
     }
     log.roll_now().unwrap();
     let bytes: u64 = log.sealed_segments().iter().map(|s| s.size_bytes).sum();
     let cat = catalog(dir.path()).await;
     let t = cat.topic_table("t", "id-1", "day(timestamp)").await.unwrap();
     let start = std::time::Instant::now();
-    let out = t.tier(std::slice::from_ref(&log), &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() }).await.unwrap();
+    let out = t
+        .tier(
+            std::slice::from_ref(&log),
+            &TierLimits { max_bytes_per_partition: u64::MAX, ..TierLimits::default() },
+        )
+        .await
+        .unwrap();
     let took = start.elapsed().as_secs_f64();
     assert_eq!(out.rows, 40_000);
     println!("tiered {bytes} segment bytes into {} Parquet bytes ({} files) in {took:.3}s: {:.1} MiB/s of segment, {:.0} records/s",

@@ -49,7 +49,9 @@ pub fn column_name(name: &str) -> String {
 /// table the lossless layout's (a copy table keeps value columns of those
 /// names, as it always had them).
 pub fn is_kafka_column(name: &str, lossless: bool) -> bool {
-    KAFKA_COLUMNS.contains(&name) || name == crate::schema::KEY_RAW_COLUMN || (lossless && crate::schema::is_lossless_column(name))
+    KAFKA_COLUMNS.contains(&name)
+        || name == crate::schema::KEY_RAW_COLUMN
+        || (lossless && crate::schema::is_lossless_column(name))
 }
 
 /// [`column_name`] in a table that is `lossless` (shared) or not ([`is_kafka_column`]).
@@ -72,7 +74,10 @@ pub struct Evolution {
 
 impl std::fmt::Debug for Evolution {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Evolution").field("adds", &self.adds.len()).field("promotions", &self.promotions).finish()
+        f.debug_struct("Evolution")
+            .field("adds", &self.adds.len())
+            .field("promotions", &self.promotions)
+            .finish()
     }
 }
 
@@ -125,7 +130,12 @@ pub fn plan_key(schema: &Schema, key: &DataType) -> Result<Evolution, String> {
 /// The column of a typed key (and of a raw one: the binary `key`).
 pub const KEY_COLUMN: &str = "key";
 
-pub(crate) fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut Evolution) -> Result<(), String> {
+pub(crate) fn compare(
+    path: &str,
+    field: &NestedField,
+    data: &DataType,
+    ev: &mut Evolution,
+) -> Result<(), String> {
     match (field.field_type.as_ref(), data) {
         (Type::Struct(st), DataType::Struct(fields)) => {
             for f in fields {
@@ -142,13 +152,22 @@ pub(crate) fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut
             }
             Ok(())
         }
-        (Type::List(l), DataType::List(item)) => compare(&format!("{path}.element"), &l.element_field, item.data_type(), ev),
+        (Type::List(l), DataType::List(item)) => {
+            compare(&format!("{path}.element"), &l.element_field, item.data_type(), ev)
+        }
         (Type::Map(m), DataType::Map(entries, _)) => {
-            let DataType::Struct(kv) = entries.data_type() else { return Err(format!("`{path}`: a map without entries")) };
-            let (Some(k), Some(v)) = (kv.first(), kv.get(1)) else { return Err(format!("`{path}`: a map without key and value")) };
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err(format!("`{path}`: a map without entries"));
+            };
+            let (Some(k), Some(v)) = (kv.first(), kv.get(1)) else {
+                return Err(format!("`{path}`: a map without key and value"));
+            };
             let key = iceberg_type(k.data_type())?;
             if *m.key_field.field_type != key {
-                return Err(format!("`{path}`: map keys are {} in the table, {key} in the schema", m.key_field.field_type));
+                return Err(format!(
+                    "`{path}`: map keys are {} in the table, {key} in the schema",
+                    m.key_field.field_type
+                ));
             }
             compare(&format!("{path}.value"), &m.value_field, v.data_type(), ev)
         }
@@ -163,10 +182,14 @@ pub(crate) fn compare(path: &str, field: &NestedField, data: &DataType, ev: &mut
                 ev.promotions.push((field.id, d.clone()));
                 Ok(())
             } else {
-                Err(format!("`{path}`: the table has {p}, the schema {d}: a change Iceberg cannot express"))
+                Err(format!(
+                    "`{path}`: the table has {p}, the schema {d}: a change Iceberg cannot express"
+                ))
             }
         }
-        (column, data) => Err(format!("`{path}`: the table has {column}, the schema {}", type_name(data))),
+        (column, data) => {
+            Err(format!("`{path}`: the table has {column}, the schema {}", type_name(data)))
+        }
     }
 }
 
@@ -175,7 +198,9 @@ pub(crate) fn widens_into(from: &PrimitiveType, to: &PrimitiveType) -> bool {
     use PrimitiveType::*;
     match (from, to) {
         (Int, Long) | (Float, Double) => true,
-        (Decimal { precision: p1, scale: s1 }, Decimal { precision: p2, scale: s2 }) => s1 == s2 && p1 <= p2,
+        (Decimal { precision: p1, scale: s1 }, Decimal { precision: p2, scale: s2 }) => {
+            s1 == s2 && p1 <= p2
+        }
         _ => false,
     }
 }
@@ -212,8 +237,12 @@ pub fn iceberg_type(data: &DataType) -> Result<Type, String> {
             NestedField::new(0, "element", iceberg_type(item.data_type())?, false).into(),
         ))),
         DataType::Map(entries, _) => {
-            let DataType::Struct(kv) = entries.data_type() else { return Err("a map without entries".into()) };
-            let (Some(k), Some(v)) = (kv.first(), kv.get(1)) else { return Err("a map without key and value".into()) };
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err("a map without entries".into());
+            };
+            let (Some(k), Some(v)) = (kv.first(), kv.get(1)) else {
+                return Err("a map without key and value".into());
+            };
             Ok(Type::Map(MapType::new(
                 NestedField::map_key_element(0, iceberg_type(k.data_type())?).into(),
                 NestedField::map_value_element(0, iceberg_type(v.data_type())?, false).into(),
@@ -227,7 +256,9 @@ fn struct_type(fields: &Fields) -> Result<StructType, String> {
     Ok(StructType::new(
         fields
             .iter()
-            .map(|f: &std::sync::Arc<Field>| Ok(NestedField::optional(0, f.name(), iceberg_type(f.data_type())?).into()))
+            .map(|f: &std::sync::Arc<Field>| {
+                Ok(NestedField::optional(0, f.name(), iceberg_type(f.data_type())?).into())
+            })
             .collect::<Result<Vec<_>, String>>()?,
     ))
 }
@@ -245,7 +276,8 @@ mod tests {
     #[test]
     fn the_kafka_column_names_are_the_table_layouts() {
         let schema = crate::schema::iceberg_schema();
-        let names: Vec<&str> = schema.as_struct().fields().iter().map(|f| f.name.as_str()).collect();
+        let names: Vec<&str> =
+            schema.as_struct().fields().iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, KAFKA_COLUMNS);
     }
 
@@ -275,32 +307,49 @@ mod tests {
 
     #[test]
     fn a_key_is_one_column_that_evolves_like_values() {
-        let keys = crate::typed::TypedLayout { key: crate::typed::DataFormat::SchemaRegistry, ..Default::default() };
+        let keys = crate::typed::TypedLayout {
+            key: crate::typed::DataFormat::SchemaRegistry,
+            ..Default::default()
+        };
         let schema = crate::schema::typed_table_schema(&keys);
         let v1 = DataType::Struct(Fields::from(vec![f("id", DataType::Int32)]));
         let ev = plan_key(&schema, &v1).unwrap();
         assert_eq!((ev.adds.len(), ev.promotions.len()), (1, 0), "the key column itself");
         let with_key = Schema::builder()
-            .with_fields(schema.as_struct().fields().iter().cloned().chain([NestedField::optional(
-                30,
-                "key",
-                Type::Struct(StructType::new(vec![NestedField::optional(31, "id", Type::Primitive(PrimitiveType::Int)).into()])),
+            .with_fields(
+                schema.as_struct().fields().iter().cloned().chain([NestedField::optional(
+                    30,
+                    "key",
+                    Type::Struct(StructType::new(vec![NestedField::optional(
+                        31,
+                        "id",
+                        Type::Primitive(PrimitiveType::Int),
+                    )
+                    .into()])),
+                )
+                .into()]),
             )
-            .into()]))
             .build()
             .unwrap();
-        let v2 = DataType::Struct(Fields::from(vec![f("id", DataType::Int64), f("region", DataType::Utf8)]));
+        let v2 = DataType::Struct(Fields::from(vec![
+            f("id", DataType::Int64),
+            f("region", DataType::Utf8),
+        ]));
         let ev = plan_key(&with_key, &v2).unwrap();
         assert_eq!(ev.adds.len(), 1);
         assert_eq!(ev.promotions, [(31, PrimitiveType::Long)]);
-        assert!(plan_key(&with_key, &DataType::Utf8).is_err(), "a struct key cannot become a string");
+        assert!(
+            plan_key(&with_key, &DataType::Utf8).is_err(),
+            "a struct key cannot become a string"
+        );
         assert_eq!(column_name("key_raw"), "value_key_raw");
     }
 
     #[test]
     fn nested_fields_are_added_under_their_parent() {
         let inner = Fields::from(vec![f("x", DataType::Int32)]);
-        let column = iceberg_type(&DataType::List(Arc::new(f("element", DataType::Struct(inner))))).unwrap();
+        let column =
+            iceberg_type(&DataType::List(Arc::new(f("element", DataType::Struct(inner))))).unwrap();
         let column = NestedField::optional(20, "items", column);
         let wider = Fields::from(vec![f("x", DataType::Int32), f("y", DataType::Utf8)]);
         let data = DataType::List(Arc::new(f("element", DataType::Struct(wider))));

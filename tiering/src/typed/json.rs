@@ -38,7 +38,8 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    new_null_array, ArrayRef, BooleanArray, Float64Array, Int64Array, ListArray, StringArray, StructArray,
+    new_null_array, ArrayRef, BooleanArray, Float64Array, Int64Array, ListArray, StringArray,
+    StructArray,
 };
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields};
@@ -60,7 +61,8 @@ pub fn value_object(bytes: &[u8]) -> Result<Value, String> {
 /// # Errors
 /// As [`value_object`].
 pub fn value_object_in(bytes: &[u8], lossless: bool) -> Result<Value, String> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
     let Value::Object(fields) = value else {
         return Err(format!("the value is JSON {}, not an object", kind_of(&value)));
     };
@@ -68,7 +70,9 @@ pub fn value_object_in(bytes: &[u8], lossless: bool) -> Result<Value, String> {
     for (name, v) in fields {
         let column = column_name_in(&name, lossless);
         if columns.contains_key(&column) {
-            return Err(format!("the value's fields `{name}` and `{column}` would both be column `{column}`"));
+            return Err(format!(
+                "the value's fields `{name}` and `{column}` would both be column `{column}`"
+            ));
         }
         columns.insert(column, v);
     }
@@ -138,7 +142,10 @@ pub fn infer(path: &str, v: &Value) -> Result<Option<DataType>, String> {
             let mut out = Vec::with_capacity(fields.len());
             for (name, value) in fields {
                 if name.is_empty() || name.contains('.') {
-                    return Err(format!("`{}`: field name {name:?} cannot be a column (empty, or holds a `.`)", child(path, name)));
+                    return Err(format!(
+                        "`{}`: field name {name:?} cannot be a column (empty, or holds a `.`)",
+                        child(path, name)
+                    ));
                 }
                 if let Some(t) = infer(&child(path, name), value)? {
                     out.push(Field::new(name, t, true));
@@ -191,15 +198,27 @@ pub fn merge(path: &str, a: &DataType, b: &DataType) -> Result<DataType, String>
             let mut out: Vec<Field> = Vec::with_capacity(x.len().max(y.len()));
             for f in x {
                 match y.iter().find(|g| g.name() == f.name()) {
-                    Some(g) => out.push(Field::new(f.name(), merge(&child(path, f.name()), f.data_type(), g.data_type())?, true)),
+                    Some(g) => out.push(Field::new(
+                        f.name(),
+                        merge(&child(path, f.name()), f.data_type(), g.data_type())?,
+                        true,
+                    )),
                     None => out.push(f.as_ref().clone()),
                 }
             }
-            out.extend(y.iter().filter(|g| !x.iter().any(|f| f.name() == g.name())).map(|g| g.as_ref().clone()));
+            out.extend(
+                y.iter()
+                    .filter(|g| !x.iter().any(|f| f.name() == g.name()))
+                    .map(|g| g.as_ref().clone()),
+            );
             Ok(DataType::Struct(Fields::from(out)))
         }
-        (DataType::List(x), DataType::List(y)) => Ok(list_of(merge(&format!("{path}[]"), x.data_type(), y.data_type())?)),
-        (DataType::Int64, DataType::Float64) | (DataType::Float64, DataType::Int64) => Ok(DataType::Float64),
+        (DataType::List(x), DataType::List(y)) => {
+            Ok(list_of(merge(&format!("{path}[]"), x.data_type(), y.data_type())?))
+        }
+        (DataType::Int64, DataType::Float64) | (DataType::Float64, DataType::Int64) => {
+            Ok(DataType::Float64)
+        }
         (a, b) => Err(format!("`{path}` is {} in one record and {} in another", kind(a), kind(b))),
     }
 }
@@ -240,7 +259,9 @@ impl Inference {
 /// A value of another family than `to`; a type JSON never makes.
 pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, ArrowError> {
     let present = |v: &&Option<&Value>| v.is_some_and(|v| !v.is_null());
-    let wrong = |v: &Value| ArrowError::InvalidArgumentError(format!("JSON {} in a {to} column", kind_of(v)));
+    let wrong = |v: &Value| {
+        ArrowError::InvalidArgumentError(format!("JSON {} in a {to} column", kind_of(v)))
+    };
     let each = |f: &dyn Fn(&Value) -> bool| -> Result<(), ArrowError> {
         match values.iter().flatten().find(|v| !v.is_null() && !f(v)) {
             Some(v) => Err(wrong(v)),
@@ -269,8 +290,10 @@ pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, Ar
             let children = fields
                 .iter()
                 .map(|f| {
-                    let of_field: Vec<Option<&Value>> =
-                        values.iter().map(|v| v.and_then(Value::as_object).and_then(|o| o.get(f.name()))).collect();
+                    let of_field: Vec<Option<&Value>> = values
+                        .iter()
+                        .map(|v| v.and_then(Value::as_object).and_then(|o| o.get(f.name())))
+                        .collect();
                     to_array(&of_field, f.data_type())
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -285,8 +308,12 @@ pub fn to_array(values: &[Option<&Value>], to: &DataType) -> Result<ArrayRef, Ar
             each(&|v: &Value| v.is_array())?;
             let lengths = values.iter().map(|v| v.and_then(Value::as_array).map_or(0, Vec::len));
             let offsets = OffsetBuffer::<i32>::from_lengths(lengths);
-            let elements: Vec<Option<&Value>> =
-                values.iter().filter_map(|v| v.and_then(Value::as_array)).flatten().map(Some).collect();
+            let elements: Vec<Option<&Value>> = values
+                .iter()
+                .filter_map(|v| v.and_then(Value::as_array))
+                .flatten()
+                .map(Some)
+                .collect();
             let elements = to_array(&elements, item.data_type())?;
             let nulls = NullBuffer::from(values.iter().map(|v| present(&v)).collect::<Vec<bool>>());
             Arc::new(ListArray::try_new(item.clone(), offsets, elements, Some(nulls))?)
@@ -310,7 +337,9 @@ mod tests {
 
     #[test]
     fn types_are_inferred_and_merged_within_a_pass() {
-        let t = infer("", &json!({"id": 1, "n": null, "tags": ["a"], "a": {"x": 1.5}, "e": []})).unwrap().unwrap();
+        let t = infer("", &json!({"id": 1, "n": null, "tags": ["a"], "a": {"x": 1.5}, "e": []}))
+            .unwrap()
+            .unwrap();
         let DataType::Struct(f) = &t else { panic!("{t}") };
         let names: Vec<&str> = f.iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, ["a", "id", "tags"], "null and [] tell no type");
@@ -318,9 +347,16 @@ mod tests {
         inf.take("", None, &json!({"price": 10})).unwrap();
         inf.take("", None, &json!({"price": 10.5, "extra": "x"})).unwrap();
         let DataType::Struct(f) = inf.merged.clone().unwrap() else { panic!() };
-        assert_eq!(f.find("price").unwrap().1.data_type(), &DataType::Float64, "a fraction in the same pass: double");
+        assert_eq!(
+            f.find("price").unwrap().1.data_type(),
+            &DataType::Float64,
+            "a fraction in the same pass: double"
+        );
         let e = inf.take("", None, &json!({"price": "ten"})).unwrap_err();
-        assert!(e.contains("`price` is a number (double) in one record and a string in another"), "{e}");
+        assert!(
+            e.contains("`price` is a number (double) in one record and a string in another"),
+            "{e}"
+        );
         assert!(infer("", &json!({"a.b": 1})).is_err());
         assert!(infer("", &json!({"mixed": [1, "x"]})).is_err());
     }
@@ -331,9 +367,18 @@ mod tests {
         let e = fit("", &long, &infer("", &json!({"n": 1.5})).unwrap().unwrap()).unwrap_err();
         assert!(e.contains("cannot promote long to double"), "{e}");
         let double = DataType::Struct(Fields::from(vec![Field::new("n", DataType::Float64, true)]));
-        assert_eq!(fit("", &double, &infer("", &json!({"n": 2})).unwrap().unwrap()).unwrap(), double);
-        let e = fit("", &double, &infer("", &json!({"n": {"x": 1}})).unwrap().unwrap()).unwrap_err();
-        assert!(e.contains("`n` is a number (double) in the table and an object (struct) in this record"), "{e}");
+        assert_eq!(
+            fit("", &double, &infer("", &json!({"n": 2})).unwrap().unwrap()).unwrap(),
+            double
+        );
+        let e =
+            fit("", &double, &infer("", &json!({"n": {"x": 1}})).unwrap().unwrap()).unwrap_err();
+        assert!(
+            e.contains(
+                "`n` is a number (double) in the table and an object (struct) in this record"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -141,7 +141,11 @@ pub trait SchemaSource: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// See [`SchemaLookupError`].
-    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError>;
+    fn decoder(
+        &self,
+        id: i32,
+        message_indexes: &[i32],
+    ) -> Result<Arc<TypedDecoder>, SchemaLookupError>;
 }
 
 /// A [`SchemaSource`] whose answers are kept once made: a schema id's schema
@@ -173,7 +177,11 @@ impl SchemaSource for CachedSchemas {
         Ok(p)
     }
 
-    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
+    fn decoder(
+        &self,
+        id: i32,
+        message_indexes: &[i32],
+    ) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
         let key = (id, message_indexes.to_vec());
         if let Some(d) = self.decoders.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(d.clone());
@@ -188,16 +196,26 @@ impl SchemaSource for CachedSchemas {
 impl SchemaSource for floe_schema::SchemaStore {
     fn is_protobuf(&self, id: i32) -> Result<bool, SchemaLookupError> {
         use SchemaLookupError::{Missing, Unavailable};
-        match self.read(|registry| Ok(registry.schema_by_id(id).map(|s| s.schema_type == floe_schema::SchemaType::Protobuf))) {
+        match self.read(|registry| {
+            Ok(registry
+                .schema_by_id(id)
+                .map(|s| s.schema_type == floe_schema::SchemaType::Protobuf))
+        }) {
             Ok(Ok(p)) => Ok(p),
             Ok(Err(e)) => Err(Missing(e.to_string())),
             Err(e) => Err(Unavailable(e.to_string())),
         }
     }
 
-    fn decoder(&self, id: i32, message_indexes: &[i32]) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
+    fn decoder(
+        &self,
+        id: i32,
+        message_indexes: &[i32],
+    ) -> Result<Arc<TypedDecoder>, SchemaLookupError> {
         use SchemaLookupError::{Missing, Unavailable};
-        match self.read(|registry| Ok(TypedDecoder::from_registry_for_message(registry, id, message_indexes))) {
+        match self.read(|registry| {
+            Ok(TypedDecoder::from_registry_for_message(registry, id, message_indexes))
+        }) {
             Ok(Ok(decoder)) => Ok(Arc::new(decoder)),
             Ok(Err(e)) => Err(Missing(e.to_string())),
             Err(e) => Err(Unavailable(e.to_string())),

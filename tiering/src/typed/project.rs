@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use arrow_array::{new_null_array, Array, ArrayRef, ListArray, MapArray, StructArray};
 use arrow_array::cast::AsArray;
+use arrow_array::{new_null_array, Array, ArrayRef, ListArray, MapArray, StructArray};
 use arrow_schema::{ArrowError, DataType};
 
 /// `array` rewritten as the table's type `to`.
@@ -31,7 +31,12 @@ pub fn project(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
         (DataType::List(_), DataType::List(to_item)) => {
             let l = array.as_list::<i32>();
             let values = project(l.values(), to_item.data_type())?;
-            Ok(Arc::new(ListArray::try_new(to_item.clone(), l.offsets().clone(), values, l.nulls().cloned())?))
+            Ok(Arc::new(ListArray::try_new(
+                to_item.clone(),
+                l.offsets().clone(),
+                values,
+                l.nulls().cloned(),
+            )?))
         }
         (DataType::Map(_, _), DataType::Map(to_entries, sorted)) => {
             let m = array.as_map();
@@ -55,7 +60,9 @@ pub fn project(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
         | (DataType::Decimal128(_, _), DataType::Decimal128(_, _))
         | (DataType::Binary, DataType::LargeBinary)
         | (DataType::LargeUtf8, DataType::Utf8) => arrow_cast::cast(array.as_ref(), to),
-        (from, to) => Err(ArrowError::SchemaError(format!("cannot write {from} values into a {to} column"))),
+        (from, to) => {
+            Err(ArrowError::SchemaError(format!("cannot write {from} values into a {to} column")))
+        }
     }
 }
 
@@ -69,8 +76,14 @@ mod tests {
     #[test]
     fn fields_are_reordered_filled_and_widened() {
         let from = StructArray::from(vec![
-            (Arc::new(Field::new("b", DataType::Int32, true)), Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef),
-            (Arc::new(Field::new("a", DataType::Utf8, true)), Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
+            (
+                Arc::new(Field::new("b", DataType::Int32, true)),
+                Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("a", DataType::Utf8, true)),
+                Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef,
+            ),
         ]);
         let to = DataType::Struct(Fields::from(vec![
             Field::new("a", DataType::Utf8, true),

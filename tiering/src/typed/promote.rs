@@ -8,7 +8,9 @@
 //! conditional on the current schema). Data files written before keep their
 //! narrower types; every Iceberg reader widens them on read.
 
-use iceberg::spec::{ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
+use iceberg::spec::{
+    ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
+};
 use iceberg::table::Table;
 
 use crate::metadata_commit::{DirectCommitter, MetadataCommitError};
@@ -21,7 +23,8 @@ pub type Promotion = (i32, PrimitiveType);
 /// # Errors
 /// The schema does not build (a bug: only primitive types change).
 pub fn promoted_schema(schema: &Schema, promotions: &[Promotion]) -> iceberg::Result<Schema> {
-    let fields = schema.as_struct().fields().iter().map(|f| retype(f, promotions)).collect::<Vec<_>>();
+    let fields =
+        schema.as_struct().fields().iter().map(|f| retype(f, promotions)).collect::<Vec<_>>();
     Schema::builder()
         .with_fields(fields)
         .with_identifier_field_ids(schema.identifier_field_ids())
@@ -31,11 +34,19 @@ pub fn promoted_schema(schema: &Schema, promotions: &[Promotion]) -> iceberg::Re
 fn retype(field: &NestedFieldRef, promotions: &[Promotion]) -> NestedFieldRef {
     let field_type = match field.field_type.as_ref() {
         Type::Primitive(p) => Type::Primitive(
-            promotions.iter().find(|(id, _)| *id == field.id).map_or_else(|| p.clone(), |(_, to)| to.clone()),
+            promotions
+                .iter()
+                .find(|(id, _)| *id == field.id)
+                .map_or_else(|| p.clone(), |(_, to)| to.clone()),
         ),
-        Type::Struct(s) => Type::Struct(StructType::new(s.fields().iter().map(|f| retype(f, promotions)).collect())),
+        Type::Struct(s) => Type::Struct(StructType::new(
+            s.fields().iter().map(|f| retype(f, promotions)).collect(),
+        )),
         Type::List(l) => Type::List(ListType::new(retype(&l.element_field, promotions))),
-        Type::Map(m) => Type::Map(MapType::new(retype(&m.key_field, promotions), retype(&m.value_field, promotions))),
+        Type::Map(m) => Type::Map(MapType::new(
+            retype(&m.key_field, promotions),
+            retype(&m.value_field, promotions),
+        )),
     };
     NestedField { field_type: Box::new(field_type), ..NestedField::clone(field) }.into()
 }
@@ -45,13 +56,18 @@ fn retype(field: &NestedFieldRef, promotions: &[Promotion]) -> NestedFieldRef {
 /// # Errors
 /// A message: the schema cannot be built, the catalog cannot be reached, or the
 /// table's schema moved since it was loaded (nothing committed).
-pub async fn commit_promotions(table: &Table, promotions: &[Promotion], committer: &DirectCommitter) -> Result<(), String> {
-    let schema = promoted_schema(table.metadata().current_schema(), promotions).map_err(|e| e.to_string())?;
+pub async fn commit_promotions(
+    table: &Table,
+    promotions: &[Promotion],
+    committer: &DirectCommitter,
+) -> Result<(), String> {
+    let schema = promoted_schema(table.metadata().current_schema(), promotions)
+        .map_err(|e| e.to_string())?;
     match committer.commit_current_schema(table, schema).await {
         Ok(()) => Ok(()),
-        Err(MetadataCommitError::Moved(ident)) => {
-            Err(format!("{ident} changed while its types were being promoted; retried on the next pass"))
-        }
+        Err(MetadataCommitError::Moved(ident)) => Err(format!(
+            "{ident} changed while its types were being promoted; retried on the next pass"
+        )),
         Err(MetadataCommitError::Failed(why)) => Err(why),
     }
 }

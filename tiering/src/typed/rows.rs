@@ -70,7 +70,11 @@ pub(crate) fn by_message(raw: &RecordBatch, column: &str, rows: Vec<usize>) -> B
 }
 
 /// The bytes in `column` (the value or the key) of `rows` of `raw` (`None` for null).
-pub(crate) fn values<'a>(raw: &'a RecordBatch, column: &str, rows: &[usize]) -> Vec<Option<&'a [u8]>> {
+pub(crate) fn values<'a>(
+    raw: &'a RecordBatch,
+    column: &str,
+    rows: &[usize],
+) -> Vec<Option<&'a [u8]>> {
     let Some(values) = raw.column_by_name(column) else { return vec![None; rows.len()] };
     let values = values.as_binary::<i64>();
     rows.iter().map(|&i| values.is_valid(i).then(|| values.value(i))).collect()
@@ -119,7 +123,11 @@ pub(crate) fn typed_batch(
             }
         } else {
             let from_value = decoded.and_then(|d| {
-                d.schema().fields().iter().position(|f| column_name_in(f.name(), lossless) == name).map(|i| d.column(i).clone())
+                d.schema()
+                    .fields()
+                    .iter()
+                    .position(|f| column_name_in(f.name(), lossless) == name)
+                    .map(|i| d.column(i).clone())
             });
             match from_value {
                 Some(c) => project(&c, field.data_type())?,
@@ -140,14 +148,19 @@ pub(crate) struct TypedKeys<'a>(pub(crate) Option<&'a ArrayRef>);
 ///
 /// # Errors
 /// A bug: the dead-letter layout does not hold the raw columns.
-pub(crate) fn dead_letter_batch(raw: &RecordBatch, rows: &[(usize, String)], table: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+pub(crate) fn dead_letter_batch(
+    raw: &RecordBatch,
+    rows: &[(usize, String)],
+    table: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
     let indices: Vec<usize> = rows.iter().map(|(i, _)| *i).collect();
     let mut columns = Vec::with_capacity(table.fields().len());
     for field in table.fields() {
         let column = match raw.column_by_name(field.name()) {
             Some(c) => project(&take(c, &indices)?, field.data_type())?,
             None if field.name() == crate::schema::DLQ_ERROR_COLUMN => {
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, e)| e.as_str()))) as ArrayRef
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, e)| e.as_str())))
+                    as ArrayRef
             }
             None => new_null_array(field.data_type(), indices.len()),
         };

@@ -40,9 +40,12 @@ impl PendingTxnOffset {
     /// The pending offset a replayed entry is (`None` for a tombstone or group record).
     fn of(entry: &LogEntry) -> Option<Self> {
         match entry {
-            LogEntry::Offset { group, topic, partition, value: Some(offset) } => {
-                Some(Self { group: group.clone(), topic: topic.clone(), partition: *partition, offset: offset.clone() })
-            }
+            LogEntry::Offset { group, topic, partition, value: Some(offset) } => Some(Self {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                offset: offset.clone(),
+            }),
             _ => None,
         }
     }
@@ -57,7 +60,10 @@ impl GroupCoordinator {
             .map(|(pid, entries)| (*pid, entries.iter().filter_map(PendingTxnOffset::of).collect()))
             .collect();
         if !open.is_empty() {
-            tracing::info!(producers = open.len(), "transactional offset commits awaiting their markers");
+            tracing::info!(
+                producers = open.len(),
+                "transactional offset commits awaiting their markers"
+            );
         }
         *self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner) = open;
     }
@@ -138,11 +144,8 @@ impl GroupCoordinator {
             Ok(Ok(())) => {
                 let mut pending = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner);
                 let entries = pending.entry(producer.0).or_default();
-                entries.extend(offsets.into_iter().map(|(topic, partition, offset)| PendingTxnOffset {
-                    group: group_id.to_string(),
-                    topic,
-                    partition,
-                    offset,
+                entries.extend(offsets.into_iter().map(|(topic, partition, offset)| {
+                    PendingTxnOffset { group: group_id.to_string(), topic, partition, offset }
                 }));
                 Ok(())
             }
@@ -158,8 +161,18 @@ impl GroupCoordinator {
     ///
     /// # Errors
     /// What the log write reported.
-    pub fn complete_txn(&self, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), StoreError> {
-        self.complete_txn_at(producer_id, producer_epoch, commit, crate::transaction::COORDINATOR_EPOCH)
+    pub fn complete_txn(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), StoreError> {
+        self.complete_txn_at(
+            producer_id,
+            producer_epoch,
+            commit,
+            crate::transaction::COORDINATOR_EPOCH,
+        )
     }
 
     /// [`GroupCoordinator::complete_txn`] for a marker of the transaction
@@ -169,11 +182,21 @@ impl GroupCoordinator {
     /// # Errors
     /// NOT_COORDINATOR-like [`StoreError::NotCoordinator`] when this broker does not
     /// coordinate groups; what the log write reported.
-    pub fn complete_txn_at(&self, producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32) -> Result<(), StoreError> {
+    pub fn complete_txn_at(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<(), StoreError> {
         if let Err(e) = self.check_active() {
             return Err(match e {
-                ResponseError::NotCoordinator => StoreError::NotCoordinator("this broker does not coordinate groups now".into()),
-                e => StoreError::NotReplicated(format!("the group coordinator is not ready: {e:?}")),
+                ResponseError::NotCoordinator => {
+                    StoreError::NotCoordinator("this broker does not coordinate groups now".into())
+                }
+                e => {
+                    StoreError::NotReplicated(format!("the group coordinator is not ready: {e:?}"))
+                }
             });
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -186,8 +209,14 @@ impl GroupCoordinator {
                 let _ = tx.send(result);
             }),
         );
-        rx.recv().unwrap_or_else(|_| Err(StoreError::Storage("the writer thread is gone".into())))?;
-        let entries = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner).remove(&producer_id).unwrap_or_default();
+        rx.recv()
+            .unwrap_or_else(|_| Err(StoreError::Storage("the writer thread is gone".into())))?;
+        let entries = self
+            .pending_txn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&producer_id)
+            .unwrap_or_default();
         if commit {
             for e in entries {
                 let g = self.group_or_create(&e.group);
@@ -202,15 +231,23 @@ impl GroupCoordinator {
     /// answers UNSTABLE_OFFSET_COMMIT for it, KIP-447).
     pub fn has_pending_txn_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
         let pending = self.pending_txn.lock().unwrap_or_else(PoisonError::into_inner);
-        pending.values().flatten().any(|e| e.group == group_id && e.topic == topic && e.partition == partition)
+        pending
+            .values()
+            .flatten()
+            .any(|e| e.group == group_id && e.topic == topic && e.partition == partition)
     }
 
     /// OffsetFetch: `topics` `None` means every committed partition.
-    pub fn fetch_offsets(&self, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<TopicOffsets>, ResponseError> {
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<TopicOffsets>, ResponseError> {
         self.check_active()?;
         let g = self.group(group_id);
         let g = g.as_ref().map(|g| lock(g));
-        let lookup = |t: &str, p: i32| g.as_ref().and_then(|g| g.offsets.get(&(t.to_string(), p)).cloned());
+        let lookup =
+            |t: &str, p: i32| g.as_ref().and_then(|g| g.offsets.get(&(t.to_string(), p)).cloned());
         Ok(match topics {
             Some(topics) => topics
                 .into_iter()
@@ -220,7 +257,10 @@ impl GroupCoordinator {
                 })
                 .collect(),
             None => {
-                let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, Option<OffsetAndMetadata>)>> = Default::default();
+                let mut by_topic: std::collections::BTreeMap<
+                    String,
+                    Vec<(i32, Option<OffsetAndMetadata>)>,
+                > = Default::default();
                 if let Some(g) = &g {
                     for ((t, p), o) in &g.offsets {
                         by_topic.entry(t.clone()).or_default().push((*p, Some(o.clone())));
@@ -238,7 +278,11 @@ impl GroupCoordinator {
     }
 
     /// OffsetDelete: per-partition results, or a group-level error.
-    pub async fn delete_offsets(&self, group_id: &str, partitions: Vec<(String, i32)>) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         self.check_active()?;
         let g = self.group(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         let (results, tombstones) = {
@@ -265,8 +309,15 @@ impl GroupCoordinator {
     }
 
     /// Writes offset tombstones (and the group's, if `group_too`), then forgets them.
-    pub(super) async fn write_tombstones(&self, g: &GroupRef, group_id: &str, offsets: Vec<(String, i32)>, group_too: bool) -> Result<(), ResponseError> {
-        let mut records: Vec<LogRecord> = offsets.iter().map(|(t, p)| (records::offset_key(group_id, t, *p), None)).collect();
+    pub(super) async fn write_tombstones(
+        &self,
+        g: &GroupRef,
+        group_id: &str,
+        offsets: Vec<(String, i32)>,
+        group_too: bool,
+    ) -> Result<(), ResponseError> {
+        let mut records: Vec<LogRecord> =
+            offsets.iter().map(|(t, p)| (records::offset_key(group_id, t, *p), None)).collect();
         if group_too {
             records.push((records::group_key(group_id), None));
         }
@@ -306,7 +357,12 @@ impl GroupCoordinator {
     }
 
     /// OffsetFetch v9+ from a consumer group member: Kafka checks its member id and epoch.
-    pub fn validate_offset_fetch(&self, group_id: &str, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+    pub fn validate_offset_fetch(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+    ) -> Result<(), ResponseError> {
         let Some(g) = self.group(group_id) else { return Ok(()) };
         let g = lock(&g);
         match &g.consumer {
@@ -323,7 +379,10 @@ impl GroupCoordinator {
         let groups: Vec<GroupRef> = self.groups_read().values().cloned().collect();
         for g in groups {
             let mut guard = lock(&g);
-            if guard.state() != GroupState::Empty || guard.has_pending_members() || guard.member_count() > 0 {
+            if guard.state() != GroupState::Empty
+                || guard.has_pending_members()
+                || guard.member_count() > 0
+            {
                 continue;
             }
             let since = guard.state_since_ms;
@@ -333,7 +392,10 @@ impl GroupCoordinator {
                 .filter(|(_, o)| now_ms - o.commit_timestamp.max(since) >= retention_ms)
                 .map(|(k, _)| k.clone())
                 .collect();
-            let mut records: Vec<LogRecord> = expired.iter().map(|(t, p)| (records::offset_key(guard.id(), t, *p), None)).collect();
+            let mut records: Vec<LogRecord> = expired
+                .iter()
+                .map(|(t, p)| (records::offset_key(guard.id(), t, *p), None))
+                .collect();
             for k in &expired {
                 guard.offsets.remove(k);
             }
@@ -346,7 +408,11 @@ impl GroupCoordinator {
                 self.groups_write().remove(guard.id());
             }
             if !expired.is_empty() {
-                tracing::info!(group = guard.id(), partitions = expired.len(), "expired committed offsets");
+                tracing::info!(
+                    group = guard.id(),
+                    partitions = expired.len(),
+                    "expired committed offsets"
+                );
             }
             if !records.is_empty() {
                 self.store.append(records, Box::new(|_| {}));
@@ -357,5 +423,8 @@ impl GroupCoordinator {
 
 /// The `__consumer_offsets` records committing `offsets` for `group_id`.
 fn offset_records(group_id: &str, offsets: &[(String, i32, OffsetAndMetadata)]) -> Vec<LogRecord> {
-    offsets.iter().map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o)))).collect()
+    offsets
+        .iter()
+        .map(|(t, p, o)| (records::offset_key(group_id, t, *p), Some(records::offset_value(o))))
+        .collect()
 }
