@@ -242,7 +242,7 @@ impl SchemaStore {
 
     /// Appends `records` as one batch and fsyncs it; the offset after it.
     fn append(&self, log: &PartitionLog, records: &[SchemaRecord]) -> Result<i64, RegistryError> {
-        let now = wall_ms();
+        let now = floe_storage::clock::wall_ms();
         let batch: Vec<Record> = records
             .iter()
             .enumerate()
@@ -338,12 +338,4 @@ impl SchemaStore {
         }
         Ok(applied)
     }
-}
-
-/// Milliseconds since the Unix epoch: the appended records' timestamps.
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

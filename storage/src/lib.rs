@@ -20,6 +20,7 @@
 //! - [`transaction`]: isolation levels, aborted transactions, control batches (transaction markers).
 //! - `txn_index`: `TransactionIndex`, a segment's `.txnindex` of aborted transactions.
 //! - [`producer_id_manager`]: `ProducerIdManager`, producer ids unique across restarts (InitProducerId).
+//! - [`clock`]: the wall clock (milliseconds and seconds since the Unix epoch).
 //! - [`config`]: `LogConfig`, Kafka's topic config keys and defaults.
 //! - [`iceberg_keys`]: the `floe.iceberg.*` topic keys' names (stored here, read by tiering).
 //! - [`maintenance`]: `Maintenance`, the thread that rolls, retains, flushes and checkpoints every log.
@@ -50,6 +51,7 @@ pub mod batch_reader;
 pub mod checkpoint;
 mod cleaned_txns;
 pub mod cleaner;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod failpoint;

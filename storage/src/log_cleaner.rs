@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
@@ -90,10 +90,6 @@ pub struct PartitionCleanState {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 impl CleanerStats {
@@ -258,7 +254,7 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
     if shared.logs.log_dir_failure().is_offline() {
         return Ok(false);
     }
-    let now = now_ms();
+    let now = crate::clock::wall_ms();
     let mut best: Option<(f64, Arc<PartitionLog>, DirtyRange)> = None;
     let mut seen = BTreeMap::new();
     for topic in shared.logs.topics() {
@@ -318,11 +314,11 @@ fn clean_dirtiest(shared: &Shared, memory: usize, throttler: &mut Throttler) -> 
     shared.stats.runs.fetch_add(1, Ordering::Relaxed);
     shared.stats.bytes_read.fetch_add(stats.bytes_read, Ordering::Relaxed);
     shared.stats.bytes_written.fetch_add(stats.bytes_written, Ordering::Relaxed);
-    shared.stats.last_run_ms.store(now_ms().max(0) as u64, Ordering::Relaxed);
+    shared.stats.last_run_ms.store(crate::clock::wall_ms().max(0) as u64, Ordering::Relaxed);
     {
         let mut partitions = lock(&shared.stats.partitions);
         let state = partitions.entry(key.clone()).or_default();
-        state.last_clean_ms = Some(now_ms());
+        state.last_clean_ms = Some(crate::clock::wall_ms());
         if let Ok(v) = log.cleaner_view() {
             state.dirty_ratio = DirtyRange::of(&v, Some(end_offset), now).dirty_ratio();
         }

@@ -565,7 +565,7 @@ impl TopicTable {
             .with_sequence_number(sequence_number)
             .with_summary(Summary { operation: kind.operation, additional_properties: properties })
             .with_schema_id(metadata.current_schema_id())
-            .with_timestamp_ms(crate::clock::wall_ms().max(metadata.last_updated_ms() + 1))
+            .with_timestamp_ms(floe_storage::clock::wall_ms().max(metadata.last_updated_ms() + 1))
             .build();
         Ok(snapshot)
     }
@@ -781,7 +781,8 @@ mod tests {
                 .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
                 .collect();
         let expiry = crate::ExpiryPolicy { max_age_ms: 0, min_to_keep: 1 };
-        let expired = t.expire_snapshots(expiry, crate::clock::wall_ms() + 1000).await.unwrap();
+        let expired =
+            t.expire_snapshots(expiry, floe_storage::clock::wall_ms() + 1000).await.unwrap();
         assert!(expired.deleted_files >= 12, "{expired:?}");
         let left: BTreeSet<String> =
             std::fs::read_dir(dir.path().join("iceberg/warehouse/kafka/t/data"))

@@ -29,14 +29,12 @@
 //! - [`rest`]: the read-only Iceberg REST catalog's routes, answers and JSON bodies.
 //! - [`metrics`]: the `floe_iceberg_*` metrics.
 //! - [`text`]: words for people in the reports.
-//! - [`clock`]: the wall clock.
 //! - [`error`]: the crate's error type.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod catalog;
 pub mod catalog_config;
-pub mod clock;
 pub mod compaction;
 pub mod convert;
 pub mod error;

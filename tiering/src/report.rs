@@ -2,10 +2,10 @@
 //! maintenance run by hand (expiry, compaction), as text for people. Both read
 //! or commit through the catalog only, so they are safe while a broker runs.
 
-use crate::clock::wall_ms;
 use crate::compaction::CompactionRequest;
 use crate::text::count;
 use crate::{CatalogConfig, IcebergCatalog, TieringError};
+use floe_storage::clock::wall_ms;
 
 /// `floe iceberg status`: what the configured catalog holds, per table: the
 /// committed (next) offset of each partition and the totals of the current

@@ -54,7 +54,6 @@ use std::time::{Duration, Instant};
 use floe_storage::{LogManager, PartitionLog, Topic};
 use tracing::{debug, error, info, warn};
 
-use crate::clock::{wall_ms, wall_secs};
 use crate::compaction::CompactionRequest;
 use crate::metrics::IcebergMetrics;
 use crate::settings::*;
@@ -62,6 +61,7 @@ use crate::{
     DataFormat, IcebergCatalog, PartitionRetention, RetentionReport, SchemaSource, TierLimits,
     TieringError, TopicTable, TypedLayout,
 };
+use floe_storage::clock::{wall_ms, wall_secs};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 

@@ -1,5 +1,6 @@
-//! The wall clock tiering stamps and compares with: snapshot expiry, retention,
-//! orphan ages, compaction's commit times and the last-error metric.
+//! The wall clock every crate stamps and compares with: the coordinators'
+//! records, the Schema Registry's appends, tiering's expiry, retention, orphan
+//! ages, commit times and last-error metric, the cleaner's statistics.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
