@@ -9,7 +9,7 @@
 //! Only topics with validation on pay for it: their batches are decoded (and
 //! decompressed) once more here, before the append.
 
-use floe_protocol::record_batch::BatchIter;
+use floe_protocol::record_batch::ValidatedBatches;
 use floe_storage::LogConfig;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -67,8 +67,8 @@ pub fn is_on(config: &LogConfig) -> bool {
         .any(|k| config.floe.get(*k).is_some_and(|v| v.eq_ignore_ascii_case("true")))
 }
 
-/// Checks every record of `records` (validated batches) against the topic's
-/// settings. `store` is `None` when this broker's registry is off.
+/// Checks every record of `records` (the batches `validated` found in them)
+/// against the topic's settings. `store` is `None` when this broker's registry is off.
 ///
 /// # Errors
 /// INVALID_RECORD with the first bad record; CORRUPT_MESSAGE if a batch does not decode.
@@ -77,6 +77,7 @@ pub fn check(
     config: &LogConfig,
     topic: &str,
     records: &[u8],
+    validated: &ValidatedBatches,
 ) -> Result<(), (ResponseError, String)> {
     let checks = checks(config, topic);
     if checks.is_empty() {
@@ -89,10 +90,12 @@ pub fn check(
         ));
     };
     let mut decoded = Vec::new();
-    for (index, b) in BatchIter::new(records).enumerate() {
-        let b = b.map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
-        // Decoded from the request's own bytes: no copy of the batch.
-        let mut bytes = &records[b.position..b.end()];
+    for (index, b) in validated.batches().iter().enumerate() {
+        // The batches validation found (no header walked again), decoded
+        // from the request's own bytes: no copy of the batch.
+        let mut bytes = records.get(b.position..b.end()).ok_or_else(|| {
+            (ResponseError::CorruptMessage, "records shorter than the validated batches".into())
+        })?;
         let set = RecordBatchDecoder::decode(&mut bytes)
             .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         decoded.push((index, set.records));

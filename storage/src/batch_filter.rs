@@ -162,13 +162,17 @@ pub(crate) fn filter_batch(
 /// record without a key, outside control batches: a compacted topic refuses
 /// it (Kafka's `LogValidator`: "Compacted topic cannot accept message without
 /// key"). Decompresses compressed batches; call it only for compacted topics.
+/// The batches are the ones validation found in `records` (`validated`): no
+/// header is walked again, only the records are read.
 ///
 /// # Errors
 /// A description of records that cannot be parsed or decompressed.
-pub fn keyless_record_index(records: &[u8]) -> Result<Option<usize>, String> {
+pub fn keyless_record_index(
+    records: &[u8],
+    validated: &floe_protocol::record_batch::ValidatedBatches,
+) -> Result<Option<usize>, String> {
     let mut index = 0;
-    for b in floe_protocol::record_batch::BatchIter::new(records) {
-        let b = b.map_err(|e| e.to_string())?;
+    for b in validated.batches() {
         let batch = records
             .get(b.position..b.position + b.header.total_size())
             .ok_or("batch runs past the buffer")?;
@@ -334,12 +338,17 @@ mod tests {
 
     #[test]
     fn keyless_records_are_found_in_plain_and_compressed_batches() {
+        let keyless = |records: &[u8]| {
+            let validated = floe_protocol::record_batch::validate_batches(records, 1 << 20)
+                .expect("valid batches");
+            keyless_record_index(records, &validated).unwrap()
+        };
         let mut two = encode(&five()[..2], Compression::None);
-        assert_eq!(keyless_record_index(&two).unwrap(), None);
+        assert_eq!(keyless(&two), None);
         two.extend(encode(
             &[record(0, Some("k"), Some("v")), record(1, None, Some("v"))],
             Compression::Zstd,
         ));
-        assert_eq!(keyless_record_index(&two).unwrap(), Some(3));
+        assert_eq!(keyless(&two), Some(3));
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use floe_protocol::record_batch::BatchIter;
+use floe_protocol::record_batch::{BatchIter, BatchStamp};
 
 use crate::config::LogConfig;
 use crate::leader_epoch_cache::LEADER_EPOCH_CHECKPOINT;
@@ -56,7 +56,8 @@ fn leader_appends_stamp_the_leader_epoch_and_record_where_it_began() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), config(&[]));
     let mut unstamped = batch(2, 1, 10);
-    floe_protocol::record_batch::set_partition_leader_epoch(&mut unstamped, -1);
+    let stamp = BatchStamp { first_offset: 0, partition_leader_epoch: -1, log_append_time: None };
+    floe_protocol::record_batch::stamp_batches(&mut unstamped, stamp);
     log.append(&mut unstamped, 0).unwrap();
     assert_eq!(epochs(&log), vec![(0, 0)], "the single broker's epoch 0");
     log.become_leader(3).unwrap();
@@ -215,7 +216,8 @@ fn a_follower_stores_the_leaders_batches_byte_for_byte() {
 /// Batches of `n` records placed at `base` (offsets are not covered by the CRC).
 fn batch_at(base: i64, n: usize) -> Vec<u8> {
     let mut b = batch(n, 1, 10);
-    floe_protocol::record_batch::assign_offsets(&mut b, base);
+    let stamp = BatchStamp { first_offset: base, partition_leader_epoch: 0, log_append_time: None };
+    floe_protocol::record_batch::stamp_batches(&mut b, stamp);
     b
 }
 

@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
-use floe_protocol::record_batch::{self, BatchError};
+use floe_protocol::record_batch;
 use floe_storage::StorageError;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -81,18 +81,24 @@ pub(super) fn append_all(
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
+    // WRITE on the transactional id, asked of the authorizer once, when first needed.
+    let txn_write = std::cell::OnceCell::new();
+    let txn_allowed = || {
+        *txn_write.get_or_init(|| {
+            transactional_id.as_deref().is_some_and(|id| {
+                broker.authorizer.authorize(
+                    ctx,
+                    AclOperation::Write,
+                    ResourceType::TransactionalId,
+                    id,
+                )
+            })
+        })
+    };
     // Kafka's KafkaApis: a request carrying transactional batches needs a
     // transactional id with WRITE on it, checked once for the whole request;
     // without either, every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-    let txn_denied = has_transactional_batches(&request)
-        && transactional_id.as_deref().is_none_or(|id| {
-            !broker.authorizer.authorize(
-                ctx,
-                AclOperation::Write,
-                ResourceType::TransactionalId,
-                id,
-            )
-        });
+    let txn_denied = first_batches_transactional(&request) && !txn_allowed();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     // acks=all appends to wait for: (topic slot, partition slot, topic, partition, offset to pass).
     let mut waits: Vec<(usize, usize, String, i32, i64)> = Vec::new();
@@ -121,14 +127,8 @@ pub(super) fn append_all(
                 };
                 Err((ResponseError::TransactionalIdAuthorizationFailed, reason))
             } else {
-                append(
-                    broker,
-                    &name,
-                    data.index,
-                    data.records.as_deref(),
-                    transactional_id.as_deref(),
-                    acks,
-                )
+                let txn = TxnContext { id: transactional_id.as_deref(), allowed: &txn_allowed };
+                append(broker, &name, data.index, data.records.as_deref(), txn, acks)
             };
             if let Ok(info) = &result {
                 if acks == -1 && broker.is_clustered() && info.last_offset >= 0 {
@@ -208,22 +208,25 @@ async fn wait_for_replication(
     }
 }
 
-/// Whether any batch of the request has the transactional bit (a header
-/// walk; batches that do not parse are left to validation).
-fn has_transactional_batches(request: &ProduceRequest) -> bool {
+/// Whether the first batch of any partition has the transactional bit, as
+/// Kafka's `RequestUtils.hasTransactionalRecords` asks: one header read per
+/// partition, not a walk (a transactional batch further on is caught per
+/// partition, once validated).
+fn first_batches_transactional(request: &ProduceRequest) -> bool {
     request.topic_data.iter().flat_map(|t| &t.partition_data).any(|p| {
-        let mut rest = p.records.as_deref().unwrap_or_default();
-        while let Ok(header) = record_batch::RecordBatchHeader::parse(rest) {
-            if header.is_transactional() {
-                return true;
-            }
-            match rest.get(header.total_size()..) {
-                Some(next) if header.total_size() > 0 => rest = next,
-                _ => break,
-            }
-        }
-        false
+        p.records
+            .as_deref()
+            .and_then(|r| record_batch::RecordBatchHeader::parse(r).ok())
+            .is_some_and(|h| h.is_transactional())
     })
+}
+
+/// The request's transactional id and whether its principal may WRITE to it
+/// (asked of the authorizer once per request, when first needed).
+#[derive(Clone, Copy)]
+struct TxnContext<'a> {
+    id: Option<&'a str>,
+    allowed: &'a dyn Fn() -> bool,
 }
 
 fn append(
@@ -231,54 +234,63 @@ fn append(
     topic: &str,
     partition: i32,
     records: Option<&[u8]>,
-    transactional_id: Option<&str>,
+    txn: TxnContext<'_>,
     acks: i16,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let log = broker.leader_log(topic, partition)?;
     let records = records.ok_or((ResponseError::CorruptMessage, "null records".to_string()))?;
     let config = log.config();
     if !broker.is_clustered() {
-        return append_checked(broker, &log, topic, partition, records, transactional_id);
+        return append_checked(broker, &log, topic, partition, records, txn);
     }
     let tp = floe_cluster::TopicPartition::new(topic, partition);
     if acks == -1 {
         // Kafka's Partition.appendRecordsToLeader: too small an ISR refuses acks=all at once.
         broker.replicas.check_min_isr(&tp, config.min_insync_replicas)?;
     }
-    let appended = append_checked(broker, &log, topic, partition, records, transactional_id)?;
+    let appended = append_checked(broker, &log, topic, partition, records, txn)?;
     broker.replicas.on_leader_append(&tp);
     Ok(appended)
 }
 
+/// Validates one partition's batches (the one walk that checks them; storage
+/// takes the answer as it is), then the checks that need the broker: keys on
+/// a compacted topic, the Schema Registry's, the transaction's; then stores them.
 fn append_checked(
     broker: &Broker,
     log: &std::sync::Arc<floe_storage::PartitionLog>,
     topic: &str,
     partition: i32,
     records: &[u8],
-    transactional_id: Option<&str>,
+    txn: TxnContext<'_>,
 ) -> Result<floe_storage::LogAppendInfo, (ResponseError, String)> {
     let config = log.config();
     let validated =
         record_batch::validate_batches(records, config.max_message_bytes).map_err(|e| {
             // Kafka answers CORRUPT_MESSAGE for a batch that fails its CRC or
-            // does not parse, MESSAGE_TOO_LARGE for one over max.message.bytes.
-            let code = match e {
-                BatchError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
-                _ => ResponseError::CorruptMessage,
+            // does not parse, MESSAGE_TOO_LARGE for one over max.message.bytes,
+            // INVALID_RECORD for a client's control batch.
+            let code = if e.is_message_too_large() {
+                ResponseError::MessageTooLarge
+            } else if e.is_invalid_record() {
+                ResponseError::InvalidRecord
+            } else {
+                ResponseError::CorruptMessage
             };
             (code, e.to_string())
         })?;
-    if validated.has_control {
-        return Err((
-            ResponseError::InvalidRecord,
-            "clients may not write control batches (transaction markers)".into(),
-        ));
+    if validated.has_transactional && !(txn.allowed)() {
+        let reason = match txn.id {
+            Some(id) => format!("not authorized to WRITE to transactional id {id}"),
+            None => "transactional batches need the producer's transactional id in the request"
+                .to_string(),
+        };
+        return Err((ResponseError::TransactionalIdAuthorizationFailed, reason));
     }
     if config.cleanup_policy.compact {
         // Kafka's LogValidator: a compacted topic needs a key on every record.
         // Only compacted topics pay for decoding the records.
-        match floe_storage::keyless_record_index(records) {
+        match floe_storage::keyless_record_index(records, &validated) {
             Ok(None) => {}
             Ok(Some(_)) => {
                 return Err((
@@ -290,10 +302,12 @@ fn append_checked(
         }
     }
     if floe_schema::validation::is_on(&config) {
-        floe_schema::validation::check(broker.schemas.as_deref(), &config, topic, records)?;
+        let schemas = broker.schemas.as_deref();
+        floe_schema::validation::check(schemas, &config, topic, records, &validated)?;
     }
-    match (transactional_id, validated.has_transactional) {
-        (Some(id), true) if !broker.coordinates_transactions(id) => {
+    // Transactional batches without an id with WRITE on it were refused above.
+    match txn.id.filter(|_| validated.has_transactional) {
+        Some(id) if !broker.coordinates_transactions(id) => {
             // The transactional id's coordinator is another broker, so there is nothing
             // here to verify against: appended unverified, as Kafka does with
             // transaction.partition.verification.enable=false. The producer added the
@@ -301,7 +315,7 @@ fn append_checked(
             // ends whatever it wrote.
             store(broker, log, records, &validated, topic, partition)
         }
-        (Some(id), true) => {
+        Some(id) => {
             // KIP-890 part 1: the partition must be in the producer's open transaction;
             // the check holds the transaction still until the batch is in the log.
             let tp = (topic.to_string(), partition);
@@ -321,14 +335,9 @@ fn append_checked(
                     (code, e.to_string())
                 })?
         }
-        // Refused for the whole request above; kept for safety.
-        (None, true) => Err((
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactional batches need the producer's transactional id in the request".into(),
-        )),
         // As Kafka: accepted unless the producer has a transaction open in the
         // partition (storage answers INVALID_TXN_STATE then).
-        (_, false) => store(broker, log, records, &validated, topic, partition),
+        None => store(broker, log, records, &validated, topic, partition),
     }
 }
 
@@ -351,10 +360,10 @@ fn store(
     let appended = if fsyncs {
         // This append may fsync before returning: let the runtime move other
         // connections off this worker meanwhile.
-        tokio::task::block_in_place(|| log.append(&mut owned, now_ms))
+        tokio::task::block_in_place(|| log.append_validated(&mut owned, validated, now_ms))
     } else {
         // A write(2) into the page cache: as cheap as the copy before it.
-        log.append(&mut owned, now_ms)
+        log.append_validated(&mut owned, validated, now_ms)
     };
     match appended {
         Ok(info) if info.duplicate => {

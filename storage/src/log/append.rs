@@ -1,19 +1,24 @@
 //! Leader appends (Kafka's `UnifiedLog.append` with the leader's origins):
-//! client batches through [`PartitionLog::append`] and
-//! [`PartitionLog::append_as`], and transaction markers through
-//! [`PartitionLog::append_txn_marker`], answered with a [`LogAppendInfo`].
+//! client batches through [`PartitionLog::append_validated`] (the Produce
+//! handler, which validated them) or [`PartitionLog::append`] and
+//! [`PartitionLog::append_as`] (which validate first), and transaction
+//! markers through [`PartitionLog::append_txn_marker`], answered with a
+//! [`LogAppendInfo`].
 //!
-//! An append has these steps: a walk over the batch headers (sizes, control
-//! and transactional flags, idempotent producers' fields), without the lock;
-//! then under it the size limits, the producer state's check (a retry is
-//! answered with its original offsets), the write itself (LogAppendTime, a
-//! roll if due, the leader epoch, offsets, one positioned write and the
-//! indexes) and the producer state's update; then, without the lock, the
-//! `flush.messages` fsync if due and the waiters' wake-up. Follower appends
-//! live in `replica`.
+//! Validation ([`validate_batches`], protocol's half of Kafka's
+//! `LogValidator`) is the one walk that checks anything: sizes, CRCs, control
+//! and transactional flags. An append takes its answer, a
+//! [`ValidatedBatches`], and walks the bytes once more only to stamp them.
+//! The steps: the batch list and idempotent producers' fields from the
+//! validated batches, without the lock; then under it `segment.bytes`, the
+//! producer state's check (a retry is answered with its original offsets),
+//! the write itself (a roll if due, then one stamp walk for offsets, leader
+//! epoch and LogAppendTime, one positioned write and the indexes) and the
+//! producer state's update; then, without the lock, the `flush.messages`
+//! fsync if due and the waiters' wake-up. Follower appends live in `replica`.
 
 use floe_protocol::record_batch::{
-    assign_offsets, set_log_append_time, set_partition_leader_epoch, BatchIter,
+    stamp_batches, validate_batches, BatchError, BatchStamp, ValidatedBatches,
 };
 use tracing::debug;
 
@@ -57,44 +62,52 @@ impl LogAppendInfo {
     }
 }
 
-/// An append's batches as the walk over their headers found them, before the
-/// lock (see [`PartitionLog::analyze_batches`]).
+/// What an append needs of its validated batches, made before the lock
+/// (Kafka's `LogAppendInfo` of `analyzeAndValidateRecords`, without a walk:
+/// validation found it all).
 #[derive(Debug)]
-struct AnalyzedBatches {
+struct PlannedAppend {
     /// Each batch's place in the buffer, size and max timestamp, and its
     /// offsets relative to the append's first (moved to the real ones under the lock).
     batches: Vec<AppendedBatch>,
     /// (index into `batches`, producer fields) of the idempotent batches.
     producer_batches: Vec<(usize, ProducerBatch)>,
-    /// Records in all the batches.
-    record_count: i64,
-    /// The largest batch, in bytes (checked against `max.message.bytes`).
-    max_batch: usize,
+}
+
+impl PlannedAppend {
+    fn of(validated: &ValidatedBatches) -> Self {
+        let mut batches = Vec::with_capacity(validated.batch_count);
+        let mut producer_batches = Vec::new();
+        let mut relative = 0i64;
+        for b in validated.batches() {
+            if let Some(pb) = ProducerBatch::of(&b.header) {
+                producer_batches.push((batches.len(), pb));
+            }
+            let next = relative + i64::from(b.header.records_count);
+            batches.push(AppendedBatch {
+                position_in_buffer: b.position,
+                size: b.header.total_size(),
+                base_offset: relative,
+                next_offset: next,
+                max_timestamp: b.header.max_timestamp,
+            });
+            relative = next;
+        }
+        Self { batches, producer_batches }
+    }
 }
 
 impl PartitionLog {
-    /// Appends record batches the broker has validated
-    /// ([`floe_protocol::record_batch::validate_batches`]): assigns offsets from the log
-    /// end offset, applies LogAppendTime if the topic uses it, rolls the active
-    /// segment first if due, writes the bytes with one positioned write and
-    /// indexes them. `records` is rewritten in place (offsets, timestamps, CRC).
-    /// An empty buffer is a no-op answered with offsets -1, as in Kafka.
-    ///
-    /// Batches with a producer id are checked against the producer state
-    /// first (see [`crate::producer_state`]): a retry of a batch already in the
-    /// log appends nothing and is answered with the original offsets
-    /// ([`LogAppendInfo::duplicate`]). A transactional batch starts (or
-    /// extends) the producer's transaction in this partition, holding the
-    /// last stable offset at its first offset until a marker completes it.
-    /// Control batches are refused: only [`PartitionLog::append_txn_marker`] writes them.
+    /// Appends a client's record batches: validates them
+    /// ([`validate_batches`] against this topic's `max.message.bytes`), then
+    /// appends them as [`PartitionLog::append_validated`] does. A caller that
+    /// validated the batches already (the Produce handler) calls that instead.
     ///
     /// # Errors
-    /// [`StorageError::RecordTooLarge`] for a batch above `max.message.bytes` or
-    /// an append above `segment.bytes`; [`StorageError::Corrupt`] for bytes that
-    /// are not whole batches; [`StorageError::InvalidProducerEpoch`] and
-    /// [`StorageError::OutOfOrderSequence`] and [`StorageError::InvalidTxnState`]
-    /// from the producer state (nothing is appended);
-    /// [`StorageError::InvalidRecord`] for a control batch or a transactional one without a producer id; [`StorageError::Io`] if writing (or the `flush.messages` fsync) fails.
+    /// [`StorageError::RecordTooLarge`] for a batch above `max.message.bytes`;
+    /// [`StorageError::InvalidRecord`] for a control batch or a transactional
+    /// one without a producer id; [`StorageError::Corrupt`] for bytes that are
+    /// not whole, valid batches; and the errors of [`PartitionLog::append_validated`].
     pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<LogAppendInfo> {
         self.append_as(records, now_ms, AppendOrigin::Client)
     }
@@ -109,7 +122,59 @@ impl PartitionLog {
         now_ms: i64,
         origin: AppendOrigin,
     ) -> Result<LogAppendInfo> {
-        let (info, flush_due) = self.write_batches(records, now_ms, origin)?;
+        let max_message_bytes = self.config().max_message_bytes;
+        let validated = validate_batches(records, max_message_bytes).map_err(|e| match e {
+            BatchError::MessageTooLarge { size, limit, .. } => {
+                StorageError::RecordTooLarge { size, limit }
+            }
+            e if e.is_invalid_record() => StorageError::InvalidRecord { reason: e.to_string() },
+            e => StorageError::Corrupt { path: self.dir.clone(), reason: format!("append: {e}") },
+        })?;
+        self.append_validated_as(records, &validated, now_ms, origin)
+    }
+
+    /// Appends record batches [`validate_batches`] accepted (`validated`, made
+    /// from these very bytes): assigns offsets from the log end offset,
+    /// applies LogAppendTime if the topic uses it, rolls the active segment
+    /// first if due, writes the bytes with one positioned write and indexes
+    /// them. Nothing is walked or checked again that validation did (sizes
+    /// against `max.message.bytes`, CRCs, control batches): the batch list
+    /// comes from `validated`, and the one walk over `records` is the stamp
+    /// ([`stamp_batches`]: offsets, leader epoch, append time). `records` is
+    /// rewritten in place. An empty buffer is a no-op answered with offsets
+    /// -1, as in Kafka.
+    ///
+    /// Batches with a producer id are checked against the producer state
+    /// first (see [`crate::producer_state`]): a retry of a batch already in the
+    /// log appends nothing and is answered with the original offsets
+    /// ([`LogAppendInfo::duplicate`]). A transactional batch starts (or
+    /// extends) the producer's transaction in this partition, holding the
+    /// last stable offset at its first offset until a marker completes it.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidRecord`] if `records` is not the payload
+    /// `validated` describes (its length differs); [`StorageError::RecordTooLarge`]
+    /// for an append above `segment.bytes`; [`StorageError::InvalidProducerEpoch`]
+    /// and [`StorageError::OutOfOrderSequence`] and [`StorageError::InvalidTxnState`]
+    /// from the producer state (nothing is appended); [`StorageError::Io`] if
+    /// writing (or the `flush.messages` fsync) fails.
+    pub fn append_validated(
+        &self,
+        records: &mut [u8],
+        validated: &ValidatedBatches,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo> {
+        self.append_validated_as(records, validated, now_ms, AppendOrigin::Client)
+    }
+
+    fn append_validated_as(
+        &self,
+        records: &mut [u8],
+        validated: &ValidatedBatches,
+        now_ms: i64,
+        origin: AppendOrigin,
+    ) -> Result<LogAppendInfo> {
+        let (info, flush_due) = self.write_batches(records, validated, now_ms, origin)?;
         if flush_due {
             // `flush` moves the high watermark past this append when it returns.
             self.flush()?;
@@ -120,12 +185,13 @@ impl PartitionLog {
         Ok(info)
     }
 
-    /// The first half of [`PartitionLog::append`]: writes the batches under
-    /// the lock and says whether `flush.messages` asks for an fsync before
-    /// the append is complete (until then the high watermark stays below it).
+    /// The first half of an append: writes the batches under the lock and
+    /// says whether `flush.messages` asks for an fsync before the append is
+    /// complete (until then the high watermark stays below it).
     fn write_batches(
         &self,
         records: &mut [u8],
+        validated: &ValidatedBatches,
         now_ms: i64,
         origin: AppendOrigin,
     ) -> Result<(LogAppendInfo, bool)> {
@@ -136,24 +202,27 @@ impl PartitionLog {
                     .into(),
             });
         }
-        let AnalyzedBatches { mut batches, producer_batches, record_count, max_batch } =
-            self.analyze_batches(records)?;
+        if records.len() != validated.total_bytes {
+            return Err(StorageError::InvalidRecord {
+                reason: format!(
+                    "{} bytes of records, but the validated batches cover {}",
+                    records.len(),
+                    validated.total_bytes
+                ),
+            });
+        }
+        let PlannedAppend { mut batches, producer_batches } = PlannedAppend::of(validated);
+        let record_count = validated.record_count;
 
         let mut st = self.state();
         if batches.is_empty() {
             return Ok((LogAppendInfo::empty(st.log_start_offset), false));
         }
-        let config = st.config.clone();
-        if max_batch > config.max_message_bytes {
-            return Err(StorageError::RecordTooLarge {
-                size: max_batch,
-                limit: config.max_message_bytes,
-            });
-        }
-        if records.len() as u64 > config.segment_bytes {
+        let segment_bytes = st.config.segment_bytes;
+        if records.len() as u64 > segment_bytes {
             return Err(StorageError::RecordTooLarge {
                 size: records.len(),
-                limit: config.segment_bytes as usize,
+                limit: segment_bytes as usize,
             });
         }
         if !producer_batches.is_empty() {
@@ -178,50 +247,6 @@ impl PartitionLog {
             duplicate: false,
         };
         Ok((info, flush_due))
-    }
-
-    /// The walk over an append's batch headers, before the lock (Kafka's
-    /// `analyzeAndValidateRecords`): refuses control batches (only
-    /// [`PartitionLog::append_txn_marker`] writes them) and transactional
-    /// batches without a producer id, and collects what the append needs of each batch.
-    fn analyze_batches(&self, records: &[u8]) -> Result<AnalyzedBatches> {
-        let mut batches = Vec::new();
-        // (index into `batches`, producer fields) of the idempotent batches.
-        let mut producer_batches = Vec::new();
-        let mut record_count = 0i64;
-        let mut max_batch = 0usize;
-        for b in BatchIter::new(records) {
-            let b = b.map_err(|e| StorageError::Corrupt {
-                path: self.dir.clone(),
-                reason: format!("append: {e}"),
-            })?;
-            if b.header.is_control() {
-                // Markers come from the transaction coordinator (append_txn_marker) only.
-                return Err(StorageError::InvalidRecord {
-                    reason: "control batches are written by the transaction coordinator only"
-                        .into(),
-                });
-            }
-            if b.header.is_transactional() && b.header.producer_id < 0 {
-                return Err(StorageError::InvalidRecord {
-                    reason: "a transactional batch without a producer id".into(),
-                });
-            }
-            let size = b.header.total_size();
-            max_batch = max_batch.max(size);
-            if let Some(pb) = ProducerBatch::of(&b.header) {
-                producer_batches.push((batches.len(), pb));
-            }
-            batches.push(AppendedBatch {
-                position_in_buffer: b.position,
-                size,
-                base_offset: record_count,
-                next_offset: record_count + i64::from(b.header.records_count),
-                max_timestamp: b.header.max_timestamp,
-            });
-            record_count += i64::from(b.header.records_count);
-        }
-        Ok(AnalyzedBatches { batches, producer_batches, record_count, max_batch })
     }
 
     /// The answer to a retry of `producer_id`'s batches already in the log at
@@ -264,36 +289,33 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<(i64, i64, bool)> {
         let config = st.config.clone();
-        let log_append_time =
-            if config.message_timestamp_type == MessageTimestampType::LogAppendTime {
-                set_log_append_time(records, now_ms);
-                for b in batches.iter_mut() {
-                    b.max_timestamp = now_ms;
-                }
-                now_ms
-            } else {
-                -1
-            };
+        let log_append_time = (config.message_timestamp_type
+            == MessageTimestampType::LogAppendTime)
+            .then_some(now_ms);
         let first_offset = st.log_end_offset;
         let last_offset = first_offset + record_count - 1;
         let rolled = self.maybe_roll(st, records.len() as u64, last_offset, now_ms);
         self.refuse_or_go_offline(rolled)?;
-        // The leader's stamp (not covered by the CRC): followers learn epochs from it.
-        set_partition_leader_epoch(records, st.leader_epoch);
         let epoch = st.leader_epoch;
         let assigned = st.epochs.assign(epoch, first_offset).map(drop);
         self.offline_on_io_error(assigned)?;
-        let next = assign_offsets(records, first_offset);
+        // The one walk over the bytes: offsets, the leader's epoch (followers
+        // learn epochs from it) and, for LogAppendTime, the time and CRC.
+        let stamp = BatchStamp { first_offset, partition_leader_epoch: epoch, log_append_time };
+        let next = stamp_batches(records, stamp);
         for b in batches.iter_mut() {
             b.base_offset += first_offset;
             b.next_offset += first_offset;
+            if let Some(now_ms) = log_append_time {
+                b.max_timestamp = now_ms;
+            }
         }
         let written = st.active_mut().append(records, batches, now_ms, config.index_interval_bytes);
         self.refuse_or_go_offline(written)?;
         st.log_end_offset = next;
         st.unflushed_messages += record_count;
         let flush_due = st.unflushed_messages >= config.flush_messages;
-        Ok((first_offset, log_append_time, flush_due))
+        Ok((first_offset, log_append_time.unwrap_or(-1), flush_due))
     }
 
     /// Ends an append under the lock: without an fsync to wait for, the
@@ -405,6 +427,15 @@ mod tests {
     use crate::test_util::{batch, batch_with, config, idempotent_batch};
     use crate::transaction::AppendOrigin;
 
+    /// An append's first half only (written, its `flush.messages` fsync not run): (answer, fsync due).
+    fn write_unflushed(
+        log: &crate::PartitionLog,
+        records: &mut [u8],
+    ) -> crate::Result<(crate::LogAppendInfo, bool)> {
+        let validated = floe_protocol::record_batch::validate_batches(records, 1 << 20).unwrap();
+        log.write_batches(records, &validated, 0, AppendOrigin::Client)
+    }
+
     #[test]
     fn append_notifies_waiters() {
         let dir = tempfile::tempdir().unwrap();
@@ -474,8 +505,7 @@ mod tests {
         assert_eq!((log.log_end_offset(), log.high_watermark()), (2, 2));
 
         // Written, its fsync not yet run: not readable, not tiered, not "latest".
-        let (info, flush_due) =
-            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (info, flush_due) = write_unflushed(&log, &mut batch(3, 1, 10)).unwrap();
         assert!(flush_due);
         assert_eq!(info.first_offset, 2);
         assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 2));
@@ -506,16 +536,14 @@ mod tests {
         let log = open(dir.path(), config(&[("flush.messages", "1")]));
         log.set_replicated(true);
         log.append(&mut batch(2, 1, 10), 0).unwrap();
-        let (_, flush_due) =
-            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (_, flush_due) = write_unflushed(&log, &mut batch(3, 1, 10)).unwrap();
         assert!(flush_due);
         assert_eq!(log.high_watermark(), 0, "replicated: appends do not move it");
         assert!(log.update_high_watermark(5).unwrap());
         assert_eq!(log.high_watermark(), 2, "held at what is durable");
         log.flush().unwrap();
         assert_eq!(log.high_watermark(), 5, "the asked-for high watermark once the fsync returned");
-        let (_, flush_due) =
-            log.write_batches(&mut batch(3, 1, 10), 0, AppendOrigin::Client).unwrap();
+        let (_, flush_due) = write_unflushed(&log, &mut batch(3, 1, 10)).unwrap();
         assert!(flush_due);
         log.update_high_watermark(6).unwrap();
         log.flush().unwrap();
@@ -529,7 +557,7 @@ mod tests {
         let log = open(dir.path(), config(&[("flush.messages", "1")]));
         let mut first = idempotent_batch((7, 0, 0), 2, 5);
         let mut retry = first.clone();
-        let (_, flush_due) = log.write_batches(&mut first, 0, AppendOrigin::Client).unwrap();
+        let (_, flush_due) = write_unflushed(&log, &mut first).unwrap();
         assert!(flush_due);
         assert_eq!(log.high_watermark(), 0);
         let info = log.append(&mut retry, 0).unwrap();

@@ -1,6 +1,7 @@
-//! Record batch v2 (magic 2): the header layout, validation of a Produce
-//! request's records, and the in-place rewrites a broker makes before storing
-//! them (offsets, LogAppendTime, partition leader epoch).
+//! Record batch v2 (magic 2): the header layout and the walk over a buffer's
+//! batches ([`BatchIter`]); validation of a Produce request's records
+//! (`validate`), and the one in-place rewrite a leader makes before storing
+//! them (`rewrite`: offsets, partition leader epoch, LogAppendTime).
 //!
 //! Batches are stored byte for byte as producers sent them; nothing here
 //! decompresses or allocates per record.
@@ -33,6 +34,12 @@
 //! protobuf `sint32`), counting the bytes after the length.
 
 use thiserror::Error;
+
+mod rewrite;
+mod validate;
+
+pub use rewrite::{stamp_batches, BatchStamp};
+pub use validate::{validate_batches, ValidatedBatches};
 
 /// Size of the fixed batch header, up to the first record.
 pub const RECORD_BATCH_OVERHEAD: usize = 61;
@@ -193,12 +200,33 @@ pub enum BatchError {
         /// What was wrong.
         reason: &'static str,
     },
+    /// A control batch from a client (Kafka's INVALID_RECORD): transaction
+    /// markers are written by the transaction coordinator only.
+    #[error(
+        "batch at byte {position} is a control batch: clients may not write control batches (transaction markers)"
+    )]
+    ControlBatch {
+        /// Byte offset of the batch.
+        position: usize,
+    },
+    /// A transactional batch without a producer id (Kafka's INVALID_RECORD).
+    #[error("batch at byte {position} is transactional but has no producer id")]
+    TransactionalWithoutProducerId {
+        /// Byte offset of the batch.
+        position: usize,
+    },
 }
 
 impl BatchError {
     /// Whether Kafka would answer MESSAGE_TOO_LARGE (rather than CORRUPT_MESSAGE / INVALID_RECORD).
     pub fn is_message_too_large(&self) -> bool {
         matches!(self, Self::MessageTooLarge { .. })
+    }
+
+    /// Whether Kafka would answer INVALID_RECORD: well-formed bytes a client may
+    /// not write (rather than CORRUPT_MESSAGE for bytes that are not batches).
+    pub fn is_invalid_record(&self) -> bool {
+        matches!(self, Self::ControlBatch { .. } | Self::TransactionalWithoutProducerId { .. })
     }
 
     /// Byte offset in the buffer of the batch that failed.
@@ -211,7 +239,9 @@ impl BatchError {
             | Self::CrcMismatch { position, .. }
             | Self::InvalidRecordCount { position, .. }
             | Self::UnknownCompression { position, .. }
-            | Self::MalformedRecords { position, .. } => *position,
+            | Self::MalformedRecords { position, .. }
+            | Self::ControlBatch { position }
+            | Self::TransactionalWithoutProducerId { position } => *position,
         }
     }
 }
@@ -432,280 +462,6 @@ pub fn verify_crc(batch: &[u8], position: usize) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Summary of a validated Produce payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ValidatedBatches {
-    /// Number of batches (0 for an empty payload, which Kafka treats as a no-op append).
-    pub batch_count: usize,
-    /// Sum of `recordsCount` over all batches: the number of offsets the payload takes.
-    pub record_count: i64,
-    /// Total bytes of all batches.
-    pub total_bytes: usize,
-    /// Largest `maxTimestamp` of all batches (-1 if none).
-    pub max_timestamp: i64,
-    /// Offset, relative to the first offset of the payload, of the last record of the
-    /// batch holding `max_timestamp` (Kafka's shallow offset of max timestamp).
-    pub offset_delta_of_max_timestamp: i64,
-    /// Producer id of the first batch.
-    pub producer_id: i64,
-    /// Producer epoch of the first batch.
-    pub producer_epoch: i16,
-    /// Base sequence of the first batch.
-    pub base_sequence: i32,
-    /// Whether any batch is transactional.
-    pub has_transactional: bool,
-    /// Whether any batch is a control batch.
-    pub has_control: bool,
-    /// Codec of the first batch (`None` for an empty payload).
-    pub compression: Option<CompressionType>,
-}
-
-/// Reads a zigzag varint (`sint32`) at `*pos`, advancing `*pos`.
-#[inline]
-fn read_zigzag_varint(buf: &[u8], pos: &mut usize) -> Option<i32> {
-    let mut raw: u32 = 0;
-    let mut shift = 0u32;
-    loop {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        raw |= u32::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-        if shift > 28 {
-            return None;
-        }
-    }
-    Some(unzigzag(raw))
-}
-
-/// Decodes a zigzag-encoded `sint32`.
-#[inline]
-fn unzigzag(raw: u32) -> i32 {
-    ((raw >> 1) as i32) ^ -((raw & 1) as i32)
-}
-
-/// Walks the length prefixes of an uncompressed batch's records (the bytes after
-/// the 61-byte header) and checks they tile them into exactly `recordsCount`
-/// records. Resumable: [`RecordWalk::advance`] walks records only while they
-/// start before a limit, so validation can step it along with the CRC
-/// ([`crc_and_walk`]). Stops at the first problem, which
-/// [`RecordWalk::finish`] reports; the steps taken, and so the verdict, are the
-/// same however the walk is split.
-struct RecordWalk {
-    /// Start of the next record's length varint.
-    pos: usize,
-    /// Records walked so far.
-    seen: i32,
-    /// `recordsCount`.
-    count: i32,
-    /// The first problem met, if any; the walk stops there.
-    error: Option<&'static str>,
-}
-
-impl RecordWalk {
-    fn new(count: i32) -> Self {
-        Self { pos: 0, seen: 0, count, error: None }
-    }
-
-    /// Walks the records of `records` that start before `limit` (≤ `records.len()`).
-    ///
-    /// The walk is one serial chain of loads (each length says where the next
-    /// one is), so the common one- and two-byte lengths (records under 8 KiB)
-    /// are decoded without a loop, with one bounds check each.
-    #[inline]
-    fn advance(&mut self, records: &[u8], limit: usize) {
-        if self.error.is_some() {
-            return;
-        }
-        let limit = limit.min(records.len());
-        let mut pos = self.pos;
-        let mut seen = self.seen;
-        while pos < limit {
-            // The record's zigzag-encoded length, and the bytes its varint occupies.
-            let b0 = records[pos];
-            let (raw, width) = if b0 < 0x80 {
-                (u32::from(b0), 1)
-            } else if let Some(&b1 @ 0..=0x7f) = records.get(pos + 1) {
-                (u32::from(b0 & 0x7f) | (u32::from(b1) << 7), 2)
-            } else {
-                let mut p = pos;
-                let Some(len) = read_zigzag_varint(records, &mut p) else {
-                    self.error = Some("bad record length varint");
-                    break;
-                };
-                // Back to zigzag (a bijection on 32 bits) so all paths meet below.
-                (((len << 1) ^ (len >> 31)) as u32, p - pos)
-            };
-            // A length under 6 (attributes, timestampDelta, offsetDelta, keyLength,
-            // valueLength, headers count), negative ones included: odd, or even under 12.
-            if raw & 1 != 0 || raw < 12 {
-                self.error = Some("record length too small");
-                break;
-            }
-            let len = raw >> 1;
-            pos += width;
-            if len as usize > records.len() - pos {
-                self.error = Some("record overruns its batch");
-                break;
-            }
-            pos += len as usize;
-            seen += 1;
-            if seen > self.count {
-                self.error = Some("more records than recordsCount");
-                break;
-            }
-        }
-        self.pos = pos;
-        self.seen = seen;
-    }
-
-    /// The verdict once the walk has been advanced to the end of the records.
-    fn finish(&self, position: usize) -> Result<(), BatchError> {
-        if let Some(reason) = self.error {
-            return Err(BatchError::MalformedRecords { position, reason });
-        }
-        if self.seen != self.count {
-            return Err(BatchError::MalformedRecords {
-                position,
-                reason: "fewer records than recordsCount",
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Bytes checksummed between steps of the record walk in [`crc_and_walk`]: a
-/// multiple of the 768-byte blocks the `crc32c` crate runs as three parallel
-/// streams (a shorter tail falls back to one serial stream, 3× slower).
-const CRC_STEP: usize = 2 * 768;
-
-/// CRC-32C of `batch[21..]`, the range the header's CRC covers, walking the
-/// records of an uncompressed batch with `walk` on the way.
-///
-/// The CRC is bound by the throughput of the `crc32` instruction, the walk by
-/// the latency of its chain of loads; they use different execution units. Run
-/// one after the other they add up; run in alternating steps of [`CRC_STEP`]
-/// bytes the CPU overlaps them. Chunk boundaries are kept 8-byte aligned, as
-/// the crate processes unaligned leading bytes one at a time.
-fn crc_and_walk(batch: &[u8], walk: Option<&mut RecordWalk>) -> u32 {
-    let body = &batch[ATTRIBUTES_OFFSET..];
-    let Some(walk) = walk else {
-        return crc32c::crc32c(body);
-    };
-    let records = &batch[RECORD_BATCH_OVERHEAD..];
-    // Where records start in `body`.
-    const SKIP: usize = RECORD_BATCH_OVERHEAD - ATTRIBUTES_OFFSET;
-    let mut crc = 0;
-    let mut start = 0;
-    let mut end = (body.as_ptr() as usize).wrapping_neg() % 8 + CRC_STEP;
-    while end < body.len() {
-        crc = crc32c::crc32c_append(crc, &body[start..end]);
-        walk.advance(records, end - SKIP);
-        start = end;
-        end += CRC_STEP;
-    }
-    crc = crc32c::crc32c_append(crc, &body[start..]);
-    walk.advance(records, records.len());
-    crc
-}
-
-/// Validates the records of one Produce partition: every batch whole, magic 2,
-/// sane lengths, at most `max_batch_bytes` each, CRC-32C correct, `recordsCount ==
-/// lastOffsetDelta + 1 > 0`, and for uncompressed batches the records' length
-/// prefixes tiling the batch exactly. Compressed batches are not decompressed.
-///
-/// No allocation; one pass over the bytes (the CRC dominates).
-///
-/// # Errors
-/// The first problem found, with the byte position of its batch. A partial
-/// trailing batch is [`BatchError::Truncated`]: producers never send one.
-pub fn validate_batches(
-    buf: &[u8],
-    max_batch_bytes: usize,
-) -> Result<ValidatedBatches, BatchError> {
-    let mut out = ValidatedBatches {
-        batch_count: 0,
-        record_count: 0,
-        total_bytes: 0,
-        max_timestamp: -1,
-        offset_delta_of_max_timestamp: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        base_sequence: -1,
-        has_transactional: false,
-        has_control: false,
-        compression: None,
-    };
-    let mut pos = 0usize;
-    while pos < buf.len() {
-        let rest = &buf[pos..];
-        let header = RecordBatchHeader::parse(rest).map_err(|_| BatchError::Truncated {
-            position: pos,
-            needed: RECORD_BATCH_OVERHEAD,
-            available: rest.len(),
-        })?;
-        if header.magic != MAGIC_V2 {
-            return Err(BatchError::InvalidMagic { position: pos, magic: header.magic });
-        }
-        if header.batch_length < MIN_BATCH_LENGTH {
-            return Err(BatchError::InvalidLength {
-                position: pos,
-                batch_length: header.batch_length,
-            });
-        }
-        let size = header.total_size();
-        if size > max_batch_bytes {
-            return Err(BatchError::MessageTooLarge {
-                position: pos,
-                size,
-                limit: max_batch_bytes,
-            });
-        }
-        if size > rest.len() {
-            return Err(BatchError::Truncated {
-                position: pos,
-                needed: size,
-                available: rest.len(),
-            });
-        }
-        let batch = &rest[..size];
-        // The CRC is checked first, then the header, then the records walked
-        // alongside the CRC: the same order of verdicts as `verify_crc`,
-        // `check_sanity`, `check_record_tiling`, in one pass over the bytes.
-        let mut walk = (header.compression() == Some(CompressionType::None))
-            .then(|| RecordWalk::new(header.records_count));
-        let computed = crc_and_walk(batch, walk.as_mut());
-        if header.crc != computed {
-            return Err(BatchError::CrcMismatch { position: pos, stored: header.crc, computed });
-        }
-        header.check_sanity(pos)?;
-        if let Some(walk) = walk {
-            walk.finish(pos)?;
-        }
-
-        if out.batch_count == 0 {
-            out.producer_id = header.producer_id;
-            out.producer_epoch = header.producer_epoch;
-            out.base_sequence = header.base_sequence;
-            out.compression = header.compression();
-        }
-        let last_delta = out.record_count + i64::from(header.last_offset_delta);
-        if header.max_timestamp > out.max_timestamp || out.batch_count == 0 {
-            out.max_timestamp = header.max_timestamp;
-            out.offset_delta_of_max_timestamp = last_delta;
-        }
-        out.record_count += i64::from(header.records_count);
-        out.has_transactional |= header.is_transactional();
-        out.has_control |= header.is_control();
-        out.batch_count += 1;
-        out.total_bytes += size;
-        pos += size;
-    }
-    Ok(out)
-}
-
 /// A batch found by [`BatchIter`]: where it starts and its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchPosition {
@@ -782,62 +538,9 @@ impl Iterator for BatchIter<'_> {
     }
 }
 
-/// Calls `f(batch_bytes)` for each whole batch of `buf`, by `batchLength` alone;
-/// stops at the first batch that is shorter than a header or overruns `buf`.
-fn for_each_batch_mut(buf: &mut [u8], mut f: impl FnMut(&mut [u8])) {
-    let mut pos = 0usize;
-    while buf.len() - pos >= RECORD_BATCH_OVERHEAD {
-        let len = be_i32(buf, pos + BATCH_LENGTH_OFFSET);
-        let Ok(len) = usize::try_from(len) else {
-            return;
-        };
-        let size = len + LOG_OVERHEAD;
-        if size < RECORD_BATCH_OVERHEAD || size > buf.len() - pos {
-            return;
-        }
-        f(&mut buf[pos..pos + size]);
-        pos += size;
-    }
-}
-
-/// Writes consecutive base offsets into the batches of `buf`, starting at
-/// `first_offset` (each batch's base is the previous batch's last offset + 1),
-/// and returns the offset after the last batch. The CRC does not cover the
-/// base offset, so it stays valid. Expects a buffer [`validate_batches`]
-/// accepted; stops at anything that is not a whole batch.
-pub fn assign_offsets(buf: &mut [u8], first_offset: i64) -> i64 {
-    let mut next = first_offset;
-    for_each_batch_mut(buf, |batch| {
-        batch[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8].copy_from_slice(&next.to_be_bytes());
-        let delta = be_i32(batch, LAST_OFFSET_DELTA_OFFSET);
-        next = next.wrapping_add(i64::from(delta)).wrapping_add(1);
-    });
-    next
-}
-
-/// Marks every batch of `buf` LogAppendTime with `maxTimestamp = now_ms`, as Kafka
-/// does for topics with `message.timestamp.type=LogAppendTime`, and recomputes each CRC.
-pub fn set_log_append_time(buf: &mut [u8], now_ms: i64) {
-    for_each_batch_mut(buf, |batch| {
-        let attributes = be_i16(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_BIT;
-        batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
-            .copy_from_slice(&now_ms.to_be_bytes());
-        let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
-        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    });
-}
-
-/// Writes `epoch` as every batch's partitionLeaderEpoch (not covered by the CRC).
-pub fn set_partition_leader_epoch(buf: &mut [u8], epoch: i32) {
-    for_each_batch_mut(buf, |batch| {
-        batch[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4]
-            .copy_from_slice(&epoch.to_be_bytes());
-    });
-}
-
 #[cfg(test)]
 mod tests {
+    use super::validate::{read_zigzag_varint, RecordWalk};
     use super::*;
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::indexmap::IndexMap;
@@ -922,6 +625,39 @@ mod tests {
             let expected = CompressionType::from_id(c as u8);
             assert_eq!(v.compression, expected);
         }
+    }
+
+    #[test]
+    fn validated_batches_are_the_ones_batch_iter_finds() {
+        let mut buf = batch(3, Compression::None);
+        buf.extend(batch(4, Compression::Lz4));
+        buf.extend(batch(1, Compression::Zstd));
+        let v = validate_batches(&buf, 1 << 20).unwrap();
+        let walked: Vec<BatchPosition> = BatchIter::new(&buf).map(Result::unwrap).collect();
+        assert_eq!(v.batches(), &walked[..]);
+        assert!(!v.is_empty());
+    }
+
+    #[test]
+    fn a_clients_control_or_anonymous_transactional_batch_is_refused() {
+        // attributes: transactional | control, then the CRC again.
+        let mut marker = batch(1, Compression::None);
+        marker[21..23].copy_from_slice(&0x30i16.to_be_bytes());
+        rewrite_crc(&mut marker);
+        let mut buf = batch(2, Compression::None);
+        let second = buf.len();
+        buf.extend_from_slice(&marker);
+        let err = validate_batches(&buf, 1 << 20).unwrap_err();
+        assert_eq!(err, BatchError::ControlBatch { position: second });
+        assert!(err.is_invalid_record(), "{err}");
+
+        let mut anonymous = batch(1, Compression::None);
+        anonymous[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+        anonymous[43..51].copy_from_slice(&(-1i64).to_be_bytes());
+        rewrite_crc(&mut anonymous);
+        let err = validate_batches(&anonymous, 1 << 20).unwrap_err();
+        assert_eq!(err, BatchError::TransactionalWithoutProducerId { position: 0 });
+        assert!(err.is_invalid_record(), "{err}");
     }
 
     #[test]
@@ -1027,13 +763,19 @@ mod tests {
     }
 
     #[test]
-    fn assign_offsets_then_decode() {
+    fn stamp_offsets_then_decode() {
         let mut buf = batch(3, Compression::None);
         buf.extend(batch(4, Compression::Lz4));
         buf.extend(batch(1, Compression::Zstd));
-        let next = assign_offsets(&mut buf, 100);
+        let stamp =
+            BatchStamp { first_offset: 100, partition_leader_epoch: 3, log_append_time: None };
+        let crcs: Vec<u32> = BatchIter::new(&buf).map(|b| b.unwrap().header.crc).collect();
+        let next = stamp_batches(&mut buf, stamp);
         assert_eq!(next, 108);
-        validate_batches(&buf, 1 << 20).unwrap();
+        let v = validate_batches(&buf, 1 << 20).unwrap();
+        assert!(v.batches().iter().all(|b| b.header.partition_leader_epoch == 3));
+        let kept: Vec<u32> = v.batches().iter().map(|b| b.header.crc).collect();
+        assert_eq!(kept, crcs, "CreateTime stamps leave the CRC-covered bytes alone");
         let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(buf.clone())).unwrap();
         let offsets: Vec<i64> =
             sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
@@ -1046,8 +788,12 @@ mod tests {
     fn log_append_time_keeps_crc_valid() {
         let mut buf = batch(3, Compression::None);
         buf.extend(batch(2, Compression::Snappy));
-        set_log_append_time(&mut buf, 99_999);
-        set_partition_leader_epoch(&mut buf, 12);
+        let stamp = BatchStamp {
+            first_offset: 0,
+            partition_leader_epoch: 12,
+            log_append_time: Some(99_999),
+        };
+        assert_eq!(stamp_batches(&mut buf, stamp), 5);
         validate_batches(&buf, 1 << 20).unwrap();
         for b in BatchIter::new(&buf) {
             let h = b.unwrap().header;
